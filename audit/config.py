@@ -1,0 +1,93 @@
+"""Configuration of one PANORAMIA audit (validated, keyword-only, serialisable)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SplitConfig(_Strict):
+    """How the member set D_f is cut (Algorithm 1, step 1).
+
+    Each value is a fraction of D_f (``0 < v < 1``) or a record count (``v >= 1``). The
+    splits are disjoint; what is left after D_G, validation and train goes to the game's
+    test split, so m uses as much of the member set as the other splits allow.
+    """
+
+    generator: float = Field(0.3, gt=0, description="D_G: records that train the generator")
+    train: float = Field(0.3, gt=0, description="D_in^tr: members that train b and the MIA")
+    val: float = Field(0.1, gt=0, description="D_in^val: members for model selection")
+
+
+class GeneratorConfig(_Strict):
+    """The generator G that supplies non-members."""
+
+    kind: str = Field("cgan", description="registered generator name, e.g. cgan, vae, "
+                      "reference_pool, mst, gpt2")
+    epochs: int = Field(30, ge=0, description="training budget (generator epochs)")
+    filter: bool = Field(False, description="drop samples a real-vs-synthetic classifier "
+                         "flags as synthetic with high confidence")
+    filter_confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    resample_labels: bool = Field(True, description="reference pool: match the site's "
+                                  "label distribution")
+    batch_size: int = Field(64, ge=1, description="generator training batch size")
+    learning_rate: float = Field(2e-4, gt=0, description="generator learning rate")
+    latent_dim: int = Field(64, ge=1, description="noise / latent dimension")
+
+
+class ClassifierConfig(_Strict):
+    """Baseline b and MIA share this design; only h vs f differs.
+
+    ``design`` picks the image classifier: ``"gbm"`` is one gradient-boosting model on the
+    loss features and down-sampled pixels (boosting rounds selected on validation);
+    ``"stacked"`` trains a small CNN on the pixels and a gradient-boosting loss module and
+    stacks their scores with a logistic regression (the paper's design).
+    """
+
+    design: Literal["gbm", "stacked"] = Field("gbm", description="gbm or stacked")
+    gbm_iterations: list[int] = Field(default_factory=lambda: [50, 100, 200, 400],
+                                      description="candidate boosting rounds (gbm)")
+    gbm_learning_rates: list[float] = Field(default_factory=lambda: [0.05, 0.1],
+                                            description="candidate learning rates (gbm)")
+    gbm_max_leaf_nodes: int = Field(15, ge=2)
+    pixel_side: int = Field(14, ge=1, description="pixels are average-pooled to at most "
+                            "this side before entering the gbm / loss module")
+
+    epochs: list[int] = Field(default_factory=lambda: [5, 10, 20],
+                              description="candidate epochs, selected on validation")
+    learning_rate: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(1e-4, ge=0)
+    batch_size: int = Field(128, ge=1)
+    helper_reference: bool = Field(True, description="MIA also sees h's loss as a difficulty "
+                                   "reference (valid: h does not depend on the game)")
+
+
+class AuditConfig(_Strict):
+    """Settings of :func:`audit.run_audit`."""
+
+    beta: float = Field(0.05, gt=0, lt=1, description="overall level; b and MIA get beta/2")
+    repeats: int = Field(5, ge=1, description="re-split b/MIA training data and redraw the game")
+    quick: bool = Field(False, description="one repeat, smallest selection grid")
+    threshold_grid: int | None = Field(None, ge=2, description="None: every score level")
+    splits: SplitConfig = Field(default_factory=SplitConfig)
+    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
+    helper_epochs: int = Field(10, ge=1)
+    synthetic_multiplier: float = Field(1.0, gt=0, description="helper training set size "
+                                        "relative to the member train split")
+    classifier: ClassifierConfig = Field(default_factory=ClassifierConfig)
+    saturation_margin: float = Field(0.3, ge=0, description="c_lb within this of the "
+                                     "ceiling is flagged saturated")
+    return_scores: bool = Field(False, description="keep per-record scores in the result")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _quick_means_one_repeat(self) -> AuditConfig:
+        if self.quick and self.repeats != 1:
+            object.__setattr__(self, "repeats", 1)
+        return self

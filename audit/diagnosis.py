@@ -1,0 +1,45 @@
+"""Flags that say how far an audit's eps_tilde can be trusted (DESIGN.md, "Audit power")."""
+
+from __future__ import annotations
+
+from audit.result import AuditFlags, Interval
+
+
+def diagnose(*, c_lb: Interval, eps_tilde: Interval, ceiling: float,
+             rm_rn: Interval | None, saturation_margin: float) -> AuditFlags:
+    """Saturation and tightness flags with human-readable reasons.
+
+    Parameters
+    ----------
+    c_lb, eps_tilde
+        Aggregated baseline bound and eps_tilde over repeats.
+    ceiling
+        The bound a perfect scorer reaches on the audit set (mean over repeats).
+    rm_rn
+        The RM;RN eps bound over repeats, when real non-members were given.
+    saturation_margin
+        ``c_lb`` within this distance of the ceiling is saturated.
+    """
+    reasons: list[str] = []
+    headroom = ceiling - c_lb.mean
+    saturated = headroom <= saturation_margin
+    if saturated:
+        reasons.append(
+            f"saturated: c_lb {c_lb.mean:.2f} is within {saturation_margin:.2f} of the "
+            f"ceiling {ceiling:.2f} (the bound of a perfect scorer on this audit set). The "
+            "baseline already tells the non-members from real records, so eps_tilde can only "
+            f"read the remaining headroom ({max(headroom, 0.0):.2f}), not the model's leakage. "
+            "Levers: a closer generator, a reference pool of public records as G, or a larger "
+            "m (more members in the game)."
+        )
+    not_tight = rm_rn is not None and eps_tilde.mean > rm_rn.high
+    if not_tight:
+        assert rm_rn is not None
+        reasons.append(
+            f"c_lb not tight: eps_tilde {eps_tilde.mean:.2f} exceeds the high end "
+            f"{rm_rn.high:.2f} of the RM;RN bound's interval (mean {rm_rn.mean:.2f}), measured "
+            "with real non-members. The baseline is weaker than it should be, so eps_tilde "
+            "overstates the leakage; strengthen the baseline (features, training data) or "
+            "the generator."
+        )
+    return AuditFlags(saturated=saturated, c_lb_not_tight=not_tight, reasons=reasons)

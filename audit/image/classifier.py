@@ -1,0 +1,262 @@
+"""Baseline b and MIA for images: one design, the two differ only in h vs f features.
+
+Two designs (``classifier.design``), both selected on the validation split by the lower
+bound there (``select_by``), ties broken by the validation AUC:
+
+``gbm``
+    One histogram gradient-boosting model on the confidence features of h or f (plus h's as
+    a difficulty reference for the MIA), the label and average-pooled pixels. Boosting rounds
+    and learning rate are the selected hyper-parameters.
+``stacked``
+    The paper's design: an image module (small CNN on the pixels and the label, epochs
+    selected) and a loss module (gradient boosting on the confidence features only), whose
+    validation scores are stacked by a logistic regression fitted on the validation split.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from threadpoolctl import threadpool_limits
+from torch import nn
+
+from audit.components import (
+    AuditContext,
+    ClassifierData,
+    SelectionScore,
+    register_classifier,
+)
+from audit.config import AuditConfig
+from audit.image.features import design_matrix, loss_matrix, one_hot
+
+
+def auc(scores: np.ndarray, membership: np.ndarray) -> float:
+    """ROC AUC, 0.5 when only one class is present."""
+    s = np.asarray(membership)
+    if s.min() == s.max():
+        return 0.5
+    return float(roc_auc_score(s, scores))
+
+
+@dataclass(order=True)
+class _Candidate:
+    """A selectable model: compared by (validation bound, validation AUC)."""
+
+    bound: float
+    auc: float
+    params: dict[str, object] = field(compare=False)
+    state: object = field(compare=False, default=None)
+
+
+def _threads() -> int:
+    return max(1, torch.get_num_threads())
+
+
+# --------------------------------------------------------------------------------------
+# Gradient boosting with staged selection
+# --------------------------------------------------------------------------------------
+
+
+class _StagedGbm:
+    """Gradient boosting whose number of rounds is chosen after fitting (staged scores)."""
+
+    def __init__(self, *, iterations: list[int], learning_rates: list[float],
+                 max_leaf_nodes: int) -> None:
+        self.iterations = sorted(set(iterations))
+        self.learning_rates = list(learning_rates)
+        self.max_leaf_nodes = max_leaf_nodes
+        self.model: HistGradientBoostingClassifier | None = None
+        self.rounds = 0
+
+    def fit(self, x_tr: np.ndarray, s_tr: np.ndarray, x_va: np.ndarray, s_va: np.ndarray, *,
+            select_by: SelectionScore, seed: int) -> _Candidate:
+        best: _Candidate | None = None
+        with threadpool_limits(limits=_threads()):
+            for lr in self.learning_rates:
+                model = HistGradientBoostingClassifier(
+                    learning_rate=lr, max_iter=self.iterations[-1],
+                    max_leaf_nodes=self.max_leaf_nodes, early_stopping=False,
+                    l2_regularization=1.0, random_state=seed)
+                model.fit(x_tr, s_tr)
+                for stage, dec in enumerate(model.staged_decision_function(x_va), start=1):
+                    if stage not in self.iterations:
+                        continue
+                    cand = _Candidate(float(select_by(dec, s_va)), auc(dec, s_va),
+                                      {"learning_rate": lr, "rounds": stage}, model)
+                    if best is None or cand > best:
+                        best = cand
+        assert best is not None
+        self.model = best.state  # type: ignore[assignment]
+        self.rounds = int(best.params["rounds"])  # type: ignore[arg-type]
+        best.state = None
+        return best
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        if self.model is None:
+            raise RuntimeError("score called before fit")
+        with threadpool_limits(limits=_threads()):
+            out = None
+            for stage, dec in enumerate(self.model.staged_decision_function(x), start=1):
+                out = dec
+                if stage == self.rounds:
+                    break
+        return np.asarray(out, dtype=np.float64)
+
+
+class GbmMembershipClassifier:
+    """``design = "gbm"``: boosting on confidence features, label and pooled pixels."""
+
+    def __init__(self, config: AuditConfig, context: AuditContext) -> None:
+        cc = config.classifier
+        self.num_classes = context.task.num_classes
+        self.pixel_side = cc.pixel_side
+        iters = cc.gbm_iterations[:2] if config.quick else cc.gbm_iterations
+        self.gbm = _StagedGbm(iterations=iters, learning_rates=cc.gbm_learning_rates,
+                              max_leaf_nodes=cc.gbm_max_leaf_nodes)
+
+    def _x(self, data: ClassifierData) -> np.ndarray:
+        return design_matrix(data, num_classes=self.num_classes, pixel_side=self.pixel_side)
+
+    def fit(self, train: ClassifierData, val: ClassifierData, *, select_by: SelectionScore,
+            seed: int) -> dict[str, object]:
+        best = self.gbm.fit(self._x(train), train.membership, self._x(val), val.membership,
+                            select_by=select_by, seed=seed)
+        return {"design": "gbm", **best.params, "val_bound": best.bound, "val_auc": best.auc}
+
+    def score(self, data: ClassifierData) -> np.ndarray:
+        return self.gbm.score(self._x(data))
+
+
+# --------------------------------------------------------------------------------------
+# Stacked: CNN image module + boosting loss module + logistic regression
+# --------------------------------------------------------------------------------------
+
+
+class _ImageModule(nn.Module):
+    """Small CNN on the image and its label; global pooling keeps it size-agnostic."""
+
+    def __init__(self, channels: int, num_classes: int, width: int = 32) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(width, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
+            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+        )
+        self.head = nn.Sequential(nn.Linear(8 * width + num_classes, 64), nn.ReLU(),
+                                  nn.Linear(64, 1))
+
+    def forward(self, x: torch.Tensor, y_hot: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.cat([self.body(x), y_hot], dim=1)).squeeze(1)
+
+
+def _image_tensors(data: ClassifierData, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.as_tensor(np.asarray(data.records.x, dtype=np.float32) / 127.5 - 1.0)
+    hot = one_hot(data.records.y, num_classes)
+    if hot.size == 0:
+        hot = np.zeros((len(x), num_classes), dtype=np.float32)
+    return x, torch.as_tensor(hot, dtype=torch.float32)
+
+
+class StackedMembershipClassifier:
+    """``design = "stacked"``: see the module docstring."""
+
+    def __init__(self, config: AuditConfig, context: AuditContext) -> None:
+        cc = config.classifier
+        self.cc = cc
+        self.device = context.device
+        self.num_classes = context.task.num_classes
+        epochs = sorted(set(cc.epochs))
+        self.epochs = epochs[:1] if config.quick else epochs
+        iters = cc.gbm_iterations[:2] if config.quick else cc.gbm_iterations
+        self.loss_module = _StagedGbm(iterations=iters, learning_rates=cc.gbm_learning_rates,
+                                      max_leaf_nodes=cc.gbm_max_leaf_nodes)
+        self.image_module: _ImageModule | None = None
+        self.stacker: LogisticRegression | None = None
+
+    @torch.no_grad()
+    def _image_scores(self, data: ClassifierData, module: _ImageModule | None = None
+                      ) -> np.ndarray:
+        module = module or self.image_module
+        assert module is not None
+        module.eval()
+        x, hot = _image_tensors(data, self.num_classes)
+        out = [module(x[i:i + 512].to(self.device), hot[i:i + 512].to(self.device)).cpu()
+               for i in range(0, len(x), 512)]
+        return torch.cat(out).double().numpy()
+
+    def _fit_image_module(self, train: ClassifierData, val: ClassifierData,
+                          select_by: SelectionScore, seed: int) -> _Candidate:
+        torch.manual_seed(seed)
+        x, hot = _image_tensors(train, self.num_classes)
+        target = torch.as_tensor(train.membership, dtype=torch.float32)
+        module = _ImageModule(x.shape[1], self.num_classes).to(self.device)
+        opt = torch.optim.Adam(module.parameters(), lr=self.cc.learning_rate,
+                               weight_decay=self.cc.weight_decay)
+        gen = torch.Generator().manual_seed(seed)
+        loss_fn = nn.BCEWithLogitsLoss()
+        best: _Candidate | None = None
+        for epoch in range(1, self.epochs[-1] + 1):
+            module.train()
+            for idx in torch.randperm(len(x), generator=gen).split(self.cc.batch_size):
+                opt.zero_grad(set_to_none=True)
+                logits = module(x[idx].to(self.device), hot[idx].to(self.device))
+                loss_fn(logits, target[idx].to(self.device)).backward()
+                opt.step()
+            if epoch in self.epochs:
+                dec = self._image_scores(val, module)
+                cand = _Candidate(float(select_by(dec, val.membership)),
+                                  auc(dec, val.membership), {"image_epochs": epoch},
+                                  copy.deepcopy(module.state_dict()))
+                if best is None or cand > best:
+                    best = cand
+        assert best is not None
+        module.load_state_dict(best.state)  # type: ignore[arg-type]
+        self.image_module = module
+        return best
+
+    def fit(self, train: ClassifierData, val: ClassifierData, *, select_by: SelectionScore,
+            seed: int) -> dict[str, object]:
+        img = self._fit_image_module(train, val, select_by, seed)
+        lm = self.loss_module.fit(_loss_x(train, self.num_classes), train.membership,
+                                  _loss_x(val, self.num_classes), val.membership,
+                                  select_by=select_by, seed=seed)
+        # The stacker is fitted on validation scores: the modules never trained on them.
+        z_val = self._module_scores(val)
+        self.stacker = LogisticRegression(C=1.0).fit(z_val, val.membership)
+        stacked = self.stacker.decision_function(z_val)
+        return {"design": "stacked", **img.params,
+                **{f"loss_{k}": v for k, v in lm.params.items()},
+                "image_val_bound": img.bound, "loss_val_bound": lm.bound,
+                "val_bound": float(select_by(stacked, val.membership)),
+                "val_auc": auc(stacked, val.membership),
+                "stack_weights": [float(w) for w in self.stacker.coef_.ravel()]}
+
+    def _module_scores(self, data: ClassifierData) -> np.ndarray:
+        return np.column_stack([self._image_scores(data),
+                                self.loss_module.score(_loss_x(data, self.num_classes))])
+
+    def score(self, data: ClassifierData) -> np.ndarray:
+        if self.stacker is None:
+            raise RuntimeError("score called before fit")
+        return self.stacker.decision_function(self._module_scores(data))
+
+
+def _loss_x(data: ClassifierData, num_classes: int) -> np.ndarray:
+    hot = one_hot(data.records.y, num_classes)
+    parts = [loss_matrix(data)] + ([hot] if hot.size else [])
+    return np.column_stack(parts)
+
+
+@register_classifier("image")
+def make_image_classifier(config: AuditConfig, context: AuditContext
+                          ) -> GbmMembershipClassifier | StackedMembershipClassifier:
+    if config.classifier.design == "stacked":
+        return StackedMembershipClassifier(config, context)
+    return GbmMembershipClassifier(config, context)

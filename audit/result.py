@@ -1,0 +1,161 @@
+"""Result types of an audit: JSON-serialisable dataclasses.
+
+Every eps_tilde travels with its c_lb, the game's ceiling, its interval and its flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+RESULT_SCHEMA_VERSION = 1
+
+EPS_TILDE_MEANING = (
+    "eps_tilde = max(0, {c+eps}_lb - c_lb) measures how much better the MIA (which sees the "
+    "target model) does than the baseline (which does not). It is a lower bound on the "
+    "model's DP epsilon only when c_lb is tight, i.e. when the baseline is as good as any "
+    "classifier at telling generated from real records; it is neither a lower nor an upper "
+    "bound otherwise."
+)
+
+
+@dataclass(frozen=True)
+class BoundSummary:
+    """The maximising threshold of one lower bound (see :mod:`audit.bounds`)."""
+
+    lower_bound: float
+    threshold: float
+    predictions: int
+    true_positives: int
+    precision: float
+    recall: float
+    beta: float
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Precision and the bound at a grid of recall levels."""
+
+    recall: list[float]
+    precision: list[float]
+    bound: list[float]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Mean, standard deviation and 95% t-interval over repeats."""
+
+    mean: float
+    std: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: list[float] | np.ndarray) -> Interval:
+        arr = np.asarray(values, dtype=float)
+        n = int(arr.size)
+        mean = float(arr.mean())
+        if n < 2:
+            return cls(mean=mean, std=0.0, low=mean, high=mean, n=n)
+        std = float(arr.std(ddof=1))
+        half = float(stats.t.ppf(0.975, df=n - 1)) * std / math.sqrt(n)
+        return cls(mean=mean, std=std, low=mean - half, high=mean + half, n=n)
+
+
+@dataclass(frozen=True)
+class AuditFlags:
+    """Diagnosis of the audit's power."""
+
+    saturated: bool
+    """c_lb within the margin of the ceiling: eps_tilde can only read headroom."""
+    c_lb_not_tight: bool
+    """eps_tilde above the RM;RN bound's upper interval: the baseline is too weak."""
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RepeatResult:
+    """One repeat: fresh b/MIA training split and a fresh game."""
+
+    seed: int
+    m: int
+    c_lb: float
+    c_eps_lb: float
+    eps_tilde: float
+    ceiling: float
+    baseline: BoundSummary
+    mia: BoundSummary
+    baseline_curve: Curve
+    mia_curve: Curve
+    baseline_auc: float
+    mia_auc: float
+    rm_rn_eps_lb: float | None = None
+    o1_eps_lb: float | None = None
+    selected: dict[str, Any] = field(default_factory=dict)
+    """Hyper-parameters chosen on validation, per classifier."""
+    scores: dict[str, list[float]] | None = None
+    """Per-record game scores, only when the config asks for them."""
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """Aggregated outcome of :func:`audit.run_audit`."""
+
+    modality: str
+    generator_kind: str
+    beta: float
+    c_lb: Interval
+    c_eps_lb: Interval
+    eps_tilde: Interval
+    ceiling: float
+    flags: AuditFlags
+    repeats: list[RepeatResult]
+    sizes: dict[str, int]
+    quality: dict[str, float]
+    timings: dict[str, float]
+    rm_rn_eps_lb: Interval | None = None
+    o1_eps_lb: Interval | None = None
+    meaning: str = EPS_TILDE_MEANING
+    schema_version: int = RESULT_SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AuditResult:
+        def interval(d: dict[str, Any] | None) -> Interval | None:
+            return None if d is None else Interval(**d)
+
+        def repeat(d: dict[str, Any]) -> RepeatResult:
+            d = dict(d)
+            for key in ("baseline", "mia"):
+                d[key] = BoundSummary(**d[key])
+            for key in ("baseline_curve", "mia_curve"):
+                d[key] = Curve(**d[key])
+            return RepeatResult(**d)
+
+        d = dict(data)
+        for key in ("c_lb", "c_eps_lb", "eps_tilde", "rm_rn_eps_lb", "o1_eps_lb"):
+            d[key] = interval(d.get(key))
+        d["flags"] = AuditFlags(**d["flags"])
+        d["repeats"] = [repeat(r) for r in d["repeats"]]
+        return cls(**d)
+
+
+def _jsonable(obj: Any) -> Any:
+    """Plain JSON types; non-finite floats become None (JSON has no inf/nan)."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

@@ -1,0 +1,147 @@
+"""Baseline b and MIA for tabular records: gradient boosting on row + loss features.
+
+Both classifiers see the encoded row ``x``, its label and the loss features of a model on it
+(``[loss, logits]`` of h for the baseline, of f for the MIA, see
+:meth:`audit.task.AuditTask.loss_features`). With ``classifier.helper_reference`` the MIA
+also sees h's features and the difference of the two losses (trees cannot subtract
+columns; the difference is the difficulty-calibrated loss).
+
+Selection (the paper's grid search, Appendix C.3): for each learning rate in
+``classifier.gbm_learning_rates`` one model with ``max(gbm_iterations)`` rounds is fitted
+and its staged scores are read at every round count in ``classifier.gbm_iterations``; the
+candidate with the highest lower bound on the validation split (``select_by``) wins, ties
+broken by the validation AUC. ``quick`` keeps the two smallest round counts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.metrics import roc_auc_score
+from threadpoolctl import threadpool_limits
+
+from audit.components import (
+    AuditContext,
+    ClassifierData,
+    SelectionScore,
+    register_classifier,
+)
+from audit.config import AuditConfig
+
+
+def design_matrix(data: ClassifierData, *, use_reference: bool) -> np.ndarray:
+    """``[x, y, features]`` (+ ``[reference, loss - reference loss]`` when used)."""
+    n = len(data.records)
+    x = np.asarray(data.records.x, dtype=np.float32).reshape(n, -1)
+    feats = np.asarray(data.features, dtype=np.float32).reshape(n, -1)
+    parts = [x]
+    if data.records.y is not None:
+        parts.append(np.asarray(data.records.y, dtype=np.float32).reshape(n, 1))
+    parts.append(feats)
+    if use_reference and data.reference is not None:
+        ref = np.asarray(data.reference, dtype=np.float32).reshape(n, -1)
+        parts += [ref, (feats[:, 0] - ref[:, 0])[:, None]]
+    return np.hstack(parts)
+
+
+def _auc(scores: np.ndarray, membership: np.ndarray) -> float:
+    return float(roc_auc_score(membership, scores)) if len(np.unique(membership)) == 2 else 0.5
+
+
+def _threads() -> int:
+    return max(1, torch.get_num_threads())
+
+
+class GradientBoostingMembership:
+    """Membership classifier (baseline or MIA) with staged round selection.
+
+    Parameters
+    ----------
+    iterations, learning_rates, max_leaf_nodes
+        The selection grid (see the module docstring).
+    use_reference
+        Feed ``ClassifierData.reference`` (h's features) when present (MIA calibration).
+    """
+
+    def __init__(
+        self,
+        *,
+        iterations: list[int],
+        learning_rates: list[float],
+        max_leaf_nodes: int = 15,
+        use_reference: bool = True,
+    ) -> None:
+        if not iterations or not learning_rates:
+            raise ValueError("classifier.gbm_iterations and gbm_learning_rates must be non-empty")
+        self.iterations = sorted({int(i) for i in iterations})
+        self.learning_rates = list(learning_rates)
+        self.max_leaf_nodes = max_leaf_nodes
+        self.use_reference = use_reference
+        self.model: HistGradientBoostingClassifier | None = None
+        self.rounds = 0
+
+    def fit(
+        self, train: ClassifierData, val: ClassifierData, *, select_by: SelectionScore, seed: int
+    ) -> dict[str, object]:
+        xt = design_matrix(train, use_reference=self.use_reference)
+        xv = design_matrix(val, use_reference=self.use_reference)
+        st = np.asarray(train.membership).astype(np.int64)
+        sv = np.asarray(val.membership).astype(np.int64)
+        if len(np.unique(st)) < 2:
+            raise ValueError("membership classifier: the training data has a single class")
+        best: tuple[float, float] | None = None
+        chosen: dict[str, object] = {}
+        with threadpool_limits(limits=_threads()):
+            for lr in self.learning_rates:
+                model = HistGradientBoostingClassifier(
+                    learning_rate=lr,
+                    max_iter=self.iterations[-1],
+                    max_leaf_nodes=self.max_leaf_nodes,
+                    l2_regularization=1.0,
+                    early_stopping=False,
+                    random_state=seed,
+                ).fit(xt, st)
+                for stage, dec in enumerate(model.staged_decision_function(xv), start=1):
+                    if stage not in self.iterations:
+                        continue
+                    key = (float(select_by(dec, sv)), _auc(dec, sv))
+                    if best is None or key > best:
+                        best, self.model, self.rounds = key, model, stage
+                        chosen = {"learning_rate": lr, "rounds": stage}
+        assert best is not None
+        return {
+            "design": "gbm",
+            **chosen,
+            "val_bound": best[0],
+            "val_auc": best[1],
+            "inputs": int(xt.shape[1]),
+        }
+
+    def score(self, data: ClassifierData) -> np.ndarray:
+        if self.model is None:
+            raise RuntimeError("fit() the classifier before scoring")
+        x = design_matrix(data, use_reference=self.use_reference)
+        with threadpool_limits(limits=_threads()):
+            out = None
+            for stage, dec in enumerate(self.model.staged_decision_function(x), start=1):
+                out = dec
+                if stage == self.rounds:
+                    break
+        return np.asarray(out, dtype=np.float64)
+
+
+@register_classifier("tabular")
+def make_tabular_classifier(
+    config: AuditConfig, context: AuditContext
+) -> GradientBoostingMembership:
+    """Gradient boosting configured by ``classifier.gbm_*`` (see the module docstring)."""
+    del context
+    cc = config.classifier
+    iterations = sorted(set(cc.gbm_iterations))
+    return GradientBoostingMembership(
+        iterations=iterations[:2] if config.quick else iterations,
+        learning_rates=cc.gbm_learning_rates,
+        max_leaf_nodes=cc.gbm_max_leaf_nodes,
+        use_reference=cc.helper_reference,
+    )

@@ -1,0 +1,78 @@
+"""DP-SGD for one site: noise calibration over the whole training and a persistent ledger.
+
+The accountant's history (noise multiplier, sample rate, steps) spans every round the site
+takes part in. It lives in the site's Flower ``Context.state`` (kept across messages) and in
+an optional site-local file, so a resumed run does not forget what was already spent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from opacus.accountants import create_accountant
+from opacus.accountants.utils import get_noise_multiplier
+
+
+@dataclass(frozen=True)
+class DPSettings:
+    """A site's DP-SGD policy (from the ``dp`` section of the config)."""
+
+    target_epsilon: float | None
+    noise_multiplier: float | None
+    delta: float
+    max_grad_norm: float
+    accountant: str
+    total_epochs: int
+    """Local epochs over all rounds the site may take part in (calibration horizon)."""
+
+    def noise_for(self, sample_rate: float) -> float:
+        """sigma such that ``total_epochs`` at ``sample_rate`` meet the target epsilon."""
+        if self.noise_multiplier is not None:
+            return self.noise_multiplier
+        assert self.target_epsilon is not None
+        return float(get_noise_multiplier(
+            target_epsilon=self.target_epsilon, target_delta=self.delta,
+            sample_rate=sample_rate, epochs=self.total_epochs, accountant=self.accountant))
+
+
+History = list[tuple[float, float, int]]
+
+
+@dataclass
+class PrivacyLedger:
+    """The accountant history of one site, persisted as JSON."""
+
+    accountant: str
+    history: History
+
+    def epsilon(self, delta: float) -> float:
+        if not self.history:
+            return 0.0
+        acc = create_accountant(self.accountant)
+        acc.history = list(self.history)
+        return float(acc.get_epsilon(delta=delta))
+
+    def to_json(self) -> str:
+        return json.dumps({"accountant": self.accountant, "history": self.history})
+
+    @classmethod
+    def from_json(cls, text: str) -> PrivacyLedger:
+        data = json.loads(text)
+        return cls(accountant=data["accountant"],
+                   history=[tuple(h) for h in data["history"]])  # type: ignore[misc]
+
+    @classmethod
+    def load(cls, path: Path | None, *, accountant: str) -> PrivacyLedger:
+        if path is not None and path.exists():
+            return cls.from_json(path.read_text())
+        return cls(accountant=accountant, history=[])
+
+    def save(self, path: Path | None) -> None:
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.to_json())
+        tmp.replace(path)

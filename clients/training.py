@@ -1,0 +1,124 @@
+"""Local training of one site for one round, plain or with Opacus DP-SGD."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from clients.privacy import DPSettings, PrivacyLedger
+
+
+class TrainableTask(Protocol):
+    """The parts of a task that local training uses (see ``simulations.tasks``)."""
+
+    optimizer: Any
+
+    def make_model(self) -> nn.Module: ...
+
+    def loader(self, x: np.ndarray, y: np.ndarray | None, *, shuffle: bool, seed: int = 0,
+               batch_size: int | None = None) -> torch.utils.data.DataLoader: ...
+
+    def batch_loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor: ...
+
+
+def run_epoch(model: nn.Module, loader: torch.utils.data.DataLoader,
+              optimizer: torch.optim.Optimizer,
+              loss_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
+              device: torch.device) -> float:
+    """One pass over ``loader``; returns the mean training loss."""
+    total, count = 0.0, 0
+    for batch in loader:
+        batch = tuple(t.to(device) for t in batch)
+        if len(batch[0]) == 0:  # Poisson sampling (Opacus) can draw an empty batch
+            continue
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(batch)
+        loss.backward()
+        optimizer.step()
+        total += float(loss.detach()) * len(batch[0])
+        count += len(batch[0])
+    return total / max(count, 1)
+
+
+@dataclass(frozen=True)
+class LocalTrainResult:
+    state_dict: dict[str, torch.Tensor]
+    train_loss: float
+    num_examples: int
+    dp_epsilon: float | None
+    noise_multiplier: float | None
+
+
+def _proximal(model: nn.Module, anchor: list[torch.Tensor], mu: float
+              ) -> Callable[[], torch.Tensor]:
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def term() -> torch.Tensor:
+        return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor,
+                                                                    strict=True))
+
+    return term
+
+
+def train_locally(task: TrainableTask, global_state: dict[str, torch.Tensor], *,
+                  x: np.ndarray, y: np.ndarray | None, epochs: int, seed: int,
+                  device: torch.device, proximal_mu: float = 0.0,
+                  dp: DPSettings | None = None, ledger: PrivacyLedger | None = None
+                  ) -> LocalTrainResult:
+    """Train a fresh copy of the global model on the site's members.
+
+    With ``dp`` the model is wrapped anew each round (hooks are never registered twice),
+    the accountant continues from ``ledger`` and the ledger is updated in place.
+    """
+    torch.manual_seed(seed)
+    model = task.make_model()
+    model.load_state_dict(global_state)
+    model.to(device).train()
+    optimizer = task.optimizer.build(model.parameters())
+    loader = task.loader(x, y, shuffle=True, seed=seed)
+    anchor = [p.detach().clone() for p in model.parameters() if p.requires_grad]
+    prox = _proximal(model, anchor, proximal_mu) if proximal_mu > 0 else None
+
+    trained: nn.Module = model
+    engine = None
+    sigma = None
+    if dp is not None:
+        from opacus import PrivacyEngine
+
+        assert ledger is not None
+        engine = PrivacyEngine(accountant=dp.accountant)
+        engine.accountant.history = list(ledger.history)
+        sample_rate = 1.0 / max(len(loader), 1)
+        sigma = dp.noise_for(sample_rate)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trained, optimizer, loader = engine.make_private(
+                module=model, optimizer=optimizer, data_loader=loader,
+                noise_multiplier=sigma, max_grad_norm=dp.max_grad_norm,
+                poisson_sampling=True)
+
+    def loss_fn(batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        loss = task.batch_loss(trained, batch)
+        return loss + prox() if prox is not None else loss
+
+    losses = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(epochs):
+            losses.append(run_epoch(trained, loader, optimizer, loss_fn, device))
+
+    epsilon = None
+    if engine is not None and ledger is not None and dp is not None:
+        ledger.history = [tuple(h) for h in engine.accountant.history]  # type: ignore[misc]
+        epsilon = ledger.epsilon(dp.delta)
+    # The original module holds the trained weights (Opacus wraps it): clean keys.
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return LocalTrainResult(state_dict=state, train_loss=float(np.mean(losses)),
+                            num_examples=int(len(x)), dp_epsilon=epsilon,
+                            noise_multiplier=sigma)

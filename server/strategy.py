@@ -1,0 +1,105 @@
+"""Strategies: Flower's FedAvg / FedProx / FedAdam, made site-aware.
+
+The wrapper (1) samples sites per round deterministically from the seed (Flower samples node
+ids at random, and node ids differ between runs) and (2) keeps each site's training metrics
+of the round, which Flower's aggregation would average away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx
+
+
+@dataclass(frozen=True)
+class StrategySettings:
+    name: str = "fedavg"
+    fraction_train: float = 1.0
+    proximal_mu: float = 0.01
+    server_learning_rate: float = 0.01
+    seed: int = 0
+
+
+@dataclass
+class RoundRecord:
+    """What the sites reported in one round (by site id)."""
+
+    sites: dict[int, dict[str, float]] = field(default_factory=dict)
+    failures: dict[int, str] = field(default_factory=dict)
+
+
+class SiteAwareMixin:
+    """Deterministic per-round site sampling and per-site metric capture."""
+
+    def setup_sites(self, *, site_of_node: Mapping[int, int], fraction: float,
+                    seed: int) -> None:
+        self.site_of_node = dict(site_of_node)
+        self.site_fraction = fraction
+        self.sampling_seed = seed
+        self.rounds: dict[int, RoundRecord] = {}
+
+    def sites_for_round(self, server_round: int) -> list[int]:
+        sites = sorted(self.site_of_node.values())
+        k = max(1, int(round(self.site_fraction * len(sites))))
+        rng = np.random.default_rng([self.sampling_seed, server_round])
+        return sorted(int(s) for s in rng.choice(sites, size=k, replace=False))
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        chosen = set(self.sites_for_round(server_round))
+        messages = super().configure_train(server_round, arrays, config, grid)  # type: ignore[misc]
+        return [m for m in messages
+                if self.site_of_node.get(m.metadata.dst_node_id) in chosen]
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        record = self.rounds.setdefault(server_round, RoundRecord())
+        for msg in replies:
+            site = self.site_of_node.get(msg.metadata.src_node_id, -1)
+            if msg.has_error():
+                record.failures[site] = str(msg.error.reason)
+                continue
+            metrics = msg.content["metrics"]
+            record.sites[int(metrics["site-id"])] = {k: float(v) for k, v in metrics.items()}
+        return super().aggregate_train(server_round, replies)  # type: ignore[misc]
+
+
+class SiteFedAvg(SiteAwareMixin, FedAvg):
+    pass
+
+
+class SiteFedProx(SiteAwareMixin, FedProx):
+    pass
+
+
+class SiteFedAdam(SiteAwareMixin, FedAdam):
+    pass
+
+
+def make_strategy(settings: StrategySettings, *, num_sites: int,
+                  site_of_node: Mapping[int, int]) -> SiteAwareMixin:
+    """Build the configured strategy; client-side evaluation is off (central eval instead)."""
+    common: dict[str, Any] = {
+        "fraction_train": 1.0,  # sampling is done by SiteAwareMixin
+        "fraction_evaluate": 0.0,
+        "min_train_nodes": 1,
+        "min_available_nodes": num_sites,
+    }
+    if settings.name == "fedavg":
+        strategy: SiteAwareMixin = SiteFedAvg(**common)
+    elif settings.name == "fedprox":
+        strategy = SiteFedProx(**common, proximal_mu=settings.proximal_mu)
+    elif settings.name == "fedadam":
+        strategy = SiteFedAdam(**common, eta=settings.server_learning_rate)
+    else:
+        raise ValueError(f"fl.strategy: unknown strategy {settings.name!r}")
+    strategy.setup_sites(site_of_node=site_of_node, fraction=settings.fraction_train,
+                         seed=settings.seed)
+    return strategy

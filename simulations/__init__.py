@@ -1,0 +1,1 @@
+"""Harness side of panoramia-fl: configs, datasets, partitioning, tasks, runs, sweeps, CLI."""

@@ -1,0 +1,140 @@
+"""Build the Flower apps of a run from its resolved config (simulation and deployment)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from flwr.app import Context
+
+from clients.app import SiteRuntime, build_client_app
+from clients.audit_handler import SiteAuditPolicy, make_audit_runner
+from clients.privacy import DPSettings
+from clients.site_data import SiteData
+from server.app import ServerSettings, build_server_app
+from server.strategy import StrategySettings
+from simulations.config import ExperimentConfig
+from simulations.run_dir import DatasetMeta, load_public, site_file
+from simulations.tasks import TorchTask, build_task
+from simulations.tasks.base import OptimizerSpec
+
+
+def pick_device(resources_gpus: float | str) -> torch.device:
+    if resources_gpus == 0 or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda")
+
+
+def make_task(config: ExperimentConfig, meta: DatasetMeta) -> TorchTask:
+    return build_task(
+        meta.modality, model_name=config.model.name, num_classes=meta.num_classes,
+        input_shape=meta.input_shape, dp=config.dp.enabled, batch_size=config.fl.batch_size,
+        optimizer=OptimizerSpec(name=config.fl.optimizer, learning_rate=config.fl.learning_rate,
+                                weight_decay=config.fl.weight_decay),
+        model_options=dict(config.model.options))
+
+
+def dp_settings(config: ExperimentConfig) -> DPSettings | None:
+    if not config.dp.enabled:
+        return None
+    return DPSettings(
+        target_epsilon=config.dp.target_epsilon, noise_multiplier=config.dp.noise_multiplier,
+        delta=config.dp.delta, max_grad_norm=config.dp.max_grad_norm,
+        accountant=config.dp.accountant,
+        # A site may be sampled in every round: calibrate for all of them.
+        total_epochs=config.fl.local_epochs * config.fl.rounds)
+
+
+def ledger_path(run_dir: Path, site_id: int) -> Path:
+    return run_dir / "site_state" / f"site-{site_id}-dp-ledger.json"
+
+
+class SiteResolver:
+    """``context -> SiteRuntime``, cached per site within a worker process.
+
+    In simulation the site id is the node's ``partition-id``; ``data-path`` in the node
+    config (Deployment Engine) points at the site's own data file instead of the run's.
+    """
+
+    def __init__(self, config: ExperimentConfig, meta: DatasetMeta, run_dir: Path) -> None:
+        self.config, self.meta, self.run_dir = config, meta, run_dir
+        self._cache: dict[int, SiteRuntime] = {}
+
+    def __call__(self, context: Context) -> SiteRuntime:
+        site_id = int(context.node_config["partition-id"])
+        if site_id not in self._cache:
+            self._cache[site_id] = self._build(site_id, context)
+        return self._cache[site_id]
+
+    def _build(self, site_id: int, context: Context) -> SiteRuntime:
+        config = self.config
+        data_path = context.node_config.get("data-path")
+        path = Path(str(data_path)) if data_path else site_file(self.run_dir, site_id)
+        data = SiteData.load(path)
+        audit_cfg = config.audit
+        if audit_cfg.reference_pool and (public := load_public(self.run_dir)) is not None:
+            data = replace(data, public_x=public[0], public_y=public[1])
+        runner = None
+        if audit_cfg.enabled:
+            runner = make_audit_runner(SiteAuditPolicy(
+                settings=audit_cfg.settings, use_holdout=audit_cfg.use_holdout,
+                use_public_pool=audit_cfg.reference_pool))
+        return SiteRuntime(
+            site_id=site_id, task=make_task(config, self.meta), data=data,
+            device=pick_device(config.resources.num_gpus),
+            torch_threads=config.resources.torch_threads, dp=dp_settings(config),
+            ledger_path=ledger_path(self.run_dir, site_id), audit_runner=runner)
+
+
+def central_evaluator(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path):
+    """Evaluate the global model on the public split (records no site trains on)."""
+    public = load_public(run_dir)
+    if public is None or not config.fl.central_evaluation:
+        return None
+    task = make_task(config, meta)
+    x, y = public
+    device = pick_device(config.resources.num_gpus)
+
+    def evaluate(state: dict[str, torch.Tensor]) -> dict[str, float]:
+        model = task.make_model()
+        model.load_state_dict(state)
+        return task.evaluate(model, x, y, device=device)
+
+    return evaluate
+
+
+def server_settings(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path, *,
+                    phases: tuple[str, ...], progress: bool) -> ServerSettings:
+    task = make_task(config, meta)
+
+    def initial_state() -> dict[str, torch.Tensor]:
+        torch.manual_seed(config.seed)
+        np.random.seed(config.seed)
+        return {k: v.detach().clone() for k, v in task.make_model().state_dict().items()}
+
+    return ServerSettings(
+        run_dir=run_dir, num_sites=config.partition.num_sites, rounds=config.fl.rounds,
+        local_epochs=config.fl.local_epochs, seed=config.seed,
+        strategy=StrategySettings(name=config.fl.strategy,
+                                  fraction_train=config.fl.fraction_train,
+                                  proximal_mu=config.fl.proximal_mu,
+                                  server_learning_rate=config.fl.server_learning_rate,
+                                  seed=config.seed),
+        initial_state=initial_state,
+        central_eval=central_evaluator(config, meta, run_dir),
+        checkpoint_meta={"modality": meta.modality, "model": config.model.name,
+                         "model_options": dict(config.model.options),
+                         "num_classes": meta.num_classes,
+                         "input_shape": list(meta.input_shape), "dp": config.dp.enabled},
+        phases=phases, progress=progress)
+
+
+def build_apps(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path, *,
+               phases: tuple[str, ...], progress: bool = True):
+    """(ServerApp, ClientApp) for one run directory."""
+    server_app = build_server_app(server_settings(config, meta, run_dir, phases=phases,
+                                                  progress=progress))
+    client_app = build_client_app(SiteResolver(config, meta, run_dir))
+    return server_app, client_app

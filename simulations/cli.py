@@ -1,0 +1,147 @@
+"""``panoramia-fl``: run, resume, report, sweep, audit and bounds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from simulations.config import ConfigError, ExperimentConfig, load_config
+from simulations.datasets import DataError
+from simulations.partition import PartitionError
+from simulations.run_dir import CONFIG_FILE
+
+
+def _run_dir(config: ExperimentConfig, out: Path | None) -> Path:
+    return out if out is not None else config.output_dir / config.name
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from simulations.runner import run_experiment
+
+    if args.resume is not None:
+        run_dir = Path(args.resume)
+        if not (run_dir / CONFIG_FILE).exists():
+            raise ConfigError(f"--resume: {run_dir} has no {CONFIG_FILE}; not a run directory")
+        config = load_config(run_dir / CONFIG_FILE, args.set)
+    elif args.config is None:
+        raise ConfigError("give a CONFIG file, or --resume RUN_DIR")
+    else:
+        config = load_config(Path(args.config), args.set)
+        run_dir = _run_dir(config, args.out)
+        existing = run_dir / CONFIG_FILE
+        if existing.exists() and load_config(existing) != config:
+            raise ConfigError(f"{run_dir} already holds a run with another config; use "
+                              f"--resume {run_dir}, another --out, or another name")
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    try:
+        outcome = run_experiment(config, run_dir, verbose=args.verbose)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished rounds and audits are kept in {run_dir}; continue "
+              f"with: panoramia-fl run --resume {run_dir}", file=sys.stderr)
+        return 130
+    timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
+    print(f"done: {timings}\nreport: {run_dir / 'report.html'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from simulations.report import write_report
+
+    files = write_report(Path(args.run_dir))
+    print(files.html_path)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from simulations.report import SweepPoint, write_sweep_report
+    from simulations.runner import run_experiment
+    from simulations.sweep import expand, load_sweep
+
+    sweep = load_sweep(Path(args.sweep))
+    points = expand(sweep)
+    sweep_dir = sweep.output_dir / sweep.name
+    done = []
+    for label, overrides, config in points:
+        run_dir = sweep_dir / label
+        print(f"sweep point {label}: {run_dir}", file=sys.stderr)
+        try:
+            run_experiment(config, run_dir, verbose=args.verbose)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted; rerun the sweep to continue from {run_dir}",
+                  file=sys.stderr)
+            return 130
+        done.append(SweepPoint(label=label, overrides=overrides, run_dir=run_dir))
+    files = write_sweep_report(sweep_dir, done)
+    print(files.html_path)
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from simulations.standalone_audit import audit_saved_model
+
+    result = audit_saved_model(Path(args.checkpoint), Path(args.config), site=args.site,
+                               overrides=args.set)
+    summary = {k: result[k] for k in ("c_lb", "c_eps_lb", "eps_tilde", "ceiling", "flags",
+                                      "rm_rn_eps_lb", "o1_eps_lb", "generator_kind")}
+    text = json.dumps(result, indent=1)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from simulations import cmd_bounds
+
+    parser = argparse.ArgumentParser(prog="panoramia-fl", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="federated training, per-site audits and the report")
+    run.add_argument("config", nargs="?", help="YAML experiment config")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key, e.g. --set fl.rounds=3")
+    run.add_argument("--out", type=Path, help="run directory (default output_dir/name)")
+    run.add_argument("--resume", metavar="RUN_DIR",
+                     help="continue an interrupted run: missing rounds, then missing audits")
+    run.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
+    run.set_defaults(func=cmd_run)
+
+    report = sub.add_parser("report", help="regenerate report.* from a run's saved results")
+    report.add_argument("run_dir")
+    report.set_defaults(func=cmd_report)
+
+    sweep = sub.add_parser("sweep", help="run a grid of configs and compare them")
+    sweep.add_argument("sweep", help="sweep YAML (base config + grid)")
+    sweep.add_argument("--verbose", action="store_true")
+    sweep.set_defaults(func=cmd_sweep)
+
+    audit = sub.add_parser("audit", help="audit a saved global model on one site's data")
+    audit.add_argument("checkpoint", help="global_model.pt (or a round checkpoint)")
+    audit.add_argument("--config", required=True, help="the run's config.yaml")
+    audit.add_argument("--site", type=int, default=0, help="whose members to audit")
+    audit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    audit.add_argument("--out", help="write the full AuditResult JSON here")
+    audit.set_defaults(func=cmd_audit)
+
+    cmd_bounds.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False)
+                        else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except (ConfigError, DataError, PartitionError, FileNotFoundError, KeyError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"panoramia-fl: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

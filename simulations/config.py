@@ -1,0 +1,194 @@
+"""Experiment configuration: one validated pydantic model, loaded from YAML.
+
+Unknown keys and bad values are errors naming the dotted key (``fl.rounds: ...``). The
+resolved config is written to the run directory as ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from audit.config import AuditConfig
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(_Strict):
+    name: str = Field("fashion_mnist", description="registered dataset loader")
+    root: Path | None = Field(None, description="folder with the dataset's files "
+                              "(None: the loader's default location)")
+    options: dict[str, Any] = Field(default_factory=dict, description="loader options")
+
+
+class PartitionConfig(_Strict):
+    scheme: Literal["iid", "dirichlet", "quantity", "natural"] = "dirichlet"
+    num_sites: int = Field(5, ge=1)
+    alpha: float = Field(0.5, gt=0, description="Dirichlet concentration (label skew)")
+    sizes: list[int] | None = Field(None, description="quantity skew: explicit site sizes")
+    power: float = Field(1.5, gt=0, description="quantity skew: power-law exponent")
+    records_per_site: int | None = Field(None, ge=1, description="cap on records per site "
+                                         "(train + holdout + test) before splitting")
+    holdout_fraction: float = Field(0.2, ge=0, lt=1, description="real non-members per site")
+    test_fraction: float = Field(0.1, ge=0, lt=1, description="per-site test split")
+    min_train: int = Field(20, ge=1, description="smallest acceptable train split")
+
+    @model_validator(mode="after")
+    def _fractions(self) -> PartitionConfig:
+        if self.holdout_fraction + self.test_fraction >= 1:
+            raise ValueError("holdout_fraction + test_fraction must be < 1")
+        if self.scheme == "quantity" and self.sizes is not None:
+            if len(self.sizes) != self.num_sites:
+                raise ValueError(f"sizes has {len(self.sizes)} entries for "
+                                 f"{self.num_sites} sites")
+        return self
+
+
+class ModelConfig(_Strict):
+    name: str = "small_cnn"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class FLConfig(_Strict):
+    strategy: Literal["fedavg", "fedprox", "fedadam"] = "fedavg"
+    rounds: int = Field(5, ge=1)
+    fraction_train: float = Field(1.0, gt=0, le=1)
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(64, ge=1)
+    optimizer: Literal["sgd", "adam", "adamw"] = "adam"
+    learning_rate: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    proximal_mu: float = Field(0.01, ge=0, description="FedProx proximal weight")
+    server_learning_rate: float = Field(0.01, gt=0, description="FedAdam eta")
+    central_evaluation: bool = True
+
+
+class DPConfig(_Strict):
+    enabled: bool = False
+    target_epsilon: float | None = Field(None, gt=0, description="for the whole training")
+    noise_multiplier: float | None = Field(None, gt=0)
+    delta: float = Field(1e-5, gt=0, lt=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    accountant: Literal["rdp", "prv"] = "rdp"
+
+    @model_validator(mode="after")
+    def _one_noise_setting(self) -> DPConfig:
+        if self.target_epsilon is not None and math.isinf(self.target_epsilon):
+            # eps = inf means "no DP": convenient in sweeps.
+            object.__setattr__(self, "enabled", False)
+            object.__setattr__(self, "target_epsilon", None)
+        if self.enabled and (self.target_epsilon is None) == (self.noise_multiplier is None):
+            raise ValueError("set exactly one of target_epsilon or noise_multiplier")
+        return self
+
+
+class ResourcesConfig(_Strict):
+    num_cpus: float = Field(1, gt=0, description="CPUs per site process (training)")
+    num_gpus: float | Literal["auto"] = Field("auto", description="GPU fraction per site; "
+                                              "auto: 0 without CUDA")
+    audit_num_cpus: float = Field(1, gt=0)
+    audit_num_gpus: float | Literal["auto"] = "auto"
+    torch_threads: int = Field(1, ge=1, description="torch.set_num_threads in each site")
+
+
+class RayConfig(_Strict):
+    address: str | None = Field(None, description="join an existing Ray cluster (HOST:PORT)")
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray instance")
+    temp_dir: Path | None = Field(None, description="Ray session files (default: run dir)")
+
+
+class AuditPhaseConfig(_Strict):
+    enabled: bool = True
+    use_holdout: bool = Field(True, description="RM;RN and O(1) with the site's holdout")
+    reference_pool: bool = Field(False, description="give sites the public split as a "
+                                 "reference pool (needed by generator.kind=reference_pool)")
+    settings: AuditConfig = Field(default_factory=AuditConfig)
+
+
+class ExperimentConfig(_Strict):
+    name: str = "default"
+    seed: int = 0
+    output_dir: Path = Path("runs")
+    data: DataConfig = Field(default_factory=DataConfig)
+    partition: PartitionConfig = Field(default_factory=PartitionConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    fl: FLConfig = Field(default_factory=FLConfig)
+    dp: DPConfig = Field(default_factory=DPConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+    audit: AuditPhaseConfig = Field(default_factory=AuditPhaseConfig)
+
+
+def _format_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"{key}: {msg}")
+    return "; ".join(lines)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``"fl.rounds=3"`` -> ("fl.rounds", 3); the value is parsed as YAML."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected key=value")
+    key, raw = item.split("=", 1)
+    value = yaml.safe_load(raw) if raw else None
+    if isinstance(value, str) and value.lower() in {"inf", "+inf", ".inf"}:
+        value = math.inf
+    return key.strip(), value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set dotted keys in a nested dict (copying), creating sections as needed."""
+    out = yaml.safe_load(yaml.safe_dump(raw)) or {}
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        node = out
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"{dotted}: {part!r} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err)) from None
+
+
+def load_config(path: Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read YAML, apply ``key=value`` overrides, validate."""
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    parsed = dict(parse_override(item) for item in overrides or [])
+    return validate_config(apply_overrides(raw, parsed))
+
+
+def dump_config(config: ExperimentConfig) -> str:
+    """YAML of the resolved config (paths as strings, inf as .inf)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,72 @@
+"""Consortium report writer: report.json / .csv / .md / .html for a run, and sweep reports.
+
+Public API::
+
+    write_report(run_dir) -> ReportFiles
+    write_sweep_report(sweep_dir, points, *, write_point_reports=False) -> ReportFiles
+    SweepPoint(label, overrides, run_dir)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .aggregate import build_report
+from .html_report import write_html
+from .inputs import ReportInputError, RunInputs, load_run
+from .markdown import write_markdown
+from .schema import REPORT_SCHEMA_VERSION, SWEEP_SCHEMA_VERSION, ReportFiles, RunReport
+from .sweep import SweepPoint, build_sweep_report, write_sweep_report
+from .tabular import write_csv, write_json
+
+__all__ = [
+    "REPORT_SCHEMA_VERSION",
+    "SWEEP_SCHEMA_VERSION",
+    "ReportFiles",
+    "ReportInputError",
+    "RunInputs",
+    "RunReport",
+    "SweepPoint",
+    "build_report",
+    "build_sweep_report",
+    "load_run",
+    "write_report",
+    "write_sweep_report",
+]
+
+
+def write_report(run_dir: Path) -> ReportFiles:
+    """Write report.json, report.csv, report.md and report.html into a run directory.
+
+    Parameters
+    ----------
+    run_dir
+        A run directory (config.yaml, partition.json, metrics.jsonl, audits/site-<id>.json).
+        Sites in partition.json without an audit file are reported as "missing"; failed
+        audits keep their error text; per-record scores in audits/ are never copied.
+
+    Returns
+    -------
+    ReportFiles
+        The four paths written.
+
+    Raises
+    ------
+    ReportInputError
+        When config.yaml or partition.json is missing or malformed, or metrics.jsonl has a
+        bad line (the message names the file and line or key).
+    """
+    run_dir = Path(run_dir)
+    inputs = load_run(run_dir)
+    report = build_report(inputs)
+    results = {
+        sid: a.result
+        for sid, a in inputs.audits.items()
+        if a.status == "ok" and a.result is not None
+    }
+    return ReportFiles(
+        json_path=write_json(report, run_dir / "report.json"),
+        csv_path=write_csv(report, run_dir / "report.csv"),
+        md_path=write_markdown(report, run_dir / "report.md"),
+        html_path=write_html(report, results, run_dir / "report.html"),
+    )

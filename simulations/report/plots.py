@@ -1,0 +1,322 @@
+"""Report plots as base64 PNG strings (matplotlib Agg, imported lazily, no pyplot state).
+
+Each function returns None when it has nothing to draw, so the HTML can say so instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from typing import TYPE_CHECKING, Any
+
+from audit.result import AuditResult, Curve
+
+from .schema import RoundReport, SiteReport, SweepPointReport
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+_DPI = 90
+_BASELINE = "tab:blue"
+_MIA = "tab:red"
+_RMRN = "tab:green"
+_O1 = "tab:purple"
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=_DPI, layout="tight")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _to_base64(fig: Figure) -> str:
+    buf = io.BytesIO()
+    # No date in the metadata: the same inputs give the same bytes.
+    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _nan(values: list[float | None]) -> list[float]:
+    return [math.nan if v is None else float(v) for v in values]
+
+
+def _grid(n: int, *, ncols: int = 4) -> tuple[int, int]:
+    cols = max(1, min(ncols, n))
+    return math.ceil(n / cols), cols
+
+
+def site_eps_plot(sites: list[SiteReport]) -> str | None:
+    """eps_tilde per site with its interval, RM;RN and O(1) beside it, headroom as a bar."""
+    if not sites:
+        return None
+    fig = _new_figure(max(6.0, 0.9 * len(sites) + 2.5), 4.0)
+    ax = fig.add_subplot()
+    xs = list(range(len(sites)))
+    for x, site in zip(xs, sites):
+        if site.status != "ok":
+            ax.text(x, 0.0, site.status, rotation=90, ha="center", va="bottom", color="grey")
+            continue
+        if site.headroom is not None:
+            ax.bar(x, site.headroom, width=0.7, color="0.9", edgecolor="0.6", zorder=0)
+        _errpoint(ax, x - 0.2, site.eps_tilde, site.eps_tilde_interval, _MIA, "o")
+        _errpoint(ax, x, site.rm_rn_eps_lb, site.rm_rn_eps_lb_interval, _RMRN, "s")
+        _errpoint(ax, x + 0.2, site.o1_eps_lb, site.o1_eps_lb_interval, _O1, "^")
+        if site.flags and (site.flags.saturated or site.flags.c_lb_not_tight):
+            label = "saturated" if site.flags.saturated else "not tight"
+            ax.annotate(
+                label,
+                (x - 0.2, site.eps_tilde or 0.0),
+                textcoords="offset points",
+                xytext=(0, 8),
+                ha="center",
+                fontsize=7,
+                color="darkorange",
+            )
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    ax.legend(
+        handles=[
+            Line2D([], [], color=_MIA, marker="o", ls="", label="eps_tilde (95% CI)"),
+            Line2D([], [], color=_RMRN, marker="s", ls="", label="RM;RN eps lower bound"),
+            Line2D([], [], color=_O1, marker="^", ls="", label="O(1) eps lower bound"),
+            Patch(facecolor="0.9", edgecolor="0.6", label="headroom: ceiling - c_lb"),
+        ],
+        fontsize=8,
+        loc="upper left",
+    )
+    ax.set_xticks(xs, [f"site {s.site_id}" for s in sites])
+    ax.set_ylabel("epsilon (nats)")
+    ax.set_title("eps_tilde per site (a lower bound on eps only where c_lb is tight)")
+    ax.axhline(0.0, color="0.5", lw=0.8)
+    return _to_base64(fig)
+
+
+def _errpoint(ax: Any, x: float, value: float | None, iv: Any, color: str, marker: str) -> None:
+    if value is None:
+        return
+    yerr = None
+    if iv is not None and iv.low is not None and iv.high is not None:
+        yerr = [[max(0.0, value - iv.low)], [max(0.0, iv.high - value)]]
+    ax.errorbar([x], [value], yerr=yerr, fmt=marker, color=color, capsize=3, ms=6)
+
+
+def _curve_grid(
+    sites: list[SiteReport],
+    results: dict[int, AuditResult],
+    *,
+    y_of: str,
+    title: str,
+    ylabel: str,
+    ceiling_line: bool,
+) -> str | None:
+    drawn = [s for s in sites if s.site_id in results and results[s.site_id].repeats]
+    if not drawn:
+        return None
+    rows, cols = _grid(len(drawn))
+    fig = _new_figure(3.2 * cols, 2.7 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax in axes.flat[len(drawn) :]:
+        ax.set_visible(False)
+    for ax, site in zip(axes.flat, drawn):
+        result = results[site.site_id]
+        for i, rep in enumerate(result.repeats):
+            for curve, color, name in (
+                (rep.baseline_curve, _BASELINE, "baseline b"),
+                (rep.mia_curve, _MIA, "MIA"),
+            ):
+                ax.plot(
+                    _nan(curve.recall),
+                    _nan(_series(curve, y_of)),
+                    color=color,
+                    alpha=0.8 if len(result.repeats) == 1 else 0.55,
+                    lw=1.2,
+                    label=name if i == 0 else None,
+                )
+        if ceiling_line and site.ceiling is not None:
+            ax.axhline(site.ceiling, color="black", ls="--", lw=1, label="ceiling")
+        ax.set_title(f"site {site.site_id}", fontsize=9)
+        ax.set_xlabel("recall", fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return _to_base64(fig)
+
+
+def _series(curve: Curve, y_of: str) -> list[float | None]:
+    return list(curve.precision if y_of == "precision" else curve.bound)
+
+
+def precision_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) -> str | None:
+    """Precision against recall of b and the MIA per site (one line per repeat)."""
+    return _curve_grid(
+        sites,
+        results,
+        y_of="precision",
+        title="Precision-recall in the privacy game: baseline b vs MIA (one line per repeat)",
+        ylabel="precision",
+        ceiling_line=False,
+    )
+
+
+def bound_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) -> str | None:
+    """The lower bound (c_lb for b, {c+eps}_lb for the MIA) against recall, with the ceiling."""
+    return _curve_grid(
+        sites,
+        results,
+        y_of="bound",
+        title="Lower bound against recall: c for b, c+eps for the MIA; dashed: ceiling",
+        ylabel="lower bound",
+        ceiling_line=True,
+    )
+
+
+def training_plot(rounds: list[RoundReport]) -> str | None:
+    """Global loss / accuracy per round, each site's train loss and DP epsilon per round."""
+    if not rounds:
+        return None
+    site_ids = sorted({sid for r in rounds for sid in r.sites}, key=_sid_key)
+    has_dp = any(s.dp_epsilon is not None for r in rounds for s in r.sites.values())
+    fig = _new_figure(11.0, 3.2)
+    axes = fig.subplots(1, 3 if has_dp else 2, squeeze=False)[0]
+    xs = [r.round for r in rounds]
+    ax = axes[0]
+    ax.plot(xs, _nan([r.global_loss for r in rounds]), "o-", color="tab:blue", label="loss")
+    ax.set_xlabel("round")
+    ax.set_ylabel("global loss", color="tab:blue")
+    ax2 = ax.twinx()
+    ax2.plot(xs, _nan([r.global_accuracy for r in rounds]), "s-", color="tab:orange")
+    ax2.set_ylabel("global accuracy", color="tab:orange")
+    ax.set_title("global model", fontsize=9)
+    for sid in site_ids:
+        pts = [(r.round, r.sites[sid]) for r in rounds if sid in r.sites]
+        axes[1].plot(
+            [p[0] for p in pts],
+            _nan([p[1].train_loss for p in pts]),
+            "o-",
+            ms=3,
+            label=f"site {sid}",
+        )
+        if has_dp:
+            axes[2].plot(
+                [p[0] for p in pts],
+                _nan([p[1].dp_epsilon for p in pts]),
+                "o-",
+                ms=3,
+                label=f"site {sid}",
+            )
+    axes[1].set_title("site train loss", fontsize=9)
+    axes[1].set_xlabel("round")
+    if site_ids and len(site_ids) <= 12:
+        axes[1].legend(fontsize=7)
+    if has_dp:
+        axes[2].set_title("site DP epsilon (accountant, cumulative)", fontsize=9)
+        axes[2].set_xlabel("round")
+    return _to_base64(fig)
+
+
+def _sid_key(sid: str) -> tuple[int, Any]:
+    try:
+        return (0, int(sid))
+    except ValueError:
+        return (1, sid)
+
+
+def _eps_positions(points: list[SweepPointReport]) -> tuple[dict[str, float], float, bool]:
+    """x position of each point label; non-private points go to a separate "inf" slot."""
+    finite = sorted({p.theoretical_eps for p in points if p.theoretical_eps is not None})
+    log = bool(finite) and finite[0] > 0 and finite[-1] / finite[0] >= 8
+    if not finite:
+        inf_x = 1.0
+    elif log:
+        inf_x = finite[-1] * 4
+    else:
+        inf_x = finite[-1] + max(1.0, 0.3 * (finite[-1] - finite[0]))
+    pos = {}
+    for p in points:
+        if p.theoretical_eps is not None:
+            pos[p.label] = p.theoretical_eps
+        elif p.private is not True:
+            pos[p.label] = inf_x
+    return pos, inf_x, log
+
+
+def _eps_axis(ax: Any, pos: dict[str, float], inf_x: float, log: bool) -> None:
+    if log:
+        ax.set_xscale("log")
+    ticks = sorted(set(pos.values()))
+    ax.set_xticks(ticks, ["inf (no DP)" if t == inf_x else f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("theoretical eps (DP accountant; max over sites)")
+
+
+def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
+    """eps_tilde, RM;RN and O(1) per site against the theoretical eps of each point."""
+    pos, inf_x, log = _eps_positions(points)
+    rows = [(p, s) for p in points if p.label in pos for s in p.sites if s.status == "ok"]
+    if not rows:
+        return None
+    fig = _new_figure(7.5, 4.2)
+    ax = fig.add_subplot()
+    site_ids = sorted({s.site_id for _, s in rows})
+    # Side by side around the point's x: one slot per (site, measurement).
+    n_slots = 3 * len(site_ids)
+    spread = 0.25 / n_slots if log else 0.12 * max(1.0, inf_x) / n_slots
+    for p, s in rows:
+        base = pos[p.label]
+        series = (
+            (s.eps_tilde, s.eps_tilde_interval, _MIA, "o"),
+            (s.rm_rn_eps_lb, s.rm_rn_eps_lb_interval, _RMRN, "s"),
+            (s.o1_eps_lb, s.o1_eps_lb_interval, _O1, "^"),
+        )
+        for j, (value, iv, color, marker) in enumerate(series):
+            k = 3 * site_ids.index(s.site_id) + j - (n_slots - 1) / 2
+            x = base * math.exp(spread * k) if log else base + spread * k
+            _errpoint(ax, x, value, iv, color, marker)
+    finite = [x for x in pos.values() if x != inf_x]
+    if finite:
+        lo, hi = min(finite), max(finite)
+        ax.plot([lo, hi], [lo, hi], ls=":", color="0.4", lw=1)
+    from matplotlib.lines import Line2D
+
+    ax.legend(
+        handles=[
+            Line2D([], [], color=_MIA, marker="o", ls="", label="eps_tilde (95% CI)"),
+            Line2D([], [], color=_RMRN, marker="s", ls="", label="RM;RN"),
+            Line2D([], [], color=_O1, marker="^", ls="", label="O(1)"),
+            Line2D([], [], color="0.4", ls=":", label="y = theoretical eps"),
+        ],
+        fontsize=8,
+    )
+    _eps_axis(ax, pos, inf_x, log)
+    ax.set_ylabel("measured epsilon (one marker per site)")
+    ax.set_title("Measured leakage against the DP guarantee", fontsize=10)
+    return _to_base64(fig)
+
+
+def sweep_accuracy_plot(points: list[SweepPointReport]) -> str | None:
+    """Final global accuracy of each point against its theoretical eps."""
+    pos, inf_x, log = _eps_positions(points)
+    drawn = [p for p in points if p.label in pos and p.global_accuracy is not None]
+    if not drawn:
+        return None
+    fig = _new_figure(7.5, 3.8)
+    ax = fig.add_subplot()
+    for p in drawn:
+        ax.plot([pos[p.label]], [p.global_accuracy], "o", color="tab:orange")
+        ax.annotate(
+            p.label,
+            (pos[p.label], p.global_accuracy),
+            textcoords="offset points",
+            xytext=(4, 4),
+            fontsize=7,
+        )
+    _eps_axis(ax, pos, inf_x, log)
+    ax.set_ylabel("final global accuracy")
+    ax.set_title("Utility against privacy", fontsize=10)
+    return _to_base64(fig)

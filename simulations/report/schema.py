@@ -1,0 +1,228 @@
+"""Typed models of the consortium report (``report.json``) and the sweep report (``sweep.json``).
+
+Plain frozen dataclasses: the writers render them, :func:`to_jsonable` serialises them. The
+report never carries raw records or per-record scores: only summary numbers from ``audits/``,
+``metrics.jsonl`` and ``partition.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+REPORT_SCHEMA_VERSION = 1
+SWEEP_SCHEMA_VERSION = 1
+
+SiteStatus = Literal["ok", "failed", "missing"]
+
+
+@dataclass(frozen=True)
+class IntervalReport:
+    """Mean, std and 95% t-interval over repeats, as in :class:`audit.result.Interval`."""
+
+    mean: float | None
+    std: float | None
+    low: float | None
+    high: float | None
+    n: int | None
+
+
+@dataclass(frozen=True)
+class FlagsReport:
+    """The audit's power diagnosis (see :class:`audit.result.AuditFlags`)."""
+
+    saturated: bool
+    c_lb_not_tight: bool
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RepeatReport:
+    """Scalars of one repeat (no curves, no per-record scores)."""
+
+    seed: int
+    m: int
+    c_lb: float | None
+    c_eps_lb: float | None
+    eps_tilde: float | None
+    ceiling: float | None
+    baseline_auc: float | None
+    mia_auc: float | None
+    rm_rn_eps_lb: float | None
+    o1_eps_lb: float | None
+
+
+@dataclass(frozen=True)
+class SiteReport:
+    """One site's audit, or why there is none (``status`` "failed" / "missing")."""
+
+    site_id: int
+    status: SiteStatus
+    error: str | None
+    n_members: int | None
+    n_holdout: int | None
+    modality: str | None
+    generator_kind: str | None
+    beta: float | None
+    n_repeats: int | None
+    c_lb: float | None
+    c_lb_interval: IntervalReport | None
+    c_eps_lb: float | None
+    c_eps_lb_interval: IntervalReport | None
+    eps_tilde: float | None
+    """The AuditResult's eps_tilde mean, copied, never recomputed."""
+    eps_tilde_interval: IntervalReport | None
+    ceiling: float | None
+    headroom: float | None
+    """ceiling - c_lb: the most eps_tilde could read on this audit set."""
+    flags: FlagsReport | None
+    rm_rn_eps_lb: float | None
+    rm_rn_eps_lb_interval: IntervalReport | None
+    o1_eps_lb: float | None
+    o1_eps_lb_interval: IntervalReport | None
+    dp_epsilon: float | None
+    """Accountant epsilon; None without DP."""
+    dp_epsilon_source: Literal["audit", "metrics"] | None
+    baseline_auc: float | None
+    mia_auc: float | None
+    elapsed_s: float | None
+    sizes: dict[str, int] = field(default_factory=dict)
+    quality: dict[str, float] = field(default_factory=dict)
+    repeats: list[RepeatReport] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SiteRoundReport:
+    """One site's numbers in one round of ``metrics.jsonl``."""
+
+    train_loss: float | None
+    dp_epsilon: float | None
+    num_examples: int | None
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """One line of ``metrics.jsonl``."""
+
+    round: int
+    global_loss: float | None
+    global_accuracy: float | None
+    elapsed_s: float | None
+    sites: dict[str, SiteRoundReport] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConsortiumSummary:
+    """Consortium-wide reading of the ok sites."""
+
+    n_sites: int
+    n_ok: int
+    n_failed: int
+    n_missing: int
+    max_eps_tilde: float | None
+    median_eps_tilde: float | None
+    leakiest_site_id: int | None
+    saturated_sites: list[int]
+    not_tight_sites: list[int]
+    failed_sites: list[int]
+    missing_sites: list[int]
+    max_dp_epsilon: float | None
+    rounds_completed: int
+    final_global_loss: float | None
+    final_global_accuracy: float | None
+    meaning: str
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Everything ``report.json`` holds."""
+
+    schema_version: int
+    run: dict[str, Any]
+    partition: dict[str, Any]
+    rounds: list[RoundReport]
+    sites: list[SiteReport]
+    consortium: ConsortiumSummary
+
+
+@dataclass(frozen=True)
+class SweepSiteRow:
+    """One site of one sweep point."""
+
+    site_id: int
+    status: SiteStatus
+    error: str | None
+    theoretical_eps: float | None
+    """Accountant epsilon; None when DP is off (plotted at "inf") or unknown."""
+    eps_tilde: float | None
+    eps_tilde_interval: IntervalReport | None
+    c_lb: float | None
+    ceiling: float | None
+    flags: FlagsReport | None
+    rm_rn_eps_lb: float | None
+    rm_rn_eps_lb_interval: IntervalReport | None
+    o1_eps_lb: float | None
+    o1_eps_lb_interval: IntervalReport | None
+
+
+@dataclass(frozen=True)
+class SweepPointReport:
+    """One point of a sweep: a run with some config overrides."""
+
+    label: str
+    overrides: dict[str, Any]
+    run_dir: str
+    status: Literal["complete", "incomplete"]
+    problems: list[str]
+    private: bool | None
+    """True when DP is on, False when off, None when the run says neither."""
+    theoretical_eps: float | None
+    """Largest site accountant epsilon (the consortium's weakest guarantee)."""
+    global_accuracy: float | None
+    global_loss: float | None
+    rounds_completed: int
+    max_eps_tilde: float | None
+    sites: list[SweepSiteRow]
+    report_html: str | None
+    """Relative path of the point's own report.html, when one exists."""
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """Everything ``sweep.json`` holds."""
+
+    schema_version: int
+    points: list[SweepPointReport]
+    meaning: str
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Paths written by a report writer (None for a format it does not write)."""
+
+    json_path: Path
+    html_path: Path
+    csv_path: Path | None = None
+    md_path: Path | None = None
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Plain JSON types from dataclasses; non-finite floats become None (JSON has no inf/nan)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

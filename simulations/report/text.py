@@ -1,0 +1,65 @@
+"""Display formatting and the plain statement of what eps_tilde means (shared by md and html)."""
+
+from __future__ import annotations
+
+import math
+
+from audit.result import EPS_TILDE_MEANING
+
+from .schema import FlagsReport, IntervalReport
+
+MISSING = "-"
+
+MEANING_POINTS: tuple[str, ...] = (
+    EPS_TILDE_MEANING,
+    "Read eps_tilde as a lower bound on epsilon only when c_lb is tight; it is never an upper "
+    "bound, and eps_tilde = 0 does not show that the model is private (the audit found no "
+    "evidence, which a weak audit also finds).",
+    "saturated: c_lb is within the saturation margin of the ceiling (the bound a perfect "
+    "scorer reaches on this audit set). eps_tilde can then only read the headroom "
+    "ceiling - c_lb, which is a limit of the audit, not leakage of the model.",
+    "c_lb_not_tight: eps_tilde lies above the RM;RN bound's interval. The baseline is too "
+    "weak, so eps_tilde overstates the leakage.",
+    "RM;RN (real held-out non-members, c = 0) and O(1) (Steinke et al. 2023) are lower "
+    "bounds on epsilon at the audit's level beta. DP eps is the accountant's epsilon, an "
+    "upper bound under DP-SGD's assumptions; a lower bound above it would signal a bug.",
+)
+
+
+def fmt(value: float | int | None, digits: int = 3) -> str:
+    """A number rounded for display; MISSING for None / non-finite."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if not math.isfinite(value):
+        return MISSING
+    return f"{value:.{digits}f}"
+
+
+def fmt_interval(iv: IntervalReport | None, digits: int = 3) -> str:
+    """``[low, high]`` for display, empty when there is no interval."""
+    if iv is None or iv.low is None or iv.high is None:
+        return ""
+    return f"[{fmt(iv.low, digits)}, {fmt(iv.high, digits)}]"
+
+
+def fmt_with_interval(value: float | None, iv: IntervalReport | None, digits: int = 3) -> str:
+    """``mean [low, high]`` for display."""
+    text = fmt(value, digits)
+    bounds = fmt_interval(iv, digits)
+    return f"{text} {bounds}" if value is not None and bounds else text
+
+
+def flag_labels(flags: FlagsReport | None) -> list[str]:
+    """Short labels of the raised flags, in a fixed order."""
+    if flags is None:
+        return []
+    labels = []
+    if flags.saturated:
+        labels.append("saturated")
+    if flags.c_lb_not_tight:
+        labels.append("c_lb not tight")
+    return labels

@@ -1,0 +1,85 @@
+"""Preparing a run directory: resolved config, partition, and each site's data file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from clients.site_data import SiteData
+from simulations.config import ExperimentConfig, dump_config
+from simulations.datasets import Dataset, load_dataset
+from simulations.partition import partition, partition_summary
+
+CONFIG_FILE = "config.yaml"
+PARTITION_FILE = "partition.json"
+DATASET_FILE = "dataset.json"
+SITES_DIR = "sites"
+
+
+@dataclass(frozen=True)
+class DatasetMeta:
+    """What the apps need to know about the data without loading it."""
+
+    name: str
+    modality: str
+    num_classes: int
+    input_shape: tuple[int, ...]
+
+    @classmethod
+    def of(cls, dataset: Dataset) -> DatasetMeta:
+        return cls(name=dataset.name, modality=dataset.modality,
+                   num_classes=dataset.num_classes, input_shape=tuple(dataset.input_shape))
+
+    @classmethod
+    def read(cls, run_dir: Path) -> DatasetMeta:
+        data = json.loads((run_dir / DATASET_FILE).read_text())
+        return cls(name=data["name"], modality=data["modality"],
+                   num_classes=int(data["num_classes"]),
+                   input_shape=tuple(data["input_shape"]))
+
+
+def site_file(run_dir: Path, site_id: int) -> Path:
+    return run_dir / SITES_DIR / f"site-{site_id}.npz"
+
+
+def public_file(run_dir: Path) -> Path:
+    return run_dir / SITES_DIR / "public.npz"
+
+
+def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
+    """Write config, partition summary and site files; idempotent for the same config."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG_FILE).write_text(dump_config(config))
+    dataset = load_dataset(config.data.name, root=config.data.root,
+                           options=config.data.options)
+    sites = partition(dataset, config.partition, seed=config.seed)
+    summary = partition_summary(dataset, sites, scheme=config.partition.scheme,
+                                seed=config.seed)
+    (run_dir / PARTITION_FILE).write_text(json.dumps(summary, indent=1))
+    meta = DatasetMeta.of(dataset)
+    (run_dir / DATASET_FILE).write_text(json.dumps(meta.__dict__))
+
+    def take(idx: np.ndarray, arr: np.ndarray | None) -> np.ndarray | None:
+        return None if arr is None else arr[idx]
+
+    for split in sites:
+        SiteData(site_id=split.site_id,
+                 train_x=dataset.x[split.train], train_y=take(split.train, dataset.y),
+                 holdout_x=dataset.x[split.holdout], holdout_y=take(split.holdout, dataset.y),
+                 test_x=dataset.x[split.test], test_y=take(split.test, dataset.y)
+                 ).save(site_file(run_dir, split.site_id))
+    if dataset.public_x is not None:
+        np.savez(public_file(run_dir), x=dataset.public_x,
+                 **({} if dataset.public_y is None else {"y": dataset.public_y}))
+    return meta
+
+
+def load_public(run_dir: Path) -> tuple[np.ndarray, np.ndarray | None] | None:
+    path = public_file(run_dir)
+    if not path.exists():
+        return None
+    with np.load(path) as f:
+        return f["x"], (f["y"] if "y" in f.files else None)

@@ -1,0 +1,128 @@
+"""Run one experiment: prepare the run directory, train on Ray, audit, write the report."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from server.checkpoint import FINAL_NAME, latest_round_checkpoint, load_checkpoint
+from server.run_log import sites_needing_audit
+from simulations.apps import build_apps
+from simulations.config import ExperimentConfig, ResourcesConfig
+from simulations.run_dir import DatasetMeta, prepare_run_dir
+
+log = logging.getLogger("panoramia_fl")
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def quiet_logs(verbose: bool) -> None:
+    """Flower, Ray and Opacus are chatty; show them only with ``--verbose``."""
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+    if verbose:
+        return
+    for name in ("flwr", "ray", "opacus"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="opacus")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    os.environ.setdefault("RAY_LOG_TO_STDERR", "0")
+
+
+def _gpus(value: float | str) -> float:
+    if value == "auto":
+        return 1.0 if torch.cuda.is_available() else 0.0
+    return float(value) if torch.cuda.is_available() else 0.0
+
+
+def _backend_config(config: ExperimentConfig, *, num_cpus: float, num_gpus: float,
+                    temp_dir: Path, verbose: bool) -> dict:
+    init_args: dict = {"include_dashboard": False, "log_to_driver": verbose}
+    if config.ray.address:
+        init_args["address"] = config.ray.address
+    else:
+        init_args["num_cpus"] = config.ray.num_cpus or os.cpu_count() or 1
+        init_args["_temp_dir"] = str(temp_dir)
+        if not verbose:
+            init_args["logging_level"] = logging.ERROR
+    return {"client_resources": {"num_cpus": num_cpus, "num_gpus": num_gpus},
+            "init_args": init_args}
+
+
+def _simulate(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path, *,
+              phases: tuple[str, ...], num_cpus: float, num_gpus: float,
+              verbose: bool) -> None:
+    from flwr.simulation import run_simulation
+
+    server_app, client_app = build_apps(config, meta, run_dir, phases=phases)
+    # Ray's socket paths must stay short (AF_UNIX limit), so its session files go to a
+    # short private folder that is removed afterwards (or to ray.temp_dir when set).
+    own_temp = config.ray.temp_dir is None
+    temp_dir = Path(tempfile.mkdtemp(prefix="pfl-ray-")) if own_temp else config.ray.temp_dir
+    try:
+        run_simulation(server_app=server_app, client_app=client_app,
+                       num_supernodes=config.partition.num_sites,
+                       backend_config=_backend_config(config, num_cpus=num_cpus,
+                                                      num_gpus=num_gpus, temp_dir=temp_dir,
+                                                      verbose=verbose),
+                       verbose_logging=verbose)
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        if own_temp:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def training_done(config: ExperimentConfig, run_dir: Path) -> bool:
+    if not (run_dir / FINAL_NAME).exists():
+        return False
+    return load_checkpoint(run_dir / FINAL_NAME).round >= config.fl.rounds
+
+
+def run_experiment(config: ExperimentConfig, run_dir: Path, *, verbose: bool = False,
+                   write_report: bool = True) -> RunOutcome:
+    """Train (the rounds still missing), audit (the sites still missing), report."""
+    quiet_logs(verbose)
+    outcome = RunOutcome(run_dir=run_dir)
+    t0 = time.time()
+    meta = prepare_run_dir(config, run_dir)
+    outcome.timings["data_s"] = time.time() - t0
+    res: ResourcesConfig = config.resources
+    if not training_done(config, run_dir):
+        t = time.time()
+        last = latest_round_checkpoint(run_dir)
+        if last is not None:
+            log.info("resuming after round %d", load_checkpoint(last).round)
+        _simulate(config, meta, run_dir, phases=("train",), num_cpus=res.num_cpus,
+                  num_gpus=_gpus(res.num_gpus), verbose=verbose)
+        outcome.timings["fl_s"] = time.time() - t
+    sites = list(range(config.partition.num_sites))
+    if config.audit.enabled and sites_needing_audit(run_dir, sites):
+        t = time.time()
+        _simulate(config, meta, run_dir, phases=("audit",), num_cpus=res.audit_num_cpus,
+                  num_gpus=_gpus(res.audit_num_gpus), verbose=verbose)
+        outcome.timings["audit_s"] = time.time() - t
+    if write_report:
+        t = time.time()
+        from simulations.report import write_report as write
+
+        write(run_dir)
+        outcome.timings["report_s"] = time.time() - t
+    outcome.timings["total_s"] = time.time() - t0
+    return outcome

@@ -1,0 +1,478 @@
+"""Unit tests of the report writer on hand-built run directories with real AuditResults."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from audit.result import (
+    EPS_TILDE_MEANING,
+    AuditFlags,
+    AuditResult,
+    BoundSummary,
+    Curve,
+    Interval,
+    RepeatResult,
+)
+from simulations.report import (
+    REPORT_SCHEMA_VERSION,
+    ReportFiles,
+    ReportInputError,
+    SweepPoint,
+    build_report,
+    load_run,
+    write_report,
+    write_sweep_report,
+)
+from simulations.report.markdown import render_markdown
+from simulations.report.schema import to_jsonable
+from simulations.report.tabular import report_to_json_text, write_csv
+
+# Per-record scores that must never leave audits/ (distinctive digits to search for).
+SECRET_SCORES = [0.918273645512, 0.127364554321, 0.564738291023]
+ERROR_TEXT = 'CUDA OOM in <script>alert("x")</script> | step 3\nTraceback & more'
+
+
+def _summary(lb: float, beta: float) -> BoundSummary:
+    return BoundSummary(
+        lower_bound=lb,
+        threshold=0.5,
+        predictions=40,
+        true_positives=30,
+        precision=0.75,
+        recall=0.6,
+        beta=beta,
+    )
+
+
+def _curve(scale: float) -> Curve:
+    recall = [0.1, 0.3, 0.5, 0.7, 0.9]
+    precision = [min(1.0, 0.55 + scale * (1 - r)) for r in recall]
+    bound = [scale * 3 * (1 - r) for r in recall]
+    return Curve(recall=recall, precision=precision, bound=bound)
+
+
+def make_result(
+    c_lbs: list[float],
+    c_eps_lbs: list[float],
+    *,
+    ceiling: float = 3.5,
+    saturated: bool = False,
+    not_tight: bool = False,
+    rm_rn: list[float] | None = None,
+    o1: list[float] | None = None,
+    scores: bool = False,
+    generator_kind: str = "cgan",
+) -> AuditResult:
+    """A real AuditResult whose eps_tilde is max(0, c_eps_lb - c_lb) per repeat."""
+    beta = 0.05
+    eps = [max(0.0, ce - c) for c, ce in zip(c_lbs, c_eps_lbs)]
+    repeats = [
+        RepeatResult(
+            seed=i,
+            m=200,
+            c_lb=c,
+            c_eps_lb=ce,
+            eps_tilde=e,
+            ceiling=ceiling,
+            baseline=_summary(c, beta / 2),
+            mia=_summary(ce, beta / 2),
+            baseline_curve=_curve(0.2 + 0.05 * i),
+            mia_curve=_curve(0.4 + 0.05 * i),
+            baseline_auc=0.6 + 0.01 * i,
+            mia_auc=0.7 + 0.01 * i,
+            rm_rn_eps_lb=None if rm_rn is None else rm_rn[i],
+            o1_eps_lb=None if o1 is None else o1[i],
+            selected={"baseline": {"epochs": 5}},
+            scores={"baseline": SECRET_SCORES, "mia": SECRET_SCORES} if scores else None,
+        )
+        for i, (c, ce, e) in enumerate(zip(c_lbs, c_eps_lbs, eps))
+    ]
+    reasons = []
+    if saturated:
+        reasons.append("c_lb within 0.3 of the ceiling")
+    if not_tight:
+        reasons.append("eps_tilde above the RM;RN interval")
+    return AuditResult(
+        modality="image",
+        generator_kind=generator_kind,
+        beta=beta,
+        c_lb=Interval.of(c_lbs),
+        c_eps_lb=Interval.of(c_eps_lbs),
+        eps_tilde=Interval.of(eps),
+        ceiling=ceiling,
+        flags=AuditFlags(saturated=saturated, c_lb_not_tight=not_tight, reasons=reasons),
+        repeats=repeats,
+        sizes={"m": 200, "generator": 300},
+        quality={"generator_fid_proxy": 0.4},
+        timings={"total": 12.5},
+        rm_rn_eps_lb=None if rm_rn is None else Interval.of(rm_rn),
+        o1_eps_lb=None if o1 is None else Interval.of(o1),
+    )
+
+
+def write_run(
+    run_dir: Path,
+    *,
+    audits: dict[int, dict[str, Any]],
+    n_sites: int,
+    dp: float | None = None,
+    n_rounds: int = 3,
+    accuracy: float = 0.8,
+) -> Path:
+    """A run directory per the contract's layout."""
+    (run_dir / "audits").mkdir(parents=True)
+    dp_cfg = {"enabled": True, "epsilon": dp, "delta": 1e-5} if dp else {"enabled": False}
+    (run_dir / "config.yaml").write_text(
+        yaml.safe_dump({"name": run_dir.name, "seed": 0, "rounds": n_rounds, "dp": dp_cfg})
+    )
+    sites = [
+        {
+            "site_id": i,
+            "train": 600 + i,
+            "holdout": 100,
+            "test": 100,
+            "label_histogram": {"train": [60] * 10, "holdout": [10] * 10},
+        }
+        for i in range(n_sites)
+    ]
+    (run_dir / "partition.json").write_text(
+        json.dumps({"sites": sites, "scheme": "iid", "seed": 0})
+    )
+    lines = []
+    for r in range(1, n_rounds + 1):
+        lines.append(
+            json.dumps(
+                {
+                    "round": r,
+                    "global_loss": 2.0 / r,
+                    "global_accuracy": accuracy * r / n_rounds,
+                    "sites": {
+                        str(i): {
+                            "train_loss": 2.1 / r + 0.01 * i,
+                            "dp_epsilon": None if dp is None else dp * r / n_rounds,
+                            "num_examples": 600 + i,
+                        }
+                        for i in range(n_sites)
+                    },
+                    "elapsed_s": 1.5 * r,
+                }
+            )
+        )
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    for site_id, audit in audits.items():
+        (run_dir / "audits" / f"site-{site_id}.json").write_text(json.dumps(audit))
+    return run_dir
+
+
+def ok_audit(site_id: int, result: AuditResult, *, dp: float | None = None) -> dict[str, Any]:
+    return {
+        "site_id": site_id,
+        "status": "ok",
+        "error": None,
+        "n_members": 600 + site_id,
+        "n_holdout": 100,
+        "dp_epsilon": dp,
+        "elapsed_s": 20.0,
+        "result": result.to_dict(),
+    }
+
+
+def failed_audit(site_id: int) -> dict[str, Any]:
+    return {
+        "site_id": site_id,
+        "status": "failed",
+        "error": ERROR_TEXT,
+        "n_members": 600,
+        "n_holdout": 100,
+        "dp_epsilon": None,
+        "elapsed_s": 3.0,
+        "result": None,
+    }
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ReportFiles]:
+    """4 sites: 0 ok with RM;RN/O(1)/scores, 1 ok saturated, 2 failed, 3 missing; reported once."""
+    run = write_run(
+        tmp_path_factory.mktemp("runs") / "run-a",
+        n_sites=4,
+        dp=8.0,
+        audits={
+            0: ok_audit(
+                0,
+                make_result([1.0, 1.5], [2.0, 2.5], rm_rn=[1.25, 1.5], o1=[0.5, 0.75], scores=True),
+                dp=8.0,
+            ),
+            1: ok_audit(1, make_result([3.25, 3.5], [3.5, 3.75], saturated=True), dp=8.0),
+            2: failed_audit(2),
+        },
+    )
+    return run, write_report(run)
+
+
+def _audit_file(run_dir: Path, site_id: int) -> AuditResult:
+    data = json.loads((run_dir / "audits" / f"site-{site_id}.json").read_text())
+    return AuditResult.from_dict(data["result"])
+
+
+def _all_keys(obj: Any) -> set[str]:
+    if isinstance(obj, dict):
+        return set(obj) | {k for v in obj.values() for k in _all_keys(v)}
+    if isinstance(obj, list):
+        return {k for v in obj for k in _all_keys(v)}
+    return set()
+
+
+def _embedded_json(text: str) -> Any:
+    match = re.search(
+        r'<script type="application/json" id="report-data">\n(.*?)\n</script>', text, re.S
+    )
+    assert match, "embedded report data missing"
+    return json.loads(match.group(1))
+
+
+def _assert_self_contained(text: str) -> None:
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", text, re.I)
+    assert "<link" not in text.lower()
+    assert "<script src" not in text.lower()
+    assert len(text.encode()) < 4_000_000
+
+
+def test_report_files_and_numbers_match_audits(written: tuple[Path, ReportFiles]) -> None:
+    run_dir, files = written
+    for path in (files.json_path, files.csv_path, files.md_path, files.html_path):
+        assert path is not None and path.exists() and path.stat().st_size > 0
+    report = json.loads(files.json_path.read_text())
+    assert report["schema_version"] == REPORT_SCHEMA_VERSION
+    assert report["run"] == yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert report["partition"] == json.loads((run_dir / "partition.json").read_text())
+    assert [r["round"] for r in report["rounds"]] == [1, 2, 3]
+    assert report["rounds"][-1]["sites"]["1"]["dp_epsilon"] == 8.0
+    sites = {s["site_id"]: s for s in report["sites"]}
+    assert sorted(sites) == [0, 1, 2, 3]
+
+    for sid in (0, 1):
+        result, site = _audit_file(run_dir, sid), sites[sid]
+        assert site["status"] == "ok" and site["error"] is None
+        for name in ("c_lb", "c_eps_lb", "eps_tilde"):
+            iv = getattr(result, name)
+            assert site[name] == iv.mean
+            assert site[f"{name}_interval"] == {
+                "mean": iv.mean,
+                "std": iv.std,
+                "low": iv.low,
+                "high": iv.high,
+                "n": iv.n,
+            }
+        assert site["ceiling"] == result.ceiling
+        assert site["headroom"] == result.ceiling - result.c_lb.mean
+        assert site["flags"] == {
+            "saturated": result.flags.saturated,
+            "c_lb_not_tight": result.flags.c_lb_not_tight,
+            "reasons": result.flags.reasons,
+        }
+        assert site["generator_kind"] == "cgan"
+        assert site["dp_epsilon"] == 8.0 and site["dp_epsilon_source"] == "audit"
+        assert site["n_members"] == 600 + sid
+        # eps_tilde = max(0, c_eps_lb - c_lb) holds in these inputs, so it holds in the report.
+        assert result.eps_tilde.mean == max(0.0, result.c_eps_lb.mean - result.c_lb.mean)
+        assert site["eps_tilde"] == max(0.0, site["c_eps_lb"] - site["c_lb"])
+    assert sites[0]["rm_rn_eps_lb"] == _audit_file(run_dir, 0).rm_rn_eps_lb.mean
+    assert sites[0]["o1_eps_lb_interval"]["high"] == _audit_file(run_dir, 0).o1_eps_lb.high
+    assert sites[1]["rm_rn_eps_lb"] is None and sites[1]["o1_eps_lb"] is None
+    assert sites[1]["flags"]["saturated"] is True
+
+    # The failed site keeps its error and has null numbers; the missing one is "missing".
+    assert sites[2]["status"] == "failed" and sites[2]["error"] == ERROR_TEXT
+    for name in ("c_lb", "c_eps_lb", "eps_tilde", "ceiling", "flags", "rm_rn_eps_lb"):
+        assert sites[2][name] is None
+    assert sites[2]["dp_epsilon"] == 8.0 and sites[2]["dp_epsilon_source"] == "metrics"
+    assert sites[3]["status"] == "missing" and sites[3]["eps_tilde"] is None
+    assert sites[3]["n_members"] == 603
+
+    c = report["consortium"]
+    assert (c["n_ok"], c["n_failed"], c["n_missing"], c["n_sites"]) == (2, 1, 1, 4)
+    ok_eps = [sites[0]["eps_tilde"], sites[1]["eps_tilde"]]
+    assert c["max_eps_tilde"] == max(ok_eps)
+    assert c["median_eps_tilde"] == pytest.approx(sum(ok_eps) / 2, abs=0)
+    assert c["leakiest_site_id"] == 0
+    assert c["saturated_sites"] == [1] and c["failed_sites"] == [2] and c["missing_sites"] == [3]
+    assert c["meaning"] == EPS_TILDE_MEANING
+    last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert c["final_global_accuracy"] == last["global_accuracy"]
+
+
+def test_csv_rows_match_json(written: tuple[Path, ReportFiles]) -> None:
+    run_dir, files = written
+    report = json.loads(files.json_path.read_text())
+    with files.csv_path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["site_id"]) for r in rows] == [s["site_id"] for s in report["sites"]]
+    compared = 0
+    for row, site in zip(rows, report["sites"]):
+        assert row["status"] == site["status"]
+        assert row["error"] == (site["error"] or "")
+        for name in ("c_lb", "c_eps_lb", "eps_tilde", "rm_rn_eps_lb", "o1_eps_lb"):
+            for col, want in [(name, site[name])] + [
+                (
+                    f"{name}_{k}",
+                    None if site[f"{name}_interval"] is None else site[f"{name}_interval"][k],
+                )
+                for k in ("low", "high", "std", "n")
+            ]:
+                if want is None:
+                    assert row[col] == "", col
+                else:
+                    assert float(row[col]) == want, col  # exact: CSV holds repr(float)
+                    compared += 1
+        for col in ("ceiling", "dp_epsilon", "n_members"):
+            assert (row[col] == "") if site[col] is None else float(row[col]) == site[col]
+        if site["flags"] is not None:
+            assert row["saturated"] == str(site["flags"]["saturated"]).lower()
+    assert compared > 20
+
+
+def test_markdown_and_html_show_numbers_flags_and_meaning(
+    written: tuple[Path, ReportFiles],
+) -> None:
+    run_dir, files = written
+    report = json.loads(files.json_path.read_text())
+    md = files.md_path.read_text()
+    page = files.html_path.read_text()
+    site0 = report["sites"][0]
+    iv = site0["eps_tilde_interval"]
+    assert f"{site0['eps_tilde']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]" in md
+    assert EPS_TILDE_MEANING in md
+    assert "**saturated**" in md and "missing" in md
+    assert "\\|" in md  # the pipe in the error text is escaped in the table/list
+    # HTML: exact numbers embedded, equal to report.json; the meaning sits in the page.
+    assert _embedded_json(page) == report
+    assert html.escape(EPS_TILDE_MEANING) in page
+    assert 'class="saturated"' in page and 'class="failed"' in page
+    assert f'title="{site0["eps_tilde"]!r}"' in page
+    assert page.count("data:image/png;base64,") == 4
+    # Error text is escaped everywhere, never injected.
+    assert "<script>alert" not in page
+    assert html.escape(ERROR_TEXT.split("\n")[0]) in page
+    _assert_self_contained(page)
+
+
+def test_per_record_scores_never_leave_audits(written: tuple[Path, ReportFiles]) -> None:
+    run_dir, files = written
+    raw = (run_dir / "audits" / "site-0.json").read_text()
+    assert repr(SECRET_SCORES[0]) in raw  # the input really carries scores
+    for path in (files.json_path, files.csv_path, files.md_path, files.html_path):
+        text = path.read_text()
+        for value in SECRET_SCORES:
+            assert repr(value) not in text, path.name
+            assert f"{value:.3f}" not in text, path.name
+    assert "scores" not in _all_keys(json.loads(files.json_path.read_text()))
+
+
+def test_eps_tilde_is_copied_not_recomputed(tmp_path: Path) -> None:
+    # Repeats straddle zero: mean of max(0, .) differs from max(0, mean difference).
+    result = make_result([1.0, 2.0], [1.5, 1.0])
+    assert result.eps_tilde.mean == 0.25
+    run = write_run(tmp_path / "r", n_sites=1, audits={0: ok_audit(0, result)})
+    site = to_jsonable(build_report(load_run(run)))["sites"][0]
+    assert site["eps_tilde"] == 0.25
+    assert site["eps_tilde"] != max(0.0, site["c_eps_lb"] - site["c_lb"])
+    assert site["dp_epsilon"] is None and site["rm_rn_eps_lb_interval"] is None
+
+
+def test_unreadable_audit_file_fails_that_site_only(tmp_path: Path) -> None:
+    run = write_run(
+        tmp_path / "r", n_sites=2, audits={0: ok_audit(0, make_result([1.0, 1.5], [2.0, 2.5]))}
+    )
+    (run / "audits" / "site-1.json").write_text("{not json")
+    sites = to_jsonable(build_report(load_run(run)))["sites"]
+    assert sites[0]["status"] == "ok" and sites[0]["eps_tilde"] == 1.0
+    assert sites[1]["status"] == "failed" and "site-1.json" in sites[1]["error"]
+
+
+def test_bad_run_inputs_name_the_file(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "r", n_sites=1, audits={})
+    with (run / "metrics.jsonl").open("a") as fh:
+        fh.write("{truncated\n")
+    with pytest.raises(ReportInputError, match=r"metrics\.jsonl:4"):
+        write_report(run)
+    (run / "partition.json").unlink()
+    with pytest.raises(ReportInputError, match=r"partition\.json"):
+        write_report(run)
+
+
+def test_report_is_deterministic(written: tuple[Path, ReportFiles], tmp_path: Path) -> None:
+    # Same inputs -> same bytes (json, csv, md; the HTML's PNGs carry no timestamp either,
+    # but re-plotting costs seconds, so the text formats are checked here).
+    run_dir, files = written
+    report = build_report(load_run(run_dir))
+    assert report_to_json_text(report) == files.json_path.read_text()
+    assert render_markdown(report) == files.md_path.read_text()
+    assert write_csv(report, tmp_path / "again.csv").read_bytes() == files.csv_path.read_bytes()
+
+
+def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
+    dp_run = write_run(
+        tmp_path / "runs" / "dp4",
+        n_sites=2,
+        dp=4.0,
+        accuracy=0.7,
+        audits={
+            i: ok_audit(
+                i, make_result([1.0, 1.5], [1.25, 1.75], rm_rn=[0.5, 0.75], o1=[0.25, 0.5]), dp=4.0
+            )
+            for i in range(2)
+        },
+    )
+    plain_run = write_run(
+        tmp_path / "runs" / "nodp",
+        n_sites=2,
+        accuracy=0.9,
+        audits={0: ok_audit(0, make_result([1.0, 1.5], [2.5, 3.0]))},  # site 1 missing
+    )
+    points = [
+        SweepPoint("eps=4", {"dp.enabled": True, "dp.epsilon": 4.0}, dp_run),
+        SweepPoint("no DP", {"dp.enabled": False}, plain_run),
+        SweepPoint("eps=1", {"dp.epsilon": 1.0}, tmp_path / "runs" / "never-ran"),
+    ]
+    files = write_sweep_report(tmp_path / "sweep", points, write_point_reports=True)
+    assert files.json_path.exists() and files.html_path.exists()
+    sweep = json.loads(files.json_path.read_text())
+    by_label = {p["label"]: p for p in sweep["points"]}
+    assert list(by_label) == ["eps=4", "no DP", "eps=1"]
+
+    dp = by_label["eps=4"]
+    assert dp["status"] == "complete" and dp["private"] is True
+    assert dp["theoretical_eps"] == 4.0
+    assert dp["global_accuracy"] == pytest.approx(0.7, abs=1e-12)
+    audit = _audit_file(dp_run, 1)
+    site = dp["sites"][1]
+    assert site["eps_tilde"] == audit.eps_tilde.mean and site["c_lb"] == audit.c_lb.mean
+    assert site["rm_rn_eps_lb"] == audit.rm_rn_eps_lb.mean
+    assert site["o1_eps_lb"] == audit.o1_eps_lb.mean and site["theoretical_eps"] == 4.0
+
+    plain = by_label["no DP"]
+    assert plain["status"] == "incomplete" and plain["private"] is False
+    assert plain["theoretical_eps"] is None
+    assert plain["global_accuracy"] == pytest.approx(0.9, abs=1e-12)
+    assert [s["status"] for s in plain["sites"]] == ["ok", "missing"]
+    assert any("site 1" in p for p in plain["problems"])
+    assert by_label["eps=1"]["status"] == "incomplete" and by_label["eps=1"]["sites"] == []
+    assert (dp_run / "report.html").exists() and dp["report_html"].endswith("report.html")
+
+    page = files.html_path.read_text()
+    _assert_self_contained(page)
+    assert html.escape(EPS_TILDE_MEANING) in page
+    assert "inf (no DP)" in page and "never-ran" in page
+    assert page.count("data:image/png;base64,") == 2
+    assert _embedded_json(page) == sweep
+    assert math.isclose(sweep["points"][0]["max_eps_tilde"], 0.25)
