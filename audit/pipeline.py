@@ -134,6 +134,7 @@ def _train_helper(task: AuditTask, train: Records, val: Records, *, epochs: int,
                   device: torch.device) -> tuple[torch.nn.Module, dict[str, float]]:
     """h: the target's architecture trained on labeled synthetic data, epoch count chosen by
     the loss on a separate synthetic validation set."""
+    torch.manual_seed(seed)  # the initial weights, too, come from the seed
     model = task.make_model()
     best_loss, best_epoch, best_state = math.inf, 0, None
     for epoch in range(1, epochs + 1):

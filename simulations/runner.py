@@ -104,20 +104,25 @@ def run_experiment(config: ExperimentConfig, run_dir: Path, *, verbose: bool = F
     meta = prepare_run_dir(config, run_dir)
     outcome.timings["data_s"] = time.time() - t0
     res: ResourcesConfig = config.resources
+    train = (res.num_cpus, _gpus(res.num_gpus))
+    audit = (res.audit_num_cpus, _gpus(res.audit_num_gpus))
+    phases: list[tuple[tuple[str, ...], tuple[float, float]]] = []
     if not training_done(config, run_dir):
-        t = time.time()
         last = latest_round_checkpoint(run_dir)
         if last is not None:
             log.info("resuming after round %d", load_checkpoint(last).round)
-        _simulate(config, meta, run_dir, phases=("train",), num_cpus=res.num_cpus,
-                  num_gpus=_gpus(res.num_gpus), verbose=verbose)
-        outcome.timings["fl_s"] = time.time() - t
+        phases.append((("train",), train))
     sites = list(range(config.partition.num_sites))
     if config.audit.enabled and sites_needing_audit(run_dir, sites):
+        phases.append((("audit",), audit))
+    # One simulation when both phases fit the same resources: Ray starts once.
+    if len(phases) == 2 and phases[0][1] == phases[1][1]:
+        phases = [(("train", "audit"), train)]
+    for names, (cpus, gpus) in phases:
         t = time.time()
-        _simulate(config, meta, run_dir, phases=("audit",), num_cpus=res.audit_num_cpus,
-                  num_gpus=_gpus(res.audit_num_gpus), verbose=verbose)
-        outcome.timings["audit_s"] = time.time() - t
+        _simulate(config, meta, run_dir, phases=names, num_cpus=cpus, num_gpus=gpus,
+                  verbose=verbose)
+        outcome.timings["+".join(names) + "_s"] = time.time() - t
     if write_report:
         t = time.time()
         from simulations.report import write_report as write

@@ -77,8 +77,11 @@ def read_ranks(path: Path) -> dict[bytes, int]:
 
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character table used in its vocab files."""
-    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-                 + list(range(ord("®"), ord("ÿ") + 1)))
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     table = {b: chr(b) for b in printable}
     extra = 0
     for b in range(256):
@@ -186,8 +189,9 @@ class CompactVocab:
         return 256
 
     @classmethod
-    def fit(cls, bpe: Gpt2Bpe, token_lists: Iterable[Sequence[int]], *, max_size: int
-            ) -> CompactVocab:
+    def fit(
+        cls, bpe: Gpt2Bpe, token_lists: Iterable[Sequence[int]], *, max_size: int
+    ) -> CompactVocab:
         """Keep bytes, ``<|endoftext|>`` and the ``max_size - 257`` most frequent tokens.
 
         Ties are broken by GPT-2 id, so the same corpus always gives the same vocabulary.
@@ -197,8 +201,9 @@ class CompactVocab:
         counts: Counter[int] = Counter()
         for ids in token_lists:
             counts.update(ids)
-        merged = sorted((t for t in counts if 256 <= t < GPT2_EOT_ID),
-                        key=lambda t: (-counts[t], t))
+        merged = sorted(
+            (t for t in counts if 256 <= t < GPT2_EOT_ID), key=lambda t: (-counts[t], t)
+        )
         # A split token's parts are counted too, so iterate: drop rare tokens, re-count their
         # parts, until the kept set is stable (usually one or two passes).
         keep = merged[: max_size - 257]
@@ -208,14 +213,17 @@ class CompactVocab:
             for tok, n in counts.items():
                 for part in _expand(bpe, tok, kept):
                     total[part] += n
-            ranked = sorted((t for t in total if 256 <= t < GPT2_EOT_ID),
-                            key=lambda t: (-total[t], t))
+            ranked = sorted(
+                (t for t in total if 256 <= t < GPT2_EOT_ID), key=lambda t: (-total[t], t)
+            )
             new_keep = ranked[: max_size - 257]
             if set(new_keep) == kept:
                 break
             keep = new_keep
-        ids = np.array(list(range(256)) + [GPT2_EOT_ID] + sorted(keep, key=lambda t: (-total[t], t)),
-                       dtype=np.int64)
+        ids = np.array(
+            list(range(256)) + [GPT2_EOT_ID] + sorted(keep, key=lambda t: (-total[t], t)),
+            dtype=np.int64,
+        )
         return cls(gpt2_ids=ids, bpe=bpe)
 
     def from_gpt2(self, ids: Sequence[int]) -> list[int]:

@@ -81,21 +81,23 @@ class FilteredGenerator:
         return 1.0 - self.dropped / self.drawn if self.drawn else float("nan")
 
     def sample(self, n: int, *, seed: int) -> Records:
-        kept_x, kept_y, have, round_ = [], [], 0, 0
+        """``n`` samples that pass the filter (rejection sampling, deterministic in seed)."""
+        kept_x, kept_y, have, drawn, round_ = [], [], 0, 0, 0
+        budget = self.max_draw_factor * max(n, 64)
         while have < n:
+            if drawn >= budget:
+                raise RuntimeError(
+                    f"generator.filter: only {have} of {n} samples passed the filter after "
+                    f"{drawn} draws (acceptance {have / drawn:.3f} at filter_confidence="
+                    f"{self.confidence}); raise filter_confidence or train the generator longer"
+                )
             batch = self.base.sample(max(2 * (n - have), 64), seed=seed * 1000 + round_)
             keep = self.filter.synthetic_probability(batch) < self.confidence
+            drawn += len(batch)
             self.drawn += len(batch)
             self.dropped += int((~keep).sum())
             kept_x.append(batch.x[keep])
             kept_y.append(batch.y[keep])
             have += int(keep.sum())
             round_ += 1
-            if have < n and round_ * max(2 * n, 64) > self.max_draw_factor * max(n, 64):
-                raise RuntimeError(
-                    f"generator.filter: only {have} of {n} samples passed the filter after "
-                    f"{round_} rounds (acceptance {self.acceptance_rate:.3f} at "
-                    f"filter_confidence={self.confidence}); raise filter_confidence or train "
-                    "the generator longer"
-                )
         return Records(np.concatenate(kept_x)[:n], np.concatenate(kept_y)[:n])

@@ -157,8 +157,8 @@ class ConditionalGan(_ConditionalImageGenerator):
                 opt_g.zero_grad(set_to_none=True)
                 g_loss.backward()
                 opt_g.step()
-                g_losses.append(float(g_loss))
-                d_losses.append(float(d_loss))
+                g_losses.append(float(g_loss.detach()))
+                d_losses.append(float(d_loss.detach()))
         self.decoder = gen_net
         tail = max(1, len(g_losses) // 10)
         return {"generator_loss": float(np.mean(g_losses[-tail:])) if g_losses else float("nan"),
@@ -200,7 +200,7 @@ class ConditionalVae(_ConditionalImageGenerator):
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-                losses.append(float(loss) / float(np.prod(self.shape)))
+                losses.append(float(loss.detach()) / float(np.prod(self.shape)))
         self.decoder = dec
         tail = max(1, len(losses) // 10)
         return {"generator_loss": float(np.mean(losses[-tail:])) if losses else float("nan"),

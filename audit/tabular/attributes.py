@@ -13,8 +13,13 @@ Marginal-based generators need discrete attributes, so this module
    numeric columns with at most ``max_levels`` distinct values by those values, other numeric
    columns by *atoms* (values carrying at least ``1/bins`` of the mass, e.g. the zeros of a
    spending column) plus quantile bins of the rest;
-3. maps codes back to encoded rows: exact values for levels and atoms, uniform between the
-   smallest and largest training value of a bin.
+3. maps codes back to encoded rows: exact values for levels and atoms; within a bin either
+   one of the bin's training values drawn at random (``within_bin="empirical"``, default) or
+   a uniform value between the bin's smallest and largest training value (``"uniform"``).
+   Empirical is the default because real columns often live on a lattice (indices rounded
+   to one decimal, incomes from a schedule): uniform values off that lattice let the
+   baseline spot synthetic rows from a single column (measured on RAND HIE: one column alone
+   gave AUC 0.81). It re-uses single values of D_G, never whole rows.
 
 It also flags rows with rare or extreme values (:func:`rare_value_mask`), which Appendix D.6
 of the paper identifies as a source of high variance in tabular audits.
@@ -112,6 +117,7 @@ class _NumericCoding:
     inner_edges: np.ndarray
     bin_low: np.ndarray
     bin_high: np.ndarray
+    bin_values: list[np.ndarray] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -128,10 +134,13 @@ class Discretizer:
         Quantile bins for a continuous column (after its atoms are taken out).
     max_levels
         A numeric column with at most this many distinct values keeps them all as levels.
+    within_bin
+        How a bin code becomes a value: ``"empirical"`` or ``"uniform"`` (module docstring).
     """
 
     bins: int = 16
     max_levels: int = 32
+    within_bin: Literal["empirical", "uniform"] = "empirical"
     attributes: list[Attribute] = field(default_factory=list)
     _numeric: dict[int, _NumericCoding] = field(default_factory=dict)
 
@@ -161,7 +170,8 @@ class Discretizer:
         high = np.array(
             [rest[which == b].max() if (which == b).any() else edges[b + 1] for b in range(nbins)]
         )
-        return _NumericCoding(atoms, inner, low, high)
+        values_in = [np.sort(rest[which == b]) for b in range(nbins)]
+        return _NumericCoding(atoms, inner, low, high, values_in)
 
     @property
     def sizes(self) -> list[int]:
@@ -200,7 +210,7 @@ class Discretizer:
         return codes
 
     def decode(self, codes: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
-        """Encoded rows for ``codes``: exact levels/atoms, uniform within a bin's range."""
+        """Encoded rows for ``codes`` (levels/atoms exact; bins per ``within_bin``)."""
         d = sum(attr.width for attr in self.attributes)
         x = np.zeros((len(codes), d), dtype=np.float32)
         for a, attr in enumerate(self.attributes):
@@ -216,7 +226,16 @@ class Discretizer:
             b = c[~is_atom] - k
             if len(b):
                 low, high = num.bin_low[b], num.bin_high[b]
-                values[~is_atom] = low + rng.random(len(b)) * (high - low)
+                drawn = low + rng.random(len(b)) * (high - low)
+                if self.within_bin == "empirical":
+                    counts = np.array([len(v) for v in num.bin_values])
+                    flat = np.concatenate(num.bin_values)
+                    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+                    pick = offsets[b] + np.floor(rng.random(len(b)) * counts[b]).astype(np.int64)
+                    # An empty bin (possible with interpolated edges) keeps the uniform draw.
+                    has = counts[b] > 0
+                    drawn[has] = flat[np.minimum(pick[has], len(flat) - 1)]
+                values[~is_atom] = drawn
             x[:, attr.start] = values
         return x
 

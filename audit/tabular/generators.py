@@ -20,7 +20,7 @@ known cause of high variance in tabular audits, paper Appendix D.6).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -42,8 +42,9 @@ class MSTGenerator:
         Optional encoding schema (``Dataset.info["schema"]``); inferred when ``None``.
     epsilon, delta
         Noise budget of the measurements (not a privacy guarantee of the generator).
-    bins, max_levels
-        Discretisation of continuous columns (see :class:`Discretizer`).
+    bins, max_levels, within_bin
+        Discretisation of continuous columns and how bins map back (see
+        :class:`audit.tabular.attributes.Discretizer`).
     filter, filter_confidence
         Real-vs-synthetic filter on the sampled rows.
     """
@@ -58,12 +59,13 @@ class MSTGenerator:
         delta: float = 1e-9,
         bins: int = 16,
         max_levels: int = 32,
+        within_bin: Literal["empirical", "uniform"] = "empirical",
         filter: bool = False,
         filter_confidence: float = 0.95,
     ) -> None:
         self.schema = schema
         self.epsilon, self.delta = epsilon, delta
-        self.discretizer = Discretizer(bins=bins, max_levels=max_levels)
+        self.discretizer = Discretizer(bins=bins, max_levels=max_levels, within_bin=within_bin)
         self.filter = SyntheticFilter(confidence=filter_confidence) if filter else None
         # Reported name, as the image generators do: a filtered generator is another G.
         self.kind = "mst+filter" if filter else "mst"

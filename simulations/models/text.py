@@ -61,24 +61,47 @@ class CausalLM(nn.Module):
         return int(self.config.n_positions)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.lm(input_ids=input_ids, use_cache=False).logits
+        # Explicit (B, T) positions: with transformers' default (1, T) the position
+        # embedding would see a batch of one, and Opacus would compute one "per-sample"
+        # gradient for the whole batch.
+        batch, length = input_ids.shape
+        positions = torch.arange(length, device=input_ids.device).expand(batch, length)
+        return self.lm(input_ids=input_ids, position_ids=positions, use_cache=False).logits
 
 
-def gpt2_config(*, vocab_size: int, n_positions: int, n_layer: int, n_embd: int, n_head: int,
-                dropout: float) -> GPT2Config:
+def gpt2_config(
+    *, vocab_size: int, n_positions: int, n_layer: int, n_embd: int, n_head: int, dropout: float
+) -> GPT2Config:
     if n_embd % n_head:
-        raise ValueError(f"model.options: n_embd ({n_embd}) must be divisible by n_head "
-                         f"({n_head})")
-    return GPT2Config(vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd,
-                      n_layer=n_layer, n_head=n_head, n_inner=4 * n_embd,
-                      resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
-                      bos_token_id=EOT_ID, eos_token_id=EOT_ID, tie_word_embeddings=True)
+        raise ValueError(f"model.options: n_embd ({n_embd}) must be divisible by n_head ({n_head})")
+    return GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=n_positions,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_inner=4 * n_embd,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
+        bos_token_id=EOT_ID,
+        eos_token_id=EOT_ID,
+        tie_word_embeddings=True,
+    )
 
 
 @register_model("gpt2_small", modality="text")
-def gpt2_small(*, num_classes: int, dp: bool, input_shape: tuple[int, ...], n_layer: int = 2,
-               n_embd: int = 128, n_head: int = 4, dropout: float = 0.1,
-               n_positions: int | None = None) -> nn.Module:
+def gpt2_small(
+    *,
+    num_classes: int,
+    dp: bool,
+    input_shape: tuple[int, ...],
+    n_layer: int = 2,
+    n_embd: int = 128,
+    n_head: int = 4,
+    dropout: float = 0.1,
+    n_positions: int | None = None,
+) -> nn.Module:
     """A GPT-2 with ``n_layer`` blocks of width ``n_embd`` (defaults: ~0.9M parameters with a
     4,096-token vocabulary).
 
@@ -89,6 +112,12 @@ def gpt2_small(*, num_classes: int, dp: bool, input_shape: tuple[int, ...], n_la
     del dp
     if len(input_shape) != 1:
         raise ValueError(f"gpt2_small expects input_shape (tokens,), got {input_shape}")
-    config = gpt2_config(vocab_size=num_classes, n_positions=n_positions or input_shape[0],
-                         n_layer=n_layer, n_embd=n_embd, n_head=n_head, dropout=dropout)
+    config = gpt2_config(
+        vocab_size=num_classes,
+        n_positions=n_positions or input_shape[0],
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        dropout=dropout,
+    )
     return CausalLM(config)

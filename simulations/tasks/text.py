@@ -24,8 +24,9 @@ EVAL_BATCH = 128
 def token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Next-token cross-entropy ``(B, T-1)`` of ``logits (B, T, V)`` against ``ids (B, T)``."""
     pred = logits[:, :-1].float()
-    return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), ids[:, 1:].reshape(-1),
-                           reduction="none").view(ids.shape[0], -1)
+    return F.cross_entropy(
+        pred.reshape(-1, pred.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
+    ).view(ids.shape[0], -1)
 
 
 @dataclass
@@ -35,8 +36,9 @@ class TextLMTask(TorchTask):
     def tensors(self, x: np.ndarray, y: np.ndarray | None) -> tuple[torch.Tensor, ...]:
         x = np.asarray(x)
         if x.ndim != 2 or not np.issubdtype(x.dtype, np.integer):
-            raise ValueError(f"text records must be integer token ids (n, T), got {x.dtype} "
-                             f"{x.shape}")
+            raise ValueError(
+                f"text records must be integer token ids (n, T), got {x.dtype} {x.shape}"
+            )
         return (torch.as_tensor(x, dtype=torch.long),)
 
     def record_losses(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -48,15 +50,23 @@ class TextLMTask(TorchTask):
         per_token = token_losses(model(ids), ids)
         return torch.cat([per_token.mean(dim=1, keepdim=True), per_token], dim=1)
 
-    def loader(self, x: np.ndarray, y: np.ndarray | None, *, shuffle: bool, seed: int = 0,
-               batch_size: int | None = None) -> torch.utils.data.DataLoader:
+    def loader(
+        self,
+        x: np.ndarray,
+        y: np.ndarray | None,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        batch_size: int | None = None,
+    ) -> torch.utils.data.DataLoader:
         if batch_size is not None:  # inference: bound the logits' memory
             batch_size = min(batch_size, EVAL_BATCH)
         return super().loader(x, y, shuffle=shuffle, seed=seed, batch_size=batch_size)
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *,
-                 device: torch.device) -> dict[str, float]:
+    def evaluate(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *, device: torch.device
+    ) -> dict[str, float]:
         """Mean token loss, perplexity and next-token accuracy."""
         model.to(device).eval()
         total, correct, tokens = 0.0, 0, 0
@@ -68,8 +78,11 @@ class TextLMTask(TorchTask):
             correct += int((logits[:, :-1].argmax(-1) == ids[:, 1:]).sum())
             tokens += losses.numel()
         loss = total / max(tokens, 1)
-        return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)),
-                "accuracy": correct / max(tokens, 1)}
+        return {
+            "loss": loss,
+            "perplexity": math.exp(min(loss, 50.0)),
+            "accuracy": correct / max(tokens, 1),
+        }
 
 
 TASK_CLASS = TextLMTask

@@ -1,0 +1,158 @@
+"""Baseline b and MIA for text chunks (``register_classifier("text")``).
+
+Both see the chunk's tokens and the per-token loss sequence of a language model (h for the
+baseline, f for the MIA; with ``classifier.helper_reference`` the MIA also sees h's, i.e.
+difficulty calibration). ``classifier.design`` picks one of two designs:
+
+``gbm`` (default)
+    Gradient boosting on hand-made features (:mod:`audit.text.features`): statistics and
+    sorted values of the loss sequence(s), the loss difference to the reference, a
+    naive-Bayes unigram/bigram ratio learned on the training split (out-of-fold there) and
+    repetition statistics. Learning rate and rounds are selected on validation with
+    ``select_by`` (the lower bound), ties broken by AUC.
+``stacked``
+    The paper's design (App. C.2) at a CPU-sized scale: a small transformer encoder over the
+    tokens, whose pooled hidden state is concatenated with a projection of the loss
+    sequence(s) and fed to a linear head. Training has two phases: first only the
+    loss-feature branch and the head, then everything, with weight decay; the epoch is
+    chosen on validation by ``select_by``. See :mod:`audit.text.neural`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.metrics import roc_auc_score
+from threadpoolctl import threadpool_limits
+
+from audit.components import AuditContext, ClassifierData, SelectionScore, register_classifier
+from audit.config import AuditConfig
+from audit.text.features import (
+    NaiveBayesRatio,
+    calibrated_stats,
+    loss_stats,
+    out_of_fold_ratios,
+    repetition_stats,
+)
+
+
+def _auc(scores: np.ndarray, membership: np.ndarray) -> float:
+    return float(roc_auc_score(membership, scores)) if len(np.unique(membership)) == 2 else 0.5
+
+
+def design_matrix(data: ClassifierData, ratios: np.ndarray, *, use_reference: bool) -> np.ndarray:
+    """Loss statistics (+ reference and calibrated ones), naive-Bayes ratios, repetition."""
+    parts = [loss_stats(data.features), ratios, repetition_stats(data.records.x)]
+    if use_reference and data.reference is not None:
+        parts += [loss_stats(data.reference), calibrated_stats(data.features, data.reference)]
+    return np.hstack(parts).astype(np.float32)
+
+
+class TextGradientBoosting:
+    """``gbm`` design; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        iterations: list[int],
+        learning_rates: list[float],
+        max_leaf_nodes: int,
+        use_reference: bool,
+        folds: int = 5,
+    ) -> None:
+        if not iterations or not learning_rates:
+            raise ValueError("classifier.gbm_iterations and gbm_learning_rates must be non-empty")
+        self.iterations = sorted({int(i) for i in iterations})
+        self.learning_rates = list(learning_rates)
+        self.max_leaf_nodes = max_leaf_nodes
+        self.use_reference = use_reference
+        self.folds = folds
+        self.model: HistGradientBoostingClassifier | None = None
+        self.rounds = 0
+        self.ratios: NaiveBayesRatio | None = None
+
+    def fit(
+        self, train: ClassifierData, val: ClassifierData, *, select_by: SelectionScore, seed: int
+    ) -> dict[str, object]:
+        st = np.asarray(train.membership).astype(np.int64)
+        sv = np.asarray(val.membership).astype(np.int64)
+        if len(np.unique(st)) < 2:
+            raise ValueError("text classifier: the training data has a single class")
+        self.ratios = NaiveBayesRatio().fit(train.records.x, st)
+        xt = design_matrix(
+            train,
+            out_of_fold_ratios(train.records.x, st, folds=self.folds, seed=seed),
+            use_reference=self.use_reference,
+        )
+        xv = design_matrix(
+            val, self.ratios.transform(val.records.x), use_reference=self.use_reference
+        )
+        best: tuple[float, float] | None = None
+        chosen: dict[str, object] = {}
+        with threadpool_limits(limits=max(1, torch.get_num_threads())):
+            for lr in self.learning_rates:
+                model = HistGradientBoostingClassifier(
+                    learning_rate=lr,
+                    max_iter=self.iterations[-1],
+                    max_leaf_nodes=self.max_leaf_nodes,
+                    l2_regularization=1.0,
+                    early_stopping=False,
+                    random_state=seed,
+                ).fit(xt, st)
+                for stage, dec in enumerate(model.staged_decision_function(xv), start=1):
+                    if stage not in self.iterations:
+                        continue
+                    key = (float(select_by(dec, sv)), _auc(dec, sv))
+                    if best is None or key > best:
+                        best, self.model, self.rounds = key, model, stage
+                        chosen = {"learning_rate": lr, "rounds": stage}
+        assert best is not None
+        return {
+            "design": "gbm",
+            **chosen,
+            "val_bound": best[0],
+            "val_auc": best[1],
+            "inputs": int(xt.shape[1]),
+        }
+
+    def score(self, data: ClassifierData) -> np.ndarray:
+        if self.model is None or self.ratios is None:
+            raise RuntimeError("fit() the classifier before scoring")
+        x = design_matrix(
+            data, self.ratios.transform(data.records.x), use_reference=self.use_reference
+        )
+        out = None
+        with threadpool_limits(limits=max(1, torch.get_num_threads())):
+            for stage, dec in enumerate(self.model.staged_decision_function(x), start=1):
+                out = dec
+                if stage == self.rounds:
+                    break
+        return np.asarray(out, dtype=np.float64)
+
+
+@register_classifier("text")
+def make_text_classifier(config: AuditConfig, context: AuditContext):
+    """The design named by ``classifier.design`` (``gbm`` or ``stacked``)."""
+    cc = config.classifier
+    design = getattr(cc, "design", "gbm")
+    if design == "stacked":
+        from audit.text.neural import TextNeuralClassifier
+
+        epochs = sorted(set(cc.epochs))
+        return TextNeuralClassifier(
+            vocab_size=int(context.task.num_classes),
+            epochs=epochs[:1] if config.quick else epochs,
+            learning_rate=cc.learning_rate,
+            weight_decay=cc.weight_decay,
+            batch_size=cc.batch_size,
+            use_reference=cc.helper_reference,
+            device=context.device,
+        )
+    iterations = sorted(set(cc.gbm_iterations))
+    return TextGradientBoosting(
+        iterations=iterations[:2] if config.quick else iterations,
+        learning_rates=cc.gbm_learning_rates,
+        max_leaf_nodes=cc.gbm_max_leaf_nodes,
+        use_reference=cc.helper_reference,
+    )

@@ -1,0 +1,294 @@
+"""Measure the text audit at one site's size: generator choices x lightly / heavily trained target.
+
+One "site" is a seeded set of Bible chapters (members: the chunks the target trains on;
+holdout: chunks of other chapters, real non-members for RM;RN and O(1)); the public part of
+the dataset is the generator's pre-training text and the reference pool. The target is
+trained once, with snapshots at each ``--target-epochs`` value (the paper's E37 vs E150
+contrast), and every snapshot is audited with every ``--variants`` generator::
+
+    .venv/bin/python benchmarks/text_generator.py --members 1500 --target-epochs 5 40 \
+        --variants scratch pretrain pool --out runs/bench-text.json
+
+Variants: ``scratch`` (gpt2 generator trained on D_G only), ``pretrain`` (pre-trained on
+the public chapters first), ``unprompted`` (pretrain, whole-chunk sampling without
+prompts), ``pool`` (reference pool: public chunks as non-members). ``--save-npz`` /
+``--data-npz`` store / reuse the tokenized site, so a machine without the tokenizer's
+packages can run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+# Run as a script: make the repository importable (an editable install made before audit/
+# had an __init__.py maps it as a namespace package).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from audit import AuditConfig, GeneratorConfig, Records, run_audit  # noqa: E402
+from audit.components import AuditContext, register_generator  # noqa: E402
+from audit.config import ClassifierConfig, SplitConfig  # noqa: E402
+from audit.pipeline import resolve_device  # noqa: E402
+from audit.text.generator import Gpt2Generator, TextGeneratorOptions  # noqa: E402
+from simulations.tasks import build_task  # noqa: E402
+from simulations.tasks.base import OptimizerSpec, run_epoch  # noqa: E402
+
+VARIANTS: dict[str, dict] = {
+    "scratch": {"pretrain_epochs": 0},
+    "pretrain": {"pretrain_epochs": -1},  # -1: --pretrain-epochs
+    "unprompted": {"pretrain_epochs": -1, "prompt_tokens": 0},
+    "pool": {},
+}
+
+
+def load_site(args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """Members, holdout and public chunks (from ``--data-npz`` or the bible loader)."""
+    if args.data_npz:
+        with np.load(args.data_npz) as z:
+            return {k: z[k] for k in z.files}
+    from simulations.datasets import load_dataset
+
+    data = load_dataset("bible", options={"vocab_size": args.vocab_size})
+    rng = np.random.default_rng(args.seed)
+    docs = rng.permutation(np.unique(data.groups))
+    counts = {d: int(c) for d, c in zip(*np.unique(data.groups, return_counts=True), strict=True)}
+    member_docs, holdout_docs, n_m, n_h = [], [], 0, 0
+    for d in docs:
+        if n_m < args.members:
+            member_docs.append(d)
+            n_m += counts[d]
+        elif n_h < args.holdout:
+            holdout_docs.append(d)
+            n_h += counts[d]
+    members = data.x[np.isin(data.groups, member_docs)][: args.members]
+    holdout = data.x[np.isin(data.groups, holdout_docs)][: args.holdout]
+    site = {
+        "members": members,
+        "holdout": holdout,
+        "public": data.public_x,
+        "vocab_size": np.array(data.num_classes),
+    }
+    if args.save_npz:
+        np.savez_compressed(args.save_npz, **site)
+    return site
+
+
+def train_target(
+    task, x: np.ndarray, holdout: np.ndarray, epochs: list[int], *, device: torch.device, seed: int
+) -> dict[int, dict]:
+    """Train once; snapshot weights and losses at each requested epoch."""
+    torch.manual_seed(seed)
+    model = task.make_model().to(device)
+    optimizer = task.optimizer.build(model.parameters())
+    loader = task.loader(x, None, shuffle=True, seed=seed)
+    snaps: dict[int, dict] = {}
+    start = time.perf_counter()
+    for epoch in range(1, max(epochs) + 1):
+        model.train()
+        loss = run_epoch(model, loader, optimizer, lambda b: task.batch_loss(model, b), device)
+        if epoch in epochs:
+            ev = task.evaluate(model, holdout, None, device=device)
+            snaps[epoch] = {
+                "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                "train_loss": loss,
+                "holdout_loss": ev["loss"],
+                "elapsed_s": time.perf_counter() - start,
+            }
+            print(
+                f"target epoch {epoch}: train loss {loss:.3f} holdout {ev['loss']:.3f} "
+                f"({time.perf_counter() - start:.0f}s)",
+                flush=True,
+            )
+    return snaps
+
+
+def _unlabeled_o1_workaround() -> bool:
+    """Until audit.pipeline passes ``y=None`` through to O(1) (it indexes ``d_in.y``), give
+    the records all-zero dummy labels and drop them again before O(1). Returns whether the
+    workaround is active (then the quality's accuracy entries are meaningless)."""
+    import inspect
+
+    import audit.pipeline as pipeline
+
+    if "d_in.y[ins.test]" not in inspect.getsource(pipeline.run_audit):
+        return False
+    original = pipeline._o1
+    pipeline._o1 = lambda mem, non, _ym, _yn, **kw: original(mem, non, None, None, **kw)
+    return True
+
+
+def register_variant(name: str, options: TextGeneratorOptions) -> str:
+    """A generator name bound to these options (the audit config has no options field)."""
+    kind = f"gpt2_{name}"
+
+    @register_generator(kind)
+    def _factory(config: AuditConfig, context: AuditContext) -> Gpt2Generator:
+        g = config.generator
+        return Gpt2Generator(
+            options,
+            vocab_size=int(context.task.num_classes),
+            epochs=g.epochs,
+            batch_size=g.batch_size,
+            learning_rate=None,
+            device=context.device,
+            public_pool=context.public_pool,
+        )
+
+    return kind
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--members", type=int, default=1500)
+    p.add_argument("--holdout", type=int, default=400)
+    p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--target-epochs", type=int, nargs="+", default=[5, 40])
+    p.add_argument("--target-layers", type=int, default=2)
+    p.add_argument("--target-width", type=int, default=128)
+    p.add_argument("--variants", nargs="+", default=["scratch", "pretrain", "pool"])
+    p.add_argument("--designs", nargs="+", default=["gbm"])
+    p.add_argument("--generator-epochs", type=int, default=20)
+    p.add_argument("--pretrain-epochs", type=int, default=5)
+    p.add_argument("--generator-layers", type=int, default=2)
+    p.add_argument("--generator-width", type=int, default=128)
+    p.add_argument("--prompt-tokens", type=int, default=32)
+    p.add_argument("--helper-epochs", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--splits",
+        type=float,
+        nargs=3,
+        default=[0.3, 0.3, 0.1],
+        metavar=("GENERATOR", "TRAIN", "VAL"),
+    )
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-npz", default=None)
+    p.add_argument("--save-npz", default=None)
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    t0 = time.perf_counter()
+    site = load_site(args)
+    print(
+        f"site: {len(site['members'])} members, {len(site['holdout'])} holdout, "
+        f"{len(site['public'])} public chunks; load {time.perf_counter() - t0:.0f}s",
+        flush=True,
+    )
+    vocab = int(site["vocab_size"])
+    task = build_task(
+        "text",
+        model_name="gpt2_small",
+        num_classes=vocab,
+        input_shape=(site["members"].shape[1],),
+        batch_size=32,
+        optimizer=OptimizerSpec(name="adam", learning_rate=1e-3),
+        model_options={"n_layer": args.target_layers, "n_embd": args.target_width},
+    )
+    snaps = train_target(
+        task, site["members"], site["holdout"], args.target_epochs, device=device, seed=args.seed
+    )
+    dummy = _unlabeled_o1_workaround()
+
+    def recs(x: np.ndarray) -> Records:
+        return Records(x, np.zeros(len(x), np.int64) if dummy else None)
+
+    results = []
+    for variant in args.variants:
+        if variant == "pool":
+            kind = "reference_pool"
+        else:
+            opts = {
+                k: (args.pretrain_epochs if v == -1 else v) for k, v in VARIANTS[variant].items()
+            }
+            opts.setdefault("prompt_tokens", args.prompt_tokens)
+            kind = register_variant(
+                variant,
+                TextGeneratorOptions(
+                    n_layer=args.generator_layers, n_embd=args.generator_width, **opts
+                ),
+            )
+        for design in args.designs:
+            config = AuditConfig(
+                repeats=args.repeats,
+                device=args.device,
+                seed=args.seed,
+                splits=SplitConfig(
+                    generator=args.splits[0], train=args.splits[1], val=args.splits[2]
+                ),
+                generator=GeneratorConfig(kind=kind, epochs=args.generator_epochs, batch_size=32),
+                helper_epochs=args.helper_epochs,
+                classifier=ClassifierConfig(design=design),
+            )
+            for epoch, snap in snaps.items():
+                model = task.make_model()
+                model.load_state_dict(snap["state"])
+                start = time.perf_counter()
+                res = run_audit(
+                    task,
+                    model.to(device),
+                    recs(site["members"]),
+                    config,
+                    nonmembers=recs(site["holdout"]),
+                    public_pool=recs(site["public"]),
+                    progress=lambda m: print("  " + m, flush=True),
+                )
+                row = {
+                    "variant": variant,
+                    "design": design,
+                    "target_epochs": epoch,
+                    "target_train_loss": snap["train_loss"],
+                    "target_holdout_loss": snap["holdout_loss"],
+                    "c_lb": res.c_lb.mean,
+                    "c_lb_std": res.c_lb.std,
+                    "ceiling": res.ceiling,
+                    "c_eps_lb": res.c_eps_lb.mean,
+                    "c_eps_lb_std": res.c_eps_lb.std,
+                    "eps_tilde": res.eps_tilde.mean,
+                    "eps_tilde_std": res.eps_tilde.std,
+                    "rm_rn": None if res.rm_rn_eps_lb is None else res.rm_rn_eps_lb.mean,
+                    "o1": None if res.o1_eps_lb is None else res.o1_eps_lb.mean,
+                    "saturated": res.flags.saturated,
+                    "quality": res.quality,
+                    "sizes": res.sizes,
+                    "timings": res.timings,
+                    "audit_s": time.perf_counter() - start,
+                }
+                results.append(row)
+                print(
+                    json.dumps(
+                        {
+                            k: (round(v, 3) if isinstance(v, float) else v)
+                            for k, v in row.items()
+                            if k not in ("quality", "sizes", "timings")
+                        }
+                    ),
+                    flush=True,
+                )
+                print(
+                    "  quality "
+                    + json.dumps(
+                        {k: round(v, 3) for k, v in res.quality.items() if "accuracy" not in k}
+                    ),
+                    flush=True,
+                )
+                print(
+                    "  timings " + json.dumps({k: round(v, 1) for k, v in res.timings.items()}),
+                    flush=True,
+                )
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    print(f"total {time.perf_counter() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

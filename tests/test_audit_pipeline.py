@@ -1,0 +1,169 @@
+"""run_audit end to end on a small over-fitted digits model (real training, tiny budgets)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from audit import AuditConfig, AuditResult, Records, run_audit
+from audit import components as comp
+from audit.result import Interval
+from simulations.datasets import load_dataset
+from simulations.tasks import build_task
+
+CPU = torch.device("cpu")
+
+TINY = {
+    "classifier": {"gbm_iterations": [10, 30], "gbm_learning_rates": [0.1]},
+    "helper_epochs": 2,
+    "generator": {"kind": "reference_pool"},
+}
+
+
+@pytest.fixture(scope="module")
+def site():
+    torch.set_num_threads(1)
+    ds = load_dataset("digits", options={"public_fraction": 0.5})
+    task = build_task("image", model_name="small_cnn", num_classes=10, input_shape=(1, 8, 8),
+                      model_options={"width": 16})
+    perm = np.random.default_rng(0).permutation(len(ds.x))
+    mem, non = perm[:300], perm[300:500]
+    model = task.make_model()
+    task.train_model(model, ds.x[mem], ds.y[mem], epochs=25, seed=0, device=CPU)
+    return {
+        "task": task,
+        "model": model,
+        "members": Records(ds.x[mem], ds.y[mem]),
+        "nonmembers": Records(ds.x[non], ds.y[non]),
+        "pool": Records(ds.public_x, ds.public_y),
+    }
+
+
+def _audit(site, **overrides) -> AuditResult:
+    cfg = AuditConfig(**{**TINY, "device": "cpu", **overrides})
+    return run_audit(site["task"], site["model"], site["members"], cfg,
+                     nonmembers=site["nonmembers"], public_pool=site["pool"])
+
+
+@pytest.fixture(scope="module")
+def result(site) -> AuditResult:
+    return _audit(site, repeats=2, return_scores=True)
+
+
+def test_result_is_consistent(result: AuditResult) -> None:
+    assert result.generator_kind == "reference_pool" and result.modality == "image"
+    assert len(result.repeats) == 2
+    for rep in result.repeats:
+        assert rep.eps_tilde == max(0.0, rep.c_eps_lb - rep.c_lb)
+        assert rep.c_lb >= 0 and rep.c_eps_lb >= 0
+        # Scores are tie-broken, so no bound can pass the perfect scorer's.
+        assert rep.ceiling >= rep.c_lb and rep.ceiling >= rep.c_eps_lb
+        assert rep.c_lb == max(0.0, rep.baseline.lower_bound)
+        assert rep.rm_rn_eps_lb is not None and rep.rm_rn_eps_lb >= 0
+        assert rep.o1_eps_lb is not None and rep.o1_eps_lb >= 0
+        assert len(rep.baseline_curve.recall) == len(rep.mia_curve.bound) == 20
+        assert max(rep.mia_curve.bound) <= rep.mia.lower_bound + 1e-12
+        assert rep.scores is not None and len(rep.scores["mia"]) == rep.m
+        assert set(rep.scores["membership"]) == {0.0, 1.0}
+        assert set(rep.selected) == {"baseline", "mia"}
+    assert result.c_lb == Interval.of([r.c_lb for r in result.repeats])
+    assert result.eps_tilde == Interval.of([r.eps_tilde for r in result.repeats])
+    assert result.rm_rn_eps_lb == Interval.of([r.rm_rn_eps_lb for r in result.repeats])
+    assert result.ceiling == pytest.approx(np.mean([r.ceiling for r in result.repeats]))
+    assert result.ceiling >= result.c_lb.mean
+    s = result.sizes
+    assert s["members"] == 300 and s["generator"] + s["train"] + s["val"] + s["m"] == 300
+    assert s["synthetic_out"] == 300 - s["generator"]
+    assert s["nonmembers"] == 200 and s["rm_rn_m"] >= 2
+    for key in ("helper_accuracy_real_members", "target_accuracy_members", "baseline_auc",
+                "mia_auc"):
+        assert key in result.quality
+    for key in ("generator_fit", "helper", "baseline", "mia", "rm_rn", "o1", "total"):
+        assert result.timings[key] >= 0
+    # The reference pool is real data: the baseline should not separate it from members.
+    assert result.quality["baseline_auc"] < 0.75
+
+
+def test_result_round_trips_through_json(result: AuditResult) -> None:
+    text = json.dumps(result.to_dict())
+    back = AuditResult.from_dict(json.loads(text))
+    assert back == result
+
+
+def test_same_seed_same_numbers(site) -> None:
+    a = _audit(site, quick=True, seed=5)
+    b = _audit(site, quick=True, seed=5)
+    assert a.repeats[0].c_lb == b.repeats[0].c_lb
+    assert a.repeats[0].c_eps_lb == b.repeats[0].c_eps_lb
+    assert a.repeats[0].rm_rn_eps_lb == b.repeats[0].rm_rn_eps_lb
+    assert a.repeats[0].baseline == b.repeats[0].baseline
+    assert a.repeats[0].selected == b.repeats[0].selected
+
+
+def test_game_records_never_reach_fit(site, monkeypatch) -> None:
+    """Structural check: every record the classifiers are fitted or selected on is outside
+    the audit sets they score afterwards."""
+    real_factory = comp._CLASSIFIERS["image"]
+    calls: list[tuple[str, set[bytes]]] = []
+
+    def keys(data) -> set[bytes]:
+        return {r.tobytes() + bytes([int(y)]) for r, y in zip(data.records.x, data.records.y)}
+
+    class Spy:
+        def __init__(self, config, context) -> None:
+            self.inner = real_factory(config, context)
+
+        def fit(self, train, val, *, select_by, seed):
+            calls.append(("fit", keys(train) | keys(val)))
+            return self.inner.fit(train, val, select_by=select_by, seed=seed)
+
+        def score(self, data):
+            calls.append(("score", keys(data)))
+            return self.inner.score(data)
+
+    comp._load_modality("image")
+    monkeypatch.setitem(comp._CLASSIFIERS, "image", Spy)
+    _audit(site, quick=True)
+    # Records that occur twice in the data (exact duplicates) cannot be told apart; skip them.
+    every = [site["members"], site["nonmembers"], site["pool"]]
+    flat = [r.tobytes() + bytes([int(y)]) for rec in every for r, y in zip(rec.x, rec.y)]
+    uniq, counts = np.unique(np.array(flat, dtype=object), return_counts=True)
+    dup = set(uniq[counts > 1])
+    kinds = [k for k, _ in calls]
+    assert kinds == ["fit", "score"] * 3  # baseline, MIA, RM;RN: each fitted before scoring
+    for i in range(0, len(calls), 2):
+        fitted, scored = calls[i][1] - dup, calls[i + 1][1] - dup
+        assert scored and not (fitted & scored)
+
+
+def test_cgan_end_to_end(site) -> None:
+    res = _audit(site, quick=True, generator={"kind": "cgan", "epochs": 2})
+    assert res.generator_kind == "cgan"
+    assert "generator_loss" in res.quality
+    rep = res.repeats[0]
+    assert rep.eps_tilde == max(0.0, rep.c_eps_lb - rep.c_lb) and rep.ceiling >= rep.c_lb
+
+
+def test_input_errors_name_the_problem(site) -> None:
+    task, model = site["task"], site["model"]
+    cfg = AuditConfig(**{**TINY, "quick": True, "device": "cpu"})
+    with pytest.raises(ValueError, match="members is empty"):
+        run_audit(task, model, Records(site["members"].x[:0], site["members"].y[:0]), cfg)
+    with pytest.raises(ValueError, match="nonmembers records have shape"):
+        run_audit(task, model, site["members"], cfg,
+                  nonmembers=Records(np.zeros((5, 1, 4, 4), np.uint8), np.zeros(5, np.int64)))
+    with pytest.raises(ValueError, match="needs public records"):
+        run_audit(task, model, site["members"], cfg)
+    bad_kind = AuditConfig(**{**TINY, "generator": {"kind": "nope"}, "quick": True})
+    with pytest.raises(KeyError, match="unknown generator 'nope'"):
+        run_audit(task, model, site["members"], bad_kind, public_pool=site["pool"])
+    few = Records(site["nonmembers"].x[:3], site["nonmembers"].y[:3])
+    with pytest.raises(ValueError, match="too few for RM;RN"):
+        run_audit(task, model, site["members"], cfg, nonmembers=few,
+                  public_pool=site["pool"])
+    tiny = Records(site["members"].x[:8], site["members"].y[:8])
+    with pytest.raises(ValueError, match="splits"):
+        run_audit(task, model, tiny, cfg, public_pool=site["pool"])

@@ -1,0 +1,56 @@
+from pathlib import Path
+
+import pytest
+
+from simulations.config import ConfigError, dump_config, load_config, validate_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_default_config_is_valid():
+    config = load_config(REPO / "configs" / "default.yaml")
+    assert config.partition.num_sites == 5
+    assert config.data.name == "fashion_mnist"
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"fl": {"rounds": 0}}, "fl.rounds"),
+        ({"fl": {"roundz": 3}}, "fl.roundz: unknown key"),
+        ({"partition": {"scheme": "random"}}, "partition.scheme"),
+        ({"dp": {"enabled": True}}, "dp: set exactly one of target_epsilon or noise_multiplier"),
+        ({"audit": {"settings": {"beta": 1.5}}}, "audit.settings.beta"),
+        ({"audit": {"settings": {"splits": {"generator": -1}}}}, "audit.settings.splits.generator"),
+    ],
+)
+def test_bad_values_name_the_key(raw, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate_config(raw)
+
+
+def test_overrides_and_round_trip(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\nfl: {rounds: 2}\n")
+    config = load_config(path, ["fl.rounds=4", "dp.enabled=true", "dp.target_epsilon=2"])
+    assert config.fl.rounds == 4 and config.dp.enabled and config.dp.target_epsilon == 2
+    (tmp_path / "resolved.yaml").write_text(dump_config(config))
+    assert load_config(tmp_path / "resolved.yaml") == config
+
+
+def test_infinite_epsilon_means_no_dp(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("dp: {enabled: true, target_epsilon: .inf}\n")
+    config = load_config(path)
+    assert not config.dp.enabled
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fl: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="expected key=value"):
+        load_config(REPO / "configs" / "default.yaml", ["fl.rounds"])

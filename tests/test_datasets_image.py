@@ -1,0 +1,103 @@
+"""The image loaders on small files written here in the real formats."""
+
+import gzip
+import pickle
+import struct
+
+import numpy as np
+import pytest
+
+from simulations.datasets import DataError, load_dataset
+from simulations.datasets.image import read_idx
+
+
+def write_idx(path, array, *, compress):
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(
+        f">{array.ndim}I", *array.shape
+    )
+    data = header + array.astype(np.uint8).tobytes()
+    if compress:
+        path = path.with_name(path.name + ".gz")
+        with gzip.open(path, "wb") as fh:
+            fh.write(data)
+    else:
+        path.write_bytes(data)
+    return path
+
+
+def make_idx_folder(folder, *, n=20, n_test=8, compress=True, seed=0):
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    x = rng.integers(0, 256, (n, 28, 28))
+    y = rng.integers(0, 10, n)
+    tx, ty = rng.integers(0, 256, (n_test, 28, 28)), rng.integers(0, 10, n_test)
+    write_idx(folder / "train-images-idx3-ubyte", x, compress=compress)
+    write_idx(folder / "train-labels-idx1-ubyte", y, compress=compress)
+    write_idx(folder / "t10k-images-idx3-ubyte", tx, compress=compress)
+    write_idx(folder / "t10k-labels-idx1-ubyte", ty, compress=compress)
+    return x, y, tx, ty
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_idx_round_trip(tmp_path, compress):
+    x, y, tx, ty = make_idx_folder(tmp_path, compress=compress)
+    ds = load_dataset("fashion_mnist", root=tmp_path)
+    assert ds.x.shape == (20, 1, 28, 28) and ds.x.dtype == np.uint8
+    assert np.array_equal(ds.x[:, 0], x) and np.array_equal(ds.y, y)
+    assert np.array_equal(ds.public_x[:, 0], tx) and np.array_equal(ds.public_y, ty)
+
+
+def test_torchvision_raw_layout_and_limits(tmp_path):
+    x, y, _, _ = make_idx_folder(tmp_path / "MNIST" / "raw", compress=False)
+    ds = load_dataset("mnist", root=tmp_path, options={"max_train": 5})
+    assert len(ds) == 5 and np.array_equal(ds.x[:, 0], x[:5])
+
+
+def test_missing_file_names_path_and_remedy(tmp_path):
+    with pytest.raises(DataError, match=r"missing data file: .*train-images-idx3-ubyte.*apt-get"):
+        load_dataset("fashion_mnist", root=tmp_path)
+
+
+def test_corrupt_files_are_named(tmp_path):
+    make_idx_folder(tmp_path, compress=False)
+    bad = tmp_path / "train-images-idx3-ubyte"
+    bad.write_bytes(bad.read_bytes()[:-10])
+    with pytest.raises(DataError, match="corrupt data file .*train-images-idx3-ubyte.*header says"):
+        load_dataset("fashion_mnist", root=tmp_path)
+    bad.write_bytes(b"\x01\x02\x03\x04garbage")
+    with pytest.raises(DataError, match="bad magic"):
+        read_idx(bad)
+
+
+def test_bad_loader_option_names_key(tmp_path):
+    with pytest.raises(ValueError, match=r"data\.options\.max_trian"):
+        load_dataset("fashion_mnist", root=tmp_path, options={"max_trian": 3})
+
+
+def write_cifar(folder, n_per_batch=6, seed=0):
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    batches = []
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        data = rng.integers(0, 256, (n_per_batch, 3072), dtype=np.uint8)
+        labels = rng.integers(0, 10, n_per_batch).tolist()
+        with open(folder / name, "wb") as fh:
+            pickle.dump({b"data": data, b"labels": labels}, fh)
+        batches.append((data, labels))
+    return batches
+
+
+def test_cifar10_pickle_batches(tmp_path):
+    batches = write_cifar(tmp_path / "cifar-10-batches-py")
+    ds = load_dataset("cifar10", root=tmp_path)
+    assert ds.x.shape == (30, 3, 32, 32) and ds.input_shape == (3, 32, 32)
+    assert np.array_equal(ds.x[0].reshape(-1), batches[0][0][0])
+    assert ds.public_x.shape == (6, 3, 32, 32)
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
+    with pytest.raises(DataError, match="corrupt data file .*data_batch_3"):
+        load_dataset("cifar10", root=tmp_path)
+
+
+def test_digits_is_always_there():
+    ds = load_dataset("digits")
+    assert ds.input_shape == (1, 8, 8) and len(ds) + len(ds.public_x) == 1797
