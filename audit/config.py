@@ -27,14 +27,19 @@ class SplitConfig(_Strict):
 class GeneratorConfig(_Strict):
     """The generator G that supplies non-members."""
 
-    kind: str = Field("cgan", description="registered generator name, e.g. cgan, vae, "
-                      "reference_pool, mst, gpt2")
+    kind: str = Field(
+        "cgan", description="registered generator name, e.g. cgan, vae, reference_pool, mst, gpt2"
+    )
     epochs: int = Field(30, ge=0, description="training budget (generator epochs)")
-    filter: bool = Field(False, description="drop samples a real-vs-synthetic classifier "
-                         "flags as synthetic with high confidence")
+    filter: bool = Field(
+        False,
+        description="drop samples a real-vs-synthetic classifier "
+        "flags as synthetic with high confidence",
+    )
     filter_confidence: float = Field(0.95, gt=0.5, lt=1.0)
-    resample_labels: bool = Field(True, description="reference pool: match the site's "
-                                  "label distribution")
+    resample_labels: bool = Field(
+        True, description="reference pool: match the site's label distribution"
+    )
     batch_size: int = Field(64, ge=1, description="generator training batch size")
     learning_rate: float = Field(2e-4, gt=0, description="generator learning rate")
     latent_dim: int = Field(64, ge=1, description="noise / latent dimension")
@@ -50,21 +55,36 @@ class ClassifierConfig(_Strict):
     """
 
     design: Literal["gbm", "stacked"] = Field("gbm", description="gbm or stacked")
-    gbm_iterations: list[int] = Field(default_factory=lambda: [50, 100, 200, 400],
-                                      description="candidate boosting rounds (gbm)")
-    gbm_learning_rates: list[float] = Field(default_factory=lambda: [0.05, 0.1],
-                                            description="candidate learning rates (gbm)")
+    gbm_iterations: list[int] = Field(
+        default_factory=lambda: [50, 100, 200, 400], description="candidate boosting rounds (gbm)"
+    )
+    gbm_learning_rates: list[float] = Field(
+        default_factory=lambda: [0.05, 0.1], description="candidate learning rates (gbm)"
+    )
     gbm_max_leaf_nodes: int = Field(15, ge=2)
-    pixel_side: int = Field(14, ge=1, description="pixels are average-pooled to at most "
-                            "this side before entering the gbm / loss module")
+    feature_sets: list[Literal["loss", "loss+pixels"]] = Field(
+        default_factory=lambda: ["loss", "loss+pixels"],
+        description="gbm candidates: loss features (+label) alone and with pooled pixels")
+    single_statistics: bool = Field(True, description="also try each confidence statistic "
+                                    "as the score (threshold attacks), selected on validation")
+    pixel_side: int = Field(
+        14,
+        ge=1,
+        description="pixels are average-pooled to at most "
+        "this side before entering the gbm / loss module",
+    )
 
-    epochs: list[int] = Field(default_factory=lambda: [5, 10, 20],
-                              description="candidate epochs, selected on validation")
+    epochs: list[int] = Field(
+        default_factory=lambda: [5, 10, 20], description="candidate epochs, selected on validation"
+    )
     learning_rate: float = Field(1e-3, gt=0)
     weight_decay: float = Field(1e-4, ge=0)
     batch_size: int = Field(128, ge=1)
-    helper_reference: bool = Field(True, description="MIA also sees h's loss as a difficulty "
-                                   "reference (valid: h does not depend on the game)")
+    helper_reference: bool = Field(
+        True,
+        description="MIA also sees h's loss as a difficulty "
+        "reference (valid: h does not depend on the game)",
+    )
 
 
 class AuditConfig(_Strict):
@@ -77,11 +97,13 @@ class AuditConfig(_Strict):
     splits: SplitConfig = Field(default_factory=SplitConfig)
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
     helper_epochs: int = Field(10, ge=1)
-    synthetic_multiplier: float = Field(1.0, gt=0, description="helper training set size "
-                                        "relative to the member train split")
+    synthetic_multiplier: float = Field(
+        1.0, gt=0, description="helper training set size relative to the member train split"
+    )
     classifier: ClassifierConfig = Field(default_factory=ClassifierConfig)
-    saturation_margin: float = Field(0.3, ge=0, description="c_lb within this of the "
-                                     "ceiling is flagged saturated")
+    saturation_margin: float = Field(
+        0.3, ge=0, description="c_lb within this of the ceiling is flagged saturated"
+    )
     return_scores: bool = Field(False, description="keep per-record scores in the result")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int = 0

@@ -77,11 +77,17 @@ def build_client_app(resolve: Resolver) -> ClientApp:
         state = msg.content["arrays"].to_torch_state_dict()
         ledger = _ledger(runtime, context) if runtime.dp is not None else None
         result = train_locally(
-            runtime.task, state, x=runtime.data.train_x, y=runtime.data.train_y,
+            runtime.task,
+            state,
+            x=runtime.data.train_x,
+            y=runtime.data.train_y,
             epochs=int(config["local-epochs"]),
             seed=int(config["seed"]) * 100_003 + server_round * 1_009 + runtime.site_id,
-            device=runtime.device, proximal_mu=float(config.get("proximal-mu", 0.0)),
-            dp=runtime.dp, ledger=ledger)
+            device=runtime.device,
+            proximal_mu=float(config.get("proximal-mu", 0.0)),
+            dp=runtime.dp,
+            ledger=ledger,
+        )
         if ledger is not None:
             _save_ledger(ledger, runtime, context)
         metrics = {
@@ -89,18 +95,22 @@ def build_client_app(resolve: Resolver) -> ClientApp:
             "train-loss": result.train_loss,
             "site-id": runtime.site_id,
             "dp-epsilon": -1.0 if result.dp_epsilon is None else result.dp_epsilon,
-            "noise-multiplier": -1.0 if result.noise_multiplier is None
+            "noise-multiplier": -1.0
+            if result.noise_multiplier is None
             else result.noise_multiplier,
         }
-        content = RecordDict({"arrays": ArrayRecord(result.state_dict),
-                              "metrics": MetricRecord(metrics)})
+        content = RecordDict(
+            {"arrays": ArrayRecord(result.state_dict), "metrics": MetricRecord(metrics)}
+        )
         return Message(content=content, reply_to=msg)
 
     @app.query("whoami")
     def whoami(msg: Message, context: Context) -> Message:
         runtime = resolve(context)
-        return Message(content=RecordDict({"metrics": MetricRecord(
-            {"site-id": runtime.site_id})}), reply_to=msg)
+        return Message(
+            content=RecordDict({"metrics": MetricRecord({"site-id": runtime.site_id})}),
+            reply_to=msg,
+        )
 
     @app.query("audit")
     def audit(msg: Message, context: Context) -> Message:
@@ -116,10 +126,13 @@ def build_client_app(resolve: Resolver) -> ClientApp:
             result = runtime.audit_runner(runtime.task, model, runtime.data, seed)
         except Exception as err:  # reply with the site's error so the server can report it
             logging.getLogger(__name__).debug("audit failed", exc_info=True)
-            reply = {"site-id": runtime.site_id, "status": "failed",
-                     "error": f"{type(err).__name__}: {err}",
-                     "traceback": traceback.format_exc(limit=5),
-                     "elapsed-s": time.time() - started}
+            reply = {
+                "site-id": runtime.site_id,
+                "status": "failed",
+                "error": f"{type(err).__name__}: {err}",
+                "traceback": traceback.format_exc(limit=5),
+                "elapsed-s": time.time() - started,
+            }
             return Message(content=RecordDict({"audit": ConfigRecord(reply)}), reply_to=msg)
         dp_eps = None
         if runtime.dp is not None:

@@ -20,23 +20,31 @@ class SiteAuditPolicy:
     use_public_pool: bool = False
 
 
-def make_audit_runner(policy: SiteAuditPolicy
-                      ) -> Callable[[Any, torch.nn.Module, SiteData, int], dict]:
+def make_audit_runner(
+    policy: SiteAuditPolicy,
+) -> Callable[[Any, torch.nn.Module, SiteData, int], dict]:
     """``runner(task, model, data, seed) -> AuditResult.to_dict()`` for this site."""
 
     def runner(task: Any, model: torch.nn.Module, data: SiteData, seed: int) -> dict:
         from audit import run_audit  # heavy: only in processes that audit
 
         settings = policy.settings.model_copy(
-            update={"seed": policy.settings.seed * 1_000 + seed * 7 + data.site_id})
+            update={"seed": policy.settings.seed * 1_000 + seed * 7 + data.site_id}
+        )
         holdout = None
         if policy.use_holdout and len(data.holdout_x) > 0:
             holdout = Records(data.holdout_x, data.holdout_y)
         public = None
         if policy.use_public_pool and data.public_x is not None:
             public = Records(data.public_x, data.public_y)
-        result = run_audit(task, model, Records(data.train_x, data.train_y), settings,
-                           nonmembers=holdout, public_pool=public)
+        result = run_audit(
+            task,
+            model,
+            Records(data.train_x, data.train_y),
+            settings,
+            nonmembers=holdout,
+            public_pool=public,
+        )
         return result.to_dict()
 
     return runner

@@ -32,9 +32,15 @@ class DPSettings:
         if self.noise_multiplier is not None:
             return self.noise_multiplier
         assert self.target_epsilon is not None
-        return float(get_noise_multiplier(
-            target_epsilon=self.target_epsilon, target_delta=self.delta,
-            sample_rate=sample_rate, epochs=self.total_epochs, accountant=self.accountant))
+        return float(
+            get_noise_multiplier(
+                target_epsilon=self.target_epsilon,
+                target_delta=self.delta,
+                sample_rate=sample_rate,
+                epochs=self.total_epochs,
+                accountant=self.accountant,
+            )
+        )
 
 
 History = list[tuple[float, float, int]]
@@ -60,8 +66,7 @@ class PrivacyLedger:
     @classmethod
     def from_json(cls, text: str) -> PrivacyLedger:
         data = json.loads(text)
-        return cls(accountant=data["accountant"],
-                   history=[tuple(h) for h in data["history"]])  # type: ignore[misc]
+        return cls(accountant=data["accountant"], history=[tuple(h) for h in data["history"]])  # type: ignore[misc]
 
     @classmethod
     def load(cls, path: Path | None, *, accountant: str) -> PrivacyLedger:

@@ -21,16 +21,26 @@ class TrainableTask(Protocol):
 
     def make_model(self) -> nn.Module: ...
 
-    def loader(self, x: np.ndarray, y: np.ndarray | None, *, shuffle: bool, seed: int = 0,
-               batch_size: int | None = None) -> torch.utils.data.DataLoader: ...
+    def loader(
+        self,
+        x: np.ndarray,
+        y: np.ndarray | None,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        batch_size: int | None = None,
+    ) -> torch.utils.data.DataLoader: ...
 
     def batch_loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor: ...
 
 
-def run_epoch(model: nn.Module, loader: torch.utils.data.DataLoader,
-              optimizer: torch.optim.Optimizer,
-              loss_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
-              device: torch.device) -> float:
+def run_epoch(
+    model: nn.Module,
+    loader: torch.utils.data.DataLoader,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
+    device: torch.device,
+) -> float:
     """One pass over ``loader``; returns the mean training loss."""
     total, count = 0.0, 0
     for batch in loader:
@@ -55,22 +65,30 @@ class LocalTrainResult:
     noise_multiplier: float | None
 
 
-def _proximal(model: nn.Module, anchor: list[torch.Tensor], mu: float
-              ) -> Callable[[], torch.Tensor]:
+def _proximal(
+    model: nn.Module, anchor: list[torch.Tensor], mu: float
+) -> Callable[[], torch.Tensor]:
     params = [p for p in model.parameters() if p.requires_grad]
 
     def term() -> torch.Tensor:
-        return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor,
-                                                                    strict=True))
+        return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
 
     return term
 
 
-def train_locally(task: TrainableTask, global_state: dict[str, torch.Tensor], *,
-                  x: np.ndarray, y: np.ndarray | None, epochs: int, seed: int,
-                  device: torch.device, proximal_mu: float = 0.0,
-                  dp: DPSettings | None = None, ledger: PrivacyLedger | None = None
-                  ) -> LocalTrainResult:
+def train_locally(
+    task: TrainableTask,
+    global_state: dict[str, torch.Tensor],
+    *,
+    x: np.ndarray,
+    y: np.ndarray | None,
+    epochs: int,
+    seed: int,
+    device: torch.device,
+    proximal_mu: float = 0.0,
+    dp: DPSettings | None = None,
+    ledger: PrivacyLedger | None = None,
+) -> LocalTrainResult:
     """Train a fresh copy of the global model on the site's members.
 
     With ``dp`` the model is wrapped anew each round (hooks are never registered twice),
@@ -99,9 +117,13 @@ def train_locally(task: TrainableTask, global_state: dict[str, torch.Tensor], *,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             trained, optimizer, loader = engine.make_private(
-                module=model, optimizer=optimizer, data_loader=loader,
-                noise_multiplier=sigma, max_grad_norm=dp.max_grad_norm,
-                poisson_sampling=True)
+                module=model,
+                optimizer=optimizer,
+                data_loader=loader,
+                noise_multiplier=sigma,
+                max_grad_norm=dp.max_grad_norm,
+                poisson_sampling=True,
+            )
 
     def loss_fn(batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         loss = task.batch_loss(trained, batch)
@@ -119,6 +141,10 @@ def train_locally(task: TrainableTask, global_state: dict[str, torch.Tensor], *,
         epsilon = ledger.epsilon(dp.delta)
     # The original module holds the trained weights (Opacus wraps it): clean keys.
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    return LocalTrainResult(state_dict=state, train_loss=float(np.mean(losses)),
-                            num_examples=int(len(x)), dp_epsilon=epsilon,
-                            noise_multiplier=sigma)
+    return LocalTrainResult(
+        state_dict=state,
+        train_loss=float(np.mean(losses)),
+        num_examples=int(len(x)),
+        dp_epsilon=epsilon,
+        noise_multiplier=sigma,
+    )

@@ -63,17 +63,23 @@ def _wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
 
 def _site_map(grid: Grid, nodes: list[int], timeout: float) -> dict[int, int]:
     """node id -> site id, asked of every node (replies carry node ids only)."""
-    messages = [Message(content=RecordDict(), message_type=f"{MessageType.QUERY}.whoami",
-                        dst_node_id=node) for node in nodes]
+    messages = [
+        Message(content=RecordDict(), message_type=f"{MessageType.QUERY}.whoami", dst_node_id=node)
+        for node in nodes
+    ]
     mapping = {}
     for reply in grid.send_and_receive(messages, timeout=timeout):
         if reply.has_error():
-            raise RuntimeError(f"node {reply.metadata.src_node_id} did not say which site it "
-                               f"is: {reply.error.reason}")
+            raise RuntimeError(
+                f"node {reply.metadata.src_node_id} did not say which site it "
+                f"is: {reply.error.reason}"
+            )
         mapping[reply.metadata.src_node_id] = int(reply.content["metrics"]["site-id"])
     if sorted(mapping.values()) != list(range(len(nodes))):
-        raise RuntimeError(f"site ids reported by the nodes are not 0..{len(nodes) - 1}: "
-                           f"{sorted(mapping.values())}")
+        raise RuntimeError(
+            f"site ids reported by the nodes are not 0..{len(nodes) - 1}: "
+            f"{sorted(mapping.values())}"
+        )
     return mapping
 
 
@@ -83,8 +89,7 @@ def _progress(total: int, desc: str, enabled: bool) -> Any:
     return tqdm(total=total, desc=desc, disable=not enabled, leave=True)
 
 
-def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, int]
-                 ) -> StateDict:
+def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, int]) -> StateDict:
     """Rounds from the last checkpoint to ``settings.rounds``; returns the final weights."""
     run_dir = settings.run_dir
     meta = settings.checkpoint_meta or {}
@@ -97,8 +102,9 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         done, state = 0, settings.initial_state()
     if done >= settings.rounds:
         return state
-    strategy = make_strategy(settings.strategy, num_sites=settings.num_sites,
-                             site_of_node=site_of_node)
+    strategy = make_strategy(
+        settings.strategy, num_sites=settings.num_sites, site_of_node=site_of_node
+    )
     bar = _progress(settings.rounds, "FL rounds", settings.progress)
     bar.update(done)
     started = time.time()
@@ -108,37 +114,57 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
             return None
         global_round = done + server_round
         weights = arrays.to_torch_state_dict()
-        save_checkpoint(round_path(run_dir, global_round),
-                        Checkpoint(round=global_round, state_dict=weights, meta=meta))
+        save_checkpoint(
+            round_path(run_dir, global_round),
+            Checkpoint(round=global_round, state_dict=weights, meta=meta),
+        )
         entry: dict[str, Any] = {"round": global_round}
         if settings.central_eval is not None:
             scores = settings.central_eval(weights)
             entry.update({f"global_{k}": v for k, v in scores.items()})
         record = strategy.rounds.get(server_round)
-        entry["sites"] = {} if record is None else {
-            str(site): {"train_loss": m.get("train-loss"),
-                        "dp_epsilon": None if m.get("dp-epsilon", -1) < 0 else m["dp-epsilon"],
-                        "num_examples": int(m.get("num-examples", 0))}
-            for site, m in sorted(record.sites.items())}
+        entry["sites"] = (
+            {}
+            if record is None
+            else {
+                str(site): {
+                    "train_loss": m.get("train-loss"),
+                    "dp_epsilon": None if m.get("dp-epsilon", -1) < 0 else m["dp-epsilon"],
+                    "num_examples": int(m.get("num-examples", 0)),
+                }
+                for site, m in sorted(record.sites.items())
+            }
+        )
         if record is not None and record.failures:
             entry["failures"] = {str(s): r for s, r in record.failures.items()}
         entry["elapsed_s"] = time.time() - started
         append_round(run_dir, entry)
         bar.update(1)
-        bar.set_postfix({k: round(v, 3) for k, v in entry.items()
-                         if k.startswith("global_") and isinstance(v, float)})
+        bar.set_postfix(
+            {
+                k: round(v, 3)
+                for k, v in entry.items()
+                if k.startswith("global_") and isinstance(v, float)
+            }
+        )
         return None
 
     train_config = ConfigRecord({"local-epochs": settings.local_epochs, "seed": settings.seed})
-    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(state),
-                            num_rounds=settings.rounds - done, train_config=train_config,
-                            evaluate_fn=on_round, timeout=settings.timeout_s)
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord(state),
+        num_rounds=settings.rounds - done,
+        train_config=train_config,
+        evaluate_fn=on_round,
+        timeout=settings.timeout_s,
+    )
     bar.close()
     return result.arrays.to_torch_state_dict()
 
 
-def run_audits(grid: Grid, settings: ServerSettings, site_of_node: dict[int, int],
-               state: StateDict) -> None:
+def run_audits(
+    grid: Grid, settings: ServerSettings, site_of_node: dict[int, int], state: StateDict
+) -> None:
     """Send the final model to every site still missing an audit, in one message each;
     write each site's result as soon as it arrives."""
     run_dir = settings.run_dir
@@ -146,10 +172,15 @@ def run_audits(grid: Grid, settings: ServerSettings, site_of_node: dict[int, int
     if not todo:
         return
     node_of_site = {s: n for n, s in site_of_node.items()}
-    content = RecordDict({"arrays": ArrayRecord(state),
-                          "config": ConfigRecord({"seed": settings.seed})})
-    messages = [Message(content=content, message_type=f"{MessageType.QUERY}.audit",
-                        dst_node_id=node_of_site[s]) for s in todo]
+    content = RecordDict(
+        {"arrays": ArrayRecord(state), "config": ConfigRecord({"seed": settings.seed})}
+    )
+    messages = [
+        Message(
+            content=content, message_type=f"{MessageType.QUERY}.audit", dst_node_id=node_of_site[s]
+        )
+        for s in todo
+    ]
     pending = set(grid.push_messages(messages))
     bar = _progress(len(todo), "site audits", settings.progress)
     deadline = time.time() + settings.timeout_s
@@ -167,8 +198,12 @@ def run_audits(grid: Grid, settings: ServerSettings, site_of_node: dict[int, int
 
 def _site_audit_payload(site: int, reply: Message) -> dict[str, Any]:
     if reply.has_error():
-        return {"site_id": site, "status": "failed", "error": str(reply.error.reason),
-                "result": None}
+        return {
+            "site_id": site,
+            "status": "failed",
+            "error": str(reply.error.reason),
+            "result": None,
+        }
     rec = reply.content["audit"]
     payload: dict[str, Any] = {
         "site_id": site,
@@ -179,12 +214,14 @@ def _site_audit_payload(site: int, reply: Message) -> dict[str, Any]:
     }
     if payload["status"] == "ok":
         dp_eps = float(rec["dp-epsilon"])
-        payload.update({
-            "n_members": int(rec["n-members"]),
-            "n_holdout": int(rec["n-holdout"]),
-            "dp_epsilon": None if dp_eps < 0 else dp_eps,
-            "result": json.loads(str(rec["result-json"])),
-        })
+        payload.update(
+            {
+                "n_members": int(rec["n-members"]),
+                "n_holdout": int(rec["n-holdout"]),
+                "dp_epsilon": None if dp_eps < 0 else dp_eps,
+                "result": json.loads(str(rec["result-json"])),
+            }
+        )
     else:
         payload["traceback"] = str(rec.get("traceback", ""))
     return payload
@@ -201,9 +238,12 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
         state = None
         if "train" in settings.phases:
             state = run_training(grid, settings, site_of_node)
-            save_checkpoint(settings.run_dir / FINAL_NAME,
-                            Checkpoint(round=settings.rounds, state_dict=state,
-                                       meta=settings.checkpoint_meta or {}))
+            save_checkpoint(
+                settings.run_dir / FINAL_NAME,
+                Checkpoint(
+                    round=settings.rounds, state_dict=state, meta=settings.checkpoint_meta or {}
+                ),
+            )
         if "audit" in settings.phases:
             if state is None:
                 state = load_checkpoint(settings.run_dir / FINAL_NAME).state_dict

@@ -29,8 +29,10 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
     """Write atomically, so an interrupted run never leaves a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"round": checkpoint.round, "state_dict": checkpoint.state_dict,
-                "meta": checkpoint.meta}, tmp)
+    torch.save(
+        {"round": checkpoint.round, "state_dict": checkpoint.state_dict, "meta": checkpoint.meta},
+        tmp,
+    )
     tmp.replace(path)
 
 
@@ -38,8 +40,9 @@ def load_checkpoint(path: Path) -> Checkpoint:
     if not path.exists():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     data = torch.load(path, map_location="cpu", weights_only=True)
-    return Checkpoint(round=int(data["round"]), state_dict=data["state_dict"],
-                      meta=dict(data.get("meta", {})))
+    return Checkpoint(
+        round=int(data["round"]), state_dict=data["state_dict"], meta=dict(data.get("meta", {}))
+    )
 
 
 def round_path(run_dir: Path, server_round: int) -> Path:

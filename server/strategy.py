@@ -37,8 +37,7 @@ class RoundRecord:
 class SiteAwareMixin:
     """Deterministic per-round site sampling and per-site metric capture."""
 
-    def setup_sites(self, *, site_of_node: Mapping[int, int], fraction: float,
-                    seed: int) -> None:
+    def setup_sites(self, *, site_of_node: Mapping[int, int], fraction: float, seed: int) -> None:
         self.site_of_node = dict(site_of_node)
         self.site_fraction = fraction
         self.sampling_seed = seed
@@ -50,15 +49,16 @@ class SiteAwareMixin:
         rng = np.random.default_rng([self.sampling_seed, server_round])
         return sorted(int(s) for s in rng.choice(sites, size=k, replace=False))
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         chosen = set(self.sites_for_round(server_round))
         messages = super().configure_train(server_round, arrays, config, grid)  # type: ignore[misc]
-        return [m for m in messages
-                if self.site_of_node.get(m.metadata.dst_node_id) in chosen]
+        return [m for m in messages if self.site_of_node.get(m.metadata.dst_node_id) in chosen]
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
         record = self.rounds.setdefault(server_round, RoundRecord())
         for msg in replies:
@@ -83,8 +83,9 @@ class SiteFedAdam(SiteAwareMixin, FedAdam):
     pass
 
 
-def make_strategy(settings: StrategySettings, *, num_sites: int,
-                  site_of_node: Mapping[int, int]) -> SiteAwareMixin:
+def make_strategy(
+    settings: StrategySettings, *, num_sites: int, site_of_node: Mapping[int, int]
+) -> SiteAwareMixin:
     """Build the configured strategy; client-side evaluation is off (central eval instead)."""
     common: dict[str, Any] = {
         "fraction_train": 1.0,  # sampling is done by SiteAwareMixin
@@ -100,6 +101,7 @@ def make_strategy(settings: StrategySettings, *, num_sites: int,
         strategy = SiteFedAdam(**common, eta=settings.server_learning_rate)
     else:
         raise ValueError(f"fl.strategy: unknown strategy {settings.name!r}")
-    strategy.setup_sites(site_of_node=site_of_node, fraction=settings.fraction_train,
-                         seed=settings.seed)
+    strategy.setup_sites(
+        site_of_node=site_of_node, fraction=settings.fraction_train, seed=settings.seed
+    )
     return strategy

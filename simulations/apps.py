@@ -29,22 +29,33 @@ def pick_device(resources_gpus: float | str) -> torch.device:
 
 def make_task(config: ExperimentConfig, meta: DatasetMeta) -> TorchTask:
     return build_task(
-        meta.modality, model_name=config.model.name, num_classes=meta.num_classes,
-        input_shape=meta.input_shape, dp=config.dp.enabled, batch_size=config.fl.batch_size,
-        optimizer=OptimizerSpec(name=config.fl.optimizer, learning_rate=config.fl.learning_rate,
-                                weight_decay=config.fl.weight_decay),
-        model_options=dict(config.model.options))
+        meta.modality,
+        model_name=config.model.name,
+        num_classes=meta.num_classes,
+        input_shape=meta.input_shape,
+        dp=config.dp.enabled,
+        batch_size=config.fl.batch_size,
+        optimizer=OptimizerSpec(
+            name=config.fl.optimizer,
+            learning_rate=config.fl.learning_rate,
+            weight_decay=config.fl.weight_decay,
+        ),
+        model_options=dict(config.model.options),
+    )
 
 
 def dp_settings(config: ExperimentConfig) -> DPSettings | None:
     if not config.dp.enabled:
         return None
     return DPSettings(
-        target_epsilon=config.dp.target_epsilon, noise_multiplier=config.dp.noise_multiplier,
-        delta=config.dp.delta, max_grad_norm=config.dp.max_grad_norm,
+        target_epsilon=config.dp.target_epsilon,
+        noise_multiplier=config.dp.noise_multiplier,
+        delta=config.dp.delta,
+        max_grad_norm=config.dp.max_grad_norm,
         accountant=config.dp.accountant,
         # A site may be sampled in every round: calibrate for all of them.
-        total_epochs=config.fl.local_epochs * config.fl.rounds)
+        total_epochs=config.fl.local_epochs * config.fl.rounds,
+    )
 
 
 def ledger_path(run_dir: Path, site_id: int) -> Path:
@@ -78,14 +89,23 @@ class SiteResolver:
             data = replace(data, public_x=public[0], public_y=public[1])
         runner = None
         if audit_cfg.enabled:
-            runner = make_audit_runner(SiteAuditPolicy(
-                settings=audit_cfg.settings, use_holdout=audit_cfg.use_holdout,
-                use_public_pool=audit_cfg.reference_pool))
+            runner = make_audit_runner(
+                SiteAuditPolicy(
+                    settings=audit_cfg.settings,
+                    use_holdout=audit_cfg.use_holdout,
+                    use_public_pool=audit_cfg.reference_pool,
+                )
+            )
         return SiteRuntime(
-            site_id=site_id, task=make_task(config, self.meta), data=data,
+            site_id=site_id,
+            task=make_task(config, self.meta),
+            data=data,
             device=pick_device(config.resources.num_gpus),
-            torch_threads=config.resources.torch_threads, dp=dp_settings(config),
-            ledger_path=ledger_path(self.run_dir, site_id), audit_runner=runner)
+            torch_threads=config.resources.torch_threads,
+            dp=dp_settings(config),
+            ledger_path=ledger_path(self.run_dir, site_id),
+            audit_runner=runner,
+        )
 
 
 def central_evaluator(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path):
@@ -105,8 +125,14 @@ def central_evaluator(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path
     return evaluate
 
 
-def server_settings(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path, *,
-                    phases: tuple[str, ...], progress: bool) -> ServerSettings:
+def server_settings(
+    config: ExperimentConfig,
+    meta: DatasetMeta,
+    run_dir: Path,
+    *,
+    phases: tuple[str, ...],
+    progress: bool,
+) -> ServerSettings:
     task = make_task(config, meta)
 
     def initial_state() -> dict[str, torch.Tensor]:
@@ -115,26 +141,44 @@ def server_settings(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path, 
         return {k: v.detach().clone() for k, v in task.make_model().state_dict().items()}
 
     return ServerSettings(
-        run_dir=run_dir, num_sites=config.partition.num_sites, rounds=config.fl.rounds,
-        local_epochs=config.fl.local_epochs, seed=config.seed,
-        strategy=StrategySettings(name=config.fl.strategy,
-                                  fraction_train=config.fl.fraction_train,
-                                  proximal_mu=config.fl.proximal_mu,
-                                  server_learning_rate=config.fl.server_learning_rate,
-                                  seed=config.seed),
+        run_dir=run_dir,
+        num_sites=config.partition.num_sites,
+        rounds=config.fl.rounds,
+        local_epochs=config.fl.local_epochs,
+        seed=config.seed,
+        strategy=StrategySettings(
+            name=config.fl.strategy,
+            fraction_train=config.fl.fraction_train,
+            proximal_mu=config.fl.proximal_mu,
+            server_learning_rate=config.fl.server_learning_rate,
+            seed=config.seed,
+        ),
         initial_state=initial_state,
         central_eval=central_evaluator(config, meta, run_dir),
-        checkpoint_meta={"modality": meta.modality, "model": config.model.name,
-                         "model_options": dict(config.model.options),
-                         "num_classes": meta.num_classes,
-                         "input_shape": list(meta.input_shape), "dp": config.dp.enabled},
-        phases=phases, progress=progress)
+        checkpoint_meta={
+            "modality": meta.modality,
+            "model": config.model.name,
+            "model_options": dict(config.model.options),
+            "num_classes": meta.num_classes,
+            "input_shape": list(meta.input_shape),
+            "dp": config.dp.enabled,
+        },
+        phases=phases,
+        progress=progress,
+    )
 
 
-def build_apps(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path, *,
-               phases: tuple[str, ...], progress: bool = True):
+def build_apps(
+    config: ExperimentConfig,
+    meta: DatasetMeta,
+    run_dir: Path,
+    *,
+    phases: tuple[str, ...],
+    progress: bool = True,
+):
     """(ServerApp, ClientApp) for one run directory."""
-    server_app = build_server_app(server_settings(config, meta, run_dir, phases=phases,
-                                                  progress=progress))
+    server_app = build_server_app(
+        server_settings(config, meta, run_dir, phases=phases, progress=progress)
+    )
     client_app = build_client_app(SiteResolver(config, meta, run_dir))
     return server_app, client_app

@@ -18,10 +18,14 @@ from simulations.tasks import TorchTask, build_task
 
 
 def task_from_meta(meta: dict) -> TorchTask:
-    return build_task(meta["modality"], model_name=meta["model"],
-                      num_classes=int(meta["num_classes"]),
-                      input_shape=tuple(meta["input_shape"]), dp=bool(meta.get("dp", False)),
-                      model_options=dict(meta.get("model_options", {})))
+    return build_task(
+        meta["modality"],
+        model_name=meta["model"],
+        num_classes=int(meta["num_classes"]),
+        input_shape=tuple(meta["input_shape"]),
+        dp=bool(meta.get("dp", False)),
+        model_options=dict(meta.get("model_options", {})),
+    )
 
 
 def load_global_model(path: str | Path) -> tuple[torch.nn.Module, Checkpoint]:

@@ -33,14 +33,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_dir = _run_dir(config, args.out)
         existing = run_dir / CONFIG_FILE
         if existing.exists() and load_config(existing) != config:
-            raise ConfigError(f"{run_dir} already holds a run with another config; use "
-                              f"--resume {run_dir}, another --out, or another name")
+            raise ConfigError(
+                f"{run_dir} already holds a run with another config; use "
+                f"--resume {run_dir}, another --out, or another name"
+            )
     print(f"run directory: {run_dir}", file=sys.stderr)
     try:
         outcome = run_experiment(config, run_dir, verbose=args.verbose)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: finished rounds and audits are kept in {run_dir}; continue "
-              f"with: panoramia-fl run --resume {run_dir}", file=sys.stderr)
+        print(
+            f"\ninterrupted: finished rounds and audits are kept in {run_dir}; continue "
+            f"with: panoramia-fl run --resume {run_dir}",
+            file=sys.stderr,
+        )
         return 130
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
     print(f"done: {timings}\nreport: {run_dir / 'report.html'}")
@@ -70,8 +75,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         try:
             run_experiment(config, run_dir, verbose=args.verbose)
         except KeyboardInterrupt:
-            print(f"\ninterrupted; rerun the sweep to continue from {run_dir}",
-                  file=sys.stderr)
+            print(f"\ninterrupted; rerun the sweep to continue from {run_dir}", file=sys.stderr)
             return 130
         done.append(SweepPoint(label=label, overrides=overrides, run_dir=run_dir))
     files = write_sweep_report(sweep_dir, done)
@@ -82,10 +86,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from simulations.standalone_audit import audit_saved_model
 
-    result = audit_saved_model(Path(args.checkpoint), Path(args.config), site=args.site,
-                               overrides=args.set)
-    summary = {k: result[k] for k in ("c_lb", "c_eps_lb", "eps_tilde", "ceiling", "flags",
-                                      "rm_rn_eps_lb", "o1_eps_lb", "generator_kind")}
+    result = audit_saved_model(
+        Path(args.checkpoint), Path(args.config), site=args.site, overrides=args.set
+    )
+    summary = {
+        k: result[k]
+        for k in (
+            "c_lb",
+            "c_eps_lb",
+            "eps_tilde",
+            "ceiling",
+            "flags",
+            "rm_rn_eps_lb",
+            "o1_eps_lb",
+            "generator_kind",
+        )
+    }
     text = json.dumps(result, indent=1)
     if args.out:
         Path(args.out).write_text(text)
@@ -101,11 +117,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="federated training, per-site audits and the report")
     run.add_argument("config", nargs="?", help="YAML experiment config")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config key, e.g. --set fl.rounds=3")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set fl.rounds=3",
+    )
     run.add_argument("--out", type=Path, help="run directory (default output_dir/name)")
-    run.add_argument("--resume", metavar="RUN_DIR",
-                     help="continue an interrupted run: missing rounds, then missing audits")
+    run.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue an interrupted run: missing rounds, then missing audits",
+    )
     run.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
     run.set_defaults(func=cmd_run)
 
@@ -133,8 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False)
-                        else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     try:
         return int(args.func(args))
     except (ConfigError, DataError, PartitionError, FileNotFoundError, KeyError) as err:

@@ -26,8 +26,9 @@ class _Strict(BaseModel):
 
 class DataConfig(_Strict):
     name: str = Field("fashion_mnist", description="registered dataset loader")
-    root: Path | None = Field(None, description="folder with the dataset's files "
-                              "(None: the loader's default location)")
+    root: Path | None = Field(
+        None, description="folder with the dataset's files (None: the loader's default location)"
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="loader options")
 
 
@@ -37,8 +38,9 @@ class PartitionConfig(_Strict):
     alpha: float = Field(0.5, gt=0, description="Dirichlet concentration (label skew)")
     sizes: list[int] | None = Field(None, description="quantity skew: explicit site sizes")
     power: float = Field(1.5, gt=0, description="quantity skew: power-law exponent")
-    records_per_site: int | None = Field(None, ge=1, description="cap on records per site "
-                                         "(train + holdout + test) before splitting")
+    records_per_site: int | None = Field(
+        None, ge=1, description="cap on records per site (train + holdout + test) before splitting"
+    )
     holdout_fraction: float = Field(0.2, ge=0, lt=1, description="real non-members per site")
     test_fraction: float = Field(0.1, ge=0, lt=1, description="per-site test split")
     min_train: int = Field(20, ge=1, description="smallest acceptable train split")
@@ -47,10 +49,8 @@ class PartitionConfig(_Strict):
     def _fractions(self) -> PartitionConfig:
         if self.holdout_fraction + self.test_fraction >= 1:
             raise ValueError("holdout_fraction + test_fraction must be < 1")
-        if self.scheme == "quantity" and self.sizes is not None:
-            if len(self.sizes) != self.num_sites:
-                raise ValueError(f"sizes has {len(self.sizes)} entries for "
-                                 f"{self.num_sites} sites")
+        if self.sizes is not None and len(self.sizes) != self.num_sites:
+            raise ValueError(f"sizes has {len(self.sizes)} entries for {self.num_sites} sites")
         return self
 
 
@@ -94,8 +94,9 @@ class DPConfig(_Strict):
 
 class ResourcesConfig(_Strict):
     num_cpus: float = Field(1, gt=0, description="CPUs per site process (training)")
-    num_gpus: float | Literal["auto"] = Field("auto", description="GPU fraction per site; "
-                                              "auto: 0 without CUDA")
+    num_gpus: float | Literal["auto"] = Field(
+        "auto", description="GPU fraction per site; auto: 0 without CUDA"
+    )
     audit_num_cpus: float = Field(1, gt=0)
     audit_num_gpus: float | Literal["auto"] = "auto"
     torch_threads: int = Field(1, ge=1, description="torch.set_num_threads in each site")
@@ -110,8 +111,11 @@ class RayConfig(_Strict):
 class AuditPhaseConfig(_Strict):
     enabled: bool = True
     use_holdout: bool = Field(True, description="RM;RN and O(1) with the site's holdout")
-    reference_pool: bool = Field(False, description="give sites the public split as a "
-                                 "reference pool (needed by generator.kind=reference_pool)")
+    reference_pool: bool = Field(
+        False,
+        description="give sites the public split as a "
+        "reference pool (needed by generator.kind=reference_pool)",
+    )
     settings: AuditConfig = Field(default_factory=AuditConfig)
 
 

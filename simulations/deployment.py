@@ -116,7 +116,8 @@ class NodeSettings:
             if key not in node_config:
                 raise DeploymentConfigError(
                     f"node config: {key!r} is missing; start the SuperNode with "
-                    f"--node-config \"partition-id=<i> num-partitions=<n> data-path='<file>'\"")
+                    f"--node-config \"partition-id=<i> num-partitions=<n> data-path='<file>'\""
+                )
             value = node_config[key]
             if isinstance(value, bool) or not isinstance(value, int | str):
                 raise DeploymentConfigError(f"node config: {key}={value!r} is not an integer")
@@ -124,7 +125,8 @@ class NodeSettings:
                 return int(value)
             except ValueError:
                 raise DeploymentConfigError(
-                    f"node config: {key}={value!r} is not an integer") from None
+                    f"node config: {key}={value!r} is not an integer"
+                ) from None
 
         def path(key: str) -> Path | None:
             value = node_config.get(key)
@@ -132,13 +134,18 @@ class NodeSettings:
                 return None
             return Path(str(value)).expanduser()
 
-        settings = cls(partition_id=integer("partition-id"),
-                       num_partitions=integer("num-partitions"), data_path=path("data-path"),
-                       state_dir=path("state-dir"), public_path=path("public-path"))
+        settings = cls(
+            partition_id=integer("partition-id"),
+            num_partitions=integer("num-partitions"),
+            data_path=path("data-path"),
+            state_dir=path("state-dir"),
+            public_path=path("public-path"),
+        )
         if not 0 <= settings.partition_id < settings.num_partitions:
             raise DeploymentConfigError(
                 f"node config: partition-id={settings.partition_id} is outside "
-                f"0..{settings.num_partitions - 1} (num-partitions={settings.num_partitions})")
+                f"0..{settings.num_partitions - 1} (num-partitions={settings.num_partitions})"
+            )
         return settings
 
 
@@ -149,7 +156,8 @@ def parse_phases(text: str) -> tuple[str, ...]:
     if bad or not names:
         raise DeploymentConfigError(
             f"run config: {PHASES_KEY}={text!r}: expected a comma-separated subset of "
-            f"{', '.join(_PHASES)}")
+            f"{', '.join(_PHASES)}"
+        )
     return tuple(p for p in _PHASES if p in names)
 
 
@@ -159,12 +167,14 @@ def read_run(run_config: dict[str, Any]) -> DeploymentRun:
     if not raw_dir:
         raise DeploymentConfigError(
             f"run config: {RUN_DIR_KEY!r} is empty; pass the prepared run directory with "
-            f"flwr run ... --run-config <run-dir>/deployment/run-config.toml")
+            f"flwr run ... --run-config <run-dir>/deployment/run-config.toml"
+        )
     run_dir = Path(raw_dir).expanduser()
     if not run_dir.is_absolute():
         # The ServerApp's working directory is the SuperLink's, not the caller's.
         raise DeploymentConfigError(
-            f"run config: {RUN_DIR_KEY}={raw_dir!r} must be an absolute path")
+            f"run config: {RUN_DIR_KEY}={raw_dir!r} must be an absolute path"
+        )
     text = str(run_config.get(EXPERIMENT_KEY, "") or "")
     try:
         if text:
@@ -177,19 +187,27 @@ def read_run(run_config: dict[str, Any]) -> DeploymentRun:
     meta_text = str(run_config.get(DATASET_KEY, "") or "")
     if meta_text:
         data = json.loads(meta_text)
-        meta = DatasetMeta(name=data["name"], modality=data["modality"],
-                           num_classes=int(data["num_classes"]),
-                           input_shape=tuple(int(v) for v in data["input_shape"]))
+        meta = DatasetMeta(
+            name=data["name"],
+            modality=data["modality"],
+            num_classes=int(data["num_classes"]),
+            input_shape=tuple(int(v) for v in data["input_shape"]),
+        )
     else:
         try:
             meta = DatasetMeta.read(run_dir)
         except FileNotFoundError:
             raise DeploymentConfigError(
                 f"run config: {DATASET_KEY!r} is empty and {run_dir}/dataset.json does not "
-                f"exist on this machine") from None
-    return DeploymentRun(run_dir=run_dir, config=config, meta=meta,
-                         phases=parse_phases(str(run_config.get(PHASES_KEY, "train,audit"))),
-                         write_report=bool(run_config.get(REPORT_KEY, True)))
+                f"exist on this machine"
+            ) from None
+    return DeploymentRun(
+        run_dir=run_dir,
+        config=config,
+        meta=meta,
+        phases=parse_phases(str(run_config.get(PHASES_KEY, "train,audit"))),
+        write_report=bool(run_config.get(REPORT_KEY, True)),
+    )
 
 
 def site_ledger_path(node: NodeSettings, run: DeploymentRun) -> Path:
@@ -235,16 +253,19 @@ class DeploymentResolver:
         if node.num_partitions != run.config.partition.num_sites:
             raise DeploymentConfigError(
                 f"node config: num-partitions={node.num_partitions} but the experiment has "
-                f"partition.num_sites={run.config.partition.num_sites}")
+                f"partition.num_sites={run.config.partition.num_sites}"
+            )
         data_path = node.data_path
         if data_path is not None and not data_path.exists():
             raise DeploymentConfigError(
-                f"node config: data-path={str(data_path)!r} does not exist on this SuperNode")
+                f"node config: data-path={str(data_path)!r} does not exist on this SuperNode"
+            )
         runtime = SiteResolver(run.config, run.meta, run.run_dir)(context)
         if runtime.data.site_id != node.partition_id:
             raise DeploymentConfigError(
                 f"node config: partition-id={node.partition_id} but its data file holds "
-                f"site {runtime.data.site_id}")
+                f"site {runtime.data.site_id}"
+            )
         data: SiteData = runtime.data
         if run.config.audit.reference_pool and node.public_path is not None:
             x, y = _load_public(node.public_path)
@@ -260,8 +281,7 @@ def _server_main(grid: Grid, context: Context) -> None:
     # As in the simulation runner: no audit phase when the config turns audits off.
     phases = tuple(p for p in run.phases if p != "audit" or run.config.audit.enabled)
     if phases:
-        settings = server_settings(run.config, run.meta, run.run_dir, phases=phases,
-                                   progress=False)
+        settings = server_settings(run.config, run.meta, run.run_dir, phases=phases, progress=False)
         build_server_app(settings)(grid, context)
     if run.write_report:
         from simulations.report import write_report

@@ -77,12 +77,18 @@ def app_pyproject(*, version: str = "0.1.0") -> dict[str, Any]:
             "license": "Apache-2.0",
             "dependencies": ["flwr>=1.42,<1.43"],
         },
-        "tool": {"flwr": {"app": {
-            "publisher": APP_PUBLISHER,
-            "components": {"serverapp": "simulations.deployment:server_app",
-                           "clientapp": "simulations.deployment:client_app"},
-            "config": dict(RUN_CONFIG_DEFAULTS),
-        }}},
+        "tool": {
+            "flwr": {
+                "app": {
+                    "publisher": APP_PUBLISHER,
+                    "components": {
+                        "serverapp": "simulations.deployment:server_app",
+                        "clientapp": "simulations.deployment:client_app",
+                    },
+                    "config": dict(RUN_CONFIG_DEFAULTS),
+                }
+            }
+        },
     }
 
 
@@ -93,9 +99,13 @@ def write_app_dir(app_dir: Path) -> Path:
     return app_dir
 
 
-def run_config_values(config: ExperimentConfig, run_dir: Path, *,
-                      phases: tuple[str, ...] = ("train", "audit"),
-                      write_report: bool = True) -> dict[str, Any]:
+def run_config_values(
+    config: ExperimentConfig,
+    run_dir: Path,
+    *,
+    phases: tuple[str, ...] = ("train", "audit"),
+    write_report: bool = True,
+) -> dict[str, Any]:
     """The ``flwr run --run-config`` values of one prepared run directory.
 
     The experiment config and the dataset metadata travel in the run config, so a SuperNode
@@ -139,9 +149,13 @@ class DeploymentFiles:
     state-dir)."""
 
 
-def prepare_deployment(config: ExperimentConfig, run_dir: Path, *,
-                       phases: tuple[str, ...] = ("train", "audit"),
-                       write_report: bool = True) -> DeploymentFiles:
+def prepare_deployment(
+    config: ExperimentConfig,
+    run_dir: Path,
+    *,
+    phases: tuple[str, ...] = ("train", "audit"),
+    write_report: bool = True,
+) -> DeploymentFiles:
     """Prepare ``run_dir`` as for a simulation, plus what ``flwr run`` needs.
 
     Writes ``<run_dir>/deployment/app/pyproject.toml`` (the Flower App) and
@@ -157,12 +171,18 @@ def prepare_deployment(config: ExperimentConfig, run_dir: Path, *,
     values = run_config_values(config, run_dir, phases=phases, write_report=write_report)
     run_config.write_text(tomli_w.dumps(values))
     n = config.partition.num_sites
-    nodes = [{"partition-id": i, "num-partitions": n,
-              "data-path": str(site_file(run_dir, i)),
-              "state-dir": str(site_file(run_dir, i).parent / STATE_DIR_NAME)}
-             for i in range(n)]
-    return DeploymentFiles(run_dir=run_dir, app_dir=app_dir, run_config=run_config,
-                           node_configs=nodes)
+    nodes = [
+        {
+            "partition-id": i,
+            "num-partitions": n,
+            "data-path": str(site_file(run_dir, i)),
+            "state-dir": str(site_file(run_dir, i).parent / STATE_DIR_NAME),
+        }
+        for i in range(n)
+    ]
+    return DeploymentFiles(
+        run_dir=run_dir, app_dir=app_dir, run_config=run_config, node_configs=nodes
+    )
 
 
 # --------------------------------------------------------------------------- processes
@@ -181,7 +201,7 @@ def _stat(pid: int) -> tuple[int, int] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces
     if fields[0] == "Z":
         return None
     return int(fields[1]), int(fields[19])
@@ -226,13 +246,26 @@ class ProcessGroup:
 
     started: list[_Started] = field(default_factory=list)
 
-    def start(self, name: str, argv: list[str], *, env: dict[str, str], log_path: Path,
-              cwd: Path | None = None) -> subprocess.Popen:
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        log_path: Path,
+        cwd: Path | None = None,
+    ) -> subprocess.Popen:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         try:
-            proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         except OSError as err:
             log.close()
             raise ConsortiumError(f"could not start {name} ({argv[0]}): {err}") from err
@@ -243,8 +276,9 @@ class ProcessGroup:
     def check_alive(self) -> None:
         for item in self.started:
             if item.proc.poll() is not None:
-                raise ConsortiumError(f"{item.name} exited with code {item.proc.returncode}; "
-                                      f"see {item.log.name}")
+                raise ConsortiumError(
+                    f"{item.name} exited with code {item.proc.returncode}; see {item.log.name}"
+                )
 
     def stop(self, *, grace_s: float = 10.0) -> None:
         """SIGTERM each process and its descendants, SIGKILL what is left after grace_s."""
@@ -322,12 +356,17 @@ class LocalConsortium:
         Extra environment for every process (e.g. ``RAY_ADDRESS``).
     """
 
-    def __init__(self, node_configs: list[dict[str, Any]], *, work_dir: Path | None = None,
-                 env: dict[str, str] | None = None, start_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        node_configs: list[dict[str, Any]],
+        *,
+        work_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        start_timeout_s: float = 120.0,
+    ) -> None:
         self.node_configs = node_configs
         self._own_dir = work_dir is None
-        self.work_dir = Path(tempfile.mkdtemp(prefix="pfl-flwr-")) if work_dir is None \
-            else work_dir
+        self.work_dir = Path(tempfile.mkdtemp(prefix="pfl-flwr-")) if work_dir is None else work_dir
         self.extra_env = dict(env or {})
         self.start_timeout_s = start_timeout_s
         self.host = "127.0.0.1"
@@ -344,7 +383,8 @@ class LocalConsortium:
         # install mode (an editable install made before a package had its __init__.py
         # resolves it as a namespace package outside the project root).
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+            p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
+        )
         # The SuperLink and SuperNodes spawn flower-superexec / flwr-* by name.
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         return env
@@ -362,20 +402,39 @@ class LocalConsortium:
         self.port = free_port(self.host)
         self.processes.start(
             "superlink",
-            [_bin("flower-superlink"), "--insecure", "--host", self.host, "--port",
-             str(self.port), "--disable-runtime-dependency-installation"],
-            env=self._env("superlink"), log_path=self.log_dir / "superlink.log",
-            cwd=self.work_dir)
-        wait_for_port(self.host, self.port, timeout_s=self.start_timeout_s,
-                      group=self.processes)
+            [
+                _bin("flower-superlink"),
+                "--insecure",
+                "--host",
+                self.host,
+                "--port",
+                str(self.port),
+                "--disable-runtime-dependency-installation",
+            ],
+            env=self._env("superlink"),
+            log_path=self.log_dir / "superlink.log",
+            cwd=self.work_dir,
+        )
+        wait_for_port(self.host, self.port, timeout_s=self.start_timeout_s, group=self.processes)
         for i, node in enumerate(self.node_configs):
             self.processes.start(
                 f"supernode-{i}",
-                [_bin("flower-supernode"), "--insecure", "--superlink", self.address,
-                 "--host", self.host, "--port", str(free_port(self.host)),
-                 "--node-config", node_config_arg(node)],
-                env=self._env(f"supernode-{i}"), log_path=self.log_dir / f"supernode-{i}.log",
-                cwd=self.work_dir)
+                [
+                    _bin("flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    self.address,
+                    "--host",
+                    self.host,
+                    "--port",
+                    str(free_port(self.host)),
+                    "--node-config",
+                    node_config_arg(node),
+                ],
+                env=self._env(f"supernode-{i}"),
+                log_path=self.log_dir / f"supernode-{i}.log",
+                cwd=self.work_dir,
+            )
         self._write_cli_config()
         return self
 
@@ -400,48 +459,71 @@ class LocalConsortium:
     def _write_cli_config(self) -> None:
         home = self.work_dir / "cli"
         home.mkdir(parents=True, exist_ok=True)
-        (home / "config.toml").write_text(tomli_w.dumps({"superlink": {
-            "default": CONNECTION_NAME,
-            CONNECTION_NAME: {"address": self.address, "insecure": True}}}))
+        (home / "config.toml").write_text(
+            tomli_w.dumps(
+                {
+                    "superlink": {
+                        "default": CONNECTION_NAME,
+                        CONNECTION_NAME: {"address": self.address, "insecure": True},
+                    }
+                }
+            )
+        )
 
-    def flwr(self, *args: str, timeout_s: float, stdout: IO[bytes] | None = None
-             ) -> subprocess.CompletedProcess:
+    def flwr(
+        self, *args: str, timeout_s: float, stdout: IO[bytes] | None = None
+    ) -> subprocess.CompletedProcess:
         """Run one ``flwr`` CLI command against this consortium's SuperLink."""
         try:
-            return subprocess.run([_bin("flwr"), *args], env=self._env("cli"),
-                                  cwd=self.work_dir, timeout=timeout_s, check=False,
-                                  stdout=stdout if stdout is not None else subprocess.PIPE,
-                                  stderr=subprocess.STDOUT if stdout is not None
-                                  else subprocess.PIPE)
+            return subprocess.run(
+                [_bin("flwr"), *args],
+                env=self._env("cli"),
+                cwd=self.work_dir,
+                timeout=timeout_s,
+                check=False,
+                stdout=stdout if stdout is not None else subprocess.PIPE,
+                stderr=subprocess.STDOUT if stdout is not None else subprocess.PIPE,
+            )
         except subprocess.TimeoutExpired as err:
-            raise ConsortiumError(f"flwr {args[0]} did not return within {timeout_s}s") \
-                from err
+            raise ConsortiumError(f"flwr {args[0]} did not return within {timeout_s}s") from err
 
     def submit(self, app_dir: Path, run_config: Path) -> int:
         """``flwr run``; returns the run id."""
-        res = self.flwr("run", str(app_dir), CONNECTION_NAME, "--run-config", str(run_config),
-                        "--format", "json", timeout_s=300)
+        res = self.flwr(
+            "run",
+            str(app_dir),
+            CONNECTION_NAME,
+            "--run-config",
+            str(run_config),
+            "--format",
+            "json",
+            timeout_s=300,
+        )
         text = res.stdout.decode(errors="replace")
         try:
-            payload = json.loads(text[text.index("{"):])
+            payload = json.loads(text[text.index("{") :])
             return int(payload["run-id"])
         except (ValueError, KeyError, TypeError):
-            raise ConsortiumError(f"flwr run failed (exit {res.returncode}): {text.strip()} "
-                                  f"{res.stderr.decode(errors='replace').strip()}") from None
+            raise ConsortiumError(
+                f"flwr run failed (exit {res.returncode}): {text.strip()} "
+                f"{res.stderr.decode(errors='replace').strip()}"
+            ) from None
 
     def status(self, run_id: int) -> tuple[str, str]:
-        res = self.flwr("ls", CONNECTION_NAME, "--run-id", str(run_id), "--format", "json",
-                        timeout_s=120)
+        res = self.flwr(
+            "ls", CONNECTION_NAME, "--run-id", str(run_id), "--format", "json", timeout_s=120
+        )
         text = res.stdout.decode(errors="replace")
         try:
-            payload = json.loads(text[text.index("{"):])
+            payload = json.loads(text[text.index("{") :])
             row = payload["runs"][0]
             return str(row["status"]), str(row.get("status-details", ""))
         except (ValueError, KeyError, IndexError, TypeError):
             raise ConsortiumError(f"flwr ls failed: {text.strip()}") from None
 
-    def run(self, app_dir: Path, run_config: Path, *, timeout_s: float,
-            log_path: Path) -> RunStatus:
+    def run(
+        self, app_dir: Path, run_config: Path, *, timeout_s: float, log_path: Path
+    ) -> RunStatus:
         """Submit a run, stream its ServerApp log into ``log_path`` until it ends."""
         started = time.time()
         run_id = self.submit(app_dir, run_config)
@@ -454,18 +536,31 @@ class LocalConsortium:
                 remaining = deadline - time.time()
                 if remaining <= 0:
                     self.flwr("stop", str(run_id), CONNECTION_NAME, timeout_s=60)
-                    raise ConsortiumError(f"run {run_id} did not finish within {timeout_s}s; "
-                                          f"see {log_path} and {self.log_dir}")
+                    raise ConsortiumError(
+                        f"run {run_id} did not finish within {timeout_s}s; "
+                        f"see {log_path} and {self.log_dir}"
+                    )
                 # Blocks until the run ends; bounded so a dead SuperNode is noticed.
                 with contextlib.suppress(ConsortiumError):
-                    self.flwr("log", str(run_id), CONNECTION_NAME, "--stream",
-                              timeout_s=min(remaining, 600.0), stdout=log)
+                    self.flwr(
+                        "log",
+                        str(run_id),
+                        CONNECTION_NAME,
+                        "--stream",
+                        timeout_s=min(remaining, 600.0),
+                        stdout=log,
+                    )
                 status, details = self.status(run_id)
                 if status.startswith("finished"):
                     break
                 time.sleep(1.0)
-        return RunStatus(run_id=run_id, status=status, details=details,
-                         elapsed_s=time.time() - started, log_path=log_path)
+        return RunStatus(
+            run_id=run_id,
+            status=status,
+            details=details,
+            elapsed_s=time.time() - started,
+            log_path=log_path,
+        )
 
 
 @dataclass
@@ -478,9 +573,14 @@ class ConsortiumOutcome:
     logs: dict[str, Path] = field(default_factory=dict)
 
 
-def run_local_consortium(config: ExperimentConfig, run_dir: Path, *,
-                         timeout_s: float = 3600.0, env: dict[str, str] | None = None,
-                         keep_logs: bool = True) -> ConsortiumOutcome:
+def run_local_consortium(
+    config: ExperimentConfig,
+    run_dir: Path,
+    *,
+    timeout_s: float = 3600.0,
+    env: dict[str, str] | None = None,
+    keep_logs: bool = True,
+) -> ConsortiumOutcome:
     """Prepare ``run_dir``, start a loopback consortium, ``flwr run`` the experiment, stop.
 
     Training, audits and the report all happen in the one run; the run directory ends up
@@ -499,19 +599,28 @@ def run_local_consortium(config: ExperimentConfig, run_dir: Path, *,
     with LocalConsortium(files.node_configs, env=env) as consortium:
         try:
             t = time.time()
-            status = consortium.run(files.app_dir, files.run_config, timeout_s=timeout_s,
-                                    log_path=logs_dir / "serverapp.log")
+            status = consortium.run(
+                files.app_dir,
+                files.run_config,
+                timeout_s=timeout_s,
+                log_path=logs_dir / "serverapp.log",
+            )
             outcome_timings["flwr_run_s"] = time.time() - t
         finally:
             consortium.stop()  # first, so the copied logs are complete
             if keep_logs:
                 _copy_logs(consortium.log_dir, logs_dir)
     outcome_timings["total_s"] = time.time() - t0
-    outcome = ConsortiumOutcome(run_dir=files.run_dir, status=status, timings=outcome_timings,
-                                logs={p.stem: p for p in sorted(logs_dir.glob("*.log"))})
+    outcome = ConsortiumOutcome(
+        run_dir=files.run_dir,
+        status=status,
+        timings=outcome_timings,
+        logs={p.stem: p for p in sorted(logs_dir.glob("*.log"))},
+    )
     if not status.ok:
-        raise ConsortiumError(f"run {status.run_id} ended as {status.status} "
-                              f"({status.details}); logs in {logs_dir}")
+        raise ConsortiumError(
+            f"run {status.run_id} ended as {status.status} ({status.details}); logs in {logs_dir}"
+        )
     return outcome
 
 

@@ -41,21 +41,25 @@ def _unit_labels(dataset: Dataset, units: np.ndarray, unit_ids: np.ndarray) -> n
     return np.asarray([dataset.y[first[u]] for u in unit_ids])
 
 
-def assign_units(dataset: Dataset, config: PartitionConfig, rng: np.random.Generator
-                 ) -> list[np.ndarray]:
+def assign_units(
+    dataset: Dataset, config: PartitionConfig, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Unit ids of each site, by the configured scheme."""
     units = _units(dataset)
     unit_ids = np.unique(units)
     k = config.num_sites
     if config.scheme == "natural":
         if dataset.sites is None:
-            raise PartitionError(f"partition.scheme: natural needs a site column; dataset "
-                                 f"{dataset.name!r} has none")
+            raise PartitionError(
+                f"partition.scheme: natural needs a site column; dataset {dataset.name!r} has none"
+            )
         site_of_unit = {u: s for u, s in zip(units, dataset.sites, strict=True)}
         names = np.unique(dataset.sites)
         if len(names) < k:
-            raise PartitionError(f"partition.num_sites: {k} sites requested but the site "
-                                 f"column has only {len(names)} values")
+            raise PartitionError(
+                f"partition.num_sites: {k} sites requested but the site "
+                f"column has only {len(names)} values"
+            )
         names = names[:k]
         return [np.asarray([u for u in unit_ids if site_of_unit[u] == n]) for n in names]
     shuffled = rng.permutation(unit_ids)
@@ -63,17 +67,16 @@ def assign_units(dataset: Dataset, config: PartitionConfig, rng: np.random.Gener
         return [np.sort(part) for part in np.array_split(shuffled, k)]
     if config.scheme == "quantity":
         if config.sizes is not None:
-            weights = np.asarray(config.sizes, dtype=float)
-        else:
-            weights = (np.arange(1, k + 1, dtype=float)) ** (-config.power)
-            weights = rng.permutation(weights)
-        cuts = np.floor(np.cumsum(weights / weights.sum())[:-1] * len(shuffled)).astype(int)
-        if config.sizes is not None:
+            total = sum(config.sizes)
+            if total > len(shuffled):
+                raise PartitionError(
+                    f"partition.sizes: total {total} exceeds the {len(shuffled)} available records"
+                )
             cuts = np.cumsum(config.sizes)[:-1]
-            if sum(config.sizes) > len(shuffled):
-                raise PartitionError(f"partition.sizes: total {sum(config.sizes)} exceeds "
-                                     f"the {len(shuffled)} available records")
-            shuffled = shuffled[: sum(config.sizes)]
+            shuffled = shuffled[:total]
+        else:
+            weights = rng.permutation(np.arange(1, k + 1, dtype=float) ** (-config.power))
+            cuts = np.floor(np.cumsum(weights / weights.sum())[:-1] * len(shuffled)).astype(int)
         return [np.sort(part) for part in np.split(shuffled, cuts)]
     # Dirichlet label skew: per class, split its units across sites by Dir(alpha).
     labels = _unit_labels(dataset, units, shuffled)
@@ -112,13 +115,13 @@ def partition(dataset: Dataset, config: PartitionConfig, *, seed: int) -> list[S
             raise PartitionError(
                 f"site {site_id}: train split has {len(split.train)} records (holdout "
                 f"{len(split.holdout)}, test {len(split.test)}) but partition.min_train is "
-                f"{config.min_train}; use fewer sites, a larger alpha, or smaller fractions")
+                f"{config.min_train}; use fewer sites, a larger alpha, or smaller fractions"
+            )
         sites.append(split)
     return sites
 
 
-def _records_of(unit_ids: np.ndarray, sorted_units: np.ndarray, order: np.ndarray
-                ) -> np.ndarray:
+def _records_of(unit_ids: np.ndarray, sorted_units: np.ndarray, order: np.ndarray) -> np.ndarray:
     lo = np.searchsorted(sorted_units, unit_ids, side="left")
     hi = np.searchsorted(sorted_units, unit_ids, side="right")
     if len(unit_ids) == 0:
@@ -126,16 +129,17 @@ def _records_of(unit_ids: np.ndarray, sorted_units: np.ndarray, order: np.ndarra
     return np.sort(np.concatenate([order[a:b] for a, b in zip(lo, hi, strict=True)]))
 
 
-def _cap_units(site_units: np.ndarray, sorted_units: np.ndarray, order: np.ndarray,
-               cap: int) -> np.ndarray:
-    sizes = (np.searchsorted(sorted_units, site_units, side="right")
-             - np.searchsorted(sorted_units, site_units, side="left"))
+def _cap_units(
+    site_units: np.ndarray, sorted_units: np.ndarray, order: np.ndarray, cap: int
+) -> np.ndarray:
+    sizes = np.searchsorted(sorted_units, site_units, side="right") - np.searchsorted(
+        sorted_units, site_units, side="left"
+    )
     keep = np.cumsum(sizes) <= cap
     return site_units[keep]
 
 
-def partition_summary(dataset: Dataset, sites: list[SiteSplit], *, scheme: str,
-                      seed: int) -> dict:
+def partition_summary(dataset: Dataset, sites: list[SiteSplit], *, scheme: str, seed: int) -> dict:
     """Sizes and label histograms per site (saved as ``partition.json``)."""
 
     def hist(idx: np.ndarray) -> list[int]:

@@ -30,15 +30,22 @@ class DatasetMeta:
 
     @classmethod
     def of(cls, dataset: Dataset) -> DatasetMeta:
-        return cls(name=dataset.name, modality=dataset.modality,
-                   num_classes=dataset.num_classes, input_shape=tuple(dataset.input_shape))
+        return cls(
+            name=dataset.name,
+            modality=dataset.modality,
+            num_classes=dataset.num_classes,
+            input_shape=tuple(dataset.input_shape),
+        )
 
     @classmethod
     def read(cls, run_dir: Path) -> DatasetMeta:
         data = json.loads((run_dir / DATASET_FILE).read_text())
-        return cls(name=data["name"], modality=data["modality"],
-                   num_classes=int(data["num_classes"]),
-                   input_shape=tuple(data["input_shape"]))
+        return cls(
+            name=data["name"],
+            modality=data["modality"],
+            num_classes=int(data["num_classes"]),
+            input_shape=tuple(data["input_shape"]),
+        )
 
 
 def site_file(run_dir: Path, site_id: int) -> Path:
@@ -53,11 +60,9 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     """Write config, partition summary and site files; idempotent for the same config."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(dump_config(config))
-    dataset = load_dataset(config.data.name, root=config.data.root,
-                           options=config.data.options)
+    dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     sites = partition(dataset, config.partition, seed=config.seed)
-    summary = partition_summary(dataset, sites, scheme=config.partition.scheme,
-                                seed=config.seed)
+    summary = partition_summary(dataset, sites, scheme=config.partition.scheme, seed=config.seed)
     (run_dir / PARTITION_FILE).write_text(json.dumps(summary, indent=1))
     meta = DatasetMeta.of(dataset)
     (run_dir / DATASET_FILE).write_text(json.dumps(meta.__dict__))
@@ -66,14 +71,21 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
         return None if arr is None else arr[idx]
 
     for split in sites:
-        SiteData(site_id=split.site_id,
-                 train_x=dataset.x[split.train], train_y=take(split.train, dataset.y),
-                 holdout_x=dataset.x[split.holdout], holdout_y=take(split.holdout, dataset.y),
-                 test_x=dataset.x[split.test], test_y=take(split.test, dataset.y)
-                 ).save(site_file(run_dir, split.site_id))
+        SiteData(
+            site_id=split.site_id,
+            train_x=dataset.x[split.train],
+            train_y=take(split.train, dataset.y),
+            holdout_x=dataset.x[split.holdout],
+            holdout_y=take(split.holdout, dataset.y),
+            test_x=dataset.x[split.test],
+            test_y=take(split.test, dataset.y),
+        ).save(site_file(run_dir, split.site_id))
     if dataset.public_x is not None:
-        np.savez(public_file(run_dir), x=dataset.public_x,
-                 **({} if dataset.public_y is None else {"y": dataset.public_y}))
+        np.savez(
+            public_file(run_dir),
+            x=dataset.public_x,
+            **({} if dataset.public_y is None else {"y": dataset.public_y}),
+        )
     return meta
 
 

@@ -43,14 +43,18 @@ def quiet_logs(verbose: bool) -> None:
     os.environ.setdefault("RAY_LOG_TO_STDERR", "0")
 
 
-def _gpus(value: float | str) -> float:
+def _gpus(value: float | str, num_sites: int) -> float:
+    """GPU share per site process; ``auto`` lets every site share one GPU."""
+    if not torch.cuda.is_available():
+        return 0.0
     if value == "auto":
-        return 1.0 if torch.cuda.is_available() else 0.0
-    return float(value) if torch.cuda.is_available() else 0.0
+        return round(1.0 / max(1, min(num_sites, 8)), 3)
+    return float(value)
 
 
-def _backend_config(config: ExperimentConfig, *, num_cpus: float, num_gpus: float,
-                    temp_dir: Path, verbose: bool) -> dict:
+def _backend_config(
+    config: ExperimentConfig, *, num_cpus: float, num_gpus: float, temp_dir: Path, verbose: bool
+) -> dict:
     init_args: dict = {"include_dashboard": False, "log_to_driver": verbose}
     if config.ray.address:
         init_args["address"] = config.ray.address
@@ -59,13 +63,22 @@ def _backend_config(config: ExperimentConfig, *, num_cpus: float, num_gpus: floa
         init_args["_temp_dir"] = str(temp_dir)
         if not verbose:
             init_args["logging_level"] = logging.ERROR
-    return {"client_resources": {"num_cpus": num_cpus, "num_gpus": num_gpus},
-            "init_args": init_args}
+    return {
+        "client_resources": {"num_cpus": num_cpus, "num_gpus": num_gpus},
+        "init_args": init_args,
+    }
 
 
-def _simulate(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path, *,
-              phases: tuple[str, ...], num_cpus: float, num_gpus: float,
-              verbose: bool) -> None:
+def _simulate(
+    config: ExperimentConfig,
+    meta: DatasetMeta,
+    run_dir: Path,
+    *,
+    phases: tuple[str, ...],
+    num_cpus: float,
+    num_gpus: float,
+    verbose: bool,
+) -> None:
     from flwr.simulation import run_simulation
 
     server_app, client_app = build_apps(config, meta, run_dir, phases=phases)
@@ -74,12 +87,15 @@ def _simulate(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path, *,
     own_temp = config.ray.temp_dir is None
     temp_dir = Path(tempfile.mkdtemp(prefix="pfl-ray-")) if own_temp else config.ray.temp_dir
     try:
-        run_simulation(server_app=server_app, client_app=client_app,
-                       num_supernodes=config.partition.num_sites,
-                       backend_config=_backend_config(config, num_cpus=num_cpus,
-                                                      num_gpus=num_gpus, temp_dir=temp_dir,
-                                                      verbose=verbose),
-                       verbose_logging=verbose)
+        run_simulation(
+            server_app=server_app,
+            client_app=client_app,
+            num_supernodes=config.partition.num_sites,
+            backend_config=_backend_config(
+                config, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=temp_dir, verbose=verbose
+            ),
+            verbose_logging=verbose,
+        )
     finally:
         import ray
 
@@ -95,8 +111,9 @@ def training_done(config: ExperimentConfig, run_dir: Path) -> bool:
     return load_checkpoint(run_dir / FINAL_NAME).round >= config.fl.rounds
 
 
-def run_experiment(config: ExperimentConfig, run_dir: Path, *, verbose: bool = False,
-                   write_report: bool = True) -> RunOutcome:
+def run_experiment(
+    config: ExperimentConfig, run_dir: Path, *, verbose: bool = False, write_report: bool = True
+) -> RunOutcome:
     """Train (the rounds still missing), audit (the sites still missing), report."""
     quiet_logs(verbose)
     outcome = RunOutcome(run_dir=run_dir)
@@ -104,8 +121,8 @@ def run_experiment(config: ExperimentConfig, run_dir: Path, *, verbose: bool = F
     meta = prepare_run_dir(config, run_dir)
     outcome.timings["data_s"] = time.time() - t0
     res: ResourcesConfig = config.resources
-    train = (res.num_cpus, _gpus(res.num_gpus))
-    audit = (res.audit_num_cpus, _gpus(res.audit_num_gpus))
+    train = (res.num_cpus, _gpus(res.num_gpus, config.partition.num_sites))
+    audit = (res.audit_num_cpus, _gpus(res.audit_num_gpus, config.partition.num_sites))
     phases: list[tuple[tuple[str, ...], tuple[float, float]]] = []
     if not training_done(config, run_dir):
         last = latest_round_checkpoint(run_dir)
@@ -120,8 +137,9 @@ def run_experiment(config: ExperimentConfig, run_dir: Path, *, verbose: bool = F
         phases = [(("train", "audit"), train)]
     for names, (cpus, gpus) in phases:
         t = time.time()
-        _simulate(config, meta, run_dir, phases=names, num_cpus=cpus, num_gpus=gpus,
-                  verbose=verbose)
+        _simulate(
+            config, meta, run_dir, phases=names, num_cpus=cpus, num_gpus=gpus, verbose=verbose
+        )
         outcome.timings["+".join(names) + "_s"] = time.time() - t
     if write_report:
         t = time.time()

@@ -14,12 +14,12 @@ from simulations.partition import partition
 from simulations.run_dir import DatasetMeta
 
 
-def audit_saved_model(checkpoint: Path, config_path: Path, *, site: int,
-                      overrides: list[str] | None = None) -> dict:
+def audit_saved_model(
+    checkpoint: Path, config_path: Path, *, site: int, overrides: list[str] | None = None
+) -> dict:
     """Run the configured audit of ``site``'s members (and holdout) against the model."""
     config = load_config(config_path, overrides)
-    dataset = load_dataset(config.data.name, root=config.data.root,
-                           options=config.data.options)
+    dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     sites = partition(dataset, config.partition, seed=config.seed)
     if not 0 <= site < len(sites):
         raise KeyError(f"--site: {site} is not one of the run's sites 0..{len(sites) - 1}")
@@ -28,13 +28,23 @@ def audit_saved_model(checkpoint: Path, config_path: Path, *, site: int,
     def take(idx, arr):
         return None if arr is None else arr[idx]
 
-    data = SiteData(site_id=site, train_x=dataset.x[split.train],
-                    train_y=take(split.train, dataset.y), holdout_x=dataset.x[split.holdout],
-                    holdout_y=take(split.holdout, dataset.y), test_x=dataset.x[split.test],
-                    test_y=take(split.test, dataset.y), public_x=dataset.public_x,
-                    public_y=dataset.public_y)
+    data = SiteData(
+        site_id=site,
+        train_x=dataset.x[split.train],
+        train_y=take(split.train, dataset.y),
+        holdout_x=dataset.x[split.holdout],
+        holdout_y=take(split.holdout, dataset.y),
+        test_x=dataset.x[split.test],
+        test_y=take(split.test, dataset.y),
+        public_x=dataset.public_x,
+        public_y=dataset.public_y,
+    )
     model, _ = load_global_model(checkpoint)
-    runner = make_audit_runner(SiteAuditPolicy(
-        settings=config.audit.settings, use_holdout=config.audit.use_holdout,
-        use_public_pool=config.audit.reference_pool))
+    runner = make_audit_runner(
+        SiteAuditPolicy(
+            settings=config.audit.settings,
+            use_holdout=config.audit.use_holdout,
+            use_public_pool=config.audit.reference_pool,
+        )
+    )
     return runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed)

@@ -65,7 +65,8 @@ def test_report_files_agree_with_audits(run_dir):
     report = json.loads((run_dir / "report.json").read_text())
     assert report["schema_version"] >= 1
     audits = _audits(run_dir)
-    rows = {int(r["site_id"]): r for r in csv.DictReader(open(run_dir / "report.csv"))}
+    with open(run_dir / "report.csv") as fh:
+        rows = {int(r["site_id"]): r for r in csv.DictReader(fh)}
     for site in report["sites"]:
         if site["status"] != "ok":
             continue

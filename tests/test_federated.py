@@ -105,8 +105,11 @@ def test_partial_participation_is_seeded(tmp_path):
     assert all(len(s) == 2 for s in sites)
     from server.strategy import StrategySettings, make_strategy
 
-    strategy = make_strategy(StrategySettings(fraction_train=0.67, seed=7), num_sites=3,
-                             site_of_node={10: 0, 11: 1, 12: 2})
+    strategy = make_strategy(
+        StrategySettings(fraction_train=0.67, seed=7),
+        num_sites=3,
+        site_of_node={10: 0, 11: 1, 12: 2},
+    )
     assert [[str(s) for s in strategy.sites_for_round(r)] for r in (1, 2)] == sites
 
 
@@ -119,8 +122,16 @@ def test_fedprox_term_pulls_towards_global():
     weights = [name for name, _ in model.named_parameters()]
 
     def drift(mu):
-        out = train_locally(task, start, x=dataset.x[:300], y=dataset.y[:300], epochs=2,
-                            seed=0, device=torch.device("cpu"), proximal_mu=mu)
+        out = train_locally(
+            task,
+            start,
+            x=dataset.x[:300],
+            y=dataset.y[:300],
+            epochs=2,
+            seed=0,
+            device=torch.device("cpu"),
+            proximal_mu=mu,
+        )
         return sum(float((out.state_dict[k] - start[k]).norm()) for k in weights)
 
     assert drift(1.0) < 0.5 * drift(0.0)
@@ -128,15 +139,32 @@ def test_fedprox_term_pulls_towards_global():
 
 def test_dp_ledger_continues_across_rounds():
     dataset = load_dataset("digits")
-    task = make_task(_config(dp={"enabled": True, "noise_multiplier": 1.0}), DatasetMeta.of(dataset))
-    dp = DPSettings(target_epsilon=None, noise_multiplier=1.0, delta=1e-5, max_grad_norm=1.0,
-                    accountant="rdp", total_epochs=2)
+    task = make_task(
+        _config(dp={"enabled": True, "noise_multiplier": 1.0}), DatasetMeta.of(dataset)
+    )
+    dp = DPSettings(
+        target_epsilon=None,
+        noise_multiplier=1.0,
+        delta=1e-5,
+        max_grad_norm=1.0,
+        accountant="rdp",
+        total_epochs=2,
+    )
     ledger = PrivacyLedger(accountant="rdp", history=[])
     state = task.make_model().state_dict()
     eps = []
     for r in range(2):
-        out = train_locally(task, state, x=dataset.x[:200], y=dataset.y[:200], epochs=1, seed=r,
-                            device=torch.device("cpu"), dp=dp, ledger=ledger)
+        out = train_locally(
+            task,
+            state,
+            x=dataset.x[:200],
+            y=dataset.y[:200],
+            epochs=1,
+            seed=r,
+            device=torch.device("cpu"),
+            dp=dp,
+            ledger=ledger,
+        )
         state = out.state_dict
         eps.append(out.dp_epsilon)
     assert eps[1] > eps[0] > 0

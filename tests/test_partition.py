@@ -49,7 +49,8 @@ def _label_skew(dataset, sites):
 def test_dirichlet_skew_grows_as_alpha_shrinks(digits):
     skew = {
         alpha: _label_skew(
-            digits, partition(digits, PartitionConfig(num_sites=4, alpha=alpha, min_train=1), seed=0)
+            digits,
+            partition(digits, PartitionConfig(num_sites=4, alpha=alpha, min_train=1), seed=0),
         )
         for alpha in (0.1, 1.0, 100.0)
     }
@@ -65,7 +66,9 @@ def test_quantity_skew_explicit_sizes_and_power_law(digits):
     assert [len(s.train) + len(s.holdout) + len(s.test) for s in sites] == [100, 300, 600]
     sizes = sorted(
         len(s.train)
-        for s in partition(digits, PartitionConfig(scheme="quantity", num_sites=4, power=1.5), seed=0)
+        for s in partition(
+            digits, PartitionConfig(scheme="quantity", num_sites=4, power=1.5), seed=0
+        )
     )
     assert sizes[-1] > 3 * sizes[0]
 
@@ -74,21 +77,32 @@ def test_natural_site_column():
     x = np.zeros((90, 1, 2, 2), dtype=np.uint8)
     y = np.arange(90) % 3
     sites_col = np.repeat(np.array(["a", "b", "c"]), 30)
-    ds = Dataset(name="t", modality="image", x=x, y=y, num_classes=3, input_shape=(1, 2, 2),
-                 sites=sites_col)
+    ds = Dataset(
+        name="t", modality="image", x=x, y=y, num_classes=3, input_shape=(1, 2, 2), sites=sites_col
+    )
     sites = partition(ds, PartitionConfig(scheme="natural", num_sites=3, min_train=5), seed=0)
     for k, s in enumerate(sites):
         idx = np.concatenate([s.train, s.holdout, s.test])
         assert set(sites_col[idx]) == {"abc"[k]}
     with pytest.raises(PartitionError, match="site column"):
-        partition(Dataset(name="t", modality="image", x=x, y=y, num_classes=3,
-                          input_shape=(1, 2, 2)), PartitionConfig(scheme="natural"), seed=0)
+        partition(
+            Dataset(name="t", modality="image", x=x, y=y, num_classes=3, input_shape=(1, 2, 2)),
+            PartitionConfig(scheme="natural"),
+            seed=0,
+        )
 
 
 def test_groups_stay_together():
     groups = np.repeat(np.arange(30), 4)
-    ds = Dataset(name="t", modality="text", x=np.arange(120)[:, None], y=None, num_classes=0,
-                 input_shape=(1,), groups=groups)
+    ds = Dataset(
+        name="t",
+        modality="text",
+        x=np.arange(120)[:, None],
+        y=None,
+        num_classes=0,
+        input_shape=(1,),
+        groups=groups,
+    )
     for s in partition(ds, PartitionConfig(scheme="iid", num_sites=3, min_train=5), seed=1):
         for part in (s.train, s.holdout, s.test):
             for g in np.unique(groups[part]):

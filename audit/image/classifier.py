@@ -33,7 +33,7 @@ from audit.components import (
     register_classifier,
 )
 from audit.config import AuditConfig
-from audit.image.features import design_matrix, loss_matrix, one_hot
+from audit.image.features import loss_matrix, loss_matrix_names, one_hot, pooled_pixels
 
 
 def auc(scores: np.ndarray, membership: np.ndarray) -> float:
@@ -110,27 +110,67 @@ class _StagedGbm:
 
 
 class GbmMembershipClassifier:
-    """``design = "gbm"``: boosting on confidence features, label and pooled pixels."""
+    """``design = "gbm"``: boosting on the loss features, the label and pooled pixels.
+
+    The candidates selected on validation are boosting models on each of
+    ``classifier.feature_sets`` (``"loss"``: confidence statistics and label only;
+    ``"loss+pixels"``: plus pooled pixels) over the round / learning-rate grid and, with
+    ``classifier.single_statistics``, every single confidence statistic used directly as the
+    score (its sign fixed on the training split), i.e. the classic threshold attacks.
+    """
 
     def __init__(self, config: AuditConfig, context: AuditContext) -> None:
         cc = config.classifier
+        self.cc = cc
         self.num_classes = context.task.num_classes
         self.pixel_side = cc.pixel_side
-        iters = cc.gbm_iterations[:2] if config.quick else cc.gbm_iterations
-        self.gbm = _StagedGbm(iterations=iters, learning_rates=cc.gbm_learning_rates,
-                              max_leaf_nodes=cc.gbm_max_leaf_nodes)
+        self.iterations = cc.gbm_iterations[:2] if config.quick else cc.gbm_iterations
+        self.choice: dict[str, object] = {}
+        self.model: _StagedGbm | None = None
 
-    def _x(self, data: ClassifierData) -> np.ndarray:
-        return design_matrix(data, num_classes=self.num_classes, pixel_side=self.pixel_side)
+    def _blocks(self, data: ClassifierData) -> tuple[np.ndarray, np.ndarray]:
+        return _loss_x(data, self.num_classes), pooled_pixels(data.records.x, self.pixel_side)
+
+    def _x(self, blocks: tuple[np.ndarray, np.ndarray], feature_set: str) -> np.ndarray:
+        return blocks[0] if feature_set == "loss" else np.column_stack(blocks)
 
     def fit(self, train: ClassifierData, val: ClassifierData, *, select_by: SelectionScore,
             seed: int) -> dict[str, object]:
-        best = self.gbm.fit(self._x(train), train.membership, self._x(val), val.membership,
-                            select_by=select_by, seed=seed)
+        b_tr, b_va = self._blocks(train), self._blocks(val)
+        s_tr, s_va = train.membership, val.membership
+        best: _Candidate | None = None
+        for feature_set in self.cc.feature_sets:
+            gbm = _StagedGbm(iterations=self.iterations,
+                             learning_rates=self.cc.gbm_learning_rates,
+                             max_leaf_nodes=self.cc.gbm_max_leaf_nodes)
+            cand = gbm.fit(self._x(b_tr, feature_set), s_tr, self._x(b_va, feature_set), s_va,
+                           select_by=select_by, seed=seed)
+            cand.params = {"features": feature_set, **cand.params}
+            cand.state = gbm
+            if best is None or cand > best:
+                best = cand
+        if self.cc.single_statistics:
+            names = loss_matrix_names(train)
+            for j, name in enumerate(names):
+                sign = 1.0 if auc(b_tr[0][:, j], s_tr) >= 0.5 else -1.0
+                dec = sign * b_va[0][:, j]
+                cand = _Candidate(float(select_by(dec, s_va)), auc(dec, s_va),
+                                  {"statistic": name, "column": j, "sign": sign})
+                if best is None or cand > best:
+                    best = cand
+        assert best is not None
+        self.model = best.state if isinstance(best.state, _StagedGbm) else None
+        self.choice = dict(best.params)
         return {"design": "gbm", **best.params, "val_bound": best.bound, "val_auc": best.auc}
 
     def score(self, data: ClassifierData) -> np.ndarray:
-        return self.gbm.score(self._x(data))
+        if not self.choice:
+            raise RuntimeError("score called before fit")
+        blocks = self._blocks(data)
+        if self.model is None:
+            column, sign = int(self.choice["column"]), float(self.choice["sign"])
+            return sign * blocks[0][:, column]
+        return self.model.score(self._x(blocks, str(self.choice["features"])))
 
 
 # --------------------------------------------------------------------------------------

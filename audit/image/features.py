@@ -45,6 +45,19 @@ def confidence_features(features: np.ndarray, y: np.ndarray | None) -> np.ndarra
     return np.column_stack([loss, log_loss, conf_logit, margin, log_p, entropy, correct])
 
 
+CONFIDENCE_NAMES = ("loss", "log_loss", "conf_logit", "margin", "log_p", "entropy", "correct")
+
+
+def loss_matrix_names(data: ClassifierData) -> list[str]:
+    """Column names of :func:`loss_matrix` for ``data``."""
+    width = confidence_features(data.features[:1], None if data.records.y is None
+                                else data.records.y[:1]).shape[1]
+    own = list(CONFIDENCE_NAMES[:width]) if width > 2 else ["loss", "log_loss"]
+    if data.reference is None:
+        return own
+    return own + [f"ref_{n}" for n in own] + [f"diff_{n}" for n in own]
+
+
 def pooled_pixels(x: np.ndarray, side: int) -> np.ndarray:
     """uint8 ``(n, C, H, W)`` images average-pooled to at most ``side`` per edge, in [0, 1]."""
     arr = np.asarray(x, dtype=np.float32) / 255.0

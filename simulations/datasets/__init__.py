@@ -63,12 +63,16 @@ class LoaderSpec:
 
 
 _LOADERS: dict[str, LoaderSpec] = {}
-_MODALITY_MODULES = ("simulations.datasets.image", "simulations.datasets.tabular",
-                     "simulations.datasets.text")
+_MODALITY_MODULES = (
+    "simulations.datasets.image",
+    "simulations.datasets.tabular",
+    "simulations.datasets.text",
+)
 
 
-def register_dataset(name: str, *, options: type[LoaderOptions] = LoaderOptions
-                     ) -> Callable[[Loader], Loader]:
+def register_dataset(
+    name: str, *, options: type[LoaderOptions] = LoaderOptions
+) -> Callable[[Loader], Loader]:
     """Register ``load(root, options) -> Dataset`` under ``name`` (config ``data.name``)."""
 
     def deco(load: Loader) -> Loader:
@@ -106,8 +110,9 @@ def parse_options(name: str, options: dict[str, Any]) -> LoaderOptions:
         raise ValueError(f"data.options.{key}: {first['msg']}") from None
 
 
-def load_dataset(name: str, *, root: Path | None = None,
-                 options: dict[str, Any] | None = None) -> Dataset:
+def load_dataset(
+    name: str, *, root: Path | None = None, options: dict[str, Any] | None = None
+) -> Dataset:
     """Load a registered dataset from local files."""
     spec = loader_spec(name)
     return spec.load(root, parse_options(name, options or {}))

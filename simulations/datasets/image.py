@@ -23,8 +23,14 @@ from pydantic import Field
 from simulations.datasets import DataError, Dataset, LoaderOptions, register_dataset
 
 FASHION_MNIST_DEBIAN = Path("/usr/share/datasets/fashion-mnist")
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.int16, 0x0C: np.int32,
-               0x0D: np.float32, 0x0E: np.float64}
+_IDX_DTYPES = {
+    0x08: np.uint8,
+    0x09: np.int8,
+    0x0B: np.int16,
+    0x0C: np.int32,
+    0x0D: np.float32,
+    0x0E: np.float64,
+}
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -47,9 +53,15 @@ def read_idx(path: Path) -> np.ndarray:
     dtype = np.dtype(_IDX_DTYPES[raw[2]]).newbyteorder(">")
     expected = int(np.prod(shape)) * dtype.itemsize
     if len(raw) - header != expected:
-        raise DataError(f"corrupt data file {path}: header says {shape} "
-                        f"({expected} bytes) but {len(raw) - header} bytes follow")
-    return np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+        raise DataError(
+            f"corrupt data file {path}: header says {shape} "
+            f"({expected} bytes) but {len(raw) - header} bytes follow"
+        )
+    return (
+        np.frombuffer(raw, dtype=dtype, offset=header)
+        .reshape(shape)
+        .astype(dtype.newbyteorder("="))
+    )
 
 
 def _find_idx(folder: Path, stem: str) -> Path:
@@ -90,25 +102,37 @@ def load_idx_dataset(name: str, folder: Path, options: IdxOptions, how_to_get: s
         raise DataError(f"{folder}: image and label files disagree in length")
     x, y = x[: options.max_train], y[: options.max_train]
     tx, ty = tx[: options.max_test], ty[: options.max_test]
-    return Dataset(name=name, modality="image", x=x[:, None], y=y.astype(np.int64),
-                   num_classes=10, input_shape=(1, 28, 28), public_x=tx[:, None],
-                   public_y=ty.astype(np.int64), info={"source": str(folder)})
+    return Dataset(
+        name=name,
+        modality="image",
+        x=x[:, None],
+        y=y.astype(np.int64),
+        num_classes=10,
+        input_shape=(1, 28, 28),
+        public_x=tx[:, None],
+        public_y=ty.astype(np.int64),
+        info={"source": str(folder)},
+    )
 
 
 @register_dataset("fashion_mnist", options=IdxOptions)
 def fashion_mnist(root: Path | None, options: IdxOptions) -> Dataset:
     folder = _idx_folder(root, FASHION_MNIST_DEBIAN, "FashionMNIST")
-    how = ("Install the Debian package with `sudo apt-get install dataset-fashion-mnist` "
-           "(files in /usr/share/datasets/fashion-mnist), or point data.root at a folder "
-           "with the four *-ubyte.gz files.")
+    how = (
+        "Install the Debian package with `sudo apt-get install dataset-fashion-mnist` "
+        "(files in /usr/share/datasets/fashion-mnist), or point data.root at a folder "
+        "with the four *-ubyte.gz files."
+    )
     return load_idx_dataset("fashion_mnist", folder, options, how)
 
 
 @register_dataset("mnist", options=IdxOptions)
 def mnist(root: Path | None, options: IdxOptions) -> Dataset:
     if root is None:
-        raise DataError("data.root: MNIST has no built-in location; set data.root to a folder "
-                        "with train-images-idx3-ubyte.gz etc. (or torchvision's MNIST/raw)")
+        raise DataError(
+            "data.root: MNIST has no built-in location; set data.root to a folder "
+            "with train-images-idx3-ubyte.gz etc. (or torchvision's MNIST/raw)"
+        )
     folder = _idx_folder(root, None, "MNIST")
     how = "Place the four MNIST IDX files (from yann.lecun.com mirrors) under data.root."
     return load_idx_dataset("mnist", folder, options, how)
@@ -121,8 +145,10 @@ class CifarOptions(LoaderOptions):
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if not path.exists():
-        raise DataError(f"missing data file: {path}. Extract cifar-10-python.tar.gz under "
-                        "data.root (folder cifar-10-batches-py).")
+        raise DataError(
+            f"missing data file: {path}. Extract cifar-10-python.tar.gz under "
+            "data.root (folder cifar-10-batches-py)."
+        )
     try:
         with open(path, "rb") as fh:
             batch = pickle.load(fh, encoding="bytes")
@@ -142,9 +168,17 @@ def cifar10(root: Path | None, options: CifarOptions) -> Dataset:
     x = np.concatenate([p[0] for p in parts])[: options.max_train]
     y = np.concatenate([p[1] for p in parts])[: options.max_train]
     tx, ty = _read_cifar_batch(folder / "test_batch")
-    return Dataset(name="cifar10", modality="image", x=x, y=y, num_classes=10,
-                   input_shape=(3, 32, 32), public_x=tx[: options.max_test],
-                   public_y=ty[: options.max_test], info={"source": str(folder)})
+    return Dataset(
+        name="cifar10",
+        modality="image",
+        x=x,
+        y=y,
+        num_classes=10,
+        input_shape=(3, 32, 32),
+        public_x=tx[: options.max_test],
+        public_y=ty[: options.max_test],
+        info={"source": str(folder)},
+    )
 
 
 class DigitsOptions(LoaderOptions):
@@ -162,6 +196,14 @@ def digits(root: Path | None, options: DigitsOptions) -> Dataset:
     order = np.random.default_rng(12345).permutation(len(x))
     n_public = int(round(options.public_fraction * len(x)))
     pub, pool = order[:n_public], order[n_public:]
-    return Dataset(name="digits", modality="image", x=x[pool], y=y[pool], num_classes=10,
-                   input_shape=(1, 8, 8), public_x=x[pub], public_y=y[pub],
-                   info={"source": "sklearn.datasets.load_digits"})
+    return Dataset(
+        name="digits",
+        modality="image",
+        x=x[pool],
+        y=y[pool],
+        num_classes=10,
+        input_shape=(1, 8, 8),
+        public_x=x[pub],
+        public_y=y[pub],
+        info={"source": "sklearn.datasets.load_digits"},
+    )

@@ -24,8 +24,11 @@ class ModelSpec:
 
 
 _MODELS: dict[str, ModelSpec] = {}
-_MODALITY_MODULES = ("simulations.models.image", "simulations.models.tabular",
-                     "simulations.models.text")
+_MODALITY_MODULES = (
+    "simulations.models.image",
+    "simulations.models.tabular",
+    "simulations.models.text",
+)
 
 
 def register_model(name: str, *, modality: str) -> Callable[[ModelBuilder], ModelBuilder]:

@@ -20,8 +20,9 @@ def _norm(channels: int, dp: bool) -> nn.Module:
 class SmallCNN(nn.Module):
     """Two conv blocks and an MLP head; ~0.1-0.4M parameters depending on ``width``."""
 
-    def __init__(self, *, in_channels: int, num_classes: int, image_size: int, width: int,
-                 dp: bool) -> None:
+    def __init__(
+        self, *, in_channels: int, num_classes: int, image_size: int, width: int, dp: bool
+    ) -> None:
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, width, 3, padding=1),
@@ -46,11 +47,13 @@ class SmallCNN(nn.Module):
 
 
 @register_model("small_cnn", modality="image")
-def small_cnn(*, num_classes: int, dp: bool, input_shape: tuple[int, ...],
-              width: int = 32) -> nn.Module:
+def small_cnn(
+    *, num_classes: int, dp: bool, input_shape: tuple[int, ...], width: int = 32
+) -> nn.Module:
     channels, size, _ = input_shape
-    return SmallCNN(in_channels=channels, num_classes=num_classes, image_size=size,
-                    width=width, dp=dp)
+    return SmallCNN(
+        in_channels=channels, num_classes=num_classes, image_size=size, width=width, dp=dp
+    )
 
 
 @register_model("resnet18", modality="image")

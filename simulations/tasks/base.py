@@ -31,14 +31,16 @@ class OptimizerSpec:
 
     def build(self, params: Iterator[nn.Parameter]) -> torch.optim.Optimizer:
         if self.name == "sgd":
-            return torch.optim.SGD(params, lr=self.learning_rate, momentum=self.momentum,
-                                   weight_decay=self.weight_decay)
+            return torch.optim.SGD(
+                params,
+                lr=self.learning_rate,
+                momentum=self.momentum,
+                weight_decay=self.weight_decay,
+            )
         if self.name == "adam":
-            return torch.optim.Adam(params, lr=self.learning_rate,
-                                    weight_decay=self.weight_decay)
+            return torch.optim.Adam(params, lr=self.learning_rate, weight_decay=self.weight_decay)
         if self.name == "adamw":
-            return torch.optim.AdamW(params, lr=self.learning_rate,
-                                     weight_decay=self.weight_decay)
+            return torch.optim.AdamW(params, lr=self.learning_rate, weight_decay=self.weight_decay)
         raise ValueError(f"fl.optimizer: unknown optimizer {self.name!r} (sgd, adam, adamw)")
 
 
@@ -87,21 +89,41 @@ class TorchTask:
     # -- shared ------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
         spec = model_spec(self.model_name)
-        return spec.builder(num_classes=self.num_classes, dp=self.dp,
-                            input_shape=self.input_shape, **self.model_options)
+        return spec.builder(
+            num_classes=self.num_classes,
+            dp=self.dp,
+            input_shape=self.input_shape,
+            **self.model_options,
+        )
 
     def batch_loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return self.record_losses(model, batch).mean()
 
-    def loader(self, x: np.ndarray, y: np.ndarray | None, *, shuffle: bool, seed: int = 0,
-               batch_size: int | None = None) -> torch.utils.data.DataLoader:
+    def loader(
+        self,
+        x: np.ndarray,
+        y: np.ndarray | None,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        batch_size: int | None = None,
+    ) -> torch.utils.data.DataLoader:
         dataset = torch.utils.data.TensorDataset(*self.tensors(x, y))
         generator = torch.Generator().manual_seed(seed)
-        return torch.utils.data.DataLoader(dataset, batch_size=batch_size or self.batch_size,
-                                           shuffle=shuffle, generator=generator)
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=batch_size or self.batch_size, shuffle=shuffle, generator=generator
+        )
 
-    def train_model(self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *,
-                    epochs: int, seed: int, device: torch.device) -> None:
+    def train_model(
+        self,
+        model: nn.Module,
+        x: np.ndarray,
+        y: np.ndarray | None,
+        *,
+        epochs: int,
+        seed: int,
+        device: torch.device,
+    ) -> None:
         torch.manual_seed(seed)
         model.to(device).train()
         optimizer = self.optimizer.build(model.parameters())
@@ -110,29 +132,41 @@ class TorchTask:
             run_epoch(model, loader, optimizer, lambda b: self.batch_loss(model, b), device)
 
     @torch.no_grad()
-    def _map_batches(self, fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
-                     model: nn.Module, x: np.ndarray, y: np.ndarray | None,
-                     device: torch.device) -> np.ndarray:
+    def _map_batches(
+        self,
+        fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
+        model: nn.Module,
+        x: np.ndarray,
+        y: np.ndarray | None,
+        device: torch.device,
+    ) -> np.ndarray:
         model.to(device).eval()
-        out = [fn(tuple(t.to(device) for t in batch)).float().cpu()
-               for batch in self.loader(x, y, shuffle=False, batch_size=512)]
+        out = [
+            fn(tuple(t.to(device) for t in batch)).float().cpu()
+            for batch in self.loader(x, y, shuffle=False, batch_size=512)
+        ]
         return torch.cat(out).numpy()
 
-    def per_record_loss(self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *,
-                        device: torch.device) -> np.ndarray:
+    def per_record_loss(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *, device: torch.device
+    ) -> np.ndarray:
         return self._map_batches(lambda b: self.record_losses(model, b), model, x, y, device)
 
-    def loss_features(self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *,
-                      device: torch.device) -> np.ndarray:
+    def loss_features(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *, device: torch.device
+    ) -> np.ndarray:
         return self._map_batches(lambda b: self.batch_features(model, b), model, x, y, device)
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *,
-                 device: torch.device) -> dict[str, float]:
+    def evaluate(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *, device: torch.device
+    ) -> dict[str, float]:
         """Mean loss and accuracy over ``(x, y)``."""
         losses = self.per_record_loss(model, x, y, device=device)
-        correct = sum(float(self.batch_correct(model, tuple(t.to(device) for t in b)))
-                      for b in self.loader(x, y, shuffle=False, batch_size=512))
+        correct = sum(
+            float(self.batch_correct(model, tuple(t.to(device) for t in b)))
+            for b in self.loader(x, y, shuffle=False, batch_size=512)
+        )
         return {"loss": float(losses.mean()), "accuracy": correct / max(len(x), 1)}
 
 

@@ -1,0 +1,89 @@
+"""Time per stage of the whole pipeline with 1, 2, 4 and 8 sites.
+
+    python benchmarks/pipeline.py [--sites 1 2 4 8] [--records 1500] [--rounds 2] [--quick]
+
+Each site holds the same number of records, so with enough Ray workers the FL and audit
+wall times stay flat as sites are added; on a 2-core machine they grow about n/2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from simulations.config import validate_config
+from simulations.runner import run_experiment
+
+
+def config_for(num_sites: int, args: argparse.Namespace) -> dict:
+    return {
+        "name": f"bench-{num_sites}",
+        "data": {"name": args.dataset},
+        "partition": {"scheme": "iid", "num_sites": num_sites, "records_per_site": args.records},
+        "fl": {"rounds": args.rounds, "local_epochs": 1},
+        "resources": {"num_gpus": "auto", "audit_num_gpus": "auto"},
+        "audit": {
+            "enabled": True,
+            "settings": {
+                "quick": True,
+                "generator": {"epochs": 3 if args.quick else 20},
+                "helper_epochs": 2 if args.quick else 5,
+            },
+        },
+    }
+
+
+def audit_stage_means(run_dir: Path) -> dict[str, float]:
+    stages: dict[str, list[float]] = {}
+    for path in sorted((run_dir / "audits").glob("site-*.json")):
+        result = json.loads(path.read_text()).get("result") or {}
+        for stage, seconds in (result.get("timings") or {}).items():
+            stages.setdefault(stage, []).append(seconds)
+    return {k: float(np.mean(v)) for k, v in stages.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sites", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--records", type=int, default=1500, help="records per site")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--dataset", default="fashion_mnist")
+    parser.add_argument("--quick", action="store_true", help="tiny generator/helper budgets")
+    args = parser.parse_args()
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+    print(f"device: {device}; torch threads per site: 1")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.sites:
+            run_dir = Path(tmp) / f"sites-{n}"
+            t0 = time.time()
+            outcome = run_experiment(validate_config(config_for(n, args)), run_dir)
+            wall = time.time() - t0
+            rows.append((n, outcome.timings, audit_stage_means(run_dir), wall))
+    stage_names = sorted({s for _, _, stages, _ in rows for s in stages})
+    head = ["sites", "data_s", "fl+audit_s", "report_s", "wall_s"] + [
+        f"audit:{s}" for s in stage_names
+    ]
+    print("\t".join(head))
+    for n, timings, stages, wall in rows:
+        fl = sum(v for k, v in timings.items() if k.startswith(("train", "audit")))
+        cells = [
+            str(n),
+            f"{timings.get('data_s', 0):.1f}",
+            f"{fl:.1f}",
+            f"{timings.get('report_s', 0):.1f}",
+            f"{wall:.1f}",
+        ]
+        cells += [f"{stages.get(s, float('nan')):.1f}" for s in stage_names]
+        print("\t".join(cells))
+    print("audit:<stage> = mean seconds per site inside its own process")
+
+
+if __name__ == "__main__":
+    main()
