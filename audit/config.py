@@ -19,7 +19,12 @@ class SplitConfig(_Strict):
     test split, so m uses as much of the member set as the other splits allow.
     """
 
-    generator: float = Field(0.3, gt=0, description="D_G: records that train the generator")
+    generator: float | None = Field(
+        None,
+        gt=0,
+        description="D_G: records that train the generator; None: 0.3 for a trained "
+        "generator, 0.05 for the reference pool (which only reads D_G's label histogram)",
+    )
     train: float = Field(0.3, gt=0, description="D_in^tr: members that train b and the MIA")
     val: float = Field(0.1, gt=0, description="D_in^val: members for model selection")
 
@@ -28,7 +33,10 @@ class GeneratorConfig(_Strict):
     """The generator G that supplies non-members."""
 
     kind: str = Field(
-        "cgan", description="registered generator name, e.g. cgan, vae, reference_pool, mst, gpt2"
+        "auto",
+        description="registered generator name, e.g. cgan, vae, reference_pool, mst, gpt2; "
+        "auto: reference_pool when run_audit gets a public pool, else the modality's trained "
+        "generator (image: cgan, tabular: mst, text: gpt2)",
     )
     epochs: int = Field(30, ge=0, description="training budget (generator epochs)")
     filter: bool = Field(

@@ -41,12 +41,12 @@ from simulations.tasks import build_task
 # label histogram, so more of the member set goes to the classifiers and the game.
 VARIANTS: dict[str, dict[str, Any]] = {
     "pool": {"generator": {"kind": "reference_pool"},
-             "splits": {"generator": 0.1, "train": 0.35, "val": 0.15}},
+             "splits": {"generator": 0.05, "train": 0.3, "val": 0.15}},
     "pool-noref": {"generator": {"kind": "reference_pool"},
-                   "splits": {"generator": 0.1, "train": 0.35, "val": 0.15},
+                   "splits": {"generator": 0.05, "train": 0.3, "val": 0.15},
                    "classifier": {"helper_reference": False}},
     "pool-stacked": {"generator": {"kind": "reference_pool"},
-                     "splits": {"generator": 0.1, "train": 0.35, "val": 0.15},
+                     "splits": {"generator": 0.05, "train": 0.3, "val": 0.15},
                      "classifier": {"design": "stacked"}},
     "cgan": {"generator": {"kind": "cgan"}},
     "cgan-filter": {"generator": {"kind": "cgan", "filter": True, "filter_confidence": 0.99}},
@@ -77,6 +77,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-root", type=Path, default=None,
+                   help="folder with the Fashion-MNIST IDX files (default: Debian package)")
+    p.add_argument("--time-quick-m", type=int, default=None, metavar="M",
+                   help="instead: time one quick-mode audit whose game has M slots "
+                   "(default generator, i.e. the reference pool) and exit")
     p.add_argument("--out", type=Path, default=None, help="write all results as JSON")
     args = p.parse_args(argv)
     quick = args.quick
@@ -161,16 +166,43 @@ def checks(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def time_quick(args: argparse.Namespace, ds, task, device: torch.device) -> int:
+    """One quick-mode audit with the default settings and a game of ``--time-quick-m`` slots."""
+    from audit.pipeline import resolve_config
+
+    cfg = resolve_config(AuditConfig(quick=True, device=args.device, seed=args.seed),
+                         modality="image", has_pool=True)
+    test_fraction = 1 - cfg.splits.generator - cfg.splits.train - cfg.splits.val
+    n = int(np.ceil(args.time_quick_m / test_fraction)) + 2
+    idx = np.random.default_rng(args.seed).permutation(len(ds.x))[:n]
+    members = Records(ds.x[idx], ds.y[idx])
+    torch.manual_seed(args.seed)
+    model = task.make_model()
+    task.train_model(model, members.x, members.y, epochs=2, seed=args.seed, device=device)
+    t0 = time.perf_counter()
+    res = run_audit(task, model, members, AuditConfig(quick=True, device=args.device,
+                                                      seed=args.seed),
+                    public_pool=Records(ds.public_x, ds.public_y), progress=print)
+    total = time.perf_counter() - t0
+    print(f"quick audit, generator {res.generator_kind}: m={res.sizes['m']} "
+          f"(members {res.sizes['members']}, train {res.sizes['train']}, val "
+          f"{res.sizes['val']}), wall {total:.1f}s")
+    print("timings:", {k: round(v, 1) for k, v in res.timings.items()})
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available()
                           else "cpu")
-    ds = load_dataset("fashion_mnist")
+    ds = load_dataset("fashion_mnist", root=args.data_root)
     options = {"width": args.width} if args.model == "small_cnn" else {}
     task = build_task("image", model_name=args.model, num_classes=10, input_shape=(1, 28, 28),
                       model_options=options)
     task.optimizer = type(task.optimizer)(name="adam", learning_rate=args.target_lr)
+    if args.time_quick_m:
+        return time_quick(args, ds, task, device)
     perm = np.random.default_rng(args.seed).permutation(len(ds.x))
     mem_idx = perm[: args.members]
     non_idx = perm[args.members: args.members + args.nonmembers]

@@ -80,32 +80,62 @@ def load_site(args: argparse.Namespace) -> dict[str, np.ndarray]:
 
 
 def train_target(
-    task, x: np.ndarray, holdout: np.ndarray, epochs: list[int], *, device: torch.device, seed: int
+    task,
+    x: np.ndarray,
+    holdout: np.ndarray,
+    epochs: list[int],
+    *,
+    device: torch.device,
+    seed: int,
+    curve: list[dict],
 ) -> dict[int, dict]:
-    """Train once; snapshot weights and losses at each requested epoch."""
+    """Train once; snapshot weights and losses at each requested epoch (0: the epoch with the
+    lowest holdout loss, the paper's best-generalising E37); append every epoch's train /
+    holdout loss to ``curve``."""
     torch.manual_seed(seed)
     model = task.make_model().to(device)
     optimizer = task.optimizer.build(model.parameters())
     loader = task.loader(x, None, shuffle=True, seed=seed)
     snaps: dict[int, dict] = {}
     start = time.perf_counter()
+    best = np.inf
     for epoch in range(1, max(epochs) + 1):
         model.train()
         loss = run_epoch(model, loader, optimizer, lambda b: task.batch_loss(model, b), device)
+        ev = task.evaluate(model, holdout, None, device=device)
+        curve.append({"epoch": epoch, "train_loss": loss, "holdout_loss": ev["loss"]})
+        snap = {
+            "state": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
+            "epoch": epoch,
+            "train_loss": loss,
+            "holdout_loss": ev["loss"],
+            "elapsed_s": time.perf_counter() - start,
+        }
+        if 0 in epochs and ev["loss"] < best:
+            best, snaps[0] = ev["loss"], snap
         if epoch in epochs:
-            ev = task.evaluate(model, holdout, None, device=device)
-            snaps[epoch] = {
-                "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
-                "train_loss": loss,
-                "holdout_loss": ev["loss"],
-                "elapsed_s": time.perf_counter() - start,
-            }
-            print(
-                f"target epoch {epoch}: train loss {loss:.3f} holdout {ev['loss']:.3f} "
-                f"({time.perf_counter() - start:.0f}s)",
-                flush=True,
-            )
+            snaps[epoch] = snap
+        print(
+            f"target epoch {epoch}: train loss {loss:.3f} holdout {ev['loss']:.3f} "
+            f"({time.perf_counter() - start:.0f}s)",
+            flush=True,
+        )
     return snaps
+
+
+def cached_target(
+    task, site: dict, args: argparse.Namespace, device: torch.device
+) -> tuple[dict[int, dict], list[dict]]:
+    """Snapshots from ``--target-cache`` when it exists, else trained (and saved there)."""
+    if args.target_cache and Path(args.target_cache).exists():
+        saved = torch.load(args.target_cache, weights_only=False)
+        return saved["snaps"], saved["curve"]
+    snaps, curve = cached_target(task, site, args, device)
+    if args.train_only:
+        return
+    if args.target_cache:
+        torch.save({"snaps": snaps, "curve": curve}, args.target_cache)
+    return snaps, curve
 
 
 def _unlabeled_o1_workaround() -> bool:
@@ -143,6 +173,18 @@ def register_variant(name: str, options: TextGeneratorOptions) -> str:
     return kind
 
 
+def save(args: argparse.Namespace, device: str, curve: list[dict], results: list[dict]) -> None:
+    """Rewrite the output JSON (after every audit, so a cut-off run keeps what it did)."""
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(
+            json.dumps(
+                {"args": vars(args), "device": device, "target_curve": curve, "results": results},
+                indent=1,
+            )
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--members", type=int, default=1500)
@@ -151,6 +193,7 @@ def main() -> None:
     p.add_argument("--target-epochs", type=int, nargs="+", default=[5, 40])
     p.add_argument("--target-layers", type=int, default=2)
     p.add_argument("--target-width", type=int, default=128)
+    p.add_argument("--target-dropout", type=float, default=0.0)
     p.add_argument("--variants", nargs="+", default=["scratch", "pretrain", "pool"])
     p.add_argument("--designs", nargs="+", default=["gbm"])
     p.add_argument("--generator-epochs", type=int, default=20)
@@ -172,7 +215,11 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-npz", default=None)
     p.add_argument("--save-npz", default=None)
-    p.add_argument("--out", default=None)
+    p.add_argument("--target-batch", type=int, default=32)
+    p.add_argument("--target-cache", default=None, help="load / save the target snapshots")
+    p.add_argument("--train-only", action="store_true", help="only train (and cache) f")
+    p.add_argument("--tag", default="", help="label of this run in the output")
+    p.add_argument("--out", default=None, help="JSON file, rewritten after every audit")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -189,12 +236,23 @@ def main() -> None:
         model_name="gpt2_small",
         num_classes=vocab,
         input_shape=(site["members"].shape[1],),
-        batch_size=32,
+        batch_size=args.target_batch,
         optimizer=OptimizerSpec(name="adam", learning_rate=1e-3),
-        model_options={"n_layer": args.target_layers, "n_embd": args.target_width},
+        model_options={
+            "n_layer": args.target_layers,
+            "n_embd": args.target_width,
+            "dropout": args.target_dropout,
+        },
     )
+    curve: list[dict] = []
     snaps = train_target(
-        task, site["members"], site["holdout"], args.target_epochs, device=device, seed=args.seed
+        task,
+        site["members"],
+        site["holdout"],
+        args.target_epochs,
+        device=device,
+        seed=args.seed,
+        curve=curve,
     )
     dummy = _unlabeled_o1_workaround()
 
@@ -228,7 +286,7 @@ def main() -> None:
                 helper_epochs=args.helper_epochs,
                 classifier=ClassifierConfig(design=design),
             )
-            for epoch, snap in snaps.items():
+            for key, snap in sorted(snaps.items()):
                 model = task.make_model()
                 model.load_state_dict(snap["state"])
                 start = time.perf_counter()
@@ -242,9 +300,11 @@ def main() -> None:
                     progress=lambda m: print("  " + m, flush=True),
                 )
                 row = {
+                    "tag": args.tag,
                     "variant": variant,
                     "design": design,
-                    "target_epochs": epoch,
+                    "snapshot": "best" if key == 0 else key,
+                    "target_epochs": snap["epoch"],
                     "target_train_loss": snap["train_loss"],
                     "target_holdout_loss": snap["holdout_loss"],
                     "c_lb": res.c_lb.mean,
@@ -284,9 +344,7 @@ def main() -> None:
                     "  timings " + json.dumps({k: round(v, 1) for k, v in res.timings.items()}),
                     flush=True,
                 )
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+                save(args, str(device), curve, results)
     print(f"total {time.perf_counter() - t0:.0f}s")
 
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from simulations.deployment import (
     RUN_DIR_KEY,
     STATE_DIR_NAME,
 )
+from simulations.processes import ProcessError, ProcessGroup, free_port, wait_for_port
 from simulations.run_dir import prepare_run_dir, site_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ QUIET_ENV = {
 """Set for every process started here (no update check or telemetry: runs are offline)."""
 
 
-class ConsortiumError(RuntimeError):
+class ConsortiumError(ProcessError):
     """A process of the local consortium failed to start, or the run did not complete."""
 
 
@@ -185,145 +185,13 @@ def prepare_deployment(
     )
 
 
-# --------------------------------------------------------------------------- processes
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) of a live process, from /proc."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces
-    if fields[0] == "Z":
-        return None
-    return int(fields[1]), int(fields[19])
-
-
-def descendants(pid: int) -> list[tuple[int, int]]:
-    """(pid, start time) of every live process below ``pid``, parents first."""
-    children: dict[int, list[tuple[int, int]]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (info := _stat(int(entry.name))) is not None:
-            children.setdefault(info[0], []).append((int(entry.name), info[1]))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child[0])
-    return found
-
-
-def _alive(pid: int, start: int) -> bool:
-    info = _stat(pid)
-    return info is not None and info[1] == start
-
-
-def _signal(pid: int, start: int, sig: int) -> None:
-    if _alive(pid, start):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
-@dataclass
-class _Started:
-    name: str
-    proc: subprocess.Popen
-    start: int
-    log: IO[bytes]
-
-
-@dataclass
-class ProcessGroup:
-    """Processes started here, stopped by PID (with what they spawned) in reverse order."""
-
-    started: list[_Started] = field(default_factory=list)
-
-    def start(
-        self,
-        name: str,
-        argv: list[str],
-        *,
-        env: dict[str, str],
-        log_path: Path,
-        cwd: Path | None = None,
-    ) -> subprocess.Popen:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
-        try:
-            proc = subprocess.Popen(
-                argv,
-                env=env,
-                cwd=cwd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        except OSError as err:
-            log.close()
-            raise ConsortiumError(f"could not start {name} ({argv[0]}): {err}") from err
-        info = _stat(proc.pid)
-        self.started.append(_Started(name, proc, info[1] if info else -1, log))
-        return proc
-
-    def check_alive(self) -> None:
-        for item in self.started:
-            if item.proc.poll() is not None:
-                raise ConsortiumError(
-                    f"{item.name} exited with code {item.proc.returncode}; see {item.log.name}"
-                )
-
-    def stop(self, *, grace_s: float = 10.0) -> None:
-        """SIGTERM each process and its descendants, SIGKILL what is left after grace_s."""
-        targets: list[tuple[int, int]] = []
-        for item in reversed(self.started):
-            # Collect the tree before signalling: orphans are re-parented and lost.
-            targets.extend(descendants(item.proc.pid))
-            targets.append((item.proc.pid, item.start))
-        for pid, start in targets:
-            _signal(pid, start, signal.SIGTERM)
-        deadline = time.time() + grace_s
-        for item in self.started:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                item.proc.wait(timeout=max(0.1, deadline - time.time()))
-        while time.time() < deadline and any(_alive(p, s) for p, s in targets):
-            time.sleep(0.1)
-        for pid, start in targets:
-            _signal(pid, start, signal.SIGKILL)
-        for item in self.started:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                item.proc.wait(timeout=5)
-            item.log.close()
-        self.started.clear()
-
-
-def wait_for_port(host: str, port: int, *, timeout_s: float, group: ProcessGroup) -> None:
-    """Until something accepts TCP connections on host:port (or a started process died)."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        group.check_alive()
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.settimeout(1.0)
-            if sock.connect_ex((host, port)) == 0:
-                return
-        time.sleep(0.3)
-    raise ConsortiumError(f"nothing listens on {host}:{port} after {timeout_s:.0f}s")
+# --------------------------------------------------------------------------- consortium
 
 
 def _bin(name: str) -> str:
     """A Flower executable from the running interpreter's environment."""
     candidate = Path(sys.executable).parent / name
     return str(candidate) if candidate.exists() else name
-
-
-# --------------------------------------------------------------------------- consortium
 
 
 @dataclass(frozen=True)
@@ -451,8 +319,6 @@ class LocalConsortium:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         if self._own_dir:
-            import shutil
-
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     # the flwr CLI ----------------------------------------------------------------------
@@ -625,8 +491,6 @@ def run_local_consortium(
 
 
 def _copy_logs(src: Path, dst: Path) -> None:
-    import shutil
-
     if not src.exists():
         return
     dst.mkdir(parents=True, exist_ok=True)

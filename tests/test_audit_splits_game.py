@@ -8,7 +8,7 @@ import pytest
 from audit.components import AuditContext, Records
 from audit.config import AuditConfig, SplitConfig
 from audit.game import draw_game
-from audit.pipeline import break_ties
+from audit.pipeline import break_ties, resolve_config
 from audit.reference_pool import ReferencePoolGenerator, make_reference_pool
 from audit.splits import SplitError, resplit, split_members, split_sizes
 
@@ -95,7 +95,6 @@ def test_break_ties_keeps_order_and_makes_scores_distinct() -> None:
     scores = np.array([0.0, 1.0, 1.0, 1.0, 2.0, 0.0])
     out = break_ties(scores, seed=0)
     assert np.unique(out).size == scores.size
-    assert np.all(np.argsort(out)[:2] < 6)
     assert out[4] == out.max() and set(np.argsort(out)[:2]) == {0, 5}
     assert np.array_equal(break_ties(scores, seed=0), out)
 
@@ -138,3 +137,16 @@ def test_reference_pool_exhaustion_and_missing_pool_errors() -> None:
         gen.sample(10, seed=1)
     with pytest.raises(ValueError, match="needs public records"):
         ReferencePoolGenerator(None, resample_labels=True, num_classes=3)
+
+
+def test_auto_generator_uses_the_public_pool_when_given() -> None:
+    cfg = AuditConfig()
+    pooled = resolve_config(cfg, modality="image", has_pool=True)
+    assert pooled.generator.kind == "reference_pool" and pooled.splits.generator == 0.05
+    trained = resolve_config(cfg, modality="image", has_pool=False)
+    assert trained.generator.kind == "cgan" and trained.splits.generator == 0.3
+    explicit = AuditConfig(generator={"kind": "vae"}, splits={"generator": 100})
+    kept = resolve_config(explicit, modality="image", has_pool=True)
+    assert kept.generator.kind == "vae" and kept.splits.generator == 100
+    with pytest.raises(ValueError, match="no default generator for modality 'audio'"):
+        resolve_config(cfg, modality="audio", has_pool=False)

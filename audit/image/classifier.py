@@ -4,9 +4,10 @@ Two designs (``classifier.design``), both selected on the validation split by th
 bound there (``select_by``), ties broken by the validation AUC:
 
 ``gbm``
-    One histogram gradient-boosting model on the confidence features of h or f (plus h's as
-    a difficulty reference for the MIA), the label and average-pooled pixels. Boosting rounds
-    and learning rate are the selected hyper-parameters.
+    Histogram gradient boosting on the confidence features of h or f (plus h's as a
+    difficulty reference for the MIA) and the label, with or without average-pooled pixels;
+    the feature set, boosting rounds and learning rate are selected, and so may be a single
+    confidence statistic used directly as the score (a threshold attack).
 ``stacked``
     The paper's design: an image module (small CNN on the pixels and the label, epochs
     selected) and a loss module (gradient boosting on the confidence features only), whose
@@ -123,8 +124,9 @@ class GbmMembershipClassifier:
         cc = config.classifier
         self.cc = cc
         self.num_classes = context.task.num_classes
-        self.pixel_side = cc.pixel_side
-        self.iterations = cc.gbm_iterations[:2] if config.quick else cc.gbm_iterations
+        # Quick mode: fewer rounds and coarser pixels (boosting cost grows with both).
+        self.pixel_side = min(cc.pixel_side, 7) if config.quick else cc.pixel_side
+        self.iterations = sorted(cc.gbm_iterations)[:3] if config.quick else cc.gbm_iterations
         self.choice: dict[str, object] = {}
         self.model: _StagedGbm | None = None
 
@@ -214,7 +216,7 @@ class StackedMembershipClassifier:
         self.num_classes = context.task.num_classes
         epochs = sorted(set(cc.epochs))
         self.epochs = epochs[:1] if config.quick else epochs
-        iters = cc.gbm_iterations[:2] if config.quick else cc.gbm_iterations
+        iters = sorted(cc.gbm_iterations)[:3] if config.quick else cc.gbm_iterations
         self.loss_module = _StagedGbm(iterations=iters, learning_rates=cc.gbm_learning_rates,
                                       max_leaf_nodes=cc.gbm_max_leaf_nodes)
         self.image_module: _ImageModule | None = None

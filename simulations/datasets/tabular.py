@@ -180,29 +180,28 @@ def build_dataset(
 
 RANDHIE_NUMERIC = [
     "coins",
-    "tookphys",
+    "idp",
+    "mdeoff",
+    "pioff",
     "year",
+    "tookphys",
     "black",
     "income",
+    "num",
+    "educdec",
     "xage",
     "female",
-    "educdec",
-    "time",
-    "num",
     "mhi",
     "disea",
     "physlm",
     "xghindx",
-    "mdeoff",
-    "pioff",
-    "child",
-    "fchild",
-    "idp",
-    "hlthg",
-    "hlthf",
-    "hlthp",
 ]
-RANDHIE_CATEGORICAL = ["plan"]
+"""Plan terms, demographics and baseline health. Left out: ``child``/``fchild`` (functions of
+``xage`` and ``female``), ``time`` (eligible part of the year, 1 for 99.8% of rows), the log
+transforms (``lfam``, ``lpi``, ``logc``, ``fmde``, ``linc``, ``lnum``), ``ghindx`` (``xghindx``
+is its imputed version) and every utilisation or spending column (the targets' sources)."""
+RANDHIE_CATEGORICAL = ["plan", "health"]
+"""``health``: self-rated health (excellent, good, fair, poor) from the three dummies."""
 RANDHIE_TARGETS = {
     "high_spending": "medical spending (meddol) above the table's median",
     "any_admission": "at least one hospital admission in the year (totadm > 0)",
@@ -220,41 +219,42 @@ class RandHIEOptions(LoaderOptions):
     target: Literal["high_spending", "any_admission", "any_spending"] = Field(
         "high_spending", description="binary label (see RANDHIE_TARGETS)"
     )
+    unit: Literal["person_year", "person"] = Field(
+        "person_year",
+        description="person_year: all 20,190 rows (a person appears up to 5 times); "
+        "person: one year per person drawn with a fixed seed (5,912 rows)",
+    )
     public_fraction: float = Field(
         0.2,
         ge=0,
         lt=1,
         description="persons kept out of every site (central evaluation, reference pools)",
     )
-    max_rows: int | None = Field(None, ge=10, description="use the first N person-years")
+    max_rows: int | None = Field(None, ge=10, description="use the first N rows")
 
 
 @register_dataset("randhie", options=RandHIEOptions)
 def randhie(root: Path | None, options: RandHIEOptions) -> Dataset:
-    """RAND HIE person-years (statsmodels' copy, public domain), 20,190 rows.
+    """RAND HIE (statsmodels' copy of the table, public domain): 20,190 person-years.
 
-    Features: 22 numeric columns (insurance plan terms, demographics, baseline health) and
-    the plan number one-hot; utilisation and spending columns are left out because the
-    targets are built from them. ``sites``: the experiment's six cities (``site``),
-    ``groups``: the person (``zper``), so a person's years stay in one site and split.
+    Features (``RANDHIE_NUMERIC`` + one-hot ``plan`` and ``health``): 16 numeric columns and
+    two categoricals, 36 encoded columns. ``sites``: the experiment's six cities (``site``);
+    ``groups``: the person (``zper``), so a person's years stay in one site and one split.
+    With ``unit="person_year"`` a site's members hold several years of the same people, and
+    a baseline can learn to recognise those people: that inflates c_lb (measured in the
+    tabular report); ``unit="person"`` keeps one row per person.
     """
     path = (root / "randhie.csv") if root is not None else randhie_path()
     frame = _read_table(path, sep=",")
-    missing = [
-        c
-        for c in (
-            *RANDHIE_NUMERIC,
-            *RANDHIE_CATEGORICAL,
-            "site",
-            "zper",
-            "meddol",
-            "totadm",
-            "binexp",
-        )
-        if c not in frame.columns
-    ]
+    needed = (*RANDHIE_NUMERIC, "plan", "hlthg", "hlthf", "hlthp", "site", "zper", "meddol",
+              "totadm", "binexp")
+    missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise DataError(f"{path}: missing columns {missing} (is this the RAND HIE table?)")
+    if options.unit == "person":
+        order = np.random.default_rng(2024).permutation(len(frame))
+        _, first = np.unique(frame["zper"].to_numpy()[order], return_index=True)
+        frame = frame.iloc[np.sort(order[first])].reset_index(drop=True)
     if options.max_rows is not None:
         frame = frame.iloc[: options.max_rows].reset_index(drop=True)
     if options.target == "high_spending":
@@ -265,7 +265,12 @@ def randhie(root: Path | None, options: RandHIEOptions) -> Dataset:
         y, target_info = (frame["totadm"] > 0).to_numpy(np.int64), {}
     else:
         y, target_info = (frame["binexp"] > 0).to_numpy(np.int64), {}
-    features = frame[RANDHIE_CATEGORICAL + RANDHIE_NUMERIC]
+    dummies = frame[["hlthg", "hlthf", "hlthp"]].to_numpy()
+    health = np.array(["excellent", "good", "fair", "poor"])[
+        (dummies * np.array([1, 2, 3])).sum(axis=1).astype(np.int64)
+    ]
+    features = frame[["plan"]].assign(health=health)[["plan", "health"]]
+    features = pd.concat([features, frame[RANDHIE_NUMERIC]], axis=1)
     return build_dataset(
         "randhie",
         features,
@@ -281,6 +286,7 @@ def randhie(root: Path | None, options: RandHIEOptions) -> Dataset:
         source=str(path),
         extra_info={
             "target_meaning": RANDHIE_TARGETS[options.target],
+            "unit": options.unit,
             "license": "public domain (statsmodels.datasets.randhie)",
             **target_info,
         },

@@ -1,0 +1,282 @@
+"""The same apps on Flower's Deployment Engine: node/run config, app manifest, a loopback
+consortium (SuperLink + two SuperNodes) end to end, and process clean-up."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import tomli
+from flwr.app import Context, RecordDict
+
+from simulations.config import dump_config, validate_config
+from simulations.deployment import (
+    RUN_CONFIG_DEFAULTS,
+    DeploymentConfigError,
+    DeploymentResolver,
+    NodeSettings,
+    parse_phases,
+    read_run,
+)
+from simulations.local_consortium import (
+    LocalConsortium,
+    node_config_arg,
+    prepare_deployment,
+    run_config_values,
+    write_app_dir,
+)
+from simulations.processes import ProcessGroup, descendants, is_alive
+
+TINY_AUDIT = {
+    "quick": True,
+    "helper_epochs": 1,
+    "generator": {"kind": "cgan", "epochs": 1},
+    "classifier": {"epochs": [1], "gbm_iterations": [20], "gbm_learning_rates": [0.1]},
+}
+
+
+def _config(name: str, *, rounds: int = 1, dp: bool = False, audit: bool = True):
+    return validate_config(
+        {
+            "name": name,
+            "seed": 0,
+            "data": {"name": "digits"},
+            "partition": {"scheme": "iid", "num_sites": 2},
+            "fl": {"rounds": rounds, "local_epochs": 1, "batch_size": 32},
+            "dp": {"enabled": dp, "noise_multiplier": 1.0} if dp else {"enabled": False},
+            "resources": {"num_gpus": 0, "audit_num_gpus": 0},
+            "audit": {"enabled": audit, "settings": TINY_AUDIT},
+        }
+    )
+
+
+def _context(run_config: dict, node_config: dict, run_id: int = 7) -> Context:
+    return Context(
+        run_id=run_id, node_id=1, node_config=node_config, state=RecordDict(), run_config=run_config
+    )
+
+
+# --------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize(
+    ("node_config", "key"),
+    [
+        ({"num-partitions": 2}, "partition-id"),
+        ({"partition-id": 0}, "num-partitions"),
+        ({"partition-id": 2, "num-partitions": 2}, "partition-id=2"),
+        ({"partition-id": "zero", "num-partitions": 2}, "partition-id='zero'"),
+    ],
+)
+def test_node_config_errors_name_the_key(node_config, key):
+    with pytest.raises(DeploymentConfigError, match=key):
+        NodeSettings.from_node_config(node_config)
+
+
+def test_node_config_reads_paths():
+    node = NodeSettings.from_node_config(
+        {"partition-id": 1, "num-partitions": 3, "data-path": "/data/site.npz", "state-dir": ""}
+    )
+    assert (node.partition_id, node.num_partitions) == (1, 3)
+    assert node.data_path == Path("/data/site.npz") and node.state_dir is None
+
+
+def test_phases_are_checked_and_ordered():
+    assert parse_phases("audit, train") == ("train", "audit")
+    assert parse_phases("audit") == ("audit",)
+    with pytest.raises(DeploymentConfigError, match="phases"):
+        parse_phases("train,evaluate")
+
+
+def test_run_config_needs_an_absolute_run_dir():
+    with pytest.raises(DeploymentConfigError, match="run-dir"):
+        read_run({"run-dir": ""})
+    with pytest.raises(DeploymentConfigError, match="absolute"):
+        read_run({"run-dir": "runs/x"})
+
+
+def test_node_config_arg_quotes_strings():
+    arg = node_config_arg({"partition-id": 0, "num-partitions": 2, "data-path": "/a/b.npz"})
+    assert arg == 'partition-id=0 num-partitions=2 data-path="/a/b.npz"'
+    # Flower parses it back to the same typed values.
+    from flwr.common.config import parse_config_args
+
+    assert parse_config_args([arg]) == {
+        "partition-id": 0,
+        "num-partitions": 2,
+        "data-path": "/a/b.npz",
+    }
+    with pytest.raises(ValueError, match="data-path"):
+        node_config_arg({"data-path": "/a b/c.npz"})
+
+
+def test_app_manifest_is_a_valid_flower_app(tmp_path):
+    from flwr.cli.build import build_fab_from_disk
+    from flwr.cli.config_utils import load_and_validate
+
+    app_dir = write_app_dir(tmp_path / "app")
+    # check_module: the components import from the installed project.
+    config, _ = load_and_validate(app_dir / "pyproject.toml", check_module=True)
+    components = config["tool"]["flwr"]["app"]["components"]
+    assert components == {
+        "serverapp": "simulations.deployment:server_app",
+        "clientapp": "simulations.deployment:client_app",
+    }
+    assert set(config["tool"]["flwr"]["app"]["config"]) == set(RUN_CONFIG_DEFAULTS)
+    fab = build_fab_from_disk(app_dir)
+    assert 0 < len(fab) < 10_000  # no code, no data: the FAB is the manifest only
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("dep") / "tiny-dp"
+    config = _config("tiny-dp", dp=True, audit=False)
+    return config, prepare_deployment(config, run_dir)
+
+
+def test_prepare_deployment_writes_run_config_for_remote_sites(prepared):
+    config, files = prepared
+    values = tomli.loads(files.run_config.read_text())
+    assert set(values) == set(RUN_CONFIG_DEFAULTS)
+    assert values["run-dir"] == str(files.run_dir) and Path(values["run-dir"]).is_absolute()
+    # A site that cannot see the run directory rebuilds the same experiment from the
+    # run config alone.
+    run = read_run({**values, "run-dir": "/nonexistent/tiny-dp"})
+    assert dump_config(run.config) == dump_config(config)
+    assert run.meta.modality == "image" and run.meta.num_classes == 10
+    assert run.phases == ("train", "audit")
+    assert [n["partition-id"] for n in files.node_configs] == [0, 1]
+    assert all(Path(n["data-path"]).exists() for n in files.node_configs)
+
+
+def test_resolver_builds_the_site_of_the_node(prepared):
+    config, files = prepared
+    values = run_config_values(config, files.run_dir)
+    node = dict(files.node_configs[1])
+    runtime = DeploymentResolver()(_context(values, node))
+    assert runtime.site_id == 1 and runtime.data.site_id == 1
+    assert len(runtime.data.train_x) > 0 and runtime.dp is not None
+    # The ledger lives in the node's state dir, per run directory, on disk: every message
+    # runs in a fresh ClientApp process.
+    assert runtime.ledger_path == (
+        Path(node["state-dir"]) / files.run_dir.name / "site-1-dp-ledger.json"
+    )
+    assert runtime.ledger_path.parent.is_dir()
+
+
+def test_resolver_rejects_mismatched_node_config(prepared):
+    config, files = prepared
+    values = run_config_values(config, files.run_dir)
+    wrong_site = {**files.node_configs[1], "partition-id": 0}
+    with pytest.raises(DeploymentConfigError, match="holds site 1"):
+        DeploymentResolver()(_context(values, wrong_site))
+    wrong_n = {**files.node_configs[0], "num-partitions": 3}
+    with pytest.raises(DeploymentConfigError, match="num_sites=2"):
+        DeploymentResolver()(_context(values, wrong_n))
+    missing = {**files.node_configs[0], "data-path": str(files.run_dir / "nope.npz")}
+    with pytest.raises(DeploymentConfigError, match="data-path"):
+        DeploymentResolver()(_context(values, missing))
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def test_process_group_stops_children_and_grandchildren(tmp_path):
+    group = ProcessGroup()
+    # sh -> sh -> sleep: a grandchild in its own session would escape a process-group kill.
+    proc = group.start(
+        "tree",
+        ["sh", "-c", "setsid sh -c 'sleep 300' & sleep 300 & wait"],
+        env={"PATH": "/usr/bin:/bin"},
+        log_path=tmp_path / "tree.log",
+    )
+    deadline = time.time() + 10
+    while len(tree := descendants(proc.pid)) < 3 and time.time() < deadline:
+        time.sleep(0.1)
+    assert len(tree) >= 3
+    group.stop(grace_s=2)
+    assert proc.poll() is not None
+    assert not any(is_alive(pid, start) for pid, start in tree)
+    group.stop()  # idempotent
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_loopback_consortium_trains_audits_and_reports(tmp_path):
+    config = _config("loopback", rounds=2, dp=True)
+    files = prepare_deployment(config, tmp_path / "loopback")
+    bad_run_config = tmp_path / "bad-run-config.toml"
+    bad_run_config.write_text('run-dir = "relative/dir"\n')
+    seen: list[tuple[int, int]] = []
+    with LocalConsortium(files.node_configs) as consortium:
+        assert len(consortium.processes.started) == 3  # SuperLink + 2 SuperNodes
+        # A wrong run config fails that run only, with the key named in the run's log.
+        bad = consortium.run(
+            files.app_dir, bad_run_config, timeout_s=600, log_path=tmp_path / "bad.log"
+        )
+        assert bad.status == "finished:failed" and not bad.ok
+        assert "must be an absolute path" in (tmp_path / "bad.log").read_text()
+        status = consortium.run(
+            files.app_dir,
+            files.run_config,
+            timeout_s=1500,
+            log_path=files.run_dir / "deployment" / "serverapp.log",
+        )
+        seen = [(s.proc.pid, s.start) for s in consortium.processes.started]
+        seen += [d for s in consortium.processes.started for d in descendants(s.proc.pid)]
+        work_dir = consortium.work_dir
+    # Every process the consortium started (and its SuperExec) is gone, its temp dir too.
+    time.sleep(0.5)
+    assert not [pid for pid, start in seen if is_alive(pid, start)]
+    assert not work_dir.exists()
+    assert status.ok, (status, files.run_dir)
+
+    run_dir = files.run_dir
+    rounds = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds] == [1, 2]
+    assert set(rounds[0]["sites"]) == {"0", "1"}
+    assert 0 <= rounds[-1]["global_accuracy"] <= 1  # DP noise on 500 records: near chance
+    # The DP ledger survives the per-message ClientApp processes: epsilon keeps growing and
+    # the ledger on disk holds both rounds' steps (one local epoch each).
+    for site in ("0", "1"):
+        assert 0 < rounds[0]["sites"][site]["dp_epsilon"] < rounds[1]["sites"][site]["dp_epsilon"]
+        ledger = (
+            Path(files.node_configs[int(site)]["state-dir"])
+            / run_dir.name
+            / f"site-{site}-dp-ledger.json"
+        )
+        history = json.loads(ledger.read_text())["history"]
+        steps_per_epoch = round(1 / history[0][1])
+        assert sum(steps for _, _, steps in history) == 2 * steps_per_epoch
+    assert (run_dir / "global_model.pt").exists()
+
+    for site in (0, 1):
+        audit = json.loads((run_dir / "audits" / f"site-{site}.json").read_text())
+        assert audit["status"] == "ok", audit.get("error")
+        assert audit["dp_epsilon"] == pytest.approx(rounds[1]["sites"][str(site)]["dp_epsilon"])
+        # Only summaries reach the SuperLink: no per-record scores, no records.
+        assert all(rep.get("scores") is None for rep in audit["result"]["repeats"])
+        assert len((run_dir / "audits" / f"site-{site}.json").read_bytes()) < 200_000
+    report = json.loads((run_dir / "report.json").read_text())
+    assert {s["site_id"] for s in report["sites"]} == {0, 1}
+    assert (run_dir / "report.html").exists()
+
+
+def test_flower_cli_has_the_flags_the_consortium_uses():
+    from simulations.local_consortium import _bin
+
+    superlink = subprocess.run(
+        [_bin("flower-superlink"), "--help"], capture_output=True, text=True, timeout=300
+    )
+    for flag in ("--insecure", "--host", "--port", "--disable-runtime-dependency-installation"):
+        assert flag in superlink.stdout, flag
+    supernode = subprocess.run(
+        [_bin("flower-supernode"), "--help"], capture_output=True, text=True, timeout=300
+    )
+    for flag in ("--insecure", "--superlink", "--node-config", "--host", "--port"):
+        assert flag in supernode.stdout, flag

@@ -1,0 +1,62 @@
+"""Training and audits on an existing Ray cluster (``ray start --head`` on loopback)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from simulations.config import validate_config
+from simulations.local_ray import LocalRayHead
+from simulations.processes import descendants, is_alive
+from simulations.runner import run_experiment
+
+TINY_AUDIT = {
+    "quick": True,
+    "helper_epochs": 1,
+    "generator": {"kind": "cgan", "epochs": 1},
+    "classifier": {"epochs": [1], "gbm_iterations": [20], "gbm_learning_rates": [0.1]},
+}
+
+
+@pytest.mark.slow
+def test_experiment_runs_on_an_existing_ray_cluster(tmp_path):
+    run_dir = tmp_path / "on-cluster"
+    seen: list[tuple[int, int]] = []
+    with LocalRayHead(num_cpus=2) as head:
+        config = validate_config(
+            {
+                "name": "on-cluster",
+                "seed": 0,
+                "data": {"name": "digits"},
+                "partition": {"scheme": "iid", "num_sites": 2},
+                "fl": {"rounds": 1, "local_epochs": 1, "batch_size": 32},
+                "resources": {"num_gpus": 0, "audit_num_gpus": 0},
+                "ray": {"address": head.address},
+                "audit": {"enabled": True, "settings": TINY_AUDIT},
+            }
+        )
+        outcome = run_experiment(config, run_dir)
+        # The run's driver and its site workers were this cluster's, not a private Ray.
+        logs = head.temp_dir / "session_latest" / "logs"
+        drivers = list(logs.glob("python-core-driver-*"))
+        workers = list(logs.glob("python-core-worker-*"))
+        seen = [(s.proc.pid, s.start) for s in head.processes.started]
+        seen += [d for s in head.processes.started for d in descendants(s.proc.pid)]
+        temp_dir = head.temp_dir
+    assert drivers and workers, sorted(p.name for p in logs.parent.glob("*"))
+    # Every process of the head (GCS, raylet, workers) is stopped, its session dir removed.
+    time.sleep(0.5)
+    assert len(seen) >= 3
+    assert not [pid for pid, start in seen if is_alive(pid, start)]
+    assert not temp_dir.exists()
+
+    assert outcome.timings["total_s"] > 0
+    rounds = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds] == [1] and set(rounds[0]["sites"]) == {"0", "1"}
+    for site in (0, 1):
+        audit = json.loads((run_dir / "audits" / f"site-{site}.json").read_text())
+        assert audit["status"] == "ok", audit.get("error")
+        assert audit["result"]["c_lb"]["mean"] >= 0
+    assert (run_dir / "report.json").exists()
