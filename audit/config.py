@@ -23,7 +23,7 @@ class SplitConfig(_Strict):
         None,
         gt=0,
         description="D_G: records that train the generator; None: 0.3 for a trained "
-        "generator, 0.05 for the reference pool (which only reads D_G's label histogram)",
+        "generator, 0.1 for the reference pool (which only reads D_G's label histogram)",
     )
     train: float = Field(0.3, gt=0, description="D_in^tr: members that train b and the MIA")
     val: float = Field(0.1, gt=0, description="D_in^val: members for model selection")
@@ -72,9 +72,13 @@ class ClassifierConfig(_Strict):
     gbm_max_leaf_nodes: int = Field(15, ge=2)
     feature_sets: list[Literal["loss", "loss+pixels"]] = Field(
         default_factory=lambda: ["loss", "loss+pixels"],
-        description="gbm candidates: loss features (+label) alone and with pooled pixels")
-    single_statistics: bool = Field(True, description="also try each confidence statistic "
-                                    "as the score (threshold attacks), selected on validation")
+        description="gbm candidates: loss features (+label) alone and with pooled pixels",
+    )
+    single_statistics: bool = Field(
+        True,
+        description="also try each confidence statistic "
+        "as the score (threshold attacks), selected on validation",
+    )
     pixel_side: int = Field(
         14,
         ge=1,
@@ -100,7 +104,11 @@ class AuditConfig(_Strict):
 
     beta: float = Field(0.05, gt=0, lt=1, description="overall level; b and MIA get beta/2")
     repeats: int = Field(5, ge=1, description="re-split b/MIA training data and redraw the game")
-    quick: bool = Field(False, description="one repeat, smallest selection grid")
+    quick: bool = Field(
+        False,
+        description="one repeat, smallest selection grid, coarser pixels, generator and "
+        "helper epochs capped at 5",
+    )
     threshold_grid: int | None = Field(None, ge=2, description="None: every score level")
     splits: SplitConfig = Field(default_factory=SplitConfig)
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)

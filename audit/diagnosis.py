@@ -5,8 +5,14 @@ from __future__ import annotations
 from audit.result import AuditFlags, Interval
 
 
-def diagnose(*, c_lb: Interval, eps_tilde: Interval, ceiling: float,
-             rm_rn: Interval | None, saturation_margin: float) -> AuditFlags:
+def diagnose(
+    *,
+    c_lb: Interval,
+    eps_tilde: Interval,
+    ceiling: float,
+    rm_rn: Interval | None,
+    saturation_margin: float,
+) -> AuditFlags:
     """Saturation and tightness flags with human-readable reasons.
 
     Parameters

@@ -48,12 +48,15 @@ ProgressFn = Callable[[str], None]
 TRAINED_GENERATOR = {"image": "cgan", "tabular": "mst", "text": "gpt2"}
 """What ``generator.kind = "auto"`` means without a public pool, per modality."""
 
-REFERENCE_POOL_DG = 0.05
+QUICK_GENERATOR_EPOCHS = 5
+QUICK_HELPER_EPOCHS = 5
+
+REFERENCE_POOL_DG = 0.1
 """Default D_G fraction with the reference pool: it only reads D_G's label histogram."""
 
 
 def resolve_config(config: AuditConfig, *, modality: str, has_pool: bool) -> AuditConfig:
-    """Fill in ``generator.kind = "auto"`` and ``splits.generator = None``.
+    """Fill in ``generator.kind = "auto"`` and ``splits.generator = None``; apply quick mode.
 
     Measured on over-fitted Fashion-MNIST targets (benchmarks/audit_overfitting.py), a cGAN
     or cVAE trained on D_G is told apart from real records perfectly (c_lb at the ceiling),
@@ -73,10 +76,14 @@ def resolve_config(config: AuditConfig, *, modality: str, has_pool: bool) -> Aud
     d_g = config.splits.generator
     if d_g is None:
         d_g = REFERENCE_POOL_DG if kind == "reference_pool" else 0.3
-    return config.model_copy(update={
-        "generator": config.generator.model_copy(update={"kind": kind}),
-        "splits": config.splits.model_copy(update={"generator": d_g}),
-    })
+    gen_update: dict[str, object] = {"kind": kind}
+    update: dict[str, object] = {"splits": config.splits.model_copy(update={"generator": d_g})}
+    if config.quick:
+        # Quick mode bounds the two trainings that dominate a CPU run.
+        gen_update["epochs"] = min(config.generator.epochs, QUICK_GENERATOR_EPOCHS)
+        update["helper_epochs"] = min(config.helper_epochs, QUICK_HELPER_EPOCHS)
+    update["generator"] = config.generator.model_copy(update=gen_update)
+    return config.model_copy(update=update)
 
 
 RECALL_GRID = [round(0.05 * k, 2) for k in range(1, 21)]
@@ -130,18 +137,21 @@ def _concat(a: Records, b: Records) -> Records:
     return Records(np.concatenate([a.x, b.x]), y)
 
 
-def _classifier_data(members: _Side, others: _Side, *, view: str, reference: bool
-                     ) -> ClassifierData:
+def _classifier_data(
+    members: _Side, others: _Side, *, view: str, reference: bool
+) -> ClassifierData:
     """Members (label 1) and non-members (label 0) seen through h (baseline) or f (MIA)."""
     feats = np.concatenate([getattr(members, view), getattr(others, view)])
     ref = np.concatenate([members.h, others.h]) if reference else None
     membership = np.concatenate([np.ones(len(members.f)), np.zeros(len(others.f))])
-    return ClassifierData(_concat(members.records, others.records), feats,
-                          membership.astype(np.int64), ref)
+    return ClassifierData(
+        _concat(members.records, others.records), feats, membership.astype(np.int64), ref
+    )
 
 
-def _game_data(game: PrivacyGame, members: _Side, others: _Side, *, view: str,
-               reference: bool) -> ClassifierData:
+def _game_data(
+    game: PrivacyGame, members: _Side, others: _Side, *, view: str, reference: bool
+) -> ClassifierData:
     """The audit set X of ``game`` seen through h or f (same records for b and the MIA)."""
     records = game.records(members.records, others.records)
     feats = game.pick(getattr(members, view), getattr(others, view))
@@ -164,8 +174,9 @@ def _check_records(name: str, rec: Records, *, like: Records | None = None) -> N
         raise ValueError(f"{name} and members must both have labels or both have none")
 
 
-def _train_helper(task: AuditTask, train: Records, val: Records, *, epochs: int, seed: int,
-                  device: torch.device) -> tuple[torch.nn.Module, dict[str, float]]:
+def _train_helper(
+    task: AuditTask, train: Records, val: Records, *, epochs: int, seed: int, device: torch.device
+) -> tuple[torch.nn.Module, dict[str, float]]:
     """h: the target's architecture trained on labeled synthetic data, epoch count chosen by
     the loss on a separate synthetic validation set."""
     torch.manual_seed(seed)  # the initial weights, too, come from the seed
@@ -309,16 +320,27 @@ def run_audit(
         raise RuntimeError(f"generator {generator.kind!r} returned the wrong number of records")
 
     with timer.stage("helper"):
-        helper, helper_quality = _train_helper(task, helper_train, helper_val,
-                                               epochs=config.helper_epochs, seed=seed + 17,
-                                               device=device)
-    say(f"helper: trained {helper_quality['helper_epochs']:.0f} epochs on {n_helper} "
-        "synthetic records")
+        helper, helper_quality = _train_helper(
+            task,
+            helper_train,
+            helper_val,
+            epochs=config.helper_epochs,
+            seed=seed + 17,
+            device=device,
+        )
+    say(
+        f"helper: trained {helper_quality['helper_epochs']:.0f} epochs on {n_helper} "
+        "synthetic records"
+    )
 
     with timer.stage("features"):
+
         def side(rec: Records) -> _Side:
-            return _Side(rec, task.loss_features(model, rec.x, rec.y, device=device),
-                         task.loss_features(helper, rec.x, rec.y, device=device))
+            return _Side(
+                rec,
+                task.loss_features(model, rec.x, rec.y, device=device),
+                task.loss_features(helper, rec.x, rec.y, device=device),
+            )
 
         s_in, s_out = side(d_in), side(d_out)
         s_non = side(nonmembers) if nonmembers is not None else None
@@ -327,7 +349,8 @@ def run_audit(
     quality.update(helper_quality)
     quality["helper_accuracy_real_members"] = _accuracy(s_in.h, d_in.y)
     quality["helper_accuracy_synthetic_val"] = _accuracy(
-        task.loss_features(helper, helper_val.x, helper_val.y, device=device), helper_val.y)
+        task.loss_features(helper, helper_val.x, helper_val.y, device=device), helper_val.y
+    )
     quality["target_accuracy_members"] = _accuracy(s_in.f, d_in.y)
     if s_non is not None:
         quality["target_accuracy_nonmembers"] = _accuracy(s_non.f, nonmembers.y)
@@ -337,8 +360,9 @@ def run_audit(
         quality["filter_acceptance_rate"] = float(generator.acceptance_rate)
 
     def select_by(scores: np.ndarray, membership: np.ndarray) -> float:
-        return bounds.lower_bound(scores, membership, beta=beta_half,
-                                  threshold_grid=grid).lower_bound
+        return bounds.lower_bound(
+            scores, membership, beta=beta_half, threshold_grid=grid
+        ).lower_bound
 
     # ---- Phase 2: repeats -------------------------------------------------------------
     reference = config.classifier.helper_reference
@@ -359,10 +383,12 @@ def run_audit(
         for name, view, ref in (("baseline", "h", False), ("mia", "f", reference)):
             with timer.stage(f"{name}"):
                 clf = make_classifier(config, context)
-                train = _classifier_data(s_in.take(ins.train), s_out.take(outs.train),
-                                         view=view, reference=ref)
-                val = _classifier_data(s_in.take(ins.val), s_out.take(outs.val),
-                                       view=view, reference=ref)
+                train = _classifier_data(
+                    s_in.take(ins.train), s_out.take(outs.train), view=view, reference=ref
+                )
+                val = _classifier_data(
+                    s_in.take(ins.val), s_out.take(outs.val), view=view, reference=ref
+                )
                 selected[name] = clf.fit(train, val, select_by=select_by, seed=rseed)
                 test = _game_data(game, mem_te, out_te, view=view, reference=ref)
                 scores[name] = break_ties(clf.score(test), seed=rseed)
@@ -376,62 +402,137 @@ def run_audit(
         rm_rn = o1 = None
         if s_non is not None:
             with timer.stage("rm_rn"):
-                rm_rn, rn_sizes = _rm_rn(config, context, s_in, s_non, ins, rseed=rseed,
-                                         reference=reference, select_by=select_by)
+                rm_rn, rn_sizes = _rm_rn(
+                    config,
+                    context,
+                    s_in,
+                    s_non,
+                    ins,
+                    rseed=rseed,
+                    reference=reference,
+                    select_by=select_by,
+                )
             with timer.stage("o1"):
-                o1 = _o1(s_in.take(ins.test), s_non, d_in.y[ins.test], nonmembers.y,
-                         beta=config.beta, rseed=rseed)
+                o1 = _o1(
+                    s_in.take(ins.test),
+                    s_non,
+                    None if d_in.y is None else d_in.y[ins.test],
+                    nonmembers.y,
+                    beta=config.beta,
+                    rseed=rseed,
+                )
 
         kept = None
         if config.return_scores:
             kept = {k: [float(v) for v in arr] for k, arr in scores.items()}
             kept["membership"] = [float(v) for v in s]
-        repeats.append(RepeatResult(
-            seed=rseed, m=game.m, c_lb=c_lb, c_eps_lb=c_eps_lb,
-            eps_tilde=max(0.0, c_eps_lb - c_lb),
-            ceiling=bounds.ceiling(s, beta=beta_half, threshold_grid=grid),
-            baseline=b_sum, mia=a_sum,
-            baseline_curve=bounds.bound_curve(scores["baseline"], s, beta=beta_half,
-                                              recall_grid=RECALL_GRID, threshold_grid=grid),
-            mia_curve=bounds.bound_curve(scores["mia"], s, beta=beta_half,
-                                         recall_grid=RECALL_GRID, threshold_grid=grid),
-            baseline_auc=aucs["baseline"], mia_auc=aucs["mia"],
-            rm_rn_eps_lb=rm_rn, o1_eps_lb=o1, selected=selected, scores=kept,
-        ))
-        say(f"repeat {r + 1}/{config.repeats}: c_lb={c_lb:.3f} {{c+eps}}_lb={c_eps_lb:.3f} "
+        repeats.append(
+            RepeatResult(
+                seed=rseed,
+                m=game.m,
+                c_lb=c_lb,
+                c_eps_lb=c_eps_lb,
+                eps_tilde=max(0.0, c_eps_lb - c_lb),
+                ceiling=bounds.ceiling(s, beta=beta_half, threshold_grid=grid),
+                baseline=b_sum,
+                mia=a_sum,
+                baseline_curve=bounds.bound_curve(
+                    scores["baseline"],
+                    s,
+                    beta=beta_half,
+                    recall_grid=RECALL_GRID,
+                    threshold_grid=grid,
+                ),
+                mia_curve=bounds.bound_curve(
+                    scores["mia"], s, beta=beta_half, recall_grid=RECALL_GRID, threshold_grid=grid
+                ),
+                baseline_auc=aucs["baseline"],
+                mia_auc=aucs["mia"],
+                rm_rn_eps_lb=rm_rn,
+                o1_eps_lb=o1,
+                selected=selected,
+                scores=kept,
+            )
+        )
+        say(
+            f"repeat {r + 1}/{config.repeats}: c_lb={c_lb:.3f} {{c+eps}}_lb={c_eps_lb:.3f} "
             f"eps_tilde={repeats[-1].eps_tilde:.3f}"
-            + ("" if rm_rn is None else f" RM;RN={rm_rn:.3f} O(1)={o1:.3f}"))
+            + ("" if rm_rn is None else f" RM;RN={rm_rn:.3f} O(1)={o1:.3f}")
+        )
 
-    return _assemble(config, generator.kind, task.modality, repeats, sizes=dict(
-        members=len(members), generator=sizes.generator, train=n_tr, val=n_val,
-        m=sizes.test, members_in_game_min=min(shown), members_in_game_max=max(shown),
-        synthetic_helper_train=n_helper, synthetic_helper_val=n_helper_val,
-        synthetic_out=n_in, nonmembers=0 if nonmembers is None else len(nonmembers),
-        **rn_sizes,
-    ), quality=quality, timer=timer, start=start)
+    return _assemble(
+        config,
+        generator.kind,
+        task.modality,
+        repeats,
+        sizes=dict(
+            members=len(members),
+            generator=sizes.generator,
+            train=n_tr,
+            val=n_val,
+            m=sizes.test,
+            members_in_game_min=min(shown),
+            members_in_game_max=max(shown),
+            synthetic_helper_train=n_helper,
+            synthetic_helper_val=n_helper_val,
+            synthetic_out=n_in,
+            nonmembers=0 if nonmembers is None else len(nonmembers),
+            **rn_sizes,
+        ),
+        quality=quality,
+        timer=timer,
+        start=start,
+    )
 
 
-def _assemble(config: AuditConfig, kind: str, modality: str, repeats: list[RepeatResult], *,
-              sizes: dict[str, int], quality: dict[str, float], timer: _Timer,
-              start: float) -> AuditResult:
+def _assemble(
+    config: AuditConfig,
+    kind: str,
+    modality: str,
+    repeats: list[RepeatResult],
+    *,
+    sizes: dict[str, int],
+    quality: dict[str, float],
+    timer: _Timer,
+    start: float,
+) -> AuditResult:
     c_lb = Interval.of([x.c_lb for x in repeats])
     c_eps = Interval.of([x.c_eps_lb for x in repeats])
     eps = Interval.of([x.eps_tilde for x in repeats])
-    rm_rn = (Interval.of([x.rm_rn_eps_lb for x in repeats])
-             if repeats[0].rm_rn_eps_lb is not None else None)
+    rm_rn = (
+        Interval.of([x.rm_rn_eps_lb for x in repeats])
+        if repeats[0].rm_rn_eps_lb is not None
+        else None
+    )
     o1 = Interval.of([x.o1_eps_lb for x in repeats]) if repeats[0].o1_eps_lb is not None else None
     ceiling = float(np.mean([x.ceiling for x in repeats]))
     quality = dict(quality)
     quality["baseline_auc"] = float(np.mean([x.baseline_auc for x in repeats]))
     quality["mia_auc"] = float(np.mean([x.mia_auc for x in repeats]))
-    flags = diagnose(c_lb=c_lb, eps_tilde=eps, ceiling=ceiling, rm_rn=rm_rn,
-                     saturation_margin=config.saturation_margin)
+    flags = diagnose(
+        c_lb=c_lb,
+        eps_tilde=eps,
+        ceiling=ceiling,
+        rm_rn=rm_rn,
+        saturation_margin=config.saturation_margin,
+    )
     timings = dict(timer.timings)
     timings["total"] = time.perf_counter() - start
     return AuditResult(
-        modality=modality, generator_kind=kind, beta=config.beta, c_lb=c_lb, c_eps_lb=c_eps,
-        eps_tilde=eps, ceiling=ceiling, flags=flags, repeats=repeats, sizes=sizes,
-        quality=quality, timings=timings, rm_rn_eps_lb=rm_rn, o1_eps_lb=o1,
+        modality=modality,
+        generator_kind=kind,
+        beta=config.beta,
+        c_lb=c_lb,
+        c_eps_lb=c_eps,
+        eps_tilde=eps,
+        ceiling=ceiling,
+        flags=flags,
+        repeats=repeats,
+        sizes=sizes,
+        quality=quality,
+        timings=timings,
+        rm_rn_eps_lb=rm_rn,
+        o1_eps_lb=o1,
     )
 
 
@@ -442,8 +543,17 @@ def _proportional(n: int, parts: list[int]) -> list[int]:
     return out + [n - sum(out)]
 
 
-def _rm_rn(config: AuditConfig, context: AuditContext, s_in: _Side, s_non: _Side, ins,
-           *, rseed: int, reference: bool, select_by) -> tuple[float, dict[str, int]]:
+def _rm_rn(
+    config: AuditConfig,
+    context: AuditContext,
+    s_in: _Side,
+    s_non: _Side,
+    ins,
+    *,
+    rseed: int,
+    reference: bool,
+    select_by,
+) -> tuple[float, dict[str, int]]:
     """The same MIA pipeline with real non-members instead of generated ones (c = 0).
 
     Non-members are cut in the proportions of the member splits; each split pairs as many
@@ -451,31 +561,38 @@ def _rm_rn(config: AuditConfig, context: AuditContext, s_in: _Side, s_non: _Side
     """
     n_non = len(s_non.f)
     k_tr, k_val, k_te = _proportional(n_non, [len(ins.train), len(ins.val), len(ins.test)])
-    k_tr, k_val, k_te = min(k_tr, len(ins.train)), min(k_val, len(ins.val)), min(k_te,
-                                                                                  len(ins.test))
+    k_tr, k_val, k_te = (
+        min(k_tr, len(ins.train)),
+        min(k_val, len(ins.val)),
+        min(k_te, len(ins.test)),
+    )
     if min(k_tr, k_val) < 1 or k_te < 2:
         raise ValueError(
             f"nonmembers: {n_non} real non-members are too few for RM;RN (cut into "
             f"train={k_tr}, val={k_val}, test={k_te}; need >= 1, >= 1 and >= 2)"
         )
     perm = np.random.default_rng([rseed, 0x4E4E]).permutation(n_non)
-    n_tr, n_va = perm[:k_tr], perm[k_tr:k_tr + k_val]
-    n_te = perm[k_tr + k_val:k_tr + k_val + k_te]
+    n_tr, n_va = perm[:k_tr], perm[k_tr : k_tr + k_val]
+    n_te = perm[k_tr + k_val : k_tr + k_val + k_te]
     clf = make_classifier(config, context)
-    train = _classifier_data(s_in.take(ins.train[:k_tr]), s_non.take(n_tr), view="f",
-                             reference=reference)
-    val = _classifier_data(s_in.take(ins.val[:k_val]), s_non.take(n_va), view="f",
-                           reference=reference)
+    train = _classifier_data(
+        s_in.take(ins.train[:k_tr]), s_non.take(n_tr), view="f", reference=reference
+    )
+    val = _classifier_data(
+        s_in.take(ins.val[:k_val]), s_non.take(n_va), view="f", reference=reference
+    )
     clf.fit(train, val, select_by=select_by, seed=rseed)
     game = draw_game(k_te, seed=rseed + 1)
-    test = _game_data(game, s_in.take(ins.test[:k_te]), s_non.take(n_te), view="f",
-                      reference=reference)
-    summary: BoundSummary = bounds.lower_bound(break_ties(clf.score(test), seed=rseed),
-                                               game.membership,
-                                               beta=config.beta / 2,
-                                               threshold_grid=config.threshold_grid)
-    return _clip(summary.lower_bound), {"rm_rn_train": k_tr, "rm_rn_val": k_val,
-                                        "rm_rn_m": k_te}
+    test = _game_data(
+        game, s_in.take(ins.test[:k_te]), s_non.take(n_te), view="f", reference=reference
+    )
+    summary: BoundSummary = bounds.lower_bound(
+        break_ties(clf.score(test), seed=rseed),
+        game.membership,
+        beta=config.beta / 2,
+        threshold_grid=config.threshold_grid,
+    )
+    return _clip(summary.lower_bound), {"rm_rn_train": k_tr, "rm_rn_val": k_val, "rm_rn_m": k_te}
 
 
 def _neg_loss(features: np.ndarray, y: np.ndarray | None) -> np.ndarray:
@@ -490,8 +607,15 @@ def _neg_loss(features: np.ndarray, y: np.ndarray | None) -> np.ndarray:
     return z[np.arange(len(z)), np.asarray(y, dtype=np.int64)] - lse
 
 
-def _o1(members_te: _Side, s_non: _Side, y_mem: np.ndarray | None, y_non: np.ndarray | None,
-        *, beta: float, rseed: int) -> float:
+def _o1(
+    members_te: _Side,
+    s_non: _Side,
+    y_mem: np.ndarray | None,
+    y_non: np.ndarray | None,
+    *,
+    beta: float,
+    rseed: int,
+) -> float:
     """O(1) loss-threshold audit: equal numbers of real members and real non-members,
     score = -loss of f."""
     k = min(len(members_te.f), len(s_non.f))

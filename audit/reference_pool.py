@@ -7,8 +7,8 @@ generator trained on a few thousand records produces.
 
 Every draw is without replacement and no record is handed out twice, so D_out^tr, D_out^val,
 D_out^te and the helper's training data are disjoint. With ``resample_labels`` the draws
-follow the label distribution of D_G (the site's own data), so a label-skewed site is not
-compared with a balanced pool.
+follow the label distribution of D_G (the site's own data, add-one smoothed), so a
+label-skewed site is not compared with a balanced pool.
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ class ReferencePoolGenerator:
         quality: dict[str, float] = {"pool_size": float(len(self.pool))}
         if self.resample_labels and d_g.y is not None and len(d_g) > 0:
             counts = np.bincount(d_g.y.astype(np.int64), minlength=self.num_classes)
-            self._label_p = counts / counts.sum()
+            # Add-one smoothing: a label D_G happens to miss still occurs among the
+            # non-members, so the baseline cannot flag its members by the label alone.
+            self._label_p = (counts + 1.0) / (counts.sum() + counts.size)
             pool_counts = np.bincount(self.pool.y.astype(np.int64), minlength=self.num_classes)
             pool_p = pool_counts / pool_counts.sum()
             quality["label_tv_distance_before_resampling"] = float(

@@ -74,8 +74,7 @@ def split_sizes(total: int, spec: SplitConfig) -> SplitSizes:
         If any split (test included) would be empty or the requested splits exceed the set;
         the message names the split and all sizes.
     """
-    g = resolve_count(0.3 if spec.generator is None else spec.generator, total,
-                      name="generator")
+    g = resolve_count(0.3 if spec.generator is None else spec.generator, total, name="generator")
     tr = resolve_count(spec.train, total, name="train")
     va = resolve_count(spec.val, total, name="val")
     test = total - g - tr - va

@@ -11,9 +11,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from opacus.accountants import create_accountant
-from opacus.accountants.utils import get_noise_multiplier
-
 
 @dataclass(frozen=True)
 class DPSettings:
@@ -31,6 +28,8 @@ class DPSettings:
         """sigma such that ``total_epochs`` at ``sample_rate`` meet the target epsilon."""
         if self.noise_multiplier is not None:
             return self.noise_multiplier
+        from opacus.accountants.utils import get_noise_multiplier  # heavy; DP sites only
+
         assert self.target_epsilon is not None
         return float(
             get_noise_multiplier(
@@ -56,6 +55,8 @@ class PrivacyLedger:
     def epsilon(self, delta: float) -> float:
         if not self.history:
             return 0.0
+        from opacus.accountants import create_accountant
+
         acc = create_accountant(self.accountant)
         acc.history = list(self.history)
         return float(acc.get_epsilon(delta=delta))

@@ -47,7 +47,7 @@ from clients.site_data import SiteData
 from server.app import build_server_app
 from simulations.apps import SiteResolver, ledger_path, server_settings
 from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
-from simulations.run_dir import CONFIG_FILE, DatasetMeta
+from simulations.run_dir import CONFIG_FILE, PARTITION_FILE, DatasetMeta, site_file
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +260,11 @@ class DeploymentResolver:
             raise DeploymentConfigError(
                 f"node config: data-path={str(data_path)!r} does not exist on this SuperNode"
             )
+        if data_path is None and not site_file(run.run_dir, node.partition_id).exists():
+            raise DeploymentConfigError(
+                "node config: data-path is not set and the run directory's "
+                f"{site_file(run.run_dir, node.partition_id)} is not on this SuperNode"
+            )
         runtime = SiteResolver(run.config, run.meta, run.run_dir)(context)
         if runtime.data.site_id != node.partition_id:
             raise DeploymentConfigError(
@@ -275,6 +280,28 @@ class DeploymentResolver:
         return replace(runtime, data=data, ledger_path=ledger)
 
 
+def write_site_summary(run: DeploymentRun) -> Path:
+    """``partition.json`` from what the sites reported, for runs whose data never was on
+    the server (real sites): members from the audits or the last round's example counts."""
+    from server.run_log import read_rounds, read_site_audit
+
+    rounds = read_rounds(run.run_dir)
+    sites = []
+    for site in range(run.config.partition.num_sites):
+        trained = [r["sites"][str(site)] for r in rounds if str(site) in r.get("sites", {})]
+        audit = read_site_audit(run.run_dir, site) or {}
+        sites.append({
+            "site_id": site,
+            "train": audit.get("n_members") or (trained[-1]["num_examples"] if trained else None),
+            "holdout": audit.get("n_holdout"),
+            "test": None,
+        })  # fmt: skip
+    path = run.run_dir / PARTITION_FILE
+    summary = {"sites": sites, "scheme": "site-local", "seed": run.config.seed}
+    path.write_text(json.dumps(summary, indent=1))
+    return path
+
+
 def _server_main(grid: Grid, context: Context) -> None:
     run = read_run(dict(context.run_config))
     run.run_dir.mkdir(parents=True, exist_ok=True)
@@ -283,6 +310,8 @@ def _server_main(grid: Grid, context: Context) -> None:
     if phases:
         settings = server_settings(run.config, run.meta, run.run_dir, phases=phases, progress=False)
         build_server_app(settings)(grid, context)
+    if not (run.run_dir / PARTITION_FILE).exists():
+        write_site_summary(run)
     if run.write_report:
         from simulations.report import write_report
 

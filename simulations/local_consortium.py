@@ -2,9 +2,9 @@
 
 This is the Deployment Engine path of :mod:`simulations.deployment` on one machine: every
 site is its own ``flower-supernode`` process (with its own ``FLWR_HOME``, data file and state
-folder) talking to a ``flower-superlink`` over 127.0.0.1 without TLS, which is acceptable
-only on loopback. Real sites use the same apps with TLS and SuperNode authentication
-(``docs/deployment.md``).
+folder) talking to a ``flower-superlink`` over 127.0.0.1: without TLS (``--insecure``, acceptable
+only on loopback), or with TLS and SuperNode authentication as real sites use it
+(:class:`~simulations.consortium_tls.ConsortiumTLS`, ``docs/deployment.md``).
 
 Every process started here is recorded with its PID (and its kernel start time, so a
 recycled PID is never signalled) and stopped at the end, together with the processes it
@@ -13,6 +13,7 @@ spawned (SuperExec, ServerApp and ClientApp processes), also when the run fails.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -27,25 +28,19 @@ from typing import IO, Any
 
 import tomli_w
 
-from simulations.config import ExperimentConfig, dump_config
-from simulations.deployment import (
-    DATASET_KEY,
-    EXPERIMENT_KEY,
-    PHASES_KEY,
-    REPORT_KEY,
-    RUN_CONFIG_DEFAULTS,
-    RUN_DIR_KEY,
-    STATE_DIR_NAME,
+from simulations.config import ConfigError, ExperimentConfig, load_config
+from simulations.consortium_tls import ConsortiumTLS
+from simulations.deployment_files import (
+    DEPLOYMENT_DIR,
+    DeploymentFiles,
+    node_config_arg,
+    prepare_deployment,
 )
 from simulations.processes import ProcessError, ProcessGroup, free_port, wait_for_port
-from simulations.run_dir import prepare_run_dir, site_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 """The folder holding the ``server``, ``clients``, ``audit`` and ``simulations`` packages."""
 CONNECTION_NAME = "local-consortium"
-DEPLOYMENT_DIR = "deployment"
-APP_PUBLISHER = "panoramia"
-APP_NAME = "panoramia-fl"
 
 QUIET_ENV = {
     "FLWR_DISABLE_UPDATE_CHECK": "1",
@@ -60,131 +55,6 @@ class ConsortiumError(ProcessError):
     """A process of the local consortium failed to start, or the run did not complete."""
 
 
-# --------------------------------------------------------------------------- app files
-
-
-def app_pyproject(*, version: str = "0.1.0") -> dict[str, Any]:
-    """The smallest Flower App manifest that runs the installed project under ``flwr run``.
-
-    The FAB then carries no code: the SuperLink and every SuperNode import
-    ``simulations.deployment`` from the installed ``panoramia-fl`` package.
-    """
-    return {
-        "project": {
-            "name": APP_NAME,
-            "version": version,
-            "description": "PANORAMIA-FL: federated training and per-site privacy audits",
-            "license": "Apache-2.0",
-            "dependencies": ["flwr>=1.42,<1.43"],
-        },
-        "tool": {
-            "flwr": {
-                "app": {
-                    "publisher": APP_PUBLISHER,
-                    "components": {
-                        "serverapp": "simulations.deployment:server_app",
-                        "clientapp": "simulations.deployment:client_app",
-                    },
-                    "config": dict(RUN_CONFIG_DEFAULTS),
-                }
-            }
-        },
-    }
-
-
-def write_app_dir(app_dir: Path) -> Path:
-    """Write ``pyproject.toml`` of a code-less Flower App into ``app_dir``; return the dir."""
-    app_dir.mkdir(parents=True, exist_ok=True)
-    (app_dir / "pyproject.toml").write_text(tomli_w.dumps(app_pyproject()))
-    return app_dir
-
-
-def run_config_values(
-    config: ExperimentConfig,
-    run_dir: Path,
-    *,
-    phases: tuple[str, ...] = ("train", "audit"),
-    write_report: bool = True,
-) -> dict[str, Any]:
-    """The ``flwr run --run-config`` values of one prepared run directory.
-
-    The experiment config and the dataset metadata travel in the run config, so a SuperNode
-    on another machine needs nothing from the server's disk.
-    """
-    run_dir = run_dir.resolve()
-    return {
-        RUN_DIR_KEY: str(run_dir),
-        EXPERIMENT_KEY: dump_config(config),
-        DATASET_KEY: (run_dir / "dataset.json").read_text(),
-        PHASES_KEY: ",".join(phases),
-        REPORT_KEY: write_report,
-    }
-
-
-def node_config_arg(values: dict[str, Any]) -> str:
-    """``{"partition-id": 0, "data-path": "/x"}`` -> ``partition-id=0 data-path="/x"``."""
-    parts = []
-    for key, value in values.items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, int | float):
-            text = str(value)
-        else:
-            if '"' in str(value) or " " in str(value):
-                raise ValueError(f"node config {key}={value!r}: no spaces or quotes allowed")
-            text = f'"{value}"'
-        parts.append(f"{key}={text}")
-    return " ".join(parts)
-
-
-@dataclass(frozen=True)
-class DeploymentFiles:
-    """A run directory prepared for ``flwr run``."""
-
-    run_dir: Path
-    app_dir: Path
-    run_config: Path
-    node_configs: list[dict[str, Any]]
-    """One ``--node-config`` mapping per site (partition-id, num-partitions, data-path,
-    state-dir)."""
-
-
-def prepare_deployment(
-    config: ExperimentConfig,
-    run_dir: Path,
-    *,
-    phases: tuple[str, ...] = ("train", "audit"),
-    write_report: bool = True,
-) -> DeploymentFiles:
-    """Prepare ``run_dir`` as for a simulation, plus what ``flwr run`` needs.
-
-    Writes ``<run_dir>/deployment/app/pyproject.toml`` (the Flower App) and
-    ``<run_dir>/deployment/run-config.toml`` (``flwr run --run-config`` values), and returns
-    each site's node config: its data file is ``<run_dir>/sites/site-<id>.npz`` and its state
-    folder ``<run_dir>/sites/panoramia-state``; a real site points these at its own disk.
-    """
-    run_dir = run_dir.resolve()
-    prepare_run_dir(config, run_dir)
-    dep = run_dir / DEPLOYMENT_DIR
-    app_dir = write_app_dir(dep / "app")
-    run_config = dep / "run-config.toml"
-    values = run_config_values(config, run_dir, phases=phases, write_report=write_report)
-    run_config.write_text(tomli_w.dumps(values))
-    n = config.partition.num_sites
-    nodes = [
-        {
-            "partition-id": i,
-            "num-partitions": n,
-            "data-path": str(site_file(run_dir, i)),
-            "state-dir": str(site_file(run_dir, i).parent / STATE_DIR_NAME),
-        }
-        for i in range(n)
-    ]
-    return DeploymentFiles(
-        run_dir=run_dir, app_dir=app_dir, run_config=run_config, node_configs=nodes
-    )
-
-
 # --------------------------------------------------------------------------- consortium
 
 
@@ -192,6 +62,19 @@ def _bin(name: str) -> str:
     """A Flower executable from the running interpreter's environment."""
     candidate = Path(sys.executable).parent / name
     return str(candidate) if candidate.exists() else name
+
+
+def _json_payload(res: subprocess.CompletedProcess, what: str) -> dict[str, Any]:
+    """The JSON object a ``flwr ... --format json`` command printed (raise if it failed)."""
+    text = res.stdout.decode(errors="replace") if isinstance(res.stdout, bytes) else res.stdout
+    err = res.stderr.decode(errors="replace") if isinstance(res.stderr, bytes) else res.stderr
+    try:
+        payload = json.loads(text[text.index("{") :])
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict) or payload.get("success") is False:
+        raise ConsortiumError(f"{what} failed (exit {res.returncode}): {text.strip()} {err or ''}")
+    return payload
 
 
 @dataclass(frozen=True)
@@ -222,6 +105,9 @@ class LocalConsortium:
         is removed on exit only when created here).
     env
         Extra environment for every process (e.g. ``RAY_ADDRESS``).
+    tls
+        None: plain HTTP with ``--insecure`` (loopback only). Otherwise TLS on every
+        connection and ``--enable-supernode-auth`` (only registered node keys connect).
     """
 
     def __init__(
@@ -230,9 +116,11 @@ class LocalConsortium:
         *,
         work_dir: Path | None = None,
         env: dict[str, str] | None = None,
+        tls: ConsortiumTLS | None = None,
         start_timeout_s: float = 120.0,
     ) -> None:
         self.node_configs = node_configs
+        self.tls = tls
         self._own_dir = work_dir is None
         self.work_dir = Path(tempfile.mkdtemp(prefix="pfl-flwr-")) if work_dir is None else work_dir
         self.extra_env = dict(env or {})
@@ -266,45 +154,100 @@ class LocalConsortium:
         return self.work_dir / "logs"
 
     # lifecycle -------------------------------------------------------------------------
+    def _superlink_security(self) -> list[str]:
+        if self.tls is None:
+            return ["--insecure"]  # loopback only
+        return [
+            "--ssl-ca-certfile",
+            str(self.tls.ca_cert),
+            "--ssl-certfile",
+            str(self.tls.server_cert),
+            "--ssl-keyfile",
+            str(self.tls.server_key),
+            "--enable-supernode-auth",
+        ]
+
+    def _supernode_security(self, index: int) -> list[str]:
+        if self.tls is None:
+            return ["--insecure"]
+        return [
+            "--root-certificates",
+            str(self.tls.ca_cert),
+            "--auth-supernode-private-key",
+            str(self.tls.node_keys[index]),
+        ]
+
     def start(self) -> LocalConsortium:
+        """Start the SuperLink, register the SuperNodes' keys (with TLS), start the nodes."""
+        if self.tls is not None and len(self.tls.node_keys) < len(self.node_configs):
+            raise ConsortiumError(
+                f"{len(self.node_configs)} SuperNodes but {len(self.tls.node_keys)} node keys"
+            )
         self.port = free_port(self.host)
+        argv = [
+            _bin("flower-superlink"),
+            *self._superlink_security(),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--disable-runtime-dependency-installation",
+        ]
         self.processes.start(
             "superlink",
-            [
-                _bin("flower-superlink"),
-                "--insecure",
-                "--host",
-                self.host,
-                "--port",
-                str(self.port),
-                "--disable-runtime-dependency-installation",
-            ],
+            argv,
             env=self._env("superlink"),
             log_path=self.log_dir / "superlink.log",
             cwd=self.work_dir,
         )
         wait_for_port(self.host, self.port, timeout_s=self.start_timeout_s, group=self.processes)
-        for i, node in enumerate(self.node_configs):
-            self.processes.start(
-                f"supernode-{i}",
-                [
-                    _bin("flower-supernode"),
-                    "--insecure",
-                    "--superlink",
-                    self.address,
-                    "--host",
-                    self.host,
-                    "--port",
-                    str(free_port(self.host)),
-                    "--node-config",
-                    node_config_arg(node),
-                ],
-                env=self._env(f"supernode-{i}"),
-                log_path=self.log_dir / f"supernode-{i}.log",
-                cwd=self.work_dir,
-            )
         self._write_cli_config()
+        for i, node in enumerate(self.node_configs):
+            if self.tls is not None:
+                self.register_node(Path(f"{self.tls.node_keys[i]}.pub"))
+            self.start_node(i, node, self._supernode_security(i))
         return self
+
+    def start_node(self, index: int, node_config: dict[str, Any], security: list[str]) -> None:
+        """Start one SuperNode with the given TLS/authentication arguments."""
+        argv = [
+            _bin("flower-supernode"),
+            *security,
+            "--superlink",
+            self.address,
+            "--host",
+            self.host,
+            "--port",
+            str(free_port(self.host)),
+            "--node-config",
+            node_config_arg(node_config),
+        ]
+        self.processes.start(
+            f"supernode-{index}",
+            argv,
+            env=self._env(f"supernode-{index}"),
+            log_path=self.log_dir / f"supernode-{index}.log",
+            cwd=self.work_dir,
+        )
+
+    def register_node(self, public_key: Path) -> int:
+        """``flwr supernode register``: only registered keys may connect (with TLS)."""
+        res = self.flwr(
+            "supernode",
+            "register",
+            str(public_key),
+            CONNECTION_NAME,
+            "--format",
+            "json",
+            timeout_s=300,
+        )
+        payload = _json_payload(res, "flwr supernode register")
+        return int(payload["node-id"])
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """``flwr supernode list``: registered nodes with their status (online, ...)."""
+        res = self.flwr("supernode", "list", CONNECTION_NAME, "--format", "json", timeout_s=300)
+        return list(_json_payload(res, "flwr supernode list")["nodes"])
 
     def stop(self) -> None:
         self.processes.stop()
@@ -323,18 +266,15 @@ class LocalConsortium:
 
     # the flwr CLI ----------------------------------------------------------------------
     def _write_cli_config(self) -> None:
+        connection: dict[str, Any] = {"address": self.address}
+        if self.tls is None:
+            connection["insecure"] = True
+        else:
+            connection["root-certificates"] = str(self.tls.ca_cert)
         home = self.work_dir / "cli"
         home.mkdir(parents=True, exist_ok=True)
-        (home / "config.toml").write_text(
-            tomli_w.dumps(
-                {
-                    "superlink": {
-                        "default": CONNECTION_NAME,
-                        CONNECTION_NAME: {"address": self.address, "insecure": True},
-                    }
-                }
-            )
-        )
+        config = {"superlink": {"default": CONNECTION_NAME, CONNECTION_NAME: connection}}
+        (home / "config.toml").write_text(tomli_w.dumps(config))
 
     def flwr(
         self, *args: str, timeout_s: float, stdout: IO[bytes] | None = None
@@ -365,27 +305,15 @@ class LocalConsortium:
             "json",
             timeout_s=300,
         )
-        text = res.stdout.decode(errors="replace")
-        try:
-            payload = json.loads(text[text.index("{") :])
-            return int(payload["run-id"])
-        except (ValueError, KeyError, TypeError):
-            raise ConsortiumError(
-                f"flwr run failed (exit {res.returncode}): {text.strip()} "
-                f"{res.stderr.decode(errors='replace').strip()}"
-            ) from None
+        return int(_json_payload(res, "flwr run")["run-id"])
 
     def status(self, run_id: int) -> tuple[str, str]:
+        """(status, details) of a run, e.g. ("finished:completed", "")."""
         res = self.flwr(
-            "ls", CONNECTION_NAME, "--run-id", str(run_id), "--format", "json", timeout_s=120
+            "ls", CONNECTION_NAME, "--run-id", str(run_id), "--format", "json", timeout_s=300
         )
-        text = res.stdout.decode(errors="replace")
-        try:
-            payload = json.loads(text[text.index("{") :])
-            row = payload["runs"][0]
-            return str(row["status"]), str(row.get("status-details", ""))
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise ConsortiumError(f"flwr ls failed: {text.strip()}") from None
+        row = _json_payload(res, "flwr ls")["runs"][0]
+        return str(row["status"]), str(row.get("status-details", ""))
 
     def run(
         self, app_dir: Path, run_config: Path, *, timeout_s: float, log_path: Path
@@ -496,3 +424,81 @@ def _copy_logs(src: Path, dst: Path) -> None:
     dst.mkdir(parents=True, exist_ok=True)
     for path in src.glob("*.log"):
         shutil.copyfile(path, dst / path.name)
+
+
+def _manual_commands(files: DeploymentFiles, port: int = 9093) -> str:
+    """Shell commands that run a prepared run directory on a loopback consortium (writes
+    the CLI's connection file next to the run config)."""
+    cli_config = files.run_config.with_name("flwr-cli-config.toml")
+    cli_config.write_text(
+        tomli_w.dumps({"superlink": {"default": "loopback", "loopback": {
+            "address": f"127.0.0.1:{port}", "insecure": True}}})
+    )  # fmt: skip
+    lines = [
+        "export FLWR_DISABLE_UPDATE_CHECK=1 FLWR_TELEMETRY_ENABLED=0",
+        f"FLWR_HOME=/tmp/flwr-link flower-superlink --insecure --host 127.0.0.1 --port {port} "
+        "--disable-runtime-dependency-installation &",
+    ]
+    for i, node in enumerate(files.node_configs):
+        lines.append(
+            f"FLWR_HOME=/tmp/flwr-site-{i} flower-supernode --insecure --superlink "
+            f"127.0.0.1:{port} --host 127.0.0.1 --port {port + 10 + i} "
+            f"--node-config '{node_config_arg(node)}' &"
+        )
+    lines += [
+        "export FLWR_HOME=/tmp/flwr-cli; mkdir -p $FLWR_HOME",
+        f"cp {cli_config} $FLWR_HOME/config.toml",
+        f"flwr run {files.app_dir} loopback --run-config {files.run_config} --stream",
+        "# then stop the SuperLink and SuperNodes by PID (kill %1 %2 ...)",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m simulations.local_consortium CONFIG``: run it on a loopback consortium."""
+    parser = argparse.ArgumentParser(
+        prog="python -m simulations.local_consortium",
+        description="Run an experiment on Flower's Deployment Engine on this machine: one "
+        "SuperLink and one SuperNode per site on 127.0.0.1, then `flwr run`.",
+    )
+    parser.add_argument("config", type=Path, help="experiment config (YAML)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (repeatable)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="run directory (default: <output_dir>/<name>)"
+    )
+    parser.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="write the run directory and print the commands; start nothing",
+    )
+    parser.add_argument("--timeout", type=float, default=24 * 3600.0, help="seconds")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config, args.overrides)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    run_dir = (args.out or config.output_dir / config.name).resolve()
+    if args.prepare_only:
+        files = prepare_deployment(config, run_dir)
+        print(_manual_commands(files))
+        return 0
+    try:
+        outcome = run_local_consortium(config, run_dir, timeout_s=args.timeout)
+    except ProcessError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    timings = ", ".join(f"{k}={v:.1f}" for k, v in outcome.timings.items())
+    print(f"{outcome.status.status}: {outcome.run_dir} ({timings})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

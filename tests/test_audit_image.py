@@ -22,8 +22,13 @@ CPU = torch.device("cpu")
 def digits():
     torch.set_num_threads(1)
     ds = load_dataset("digits")
-    task = build_task("image", model_name="small_cnn", num_classes=10, input_shape=(1, 8, 8),
-                      model_options={"width": 8})
+    task = build_task(
+        "image",
+        model_name="small_cnn",
+        num_classes=10,
+        input_shape=(1, 8, 8),
+        model_options={"width": 8},
+    )
     return ds, task
 
 
@@ -123,16 +128,24 @@ def _membership_data(seed: int, n: int = 200) -> ClassifierData:
     rng = np.random.default_rng(seed)
     xm, ym, fm = _data(rng, n, 60)
     xo, yo, fo = _data(rng, n, 0)
-    return ClassifierData(Records(np.concatenate([xm, xo]), np.concatenate([ym, yo])),
-                          np.concatenate([fm, fo]),
-                          np.r_[np.ones(n), np.zeros(n)].astype(np.int64))
+    return ClassifierData(
+        Records(np.concatenate([xm, xo]), np.concatenate([ym, yo])),
+        np.concatenate([fm, fo]),
+        np.r_[np.ones(n), np.zeros(n)].astype(np.int64),
+    )
 
 
 @pytest.mark.parametrize("design", ["gbm", "stacked"])
 def test_classifier_learns_and_reports_its_validation_choice(digits, design) -> None:
     _, task = digits
-    cfg = AuditConfig(classifier={"design": design, "epochs": [2, 4],
-                                  "gbm_iterations": [10, 20], "gbm_learning_rates": [0.1]})
+    cfg = AuditConfig(
+        classifier={
+            "design": design,
+            "epochs": [2, 4],
+            "gbm_iterations": [10, 20],
+            "gbm_learning_rates": [0.1],
+        }
+    )
     clf = make_image_classifier(cfg, _context(task))
     train, val, test = _membership_data(0), _membership_data(1), _membership_data(2)
     seen = []

@@ -27,8 +27,13 @@ TINY = {
 def site():
     torch.set_num_threads(1)
     ds = load_dataset("digits", options={"public_fraction": 0.5})
-    task = build_task("image", model_name="small_cnn", num_classes=10, input_shape=(1, 8, 8),
-                      model_options={"width": 16})
+    task = build_task(
+        "image",
+        model_name="small_cnn",
+        num_classes=10,
+        input_shape=(1, 8, 8),
+        model_options={"width": 16},
+    )
     perm = np.random.default_rng(0).permutation(len(ds.x))
     mem, non = perm[:300], perm[300:500]
     model = task.make_model()
@@ -44,8 +49,14 @@ def site():
 
 def _audit(site, **overrides) -> AuditResult:
     cfg = AuditConfig(**{**TINY, "device": "cpu", **overrides})
-    return run_audit(site["task"], site["model"], site["members"], cfg,
-                     nonmembers=site["nonmembers"], public_pool=site["pool"])
+    return run_audit(
+        site["task"],
+        site["model"],
+        site["members"],
+        cfg,
+        nonmembers=site["nonmembers"],
+        public_pool=site["pool"],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +89,12 @@ def test_result_is_consistent(result: AuditResult) -> None:
     assert s["members"] == 300 and s["generator"] + s["train"] + s["val"] + s["m"] == 300
     assert s["synthetic_out"] == 300 - s["generator"]
     assert s["nonmembers"] == 200 and s["rm_rn_m"] >= 2
-    for key in ("helper_accuracy_real_members", "target_accuracy_members", "baseline_auc",
-                "mia_auc"):
+    for key in (
+        "helper_accuracy_real_members",
+        "target_accuracy_members",
+        "baseline_auc",
+        "mia_auc",
+    ):
         assert key in result.quality
     for key in ("generator_fit", "helper", "baseline", "mia", "rm_rn", "o1", "total"):
         assert result.timings[key] >= 0
@@ -153,8 +168,13 @@ def test_input_errors_name_the_problem(site) -> None:
     with pytest.raises(ValueError, match="members is empty"):
         run_audit(task, model, Records(site["members"].x[:0], site["members"].y[:0]), cfg)
     with pytest.raises(ValueError, match="nonmembers records have shape"):
-        run_audit(task, model, site["members"], cfg,
-                  nonmembers=Records(np.zeros((5, 1, 4, 4), np.uint8), np.zeros(5, np.int64)))
+        run_audit(
+            task,
+            model,
+            site["members"],
+            cfg,
+            nonmembers=Records(np.zeros((5, 1, 4, 4), np.uint8), np.zeros(5, np.int64)),
+        )
     with pytest.raises(ValueError, match="needs public records"):
         run_audit(task, model, site["members"], cfg)
     bad_kind = AuditConfig(**{**TINY, "generator": {"kind": "nope"}, "quick": True})
@@ -162,8 +182,7 @@ def test_input_errors_name_the_problem(site) -> None:
         run_audit(task, model, site["members"], bad_kind, public_pool=site["pool"])
     few = Records(site["nonmembers"].x[:3], site["nonmembers"].y[:3])
     with pytest.raises(ValueError, match="too few for RM;RN"):
-        run_audit(task, model, site["members"], cfg, nonmembers=few,
-                  public_pool=site["pool"])
+        run_audit(task, model, site["members"], cfg, nonmembers=few, public_pool=site["pool"])
     tiny = Records(site["members"].x[:8], site["members"].y[:8])
     with pytest.raises(ValueError, match="splits"):
         run_audit(task, model, tiny, cfg, public_pool=site["pool"])

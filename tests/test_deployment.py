@@ -4,6 +4,7 @@ consortium (SuperLink + two SuperNodes) end to end, and process clean-up."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ import tomli
 from flwr.app import Context, RecordDict
 
 from simulations.config import dump_config, validate_config
+from simulations.consortium_tls import make_demo_credentials
 from simulations.deployment import (
     RUN_CONFIG_DEFAULTS,
     DeploymentConfigError,
@@ -21,14 +23,15 @@ from simulations.deployment import (
     parse_phases,
     read_run,
 )
-from simulations.local_consortium import (
-    LocalConsortium,
+from simulations.deployment_files import (
     node_config_arg,
     prepare_deployment,
     run_config_values,
     write_app_dir,
 )
+from simulations.local_consortium import LocalConsortium
 from simulations.processes import ProcessGroup, descendants, is_alive
+from simulations.run_dir import prepare_run_dir, public_file, site_file
 
 TINY_AUDIT = {
     "quick": True,
@@ -38,13 +41,13 @@ TINY_AUDIT = {
 }
 
 
-def _config(name: str, *, rounds: int = 1, dp: bool = False, audit: bool = True):
+def _config(name: str, *, rounds: int = 1, dp: bool = False, audit: bool = True, sites: int = 2):
     return validate_config(
         {
             "name": name,
             "seed": 0,
             "data": {"name": "digits"},
-            "partition": {"scheme": "iid", "num_sites": 2},
+            "partition": {"scheme": "iid", "num_sites": sites},
             "fl": {"rounds": rounds, "local_epochs": 1, "batch_size": 32},
             "dp": {"enabled": dp, "noise_multiplier": 1.0} if dp else {"enabled": False},
             "resources": {"num_gpus": 0, "audit_num_gpus": 0},
@@ -181,6 +184,44 @@ def test_resolver_rejects_mismatched_node_config(prepared):
         DeploymentResolver()(_context(values, missing))
 
 
+def test_prepare_for_real_sites_keeps_data_off_the_server(tmp_path):
+    from simulations.run_dir import DatasetMeta
+
+    config = _config("real", audit=False)
+    meta = DatasetMeta(name="digits", modality="image", num_classes=10, input_shape=(1, 8, 8))
+    files = prepare_deployment(config, tmp_path / "real", meta=meta)
+    assert sorted(p.name for p in files.run_dir.iterdir()) == [
+        "config.yaml", "dataset.json", "deployment"
+    ]  # fmt: skip
+    assert files.node_configs == [
+        {"partition-id": 0, "num-partitions": 2},
+        {"partition-id": 1, "num-partitions": 2},
+    ]
+    values = tomli.loads(files.run_config.read_text())
+    assert read_run(values).meta == meta
+    # A node that does not say where its data is gets told which key to set.
+    with pytest.raises(DeploymentConfigError, match="data-path is not set"):
+        DeploymentResolver()(_context(values, files.node_configs[0]))
+
+
+def test_cli_prepare_only_prints_the_commands(tmp_path, capsys):
+    import yaml
+
+    from simulations.local_consortium import main
+
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump(_config("cli", audit=False).model_dump(mode="json")))
+    assert main([str(cfg), "--out", str(tmp_path / "run"), "--prepare-only"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("flower-supernode") == 2 and "--insecure" in out
+    assert f"--run-config {tmp_path / 'run' / 'deployment' / 'run-config.toml'}" in out
+    assert (tmp_path / "run" / "deployment" / "app" / "pyproject.toml").exists()
+    cli = tomli.loads((tmp_path / "run" / "deployment" / "flwr-cli-config.toml").read_text())
+    assert cli["superlink"]["loopback"]["insecure"] is True
+    assert main([str(cfg), "--set", "fl.rounds=0", "--prepare-only"]) == 2
+    assert "fl.rounds" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- processes
 
 
@@ -209,11 +250,24 @@ def test_process_group_stops_children_and_grandchildren(tmp_path):
 @pytest.mark.slow
 def test_loopback_consortium_trains_audits_and_reports(tmp_path):
     config = _config("loopback", rounds=2, dp=True)
-    files = prepare_deployment(config, tmp_path / "loopback")
+    # As at real sites, each "hospital" keeps its own records outside the run directory and
+    # the server only gets the config, the dataset description and public test records.
+    source = tmp_path / "source"
+    meta = prepare_run_dir(config, source)
+    nodes = []
+    for i in range(2):
+        own = tmp_path / f"hospital-{i}" / "records.npz"
+        own.parent.mkdir()
+        shutil.move(site_file(source, i), own)
+        nodes.append({"partition-id": i, "num-partitions": 2, "data-path": str(own)})
+    files = prepare_deployment(config, tmp_path / "loopback", meta=meta)
+    assert not (files.run_dir / "sites").exists()
+    public_file(files.run_dir).parent.mkdir()
+    shutil.copy(public_file(source), public_file(files.run_dir))  # central evaluation
     bad_run_config = tmp_path / "bad-run-config.toml"
     bad_run_config.write_text('run-dir = "relative/dir"\n')
     seen: list[tuple[int, int]] = []
-    with LocalConsortium(files.node_configs) as consortium:
+    with LocalConsortium(nodes) as consortium:
         assert len(consortium.processes.started) == 3  # SuperLink + 2 SuperNodes
         # A wrong run config fails that run only, with the key named in the run's log.
         bad = consortium.run(
@@ -245,11 +299,9 @@ def test_loopback_consortium_trains_audits_and_reports(tmp_path):
     # the ledger on disk holds both rounds' steps (one local epoch each).
     for site in ("0", "1"):
         assert 0 < rounds[0]["sites"][site]["dp_epsilon"] < rounds[1]["sites"][site]["dp_epsilon"]
-        ledger = (
-            Path(files.node_configs[int(site)]["state-dir"])
-            / run_dir.name
-            / f"site-{site}-dp-ledger.json"
-        )
+        # Default state dir: next to the site's own data, per run directory.
+        own = Path(nodes[int(site)]["data-path"])
+        ledger = own.parent / "panoramia-state" / run_dir.name / f"site-{site}-dp-ledger.json"
         history = json.loads(ledger.read_text())["history"]
         steps_per_epoch = round(1 / history[0][1])
         assert sum(steps for _, _, steps in history) == 2 * steps_per_epoch
@@ -262,9 +314,41 @@ def test_loopback_consortium_trains_audits_and_reports(tmp_path):
         # Only summaries reach the SuperLink: no per-record scores, no records.
         assert all(rep.get("scores") is None for rep in audit["result"]["repeats"])
         assert len((run_dir / "audits" / f"site-{site}.json").read_bytes()) < 200_000
+    # The server never saw the partition: it summarises what the sites reported.
+    partition = json.loads((run_dir / "partition.json").read_text())
+    assert partition["scheme"] == "site-local"
+    assert [p["train"] for p in partition["sites"]] == [
+        rounds[0]["sites"][str(i)]["num_examples"] for i in (0, 1)
+    ]
     report = json.loads((run_dir / "report.json").read_text())
     assert {s["site_id"] for s in report["sites"]} == {0, 1}
     assert (run_dir / "report.html").exists()
+
+
+@pytest.mark.slow
+def test_tls_consortium_admits_registered_nodes_only(tmp_path):
+    """The real-site set-up on loopback: TLS on every API and SuperNode authentication. The
+    registered node connects (and the CLI talks to the SuperLink over TLS); a node whose key
+    was not registered is refused. (The apps themselves run over TLS the same way as in the
+    insecure test above; a full TLS run took ~3 min here, too long for the suite.)"""
+    tls = make_demo_credentials(tmp_path / "credentials", num_nodes=2)
+    node = {"partition-id": 0, "num-partitions": 1}
+    with LocalConsortium([node], tls=tls) as consortium:
+        deadline = time.time() + 300
+        while [n["status"] for n in consortium.nodes()] != ["online"]:
+            assert time.time() < deadline, consortium.nodes()
+            time.sleep(2)
+        security = [
+            "--root-certificates", str(tls.ca_cert),
+            "--auth-supernode-private-key", str(tls.node_keys[1]),
+            "--max-retries", "1",
+        ]  # fmt: skip
+        consortium.start_node(1, node, security)
+        rogue = consortium.processes.started[-1].proc
+        assert rogue.wait(timeout=300) != 0
+        rogue_log = (consortium.log_dir / "supernode-1.log").read_text()
+        assert "Failed to activate SuperNode" in rogue_log
+        assert [n["status"] for n in consortium.nodes()] == ["online"]
 
 
 def test_flower_cli_has_the_flags_the_consortium_uses():
@@ -273,10 +357,27 @@ def test_flower_cli_has_the_flags_the_consortium_uses():
     superlink = subprocess.run(
         [_bin("flower-superlink"), "--help"], capture_output=True, text=True, timeout=300
     )
-    for flag in ("--insecure", "--host", "--port", "--disable-runtime-dependency-installation"):
+    for flag in (
+        "--insecure",
+        "--host",
+        "--port",
+        "--disable-runtime-dependency-installation",
+        "--ssl-ca-certfile",
+        "--ssl-certfile",
+        "--ssl-keyfile",
+        "--enable-supernode-auth",
+    ):
         assert flag in superlink.stdout, flag
     supernode = subprocess.run(
         [_bin("flower-supernode"), "--help"], capture_output=True, text=True, timeout=300
     )
-    for flag in ("--insecure", "--superlink", "--node-config", "--host", "--port"):
+    for flag in (
+        "--insecure",
+        "--superlink",
+        "--node-config",
+        "--host",
+        "--port",
+        "--root-certificates",
+        "--auth-supernode-private-key",
+    ):
         assert flag in supernode.stdout, flag

@@ -18,8 +18,9 @@ CPU = torch.device("cpu")
 TINY = {"n_layer": 1, "n_embd": 32, "n_head": 2, "dropout": 0.0}
 
 
-def _chunks(n: int, *, vocab: int = 50, length: int = 64, seed: int = 0,
-            marker: int | None = None) -> np.ndarray:
+def _chunks(
+    n: int, *, vocab: int = 50, length: int = 64, seed: int = 0, marker: int | None = None
+) -> np.ndarray:
     rng = np.random.default_rng(seed)
     start, step = rng.integers(1, vocab, n), rng.integers(1, 4, n)
     x = (start[:, None] + step[:, None] * np.arange(length)[None]) % (vocab - 1) + 1
@@ -47,28 +48,60 @@ def test_cached_sampling_matches_full_forward() -> None:
 def test_generator_writes_64_token_chunks(prompt_tokens: int) -> None:
     d_g = _chunks(80, marker=0)
     assert start_marker(d_g) == 0 and start_marker(_chunks(80)) is None
-    gen = Gpt2Generator(TextGeneratorOptions(prompt_tokens=prompt_tokens, **TINY),
-                        vocab_size=50, epochs=2, batch_size=16, learning_rate=3e-3,
-                        device=CPU, public_pool=None)
+    gen = Gpt2Generator(
+        TextGeneratorOptions(prompt_tokens=prompt_tokens, **TINY),
+        vocab_size=50,
+        epochs=2,
+        batch_size=16,
+        learning_rate=3e-3,
+        device=CPU,
+        public_pool=None,
+    )
     quality = gen.fit(Records(d_g, None), seed=0)
     assert quality["generator_start_share"] == pytest.approx(0.25)
     assert quality["generator_prompt_chunks"] == (24 if prompt_tokens else 0)
     a = gen.sample(200, seed=1)
     assert a.y is None and a.x.shape == (200, 64) and a.x.dtype == np.int64
-    assert 0 <= a.x.min() and a.x.max() < 50
+    assert a.x.min() >= 0 and a.x.max() < 50
     assert 0.1 < np.mean(a.x[:, 0] == 0) < 0.4  # document starts at D_G's rate
     assert np.array_equal(gen.sample(200, seed=1).x, a.x)
     assert not np.array_equal(gen.sample(200, seed=2).x, a.x)
+    # a second fit on the same data (cached within the process) gives the same generator
+    again = Gpt2Generator(
+        TextGeneratorOptions(prompt_tokens=prompt_tokens, **TINY),
+        vocab_size=50,
+        epochs=2,
+        batch_size=16,
+        learning_rate=3e-3,
+        device=CPU,
+        public_pool=None,
+    )
+    assert again.fit(Records(d_g, None), seed=0) == quality
+    assert np.array_equal(again.sample(200, seed=1).x, a.x)
 
 
 def test_generator_pretraining_needs_and_uses_the_public_pool() -> None:
     options = TextGeneratorOptions(pretrain_epochs=1, prompt_tokens=8, **TINY)
-    lonely = Gpt2Generator(options, vocab_size=50, epochs=1, batch_size=16,
-                           learning_rate=None, device=CPU, public_pool=None)
+    lonely = Gpt2Generator(
+        options,
+        vocab_size=50,
+        epochs=1,
+        batch_size=16,
+        learning_rate=None,
+        device=CPU,
+        public_pool=None,
+    )
     with pytest.raises(ValueError, match="public pool"):
         lonely.fit(Records(_chunks(40), None), seed=0)
-    gen = Gpt2Generator(options, vocab_size=50, epochs=1, batch_size=16, learning_rate=None,
-                        device=CPU, public_pool=Records(_chunks(60, seed=5), None))
+    gen = Gpt2Generator(
+        options,
+        vocab_size=50,
+        epochs=1,
+        batch_size=16,
+        learning_rate=None,
+        device=CPU,
+        public_pool=Records(_chunks(60, seed=5), None),
+    )
     quality = gen.fit(Records(_chunks(40), None), seed=0)
     assert "generator_val_loss_pretrained" in quality
     assert gen.sample(10, seed=0).x.shape == (10, 64)
@@ -88,11 +121,13 @@ def test_text_classifiers_learn_loss_and_token_signals(design: str) -> None:
         return ClassifierData(Records(x, None), feats, s, ref)
 
     task = build_task("text", model_name="gpt2_small", num_classes=50, input_shape=(64,))
-    config = AuditConfig(quick=True, classifier={"design": design, "epochs": [2, 6],
-                                                 "gbm_iterations": [20, 50]})
+    config = AuditConfig(
+        quick=True, classifier={"design": design, "epochs": [2, 6], "gbm_iterations": [20, 50]}
+    )
     clf = make_classifier(config, AuditContext(task=task, device=CPU))
-    chosen = clf.fit(data(300), data(100), seed=0,
-                     select_by=lambda t, s: float(np.mean(s[np.argsort(-t)[:20]])))
+    chosen = clf.fit(
+        data(300), data(100), seed=0, select_by=lambda t, s: float(np.mean(s[np.argsort(-t)[:20]]))
+    )
     assert chosen["design"] == design
     test = data(200)
     scores = clf.score(test)
@@ -104,31 +139,56 @@ def test_text_classifiers_learn_loss_and_token_signals(design: str) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_text_site() -> dict:
-    data = load_dataset("bible", options={"max_documents": 60, "vocab_size": 512,
-                                          "max_chunks_per_document": 6,
-                                          "public_fraction": 0.5})
+    data = load_dataset(
+        "bible",
+        options={
+            "max_documents": 60,
+            "vocab_size": 512,
+            "max_chunks_per_document": 6,
+            "public_fraction": 0.5,
+        },
+    )
     docs = np.unique(data.groups)
     members = data.x[np.isin(data.groups, docs[:20])]
     holdout = data.x[np.isin(data.groups, docs[20:])]
-    task = build_task("text", model_name="gpt2_small", num_classes=data.num_classes,
-                      input_shape=(64,), batch_size=16,
-                      optimizer=OptimizerSpec(name="adam", learning_rate=3e-3),
-                      model_options=TINY)
+    task = build_task(
+        "text",
+        model_name="gpt2_small",
+        num_classes=data.num_classes,
+        input_shape=(64,),
+        batch_size=16,
+        optimizer=OptimizerSpec(name="adam", learning_rate=3e-3),
+        model_options=TINY,
+    )
     model = task.make_model()
     task.train_model(model, members, None, epochs=4, seed=0, device=CPU)
-    return {"task": task, "model": model, "members": members, "holdout": holdout,
-            "public": data.public_x}
+    return {
+        "task": task,
+        "model": model,
+        "members": members,
+        "holdout": holdout,
+        "public": data.public_x,
+    }
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "reference_pool"])
 def test_run_audit_on_a_tiny_gpt2(tiny_text_site: dict, kind: str) -> None:
     site = tiny_text_site
-    config = AuditConfig(quick=True, helper_epochs=1, device="cpu",
-                         generator={"kind": kind, "epochs": 1, "batch_size": 16},
-                         classifier={"gbm_iterations": [10, 20]})
-    res = run_audit(site["task"], site["model"], Records(site["members"], None), config,
-                    nonmembers=Records(site["holdout"], None),
-                    public_pool=Records(site["public"], None))
+    config = AuditConfig(
+        quick=True,
+        helper_epochs=1,
+        device="cpu",
+        generator={"kind": kind, "epochs": 1, "batch_size": 16},
+        classifier={"gbm_iterations": [10, 20]},
+    )
+    res = run_audit(
+        site["task"],
+        site["model"],
+        Records(site["members"], None),
+        config,
+        nonmembers=Records(site["holdout"], None),
+        public_pool=Records(site["public"], None),
+    )
     assert res.modality == "text" and res.generator_kind == kind
     assert len(site["members"]) >= 100
     assert res.sizes["m"] > 0 and 0 <= res.c_lb.mean <= res.ceiling + 1e-9
@@ -137,6 +197,8 @@ def test_run_audit_on_a_tiny_gpt2(tiny_text_site: dict, kind: str) -> None:
     assert res.rm_rn_eps_lb is not None and res.o1_eps_lb is not None
     if kind == "gpt2":
         assert res.quality["generator_train_chunks"] > 0
-    gen = make_generator(config, AuditContext(task=site["task"], device=CPU,
-                                              public_pool=Records(site["public"], None)))
+    gen = make_generator(
+        config,
+        AuditContext(task=site["task"], device=CPU, public_pool=Records(site["public"], None)),
+    )
     assert gen.kind == kind

@@ -25,9 +25,15 @@ def test_chunk_documents_first_n_and_groups() -> None:
 
 
 def test_bible_loader_chunks_and_public_documents() -> None:
-    data = load_dataset("bible", options={"max_documents": 24, "vocab_size": 1024,
-                                          "max_chunks_per_document": 5,
-                                          "public_fraction": 0.25})
+    data = load_dataset(
+        "bible",
+        options={
+            "max_documents": 24,
+            "vocab_size": 1024,
+            "max_chunks_per_document": 5,
+            "public_fraction": 0.25,
+        },
+    )
     assert data.modality == "text" and data.y is None
     assert data.x.shape[1] == 64 and data.input_shape == (64,)
     assert data.num_classes == 1024 and int(data.x.max()) < 1024
@@ -43,16 +49,41 @@ def test_bible_loader_chunks_and_public_documents() -> None:
     text = vocab.decode(data.x[first[0]]) + vocab.decode(data.x[first[0] + 1])
     assert len(text) > 200 and "\ufffd" not in text
     # deterministic
-    again = load_dataset("bible", options={"max_documents": 24, "vocab_size": 1024,
-                                           "max_chunks_per_document": 5,
-                                           "public_fraction": 0.25})
+    again = load_dataset(
+        "bible",
+        options={
+            "max_documents": 24,
+            "vocab_size": 1024,
+            "max_chunks_per_document": 5,
+            "public_fraction": 0.25,
+        },
+    )
     assert np.array_equal(again.x, data.x) and np.array_equal(again.groups, data.groups)
 
 
 def _words(seed: int, n: int) -> str:
     rng = np.random.default_rng(seed)
-    vocab = ["the", "patient", "was", "seen", "in", "clinic", "today", "and", "reported",
-             "no", "pain", "after", "surgery", "follow", "up", "in", "two", "weeks", "."]
+    vocab = [
+        "the",
+        "patient",
+        "was",
+        "seen",
+        "in",
+        "clinic",
+        "today",
+        "and",
+        "reported",
+        "no",
+        "pain",
+        "after",
+        "surgery",
+        "follow",
+        "up",
+        "in",
+        "two",
+        "weeks",
+        ".",
+    ]
     return " ".join(rng.choice(vocab, size=n))
 
 
@@ -62,16 +93,19 @@ def test_text_files_folder_and_jsonl(tmp_path) -> None:
     for i in range(6):
         (folder / ("sub" if i % 2 else "") / f"note{i}.txt").write_text(_words(i, 150 + 20 * i))
     (folder / "ignored.csv").write_text("a,b\n")
-    data = load_dataset("text_files", root=folder, options={"vocab_size": 400,
-                                                            "public_fraction": 0.2})
+    data = load_dataset(
+        "text_files", root=folder, options={"vocab_size": 400, "public_fraction": 0.2}
+    )
     assert data.x.shape[1] == 64 and len(np.unique(data.groups)) == 5
     assert data.info["documents"] == 6 and data.public_x is not None
 
     jsonl = tmp_path / "docs.jsonl"
-    jsonl.write_text("\n".join(json.dumps({"body": _words(i, 200), "id": i}) for i in range(5))
-                     + "\n\n")
-    data = load_dataset("text_files", root=jsonl, options={"text_field": "body",
-                                                           "chunk_tokens": 32})
+    jsonl.write_text(
+        "\n".join(json.dumps({"body": _words(i, 200), "id": i}) for i in range(5)) + "\n\n"
+    )
+    data = load_dataset(
+        "text_files", root=jsonl, options={"text_field": "body", "chunk_tokens": 32}
+    )
     assert data.x.shape[1] == 32 and data.info["documents"] == 5
     assert vocab_of(data).decode(data.x[0])[:3] == _words(0, 200)[:3]
 

@@ -18,10 +18,16 @@ VOCAB = 64
 
 
 def _task(**kw):
-    return build_task("text", model_name="gpt2_small", num_classes=VOCAB, input_shape=(16,),
-                      batch_size=16, optimizer=OptimizerSpec(name="adam", learning_rate=3e-3),
-                      model_options={"n_layer": 1, "n_embd": 32, "n_head": 2, "dropout": 0.0},
-                      **kw)
+    return build_task(
+        "text",
+        model_name="gpt2_small",
+        num_classes=VOCAB,
+        input_shape=(16,),
+        batch_size=16,
+        optimizer=OptimizerSpec(name="adam", learning_rate=3e-3),
+        model_options={"n_layer": 1, "n_embd": 32, "n_head": 2, "dropout": 0.0},
+        **kw,
+    )
 
 
 def _chunks(n: int, seed: int) -> np.ndarray:
@@ -77,8 +83,13 @@ def test_opacus_dp_sgd_trains_with_per_sample_gradients() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dp_model, dp_opt, dp_loader = engine.make_private(
-            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=0.3,
-            max_grad_norm=1.0, poisson_sampling=True)
+            module=model,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=0.3,
+            max_grad_norm=1.0,
+            poisson_sampling=True,
+        )
         # one batch by hand: every trainable parameter gets per-sample gradients, the tied
         # embedding once for the sum of its two uses
         (ids,) = next(iter(dp_loader))

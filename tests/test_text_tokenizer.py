@@ -89,7 +89,8 @@ def test_rank_file_errors(tmp_path) -> None:
     with pytest.raises(TokenizerError, match="bad.tiktoken:1"):
         read_ranks(bad)
     gap = tmp_path / "gap.tiktoken"
-    gap.write_text("".join(f"{base64.b64encode(bytes([b])).decode()} {b * 2}\n"
-                           for b in range(256)))
+    gap.write_text(
+        "".join(f"{base64.b64encode(bytes([b])).decode()} {b * 2}\n" for b in range(256))
+    )
     with pytest.raises(TokenizerError, match="without gaps"):
         read_ranks(gap)

@@ -67,29 +67,46 @@ def _threads() -> int:
 class _StagedGbm:
     """Gradient boosting whose number of rounds is chosen after fitting (staged scores)."""
 
-    def __init__(self, *, iterations: list[int], learning_rates: list[float],
-                 max_leaf_nodes: int) -> None:
+    def __init__(
+        self, *, iterations: list[int], learning_rates: list[float], max_leaf_nodes: int
+    ) -> None:
         self.iterations = sorted(set(iterations))
         self.learning_rates = list(learning_rates)
         self.max_leaf_nodes = max_leaf_nodes
         self.model: HistGradientBoostingClassifier | None = None
         self.rounds = 0
 
-    def fit(self, x_tr: np.ndarray, s_tr: np.ndarray, x_va: np.ndarray, s_va: np.ndarray, *,
-            select_by: SelectionScore, seed: int) -> _Candidate:
+    def fit(
+        self,
+        x_tr: np.ndarray,
+        s_tr: np.ndarray,
+        x_va: np.ndarray,
+        s_va: np.ndarray,
+        *,
+        select_by: SelectionScore,
+        seed: int,
+    ) -> _Candidate:
         best: _Candidate | None = None
         with threadpool_limits(limits=_threads()):
             for lr in self.learning_rates:
                 model = HistGradientBoostingClassifier(
-                    learning_rate=lr, max_iter=self.iterations[-1],
-                    max_leaf_nodes=self.max_leaf_nodes, early_stopping=False,
-                    l2_regularization=1.0, random_state=seed)
+                    learning_rate=lr,
+                    max_iter=self.iterations[-1],
+                    max_leaf_nodes=self.max_leaf_nodes,
+                    early_stopping=False,
+                    l2_regularization=1.0,
+                    random_state=seed,
+                )
                 model.fit(x_tr, s_tr)
                 for stage, dec in enumerate(model.staged_decision_function(x_va), start=1):
                     if stage not in self.iterations:
                         continue
-                    cand = _Candidate(float(select_by(dec, s_va)), auc(dec, s_va),
-                                      {"learning_rate": lr, "rounds": stage}, model)
+                    cand = _Candidate(
+                        float(select_by(dec, s_va)),
+                        auc(dec, s_va),
+                        {"learning_rate": lr, "rounds": stage},
+                        model,
+                    )
                     if best is None or cand > best:
                         best = cand
         assert best is not None
@@ -136,17 +153,26 @@ class GbmMembershipClassifier:
     def _x(self, blocks: tuple[np.ndarray, np.ndarray], feature_set: str) -> np.ndarray:
         return blocks[0] if feature_set == "loss" else np.column_stack(blocks)
 
-    def fit(self, train: ClassifierData, val: ClassifierData, *, select_by: SelectionScore,
-            seed: int) -> dict[str, object]:
+    def fit(
+        self, train: ClassifierData, val: ClassifierData, *, select_by: SelectionScore, seed: int
+    ) -> dict[str, object]:
         b_tr, b_va = self._blocks(train), self._blocks(val)
         s_tr, s_va = train.membership, val.membership
         best: _Candidate | None = None
         for feature_set in self.cc.feature_sets:
-            gbm = _StagedGbm(iterations=self.iterations,
-                             learning_rates=self.cc.gbm_learning_rates,
-                             max_leaf_nodes=self.cc.gbm_max_leaf_nodes)
-            cand = gbm.fit(self._x(b_tr, feature_set), s_tr, self._x(b_va, feature_set), s_va,
-                           select_by=select_by, seed=seed)
+            gbm = _StagedGbm(
+                iterations=self.iterations,
+                learning_rates=self.cc.gbm_learning_rates,
+                max_leaf_nodes=self.cc.gbm_max_leaf_nodes,
+            )
+            cand = gbm.fit(
+                self._x(b_tr, feature_set),
+                s_tr,
+                self._x(b_va, feature_set),
+                s_va,
+                select_by=select_by,
+                seed=seed,
+            )
             cand.params = {"features": feature_set, **cand.params}
             cand.state = gbm
             if best is None or cand > best:
@@ -156,8 +182,11 @@ class GbmMembershipClassifier:
             for j, name in enumerate(names):
                 sign = 1.0 if auc(b_tr[0][:, j], s_tr) >= 0.5 else -1.0
                 dec = sign * b_va[0][:, j]
-                cand = _Candidate(float(select_by(dec, s_va)), auc(dec, s_va),
-                                  {"statistic": name, "column": j, "sign": sign})
+                cand = _Candidate(
+                    float(select_by(dec, s_va)),
+                    auc(dec, s_va),
+                    {"statistic": name, "column": j, "sign": sign},
+                )
                 if best is None or cand > best:
                     best = cand
         assert best is not None
@@ -186,13 +215,19 @@ class _ImageModule(nn.Module):
     def __init__(self, channels: int, num_classes: int, width: int = 32) -> None:
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(width, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
-            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+            nn.Conv2d(channels, width, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(width, width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2, ceil_mode=True),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(2),
+            nn.Flatten(),
         )
-        self.head = nn.Sequential(nn.Linear(8 * width + num_classes, 64), nn.ReLU(),
-                                  nn.Linear(64, 1))
+        self.head = nn.Sequential(
+            nn.Linear(8 * width + num_classes, 64), nn.ReLU(), nn.Linear(64, 1)
+        )
 
     def forward(self, x: torch.Tensor, y_hot: torch.Tensor) -> torch.Tensor:
         return self.head(torch.cat([self.body(x), y_hot], dim=1)).squeeze(1)
@@ -217,30 +252,36 @@ class StackedMembershipClassifier:
         epochs = sorted(set(cc.epochs))
         self.epochs = epochs[:1] if config.quick else epochs
         iters = sorted(cc.gbm_iterations)[:3] if config.quick else cc.gbm_iterations
-        self.loss_module = _StagedGbm(iterations=iters, learning_rates=cc.gbm_learning_rates,
-                                      max_leaf_nodes=cc.gbm_max_leaf_nodes)
+        self.loss_module = _StagedGbm(
+            iterations=iters,
+            learning_rates=cc.gbm_learning_rates,
+            max_leaf_nodes=cc.gbm_max_leaf_nodes,
+        )
         self.image_module: _ImageModule | None = None
         self.stacker: LogisticRegression | None = None
 
     @torch.no_grad()
-    def _image_scores(self, data: ClassifierData, module: _ImageModule | None = None
-                      ) -> np.ndarray:
+    def _image_scores(self, data: ClassifierData, module: _ImageModule | None = None) -> np.ndarray:
         module = module or self.image_module
         assert module is not None
         module.eval()
         x, hot = _image_tensors(data, self.num_classes)
-        out = [module(x[i:i + 512].to(self.device), hot[i:i + 512].to(self.device)).cpu()
-               for i in range(0, len(x), 512)]
+        out = [
+            module(x[i : i + 512].to(self.device), hot[i : i + 512].to(self.device)).cpu()
+            for i in range(0, len(x), 512)
+        ]
         return torch.cat(out).double().numpy()
 
-    def _fit_image_module(self, train: ClassifierData, val: ClassifierData,
-                          select_by: SelectionScore, seed: int) -> _Candidate:
+    def _fit_image_module(
+        self, train: ClassifierData, val: ClassifierData, select_by: SelectionScore, seed: int
+    ) -> _Candidate:
         torch.manual_seed(seed)
         x, hot = _image_tensors(train, self.num_classes)
         target = torch.as_tensor(train.membership, dtype=torch.float32)
         module = _ImageModule(x.shape[1], self.num_classes).to(self.device)
-        opt = torch.optim.Adam(module.parameters(), lr=self.cc.learning_rate,
-                               weight_decay=self.cc.weight_decay)
+        opt = torch.optim.Adam(
+            module.parameters(), lr=self.cc.learning_rate, weight_decay=self.cc.weight_decay
+        )
         gen = torch.Generator().manual_seed(seed)
         loss_fn = nn.BCEWithLogitsLoss()
         best: _Candidate | None = None
@@ -253,9 +294,12 @@ class StackedMembershipClassifier:
                 opt.step()
             if epoch in self.epochs:
                 dec = self._image_scores(val, module)
-                cand = _Candidate(float(select_by(dec, val.membership)),
-                                  auc(dec, val.membership), {"image_epochs": epoch},
-                                  copy.deepcopy(module.state_dict()))
+                cand = _Candidate(
+                    float(select_by(dec, val.membership)),
+                    auc(dec, val.membership),
+                    {"image_epochs": epoch},
+                    copy.deepcopy(module.state_dict()),
+                )
                 if best is None or cand > best:
                     best = cand
         assert best is not None
@@ -263,26 +307,37 @@ class StackedMembershipClassifier:
         self.image_module = module
         return best
 
-    def fit(self, train: ClassifierData, val: ClassifierData, *, select_by: SelectionScore,
-            seed: int) -> dict[str, object]:
+    def fit(
+        self, train: ClassifierData, val: ClassifierData, *, select_by: SelectionScore, seed: int
+    ) -> dict[str, object]:
         img = self._fit_image_module(train, val, select_by, seed)
-        lm = self.loss_module.fit(_loss_x(train, self.num_classes), train.membership,
-                                  _loss_x(val, self.num_classes), val.membership,
-                                  select_by=select_by, seed=seed)
+        lm = self.loss_module.fit(
+            _loss_x(train, self.num_classes),
+            train.membership,
+            _loss_x(val, self.num_classes),
+            val.membership,
+            select_by=select_by,
+            seed=seed,
+        )
         # The stacker is fitted on validation scores: the modules never trained on them.
         z_val = self._module_scores(val)
         self.stacker = LogisticRegression(C=1.0).fit(z_val, val.membership)
         stacked = self.stacker.decision_function(z_val)
-        return {"design": "stacked", **img.params,
-                **{f"loss_{k}": v for k, v in lm.params.items()},
-                "image_val_bound": img.bound, "loss_val_bound": lm.bound,
-                "val_bound": float(select_by(stacked, val.membership)),
-                "val_auc": auc(stacked, val.membership),
-                "stack_weights": [float(w) for w in self.stacker.coef_.ravel()]}
+        return {
+            "design": "stacked",
+            **img.params,
+            **{f"loss_{k}": v for k, v in lm.params.items()},
+            "image_val_bound": img.bound,
+            "loss_val_bound": lm.bound,
+            "val_bound": float(select_by(stacked, val.membership)),
+            "val_auc": auc(stacked, val.membership),
+            "stack_weights": [float(w) for w in self.stacker.coef_.ravel()],
+        }
 
     def _module_scores(self, data: ClassifierData) -> np.ndarray:
-        return np.column_stack([self._image_scores(data),
-                                self.loss_module.score(_loss_x(data, self.num_classes))])
+        return np.column_stack(
+            [self._image_scores(data), self.loss_module.score(_loss_x(data, self.num_classes))]
+        )
 
     def score(self, data: ClassifierData) -> np.ndarray:
         if self.stacker is None:
@@ -297,8 +352,9 @@ def _loss_x(data: ClassifierData, num_classes: int) -> np.ndarray:
 
 
 @register_classifier("image")
-def make_image_classifier(config: AuditConfig, context: AuditContext
-                          ) -> GbmMembershipClassifier | StackedMembershipClassifier:
+def make_image_classifier(
+    config: AuditConfig, context: AuditContext
+) -> GbmMembershipClassifier | StackedMembershipClassifier:
     if config.classifier.design == "stacked":
         return StackedMembershipClassifier(config, context)
     return GbmMembershipClassifier(config, context)

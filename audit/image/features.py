@@ -50,8 +50,9 @@ CONFIDENCE_NAMES = ("loss", "log_loss", "conf_logit", "margin", "log_p", "entrop
 
 def loss_matrix_names(data: ClassifierData) -> list[str]:
     """Column names of :func:`loss_matrix` for ``data``."""
-    width = confidence_features(data.features[:1], None if data.records.y is None
-                                else data.records.y[:1]).shape[1]
+    width = confidence_features(
+        data.features[:1], None if data.records.y is None else data.records.y[:1]
+    ).shape[1]
     own = list(CONFIDENCE_NAMES[:width]) if width > 2 else ["loss", "log_loss"]
     if data.reference is None:
         return own
@@ -94,8 +95,9 @@ def loss_matrix(data: ClassifierData) -> np.ndarray:
     return np.column_stack([own, ref, own - ref])
 
 
-def design_matrix(data: ClassifierData, *, num_classes: int, pixel_side: int,
-                  pixels: bool = True) -> np.ndarray:
+def design_matrix(
+    data: ClassifierData, *, num_classes: int, pixel_side: int, pixels: bool = True
+) -> np.ndarray:
     """Loss features, the label (one-hot) and, optionally, pooled pixels."""
     parts = [loss_matrix(data)]
     hot = one_hot(data.records.y, num_classes)

@@ -42,8 +42,12 @@ class RealSyntheticFilter:
         tr, ho = perm[:cut], perm[cut:]
         with threadpool_limits(limits=_threads()):
             self.model = HistGradientBoostingClassifier(
-                max_iter=200, learning_rate=0.1, max_leaf_nodes=15, random_state=seed,
-                early_stopping=False).fit(x[tr], t[tr])
+                max_iter=200,
+                learning_rate=0.1,
+                max_leaf_nodes=15,
+                random_state=seed,
+                early_stopping=False,
+            ).fit(x[tr], t[tr])
             held_auc = auc(self.model.predict_proba(x[ho])[:, 1], t[ho])
             # Refit on everything for the filtering itself.
             self.model.fit(x, t)
@@ -59,13 +63,15 @@ class RealSyntheticFilter:
 class FilteredGenerator:
     """Wraps a trained image generator with a :class:`RealSyntheticFilter`."""
 
-    def __init__(self, base, config: AuditConfig, context: AuditContext,
-                 max_draw_factor: int = 50) -> None:
+    def __init__(
+        self, base, config: AuditConfig, context: AuditContext, max_draw_factor: int = 50
+    ) -> None:
         self.base = base
         self.kind = f"{base.kind}+filter"
         self.confidence = config.generator.filter_confidence
-        self.filter = RealSyntheticFilter(num_classes=context.task.num_classes,
-                                          pixel_side=config.classifier.pixel_side)
+        self.filter = RealSyntheticFilter(
+            num_classes=context.task.num_classes, pixel_side=config.classifier.pixel_side
+        )
         self.max_draw_factor = max_draw_factor
         self.drawn = 0
         self.dropped = 0

@@ -32,17 +32,24 @@ def to_uint8(x: torch.Tensor) -> np.ndarray:
 class _Decoder(nn.Module):
     """(noise, one-hot label) -> image on a 4*base canvas, cropped to (C, H, W)."""
 
-    def __init__(self, latent: int, num_classes: int, shape: tuple[int, int, int],
-                 width: int = 64) -> None:
+    def __init__(
+        self, latent: int, num_classes: int, shape: tuple[int, int, int], width: int = 64
+    ) -> None:
         super().__init__()
         self.shape = shape
         self.base = math.ceil(max(shape[1], shape[2]) / 4)
-        self.fc = nn.Sequential(nn.Linear(latent + num_classes, 2 * width * self.base ** 2),
-                                nn.BatchNorm1d(2 * width * self.base ** 2), nn.ReLU())
+        self.fc = nn.Sequential(
+            nn.Linear(latent + num_classes, 2 * width * self.base**2),
+            nn.BatchNorm1d(2 * width * self.base**2),
+            nn.ReLU(),
+        )
         self.width = width
         self.up = nn.Sequential(
-            nn.ConvTranspose2d(2 * width, width, 4, 2, 1), nn.BatchNorm2d(width), nn.ReLU(),
-            nn.ConvTranspose2d(width, shape[0], 4, 2, 1), nn.Tanh(),
+            nn.ConvTranspose2d(2 * width, width, 4, 2, 1),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.ConvTranspose2d(width, shape[0], 4, 2, 1),
+            nn.Tanh(),
         )
 
     def forward(self, z: torch.Tensor, y_hot: torch.Tensor) -> torch.Tensor:
@@ -54,15 +61,18 @@ class _Decoder(nn.Module):
 class _Encoder(nn.Module):
     """(image, label maps) -> flat features; used by the discriminator and the VAE."""
 
-    def __init__(self, shape: tuple[int, int, int], num_classes: int, width: int = 64,
-                 norm: bool = False) -> None:
+    def __init__(
+        self, shape: tuple[int, int, int], num_classes: int, width: int = 64, norm: bool = False
+    ) -> None:
         super().__init__()
         side = 4 * math.ceil(max(shape[1], shape[2]) / 4)
         self.pad = (0, side - shape[2], 0, side - shape[1])
         self.net = nn.Sequential(
-            nn.Conv2d(shape[0] + num_classes, width, 4, 2, 1), nn.LeakyReLU(0.2),
+            nn.Conv2d(shape[0] + num_classes, width, 4, 2, 1),
+            nn.LeakyReLU(0.2),
             nn.Conv2d(width, 2 * width, 4, 2, 1),
-            nn.BatchNorm2d(2 * width) if norm else nn.Identity(), nn.LeakyReLU(0.2),
+            nn.BatchNorm2d(2 * width) if norm else nn.Identity(),
+            nn.LeakyReLU(0.2),
             nn.Flatten(),
         )
         self.out_dim = 2 * width * (side // 4) ** 2
@@ -113,7 +123,7 @@ class _ConditionalImageGenerator:
         self.decoder.eval()
         out = []
         for i in range(0, n, 512):
-            yb = torch.as_tensor(y[i:i + 512])
+            yb = torch.as_tensor(y[i : i + 512])
             z = torch.randn(len(yb), self.latent, generator=gen)
             out.append(to_uint8(self.decoder(z.to(self.device), self._hot(yb).to(self.device))))
         x = np.concatenate(out) if out else np.zeros((0, *self.shape), np.uint8)
@@ -147,8 +157,9 @@ class ConditionalGan(_ConditionalImageGenerator):
                 # Discriminator: real -> 1 (one-sided smoothing 0.9), fake -> 0.
                 d_real = disc_head(disc_body(real, hot)).squeeze(1)
                 d_fake = disc_head(disc_body(fake.detach(), hot)).squeeze(1)
-                d_loss = (F.binary_cross_entropy_with_logits(d_real, torch.full_like(d_real, .9))
-                          + F.binary_cross_entropy_with_logits(d_fake, torch.zeros_like(d_fake)))
+                d_loss = F.binary_cross_entropy_with_logits(
+                    d_real, torch.full_like(d_real, 0.9)
+                ) + F.binary_cross_entropy_with_logits(d_fake, torch.zeros_like(d_fake))
                 opt_d.zero_grad(set_to_none=True)
                 d_loss.backward()
                 opt_d.step()
@@ -161,10 +172,12 @@ class ConditionalGan(_ConditionalImageGenerator):
                 d_losses.append(float(d_loss.detach()))
         self.decoder = gen_net
         tail = max(1, len(g_losses) // 10)
-        return {"generator_loss": float(np.mean(g_losses[-tail:])) if g_losses else float("nan"),
-                "discriminator_loss": float(np.mean(d_losses[-tail:])) if d_losses else
-                float("nan"), "generator_epochs": float(self.epochs),
-                "generator_fit_s": time.perf_counter() - start}
+        return {
+            "generator_loss": float(np.mean(g_losses[-tail:])) if g_losses else float("nan"),
+            "discriminator_loss": float(np.mean(d_losses[-tail:])) if d_losses else float("nan"),
+            "generator_epochs": float(self.epochs),
+            "generator_fit_s": time.perf_counter() - start,
+        }
 
 
 class ConditionalVae(_ConditionalImageGenerator):
@@ -193,8 +206,9 @@ class ConditionalVae(_ConditionalImageGenerator):
                 eps = torch.randn(mu.shape, generator=shuffle).to(self.device)
                 recon = dec(mu + eps * torch.exp(0.5 * logvar), hot)
                 # Pixels in [0, 1] under a Bernoulli likelihood, summed per image.
-                rec = F.binary_cross_entropy((recon + 1) / 2, (real + 1) / 2,
-                                             reduction="sum") / len(idx)
+                rec = F.binary_cross_entropy(
+                    (recon + 1) / 2, (real + 1) / 2, reduction="sum"
+                ) / len(idx)
                 kl = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) / len(idx)
                 loss = rec + kl
                 opt.zero_grad(set_to_none=True)
@@ -203,9 +217,11 @@ class ConditionalVae(_ConditionalImageGenerator):
                 losses.append(float(loss.detach()) / float(np.prod(self.shape)))
         self.decoder = dec
         tail = max(1, len(losses) // 10)
-        return {"generator_loss": float(np.mean(losses[-tail:])) if losses else float("nan"),
-                "generator_epochs": float(self.epochs),
-                "generator_fit_s": time.perf_counter() - start}
+        return {
+            "generator_loss": float(np.mean(losses[-tail:])) if losses else float("nan"),
+            "generator_epochs": float(self.epochs),
+            "generator_fit_s": time.perf_counter() - start,
+        }
 
 
 def _with_filter(gen: _ConditionalImageGenerator, config: AuditConfig, context: AuditContext):

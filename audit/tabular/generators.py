@@ -59,7 +59,7 @@ class MSTGenerator:
         delta: float = 1e-9,
         bins: int = 16,
         max_levels: int = 32,
-        within_bin: Literal["empirical", "uniform"] = "empirical",
+        within_bin: Literal["auto", "empirical", "smooth", "uniform"] = "auto",
         filter: bool = False,
         filter_confidence: float = 0.95,
     ) -> None:

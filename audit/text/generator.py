@@ -94,6 +94,7 @@ def start_marker(x: np.ndarray) -> int | None:
 # one site audits several targets, or sites share the public pre-training).
 _CACHE: OrderedDict[str, dict[str, torch.Tensor]] = OrderedDict()
 _CACHE_SIZE = 4
+_REPORT = "__fit_report__"  # kept beside the weights of a cached fine-tuned model
 
 
 def _key(*parts: object) -> str:
@@ -248,14 +249,13 @@ class Gpt2Generator:
                 max_offset=o.prompt_tokens,
                 val=val if len(val) else None,
             )
-            _store(key, model.state_dict())
-            _store(
-                key + "/report",
-                {"r": torch.tensor([report.train_loss, report.val_loss, float(report.best_epoch)])},
-            )
+            summary = [report.train_loss, report.val_loss, float(report.best_epoch)]
+            _store(key, {**model.state_dict(), _REPORT: torch.tensor(summary)})
         else:
+            state = dict(state)
+            summary = state.pop(_REPORT).tolist()
             model.load_state_dict(state)
-        r = _cached(key + "/report")["r"].tolist()
+        r = summary
         quality.update(
             generator_train_loss=r[0], generator_val_loss=r[1], generator_best_epoch=r[2]
         )

@@ -246,8 +246,18 @@ def randhie(root: Path | None, options: RandHIEOptions) -> Dataset:
     """
     path = (root / "randhie.csv") if root is not None else randhie_path()
     frame = _read_table(path, sep=",")
-    needed = (*RANDHIE_NUMERIC, "plan", "hlthg", "hlthf", "hlthp", "site", "zper", "meddol",
-              "totadm", "binexp")
+    needed = (
+        *RANDHIE_NUMERIC,
+        "plan",
+        "hlthg",
+        "hlthf",
+        "hlthp",
+        "site",
+        "zper",
+        "meddol",
+        "totadm",
+        "binexp",
+    )
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise DataError(f"{path}: missing columns {missing} (is this the RAND HIE table?)")
