@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from audit.result import AuditFlags, Interval
 
+NOT_TIGHT_TOLERANCE = 0.05
+"""eps_tilde may exceed RM;RN's interval by this much before it is flagged: a single repeat
+(no interval) or an all-zero RM;RN would otherwise flag noise of a few hundredths."""
+
 
 def diagnose(
     *,
@@ -38,7 +42,7 @@ def diagnose(
             "Levers: a closer generator, a reference pool of public records as G, or a larger "
             "m (more members in the game)."
         )
-    not_tight = rm_rn is not None and eps_tilde.mean > rm_rn.high
+    not_tight = rm_rn is not None and eps_tilde.mean > rm_rn.high + NOT_TIGHT_TOLERANCE
     if not_tight:
         assert rm_rn is not None
         reasons.append(

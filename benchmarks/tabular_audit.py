@@ -112,6 +112,7 @@ def main() -> None:
     results = []
     for epochs in args.epochs:
         start = time.perf_counter()
+        torch.manual_seed(args.seed)  # same initial weights for every epoch budget
         model = task.make_model()
         task.train_model(
             model, members.x, members.y, epochs=epochs, seed=args.seed, device=torch.device("cpu")

@@ -138,17 +138,6 @@ def cached_target(
     return snaps, curve
 
 
-def _unlabeled_o1_workaround() -> bool:
-    """audit.pipeline indexes ``d_in.y`` for O(1) even when records have no labels: give the
-    records all-zero dummy labels and drop them again before O(1) (harmless once fixed; the
-    quality's accuracy entries are then meaningless and not printed)."""
-    import audit.pipeline as pipeline
-
-    original = pipeline._o1
-    pipeline._o1 = lambda mem, non, _ym, _yn, **kw: original(mem, non, None, None, **kw)
-    return True
-
-
 def register_variant(name: str, options: TextGeneratorOptions) -> str:
     """A generator name bound to these options (the audit config has no options field)."""
     kind = f"gpt2_{name}"
@@ -250,10 +239,8 @@ def main() -> None:
         seed=args.seed,
         curve=curve,
     )
-    dummy = _unlabeled_o1_workaround()
-
     def recs(x: np.ndarray) -> Records:
-        return Records(x, np.zeros(len(x), np.int64) if dummy else None)
+        return Records(x, None)
 
     results = []
     for variant in args.variants:

@@ -99,7 +99,7 @@ def test_csv_loader_errors_name_file_and_column(tmp_path: Path) -> None:
 
 
 def test_randhie_loader() -> None:
-    ds = load_dataset("randhie")
+    ds = load_dataset("randhie", options={"unit": "person_year"})
     assert ds.name == "randhie" and ds.modality == "tabular" and ds.num_classes == 2
     assert len(ds) + len(ds.public_y) == 20190
     assert 0.17 < len(ds.public_y) / 20190 < 0.23
@@ -111,9 +111,13 @@ def test_randhie_loader() -> None:
     assert [c["name"] for c in schema["columns"][:2]] == ["plan", "health"]
     assert schema["columns"][1]["levels"] == ["excellent", "fair", "good", "poor"]
     assert 0 < ds.info["rare_values"]["row_fraction"] < 0.5
-    person = load_dataset("randhie", options={"unit": "person", "target": "any_admission"})
+    assert [(a.start, a.width) for a in infer_attributes(ds.x)] == [
+        (c["start"], c["width"]) for c in schema["columns"]
+    ]
+    person = load_dataset("randhie", options={"target": "any_admission"})  # unit: person
     assert len(person) + len(person.public_y) == 5912
     assert len(np.unique(person.groups)) == len(person)
+    assert 0.05 < person.y.mean() < 0.15  # about 9% of person-years have an admission
     with pytest.raises(ValueError, match="data.options.target"):
         parse_options("randhie", {"target": "cost"})
 

@@ -41,8 +41,12 @@ def register_model(name: str, *, modality: str) -> Callable[[ModelBuilder], Mode
     return deco
 
 
-def _load_builtins() -> None:
+def _load_builtins(until: str | None = None) -> None:
+    """Import the modality modules (stopping once ``until`` is registered: the text module
+    imports transformers, which an image run should not pay for)."""
     for module in _MODALITY_MODULES:
+        if until is not None and until in _MODELS:
+            return
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:
@@ -53,7 +57,7 @@ def _load_builtins() -> None:
 def model_spec(name: str) -> ModelSpec:
     """Look up a registered model; the error names the config key and the known names."""
     if name not in _MODELS:
-        _load_builtins()
+        _load_builtins(until=name)
     if name not in _MODELS:
         raise KeyError(f"model.name: unknown model {name!r}; known: {sorted(_MODELS)}")
     return _MODELS[name]
