@@ -1,0 +1,45 @@
+"""Small real federated runs with audits for the tabular and text modalities."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulations.config import load_config
+from simulations.runner import run_experiment
+
+pytestmark = pytest.mark.slow
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+SMALL = {
+    "tabular": [
+        "partition.num_sites=2",
+        "data.options.max_rows=1600",
+        "fl.rounds=1",
+        "fl.local_epochs=2",
+        "audit.settings.helper_epochs=2",
+    ],
+    "text": [
+        "partition.num_sites=2",
+        "partition.records_per_site=400",
+        "fl.rounds=1",
+        "fl.local_epochs=1",
+        "audit.settings.helper_epochs=1",
+    ],
+}
+
+
+@pytest.mark.parametrize("modality", ["tabular", "text"])
+def test_federated_run_with_audits(tmp_path, modality):
+    config = load_config(CONFIGS / f"{modality}.yaml", SMALL[modality])
+    run_experiment(config, tmp_path / modality)
+    report = json.loads((tmp_path / modality / "report.json").read_text())
+    assert [s["status"] for s in report["sites"]] == ["ok", "ok"], report["sites"]
+    for site in report["sites"]:
+        assert site["modality"] == modality
+        # quick mode: one repeat, so the mean obeys the definition exactly
+        assert site["eps_tilde"] == pytest.approx(max(0.0, site["c_eps_lb"] - site["c_lb"]))
+        assert site["c_lb"] <= site["ceiling"] + 1e-9
+        assert site["rm_rn_eps_lb"] is not None and site["o1_eps_lb"] is not None
