@@ -4,10 +4,15 @@ One "site" is a seeded set of Bible chapters (members: the chunks the target tra
 holdout: chunks of other chapters, real non-members for RM;RN and O(1)); the public part of
 the dataset is the generator's pre-training text and the reference pool. The target is
 trained once, with snapshots at each ``--target-epochs`` value (the paper's E37 vs E150
-contrast), and every snapshot is audited with every ``--variants`` generator::
+contrast; ``0`` = the epoch with the lowest holdout loss), and every snapshot is audited
+with every ``--variants`` generator. The measurement in the text helper's report (about
+45 minutes on 2 busy CPU cores)::
 
-    .venv/bin/python benchmarks/text_generator.py --members 1500 --target-epochs 5 40 \
-        --variants scratch pretrain pool --out runs/bench-text.json
+    .venv/bin/python benchmarks/text_generator.py --members 1200 --holdout 300 \
+        --vocab-size 2048 --target-epochs 0 30 --target-width 64 --generator-width 64 \
+        --variants scratch pretrain pool --generator-epochs 20 --pretrain-epochs 3 \
+        --helper-epochs 8 --repeats 2 --splits 0.3 0.2 0.1 \
+        --target-cache runs/bench-text-target.pt --out runs/bench-text.json
 
 Variants: ``scratch`` (gpt2 generator trained on D_G only), ``pretrain`` (pre-trained on
 the public chapters first), ``unprompted`` (pretrain, whole-chunk sampling without
@@ -239,6 +244,7 @@ def main() -> None:
         seed=args.seed,
         curve=curve,
     )
+
     def recs(x: np.ndarray) -> Records:
         return Records(x, None)
 
