@@ -11,7 +11,7 @@ import numpy as np
 from clients.site_data import SiteData
 from simulations.config import ExperimentConfig, dump_config
 from simulations.datasets import Dataset, load_dataset
-from simulations.partition import partition, partition_summary
+from simulations.partition import SiteSplit, partition, partition_summary
 
 CONFIG_FILE = "config.yaml"
 PARTITION_FILE = "partition.json"
@@ -56,6 +56,23 @@ def public_file(run_dir: Path) -> Path:
     return run_dir / SITES_DIR / "public.npz"
 
 
+def site_data(dataset: Dataset, split: SiteSplit) -> SiteData:
+    """One site's records cut out of the dataset's pool."""
+
+    def take(idx: np.ndarray, arr: np.ndarray | None) -> np.ndarray | None:
+        return None if arr is None else arr[idx]
+
+    return SiteData(
+        site_id=split.site_id,
+        train_x=dataset.x[split.train],
+        train_y=take(split.train, dataset.y),
+        holdout_x=dataset.x[split.holdout],
+        holdout_y=take(split.holdout, dataset.y),
+        test_x=dataset.x[split.test],
+        test_y=take(split.test, dataset.y),
+    )
+
+
 def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     """Write config, partition summary and site files; idempotent for the same config."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -67,19 +84,8 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     meta = DatasetMeta.of(dataset)
     (run_dir / DATASET_FILE).write_text(json.dumps(meta.__dict__))
 
-    def take(idx: np.ndarray, arr: np.ndarray | None) -> np.ndarray | None:
-        return None if arr is None else arr[idx]
-
     for split in sites:
-        SiteData(
-            site_id=split.site_id,
-            train_x=dataset.x[split.train],
-            train_y=take(split.train, dataset.y),
-            holdout_x=dataset.x[split.holdout],
-            holdout_y=take(split.holdout, dataset.y),
-            test_x=dataset.x[split.test],
-            test_y=take(split.test, dataset.y),
-        ).save(site_file(run_dir, split.site_id))
+        site_data(dataset, split).save(site_file(run_dir, split.site_id))
     if dataset.public_x is not None:
         np.savez(
             public_file(run_dir),

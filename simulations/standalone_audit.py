@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
-from clients.site_data import SiteData
 from simulations.apps import make_task
 from simulations.checkpoints import load_global_model
 from simulations.config import load_config
 from simulations.datasets import load_dataset
 from simulations.partition import partition
-from simulations.run_dir import DatasetMeta
+from simulations.run_dir import DatasetMeta, site_data
 
 
 def audit_saved_model(
@@ -25,20 +25,7 @@ def audit_saved_model(
         raise KeyError(f"--site: {site} is not one of the run's sites 0..{len(sites) - 1}")
     split = sites[site]
 
-    def take(idx, arr):
-        return None if arr is None else arr[idx]
-
-    data = SiteData(
-        site_id=site,
-        train_x=dataset.x[split.train],
-        train_y=take(split.train, dataset.y),
-        holdout_x=dataset.x[split.holdout],
-        holdout_y=take(split.holdout, dataset.y),
-        test_x=dataset.x[split.test],
-        test_y=take(split.test, dataset.y),
-        public_x=dataset.public_x,
-        public_y=dataset.public_y,
-    )
+    data = replace(site_data(dataset, split), public_x=dataset.public_x, public_y=dataset.public_y)
     model, _ = load_global_model(checkpoint)
     runner = make_audit_runner(
         SiteAuditPolicy(

@@ -147,3 +147,13 @@ def test_cli_config_error_names_key(tmp_path, capsys):
     bad.write_text("fl: {rounds: -1}\n")
     assert cli_main(["run", str(bad)]) == 2
     assert "fl.rounds" in capsys.readouterr().err
+
+
+def test_audit_command_on_saved_model(run_dir, tmp_path):
+    out = tmp_path / "audit.json"
+    args = ["audit", str(run_dir / "global_model.pt"), "--config", str(run_dir / "config.yaml")]
+    assert cli_main([*args, "--site", "1", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    rep = result["repeats"][0]
+    assert rep["eps_tilde"] == pytest.approx(max(0.0, rep["c_eps_lb"] - rep["c_lb"]))
+    assert cli_main([*args, "--site", "9"]) == 2
