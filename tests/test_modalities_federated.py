@@ -20,6 +20,7 @@ SMALL = {
         "fl.rounds=1",
         "fl.local_epochs=2",
         "audit.settings.helper_epochs=2",
+        "audit.settings.quick=true",
     ],
     "text": [
         "partition.num_sites=2",
@@ -27,6 +28,7 @@ SMALL = {
         "fl.rounds=1",
         "fl.local_epochs=1",
         "audit.settings.helper_epochs=1",
+        "audit.settings.quick=true",
     ],
 }
 
