@@ -102,8 +102,8 @@ def gpt2_small(
     dropout: float = 0.1,
     n_positions: int | None = None,
 ) -> nn.Module:
-    """A GPT-2 with ``n_layer`` blocks of width ``n_embd`` (defaults: ~0.9M parameters with a
-    4,096-token vocabulary).
+    """A GPT-2 with ``n_layer`` blocks of width ``n_embd`` (defaults: 0.67M parameters with a
+    2,048-token vocabulary; 0.24M at ``n_embd=64``).
 
     ``num_classes`` is the vocabulary size; ``input_shape`` is ``(chunk_tokens,)`` and sets
     the context length unless ``n_positions`` is given. ``dp`` needs no change of
