@@ -8,6 +8,7 @@ every site train the same way.
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +46,7 @@ class OptimizerSpec:
 
 
 @dataclass
-class TorchTask:
+class TorchTask(ABC):
     """A supervised task on numpy records, trained with torch.
 
     Parameters
@@ -70,13 +71,13 @@ class TorchTask:
     modality: str = "image"
 
     # -- to be specialised -------------------------------------------------------------
+    @abstractmethod
     def tensors(self, x: np.ndarray, y: np.ndarray | None) -> tuple[torch.Tensor, ...]:
         """Records as model-ready tensors (inputs first, then targets if any)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def record_losses(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Loss of each record of a batch, shape ``(B,)``."""
-        raise NotImplementedError
 
     def batch_features(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Loss features of each record, ``(B, k)``; column 0 is the loss."""
