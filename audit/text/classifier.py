@@ -23,11 +23,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 from sklearn.ensemble import HistGradientBoostingClassifier
-from sklearn.metrics import roc_auc_score
 from threadpoolctl import threadpool_limits
 
 from audit.components import AuditContext, ClassifierData, SelectionScore, register_classifier
 from audit.config import AuditConfig
+from audit.gbm_selection import fit_selected_boosting
 from audit.text.features import (
     NaiveBayesRatio,
     calibrated_stats,
@@ -35,10 +35,6 @@ from audit.text.features import (
     out_of_fold_ratios,
     repetition_stats,
 )
-
-
-def _auc(scores: np.ndarray, membership: np.ndarray) -> float:
-    return float(roc_auc_score(membership, scores)) if len(np.unique(membership)) == 2 else 0.5
 
 
 def design_matrix(data: ClassifierData, ratios: np.ndarray, *, use_reference: bool) -> np.ndarray:
@@ -88,33 +84,20 @@ class TextGradientBoosting:
         xv = design_matrix(
             val, self.ratios.transform(val.records.x), use_reference=self.use_reference
         )
-        best: tuple[float, float] | None = None
-        chosen: dict[str, object] = {}
         with threadpool_limits(limits=max(1, torch.get_num_threads())):
-            for lr in self.learning_rates:
-                model = HistGradientBoostingClassifier(
-                    learning_rate=lr,
-                    max_iter=self.iterations[-1],
-                    max_leaf_nodes=self.max_leaf_nodes,
-                    l2_regularization=1.0,
-                    early_stopping=False,
-                    random_state=seed,
-                ).fit(xt, st)
-                for stage, dec in enumerate(model.staged_decision_function(xv), start=1):
-                    if stage not in self.iterations:
-                        continue
-                    key = (float(select_by(dec, sv)), _auc(dec, sv))
-                    if best is None or key > best:
-                        best, self.model, self.rounds = key, model, stage
-                        chosen = {"learning_rate": lr, "rounds": stage}
-        assert best is not None
-        return {
-            "design": "gbm",
-            **chosen,
-            "val_bound": best[0],
-            "val_auc": best[1],
-            "inputs": int(xt.shape[1]),
-        }
+            picked = fit_selected_boosting(
+                xt,
+                st,
+                xv,
+                sv,
+                learning_rates=self.learning_rates,
+                iterations=self.iterations,
+                max_leaf_nodes=self.max_leaf_nodes,
+                select_by=select_by,
+                seed=seed,
+            )
+        self.model, self.rounds = picked.model, picked.rounds
+        return picked.info
 
     def score(self, data: ClassifierData) -> np.ndarray:
         if self.model is None or self.ratios is None:
