@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -31,6 +31,12 @@ class SplitConfig(_Strict):
 
 class GeneratorConfig(_Strict):
     """The generator G that supplies non-members."""
+
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="kind-specific settings, validated by the generator (e.g. gpt2: "
+        "pretrain_epochs, prompt_tokens, top_k, temperature)",
+    )
 
     kind: str = Field(
         "auto",

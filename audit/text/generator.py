@@ -72,8 +72,8 @@ class TextGeneratorOptions(BaseModel):
 
 
 def generator_options(config: AuditConfig) -> TextGeneratorOptions:
-    """The options from ``config.generator.options`` when the config has that field."""
-    raw: dict[str, Any] = dict(getattr(config.generator, "options", None) or {})
+    """The validated ``config.generator.options``."""
+    raw: dict[str, Any] = dict(config.generator.options)
     try:
         return TextGeneratorOptions(**raw)
     except ValidationError as err:
