@@ -21,16 +21,25 @@ from audit.task import AuditTask
 
 @dataclass(frozen=True)
 class Records:
-    """Records and, where the task has them, their labels."""
+    """Records and, where the task has them, their labels.
+
+    ``groups`` (optional) names the unit each record belongs to, e.g. the document of a text
+    chunk or the person of a person-year: the audit keeps a group on one side of every cut.
+    """
 
     x: np.ndarray
     y: np.ndarray | None
+    groups: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(len(self.x))
 
     def take(self, idx: np.ndarray) -> Records:
-        return Records(self.x[idx], None if self.y is None else self.y[idx])
+        return Records(
+            self.x[idx],
+            None if self.y is None else self.y[idx],
+            None if self.groups is None else self.groups[idx],
+        )
 
 
 @dataclass(frozen=True)

@@ -112,8 +112,8 @@ class AuditConfig(_Strict):
     repeats: int = Field(5, ge=1, description="re-split b/MIA training data and redraw the game")
     quick: bool = Field(
         False,
-        description="one repeat, smallest selection grid, coarser pixels, generator and "
-        "helper epochs capped at 5",
+        description="one repeat unless repeats is set, smallest selection grid, coarser "
+        "pixels, generator and helper epochs capped at 5",
     )
     threshold_grid: int | None = Field(None, ge=2, description="None: every score level")
     splits: SplitConfig = Field(default_factory=SplitConfig)
@@ -132,6 +132,7 @@ class AuditConfig(_Strict):
 
     @model_validator(mode="after")
     def _quick_means_one_repeat(self) -> AuditConfig:
-        if self.quick and self.repeats != 1:
+        # An explicit ``repeats`` wins: quick audits with intervals are a common CPU setting.
+        if self.quick and "repeats" not in self.model_fields_set:
             object.__setattr__(self, "repeats", 1)
         return self

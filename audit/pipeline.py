@@ -34,7 +34,7 @@ from audit.config import AuditConfig
 from audit.diagnosis import diagnose
 from audit.game import PrivacyGame, draw_game
 from audit.result import AuditResult, BoundSummary, Interval, RepeatResult
-from audit.splits import resplit, split_members
+from audit.splits import cut_at, resplit, shuffled_groups, split_members
 from audit.task import AuditTask
 
 try:  # the O(1) bound may be re-exported from audit.bounds
@@ -134,7 +134,7 @@ class _Side:
 
 def _concat(a: Records, b: Records) -> Records:
     y = None if a.y is None or b.y is None else np.concatenate([a.y, b.y])
-    return Records(np.concatenate([a.x, b.x]), y)
+    return Records(np.concatenate([a.x, b.x]), y)  # groups matter for splits only
 
 
 def _classifier_data(
@@ -166,6 +166,8 @@ def _check_records(name: str, rec: Records, *, like: Records | None = None) -> N
         raise ValueError(f"{name} is empty")
     if rec.y is not None and len(rec.y) != len(rec.x):
         raise ValueError(f"{name}: {len(rec.x)} records but {len(rec.y)} labels")
+    if rec.groups is not None and len(rec.groups) != len(rec.x):
+        raise ValueError(f"{name}: {len(rec.x)} records but {len(rec.groups)} group ids")
     if like is not None and rec.x.shape[1:] != like.x.shape[1:]:
         raise ValueError(
             f"{name} records have shape {rec.x.shape[1:]} but members have {like.x.shape[1:]}"
@@ -283,7 +285,7 @@ def run_audit(
 
     # ---- Phase 1: splits, generator, synthetic data, helper ---------------------------
     with timer.stage("split"):
-        cut = split_members(len(members), config.splits, seed=seed)
+        cut = split_members(len(members), config.splits, seed=seed, groups=members.groups)
     sizes = cut.sizes
     n_tr, n_val = sizes.train, sizes.val
     d_g = members.take(cut.generator)
@@ -371,11 +373,15 @@ def run_audit(
     rn_sizes: dict[str, int] = {}
     for r in range(config.repeats):
         rseed = seed * 1009 + r
-        ins = resplit(np.arange(n_in), n_tr, n_val, seed=rseed)
-        outs = resplit(np.arange(n_in), n_tr, n_val, seed=rseed + 7_000_003)
-        game = draw_game(len(ins.test), seed=rseed)
+        ins = resplit(np.arange(n_in), n_tr, n_val, seed=rseed, groups=d_in.groups)
+        outs = resplit(
+            np.arange(len(d_out)), n_tr, n_val, seed=rseed + 7_000_003, groups=d_out.groups
+        )
+        # Group-snapped cuts can leave the two test splits a few records apart.
+        m = min(len(ins.test), len(outs.test))
+        game = draw_game(m, seed=rseed)
         shown.append(game.members_shown)
-        mem_te, out_te = s_in.take(ins.test), s_out.take(outs.test)
+        mem_te, out_te = s_in.take(ins.test[:m]), s_out.take(outs.test[:m])
 
         scores: dict[str, np.ndarray] = {}
         selected: dict[str, object] = {}
@@ -470,7 +476,7 @@ def run_audit(
             generator=sizes.generator,
             train=n_tr,
             val=n_val,
-            m=sizes.test,
+            m=min(x.m for x in repeats),
             members_in_game_min=min(shown),
             members_in_game_max=max(shown),
             synthetic_helper_train=n_helper,
@@ -571,9 +577,18 @@ def _rm_rn(
             f"nonmembers: {n_non} real non-members are too few for RM;RN (cut into "
             f"train={k_tr}, val={k_val}, test={k_te}; need >= 1, >= 1 and >= 2)"
         )
-    perm = np.random.default_rng([rseed, 0x4E4E]).permutation(n_non)
-    n_tr, n_va = perm[:k_tr], perm[k_tr : k_tr + k_val]
-    n_te = perm[k_tr + k_val : k_tr + k_val + k_te]
+    order, allowed = shuffled_groups(
+        n_non, s_non.records.groups, np.random.default_rng([rseed, 0x4E4E])
+    )
+    n_tr, n_va, n_te, _ = cut_at(order, allowed, [k_tr, k_val, k_te])
+    if min(len(n_tr), len(n_va)) < 1 or len(n_te) < 2:
+        raise ValueError(
+            f"nonmembers: {n_non} real non-members in {len(allowed) - 1} groups are too few "
+            "for RM;RN once each group (document) is kept whole"
+        )
+    k_tr, k_val = min(k_tr, len(n_tr)), min(k_val, len(n_va))
+    k_te = min(k_te, len(n_te))
+    n_tr, n_va, n_te = n_tr[:k_tr], n_va[:k_val], n_te[:k_te]
     clf = make_classifier(config, context)
     train = _classifier_data(
         s_in.take(ins.train[:k_tr]), s_non.take(n_tr), view="f", reference=reference

@@ -8,7 +8,9 @@ generator trained on a few thousand records produces.
 Every draw is without replacement and no record is handed out twice, so D_out^tr, D_out^val,
 D_out^te and the helper's training data are disjoint. With ``resample_labels`` the draws
 follow the label distribution of D_G (the site's own data, add-one smoothed), so a
-label-skewed site is not compared with a balanced pool.
+label-skewed site is not compared with a balanced pool. With ``groups`` on the pool (e.g.
+public documents) a draw takes whole groups, and a group one draw touches is never handed out
+again, so no document is split between the game's non-members and the helper's data.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 
 from audit.components import AuditContext, Records, register_generator
 from audit.config import AuditConfig
+from audit.splits import shuffled_groups
 
 
 class ReferencePoolGenerator:
@@ -72,12 +75,23 @@ class ReferencePoolGenerator:
                 f"{len(self.pool)} are unused (pool records are never reused); pass a larger "
                 "public_pool or lower synthetic_multiplier / the member splits"
             )
-        if self._label_p is None:
-            chosen = rng.choice(free, size=n, replace=False)
-        else:
+        if self._label_p is not None:
             chosen = self._draw_by_label(free, n, rng)
+        elif self.pool.groups is not None:
+            chosen = self._draw_groups(free, n, rng)
+        else:
+            chosen = rng.choice(free, size=n, replace=False)
         self._used[chosen] = True
+        if self.pool.groups is not None:
+            # The rest of a group a draw touched is retired, not handed out later.
+            self._used |= np.isin(self.pool.groups, self.pool.groups[chosen])
         return self.pool.take(chosen)
+
+    def _draw_groups(self, free: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` unused records taken group by group in random order (the last group cut)."""
+        assert self.pool.groups is not None
+        order, _ = shuffled_groups(len(free), self.pool.groups[free], rng)
+        return free[order[:n]]
 
     @property
     def remaining(self) -> int:

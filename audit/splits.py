@@ -4,6 +4,12 @@ Sizes are fractions of the set (``0 < v < 1``) or record counts (``v >= 1``). D_
 once; the rest (D_in) is re-cut into train / validation / test for every repeat, and the test
 split takes everything the other splits leave, so the game's ``m`` is as large as the member
 set allows. Everything is deterministic from the seed.
+
+With ``groups`` (records of one unit, e.g. the chunks of one document) a group never spans two
+splits: correlated records on both sides of the train / test cut would let b and the MIA
+recognise a test record's document from its training neighbours, a membership signal that
+does not come from the model (measured on text: RM;RN 0.3-0.8 against an untrained model).
+Cuts then fall on the group boundary nearest to the requested size.
 """
 
 from __future__ import annotations
@@ -93,30 +99,72 @@ def split_sizes(total: int, spec: SplitConfig) -> SplitSizes:
     return sizes
 
 
-def split_members(total: int, spec: SplitConfig, *, seed: int) -> MemberSplits:
+def shuffled_groups(
+    n: int, groups: np.ndarray | None, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """A random order of ``range(n)`` that keeps each group contiguous, and the positions
+    where a cut may fall (every position without groups)."""
+    if groups is None:
+        return rng.permutation(n), np.arange(n + 1)
+    groups = np.asarray(groups)
+    if len(groups) != n:
+        raise SplitError(f"groups: {len(groups)} group ids for {n} records")
+    _, inverse = np.unique(groups, return_inverse=True)
+    rank = rng.permutation(int(inverse.max()) + 1)[inverse]
+    order = np.lexsort((rng.random(n), rank))
+    starts = np.flatnonzero(np.diff(rank[order])) + 1
+    return order, np.concatenate([[0], starts, [n]])
+
+
+def cut_at(order: np.ndarray, boundaries: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+    """Cut ``order`` into ``len(sizes)`` consecutive parts plus the rest, each cut on the
+    allowed boundary nearest to the running total (and after the previous cut)."""
+    parts, start = [], 0
+    for want in np.cumsum(sizes):
+        allowed = boundaries[boundaries > start]
+        end = int(allowed[np.argmin(np.abs(allowed - want))]) if allowed.size else start
+        parts.append(order[start:end])
+        start = end
+    return parts + [order[start:]]
+
+
+def split_members(
+    total: int, spec: SplitConfig, *, seed: int, groups: np.ndarray | None = None
+) -> MemberSplits:
     """Disjoint random splits of ``range(total)``; the test split gets the rest."""
     sizes = split_sizes(total, spec)
-    perm = np.random.default_rng([seed, 0x5EED]).permutation(total)
-    g, tr, va = sizes.generator, sizes.train, sizes.val
-    return MemberSplits(
-        generator=np.sort(perm[:g]),
-        train=perm[g : g + tr],
-        val=perm[g + tr : g + tr + va],
-        test=perm[g + tr + va :],
-    )
+    order, bounds = shuffled_groups(total, groups, np.random.default_rng([seed, 0x5EED]))
+    g, tr, va, te = cut_at(order, bounds, [sizes.generator, sizes.train, sizes.val])
+    cut = MemberSplits(generator=np.sort(g), train=tr, val=va, test=te)
+    _check_grouped(cut, requested=sizes)
+    return cut
 
 
-def resplit(indices: np.ndarray, train: int, val: int, *, seed: int) -> MemberSplits:
-    """Re-cut ``indices`` (D_in) into train / val / test for one repeat (no generator part)."""
+def resplit(
+    indices: np.ndarray, train: int, val: int, *, seed: int, groups: np.ndarray | None = None
+) -> MemberSplits:
+    """Re-cut ``indices`` (D_in; ``groups`` per index) into train / val / test for one
+    repeat (no generator part)."""
     n = len(indices)
     if train + val >= n:
         raise SplitError(
             f"splits: cannot cut {n} records into train={train}, val={val} and a non-empty test"
         )
-    perm = np.asarray(indices)[np.random.default_rng([seed, 0xA11]).permutation(n)]
-    return MemberSplits(
-        generator=np.zeros(0, dtype=np.int64),
-        train=perm[:train],
-        val=perm[train : train + val],
-        test=perm[train + val :],
-    )
+    order, bounds = shuffled_groups(n, groups, np.random.default_rng([seed, 0xA11]))
+    tr, va, te = cut_at(np.asarray(indices)[order], bounds, [train, val])
+    cut = MemberSplits(generator=np.zeros(0, dtype=np.int64), train=tr, val=va, test=te)
+    _check_grouped(cut, requested=SplitSizes(n, 0, train, val, n - train - val))
+    return cut
+
+
+def _check_grouped(cut: MemberSplits, *, requested: SplitSizes) -> None:
+    """Group-snapped cuts can empty a split when groups are large; say so with the sizes."""
+    got = cut.sizes
+    names = ("train", "val", "test") + (("generator",) if requested.generator else ())
+    for name in names:
+        if getattr(got, name) < 1:
+            raise SplitError(
+                f"splits.{name} is empty after keeping groups (documents) whole: requested "
+                f"{requested.describe()}, got {got.describe()}; the member set has too few "
+                "groups for these splits"
+            )

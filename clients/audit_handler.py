@@ -8,7 +8,6 @@ from typing import Any
 
 import torch
 
-from audit.components import Records
 from audit.config import AuditConfig
 from clients.site_data import SiteData
 
@@ -33,14 +32,14 @@ def make_audit_runner(
         )
         holdout = None
         if policy.use_holdout and len(data.holdout_x) > 0:
-            holdout = Records(data.holdout_x, data.holdout_y)
+            holdout = data.records("holdout")
         public = None
         if policy.use_public_pool and data.public_x is not None:
-            public = Records(data.public_x, data.public_y)
+            public = data.records("public")
         result = run_audit(
             task,
             model,
-            Records(data.train_x, data.train_y),
+            data.records("train"),
             settings,
             nonmembers=holdout,
             public_pool=public,

@@ -6,18 +6,22 @@ Deployment Engine each hospital points its SuperNode at its own file (``data-pat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from audit.components import Records
+
 _PARTS = ("train", "holdout", "test", "public")
+_AXES = ("x", "y", "groups")
 
 
 @dataclass(frozen=True)
 class SiteData:
     """Members (``train``), real non-members (``holdout``), ``test``, and optionally the
-    public records of the same kind a site may use as a reference pool."""
+    public records of the same kind a site may use as a reference pool. ``*_groups`` name
+    each record's unit (document, person) where the data has one."""
 
     site_id: int
     train_x: np.ndarray
@@ -28,15 +32,29 @@ class SiteData:
     test_y: np.ndarray | None
     public_x: np.ndarray | None = None
     public_y: np.ndarray | None = None
+    train_groups: np.ndarray | None = None
+    holdout_groups: np.ndarray | None = None
+    test_groups: np.ndarray | None = None
+    public_groups: np.ndarray | None = None
+
+    def records(self, part: str) -> Records:
+        """One part (``train``, ``holdout``, ``test``, ``public``) as audit records."""
+        x = getattr(self, f"{part}_x")
+        if x is None:
+            raise ValueError(f"site {self.site_id}: no {part} records")
+        return Records(x, getattr(self, f"{part}_y"), getattr(self, f"{part}_groups"))
+
+    def with_public(self, public: Records) -> SiteData:
+        """The same site with ``public`` as its reference-pool records."""
+        return replace(self, public_x=public.x, public_y=public.y, public_groups=public.groups)
 
     def save(self, path: Path) -> None:
         arrays: dict[str, np.ndarray] = {"site_id": np.asarray(self.site_id)}
         for part in _PARTS:
-            x, y = getattr(self, f"{part}_x"), getattr(self, f"{part}_y")
-            if x is not None:
-                arrays[f"{part}_x"] = x
-            if y is not None:
-                arrays[f"{part}_y"] = y
+            for axis in _AXES:
+                value = getattr(self, f"{part}_{axis}")
+                if value is not None:
+                    arrays[f"{part}_{axis}"] = value
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp.npz")
         np.savez(tmp, **arrays)
@@ -50,7 +68,7 @@ class SiteData:
             kwargs = {key: f[key] for key in f.files if key != "site_id"}
             site_id = int(f["site_id"])
         for part in _PARTS:
-            for axis in ("x", "y"):
+            for axis in _AXES:
                 kwargs.setdefault(f"{part}_{axis}", None)
         if kwargs["train_x"] is None:
             raise ValueError(f"{path}: no train_x array (a site's members)")

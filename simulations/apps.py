@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -86,7 +85,7 @@ class SiteResolver:
         data = SiteData.load(path)
         audit_cfg = config.audit
         if audit_cfg.reference_pool and (public := load_public(self.run_dir)) is not None:
-            data = replace(data, public_x=public[0], public_y=public[1])
+            data = data.with_public(public)
         runner = None
         if audit_cfg.enabled:
             runner = make_audit_runner(
@@ -114,7 +113,7 @@ def central_evaluator(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path
     if public is None or not config.fl.central_evaluation:
         return None
     task = make_task(config, meta)
-    x, y = public
+    x, y = public.x, public.y
     device = pick_device(config.resources.num_gpus)
 
     def evaluate(state: dict[str, torch.Tensor]) -> dict[str, float]:

@@ -37,17 +37,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from audit.components import Records
 from clients.app import SiteRuntime, build_client_app
 from clients.site_data import SiteData
 from server.app import build_server_app
 from simulations.apps import SiteResolver, ledger_path, server_settings
 from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
-from simulations.run_dir import CONFIG_FILE, PARTITION_FILE, DatasetMeta, site_file
+from simulations.run_dir import CONFIG_FILE, PARTITION_FILE, DatasetMeta, read_public, site_file
 
 log = logging.getLogger(__name__)
 
@@ -221,13 +221,13 @@ def site_ledger_path(node: NodeSettings, run: DeploymentRun) -> Path:
     return state / run.run_dir.name / f"site-{node.partition_id}-dp-ledger.json"
 
 
-def _load_public(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
+def _load_public(path: Path) -> Records:
     if not path.exists():
         raise DeploymentConfigError(f"node config: public-path={str(path)!r} does not exist")
-    with np.load(path, allow_pickle=False) as f:
-        if "x" not in f.files:
-            raise DeploymentConfigError(f"node config: public-path {path} has no 'x' array")
-        return f["x"], (f["y"] if "y" in f.files else None)
+    try:
+        return read_public(path)
+    except ValueError as err:
+        raise DeploymentConfigError(f"node config: public-path: {err}") from err
 
 
 class DeploymentResolver:
@@ -273,8 +273,7 @@ class DeploymentResolver:
             )
         data: SiteData = runtime.data
         if run.config.audit.reference_pool and node.public_path is not None:
-            x, y = _load_public(node.public_path)
-            data = replace(data, public_x=x, public_y=y)
+            data = data.with_public(_load_public(node.public_path))
         ledger = site_ledger_path(node, run)
         ledger.parent.mkdir(parents=True, exist_ok=True)
         return replace(runtime, data=data, ledger_path=ledger)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from audit.components import Records
 from clients.site_data import SiteData
 from simulations.config import ExperimentConfig, dump_config
 from simulations.datasets import Dataset, load_dataset
@@ -70,6 +71,9 @@ def site_data(dataset: Dataset, split: SiteSplit) -> SiteData:
         holdout_y=take(split.holdout, dataset.y),
         test_x=dataset.x[split.test],
         test_y=take(split.test, dataset.y),
+        train_groups=take(split.train, dataset.groups),
+        holdout_groups=take(split.holdout, dataset.groups),
+        test_groups=take(split.test, dataset.groups),
     )
 
 
@@ -87,17 +91,24 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     for split in sites:
         site_data(dataset, split).save(site_file(run_dir, split.site_id))
     if dataset.public_x is not None:
+        optional = {"y": dataset.public_y, "groups": dataset.public_groups}
         np.savez(
             public_file(run_dir),
             x=dataset.public_x,
-            **({} if dataset.public_y is None else {"y": dataset.public_y}),
+            **{key: value for key, value in optional.items() if value is not None},
         )
     return meta
 
 
-def load_public(run_dir: Path) -> tuple[np.ndarray, np.ndarray | None] | None:
+def read_public(path: Path) -> Records:
+    """A public-records file (``x``, optional ``y`` and ``groups``)."""
+    with np.load(path, allow_pickle=False) as f:
+        if "x" not in f.files:
+            raise ValueError(f"{path}: no 'x' array (the public records)")
+        return Records(f["x"], *(f[k] if k in f.files else None for k in ("y", "groups")))
+
+
+def load_public(run_dir: Path) -> Records | None:
+    """The run's public records, or ``None`` when the dataset has none."""
     path = public_file(run_dir)
-    if not path.exists():
-        return None
-    with np.load(path) as f:
-        return f["x"], (f["y"] if "y" in f.files else None)
+    return read_public(path) if path.exists() else None

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
+from audit.components import Records
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
 from simulations.apps import make_task
 from simulations.checkpoints import load_global_model
@@ -25,7 +25,9 @@ def audit_saved_model(
         raise KeyError(f"--site: {site} is not one of the run's sites 0..{len(sites) - 1}")
     split = sites[site]
 
-    data = replace(site_data(dataset, split), public_x=dataset.public_x, public_y=dataset.public_y)
+    data = site_data(dataset, split)
+    if dataset.public_x is not None:
+        data = data.with_public(Records(dataset.public_x, dataset.public_y, dataset.public_groups))
     model, _ = load_global_model(checkpoint)
     runner = make_audit_runner(
         SiteAuditPolicy(

@@ -49,6 +49,39 @@ def test_resplit_keeps_sizes_and_disjointness() -> None:
     assert not np.array_equal(r1.test, r2.test)
 
 
+def _group_sets(groups: np.ndarray, splits) -> list[set]:
+    return [set(groups[getattr(splits, n)].tolist()) for n in ("generator", "train", "val", "test")]
+
+
+def test_groups_never_span_two_splits() -> None:
+    groups = np.repeat(np.arange(40), np.random.default_rng(0).integers(5, 20, 40))
+    cut = split_members(len(groups), SplitConfig(generator=0.2, train=0.3, val=0.1), seed=4)
+    grouped = split_members(
+        len(groups), SplitConfig(generator=0.2, train=0.3, val=0.1), seed=4, groups=groups
+    )
+    sets = _group_sets(groups, grouped)
+    assert all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1 :])
+    assert len(np.unique(_all(grouped))) == len(groups)
+    # cuts fall on the group boundary nearest to the requested size
+    for name in ("generator", "train", "val"):
+        assert abs(len(getattr(grouped, name)) - len(getattr(cut, name))) <= 20
+    re = resplit(np.arange(len(groups)), 100, 40, seed=2, groups=groups)
+    parts = [set(groups[p].tolist()) for p in (re.train, re.val, re.test)]
+    assert not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2])
+    # without groups the cut is the record-level one
+    assert np.array_equal(
+        cut.test,
+        split_members(
+            len(groups), SplitConfig(generator=0.2, train=0.3, val=0.1), seed=4, groups=None
+        ).test,
+    )
+
+
+def test_too_few_groups_is_a_named_error() -> None:
+    with pytest.raises(SplitError, match=r"splits\.test is empty after keeping groups .*got"):
+        split_members(100, SplitConfig(), seed=0, groups=np.repeat([0, 1, 2], [40, 40, 20]))
+
+
 def test_empty_test_split_error_names_the_split_and_sizes() -> None:
     with pytest.raises(SplitError, match=r"test split .* empty: 10 members .*generator=5"):
         split_sizes(10, SplitConfig(generator=5, train=4, val=1))
@@ -131,6 +164,19 @@ def test_reference_pool_draws_are_disjoint_and_follow_site_labels() -> None:
     assert 0.65 < (labels == 0).mean() < 0.92
 
 
+def test_reference_pool_hands_out_documents_whole() -> None:
+    groups = np.repeat(np.arange(30), 10)
+    pool = Records(np.arange(300)[:, None], None, groups)
+    gen = ReferencePoolGenerator(pool, resample_labels=True, num_classes=0)
+    gen.fit(Records(np.zeros((5, 1)), None), seed=0)
+    draws = [gen.sample(n, seed=i) for i, n in enumerate((95, 40))]
+    assert [len(d) for d in draws] == [95, 40]
+    a, b = (set(d.groups.tolist()) for d in draws)
+    assert not a & b and len(a) == 10 and len(b) == 4
+    # the cut group's unused half is retired, not handed out later
+    assert gen.remaining == 300 - 100 - 40
+
+
 def test_reference_pool_exhaustion_and_missing_pool_errors() -> None:
     gen = ReferencePoolGenerator(_pool(30), resample_labels=False, num_classes=3)
     gen.fit(Records(np.zeros((5, 1, 4, 4), np.uint8), np.zeros(5, np.int64)), seed=0)
@@ -156,10 +202,12 @@ def test_auto_generator_uses_the_public_pool_when_given() -> None:
 
 def test_quick_mode_caps_the_trainings() -> None:
     cfg = resolve_config(
-        AuditConfig(quick=True, repeats=4, helper_epochs=20, generator={"epochs": 40}),
+        AuditConfig(quick=True, helper_epochs=20, generator={"epochs": 40}),
         modality="image",
         has_pool=False,
     )
     assert cfg.repeats == 1 and cfg.generator.epochs == 5 and cfg.helper_epochs == 5
+    # an explicit repeat count wins over quick mode's single repeat
+    assert AuditConfig(quick=True, repeats=4).repeats == 4
     full = resolve_config(AuditConfig(helper_epochs=20), modality="image", has_pool=False)
     assert full.helper_epochs == 20 and full.generator.epochs == 30

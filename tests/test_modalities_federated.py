@@ -29,6 +29,7 @@ SMALL = {
         "fl.local_epochs=1",
         "audit.settings.helper_epochs=1",
         "audit.settings.quick=true",
+        "audit.settings.repeats=1",
     ],
 }
 

@@ -202,3 +202,48 @@ def test_run_audit_on_a_tiny_gpt2(tiny_text_site: dict, kind: str) -> None:
         AuditContext(task=site["task"], device=CPU, public_pool=Records(site["public"], None)),
     )
     assert gen.kind == kind
+
+
+def _documents(n_docs: int, chunks: int, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Chunks whose document shows in their tokens: each document draws from its own 12
+    tokens of a 400-token vocabulary (names, places, topics of a real chapter)."""
+    rng = np.random.default_rng(seed)
+    words = [rng.choice(np.arange(1, 400), 12, replace=False) for _ in range(n_docs)]
+    x = np.stack([rng.choice(words[d], 64) for d in range(n_docs) for _ in range(chunks)])
+    return x.astype(np.int64), np.repeat(np.arange(n_docs) + 1000 * seed, chunks)
+
+
+def test_documents_stay_whole_so_an_untrained_model_shows_no_leakage() -> None:
+    """An untrained f carries no membership signal. With chunk-level cuts, b and the MIA
+    learn the documents of their training chunks and recognise test chunks of the same
+    documents (RM;RN far above 0); with the documents as groups they see nothing."""
+    (mx, mg), (nx, ng), (px, pg) = (
+        _documents(n, 20, seed=s) for n, s in ((20, 1), (8, 2), (50, 3))
+    )
+    task = build_task(
+        "text",
+        model_name="gpt2_small",
+        num_classes=400,
+        input_shape=(64,),
+        batch_size=32,
+        optimizer=OptimizerSpec(name="adam", learning_rate=3e-3),
+        model_options=TINY,
+    )
+    torch.manual_seed(0)
+    untrained = task.make_model()
+    config = AuditConfig(
+        quick=True, repeats=2, helper_epochs=1, device="cpu", classifier={"gbm_iterations": [20]}
+    )
+
+    def audit(grouped: bool):
+        def rec(x, g):
+            return Records(x, None, g if grouped else None)
+
+        return run_audit(
+            task, untrained, rec(mx, mg), config, nonmembers=rec(nx, ng), public_pool=rec(px, pg)
+        )
+
+    chunk_level, grouped = audit(False), audit(True)
+    assert chunk_level.rm_rn_eps_lb.mean > 0.5
+    assert grouped.rm_rn_eps_lb.high == 0.0
+    assert grouped.eps_tilde.high == 0.0 and grouped.c_lb.high < 0.3

@@ -40,6 +40,7 @@ class Dataset:
     public_y: np.ndarray | None = None
     sites: np.ndarray | None = None
     groups: np.ndarray | None = None
+    public_groups: np.ndarray | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:

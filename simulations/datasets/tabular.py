@@ -172,6 +172,7 @@ def build_dataset(
         public_y=y[public] if public.any() else None,
         sites=None if sites is None else np.asarray(sites)[~public],
         groups=np.asarray(units)[~public],
+        public_groups=np.asarray(units)[public] if public.any() else None,
         info={"source": source, "schema": schema, "rare_values": rare, **extra_info},
     )
 

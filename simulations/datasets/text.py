@@ -170,6 +170,7 @@ def build_text_dataset(
         public_y=None,
         sites=site_col,
         groups=original_doc[~is_public],
+        public_groups=original_doc[is_public] if n_public else None,
         info={
             "source": source,
             "documents": int(len(with_chunks)),
