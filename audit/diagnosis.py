@@ -16,6 +16,7 @@ def diagnose(
     ceiling: float,
     rm_rn: Interval | None,
     saturation_margin: float,
+    rm_rn_ceiling: float | None = None,
 ) -> AuditFlags:
     """Saturation and tightness flags with human-readable reasons.
 
@@ -28,7 +29,10 @@ def diagnose(
     rm_rn
         The RM;RN eps bound over repeats, when real non-members were given.
     saturation_margin
-        ``c_lb`` within this distance of the ceiling is saturated.
+        ``c_lb`` within this distance of the ceiling is saturated; RM;RN within it of its
+        own ceiling is capped.
+    rm_rn_ceiling
+        The ceiling of RM;RN's audit set (mean over repeats).
     """
     reasons: list[str] = []
     headroom = ceiling - c_lb.mean
@@ -42,7 +46,23 @@ def diagnose(
             "Levers: a closer generator, a reference pool of public records as G, or a larger "
             "m (more members in the game)."
         )
-    not_tight = rm_rn is not None and eps_tilde.mean > rm_rn.high + NOT_TIGHT_TOLERANCE
+    above_rm_rn = rm_rn is not None and eps_tilde.mean > rm_rn.high + NOT_TIGHT_TOLERANCE
+    # RM;RN pinned at its own ceiling could not have read more: no evidence either way.
+    capped = (
+        above_rm_rn
+        and rm_rn_ceiling is not None
+        and rm_rn is not None
+        and rm_rn.mean >= rm_rn_ceiling - saturation_margin
+    )
+    not_tight = above_rm_rn and not capped
+    if capped:
+        assert rm_rn is not None and rm_rn_ceiling is not None
+        reasons.append(
+            f"RM;RN capped: eps_tilde {eps_tilde.mean:.2f} exceeds RM;RN {rm_rn.mean:.2f}, but "
+            f"RM;RN is within {saturation_margin:.2f} of its own ceiling {rm_rn_ceiling:.2f} "
+            "(its audit set is cut from the site's few real non-members), so it can neither "
+            "confirm nor refute eps_tilde. A larger holdout lifts that ceiling."
+        )
     if not_tight:
         assert rm_rn is not None
         reasons.append(
@@ -52,4 +72,6 @@ def diagnose(
             "overstates the leakage; strengthen the baseline (features, training data) or "
             "the generator."
         )
-    return AuditFlags(saturated=saturated, c_lb_not_tight=not_tight, reasons=reasons)
+    return AuditFlags(
+        saturated=saturated, c_lb_not_tight=not_tight, rm_rn_capped=capped, reasons=reasons
+    )

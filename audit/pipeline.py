@@ -202,6 +202,12 @@ def _accuracy(features: np.ndarray, y: np.ndarray | None) -> float:
     return float(np.mean(features[:, 1:].argmax(axis=1) == y))
 
 
+def _mean_loss(
+    task: AuditTask, model: torch.nn.Module, records: Records, device: torch.device
+) -> float:
+    return float(np.mean(task.per_record_loss(model, records.x, records.y, device=device)))
+
+
 def break_ties(scores: np.ndarray, *, seed: int) -> np.ndarray:
     """Scores with ties broken at random, order between distinct values kept.
 
@@ -354,8 +360,11 @@ def run_audit(
         task.loss_features(helper, helper_val.x, helper_val.y, device=device), helper_val.y
     )
     quality["target_accuracy_members"] = _accuracy(s_in.f, d_in.y)
+    # f's generalization gap on this site: leakage O(1) can see even when no member stands out
+    quality["target_loss_members"] = _mean_loss(task, model, d_in, device)
     if s_non is not None:
         quality["target_accuracy_nonmembers"] = _accuracy(s_non.f, nonmembers.y)
+        quality["target_loss_nonmembers"] = _mean_loss(task, model, nonmembers, device)
     if hasattr(generator, "label_shortfall"):
         quality["pool_label_shortfall"] = float(generator.label_shortfall)
     if hasattr(generator, "acceptance_rate"):
@@ -405,10 +414,10 @@ def run_audit(
         a_sum = bounds.lower_bound(scores["mia"], s, beta=beta_half, threshold_grid=grid)
         c_lb, c_eps_lb = _clip(b_sum.lower_bound), _clip(a_sum.lower_bound)
 
-        rm_rn = o1 = None
+        rm_rn = o1 = rm_rn_ceiling = None
         if s_non is not None:
             with timer.stage("rm_rn"):
-                rm_rn, rn_sizes = _rm_rn(
+                rm_rn, rm_rn_ceiling, rn_sizes = _rm_rn(
                     config,
                     context,
                     s_in,
@@ -456,6 +465,7 @@ def run_audit(
                 mia_auc=aucs["mia"],
                 rm_rn_eps_lb=rm_rn,
                 o1_eps_lb=o1,
+                rm_rn_ceiling=rm_rn_ceiling,
                 selected=selected,
                 scores=kept,
             )
@@ -512,6 +522,9 @@ def _assemble(
     )
     o1 = Interval.of([x.o1_eps_lb for x in repeats]) if repeats[0].o1_eps_lb is not None else None
     ceiling = float(np.mean([x.ceiling for x in repeats]))
+    rm_rn_ceiling = (
+        float(np.mean([x.rm_rn_ceiling for x in repeats])) if rm_rn is not None else None
+    )
     quality = dict(quality)
     quality["baseline_auc"] = float(np.mean([x.baseline_auc for x in repeats]))
     quality["mia_auc"] = float(np.mean([x.mia_auc for x in repeats]))
@@ -520,6 +533,7 @@ def _assemble(
         eps_tilde=eps,
         ceiling=ceiling,
         rm_rn=rm_rn,
+        rm_rn_ceiling=rm_rn_ceiling,
         saturation_margin=config.saturation_margin,
     )
     timings = dict(timer.timings)
@@ -539,6 +553,7 @@ def _assemble(
         timings=timings,
         rm_rn_eps_lb=rm_rn,
         o1_eps_lb=o1,
+        rm_rn_ceiling=rm_rn_ceiling,
     )
 
 
@@ -559,8 +574,10 @@ def _rm_rn(
     rseed: int,
     reference: bool,
     select_by,
-) -> tuple[float, dict[str, int]]:
+) -> tuple[float, float, dict[str, int]]:
     """The same MIA pipeline with real non-members instead of generated ones (c = 0).
+
+    Returns the eps bound, its ceiling on this (smaller) audit set and the split sizes.
 
     Non-members are cut in the proportions of the member splits; each split pairs as many
     members as it has non-members, so both classes stay balanced.
@@ -607,7 +624,11 @@ def _rm_rn(
         beta=config.beta / 2,
         threshold_grid=config.threshold_grid,
     )
-    return _clip(summary.lower_bound), {"rm_rn_train": k_tr, "rm_rn_val": k_val, "rm_rn_m": k_te}
+    ceiling = bounds.ceiling(
+        game.membership, beta=config.beta / 2, threshold_grid=config.threshold_grid
+    )
+    sizes = {"rm_rn_train": k_tr, "rm_rn_val": k_val, "rm_rn_m": k_te}
+    return _clip(summary.lower_bound), ceiling, sizes
 
 
 def _neg_loss(features: np.ndarray, y: np.ndarray | None) -> np.ndarray:

@@ -77,6 +77,8 @@ class AuditFlags:
     c_lb_not_tight: bool
     """eps_tilde above the RM;RN bound's upper interval: the baseline is too weak."""
     reasons: list[str] = field(default_factory=list)
+    rm_rn_capped: bool = False
+    """RM;RN at its own ceiling (few real non-members): it cannot check eps_tilde."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ class RepeatResult:
     mia_auc: float
     rm_rn_eps_lb: float | None = None
     o1_eps_lb: float | None = None
+    rm_rn_ceiling: float | None = None
+    """The bound a perfect scorer reaches on RM;RN's (smaller) audit set."""
     selected: dict[str, Any] = field(default_factory=dict)
     """Hyper-parameters chosen on validation, per classifier."""
     scores: dict[str, list[float]] | None = None
@@ -121,6 +125,7 @@ class AuditResult:
     timings: dict[str, float]
     rm_rn_eps_lb: Interval | None = None
     o1_eps_lb: Interval | None = None
+    rm_rn_ceiling: float | None = None
     meaning: str = EPS_TILDE_MEANING
     schema_version: int = RESULT_SCHEMA_VERSION
 

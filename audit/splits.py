@@ -104,11 +104,10 @@ def shuffled_groups(
 ) -> tuple[np.ndarray, np.ndarray]:
     """A random order of ``range(n)`` that keeps each group contiguous, and the positions
     where a cut may fall (every position without groups)."""
-    if groups is None:
-        return rng.permutation(n), np.arange(n + 1)
-    groups = np.asarray(groups)
-    if len(groups) != n:
+    if groups is not None and len(groups) != n:
         raise SplitError(f"groups: {len(groups)} group ids for {n} records")
+    if groups is None or len(np.unique(groups)) == n:  # every record its own unit
+        return rng.permutation(n), np.arange(n + 1)
     _, inverse = np.unique(groups, return_inverse=True)
     rank = rng.permutation(int(inverse.max()) + 1)[inverse]
     order = np.lexsort((rng.random(n), rank))

@@ -9,8 +9,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_default_config_is_valid():
     config = load_config(REPO / "configs" / "default.yaml")
-    assert config.partition.num_sites == 5
+    assert config.partition.scheme == "dirichlet" and config.partition.num_sites >= 2
     assert config.data.name == "fashion_mnist"
+    # quick audits with intervals: the explicit repeat count survives quick mode
+    assert config.audit.settings.quick and config.audit.settings.repeats == 3
 
 
 @pytest.mark.parametrize(

@@ -98,6 +98,7 @@ def site_report(audit: SiteAuditInput, *, rounds: list[RoundReport]) -> SiteRepo
         flags=FlagsReport(
             saturated=bool(result.flags.saturated),
             c_lb_not_tight=bool(result.flags.c_lb_not_tight),
+            rm_rn_capped=bool(result.flags.rm_rn_capped),
             reasons=[str(r) for r in result.flags.reasons],
         ),
         rm_rn_eps_lb=_mean(result.rm_rn_eps_lb),

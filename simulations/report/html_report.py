@@ -9,7 +9,7 @@ from audit.result import AuditResult
 from . import plots
 from .html_page import badge, esc, figure, meaning_block, page, td, th_row
 from .schema import RunReport, SiteReport, to_jsonable
-from .text import MISSING, fmt, fmt_interval
+from .text import MISSING, fmt, fmt_interval, fmt_loss_gap
 
 _HEADERS = (
     "site",
@@ -23,6 +23,7 @@ _HEADERS = (
     "eps_tilde 95% CI",
     "RM;RN",
     "O(1)",
+    "f loss members / holdout",
     "DP eps",
     "generator",
 )
@@ -45,6 +46,8 @@ def _site_row(site: SiteReport) -> str:
             badges += badge("saturated", "saturated")
         if site.flags.c_lb_not_tight:
             badges += badge("c_lb not tight", "not-tight")
+        if site.flags.rm_rn_capped:
+            badges += badge("RM;RN capped", "saturated")
     if site.status != "ok":
         badges += badge(site.status, site.status)
     reasons = "; ".join(site.flags.reasons) if site.flags else ""
@@ -60,6 +63,7 @@ def _site_row(site: SiteReport) -> str:
         td(fmt_interval(site.eps_tilde_interval)),
         td(_with_iv(site.rm_rn_eps_lb, site.rm_rn_eps_lb_interval), title=site.rm_rn_eps_lb),
         td(_with_iv(site.o1_eps_lb, site.o1_eps_lb_interval), title=site.o1_eps_lb),
+        td(fmt_loss_gap(site)),
         td(
             fmt(site.dp_epsilon, 2) if site.dp_epsilon is not None else "off", title=site.dp_epsilon
         ),

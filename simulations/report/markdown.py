@@ -6,7 +6,7 @@ import html
 from pathlib import Path
 
 from .schema import RunReport, SiteReport
-from .text import MEANING_POINTS, MISSING, flag_labels, fmt, fmt_with_interval
+from .text import MEANING_POINTS, MISSING, flag_labels, fmt, fmt_loss_gap, fmt_with_interval
 
 _HEADER = (
     "site",
@@ -17,6 +17,7 @@ _HEADER = (
     "eps_tilde [95% CI]",
     "RM;RN",
     "O(1)",
+    "f loss members / holdout",
     "DP eps",
     "flags",
     "status",
@@ -39,6 +40,7 @@ def _site_row(site: SiteReport) -> list[str]:
         fmt_with_interval(site.eps_tilde, site.eps_tilde_interval),
         fmt_with_interval(site.rm_rn_eps_lb, site.rm_rn_eps_lb_interval),
         fmt_with_interval(site.o1_eps_lb, site.o1_eps_lb_interval),
+        fmt_loss_gap(site),
         fmt(site.dp_epsilon, 2) if site.dp_epsilon is not None else "off",
         ", ".join(f"**{f}**" for f in flags) if flags else MISSING,
         site.status,

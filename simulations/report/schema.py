@@ -39,6 +39,7 @@ class FlagsReport:
     saturated: bool
     c_lb_not_tight: bool
     reasons: list[str] = field(default_factory=list)
+    rm_rn_capped: bool = False
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import math
 
 from audit.result import EPS_TILDE_MEANING
 
-from .schema import FlagsReport, IntervalReport
+from .schema import FlagsReport, IntervalReport, SiteReport
 
 MISSING = "-"
 
@@ -20,9 +20,18 @@ MEANING_POINTS: tuple[str, ...] = (
     "ceiling - c_lb, which is a limit of the audit, not leakage of the model.",
     "c_lb_not_tight: eps_tilde lies above the RM;RN bound's interval. The baseline is too "
     "weak, so eps_tilde overstates the leakage.",
+    "rm_rn_capped: eps_tilde lies above RM;RN, but RM;RN sits at its own ceiling (its audit "
+    "set is cut from the site's few real non-members), so the comparison can neither confirm "
+    "nor refute eps_tilde.",
     "RM;RN (real held-out non-members, c = 0) and O(1) (Steinke et al. 2023) are lower "
     "bounds on epsilon at the audit's level beta. DP eps is the accountant's epsilon, an "
     "upper bound under DP-SGD's assumptions; a lower bound above it would signal a bug.",
+    "O(1) > 0 with eps_tilde = RM;RN = 0: O(1) also guesses 'non-member' (for records of high "
+    "loss), while PANORAMIA and RM;RN count only 'member' guesses (the generator's closeness "
+    "is one-sided, Definition 3). A model whose members and non-members are equally easy at "
+    "the top of its confidence, but which fails on more non-members, leaks through its "
+    "generalization gap (f loss: members vs holdout) without any member standing out; only "
+    "the two-sided O(1) can read that.",
 )
 
 
@@ -53,6 +62,12 @@ def fmt_with_interval(value: float | None, iv: IntervalReport | None, digits: in
     return f"{text} {bounds}" if value is not None and bounds else text
 
 
+def fmt_loss_gap(site: SiteReport) -> str:
+    """f's mean loss on the site's members / on its holdout (the generalization gap)."""
+    q = site.quality
+    return f"{fmt(q.get('target_loss_members'))} / {fmt(q.get('target_loss_nonmembers'))}"
+
+
 def flag_labels(flags: FlagsReport | None) -> list[str]:
     """Short labels of the raised flags, in a fixed order."""
     if flags is None:
@@ -62,4 +77,6 @@ def flag_labels(flags: FlagsReport | None) -> list[str]:
         labels.append("saturated")
     if flags.c_lb_not_tight:
         labels.append("c_lb not tight")
+    if flags.rm_rn_capped:
+        labels.append("RM;RN capped")
     return labels
