@@ -278,6 +278,7 @@ def test_report_files_and_numbers_match_audits(written: tuple[Path, ReportFiles]
         assert site["flags"] == {
             "saturated": result.flags.saturated,
             "c_lb_not_tight": result.flags.c_lb_not_tight,
+            "rm_rn_capped": result.flags.rm_rn_capped,
             "reasons": result.flags.reasons,
         }
         assert site["generator_kind"] == "cgan"
