@@ -88,8 +88,8 @@ def main() -> None:
     rows = rows[np.argsort([rank[g] for g in ds.groups[rows]], kind="stable")]
     mem, tail = rows[: args.members], rows[args.members :]
     non = tail[~np.isin(ds.groups[tail], ds.groups[mem])][: args.nonmembers]
-    members = Records(ds.x[mem], ds.y[mem])
-    nonmembers = Records(ds.x[non], ds.y[non])
+    members = Records(ds.x[mem], ds.y[mem], ds.groups[mem])
+    nonmembers = Records(ds.x[non], ds.y[non], ds.groups[non])
     task = build_task(
         "tabular",
         model_name="mlp",

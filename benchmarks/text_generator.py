@@ -71,12 +71,16 @@ def load_site(args: argparse.Namespace) -> dict[str, np.ndarray]:
         elif n_h < args.holdout:
             holdout_docs.append(d)
             n_h += counts[d]
-    members = data.x[np.isin(data.groups, member_docs)][: args.members]
-    holdout = data.x[np.isin(data.groups, holdout_docs)][: args.holdout]
+    mem = np.flatnonzero(np.isin(data.groups, member_docs))[: args.members]
+    hold = np.flatnonzero(np.isin(data.groups, holdout_docs))[: args.holdout]
+    # *_groups: chapter ids, so the audit keeps each chapter on one side of its cuts
     site = {
-        "members": members,
-        "holdout": holdout,
+        "members": data.x[mem],
+        "members_groups": data.groups[mem],
+        "holdout": data.x[hold],
+        "holdout_groups": data.groups[hold],
         "public": data.public_x,
+        "public_groups": data.public_groups,
         "vocab_size": np.array(data.num_classes),
     }
     if args.save_npz:
@@ -245,8 +249,8 @@ def main() -> None:
         curve=curve,
     )
 
-    def recs(x: np.ndarray) -> Records:
-        return Records(x, None)
+    def recs(part: str) -> Records:
+        return Records(site[part], None, site.get(f"{part}_groups"))
 
     results = []
     for variant in args.variants:
@@ -282,10 +286,10 @@ def main() -> None:
                 res = run_audit(
                     task,
                     model.to(device),
-                    recs(site["members"]),
+                    recs("members"),
                     config,
-                    nonmembers=recs(site["holdout"]),
-                    public_pool=recs(site["public"]),
+                    nonmembers=recs("holdout"),
+                    public_pool=recs("public"),
                     progress=lambda m: print("  " + m, flush=True),
                 )
                 row = {
