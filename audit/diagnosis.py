@@ -47,21 +47,21 @@ def diagnose(
             "m (more members in the game)."
         )
     above_rm_rn = rm_rn is not None and eps_tilde.mean > rm_rn.high + NOT_TIGHT_TOLERANCE
-    # RM;RN pinned at its own ceiling could not have read more: no evidence either way.
+    # RM;RN's audit set is smaller than the game's: when its ceiling leaves no room to show
+    # eps_tilde's value, RM;RN reading less says nothing about the baseline.
     capped = (
         above_rm_rn
         and rm_rn_ceiling is not None
-        and rm_rn is not None
-        and rm_rn.mean >= rm_rn_ceiling - saturation_margin
+        and eps_tilde.mean >= rm_rn_ceiling - saturation_margin
     )
     not_tight = above_rm_rn and not capped
     if capped:
         assert rm_rn is not None and rm_rn_ceiling is not None
         reasons.append(
             f"RM;RN capped: eps_tilde {eps_tilde.mean:.2f} exceeds RM;RN {rm_rn.mean:.2f}, but "
-            f"RM;RN is within {saturation_margin:.2f} of its own ceiling {rm_rn_ceiling:.2f} "
-            "(its audit set is cut from the site's few real non-members), so it can neither "
-            "confirm nor refute eps_tilde. A larger holdout lifts that ceiling."
+            f"RM;RN's own ceiling {rm_rn_ceiling:.2f} (its audit set is cut from the site's "
+            "real non-members, fewer than the game's) leaves no room to show that value, so "
+            "it can neither confirm nor refute eps_tilde. A larger holdout lifts that ceiling."
         )
     if not_tight:
         assert rm_rn is not None

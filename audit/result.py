@@ -78,7 +78,7 @@ class AuditFlags:
     """eps_tilde above the RM;RN bound's upper interval: the baseline is too weak."""
     reasons: list[str] = field(default_factory=list)
     rm_rn_capped: bool = False
-    """RM;RN at its own ceiling (few real non-members): it cannot check eps_tilde."""
+    """RM;RN's ceiling (few real non-members) leaves no room to check eps_tilde."""
 
 
 @dataclass(frozen=True)

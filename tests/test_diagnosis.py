@@ -13,8 +13,8 @@ from audit.result import Interval
     [
         # eps_tilde above an RM;RN that had room to read more: the baseline is too weak
         ((1.0, 1.1), (0.3, 0.35), 2.5, "c_lb_not_tight", "c_lb not tight"),
-        # RM;RN pinned at its own ceiling could not have read more: no verdict
-        ((2.2, 2.4), (1.1, 1.2), 1.3, "rm_rn_capped", "RM;RN capped"),
+        # RM;RN's ceiling leaves no room to show eps_tilde's value: no verdict
+        ((2.5, 2.6, 2.7), (1.9, 2.0, 2.1), 2.3, "rm_rn_capped", "RM;RN capped"),
         # eps_tilde within RM;RN's interval: nothing to say
         ((0.4, 0.5), (0.4, 0.6), 1.3, None, None),
     ],

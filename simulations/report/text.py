@@ -20,9 +20,9 @@ MEANING_POINTS: tuple[str, ...] = (
     "ceiling - c_lb, which is a limit of the audit, not leakage of the model.",
     "c_lb_not_tight: eps_tilde lies above the RM;RN bound's interval. The baseline is too "
     "weak, so eps_tilde overstates the leakage.",
-    "rm_rn_capped: eps_tilde lies above RM;RN, but RM;RN sits at its own ceiling (its audit "
-    "set is cut from the site's few real non-members), so the comparison can neither confirm "
-    "nor refute eps_tilde.",
+    "rm_rn_capped: eps_tilde lies above RM;RN, but RM;RN's own ceiling (its audit set is cut "
+    "from the site's real non-members, fewer than the game's) leaves no room to show that "
+    "value, so the comparison can neither confirm nor refute eps_tilde.",
     "RM;RN (real held-out non-members, c = 0) and O(1) (Steinke et al. 2023) are lower "
     "bounds on epsilon at the audit's level beta. DP eps is the accountant's epsilon, an "
     "upper bound under DP-SGD's assumptions; a lower bound above it would signal a bug.",
