@@ -67,6 +67,7 @@ def make_result(
     ceiling: float = 3.5,
     saturated: bool = False,
     not_tight: bool = False,
+    capped: bool = False,
     rm_rn: list[float] | None = None,
     o1: list[float] | None = None,
     scores: bool = False,
@@ -101,6 +102,8 @@ def make_result(
         reasons.append("c_lb within 0.3 of the ceiling")
     if not_tight:
         reasons.append("eps_tilde above the RM;RN interval")
+    if capped:
+        reasons.append("RM;RN's ceiling leaves no room for eps_tilde")
     return AuditResult(
         modality="image",
         generator_kind=generator_kind,
@@ -109,7 +112,9 @@ def make_result(
         c_eps_lb=Interval.of(c_eps_lbs),
         eps_tilde=Interval.of(eps),
         ceiling=ceiling,
-        flags=AuditFlags(saturated=saturated, c_lb_not_tight=not_tight, reasons=reasons),
+        flags=AuditFlags(
+            saturated=saturated, c_lb_not_tight=not_tight, rm_rn_capped=capped, reasons=reasons
+        ),
         repeats=repeats,
         sizes={"m": 200, "generator": 300},
         quality={"generator_fid_proxy": 0.4},
@@ -209,7 +214,14 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ReportFiles
         audits={
             0: ok_audit(
                 0,
-                make_result([1.0, 1.5], [2.0, 2.5], rm_rn=[1.25, 1.5], o1=[0.5, 0.75], scores=True),
+                make_result(
+                    [1.0, 1.5],
+                    [2.0, 2.5],
+                    rm_rn=[1.25, 1.5],
+                    o1=[0.5, 0.75],
+                    scores=True,
+                    capped=True,
+                ),
                 dp=8.0,
             ),
             1: ok_audit(1, make_result([3.25, 3.5], [3.5, 3.75], saturated=True), dp=8.0),
@@ -307,6 +319,7 @@ def test_report_files_and_numbers_match_audits(written: tuple[Path, ReportFiles]
     assert c["median_eps_tilde"] == pytest.approx(sum(ok_eps) / 2, abs=0)
     assert c["leakiest_site_id"] == 0
     assert c["saturated_sites"] == [1] and c["failed_sites"] == [2] and c["missing_sites"] == [3]
+    assert c["rm_rn_capped_sites"] == [0] and sites[0]["flags"]["rm_rn_capped"] is True
     assert c["meaning"] == EPS_TILDE_MEANING
     last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     assert c["final_global_accuracy"] == last["global_accuracy"]

@@ -138,6 +138,7 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundReport]) -> Co
         leakiest_site_id=None if leakiest is None else leakiest.site_id,
         saturated_sites=[s.site_id for s in ok if s.flags and s.flags.saturated],
         not_tight_sites=[s.site_id for s in ok if s.flags and s.flags.c_lb_not_tight],
+        rm_rn_capped_sites=[s.site_id for s in ok if s.flags and s.flags.rm_rn_capped],
         failed_sites=[s.site_id for s in sites if s.status == "failed"],
         missing_sites=[s.site_id for s in sites if s.status == "missing"],
         max_dp_epsilon=max(dp) if dp else None,

@@ -108,7 +108,9 @@ def _consortium(report: RunReport) -> str:
         "saturated sites: "
         + (", ".join(map(str, c.saturated_sites)) or "none")
         + "; c_lb not tight: "
-        + (", ".join(map(str, c.not_tight_sites)) or "none"),
+        + (", ".join(map(str, c.not_tight_sites)) or "none")
+        + "; RM;RN capped: "
+        + (", ".join(map(str, c.rm_rn_capped_sites)) or "none"),
         "largest DP eps (accountant): "
         + (fmt(c.max_dp_epsilon, 2) if c.max_dp_epsilon is not None else "DP off"),
         f"rounds: {c.rounds_completed}; final global accuracy {fmt(c.final_global_accuracy)}, "

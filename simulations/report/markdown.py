@@ -90,7 +90,8 @@ def render_markdown(report: RunReport) -> str:
         f"- max eps_tilde over ok sites: {fmt(c.max_eps_tilde)} "
         f"(leakiest site: {MISSING if c.leakiest_site_id is None else c.leakiest_site_id})",
         f"- median eps_tilde over ok sites: {fmt(c.median_eps_tilde)}",
-        f"- saturated sites: {_ids(c.saturated_sites)}; c_lb not tight: {_ids(c.not_tight_sites)}",
+        f"- saturated sites: {_ids(c.saturated_sites)}; c_lb not tight: {_ids(c.not_tight_sites)}; "
+        f"RM;RN capped: {_ids(c.rm_rn_capped_sites)}",
         f"- largest DP eps (accountant): "
         f"{fmt(c.max_dp_epsilon, 2) if c.max_dp_epsilon is not None else 'DP off'}",
         f"- rounds: {c.rounds_completed}; final global accuracy {fmt(c.final_global_accuracy)}, "

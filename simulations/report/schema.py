@@ -130,6 +130,7 @@ class ConsortiumSummary:
     leakiest_site_id: int | None
     saturated_sites: list[int]
     not_tight_sites: list[int]
+    rm_rn_capped_sites: list[int]
     failed_sites: list[int]
     missing_sites: list[int]
     max_dp_epsilon: float | None
