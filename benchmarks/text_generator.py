@@ -37,10 +37,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from audit import AuditConfig, GeneratorConfig, Records, run_audit  # noqa: E402
-from audit.components import AuditContext, register_generator  # noqa: E402
 from audit.config import ClassifierConfig, SplitConfig  # noqa: E402
 from audit.pipeline import resolve_device  # noqa: E402
-from audit.text.generator import Gpt2Generator, TextGeneratorOptions  # noqa: E402
 from simulations.tasks import build_task  # noqa: E402
 from simulations.tasks.base import OptimizerSpec, run_epoch  # noqa: E402
 
@@ -147,26 +145,6 @@ def cached_target(
     return snaps, curve
 
 
-def register_variant(name: str, options: TextGeneratorOptions) -> str:
-    """A generator name bound to these options (the audit config has no options field)."""
-    kind = f"gpt2_{name}"
-
-    @register_generator(kind)
-    def _factory(config: AuditConfig, context: AuditContext) -> Gpt2Generator:
-        g = config.generator
-        return Gpt2Generator(
-            options,
-            vocab_size=int(context.task.num_classes),
-            epochs=g.epochs,
-            batch_size=g.batch_size,
-            learning_rate=None,
-            device=context.device,
-            public_pool=context.public_pool,
-        )
-
-    return kind
-
-
 def save(args: argparse.Namespace, device: str, curve: list[dict], results: list[dict]) -> None:
     """Rewrite the output JSON (after every audit, so a cut-off run keeps what it did)."""
     if args.out:
@@ -254,19 +232,15 @@ def main() -> None:
 
     results = []
     for variant in args.variants:
-        if variant == "pool":
-            kind = "reference_pool"
-        else:
-            opts = {
+        kind, options = "reference_pool", {}
+        if variant != "pool":
+            # a variant is the gpt2 generator with its options (audit.settings.generator.options)
+            kind = "gpt2"
+            options = {
                 k: (args.pretrain_epochs if v == -1 else v) for k, v in VARIANTS[variant].items()
             }
-            opts.setdefault("prompt_tokens", args.prompt_tokens)
-            kind = register_variant(
-                variant,
-                TextGeneratorOptions(
-                    n_layer=args.generator_layers, n_embd=args.generator_width, **opts
-                ),
-            )
+            options.setdefault("prompt_tokens", args.prompt_tokens)
+            options.update(n_layer=args.generator_layers, n_embd=args.generator_width)
         for design in args.designs:
             config = AuditConfig(
                 repeats=args.repeats,
@@ -275,7 +249,9 @@ def main() -> None:
                 splits=SplitConfig(
                     generator=args.splits[0], train=args.splits[1], val=args.splits[2]
                 ),
-                generator=GeneratorConfig(kind=kind, epochs=args.generator_epochs, batch_size=32),
+                generator=GeneratorConfig(
+                    kind=kind, epochs=args.generator_epochs, batch_size=32, options=options
+                ),
                 helper_epochs=args.helper_epochs,
                 classifier=ClassifierConfig(design=design),
             )
