@@ -16,9 +16,6 @@ broken by the validation AUC. ``quick`` keeps the two smallest round counts.
 from __future__ import annotations
 
 import numpy as np
-import torch
-from sklearn.ensemble import HistGradientBoostingClassifier
-from threadpoolctl import threadpool_limits
 
 from audit.components import (
     AuditContext,
@@ -27,7 +24,7 @@ from audit.components import (
     register_classifier,
 )
 from audit.config import AuditConfig
-from audit.gbm_selection import fit_selected_boosting
+from audit.gbm_selection import ValidatedBoosting
 
 
 def design_matrix(data: ClassifierData, *, use_reference: bool) -> np.ndarray:
@@ -45,11 +42,7 @@ def design_matrix(data: ClassifierData, *, use_reference: bool) -> np.ndarray:
     return np.hstack(parts)
 
 
-def _threads() -> int:
-    return max(1, torch.get_num_threads())
-
-
-class GradientBoostingMembership:
+class GradientBoostingMembership(ValidatedBoosting):
     """Membership classifier (baseline or MIA) with staged round selection.
 
     Parameters
@@ -68,50 +61,25 @@ class GradientBoostingMembership:
         max_leaf_nodes: int = 15,
         use_reference: bool = True,
     ) -> None:
-        if not iterations or not learning_rates:
-            raise ValueError("classifier.gbm_iterations and gbm_learning_rates must be non-empty")
-        self.iterations = sorted({int(i) for i in iterations})
-        self.learning_rates = list(learning_rates)
-        self.max_leaf_nodes = max_leaf_nodes
+        super().__init__(
+            iterations=iterations, learning_rates=learning_rates, max_leaf_nodes=max_leaf_nodes
+        )
         self.use_reference = use_reference
-        self.model: HistGradientBoostingClassifier | None = None
-        self.rounds = 0
 
     def fit(
         self, train: ClassifierData, val: ClassifierData, *, select_by: SelectionScore, seed: int
     ) -> dict[str, object]:
-        xt = design_matrix(train, use_reference=self.use_reference)
-        xv = design_matrix(val, use_reference=self.use_reference)
-        st = np.asarray(train.membership).astype(np.int64)
-        sv = np.asarray(val.membership).astype(np.int64)
-        if len(np.unique(st)) < 2:
-            raise ValueError("membership classifier: the training data has a single class")
-        with threadpool_limits(limits=_threads()):
-            picked = fit_selected_boosting(
-                xt,
-                st,
-                xv,
-                sv,
-                learning_rates=self.learning_rates,
-                iterations=self.iterations,
-                max_leaf_nodes=self.max_leaf_nodes,
-                select_by=select_by,
-                seed=seed,
-            )
-        self.model, self.rounds = picked.model, picked.rounds
-        return picked.info
+        return self.fit_matrices(
+            design_matrix(train, use_reference=self.use_reference),
+            self.membership(train),
+            design_matrix(val, use_reference=self.use_reference),
+            np.asarray(val.membership).astype(np.int64),
+            select_by=select_by,
+            seed=seed,
+        )
 
     def score(self, data: ClassifierData) -> np.ndarray:
-        if self.model is None:
-            raise RuntimeError("fit() the classifier before scoring")
-        x = design_matrix(data, use_reference=self.use_reference)
-        with threadpool_limits(limits=_threads()):
-            out = None
-            for stage, dec in enumerate(self.model.staged_decision_function(x), start=1):
-                out = dec
-                if stage == self.rounds:
-                    break
-        return np.asarray(out, dtype=np.float64)
+        return self.score_matrix(design_matrix(data, use_reference=self.use_reference))
 
 
 @register_classifier("tabular")

@@ -21,13 +21,10 @@ difficulty calibration). ``classifier.design`` picks one of two designs:
 from __future__ import annotations
 
 import numpy as np
-import torch
-from sklearn.ensemble import HistGradientBoostingClassifier
-from threadpoolctl import threadpool_limits
 
 from audit.components import AuditContext, ClassifierData, SelectionScore, register_classifier
 from audit.config import AuditConfig
-from audit.gbm_selection import fit_selected_boosting
+from audit.gbm_selection import ValidatedBoosting
 from audit.text.features import (
     NaiveBayesRatio,
     calibrated_stats,
@@ -45,7 +42,7 @@ def design_matrix(data: ClassifierData, ratios: np.ndarray, *, use_reference: bo
     return np.hstack(parts).astype(np.float32)
 
 
-class TextGradientBoosting:
+class TextGradientBoosting(ValidatedBoosting):
     """``gbm`` design; see the module docstring."""
 
     def __init__(
@@ -57,25 +54,19 @@ class TextGradientBoosting:
         use_reference: bool,
         folds: int = 5,
     ) -> None:
-        if not iterations or not learning_rates:
-            raise ValueError("classifier.gbm_iterations and gbm_learning_rates must be non-empty")
-        self.iterations = sorted({int(i) for i in iterations})
-        self.learning_rates = list(learning_rates)
-        self.max_leaf_nodes = max_leaf_nodes
+        super().__init__(
+            iterations=iterations, learning_rates=learning_rates, max_leaf_nodes=max_leaf_nodes
+        )
         self.use_reference = use_reference
         self.folds = folds
-        self.model: HistGradientBoostingClassifier | None = None
-        self.rounds = 0
         self.ratios: NaiveBayesRatio | None = None
 
     def fit(
         self, train: ClassifierData, val: ClassifierData, *, select_by: SelectionScore, seed: int
     ) -> dict[str, object]:
-        st = np.asarray(train.membership).astype(np.int64)
-        sv = np.asarray(val.membership).astype(np.int64)
-        if len(np.unique(st)) < 2:
-            raise ValueError("text classifier: the training data has a single class")
+        st = self.membership(train)
         self.ratios = NaiveBayesRatio().fit(train.records.x, st)
+        # out-of-fold ratios on the training split: in-fold ones would over-state them
         xt = design_matrix(
             train,
             out_of_fold_ratios(train.records.x, st, folds=self.folds, seed=seed),
@@ -84,34 +75,17 @@ class TextGradientBoosting:
         xv = design_matrix(
             val, self.ratios.transform(val.records.x), use_reference=self.use_reference
         )
-        with threadpool_limits(limits=max(1, torch.get_num_threads())):
-            picked = fit_selected_boosting(
-                xt,
-                st,
-                xv,
-                sv,
-                learning_rates=self.learning_rates,
-                iterations=self.iterations,
-                max_leaf_nodes=self.max_leaf_nodes,
-                select_by=select_by,
-                seed=seed,
-            )
-        self.model, self.rounds = picked.model, picked.rounds
-        return picked.info
+        sv = np.asarray(val.membership).astype(np.int64)
+        return self.fit_matrices(xt, st, xv, sv, select_by=select_by, seed=seed)
 
     def score(self, data: ClassifierData) -> np.ndarray:
-        if self.model is None or self.ratios is None:
+        if self.ratios is None:
             raise RuntimeError("fit() the classifier before scoring")
-        x = design_matrix(
-            data, self.ratios.transform(data.records.x), use_reference=self.use_reference
+        return self.score_matrix(
+            design_matrix(
+                data, self.ratios.transform(data.records.x), use_reference=self.use_reference
+            )
         )
-        out = None
-        with threadpool_limits(limits=max(1, torch.get_num_threads())):
-            for stage, dec in enumerate(self.model.staged_decision_function(x), start=1):
-                out = dec
-                if stage == self.rounds:
-                    break
-        return np.asarray(out, dtype=np.float64)
 
 
 @register_classifier("text")
