@@ -50,6 +50,8 @@ __all__ = [
     "hoeffding_lower_bound",
     "logit",
     "lower_bound",
+    "split_ceiling",
+    "split_lower_bound",
     "thresholds_tried",
 ]
 
@@ -238,6 +240,51 @@ def lower_bound(
     lv = _levels(t, s, threshold_grid)
     p_lo = clopper_pearson_lower(lv.tp, lv.r, beta / lv.n_tests)
     return _summary(lv, np.asarray(p_lo), beta)
+
+
+def split_lower_bound(
+    val_scores: object,
+    val_membership: object,
+    scores: object,
+    membership: object,
+    *,
+    beta: float,
+) -> BoundSummary:
+    """One Clopper-Pearson test at a cut chosen on validation (no union over thresholds).
+
+    On the validation pair every top-``k`` cut is a candidate; its precision is carried to
+    the audit set's size (``r = k m / n_val`` predictions at the same precision) and the cut
+    whose Clopper-Pearson bound at ``beta`` would then be highest is kept as the fraction
+    ``q = k / n_val``. On the audit set the ``ceil(q m)`` highest-scored records (their whole
+    tie group) are predicted members and ``tp / r`` gets one Clopper-Pearson bound at
+    ``beta``. ``q`` depends on validation data only and the cut on the audit set on its
+    scores only, never on its membership bits, so the test has level ``beta`` (see
+    docs/two_sided_game.md).
+    """
+    beta = _check_beta(beta)
+    tv, sv = _check_inputs(val_scores, val_membership)
+    t, s = _check_inputs(scores, membership)
+    lv_val = _levels(tv, sv, None)
+    m = t.size
+    r_scaled = lv_val.r * (m / tv.size)
+    tp_scaled = lv_val.tp / lv_val.r * r_scaled
+    p_val = np.asarray(clopper_pearson_lower(tp_scaled, r_scaled, beta))
+    q = float(lv_val.r[int(np.argmax(p_val))]) / tv.size
+    lv = _levels(t, s, None)
+    k = max(1, math.ceil(q * m - 1e-9))
+    idx = int(np.searchsorted(lv.r, k, side="left"))  # the tie group that holds rank k
+    p_lo = np.zeros(lv.r.size)
+    p_lo[idx] = clopper_pearson_lower(int(lv.tp[idx]), int(lv.r[idx]), beta)
+    return _summary(lv, p_lo, beta, idx=idx)
+
+
+def split_ceiling(membership: object, *, beta: float) -> float:
+    """The bound a perfect scorer reaches with one test at ``beta``: the cut at
+    ``n_members`` (``tp = r = n_members``), ``logit(beta^(1 / n_members))``."""
+    beta = _check_beta(beta)
+    s = np.asarray(membership)
+    _, s_int = _check_inputs(np.arange(s.size, dtype=float), s)
+    return float(logit(beta ** (1.0 / int(s_int.sum()))))
 
 
 def hoeffding_lower_bound(

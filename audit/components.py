@@ -58,13 +58,22 @@ class ClassifierData:
 
     ``features`` are the loss features of h (baseline) or of f (MIA), see
     :meth:`audit.task.AuditTask.loss_features`; ``reference`` optionally holds h's features
-    for the MIA's difficulty calibration. ``membership`` is 1 for members, 0 otherwise.
+    for the MIA's difficulty calibration. ``calibration`` optionally holds the statistics of
+    the same view calibrated by reference models (:mod:`audit.calibration`), which b and
+    the MIA both get. ``membership`` is 1 for members, 0 otherwise.
     """
 
     records: Records
     features: np.ndarray
     membership: np.ndarray
     reference: np.ndarray | None = None
+    calibration: np.ndarray | None = None
+
+    def with_calibration(self, matrix: np.ndarray) -> np.ndarray:
+        """``matrix`` with the calibration columns appended (unchanged without them)."""
+        if self.calibration is None:
+            return matrix
+        return np.column_stack([matrix, np.asarray(self.calibration, dtype=matrix.dtype)])
 
 
 SelectionScore = Callable[[np.ndarray, np.ndarray], float]
@@ -77,12 +86,21 @@ class Generator(Protocol):
     kind: str
     """Reported name, e.g. ``"cgan"`` or ``"reference_pool"``."""
 
+    @property
+    def remaining(self) -> int | None:
+        """Records a finite source can still hand out; ``None`` for a generator."""
+        ...
+
     def fit(self, d_g: Records, *, seed: int) -> dict[str, float]:
         """Fit on D_G only; return quality figures (e.g. training loss, labeler accuracy)."""
         ...
 
     def sample(self, n: int, *, seed: int) -> Records:
         """Draw ``n`` labeled records (labels from class-conditioning or a labeler)."""
+        ...
+
+    def sampling_quality(self) -> dict[str, float]:
+        """Figures about the draws so far (filter acceptance rate, label shortfall, ...)."""
         ...
 
 

@@ -105,6 +105,28 @@ class ClassifierConfig(_Strict):
     )
 
 
+class CalibrationConfig(_Strict):
+    """Reference models for the calibrated MIA (offline LiRA / RMIA statistics).
+
+    Models of the target's architecture trained on records that are never game records
+    (public or generated: the helper's training data when ``run_audit`` trains them itself).
+    Their per-record statistics become features of both b and the MIA, and each classifier
+    also gets its own model's statistic calibrated by them (h for b, f for the MIA).
+    """
+
+    reference_models: int = Field(
+        2, ge=0, description="K reference models; 0 turns calibration off"
+    )
+    epochs: int = Field(10, ge=1, description="training epochs of each reference model")
+    fraction: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="share of the reference records each model trains on (a random subset "
+        "per model, as in LiRA's shadow models)",
+    )
+
+
 class AuditConfig(_Strict):
     """Settings of :func:`audit.run_audit`."""
 
@@ -116,6 +138,12 @@ class AuditConfig(_Strict):
         "pixels, generator and helper epochs capped at 5",
     )
     threshold_grid: int | None = Field(None, ge=2, description="None: every score level")
+    threshold_selection: Literal["union", "split"] = Field(
+        "union",
+        description="union: best threshold with a union bound over every score level; "
+        "split: the cut chosen on the validation split, one Clopper-Pearson test on the game",
+    )
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
     splits: SplitConfig = Field(default_factory=SplitConfig)
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
     helper_epochs: int = Field(10, ge=1)

@@ -49,16 +49,24 @@ class PrivacyGame:
         return Records(x, self.pick(members.y, nonmembers.y))
 
 
-def draw_game(m: int, *, seed: int) -> PrivacyGame:
-    """Draw ``s ~ Bernoulli(1/2)^m`` from ``seed``.
+GAME_STREAM = 0
+RM_RN_STREAM = 1
+O1_STREAM = 2
+"""Coin streams: each game of a repeat draws its own coins (never a prefix of another's)."""
+
+
+def draw_game(m: int, *, seed: int, stream: int = GAME_STREAM) -> PrivacyGame:
+    """Draw ``s ~ Bernoulli(1/2)^m`` from ``seed`` and the coin ``stream``.
 
     Both outcomes must occur for the bounds to be defined; with m >= 2 a draw without one of
     them has probability 2^(1-m) and is redrawn (the coins stay independent of everything
-    the classifiers see).
+    the classifiers see). Streams keep the games of one repeat (PANORAMIA's, RM;RN's, O(1)'s)
+    and of different repeats on independent coins.
     """
     if m < 2:
         raise ValueError(f"the privacy game needs at least 2 pairs, got m={m}")
-    rng = np.random.default_rng([seed, 0x6A3E])
+    key = [seed, 0x6A3E] if stream == GAME_STREAM else [seed, 0x6A3E, stream]
+    rng = np.random.default_rng(key)
     while True:
         s = rng.integers(0, 2, size=m).astype(np.int64)
         if 0 < s.sum() < m:

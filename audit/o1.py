@@ -9,12 +9,13 @@ guesses with abstention:
 * no guess in between.
 
 ``guesses`` is the number of guesses and ``correct`` the number of right ones. In Steinke
-et al. each record's inclusion is a fair coin and, for an eps-DP training run (delta = 0),
-the number of correct guesses is dominated by ``Binomial(guesses, sigmoid(eps))``. Here the
-members and non-members are given rather than drawn by coins; as in the PANORAMIA test we
-treat each guess's correctness as dominated by ``Bernoulli(sigmoid(eps))``, independently.
-The largest eps rejected is ``logit(p_lo)``, ``p_lo`` the one-sided Clopper-Pearson lower
-bound of ``correct / guesses`` at ``beta'``; the bound is clipped at 0 (eps >= 0).
+et al. each candidate's inclusion is a fair coin and, for an eps-DP training run (delta = 0),
+the number of correct guesses is dominated by ``Binomial(guesses, sigmoid(eps))``. The
+audit (:func:`audit.comparisons.o1_eps_lb`) plays the same coins after training: slot ``i``
+shows real member ``i`` or real non-member ``i`` by an independent fair coin, so each
+shown record is a member with probability 1/2, as in the privacy game. The largest eps
+rejected is ``logit(p_lo)``, ``p_lo`` the one-sided Clopper-Pearson lower bound of
+``correct / guesses`` at ``beta'``; the bound is clipped at 0 (eps >= 0).
 
 Threshold pairs tried (fixed by the number of records ``n`` only, before looking at the
 labels): ``k_plus`` in a grid of counts and ``k_minus`` in the same grid, where the grid is

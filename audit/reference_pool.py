@@ -98,6 +98,9 @@ class ReferencePoolGenerator:
         """Pool records not handed out yet."""
         return int((~self._used).sum())
 
+    def sampling_quality(self) -> dict[str, float]:
+        return {"pool_label_shortfall": float(self.label_shortfall)}
+
     def _draw_by_label(self, free: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
         """Labels i.i.d. from the site's distribution, one unused record per label.
 

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-RESULT_SCHEMA_VERSION = 1
+RESULT_SCHEMA_VERSION = 2
+"""2: two-sided game, low-FPR ROC summaries, bound levels (version 1 files still load)."""
 
 EPS_TILDE_MEANING = (
     "eps_tilde = max(0, {c+eps}_lb - c_lb) measures how much better the MIA (which sees the "
@@ -21,6 +22,14 @@ EPS_TILDE_MEANING = (
     "model's DP epsilon only when c_lb is tight, i.e. when the baseline is as good as any "
     "classifier at telling generated from real records; it is neither a lower nor an upper "
     "bound otherwise."
+)
+
+TWO_SIDED_MEANING = (
+    'eps_tilde_two_sided also counts "non-member" guesses: the mirror of the generator\'s '
+    "closeness (real records are at most e^c' less likely than generated ones) makes the game "
+    "symmetric, so the same bounds apply with the labels and scores flipped. Each side has its "
+    "own c_lb and {c+eps}_lb; eps_tilde_two_sided is the larger side's difference. All four "
+    "bounds share beta (beta/4 each)."
 )
 
 
@@ -82,6 +91,50 @@ class AuditFlags:
 
 
 @dataclass(frozen=True)
+class RocSummary:
+    """ROC of one membership score vector: AUC, TPR at low FPRs, and the curve.
+
+    ``fpr`` is a fixed log-spaced grid (shared by repeats, so curves can be averaged);
+    ``tpr[i]`` is the largest TPR at a threshold whose FPR is at most ``fpr[i]``.
+    ``tpr_at_fpr`` maps the FPR levels ``"0.01"`` and ``"0.001"`` to that TPR.
+    """
+
+    auc: float
+    tpr_at_fpr: dict[str, float]
+    fpr: list[float]
+    tpr: list[float]
+
+
+@dataclass(frozen=True)
+class SideRepeat:
+    """One side of one repeat's two-sided game (``member`` or ``nonmember`` guesses)."""
+
+    c_lb: float
+    c_eps_lb: float
+    eps_tilde: float
+    ceiling: float
+    baseline: BoundSummary
+    mia: BoundSummary
+    rm_rn_eps_lb: float | None = None
+    rm_rn_ceiling: float | None = None
+
+
+@dataclass(frozen=True)
+class TwoSidedRepeat:
+    """Both sides of one repeat; each of the four game bounds is at level ``beta``."""
+
+    beta: float
+    member: SideRepeat
+    nonmember: SideRepeat
+    eps_tilde: float
+    """max over the sides of max(0, {c+eps}_lb - c_lb)."""
+    rm_rn_eps_lb: float | None = None
+    """max over the sides of RM;RN's bound (each side at ``beta``)."""
+    selected: dict[str, Any] = field(default_factory=dict)
+    """Classifier choices for the non-member side (selected on validation by that side)."""
+
+
+@dataclass(frozen=True)
 class RepeatResult:
     """One repeat: fresh b/MIA training split and a fresh game."""
 
@@ -105,6 +158,44 @@ class RepeatResult:
     """Hyper-parameters chosen on validation, per classifier."""
     scores: dict[str, list[float]] | None = None
     """Per-record game scores, only when the config asks for them."""
+    two_sided: TwoSidedRepeat | None = None
+    roc: dict[str, RocSummary] = field(default_factory=dict)
+    """ROC of the game's ``baseline`` and ``mia`` scores and of ``rm_rn``'s."""
+    members_shown: int | None = None
+    """Coins that showed the member (the game's n_members)."""
+
+
+@dataclass(frozen=True)
+class SideResult:
+    """One side of the two-sided game aggregated over repeats, with its own diagnosis."""
+
+    c_lb: Interval
+    c_eps_lb: Interval
+    eps_tilde: Interval
+    ceiling: float
+    flags: AuditFlags
+    rm_rn_eps_lb: Interval | None = None
+    rm_rn_ceiling: float | None = None
+
+
+@dataclass(frozen=True)
+class TwoSidedResult:
+    """The two-sided game over repeats (see :data:`TWO_SIDED_MEANING`)."""
+
+    beta: float
+    """Level of each of the four bounds (b and MIA on each side)."""
+    eps_tilde: Interval
+    member: SideResult
+    nonmember: SideResult
+    rm_rn_eps_lb: Interval | None = None
+    meaning: str = TWO_SIDED_MEANING
+
+    @property
+    def side(self) -> str:
+        """The side whose mean eps_tilde is larger (``member`` on ties)."""
+        return (
+            "nonmember" if self.nonmember.eps_tilde.mean > self.member.eps_tilde.mean else "member"
+        )
 
 
 @dataclass(frozen=True)
@@ -126,6 +217,11 @@ class AuditResult:
     rm_rn_eps_lb: Interval | None = None
     o1_eps_lb: Interval | None = None
     rm_rn_ceiling: float | None = None
+    two_sided: TwoSidedResult | None = None
+    roc: dict[str, RocSummary] = field(default_factory=dict)
+    """Mean over repeats of each repeat's ROC (``baseline``, ``mia``, ``rm_rn``)."""
+    levels: dict[str, float] = field(default_factory=dict)
+    """Level of each reported bound (e.g. ``c_lb``: beta/2, ``two_sided``: beta/4 each)."""
     meaning: str = EPS_TILDE_MEANING
     schema_version: int = RESULT_SCHEMA_VERSION
 
@@ -137,19 +233,57 @@ class AuditResult:
         def interval(d: dict[str, Any] | None) -> Interval | None:
             return None if d is None else Interval(**d)
 
+        def side_repeat(d: dict[str, Any]) -> SideRepeat:
+            d = dict(d)
+            for key in ("baseline", "mia"):
+                d[key] = BoundSummary(**d[key])
+            return SideRepeat(**d)
+
+        def two_sided_repeat(d: dict[str, Any] | None) -> TwoSidedRepeat | None:
+            if d is None:
+                return None
+            d = dict(d)
+            for key in ("member", "nonmember"):
+                d[key] = side_repeat(d[key])
+            return TwoSidedRepeat(**d)
+
+        def roc(d: dict[str, Any] | None) -> dict[str, RocSummary]:
+            return {k: RocSummary(**v) for k, v in (d or {}).items()}
+
         def repeat(d: dict[str, Any]) -> RepeatResult:
             d = dict(d)
             for key in ("baseline", "mia"):
                 d[key] = BoundSummary(**d[key])
             for key in ("baseline_curve", "mia_curve"):
                 d[key] = Curve(**d[key])
+            d["two_sided"] = two_sided_repeat(d.get("two_sided"))
+            d["roc"] = roc(d.get("roc"))
             return RepeatResult(**d)
+
+        def side(d: dict[str, Any]) -> SideResult:
+            d = dict(d)
+            for key in ("c_lb", "c_eps_lb", "eps_tilde", "rm_rn_eps_lb"):
+                d[key] = interval(d.get(key))
+            d["flags"] = AuditFlags(**d["flags"])
+            return SideResult(**d)
+
+        def two_sided(d: dict[str, Any] | None) -> TwoSidedResult | None:
+            if d is None:
+                return None
+            d = dict(d)
+            d["eps_tilde"] = interval(d["eps_tilde"])
+            d["rm_rn_eps_lb"] = interval(d.get("rm_rn_eps_lb"))
+            for key in ("member", "nonmember"):
+                d[key] = side(d[key])
+            return TwoSidedResult(**d)
 
         d = dict(data)
         for key in ("c_lb", "c_eps_lb", "eps_tilde", "rm_rn_eps_lb", "o1_eps_lb"):
             d[key] = interval(d.get(key))
         d["flags"] = AuditFlags(**d["flags"])
         d["repeats"] = [repeat(r) for r in d["repeats"]]
+        d["two_sided"] = two_sided(d.get("two_sided"))
+        d["roc"] = roc(d.get("roc"))
         return cls(**d)
 
 

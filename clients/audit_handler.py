@@ -17,6 +17,9 @@ class SiteAuditPolicy:
     settings: AuditConfig
     use_holdout: bool = True
     use_public_pool: bool = False
+    reference_states: tuple[dict[str, torch.Tensor], ...] | None = None
+    """Weights of the run's shared reference models (public records only); ``None``: the
+    audit trains its own on the helper's records."""
 
 
 def make_audit_runner(
@@ -36,6 +39,13 @@ def make_audit_runner(
         public = None
         if policy.use_public_pool and data.public_x is not None:
             public = data.records("public")
+        references = None
+        if policy.reference_states is not None:
+            references = []
+            for state in policy.reference_states:
+                ref = task.make_model()
+                ref.load_state_dict(state)
+                references.append(ref)
         result = run_audit(
             task,
             model,
@@ -43,6 +53,7 @@ def make_audit_runner(
             settings,
             nonmembers=holdout,
             public_pool=public,
+            reference_models=references,
         )
         return result.to_dict()
 

@@ -15,6 +15,7 @@ from clients.site_data import SiteData
 from server.app import ServerSettings, build_server_app
 from server.strategy import StrategySettings
 from simulations.config import ExperimentConfig
+from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import DatasetMeta, load_public, site_file
 from simulations.tasks import TorchTask, build_task
 from simulations.tasks.base import OptimizerSpec
@@ -85,14 +86,16 @@ class SiteResolver:
         data = SiteData.load(path)
         audit_cfg = config.audit
         if audit_cfg.reference_pool and (public := load_public(self.run_dir)) is not None:
-            data = data.with_public(public)
+            data = data.with_public(site_pool(config, public))
         runner = None
         if audit_cfg.enabled:
+            states = load_reference_states(self.run_dir)
             runner = make_audit_runner(
                 SiteAuditPolicy(
                     settings=audit_cfg.settings,
                     use_holdout=audit_cfg.use_holdout,
                     use_public_pool=audit_cfg.reference_pool,
+                    reference_states=None if states is None else tuple(states),
                 )
             )
         return SiteRuntime(

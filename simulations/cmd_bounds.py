@@ -3,6 +3,10 @@
 Input: a CSV with header columns ``score,label`` (other columns ignored) or an NPZ with arrays
 ``scores`` and ``labels``; label 1 = member, 0 = non-member (or generated). Output: one JSON
 object on stdout. Errors (missing file, column or array, bad values) go to stderr, exit 2.
+
+``--two-sided`` also tests confident "non-member" guesses: the same Clopper-Pearson bound on
+``(-score, 1 - label)`` (:func:`audit.sides.oriented`). The two tests share ``--beta``, so each
+runs at ``beta / 2`` and the larger of the two bounds holds at level ``beta``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 
 from audit.bounds import ceiling, lower_bound, thresholds_tried
 from audit.o1 import o1_lower_bound
+from audit.sides import SIDES, oriented
 
 EXIT_USAGE = 2
 _TRUE = {"1", "1.0", "true"}
@@ -38,7 +43,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Read scores and membership labels (CSV with columns score,label or NPZ with "
             "arrays scores,labels; label 1 = member) and print one JSON object with the "
-            "Clopper-Pearson lower bound, maximised over thresholds with a union bound."
+            "Clopper-Pearson lower bound, maximised over thresholds with a union bound. "
+            "--two-sided also bounds non-member guesses; the two sides then share beta "
+            "(each at beta/2)."
         ),
     )
     _add_arguments(parser)
@@ -51,7 +58,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--beta",
         type=float,
         default=0.05,
-        help="level of this single test; the union bound over thresholds is applied inside",
+        help="level of this single test; the union bound over thresholds is applied inside "
+        "(with --two-sided: shared by the two sides, each tested at beta/2)",
     )
     parser.add_argument(
         "--grid",
@@ -65,6 +73,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the O(1) bound (Steinke et al. 2023, abstention, delta=0) instead; "
         "labels 0 must then be real non-members",
+    )
+    parser.add_argument(
+        "--two-sided",
+        action="store_true",
+        help="also bound confident non-member guesses (the same test on -score, 1 - label) "
+        "and print both sides; the two tests share --beta, so each side runs at beta/2. "
+        "Not with --o1, which already counts both kinds of guesses",
     )
 
 
@@ -145,32 +160,80 @@ def read_scores(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return _read_csv(path)
 
 
-def _jsonable(obj: dict[str, Any]) -> dict[str, Any]:
-    """Non-finite floats become null: JSON has no inf/nan."""
+def _check_beta(beta: float) -> float:
+    beta = float(beta)
+    if math.isnan(beta) or not (0.0 < beta < 1.0):
+        raise ValueError(f"beta must lie in (0, 1), got {beta!r}")
+    return beta
+
+
+def _clopper_pearson(
+    path: Path, scores: np.ndarray, labels: np.ndarray, beta: float, grid: int | None
+) -> dict[str, Any]:
+    """The PANORAMIA-style bound's JSON fields for one (already oriented) score vector."""
+    summary = lower_bound(scores, labels, beta=beta, threshold_grid=grid)
     return {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in obj.items()
+        "bound": "clopper_pearson",
+        **dataclasses.asdict(summary),
+        "ceiling": ceiling(labels, beta=beta, threshold_grid=grid),
+        "thresholds_tried": thresholds_tried(scores, threshold_grid=grid),
+        "file": str(path),
+        "n": int(labels.size),
+        "n_members": int(labels.sum()),
     }
+
+
+def _two_sided(
+    path: Path, scores: np.ndarray, labels: np.ndarray, beta: float, grid: int | None
+) -> dict[str, Any]:
+    """Member and non-member sides, each at ``beta / 2``; ``max_bound`` holds at ``beta``."""
+    half = _check_beta(beta) / 2
+    sides = {
+        side: _clopper_pearson(path, *oriented(scores, labels, side), half, grid) for side in SIDES
+    }
+    return {
+        "two_sided": True,
+        "beta": half,
+        **sides,
+        "max_bound": max(sides[side]["lower_bound"] for side in SIDES),
+        "note": (
+            f"two tests (member, nonmember) share beta={beta!r}: each side runs at "
+            f"beta/2={half!r}; the nonmember side is the member test on (-score, 1 - label), "
+            "so its threshold is on -score and its n_members counts label-0 records"
+        ),
+    }
+
+
+def _jsonable(obj: Any) -> Any:
+    """Non-finite floats become null (JSON has no inf/nan), in nested dicts too."""
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
 
 
 def run(args: argparse.Namespace) -> int:
     """Compute the bound for ``args.file`` and print one JSON object; return the exit code."""
     path: Path = Path(args.file)
+    if getattr(args, "two_sided", False) and args.o1:
+        print(
+            "error: --two-sided and --o1 cannot be combined: the O(1) bound already counts "
+            "both member and non-member guesses",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
         scores, labels = read_scores(path)
-        extra = {"file": str(path), "n": int(labels.size), "n_members": int(labels.sum())}
         if args.o1:
             kwargs = {} if args.grid is None else {"grid_size": args.grid}
             o1 = o1_lower_bound(scores, labels, beta=args.beta, **kwargs)
+            extra = {"file": str(path), "n": int(labels.size), "n_members": int(labels.sum())}
             out = {"bound": "o1", **dataclasses.asdict(o1), **extra}
+        elif getattr(args, "two_sided", False):
+            out = _two_sided(path, scores, labels, args.beta, args.grid)
         else:
-            summary = lower_bound(scores, labels, beta=args.beta, threshold_grid=args.grid)
-            out = {
-                "bound": "clopper_pearson",
-                **dataclasses.asdict(summary),
-                "ceiling": ceiling(labels, beta=args.beta, threshold_grid=args.grid),
-                "thresholds_tried": thresholds_tried(scores, threshold_grid=args.grid),
-                **extra,
-            }
+            out = _clopper_pearson(path, scores, labels, args.beta, args.grid)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

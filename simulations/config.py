@@ -116,6 +116,14 @@ class AuditPhaseConfig(_Strict):
         description="give sites the public split as a "
         "reference pool (needed by generator.kind=reference_pool)",
     )
+    reference_records: float = Field(
+        0.2,
+        gt=0,
+        lt=1,
+        description="share of the public split kept for the calibrated MIA's reference "
+        "models (trained once per run, shared by the sites) and never put in a site's "
+        "reference pool; used with reference_pool and settings.calibration.reference_models > 0",
+    )
     settings: AuditConfig = Field(default_factory=AuditConfig)
 
 

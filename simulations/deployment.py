@@ -47,6 +47,7 @@ from clients.site_data import SiteData
 from server.app import build_server_app
 from simulations.apps import SiteResolver, ledger_path, server_settings
 from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
+from simulations.reference_models import site_pool
 from simulations.run_dir import CONFIG_FILE, PARTITION_FILE, DatasetMeta, read_public, site_file
 
 log = logging.getLogger(__name__)
@@ -273,7 +274,7 @@ class DeploymentResolver:
             )
         data: SiteData = runtime.data
         if run.config.audit.reference_pool and node.public_path is not None:
-            data = data.with_public(_load_public(node.public_path))
+            data = data.with_public(site_pool(run.config, _load_public(node.public_path)))
         ledger = site_ledger_path(node, run)
         ledger.parent.mkdir(parents=True, exist_ok=True)
         return replace(runtime, data=data, ledger_path=ledger)

@@ -8,6 +8,8 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from server.checkpoint import FINAL_NAME, latest_round_checkpoint, load_checkpoi
 from server.run_log import sites_needing_audit
 from simulations.apps import build_apps
 from simulations.config import ExperimentConfig, ResourcesConfig
+from simulations.reference_models import ensure_reference_models, reference_count
 from simulations.run_dir import DatasetMeta, prepare_run_dir
 
 log = logging.getLogger("panoramia_fl")
@@ -69,6 +72,41 @@ def _backend_config(
     }
 
 
+@contextmanager
+def _ray_temp_dir(config: ExperimentConfig) -> Iterator[Path]:
+    """Ray's socket paths must stay short (AF_UNIX limit), so its session files go to a
+    short private folder that is removed afterwards (or to ray.temp_dir when set)."""
+    if config.ray.temp_dir is not None:
+        yield config.ray.temp_dir
+        return
+    temp_dir = Path(tempfile.mkdtemp(prefix="pfl-ray-"))
+    try:
+        yield temp_dir
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _train_reference_models(
+    config: ExperimentConfig,
+    meta: DatasetMeta,
+    run_dir: Path,
+    *,
+    num_cpus: float,
+    num_gpus: float,
+    verbose: bool,
+) -> bool:
+    """The calibrated MIA's shared reference models, as Ray tasks with the audit resources."""
+    if reference_count(config) == 0:
+        return False
+    with _ray_temp_dir(config) as temp_dir:
+        init_args = _backend_config(
+            config, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=temp_dir, verbose=verbose
+        )["init_args"]
+        return ensure_reference_models(
+            config, meta, run_dir, num_cpus=num_cpus, num_gpus=num_gpus, ray_init_args=init_args
+        )
+
+
 def _simulate(
     config: ExperimentConfig,
     meta: DatasetMeta,
@@ -82,27 +120,26 @@ def _simulate(
     from flwr.simulation import run_simulation
 
     server_app, client_app = build_apps(config, meta, run_dir, phases=phases)
-    # Ray's socket paths must stay short (AF_UNIX limit), so its session files go to a
-    # short private folder that is removed afterwards (or to ray.temp_dir when set).
-    own_temp = config.ray.temp_dir is None
-    temp_dir = Path(tempfile.mkdtemp(prefix="pfl-ray-")) if own_temp else config.ray.temp_dir
-    try:
-        run_simulation(
-            server_app=server_app,
-            client_app=client_app,
-            num_supernodes=config.partition.num_sites,
-            backend_config=_backend_config(
-                config, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=temp_dir, verbose=verbose
-            ),
-            verbose_logging=verbose,
-        )
-    finally:
-        import ray
+    with _ray_temp_dir(config) as temp_dir:
+        try:
+            run_simulation(
+                server_app=server_app,
+                client_app=client_app,
+                num_supernodes=config.partition.num_sites,
+                backend_config=_backend_config(
+                    config,
+                    num_cpus=num_cpus,
+                    num_gpus=num_gpus,
+                    temp_dir=temp_dir,
+                    verbose=verbose,
+                ),
+                verbose_logging=verbose,
+            )
+        finally:
+            import ray
 
-        if ray.is_initialized():
-            ray.shutdown()
-        if own_temp:
-            shutil.rmtree(temp_dir, ignore_errors=True)
+            if ray.is_initialized():
+                ray.shutdown()
 
 
 def training_done(config: ExperimentConfig, run_dir: Path) -> bool:
@@ -131,6 +168,12 @@ def run_experiment(
         phases.append((("train",), train))
     sites = list(range(config.partition.num_sites))
     if config.audit.enabled and sites_needing_audit(run_dir, sites):
+        t = time.time()
+        cpus, gpus = audit
+        if _train_reference_models(
+            config, meta, run_dir, num_cpus=cpus, num_gpus=gpus, verbose=verbose
+        ):
+            outcome.timings["reference_models_s"] = time.time() - t
         phases.append((("audit",), audit))
     # One simulation when both phases fit the same resources: Ray starts once.
     if len(phases) == 2 and phases[0][1] == phases[1][1]:

@@ -11,6 +11,7 @@ from simulations.checkpoints import load_global_model
 from simulations.config import load_config
 from simulations.datasets import load_dataset
 from simulations.partition import partition
+from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import DatasetMeta, site_data
 
 
@@ -27,13 +28,17 @@ def audit_saved_model(
 
     data = site_data(dataset, split)
     if dataset.public_x is not None:
-        data = data.with_public(Records(dataset.public_x, dataset.public_y, dataset.public_groups))
+        public = Records(dataset.public_x, dataset.public_y, dataset.public_groups)
+        data = data.with_public(site_pool(config, public))
     model, _ = load_global_model(checkpoint)
+    # The run's shared reference models, when the checkpoint sits in its run directory.
+    states = load_reference_states(checkpoint.parent)
     runner = make_audit_runner(
         SiteAuditPolicy(
             settings=config.audit.settings,
             use_holdout=config.audit.use_holdout,
             use_public_pool=config.audit.reference_pool,
+            reference_states=None if states is None else tuple(states),
         )
     )
     return runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed)

@@ -47,7 +47,7 @@ def site():
     }
 
 
-def _audit(site, **overrides) -> AuditResult:
+def _audit(site, reference_models=None, **overrides) -> AuditResult:
     cfg = AuditConfig(**{**TINY, "device": "cpu", **overrides})
     return run_audit(
         site["task"],
@@ -56,6 +56,7 @@ def _audit(site, **overrides) -> AuditResult:
         cfg,
         nonmembers=site["nonmembers"],
         public_pool=site["pool"],
+        reference_models=reference_models,
     )
 
 
@@ -100,6 +101,67 @@ def test_result_is_consistent(result: AuditResult) -> None:
         assert result.timings[key] >= 0
     # The reference pool is real data: the baseline should not separate it from members.
     assert result.quality["baseline_auc"] < 0.75
+
+
+def test_two_sided_game_is_consistent(result: AuditResult) -> None:
+    two = result.two_sided
+    assert two is not None and two.beta == result.beta / 4
+    for rep in result.repeats:
+        game = rep.two_sided
+        assert game is not None
+        for side in (game.member, game.nonmember):
+            assert side.eps_tilde == max(0.0, side.c_eps_lb - side.c_lb)
+            assert side.c_lb <= side.ceiling + 1e-9 and side.c_eps_lb <= side.ceiling + 1e-9
+            assert side.rm_rn_eps_lb is not None and side.rm_rn_ceiling is not None
+        assert game.eps_tilde == max(game.member.eps_tilde, game.nonmember.eps_tilde)
+        # The member side is the paper's game at the two-sided level: never above it.
+        assert game.member.baseline.lower_bound <= rep.baseline.lower_bound + 1e-9
+        assert game.member.baseline.predictions >= 1
+        assert set(game.selected) == {"baseline", "mia"}
+        assert set(rep.roc) == {"baseline", "mia", "rm_rn"}
+        assert rep.members_shown == int(sum(rep.scores["membership"]))
+    assert two.eps_tilde == Interval.of([r.two_sided.eps_tilde for r in result.repeats])
+    assert result.sizes["reference_models"] == 2
+    assert result.levels["two_sided_each"] == result.beta / 4 and result.levels["o1"] == 0.05
+    assert result.roc["mia"].auc == pytest.approx(
+        np.mean([r.roc["mia"].auc for r in result.repeats])
+    )
+
+
+def test_reference_models_train_on_no_game_record(site, monkeypatch) -> None:
+    """Calibration's reference models (and h) train only on records no game ever shows."""
+    trained: list[set[bytes]] = []
+    task = site["task"]
+    real_train = task.train_model
+
+    def spy(model, x, y, **kw):
+        trained.append({r.tobytes() for r in x})
+        return real_train(model, x, y, **kw)
+
+    monkeypatch.setattr(task, "train_model", spy)
+    res = _audit(site, quick=True, calibration={"reference_models": 3, "epochs": 1})
+    assert res.sizes["reference_models"] == 3
+    shown = {r.tobytes() for rec in (site["members"], site["nonmembers"]) for r in rec.x}
+    assert len(trained) == 2 + 3  # helper epochs (one call each), then 3 reference models
+    for records in trained:
+        assert records and not (records & shown)
+
+
+def test_given_reference_models_are_used_and_an_empty_list_turns_calibration_off(site) -> None:
+    refs = [site["task"].make_model() for _ in range(2)]
+    on = _audit(site, quick=True, seed=3, reference_models=refs)
+    off = _audit(site, quick=True, seed=3, reference_models=[])
+    assert on.sizes["reference_models"] == 2 and off.sizes["reference_models"] == 0
+    names = [str(r.selected["mia"].get("statistic", "")) for r in off.repeats]
+    assert not any(n.startswith(("lira", "rmia")) for n in names)
+
+
+def test_a_junk_generator_gets_a_high_nonmember_closeness_and_reads_zero(site) -> None:
+    """Bad samples are easy to call non-members: b bounds c' high, the side reads ~0."""
+    res = _audit(site, quick=True, generator={"kind": "cgan", "epochs": 1})
+    side = res.two_sided.nonmember
+    assert side.c_lb.mean > 1.0
+    assert side.eps_tilde.mean < 0.5 * side.c_lb.mean
 
 
 def test_result_round_trips_through_json(result: AuditResult) -> None:
@@ -148,10 +210,13 @@ def test_game_records_never_reach_fit(site, monkeypatch) -> None:
     uniq, counts = np.unique(np.array(flat, dtype=object), return_counts=True)
     dup = set(uniq[counts > 1])
     kinds = [k for k, _ in calls]
-    assert kinds == ["fit", "score"] * 3  # baseline, MIA, RM;RN: each fitted before scoring
-    for i in range(0, len(calls), 2):
-        fitted, scored = calls[i][1] - dup, calls[i + 1][1] - dup
-        assert scored and not (fitted & scored)
+    # baseline, MIA, RM;RN, each once per side: fitted, then the game scored, then its own
+    # validation split scored (split threshold selection reads it)
+    assert kinds == ["fit", "score", "score"] * 6
+    for i in range(0, len(calls), 3):
+        fitted, game, val = (calls[i + k][1] - dup for k in range(3))
+        assert game and not (fitted & game)
+        assert val and val <= fitted
 
 
 def test_cgan_end_to_end(site) -> None:

@@ -363,3 +363,98 @@ def test_cli_module_entry_point(tmp_path: Path) -> None:
     got = json.loads(proc.stdout)
     assert got["predictions"] == 2 and got["true_positives"] == 2
     assert got["lower_bound"] == pytest.approx(_logit((0.1 / 4) ** 0.5))
+
+
+def _write(tmp_path: Path, name: str, t: np.ndarray, s: np.ndarray) -> tuple[Path, Path]:
+    csv_path = tmp_path / f"{name}.csv"
+    lines = ["score,label"] + [f"{float(x)!r},{int(y)}" for x, y in zip(t, s)]
+    csv_path.write_text("\n".join(lines) + "\n")
+    npz_path = tmp_path / f"{name}.npz"
+    np.savez(npz_path, scores=t, labels=s)
+    return csv_path, npz_path
+
+
+def _without_file(side: dict) -> dict:
+    return {k: v for k, v in side.items() if k != "file"}
+
+
+def test_cli_two_sided_matches_flipped_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = np.random.default_rng(5)
+    t, s = _game(rng, 300, 1.0)
+    files = _write(tmp_path, "scores", t, s)
+    flipped = _write(tmp_path, "flipped", -t, 1 - s)
+    for grid in ([], ["--grid", "15"]):
+        for path, flipped_path in zip(files, flipped):
+            rc, out, _ = _run_cli(
+                ["bounds", str(path), "--two-sided", "--beta", "0.1", *grid], capsys
+            )
+            assert rc == 0
+            got = json.loads(out)
+            assert set(got) == {"two_sided", "beta", "member", "nonmember", "max_bound", "note"}
+            assert got["two_sided"] is True and got["beta"] == pytest.approx(0.05)
+            assert "beta/2" in got["note"]
+            # Each side is today's single-sided output at beta / 2 ...
+            rc, out, _ = _run_cli(["bounds", str(path), "--beta", "0.05", *grid], capsys)
+            assert rc == 0
+            assert got["member"] == json.loads(out)
+            # ... and the non-member side is that output on (-score, 1 - label).
+            rc, out, _ = _run_cli(["bounds", str(flipped_path), "--beta", "0.05", *grid], capsys)
+            assert rc == 0
+            assert _without_file(got["nonmember"]) == _without_file(json.loads(out))
+            assert got["nonmember"]["file"] == str(path)
+            assert got["nonmember"]["ceiling"] == pytest.approx(
+                ceiling(1 - s, beta=0.05, threshold_grid=int(grid[1]) if grid else None)
+            )
+            if grid:
+                assert got["member"]["thresholds_tried"] == 15
+                assert got["nonmember"]["thresholds_tried"] == 15
+            assert got["max_bound"] == max(
+                got["member"]["lower_bound"], got["nonmember"]["lower_bound"]
+            )
+
+
+def test_cli_two_sided_nonmember_signal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The 200 lowest scores are all non-members; above them members and non-members mix.
+    rng = np.random.default_rng(3)
+    low = rng.uniform(0.0, 1.0, 200)
+    high = rng.uniform(1.0, 2.0, 400)
+    t = np.concatenate([low, high])
+    s = np.concatenate([np.zeros(200, int), rng.permutation(np.repeat([0, 1], 200))])
+    for path in _write(tmp_path, "low", t, s):
+        rc, out, _ = _run_cli(["bounds", str(path), "--two-sided"], capsys)
+        assert rc == 0
+        got = json.loads(out)
+        member, nonmember = got["member"]["lower_bound"], got["nonmember"]["lower_bound"]
+        assert nonmember > 2.0
+        assert member < 0.3
+        assert got["max_bound"] == nonmember
+        assert got["member"]["beta"] == got["nonmember"]["beta"] == pytest.approx(0.025)
+        assert got["member"]["n_members"] == 200 and got["nonmember"]["n_members"] == 400
+        # The 200 low non-members, all tp = r at level 0.025 / 600 thresholds.
+        assert nonmember == pytest.approx(_logit((0.025 / 600) ** (1 / 200)), rel=1e-9)
+    # Without --two-sided the output is unchanged: the member side only.
+    rc, out, _ = _run_cli(["bounds", str(path)], capsys)
+    assert rc == 0 and "two_sided" not in json.loads(out)
+
+
+def test_cli_two_sided_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.csv"
+    path.write_text("score,label\n0.9,1\n0.8,1\n0.3,0\n0.1,0\n")
+    rc, out, err = _run_cli(["bounds", str(path), "--two-sided", "--o1"], capsys)
+    assert rc == 2 and out == ""
+    assert "--two-sided" in err and "--o1" in err
+    # beta is checked before it is halved: 1.5 / 2 would otherwise pass.
+    rc, out, err = _run_cli(["bounds", str(path), "--two-sided", "--beta", "1.5"], capsys)
+    assert rc == 2 and out == "" and "beta" in err and str(path) in err
+    rc, out, err = _run_cli(["bounds", str(tmp_path / "missing.npz"), "--two-sided"], capsys)
+    assert rc == 2 and out == "" and "missing.npz" in err
+    # The stand-alone entry point knows the flag too, and the help says beta is shared.
+    assert cmd_bounds.main([str(path), "--two-sided", "--beta", "0.1"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["member"]["predictions"] == 2 and got["nonmember"]["predictions"] == 2
+    assert got["member"]["lower_bound"] == pytest.approx(_logit((0.05 / 4) ** 0.5))
+    sub = argparse.ArgumentParser(prog="panoramia-fl bounds")
+    cmd_bounds._add_arguments(sub)
+    assert "beta/2" in " ".join(sub.format_help().split())

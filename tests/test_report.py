@@ -15,15 +15,23 @@ import yaml
 
 from audit.result import (
     EPS_TILDE_MEANING,
+    TWO_SIDED_MEANING,
     AuditFlags,
     AuditResult,
     BoundSummary,
     Curve,
     Interval,
     RepeatResult,
+    RocSummary,
+    SideRepeat,
+    SideResult,
+    TwoSidedRepeat,
+    TwoSidedResult,
 )
+from audit.roc import LOW_FPRS
 from simulations.report import (
     REPORT_SCHEMA_VERSION,
+    SWEEP_SCHEMA_VERSION,
     ReportFiles,
     ReportInputError,
     SweepPoint,
@@ -33,8 +41,9 @@ from simulations.report import (
     write_sweep_report,
 )
 from simulations.report.markdown import render_markdown
-from simulations.report.schema import to_jsonable
-from simulations.report.tabular import report_to_json_text, write_csv
+from simulations.report.plots import roc_plot
+from simulations.report.schema import TPR_FPR_KEYS, to_jsonable
+from simulations.report.tabular import CSV_COLUMNS, report_to_json_text, write_csv
 
 # Per-record scores that must never leave audits/ (distinctive digits to search for).
 SECRET_SCORES = [0.918273645512, 0.127364554321, 0.564738291023]
@@ -60,6 +69,84 @@ def _curve(scale: float) -> Curve:
     return Curve(recall=recall, precision=precision, bound=bound)
 
 
+FPR_GRID = [10.0 ** (-3 + 3 * i / 10) for i in range(11)]
+NO_FLAGS = AuditFlags(saturated=False, c_lb_not_tight=False)
+
+
+def _roc(power: float) -> RocSummary:
+    """A concave log-log ROC (TPR = FPR**power) whose lowest point found no member."""
+    tpr = [0.0] + [fpr**power for fpr in FPR_GRID[1:]]
+    return RocSummary(
+        auc=round(1 - 0.5 * power, 6),
+        tpr_at_fpr={"0.01": 0.01**power, "0.001": 0.0},
+        fpr=FPR_GRID,
+        tpr=tpr,
+    )
+
+
+def _rocs(with_rm_rn: bool) -> dict[str, RocSummary]:
+    rocs = {"baseline": _roc(0.9), "mia": _roc(0.5)}
+    return rocs | {"rm_rn": _roc(0.7)} if with_rm_rn else rocs
+
+
+def _side_repeat(
+    c: float, ce: float, *, ceiling: float, beta: float, rm_rn: float | None
+) -> SideRepeat:
+    return SideRepeat(
+        c_lb=c,
+        c_eps_lb=ce,
+        eps_tilde=max(0.0, ce - c),
+        ceiling=ceiling,
+        baseline=_summary(c, beta),
+        mia=_summary(ce, beta),
+        rm_rn_eps_lb=rm_rn,
+        rm_rn_ceiling=None if rm_rn is None else ceiling - 0.5,
+    )
+
+
+def _two_sided_repeat(
+    c: float, ce: float, *, ceiling: float, beta: float, gain: float, rm_rn: float | None
+) -> TwoSidedRepeat:
+    """Member side 0.1 below the one-sided bounds (beta/4); non-member side ``gain`` above."""
+    member = _side_repeat(c - 0.1, ce - 0.1, ceiling=ceiling, beta=beta, rm_rn=rm_rn)
+    nonmember = _side_repeat(
+        c, ce + gain, ceiling=ceiling, beta=beta, rm_rn=None if rm_rn is None else rm_rn + 0.25
+    )
+    return TwoSidedRepeat(
+        beta=beta,
+        member=member,
+        nonmember=nonmember,
+        eps_tilde=max(member.eps_tilde, nonmember.eps_tilde),
+        rm_rn_eps_lb=None if rm_rn is None else max(member.rm_rn_eps_lb, nonmember.rm_rn_eps_lb),  # type: ignore[type-var]
+    )
+
+
+def _side_result(sides: list[SideRepeat], flags: AuditFlags) -> SideResult:
+    rm_rn = [s.rm_rn_eps_lb for s in sides]
+    return SideResult(
+        c_lb=Interval.of([s.c_lb for s in sides]),
+        c_eps_lb=Interval.of([s.c_eps_lb for s in sides]),
+        eps_tilde=Interval.of([s.eps_tilde for s in sides]),
+        ceiling=sides[0].ceiling,
+        flags=flags,
+        rm_rn_eps_lb=None if rm_rn[0] is None else Interval.of(rm_rn),  # type: ignore[arg-type]
+        rm_rn_ceiling=sides[0].rm_rn_ceiling,
+    )
+
+
+def _two_sided_result(
+    games: list[TwoSidedRepeat], side_flags: dict[str, AuditFlags]
+) -> TwoSidedResult:
+    rm_rn = [g.rm_rn_eps_lb for g in games]
+    return TwoSidedResult(
+        beta=games[0].beta,
+        eps_tilde=Interval.of([g.eps_tilde for g in games]),
+        member=_side_result([g.member for g in games], side_flags.get("member", NO_FLAGS)),
+        nonmember=_side_result([g.nonmember for g in games], side_flags.get("nonmember", NO_FLAGS)),
+        rm_rn_eps_lb=None if rm_rn[0] is None else Interval.of(rm_rn),  # type: ignore[arg-type]
+    )
+
+
 def make_result(
     c_lbs: list[float],
     c_eps_lbs: list[float],
@@ -72,10 +159,33 @@ def make_result(
     o1: list[float] | None = None,
     scores: bool = False,
     generator_kind: str = "cgan",
+    two_sided: bool = True,
+    nonmember_gain: float = 0.5,
+    side_flags: dict[str, AuditFlags] | None = None,
 ) -> AuditResult:
-    """A real AuditResult whose eps_tilde is max(0, c_eps_lb - c_lb) per repeat."""
+    """A real AuditResult whose eps_tilde is max(0, c_eps_lb - c_lb) per repeat.
+
+    With ``two_sided`` (schema version 2) it also carries the two-sided game, whose
+    non-member side reads ``nonmember_gain`` more than the one-sided game, ROC summaries
+    (``rm_rn`` with ``rm_rn``) and the bound levels.
+    """
     beta = 0.05
     eps = [max(0.0, ce - c) for c, ce in zip(c_lbs, c_eps_lbs)]
+    games = [
+        _two_sided_repeat(
+            c,
+            ce,
+            ceiling=ceiling,
+            beta=beta / 4,
+            gain=nonmember_gain,
+            rm_rn=None if rm_rn is None else rm_rn[i],
+        )
+        for i, (c, ce) in enumerate(zip(c_lbs, c_eps_lbs))
+    ]
+    rocs = _rocs(rm_rn is not None) if two_sided else {}
+    levels = {"c_lb": beta / 2, "c_eps_lb": beta / 2, "two_sided_each": beta / 4}
+    if rm_rn is not None:
+        levels |= {"rm_rn": beta / 2, "rm_rn_two_sided_each": beta / 4, "o1": beta}
     repeats = [
         RepeatResult(
             seed=i,
@@ -94,6 +204,9 @@ def make_result(
             o1_eps_lb=None if o1 is None else o1[i],
             selected={"baseline": {"epochs": 5}},
             scores={"baseline": SECRET_SCORES, "mia": SECRET_SCORES} if scores else None,
+            two_sided=games[i] if two_sided else None,
+            roc=rocs,
+            members_shown=100 if two_sided else None,
         )
         for i, (c, ce, e) in enumerate(zip(c_lbs, c_eps_lbs, eps))
     ]
@@ -121,7 +234,22 @@ def make_result(
         timings={"total": 12.5},
         rm_rn_eps_lb=None if rm_rn is None else Interval.of(rm_rn),
         o1_eps_lb=None if o1 is None else Interval.of(o1),
+        two_sided=_two_sided_result(games, side_flags or {}) if two_sided else None,
+        roc=rocs,
+        levels=levels if two_sided else {},
     )
+
+
+def as_version_1(result: AuditResult) -> dict[str, Any]:
+    """The result as a schema-version-1 audit wrote it: no two-sided game, ROC or levels."""
+    data = result.to_dict()
+    for key in ("two_sided", "roc", "levels"):
+        del data[key]
+    for rep in data["repeats"]:
+        for key in ("two_sided", "roc", "members_shown"):
+            del rep[key]
+    data["schema_version"] = 1
+    return data
 
 
 def write_run(
@@ -204,9 +332,20 @@ def failed_audit(site_id: int) -> dict[str, Any]:
     }
 
 
+MEMBER_NOT_TIGHT = AuditFlags(
+    saturated=False, c_lb_not_tight=True, reasons=["eps_tilde above its side's RM;RN"]
+)
+NM_SATURATED = AuditFlags(
+    saturated=True, c_lb_not_tight=False, reasons=["c_lb near its side's ceiling"]
+)
+
+
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ReportFiles]:
-    """4 sites: 0 ok with RM;RN/O(1)/scores, 1 ok saturated, 2 failed, 3 missing; reported once."""
+    """4 sites: 0 ok with RM;RN/O(1)/scores, 1 ok saturated, 2 failed, 3 missing; reported once.
+
+    Site 0's two-sided member side is not tight; site 1's non-member side is saturated.
+    """
     run = write_run(
         tmp_path_factory.mktemp("runs") / "run-a",
         n_sites=4,
@@ -221,10 +360,17 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ReportFiles
                     o1=[0.5, 0.75],
                     scores=True,
                     capped=True,
+                    side_flags={"member": MEMBER_NOT_TIGHT},
                 ),
                 dp=8.0,
             ),
-            1: ok_audit(1, make_result([3.25, 3.5], [3.5, 3.75], saturated=True), dp=8.0),
+            1: ok_audit(
+                1,
+                make_result(
+                    [3.25, 3.5], [3.5, 3.75], saturated=True, side_flags={"nonmember": NM_SATURATED}
+                ),
+                dp=8.0,
+            ),
             2: failed_audit(2),
         },
     )
@@ -373,11 +519,232 @@ def test_markdown_and_html_show_numbers_flags_and_meaning(
     assert html.escape(EPS_TILDE_MEANING) in page
     assert 'class="saturated"' in page and 'class="failed"' in page
     assert f'title="{site0["eps_tilde"]!r}"' in page
-    assert page.count("data:image/png;base64,") == 4
+    # 4 plots plus one log-ROC per ok site; the explanation block once.
+    assert page.count("data:image/png;base64,") == 4 + 2
+    for sid in (0, 1):
+        assert page.count(f'alt="log-scale ROC, site {sid}"') == 1
+    assert 'alt="log-scale ROC, site 2"' not in page
+    assert page.count('class="meaning"') == 1
+    assert page.count("What eps_tilde means and does not mean") == 1
+    assert page.count(html.escape(TWO_SIDED_MEANING)) == 1
     # Error text is escaped everywhere, never injected.
     assert "<script>alert" not in page
     assert html.escape(ERROR_TEXT.split("\n")[0]) in page
     _assert_self_contained(page)
+
+
+SIDE_KEYS = {
+    "c_lb",
+    "c_lb_interval",
+    "c_eps_lb",
+    "c_eps_lb_interval",
+    "eps_tilde",
+    "eps_tilde_interval",
+    "ceiling",
+    "headroom",
+    "flags",
+    "rm_rn_eps_lb",
+    "rm_rn_eps_lb_interval",
+    "rm_rn_ceiling",
+}
+NEW_SITE_FIELDS = (
+    "eps_tilde_two_sided",
+    "eps_tilde_two_sided_interval",
+    "two_sided_side",
+    "two_sided",
+    "rm_rn_eps_lb_two_sided",
+    "rm_rn_eps_lb_two_sided_interval",
+    "rm_rn_auc",
+    "baseline_tpr_at_fpr",
+    "mia_tpr_at_fpr",
+    "rm_rn_tpr_at_fpr",
+)
+NEW_CSV_COLUMNS = (
+    "eps_tilde_two_sided",
+    "eps_tilde_two_sided_low",
+    "eps_tilde_two_sided_high",
+    "two_sided_side",
+    "rm_rn_eps_lb_two_sided",
+    *(
+        f"two_sided_{side}_{name}"
+        for side in ("member", "nonmember")
+        for name in ("c_lb", "c_eps_lb", "ceiling", "saturated", "c_lb_not_tight", "reasons")
+    ),
+    "rm_rn_auc",
+    *(
+        f"{scorer}_tpr_at_fpr_{key}"
+        for scorer in ("baseline", "mia", "rm_rn")
+        for key in ("0.01", "0.001")
+    ),
+)
+
+
+def _iv(iv: Interval | None) -> dict[str, Any] | None:
+    return None if iv is None else {k: getattr(iv, k) for k in ("mean", "std", "low", "high", "n")}
+
+
+def test_two_sided_roc_and_levels_in_json(written: tuple[Path, ReportFiles]) -> None:
+    run_dir, files = written
+    report = json.loads(files.json_path.read_text())
+    sites = {s["site_id"]: s for s in report["sites"]}
+    for sid in (0, 1):
+        result, site = _audit_file(run_dir, sid), sites[sid]
+        two = result.two_sided
+        assert two is not None
+        assert site["eps_tilde_two_sided"] == two.eps_tilde.mean
+        assert site["eps_tilde_two_sided_interval"] == _iv(two.eps_tilde)
+        assert site["two_sided_side"] == two.side == "nonmember"
+        # The one-sided value stays beside it, unchanged.
+        assert site["eps_tilde"] == result.eps_tilde.mean < site["eps_tilde_two_sided"]
+        assert set(site["two_sided"]) == {"beta", "member", "nonmember"}
+        assert site["two_sided"]["beta"] == two.beta == result.beta / 4
+        for side in ("member", "nonmember"):
+            got, want = site["two_sided"][side], getattr(two, side)
+            assert set(got) == SIDE_KEYS
+            for name in ("c_lb", "c_eps_lb", "eps_tilde", "rm_rn_eps_lb"):
+                iv = getattr(want, name)
+                assert got[name] == (None if iv is None else iv.mean), (side, name)
+                assert got[f"{name}_interval"] == _iv(iv), (side, name)
+            assert got["ceiling"] == want.ceiling
+            assert got["headroom"] == want.ceiling - want.c_lb.mean
+            assert got["rm_rn_ceiling"] == want.rm_rn_ceiling
+            assert got["flags"] == {
+                "saturated": want.flags.saturated,
+                "c_lb_not_tight": want.flags.c_lb_not_tight,
+                "rm_rn_capped": want.flags.rm_rn_capped,
+                "reasons": want.flags.reasons,
+            }
+        assert site["rm_rn_eps_lb_two_sided_interval"] == _iv(two.rm_rn_eps_lb)
+        for scorer in ("baseline", "mia"):
+            tpr = result.roc[scorer].tpr_at_fpr
+            assert site[f"{scorer}_tpr_at_fpr"] == {"0.01": tpr["0.01"], "0.001": tpr["0.001"]}
+        assert site["levels"] == result.levels
+        assert site["levels"]["two_sided_each"] == result.beta / 4
+        for rep, want_rep in zip(site["repeats"], result.repeats):
+            game = want_rep.two_sided
+            assert rep["eps_tilde_two_sided"] == game.eps_tilde
+            assert rep["member_c_lb"] == game.member.c_lb
+            assert rep["member_c_eps_lb"] == game.member.c_eps_lb
+            assert rep["nonmember_c_lb"] == game.nonmember.c_lb
+            assert rep["nonmember_c_eps_lb"] == game.nonmember.c_eps_lb
+            assert rep["c_lb"] == want_rep.c_lb  # one-sided per repeat, unchanged
+    # RM;RN's ROC exists only where the run had real non-members (site 0).
+    roc0 = _audit_file(run_dir, 0).roc["rm_rn"]
+    assert sites[0]["rm_rn_auc"] == roc0.auc
+    assert sites[0]["rm_rn_tpr_at_fpr"] == roc0.tpr_at_fpr
+    assert sites[0]["rm_rn_eps_lb_two_sided"] == _audit_file(run_dir, 0).two_sided.rm_rn_eps_lb.mean
+    assert sites[1]["rm_rn_auc"] is None and sites[1]["rm_rn_tpr_at_fpr"] is None
+    assert sites[1]["rm_rn_eps_lb_two_sided"] is None and "rm_rn" not in sites[1]["levels"]
+    for sid in (2, 3):  # failed / missing
+        assert all(sites[sid][name] is None for name in NEW_SITE_FIELDS)
+        assert sites[sid]["levels"] == {}
+
+    c = report["consortium"]
+    assert c["max_eps_tilde_two_sided"] == sites[0]["eps_tilde_two_sided"]
+    assert c["leakiest_site_id_two_sided"] == 0
+    assert c["two_sided_flagged_sites"] == {
+        "member": {"saturated_sites": [], "not_tight_sites": [0], "rm_rn_capped_sites": []},
+        "nonmember": {"saturated_sites": [1], "not_tight_sites": [], "rm_rn_capped_sites": []},
+    }
+    assert c["saturated_sites"] == [1] and c["not_tight_sites"] == []  # one-sided, unchanged
+    assert c["two_sided_meaning"] == TWO_SIDED_MEANING
+
+
+def test_csv_has_two_sided_and_low_fpr_columns(written: tuple[Path, ReportFiles]) -> None:
+    _, files = written
+    report = json.loads(files.json_path.read_text())
+    with files.csv_path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+        header = reader.fieldnames or []
+    assert tuple(header) == CSV_COLUMNS and len(set(header)) == len(header)
+    assert set(NEW_CSV_COLUMNS) <= set(header)
+    site0, row0 = report["sites"][0], rows[0]
+    assert float(row0["eps_tilde_two_sided"]) == site0["eps_tilde_two_sided"]
+    assert float(row0["eps_tilde_two_sided_low"]) == site0["eps_tilde_two_sided_interval"]["low"]
+    assert row0["two_sided_side"] == "nonmember"
+    assert float(row0["rm_rn_eps_lb_two_sided"]) == site0["rm_rn_eps_lb_two_sided"]
+    for side in ("member", "nonmember"):
+        block = site0["two_sided"][side]
+        for name in ("c_lb", "c_eps_lb", "ceiling"):
+            assert float(row0[f"two_sided_{side}_{name}"]) == block[name]
+    assert row0["two_sided_member_c_lb_not_tight"] == "true"
+    assert row0["two_sided_nonmember_c_lb_not_tight"] == "false"
+    reasons = site0["two_sided"]["member"]["flags"]["reasons"]
+    assert row0["two_sided_member_reasons"] == "; ".join(reasons) != ""
+    for scorer in ("baseline", "mia", "rm_rn"):
+        assert float(row0[f"{scorer}_auc"]) == site0[f"{scorer}_auc"]
+        for key in ("0.01", "0.001"):
+            assert float(row0[f"{scorer}_tpr_at_fpr_{key}"]) == site0[f"{scorer}_tpr_at_fpr"][key]
+    assert rows[1]["rm_rn_tpr_at_fpr_0.01"] == ""  # no real non-members at site 1
+    assert all(rows[2][col] == "" for col in NEW_CSV_COLUMNS)  # failed site
+
+
+def test_markdown_shows_two_sided_flags_per_side_and_low_fpr(
+    written: tuple[Path, ReportFiles],
+) -> None:
+    _, files = written
+    report = json.loads(files.json_path.read_text())
+    md = files.md_path.read_text()
+    page = files.html_path.read_text()
+    site0 = report["sites"][0]
+    iv = site0["eps_tilde_two_sided_interval"]
+    two_sided = (
+        f"{site0['eps_tilde_two_sided']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}] (non-member)"
+    )
+    assert two_sided in md and two_sided in page
+    one_sided = site0["eps_tilde_interval"]
+    assert f"{site0['eps_tilde']:.3f} [{one_sided['low']:.3f}, {one_sided['high']:.3f}]" in md
+    assert TWO_SIDED_MEANING in md and md.count("## What eps_tilde means") == 1
+    assert "two-sided at beta/4 each" not in md  # the levels line says it in full:
+    assert "are at beta/4 each" in md and "O(1) is at beta" in md
+    assert "member side: **c_lb not tight**" in md
+    assert "non-member side: **saturated**" in md
+    assert "site 1 (non-member side): c_lb near its side's ceiling" in md
+    assert "two-sided game, non-member side: saturated sites: 1;" in md
+    assert "two-sided game, member side: saturated sites: none; c_lb not tight: 0;" in page
+    for header in ("AUC b / MIA / RM;RN", "TPR@1% FPR b / MIA / RM;RN", "TPR@0.1% FPR"):
+        assert header in md and header in page
+    tpr = site0["mia_tpr_at_fpr"]["0.01"]
+    assert f"{site0['baseline_tpr_at_fpr']['0.01']:.3f} / {tpr:.3f} / " in md
+    assert "bound levels, site 0: c_lb 0.025" in md
+    assert "member: c_lb not tight" in page and "non-member: saturated" in page
+
+
+def test_version_1_audit_file_still_renders(tmp_path: Path) -> None:
+    result = make_result([1.0, 1.5], [2.0, 2.5], rm_rn=[1.25, 1.5], o1=[0.5, 0.75])
+    audit = ok_audit(0, result) | {"result": as_version_1(result)}
+    run = write_run(tmp_path / "v1", n_sites=1, audits={0: audit})
+    files = write_report(run)
+    report = json.loads(files.json_path.read_text())
+    site = report["sites"][0]
+    assert site["status"] == "ok" and site["eps_tilde"] == result.eps_tilde.mean
+    assert site["rm_rn_eps_lb"] == result.rm_rn_eps_lb.mean
+    assert all(site[name] is None for name in NEW_SITE_FIELDS)
+    assert site["levels"] == {}
+    assert all(
+        rep[name] is None
+        for rep in site["repeats"]
+        for name in ("eps_tilde_two_sided", "member_c_lb", "nonmember_c_eps_lb")
+    )
+    c = report["consortium"]
+    assert c["max_eps_tilde_two_sided"] is None and c["two_sided_flagged_sites"] == {}
+    with files.csv_path.open(newline="") as fh:
+        row = next(csv.DictReader(fh))
+    assert all(row[col] == "" for col in NEW_CSV_COLUMNS)
+    md = files.md_path.read_text()
+    assert "two-sided game," not in md and "bound levels" not in md
+    page = files.html_path.read_text()
+    assert "log-scale ROC, site 0" not in page and "carry no ROC summaries" in page
+    assert page.count("data:image/png;base64,") == 4
+    assert page.count('class="meaning"') == 1
+    assert _embedded_json(page) == report
+
+
+def test_tpr_keys_match_the_audit_and_empty_roc_draws_nothing() -> None:
+    assert tuple(f"{level:g}" for level in LOW_FPRS) == TPR_FPR_KEYS == ("0.01", "0.001")
+    assert roc_plot(0, {}, 1) is None
+    assert roc_plot(0, {"mia": _roc(0.5)}, 1) is not None
 
 
 def test_per_record_scores_never_leave_audits(written: tuple[Path, ReportFiles]) -> None:
@@ -447,11 +814,13 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
             for i in range(2)
         },
     )
+    v1 = make_result([1.0, 1.5], [2.5, 3.0])
     plain_run = write_run(
         tmp_path / "runs" / "nodp",
         n_sites=2,
         accuracy=0.9,
-        audits={0: ok_audit(0, make_result([1.0, 1.5], [2.5, 3.0]))},  # site 1 missing
+        # A version-1 audit file (no two-sided game); site 1 missing.
+        audits={0: ok_audit(0, v1) | {"result": as_version_1(v1)}},
     )
     points = [
         SweepPoint("eps=4", {"dp.enabled": True, "dp.epsilon": 4.0}, dp_run),
@@ -473,12 +842,21 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
     assert site["eps_tilde"] == audit.eps_tilde.mean and site["c_lb"] == audit.c_lb.mean
     assert site["rm_rn_eps_lb"] == audit.rm_rn_eps_lb.mean
     assert site["o1_eps_lb"] == audit.o1_eps_lb.mean and site["theoretical_eps"] == 4.0
+    assert sweep["schema_version"] == SWEEP_SCHEMA_VERSION == 2
+    assert site["eps_tilde_two_sided"] == audit.two_sided.eps_tilde.mean
+    assert site["eps_tilde_two_sided_interval"] == _iv(audit.two_sided.eps_tilde)
+    assert site["two_sided_side"] == "nonmember"
+    assert site["rm_rn_eps_lb_two_sided"] == audit.two_sided.rm_rn_eps_lb.mean
+    assert dp["max_eps_tilde_two_sided"] == audit.two_sided.eps_tilde.mean
 
     plain = by_label["no DP"]
     assert plain["status"] == "incomplete" and plain["private"] is False
     assert plain["theoretical_eps"] is None
     assert plain["global_accuracy"] == pytest.approx(0.9, abs=1e-12)
     assert [s["status"] for s in plain["sites"]] == ["ok", "missing"]
+    assert plain["sites"][0]["eps_tilde"] == v1.eps_tilde.mean
+    assert plain["sites"][0]["eps_tilde_two_sided"] is None
+    assert plain["max_eps_tilde_two_sided"] is None
     assert any("site 1" in p for p in plain["problems"])
     assert by_label["eps=1"]["status"] == "incomplete" and by_label["eps=1"]["sites"] == []
     assert (dp_run / "report.html").exists() and dp["report_html"].endswith("report.html")
@@ -487,6 +865,13 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
     _assert_self_contained(page)
     assert html.escape(EPS_TILDE_MEANING) in page
     assert "inf (no DP)" in page and "never-ran" in page
+    iv = site["eps_tilde_two_sided_interval"]
+    assert "eps_tilde two-sided [95% CI] (side)" in page
+    assert (
+        f"{site['eps_tilde_two_sided']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}] (non-member)"
+        in page
+    )
+    assert page.count('class="meaning"') == 1
     assert page.count("data:image/png;base64,") == 2
     assert _embedded_json(page) == sweep
     assert math.isclose(sweep["points"][0]["max_eps_tilde"], 0.25)

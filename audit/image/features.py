@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
+from audit.calibration import CALIBRATION_NAMES
 from audit.components import ClassifierData
 
 
@@ -54,9 +55,10 @@ def loss_matrix_names(data: ClassifierData) -> list[str]:
         data.features[:1], None if data.records.y is None else data.records.y[:1]
     ).shape[1]
     own = list(CONFIDENCE_NAMES[:width]) if width > 2 else ["loss", "log_loss"]
+    calibration = list(CALIBRATION_NAMES) if data.calibration is not None else []
     if data.reference is None:
-        return own
-    return own + [f"ref_{n}" for n in own] + [f"diff_{n}" for n in own]
+        return own + calibration
+    return own + [f"ref_{n}" for n in own] + [f"diff_{n}" for n in own] + calibration
 
 
 def pooled_pixels(x: np.ndarray, side: int) -> np.ndarray:
@@ -82,17 +84,18 @@ def one_hot(y: np.ndarray | None, num_classes: int) -> np.ndarray:
 
 
 def loss_matrix(data: ClassifierData) -> np.ndarray:
-    """Confidence statistics of f (or h) and, with a reference, of h and their differences.
+    """Confidence statistics of f (or h) and, with a reference, of h and their differences,
+    then the reference models' calibrated statistics when present.
 
     The differences are the difficulty calibration: a record that f fits much better than the
     reference h (which never saw it) is more likely a member than one both fit well.
     """
     y = data.records.y
     own = confidence_features(data.features, y)
-    if data.reference is None:
-        return own
-    ref = confidence_features(data.reference, y)
-    return np.column_stack([own, ref, own - ref])
+    if data.reference is not None:
+        ref = confidence_features(data.reference, y)
+        own = np.column_stack([own, ref, own - ref])
+    return data.with_calibration(own)
 
 
 def design_matrix(

@@ -86,6 +86,13 @@ class FilteredGenerator:
     def acceptance_rate(self) -> float:
         return 1.0 - self.dropped / self.drawn if self.drawn else float("nan")
 
+    @property
+    def remaining(self) -> int | None:
+        return None
+
+    def sampling_quality(self) -> dict[str, float]:
+        return {"filter_acceptance_rate": self.acceptance_rate}
+
     def sample(self, n: int, *, seed: int) -> Records:
         """``n`` samples that pass the filter (rejection sampling, deterministic in seed)."""
         kept_x, kept_y, have, drawn, round_ = [], [], 0, 0, 0

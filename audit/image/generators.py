@@ -113,6 +113,13 @@ class _ConditionalImageGenerator:
     def _hot(self, y: torch.Tensor) -> torch.Tensor:
         return F.one_hot(y, self.num_classes).float()
 
+    @property
+    def remaining(self) -> int | None:
+        return None
+
+    def sampling_quality(self) -> dict[str, float]:
+        return {}
+
     @torch.no_grad()
     def sample(self, n: int, *, seed: int) -> Records:
         if self.decoder is None or self.label_p is None:

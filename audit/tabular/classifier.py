@@ -28,7 +28,8 @@ from audit.gbm_selection import ValidatedBoosting
 
 
 def design_matrix(data: ClassifierData, *, use_reference: bool) -> np.ndarray:
-    """``[x, y, features]`` (+ ``[reference, loss - reference loss]`` when used)."""
+    """``[x, y, features]`` (+ ``[reference, loss - reference loss]`` when used), then the
+    calibrated statistics when present."""
     n = len(data.records)
     x = np.asarray(data.records.x, dtype=np.float32).reshape(n, -1)
     feats = np.asarray(data.features, dtype=np.float32).reshape(n, -1)
@@ -39,7 +40,7 @@ def design_matrix(data: ClassifierData, *, use_reference: bool) -> np.ndarray:
     if use_reference and data.reference is not None:
         ref = np.asarray(data.reference, dtype=np.float32).reshape(n, -1)
         parts += [ref, (feats[:, 0] - ref[:, 0])[:, None]]
-    return np.hstack(parts)
+    return data.with_calibration(np.hstack(parts))
 
 
 class GradientBoostingMembership(ValidatedBoosting):

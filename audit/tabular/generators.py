@@ -115,6 +115,13 @@ class MSTGenerator:
         """Share of drawn rows the filter kept so far (1.0 without a filter)."""
         return self.kept / self.drawn if self.drawn else 1.0
 
+    @property
+    def remaining(self) -> int | None:
+        return None
+
+    def sampling_quality(self) -> dict[str, float]:
+        return {"filter_acceptance_rate": self.acceptance_rate}
+
     def _draw(self, n: int, rng: np.random.Generator) -> Records:
         if self.tree is None:
             raise RuntimeError("fit() the generator before sampling")

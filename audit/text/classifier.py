@@ -39,7 +39,7 @@ def design_matrix(data: ClassifierData, ratios: np.ndarray, *, use_reference: bo
     parts = [loss_stats(data.features), ratios, repetition_stats(data.records.x)]
     if use_reference and data.reference is not None:
         parts += [loss_stats(data.reference), calibrated_stats(data.features, data.reference)]
-    return np.hstack(parts).astype(np.float32)
+    return data.with_calibration(np.hstack(parts).astype(np.float32))
 
 
 class TextGradientBoosting(ValidatedBoosting):

@@ -273,6 +273,13 @@ class Gpt2Generator:
         self.model = model.to(self.device).eval()
         return {k: float(v) for k, v in quality.items() if not math.isnan(float(v))}
 
+    @property
+    def remaining(self) -> int | None:
+        return None
+
+    def sampling_quality(self) -> dict[str, float]:
+        return {}
+
     def sample(self, n: int, *, seed: int) -> Records:
         if self.model is None:
             raise RuntimeError("Gpt2Generator.sample called before fit")

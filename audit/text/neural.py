@@ -26,14 +26,15 @@ from audit.components import ClassifierData, SelectionScore
 
 
 def loss_inputs(data: ClassifierData, *, use_reference: bool) -> np.ndarray:
-    """Per-token losses (and reference losses and their difference), then sorted copies."""
+    """Per-token losses (and reference losses and their difference), then sorted copies, the
+    mean loss and the calibrated statistics when present."""
     f = np.asarray(data.features, dtype=np.float32)
     seqs = [f[:, 1:] if f.shape[1] > 1 else f]
     if use_reference and data.reference is not None:
         r = np.asarray(data.reference, dtype=np.float32)
         r = r[:, 1:] if r.shape[1] > 1 else r
         seqs += [r, seqs[0] - r]
-    return np.hstack(seqs + [np.sort(s, axis=1) for s in seqs] + [f[:, :1]])
+    return data.with_calibration(np.hstack(seqs + [np.sort(s, axis=1) for s in seqs] + [f[:, :1]]))
 
 
 class _Net(nn.Module):

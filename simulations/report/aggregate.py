@@ -1,27 +1,43 @@
 """Turn parsed run inputs into the typed :class:`~.schema.RunReport`.
 
-Numbers are copied from the AuditResults (eps_tilde included: it is never recomputed here);
-the only derived numbers are the headroom (ceiling - c_lb), the mean AUCs over repeats and
-the consortium's max / median.
+Numbers are copied from the AuditResults (eps_tilde, one- and two-sided, included: they are
+never recomputed here); the only derived numbers are the headrooms (ceiling - c_lb), the mean
+AUCs over repeats and the consortium's max / median.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 
-from audit.result import EPS_TILDE_MEANING, AuditResult, Interval
+from audit.result import (
+    EPS_TILDE_MEANING,
+    TWO_SIDED_MEANING,
+    AuditFlags,
+    AuditResult,
+    Interval,
+    RepeatResult,
+    RocSummary,
+    SideResult,
+    TwoSidedResult,
+)
 
 from .inputs import RunInputs, SiteAuditInput
 from .schema import (
     REPORT_SCHEMA_VERSION,
+    SIDES,
+    TPR_FPR_KEYS,
     ConsortiumSummary,
+    FlaggedSites,
     FlagsReport,
     IntervalReport,
     RepeatReport,
     RoundReport,
     RunReport,
+    SideReport,
     SiteReport,
+    TwoSidedReport,
 )
 
 
@@ -77,6 +93,7 @@ def site_report(audit: SiteAuditInput, *, rounds: list[RoundReport]) -> SiteRepo
         )
     ceiling = _finite(result.ceiling)
     c_lb = _finite(result.c_lb.mean)
+    two = result.two_sided
     return SiteReport(
         site_id=audit.site_id,
         status="ok",
@@ -94,13 +111,8 @@ def site_report(audit: SiteAuditInput, *, rounds: list[RoundReport]) -> SiteRepo
         eps_tilde=_finite(result.eps_tilde.mean),
         eps_tilde_interval=_interval(result.eps_tilde),
         ceiling=ceiling,
-        headroom=None if ceiling is None or c_lb is None else ceiling - c_lb,
-        flags=FlagsReport(
-            saturated=bool(result.flags.saturated),
-            c_lb_not_tight=bool(result.flags.c_lb_not_tight),
-            rm_rn_capped=bool(result.flags.rm_rn_capped),
-            reasons=[str(r) for r in result.flags.reasons],
-        ),
+        headroom=_headroom(ceiling, c_lb),
+        flags=_flags(result.flags),
         rm_rn_eps_lb=_mean(result.rm_rn_eps_lb),
         rm_rn_eps_lb_interval=_interval(result.rm_rn_eps_lb),
         o1_eps_lb=_mean(result.o1_eps_lb),
@@ -110,6 +122,17 @@ def site_report(audit: SiteAuditInput, *, rounds: list[RoundReport]) -> SiteRepo
         baseline_auc=_mean_of([r.baseline_auc for r in result.repeats]),
         mia_auc=_mean_of([r.mia_auc for r in result.repeats]),
         elapsed_s=audit.elapsed_s,
+        eps_tilde_two_sided=None if two is None else _mean(two.eps_tilde),
+        eps_tilde_two_sided_interval=None if two is None else _interval(two.eps_tilde),
+        two_sided_side=None if two is None else two.side,  # type: ignore[arg-type]
+        two_sided=_two_sided(two),
+        rm_rn_eps_lb_two_sided=None if two is None else _mean(two.rm_rn_eps_lb),
+        rm_rn_eps_lb_two_sided_interval=None if two is None else _interval(two.rm_rn_eps_lb),
+        rm_rn_auc=_auc(result.roc.get("rm_rn")),
+        baseline_tpr_at_fpr=_tpr_at_fpr(result.roc.get("baseline")),
+        mia_tpr_at_fpr=_tpr_at_fpr(result.roc.get("mia")),
+        rm_rn_tpr_at_fpr=_tpr_at_fpr(result.roc.get("rm_rn")),
+        levels={str(k): float(v) for k, v in result.levels.items() if _finite(v) is not None},
         sizes={str(k): int(v) for k, v in result.sizes.items() if _is_number(v)},
         quality={str(k): float(v) for k, v in result.quality.items() if _is_number(v)},
         repeats=_repeats(result),
@@ -117,13 +140,12 @@ def site_report(audit: SiteAuditInput, *, rounds: list[RoundReport]) -> SiteRepo
 
 
 def consortium_summary(sites: list[SiteReport], rounds: list[RoundReport]) -> ConsortiumSummary:
-    """Max / median eps_tilde over ok sites, the leakiest site and the site counts."""
+    """Max / median eps_tilde over ok sites, the leakiest site, flagged sites and counts."""
     ok = [s for s in sites if s.status == "ok"]
-    scored = [s for s in ok if s.eps_tilde is not None]
-    leakiest = None
-    if scored:
-        # Ties go to the smallest site id, so the choice is deterministic.
-        leakiest = min(scored, key=lambda s: (-s.eps_tilde, s.site_id))  # type: ignore[operator]
+    scored = [s.eps_tilde for s in ok if s.eps_tilde is not None]
+    leakiest = _leakiest(ok, lambda s: s.eps_tilde)
+    leakiest_two = _leakiest(ok, lambda s: s.eps_tilde_two_sided)
+    one_sided = _flagged(ok, lambda s: s.flags)
     dp = [s.dp_epsilon for s in sites if s.dp_epsilon is not None]
     last = rounds[-1] if rounds else None
     return ConsortiumSummary(
@@ -132,13 +154,18 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundReport]) -> Co
         n_failed=sum(s.status == "failed" for s in sites),
         n_missing=sum(s.status == "missing" for s in sites),
         max_eps_tilde=None if leakiest is None else leakiest.eps_tilde,
-        median_eps_tilde=(
-            float(statistics.median([s.eps_tilde for s in scored])) if scored else None  # type: ignore[misc]
-        ),
+        median_eps_tilde=float(statistics.median(scored)) if scored else None,
         leakiest_site_id=None if leakiest is None else leakiest.site_id,
-        saturated_sites=[s.site_id for s in ok if s.flags and s.flags.saturated],
-        not_tight_sites=[s.site_id for s in ok if s.flags and s.flags.c_lb_not_tight],
-        rm_rn_capped_sites=[s.site_id for s in ok if s.flags and s.flags.rm_rn_capped],
+        max_eps_tilde_two_sided=None if leakiest_two is None else leakiest_two.eps_tilde_two_sided,
+        leakiest_site_id_two_sided=None if leakiest_two is None else leakiest_two.site_id,
+        saturated_sites=one_sided.saturated_sites,
+        not_tight_sites=one_sided.not_tight_sites,
+        rm_rn_capped_sites=one_sided.rm_rn_capped_sites,
+        two_sided_flagged_sites=(
+            {side: _flagged(ok, _side_flags(side)) for side in SIDES}
+            if any(s.two_sided is not None for s in ok)
+            else {}
+        ),
         failed_sites=[s.site_id for s in sites if s.status == "failed"],
         missing_sites=[s.site_id for s in sites if s.status == "missing"],
         max_dp_epsilon=max(dp) if dp else None,
@@ -146,7 +173,35 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundReport]) -> Co
         final_global_loss=None if last is None else last.global_loss,
         final_global_accuracy=None if last is None else last.global_accuracy,
         meaning=EPS_TILDE_MEANING,
+        two_sided_meaning=TWO_SIDED_MEANING,
     )
+
+
+def _leakiest(
+    sites: list[SiteReport], value: Callable[[SiteReport], float | None]
+) -> SiteReport | None:
+    """The site with the largest value; ties go to the smallest id, so the choice is fixed."""
+    scored = [s for s in sites if value(s) is not None]
+    return min(scored, key=lambda s: (-value(s), s.site_id)) if scored else None  # type: ignore[operator]
+
+
+def _flagged(
+    sites: list[SiteReport], flags_of: Callable[[SiteReport], FlagsReport | None]
+) -> FlaggedSites:
+    """Ids of the sites whose flags (as ``flags_of`` picks them) are raised."""
+    flags = [(s.site_id, flags_of(s)) for s in sites]
+    return FlaggedSites(
+        saturated_sites=[sid for sid, f in flags if f and f.saturated],
+        not_tight_sites=[sid for sid, f in flags if f and f.c_lb_not_tight],
+        rm_rn_capped_sites=[sid for sid, f in flags if f and f.rm_rn_capped],
+    )
+
+
+def _side_flags(side: str) -> Callable[[SiteReport], FlagsReport | None]:
+    def flags_of(site: SiteReport) -> FlagsReport | None:
+        return None if site.two_sided is None else getattr(site.two_sided, side).flags
+
+    return flags_of
 
 
 def last_round_dp_epsilon(site_id: int, rounds: list[RoundReport]) -> float | None:
@@ -169,22 +224,84 @@ def _dp_epsilon(
 
 
 def _repeats(result: AuditResult) -> list[RepeatReport]:
-    # Curves and per-record scores stay in audits/: the report keeps the scalars only.
-    return [
-        RepeatReport(
-            seed=int(r.seed),
-            m=int(r.m),
-            c_lb=_finite(r.c_lb),
-            c_eps_lb=_finite(r.c_eps_lb),
-            eps_tilde=_finite(r.eps_tilde),
-            ceiling=_finite(r.ceiling),
-            baseline_auc=_finite(r.baseline_auc),
-            mia_auc=_finite(r.mia_auc),
-            rm_rn_eps_lb=_finite(r.rm_rn_eps_lb),
-            o1_eps_lb=_finite(r.o1_eps_lb),
-        )
-        for r in result.repeats
-    ]
+    # Curves, ROCs and per-record scores stay in audits/: the report keeps the scalars only.
+    return [_repeat(r) for r in result.repeats]
+
+
+def _repeat(r: RepeatResult) -> RepeatReport:
+    two = r.two_sided
+    return RepeatReport(
+        seed=int(r.seed),
+        m=int(r.m),
+        c_lb=_finite(r.c_lb),
+        c_eps_lb=_finite(r.c_eps_lb),
+        eps_tilde=_finite(r.eps_tilde),
+        ceiling=_finite(r.ceiling),
+        baseline_auc=_finite(r.baseline_auc),
+        mia_auc=_finite(r.mia_auc),
+        rm_rn_eps_lb=_finite(r.rm_rn_eps_lb),
+        o1_eps_lb=_finite(r.o1_eps_lb),
+        eps_tilde_two_sided=None if two is None else _finite(two.eps_tilde),
+        member_c_lb=None if two is None else _finite(two.member.c_lb),
+        member_c_eps_lb=None if two is None else _finite(two.member.c_eps_lb),
+        nonmember_c_lb=None if two is None else _finite(two.nonmember.c_lb),
+        nonmember_c_eps_lb=None if two is None else _finite(two.nonmember.c_eps_lb),
+        rm_rn_eps_lb_two_sided=None if two is None else _finite(two.rm_rn_eps_lb),
+    )
+
+
+def _two_sided(two: TwoSidedResult | None) -> TwoSidedReport | None:
+    if two is None:
+        return None
+    return TwoSidedReport(
+        beta=_finite(two.beta),
+        member=_side(two.member),
+        nonmember=_side(two.nonmember),
+    )
+
+
+def _side(side: SideResult) -> SideReport:
+    """One side's block; the same shape for the member and the non-member side."""
+    ceiling = _finite(side.ceiling)
+    c_lb = _mean(side.c_lb)
+    return SideReport(
+        c_lb=c_lb,
+        c_lb_interval=_interval(side.c_lb),
+        c_eps_lb=_mean(side.c_eps_lb),
+        c_eps_lb_interval=_interval(side.c_eps_lb),
+        eps_tilde=_mean(side.eps_tilde),
+        eps_tilde_interval=_interval(side.eps_tilde),
+        ceiling=ceiling,
+        headroom=_headroom(ceiling, c_lb),
+        flags=_flags(side.flags),
+        rm_rn_eps_lb=_mean(side.rm_rn_eps_lb),
+        rm_rn_eps_lb_interval=_interval(side.rm_rn_eps_lb),
+        rm_rn_ceiling=_finite(side.rm_rn_ceiling),
+    )
+
+
+def _flags(flags: AuditFlags) -> FlagsReport:
+    return FlagsReport(
+        saturated=bool(flags.saturated),
+        c_lb_not_tight=bool(flags.c_lb_not_tight),
+        rm_rn_capped=bool(flags.rm_rn_capped),
+        reasons=[str(r) for r in flags.reasons],
+    )
+
+
+def _headroom(ceiling: float | None, c_lb: float | None) -> float | None:
+    return None if ceiling is None or c_lb is None else ceiling - c_lb
+
+
+def _auc(roc: RocSummary | None) -> float | None:
+    return None if roc is None else _finite(roc.auc)
+
+
+def _tpr_at_fpr(roc: RocSummary | None) -> dict[str, float | None] | None:
+    # Fixed keys, so every site (and the CSV) names the same FPR levels.
+    if roc is None:
+        return None
+    return {key: _finite(roc.tpr_at_fpr.get(key)) for key in TPR_FPR_KEYS}
 
 
 def _interval(iv: Interval | None) -> IntervalReport | None:

@@ -17,6 +17,7 @@ CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px;
        color: #222; padding: 0 1em; }
 table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
+.wide { overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.55em; text-align: right; }
 th { background: #f0f0f0; }
 td.text { text-align: left; }

@@ -8,8 +8,23 @@ from audit.result import AuditResult
 
 from . import plots
 from .html_page import badge, esc, figure, meaning_block, page, td, th_row
-from .schema import RunReport, SiteReport, to_jsonable
-from .text import MISSING, fmt, fmt_interval, fmt_loss_gap
+from .schema import SIDES, RunReport, SiteReport, to_jsonable
+from .text import (
+    MISSING,
+    SIDE_LABELS,
+    consortium_lines,
+    flag_labels,
+    fmt,
+    fmt_interval,
+    fmt_loss_gap,
+    fmt_side_c_lb,
+    fmt_two_sided,
+    fmt_with_interval,
+    levels_lines,
+    scoped_reasons,
+    scorer_cells,
+    scorer_headers,
+)
 
 _HEADERS = (
     "site",
@@ -21,12 +36,18 @@ _HEADERS = (
     "{c+eps}_lb",
     "eps_tilde",
     "eps_tilde 95% CI",
+    "eps_tilde two-sided [95% CI] (side)",
+    *(f"{SIDE_LABELS[side]} side c_lb / ceiling" for side in SIDES),
     "RM;RN",
+    "RM;RN two-sided",
     "O(1)",
+    *scorer_headers(),
     "f loss members / holdout",
     "DP eps",
     "generator",
 )
+
+_BADGE_KIND = {"saturated": "saturated", "c_lb not tight": "not-tight", "RM;RN capped": "saturated"}
 
 
 def _row_class(site: SiteReport) -> str:
@@ -39,18 +60,25 @@ def _row_class(site: SiteReport) -> str:
     return "ok"
 
 
+def _badges(labels: list[str], prefix: str = "") -> str:
+    return "".join(badge(prefix + label, _BADGE_KIND[label]) for label in labels)
+
+
+def _two_sided_cell(site: SiteReport) -> str:
+    """The two-sided eps_tilde with a badge per raised flag of each side."""
+    two = site.two_sided
+    side_badges = "".join(
+        _badges(flag_labels(getattr(two, side).flags), prefix=f"{SIDE_LABELS[side]}: ")
+        for side in (SIDES if two is not None else ())
+    )
+    return td(esc(fmt_two_sided(site)) + side_badges, title=site.eps_tilde_two_sided, raw=True)
+
+
 def _site_row(site: SiteReport) -> str:
-    badges = ""
-    if site.flags:
-        if site.flags.saturated:
-            badges += badge("saturated", "saturated")
-        if site.flags.c_lb_not_tight:
-            badges += badge("c_lb not tight", "not-tight")
-        if site.flags.rm_rn_capped:
-            badges += badge("RM;RN capped", "saturated")
+    badges = _badges(flag_labels(site.flags))
     if site.status != "ok":
         badges += badge(site.status, site.status)
-    reasons = "; ".join(site.flags.reasons) if site.flags else ""
+    reasons = "; ".join(f"{scope}: {r}" for scope, r in scoped_reasons(site))
     cells = [
         td(str(site.site_id)),
         td(site.status, cls="text"),
@@ -61,8 +89,18 @@ def _site_row(site: SiteReport) -> str:
         td(fmt(site.c_eps_lb), title=site.c_eps_lb),
         td(esc(fmt(site.eps_tilde)) + badges, title=site.eps_tilde, raw=True),
         td(fmt_interval(site.eps_tilde_interval)),
-        td(_with_iv(site.rm_rn_eps_lb, site.rm_rn_eps_lb_interval), title=site.rm_rn_eps_lb),
-        td(_with_iv(site.o1_eps_lb, site.o1_eps_lb_interval), title=site.o1_eps_lb),
+        _two_sided_cell(site),
+        *(td(fmt_side_c_lb(site, side)) for side in SIDES),
+        td(
+            fmt_with_interval(site.rm_rn_eps_lb, site.rm_rn_eps_lb_interval),
+            title=site.rm_rn_eps_lb,
+        ),
+        td(
+            fmt_with_interval(site.rm_rn_eps_lb_two_sided, site.rm_rn_eps_lb_two_sided_interval),
+            title=site.rm_rn_eps_lb_two_sided,
+        ),
+        td(fmt_with_interval(site.o1_eps_lb, site.o1_eps_lb_interval), title=site.o1_eps_lb),
+        *(td(text) for text in scorer_cells(site)),
         td(fmt_loss_gap(site)),
         td(
             fmt(site.dp_epsilon, 2) if site.dp_epsilon is not None else "off", title=site.dp_epsilon
@@ -73,17 +111,12 @@ def _site_row(site: SiteReport) -> str:
     return f'<tr class="{esc(_row_class(site))}"{title}>' + "".join(cells) + "</tr>"
 
 
-def _with_iv(value: float | None, iv: object) -> str:
-    bounds = fmt_interval(iv)  # type: ignore[arg-type]
-    return fmt(value) + (f" {bounds}" if value is not None and bounds else "")
-
-
 def _problems(report: RunReport) -> list[str]:
     parts: list[str] = []
-    flagged = [(s.site_id, r) for s in report.sites if s.flags for r in s.flags.reasons]
+    flagged = [(s.site_id, *sr) for s in report.sites for sr in scoped_reasons(s)]
     if flagged:
         parts.append("<h3>Flag reasons</h3><ul>")
-        parts += [f"<li>site {esc(sid)}: {esc(r)}</li>" for sid, r in flagged]
+        parts += [f"<li>site {esc(sid)} ({esc(scope)}): {esc(r)}</li>" for sid, scope, r in flagged]
         parts.append("</ul>")
     bad = [s for s in report.sites if s.status != "ok"]
     if bad:
@@ -98,25 +131,24 @@ def _problems(report: RunReport) -> list[str]:
     return parts
 
 
-def _consortium(report: RunReport) -> str:
-    c = report.consortium
-    items = [
-        f"sites: {c.n_sites} ({c.n_ok} ok, {c.n_failed} failed, {c.n_missing} missing)",
-        f"max eps_tilde over ok sites: {fmt(c.max_eps_tilde)} (leakiest site: "
-        f"{MISSING if c.leakiest_site_id is None else c.leakiest_site_id})",
-        f"median eps_tilde over ok sites: {fmt(c.median_eps_tilde)}",
-        "saturated sites: "
-        + (", ".join(map(str, c.saturated_sites)) or "none")
-        + "; c_lb not tight: "
-        + (", ".join(map(str, c.not_tight_sites)) or "none")
-        + "; RM;RN capped: "
-        + (", ".join(map(str, c.rm_rn_capped_sites)) or "none"),
-        "largest DP eps (accountant): "
-        + (fmt(c.max_dp_epsilon, 2) if c.max_dp_epsilon is not None else "DP off"),
-        f"rounds: {c.rounds_completed}; final global accuracy {fmt(c.final_global_accuracy)}, "
-        f"loss {fmt(c.final_global_loss)}",
-    ]
+def _list(items: list[str]) -> str:
     return "<ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
+
+
+def _roc_figures(report: RunReport, results: dict[int, AuditResult]) -> list[str]:
+    """One log-log ROC figure per ok site whose audit has ROC summaries."""
+    drawn = [s for s in report.sites if s.site_id in results and results[s.site_id].roc]
+    if not drawn:
+        return [figure(None, "", alt="log-scale ROC (the audits carry no ROC summaries)")]
+    return [
+        figure(
+            plots.roc_plot(s.site_id, results[s.site_id].roc, len(results[s.site_id].repeats)),
+            f"site {s.site_id}: "
+            + "; ".join(f"{h} = {c}" for h, c in zip(scorer_headers(), scorer_cells(s))),
+            alt=f"log-scale ROC, site {s.site_id}",
+        )
+        for s in drawn
+    ]
 
 
 def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
@@ -131,6 +163,7 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
     """
     run_name = report.run.get("name") if isinstance(report.run, dict) else None
     title = f"PANORAMIA consortium audit report{f' - {run_name}' if run_name else ''}"
+    levels = levels_lines(report.sites)
     body = [
         f"<h1>{esc(title)}</h1>",
         f"<p>Report schema version {esc(report.schema_version)}. Numbers are rounded for "
@@ -138,24 +171,34 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         "(id report-data), report.json or report.csv.</p>",
         meaning_block(),
         "<h2>Consortium summary</h2>",
-        _consortium(report),
+        _list(consortium_lines(report.consortium)),
         "<h2>Per-site audit</h2>",
-        "<table>",
+        '<div class="wide"><table>',
         th_row(_HEADERS),
         *[_site_row(s) for s in report.sites],
-        "</table>",
+        "</table></div>",
         "<p>Row colours: yellow = saturated (eps_tilde reads headroom, not leakage); red = "
-        "c_lb not tight (eps_tilde overstates); grey = failed or missing audit.</p>",
+        "c_lb not tight (eps_tilde overstates); grey = failed or missing audit. Row colours "
+        "and the badges beside eps_tilde are the one-sided game's; the badges beside the "
+        "two-sided eps_tilde are its sides' (hover a row for the reasons).</p>",
+        _list(levels) if levels else "",
         *_problems(report),
         "<h2>eps_tilde per site</h2>",
         figure(
             plots.site_eps_plot(report.sites),
-            "eps_tilde with its 95% t-interval over repeats; RM;RN and O(1) lower bounds beside "
-            "it where the run had real non-members; grey bar: headroom ceiling - c_lb, the "
-            "largest eps_tilde this audit set can show. eps_tilde is a lower bound on eps "
-            "only where c_lb is tight.",
+            "eps_tilde (one-sided) and eps_tilde two-sided with their 95% t-intervals over "
+            "repeats; RM;RN and O(1) lower bounds beside them where the run had real "
+            "non-members; grey bar: one-sided headroom ceiling - c_lb, the largest one-sided "
+            "eps_tilde this audit set can show. eps_tilde is a lower bound on eps only where "
+            "c_lb is tight.",
             alt="eps_tilde per site",
         ),
+        "<h2>Low-FPR ROC per site (log-log)</h2>",
+        "<p>True-positive rate against false-positive rate on log axes, mean over repeats: "
+        "b (blue) and the MIA (red) in the privacy game (members against generated records), "
+        "RM;RN (green) against real held-out non-members; dotted: chance (TPR = FPR). A curve "
+        "far above the diagonal at the left exposes a few records with high confidence.</p>",
+        *_roc_figures(report, results),
         "<h2>Precision-recall: baseline b vs MIA</h2>",
         figure(
             plots.precision_recall_plot(report.sites, results),
@@ -177,8 +220,6 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
             "accountant epsilon per round (when DP is on).",
             alt="training curves",
         ),
-        "<h2>Reading these numbers</h2>",
-        meaning_block(),
     ]
     return page(title, body, data=to_jsonable(report))
 

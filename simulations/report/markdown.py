@@ -5,8 +5,23 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from .schema import RunReport, SiteReport
-from .text import MEANING_POINTS, MISSING, flag_labels, fmt, fmt_loss_gap, fmt_with_interval
+from .schema import SIDES, RunReport, SiteReport
+from .text import (
+    MEANING_POINTS,
+    MISSING,
+    SIDE_LABELS,
+    consortium_lines,
+    fmt,
+    fmt_loss_gap,
+    fmt_side_c_lb,
+    fmt_two_sided,
+    fmt_with_interval,
+    levels_lines,
+    scoped_flag_labels,
+    scoped_reasons,
+    scorer_cells,
+    scorer_headers,
+)
 
 _HEADER = (
     "site",
@@ -15,8 +30,12 @@ _HEADER = (
     "ceiling",
     "{c+eps}_lb",
     "eps_tilde [95% CI]",
+    "eps_tilde two-sided [95% CI] (side)",
+    *(f"{SIDE_LABELS[side]} side c_lb / ceiling" for side in SIDES),
     "RM;RN",
+    "RM;RN two-sided",
     "O(1)",
+    *scorer_headers(),
     "f loss members / holdout",
     "DP eps",
     "flags",
@@ -29,8 +48,16 @@ def _cell(text: str) -> str:
     return html.escape(" ".join(text.split()), quote=False).replace("|", "\\|")
 
 
+def _flags_cell(site: SiteReport) -> str:
+    scoped = scoped_flag_labels(site)
+    if not scoped:
+        return MISSING
+    return "; ".join(
+        f"{scope}: " + ", ".join(f"**{label}**" for label in labels) for scope, labels in scoped
+    )
+
+
 def _site_row(site: SiteReport) -> list[str]:
-    flags = flag_labels(site.flags)
     return [
         str(site.site_id),
         fmt(site.n_members),
@@ -38,11 +65,15 @@ def _site_row(site: SiteReport) -> list[str]:
         fmt(site.ceiling),
         fmt_with_interval(site.c_eps_lb, site.c_eps_lb_interval),
         fmt_with_interval(site.eps_tilde, site.eps_tilde_interval),
+        fmt_two_sided(site),
+        *(fmt_side_c_lb(site, side) for side in SIDES),
         fmt_with_interval(site.rm_rn_eps_lb, site.rm_rn_eps_lb_interval),
+        fmt_with_interval(site.rm_rn_eps_lb_two_sided, site.rm_rn_eps_lb_two_sided_interval),
         fmt_with_interval(site.o1_eps_lb, site.o1_eps_lb_interval),
+        *scorer_cells(site),
         fmt_loss_gap(site),
         fmt(site.dp_epsilon, 2) if site.dp_epsilon is not None else "off",
-        ", ".join(f"**{f}**" for f in flags) if flags else MISSING,
+        _flags_cell(site),
         site.status,
     ]
 
@@ -62,7 +93,7 @@ def render_markdown(report: RunReport) -> str:
         "",
         "## Per-site audit",
         "",
-        "| " + " | ".join(_HEADER) + " |",
+        "| " + " | ".join(_cell(h) for h in _HEADER) + " |",
         "|" + "|".join("---" for _ in _HEADER) + "|",
     ]
     lines += ["| " + " | ".join(_cell(x) for x in _site_row(s)) + " |" for s in report.sites]
@@ -70,12 +101,16 @@ def render_markdown(report: RunReport) -> str:
     lines.append(
         "eps_tilde is a lower bound on epsilon only where c_lb is tight; sites flagged "
         "**saturated** read headroom (ceiling - c_lb), not leakage; sites flagged "
-        "**c_lb not tight** overstate it."
+        "**c_lb not tight** overstate it. Flags are per game: the one-sided game and each "
+        "side of the two-sided one."
     )
-    reasons = [(s.site_id, r) for s in report.sites if s.flags for r in s.flags.reasons]
+    levels = levels_lines(report.sites)
+    if levels:
+        lines += ["", *[f"- {_cell(x)}" for x in levels]]
+    reasons = [(s.site_id, *sr) for s in report.sites for sr in scoped_reasons(s)]
     if reasons:
         lines += ["", "Flag reasons:", ""]
-        lines += [f"- site {sid}: {_cell(r)}" for sid, r in reasons]
+        lines += [f"- site {sid} ({scope}): {_cell(r)}" for sid, scope, r in reasons]
     problems = [s for s in report.sites if s.status != "ok"]
     if problems:
         lines += ["", "### Sites without an audit", ""]
@@ -86,25 +121,12 @@ def render_markdown(report: RunReport) -> str:
         "",
         "## Consortium summary",
         "",
-        f"- sites: {c.n_sites} ({c.n_ok} ok, {c.n_failed} failed, {c.n_missing} missing)",
-        f"- max eps_tilde over ok sites: {fmt(c.max_eps_tilde)} "
-        f"(leakiest site: {MISSING if c.leakiest_site_id is None else c.leakiest_site_id})",
-        f"- median eps_tilde over ok sites: {fmt(c.median_eps_tilde)}",
-        f"- saturated sites: {_ids(c.saturated_sites)}; c_lb not tight: {_ids(c.not_tight_sites)}; "
-        f"RM;RN capped: {_ids(c.rm_rn_capped_sites)}",
-        f"- largest DP eps (accountant): "
-        f"{fmt(c.max_dp_epsilon, 2) if c.max_dp_epsilon is not None else 'DP off'}",
-        f"- rounds: {c.rounds_completed}; final global accuracy {fmt(c.final_global_accuracy)}, "
-        f"loss {fmt(c.final_global_loss)}",
+        *[f"- {_cell(x)}" for x in consortium_lines(c)],
         "",
         f"> {_cell(c.meaning)}",
         "",
     ]
     return "\n".join(lines)
-
-
-def _ids(ids: list[int]) -> str:
-    return ", ".join(str(i) for i in ids) if ids else "none"
 
 
 def write_markdown(report: RunReport, path: Path) -> Path:

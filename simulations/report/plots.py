@@ -10,9 +10,9 @@ import io
 import math
 from typing import TYPE_CHECKING, Any
 
-from audit.result import AuditResult, Curve
+from audit.result import AuditResult, Curve, RocSummary
 
-from .schema import RoundReport, SiteReport, SweepPointReport
+from .schema import SCORERS, RoundReport, SiteReport, SweepPointReport, SweepSiteRow
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -20,8 +20,26 @@ if TYPE_CHECKING:
 _DPI = 90
 _BASELINE = "tab:blue"
 _MIA = "tab:red"
+_TWO_SIDED = "maroon"
 _RMRN = "tab:green"
 _O1 = "tab:purple"
+
+_EPS_SERIES: tuple[tuple[str, str, str, str], ...] = (
+    ("eps_tilde", _MIA, "o", "eps_tilde one-sided (95% CI)"),
+    ("eps_tilde_two_sided", _TWO_SIDED, "D", "eps_tilde two-sided (95% CI)"),
+    ("rm_rn_eps_lb", _RMRN, "s", "RM;RN eps lower bound"),
+    ("o1_eps_lb", _O1, "^", "O(1) eps lower bound"),
+)
+"""(field, colour, marker, legend) of each epsilon drawn per site; the field names are
+shared by :class:`SiteReport` and :class:`SweepSiteRow`, with ``<field>_interval``."""
+
+_SCORER_STYLE: dict[str, tuple[str, str]] = {
+    "baseline": (_BASELINE, "baseline b"),
+    "mia": (_MIA, "MIA"),
+    "rm_rn": (_RMRN, "RM;RN (real non-members)"),
+}
+
+_FPR_MIN = 1e-3
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -50,40 +68,37 @@ def _grid(n: int, *, ncols: int = 4) -> tuple[int, int]:
 
 
 def site_eps_plot(sites: list[SiteReport]) -> str | None:
-    """eps_tilde per site with its interval, RM;RN and O(1) beside it, headroom as a bar."""
+    """eps_tilde (one- and two-sided) per site with intervals, RM;RN and O(1), headroom bar."""
     if not sites:
         return None
-    fig = _new_figure(max(6.0, 0.9 * len(sites) + 2.5), 4.0)
+    fig = _new_figure(max(6.0, 1.0 * len(sites) + 2.5), 4.0)
     ax = fig.add_subplot()
     xs = list(range(len(sites)))
+    width = 0.18
     for x, site in zip(xs, sites):
         if site.status != "ok":
             ax.text(x, 0.0, site.status, rotation=90, ha="center", va="bottom", color="grey")
             continue
         if site.headroom is not None:
-            ax.bar(x, site.headroom, width=0.7, color="0.9", edgecolor="0.6", zorder=0)
-        _errpoint(ax, x - 0.2, site.eps_tilde, site.eps_tilde_interval, _MIA, "o")
-        _errpoint(ax, x, site.rm_rn_eps_lb, site.rm_rn_eps_lb_interval, _RMRN, "s")
-        _errpoint(ax, x + 0.2, site.o1_eps_lb, site.o1_eps_lb_interval, _O1, "^")
+            ax.bar(x, site.headroom, width=0.8, color="0.9", edgecolor="0.6", zorder=0)
+        offsets = [width * (j - (len(_EPS_SERIES) - 1) / 2) for j in range(len(_EPS_SERIES))]
+        _eps_points(ax, site, [x + dx for dx in offsets])
         if site.flags and (site.flags.saturated or site.flags.c_lb_not_tight):
             label = "saturated" if site.flags.saturated else "not tight"
             ax.annotate(
                 label,
-                (x - 0.2, site.eps_tilde or 0.0),
+                (x + offsets[0], site.eps_tilde or 0.0),
                 textcoords="offset points",
                 xytext=(0, 8),
                 ha="center",
                 fontsize=7,
                 color="darkorange",
             )
-    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     ax.legend(
         handles=[
-            Line2D([], [], color=_MIA, marker="o", ls="", label="eps_tilde (95% CI)"),
-            Line2D([], [], color=_RMRN, marker="s", ls="", label="RM;RN eps lower bound"),
-            Line2D([], [], color=_O1, marker="^", ls="", label="O(1) eps lower bound"),
+            *_eps_legend(),
             Patch(facecolor="0.9", edgecolor="0.6", label="headroom: ceiling - c_lb"),
         ],
         fontsize=8,
@@ -93,6 +108,63 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
     ax.set_ylabel("epsilon (nats)")
     ax.set_title("eps_tilde per site (a lower bound on eps only where c_lb is tight)")
     ax.axhline(0.0, color="0.5", lw=0.8)
+    return _to_base64(fig)
+
+
+def _eps_points(ax: Any, row: SiteReport | SweepSiteRow, xs: list[float]) -> None:
+    """One marker (with its interval) per :data:`_EPS_SERIES` entry, at ``xs``."""
+    for x, (name, color, marker, _) in zip(xs, _EPS_SERIES):
+        _errpoint(ax, x, getattr(row, name), getattr(row, f"{name}_interval"), color, marker)
+
+
+def _eps_legend() -> list[Any]:
+    from matplotlib.lines import Line2D
+
+    return [
+        Line2D([], [], color=color, marker=marker, ls="", label=label)
+        for _, color, marker, label in _EPS_SERIES
+    ]
+
+
+def roc_plot(site_id: int, roc: dict[str, RocSummary], n_repeats: int) -> str | None:
+    """Log-log ROC of one site: b, the MIA and RM;RN (when present) against chance.
+
+    Parameters
+    ----------
+    site_id
+        Named in the title.
+    roc
+        The audit's mean ROC per scorer (``baseline``, ``mia``, ``rm_rn``).
+    n_repeats
+        Repeats the curves average over (named in the title).
+    """
+    drawn = [(name, roc[name]) for name in SCORERS if name in roc]
+    if not drawn:
+        return None
+    fig = _new_figure(4.6, 4.0)
+    ax = fig.add_subplot()
+    floor = _FPR_MIN
+    for name, summary in drawn:
+        color, label = _SCORER_STYLE[name]
+        # A TPR of 0 (no member found at that FPR) has no place on a log axis.
+        tpr = [v if v is not None and v > 0 else math.nan for v in summary.tpr]
+        floor = min([floor, *(v for v in tpr if v > 0)])
+        ax.plot(
+            _nan(summary.fpr), tpr, color=color, lw=1.5, label=f"{label}, AUC {summary.auc:.3f}"
+        )
+    ax.plot([_FPR_MIN, 1.0], [_FPR_MIN, 1.0], ls=":", color="0.4", label="chance (TPR = FPR)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(_FPR_MIN, 1.0)
+    ax.set_ylim(floor, 1.05)
+    ax.set_xlabel("false-positive rate (fraction of non-members flagged, log scale)", fontsize=8)
+    ax.set_ylabel("true-positive rate (fraction of members flagged, log scale)", fontsize=8)
+    ax.set_title(
+        f"site {site_id}: ROC, log-log (mean of {n_repeats} repeat{'s' * (n_repeats != 1)})",
+        fontsize=9,
+    )
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc="lower right")
     return _to_base64(fig)
 
 
@@ -256,7 +328,7 @@ def _eps_axis(ax: Any, pos: dict[str, float], inf_x: float, log: bool) -> None:
 
 
 def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
-    """eps_tilde, RM;RN and O(1) per site against the theoretical eps of each point."""
+    """eps_tilde (one- and two-sided), RM;RN and O(1) per site against the theoretical eps."""
     pos, inf_x, log = _eps_positions(points)
     rows = [(p, s) for p in points if p.label in pos for s in p.sites if s.status == "ok"]
     if not rows:
@@ -265,19 +337,13 @@ def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
     ax = fig.add_subplot()
     site_ids = sorted({s.site_id for _, s in rows})
     # Side by side around the point's x: one slot per (site, measurement).
-    n_slots = 3 * len(site_ids)
+    per_site = len(_EPS_SERIES)
+    n_slots = per_site * len(site_ids)
     spread = 0.25 / n_slots if log else 0.12 * max(1.0, inf_x) / n_slots
     for p, s in rows:
         base = pos[p.label]
-        series = (
-            (s.eps_tilde, s.eps_tilde_interval, _MIA, "o"),
-            (s.rm_rn_eps_lb, s.rm_rn_eps_lb_interval, _RMRN, "s"),
-            (s.o1_eps_lb, s.o1_eps_lb_interval, _O1, "^"),
-        )
-        for j, (value, iv, color, marker) in enumerate(series):
-            k = 3 * site_ids.index(s.site_id) + j - (n_slots - 1) / 2
-            x = base * math.exp(spread * k) if log else base + spread * k
-            _errpoint(ax, x, value, iv, color, marker)
+        ks = [per_site * site_ids.index(s.site_id) + j - (n_slots - 1) / 2 for j in range(per_site)]
+        _eps_points(ax, s, [base * math.exp(spread * k) if log else base + spread * k for k in ks])
     finite = [x for x in pos.values() if x != inf_x]
     if finite:
         lo, hi = min(finite), max(finite)
@@ -285,12 +351,7 @@ def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
     from matplotlib.lines import Line2D
 
     ax.legend(
-        handles=[
-            Line2D([], [], color=_MIA, marker="o", ls="", label="eps_tilde (95% CI)"),
-            Line2D([], [], color=_RMRN, marker="s", ls="", label="RM;RN"),
-            Line2D([], [], color=_O1, marker="^", ls="", label="O(1)"),
-            Line2D([], [], color="0.4", ls=":", label="y = theoretical eps"),
-        ],
+        handles=[*_eps_legend(), Line2D([], [], color="0.4", ls=":", label="y = theoretical eps")],
         fontsize=8,
     )
     _eps_axis(ax, pos, inf_x, log)

@@ -15,10 +15,22 @@ from typing import Any, Literal
 
 import numpy as np
 
-REPORT_SCHEMA_VERSION = 1
-SWEEP_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2
+"""2: two-sided game per site and side, low-FPR ROC figures, bound levels."""
+SWEEP_SCHEMA_VERSION = 2
+"""2: the two-sided eps_tilde beside the one-sided one."""
 
 SiteStatus = Literal["ok", "failed", "missing"]
+Side = Literal["member", "nonmember"]
+
+SIDES: tuple[Side, ...] = ("member", "nonmember")
+"""The two sides of the two-sided game, in display order."""
+
+SCORERS: tuple[str, ...] = ("baseline", "mia", "rm_rn")
+"""Score vectors with a ROC: b, the MIA (the game) and RM;RN (real non-members)."""
+
+TPR_FPR_KEYS: tuple[str, ...] = ("0.01", "0.001")
+"""FPR levels of ``<scorer>_tpr_at_fpr``; the audit's ``audit.roc.LOW_FPRS`` formatted ``:g``."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,41 @@ class RepeatReport:
     mia_auc: float | None
     rm_rn_eps_lb: float | None
     o1_eps_lb: float | None
+    eps_tilde_two_sided: float | None = None
+    member_c_lb: float | None = None
+    """The two-sided game's member side (level beta/4), not the one-sided c_lb (beta/2)."""
+    member_c_eps_lb: float | None = None
+    nonmember_c_lb: float | None = None
+    nonmember_c_eps_lb: float | None = None
+    rm_rn_eps_lb_two_sided: float | None = None
+
+
+@dataclass(frozen=True)
+class SideReport:
+    """One side of the two-sided game (see :class:`audit.result.SideResult`)."""
+
+    c_lb: float | None
+    c_lb_interval: IntervalReport | None
+    c_eps_lb: float | None
+    c_eps_lb_interval: IntervalReport | None
+    eps_tilde: float | None
+    eps_tilde_interval: IntervalReport | None
+    ceiling: float | None
+    headroom: float | None
+    """ceiling - c_lb on this side."""
+    flags: FlagsReport
+    rm_rn_eps_lb: float | None
+    rm_rn_eps_lb_interval: IntervalReport | None
+    rm_rn_ceiling: float | None
+
+
+@dataclass(frozen=True)
+class TwoSidedReport:
+    """Both sides of the two-sided game; each of its four bounds is at level ``beta``."""
+
+    beta: float | None
+    member: SideReport
+    nonmember: SideReport
 
 
 @dataclass(frozen=True)
@@ -92,6 +139,21 @@ class SiteReport:
     baseline_auc: float | None
     mia_auc: float | None
     elapsed_s: float | None
+    eps_tilde_two_sided: float | None = None
+    """The two-sided eps_tilde mean (max over the sides per repeat), copied."""
+    eps_tilde_two_sided_interval: IntervalReport | None = None
+    two_sided_side: Side | None = None
+    """The side whose mean eps_tilde is larger."""
+    two_sided: TwoSidedReport | None = None
+    rm_rn_eps_lb_two_sided: float | None = None
+    rm_rn_eps_lb_two_sided_interval: IntervalReport | None = None
+    rm_rn_auc: float | None = None
+    baseline_tpr_at_fpr: dict[str, float | None] | None = None
+    """TPR at the FPRs :data:`TPR_FPR_KEYS` (mean over repeats); likewise for mia and rm_rn."""
+    mia_tpr_at_fpr: dict[str, float | None] | None = None
+    rm_rn_tpr_at_fpr: dict[str, float | None] | None = None
+    levels: dict[str, float] = field(default_factory=dict)
+    """Level of each bound, as the audit states it (empty for audit schema version 1)."""
     sizes: dict[str, int] = field(default_factory=dict)
     quality: dict[str, float] = field(default_factory=dict)
     repeats: list[RepeatReport] = field(default_factory=list)
@@ -118,6 +180,15 @@ class RoundReport:
 
 
 @dataclass(frozen=True)
+class FlaggedSites:
+    """Ids of the ok sites with each flag raised (one game or one side of it)."""
+
+    saturated_sites: list[int]
+    not_tight_sites: list[int]
+    rm_rn_capped_sites: list[int]
+
+
+@dataclass(frozen=True)
 class ConsortiumSummary:
     """Consortium-wide reading of the ok sites."""
 
@@ -128,9 +199,13 @@ class ConsortiumSummary:
     max_eps_tilde: float | None
     median_eps_tilde: float | None
     leakiest_site_id: int | None
+    max_eps_tilde_two_sided: float | None
+    leakiest_site_id_two_sided: int | None
     saturated_sites: list[int]
     not_tight_sites: list[int]
     rm_rn_capped_sites: list[int]
+    two_sided_flagged_sites: dict[str, FlaggedSites]
+    """Per side ("member", "nonmember") of the two-sided game; empty when no site has one."""
     failed_sites: list[int]
     missing_sites: list[int]
     max_dp_epsilon: float | None
@@ -138,6 +213,7 @@ class ConsortiumSummary:
     final_global_loss: float | None
     final_global_accuracy: float | None
     meaning: str
+    two_sided_meaning: str
 
 
 @dataclass(frozen=True)
@@ -163,11 +239,16 @@ class SweepSiteRow:
     """Accountant epsilon; None when DP is off (plotted at "inf") or unknown."""
     eps_tilde: float | None
     eps_tilde_interval: IntervalReport | None
+    eps_tilde_two_sided: float | None
+    eps_tilde_two_sided_interval: IntervalReport | None
+    two_sided_side: Side | None
     c_lb: float | None
     ceiling: float | None
     flags: FlagsReport | None
     rm_rn_eps_lb: float | None
     rm_rn_eps_lb_interval: IntervalReport | None
+    rm_rn_eps_lb_two_sided: float | None
+    rm_rn_eps_lb_two_sided_interval: IntervalReport | None
     o1_eps_lb: float | None
     o1_eps_lb_interval: IntervalReport | None
 
@@ -189,6 +270,7 @@ class SweepPointReport:
     global_loss: float | None
     rounds_completed: int
     max_eps_tilde: float | None
+    max_eps_tilde_two_sided: float | None
     sites: list[SweepSiteRow]
     report_html: str | None
     """Relative path of the point's own report.html, when one exists."""
@@ -201,6 +283,7 @@ class SweepReport:
     schema_version: int
     points: list[SweepPointReport]
     meaning: str
+    two_sided_meaning: str
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from audit.result import EPS_TILDE_MEANING
+from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 
 from . import plots
 from .aggregate import build_report
@@ -18,12 +19,13 @@ from .schema import (
     SWEEP_SCHEMA_VERSION,
     ReportFiles,
     RunReport,
+    SiteReport,
     SweepPointReport,
     SweepReport,
     SweepSiteRow,
     to_jsonable,
 )
-from .text import MISSING, flag_labels, fmt, fmt_interval
+from .text import MISSING, flag_labels, fmt, fmt_interval, fmt_two_sided
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ def build_sweep_report(
         schema_version=SWEEP_SCHEMA_VERSION,
         points=[_point(Path(sweep_dir), p, write_point_reports) for p in points],
         meaning=EPS_TILDE_MEANING,
+        two_sided_meaning=TWO_SIDED_MEANING,
     )
 
 
@@ -82,6 +85,7 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
             global_loss=None,
             rounds_completed=0,
             max_eps_tilde=None,
+            max_eps_tilde_two_sided=None,
             sites=[],
             report_html=None,
         )
@@ -107,26 +111,20 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
         global_loss=report.consortium.final_global_loss,
         rounds_completed=report.consortium.rounds_completed,
         max_eps_tilde=report.consortium.max_eps_tilde,
-        sites=[
-            SweepSiteRow(
-                site_id=s.site_id,
-                status=s.status,
-                error=s.error,
-                theoretical_eps=s.dp_epsilon,
-                eps_tilde=s.eps_tilde,
-                eps_tilde_interval=s.eps_tilde_interval,
-                c_lb=s.c_lb,
-                ceiling=s.ceiling,
-                flags=s.flags,
-                rm_rn_eps_lb=s.rm_rn_eps_lb,
-                rm_rn_eps_lb_interval=s.rm_rn_eps_lb_interval,
-                o1_eps_lb=s.o1_eps_lb,
-                o1_eps_lb_interval=s.o1_eps_lb_interval,
-            )
-            for s in report.sites
-        ],
+        max_eps_tilde_two_sided=report.consortium.max_eps_tilde_two_sided,
+        sites=[_site_row(s) for s in report.sites],
         report_html=os.path.join(rel, "report.html") if html_path.exists() else None,
     )
+
+
+def _site_row(site: SiteReport) -> SweepSiteRow:
+    """The sweep's view of a site: its SiteReport fields of the same name, and the DP eps."""
+    copied = {
+        f.name: getattr(site, f.name)
+        for f in dataclasses.fields(SweepSiteRow)
+        if f.name != "theoretical_eps"
+    }
+    return SweepSiteRow(theoretical_eps=site.dp_epsilon, **copied)
 
 
 def _problems(report: RunReport, *, has_metrics: bool) -> list[str]:
@@ -166,6 +164,7 @@ def _points_table(report: SweepReport) -> list[str]:
                 "theoretical eps",
                 "global accuracy",
                 "max eps_tilde",
+                "max eps_tilde two-sided",
                 "rounds",
                 "report",
             )
@@ -188,6 +187,7 @@ def _points_table(report: SweepReport) -> list[str]:
             + td(_eps_text(p.theoretical_eps, p.private), title=p.theoretical_eps)
             + td(fmt(p.global_accuracy), title=p.global_accuracy)
             + td(fmt(p.max_eps_tilde), title=p.max_eps_tilde)
+            + td(fmt(p.max_eps_tilde_two_sided), title=p.max_eps_tilde_two_sided)
             + td(str(p.rounds_completed))
             + td(link, raw=True, cls="text")
             + "</tr>"
@@ -215,9 +215,11 @@ def _sites_table(report: SweepReport) -> list[str]:
                 "theoretical eps",
                 "eps_tilde",
                 "eps_tilde 95% CI",
+                "eps_tilde two-sided [95% CI] (side)",
                 "c_lb",
                 "ceiling",
                 "RM;RN",
+                "RM;RN two-sided",
                 "O(1)",
                 "flags",
             )
@@ -248,9 +250,11 @@ def _sites_table(report: SweepReport) -> list[str]:
                 + td(_eps_text(s.theoretical_eps, p.private), title=s.theoretical_eps)
                 + td(fmt(s.eps_tilde), title=s.eps_tilde)
                 + td(fmt_interval(s.eps_tilde_interval))
+                + td(fmt_two_sided(s), title=s.eps_tilde_two_sided)
                 + td(fmt(s.c_lb), title=s.c_lb)
                 + td(fmt(s.ceiling), title=s.ceiling)
                 + td(fmt(s.rm_rn_eps_lb), title=s.rm_rn_eps_lb)
+                + td(fmt(s.rm_rn_eps_lb_two_sided), title=s.rm_rn_eps_lb_two_sided)
                 + td(fmt(s.o1_eps_lb), title=s.o1_eps_lb)
                 + td(badges or MISSING, raw=True, cls="text")
                 + "</tr>"
@@ -274,10 +278,10 @@ def render_sweep_html(report: SweepReport) -> str:
         "<h2>Measured epsilon against the theoretical epsilon</h2>",
         figure(
             plots.sweep_eps_plot(report.points),
-            "One marker per site and point: eps_tilde with its 95% interval, RM;RN and O(1) "
-            "lower bounds. Non-private points sit at the 'inf' position. Lower bounds should "
-            "stay below the dotted y = eps line; eps_tilde is a lower bound only where c_lb "
-            "is tight.",
+            "One marker per site and point: eps_tilde one-sided and two-sided with their 95% "
+            "intervals, RM;RN and O(1) lower bounds. Non-private points sit at the 'inf' "
+            "position. Lower bounds should stay below the dotted y = eps line; eps_tilde is a "
+            "lower bound only where c_lb is tight.",
             alt="measured vs theoretical epsilon",
         ),
         "<h2>Accuracy against privacy</h2>",

@@ -7,9 +7,35 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .schema import IntervalReport, RunReport, SiteReport, to_jsonable
+from .schema import (
+    SCORERS,
+    SIDES,
+    TPR_FPR_KEYS,
+    FlagsReport,
+    IntervalReport,
+    RunReport,
+    SiteReport,
+    to_jsonable,
+)
 
 _INTERVAL_FIELDS = ("low", "high", "std", "n")
+_FLAG_FIELDS = ("saturated", "c_lb_not_tight", "rm_rn_capped", "reasons")
+_SIDE_FIELDS = (
+    "c_lb",
+    "c_eps_lb",
+    "eps_tilde",
+    "ceiling",
+    "headroom",
+    "rm_rn_eps_lb",
+    "rm_rn_ceiling",
+)
+"""Scalars of :class:`~.schema.SideReport` given a ``two_sided_<side>_`` column each."""
+
+
+def _with_interval(name: str) -> tuple[str, ...]:
+    """A value's column and its interval's (``<name>_low`` ...)."""
+    return (name, *(f"{name}_{k}" for k in _INTERVAL_FIELDS))
+
 
 CSV_COLUMNS: tuple[str, ...] = (
     "site_id",
@@ -21,28 +47,25 @@ CSV_COLUMNS: tuple[str, ...] = (
     "generator_kind",
     "beta",
     "n_repeats",
-    "c_lb",
-    *(f"c_lb_{k}" for k in _INTERVAL_FIELDS),
-    "c_eps_lb",
-    *(f"c_eps_lb_{k}" for k in _INTERVAL_FIELDS),
-    "eps_tilde",
-    *(f"eps_tilde_{k}" for k in _INTERVAL_FIELDS),
+    *_with_interval("c_lb"),
+    *_with_interval("c_eps_lb"),
+    *_with_interval("eps_tilde"),
+    *_with_interval("eps_tilde_two_sided"),
+    "two_sided_side",
     "ceiling",
     "headroom",
-    "saturated",
-    "c_lb_not_tight",
-    "rm_rn_capped",
-    "reasons",
-    "rm_rn_eps_lb",
-    *(f"rm_rn_eps_lb_{k}" for k in _INTERVAL_FIELDS),
-    "o1_eps_lb",
-    *(f"o1_eps_lb_{k}" for k in _INTERVAL_FIELDS),
+    *_FLAG_FIELDS,
+    *_with_interval("rm_rn_eps_lb"),
+    *_with_interval("rm_rn_eps_lb_two_sided"),
+    *_with_interval("o1_eps_lb"),
+    "two_sided_beta",
+    *(f"two_sided_{side}_{name}" for side in SIDES for name in (*_SIDE_FIELDS, *_FLAG_FIELDS)),
     "target_loss_members",
     "target_loss_nonmembers",
     "dp_epsilon",
     "dp_epsilon_source",
-    "baseline_auc",
-    "mia_auc",
+    *(f"{scorer}_auc" for scorer in SCORERS),
+    *(f"{scorer}_tpr_at_fpr_{key}" for scorer in SCORERS for key in TPR_FPR_KEYS),
     "elapsed_s",
 )
 
@@ -58,8 +81,30 @@ def write_json(report: RunReport, path: Path) -> Path:
     return path
 
 
+def _flag_cells(flags: FlagsReport | None, prefix: str = "") -> dict[str, Any]:
+    if flags is None:
+        return {f"{prefix}{name}": None for name in _FLAG_FIELDS}
+    cells: dict[str, Any] = {f"{prefix}{name}": getattr(flags, name) for name in _FLAG_FIELDS}
+    cells[f"{prefix}reasons"] = "; ".join(flags.reasons)
+    return cells
+
+
+def _interval_cells(name: str, value: float | None, iv: IntervalReport | None) -> dict[str, Any]:
+    cells: dict[str, Any] = {name: value}
+    cells.update({f"{name}_{k}": None if iv is None else getattr(iv, k) for k in _INTERVAL_FIELDS})
+    return cells
+
+
+def _side_cells(site: SiteReport, side: str) -> dict[str, Any]:
+    prefix = f"two_sided_{side}_"
+    block = None if site.two_sided is None else getattr(site.two_sided, side)
+    cells = {f"{prefix}{name}": getattr(block, name, None) for name in _SIDE_FIELDS}
+    cells.update(_flag_cells(None if block is None else block.flags, prefix))
+    return cells
+
+
 def flatten_site(site: SiteReport) -> dict[str, Any]:
-    """One CSV row: the site's scalars with intervals and flags spread into columns."""
+    """One CSV row: the site's scalars with intervals, flags and sides spread into columns."""
     row: dict[str, Any] = {
         "site_id": site.site_id,
         "status": site.status,
@@ -70,25 +115,34 @@ def flatten_site(site: SiteReport) -> dict[str, Any]:
         "generator_kind": site.generator_kind,
         "beta": site.beta,
         "n_repeats": site.n_repeats,
+        "two_sided_side": site.two_sided_side,
         "ceiling": site.ceiling,
         "headroom": site.headroom,
-        "saturated": None if site.flags is None else site.flags.saturated,
-        "c_lb_not_tight": None if site.flags is None else site.flags.c_lb_not_tight,
-        "rm_rn_capped": None if site.flags is None else site.flags.rm_rn_capped,
-        "reasons": None if site.flags is None else "; ".join(site.flags.reasons),
+        "two_sided_beta": None if site.two_sided is None else site.two_sided.beta,
         "dp_epsilon": site.dp_epsilon,
         "dp_epsilon_source": site.dp_epsilon_source,
-        "baseline_auc": site.baseline_auc,
-        "mia_auc": site.mia_auc,
         "elapsed_s": site.elapsed_s,
         "target_loss_members": site.quality.get("target_loss_members"),
         "target_loss_nonmembers": site.quality.get("target_loss_nonmembers"),
+        **_flag_cells(site.flags),
     }
-    for name in ("c_lb", "c_eps_lb", "eps_tilde", "rm_rn_eps_lb", "o1_eps_lb"):
-        row[name] = getattr(site, name)
-        iv: IntervalReport | None = getattr(site, f"{name}_interval")
-        for key in _INTERVAL_FIELDS:
-            row[f"{name}_{key}"] = None if iv is None else getattr(iv, key)
+    for name in (
+        "c_lb",
+        "c_eps_lb",
+        "eps_tilde",
+        "eps_tilde_two_sided",
+        "rm_rn_eps_lb",
+        "rm_rn_eps_lb_two_sided",
+        "o1_eps_lb",
+    ):
+        row.update(_interval_cells(name, getattr(site, name), getattr(site, f"{name}_interval")))
+    for side in SIDES:
+        row.update(_side_cells(site, side))
+    for scorer in SCORERS:
+        row[f"{scorer}_auc"] = getattr(site, f"{scorer}_auc")
+        tpr = getattr(site, f"{scorer}_tpr_at_fpr") or {}
+        row.update({f"{scorer}_tpr_at_fpr_{key}": tpr.get(key) for key in TPR_FPR_KEYS})
+    # A KeyError here means CSV_COLUMNS and this row disagree: fail loudly, not silently.
     return {col: row[col] for col in CSV_COLUMNS}
 
 

@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import math
 
-from audit.result import EPS_TILDE_MEANING
+from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 
-from .schema import FlagsReport, IntervalReport, SiteReport
+from .schema import (
+    SCORERS,
+    SIDES,
+    TPR_FPR_KEYS,
+    ConsortiumSummary,
+    FlaggedSites,
+    FlagsReport,
+    IntervalReport,
+    SiteReport,
+    SweepSiteRow,
+)
 
 MISSING = "-"
+
+SIDE_LABELS: dict[str, str] = {"member": "member", "nonmember": "non-member"}
+SCORER_LABELS: dict[str, str] = {"baseline": "b", "mia": "MIA", "rm_rn": "RM;RN"}
+FPR_LABELS: dict[str, str] = {"0.01": "1%", "0.001": "0.1%"}
 
 MEANING_POINTS: tuple[str, ...] = (
     EPS_TILDE_MEANING,
@@ -26,12 +40,24 @@ MEANING_POINTS: tuple[str, ...] = (
     "RM;RN (real held-out non-members, c = 0) and O(1) (Steinke et al. 2023) are lower "
     "bounds on epsilon at the audit's level beta. DP eps is the accountant's epsilon, an "
     "upper bound under DP-SGD's assumptions; a lower bound above it would signal a bug.",
-    "O(1) > 0 with eps_tilde = RM;RN = 0: O(1) also guesses 'non-member' (for records of high "
-    "loss), while PANORAMIA and RM;RN count only 'member' guesses (the generator's closeness "
-    "is one-sided, Definition 3). A model whose members and non-members are equally easy at "
-    "the top of its confidence, but which fails on more non-members, leaks through its "
-    "generalization gap (f loss: members vs holdout) without any member standing out; only "
-    "the two-sided O(1) can read that.",
+    TWO_SIDED_MEANING,
+    "Each side of the two-sided game has its own c_lb, ceiling and flags (saturated, c_lb "
+    "not tight against that side's RM;RN, RM;RN capped), diagnosed as above; side names the "
+    "side whose eps_tilde is larger. The one-sided eps_tilde (the paper's) is reported "
+    "unchanged beside it.",
+    "Levels: the one-sided c_lb and {c+eps}_lb are each at beta/2 (so eps_tilde holds at "
+    "beta), as are RM;RN's two; the two-sided game's four bounds (b and MIA on each side) "
+    "are at beta/4 each, as are RM;RN's two-sided ones; O(1) is at beta.",
+    "TPR at 1% / 0.1% FPR: the fraction of members a scorer flags while flagging at most "
+    "1% / 0.1% of the non-members (generated records for b and the MIA, real held-out "
+    "records for RM;RN). It shows whether a few records are exposed with high confidence, "
+    "which the AUC averages away.",
+    "O(1) > 0 with the one-sided eps_tilde = RM;RN = 0: O(1) also guesses 'non-member' (for "
+    "records of high loss), while the one-sided PANORAMIA and RM;RN count only 'member' "
+    "guesses (the generator's closeness is one-sided, Definition 3). A model whose members "
+    "and non-members are equally easy at the top of its confidence, but which fails on more "
+    "non-members, leaks through its generalization gap (f loss: members vs holdout) without "
+    "any member standing out; the two-sided values (side: non-member) and O(1) can read that.",
 )
 
 
@@ -80,3 +106,113 @@ def flag_labels(flags: FlagsReport | None) -> list[str]:
     if flags.rm_rn_capped:
         labels.append("RM;RN capped")
     return labels
+
+
+def flag_scopes(site: SiteReport) -> list[tuple[str, FlagsReport]]:
+    """The site's flags per game: the one-sided game, then each side of the two-sided one."""
+    scopes = [("one-sided", site.flags)] if site.flags else []
+    if site.two_sided is not None:
+        scopes += [
+            (f"{SIDE_LABELS[side]} side", getattr(site.two_sided, side).flags) for side in SIDES
+        ]
+    return scopes
+
+
+def scoped_flag_labels(site: SiteReport) -> list[tuple[str, list[str]]]:
+    """``(scope, labels)`` for each scope with a raised flag."""
+    return [(scope, labels) for scope, f in flag_scopes(site) if (labels := flag_labels(f))]
+
+
+def scoped_reasons(site: SiteReport) -> list[tuple[str, str]]:
+    """``(scope, reason)`` for every flag reason of the site."""
+    return [(scope, r) for scope, f in flag_scopes(site) for r in f.reasons]
+
+
+def fmt_two_sided(site: SiteReport | SweepSiteRow) -> str:
+    """``mean [low, high] (side)`` of the two-sided eps_tilde."""
+    text = fmt_with_interval(site.eps_tilde_two_sided, site.eps_tilde_two_sided_interval)
+    if site.two_sided_side is None:
+        return text
+    return f"{text} ({SIDE_LABELS[site.two_sided_side]})"
+
+
+def fmt_side_c_lb(site: SiteReport, side: str) -> str:
+    """``c_lb / ceiling`` of one side of the two-sided game."""
+    if site.two_sided is None:
+        return MISSING
+    block = getattr(site.two_sided, side)
+    return f"{fmt(block.c_lb)} / {fmt(block.ceiling)}"
+
+
+def fmt_per_scorer(site: SiteReport, value_of: str, key: str | None = None) -> str:
+    """``b / MIA / RM;RN`` values of ``<scorer>_<value_of>`` (a dict's ``key`` when given)."""
+    cells = []
+    for scorer in SCORERS:
+        value = getattr(site, f"{scorer}_{value_of}")
+        if key is not None:
+            value = None if value is None else value.get(key)
+        cells.append(fmt(value))
+    return " / ".join(cells)
+
+
+def scorer_headers() -> list[str]:
+    """Headers of the AUC and TPR-at-FPR columns (see :func:`scorer_cells`)."""
+    scorers = " / ".join(SCORER_LABELS[s] for s in SCORERS)
+    return [f"AUC {scorers}"] + [f"TPR@{FPR_LABELS[k]} FPR {scorers}" for k in TPR_FPR_KEYS]
+
+
+def scorer_cells(site: SiteReport) -> list[str]:
+    """The AUC and TPR-at-FPR cells of a site, in :func:`scorer_headers` order."""
+    return [fmt_per_scorer(site, "auc")] + [
+        fmt_per_scorer(site, "tpr_at_fpr", key) for key in TPR_FPR_KEYS
+    ]
+
+
+def levels_lines(sites: list[SiteReport]) -> list[str]:
+    """One line per distinct set of bound levels, naming the sites that share it."""
+    groups: dict[tuple[tuple[str, float], ...], list[int]] = {}
+    for site in sites:
+        if site.levels:
+            groups.setdefault(tuple(site.levels.items()), []).append(site.site_id)
+    return [
+        f"bound levels, site{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}: "
+        + ", ".join(f"{name} {value:g}" for name, value in levels)
+        for levels, ids in groups.items()
+    ]
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in ids) if ids else "none"
+
+
+def flagged_text(flagged: FlaggedSites) -> str:
+    """``saturated sites: ..; c_lb not tight: ..; RM;RN capped: ..``."""
+    return (
+        f"saturated sites: {_ids(flagged.saturated_sites)}; "
+        f"c_lb not tight: {_ids(flagged.not_tight_sites)}; "
+        f"RM;RN capped: {_ids(flagged.rm_rn_capped_sites)}"
+    )
+
+
+def consortium_lines(c: ConsortiumSummary) -> list[str]:
+    """The consortium summary as plain lines (md list items, html <li>)."""
+    leakiest = MISSING if c.leakiest_site_id is None else c.leakiest_site_id
+    leakiest_two = MISSING if c.leakiest_site_id_two_sided is None else c.leakiest_site_id_two_sided
+    one_sided = FlaggedSites(c.saturated_sites, c.not_tight_sites, c.rm_rn_capped_sites)
+    return [
+        f"sites: {c.n_sites} ({c.n_ok} ok, {c.n_failed} failed, {c.n_missing} missing)",
+        f"max eps_tilde (one-sided) over ok sites: {fmt(c.max_eps_tilde)} "
+        f"(leakiest site: {leakiest})",
+        f"median eps_tilde (one-sided) over ok sites: {fmt(c.median_eps_tilde)}",
+        f"max eps_tilde two-sided over ok sites: {fmt(c.max_eps_tilde_two_sided)} "
+        f"(leakiest site: {leakiest_two})",
+        f"one-sided game: {flagged_text(one_sided)}",
+        *[
+            f"two-sided game, {SIDE_LABELS[side]} side: {flagged_text(flagged)}"
+            for side, flagged in c.two_sided_flagged_sites.items()
+        ],
+        "largest DP eps (accountant): "
+        + (fmt(c.max_dp_epsilon, 2) if c.max_dp_epsilon is not None else "DP off"),
+        f"rounds: {c.rounds_completed}; final global accuracy {fmt(c.final_global_accuracy)}, "
+        f"loss {fmt(c.final_global_loss)}",
+    ]

@@ -1,0 +1,121 @@
+"""Aggregating repeats into an :class:`AuditResult`: intervals, ceilings, ROC and flags."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from audit.config import AuditConfig
+from audit.diagnosis import diagnose
+from audit.result import (
+    AuditResult,
+    Interval,
+    RepeatResult,
+    SideRepeat,
+    SideResult,
+    TwoSidedResult,
+)
+from audit.roc import mean_roc
+from audit.sides import SIDES, Side
+from audit.timing import StageTimer
+
+
+def _interval(values: list[float | None]) -> Interval | None:
+    return None if values[0] is None else Interval.of([float(v) for v in values])  # type: ignore[arg-type]
+
+
+def _mean(values: list[float | None]) -> float | None:
+    return None if values[0] is None else float(np.mean([float(v) for v in values]))  # type: ignore[arg-type]
+
+
+def _side(config: AuditConfig, per_repeat: list[SideRepeat]) -> SideResult:
+    c_lb = Interval.of([x.c_lb for x in per_repeat])
+    eps = Interval.of([x.eps_tilde for x in per_repeat])
+    ceiling = float(np.mean([x.ceiling for x in per_repeat]))
+    rm_rn = _interval([x.rm_rn_eps_lb for x in per_repeat])
+    rm_rn_ceiling = _mean([x.rm_rn_ceiling for x in per_repeat])
+    return SideResult(
+        c_lb=c_lb,
+        c_eps_lb=Interval.of([x.c_eps_lb for x in per_repeat]),
+        eps_tilde=eps,
+        ceiling=ceiling,
+        flags=diagnose(
+            c_lb=c_lb,
+            eps_tilde=eps,
+            ceiling=ceiling,
+            rm_rn=rm_rn,
+            rm_rn_ceiling=rm_rn_ceiling,
+            saturation_margin=config.saturation_margin,
+        ),
+        rm_rn_eps_lb=rm_rn,
+        rm_rn_ceiling=rm_rn_ceiling,
+    )
+
+
+def _two_sided(config: AuditConfig, repeats: list[RepeatResult]) -> TwoSidedResult:
+    games = [r.two_sided for r in repeats if r.two_sided is not None]
+    sides: dict[Side, SideResult] = {
+        side: _side(config, [getattr(g, side) for g in games]) for side in SIDES
+    }
+    return TwoSidedResult(
+        beta=games[0].beta,
+        eps_tilde=Interval.of([g.eps_tilde for g in games]),
+        member=sides["member"],
+        nonmember=sides["nonmember"],
+        rm_rn_eps_lb=_interval([g.rm_rn_eps_lb for g in games]),
+    )
+
+
+def assemble(
+    config: AuditConfig,
+    *,
+    generator_kind: str,
+    modality: str,
+    repeats: list[RepeatResult],
+    sizes: dict[str, int],
+    quality: dict[str, float],
+    timer: StageTimer,
+) -> AuditResult:
+    """Intervals over repeats, the mean ceiling, per-side diagnosis, mean ROC and levels."""
+    c_lb = Interval.of([x.c_lb for x in repeats])
+    eps = Interval.of([x.eps_tilde for x in repeats])
+    rm_rn = _interval([x.rm_rn_eps_lb for x in repeats])
+    ceiling = float(np.mean([x.ceiling for x in repeats]))
+    rm_rn_ceiling = _mean([x.rm_rn_ceiling for x in repeats])
+    quality = dict(quality)
+    quality["baseline_auc"] = float(np.mean([x.baseline_auc for x in repeats]))
+    quality["mia_auc"] = float(np.mean([x.mia_auc for x in repeats]))
+    roc = {name: mean_roc([x.roc[name] for x in repeats]) for name in repeats[0].roc}
+    levels = {
+        "c_lb": config.beta / 2,
+        "c_eps_lb": config.beta / 2,
+        "two_sided_each": config.beta / 4,
+    }
+    if rm_rn is not None:
+        levels.update(rm_rn=config.beta / 2, rm_rn_two_sided_each=config.beta / 4, o1=config.beta)
+    return AuditResult(
+        modality=modality,
+        generator_kind=generator_kind,
+        beta=config.beta,
+        c_lb=c_lb,
+        c_eps_lb=Interval.of([x.c_eps_lb for x in repeats]),
+        eps_tilde=eps,
+        ceiling=ceiling,
+        flags=diagnose(
+            c_lb=c_lb,
+            eps_tilde=eps,
+            ceiling=ceiling,
+            rm_rn=rm_rn,
+            rm_rn_ceiling=rm_rn_ceiling,
+            saturation_margin=config.saturation_margin,
+        ),
+        repeats=repeats,
+        sizes=sizes,
+        quality=quality,
+        timings=timer.total(),
+        rm_rn_eps_lb=rm_rn,
+        o1_eps_lb=_interval([x.o1_eps_lb for x in repeats]),
+        rm_rn_ceiling=rm_rn_ceiling,
+        two_sided=_two_sided(config, repeats),
+        roc=roc,
+        levels=levels,
+    )

@@ -1,0 +1,230 @@
+"""One repeat of Algorithm 1's second phase: fresh b / MIA splits, a fresh game, both sides.
+
+The paper's one-sided game is computed exactly as the paper states it (member guesses only,
+b and the MIA selected on validation by the member-side bound, each bound at beta/2). The
+two-sided game adds the non-member side: b and the MIA selected on validation by the
+non-member-side bound, and all four bounds at beta/4 (docs/two_sided_game.md). The game's
+test split only ever reaches ``score`` (never ``fit``), and only after selection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from audit import bounds
+from audit.audit_sets import FeatureSet, View, classifier_data, game_data
+from audit.comparisons import RmRnOutcome, clip, o1_eps_lb, rm_rn
+from audit.components import AuditContext, ClassifierData, make_classifier
+from audit.config import AuditConfig
+from audit.game import draw_game
+from audit.result import RepeatResult, SideRepeat, TwoSidedRepeat
+from audit.roc import roc_summary
+from audit.sides import SIDES, BoundRule, Scored, Side, break_ties
+from audit.splits import resplit
+from audit.timing import StageTimer
+
+RECALL_GRID = [round(0.05 * k, 2) for k in range(1, 21)]
+"""Recall levels of the reported precision / bound curves."""
+
+CLASSIFIERS: tuple[tuple[str, View], ...] = (("baseline", "h"), ("mia", "f"))
+
+
+@dataclass(frozen=True)
+class BoundRules:
+    """The paper's one-sided game (beta/2 per bound, union over thresholds) and the
+    two-sided game (beta/4 per bound, the configured threshold selection)."""
+
+    paper: BoundRule
+    two_sided: BoundRule
+
+    @classmethod
+    def of(cls, config: AuditConfig) -> BoundRules:
+        return cls(
+            paper=BoundRule(config.beta / 2, "union", config.threshold_grid),
+            two_sided=BoundRule(config.beta / 4, config.threshold_selection, config.threshold_grid),
+        )
+
+    def for_side(self, side: Side) -> BoundRule:
+        """The rule that selects a side's classifiers (member side: the paper's)."""
+        return self.paper if side == "member" else self.two_sided
+
+
+@dataclass(frozen=True)
+class RepeatInputs:
+    """What every repeat shares: settings and the featurised members and non-members."""
+
+    config: AuditConfig
+    context: AuditContext
+    members: FeatureSet
+    generated: FeatureSet
+    nonmembers: FeatureSet | None
+    n_train: int
+    n_val: int
+
+
+def _fit_and_score(
+    inputs: RepeatInputs,
+    train: ClassifierData,
+    val: ClassifierData,
+    test: ClassifierData,
+    *,
+    rule: BoundRule,
+    side: Side,
+    seed: int,
+) -> tuple[Scored, dict[str, object]]:
+    clf = make_classifier(inputs.config, inputs.context)
+    choice = clf.fit(train, val, select_by=rule.selection_score(side), seed=seed)
+    scored = Scored(
+        break_ties(clf.score(test), seed=seed),
+        break_ties(clf.score(val), seed=seed),
+        val.membership,
+    )
+    return scored, choice
+
+
+def play_repeat(
+    inputs: RepeatInputs, r: int, timer: StageTimer
+) -> tuple[RepeatResult, dict[str, int]]:
+    """Repeat ``r``: re-split D_in / D_out, draw the game, train, select and score b and the
+    MIA for each side, bound, and run the comparisons when real non-members exist.
+
+    Returns the repeat and the comparison's split sizes (empty without non-members)."""
+    config = inputs.config
+    rseed = config.seed * 1009 + r
+    mem, gen = inputs.members, inputs.generated
+    ins = resplit(
+        np.arange(len(mem)), inputs.n_train, inputs.n_val, seed=rseed, groups=mem.records.groups
+    )
+    outs = resplit(
+        np.arange(len(gen)),
+        inputs.n_train,
+        inputs.n_val,
+        seed=rseed + 7_000_003,
+        groups=gen.records.groups,
+    )
+    # Group-snapped cuts can leave the two test splits a few records apart.
+    m = min(len(ins.test), len(outs.test))
+    game = draw_game(m, seed=rseed)
+    s = game.membership
+    mem_te, gen_te = mem.take(ins.test[:m]), gen.take(outs.test[:m])
+    rules = BoundRules.of(config)
+    reference = config.classifier.helper_reference
+
+    scored: dict[tuple[str, Side], Scored] = {}
+    selected: dict[str, object] = {}
+    selected_nonmember: dict[str, object] = {}
+    for name, view in CLASSIFIERS:
+        ref = reference and view == "f"
+        with timer.stage(name):
+            train = classifier_data(
+                mem.take(ins.train), gen.take(outs.train), view=view, reference=ref
+            )
+            val = classifier_data(mem.take(ins.val), gen.take(outs.val), view=view, reference=ref)
+            test = game_data(game, mem_te, gen_te, view=view, reference=ref)
+            for side in SIDES:
+                scored[name, side], choice = _fit_and_score(
+                    inputs, train, val, test, rule=rules.for_side(side), side=side, seed=rseed
+                )
+                (selected if side == "member" else selected_nonmember)[name] = choice
+
+    b_sum = rules.paper.bound(scored["baseline", "member"], s, "member")
+    a_sum = rules.paper.bound(scored["mia", "member"], s, "member")
+    c_lb, c_eps_lb = clip(b_sum.lower_bound), clip(a_sum.lower_bound)
+
+    comparison: RmRnOutcome | None = None
+    o1 = None
+    if inputs.nonmembers is not None:
+        with timer.stage("rm_rn"):
+            comparison = rm_rn(
+                config,
+                inputs.context,
+                mem,
+                inputs.nonmembers,
+                ins,
+                rseed=rseed,
+                paper=rules.paper,
+                two_sided=rules.two_sided,
+            )
+        with timer.stage("o1"):
+            o1 = o1_eps_lb(mem.take(ins.test), inputs.nonmembers, beta=config.beta, rseed=rseed)
+
+    sides = {side: _side_repeat(scored, s, side, rules.two_sided, comparison) for side in SIDES}
+    two_sided = TwoSidedRepeat(
+        beta=rules.two_sided.beta,
+        member=sides["member"],
+        nonmember=sides["nonmember"],
+        eps_tilde=max(x.eps_tilde for x in sides.values()),
+        rm_rn_eps_lb=None if comparison is None else max(comparison.side_eps_lb.values()),
+        selected=selected_nonmember,
+    )
+    roc = {name: roc_summary(scored[name, "member"].scores, s) for name, _ in CLASSIFIERS}
+    if comparison is not None:
+        roc["rm_rn"] = comparison.roc
+
+    kept = None
+    if config.return_scores:
+        kept = {name: [float(v) for v in scored[name, "member"].scores] for name, _ in CLASSIFIERS}
+        kept.update(
+            {
+                f"{name}_nonmember_side": [float(v) for v in scored[name, "nonmember"].scores]
+                for name, _ in CLASSIFIERS
+            }
+        )
+        kept["membership"] = [float(v) for v in s]
+
+    def curve(name: str):
+        return bounds.bound_curve(
+            scored[name, "member"].scores,
+            s,
+            beta=rules.paper.beta,
+            recall_grid=RECALL_GRID,
+            threshold_grid=config.threshold_grid,
+        )
+
+    result = RepeatResult(
+        seed=rseed,
+        m=game.m,
+        members_shown=game.members_shown,
+        c_lb=c_lb,
+        c_eps_lb=c_eps_lb,
+        eps_tilde=max(0.0, c_eps_lb - c_lb),
+        ceiling=rules.paper.ceiling(s, "member"),
+        baseline=b_sum,
+        mia=a_sum,
+        baseline_curve=curve("baseline"),
+        mia_curve=curve("mia"),
+        baseline_auc=roc["baseline"].auc,
+        mia_auc=roc["mia"].auc,
+        rm_rn_eps_lb=None if comparison is None else comparison.eps_lb,
+        o1_eps_lb=o1,
+        rm_rn_ceiling=None if comparison is None else comparison.ceiling,
+        selected=selected,
+        scores=kept,
+        two_sided=two_sided,
+        roc=roc,
+    )
+    return result, ({} if comparison is None else comparison.sizes)
+
+
+def _side_repeat(
+    scored: dict[tuple[str, Side], Scored],
+    s: np.ndarray,
+    side: Side,
+    rule: BoundRule,
+    comparison: RmRnOutcome | None,
+) -> SideRepeat:
+    b = rule.bound(scored["baseline", side], s, side)
+    a = rule.bound(scored["mia", side], s, side)
+    c_lb, c_eps_lb = clip(b.lower_bound), clip(a.lower_bound)
+    return SideRepeat(
+        c_lb=c_lb,
+        c_eps_lb=c_eps_lb,
+        eps_tilde=max(0.0, c_eps_lb - c_lb),
+        ceiling=rule.ceiling(s, side),
+        baseline=b,
+        mia=a,
+        rm_rn_eps_lb=None if comparison is None else comparison.side_eps_lb[side],
+        rm_rn_ceiling=None if comparison is None else comparison.side_ceiling[side],
+    )

@@ -1,0 +1,139 @@
+"""The calibrated MIA's reference models: trained once per run, shared by every site.
+
+They see no site data. They train on a share of the public split (``audit.reference_records``)
+that no site's reference pool contains, so none of their records is ever a game record; they
+run as Ray tasks with the audit resources and are cached in ``RUN_DIR/reference_models/``
+(the manifest is written last, so an interrupted run retrains them). Sites get their weights
+with the rest of their audit settings; a run without a public split leaves calibration to
+each site's ``run_audit``, which trains its own on the helper's records.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from audit.calibration import train_reference_model
+from audit.components import Records
+from audit.splits import cut_at, shuffled_groups
+from simulations.config import ExperimentConfig
+from simulations.run_dir import DatasetMeta, load_public
+
+REFERENCE_DIR = "reference_models"
+MANIFEST = "manifest.json"
+log = logging.getLogger("panoramia_fl")
+
+
+def reference_count(config: ExperimentConfig) -> int:
+    """How many shared reference models the run trains (0: none)."""
+    audit = config.audit
+    if not (audit.enabled and audit.reference_pool):
+        return 0
+    return audit.settings.calibration.reference_models
+
+
+def split_public(public: Records, *, share: float, seed: int) -> tuple[Records, Records]:
+    """``(reference records, pool records)``: a seeded cut of the public split that keeps
+    groups (documents) whole."""
+    n = len(public)
+    order, bounds = shuffled_groups(n, public.groups, np.random.default_rng([seed, 0x2EF0]))
+    ref_idx, pool_idx = cut_at(order, bounds, [int(round(share * n))])
+    if len(ref_idx) < 2 or len(pool_idx) < 2:
+        raise ValueError(
+            f"audit.reference_records={share}: the public split ({n} records) cannot be cut "
+            "into reference-model records and a reference pool"
+        )
+    return public.take(np.sort(ref_idx)), public.take(np.sort(pool_idx))
+
+
+def site_pool(config: ExperimentConfig, public: Records) -> Records:
+    """The public records a site may draw non-members from."""
+    if reference_count(config) == 0:
+        return public
+    return split_public(public, share=config.audit.reference_records, seed=config.seed)[1]
+
+
+def _manifest(config: ExperimentConfig, n_records: int) -> dict[str, Any]:
+    cal = config.audit.settings.calibration
+    return {
+        "count": cal.reference_models,
+        "epochs": cal.epochs,
+        "fraction": cal.fraction,
+        "seed": config.seed,
+        "records": n_records,
+        "model": config.model.name,
+        "model_options": dict(config.model.options),
+    }
+
+
+def _train_state(
+    config: ExperimentConfig, meta: DatasetMeta, records: Records, index: int
+) -> dict[str, torch.Tensor]:
+    """One reference model's weights (runs in a Ray worker)."""
+    from simulations.apps import make_task, pick_device
+
+    torch.set_num_threads(config.resources.torch_threads)
+    cal = config.audit.settings.calibration
+    model = train_reference_model(
+        make_task(config, meta),
+        records,
+        index=index,
+        epochs=cal.epochs,
+        fraction=cal.fraction,
+        seed=config.seed,
+        device=pick_device(config.resources.audit_num_gpus),
+    )
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def ensure_reference_models(
+    config: ExperimentConfig,
+    meta: DatasetMeta,
+    run_dir: Path,
+    *,
+    num_cpus: float,
+    num_gpus: float,
+    ray_init_args: dict[str, Any],
+) -> bool:
+    """Train and cache the run's reference models unless the cache matches; True if trained."""
+    count = reference_count(config)
+    public = load_public(run_dir) if count else None
+    if public is None:
+        return False
+    records, _ = split_public(public, share=config.audit.reference_records, seed=config.seed)
+    manifest = _manifest(config, len(records))
+    cache = run_dir / REFERENCE_DIR
+    if (cache / MANIFEST).exists() and json.loads((cache / MANIFEST).read_text()) == manifest:
+        return False
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(**ray_init_args)
+    try:
+        train = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(_train_state)
+        records_ref = ray.put(records)
+        states = ray.get([train.remote(config, meta, records_ref, k) for k in range(count)])
+    finally:
+        if started:
+            ray.shutdown()
+    cache.mkdir(parents=True, exist_ok=True)
+    for k, state in enumerate(states):
+        torch.save(state, cache / f"ref-{k}.pt")
+    (cache / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    log.info("reference models: trained %d on %d public records", count, len(records))
+    return True
+
+
+def load_reference_states(run_dir: Path) -> list[dict[str, torch.Tensor]] | None:
+    """The cached reference models' weights, or ``None`` when the run has none."""
+    cache = run_dir / REFERENCE_DIR
+    if not (cache / MANIFEST).exists():
+        return None
+    count = int(json.loads((cache / MANIFEST).read_text())["count"])
+    return [torch.load(cache / f"ref-{k}.pt", weights_only=True) for k in range(count)]

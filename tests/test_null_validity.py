@@ -1,0 +1,46 @@
+"""The whole pipeline under the null: targets that never saw the members claim no leakage.
+
+Runs ``benchmarks/null_validity.py``'s games at test size (2 null targets x 10 games per
+modality, both sides, calibration on) and its positive control. Under a valid audit each
+count of positive games is dominated by Binomial(games, beta); the test allows up to that
+distribution's 99.9% quantile, which a leaking feature or a missing union penalty exceeds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from scipy import stats
+
+pytestmark = pytest.mark.slow
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "null_validity.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("null_validity", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses resolve annotations through it
+    spec.loader.exec_module(module)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield module
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("modality", ["image", "tabular"])
+def test_null_targets_stay_at_zero_and_an_overfit_target_does_not(bench, modality) -> None:
+    mod = bench.load_modality(modality, "digits")
+    tally = bench.null_tally(mod, targets=2, repeats=10, seed=0)
+    beta = bench.audit_config(repeats=1, seed=0).beta
+    assert tally.games == 20
+    allowed = int(stats.binom.ppf(0.999, tally.games, beta))
+    for metric, positive in tally.positive.items():
+        assert positive <= allowed, f"{modality} {metric}: {positive}/{tally.games} null games > 0"
+    control = bench.positive_control(mod, repeats=2, seed=0)
+    assert control.two_sided is not None and control.two_sided.eps_tilde.mean > 0
