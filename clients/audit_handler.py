@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from audit.config import AuditConfig
 from clients.site_data import SiteData
+
+EXPOSED_RECORDS_SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -20,12 +24,25 @@ class SiteAuditPolicy:
     reference_states: tuple[dict[str, torch.Tensor], ...] | None = None
     """Weights of the run's shared reference models (public records only); ``None``: the
     audit trains its own on the helper's records."""
+    exposed_records: int = 0
+    """K > 0: write the site's K most exposed members to ``exposed_records_path``."""
+    exposed_records_path: Path | None = None
+    """A file in the site's own state directory; required when ``exposed_records`` > 0."""
+
+    def __post_init__(self) -> None:
+        if self.exposed_records > 0 and self.exposed_records_path is None:
+            raise ValueError("exposed_records > 0 needs exposed_records_path (site-local)")
 
 
 def make_audit_runner(
     policy: SiteAuditPolicy,
 ) -> Callable[[Any, torch.nn.Module, SiteData, int], dict]:
-    """``runner(task, model, data, seed) -> AuditResult.to_dict()`` for this site."""
+    """``runner(task, model, data, seed) -> AuditResult.to_dict()`` for this site.
+
+    With ``policy.exposed_records`` > 0 the runner also writes the site's most exposed
+    members to ``policy.exposed_records_path``; the returned dict (the reply's content)
+    never holds them.
+    """
 
     def runner(task: Any, model: torch.nn.Module, data: SiteData, seed: int) -> dict:
         from audit import run_audit  # heavy: only in processes that audit
@@ -55,6 +72,54 @@ def make_audit_runner(
             public_pool=public,
             reference_models=references,
         )
+        if policy.exposed_records > 0 and policy.exposed_records_path is not None:
+            write_exposed_records(
+                policy.exposed_records_path,
+                task,
+                model,
+                data,
+                references,
+                k=policy.exposed_records,
+                device_name=settings.device,
+            )
         return result.to_dict()
 
     return runner
+
+
+def write_exposed_records(
+    path: Path,
+    task: Any,
+    model: torch.nn.Module,
+    data: SiteData,
+    references: list[torch.nn.Module] | None,
+    *,
+    k: int,
+    device_name: str,
+) -> Path:
+    """Score the site's members and write the ``k`` most exposed to ``path`` (site-local).
+
+    Only the run's shared reference models calibrate the score: the ones an audit trains
+    for itself stay inside it, so without shared ones the file says it fell back to f's
+    log-likelihood.
+    """
+    from audit.exposure import most_exposed
+    from audit.pipeline import resolve_device
+
+    exposed = most_exposed(
+        task, model, data.records("train"), references, k=k, device=resolve_device(device_name)
+    )
+    content = {
+        "schema_version": EXPOSED_RECORDS_SCHEMA_VERSION,
+        "site_id": data.site_id,
+        "indices_into": "the site's train array (its members), in its data file's order",
+        **exposed.to_dict(),
+        "stays_at_site": True,
+        "note": "Site-local: identifies individual members. It is never sent to the server "
+        "and no report copies it.",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(content, indent=1, allow_nan=False) + "\n")
+    tmp.replace(path)
+    return path

@@ -16,7 +16,14 @@ from server.app import ServerSettings, build_server_app
 from server.strategy import StrategySettings
 from simulations.config import ExperimentConfig
 from simulations.reference_models import load_reference_states, site_pool
-from simulations.run_dir import DatasetMeta, load_public, site_file
+from simulations.run_dir import (
+    DatasetMeta,
+    exposed_records_name,
+    ledger_name,
+    load_public,
+    site_file,
+    site_state_dir,
+)
 from simulations.tasks import TorchTask, build_task
 from simulations.tasks.base import OptimizerSpec
 
@@ -59,7 +66,7 @@ def dp_settings(config: ExperimentConfig) -> DPSettings | None:
 
 
 def ledger_path(run_dir: Path, site_id: int) -> Path:
-    return run_dir / "site_state" / f"site-{site_id}-dp-ledger.json"
+    return site_state_dir(run_dir) / ledger_name(site_id)
 
 
 class SiteResolver:
@@ -67,10 +74,19 @@ class SiteResolver:
 
     In simulation the site id is the node's ``partition-id``; ``data-path`` in the node
     config (Deployment Engine) points at the site's own data file instead of the run's.
+    ``state_dir`` is where the site keeps its own files (default: the run's ``site_state``).
     """
 
-    def __init__(self, config: ExperimentConfig, meta: DatasetMeta, run_dir: Path) -> None:
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        meta: DatasetMeta,
+        run_dir: Path,
+        *,
+        state_dir: Path | None = None,
+    ) -> None:
         self.config, self.meta, self.run_dir = config, meta, run_dir
+        self.state_dir = state_dir if state_dir is not None else site_state_dir(run_dir)
         self._cache: dict[int, SiteRuntime] = {}
 
     def __call__(self, context: Context) -> SiteRuntime:
@@ -96,6 +112,8 @@ class SiteResolver:
                     use_holdout=audit_cfg.use_holdout,
                     use_public_pool=audit_cfg.reference_pool,
                     reference_states=None if states is None else tuple(states),
+                    exposed_records=audit_cfg.exposed_records,
+                    exposed_records_path=self.state_dir / exposed_records_name(site_id),
                 )
             )
         return SiteRuntime(
@@ -105,7 +123,7 @@ class SiteResolver:
             device=pick_device(config.resources.num_gpus),
             torch_threads=config.resources.torch_threads,
             dp=dp_settings(config),
-            ledger_path=ledger_path(self.run_dir, site_id),
+            ledger_path=self.state_dir / ledger_name(site_id),
             audit_runner=runner,
         )
 

@@ -53,9 +53,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from simulations.report import write_report
+    from simulations.report import ReportInputError, write_report, write_site_report
 
-    files = write_report(Path(args.run_dir))
+    try:
+        if args.site is not None:
+            files = write_site_report(Path(args.run_dir), args.site)
+        else:
+            files = write_report(Path(args.run_dir))
+    except ReportInputError as err:
+        print(f"panoramia-fl: error: {err}", file=sys.stderr)
+        return 2
     print(files.html_path)
     return 0
 
@@ -133,8 +140,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
     run.set_defaults(func=cmd_run)
 
-    report = sub.add_parser("report", help="regenerate report.* from a run's saved results")
+    report = sub.add_parser(
+        "report", help="regenerate report.* and site-reports/ from a run's saved results"
+    )
     report.add_argument("run_dir")
+    report.add_argument(
+        "--site",
+        type=int,
+        metavar="ID",
+        help="only rebuild site-reports/site-ID.* from audits/site-ID.json alone "
+        "(plus config.yaml if present); the consortium standing then reads unavailable",
+    )
     report.set_defaults(func=cmd_report)
 
     sweep = sub.add_parser("sweep", help="run a grid of configs and compare them")

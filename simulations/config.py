@@ -124,6 +124,12 @@ class AuditPhaseConfig(_Strict):
         "models (trained once per run, shared by the sites) and never put in a site's "
         "reference pool; used with reference_pool and settings.calibration.reference_models > 0",
     )
+    exposed_records: int = Field(
+        0,
+        ge=0,
+        description="K > 0: each site writes the indices and scores of its K members with the "
+        "highest calibrated MIA score into its own state directory (never into its reply)",
+    )
     settings: AuditConfig = Field(default_factory=AuditConfig)
 
 

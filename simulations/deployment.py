@@ -45,10 +45,17 @@ from audit.components import Records
 from clients.app import SiteRuntime, build_client_app
 from clients.site_data import SiteData
 from server.app import build_server_app
-from simulations.apps import SiteResolver, ledger_path, server_settings
+from simulations.apps import SiteResolver, server_settings
 from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
 from simulations.reference_models import site_pool
-from simulations.run_dir import CONFIG_FILE, PARTITION_FILE, DatasetMeta, read_public, site_file
+from simulations.run_dir import (
+    CONFIG_FILE,
+    PARTITION_FILE,
+    DatasetMeta,
+    read_public,
+    site_file,
+    site_state_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +105,8 @@ class NodeSettings:
         The site's own ``.npz`` file (:class:`clients.site_data.SiteData`). Default: the run
         directory's ``sites/site-<id>.npz`` (loopback only).
     ``state-dir`` (str)
-        Where the site keeps state across messages (its DP ledger). Default: a
+        Where the site keeps its own files across messages (its DP ledger, its most exposed
+        records when ``audit.exposed_records`` > 0). Default: a
         ``panoramia-state`` folder next to ``data-path``, else the run directory's
         ``site_state``.
     ``public-path`` (str)
@@ -211,15 +219,16 @@ def read_run(run_config: dict[str, Any]) -> DeploymentRun:
     )
 
 
-def site_ledger_path(node: NodeSettings, run: DeploymentRun) -> Path:
-    """The site's DP ledger file, kept across the per-message ClientApp processes."""
+def site_state_path(node: NodeSettings, run: DeploymentRun) -> Path:
+    """The site's own folder for this run: its DP ledger and exposed-records file, kept
+    across the per-message ClientApp processes."""
     if node.state_dir is not None:
         state = node.state_dir
     elif node.data_path is not None:
         state = node.data_path.parent / STATE_DIR_NAME
     else:
-        return ledger_path(run.run_dir, node.partition_id)
-    return state / run.run_dir.name / f"site-{node.partition_id}-dp-ledger.json"
+        return site_state_dir(run.run_dir)
+    return state / run.run_dir.name
 
 
 def _load_public(path: Path) -> Records:
@@ -236,7 +245,8 @@ class DeploymentResolver:
 
     The site itself is built by :class:`simulations.apps.SiteResolver` (the simulation's
     resolver, which already honours ``partition-id`` and ``data-path``); this adds the
-    deployment's checks, the persistent ledger location and the optional public pool.
+    deployment's checks, the site's state folder (ledger, exposed records) and the optional
+    public pool.
     """
 
     def __init__(self) -> None:
@@ -266,7 +276,8 @@ class DeploymentResolver:
                 "node config: data-path is not set and the run directory's "
                 f"{site_file(run.run_dir, node.partition_id)} is not on this SuperNode"
             )
-        runtime = SiteResolver(run.config, run.meta, run.run_dir)(context)
+        state = site_state_path(node, run)
+        runtime = SiteResolver(run.config, run.meta, run.run_dir, state_dir=state)(context)
         if runtime.data.site_id != node.partition_id:
             raise DeploymentConfigError(
                 f"node config: partition-id={node.partition_id} but its data file holds "
@@ -275,9 +286,8 @@ class DeploymentResolver:
         data: SiteData = runtime.data
         if run.config.audit.reference_pool and node.public_path is not None:
             data = data.with_public(site_pool(run.config, _load_public(node.public_path)))
-        ledger = site_ledger_path(node, run)
-        ledger.parent.mkdir(parents=True, exist_ok=True)
-        return replace(runtime, data=data, ledger_path=ledger)
+        state.mkdir(parents=True, exist_ok=True)
+        return replace(runtime, data=data)
 
 
 def write_site_summary(run: DeploymentRun) -> Path:

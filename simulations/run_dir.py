@@ -18,6 +18,8 @@ CONFIG_FILE = "config.yaml"
 PARTITION_FILE = "partition.json"
 DATASET_FILE = "dataset.json"
 SITES_DIR = "sites"
+SITE_STATE_DIR = "site_state"
+"""Simulated sites' own files (site-local in a real deployment; the server never reads them)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,20 @@ class DatasetMeta:
 
 def site_file(run_dir: Path, site_id: int) -> Path:
     return run_dir / SITES_DIR / f"site-{site_id}.npz"
+
+
+def site_state_dir(run_dir: Path) -> Path:
+    return run_dir / SITE_STATE_DIR
+
+
+def ledger_name(site_id: int) -> str:
+    """The site's DP ledger file, in its state directory."""
+    return f"site-{site_id}-dp-ledger.json"
+
+
+def exposed_records_name(site_id: int) -> str:
+    """The site's most exposed members (``audit.exposed_records``), in its state directory."""
+    return f"site-{site_id}-exposed-records.json"
 
 
 def public_file(run_dir: Path) -> Path:

@@ -12,7 +12,7 @@ def test_default_config_is_valid():
     assert config.partition.scheme == "dirichlet" and config.partition.num_sites >= 2
     assert config.data.name == "fashion_mnist"
     # quick audits with intervals: the explicit repeat count survives quick mode
-    assert config.audit.settings.quick and config.audit.settings.repeats == 3
+    assert config.audit.settings.quick and config.audit.settings.repeats == 5
 
 
 @pytest.mark.parametrize(

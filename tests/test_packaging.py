@@ -39,6 +39,8 @@ def test_makefile_targets_create_venv_and_run_default():
         check=True,
     ).stdout
     assert "pytest" in test and "ruff check" in test
+    # The report pages are tested in Chromium: `make test` installs it first.
+    assert "apt-get install -y -q chromium" in test
 
 
 def test_pins_and_console_script():

@@ -3,6 +3,7 @@
 Public API::
 
     write_report(run_dir) -> ReportFiles
+    write_site_report(run_dir, site_id) -> ReportFiles
     write_sweep_report(sweep_dir, points, *, write_point_reports=False) -> ReportFiles
     SweepPoint(label, overrides, run_dir)
 """
@@ -15,28 +16,40 @@ from .aggregate import build_report
 from .html_report import write_html
 from .inputs import ReportInputError, RunInputs, load_run
 from .markdown import write_markdown
-from .schema import REPORT_SCHEMA_VERSION, SWEEP_SCHEMA_VERSION, ReportFiles, RunReport
+from .schema import (
+    REPORT_SCHEMA_VERSION,
+    SITE_REPORT_SCHEMA_VERSION,
+    SWEEP_SCHEMA_VERSION,
+    ReportFiles,
+    RunReport,
+    SitePageReport,
+)
+from .site_report import SITE_REPORTS_DIR, write_site_report, write_site_reports
 from .sweep import SweepPoint, build_sweep_report, write_sweep_report
 from .tabular import write_csv, write_json
 
 __all__ = [
     "REPORT_SCHEMA_VERSION",
+    "SITE_REPORTS_DIR",
+    "SITE_REPORT_SCHEMA_VERSION",
     "SWEEP_SCHEMA_VERSION",
     "ReportFiles",
     "ReportInputError",
     "RunInputs",
     "RunReport",
+    "SitePageReport",
     "SweepPoint",
     "build_report",
     "build_sweep_report",
     "load_run",
     "write_report",
+    "write_site_report",
     "write_sweep_report",
 ]
 
 
 def write_report(run_dir: Path) -> ReportFiles:
-    """Write report.json, report.csv, report.md and report.html into a run directory.
+    """Write report.json, .csv, .md and .html, and each site's own report, into a run directory.
 
     Parameters
     ----------
@@ -48,7 +61,8 @@ def write_report(run_dir: Path) -> ReportFiles:
     Returns
     -------
     ReportFiles
-        The four paths written.
+        The four paths written, and each audited site's ``site-reports/site-<id>.json`` /
+        ``.html`` in ``site_reports``.
 
     Raises
     ------
@@ -69,4 +83,5 @@ def write_report(run_dir: Path) -> ReportFiles:
         csv_path=write_csv(report, run_dir / "report.csv"),
         md_path=write_markdown(report, run_dir / "report.md"),
         html_path=write_html(report, results, run_dir / "report.html"),
+        site_reports=write_site_reports(run_dir, inputs, report),
     )

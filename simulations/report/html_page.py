@@ -34,7 +34,71 @@ tr.failed td, tr.missing td, tr.incomplete td { background: #eeeeee; color: #555
 figure { margin: 1em 0; }
 figcaption { font-size: 0.85em; color: #444; }
 img { max-width: 100%; }
+.headline { border: 2px solid #555; border-radius: 0.4em; background: #f6f7fb;
+            padding: 0.6em 1.2em; margin: 1em 0; }
+.headline .numbers { display: flex; gap: 3em; flex-wrap: wrap; margin: 0.5em 0; }
+.headline .value { font-size: 1.6em; font-weight: bold; }
+.headline .label { font-size: 0.85em; color: #444; }
+.verdict { font-weight: bold; padding: 0.1em 0.5em; border-radius: 0.3em; }
+.verdict.evidence { background: #d63c3c; color: #fff; }
+.verdict.inconclusive { background: #f5b700; color: #000; }
+.verdict.none { background: #2e8b57; color: #fff; }
+.verdict.no-result { background: #777; color: #fff; }
+.site-local { border-left: 4px solid #2e6bd6; background: #f3f7ff; padding: 0.4em 1em; }
+table.sortable th { cursor: pointer; user-select: none; }
+table.sortable th[aria-sort="ascending"]::after { content: " ▲"; }
+table.sortable th[aria-sort="descending"]::after { content: " ▼"; }
 """.strip()
+
+SORT_SCRIPT = r"""
+(function () {
+  "use strict";
+  // A cell's sort key: its unrounded value (title) or text; a leading number sorts as a
+  // number, "inf" above every number, "-" or empty below everything in either direction.
+  function key(cell) {
+    var text = (cell.getAttribute("title") || cell.textContent || "").trim();
+    if (text === "" || text === "-") { return {missing: true}; }
+    if (/^\+?inf\b/i.test(text)) { return {num: Infinity}; }
+    var m = text.match(/^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?/i);
+    return m ? {num: parseFloat(m[0])} : {str: text};
+  }
+  function compare(a, b) {
+    if (a.missing || b.missing) { return (a.missing ? 1 : 0) - (b.missing ? 1 : 0); }
+    if ("num" in a && "num" in b) { return a.num === b.num ? 0 : (a.num < b.num ? -1 : 1); }
+    if ("num" in a) { return -1; }
+    if ("num" in b) { return 1; }
+    return a.str.localeCompare(b.str, undefined, {numeric: true, sensitivity: "base"});
+  }
+  function sortBy(table, col, th) {
+    var header = table.rows[0];
+    var asc = th.getAttribute("aria-sort") !== "ascending";
+    var rows = Array.prototype.slice.call(table.rows, 1).map(function (row, i) {
+      return {row: row, i: i, k: row.cells[col] ? key(row.cells[col]) : {missing: true}};
+    });
+    rows.sort(function (x, y) {
+      var c = compare(x.k, y.k);
+      if (!asc && !x.k.missing && !y.k.missing) { c = -c; }
+      return c || x.i - y.i;
+    });
+    Array.prototype.forEach.call(header.cells, function (h) { h.removeAttribute("aria-sort"); });
+    th.setAttribute("aria-sort", asc ? "ascending" : "descending");
+    var body = rows.length ? rows[0].row.parentNode : null;
+    rows.forEach(function (r) { body.appendChild(r.row); });
+  }
+  Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), function (table) {
+    Array.prototype.forEach.call(table.rows[0].cells, function (th, col) {
+      th.tabIndex = 0;
+      th.title = "click to sort";
+      th.addEventListener("click", function () { sortBy(table, col, th); });
+      th.addEventListener("keydown", function (e) {
+        if (e.key === "Enter" || e.key === " ") { e.preventDefault(); sortBy(table, col, th); }
+      });
+    });
+  });
+})();
+""".strip()
+"""Click a header of a ``table.sortable`` to sort its rows by that column (numbers as
+numbers), again to reverse. Inline: the pages load nothing from outside."""
 
 
 def esc(value: Any) -> str:
@@ -42,8 +106,11 @@ def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def page(title: str, body: list[str], *, data: Any) -> str:
-    """A complete HTML document with the given body parts and embedded JSON data."""
+def page(title: str, body: list[str], *, data: Any, script: str | None = None) -> str:
+    """A complete HTML document with the given body parts and embedded JSON data.
+
+    ``script`` (trusted, never built from the inputs) runs inline at the end of the body.
+    """
     return "\n".join(
         [
             "<!DOCTYPE html>",
@@ -58,6 +125,7 @@ def page(title: str, body: list[str], *, data: Any) -> str:
             '<script type="application/json" id="report-data">',
             json_for_script(data),
             "</script>",
+            *([f"<script>\n{script}\n</script>"] if script else []),
             "</body>",
             "</html>",
             "",
@@ -93,6 +161,18 @@ def figure(png_base64: str | None, caption: str, *, alt: str) -> str:
 def badge(label: str, kind: str) -> str:
     """A small coloured label next to a number."""
     return f'<span class="badge {esc(kind)}">{esc(label)}</span>'
+
+
+_FLAG_BADGE_KIND = {
+    "saturated": "saturated",
+    "c_lb not tight": "not-tight",
+    "RM;RN capped": "saturated",
+}
+
+
+def flag_badges(labels: list[str], prefix: str = "") -> str:
+    """A badge per flag label (:func:`~.text.flag_labels`), coloured by the flag's kind."""
+    return "".join(badge(prefix + label, _FLAG_BADGE_KIND[label]) for label in labels)
 
 
 def td(text: str, *, title: Any = None, raw: bool = False, cls: str | None = None) -> str:

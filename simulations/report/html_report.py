@@ -7,7 +7,7 @@ from pathlib import Path
 from audit.result import AuditResult
 
 from . import plots
-from .html_page import badge, esc, figure, meaning_block, page, td, th_row
+from .html_page import badge, esc, figure, flag_badges, meaning_block, page, td, th_row
 from .schema import SIDES, RunReport, SiteReport, to_jsonable
 from .text import (
     MISSING,
@@ -47,8 +47,6 @@ _HEADERS = (
     "generator",
 )
 
-_BADGE_KIND = {"saturated": "saturated", "c_lb not tight": "not-tight", "RM;RN capped": "saturated"}
-
 
 def _row_class(site: SiteReport) -> str:
     if site.status != "ok":
@@ -60,22 +58,18 @@ def _row_class(site: SiteReport) -> str:
     return "ok"
 
 
-def _badges(labels: list[str], prefix: str = "") -> str:
-    return "".join(badge(prefix + label, _BADGE_KIND[label]) for label in labels)
-
-
 def _two_sided_cell(site: SiteReport) -> str:
     """The two-sided eps_tilde with a badge per raised flag of each side."""
     two = site.two_sided
     side_badges = "".join(
-        _badges(flag_labels(getattr(two, side).flags), prefix=f"{SIDE_LABELS[side]}: ")
+        flag_badges(flag_labels(getattr(two, side).flags), prefix=f"{SIDE_LABELS[side]}: ")
         for side in (SIDES if two is not None else ())
     )
     return td(esc(fmt_two_sided(site)) + side_badges, title=site.eps_tilde_two_sided, raw=True)
 
 
 def _site_row(site: SiteReport) -> str:
-    badges = _badges(flag_labels(site.flags))
+    badges = flag_badges(flag_labels(site.flags))
     if site.status != "ok":
         badges += badge(site.status, site.status)
     reasons = "; ".join(f"{scope}: {r}" for scope, r in scoped_reasons(site))
@@ -178,7 +172,7 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         *[_site_row(s) for s in report.sites],
         "</table></div>",
         "<p>Row colours: yellow = saturated (eps_tilde reads headroom, not leakage); red = "
-        "c_lb not tight (eps_tilde overstates); grey = failed or missing audit. Row colours "
+        "c_lb not tight (eps_tilde may overstate); grey = failed or missing audit. Row colours "
         "and the badges beside eps_tilde are the one-sided game's; the badges beside the "
         "two-sided eps_tilde are its sides' (hover a row for the reasons).</p>",
         _list(levels) if levels else "",

@@ -110,6 +110,32 @@ def load_run(run_dir: Path) -> RunInputs:
     )
 
 
+def audit_file(run_dir: Path, site_id: int) -> Path:
+    """``RUN_DIR/audits/site-<id>.json``."""
+    return Path(run_dir) / "audits" / f"site-{site_id}.json"
+
+
+def load_site_audit(run_dir: Path, site_id: int) -> SiteAuditInput:
+    """One site's audit file alone (no partition.json, metrics or other sites needed).
+
+    Raises
+    ------
+    ReportInputError
+        When the site's audit file does not exist. An unreadable or failed one gives a
+        "failed" input with the reason, as in :func:`load_run`.
+    """
+    path = audit_file(run_dir, site_id)
+    if not path.exists():
+        raise ReportInputError(f"{path} is missing (site {site_id}'s audit file)")
+    return _load_site_audit(path, site_id, {})
+
+
+def load_optional_config(run_dir: Path) -> dict[str, Any]:
+    """``config.yaml`` when the run directory has one, else an empty mapping."""
+    path = Path(run_dir) / "config.yaml"
+    return _load_config(path) if path.exists() else {}
+
+
 def _load_config(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise ReportInputError(f"{path} is missing (the run's resolved config)")

@@ -101,7 +101,7 @@ def render_markdown(report: RunReport) -> str:
     lines.append(
         "eps_tilde is a lower bound on epsilon only where c_lb is tight; sites flagged "
         "**saturated** read headroom (ceiling - c_lb), not leakage; sites flagged "
-        "**c_lb not tight** overstate it. Flags are per game: the one-sided game and each "
+        "**c_lb not tight** may overstate it. Flags are per game: the one-sided game and each "
         "side of the two-sided one."
     )
     levels = levels_lines(report.sites)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 from audit.result import AuditResult, Curve, RocSummary
@@ -40,6 +41,8 @@ _SCORER_STYLE: dict[str, tuple[str, str]] = {
 }
 
 _FPR_MIN = 1e-3
+_MIN_GRID_WIDTH = 5.0
+_TITLE_CHARS_PER_INCH = 13
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -105,6 +108,7 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
         loc="upper left",
     )
     ax.set_xticks(xs, [f"site {s.site_id}" for s in sites])
+    ax.set_xlabel("site")
     ax.set_ylabel("epsilon (nats)")
     ax.set_title("eps_tilde per site (a lower bound on eps only where c_lb is tight)")
     ax.axhline(0.0, color="0.5", lw=0.8)
@@ -190,7 +194,8 @@ def _curve_grid(
     if not drawn:
         return None
     rows, cols = _grid(len(drawn))
-    fig = _new_figure(3.2 * cols, 2.7 * rows)
+    width = max(3.2 * cols, _MIN_GRID_WIDTH)
+    fig = _new_figure(width, 2.7 * rows)
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax in axes.flat[len(drawn) :]:
         ax.set_visible(False)
@@ -212,11 +217,12 @@ def _curve_grid(
         if ceiling_line and site.ceiling is not None:
             ax.axhline(site.ceiling, color="black", ls="--", lw=1, label="ceiling")
         ax.set_title(f"site {site.site_id}", fontsize=9)
-        ax.set_xlabel("recall", fontsize=8)
+        ax.set_xlabel("recall (fraction of members found)", fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
+    # Wrapped to the figure's width: a one-site grid is narrower than the title.
+    fig.suptitle(textwrap.fill(title, int(_TITLE_CHARS_PER_INCH * width)), fontsize=10)
     return _to_base64(fig)
 
 
@@ -231,7 +237,7 @@ def precision_recall_plot(sites: list[SiteReport], results: dict[int, AuditResul
         results,
         y_of="precision",
         title="Precision-recall in the privacy game: baseline b vs MIA (one line per repeat)",
-        ylabel="precision",
+        ylabel="precision (fraction)",
         ceiling_line=False,
     )
 
@@ -243,7 +249,7 @@ def bound_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) 
         results,
         y_of="bound",
         title="Lower bound against recall: c for b, c+eps for the MIA; dashed: ceiling",
-        ylabel="lower bound",
+        ylabel="lower bound (nats)",
         ceiling_line=True,
     )
 
@@ -260,10 +266,10 @@ def training_plot(rounds: list[RoundReport]) -> str | None:
     ax = axes[0]
     ax.plot(xs, _nan([r.global_loss for r in rounds]), "o-", color="tab:blue", label="loss")
     ax.set_xlabel("round")
-    ax.set_ylabel("global loss", color="tab:blue")
+    ax.set_ylabel("global loss (cross-entropy, nats)", color="tab:blue")
     ax2 = ax.twinx()
     ax2.plot(xs, _nan([r.global_accuracy for r in rounds]), "s-", color="tab:orange")
-    ax2.set_ylabel("global accuracy", color="tab:orange")
+    ax2.set_ylabel("global accuracy (fraction)", color="tab:orange")
     ax.set_title("global model", fontsize=9)
     for sid in site_ids:
         pts = [(r.round, r.sites[sid]) for r in rounds if sid in r.sites]
@@ -284,11 +290,13 @@ def training_plot(rounds: list[RoundReport]) -> str | None:
             )
     axes[1].set_title("site train loss", fontsize=9)
     axes[1].set_xlabel("round")
+    axes[1].set_ylabel("train loss (cross-entropy, nats)")
     if site_ids and len(site_ids) <= 12:
         axes[1].legend(fontsize=7)
     if has_dp:
         axes[2].set_title("site DP epsilon (accountant, cumulative)", fontsize=9)
         axes[2].set_xlabel("round")
+        axes[2].set_ylabel("epsilon (nats)")
     return _to_base64(fig)
 
 
@@ -324,7 +332,7 @@ def _eps_axis(ax: Any, pos: dict[str, float], inf_x: float, log: bool) -> None:
     ticks = sorted(set(pos.values()))
     ax.set_xticks(ticks, ["inf (no DP)" if t == inf_x else f"{t:g}" for t in ticks])
     ax.minorticks_off()
-    ax.set_xlabel("theoretical eps (DP accountant; max over sites)")
+    ax.set_xlabel("theoretical eps (DP accountant, nats; max over sites)")
 
 
 def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
@@ -355,7 +363,7 @@ def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
         fontsize=8,
     )
     _eps_axis(ax, pos, inf_x, log)
-    ax.set_ylabel("measured epsilon (one marker per site)")
+    ax.set_ylabel("measured epsilon (nats; one marker per site)")
     ax.set_title("Measured leakage against the DP guarantee", fontsize=10)
     return _to_base64(fig)
 
@@ -378,6 +386,6 @@ def sweep_accuracy_plot(points: list[SweepPointReport]) -> str | None:
             fontsize=7,
         )
     _eps_axis(ax, pos, inf_x, log)
-    ax.set_ylabel("final global accuracy")
+    ax.set_ylabel("final global accuracy (fraction)")
     ax.set_title("Utility against privacy", fontsize=10)
     return _to_base64(fig)

@@ -19,6 +19,8 @@ REPORT_SCHEMA_VERSION = 2
 """2: two-sided game per site and side, low-FPR ROC figures, bound levels."""
 SWEEP_SCHEMA_VERSION = 2
 """2: the two-sided eps_tilde beside the one-sided one."""
+SITE_REPORT_SCHEMA_VERSION = 1
+"""1: a site's own report (site-reports/site-<id>.json)."""
 
 SiteStatus = Literal["ok", "failed", "missing"]
 Side = Literal["member", "nonmember"]
@@ -287,6 +289,84 @@ class SweepReport:
 
 
 @dataclass(frozen=True)
+class PlainReading:
+    """A site's result in plain language, for a privacy officer (no notation needed)."""
+
+    verdict: Literal["evidence", "inconclusive", "none", "no result"]
+    """"evidence": the two-sided eps_tilde's 95% interval lies above 0; "inconclusive": its
+    mean is above 0 but the interval reaches 0; "none": it reads 0; "no result": failed."""
+    headline: str
+    measured: list[str]
+    """What was measured."""
+    meaning: list[str]
+    """What it means for the site's records (flags included)."""
+    not_shown: list[str]
+    """What it does not show."""
+
+
+@dataclass(frozen=True)
+class ConsortiumStanding:
+    """Where a site stands among the consortium's audited sites, without naming any other.
+
+    Ranked by the two-sided eps_tilde (1 = the most leakage measured). The median and max
+    are withheld below :data:`~.standing.MIN_SITES_FOR_STATISTICS` ranked sites, where
+    they would give another site's own number away.
+    """
+
+    available: bool
+    note: str
+    rank: int | None = None
+    n_ranked: int | None = None
+    median_eps_tilde_two_sided: float | None = None
+    max_eps_tilde_two_sided: float | None = None
+
+
+@dataclass(frozen=True)
+class ReproManifest:
+    """What it takes to reproduce a site's audit."""
+
+    config_file: str | None
+    """The config read (relative to the run directory), or None when there was none."""
+    config_sha256: str | None
+    run_seed: int | None
+    audit_seed: int | None
+    """``audit.settings.seed`` of the config; each site derives its audit seed from it."""
+    repeat_seeds: list[int]
+    """The seeds the site's audit repeats used, as its result records them."""
+    packages: dict[str, str | None]
+    """Versions of the environment that wrote this report (None: not installed)."""
+    python: str
+    git_commit: str | None
+    """The project's commit where it runs from a git checkout, else None."""
+    git_dirty: bool | None
+    """True when tracked files differ from that commit (uncommitted changes)."""
+    data_sizes: dict[str, int]
+    """The audit's ``sizes`` (members, game size m, splits, generated records, ...)."""
+
+
+@dataclass(frozen=True)
+class SitePageReport:
+    """Everything a site's own report (``site-reports/site-<id>.json`` / ``.html``) holds.
+
+    Only the site's own numbers and consortium-wide statistics: no other site's numbers or
+    ids, and never the site-local exposed records themselves (only a link to their file).
+    """
+
+    schema_version: int
+    run_name: str | None
+    site: SiteReport
+    reading: PlainReading
+    threat_model: list[str]
+    standing: ConsortiumStanding
+    manifest: ReproManifest
+    exposed_records_link: str | None
+    """Relative link to the site-local exposed-records file, when it exists."""
+    source: Literal["consortium", "site"]
+    """"consortium": written by the report aggregator; "site": rebuilt by the site from its
+    own audit file alone (``panoramia-fl report RUN_DIR --site ID``)."""
+
+
+@dataclass(frozen=True)
 class ReportFiles:
     """Paths written by a report writer (None for a format it does not write)."""
 
@@ -294,6 +374,8 @@ class ReportFiles:
     html_path: Path
     csv_path: Path | None = None
     md_path: Path | None = None
+    site_reports: list[ReportFiles] = field(default_factory=list)
+    """Each site's own report (``site-reports/site-<id>.*``), written beside report.*."""
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -13,7 +13,7 @@ from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 
 from . import plots
 from .aggregate import build_report
-from .html_page import badge, esc, figure, meaning_block, page, td, th_row
+from .html_page import SORT_SCRIPT, badge, esc, figure, flag_badges, meaning_block, page, td, th_row
 from .inputs import ReportInputError, load_run
 from .schema import (
     SWEEP_SCHEMA_VERSION,
@@ -155,7 +155,7 @@ def _dp_enabled(config: dict[str, Any]) -> bool | None:
 
 def _points_table(report: SweepReport) -> list[str]:
     rows = [
-        "<table>",
+        '<table class="sortable">',
         th_row(
             (
                 "point",
@@ -206,7 +206,7 @@ def _eps_text(eps: float | None, private: bool | None) -> str:
 
 def _sites_table(report: SweepReport) -> list[str]:
     rows = [
-        "<table>",
+        '<table class="sortable">',
         th_row(
             (
                 "point",
@@ -228,9 +228,7 @@ def _sites_table(report: SweepReport) -> list[str]:
     for p in report.points:
         for s in p.sites:
             labels = flag_labels(s.flags)
-            badges = "".join(
-                badge(lbl, lbl.replace("c_lb ", "").replace(" ", "-")) for lbl in labels
-            )
+            badges = flag_badges(labels)
             if s.status != "ok":
                 badges += badge(s.status, s.status)
                 if s.error:
@@ -272,6 +270,7 @@ def render_sweep_html(report: SweepReport) -> str:
         "still shown.</p>",
         meaning_block(),
         "<h2>Points</h2>",
+        "<p>Click a column header to sort a table by it (again to reverse).</p>",
         *_points_table(report),
         "<h2>Per point and site</h2>",
         *_sites_table(report),
@@ -292,7 +291,7 @@ def render_sweep_html(report: SweepReport) -> str:
             alt="accuracy vs privacy",
         ),
     ]
-    return page("PANORAMIA sweep comparison", body, data=to_jsonable(report))
+    return page("PANORAMIA sweep comparison", body, data=to_jsonable(report), script=SORT_SCRIPT)
 
 
 def write_sweep_report(

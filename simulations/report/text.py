@@ -32,8 +32,9 @@ MEANING_POINTS: tuple[str, ...] = (
     "saturated: c_lb is within the saturation margin of the ceiling (the bound a perfect "
     "scorer reaches on this audit set). eps_tilde can then only read the headroom "
     "ceiling - c_lb, which is a limit of the audit, not leakage of the model.",
-    "c_lb_not_tight: eps_tilde lies above the RM;RN bound's interval. The baseline is too "
-    "weak, so eps_tilde overstates the leakage.",
+    "c_lb_not_tight: eps_tilde's interval lies above the RM;RN bound's interval. RM;RN is "
+    "itself only a lower bound, so this proves nothing, but the baseline may be too weak and "
+    "eps_tilde may overstate the leakage.",
     "rm_rn_capped: eps_tilde lies above RM;RN, but RM;RN's own ceiling (its audit set is cut "
     "from the site's real non-members, fewer than the game's) leaves no room to show that "
     "value, so the comparison can neither confirm nor refute eps_tilde.",

@@ -1,0 +1,332 @@
+"""The report pages in a real browser: headless Chromium loads report.html, sweep.html and a
+site page, with no console error, every image decoded, the tables as they should be.
+
+Chromium is driven with its command line alone (``--dump-dom``, ``--screenshot``): a copy of
+each page gets a checking script as the first thing in its <head>, so it sees every error
+of the page's own scripts, and writes what it found into the DOM that ``--dump-dom`` prints.
+The product pages themselves are never changed. Without Chromium the test fails: ``make
+browser`` installs it (``make test`` does first).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_report import make_result, ok_audit, write_run
+
+from simulations.report import SweepPoint, build_report, load_run, write_report, write_sweep_report
+from simulations.report.site_report import site_report_paths
+from simulations.report.text import fmt, fmt_two_sided
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+TIMEOUT_S = 180
+
+CHECKER = r"""
+<script>
+(function () {
+  "use strict";
+  var problems = [];
+  function text(args) {
+    return Array.prototype.map.call(args, function (a) { return String(a); }).join(" ");
+  }
+  window.addEventListener("error", function (e) {
+    var t = e.target;
+    if (t && t !== window && (t.src || t.href)) {
+      problems.push("resource failed: " + String(t.src || t.href).slice(0, 80));
+    } else {
+      problems.push("uncaught: " + e.message);
+    }
+  }, true);
+  window.addEventListener("unhandledrejection", function (e) {
+    problems.push("unhandled rejection: " + String(e.reason));
+  });
+  console.error = function () { problems.push("console.error: " + text(arguments)); };
+  console.assert = function (ok) {
+    if (!ok) { problems.push("console.assert: " + text(Array.prototype.slice.call(arguments, 1))); }
+  };
+  function cells(row) {
+    return Array.prototype.map.call(row.cells, function (c) { return c.textContent.trim(); });
+  }
+  function tables() {
+    return Array.prototype.map.call(document.querySelectorAll("table"), function (t) {
+      return {id: t.id, sortable: t.classList.contains("sortable"),
+              headers: t.rows.length ? cells(t.rows[0]) : [],
+              rows: Array.prototype.slice.call(t.rows, 1).map(cells)};
+    });
+  }
+  function column(table, i) {
+    return Array.prototype.slice.call(table.rows, 1).map(function (r) {
+      return r.cells[i] ? r.cells[i].textContent.trim() : "";
+    });
+  }
+  function sorts() {
+    var out = [];
+    Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), function (t, ti) {
+      Array.prototype.forEach.call(t.rows[0].cells, function (th, i) {
+        th.click();
+        var asc = column(t, i);
+        th.click();
+        out.push({table: ti, header: th.textContent.trim(), asc: asc, desc: column(t, i),
+                  ariaSort: th.getAttribute("aria-sort")});
+      });
+    });
+    return out;
+  }
+  window.addEventListener("load", function () {
+    setTimeout(function () {
+      var images = Array.prototype.map.call(document.images, function (img) {
+        return {alt: img.alt, complete: img.complete, naturalWidth: img.naturalWidth};
+      });
+      var report = {problems: problems.slice(), images: images, title: document.title,
+                    text: document.body.innerText, tables: tables()};
+      report.sorts = sorts();
+      report.problems = problems;
+      var pre = document.createElement("pre");
+      pre.id = "__page_check__";
+      pre.textContent = JSON.stringify(report);
+      document.body.appendChild(pre);
+    }, 0);
+  });
+})();
+</script>
+"""
+"""Records errors from the start of the page; after load, writes images, tables, the text
+and (having clicked every header of each sortable table twice) the sorted columns."""
+
+_RESULT = re.compile(r'<pre id="__page_check__">(.*?)</pre>', re.S)
+
+
+@dataclass(frozen=True)
+class PageCheck:
+    problems: list[str]
+    images: list[dict[str, Any]]
+    title: str
+    text: str
+    tables: list[dict[str, Any]]
+    sorts: list[dict[str, Any]]
+
+    @property
+    def broken_images(self) -> list[str]:
+        return [i["alt"] for i in self.images if not (i["complete"] and i["naturalWidth"] > 0)]
+
+    def table(self, first_header: str, nth: int = 0) -> dict[str, Any]:
+        """The ``nth`` table whose first header is ``first_header``."""
+        return [t for t in self.tables if t["headers"][:1] == [first_header]][nth]
+
+    def sort(self, header: str, table: int = 0) -> dict[str, Any]:
+        """Column ``header`` of the ``table``-th sortable table, sorted up and down."""
+        (found,) = [s for s in self.sorts if s["header"] == header and s["table"] == table]
+        return found
+
+
+def chromium() -> str:
+    """The Chromium executable; fails (never skips) without one."""
+    for name in BROWSERS:
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail(
+        "Chromium is not installed: the report pages cannot be checked in a browser. "
+        "Install it with `make browser` (apt-get install chromium)."
+    )
+
+
+def _run(args: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
+    command = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-extensions",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=10000",
+        *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def check_page(page: Path, work: Path) -> PageCheck:
+    """Load a copy of ``page`` (checker first in <head>) in Chromium; what the checker saw.
+
+    Console messages Chromium itself logs (``CONSOLE`` lines on stderr: the page's console
+    calls the checker does not replace, blocked loads) count as problems too.
+    """
+    source = page.read_text()
+    head = re.search(r"<head[^>]*>", source, re.I)
+    assert head, f"{page} has no <head>"
+    copy = page.with_name(f"{page.stem}.checked{page.suffix}")
+    copy.write_text(source[: head.end()] + CHECKER + source[head.end() :])
+    try:
+        done = _run(["--dump-dom", copy.resolve().as_uri()], work / f"profile-{page.stem}")
+    finally:
+        copy.unlink()
+    match = _RESULT.search(done.stdout)
+    assert match, (
+        f"the checker in {page.name} did not report (exit {done.returncode}): {done.stderr[-2000:]}"
+    )
+    data = json.loads(html.unescape(match.group(1)))
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    return PageCheck(
+        problems=data["problems"] + console,
+        images=data["images"],
+        title=data["title"],
+        text=data["text"],
+        tables=data["tables"],
+        sorts=data["sorts"],
+    )
+
+
+def assert_page_ok(check: PageCheck, *, min_images: int = 1) -> None:
+    """No console error or uncaught exception, and every image decoded."""
+    assert not check.problems, check.problems
+    assert len(check.images) >= min_images, check.images
+    assert not check.broken_images, f"broken images: {check.broken_images}"
+
+
+def screenshot(page: Path, out: Path, work: Path) -> Path:
+    """A screenshot of the product page itself (unchanged)."""
+    _run(
+        [f"--screenshot={out}", "--window-size=1400,3000", page.resolve().as_uri()],
+        work / f"profile-shot-{page.stem}",
+    )
+    assert out.exists() and out.stat().st_size > 10_000, f"no screenshot of {page.name}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """report.html of a 4-site run (2 ok, 1 failed, 1 missing), a site page, sweep.html."""
+    base = tmp_path_factory.mktemp("browser")
+    failed = ok_audit(2, make_result([1.0], [1.0])) | {
+        "status": "failed",
+        "result": None,
+        "error": 'OOM in <script>console.error("x")</script>',
+    }
+    run = write_run(
+        base / "run",
+        n_sites=4,
+        dp=8.0,
+        audits={
+            0: ok_audit(0, make_result([1.0, 1.25], [1.75, 2.0], rm_rn=[1.0, 1.25]), dp=8.0),
+            1: ok_audit(1, make_result([0.5, 0.75], [0.75, 1.5], o1=[0.1, 0.2]), dp=8.0),
+            2: failed,
+        },
+    )
+    write_report(run)
+    eps16 = write_run(
+        base / "eps16",
+        n_sites=1,
+        dp=16.0,
+        accuracy=0.9,
+        audits={0: ok_audit(0, make_result([1.0, 1.5], [1.5, 2.0]), dp=16.0)},
+    )
+    nodp = write_run(
+        base / "nodp",
+        n_sites=1,
+        accuracy=0.95,
+        audits={0: ok_audit(0, make_result([1.0, 1.5], [2.0, 2.5]))},
+    )
+    sweep = write_sweep_report(
+        base / "sweep",
+        [
+            SweepPoint("eps=8", {"dp.target_epsilon": 8}, run),
+            SweepPoint("eps=16", {"dp.target_epsilon": 16}, eps16),
+            SweepPoint("no DP", {"dp.enabled": False}, nodp),
+            SweepPoint("eps=2", {"dp.target_epsilon": 2}, base / "never-ran"),
+        ],
+    )
+    return {
+        "run": run,
+        "report": run / "report.html",
+        "site": site_report_paths(run, 1).html_path,
+        "failed_site": site_report_paths(run, 2).html_path,
+        "sweep": sweep.html_path,
+    }
+
+
+def test_report_html_in_the_browser(pages: dict[str, Path], tmp_path: Path) -> None:
+    check = check_page(pages["report"], tmp_path)
+    # 4 plots plus a log-ROC per ok site.
+    assert_page_ok(check, min_images=6)
+    table = check.table("site")
+    assert [row[0] for row in table["rows"]] == ["0", "1", "2", "3"]  # one row per site
+    assert [row[1] for row in table["rows"]] == ["ok", "ok", "failed", "missing"]
+    assert check.text.count("What eps_tilde means and does not mean") == 1
+    screenshot(pages["report"], tmp_path / "report.png", tmp_path)
+
+
+@pytest.mark.parametrize("site_id", [1, 2])
+def test_site_page_in_the_browser(pages: dict[str, Path], tmp_path: Path, site_id: int) -> None:
+    page = pages["site"] if site_id == 1 else pages["failed_site"]
+    check = check_page(page, tmp_path)
+    site = build_report(load_run(pages["run"])).sites[site_id]
+    if site_id == 1:
+        assert_page_ok(check, min_images=4)
+        assert fmt_two_sided(site) in check.text  # the headline: two-sided eps_tilde ...
+        assert f"{fmt(site.eps_tilde)} [" in check.text  # ... beside the paper's one-sided
+        assert {"bounds", "comparisons", "low-fpr", "manifest"} <= {t["id"] for t in check.tables}
+    else:  # a failed audit: the reason, no plots, no error from the hostile error text
+        assert_page_ok(check, min_images=0)
+        assert 'console.error("x")' in check.text and not check.images
+    assert f"site {site_id}" in check.title
+    screenshot(page, tmp_path / f"site-{site_id}.png", tmp_path)
+
+
+def _number(text: str) -> float:
+    return float("inf") if text.startswith("inf") else float(text.split()[0])
+
+
+def test_sweep_html_sorts_by_clicked_header(pages: dict[str, Path], tmp_path: Path) -> None:
+    check = check_page(pages["sweep"], tmp_path)
+    assert_page_ok(check, min_images=2)
+    assert sum(t["sortable"] for t in check.tables) == 2
+    points = check.table("point")
+    assert len(points["rows"]) == 4
+    # Numeric-aware: 8 < 16 < inf, though "16.00" < "8.00" as text; "-" last both ways.
+    eps = check.sort("theoretical eps")
+    assert eps["asc"] == ["8.00", "16.00", "inf (no DP)", "-"]
+    assert eps["desc"] == ["inf (no DP)", "16.00", "8.00", "-"]
+    assert eps["ariaSort"] == "descending"
+    accuracy = check.sort("global accuracy")
+    numbers = [_number(t) for t in accuracy["asc"] if t != "-"]
+    assert numbers == sorted(numbers) and accuracy["asc"][-1] == "-"
+    labels = check.sort("point")
+    assert labels["asc"] == ["eps=2", "eps=8", "eps=16", "no DP"]
+    sites = check.table("point", nth=1)
+    assert len(sites["rows"]) == 6  # 4 + 1 + 1 sites of the three runs
+    eps_tilde = check.sort("eps_tilde", table=1)
+    numbers = [_number(t) for t in eps_tilde["desc"] if t != "-"]
+    assert numbers == sorted(numbers, reverse=True) and len(numbers) == 4
+    assert eps_tilde["desc"][4:] == ["-", "-"]
+    screenshot(pages["sweep"], tmp_path / "sweep.png", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("name", "inject", "expect"),
+    [
+        ("broken-image", '<img alt="broken" src="data:image/png;base64,AAAA">', "broken"),
+        ("inline-error", "<script>notDefinedAnywhere();</script>", "uncaught"),
+        ("console-error", '<script>console.error("page failed")</script>', "console.error"),
+    ],
+)
+def test_checker_fails_a_broken_page(
+    pages: dict[str, Path], tmp_path: Path, name: str, inject: str, expect: str
+) -> None:
+    source = pages["site"].read_text()
+    broken = tmp_path / f"{name}.html"
+    broken.write_text(source.replace("<h1>", inject + "<h1>", 1))
+    check = check_page(broken, tmp_path)
+    with pytest.raises(AssertionError, match=expect):
+        assert_page_ok(check)

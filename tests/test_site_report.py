@@ -1,0 +1,410 @@
+"""Each site's own report, the exposed-records scorer and the report pages' polish."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from test_report import make_result, ok_audit, write_run
+
+from audit.calibration import calibrated_statistics, log_likelihood, reference_statistics
+from audit.components import Records
+from audit.exposure import SCORE_MEANINGS, most_exposed
+from clients.audit_handler import SiteAuditPolicy, write_exposed_records
+from clients.site_data import SiteData
+from simulations.cli import main as cli_main
+from simulations.config import ConfigError, validate_config
+from simulations.report import (
+    SITE_REPORT_SCHEMA_VERSION,
+    SweepPoint,
+    build_sweep_report,
+    plots,
+    write_report,
+    write_site_report,
+)
+from simulations.report.aggregate import build_report
+from simulations.report.html_page import SORT_SCRIPT
+from simulations.report.inputs import load_run
+from simulations.report.manifest import PACKAGES
+from simulations.report.site_report import site_report_paths
+from simulations.report.standing import MIN_SITES_FOR_STATISTICS
+from simulations.report.sweep import render_sweep_html
+from simulations.report.text import fmt, fmt_two_sided
+from simulations.run_dir import exposed_records_name, site_state_dir
+
+FAILED_ERROR = "ValueError: too few records for the splits at site 4"
+# Distinctive indices and scores of a site-local exposed-records file.
+EXPOSED_INDICES = [987_651, 987_652, 987_653]
+EXPOSED_SCORES = [7.123456789, 6.987654321, 6.5551234]
+
+
+def _failed(site_id: int) -> dict[str, Any]:
+    return {
+        "site_id": site_id,
+        "status": "failed",
+        "error": FAILED_ERROR,
+        "n_members": 600,
+        "n_holdout": 100,
+        "dp_epsilon": None,
+        "elapsed_s": 3.0,
+        "result": None,
+    }
+
+
+def _results() -> dict[int, Any]:
+    """Four ok sites with distinct, distinctive two-sided values (0.7718 + 0.31373 i)."""
+    return {
+        i: make_result(
+            [1.0, 1.25],
+            [1.25 + 0.31373 * i, 1.5 + 0.31373 * i],
+            rm_rn=[0.5, 0.75],
+            o1=[0.25, 0.5],
+            nonmember_gain=0.2718,
+        )
+        for i in range(4)
+    }
+
+
+@pytest.fixture(scope="module")
+def consortium(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Six sites: 0-3 ok, 4 failed, 5 missing; site 0 keeps an exposed-records file."""
+    results = _results()
+    run = write_run(
+        tmp_path_factory.mktemp("sites") / "run",
+        n_sites=6,
+        dp=8.0,
+        audits={**{i: ok_audit(i, r, dp=8.0) for i, r in results.items()}, 4: _failed(4)},
+    )
+    state = site_state_dir(run)
+    state.mkdir()
+    (state / exposed_records_name(0)).write_text(
+        json.dumps({"indices": EXPOSED_INDICES, "scores": EXPOSED_SCORES})
+    )
+    write_report(run)
+    return run
+
+
+def _page_json(run: Path, site_id: int) -> dict[str, Any]:
+    return json.loads(site_report_paths(run, site_id).json_path.read_text())
+
+
+def _embedded(page: str) -> Any:
+    match = re.search(
+        r'<script type="application/json" id="report-data">\n(.*?)\n</script>', page, re.S
+    )
+    assert match
+    return json.loads(match.group(1))
+
+
+def test_aggregator_writes_one_report_per_audited_site(consortium: Path) -> None:
+    written = sorted(p.name for p in (consortium / "site-reports").iterdir())
+    assert written == [f"site-{i}.{ext}" for i in range(5) for ext in ("html", "json")]
+    report = json.loads((consortium / "report.json").read_text())
+    by_id = {s["site_id"]: s for s in report["sites"]}
+    for site_id in range(4):
+        data = _page_json(consortium, site_id)
+        assert data["schema_version"] == SITE_REPORT_SCHEMA_VERSION
+        assert data["source"] == "consortium"
+        # The page's numbers are the consortium report's, copied.
+        assert data["site"] == by_id[site_id]
+        page = site_report_paths(consortium, site_id).html_path.read_text()
+        assert _embedded(page) == data
+        assert page.count('class="meaning"') == 1
+        site = build_report(load_run(consortium)).sites[site_id]
+        assert fmt_two_sided(site) in page and fmt(site.eps_tilde) in page
+        assert len(data["threat_model"]) == 3
+        reading = data["reading"]
+        assert reading["verdict"] == "evidence"
+        assert fmt(site.eps_tilde_two_sided) in reading["headline"]
+        assert reading["measured"] and reading["meaning"] and reading["not_shown"]
+        assert "not proof of privacy" in " ".join(reading["not_shown"])
+    failed = _page_json(consortium, 4)
+    assert failed["reading"]["verdict"] == "no result"
+    assert FAILED_ERROR in failed["reading"]["headline"]
+    assert failed["standing"]["available"] is False
+
+
+def test_standing_ranks_without_other_sites_numbers_or_ids(consortium: Path) -> None:
+    values = {
+        s.site_id: s.eps_tilde_two_sided
+        for s in build_report(load_run(consortium)).sites
+        if s.eps_tilde_two_sided is not None
+    }
+    assert sorted(values) == [0, 1, 2, 3] and len(set(values.values())) == 4
+    ranked = sorted(values.values(), reverse=True)
+    median = (ranked[1] + ranked[2]) / 2
+    for site_id, own in values.items():
+        data = _page_json(consortium, site_id)
+        st = data["standing"]
+        assert st["available"] is True and st["n_ranked"] == 4
+        assert st["rank"] == ranked.index(own) + 1
+        assert st["median_eps_tilde_two_sided"] == pytest.approx(median)
+        assert st["max_eps_tilde_two_sided"] == ranked[0]
+        page = site_report_paths(consortium, site_id).html_path.read_text()
+        texts = {"page": page, "json": json.dumps(data)}
+        for other, value in values.items():
+            if other == site_id or value == ranked[0]:
+                continue  # the consortium max is some site's value, shown without its id
+            for name, text in texts.items():
+                assert repr(value) not in text, (site_id, other, name)
+                assert f"{value:.3f}" not in text, (site_id, other, name)
+        ids = {int(i) for i in re.findall(r"\bsite[ _-]?(\d+)", page)}
+        assert ids == {site_id}, ids
+        assert FAILED_ERROR not in page
+
+
+def test_two_sites_withhold_median_and_max(tmp_path: Path) -> None:
+    results = _results()
+    run = write_run(
+        tmp_path / "two", n_sites=2, audits={i: ok_audit(i, results[i]) for i in (0, 1)}
+    )
+    files = write_report(run)
+    assert [f.json_path.name for f in files.site_reports] == ["site-0.json", "site-1.json"]
+    st = _page_json(run, 1)["standing"]
+    assert MIN_SITES_FOR_STATISTICS == 3
+    assert st["rank"] == 1 and st["n_ranked"] == 2
+    assert st["median_eps_tilde_two_sided"] is None and st["max_eps_tilde_two_sided"] is None
+    assert "withheld" in st["note"]
+    page = site_report_paths(run, 1).html_path.read_text()
+    other = build_report(load_run(run)).sites[0].eps_tilde_two_sided
+    assert f"{other:.3f}" not in page
+
+
+def test_site_rebuilds_its_report_from_its_audit_file_alone(
+    consortium: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    alone = tmp_path / "alone"
+    (alone / "audits").mkdir(parents=True)
+    shutil.copy(consortium / "audits" / "site-2.json", alone / "audits")
+    assert cli_main(["report", str(alone), "--site", "2"]) == 0
+    assert capsys.readouterr().out.strip().endswith("site-reports/site-2.html")
+    assert sorted(p.name for p in (alone / "site-reports").iterdir()) == [
+        "site-2.html",
+        "site-2.json",
+    ]
+    data = _page_json(alone, 2)
+    full = _page_json(consortium, 2)
+    assert data["source"] == "site"
+    assert data["site"] == full["site"]  # the same numbers from the file alone
+    assert data["reading"] == full["reading"]
+    assert data["standing"]["available"] is False and data["standing"]["rank"] is None
+    assert "unavailable" in data["standing"]["note"].lower()
+    assert data["manifest"]["config_file"] is None and data["manifest"]["config_sha256"] is None
+    page = site_report_paths(alone, 2).html_path.read_text()
+    assert fmt_two_sided(build_report(load_run(consortium)).sites[2]) in page
+    assert "Unavailable" in page
+
+    # With config.yaml beside it, the manifest hashes it byte for byte.
+    shutil.copy(consortium / "config.yaml", alone / "config.yaml")
+    write_site_report(alone, 2)
+    manifest = _page_json(alone, 2)["manifest"]
+    assert manifest["config_file"] == "config.yaml"
+    digest = hashlib.sha256((consortium / "config.yaml").read_bytes()).hexdigest()
+    assert manifest["config_sha256"] == digest == full["manifest"]["config_sha256"]
+    assert manifest["run_seed"] == 0
+
+
+def test_missing_site_file_is_an_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "audits").mkdir()
+    assert cli_main(["report", str(tmp_path), "--site", "7"]) == 2
+    assert "site-7.json" in capsys.readouterr().err
+
+
+def test_manifest_records_seeds_versions_and_sizes(consortium: Path) -> None:
+    manifest = _page_json(consortium, 1)["manifest"]
+    result = _results()[1]
+    assert manifest["repeat_seeds"] == [r.seed for r in result.repeats] == [0, 1]
+    assert (
+        set(manifest["packages"])
+        == set(PACKAGES)
+        == {
+            "torch",
+            "flwr",
+            "opacus",
+            "numpy",
+            "sklearn",
+        }
+    )
+    assert manifest["packages"]["numpy"] == np.__version__
+    assert manifest["data_sizes"] == result.sizes
+    commit = manifest["git_commit"]
+    assert commit is None or re.fullmatch(r"[0-9a-f]{40}", commit)
+
+
+def test_exposed_records_are_linked_never_copied(consortium: Path) -> None:
+    link = f"../site_state/{exposed_records_name(0)}"
+    data = _page_json(consortium, 0)
+    assert data["exposed_records_link"] == link
+    page = site_report_paths(consortium, 0).html_path.read_text()
+    assert f'href="{link}"' in page and "stays at your site" in page
+    assert (consortium / "site-reports" / link).resolve().exists()
+    for other in (1, 2):
+        assert _page_json(consortium, other)["exposed_records_link"] is None
+        assert exposed_records_name(0) not in (
+            site_report_paths(consortium, other).html_path.read_text()
+        )
+    pages = [site_report_paths(consortium, i) for i in range(5)]
+    files = [p.html_path for p in pages] + [p.json_path for p in pages]
+    files += [consortium / f"report.{ext}" for ext in ("json", "csv", "md", "html")]
+    for path in files:
+        text = path.read_text()
+        for value in (*EXPOSED_INDICES, *EXPOSED_SCORES):
+            assert str(value) not in text, path.name
+    for path in (consortium / f"report.{ext}" for ext in ("json", "csv", "md", "html")):
+        text = path.read_text()
+        assert "exposed_records" not in text and "exposed-records" not in text, path.name
+
+
+def test_verdicts_in_plain_language(tmp_path: Path) -> None:
+    audits = {
+        # Two-sided interval above 0: evidence.
+        0: ok_audit(0, make_result([1.0, 1.25], [1.5, 1.75], nonmember_gain=0.0)),
+        # Reads 0 on every side: none.
+        1: ok_audit(1, make_result([2.0, 2.0], [1.0, 1.0], nonmember_gain=-5.0)),
+        # Mean above 0, interval reaching below 0: inconclusive.
+        2: ok_audit(2, make_result([1.0, 1.0], [0.5, 1.5], nonmember_gain=-5.0)),
+    }
+    run = write_run(tmp_path / "v", n_sites=3, audits=audits)
+    write_report(run)
+    verdicts = {i: _page_json(run, i)["reading"]["verdict"] for i in range(3)}
+    assert verdicts == {0: "evidence", 1: "none", 2: "inconclusive"}
+    assert "member' guesses" in _page_json(run, 0)["reading"]["headline"]
+    none = _page_json(run, 1)["reading"]["headline"]
+    assert "no evidence" in none and "not proof" in none
+
+
+def _visible_axes(fig: Any) -> list[Any]:
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def test_every_plot_has_axis_labels(
+    consortium: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures: list[tuple[str, Any]] = []
+    monkeypatch.setattr(plots, "_to_base64", lambda fig: figures.append(fig) or "png")
+    report = build_report(load_run(consortium))
+    results = {i: make_result([1.0, 1.25], [1.5, 1.75], rm_rn=[0.5, 0.75]) for i in range(4)}
+    sweep = build_sweep_report(
+        tmp_path, [SweepPoint("eps=8", {"dp.target_epsilon": 8}, consortium)]
+    )
+    calls = {
+        "site_eps_plot": lambda: plots.site_eps_plot(report.sites),
+        "roc_plot": lambda: plots.roc_plot(0, results[0].roc, 2),
+        "precision_recall_plot": lambda: plots.precision_recall_plot(report.sites, results),
+        "bound_recall_plot": lambda: plots.bound_recall_plot(report.sites, results),
+        "training_plot": lambda: plots.training_plot(report.rounds),
+        "sweep_eps_plot": lambda: plots.sweep_eps_plot(sweep.points),
+        "sweep_accuracy_plot": lambda: plots.sweep_accuracy_plot(sweep.points),
+    }
+    public = {n for n in dir(plots) if n.endswith("_plot") and not n.startswith("_")}
+    assert public == set(calls)
+    # Values carry their unit; x axes are categorical (site), counts (round) or labelled.
+    unit = re.compile(r"\((nats|fraction|cross-entropy)|fraction of")
+    for name, call in calls.items():
+        figures.clear()
+        assert call() == "png", name
+        (fig,) = figures
+        for ax in _visible_axes(fig):
+            xlabel = ax.get_xlabel() or "".join(
+                a.get_xlabel() for a in ax.get_shared_x_axes().get_siblings(ax)
+            )  # a twinx axis shows its twin's x label
+            assert xlabel, (name, ax.get_title())
+            assert unit.search(ax.get_ylabel()), (name, ax.get_ylabel())
+
+
+def test_sweep_tables_are_sortable_inline(consortium: Path, tmp_path: Path) -> None:
+    sweep = build_sweep_report(tmp_path, [SweepPoint("eps=8", {}, consortium)])
+    page = render_sweep_html(sweep)
+    assert page.count('<table class="sortable">') == 2
+    assert SORT_SCRIPT in page and page.count("<script>") == 1
+    assert "<script src" not in page and "http" not in SORT_SCRIPT
+
+
+class _LinearTask:
+    """The bits of an AuditTask that scoring needs: loss features ``[loss, logits]``."""
+
+    modality = "tabular"
+    num_classes = 3
+
+    def loss_features(self, model, x, y, *, device):
+        with torch.no_grad():
+            logits = model(torch.as_tensor(x, dtype=torch.float32))
+            loss = F.cross_entropy(logits, torch.as_tensor(y), reduction="none")
+        return torch.column_stack([loss, logits]).numpy()
+
+
+def _linear(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Linear(4, 3)
+
+
+def _members() -> Records:
+    rng = np.random.default_rng(0)
+    return Records(rng.normal(size=(40, 4)).astype(np.float32), rng.integers(0, 3, size=40))
+
+
+def test_most_exposed_ranks_by_offline_lira() -> None:
+    task, members = _LinearTask(), _members()
+    target, refs = _linear(0), [_linear(1), _linear(2)]
+    cpu = torch.device("cpu")
+    got = most_exposed(task, target, members, refs, k=5, device=cpu)
+    f = task.loss_features(target, members.x, members.y, device=cpu)
+    lira = calibrated_statistics(
+        f, members.y, reference_statistics(task, refs, members, device=cpu)
+    )[:, 0]
+    want = np.argsort(-lira, kind="stable")[:5]
+    assert got.score == "lira_offline" and got.reference_models == 2
+    assert got.indices == [int(i) for i in want] and got.n_members == 40
+    assert got.scores == pytest.approx([float(lira[i]) for i in want])
+    assert got.scores == sorted(got.scores, reverse=True)
+
+    plain = most_exposed(task, target, members, None, k=100, device=cpu)
+    ll = log_likelihood(f, members.y)
+    assert plain.score == "log_likelihood" and len(plain.indices) == 40
+    assert plain.indices == [int(i) for i in np.argsort(-ll, kind="stable")]
+    assert plain.to_dict()["score_meaning"] == SCORE_MEANINGS["log_likelihood"]
+    with pytest.raises(ValueError, match="k must be"):
+        most_exposed(task, target, members, refs, k=0, device=cpu)
+
+
+def test_exposed_records_file_is_site_local(tmp_path: Path) -> None:
+    members = _members()
+    data = SiteData(
+        site_id=3,
+        train_x=members.x,
+        train_y=members.y,
+        holdout_x=members.x[:0],
+        holdout_y=members.y[:0],
+        test_x=members.x[:0],
+        test_y=members.y[:0],
+    )
+    path = site_state_dir(tmp_path) / exposed_records_name(3)
+    write_exposed_records(
+        path, _LinearTask(), _linear(0), data, [_linear(1)], k=4, device_name="cpu"
+    )
+    content = json.loads(path.read_text())
+    assert content["site_id"] == 3 and content["score"] == "lira_offline"
+    assert len(content["indices"]) == len(content["scores"]) == 4
+    assert content["stays_at_site"] is True and "never sent" in content["note"]
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_exposed_records_config_and_policy() -> None:
+    assert validate_config({}).audit.exposed_records == 0
+    assert validate_config({"audit": {"exposed_records": 5}}).audit.exposed_records == 5
+    with pytest.raises(ConfigError, match="audit.exposed_records"):
+        validate_config({"audit": {"exposed_records": -1}})
+    from audit.config import AuditConfig
+
+    with pytest.raises(ValueError, match="exposed_records_path"):
+        SiteAuditPolicy(settings=AuditConfig(), exposed_records=3)
