@@ -12,14 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from sklearn.ensemble import HistGradientBoostingClassifier
-from sklearn.metrics import roc_auc_score
 from threadpoolctl import threadpool_limits
 
 from audit.components import ClassifierData, SelectionScore
-
-
-def auc(scores: np.ndarray, membership: np.ndarray) -> float:
-    return float(roc_auc_score(membership, scores)) if len(np.unique(membership)) == 2 else 0.5
+from audit.roc import auc
 
 
 @dataclass(frozen=True)

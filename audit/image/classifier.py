@@ -23,7 +23,6 @@ import numpy as np
 import torch
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import roc_auc_score
 from threadpoolctl import threadpool_limits
 from torch import nn
 
@@ -35,14 +34,7 @@ from audit.components import (
 )
 from audit.config import AuditConfig
 from audit.image.features import loss_matrix, loss_matrix_names, one_hot, pooled_pixels
-
-
-def auc(scores: np.ndarray, membership: np.ndarray) -> float:
-    """ROC AUC, 0.5 when only one class is present."""
-    s = np.asarray(membership)
-    if s.min() == s.max():
-        return 0.5
-    return float(roc_auc_score(s, scores))
+from audit.roc import auc
 
 
 @dataclass(order=True)

@@ -15,8 +15,9 @@ from threadpoolctl import threadpool_limits
 
 from audit.components import AuditContext, Records
 from audit.config import AuditConfig
-from audit.image.classifier import _threads, auc
+from audit.image.classifier import _threads
 from audit.image.features import one_hot, pooled_pixels
+from audit.roc import auc
 
 
 class RealSyntheticFilter:
