@@ -25,10 +25,13 @@ from pathlib import Path
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 
+from clients.audit_handler import SiteAuditOutput
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData
 from clients.training import TrainableTask, train_locally
+from contracts.wire import CANARY_JSON, CLIENT_CLIPPING, UNIT_WEIGHT
 
 LEDGER_KEY = "dp-ledger"
 
@@ -44,8 +47,9 @@ class SiteRuntime:
     torch_threads: int
     dp: DPSettings | None
     ledger_path: Path | None
-    audit_runner: Callable[[TrainableTask, torch.nn.Module, SiteData, int], dict] | None
-    """Runs the audit and returns the JSON-able result (``audit.AuditResult.to_dict``)."""
+    audit_runner: Callable[[TrainableTask, torch.nn.Module, SiteData, int], SiteAuditOutput] | None
+    """Runs the audit: the JSON-able result (``audit.AuditResult.to_dict``) and the
+    canaries' one-run audit when the site has canaries."""
 
 
 Resolver = Callable[[Context], SiteRuntime]
@@ -64,11 +68,25 @@ def _save_ledger(ledger: PrivacyLedger, runtime: SiteRuntime, context: Context) 
     ledger.save(runtime.ledger_path)
 
 
+_CLIPPING_MODS = {"fixed": fixedclipping_mod, "adaptive": adaptiveclipping_mod}
+
+
+def clipping_mod(msg: Message, context: Context, call_next: Callable) -> Message:
+    """Flower's client-side clipping mod of the kind the server's DP wrapper asked for
+    (client-level DP with clipping at the sites); otherwise the update goes out as is."""
+    kind = msg.content["config"].get(CLIENT_CLIPPING)
+    if kind is None:
+        return call_next(msg, context)
+    if str(kind) not in _CLIPPING_MODS:
+        raise ValueError(f"{CLIENT_CLIPPING}: unknown clipping {kind!r}")
+    return _CLIPPING_MODS[str(kind)](msg, context, call_next)
+
+
 def build_client_app(resolve: Resolver) -> ClientApp:
     """Build the ClientApp around a site resolver."""
     app = ClientApp()
 
-    @app.train()
+    @app.train(mods=[clipping_mod])
     def train(msg: Message, context: Context) -> Message:
         runtime = resolve(context)
         torch.set_num_threads(runtime.torch_threads)
@@ -79,8 +97,8 @@ def build_client_app(resolve: Resolver) -> ClientApp:
         result = train_locally(
             runtime.task,
             state,
-            x=runtime.data.train_x,
-            y=runtime.data.train_y,
+            x=runtime.data.training_x,
+            y=runtime.data.training_y,
             epochs=int(config["local-epochs"]),
             seed=int(config["seed"]) * 100_003 + server_round * 1_009 + runtime.site_id,
             device=runtime.device,
@@ -94,6 +112,7 @@ def build_client_app(resolve: Resolver) -> ClientApp:
             "num-examples": result.num_examples,
             "train-loss": result.train_loss,
             "site-id": runtime.site_id,
+            UNIT_WEIGHT: 1,
             "dp-epsilon": -1.0 if result.dp_epsilon is None else result.dp_epsilon,
             "noise-multiplier": -1.0
             if result.noise_multiplier is None
@@ -123,7 +142,7 @@ def build_client_app(resolve: Resolver) -> ClientApp:
         model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
         seed = int(msg.content["config"]["seed"])
         try:
-            result = runtime.audit_runner(runtime.task, model, runtime.data, seed)
+            output = runtime.audit_runner(runtime.task, model, runtime.data, seed)
         except Exception as err:  # reply with the site's error so the server can report it
             logging.getLogger(__name__).debug("audit failed", exc_info=True)
             reply = {
@@ -140,12 +159,14 @@ def build_client_app(resolve: Resolver) -> ClientApp:
         reply = {
             "site-id": runtime.site_id,
             "status": "ok",
-            "result-json": json.dumps(result),
+            "result-json": json.dumps(output.result),
             "n-members": int(len(runtime.data.train_x)),
             "n-holdout": int(len(runtime.data.holdout_x)),
             "dp-epsilon": -1.0 if dp_eps is None else dp_eps,
             "elapsed-s": time.time() - started,
         }
+        if output.canary is not None:
+            reply[CANARY_JSON] = json.dumps(output.canary)
         return Message(content=RecordDict({"audit": ConfigRecord(reply)}), reply_to=msg)
 
     return app

@@ -1,4 +1,5 @@
-"""A site's local audit: PANORAMIA on its own members, comparisons on its own holdout."""
+"""A site's local audit: PANORAMIA on its own members, comparisons on its own holdout, and
+(simulation only) the one-run audit of the site's canaries."""
 
 from __future__ import annotations
 
@@ -34,19 +35,39 @@ class SiteAuditPolicy:
             raise ValueError("exposed_records > 0 needs exposed_records_path (site-local)")
 
 
+@dataclass(frozen=True)
+class SiteAuditOutput:
+    """What a site's audit returns (the reply's content), JSON-able."""
+
+    result: dict
+    """``audit.AuditResult.to_dict()``: PANORAMIA and its comparisons."""
+    canary: dict | None = None
+    """``audit.canary.CanaryResult.to_dict()`` when the site data has canaries, else None."""
+
+
 def make_audit_runner(
     policy: SiteAuditPolicy,
-) -> Callable[[Any, torch.nn.Module, SiteData, int], dict]:
-    """``runner(task, model, data, seed) -> AuditResult.to_dict()`` for this site.
+) -> Callable[[Any, torch.nn.Module, SiteData, int], SiteAuditOutput]:
+    """``runner(task, model, data, seed) -> SiteAuditOutput`` for this site.
 
     With ``policy.exposed_records`` > 0 the runner also writes the site's most exposed
-    members to ``policy.exposed_records_path``; the returned dict (the reply's content)
-    never holds them.
+    members to ``policy.exposed_records_path``; the returned output (the reply's content)
+    never holds them. When ``data`` has canaries, the runner audits them after PANORAMIA
+    (:func:`canary_audit_of`).
     """
 
-    def runner(task: Any, model: torch.nn.Module, data: SiteData, seed: int) -> dict:
+    def runner(task: Any, model: torch.nn.Module, data: SiteData, seed: int) -> SiteAuditOutput:
         from audit import run_audit  # heavy: only in processes that audit
 
+        if data.has_canaries:
+            # Fail before the long PANORAMIA run when the coins cannot be audited.
+            _, coins = data.canary_records()
+            if coins.all() or not coins.any():
+                raise ValueError(
+                    f"site {data.site_id}: all {len(coins)} canary coins came out "
+                    f"{'included' if coins.all() else 'excluded'}; the canary audit needs "
+                    "both (use more canaries)"
+                )
         settings = policy.settings.model_copy(
             update={"seed": policy.settings.seed * 1_000 + seed * 7 + data.site_id}
         )
@@ -82,9 +103,31 @@ def make_audit_runner(
                 k=policy.exposed_records,
                 device_name=settings.device,
             )
-        return result.to_dict()
+        canary = None
+        if data.has_canaries:
+            canary = canary_audit_of(
+                task, model, data, beta=settings.beta, device_name=settings.device
+            )
+        return SiteAuditOutput(result=result.to_dict(), canary=canary)
 
     return runner
+
+
+def canary_audit_of(
+    task: Any, model: torch.nn.Module, data: SiteData, *, beta: float, device_name: str
+) -> dict:
+    """The one-run canary audit of ``data``'s canaries against ``model``, as a dict.
+
+    Scores every canary (included or not) by the model's per-record loss and hands the
+    losses and the coins to :func:`audit.canary.canary_audit`.
+    """
+    from audit.canary import canary_audit
+    from audit.pipeline import resolve_device
+
+    canaries, coins = data.canary_records()
+    losses = task.per_record_loss(model, canaries.x, canaries.y, device=resolve_device(device_name))
+    kind = data.canary_kind or "unknown"
+    return canary_audit(losses, coins, beta=beta, kind=kind).to_dict()
 
 
 def write_exposed_records(

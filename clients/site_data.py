@@ -2,6 +2,12 @@
 
 In simulation the harness writes these files when it partitions the dataset; under the
 Deployment Engine each hospital points its SuperNode at its own file (``data-path``).
+
+Simulations may add canaries (``audit.canaries``): records made up by the harness, each
+trained on by an independent fair coin (``canary_included``) and audited one-run after
+training. They are never members: ``records("train")`` and ``train_x`` hold the members
+only, while local training uses :attr:`SiteData.training_x` (members plus the included
+canaries).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from audit.components import Records
 
 _PARTS = ("train", "holdout", "test", "public")
 _AXES = ("x", "y", "groups")
+_CANARY_ARRAYS = ("canary_x", "canary_y", "canary_included")
+_CANARY_KIND = "canary_kind"
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,65 @@ class SiteData:
     holdout_groups: np.ndarray | None = None
     test_groups: np.ndarray | None = None
     public_groups: np.ndarray | None = None
+    canary_x: np.ndarray | None = None
+    canary_y: np.ndarray | None = None
+    canary_included: np.ndarray | None = None
+    """One coin per canary: true where the canary is in the training data."""
+    canary_kind: str | None = None
+    """How the canaries were made (e.g. ``noise_image``)."""
+
+    def __post_init__(self) -> None:
+        if (self.canary_x is None) != (self.canary_included is None):
+            raise ValueError(
+                f"site {self.site_id}: canary_x and canary_included come together or not at all"
+            )
+        if self.canary_x is not None and self.canary_included is not None:
+            n = len(self.canary_x)
+            if len(self.canary_included) != n or (
+                self.canary_y is not None and len(self.canary_y) != n
+            ):
+                raise ValueError(
+                    f"site {self.site_id}: {n} canaries but {len(self.canary_included)} coins"
+                    + ("" if self.canary_y is None else f" and {len(self.canary_y)} labels")
+                )
+            if (self.canary_y is None) != (self.train_y is None):
+                raise ValueError(f"site {self.site_id}: canaries and members disagree on labels")
+
+    @property
+    def has_canaries(self) -> bool:
+        return self.canary_x is not None and len(self.canary_x) > 0
+
+    @property
+    def training_x(self) -> np.ndarray:
+        """What local training uses: the members, then the included canaries."""
+        if self.canary_x is None or self.canary_included is None:
+            return self.train_x
+        return np.concatenate([self.train_x, self.canary_x[self.canary_included]])
+
+    @property
+    def training_y(self) -> np.ndarray | None:
+        """Labels of :attr:`training_x` (``None`` where the task has none)."""
+        if self.train_y is None or self.canary_y is None or self.canary_included is None:
+            return self.train_y
+        return np.concatenate([self.train_y, self.canary_y[self.canary_included]])
+
+    def canary_records(self) -> tuple[Records, np.ndarray]:
+        """All canaries (included or not) and their coins (true: trained on)."""
+        if self.canary_x is None or self.canary_included is None:
+            raise ValueError(f"site {self.site_id}: no canaries")
+        return Records(self.canary_x, self.canary_y), self.canary_included
+
+    def with_canaries(
+        self, x: np.ndarray, y: np.ndarray | None, included: np.ndarray, *, kind: str
+    ) -> SiteData:
+        """The same site with canaries ``(x, y)`` and their coins ``included``."""
+        return replace(
+            self,
+            canary_x=x,
+            canary_y=y,
+            canary_included=np.asarray(included, dtype=bool),
+            canary_kind=str(kind),
+        )
 
     def records(self, part: str) -> Records:
         """One part (``train``, ``holdout``, ``test``, ``public``) as audit records."""
@@ -55,6 +122,13 @@ class SiteData:
                 value = getattr(self, f"{part}_{axis}")
                 if value is not None:
                     arrays[f"{part}_{axis}"] = value
+        for key in _CANARY_ARRAYS:
+            value = getattr(self, key)
+            if value is not None:
+                arrays[key] = value
+        if self.canary_kind is not None:
+            # A 0-d unicode array: loads without pickle.
+            arrays[_CANARY_KIND] = np.asarray(self.canary_kind, dtype=np.str_)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp.npz")
         np.savez(tmp, **arrays)
@@ -65,8 +139,12 @@ class SiteData:
         if not path.exists():
             raise FileNotFoundError(f"site data file not found: {path}")
         with np.load(path, allow_pickle=False) as f:
-            kwargs = {key: f[key] for key in f.files if key != "site_id"}
+            kwargs = {key: f[key] for key in f.files if key not in ("site_id", _CANARY_KIND)}
             site_id = int(f["site_id"])
+            kind = str(f[_CANARY_KIND]) if _CANARY_KIND in f.files else None
+        kwargs[_CANARY_KIND] = kind
+        if kwargs.get("canary_included") is not None:
+            kwargs["canary_included"] = kwargs["canary_included"].astype(bool)
         for part in _PARTS:
             for axis in _AXES:
                 kwargs.setdefault(f"{part}_{axis}", None)

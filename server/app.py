@@ -18,6 +18,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
+from contracts.wire import CANARY_JSON
 from server.checkpoint import (
     FINAL_NAME,
     Checkpoint,
@@ -25,6 +26,12 @@ from server.checkpoint import (
     load_checkpoint,
     round_path,
     save_checkpoint,
+)
+from server.client_dp import (
+    ClientDPLedger,
+    ClientDPSettings,
+    train_config_entries,
+    wrap_strategy,
 )
 from server.run_log import append_round, sites_needing_audit, truncate_rounds, write_site_audit
 from server.strategy import StrategySettings, make_strategy
@@ -43,6 +50,8 @@ class ServerSettings:
     local_epochs: int
     seed: int
     strategy: StrategySettings
+    client_dp: ClientDPSettings | None
+    """Client-level DP (Flower's wrappers and the run's ledger); ``None``: off."""
     initial_state: Callable[[], StateDict]
     central_eval: Callable[[StateDict], dict[str, float]] | None = None
     checkpoint_meta: dict[str, Any] | None = None
@@ -90,21 +99,40 @@ def _progress(total: int, desc: str, enabled: bool) -> Any:
 
 
 def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, int]) -> StateDict:
-    """Rounds from the last checkpoint to ``settings.rounds``; returns the final weights."""
+    """Rounds from the last checkpoint to ``settings.rounds``; returns the final weights.
+
+    A round is committed by its checkpoint, written last: its metrics line and client-level
+    DP ledger come first, so a kill at any point loses nothing finished and a resumed run
+    drops (and redoes) whatever lies past the last checkpoint.
+    """
     run_dir = settings.run_dir
     meta = settings.checkpoint_meta or {}
     latest = latest_round_checkpoint(run_dir)
     if latest is not None:
         start = load_checkpoint(latest)
         done, state = start.round, start.state_dict
-        truncate_rounds(run_dir, done)
     else:
         done, state = 0, settings.initial_state()
+    truncate_rounds(run_dir, done)
     if done >= settings.rounds:
         return state
-    strategy = make_strategy(
-        settings.strategy, num_sites=settings.num_sites, site_of_node=site_of_node
+    sites = make_strategy(
+        settings.strategy,
+        num_sites=settings.num_sites,
+        site_of_node=site_of_node,
+        round_offset=done,
     )
+    strategy = sites
+    ledger = None
+    if settings.client_dp is not None:
+        strategy = wrap_strategy(sites, settings.client_dp, sites_per_round=sites.sites_per_round)
+        ledger = ClientDPLedger.load_or_new(
+            run_dir,
+            settings.client_dp,
+            population_size=settings.num_sites,
+            sites_per_round=sites.sites_per_round,
+        )
+        ledger.truncate(done)
     bar = _progress(settings.rounds, "FL rounds", settings.progress)
     bar.update(done)
     started = time.time()
@@ -114,24 +142,19 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
             return None
         global_round = done + server_round
         weights = arrays.to_torch_state_dict()
-        save_checkpoint(
-            round_path(run_dir, global_round),
-            Checkpoint(round=global_round, state_dict=weights, meta=meta),
-        )
         entry: dict[str, Any] = {"round": global_round}
         if settings.central_eval is not None:
             scores = settings.central_eval(weights)
             entry.update({f"global_{k}": v for k, v in scores.items()})
-        record = strategy.rounds.get(server_round)
+        if ledger is not None:
+            ledger.record_round(global_round, sites.sites_for_round(server_round))
+            ledger.save(run_dir)
+        record = sites.rounds.get(server_round)
         entry["sites"] = (
             {}
             if record is None
             else {
-                str(site): {
-                    "train_loss": m.get("train-loss"),
-                    "dp_epsilon": None if m.get("dp-epsilon", -1) < 0 else m["dp-epsilon"],
-                    "num_examples": int(m.get("num-examples", 0)),
-                }
+                str(site): _site_round_entry(m, None if ledger is None else ledger.epsilon(site))
                 for site, m in sorted(record.sites.items())
             }
         )
@@ -139,6 +162,10 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
             entry["failures"] = {str(s): r for s, r in record.failures.items()}
         entry["elapsed_s"] = time.time() - started
         append_round(run_dir, entry)
+        save_checkpoint(
+            round_path(run_dir, global_round),
+            Checkpoint(round=global_round, state_dict=weights, meta=meta),
+        )
         bar.update(1)
         bar.set_postfix(
             {
@@ -149,7 +176,13 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         )
         return None
 
-    train_config = ConfigRecord({"local-epochs": settings.local_epochs, "seed": settings.seed})
+    train_config = ConfigRecord(
+        {
+            "local-epochs": settings.local_epochs,
+            "seed": settings.seed,
+            **train_config_entries(settings.client_dp),
+        }
+    )
     result = strategy.start(
         grid=grid,
         initial_arrays=ArrayRecord(state),
@@ -160,6 +193,18 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
     )
     bar.close()
     return result.arrays.to_torch_state_dict()
+
+
+def _site_round_entry(metrics: dict[str, float], client_epsilon: float | None) -> dict[str, Any]:
+    """One site's line in a round: its training loss and the DP it has spent so far."""
+    entry = {
+        "train_loss": metrics.get("train-loss"),
+        "dp_epsilon": None if metrics.get("dp-epsilon", -1) < 0 else metrics["dp-epsilon"],
+        "num_examples": int(metrics.get("num-examples", 0)),
+    }
+    if client_epsilon is not None:
+        entry["dp_epsilon_client"] = client_epsilon
+    return entry
 
 
 def run_audits(
@@ -220,6 +265,7 @@ def _site_audit_payload(site: int, reply: Message) -> dict[str, Any]:
                 "n_holdout": int(rec["n-holdout"]),
                 "dp_epsilon": None if dp_eps < 0 else dp_eps,
                 "result": json.loads(str(rec["result-json"])),
+                "canary": json.loads(str(rec[CANARY_JSON])) if CANARY_JSON in rec else None,
             }
         )
     else:

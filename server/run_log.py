@@ -34,10 +34,22 @@ def read_rounds(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def truncate_rounds(run_dir: Path, last_round: int) -> None:
-    """Drop log lines past the last checkpointed round (they will be redone)."""
-    kept = [r for r in read_rounds(run_dir) if int(r["round"]) <= last_round]
+    """Drop log lines past the last checkpointed round (they will be redone), and a line
+    torn by a kill while it was written."""
     path = run_dir / METRICS_FILE
-    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if int(entry["round"]) <= last_round:
+            kept.append(entry)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    tmp.replace(path)
 
 
 def audit_path(run_dir: Path, site_id: int) -> Path:

@@ -1,8 +1,10 @@
 """Strategies: Flower's FedAvg / FedProx / FedAdam, made site-aware.
 
-The wrapper (1) samples sites per round deterministically from the seed (Flower samples node
-ids at random, and node ids differ between runs) and (2) keeps each site's training metrics
-of the round, which Flower's aggregation would average away.
+The wrapper (1) samples sites per round deterministically from the seed and the global
+round (Flower samples node ids at random, and node ids differ between runs; a resumed run
+samples as the uninterrupted one would) and (2) keeps each site's training metrics of the
+round, which Flower's aggregation would average away. Client-level DP wraps these
+strategies in Flower's own DP wrappers (:mod:`server.client_dp`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx
 
+from contracts.wire import UNIT_WEIGHT
+
 
 @dataclass(frozen=True)
 class StrategySettings:
@@ -24,6 +28,8 @@ class StrategySettings:
     proximal_mu: float = 0.01
     server_learning_rate: float = 0.01
     seed: int = 0
+    uniform_weights: bool = False
+    """Average site updates uniformly (client-level DP) instead of by example count."""
 
 
 @dataclass
@@ -37,17 +43,30 @@ class RoundRecord:
 class SiteAwareMixin:
     """Deterministic per-round site sampling and per-site metric capture."""
 
-    def setup_sites(self, *, site_of_node: Mapping[int, int], fraction: float, seed: int) -> None:
+    def setup_sites(
+        self,
+        *,
+        site_of_node: Mapping[int, int],
+        fraction: float,
+        seed: int,
+        round_offset: int = 0,
+    ) -> None:
+        """``round_offset``: rounds already done before this start (a resumed run)."""
         self.site_of_node = dict(site_of_node)
         self.site_fraction = fraction
         self.sampling_seed = seed
+        self.round_offset = round_offset
         self.rounds: dict[int, RoundRecord] = {}
 
+    @property
+    def sites_per_round(self) -> int:
+        return max(1, int(round(self.site_fraction * len(self.site_of_node))))
+
     def sites_for_round(self, server_round: int) -> list[int]:
+        """The sites sampled in this start's ``server_round`` (seeded by the global round)."""
         sites = sorted(self.site_of_node.values())
-        k = max(1, int(round(self.site_fraction * len(sites))))
-        rng = np.random.default_rng([self.sampling_seed, server_round])
-        return sorted(int(s) for s in rng.choice(sites, size=k, replace=False))
+        rng = np.random.default_rng([self.sampling_seed, self.round_offset + server_round])
+        return sorted(int(s) for s in rng.choice(sites, size=self.sites_per_round, replace=False))
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -84,7 +103,11 @@ class SiteFedAdam(SiteAwareMixin, FedAdam):
 
 
 def make_strategy(
-    settings: StrategySettings, *, num_sites: int, site_of_node: Mapping[int, int]
+    settings: StrategySettings,
+    *,
+    num_sites: int,
+    site_of_node: Mapping[int, int],
+    round_offset: int = 0,
 ) -> SiteAwareMixin:
     """Build the configured strategy; client-side evaluation is off (central eval instead)."""
     common: dict[str, Any] = {
@@ -93,6 +116,8 @@ def make_strategy(
         "min_train_nodes": 1,
         "min_available_nodes": num_sites,
     }
+    if settings.uniform_weights:
+        common["weighted_by_key"] = UNIT_WEIGHT
     if settings.name == "fedavg":
         strategy: SiteAwareMixin = SiteFedAvg(**common)
     elif settings.name == "fedprox":
@@ -102,6 +127,9 @@ def make_strategy(
     else:
         raise ValueError(f"fl.strategy: unknown strategy {settings.name!r}")
     strategy.setup_sites(
-        site_of_node=site_of_node, fraction=settings.fraction_train, seed=settings.seed
+        site_of_node=site_of_node,
+        fraction=settings.fraction_train,
+        seed=settings.seed,
+        round_offset=round_offset,
     )
     return strategy

@@ -13,6 +13,7 @@ from clients.audit_handler import SiteAuditPolicy, make_audit_runner
 from clients.privacy import DPSettings
 from clients.site_data import SiteData
 from server.app import ServerSettings, build_server_app
+from server.client_dp import ClientDPSettings, calibrate_noise_multiplier
 from server.strategy import StrategySettings
 from simulations.config import ExperimentConfig
 from simulations.reference_models import load_reference_states, site_pool
@@ -40,7 +41,8 @@ def make_task(config: ExperimentConfig, meta: DatasetMeta) -> TorchTask:
         model_name=config.model.name,
         num_classes=meta.num_classes,
         input_shape=meta.input_shape,
-        dp=config.dp.enabled,
+        # Any DP level: no BatchNorm (per-sample gradients; no noised running statistics).
+        dp=config.dp.any_level,
         batch_size=config.fl.batch_size,
         optimizer=OptimizerSpec(
             name=config.fl.optimizer,
@@ -62,6 +64,30 @@ def dp_settings(config: ExperimentConfig) -> DPSettings | None:
         accountant=config.dp.accountant,
         # A site may be sampled in every round: calibrate for all of them.
         total_epochs=config.fl.local_epochs * config.fl.rounds,
+    )
+
+
+def client_dp_settings(config: ExperimentConfig) -> ClientDPSettings | None:
+    """Client-level DP of the run, its noise multiplier calibrated when a target is given."""
+    if not config.dp.client_level:
+        return None
+    client = config.dp.client
+    z = client.noise_multiplier
+    if z is None:
+        assert client.target_epsilon is not None
+        # A site may be sampled in every round: calibrate for all of them.
+        z = calibrate_noise_multiplier(
+            client.target_epsilon, rounds=config.fl.rounds, delta=config.dp.delta
+        )
+    return ClientDPSettings(
+        noise_multiplier=z,
+        delta=config.dp.delta,
+        clipping=client.clipping,
+        clipping_side=client.clipping_side,
+        clipping_norm=client.clipping_norm,
+        target_clipped_quantile=client.target_clipped_quantile,
+        clip_norm_lr=client.clip_norm_lr,
+        clipped_count_stddev=client.clipped_count_stddev,
     )
 
 
@@ -172,7 +198,9 @@ def server_settings(
             proximal_mu=config.fl.proximal_mu,
             server_learning_rate=config.fl.server_learning_rate,
             seed=config.seed,
+            uniform_weights=config.dp.client_level,
         ),
+        client_dp=client_dp_settings(config),
         initial_state=initial_state,
         central_eval=central_evaluator(config, meta, run_dir),
         checkpoint_meta={
@@ -181,7 +209,8 @@ def server_settings(
             "model_options": dict(config.model.options),
             "num_classes": meta.num_classes,
             "input_shape": list(meta.input_shape),
-            "dp": config.dp.enabled,
+            "dp": config.dp.any_level,
+            "dp_level": config.dp.level,
         },
         phases=phases,
         progress=progress,

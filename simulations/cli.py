@@ -47,6 +47,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
+    from simulations.report import written_report_warnings
+
+    _print_warnings(written_report_warnings(run_dir))
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
     print(f"done: {timings}\nreport: {run_dir / 'report.html'}")
     return 0
@@ -63,8 +66,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ReportInputError as err:
         print(f"panoramia-fl: error: {err}", file=sys.stderr)
         return 2
+    _print_warnings(files.warnings)
     print(files.html_path)
     return 0
+
+
+def _print_warnings(lines: list[str]) -> None:
+    """Bound violations (a bug or a 1-in-1/beta event) on stderr, where they are seen."""
+    for line in lines:
+        print(f"panoramia-fl: {line}", file=sys.stderr)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -86,6 +96,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             return 130
         done.append(SweepPoint(label=label, overrides=overrides, run_dir=run_dir))
     files = write_sweep_report(sweep_dir, done)
+    _print_warnings(files.warnings)
     print(files.html_path)
     return 0
 

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from audit.config import AuditConfig
 
@@ -73,23 +80,85 @@ class FLConfig(_Strict):
     central_evaluation: bool = True
 
 
+DPLevel = Literal["none", "record", "client", "both"]
+
+
+class ClientDPConfig(_Strict):
+    """Client-level DP through Flower's strategy wrappers: each sampled site's update is
+    clipped (on the server or by a client mod) and Gaussian noise is added to the mean."""
+
+    noise_multiplier: float | None = Field(
+        None, gt=0, description="z: noise std = z * clipping norm / sites per round"
+    )
+    target_epsilon: float | None = Field(
+        None, gt=0, description="site-level epsilon over all rounds at dp.delta (calibrates z)"
+    )
+    clipping: Literal["fixed", "adaptive"] = "fixed"
+    clipping_side: Literal["server", "client"] = Field(
+        "server", description="client: Flower's fixedclipping_mod / adaptiveclipping_mod"
+    )
+    clipping_norm: float = Field(
+        1.0, gt=0, description="fixed: the L2 norm of a site's update; adaptive: the first one"
+    )
+    target_clipped_quantile: float = Field(0.5, ge=0, le=1, description="adaptive clipping")
+    clip_norm_lr: float = Field(0.2, gt=0, description="adaptive clipping")
+    clipped_count_stddev: float | None = Field(
+        None, gt=0, description="adaptive clipping (None: Flower's default, sites per round / 20)"
+    )
+
+
 class DPConfig(_Strict):
-    enabled: bool = False
+    """Record-level DP-SGD at each site (Opacus) and/or client-level DP (Flower).
+
+    ``level`` says which; when it is not set, ``enabled: true`` means ``record`` (the
+    keys ``target_epsilon`` ... ``accountant`` are the record level's) and ``level`` wins
+    over ``enabled`` when both are given.
+    """
+
+    level: DPLevel | None = None
+    enabled: bool = Field(False, description="record-level DP-SGD (set from level)")
     target_epsilon: float | None = Field(None, gt=0, description="for the whole training")
     noise_multiplier: float | None = Field(None, gt=0)
     delta: float = Field(1e-5, gt=0, lt=1)
     max_grad_norm: float = Field(1.0, gt=0)
     accountant: Literal["rdp", "prv"] = "rdp"
+    client: ClientDPConfig = Field(default_factory=ClientDPConfig)
 
     @model_validator(mode="after")
-    def _one_noise_setting(self) -> DPConfig:
+    def _resolve_level(self) -> DPConfig:
+        level = self.level
         if self.target_epsilon is not None and math.isinf(self.target_epsilon):
-            # eps = inf means "no DP": convenient in sweeps.
-            object.__setattr__(self, "enabled", False)
+            # eps = inf means "no record-level DP": convenient in sweeps.
             object.__setattr__(self, "target_epsilon", None)
+            level = {None: "none", "record": "none", "both": "client"}.get(level, level)
+        if level is None:
+            level = "record" if self.enabled else "none"
+        object.__setattr__(self, "level", level)
+        object.__setattr__(self, "enabled", level in ("record", "both"))
         if self.enabled and (self.target_epsilon is None) == (self.noise_multiplier is None):
             raise ValueError("set exactly one of target_epsilon or noise_multiplier")
+        client = self.client
+        if self.client_level and (client.target_epsilon is None) == (
+            client.noise_multiplier is None
+        ):
+            raise ValueError(
+                "client: set exactly one of client.target_epsilon or client.noise_multiplier"
+            )
         return self
+
+    @property
+    def record_level(self) -> bool:
+        """DP-SGD at each site (Opacus)."""
+        return self.enabled
+
+    @property
+    def client_level(self) -> bool:
+        """Clipped site updates and a noised aggregate (Flower's wrappers)."""
+        return self.level in ("client", "both")
+
+    @property
+    def any_level(self) -> bool:
+        return self.level != "none"
 
 
 class ResourcesConfig(_Strict):
@@ -106,6 +175,9 @@ class RayConfig(_Strict):
     address: str | None = Field(None, description="join an existing Ray cluster (HOST:PORT)")
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray instance")
     temp_dir: Path | None = Field(None, description="Ray session files (default: run dir)")
+
+
+MIN_CANARIES = 20
 
 
 class AuditPhaseConfig(_Strict):
@@ -130,7 +202,22 @@ class AuditPhaseConfig(_Strict):
         description="K > 0: each site writes the indices and scores of its K members with the "
         "highest calibrated MIA score into its own state directory (never into its reply)",
     )
+    canaries: int = Field(
+        0,
+        ge=0,
+        description="simulation only: N canary records per site, each trained on by an "
+        "independent fair coin and audited one-run (Steinke et al. 2023) after training; never "
+        "part of PANORAMIA's members, RM;RN or O(1). The trained model is not the plain one.",
+    )
     settings: AuditConfig = Field(default_factory=AuditConfig)
+
+    @field_validator("canaries")
+    @classmethod
+    def _enough_canaries(cls, n: int) -> int:
+        # Fewer coins than this give a one-run audit no power (and may all land one way).
+        if 0 < n < MIN_CANARIES:
+            raise ValueError(f"0 (off) or at least {MIN_CANARIES}, not {n}")
+        return n
 
 
 class ExperimentConfig(_Strict):
@@ -146,15 +233,44 @@ class ExperimentConfig(_Strict):
     ray: RayConfig = Field(default_factory=RayConfig)
     audit: AuditPhaseConfig = Field(default_factory=AuditPhaseConfig)
 
+    @model_validator(mode="after")
+    def _consistent(self) -> ExperimentConfig:
+        client = self.dp.client
+        if self.dp.client_level and self.fl.strategy not in ("fedavg", "fedprox"):
+            # Flower's noise calibration is for the (uniform) mean of clipped updates; a
+            # server optimiser (FedAdam) would noise its own step instead.
+            raise ValueError(
+                f"dp.level: client-level DP needs fl.strategy fedavg or fedprox, "
+                f"not {self.fl.strategy}"
+            )
+        if self.dp.client_level and client.clipping == "adaptive":
+            per_round = sites_per_round(self.partition.num_sites, self.fl.fraction_train)
+            count_std = client.clipped_count_stddev or per_round / 20
+            z = client.noise_multiplier
+            if z is not None and z >= 2 * count_std:
+                raise ValueError(
+                    f"dp.client.clipped_count_stddev: adaptive clipping with noise_multiplier "
+                    f"{z} needs clipped_count_stddev > {z / 2} (now {count_std:g})"
+                )
+        if self.audit.canaries and not self.audit.enabled:
+            raise ValueError("audit.canaries: canaries are audited in the audit phase (enabled)")
+        return self
+
+
+def sites_per_round(num_sites: int, fraction: float) -> int:
+    """Sites sampled each round (the strategy's sampling and the accountants agree on it)."""
+    return max(1, int(round(fraction * num_sites)))
+
 
 def _format_error(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        key = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
-        lines.append(f"{key}: {msg}")
+        # Whole-config checks name their keys themselves.
+        lines.append(f"{key}: {msg}" if key else msg)
     return "; ".join(lines)
 
 

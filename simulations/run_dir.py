@@ -10,6 +10,7 @@ import numpy as np
 
 from audit.components import Records
 from clients.site_data import SiteData
+from simulations.canaries import draw_canaries
 from simulations.config import ExperimentConfig, dump_config
 from simulations.datasets import Dataset, load_dataset
 from simulations.partition import SiteSplit, partition, partition_summary
@@ -94,7 +95,11 @@ def site_data(dataset: Dataset, split: SiteSplit) -> SiteData:
 
 
 def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
-    """Write config, partition summary and site files; idempotent for the same config."""
+    """Write config, partition summary and site files; idempotent for the same config.
+
+    With ``audit.canaries`` > 0 each site file also holds the site's canaries and coins
+    (:func:`simulations.canaries.draw_canaries`).
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(dump_config(config))
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
@@ -105,7 +110,14 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     (run_dir / DATASET_FILE).write_text(json.dumps(meta.__dict__))
 
     for split in sites:
-        site_data(dataset, split).save(site_file(run_dir, split.site_id))
+        data = site_data(dataset, split)
+        if config.audit.canaries > 0:
+            # Coins from (seed, site) only: the same whatever the partition or audit settings.
+            canaries = draw_canaries(
+                dataset, config.audit.canaries, seed=config.seed, site_id=split.site_id
+            )
+            data = data.with_canaries(canaries.x, canaries.y, canaries.included, kind=canaries.kind)
+        data.save(site_file(run_dir, split.site_id))
     if dataset.public_x is not None:
         optional = {"y": dataset.public_y, "groups": dataset.public_groups}
         np.savez(

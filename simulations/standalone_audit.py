@@ -41,4 +41,4 @@ def audit_saved_model(
             reference_states=None if states is None else tuple(states),
         )
     )
-    return runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed)
+    return runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed).result

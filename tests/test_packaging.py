@@ -62,3 +62,4 @@ def test_import_direction():
     assert _imports("audit", "server|clients|simulations") == []
     assert _imports("server", "clients|simulations") == []
     assert _imports("clients", "server|simulations") == []
+    assert _imports("contracts", "audit|server|clients|simulations") == []

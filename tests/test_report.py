@@ -842,7 +842,7 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
     assert site["eps_tilde"] == audit.eps_tilde.mean and site["c_lb"] == audit.c_lb.mean
     assert site["rm_rn_eps_lb"] == audit.rm_rn_eps_lb.mean
     assert site["o1_eps_lb"] == audit.o1_eps_lb.mean and site["theoretical_eps"] == 4.0
-    assert sweep["schema_version"] == SWEEP_SCHEMA_VERSION == 2
+    assert sweep["schema_version"] == SWEEP_SCHEMA_VERSION == 3
     assert site["eps_tilde_two_sided"] == audit.two_sided.eps_tilde.mean
     assert site["eps_tilde_two_sided_interval"] == _iv(audit.two_sided.eps_tilde)
     assert site["two_sided_side"] == "nonmember"
@@ -872,6 +872,7 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
         in page
     )
     assert page.count('class="meaning"') == 1
-    assert page.count("data:image/png;base64,") == 2
+    # Two consortium-wide plots, and per site accuracy and bounds against the accountant.
+    assert page.count("data:image/png;base64,") == 4
     assert _embedded_json(page) == sweep
     assert math.isclose(sweep["points"][0]["max_eps_tilde"], 0.25)

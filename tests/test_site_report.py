@@ -193,7 +193,8 @@ def test_site_rebuilds_its_report_from_its_audit_file_alone(
     data = _page_json(alone, 2)
     full = _page_json(consortium, 2)
     assert data["source"] == "site"
-    assert data["site"] == full["site"]  # the same numbers from the file alone
+    # The same numbers from the file alone; delta is the config's, which is not there yet.
+    assert data["site"] == full["site"] | {"dp_delta": None}
     assert data["reading"] == full["reading"]
     assert data["standing"]["available"] is False and data["standing"]["rank"] is None
     assert "unavailable" in data["standing"]["note"].lower()
@@ -210,6 +211,7 @@ def test_site_rebuilds_its_report_from_its_audit_file_alone(
     digest = hashlib.sha256((consortium / "config.yaml").read_bytes()).hexdigest()
     assert manifest["config_sha256"] == digest == full["manifest"]["config_sha256"]
     assert manifest["run_seed"] == 0
+    assert _page_json(alone, 2)["site"] == full["site"]
 
 
 def test_missing_site_file_is_an_error_naming_it(
@@ -305,6 +307,8 @@ def test_every_plot_has_axis_labels(
         "training_plot": lambda: plots.training_plot(report.rounds),
         "sweep_eps_plot": lambda: plots.sweep_eps_plot(sweep.points),
         "sweep_accuracy_plot": lambda: plots.sweep_accuracy_plot(sweep.points),
+        "sweep_site_accuracy_plot": lambda: plots.sweep_site_accuracy_plot(sweep.points),
+        "sweep_site_bounds_plot": lambda: plots.sweep_site_bounds_plot(sweep.points),
     }
     public = {n for n in dir(plots) if n.endswith("_plot") and not n.startswith("_")}
     assert public == set(calls)

@@ -2,7 +2,7 @@
 
 Public API::
 
-    write_report(run_dir) -> ReportFiles
+    write_report(run_dir) -> ReportFiles      # .warnings: bound violations, for stderr
     write_site_report(run_dir, site_id) -> ReportFiles
     write_sweep_report(sweep_dir, points, *, write_point_reports=False) -> ReportFiles
     SweepPoint(label, overrides, run_dir)
@@ -10,6 +10,7 @@ Public API::
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from .aggregate import build_report
@@ -26,7 +27,8 @@ from .schema import (
 )
 from .site_report import SITE_REPORTS_DIR, write_site_report, write_site_reports
 from .sweep import SweepPoint, build_sweep_report, write_sweep_report
-from .tabular import write_csv, write_json
+from .tabular import write_csv, write_json, write_ledger_csv
+from .text import VIOLATION_TITLE
 
 __all__ = [
     "REPORT_SCHEMA_VERSION",
@@ -42,14 +44,39 @@ __all__ = [
     "build_report",
     "build_sweep_report",
     "load_run",
+    "report_warnings",
     "write_report",
     "write_site_report",
     "write_sweep_report",
+    "written_report_warnings",
 ]
 
 
+def report_warnings(report: RunReport) -> list[str]:
+    """One line per bound violation (a measured lower bound above the DP guarantee)."""
+    return [f"{VIOLATION_TITLE}: {v.message}" for s in report.sites for v in s.bound_violations]
+
+
+def written_report_warnings(run_dir: Path) -> list[str]:
+    """:func:`report_warnings` of the report.json already in ``run_dir`` (none without one)."""
+    path = Path(run_dir) / "report.json"
+    if not path.exists():
+        return []
+    try:
+        sites = json.loads(path.read_text()).get("sites") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [
+        f"{VIOLATION_TITLE}: {v['message']}"
+        for site in sites
+        for v in (site.get("bound_violations") or [])
+        if isinstance(v, dict) and "message" in v
+    ]
+
+
 def write_report(run_dir: Path) -> ReportFiles:
-    """Write report.json, .csv, .md and .html, and each site's own report, into a run directory.
+    """Write report.json, .csv, .md, .html, ledger.csv and each site's own report into a run
+    directory.
 
     Parameters
     ----------
@@ -61,8 +88,9 @@ def write_report(run_dir: Path) -> ReportFiles:
     Returns
     -------
     ReportFiles
-        The four paths written, and each audited site's ``site-reports/site-<id>.json`` /
-        ``.html`` in ``site_reports``.
+        The paths written (``ledger.csv`` in ``ledger_csv_path``), each audited site's
+        ``site-reports/site-<id>.json`` / ``.html`` in ``site_reports``, and in ``warnings``
+        a line per bound violation, which the command line prints on stderr.
 
     Raises
     ------
@@ -84,4 +112,6 @@ def write_report(run_dir: Path) -> ReportFiles:
         md_path=write_markdown(report, run_dir / "report.md"),
         html_path=write_html(report, results, run_dir / "report.html"),
         site_reports=write_site_reports(run_dir, inputs, report),
+        ledger_csv_path=write_ledger_csv(report, run_dir / "ledger.csv"),
+        warnings=report_warnings(report),
     )

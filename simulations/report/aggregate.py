@@ -2,7 +2,8 @@
 
 Numbers are copied from the AuditResults (eps_tilde, one- and two-sided, included: they are
 never recomputed here); the only derived numbers are the headrooms (ceiling - c_lb), the mean
-AUCs over repeats and the consortium's max / median.
+AUCs over repeats, the consortium's max / median, and the privacy ledger's choice of the
+guarantee that applies and its ordering check (:mod:`.privacy`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,19 @@ from audit.result import (
 )
 
 from .inputs import RunInputs, SiteAuditInput
+from .privacy import (
+    PrivacySettings,
+    ledger_row,
+    privacy_settings,
+    run_canaries,
+    site_privacy,
+    with_checks,
+)
 from .schema import (
     REPORT_SCHEMA_VERSION,
     SIDES,
     TPR_FPR_KEYS,
+    ClientDPReport,
     ConsortiumSummary,
     FlaggedSites,
     FlagsReport,
@@ -43,23 +53,56 @@ from .schema import (
 
 def build_report(inputs: RunInputs) -> RunReport:
     """Aggregate one run's inputs into a report (pure: writes nothing)."""
+    settings = privacy_settings(inputs.config)
     sites = [
-        site_report(audit, rounds=inputs.rounds)
+        site_report(audit, rounds=inputs.rounds, settings=settings, client_dp=inputs.client_dp)
         for _, audit in sorted(inputs.audits.items(), key=lambda kv: kv[0])
     ]
+    consortium = consortium_summary(sites, inputs.rounds)
     return RunReport(
         schema_version=REPORT_SCHEMA_VERSION,
         run=inputs.config,
         partition=inputs.partition,
         rounds=list(inputs.rounds),
         sites=sites,
-        consortium=consortium_summary(sites, inputs.rounds),
+        consortium=consortium,
+        dp_level=settings.dp_level,
+        canaries=run_canaries(settings, sites),
+        client_dp=inputs.client_dp,
+        ledger=[
+            ledger_row(
+                s, settings, inputs.client_dp, global_accuracy=consortium.final_global_accuracy
+            )
+            for s in sites
+        ],
     )
 
 
-def site_report(audit: SiteAuditInput, *, rounds: list[RoundReport]) -> SiteReport:
-    """One site's row: the AuditResult's numbers for an ok site, nulls otherwise."""
-    dp_epsilon, dp_source = _dp_epsilon(audit, rounds)
+def site_report(
+    audit: SiteAuditInput,
+    *,
+    rounds: list[RoundReport],
+    settings: PrivacySettings | None = None,
+    client_dp: ClientDPReport | None = None,
+) -> SiteReport:
+    """One site's row: the AuditResult's numbers for an ok site, nulls otherwise.
+
+    Parameters
+    ----------
+    audit
+        The site's audit file as read.
+    rounds
+        metrics.jsonl (the accountant epsilons of a site whose audit file lacks them).
+    settings
+        The run config's DP level, accountant, delta and canaries (None: no config).
+    client_dp
+        The server's client-level DP ledger, when the run has one.
+    """
+    privacy = site_privacy(audit, rounds, settings or privacy_settings({}), client_dp).fields()
+    return with_checks(_site_numbers(audit, privacy))
+
+
+def _site_numbers(audit: SiteAuditInput, privacy: dict[str, object]) -> SiteReport:
     result = audit.result if audit.status == "ok" else None
     if result is None:
         return SiteReport(
@@ -85,11 +128,10 @@ def site_report(audit: SiteAuditInput, *, rounds: list[RoundReport]) -> SiteRepo
             rm_rn_eps_lb_interval=None,
             o1_eps_lb=None,
             o1_eps_lb_interval=None,
-            dp_epsilon=dp_epsilon,
-            dp_epsilon_source=dp_source,
             baseline_auc=None,
             mia_auc=None,
             elapsed_s=audit.elapsed_s,
+            **privacy,  # type: ignore[arg-type]
         )
     ceiling = _finite(result.ceiling)
     c_lb = _finite(result.c_lb.mean)
@@ -117,8 +159,6 @@ def site_report(audit: SiteAuditInput, *, rounds: list[RoundReport]) -> SiteRepo
         rm_rn_eps_lb_interval=_interval(result.rm_rn_eps_lb),
         o1_eps_lb=_mean(result.o1_eps_lb),
         o1_eps_lb_interval=_interval(result.o1_eps_lb),
-        dp_epsilon=dp_epsilon,
-        dp_epsilon_source=dp_source,
         baseline_auc=_mean_of([r.baseline_auc for r in result.repeats]),
         mia_auc=_mean_of([r.mia_auc for r in result.repeats]),
         elapsed_s=audit.elapsed_s,
@@ -136,6 +176,7 @@ def site_report(audit: SiteAuditInput, *, rounds: list[RoundReport]) -> SiteRepo
         sizes={str(k): int(v) for k, v in result.sizes.items() if _is_number(v)},
         quality={str(k): float(v) for k, v in result.quality.items() if _is_number(v)},
         repeats=_repeats(result),
+        **privacy,  # type: ignore[arg-type]
     )
 
 
@@ -174,6 +215,8 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundReport]) -> Co
         final_global_accuracy=None if last is None else last.global_accuracy,
         meaning=EPS_TILDE_MEANING,
         two_sided_meaning=TWO_SIDED_MEANING,
+        bound_violation_sites=[s.site_id for s in sites if s.bound_violations],
+        eps_tilde_above_accountant_sites=[s.site_id for s in sites if s.eps_tilde_above_accountant],
     )
 
 
@@ -202,25 +245,6 @@ def _side_flags(side: str) -> Callable[[SiteReport], FlagsReport | None]:
         return None if site.two_sided is None else getattr(site.two_sided, side).flags
 
     return flags_of
-
-
-def last_round_dp_epsilon(site_id: int, rounds: list[RoundReport]) -> float | None:
-    """The site's accountant epsilon in the last round it reported one."""
-    for rnd in reversed(rounds):
-        site = rnd.sites.get(str(site_id))
-        if site is not None and site.dp_epsilon is not None:
-            return _finite(site.dp_epsilon)
-    return None
-
-
-def _dp_epsilon(
-    audit: SiteAuditInput, rounds: list[RoundReport]
-) -> tuple[float | None, str | None]:
-    """The audit's dp_epsilon, else the last metrics round's (a failed audit may lack it)."""
-    if audit.dp_epsilon is not None:
-        return audit.dp_epsilon, "audit"
-    eps = last_round_dp_epsilon(audit.site_id, rounds)
-    return (eps, "metrics") if eps is not None else (None, None)
 
 
 def _repeats(result: AuditResult) -> list[RepeatReport]:

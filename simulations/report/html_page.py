@@ -11,7 +11,7 @@ import html
 import json
 from typing import Any
 
-from .text import MEANING_POINTS
+from .text import MEANING_POINTS, VIOLATION_TITLE
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px;
@@ -45,6 +45,14 @@ img { max-width: 100%; }
 .verdict.none { background: #2e8b57; color: #fff; }
 .verdict.no-result { background: #777; color: #fff; }
 .site-local { border-left: 4px solid #2e6bd6; background: #f3f7ff; padding: 0.4em 1em; }
+div.violation { border: 3px solid #b00020; background: #ffe3e3; color: #600; padding: 0.5em 1em;
+             margin: 1em 0; }
+div.violation strong { color: #b00020; font-size: 1.1em; }
+div.canaries { border: 2px solid #f5b700; background: #fff8e1; padding: 0.5em 1em; margin: 1em 0; }
+tr.violation td { background: #ffc9c9; border-top: 2px solid #b00020;
+                  border-bottom: 2px solid #b00020; }
+.badge.violation { background: #b00020; color: #fff; }
+.badge.above { background: #2e6bd6; color: #fff; }
 table.sortable th { cursor: pointer; user-select: none; }
 table.sortable th[aria-sort="ascending"]::after { content: " ▲"; }
 table.sortable th[aria-sort="descending"]::after { content: " ▼"; }
@@ -188,3 +196,19 @@ def td(text: str, *, title: Any = None, raw: bool = False, cls: str | None = Non
 def th_row(headers: list[str] | tuple[str, ...]) -> str:
     """A header row."""
     return "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>"
+
+
+def violation_banner(lines: list[str]) -> str:
+    """The red banner of bound violations (empty without any)."""
+    if not lines:
+        return ""
+    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+    return (
+        f'<div class="violation" role="alert"><strong>{esc(VIOLATION_TITLE)}: a measured '
+        f"lower bound is above the DP guarantee</strong><ul>{items}</ul></div>"
+    )
+
+
+def canary_block(text: str | None) -> str:
+    """The banner of a run trained with canaries (empty without)."""
+    return f'<div class="canaries"><strong>Canaries.</strong> {esc(text)}</div>' if text else ""

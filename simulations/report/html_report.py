@@ -7,11 +7,24 @@ from pathlib import Path
 from audit.result import AuditResult
 
 from . import plots
-from .html_page import badge, esc, figure, flag_badges, meaning_block, page, td, th_row
+from .html_page import (
+    badge,
+    canary_block,
+    esc,
+    figure,
+    flag_badges,
+    meaning_block,
+    page,
+    td,
+    th_row,
+    violation_banner,
+)
 from .schema import SIDES, RunReport, SiteReport, to_jsonable
 from .text import (
+    LEDGER_HEADERS,
     MISSING,
     SIDE_LABELS,
+    canary_banner,
     consortium_lines,
     flag_labels,
     fmt,
@@ -20,10 +33,12 @@ from .text import (
     fmt_side_c_lb,
     fmt_two_sided,
     fmt_with_interval,
+    ledger_cells,
     levels_lines,
     scoped_reasons,
     scorer_cells,
     scorer_headers,
+    violation_banner_lines,
 )
 
 _HEADERS = (
@@ -43,12 +58,14 @@ _HEADERS = (
     "O(1)",
     *scorer_headers(),
     "f loss members / holdout",
-    "DP eps",
+    "DP eps (record-level guarantee)",
     "generator",
 )
 
 
 def _row_class(site: SiteReport) -> str:
+    if site.bound_violations:
+        return "violation"
     if site.status != "ok":
         return site.status
     if site.flags and site.flags.c_lb_not_tight:
@@ -97,12 +114,63 @@ def _site_row(site: SiteReport) -> str:
         *(td(text) for text in scorer_cells(site)),
         td(fmt_loss_gap(site)),
         td(
-            fmt(site.dp_epsilon, 2) if site.dp_epsilon is not None else "off", title=site.dp_epsilon
+            esc(fmt(site.dp_epsilon, 2) if site.dp_epsilon is not None else "off")
+            + _ordering_badges(site),
+            title=site.dp_epsilon,
+            raw=True,
         ),
         td(site.generator_kind or MISSING, cls="text"),
     ]
     title = f' title="{esc(reasons)}"' if reasons else ""
     return f'<tr class="{esc(_row_class(site))}"{title}>' + "".join(cells) + "</tr>"
+
+
+def _ordering_badges(site: SiteReport) -> str:
+    badges = "".join(badge(f"VIOLATION: {v.label}", "violation") for v in site.bound_violations)
+    if site.eps_tilde_above_accountant:
+        badges += badge("eps_tilde above (not a bound)", "above")
+    return badges
+
+
+def banners(report: RunReport) -> list[str]:
+    """The banners at the top of the page: bound violations, then canaries."""
+    violations = [v for s in report.sites for v in s.bound_violations]
+    return [
+        violation_banner(violation_banner_lines(violations)),
+        canary_block(canary_banner(report.canaries) if report.canaries else None),
+    ]
+
+
+def _ledger_table(report: RunReport) -> list[str]:
+    if not report.ledger:
+        return []
+    rows = []
+    for row in report.ledger:
+        cls = "violation" if row.bound_violations else row.status
+        cells = ledger_cells(row)
+        rows.append(
+            f'<tr class="{esc(cls)}">'
+            + "".join(
+                td(c, cls="text" if i in (1, 3, len(cells) - 1) else None)
+                for i, c in enumerate(cells)
+            )
+            + "</tr>"
+        )
+    above = [s for s in report.sites if s.eps_tilde_above_accountant_reason]
+    return [
+        "<h2>Privacy ledger</h2>",
+        "<p>Each site's guarantees (accountant, delta) beside its measured lower bounds and "
+        "eps_tilde. Every lower bound (canary, O(1), RM;RN) must be at most DP eps, the "
+        "record-level guarantee that applies to the site's records; eps_tilde is a "
+        "measurement, not a bound.</p>",
+        '<div class="wide"><table id="ledger">',
+        th_row(LEDGER_HEADERS),
+        *rows,
+        "</table></div>",
+        _list([f"site {s.site_id}: {s.eps_tilde_above_accountant_reason}" for s in above])
+        if above
+        else "",
+    ]
 
 
 def _problems(report: RunReport) -> list[str]:
@@ -160,6 +228,7 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
     levels = levels_lines(report.sites)
     body = [
         f"<h1>{esc(title)}</h1>",
+        *banners(report),
         f"<p>Report schema version {esc(report.schema_version)}. Numbers are rounded for "
         "display; hover a cell for the full value, or read the embedded JSON "
         "(id report-data), report.json or report.csv.</p>",
@@ -172,11 +241,13 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         *[_site_row(s) for s in report.sites],
         "</table></div>",
         "<p>Row colours: yellow = saturated (eps_tilde reads headroom, not leakage); red = "
-        "c_lb not tight (eps_tilde may overstate); grey = failed or missing audit. Row colours "
+        "c_lb not tight (eps_tilde may overstate); grey = failed or missing audit; dark red "
+        "border = a bound violation (see the banner at the top). Row colours "
         "and the badges beside eps_tilde are the one-sided game's; the badges beside the "
         "two-sided eps_tilde are its sides' (hover a row for the reasons).</p>",
         _list(levels) if levels else "",
         *_problems(report),
+        *_ledger_table(report),
         "<h2>eps_tilde per site</h2>",
         figure(
             plots.site_eps_plot(report.sites),

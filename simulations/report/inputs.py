@@ -1,8 +1,10 @@
 """Read a run directory (layout in the team contract) into typed inputs for the report.
 
-Missing or malformed ``config.yaml`` / ``partition.json`` / ``metrics.jsonl`` lines raise
+Missing or malformed ``config.yaml`` / ``partition.json`` / ``metrics.jsonl`` lines, and a
+malformed ``client_dp.json`` (absent unless client-level DP is on), raise
 :class:`ReportInputError` naming the file (and line or key). A site's audit file that is
-missing or unreadable does not: that site becomes "missing" / "failed" and the others stay.
+missing or unreadable does not: that site becomes "missing" / "failed" and the others stay;
+a malformed ``canary`` block in it only drops the canary numbers.
 """
 
 from __future__ import annotations
@@ -17,10 +19,19 @@ from typing import Any
 import yaml
 
 from audit.result import AuditResult
+from contracts.run_files import CLIENT_DP_LEDGER
 
-from .schema import RoundReport, SiteRoundReport
+from .schema import (
+    CanaryReport,
+    ClientDPReport,
+    ClientDPSiteReport,
+    RoundReport,
+    SiteRoundReport,
+)
 
 _AUDIT_NAME = re.compile(r"^site-(-?\d+)\.json$")
+
+"""The server's client-level DP ledger in the run directory (only with client-level DP)."""
 
 
 class ReportInputError(ValueError):
@@ -38,8 +49,11 @@ class SiteAuditInput:
     n_members: int | None
     n_holdout: int | None
     dp_epsilon: float | None
+    """The site's record-level (Opacus) accountant epsilon, or None."""
     elapsed_s: float | None
     result: AuditResult | None
+    canary: CanaryReport | None = None
+    """The site's canary audit, when the run trained with canaries."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,8 @@ class RunInputs:
     audits: dict[int, SiteAuditInput] = field(default_factory=dict)
     """One entry per site in partition.json or audits/ (status "missing" when no file)."""
     has_metrics: bool = True
+    client_dp: ClientDPReport | None = None
+    """``client_dp.json``, when the run has one (client-level DP)."""
 
 
 def load_run(run_dir: Path) -> RunInputs:
@@ -72,7 +88,8 @@ def load_run(run_dir: Path) -> RunInputs:
     ------
     ReportInputError
         When the directory, ``config.yaml`` or ``partition.json`` is missing or malformed, or
-        a line of ``metrics.jsonl`` is not a valid round record.
+        a line of ``metrics.jsonl`` is not a valid round record, or ``client_dp.json`` is
+        malformed.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -107,6 +124,84 @@ def load_run(run_dir: Path) -> RunInputs:
         rounds=rounds,
         audits=audits,
         has_metrics=metrics_path.exists(),
+        client_dp=load_client_dp(run_dir),
+    )
+
+
+def load_client_dp(run_dir: Path) -> ClientDPReport | None:
+    """The server's ``client_dp.json`` in ``run_dir``, or None when there is none.
+
+    Raises
+    ------
+    ReportInputError
+        When the file is not a JSON object, or a key holds the wrong type (named).
+    """
+    path = Path(run_dir) / CLIENT_DP_LEDGER
+    if not path.exists():
+        return None
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise ReportInputError(f"{path} must hold a JSON object")
+    sites_raw = data.get("sites") or {}
+    if not isinstance(sites_raw, dict):
+        raise ReportInputError(f"{path}: key 'sites' must map site id to its epsilons")
+    sites: dict[str, ClientDPSiteReport] = {}
+    for sid, entry in sorted(sites_raw.items(), key=lambda kv: _site_sort_key(kv[0])):
+        where = f"{path} sites.{sid}"
+        if not isinstance(entry, dict):
+            raise ReportInputError(f"{where} must be an object")
+        rounds = entry.get("rounds") or []
+        if not isinstance(rounds, list) or not all(_opt_int(r) is not None for r in rounds):
+            raise ReportInputError(f"{where}.rounds must be a list of round numbers")
+        sites[str(sid)] = ClientDPSiteReport(
+            rounds=[int(r) for r in rounds],
+            epsilon=_finite_or_none(_opt_float(entry.get("epsilon"), f"{where}.epsilon")),
+            epsilon_record=_finite_or_none(
+                _opt_float(entry.get("epsilon_record"), f"{where}.epsilon_record")
+            ),
+        )
+    return ClientDPReport(
+        schema_version=_opt_int(data.get("schema_version")),
+        accountant=_opt_str(data.get("accountant")),
+        noise_multiplier=_opt_float(data.get("noise_multiplier"), f"{path} noise_multiplier"),
+        clipping=_opt_str(data.get("clipping")),
+        clipping_side=_opt_str(data.get("clipping_side")),
+        clipping_norm=_opt_float(data.get("clipping_norm"), f"{path} clipping_norm"),
+        delta=_opt_float(data.get("delta"), f"{path} delta"),
+        population_size=_opt_int(data.get("population_size")),
+        sites_per_round=_opt_int(data.get("sites_per_round")),
+        sampling=_opt_str(data.get("sampling")),
+        neighboring_relation=_opt_str(data.get("neighboring_relation")),
+        rounds_done=_opt_int(data.get("rounds_done")),
+        sites=sites,
+    )
+
+
+def parse_canary(value: Any) -> CanaryReport | None:
+    """An audit file's ``canary`` block; None when absent, null or not an object.
+
+    Lenient like the rest of a site's audit file: a malformed number reads as None.
+    """
+    if not isinstance(value, dict):
+        return None
+    interval = value.get("eps_interval")
+    return CanaryReport(
+        n_canaries=_opt_int(value.get("n_canaries")),
+        n_included=_opt_int(value.get("n_included")),
+        eps_lb=_safe_float(value.get("eps_lb")),
+        eps_interval=(
+            [_safe_float(v) for v in interval]
+            if isinstance(interval, list | tuple) and len(interval) == 2
+            else None
+        ),
+        guesses=_opt_int(value.get("guesses")),
+        correct=_opt_int(value.get("correct")),
+        member_guesses=_opt_int(value.get("member_guesses")),
+        nonmember_guesses=_opt_int(value.get("nonmember_guesses")),
+        beta=_safe_float(value.get("beta")),
+        score=_opt_str(value.get("score")),
+        kind=_opt_str(value.get("kind")),
+        n_pairs_tried=_opt_int(value.get("n_pairs_tried")),
     )
 
 
@@ -191,6 +286,9 @@ def _load_metrics(path: Path) -> list[RoundReport]:
                 train_loss=_opt_float(m.get("train_loss"), f"{where} sites.{sid}.train_loss"),
                 dp_epsilon=_opt_float(m.get("dp_epsilon"), f"{where} sites.{sid}.dp_epsilon"),
                 num_examples=_opt_int(m.get("num_examples")),
+                dp_epsilon_client=_opt_float(
+                    m.get("dp_epsilon_client"), f"{where} sites.{sid}.dp_epsilon_client"
+                ),
             )
         rounds.append(
             RoundReport(
@@ -230,6 +328,7 @@ def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAudi
             dp_epsilon=_safe_float(data.get("dp_epsilon")),
             elapsed_s=_safe_float(data.get("elapsed_s")),
             result=None,
+            canary=parse_canary(data.get("canary")),
         )
 
     try:
@@ -259,6 +358,7 @@ def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAudi
         dp_epsilon=_safe_float(data.get("dp_epsilon")),
         elapsed_s=_safe_float(data.get("elapsed_s")),
         result=result,
+        canary=parse_canary(data.get("canary")),
     )
 
 
@@ -284,6 +384,14 @@ def _opt_float(value: Any, where: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ReportInputError(f"{where} must be a number or null, got {value!r}")
     return float(value)
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _safe_float(value: Any) -> float | None:

@@ -1,4 +1,5 @@
-"""report.md writer: per-site table, consortium summary and what eps_tilde means."""
+"""report.md writer: banners, per-site table, privacy ledger, consortium summary and what
+eps_tilde means."""
 
 from __future__ import annotations
 
@@ -7,20 +8,25 @@ from pathlib import Path
 
 from .schema import SIDES, RunReport, SiteReport
 from .text import (
+    LEDGER_HEADERS,
     MEANING_POINTS,
     MISSING,
     SIDE_LABELS,
+    VIOLATION_TITLE,
+    canary_banner,
     consortium_lines,
     fmt,
     fmt_loss_gap,
     fmt_side_c_lb,
     fmt_two_sided,
     fmt_with_interval,
+    ledger_cells,
     levels_lines,
     scoped_flag_labels,
     scoped_reasons,
     scorer_cells,
     scorer_headers,
+    violation_banner_lines,
 )
 
 _HEADER = (
@@ -37,7 +43,7 @@ _HEADER = (
     "O(1)",
     *scorer_headers(),
     "f loss members / holdout",
-    "DP eps",
+    "DP eps (record-level guarantee)",
     "flags",
     "status",
 )
@@ -78,12 +84,44 @@ def _site_row(site: SiteReport) -> list[str]:
     ]
 
 
+def banner_lines(report: RunReport) -> list[str]:
+    """The banners at the top: bound violations (loud), then canaries; each a blockquote."""
+    lines: list[str] = []
+    violations = [v for s in report.sites for v in s.bound_violations]
+    if violations:
+        lines += [f"> **{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee**", ">"]
+        lines += [f"> - {_cell(x)}" for x in violation_banner_lines(violations)]
+        lines.append("")
+    if report.canaries:
+        lines += [f"> **Canaries.** {_cell(canary_banner(report.canaries))}", ""]
+    return lines
+
+
+def ledger_lines(report: RunReport) -> list[str]:
+    """The "Privacy ledger" section: one row per site."""
+    if not report.ledger:
+        return []
+    return [
+        "## Privacy ledger",
+        "",
+        "Each site's guarantees (accountant, delta) beside its measured lower bounds and "
+        "eps_tilde. Every lower bound (canary, O(1), RM;RN) must be at most DP eps; eps_tilde "
+        "is a measurement, not a bound.",
+        "",
+        "| " + " | ".join(_cell(h) for h in LEDGER_HEADERS) + " |",
+        "|" + "|".join("---" for _ in LEDGER_HEADERS) + "|",
+        *["| " + " | ".join(_cell(x) for x in ledger_cells(r)) + " |" for r in report.ledger],
+        "",
+    ]
+
+
 def render_markdown(report: RunReport) -> str:
     """The Markdown text of ``report.md``."""
     c = report.consortium
     lines = [
         "# PANORAMIA consortium audit report",
         "",
+        *banner_lines(report),
         f"Report schema version {report.schema_version}. Numbers are rounded for display; "
         "report.json and report.csv hold them in full.",
         "",
@@ -117,8 +155,14 @@ def render_markdown(report: RunReport) -> str:
         for s in problems:
             why = s.error if s.status == "failed" else "no audit file in audits/"
             lines.append(f"- site {s.site_id} ({s.status}): {_cell(why or MISSING)}")
+    lines += ["", *ledger_lines(report)]
+    above = [s for s in report.sites if s.eps_tilde_above_accountant_reason]
+    if above:
+        lines += [
+            *[f"- site {s.site_id}: {_cell(s.eps_tilde_above_accountant_reason)}" for s in above],
+            "",
+        ]
     lines += [
-        "",
         "## Consortium summary",
         "",
         *[f"- {_cell(x)}" for x in consortium_lines(c)],

@@ -140,6 +140,13 @@ def _measured(site: SiteReport) -> list[str]:
         "in training' and 'this record was not'. The paper's original (one-sided) eps_tilde "
         f"counts only the first; it reads {fmt(site.eps_tilde)} here.",
     ]
+    if site.canaries:
+        lines.append(
+            f"Your site also trained on {site.canaries} canary records, each kept or left out "
+            "by a fair coin, and guessed afterwards which were kept: a lower bound on epsilon "
+            f"of {fmt(site.canary_eps_lb)}. The canaries changed the model: it is not the one "
+            "the consortium would have trained without them."
+        )
     if site.rm_rn_eps_lb is not None or site.o1_eps_lb is not None:
         lines.append(
             "Two cross-checks used real records of your site that the model never saw: RM;RN "
@@ -180,7 +187,7 @@ def _meaning(site: SiteReport, verdict: str, value: float | None, two_sided: boo
         lines.append("This audit measured no leakage about your records.")
     lines += _flag_lines(site)
     lines.append(_low_fpr_line(site))
-    lines.append(_dp_line(site.dp_epsilon, value))
+    lines.append(_dp_line(site))
     return [line for line in lines if line]
 
 
@@ -210,21 +217,30 @@ def _low_fpr_line(site: SiteReport) -> str:
     )
 
 
-def _dp_line(dp_epsilon: float | None, value: float | None) -> str:
+def _dp_line(site: SiteReport) -> str:
+    """The guarantee beside the measurements: a lower bound above it is a bug; eps_tilde above
+    it is not (eps_tilde is a measurement, not a bound)."""
+    dp_epsilon = site.dp_epsilon
     if dp_epsilon is None:
         return (
             "Your site trained without differential privacy (DP), so there is no guarantee to "
             "compare with."
         )
-    above = value is not None and value > dp_epsilon
-    return (
-        f"Your site trained under DP with a guaranteed epsilon of at most {fmt(dp_epsilon, 2)}; "
-        + (
-            "the measured value is above it, which signals a bug to investigate."
-            if above
-            else "the measured value is below it, as it should be."
+    head = f"Your site's records have a DP guarantee of epsilon at most {fmt(dp_epsilon, 2)}; "
+    if site.bound_violations:
+        names = ", ".join(v.label for v in site.bound_violations)
+        return (
+            head + f"a measured lower bound is above it ({names}). That cannot happen when the "
+            "training and its accounting are correct, except by a rare chance: it signals a bug "
+            "to investigate before trusting either number."
         )
-    )
+    if site.eps_tilde_above_accountant:
+        return (
+            head + "eps_tilde reads above it. eps_tilde is a measurement, not a bound: its "
+            "baseline is weaker than the best attacker without the model could be, so this is no "
+            "contradiction. Every measured lower bound is below the guarantee, as it should be."
+        )
+    return head + "every measured value is below it, as it should be."
 
 
 def _not_shown_records(exposed_records: bool) -> str:

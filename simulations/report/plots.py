@@ -24,6 +24,7 @@ _MIA = "tab:red"
 _TWO_SIDED = "maroon"
 _RMRN = "tab:green"
 _O1 = "tab:purple"
+_CANARY = "tab:orange"
 
 _EPS_SERIES: tuple[tuple[str, str, str, str], ...] = (
     ("eps_tilde", _MIA, "o", "eps_tilde one-sided (95% CI)"),
@@ -259,7 +260,11 @@ def training_plot(rounds: list[RoundReport]) -> str | None:
     if not rounds:
         return None
     site_ids = sorted({sid for r in rounds for sid in r.sites}, key=_sid_key)
-    has_dp = any(s.dp_epsilon is not None for r in rounds for s in r.sites.values())
+    has_dp = any(
+        s.dp_epsilon is not None or s.dp_epsilon_client is not None
+        for r in rounds
+        for s in r.sites.values()
+    )
     fig = _new_figure(11.0, 3.2)
     axes = fig.subplots(1, 3 if has_dp else 2, squeeze=False)[0]
     xs = [r.round for r in rounds]
@@ -281,13 +286,22 @@ def training_plot(rounds: list[RoundReport]) -> str | None:
             label=f"site {sid}",
         )
         if has_dp:
-            axes[2].plot(
+            line = axes[2].plot(
                 [p[0] for p in pts],
                 _nan([p[1].dp_epsilon for p in pts]),
                 "o-",
                 ms=3,
-                label=f"site {sid}",
-            )
+                label=f"site {sid}, record level",
+            )[0]
+            if any(p[1].dp_epsilon_client is not None for p in pts):
+                axes[2].plot(
+                    [p[0] for p in pts],
+                    _nan([p[1].dp_epsilon_client for p in pts]),
+                    "s--",
+                    ms=3,
+                    color=line.get_color(),
+                    label=f"site {sid}, client level (site-level)",
+                )
     axes[1].set_title("site train loss", fontsize=9)
     axes[1].set_xlabel("round")
     axes[1].set_ylabel("train loss (cross-entropy, nats)")
@@ -297,6 +311,8 @@ def training_plot(rounds: list[RoundReport]) -> str | None:
         axes[2].set_title("site DP epsilon (accountant, cumulative)", fontsize=9)
         axes[2].set_xlabel("round")
         axes[2].set_ylabel("epsilon (nats)")
+        if site_ids and len(site_ids) <= 6:
+            axes[2].legend(fontsize=6)
     return _to_base64(fig)
 
 
@@ -389,3 +405,155 @@ def sweep_accuracy_plot(points: list[SweepPointReport]) -> str | None:
     ax.set_ylabel("final global accuracy (fraction)")
     ax.set_title("Utility against privacy", fontsize=10)
     return _to_base64(fig)
+
+
+_NO_DP = "no DP"
+
+
+def _site_rows(
+    points: list[SweepPointReport],
+) -> dict[int, list[tuple[SweepPointReport, SweepSiteRow]]]:
+    """Each site's rows over the points, by site id (sites without an audit included)."""
+    by_site: dict[int, list[tuple[SweepPointReport, SweepSiteRow]]] = {}
+    for p in points:
+        for s in p.sites:
+            by_site.setdefault(s.site_id, []).append((p, s))
+    return dict(sorted(by_site.items()))
+
+
+def _site_eps_positions(
+    rows: list[tuple[SweepPointReport, SweepSiteRow]],
+) -> tuple[dict[str, float], float, list[float]]:
+    """x of each point for one site: its accountant eps; points without DP at the right end.
+
+    Points with DP on but no accountant number are left out (nowhere honest to put them).
+    """
+    finite = sorted(
+        {s.theoretical_eps for _, s in rows if s.theoretical_eps and s.theoretical_eps > 0}
+    )
+    no_dp_x = finite[-1] * 4 if finite else 1.0
+    pos: dict[str, float] = {}
+    for p, s in rows:
+        if s.theoretical_eps is not None and s.theoretical_eps > 0:
+            pos[p.label] = s.theoretical_eps
+        elif s.theoretical_eps is None and p.private is False:
+            pos[p.label] = no_dp_x
+    return pos, no_dp_x, finite
+
+
+def _site_eps_axis(ax: Any, pos: dict[str, float], no_dp_x: float, finite: list[float]) -> None:
+    ax.set_xscale("log")
+    ticks = sorted(set(pos.values()))
+    ax.set_xticks(ticks, [_NO_DP if t == no_dp_x else f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    if finite and no_dp_x in ticks:
+        # The "no DP" slot is not on the epsilon scale: a rule sets it apart.
+        ax.axvline(math.sqrt(finite[-1] * no_dp_x), color="0.75", ls="--", lw=0.8)
+    lo, hi = min(ticks), max(ticks)
+    ax.set_xlim(lo / 1.6, hi * 1.6)
+    ax.set_xlabel("accountant eps (record-level guarantee, log scale)", fontsize=8)
+    ax.tick_params(labelsize=7)
+
+
+def _site_grid(
+    points: list[SweepPointReport], *, title: str, draw: Any, legend: list[Any]
+) -> str | None:
+    """One panel per site; ``draw(ax, rows, pos)`` plots a site's points at ``pos``."""
+    panels = []
+    for sid, rows in _site_rows(points).items():
+        pos, no_dp_x, finite = _site_eps_positions(rows)
+        drawn = [(p, s) for p, s in rows if p.label in pos and s.status == "ok"]
+        if drawn:
+            panels.append((sid, drawn, pos, no_dp_x, finite))
+    if not panels:
+        return None
+    n_rows, cols = _grid(len(panels), ncols=3)
+    width = max(4.0 * cols, _MIN_GRID_WIDTH)
+    fig = _new_figure(width, 3.3 * n_rows + 0.5)
+    axes = fig.subplots(n_rows, cols, squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (sid, drawn, pos, no_dp_x, finite) in zip(axes.flat, panels):
+        draw(ax, drawn, pos, finite)
+        _site_eps_axis(ax, pos, no_dp_x, finite)
+        ax.set_title(f"site {sid}", fontsize=9)
+    axes.flat[0].legend(handles=legend, fontsize=7)
+    fig.suptitle(textwrap.fill(title, int(_TITLE_CHARS_PER_INCH * width)), fontsize=10)
+    return _to_base64(fig)
+
+
+def sweep_site_accuracy_plot(points: list[SweepPointReport]) -> str | None:
+    """Per site: accuracy (global and on the site's holdout) against its accountant eps."""
+    from matplotlib.lines import Line2D
+
+    def draw(ax: Any, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
+        for p, s in rows:
+            x = pos[p.label]
+            if s.global_accuracy is not None:
+                ax.plot([x], [s.global_accuracy], "s", mfc="none", color=_BASELINE)
+            if s.accuracy_holdout is not None:
+                ax.plot([x], [s.accuracy_holdout], "o", color=_CANARY)
+            y = s.accuracy_holdout if s.accuracy_holdout is not None else s.global_accuracy
+            if y is not None:
+                ax.annotate(p.label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=6)
+        ax.set_ylabel("accuracy (fraction)", fontsize=8)
+
+    return _site_grid(
+        points,
+        title="Utility against the DP guarantee, per site",
+        draw=draw,
+        legend=[
+            Line2D([], [], color=_BASELINE, marker="s", mfc="none", ls="", label="global"),
+            Line2D([], [], color=_CANARY, marker="o", ls="", label="site holdout"),
+        ],
+    )
+
+
+_BOUND_SERIES: tuple[tuple[str, str, str, str], ...] = (
+    ("canary_eps_lb", _CANARY, "*", "canary eps lower bound"),
+    ("eps_tilde", _TWO_SIDED, "D", "eps_tilde, two-sided where measured (95% CI)"),
+    ("o1_eps_lb", _O1, "^", "O(1) eps lower bound (95% CI)"),
+)
+"""(field, colour, marker, legend) of each measurement against the accountant's eps."""
+
+
+def _bound_value(row: SweepSiteRow, name: str) -> tuple[float | None, Any]:
+    """A measurement and its interval; eps_tilde is the two-sided one where there is one."""
+    if name == "eps_tilde" and row.eps_tilde_two_sided is not None:
+        return row.eps_tilde_two_sided, row.eps_tilde_two_sided_interval
+    if name == "canary_eps_lb":
+        return row.canary_eps_lb, None
+    return getattr(row, name), getattr(row, f"{name}_interval")
+
+
+def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
+    """Per site: the canary and O(1) lower bounds and eps_tilde against its accountant eps,
+    with y = x (a lower bound above it is a violation)."""
+    from matplotlib.lines import Line2D
+
+    def draw(ax: Any, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
+        n = len(_BOUND_SERIES)
+        for p, s in rows:
+            for j, (name, color, marker, _) in enumerate(_BOUND_SERIES):
+                value, iv = _bound_value(s, name)
+                # Side by side around the point's x, evenly on the log axis.
+                x = pos[p.label] * math.exp(0.08 * (j - (n - 1) / 2))
+                _errpoint(ax, x, value, iv, color, marker)
+        if finite:
+            lo, hi = finite[0] / 1.5, finite[-1] * 1.5
+            ax.plot([lo, hi], [lo, hi], ls=":", color="0.3", lw=1)
+        ax.axhline(0.0, color="0.6", lw=0.6)
+        ax.set_ylabel("measured epsilon (nats)", fontsize=8)
+
+    return _site_grid(
+        points,
+        title="How tight each audit is: measured epsilon against the DP guarantee, per site",
+        draw=draw,
+        legend=[
+            *(
+                Line2D([], [], color=color, marker=marker, ls="", label=label)
+                for _, color, marker, label in _BOUND_SERIES
+            ),
+            Line2D([], [], color="0.3", ls=":", label="y = x (accountant eps)"),
+        ],
+    )

@@ -15,15 +15,24 @@ from typing import Any, Literal
 
 import numpy as np
 
-REPORT_SCHEMA_VERSION = 2
-"""2: two-sided game per site and side, low-FPR ROC figures, bound levels."""
-SWEEP_SCHEMA_VERSION = 2
-"""2: the two-sided eps_tilde beside the one-sided one."""
-SITE_REPORT_SCHEMA_VERSION = 1
-"""1: a site's own report (site-reports/site-<id>.json)."""
+REPORT_SCHEMA_VERSION = 3
+"""2: two-sided game per site and side, low-FPR ROC figures, bound levels. 3: the per-site
+privacy ledger (record- and client-level accountant epsilons, canaries, ordering check)."""
+SWEEP_SCHEMA_VERSION = 3
+"""2: the two-sided eps_tilde beside the one-sided one. 3: accountant epsilons per level,
+canaries, per-site accuracy and the ordering check per site."""
+SITE_REPORT_SCHEMA_VERSION = 2
+"""1: a site's own report (site-reports/site-<id>.json). 2: its site carries the privacy
+ledger's fields (see :data:`REPORT_SCHEMA_VERSION` 3) and the run's canary count."""
 
 SiteStatus = Literal["ok", "failed", "missing"]
 Side = Literal["member", "nonmember"]
+DPLevel = Literal["none", "record", "client", "both"]
+"""``dp.level`` of the run config: record = DP-SGD at each site, client = clipped site
+updates and a noised aggregate on the server."""
+DPSource = Literal["audit", "metrics", "client_dp"]
+"""Where a site's ``dp_epsilon`` came from: its audit file or metrics.jsonl (record level,
+Opacus), or the server's client_dp.json (the record-level guarantee client-level DP implies)."""
 
 SIDES: tuple[Side, ...] = ("member", "nonmember")
 """The two sides of the two-sided game, in display order."""
@@ -108,6 +117,82 @@ class TwoSidedReport:
 
 
 @dataclass(frozen=True)
+class CanaryReport:
+    """A site's canary audit (one run, Steinke et al. 2023), as its audit file states it.
+
+    Canary records were trained on by independent fair coins; the audit guesses the coins
+    from the final model. ``eps_lb`` is a lower bound on epsilon at level ``beta``.
+    """
+
+    n_canaries: int | None
+    n_included: int | None
+    eps_lb: float | None
+    eps_interval: list[float | None] | None
+    """[low, high] of the epsilons consistent with the guesses, as the audit states them."""
+    guesses: int | None
+    correct: int | None
+    member_guesses: int | None
+    nonmember_guesses: int | None
+    beta: float | None
+    score: str | None
+    kind: str | None
+    n_pairs_tried: int | None = None
+    """Threshold pairs the audit tried (its union bound)."""
+
+
+@dataclass(frozen=True)
+class ClientDPSiteReport:
+    """One site in the server's client-level DP ledger (``client_dp.json``)."""
+
+    rounds: list[int]
+    """The rounds the site's update was aggregated in."""
+    epsilon: float | None
+    """Site-level guarantee: adding or removing the whole site."""
+    epsilon_record: float | None
+    """The record-level guarantee client-level DP implies (one record changes the site's
+    clipped update by up to twice the clipping norm)."""
+
+
+@dataclass(frozen=True)
+class ClientDPReport:
+    """The server's client-level DP ledger (``client_dp.json``), when client-level DP is on."""
+
+    schema_version: int | None
+    accountant: str | None
+    noise_multiplier: float | None
+    clipping: str | None
+    clipping_side: str | None
+    clipping_norm: float | None
+    delta: float | None
+    population_size: int | None
+    sites_per_round: int | None
+    sampling: str | None
+    neighboring_relation: str | None
+    rounds_done: int | None
+    sites: dict[str, ClientDPSiteReport] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BoundViolation:
+    """A measured lower bound on epsilon above the site's record-level guarantee.
+
+    Under correct DP training and accounting a lower bound exceeds the guarantee with
+    probability at most its level: a violation is a bug (accounting, training or audit) or
+    a 1-in-1/beta event.
+    """
+
+    bound: str
+    """Field name: canary_eps_lb, o1_eps_lb, rm_rn_eps_lb, rm_rn_eps_lb_two_sided,
+    rm_rn_eps_lb_member or rm_rn_eps_lb_nonmember."""
+    label: str
+    value: float
+    dp_epsilon: float
+    level: float | None
+    """The bound's level beta, when the audit states it."""
+    message: str
+
+
+@dataclass(frozen=True)
 class SiteReport:
     """One site's audit, or why there is none (``status`` "failed" / "missing")."""
 
@@ -136,8 +221,10 @@ class SiteReport:
     o1_eps_lb: float | None
     o1_eps_lb_interval: IntervalReport | None
     dp_epsilon: float | None
-    """Accountant epsilon; None without DP."""
-    dp_epsilon_source: Literal["audit", "metrics"] | None
+    """The record-level guarantee that applies to the site's records: the smaller of
+    ``dp_epsilon_record`` (DP-SGD) and ``dp_epsilon_client_record`` (implied by client-level
+    DP) over those present; None without DP (or when DP is on but no accountant reported)."""
+    dp_epsilon_source: DPSource | None
     baseline_auc: float | None
     mia_auc: float | None
     elapsed_s: float | None
@@ -159,6 +246,73 @@ class SiteReport:
     sizes: dict[str, int] = field(default_factory=dict)
     quality: dict[str, float] = field(default_factory=dict)
     repeats: list[RepeatReport] = field(default_factory=list)
+    dp_epsilon_record: float | None = None
+    """Record-level accountant epsilon of the site's DP-SGD (Opacus, ``dp.accountant``)."""
+    dp_epsilon_client: float | None = None
+    """Site-level epsilon of client-level DP (add or remove the whole site)."""
+    dp_epsilon_client_record: float | None = None
+    """The record-level epsilon client-level DP implies for the site's records."""
+    dp_delta: float | None = None
+    """delta of the guarantee ``dp_epsilon`` states (None without DP)."""
+    canaries: int | None = None
+    """Canary records trained with at the site; None when the run had none."""
+    canary_eps_lb: float | None = None
+    """The canary audit's lower bound on epsilon (at the canary audit's beta)."""
+    canary_eps_interval: list[float | None] | None = None
+    canary: CanaryReport | None = None
+    bound_violations: list[BoundViolation] = field(default_factory=list)
+    """Measured lower bounds (canary, O(1), RM;RN on either side) above ``dp_epsilon``."""
+    eps_tilde_above_accountant: bool = False
+    """eps_tilde (one- or two-sided) above ``dp_epsilon``: not a violation, eps_tilde is a
+    measurement, not a bound (c_lb is not tight)."""
+    eps_tilde_above_accountant_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    """One site's privacy ledger: every guarantee beside every measurement (report.json
+    ``ledger``, ledger.csv and the "Privacy ledger" table). Measurements are the site's
+    report fields, copied."""
+
+    site_id: int
+    status: SiteStatus
+    dp_level: DPLevel | None
+    """The run's ``dp.level`` (None: the config says nothing about DP)."""
+    dp_epsilon: float | None
+    """The record-level guarantee that applies (see :attr:`SiteReport.dp_epsilon`)."""
+    dp_delta: float | None
+    record_accountant: str | None
+    """"Opacus RDP" / "Opacus PRV" when the site trained with DP-SGD."""
+    dp_epsilon_record: float | None
+    record_delta: float | None
+    client_accountant: str | None
+    """The server ledger's accountant, when client-level DP is on."""
+    client_sampling: str | None
+    client_neighboring_relation: str | None
+    client_delta: float | None
+    client_rounds: int | None
+    """Rounds the site's update was aggregated in under client-level DP."""
+    dp_epsilon_client: float | None
+    dp_epsilon_client_record: float | None
+    canaries: int | None
+    canary_eps_lb: float | None
+    canary_eps_interval: list[float | None] | None
+    eps_tilde: float | None
+    eps_tilde_two_sided: float | None
+    two_sided_side: Side | None
+    rm_rn_eps_lb: float | None
+    rm_rn_eps_lb_two_sided: float | None
+    o1_eps_lb: float | None
+    global_accuracy: float | None
+    """The final global model's accuracy on the public test split (the same for all rows)."""
+    accuracy_members: float | None
+    """f's accuracy on the site's audited members (the audit's ``quality``)."""
+    accuracy_holdout: float | None
+    """f's accuracy on the site's held-out records (the audit's ``quality``)."""
+    loss_members: float | None
+    loss_holdout: float | None
+    bound_violations: list[BoundViolation]
+    eps_tilde_above_accountant: bool
 
 
 @dataclass(frozen=True)
@@ -167,7 +321,10 @@ class SiteRoundReport:
 
     train_loss: float | None
     dp_epsilon: float | None
+    """Record-level accountant epsilon so far (DP-SGD at the site)."""
     num_examples: int | None
+    dp_epsilon_client: float | None = None
+    """Site-level epsilon of client-level DP so far."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +373,9 @@ class ConsortiumSummary:
     final_global_accuracy: float | None
     meaning: str
     two_sided_meaning: str
+    bound_violation_sites: list[int] = field(default_factory=list)
+    """Sites with a measured lower bound above their record-level guarantee."""
+    eps_tilde_above_accountant_sites: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -228,6 +388,14 @@ class RunReport:
     rounds: list[RoundReport]
     sites: list[SiteReport]
     consortium: ConsortiumSummary
+    dp_level: DPLevel | None = None
+    """The run's ``dp.level`` (old configs: ``dp.enabled`` means record); None: not stated."""
+    canaries: int | None = None
+    """Canary records per site the model was trained with; None when it had none."""
+    client_dp: ClientDPReport | None = None
+    """The server's client-level DP ledger, when client-level DP is on."""
+    ledger: list[LedgerRow] = field(default_factory=list)
+    """The privacy ledger, one row per site."""
 
 
 @dataclass(frozen=True)
@@ -238,7 +406,8 @@ class SweepSiteRow:
     status: SiteStatus
     error: str | None
     theoretical_eps: float | None
-    """Accountant epsilon; None when DP is off (plotted at "inf") or unknown."""
+    """The site's record-level guarantee (:attr:`SiteReport.dp_epsilon`); None when DP is
+    off (plotted at "inf") or unknown."""
     eps_tilde: float | None
     eps_tilde_interval: IntervalReport | None
     eps_tilde_two_sided: float | None
@@ -253,6 +422,19 @@ class SweepSiteRow:
     rm_rn_eps_lb_two_sided_interval: IntervalReport | None
     o1_eps_lb: float | None
     o1_eps_lb_interval: IntervalReport | None
+    dp_epsilon_record: float | None = None
+    dp_epsilon_client: float | None = None
+    dp_epsilon_client_record: float | None = None
+    dp_delta: float | None = None
+    canaries: int | None = None
+    canary_eps_lb: float | None = None
+    canary_eps_interval: list[float | None] | None = None
+    global_accuracy: float | None = None
+    """The point's final global accuracy (public test split)."""
+    accuracy_holdout: float | None = None
+    """f's accuracy on the site's held-out records (the audit's ``quality``)."""
+    bound_violations: list[BoundViolation] = field(default_factory=list)
+    eps_tilde_above_accountant: bool = False
 
 
 @dataclass(frozen=True)
@@ -265,7 +447,8 @@ class SweepPointReport:
     status: Literal["complete", "incomplete"]
     problems: list[str]
     private: bool | None
-    """True when DP is on, False when off, None when the run says neither."""
+    """True when DP is on at any level (record, client or both), False when off, None when
+    the run says neither."""
     theoretical_eps: float | None
     """Largest site accountant epsilon (the consortium's weakest guarantee)."""
     global_accuracy: float | None
@@ -276,6 +459,9 @@ class SweepPointReport:
     sites: list[SweepSiteRow]
     report_html: str | None
     """Relative path of the point's own report.html, when one exists."""
+    dp_level: DPLevel | None = None
+    canaries: int | None = None
+    """Canary records per site the point's model was trained with (None: none)."""
 
 
 @dataclass(frozen=True)
@@ -364,6 +550,8 @@ class SitePageReport:
     source: Literal["consortium", "site"]
     """"consortium": written by the report aggregator; "site": rebuilt by the site from its
     own audit file alone (``panoramia-fl report RUN_DIR --site ID``)."""
+    ledger: LedgerRow | None = None
+    """The site's row of the privacy ledger (its accountants beside its measurements)."""
 
 
 @dataclass(frozen=True)
@@ -376,6 +564,10 @@ class ReportFiles:
     md_path: Path | None = None
     site_reports: list[ReportFiles] = field(default_factory=list)
     """Each site's own report (``site-reports/site-<id>.*``), written beside report.*."""
+    ledger_csv_path: Path | None = None
+    """``ledger.csv``: the privacy ledger, one row per site."""
+    warnings: list[str] = field(default_factory=list)
+    """Lines a command prints on stderr: each bound violation (a bug or a 1-in-1/beta event)."""
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -12,7 +12,17 @@ from __future__ import annotations
 from audit.result import AuditResult
 
 from . import plots
-from .html_page import esc, figure, flag_badges, meaning_block, page, td, th_row
+from .html_page import (
+    canary_block,
+    esc,
+    figure,
+    flag_badges,
+    meaning_block,
+    page,
+    td,
+    th_row,
+    violation_banner,
+)
 from .schema import (
     SCORERS,
     SIDES,
@@ -27,13 +37,18 @@ from .text import (
     MISSING,
     SCORER_LABELS,
     SIDE_LABELS,
+    canary_banner,
     flag_labels,
     fmt,
+    fmt_canary,
+    fmt_dp,
     fmt_loss_gap,
     fmt_two_sided,
     fmt_with_interval,
     levels_lines,
+    ordering_text,
     scoped_reasons,
+    violation_banner_lines,
 )
 
 _VERDICT_LABELS = {
@@ -61,6 +76,8 @@ def render_site_page(report: SitePageReport, result: AuditResult | None) -> str:
     )
     body = [
         f"<h1>{esc(title)}</h1>",
+        violation_banner(violation_banner_lines(site.bound_violations)),
+        canary_block(canary_banner(site.canaries) if site.canaries else None),
         "<p>How much the consortium's final shared model reveals about this site's own "
         "training records, measured at the site with PANORAMIA. "
         + (
@@ -83,6 +100,8 @@ def render_site_page(report: SitePageReport, result: AuditResult | None) -> str:
         _list(report.threat_model, ordered=True),
         "<h2>Detail</h2>",
         *(_detail(site, result) if site.status == "ok" else [_failed(site)]),
+        "<h3>Privacy guarantees and the ordering check</h3>",
+        _privacy_table(report),
         "<h2>Reproducibility</h2>",
         _manifest(report),
     ]
@@ -191,9 +210,97 @@ def _bounds_table(site: SiteReport) -> str:
     return '<table id="bounds">' + th_row(_BOUNDS_HEADERS) + "".join(rows) + "</table>"
 
 
+_DP_SOURCES = {
+    "audit": "record-level accountant, from your audit",
+    "metrics": "record-level accountant, from the training log",
+    "client_dp": "implied by client-level DP",
+}
+
+
+def _privacy_table(report: SitePageReport) -> str:
+    """Every guarantee that speaks for the site's records, the canary audit and the check."""
+    site, row = report.site, report.ledger
+    client_what = None
+    if row is not None:
+        client_what = "; ".join(
+            x
+            for x in (row.client_accountant, row.client_sampling, row.client_neighboring_relation)
+            if x
+        )
+    dp = (
+        fmt_dp(site.dp_epsilon, site.dp_delta, _DP_SOURCES.get(site.dp_epsilon_source or ""))
+        if site.dp_epsilon is not None
+        else "off (no DP)"
+    )
+    rows = [
+        (
+            "DP guarantee for your records",
+            dp,
+            "the record-level epsilon that applies: the smaller of the record-level "
+            "accountant's and the one client-level DP implies per record (an upper bound on how "
+            "much any one of your records can change what the model reveals)",
+        ),
+        (
+            "record-level accountant (DP-SGD at your site)",
+            fmt_dp(
+                site.dp_epsilon_record,
+                None if row is None else row.record_delta,
+                None if row is None else row.record_accountant,
+            ),
+            "your site's own DP-SGD training, all rounds",
+        ),
+        (
+            "client-level accountant, site level",
+            fmt_dp(
+                site.dp_epsilon_client,
+                None if row is None else row.client_delta,
+                client_what or None,
+            ),
+            "the server's noise on the aggregate: covers adding or removing your whole site",
+        ),
+        (
+            "client-level DP, implied per record",
+            fmt(site.dp_epsilon_client_record)
+            if site.dp_epsilon_client_record is not None
+            else "off",
+            "the record-level epsilon client-level DP implies (one record moves your clipped "
+            "update by at most twice the clipping norm)",
+        ),
+        (
+            "canary audit eps lower bound [interval]",
+            fmt_canary(site.canary_eps_lb, site.canary_eps_interval, site.canaries),
+            "canary records trained on by a fair coin each, guessed from the final model "
+            "(Steinke et al. 2023, one run): a lower bound on epsilon",
+        ),
+        (
+            "ordering check",
+            ordering_text(site.bound_violations, site.eps_tilde_above_accountant, site.dp_epsilon),
+            "every measured lower bound (canary, O(1), RM;RN) must be at most the guarantee; "
+            "eps_tilde may be above it (a measurement, not a bound)",
+        ),
+    ]
+    return (
+        '<table id="privacy">'
+        + th_row(("guarantee or check", "value", "what it is"))
+        + "".join(
+            _tr_open(name == "ordering check" and bool(site.bound_violations))
+            + td(name, cls="text")
+            + td(value)
+            + td(what, cls="text")
+            + "</tr>"
+            for name, value, what in rows
+        )
+        + "</table>"
+    )
+
+
+def _tr_open(violation: bool) -> str:
+    return '<tr class="violation">' if violation else "<tr>"
+
+
 def _comparisons_table(site: SiteReport) -> str:
     dp = (
-        f"{fmt(site.dp_epsilon, 2)} ({site.dp_epsilon_source})"
+        f"{fmt(site.dp_epsilon, 2)} ({_DP_SOURCES.get(site.dp_epsilon_source or '', '')})"
         if site.dp_epsilon is not None
         else "off (no DP)"
     )
@@ -213,7 +320,11 @@ def _comparisons_table(site: SiteReport) -> str:
             fmt_with_interval(site.o1_eps_lb, site.o1_eps_lb_interval),
             "Steinke et al. (2023): loss-threshold guesses on real members and non-members",
         ),
-        ("DP accountant epsilon", dp, "the training's guarantee (an upper bound), if any"),
+        (
+            "DP accountant epsilon",
+            dp,
+            "the training's record-level guarantee (an upper bound), if any",
+        ),
         (
             "f loss members / holdout",
             fmt_loss_gap(site),

@@ -8,6 +8,7 @@ the site's standing in the consortium. A site rebuilds its own from its audit fi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -17,12 +18,20 @@ from audit.result import AuditResult
 from simulations.run_dir import CONFIG_FILE, exposed_records_name, site_state_dir
 
 from .aggregate import site_report
-from .inputs import RunInputs, SiteAuditInput, load_optional_config, load_site_audit
+from .inputs import (
+    RunInputs,
+    SiteAuditInput,
+    load_client_dp,
+    load_optional_config,
+    load_site_audit,
+)
 from .manifest import build_manifest
 from .plain_language import THREAT_MODEL, plain_reading
+from .privacy import ledger_row, privacy_settings
 from .schema import (
     SITE_REPORT_SCHEMA_VERSION,
     ConsortiumStanding,
+    LedgerRow,
     ReportFiles,
     RunReport,
     SitePageReport,
@@ -31,6 +40,7 @@ from .schema import (
 )
 from .site_page import render_site_page
 from .standing import consortium_standing, standing_unavailable
+from .text import VIOLATION_TITLE
 
 SITE_REPORTS_DIR = "site-reports"
 
@@ -57,8 +67,10 @@ def build_site_page_report(
     config: dict[str, Any],
     standing: ConsortiumStanding,
     source: Literal["consortium", "site"],
+    ledger: LedgerRow | None = None,
 ) -> SitePageReport:
-    """A site's report from its numbers, its standing and the run directory's files."""
+    """A site's report from its numbers, its standing, its ledger row and the run
+    directory's files."""
     link = exposed_records_link(run_dir, site.site_id)
     config_path = Path(run_dir) / CONFIG_FILE
     name = config.get("name")
@@ -72,12 +84,14 @@ def build_site_page_report(
         manifest=build_manifest(config_path if config_path.exists() else None, config, result),
         exposed_records_link=link,
         source=source,
+        ledger=ledger,
     )
 
 
 def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> list[ReportFiles]:
     """The aggregator's per-site reports: one per site with an audit file (ok or failed)."""
     written = []
+    ledger = {row.site_id: row for row in report.ledger}
     for site in report.sites:
         audit = inputs.audits.get(site.site_id)
         if audit is None or site.status == "missing":
@@ -90,13 +104,15 @@ def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> l
             config=inputs.config,
             standing=consortium_standing(site.site_id, report.sites),
             source="consortium",
+            ledger=ledger.get(site.site_id),
         )
         written.append(_write(run_dir, page, result))
     return written
 
 
 def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
-    """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus config.yaml).
+    """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus config.yaml and
+    the server's client_dp.json, when the run directory has them).
 
     Parameters
     ----------
@@ -108,18 +124,25 @@ def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
     Raises
     ------
     ReportInputError
-        When the site's audit file is missing, or config.yaml exists but is malformed.
+        When the site's audit file is missing, or config.yaml / client_dp.json exists but is
+        malformed.
     """
     run_dir = Path(run_dir)
     audit = load_site_audit(run_dir, site_id)
     result = _ok_result(audit)
+    config = load_optional_config(run_dir)
+    settings = privacy_settings(config)
+    client_dp = load_client_dp(run_dir)
+    site = site_report(audit, rounds=[], settings=settings, client_dp=client_dp)
     page = build_site_page_report(
         run_dir,
-        site_report(audit, rounds=[]),
+        site,
         result,
-        config=load_optional_config(run_dir),
+        config=config,
         standing=standing_unavailable(),
         source="site",
+        # The global accuracy is the server's (metrics.jsonl), not in the site's file.
+        ledger=ledger_row(site, settings, client_dp, global_accuracy=None),
     )
     return _write(run_dir, page, result)
 
@@ -133,4 +156,5 @@ def _write(run_dir: Path, page: SitePageReport, result: AuditResult | None) -> R
     paths.json_path.parent.mkdir(parents=True, exist_ok=True)
     paths.json_path.write_text(json.dumps(to_jsonable(page), indent=2, allow_nan=False) + "\n")
     paths.html_path.write_text(render_site_page(page, result))
-    return paths
+    warnings = [f"{VIOLATION_TITLE}: {v.message}" for v in page.site.bound_violations]
+    return dataclasses.replace(paths, warnings=warnings)

@@ -1,8 +1,15 @@
-"""Sweep comparison report: several runs (one per override set) side by side."""
+"""Sweep comparison report: several runs (one per override set) side by side.
+
+``sweep.json``, a self-contained ``sweep.html`` (tables and plots) and ``sweep.md`` (the
+tables): per point and site the accountant epsilons (record / client level), accuracy and
+the measured lower bounds, so a consortium sees the privacy/utility trade-off and how tight
+each audit is.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import os
 from dataclasses import dataclass, field
@@ -13,8 +20,21 @@ from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 
 from . import plots
 from .aggregate import build_report
-from .html_page import SORT_SCRIPT, badge, esc, figure, flag_badges, meaning_block, page, td, th_row
+from .html_page import (
+    SORT_SCRIPT,
+    badge,
+    canary_block,
+    esc,
+    figure,
+    flag_badges,
+    meaning_block,
+    page,
+    td,
+    th_row,
+    violation_banner,
+)
 from .inputs import ReportInputError, load_run
+from .privacy import privacy_settings
 from .schema import (
     SWEEP_SCHEMA_VERSION,
     ReportFiles,
@@ -25,7 +45,16 @@ from .schema import (
     SweepSiteRow,
     to_jsonable,
 )
-from .text import MISSING, flag_labels, fmt, fmt_interval, fmt_two_sided
+from .text import (
+    MISSING,
+    VIOLATION_TITLE,
+    canary_banner,
+    flag_labels,
+    fmt,
+    fmt_interval,
+    fmt_two_sided,
+    violation_banner_lines,
+)
 
 
 @dataclass(frozen=True)
@@ -97,8 +126,10 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
         write_report(run_dir)
     problems = _problems(report, has_metrics=inputs.has_metrics)
     eps = [s.dp_epsilon for s in report.sites if s.dp_epsilon is not None]
-    config_dp = _dp_enabled(report.run)
+    # Any level counts: client-level DP alone makes the point private too.
+    config_dp = privacy_settings(report.run).private
     html_path = run_dir / "report.html"
+    accuracy = report.consortium.final_global_accuracy
     return SweepPointReport(
         label=point.label,
         overrides=dict(point.overrides),
@@ -112,19 +143,31 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
         rounds_completed=report.consortium.rounds_completed,
         max_eps_tilde=report.consortium.max_eps_tilde,
         max_eps_tilde_two_sided=report.consortium.max_eps_tilde_two_sided,
-        sites=[_site_row(s) for s in report.sites],
+        sites=[_site_row(s, accuracy) for s in report.sites],
         report_html=os.path.join(rel, "report.html") if html_path.exists() else None,
+        dp_level=report.dp_level,
+        canaries=report.canaries,
     )
 
 
-def _site_row(site: SiteReport) -> SweepSiteRow:
-    """The sweep's view of a site: its SiteReport fields of the same name, and the DP eps."""
+_OWN_FIELDS = ("theoretical_eps", "global_accuracy", "accuracy_holdout")
+"""SweepSiteRow fields that are not SiteReport fields of the same name."""
+
+
+def _site_row(site: SiteReport, global_accuracy: float | None) -> SweepSiteRow:
+    """The sweep's view of a site: its SiteReport fields of the same name, the DP eps that
+    applies to its records, and the accuracies."""
     copied = {
         f.name: getattr(site, f.name)
         for f in dataclasses.fields(SweepSiteRow)
-        if f.name != "theoretical_eps"
+        if f.name not in _OWN_FIELDS
     }
-    return SweepSiteRow(theoretical_eps=site.dp_epsilon, **copied)
+    return SweepSiteRow(
+        theoretical_eps=site.dp_epsilon,
+        global_accuracy=global_accuracy,
+        accuracy_holdout=site.quality.get("target_accuracy_nonmembers"),
+        **copied,
+    )
 
 
 def _problems(report: RunReport, *, has_metrics: bool) -> list[str]:
@@ -143,16 +186,6 @@ def _problems(report: RunReport, *, has_metrics: bool) -> list[str]:
     return problems
 
 
-def _dp_enabled(config: dict[str, Any]) -> bool | None:
-    """What the run config says about DP: ``dp: null/false`` off, ``dp.enabled`` wins."""
-    if "dp" not in config:
-        return None
-    dp = config["dp"]
-    if isinstance(dp, dict):
-        return bool(dp.get("enabled", True))
-    return bool(dp)
-
-
 def _points_table(report: SweepReport) -> list[str]:
     rows = [
         '<table class="sortable">',
@@ -161,6 +194,8 @@ def _points_table(report: SweepReport) -> list[str]:
                 "point",
                 "overrides",
                 "status",
+                "DP level",
+                "canaries",
                 "theoretical eps",
                 "global accuracy",
                 "max eps_tilde",
@@ -184,6 +219,8 @@ def _points_table(report: SweepReport) -> list[str]:
             + td(p.label, cls="text")
             + td(overrides, cls="text")
             + td(status, raw=True, cls="text")
+            + td(p.dp_level or MISSING, cls="text")
+            + td(str(p.canaries) if p.canaries else "none")
             + td(_eps_text(p.theoretical_eps, p.private), title=p.theoretical_eps)
             + td(fmt(p.global_accuracy), title=p.global_accuracy)
             + td(fmt(p.max_eps_tilde), title=p.max_eps_tilde)
@@ -204,56 +241,108 @@ def _eps_text(eps: float | None, private: bool | None) -> str:
     return "inf (no DP)" if private is False else MISSING
 
 
-def _sites_table(report: SweepReport) -> list[str]:
-    rows = [
-        '<table class="sortable">',
-        th_row(
-            (
-                "point",
-                "site",
-                "status",
-                "theoretical eps",
-                "eps_tilde",
-                "eps_tilde 95% CI",
-                "eps_tilde two-sided [95% CI] (side)",
-                "c_lb",
-                "ceiling",
-                "RM;RN",
-                "RM;RN two-sided",
-                "O(1)",
-                "flags",
-            )
-        ),
+SITE_HEADERS: tuple[str, ...] = (
+    "point",
+    "site",
+    "status",
+    "theoretical eps",
+    "accountant eps record",
+    "accountant eps client (site-level)",
+    "accuracy (global)",
+    "accuracy (site holdout)",
+    "canary_eps_lb",
+    "eps_tilde",
+    "eps_tilde 95% CI",
+    "eps_tilde two-sided [95% CI] (side)",
+    "c_lb",
+    "ceiling",
+    "RM;RN",
+    "RM;RN two-sided",
+    "O(1)",
+    "flags",
+)
+"""The per-site table's columns (html and md). "theoretical eps" is the record-level
+guarantee that applies (the smaller of the record-level accountant's and the one client-level
+DP implies)."""
+
+
+def site_cells(point: SweepPointReport, s: SweepSiteRow) -> list[str]:
+    """A site's cells in :data:`SITE_HEADERS` order, before the flags."""
+    return [
+        point.label,
+        str(s.site_id),
+        s.status,
+        _eps_text(s.theoretical_eps, point.private),
+        fmt(s.dp_epsilon_record) if s.dp_epsilon_record is not None else "off",
+        fmt(s.dp_epsilon_client) if s.dp_epsilon_client is not None else "off",
+        fmt(s.global_accuracy),
+        fmt(s.accuracy_holdout),
+        fmt(s.canary_eps_lb),
+        fmt(s.eps_tilde),
+        fmt_interval(s.eps_tilde_interval),
+        fmt_two_sided(s),
+        fmt(s.c_lb),
+        fmt(s.ceiling),
+        fmt(s.rm_rn_eps_lb),
+        fmt(s.rm_rn_eps_lb_two_sided),
+        fmt(s.o1_eps_lb),
     ]
+
+
+_TITLES = (
+    "theoretical_eps",
+    "dp_epsilon_record",
+    "dp_epsilon_client",
+    "global_accuracy",
+    "accuracy_holdout",
+    "canary_eps_lb",
+    "eps_tilde",
+    None,
+    "eps_tilde_two_sided",
+    "c_lb",
+    "ceiling",
+    "rm_rn_eps_lb",
+    "rm_rn_eps_lb_two_sided",
+    "o1_eps_lb",
+)
+"""The field whose unrounded value a numeric cell's title carries (from "theoretical eps")."""
+
+
+def _sites_table(report: SweepReport) -> list[str]:
+    rows = ['<table class="sortable">', th_row(SITE_HEADERS)]
     for p in report.points:
         for s in p.sites:
             labels = flag_labels(s.flags)
             badges = flag_badges(labels)
+            badges += "".join(
+                badge(f"VIOLATION: {v.label}", "violation") for v in s.bound_violations
+            )
+            if s.eps_tilde_above_accountant:
+                badges += badge("eps_tilde above DP eps (not a bound)", "above")
             if s.status != "ok":
                 badges += badge(s.status, s.status)
                 if s.error:
                     badges += f' <span class="error">{esc(s.error)}</span>'
             cls = (
-                s.status
+                "violation"
+                if s.bound_violations
+                else s.status
                 if s.status != "ok"
                 else (
                     "not-tight" if "c_lb not tight" in labels else "saturated" if labels else "ok"
                 )
             )
+            cells = site_cells(p, s)
+            numeric = [
+                td(text, title=None if name is None else getattr(s, name))
+                for text, name in zip(cells[3:], _TITLES)
+            ]
             rows.append(
                 f'<tr class="{esc(cls)}">'
-                + td(p.label, cls="text")
-                + td(str(s.site_id))
-                + td(s.status, cls="text")
-                + td(_eps_text(s.theoretical_eps, p.private), title=s.theoretical_eps)
-                + td(fmt(s.eps_tilde), title=s.eps_tilde)
-                + td(fmt_interval(s.eps_tilde_interval))
-                + td(fmt_two_sided(s), title=s.eps_tilde_two_sided)
-                + td(fmt(s.c_lb), title=s.c_lb)
-                + td(fmt(s.ceiling), title=s.ceiling)
-                + td(fmt(s.rm_rn_eps_lb), title=s.rm_rn_eps_lb)
-                + td(fmt(s.rm_rn_eps_lb_two_sided), title=s.rm_rn_eps_lb_two_sided)
-                + td(fmt(s.o1_eps_lb), title=s.o1_eps_lb)
+                + td(cells[0], cls="text")
+                + td(cells[1])
+                + td(cells[2], cls="text")
+                + "".join(numeric)
                 + td(badges or MISSING, raw=True, cls="text")
                 + "</tr>"
             )
@@ -261,10 +350,23 @@ def _sites_table(report: SweepReport) -> list[str]:
     return rows
 
 
+def _violations(report: SweepReport) -> list[str]:
+    return violation_banner_lines(
+        [v for p in report.points for s in p.sites for v in s.bound_violations]
+    )
+
+
+def _canary_lines(report: SweepReport) -> list[str]:
+    return [f"point {p.label}: {canary_banner(p.canaries)}" for p in report.points if p.canaries]
+
+
 def render_sweep_html(report: SweepReport) -> str:
     """The HTML text of ``sweep.html``."""
+    canaries = _canary_lines(report)
     body = [
         "<h1>PANORAMIA sweep comparison</h1>",
+        violation_banner(_violations(report)),
+        *(canary_block(line) for line in canaries),
         f"<p>Sweep schema version {esc(report.schema_version)}; {len(report.points)} points. "
         "Incomplete points are listed with what is missing; their available numbers are "
         "still shown.</p>",
@@ -290,6 +392,25 @@ def render_sweep_html(report: SweepReport) -> str:
             "(max over sites); non-private points at 'inf'.",
             alt="accuracy vs privacy",
         ),
+        "<h2>Per site: accuracy against the accountant's epsilon</h2>",
+        figure(
+            plots.sweep_site_accuracy_plot(report.points),
+            "One panel per site: the final global accuracy (squares) and the model's accuracy "
+            "on the site's held-out records (circles) at each point, against the site's "
+            "record-level DP guarantee (log scale); points without DP at 'no DP', right.",
+            alt="accuracy vs accountant epsilon per site",
+        ),
+        "<h2>Per site: measured lower bounds against the accountant's epsilon</h2>",
+        figure(
+            plots.sweep_site_bounds_plot(report.points),
+            "One panel per site: the canary audit's and O(1)'s lower bounds and eps_tilde "
+            "(two-sided where measured) against the site's record-level DP guarantee (log "
+            "scale), with the y = x line; points without DP at 'no DP', right. A lower bound "
+            "above the line is a bound violation; the gap below it is how far the audit is "
+            "from tight. eps_tilde is a measurement, not a bound: above the line it is no "
+            "contradiction.",
+            alt="measured lower bounds vs accountant epsilon per site",
+        ),
     ]
     return page("PANORAMIA sweep comparison", body, data=to_jsonable(report), script=SORT_SCRIPT)
 
@@ -312,7 +433,8 @@ def write_sweep_report(
     Returns
     -------
     ReportFiles
-        ``json_path`` and ``html_path`` (``csv_path`` / ``md_path`` are None).
+        ``json_path``, ``html_path`` and ``md_path`` (``csv_path`` is None), and in
+        ``warnings`` a line per bound violation of any point.
     """
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -323,4 +445,71 @@ def write_sweep_report(
     )
     html_path = sweep_dir / "sweep.html"
     html_path.write_text(render_sweep_html(report))
-    return ReportFiles(json_path=json_path, html_path=html_path)
+    md_path = sweep_dir / "sweep.md"
+    md_path.write_text(render_sweep_markdown(report))
+    warnings = [
+        f"{VIOLATION_TITLE}: point {p.label}: {v.message}"
+        for p in report.points
+        for s in p.sites
+        for v in s.bound_violations
+    ]
+    return ReportFiles(json_path=json_path, html_path=html_path, md_path=md_path, warnings=warnings)
+
+
+def _md(text: str) -> str:
+    """Table-safe Markdown text (no newlines, escaped pipes, no raw HTML)."""
+    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
+
+
+def render_sweep_markdown(report: SweepReport) -> str:
+    """The Markdown text of ``sweep.md``: banners and the two tables (plots: sweep.html)."""
+    lines = ["# PANORAMIA sweep comparison", ""]
+    violations = _violations(report)
+    if violations:
+        lines += [f"> **{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee**"]
+        lines += [">", *[f"> - {_md(x)}" for x in violations], ""]
+    lines += [f"> **Canaries.** {_md(x)}" for x in _canary_lines(report)]
+    lines += [
+        "",
+        f"Sweep schema version {report.schema_version}; {len(report.points)} points. "
+        "Plots are in sweep.html; sweep.json holds the numbers in full.",
+        "",
+        f"> {_md(report.meaning)}",
+        "",
+        "## Points",
+        "",
+        "| point | overrides | status | DP level | canaries | theoretical eps | global accuracy "
+        "| max eps_tilde | max eps_tilde two-sided | rounds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in report.points:
+        overrides = ", ".join(f"{k}={v!r}" for k, v in p.overrides.items()) or MISSING
+        cells = [
+            p.label,
+            overrides,
+            p.status + "".join(f"; {x}" for x in p.problems),
+            p.dp_level or MISSING,
+            str(p.canaries) if p.canaries else "none",
+            _eps_text(p.theoretical_eps, p.private),
+            fmt(p.global_accuracy),
+            fmt(p.max_eps_tilde),
+            fmt(p.max_eps_tilde_two_sided),
+            str(p.rounds_completed),
+        ]
+        lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
+    lines += [
+        "",
+        "## Per point and site",
+        "",
+        "| " + " | ".join(_md(h) for h in SITE_HEADERS) + " |",
+        "|" + "|".join("---" for _ in SITE_HEADERS) + "|",
+    ]
+    for p in report.points:
+        for s in p.sites:
+            flags = flag_labels(s.flags) + [f"VIOLATION: {v.label}" for v in s.bound_violations]
+            if s.eps_tilde_above_accountant:
+                flags.append("eps_tilde above DP eps (not a bound)")
+            cells = [*site_cells(p, s), ", ".join(flags) or MISSING]
+            lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
+    lines.append("")
+    return "\n".join(lines)

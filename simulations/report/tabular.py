@@ -1,8 +1,9 @@
-"""report.json and report.csv writers."""
+"""report.json, report.csv and ledger.csv writers."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,10 @@ from .schema import (
     SCORERS,
     SIDES,
     TPR_FPR_KEYS,
+    BoundViolation,
     FlagsReport,
     IntervalReport,
+    LedgerRow,
     RunReport,
     SiteReport,
     to_jsonable,
@@ -67,7 +70,27 @@ CSV_COLUMNS: tuple[str, ...] = (
     *(f"{scorer}_auc" for scorer in SCORERS),
     *(f"{scorer}_tpr_at_fpr_{key}" for scorer in SCORERS for key in TPR_FPR_KEYS),
     "elapsed_s",
+    "dp_epsilon_record",
+    "dp_epsilon_client",
+    "dp_epsilon_client_record",
+    "dp_delta",
+    "canaries",
+    "canary_eps_lb",
+    "canary_eps_interval_low",
+    "canary_eps_interval_high",
+    "bound_violations",
+    "eps_tilde_above_accountant",
+    "eps_tilde_above_accountant_reason",
 )
+"""report.csv's columns; the privacy ledger's fields come last, so older readers that index
+columns by position still read the earlier ones."""
+
+LEDGER_CSV_COLUMNS: tuple[str, ...] = (
+    *(f.name for f in dataclasses.fields(LedgerRow) if f.name != "canary_eps_interval"),
+    "canary_eps_interval_low",
+    "canary_eps_interval_high",
+)
+"""ledger.csv's columns: :class:`~.schema.LedgerRow`'s fields, the canary interval spread."""
 
 
 def report_to_json_text(report: RunReport) -> str:
@@ -122,6 +145,21 @@ def flatten_site(site: SiteReport) -> dict[str, Any]:
         "dp_epsilon": site.dp_epsilon,
         "dp_epsilon_source": site.dp_epsilon_source,
         "elapsed_s": site.elapsed_s,
+        **{
+            name: getattr(site, name)
+            for name in (
+                "dp_epsilon_record",
+                "dp_epsilon_client",
+                "dp_epsilon_client_record",
+                "dp_delta",
+                "canaries",
+                "canary_eps_lb",
+                "eps_tilde_above_accountant",
+                "eps_tilde_above_accountant_reason",
+            )
+        },
+        **_canary_interval_cells(site.canary_eps_interval),
+        "bound_violations": violations_text(site.bound_violations),
         "target_loss_members": site.quality.get("target_loss_members"),
         "target_loss_nonmembers": site.quality.get("target_loss_nonmembers"),
         **_flag_cells(site.flags),
@@ -144,6 +182,37 @@ def flatten_site(site: SiteReport) -> dict[str, Any]:
         row.update({f"{scorer}_tpr_at_fpr_{key}": tpr.get(key) for key in TPR_FPR_KEYS})
     # A KeyError here means CSV_COLUMNS and this row disagree: fail loudly, not silently.
     return {col: row[col] for col in CSV_COLUMNS}
+
+
+def violations_text(violations: list[BoundViolation]) -> str:
+    """The violations of a site in one CSV cell (empty without any)."""
+    return "; ".join(v.message for v in violations)
+
+
+def _canary_interval_cells(interval: list[float | None] | None) -> dict[str, Any]:
+    low, high = interval if interval and len(interval) == 2 else (None, None)
+    return {"canary_eps_interval_low": low, "canary_eps_interval_high": high}
+
+
+def flatten_ledger_row(row: LedgerRow) -> dict[str, Any]:
+    """One ledger.csv row: the ledger's fields, the canary interval and violations spread."""
+    cells: dict[str, Any] = {
+        name: getattr(row, name) for name in LEDGER_CSV_COLUMNS if hasattr(row, name)
+    }
+    cells["bound_violations"] = violations_text(row.bound_violations)
+    cells.update(_canary_interval_cells(row.canary_eps_interval))
+    return {col: cells[col] for col in LEDGER_CSV_COLUMNS}
+
+
+def write_ledger_csv(report: RunReport, path: Path) -> Path:
+    """Write ``ledger.csv``: the privacy ledger, one row per site."""
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(LEDGER_CSV_COLUMNS)
+        for row in report.ledger:
+            cells = flatten_ledger_row(row)
+            writer.writerow([csv_cell(cells[c]) for c in LEDGER_CSV_COLUMNS])
+    return path
 
 
 def csv_cell(value: Any) -> str:

@@ -6,14 +6,17 @@ import math
 
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 
+from .privacy import EPS_TILDE_ABOVE_NOTE
 from .schema import (
     SCORERS,
     SIDES,
     TPR_FPR_KEYS,
+    BoundViolation,
     ConsortiumSummary,
     FlaggedSites,
     FlagsReport,
     IntervalReport,
+    LedgerRow,
     SiteReport,
     SweepSiteRow,
 )
@@ -41,6 +44,13 @@ MEANING_POINTS: tuple[str, ...] = (
     "RM;RN (real held-out non-members, c = 0) and O(1) (Steinke et al. 2023) are lower "
     "bounds on epsilon at the audit's level beta. DP eps is the accountant's epsilon, an "
     "upper bound under DP-SGD's assumptions; a lower bound above it would signal a bug.",
+    "DP eps per site is the record-level guarantee that applies to its records: the smaller "
+    "of the record-level accountant's (DP-SGD at the site) and the record-level epsilon that "
+    "client-level DP implies (one record moves the site's clipped update by at most twice the "
+    "clipping norm). Client-level DP's own epsilon is site-level: it covers adding or removing "
+    "the whole site. Every measured lower bound (canary, O(1), RM;RN on either side) must stay "
+    "at or below DP eps; eps_tilde may exceed it without contradiction, as it is a measurement, "
+    "not a bound.",
     TWO_SIDED_MEANING,
     "Each side of the two-sided game has its own c_lb, ceiling and flags (saturated, c_lb "
     "not tight against that side's RM;RN, RM;RN capped), diagnosed as above; side names the "
@@ -87,6 +97,24 @@ def fmt_with_interval(value: float | None, iv: IntervalReport | None, digits: in
     text = fmt(value, digits)
     bounds = fmt_interval(iv, digits)
     return f"{text} {bounds}" if value is not None and bounds else text
+
+
+def fmt_dp(value: float | None, delta: float | None = None, what: str | None = None) -> str:
+    """An accountant's epsilon with its delta and name, "off" without one."""
+    if value is None:
+        return "off"
+    details = [d for d in (what, None if delta is None else f"delta {delta:g}") if d]
+    return f"{fmt(value)} ({'; '.join(details)})" if details else fmt(value)
+
+
+def fmt_canary(value: float | None, interval: list[float | None] | None, count: int | None) -> str:
+    """``eps_lb [low, high] (N canaries)`` of a canary audit."""
+    if count is None and value is None:
+        return MISSING
+    text = fmt(value)
+    if value is not None and interval and len(interval) == 2:
+        text += f" [{fmt(interval[0])}, {fmt(interval[1])}]"
+    return f"{text} ({count} canaries)" if count else text
 
 
 def fmt_loss_gap(site: SiteReport) -> str:
@@ -212,8 +240,110 @@ def consortium_lines(c: ConsortiumSummary) -> list[str]:
             f"two-sided game, {SIDE_LABELS[side]} side: {flagged_text(flagged)}"
             for side, flagged in c.two_sided_flagged_sites.items()
         ],
-        "largest DP eps (accountant): "
+        "largest DP eps (record-level guarantee, accountant): "
         + (fmt(c.max_dp_epsilon, 2) if c.max_dp_epsilon is not None else "DP off"),
+        "ordering check (every measured lower bound <= DP eps): "
+        + (
+            f"VIOLATED at sites {_ids(c.bound_violation_sites)}"
+            if c.bound_violation_sites
+            else "no violation"
+        )
+        + (
+            f"; eps_tilde above DP eps (not a bound) at sites "
+            f"{_ids(c.eps_tilde_above_accountant_sites)}"
+            if c.eps_tilde_above_accountant_sites
+            else ""
+        ),
         f"rounds: {c.rounds_completed}; final global accuracy {fmt(c.final_global_accuracy)}, "
         f"loss {fmt(c.final_global_loss)}",
+    ]
+
+
+VIOLATION_TITLE = "BOUND VIOLATION"
+"""The banner's title: a measured lower bound above the record-level guarantee."""
+
+
+def canary_banner(canaries: int) -> str:
+    """Every report of a run trained with canaries says so."""
+    return (
+        f"This run was trained with {canaries} canaries per site: this model is not the plain "
+        "model. A fair coin decided for each canary record whether its site trained on it (for "
+        "the canary audit); the accuracy and every audit number shown are this "
+        "canary-trained model's."
+    )
+
+
+def violation_banner_lines(violations: list[BoundViolation]) -> list[str]:
+    """The banner's lines: one per violation, then what to do."""
+    if not violations:
+        return []
+    return [
+        *(v.message for v in violations),
+        "Do not trust the guarantee or the bound until the cause is found: check the "
+        "accountant's inputs (noise, sampling, rounds, delta), the DP training and the audit.",
+    ]
+
+
+def ordering_text(violations: list[BoundViolation], eps_tilde_above: bool, dp: float | None) -> str:
+    """The ordering check in a table cell."""
+    if violations:
+        return "VIOLATION: " + "; ".join(
+            f"{v.label} {fmt(v.value)} > {fmt(v.dp_epsilon)}" for v in violations
+        )
+    if dp is None:
+        return "no DP (nothing to check)"
+    if eps_tilde_above:
+        return f"ok; eps_tilde above DP eps ({EPS_TILDE_ABOVE_NOTE})"
+    return "ok (every lower bound <= DP eps)"
+
+
+LEDGER_HEADERS: tuple[str, ...] = (
+    "site",
+    "DP level",
+    "record-level eps (accountant, delta)",
+    "client-level eps, site-level (accountant; sampling; neighbouring relation; delta)",
+    "client-level eps implied per record",
+    "DP eps for the site's records (min)",
+    "canary_eps_lb [interval] (canaries)",
+    "eps_tilde one-sided",
+    "eps_tilde two-sided (side)",
+    "RM;RN one-sided / two-sided",
+    "O(1)",
+    "accuracy global / site holdout",
+    "f loss members / holdout",
+    "ordering check",
+)
+"""Headers of the "Privacy ledger" table (md and html), in :func:`ledger_cells` order."""
+
+
+def ledger_cells(row: LedgerRow) -> list[str]:
+    """A ledger row's cells for display, in :data:`LEDGER_HEADERS` order."""
+    client_what = "; ".join(
+        x
+        for x in (
+            row.client_accountant,
+            row.client_sampling,
+            row.client_neighboring_relation,
+            None if row.client_rounds is None else f"{row.client_rounds} rounds",
+        )
+        if x
+    )
+    two = fmt(row.eps_tilde_two_sided)
+    if row.two_sided_side is not None:
+        two += f" ({SIDE_LABELS[row.two_sided_side]})"
+    return [
+        str(row.site_id),
+        row.dp_level or MISSING,
+        fmt_dp(row.dp_epsilon_record, row.record_delta, row.record_accountant),
+        fmt_dp(row.dp_epsilon_client, row.client_delta, client_what or None),
+        fmt(row.dp_epsilon_client_record) if row.dp_epsilon_client_record is not None else "off",
+        fmt_dp(row.dp_epsilon, row.dp_delta),
+        fmt_canary(row.canary_eps_lb, row.canary_eps_interval, row.canaries),
+        fmt(row.eps_tilde),
+        two,
+        f"{fmt(row.rm_rn_eps_lb)} / {fmt(row.rm_rn_eps_lb_two_sided)}",
+        fmt(row.o1_eps_lb),
+        f"{fmt(row.global_accuracy)} / {fmt(row.accuracy_holdout)}",
+        f"{fmt(row.loss_members)} / {fmt(row.loss_holdout)}",
+        ordering_text(row.bound_violations, row.eps_tilde_above_accountant, row.dp_epsilon),
     ]

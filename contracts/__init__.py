@@ -1,0 +1,1 @@
+"""What the ServerApp and the ClientApps agree on: both import it, it imports neither."""

@@ -1,0 +1,245 @@
+"""Client-level DP: Flower's strategy wrappers, and each site's ledger over the rounds.
+
+Each round the sampled sites' updates are clipped to an L2 norm ``C`` (on the server, or by
+Flower's client mods) and Gaussian noise of std ``z * C / k`` is added to their uniform mean
+(``k`` sites per round): Flower's ``DifferentialPrivacy*Clipping`` wrappers around our
+strategies do both. Accounting is ours but uses Flower's own ``RdpAccountant`` (the
+``dp-accounting`` package) with one event per round a site took part in:
+
+* no amplification by sampling is claimed: the strategy samples sites from the run's seed,
+  which is not secret, so a round counts fully for every site it sampled and not at all for
+  the others (the aggregate does not depend on a site that was not sampled);
+* ``epsilon``: add or remove one whole site (Flower's neighbouring relation);
+* ``epsilon_record``: what this implies for one record of a site. Changing a record can move
+  the site's clipped update by up to ``2 C``, so the same releases have noise multiplier
+  ``z / 2`` at the record level.
+
+The ledger lives in the run directory (``client_dp.json``) and is written with each round's
+metrics before the round's checkpoint, so ``--resume`` continues it (rounds past the last
+checkpoint are dropped and redone).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flwr.serverapp.strategy import (
+    DifferentialPrivacyClientSideAdaptiveClipping,
+    DifferentialPrivacyClientSideFixedClipping,
+    DifferentialPrivacyServerSideAdaptiveClipping,
+    DifferentialPrivacyServerSideFixedClipping,
+    Strategy,
+)
+
+from contracts.run_files import CLIENT_DP_LEDGER as LEDGER_FILE
+from contracts.wire import CLIENT_CLIPPING
+
+LEDGER_SCHEMA_VERSION = 1
+ACCOUNTANT = "Flower RdpAccountant (dp-accounting RDP)"
+SAMPLING = "no-amplification"
+NEIGHBOURING = "add-or-remove-one site"
+UNIT_WEIGHT_KEY = "unit-weight"
+"""Sites report weight 1 under this key: the noise is calibrated for a uniform mean."""
+
+
+@dataclass(frozen=True)
+class ClientDPSettings:
+    """Client-level DP of a run (the ``dp.client`` section, noise resolved)."""
+
+    noise_multiplier: float
+    delta: float
+    clipping: str = "fixed"
+    """``fixed`` or ``adaptive`` (Andrew et al. 2021, Flower's geometric update)."""
+    clipping_side: str = "server"
+    """``server``: the wrapper clips; ``client``: Flower's clipping mod at each site."""
+    clipping_norm: float = 1.0
+    """Fixed clipping: the norm; adaptive: the first round's norm."""
+    target_clipped_quantile: float = 0.5
+    clip_norm_lr: float = 0.2
+    clipped_count_stddev: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.clipping, self.clipping_side) not in _WRAPPERS:
+            raise ValueError(
+                f"dp.client: unknown clipping {self.clipping!r} / side {self.clipping_side!r}"
+            )
+
+
+_WRAPPERS: dict[tuple[str, str], type[Strategy]] = {
+    ("fixed", "server"): DifferentialPrivacyServerSideFixedClipping,
+    ("fixed", "client"): DifferentialPrivacyClientSideFixedClipping,
+    ("adaptive", "server"): DifferentialPrivacyServerSideAdaptiveClipping,
+    ("adaptive", "client"): DifferentialPrivacyClientSideAdaptiveClipping,
+}
+
+
+def wrap_strategy(
+    strategy: Strategy, settings: ClientDPSettings, *, sites_per_round: int
+) -> Strategy:
+    """``strategy`` inside the Flower wrapper that ``settings`` name."""
+    wrapper = _WRAPPERS[(settings.clipping, settings.clipping_side)]
+    if settings.clipping == "fixed":
+        return wrapper(  # type: ignore[call-arg]
+            strategy,
+            noise_multiplier=settings.noise_multiplier,
+            clipping_norm=settings.clipping_norm,
+            num_sampled_clients=sites_per_round,
+        )
+    return wrapper(  # type: ignore[call-arg]
+        strategy,
+        noise_multiplier=settings.noise_multiplier,
+        num_sampled_clients=sites_per_round,
+        initial_clipping_norm=settings.clipping_norm,
+        target_clipped_quantile=settings.target_clipped_quantile,
+        clip_norm_lr=settings.clip_norm_lr,
+        clipped_count_stddev=settings.clipped_count_stddev,
+    )
+
+
+def train_config_entries(settings: ClientDPSettings | None) -> dict[str, str]:
+    """What a train message tells a site that clips its own update (Flower's mod)."""
+    if settings is None or settings.clipping_side != "client":
+        return {}
+    return {CLIENT_CLIPPING: settings.clipping}
+
+
+def gaussian_epsilon(
+    noise_multiplier: float, *, releases: int, delta: float, population_size: int = 1
+) -> float:
+    """Epsilon at ``delta`` of ``releases`` Gaussian releases (no amplification), by
+    Flower's RDP accountant."""
+    from flwr.serverapp import (
+        NeighboringRelation,
+        PrivacyConfig,
+        RdpAccountant,
+        SamplingMethod,
+    )
+    from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
+
+    if releases <= 0:
+        return 0.0
+    accountant = RdpAccountant(
+        PrivacyConfig(
+            target_delta=delta,
+            population_size=population_size,
+            neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+            sampling_method=SamplingMethod.NO_AMPLIFICATION,
+        )
+    )
+    event = GaussianPrivacyEvent(
+        noise_multiplier=noise_multiplier, sample_size=1, population_size=population_size
+    )
+    accountant.compose(event, count=releases)
+    return float(accountant.get_epsilon(delta))
+
+
+def calibrate_noise_multiplier(target_epsilon: float, *, rounds: int, delta: float) -> float:
+    """The smallest ``z`` (to 0.1%) whose ``rounds`` releases stay within ``target_epsilon``
+    for a site sampled in every round."""
+    if target_epsilon <= 0 or rounds < 1:
+        raise ValueError("dp.client.target_epsilon and fl.rounds must be positive")
+    lo, hi = 1e-3, 1.0
+    while gaussian_epsilon(hi, releases=rounds, delta=delta) > target_epsilon:
+        lo, hi = hi, hi * 2
+        if hi > 1e6:
+            raise ValueError(f"dp.client.target_epsilon {target_epsilon} is out of reach")
+    while hi - lo > 1e-3 * hi:
+        mid = math.sqrt(lo * hi)
+        if gaussian_epsilon(mid, releases=rounds, delta=delta) > target_epsilon:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+@dataclass
+class ClientDPLedger:
+    """Which rounds each site took part in under client-level DP, and what they cost."""
+
+    settings: ClientDPSettings
+    population_size: int
+    sites_per_round: int
+    rounds: dict[int, list[int]] = field(default_factory=dict)
+    """site id -> the global rounds it was sampled in."""
+
+    def record_round(self, server_round: int, sites: Iterable[int]) -> None:
+        for site in sites:
+            done = self.rounds.setdefault(int(site), [])
+            if server_round not in done:
+                done.append(server_round)
+
+    def truncate(self, last_round: int) -> None:
+        """Forget rounds past the last checkpoint (they are redone)."""
+        self.rounds = {s: [r for r in rs if r <= last_round] for s, rs in self.rounds.items()}
+
+    def epsilon(self, site: int) -> float:
+        """Site level: add or remove the whole site."""
+        return gaussian_epsilon(
+            self.settings.noise_multiplier,
+            releases=len(self.rounds.get(site, [])),
+            delta=self.settings.delta,
+        )
+
+    def epsilon_record(self, site: int) -> float:
+        """Record level: one record moves the clipped update by up to twice the norm."""
+        return gaussian_epsilon(
+            self.settings.noise_multiplier / 2,
+            releases=len(self.rounds.get(site, [])),
+            delta=self.settings.delta,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": LEDGER_SCHEMA_VERSION,
+            "accountant": ACCOUNTANT,
+            **asdict(self.settings),
+            "population_size": self.population_size,
+            "sites_per_round": self.sites_per_round,
+            "sampling": SAMPLING,
+            "neighboring_relation": NEIGHBOURING,
+            "rounds_done": max((r for rs in self.rounds.values() for r in rs), default=0),
+            "sites": {
+                str(site): {
+                    "rounds": sorted(rounds),
+                    "epsilon": self.epsilon(site),
+                    "epsilon_record": self.epsilon_record(site),
+                }
+                for site, rounds in sorted(self.rounds.items())
+            },
+        }
+
+    def save(self, run_dir: Path) -> Path:
+        path = run_dir / LEDGER_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load_or_new(
+        cls,
+        run_dir: Path,
+        settings: ClientDPSettings,
+        *,
+        population_size: int,
+        sites_per_round: int,
+    ) -> ClientDPLedger:
+        """The run's ledger; refuses one written under other DP settings."""
+        ledger = cls(settings, population_size=population_size, sites_per_round=sites_per_round)
+        path = run_dir / LEDGER_FILE
+        if not path.exists():
+            return ledger
+        data = json.loads(path.read_text())
+        kept = {k: data.get(k) for k in asdict(settings)}
+        if kept != asdict(settings):
+            raise ValueError(
+                f"{path}: written under other client-level DP settings ({kept}); "
+                "a resumed run must keep dp.client"
+            )
+        ledger.rounds = {int(s): list(v["rounds"]) for s, v in data.get("sites", {}).items()}
+        return ledger

@@ -1,0 +1,195 @@
+"""Client-level DP through Flower's wrappers: clipping, noise, accounting, resume."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from server.checkpoint import load_checkpoint, round_path
+from server.client_dp import (
+    LEDGER_FILE,
+    ClientDPLedger,
+    ClientDPSettings,
+    calibrate_noise_multiplier,
+    gaussian_epsilon,
+)
+from simulations.apps import client_dp_settings
+from simulations.config import ConfigError, validate_config
+from simulations.runner import run_experiment
+
+
+def _config(dp: dict, *, rounds: int = 1, sites: int = 2, **fl) -> object:
+    return validate_config(
+        {
+            "name": "client-dp",
+            "seed": 3,
+            "data": {"name": "digits"},
+            "partition": {"scheme": "iid", "num_sites": sites},
+            "model": {"name": "small_cnn", "options": {"width": 8}},
+            "fl": {"rounds": rounds, "local_epochs": 2, "batch_size": 32, **fl},
+            "dp": dp,
+            "audit": {"enabled": False},
+        }
+    )
+
+
+def _update(run_dir, round_: int) -> np.ndarray:
+    """The global model's change in ``round_`` as one flat vector."""
+    before = load_checkpoint(round_path(run_dir, round_ - 1)).state_dict if round_ > 1 else None
+    after = load_checkpoint(round_path(run_dir, round_)).state_dict
+    if before is None:
+        raise ValueError("round 1 has no checkpoint before it")
+    return np.concatenate([(after[k] - before[k]).numpy().ravel() for k in after])
+
+
+# -- accounting ---------------------------------------------------------------------------
+
+
+def test_gaussian_epsilon_composes_over_releases():
+    one = gaussian_epsilon(1.0, releases=1, delta=1e-5)
+    eight = gaussian_epsilon(1.0, releases=8, delta=1e-5)
+    assert 0 < one < eight
+    assert gaussian_epsilon(1.0, releases=0, delta=1e-5) == 0.0
+    # More noise, less epsilon; the record level (z / 2) costs more than the site level.
+    assert gaussian_epsilon(2.0, releases=8, delta=1e-5) < eight
+    assert gaussian_epsilon(0.5, releases=8, delta=1e-5) > eight
+
+
+def test_calibrated_noise_meets_the_target_and_no_less_noise_would():
+    z = calibrate_noise_multiplier(8.0, rounds=10, delta=1e-5)
+    assert gaussian_epsilon(z, releases=10, delta=1e-5) <= 8.0
+    assert gaussian_epsilon(z * 0.99, releases=10, delta=1e-5) > 8.0
+
+
+def test_ledger_counts_a_site_only_in_its_rounds_and_truncates(tmp_path):
+    settings = ClientDPSettings(noise_multiplier=1.5, delta=1e-5)
+    ledger = ClientDPLedger(settings, population_size=3, sites_per_round=2)
+    for round_, sites in [(1, [0, 1]), (2, [1, 2]), (3, [0, 1])]:
+        ledger.record_round(round_, sites)
+    assert ledger.rounds == {0: [1, 3], 1: [1, 2, 3], 2: [2]}
+    assert ledger.epsilon(1) == pytest.approx(gaussian_epsilon(1.5, releases=3, delta=1e-5))
+    assert ledger.epsilon(2) < ledger.epsilon(0) < ledger.epsilon(1)
+    assert ledger.epsilon_record(1) == pytest.approx(gaussian_epsilon(0.75, releases=3, delta=1e-5))
+    ledger.save(tmp_path)
+    again = ClientDPLedger.load_or_new(tmp_path, settings, population_size=3, sites_per_round=2)
+    assert again.rounds == ledger.rounds
+    again.truncate(2)
+    assert again.rounds == {0: [1], 1: [1, 2], 2: [2]}
+    with pytest.raises(ValueError, match="other client-level DP settings"):
+        ClientDPLedger.load_or_new(
+            tmp_path,
+            ClientDPSettings(noise_multiplier=3.0, delta=1e-5),
+            population_size=3,
+            sites_per_round=2,
+        )
+
+
+# -- config -------------------------------------------------------------------------------
+
+
+def test_dp_level_resolution_and_errors():
+    assert _config({"level": "client", "client": {"noise_multiplier": 1.0}}).dp.client_level
+    both = _config({"level": "both", "target_epsilon": 4, "client": {"target_epsilon": 20}}).dp
+    assert both.record_level and both.client_level
+    # inf switches the record level off and keeps the client level.
+    off = _config({"level": "both", "target_epsilon": "inf", "client": {"noise_multiplier": 1}})
+    assert off.dp.level == "client" and not off.dp.record_level
+    assert _config({"enabled": True, "target_epsilon": 2}).dp.level == "record"
+    with pytest.raises(ConfigError, match="client.target_epsilon or client.noise_multiplier"):
+        _config({"level": "client"})
+    with pytest.raises(ConfigError, match="fl.strategy fedavg or fedprox"):
+        _config({"level": "client", "client": {"noise_multiplier": 1}}, strategy="fedadam")
+    with pytest.raises(ConfigError, match="dp.client.clipped_count_stddev"):
+        _config({"level": "client", "client": {"noise_multiplier": 1, "clipping": "adaptive"}})
+
+
+def test_client_target_epsilon_is_calibrated_over_the_rounds():
+    config = _config({"level": "client", "client": {"target_epsilon": 30}}, rounds=6)
+    settings = client_dp_settings(config)
+    assert settings is not None
+    assert gaussian_epsilon(settings.noise_multiplier, releases=6, delta=1e-5) <= 30
+    assert gaussian_epsilon(settings.noise_multiplier * 0.99, releases=6, delta=1e-5) > 30
+
+
+# -- Flower's wrappers in real simulations ------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("side", ["server", "client"])
+def test_updates_are_clipped(tmp_path, side):
+    """Noise negligible, clipping norm far below the plain update: the global step (the
+    mean of the clipped site updates) is at most the norm, and at it when both clip."""
+    norm = 0.01
+    dp = {
+        "level": "client",
+        "client": {"noise_multiplier": 1e-6, "clipping_norm": norm, "clipping_side": side},
+    }
+    run_dir = tmp_path / "run"
+    run_experiment(_config(dp, rounds=2), run_dir, write_report=False)
+    step = np.linalg.norm(_update(run_dir, 2))
+    assert 0.2 * norm < step <= norm * 1.001
+    plain_dir = tmp_path / "plain"
+    run_experiment(_config({"level": "none"}, rounds=2), plain_dir, write_report=False)
+    assert np.linalg.norm(_update(plain_dir, 2)) > 20 * norm  # so clipping did act
+
+
+@pytest.mark.slow
+def test_noise_has_the_configured_std_and_accounting_resumes(tmp_path):
+    """std = z * C / k per coordinate; the ledger composes one release per round and a
+    resumed run continues it without counting a redone round twice."""
+    z, norm, sites = 2.0, 0.05, 2
+    dp = {"level": "client", "client": {"noise_multiplier": z, "clipping_norm": norm}}
+    run_dir = tmp_path / "run"
+    run_experiment(_config(dp, rounds=2, sites=sites), run_dir, write_report=False)
+    update = _update(run_dir, 2)
+    expected = z * norm / sites
+    # The clipped mean adds at most `norm` in L2 over all coordinates: negligible here.
+    assert np.std(update) == pytest.approx(expected, rel=0.05)
+
+    ledger = json.loads((run_dir / LEDGER_FILE).read_text())
+    assert ledger["noise_multiplier"] == z and ledger["sampling"] == "no-amplification"
+    assert {s: v["rounds"] for s, v in ledger["sites"].items()} == {"0": [1, 2], "1": [1, 2]}
+    two = gaussian_epsilon(z, releases=2, delta=1e-5)
+    assert ledger["sites"]["0"]["epsilon"] == pytest.approx(two)
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["sites"]["1"]["dp_epsilon_client"] for r in lines] == pytest.approx(
+        [gaussian_epsilon(z, releases=1, delta=1e-5), two]
+    )
+
+    # A kill after round 2's ledger and metrics but before its checkpoint: resume redoes
+    # round 2 and goes on to round 3 (more rounds are allowed on resume).
+    round_path(run_dir, 2).unlink()
+    (run_dir / "global_model.pt").unlink()
+    run_experiment(_config(dp, rounds=3, sites=sites), run_dir, write_report=False)
+    ledger = json.loads((run_dir / LEDGER_FILE).read_text())
+    assert ledger["sites"]["0"]["rounds"] == [1, 2, 3]
+    assert ledger["sites"]["0"]["epsilon"] == pytest.approx(
+        gaussian_epsilon(z, releases=3, delta=1e-5)
+    )
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in lines] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_adaptive_clipping_at_the_sites_runs_and_is_accounted(tmp_path):
+    dp = {
+        "level": "client",
+        "client": {
+            "noise_multiplier": 0.5,
+            "clipping": "adaptive",
+            "clipping_side": "client",
+            "clipping_norm": 0.01,
+            "clipped_count_stddev": 1.0,
+        },
+    }
+    run_dir = tmp_path / "run"
+    run_experiment(_config(dp, rounds=2), run_dir, write_report=False)
+    ledger = json.loads((run_dir / LEDGER_FILE).read_text())
+    assert ledger["clipping"] == "adaptive" and ledger["clipping_side"] == "client"
+    assert ledger["sites"]["1"]["epsilon"] == pytest.approx(
+        gaussian_epsilon(0.5, releases=2, delta=1e-5)
+    )
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in lines] == [1, 2] and not any("failures" in r for r in lines)

@@ -1,0 +1,490 @@
+"""The per-site privacy ledger on hand-built run directories: record- and client-level
+accountant epsilons, canaries, the ordering check and the canary banner."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_report import make_result, ok_audit, write_run
+
+from audit.result import AuditResult
+from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
+from simulations.cli import main as cli_main
+from simulations.report import (
+    REPORT_SCHEMA_VERSION,
+    SweepPoint,
+    write_report,
+    write_sweep_report,
+    written_report_warnings,
+)
+from simulations.report.inputs import SiteAuditInput
+from simulations.report.privacy import (
+    EPS_TILDE_ABOVE_NOTE,
+    dp_level,
+    privacy_settings,
+    site_privacy,
+)
+from simulations.report.schema import (
+    ClientDPReport,
+    ClientDPSiteReport,
+    RoundReport,
+    SiteRoundReport,
+)
+from simulations.report.site_report import site_report_paths
+from simulations.report.tabular import LEDGER_CSV_COLUMNS
+
+CANARY_BANNER = "trained with 200 canaries per site: this model is not the plain model"
+LEDGER_ACCOUNTANT = "Flower RdpAccountant (dp-accounting RDP)"
+QUALITY = {
+    "target_accuracy_members": 0.97,
+    "target_accuracy_nonmembers": 0.81,
+    "target_loss_members": 0.125,
+    "target_loss_nonmembers": 0.5625,
+}
+
+
+def _canary(eps_lb: float, high: float) -> dict[str, Any]:
+    return {
+        "n_canaries": 200,
+        "n_included": 97,
+        "eps_lb": eps_lb,
+        "eps_interval": [eps_lb, high],
+        "guesses": 60,
+        "correct": 58,
+        "member_guesses": 30,
+        "nonmember_guesses": 30,
+        "beta": 0.05,
+        "score": "loss",
+        "kind": "noise_image",
+    }
+
+
+def _with_quality(result: AuditResult) -> AuditResult:
+    return dataclasses.replace(result, quality=dict(QUALITY))
+
+
+def _client_dp(sites: dict[int, tuple[float, float]], *, delta: float = 1e-5) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "accountant": LEDGER_ACCOUNTANT,
+        "noise_multiplier": 1.0,
+        "clipping": "fixed",
+        "clipping_side": "server",
+        "clipping_norm": 1.0,
+        "delta": delta,
+        "population_size": len(sites),
+        "sites_per_round": len(sites),
+        "sampling": "no-amplification",
+        "neighboring_relation": "add-or-remove-one site",
+        "rounds_done": 3,
+        "sites": {
+            str(sid): {"rounds": [1, 2, 3], "epsilon": eps, "epsilon_record": eps_rec}
+            for sid, (eps, eps_rec) in sites.items()
+        },
+    }
+
+
+def _set_config(run: Path, **dp: Any) -> None:
+    """Rewrite config.yaml as the new harness resolves it (dp.level, audit.canaries)."""
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    canaries = dp.pop("canaries", 0)
+    config["dp"] = {
+        "level": "none",
+        "enabled": False,
+        "delta": 1e-5,
+        "accountant": "rdp",
+        "client": {"noise_multiplier": None, "clipping": "fixed", "clipping_norm": 1.0},
+    } | dp
+    config["audit"] = {"enabled": True, "canaries": canaries}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def _add_client_metrics(run: Path, eps: dict[int, float]) -> None:
+    """metrics.jsonl rounds gain dp_epsilon_client (cumulative) beside dp_epsilon."""
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    out = []
+    for i, line in enumerate(lines, start=1):
+        rec = json.loads(line)
+        for sid, site in rec["sites"].items():
+            site["dp_epsilon_client"] = eps[int(sid)] * i / len(lines)
+        out.append(json.dumps(rec))
+    (run / "metrics.jsonl").write_text("\n".join(out) + "\n")
+
+
+@pytest.fixture(scope="module")
+def ledger_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Record- and client-level DP ("both"), 200 canaries per site, three sites.
+
+    Site 0: record eps 4 is the smaller guarantee; every bound below it.
+    Site 1: client level implies 3.0 per record, below its record eps 50; eps_tilde reads
+    above 3.0 (a flag), every lower bound below it.
+    Site 2: record eps 1.0; its canary audit reads 3.0 (a violation).
+    """
+    results = {
+        0: make_result([1.0, 1.25], [1.5, 1.75], rm_rn=[0.5, 0.75], o1=[0.25, 0.5]),
+        1: make_result([0.5, 0.5], [4.0, 4.25], rm_rn=[1.0, 1.25], o1=[0.5, 0.75]),
+        2: make_result([1.0, 1.0], [1.25, 1.25], o1=[0.125, 0.25], nonmember_gain=0.0),
+    }
+    record_eps = {0: 4.0, 1: 50.0, 2: 1.0}
+    canaries = {0: _canary(1.9, 4.2), 1: _canary(1.0, 2.5), 2: _canary(3.0, 5.0)}
+    run = write_run(
+        tmp_path_factory.mktemp("ledger") / "run",
+        n_sites=3,
+        dp=4.0,
+        audits={
+            sid: ok_audit(sid, _with_quality(r), dp=record_eps[sid]) | {"canary": canaries[sid]}
+            for sid, r in results.items()
+        },
+    )
+    _set_config(
+        run,
+        level="both",
+        enabled=True,
+        target_epsilon=4.0,
+        client={"noise_multiplier": 1.0, "clipping": "fixed", "clipping_norm": 1.0},
+        canaries=200,
+    )
+    _add_client_metrics(run, {0: 31.2, 1: 30.0, 2: 29.0})
+    (run / CLIENT_DP_FILE).write_text(
+        json.dumps(_client_dp({0: (31.2, 118.0), 1: (1.5, 3.0), 2: (29.0, 110.0)}))
+    )
+    write_report(run)
+    return run
+
+
+def _report(run: Path) -> dict[str, Any]:
+    return json.loads((run / "report.json").read_text())
+
+
+def _violation_message(run: Path) -> str:
+    (violation,) = [v for s in _report(run)["sites"] for v in s["bound_violations"]]
+    return violation["message"]
+
+
+def test_ledger_rows_and_values(ledger_run: Path) -> None:
+    report = _report(ledger_run)
+    assert report["schema_version"] == REPORT_SCHEMA_VERSION == 3
+    assert report["dp_level"] == "both" and report["canaries"] == 200
+    assert report["client_dp"]["accountant"] == LEDGER_ACCOUNTANT
+    assert report["client_dp"]["sites"]["1"]["epsilon_record"] == 3.0
+    sites = {s["site_id"]: s for s in report["sites"]}
+    ledger = {r["site_id"]: r for r in report["ledger"]}
+    assert sorted(ledger) == [0, 1, 2]
+
+    s0, row0 = sites[0], ledger[0]
+    assert s0["dp_epsilon_record"] == 4.0
+    assert s0["dp_epsilon_client"] == 31.2 and s0["dp_epsilon_client_record"] == 118.0
+    assert s0["dp_epsilon"] == 4.0 and s0["dp_epsilon_source"] == "audit"
+    assert s0["dp_delta"] == 1e-5
+    assert s0["canaries"] == 200 and s0["canary_eps_lb"] == 1.9
+    assert s0["canary_eps_interval"] == [1.9, 4.2]
+    assert s0["canary"]["correct"] == 58 and s0["canary"]["kind"] == "noise_image"
+    assert s0["bound_violations"] == [] and s0["eps_tilde_above_accountant"] is False
+
+    assert row0["record_accountant"] == "Opacus RDP" and row0["record_delta"] == 1e-5
+    assert row0["client_accountant"] == LEDGER_ACCOUNTANT
+    assert row0["client_sampling"] == "no-amplification"
+    assert row0["client_neighboring_relation"] == "add-or-remove-one site"
+    assert row0["client_delta"] == 1e-5 and row0["client_rounds"] == 3
+    assert row0["dp_level"] == "both"
+    # Every measurement is the site's report field, copied.
+    for name in (
+        "dp_epsilon",
+        "dp_epsilon_record",
+        "dp_epsilon_client",
+        "dp_epsilon_client_record",
+        "canaries",
+        "canary_eps_lb",
+        "canary_eps_interval",
+        "eps_tilde",
+        "eps_tilde_two_sided",
+        "two_sided_side",
+        "rm_rn_eps_lb",
+        "rm_rn_eps_lb_two_sided",
+        "o1_eps_lb",
+    ):
+        assert row0[name] == s0[name], name
+    assert row0["global_accuracy"] == report["consortium"]["final_global_accuracy"] is not None
+    assert row0["accuracy_members"] == QUALITY["target_accuracy_members"]
+    assert row0["accuracy_holdout"] == QUALITY["target_accuracy_nonmembers"]
+    assert row0["loss_members"] == QUALITY["target_loss_members"]
+    assert row0["loss_holdout"] == QUALITY["target_loss_nonmembers"]
+
+    # Site 1: the guarantee client-level DP implies is the smaller one.
+    assert sites[1]["dp_epsilon"] == 3.0 and sites[1]["dp_epsilon_source"] == "client_dp"
+    assert sites[1]["dp_epsilon_record"] == 50.0
+
+    # The markdown and html show the ledger table with the accountants.
+    md = (ledger_run / "report.md").read_text()
+    page = (ledger_run / "report.html").read_text()
+    for text in (md, page):
+        assert "Privacy ledger" in text
+        assert "4.000 (Opacus RDP; delta 1e-05)" in text
+        assert f"31.200 ({LEDGER_ACCOUNTANT}; no-amplification; add-or-remove-one site" in text
+        assert "1.900 [1.900, 4.200] (200 canaries)" in text
+        assert "0.800 / 0.810" in text  # accuracy global / site holdout
+        assert "0.125 / 0.562" in text  # f loss members / holdout
+    assert page.index('id="ledger"') > page.index("<h2>Per-site audit</h2>")
+
+
+def test_csv_and_ledger_csv_carry_the_ledger(ledger_run: Path) -> None:
+    report = _report(ledger_run)
+    with (ledger_run / "report.csv").open(newline="") as fh:
+        rows = {int(r["site_id"]): r for r in csv.DictReader(fh)}
+    for sid, site in ((s["site_id"], s) for s in report["sites"]):
+        row = rows[sid]
+        for col in (
+            "dp_epsilon",
+            "dp_epsilon_record",
+            "dp_epsilon_client",
+            "dp_epsilon_client_record",
+            "dp_delta",
+            "canary_eps_lb",
+        ):
+            assert float(row[col]) == site[col], (sid, col)
+        assert int(row["canaries"]) == 200
+        assert float(row["canary_eps_interval_high"]) == site["canary_eps_interval"][1]
+    assert "canary audit eps lower bound = 3.000" in rows[2]["bound_violations"]
+    assert rows[0]["bound_violations"] == "" and rows[1]["eps_tilde_above_accountant"] == "true"
+
+    with (ledger_run / "ledger.csv").open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        ledger = list(reader)
+    assert tuple(reader.fieldnames or ()) == LEDGER_CSV_COLUMNS
+    assert [int(r["site_id"]) for r in ledger] == [0, 1, 2]
+    assert ledger[0]["client_accountant"] == LEDGER_ACCOUNTANT
+    assert float(ledger[1]["dp_epsilon"]) == 3.0
+    assert float(ledger[0]["canary_eps_interval_low"]) == 1.9
+    assert ledger[2]["bound_violations"].startswith("site 2: canary audit")
+
+
+def _audit(site_id: int, record: float | None) -> SiteAuditInput:
+    return SiteAuditInput(
+        site_id=site_id,
+        status="ok",
+        error=None,
+        n_members=10,
+        n_holdout=5,
+        dp_epsilon=record,
+        elapsed_s=1.0,
+        result=None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("record", "client_record", "want", "source"),
+    [
+        (2.0, None, 2.0, "audit"),
+        (None, 5.0, 5.0, "client_dp"),
+        (2.0, 5.0, 2.0, "audit"),
+        (7.0, 5.0, 5.0, "client_dp"),
+        (None, None, None, None),
+    ],
+)
+def test_dp_epsilon_is_the_smaller_record_level_guarantee(
+    record: float | None, client_record: float | None, want: float | None, source: str | None
+) -> None:
+    ledger = ClientDPReport(
+        schema_version=1,
+        accountant=LEDGER_ACCOUNTANT,
+        noise_multiplier=1.0,
+        clipping="fixed",
+        clipping_side="server",
+        clipping_norm=1.0,
+        delta=2e-5,
+        population_size=1,
+        sites_per_round=1,
+        sampling="no-amplification",
+        neighboring_relation="add-or-remove-one site",
+        rounds_done=2,
+        sites={"0": ClientDPSiteReport(rounds=[1, 2], epsilon=9.0, epsilon_record=client_record)},
+    )
+    settings = privacy_settings({"dp": {"level": "both", "delta": 1e-5}})
+    got = site_privacy(_audit(0, record), [], settings, ledger)
+    assert got.dp_epsilon == want and got.dp_epsilon_source == source
+    assert got.dp_epsilon_record == record and got.dp_epsilon_client_record == client_record
+    assert got.dp_epsilon_client == 9.0
+    # delta is the one of the guarantee that applies (the ledger states its own).
+    assert got.dp_delta == (2e-5 if source == "client_dp" else 1e-5)
+
+
+def test_record_and_client_epsilons_from_metrics_when_files_lack_them() -> None:
+    rounds = [
+        RoundReport(
+            round=r,
+            global_loss=None,
+            global_accuracy=None,
+            elapsed_s=None,
+            sites={
+                "0": SiteRoundReport(
+                    train_loss=1.0, dp_epsilon=0.5 * r, num_examples=10, dp_epsilon_client=2.0 * r
+                )
+            },
+        )
+        for r in (1, 2)
+    ]
+    settings = privacy_settings({"dp": {"level": "both", "delta": 1e-5}})
+    got = site_privacy(_audit(0, None), rounds, settings, None)
+    assert got.dp_epsilon_record == 1.0 and got.dp_epsilon_source == "metrics"
+    assert got.dp_epsilon_client == 4.0 and got.dp_epsilon_client_record is None
+    assert got.dp_epsilon == 1.0
+
+
+def test_a_lower_bound_above_the_guarantee_is_a_violation(
+    ledger_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = _report(ledger_run)
+    sites = {s["site_id"]: s for s in report["sites"]}
+    (violation,) = sites[2]["bound_violations"]
+    assert violation["bound"] == "canary_eps_lb"
+    assert violation["value"] == 3.0 and violation["dp_epsilon"] == 1.0
+    assert violation["level"] == 0.05 and "1 in 20" in violation["message"]
+    assert sites[0]["bound_violations"] == [] and sites[1]["bound_violations"] == []
+    assert report["consortium"]["bound_violation_sites"] == [2]
+    assert report["ledger"][2]["bound_violations"] == sites[2]["bound_violations"]
+
+    # Loud at the top of report.md / report.html and of the site's own page.
+    md = (ledger_run / "report.md").read_text()
+    assert md.index("BOUND VIOLATION") < md.index("## What eps_tilde means")
+    assert violation["message"] in md
+    page = (ledger_run / "report.html").read_text()
+    assert page.index('<div class="violation" role="alert">') < page.index("What eps_tilde means")
+    assert "BOUND VIOLATION" in page and 'tr class="violation"' in page
+    site2 = site_report_paths(ledger_run, 2).html_path.read_text()
+    assert site2.index('class="violation"') < site2.index("<h2>What was measured</h2>")
+    reading = json.loads(site_report_paths(ledger_run, 2).json_path.read_text())["reading"]
+    assert "signals a bug" in " ".join(reading["meaning"])
+    site0 = site_report_paths(ledger_run, 0).html_path.read_text()
+    assert "BOUND VIOLATION" not in site0 and 'class="violation"' not in site0
+
+    # ... and a line on stderr from the report command.
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("config.yaml", "partition.json", "metrics.jsonl", CLIENT_DP_FILE):
+        (copy / name).write_text((ledger_run / name).read_text())
+    (copy / "audits").mkdir()
+    for path in (ledger_run / "audits").iterdir():
+        (copy / "audits" / path.name).write_text(path.read_text())
+    assert cli_main(["report", str(copy)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("BOUND VIOLATION") == 1 and "site 2: canary audit" in err
+    assert cli_main(["report", str(copy), "--site", "2"]) == 0
+    assert "BOUND VIOLATION" in capsys.readouterr().err
+    assert cli_main(["report", str(copy), "--site", "0"]) == 0
+    assert "BOUND VIOLATION" not in capsys.readouterr().err
+    # `panoramia-fl run` prints them from the report.json it just wrote.
+    (warning,) = written_report_warnings(copy)
+    assert warning == f"BOUND VIOLATION: {violation['message']}"
+    assert written_report_warnings(tmp_path / "nowhere") == []
+
+
+def test_rm_rn_on_either_side_is_checked(tmp_path: Path, capsys: Any) -> None:
+    # RM;RN one-sided 1.0 and member side 1.0 are below 1.1; the non-member side (and so
+    # the two-sided value) reads 1.25, above.
+    result = make_result([1.0, 1.0], [1.0, 1.0], rm_rn=[1.0, 1.0], nonmember_gain=0.0)
+    run = write_run(tmp_path / "r", n_sites=1, dp=1.1, audits={0: ok_audit(0, result, dp=1.1)})
+    files = write_report(run)
+    site = _report(run)["sites"][0]
+    assert {v["bound"] for v in site["bound_violations"]} == {
+        "rm_rn_eps_lb_two_sided",
+        "rm_rn_eps_lb_nonmember",
+    }
+    assert len(files.warnings) == 2 and all("BOUND VIOLATION" in w for w in files.warnings)
+
+    # Without DP nothing is checked, whatever the bounds read.
+    plain = write_run(tmp_path / "p", n_sites=1, audits={0: ok_audit(0, result)})
+    assert write_report(plain).warnings == []
+    assert _report(plain)["sites"][0]["bound_violations"] == []
+    assert "BOUND VIOLATION" not in (plain / "report.md").read_text()
+    assert 'class="violation"' not in (plain / "report.html").read_text()
+
+
+def test_eps_tilde_above_the_guarantee_is_a_flag_not_a_violation(ledger_run: Path) -> None:
+    report = _report(ledger_run)
+    site = report["sites"][1]
+    assert site["eps_tilde"] > site["dp_epsilon"] == 3.0
+    assert site["bound_violations"] == []
+    assert site["eps_tilde_above_accountant"] is True
+    reason = site["eps_tilde_above_accountant_reason"]
+    assert reason.startswith(EPS_TILDE_ABOVE_NOTE) and "> DP eps 3.000" in reason
+    assert report["consortium"]["eps_tilde_above_accountant_sites"] == [1]
+    assert report["sites"][0]["eps_tilde_above_accountant"] is False
+    md = (ledger_run / "report.md").read_text()
+    assert f"site 1: {EPS_TILDE_ABOVE_NOTE}" in md
+    assert "eps_tilde is a measurement, not a bound" in (
+        site_report_paths(ledger_run, 1).html_path.read_text()
+    )
+    reading = json.loads(site_report_paths(ledger_run, 1).json_path.read_text())["reading"]
+    meaning = " ".join(reading["meaning"])
+    assert "measurement, not a bound" in meaning and "signals a bug" not in meaning
+
+
+def test_canary_banner_iff_canaries(ledger_run: Path, tmp_path: Path) -> None:
+    pages = [ledger_run / f"report.{ext}" for ext in ("md", "html")]
+    pages += [site_report_paths(ledger_run, i).html_path for i in range(3)]
+    for path in pages:
+        assert CANARY_BANNER in path.read_text(), path.name
+
+    # An old run directory: no canaries, no client_dp.json, dp.enabled only.
+    result = make_result([1.0, 1.25], [1.5, 1.75], rm_rn=[0.5, 0.75], o1=[0.25, 0.5])
+    old = write_run(tmp_path / "old", n_sites=1, dp=8.0, audits={0: ok_audit(0, result, dp=8.0)})
+    files = write_report(old)
+    report = _report(old)
+    assert report["canaries"] is None and report["dp_level"] == "record"
+    assert report["client_dp"] is None
+    site = report["sites"][0]
+    assert site["dp_epsilon"] == site["dp_epsilon_record"] == 8.0
+    assert site["dp_epsilon_client"] is None and site["dp_epsilon_client_record"] is None
+    assert site["canaries"] is None and site["canary_eps_lb"] is None and site["canary"] is None
+    assert report["ledger"][0]["client_accountant"] is None
+    assert report["ledger"][0]["record_accountant"] == "Opacus RDP"
+    for path in (files.md_path, files.html_path, site_report_paths(old, 0).html_path):
+        text = path.read_text()
+        assert "canaries per site" not in text and "BOUND VIOLATION" not in text, path
+
+    sweep = write_sweep_report(
+        tmp_path / "sweep",
+        [SweepPoint("canaries", {}, ledger_run), SweepPoint("plain", {}, old)],
+    )
+    text = sweep.html_path.read_text()
+    assert text.count(CANARY_BANNER) == 1 and "point canaries: This run was trained" in text
+    # The ledger run's violation is loud on the sweep page too.
+    assert text.index('<div class="violation" role="alert">') < text.index("<h2>Points</h2>")
+    assert sweep.warnings == ["BOUND VIOLATION: point canaries: " + _violation_message(ledger_run)]
+    assert CANARY_BANNER in sweep.md_path.read_text()  # type: ignore[union-attr]
+    plain_sweep = write_sweep_report(tmp_path / "sweep2", [SweepPoint("plain", {}, old)])
+    assert "canaries per site" not in plain_sweep.html_path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("dp", "want"),
+    [
+        ({"enabled": True}, "record"),
+        ({"enabled": False}, "none"),
+        ({"level": "client", "enabled": False}, "client"),
+        ({"level": "both", "enabled": True}, "both"),
+        ({"enabled": True, "target_epsilon": float("inf")}, "none"),
+        (None, "none"),
+    ],
+)
+def test_dp_level_of_old_and_new_configs(dp: Any, want: str) -> None:
+    assert dp_level({"dp": dp}) == want
+    assert dp_level({}) is None
+
+
+def test_client_level_only_counts_as_private_in_a_sweep(tmp_path: Path) -> None:
+    result = make_result([1.0, 1.25], [1.5, 1.75])
+    run = write_run(tmp_path / "client", n_sites=1, audits={0: ok_audit(0, result)})
+    # Client-level DP on, but no accountant number anywhere (no client_dp.json yet).
+    _set_config(run, level="client", enabled=False)
+    sweep = write_sweep_report(tmp_path / "sweep", [SweepPoint("client", {}, run)])
+    point = json.loads(sweep.json_path.read_text())["points"][0]
+    assert point["private"] is True and point["dp_level"] == "client"
+    assert point["theoretical_eps"] is None
+    assert "unknown (DP on)" in sweep.html_path.read_text()

@@ -1,0 +1,201 @@
+"""Sweeps: ``points:`` beside ``grid:``, and the sweep report's per-site privacy/utility view."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_privacy_ledger import QUALITY, _canary, _client_dp, _set_config, _with_quality
+from test_report import make_result, ok_audit, write_run
+
+from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
+from simulations.config import ConfigError
+from simulations.report import SweepPoint, plots, write_sweep_report
+from simulations.report.sweep import SITE_HEADERS, build_sweep_report
+from simulations.sweep import expand, load_sweep
+
+
+def _sweep_file(tmp_path: Path, body: dict[str, Any]) -> Path:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({"name": "base", "fl": {"rounds": 2}}))
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"name": "s", "base": "base.yaml", **body}))
+    return path
+
+
+def test_points_expand_with_labels_as_given(tmp_path: Path) -> None:
+    path = _sweep_file(
+        tmp_path,
+        {
+            "overrides": {"fl.rounds": 3, "seed": 7},
+            "points": {
+                "no DP": {"dp.level": "none"},
+                "record eps=4": {"dp.enabled": True, "dp.target_epsilon": 4},
+                "record inf": {"dp.enabled": True, "dp.target_epsilon": "inf", "seed": 1},
+            },
+        },
+    )
+    points = expand(load_sweep(path))
+    assert [label for label, _, _ in points] == ["no_DP", "record_eps=4", "record_inf"]
+    overrides = {label: o for label, o, _ in points}
+    assert overrides["record_eps=4"] == {"dp.enabled": True, "dp.target_epsilon": 4}
+    assert math.isinf(overrides["record_inf"]["dp.target_epsilon"])
+    configs = {label: c for label, _, c in points}
+    assert configs["record_eps=4"].dp.enabled and configs["record_eps=4"].dp.target_epsilon == 4
+    assert not configs["no_DP"].dp.enabled
+    assert not configs["record_inf"].dp.enabled  # eps = inf: no record-level DP
+    # The sweep's overrides apply to every point; a point's own keys win.
+    assert {c.fl.rounds for c in configs.values()} == {3}
+    assert configs["record_eps=4"].seed == 7 and configs["record_inf"].seed == 1
+    assert configs["no_DP"].name == "no_DP"
+
+
+def test_grid_still_expands(tmp_path: Path) -> None:
+    path = _sweep_file(tmp_path, {"grid": {"dp.target_epsilon": [1, "inf"], "seed": [0]}})
+    labels = [label for label, _, _ in expand(load_sweep(path))]
+    assert labels == ["target_epsilon=1_seed=0", "target_epsilon=inf_seed=0"]
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        (
+            {"grid": {"seed": [0]}, "points": {"a": {"seed": 1}}},
+            r"grid, points: give exactly one of grid .* or points",
+        ),
+        ({}, r"grid, points: give exactly one"),
+        ({"points": {}}, r"points: needs at least one point"),
+        ({"points": {"a": [1, 2]}}, r"points\.a"),
+        ({"points": {"a b": {"seed": 1}, "a_b": {"seed": 2}}}, r"points: .*repeated: \['a_b'\]"),
+    ],
+)
+def test_bad_points_name_the_key(tmp_path: Path, body: dict[str, Any], match: str) -> None:
+    path = _sweep_file(tmp_path, body)
+    with pytest.raises(ConfigError, match=match):
+        expand(load_sweep(path))
+
+
+def test_a_bad_point_names_its_label(tmp_path: Path) -> None:
+    path = _sweep_file(tmp_path, {"points": {"bad": {"fl.rounds": 0}}})
+    with pytest.raises(ConfigError, match=r"sweep point bad: fl\.rounds"):
+        expand(load_sweep(path))
+
+
+@pytest.fixture(scope="module")
+def sweep_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Three points of one site each: record eps 2 with canaries, client level only (its
+    ledger implies 6 per record), no DP."""
+    base = tmp_path_factory.mktemp("sweep")
+    rec = write_run(
+        base / "rec2",
+        n_sites=1,
+        dp=2.0,
+        accuracy=0.7,
+        audits={
+            0: ok_audit(
+                0, _with_quality(make_result([1.0, 1.0], [1.25, 1.5], o1=[0.25, 0.5])), dp=2.0
+            )
+            | {"canary": _canary(0.875, 3.0)}
+        },
+    )
+    _set_config(rec, level="record", enabled=True, target_epsilon=2.0, canaries=200)
+    client = write_run(
+        base / "client",
+        n_sites=1,
+        accuracy=0.75,
+        audits={0: ok_audit(0, make_result([1.0, 1.0], [1.5, 1.75], o1=[0.5, 0.75]))},
+    )
+    _set_config(client, level="client", enabled=False)
+    (client / CLIENT_DP_FILE).write_text(json.dumps(_client_dp({0: (1.5, 6.0)})))
+    nodp = write_run(
+        base / "nodp",
+        n_sites=1,
+        accuracy=0.9,
+        audits={0: ok_audit(0, make_result([1.0, 1.0], [3.0, 3.25], o1=[2.0, 2.25]))},
+    )
+    return {"rec": rec, "client": client, "nodp": nodp, "base": base}
+
+
+def _points(runs: dict[str, Path]) -> list[SweepPoint]:
+    return [
+        SweepPoint("record eps=2", {"dp.target_epsilon": 2}, runs["rec"]),
+        SweepPoint("client z=1", {"dp.level": "client"}, runs["client"]),
+        SweepPoint("no DP", {"dp.level": "none"}, runs["nodp"]),
+    ]
+
+
+def test_sweep_table_has_the_privacy_columns(sweep_runs: dict[str, Path]) -> None:
+    files = write_sweep_report(sweep_runs["base"] / "out", _points(sweep_runs))
+    sweep = json.loads(files.json_path.read_text())
+    by_label = {p["label"]: p for p in sweep["points"]}
+    rec = by_label["record eps=2"]["sites"][0]
+    assert rec["dp_epsilon_record"] == 2.0 and rec["theoretical_eps"] == 2.0
+    assert rec["canary_eps_lb"] == 0.875 and rec["canaries"] == 200
+    assert rec["global_accuracy"] == pytest.approx(0.7)
+    assert rec["accuracy_holdout"] == QUALITY["target_accuracy_nonmembers"]
+    assert by_label["record eps=2"]["canaries"] == 200
+    client = by_label["client z=1"]
+    assert client["private"] is True and client["dp_level"] == "client"
+    assert client["sites"][0]["dp_epsilon_client"] == 1.5
+    assert client["sites"][0]["theoretical_eps"] == 6.0  # the record level it implies
+    assert client["sites"][0]["dp_epsilon_record"] is None
+    assert by_label["no DP"]["private"] is False
+
+    for header in (
+        "accountant eps record",
+        "accountant eps client (site-level)",
+        "accuracy (global)",
+        "accuracy (site holdout)",
+        "canary_eps_lb",
+        "eps_tilde two-sided [95% CI] (side)",
+        "O(1)",
+    ):
+        assert header in SITE_HEADERS
+    page = files.html_path.read_text()
+    md = files.md_path.read_text()  # type: ignore[union-attr]
+    for text in (page, md):
+        for header in SITE_HEADERS:
+            assert header in text, header
+        assert "0.875" in text and "0.810" in text  # canary eps lb, site holdout accuracy
+        assert "1.500" in text  # client level, site-level epsilon
+    assert 'title="0.875"' in page and 'title="1.5"' in page
+    # The per-site plots against the accountant's epsilon.
+    assert 'alt="accuracy vs accountant epsilon per site"' in page
+    assert 'alt="measured lower bounds vs accountant epsilon per site"' in page
+    assert page.count("data:image/png;base64,") == 4
+
+
+def test_site_plots_draw_against_the_accountant_eps(
+    sweep_runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures: list[Any] = []
+    monkeypatch.setattr(plots, "_to_base64", lambda fig: figures.append(fig) or "png")
+    report = build_sweep_report(tmp_path, _points(sweep_runs))
+
+    assert plots.sweep_site_bounds_plot(report.points) == "png"
+    (ax,) = [a for a in figures[-1].axes if a.get_visible()]
+    assert ax.get_xscale() == "log"
+    ticks = {t.get_text(): x for t, x in zip(ax.get_xticklabels(), ax.get_xticks())}
+    assert set(ticks) == {"2", "6", "no DP"}
+    assert ticks["no DP"] > ticks["6"]  # the right end
+    diagonals = [
+        line
+        for line in ax.get_lines()
+        if len(line.get_xdata()) == 2 and list(line.get_xdata()) == list(line.get_ydata())
+    ]
+    assert diagonals, "no y = x line"
+    # Markers: the canary bound (one point), eps_tilde and O(1) at every point.
+    ys = sorted(round(float(y), 4) for line in ax.get_lines() for y in line.get_ydata())
+    assert 0.875 in ys and 2.125 in ys  # record point's canary; no-DP point's O(1)
+
+    assert plots.sweep_site_accuracy_plot(report.points) == "png"
+    (ax,) = [a for a in figures[-1].axes if a.get_visible()]
+    ys = {round(float(y), 4) for line in ax.get_lines() for y in line.get_ydata()}
+    assert {0.7, 0.75, 0.9, QUALITY["target_accuracy_nonmembers"]} <= ys
+    assert "no DP" in {t.get_text() for t in ax.get_xticklabels()}
+
+    # Nothing to draw without an ok site.
+    assert plots.sweep_site_bounds_plot([]) is None
