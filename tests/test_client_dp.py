@@ -193,3 +193,23 @@ def test_adaptive_clipping_at_the_sites_runs_and_is_accounted(tmp_path):
     )
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in lines] == [1, 2] and not any("failures" in r for r in lines)
+
+
+@pytest.mark.slow
+def test_both_levels_report_each_epsilon_and_the_smaller_record_guarantee(tmp_path):
+    dp = {"level": "both", "noise_multiplier": 1.0, "client": {"noise_multiplier": 0.5}}
+    run_dir = tmp_path / "run"
+    run_experiment(_config(dp, rounds=2), run_dir, write_report=True)
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    last = lines[-1]["sites"]["0"]
+    assert last["dp_epsilon"] > 0 and last["dp_epsilon_client"] > 0
+    report = json.loads((run_dir / "report.json").read_text())
+    site = next(s for s in report["sites"] if s["site_id"] == 0)
+    assert site["dp_epsilon_record"] == pytest.approx(last["dp_epsilon"])
+    assert site["dp_epsilon_client"] == pytest.approx(last["dp_epsilon_client"])
+    assert site["dp_epsilon_client_record"] == pytest.approx(
+        gaussian_epsilon(0.25, releases=2, delta=1e-5)
+    )
+    assert site["dp_epsilon"] == pytest.approx(
+        min(site["dp_epsilon_record"], site["dp_epsilon_client_record"])
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,12 +207,15 @@ def flatten_ledger_row(row: LedgerRow) -> dict[str, Any]:
 
 def write_ledger_csv(report: RunReport, path: Path) -> Path:
     """Write ``ledger.csv``: the privacy ledger, one row per site."""
+    return _write_rows(path, LEDGER_CSV_COLUMNS, [flatten_ledger_row(r) for r in report.ledger])
+
+
+def _write_rows(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> Path:
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(LEDGER_CSV_COLUMNS)
-        for row in report.ledger:
-            cells = flatten_ledger_row(row)
-            writer.writerow([csv_cell(cells[c]) for c in LEDGER_CSV_COLUMNS])
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([csv_cell(row[c]) for c in columns])
     return path
 
 
@@ -228,10 +232,4 @@ def csv_cell(value: Any) -> str:
 
 def write_csv(report: RunReport, path: Path) -> Path:
     """Write ``report.csv``: one row per site, columns :data:`CSV_COLUMNS`."""
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(CSV_COLUMNS)
-        for site in report.sites:
-            row = flatten_site(site)
-            writer.writerow([csv_cell(row[c]) for c in CSV_COLUMNS])
-    return path
+    return _write_rows(path, CSV_COLUMNS, [flatten_site(site) for site in report.sites])
