@@ -453,7 +453,7 @@ def test_canary_banner_iff_canaries(ledger_run: Path, tmp_path: Path) -> None:
         [SweepPoint("canaries", {}, ledger_run), SweepPoint("plain", {}, old)],
     )
     text = sweep.html_path.read_text()
-    assert text.count(CANARY_BANNER) == 1 and "point canaries: This run was trained" in text
+    assert text.count(CANARY_BANNER) == 1 and "canaries: This run was trained" in text
     # The ledger run's violation is loud on the sweep page too.
     assert text.index('<div class="violation" role="alert">') < text.index("<h2>Points</h2>")
     assert sweep.warnings == ["BOUND VIOLATION: point canaries: " + _violation_message(ledger_run)]

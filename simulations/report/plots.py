@@ -182,6 +182,17 @@ def _errpoint(ax: Any, x: float, value: float | None, iv: Any, color: str, marke
     ax.errorbar([x], [value], yerr=yerr, fmt=marker, color=color, capsize=3, ms=6)
 
 
+def _measured_ylim(ax: Any) -> None:
+    """Fit the y axis to what was measured (drawn so far), not to the accountant's eps:
+    a y = x line up to eps 10^5 would flatten every bound onto 0."""
+    top = ax.dataLim.y1 if ax.dataLim.height >= 0 and math.isfinite(ax.dataLim.y1) else 0.0
+    ax.set_ylim(-0.05 * max(1.0, top), max(1.0, 1.25 * top))
+
+
+def _eps_tick(t: float) -> str:
+    return f"{t:.3g}" if t < 1000 else f"{t:.2g}"
+
+
 def _curve_grid(
     sites: list[SiteReport],
     results: dict[int, AuditResult],
@@ -346,7 +357,7 @@ def _eps_axis(ax: Any, pos: dict[str, float], inf_x: float, log: bool) -> None:
     if log:
         ax.set_xscale("log")
     ticks = sorted(set(pos.values()))
-    ax.set_xticks(ticks, ["inf (no DP)" if t == inf_x else f"{t:g}" for t in ticks])
+    ax.set_xticks(ticks, ["inf (no DP)" if t == inf_x else _eps_tick(t) for t in ticks])
     ax.minorticks_off()
     ax.set_xlabel("theoretical eps (DP accountant, nats; max over sites)")
 
@@ -369,6 +380,7 @@ def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
         ks = [per_site * site_ids.index(s.site_id) + j - (n_slots - 1) / 2 for j in range(per_site)]
         _eps_points(ax, s, [base * math.exp(spread * k) if log else base + spread * k for k in ks])
     finite = [x for x in pos.values() if x != inf_x]
+    _measured_ylim(ax)
     if finite:
         lo, hi = min(finite), max(finite)
         ax.plot([lo, hi], [lo, hi], ls=":", color="0.4", lw=1)
@@ -444,7 +456,7 @@ def _site_eps_positions(
 def _site_eps_axis(ax: Any, pos: dict[str, float], no_dp_x: float, finite: list[float]) -> None:
     ax.set_xscale("log")
     ticks = sorted(set(pos.values()))
-    ax.set_xticks(ticks, [_NO_DP if t == no_dp_x else f"{t:g}" for t in ticks])
+    ax.set_xticks(ticks, [_NO_DP if t == no_dp_x else _eps_tick(t) for t in ticks])
     ax.minorticks_off()
     if finite and no_dp_x in ticks:
         # The "no DP" slot is not on the epsilon scale: a rule sets it apart.
@@ -539,6 +551,7 @@ def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
                 # Side by side around the point's x, evenly on the log axis.
                 x = pos[p.label] * math.exp(0.08 * (j - (n - 1) / 2))
                 _errpoint(ax, x, value, iv, color, marker)
+        _measured_ylim(ax)
         if finite:
             lo, hi = finite[0] / 1.5, finite[-1] * 1.5
             ax.plot([lo, hi], [lo, hi], ls=":", color="0.3", lw=1)

@@ -357,7 +357,16 @@ def _violations(report: SweepReport) -> list[str]:
 
 
 def _canary_lines(report: SweepReport) -> list[str]:
-    return [f"point {p.label}: {canary_banner(p.canaries)}" for p in report.points if p.canaries]
+    """One banner per canary count (usually one for the whole sweep), naming its points."""
+    by_count: dict[int, list[str]] = {}
+    for p in report.points:
+        if p.canaries:
+            by_count.setdefault(p.canaries, []).append(p.label)
+    lines = []
+    for count, labels in by_count.items():
+        which = "every point" if len(labels) == len(report.points) else ", ".join(labels)
+        lines.append(f"{which}: {canary_banner(count)}")
+    return lines
 
 
 def render_sweep_html(report: SweepReport) -> str:
