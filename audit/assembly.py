@@ -21,23 +21,42 @@ from audit.sides import SIDES, Side
 from audit.timing import StageTimer
 
 
+def _all_or_none(values: list[float | None]) -> list[float] | None:
+    """Every repeat's value, or None when the repeats have none (a comparison not run)."""
+    if values[0] is None:
+        return None
+    present = [float(v) for v in values if v is not None]
+    if len(present) != len(values):
+        raise ValueError("some repeats have a value and others have none")
+    return present
+
+
 def _interval(values: list[float | None]) -> Interval | None:
-    return None if values[0] is None else Interval.of([float(v) for v in values])  # type: ignore[arg-type]
+    present = _all_or_none(values)
+    return None if present is None else Interval.of(present)
 
 
 def _mean(values: list[float | None]) -> float | None:
-    return None if values[0] is None else float(np.mean([float(v) for v in values]))  # type: ignore[arg-type]
+    present = _all_or_none(values)
+    return None if present is None else float(np.mean(present))
 
 
 class _Game(Protocol):
     """What one repeat of a game (the paper's, or one side of the two-sided) reports."""
 
-    c_lb: float
-    c_eps_lb: float
-    eps_tilde: float
-    ceiling: float
-    rm_rn_eps_lb: float | None
-    rm_rn_ceiling: float | None
+    # Read-only: the results are frozen dataclasses.
+    @property
+    def c_lb(self) -> float: ...
+    @property
+    def c_eps_lb(self) -> float: ...
+    @property
+    def eps_tilde(self) -> float: ...
+    @property
+    def ceiling(self) -> float: ...
+    @property
+    def rm_rn_eps_lb(self) -> float | None: ...
+    @property
+    def rm_rn_ceiling(self) -> float | None: ...
 
 
 def _side(config: AuditConfig, per_repeat: Sequence[_Game]) -> SideResult:

@@ -6,6 +6,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+GbmFeatures = Literal["loss", "loss+pixels"]
+"""The gbm design's inputs: loss features (+label), or those and pooled pixels."""
+
+
+def _all_feature_sets() -> list[GbmFeatures]:
+    return ["loss", "loss+pixels"]
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -76,8 +83,8 @@ class ClassifierConfig(_Strict):
         default_factory=lambda: [0.05, 0.1], description="candidate learning rates (gbm)"
     )
     gbm_max_leaf_nodes: int = Field(15, ge=2)
-    feature_sets: list[Literal["loss", "loss+pixels"]] = Field(
-        default_factory=lambda: ["loss", "loss+pixels"],
+    feature_sets: list[GbmFeatures] = Field(
+        default_factory=_all_feature_sets,
         description="gbm candidates: loss features (+label) alone and with pooled pixels",
     )
     single_statistics: bool = Field(

@@ -374,10 +374,13 @@ def run_audit(
         n_val=sizes.val,
     )
     repeats = []
+    shown: list[int] = []
     comparison_sizes: dict[str, int] = {}
     for r in range(config.repeats):
         x, comparison_sizes = play_repeat(inputs, r, timer)
+        assert x.members_shown is not None  # play_repeat counts its game's coins
         repeats.append(x)
+        shown.append(x.members_shown)
         two = x.two_sided
         say(
             f"repeat {r + 1}/{config.repeats}: c_lb={x.c_lb:.3f} {{c+eps}}_lb={x.c_eps_lb:.3f} "
@@ -400,8 +403,8 @@ def run_audit(
             train=sizes.train,
             val=sizes.val,
             m=min(x.m for x in repeats),
-            members_in_game_min=min(x.members_shown for x in repeats),
-            members_in_game_max=max(x.members_shown for x in repeats),
+            members_in_game_min=min(shown),
+            members_in_game_max=max(shown),
             synthetic_helper_train=len(sources.helper_train),
             synthetic_helper_val=len(sources.helper_val),
             synthetic_out=len(sources.d_out),

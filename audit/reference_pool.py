@@ -51,7 +51,7 @@ class ReferencePoolGenerator:
         """Estimate the site's label distribution on D_G (no training: the pool is data)."""
         self._fitted = True
         quality: dict[str, float] = {"pool_size": float(len(self.pool))}
-        if self.resample_labels and d_g.y is not None and len(d_g) > 0:
+        if self.resample_labels and self.pool.y is not None and d_g.y is not None and len(d_g) > 0:
             counts = np.bincount(d_g.y.astype(np.int64), minlength=self.num_classes)
             # Add-one smoothing: a label D_G happens to miss still occurs among the
             # non-members, so the baseline cannot flag its members by the label alone.

@@ -23,7 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    ConfigRecordValues,
+    Context,
+    Message,
+    MetricRecord,
+    MetricRecordValues,
+    RecordDict,
+)
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 
@@ -31,7 +40,7 @@ from clients.audit_handler import SiteAuditOutput
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData
 from clients.training import TrainableTask, train_locally
-from contracts.wire import CANARY_JSON, CLIENT_CLIPPING, UNIT_WEIGHT
+from contracts.wire import CANARY_JSON, CLIENT_CLIPPING, UNIT_WEIGHT, scalar
 
 LEDGER_KEY = "dp-ledger"
 
@@ -91,24 +100,24 @@ def build_client_app(resolve: Resolver) -> ClientApp:
         runtime = resolve(context)
         torch.set_num_threads(runtime.torch_threads)
         config = msg.content["config"]
-        server_round = int(config["server-round"])
-        state = msg.content["arrays"].to_torch_state_dict()
+        server_round = int(scalar(config["server-round"]))
+        state = msg.content.array_records["arrays"].to_torch_state_dict()
         ledger = _ledger(runtime, context) if runtime.dp is not None else None
         result = train_locally(
             runtime.task,
             state,
             x=runtime.data.training_x,
             y=runtime.data.training_y,
-            epochs=int(config["local-epochs"]),
-            seed=int(config["seed"]) * 100_003 + server_round * 1_009 + runtime.site_id,
+            epochs=int(scalar(config["local-epochs"])),
+            seed=int(scalar(config["seed"])) * 100_003 + server_round * 1_009 + runtime.site_id,
             device=runtime.device,
-            proximal_mu=float(config.get("proximal-mu", 0.0)),
+            proximal_mu=float(scalar(config.get("proximal-mu", 0.0))),
             dp=runtime.dp,
             ledger=ledger,
         )
         if ledger is not None:
             _save_ledger(ledger, runtime, context)
-        metrics = {
+        metrics: dict[str, MetricRecordValues] = {
             "num-examples": result.num_examples,
             "train-loss": result.train_loss,
             "site-id": runtime.site_id,
@@ -139,13 +148,13 @@ def build_client_app(resolve: Resolver) -> ClientApp:
         if runtime.audit_runner is None:
             raise RuntimeError(f"site {runtime.site_id}: auditing is not configured")
         model = runtime.task.make_model()
-        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-        seed = int(msg.content["config"]["seed"])
+        model.load_state_dict(msg.content.array_records["arrays"].to_torch_state_dict())
+        seed = int(scalar(msg.content["config"]["seed"]))
         try:
             output = runtime.audit_runner(runtime.task, model, runtime.data, seed)
         except Exception as err:  # reply with the site's error so the server can report it
             logging.getLogger(__name__).debug("audit failed", exc_info=True)
-            reply = {
+            reply: dict[str, ConfigRecordValues] = {
                 "site-id": runtime.site_id,
                 "status": "failed",
                 "error": f"{type(err).__name__}: {err}",

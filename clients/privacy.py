@@ -67,7 +67,7 @@ class PrivacyLedger:
     @classmethod
     def from_json(cls, text: str) -> PrivacyLedger:
         data = json.loads(text)
-        return cls(accountant=data["accountant"], history=[tuple(h) for h in data["history"]])  # type: ignore[misc]
+        return cls(accountant=data["accountant"], history=[tuple(h) for h in data["history"]])
 
     @classmethod
     def load(cls, path: Path | None, *, accountant: str) -> PrivacyLedger:

@@ -131,7 +131,8 @@ class SiteData:
             arrays[_CANARY_KIND] = np.asarray(self.canary_kind, dtype=np.str_)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez(tmp, **arrays)
+        # mypy matches **arrays against savez's `allow_pickle: bool` too (numpy < 2.1 lacks it).
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]
         tmp.replace(path)
 
     @classmethod

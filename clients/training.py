@@ -71,7 +71,8 @@ def _proximal(
     params = [p for p in model.parameters() if p.requires_grad]
 
     def term() -> torch.Tensor:
-        return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
+        squares = [((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True)]
+        return 0.5 * mu * torch.stack(squares).sum()
 
     return term
 
@@ -137,7 +138,7 @@ def train_locally(
 
     epsilon = None
     if engine is not None and ledger is not None and dp is not None:
-        ledger.history = [tuple(h) for h in engine.accountant.history]  # type: ignore[misc]
+        ledger.history = [tuple(h) for h in engine.accountant.history]
         epsilon = ledger.epsilon(dp.delta)
     # The original module holds the trained weights (Opacus wraps it): clean keys.
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}

@@ -17,8 +17,9 @@ from typing import Any
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import Strategy
 
-from contracts.wire import CANARY_JSON
+from contracts.wire import CANARY_JSON, scalar
 from server.checkpoint import (
     FINAL_NAME,
     Checkpoint,
@@ -83,7 +84,7 @@ def _site_map(grid: Grid, nodes: list[int], timeout: float) -> dict[int, int]:
                 f"node {reply.metadata.src_node_id} did not say which site it "
                 f"is: {reply.error.reason}"
             )
-        mapping[reply.metadata.src_node_id] = int(reply.content["metrics"]["site-id"])
+        mapping[reply.metadata.src_node_id] = int(scalar(reply.content["metrics"]["site-id"]))
     if sorted(mapping.values()) != list(range(len(nodes))):
         raise RuntimeError(
             f"site ids reported by the nodes are not 0..{len(nodes) - 1}: "
@@ -122,7 +123,7 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         site_of_node=site_of_node,
         round_offset=done,
     )
-    strategy = sites
+    strategy: Strategy = sites
     ledger = None
     if settings.client_dp is not None:
         strategy = wrap_strategy(sites, settings.client_dp, sites_per_round=sites.sites_per_round)
@@ -254,15 +255,15 @@ def _site_audit_payload(site: int, reply: Message) -> dict[str, Any]:
         "site_id": site,
         "status": str(rec["status"]),
         "error": str(rec["error"]) if "error" in rec else None,
-        "elapsed_s": float(rec["elapsed-s"]),
+        "elapsed_s": float(scalar(rec["elapsed-s"])),
         "result": None,
     }
     if payload["status"] == "ok":
-        dp_eps = float(rec["dp-epsilon"])
+        dp_eps = float(scalar(rec["dp-epsilon"]))
         payload.update(
             {
-                "n_members": int(rec["n-members"]),
-                "n_holdout": int(rec["n-holdout"]),
+                "n_members": int(scalar(rec["n-members"])),
+                "n_holdout": int(scalar(rec["n-holdout"])),
                 "dp_epsilon": None if dp_eps < 0 else dp_eps,
                 "result": json.loads(str(rec["result-json"])),
                 "canary": json.loads(str(rec[CANARY_JSON])) if CANARY_JSON in rec else None,

@@ -35,6 +35,8 @@ from flwr.serverapp.strategy import (
     DifferentialPrivacyServerSideFixedClipping,
     Strategy,
 )
+from flwr.serverapp.strategy.dp_adaptive_clipping import DifferentialPrivacyAdaptiveBase
+from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
 
 from contracts.run_files import CLIENT_DP_LEDGER as LEDGER_FILE
 from contracts.wire import CLIENT_CLIPPING
@@ -70,11 +72,18 @@ class ClientDPSettings:
             )
 
 
+# By clipping side; the two kinds' constructors take different arguments.
+_FIXED_WRAPPERS: dict[str, type[DifferentialPrivacyFixedClippingBase]] = {
+    "server": DifferentialPrivacyServerSideFixedClipping,
+    "client": DifferentialPrivacyClientSideFixedClipping,
+}
+_ADAPTIVE_WRAPPERS: dict[str, type[DifferentialPrivacyAdaptiveBase]] = {
+    "server": DifferentialPrivacyServerSideAdaptiveClipping,
+    "client": DifferentialPrivacyClientSideAdaptiveClipping,
+}
 _WRAPPERS: dict[tuple[str, str], type[Strategy]] = {
-    ("fixed", "server"): DifferentialPrivacyServerSideFixedClipping,
-    ("fixed", "client"): DifferentialPrivacyClientSideFixedClipping,
-    ("adaptive", "server"): DifferentialPrivacyServerSideAdaptiveClipping,
-    ("adaptive", "client"): DifferentialPrivacyClientSideAdaptiveClipping,
+    **{("fixed", side): w for side, w in _FIXED_WRAPPERS.items()},
+    **{("adaptive", side): w for side, w in _ADAPTIVE_WRAPPERS.items()},
 }
 
 
@@ -82,15 +91,14 @@ def wrap_strategy(
     strategy: Strategy, settings: ClientDPSettings, *, sites_per_round: int
 ) -> Strategy:
     """``strategy`` inside the Flower wrapper that ``settings`` name."""
-    wrapper = _WRAPPERS[(settings.clipping, settings.clipping_side)]
     if settings.clipping == "fixed":
-        return wrapper(  # type: ignore[call-arg]
+        return _FIXED_WRAPPERS[settings.clipping_side](
             strategy,
             noise_multiplier=settings.noise_multiplier,
             clipping_norm=settings.clipping_norm,
             num_sampled_clients=sites_per_round,
         )
-    return wrapper(  # type: ignore[call-arg]
+    return _ADAPTIVE_WRAPPERS[settings.clipping_side](
         strategy,
         noise_multiplier=settings.noise_multiplier,
         num_sampled_clients=sites_per_round,

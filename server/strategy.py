@@ -18,7 +18,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx
 
-from contracts.wire import UNIT_WEIGHT
+from contracts.wire import UNIT_WEIGHT, scalar
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,13 @@ class RoundRecord:
     failures: dict[int, str] = field(default_factory=dict)
 
 
-class SiteAwareMixin:
-    """Deterministic per-round site sampling and per-site metric capture."""
+class SiteAwareMixin(FedAvg):
+    """Deterministic per-round site sampling and per-site metric capture.
+
+    Mixed in before a FedAvg-family strategy (``SiteFedProx(SiteAwareMixin, FedProx)``), so
+    ``super()`` reaches that strategy's ``configure_train`` / ``aggregate_train``. Based on
+    FedAvg, which FedProx and FedAdam extend: every site-aware strategy is a Flower strategy.
+    """
 
     def setup_sites(
         self,
@@ -72,7 +77,7 @@ class SiteAwareMixin:
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         chosen = set(self.sites_for_round(server_round))
-        messages = super().configure_train(server_round, arrays, config, grid)  # type: ignore[misc]
+        messages = super().configure_train(server_round, arrays, config, grid)
         return [m for m in messages if self.site_of_node.get(m.metadata.dst_node_id) in chosen]
 
     def aggregate_train(
@@ -86,8 +91,10 @@ class SiteAwareMixin:
                 record.failures[site] = str(msg.error.reason)
                 continue
             metrics = msg.content["metrics"]
-            record.sites[int(metrics["site-id"])] = {k: float(v) for k, v in metrics.items()}
-        return super().aggregate_train(server_round, replies)  # type: ignore[misc]
+            record.sites[int(scalar(metrics["site-id"]))] = {
+                k: float(scalar(v)) for k, v in metrics.items()
+            }
+        return super().aggregate_train(server_round, replies)
 
 
 class SiteFedAvg(SiteAwareMixin, FedAvg):

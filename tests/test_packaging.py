@@ -38,7 +38,7 @@ def test_makefile_targets_create_venv_and_run_default():
         text=True,
         check=True,
     ).stdout
-    assert "pytest" in test and "ruff check" in test
+    assert "pytest" in test and "ruff check" in test and "bin/mypy" in test
     # The report pages are tested in Chromium: `make test` installs it first.
     assert "apt-get install -y -q chromium" in test
 

@@ -36,6 +36,9 @@ from audit.config import AuditConfig
 from audit.image.features import loss_matrix, loss_matrix_names, one_hot, pooled_pixels
 from audit.roc import auc
 
+Param = int | float | str
+"""A selected hyper-parameter or choice (rounds, learning rate, feature set, column...)."""
+
 
 @dataclass(order=True)
 class _Candidate:
@@ -43,7 +46,7 @@ class _Candidate:
 
     bound: float
     auc: float
-    params: dict[str, object] = field(compare=False)
+    params: dict[str, Param] = field(compare=False)
     state: object = field(compare=False, default=None)
 
 
@@ -102,8 +105,8 @@ class _StagedGbm:
                     if best is None or cand > best:
                         best = cand
         assert best is not None
-        self.model = best.state  # type: ignore[assignment]
-        self.rounds = int(best.params["rounds"])  # type: ignore[arg-type]
+        self.model = best.state
+        self.rounds = int(best.params["rounds"])
         best.state = None
         return best
 
@@ -136,7 +139,7 @@ class GbmMembershipClassifier:
         # Quick mode: fewer rounds and coarser pixels (boosting cost grows with both).
         self.pixel_side = min(cc.pixel_side, 7) if config.quick else cc.pixel_side
         self.iterations = sorted(cc.gbm_iterations)[:3] if config.quick else cc.gbm_iterations
-        self.choice: dict[str, object] = {}
+        self.choice: dict[str, Param] = {}
         self.model: _StagedGbm | None = None
 
     def _blocks(self, data: ClassifierData) -> tuple[np.ndarray, np.ndarray]:
@@ -294,8 +297,8 @@ class StackedMembershipClassifier:
                 )
                 if best is None or cand > best:
                     best = cand
-        assert best is not None
-        module.load_state_dict(best.state)  # type: ignore[arg-type]
+        assert best is not None and isinstance(best.state, dict)
+        module.load_state_dict(best.state)
         self.image_module = module
         return best
 

@@ -107,7 +107,8 @@ class _ConditionalImageGenerator:
         y = np.zeros(len(d_g), dtype=np.int64) if d_g.y is None else d_g.y.astype(np.int64)
         counts = np.bincount(y, minlength=self.num_classes).astype(float)
         self.label_p = counts / counts.sum()
-        self.shape = tuple(int(v) for v in d_g.x.shape[1:])
+        _, c, h, w = d_g.x.shape
+        self.shape = (int(c), int(h), int(w))
         return to_unit(d_g.x), torch.as_tensor(y)
 
     def _hot(self, y: torch.Tensor) -> torch.Tensor:

@@ -324,7 +324,7 @@ def rare_value_summary(x: np.ndarray, attributes: list[Attribute]) -> dict[str, 
     rows = mask.any(axis=1)
     return {
         "rows": int(rows.sum()),
-        "row_fraction": float(rows.mean()) if len(rows) else 0.0,
+        "row_fraction": float(rows.mean()) if rows.size else 0.0,
         "by_column": {
             attr.name: int(mask[:, a].sum())
             for a, attr in enumerate(attributes)

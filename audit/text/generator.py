@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from transformers import GPT2LMHeadModel
 
 from audit.components import AuditContext, Records, register_generator
 from audit.config import AuditConfig
@@ -147,7 +148,7 @@ class Gpt2Generator:
         self.learning_rate = learning_rate
         self.device = device
         self.public_pool = public_pool
-        self.model = None
+        self.model: GPT2LMHeadModel | None = None
         self.prompts: np.ndarray | None = None
         self.first_tokens: np.ndarray | None = None
         self.marker: int | None = None
@@ -229,7 +230,7 @@ class Gpt2Generator:
                 _store(key, model.state_dict())
             else:
                 model.load_state_dict(state)
-            model.to(self.device)
+            model.to(self.device)  # type: ignore[arg-type]  # transformers types .to unbound
             if len(val):
                 quality["generator_val_loss_pretrained"] = mean_loss(model, val, device=self.device)
         lr = self.learning_rate or (5e-4 if pretrain > 0 else 1e-3)
@@ -270,7 +271,8 @@ class Gpt2Generator:
         quality.update(
             generator_train_loss=r[0], generator_val_loss=r[1], generator_best_epoch=r[2]
         )
-        self.model = model.to(self.device).eval()
+        model.to(self.device)  # type: ignore[arg-type]  # transformers types .to unbound
+        self.model = model.eval()
         return {k: float(v) for k, v in quality.items() if not math.isnan(float(v))}
 
     @property
@@ -281,7 +283,7 @@ class Gpt2Generator:
         return {}
 
     def sample(self, n: int, *, seed: int) -> Records:
-        if self.model is None:
+        if self.model is None or self.prompts is None or self.first_tokens is None:
             raise RuntimeError("Gpt2Generator.sample called before fit")
         o, t = self.options, self.chunk_tokens
         rng = np.random.default_rng([seed, 0x5A])
@@ -309,6 +311,7 @@ class Gpt2Generator:
 
     def _sample(self, prompts: np.ndarray, length: int, seed: int) -> np.ndarray:
         o = self.options
+        assert self.model is not None  # sample() checks that fit ran
         return sample_lm(
             self.model,
             prompts,

@@ -103,7 +103,9 @@ def train_lm(
     Without ``val`` the last epoch is kept. ``max_offset`` draws each chunk's position offset
     uniformly from ``0..max_offset``.
     """
-    model.to(device)
+    # transformers declares PreTrainedModel.to with @wraps(nn.Module.to): typed unbound, so
+    # mypy takes `device` for `self` (here and below).
+    model.to(device)  # type: ignore[arg-type]
     if epochs <= 0 or len(x) == 0:
         v = mean_loss(model, val, device=device) if val is not None and len(val) else math.nan
         return TrainReport(0, 0, math.nan, v)
@@ -123,7 +125,7 @@ def train_lm(
         ),
     )
     data = torch.as_tensor(x, dtype=torch.long)
-    best = (math.inf, 0, None)
+    best: tuple[float, int, dict[str, torch.Tensor] | None] = (math.inf, 0, None)
     train_loss = math.nan
     for epoch in range(1, epochs + 1):
         model.train()
@@ -201,7 +203,7 @@ def sample_lm(
             f"prompt {p} + {length} tokens exceed the generator's "
             f"{model.config.n_positions} positions"
         )
-    model.to(device).eval()
+    model.to(device).eval()  # type: ignore[arg-type]  # transformers types .to unbound
     gen = torch.Generator(device=device).manual_seed(seed)
     k = min(top_k, model.config.vocab_size)
     keyword = _cache_keyword()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -145,8 +146,12 @@ class TextNeuralClassifier:
         phase1 = max(1, int(math.floor(self.phase1_share * total))) if total > 1 else 0
         token_params = {id(p) for p in net.token_parameters()}
         rest = [p for p in net.parameters() if id(p) not in token_params]
+        groups: list[dict[str, Any]] = [
+            {"params": rest},
+            {"params": net.token_parameters(), "lr": 0.0},
+        ]
         optimizer = torch.optim.AdamW(
-            [{"params": rest}, {"params": net.token_parameters(), "lr": 0.0}],
+            groups,
             lr=self.learning_rate,
             weight_decay=self.weight_decay,
         )
