@@ -1,7 +1,7 @@
 """What the audit needs to know about the target model's task.
 
 The audit library never imports the harness: callers hand it an object that satisfies
-:class:`AuditTask` (a model factory, a trainer and per-record losses). ``simulations.tasks``
+:class:`AuditTask` (a model factory, a trainer and per-record losses). ``ml.tasks``
 provides the implementations used by the federated runs.
 """
 

@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from audit import AuditConfig, AuditResult, Records, run_audit
-from simulations.datasets import load_dataset
-from simulations.tasks import build_task
+from ml.datasets import load_dataset
+from ml.tasks import build_task
 
 # Preset audit settings per non-member source. The reference pool needs no D_G beyond a
 # label histogram, so more of the member set goes to the classifiers and the game.

@@ -33,8 +33,8 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from audit import AuditConfig, AuditResult, Records, run_audit  # noqa: E402
-from simulations.datasets import Dataset, load_dataset  # noqa: E402
-from simulations.tasks import TorchTask, build_task  # noqa: E402
+from ml.datasets import Dataset, load_dataset  # noqa: E402
+from ml.tasks import TorchTask, build_task  # noqa: E402
 
 METRICS = (
     "eps_tilde (one-sided, paper)",

@@ -24,9 +24,9 @@ from audit import run_audit
 from audit.components import AuditContext, Records, register_generator
 from audit.config import AuditConfig
 from audit.tabular.generators import MSTGenerator
-from simulations.datasets import load_dataset
-from simulations.tasks import build_task
-from simulations.tasks.base import OptimizerSpec
+from ml.datasets import load_dataset
+from ml.tasks import build_task
+from ml.tasks.base import OptimizerSpec
 
 
 def _generator_kind(args: argparse.Namespace) -> str:

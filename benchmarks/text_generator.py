@@ -39,8 +39,8 @@ import torch  # noqa: E402
 from audit import AuditConfig, GeneratorConfig, Records, run_audit  # noqa: E402
 from audit.config import ClassifierConfig, SplitConfig  # noqa: E402
 from audit.pipeline import resolve_device  # noqa: E402
-from simulations.tasks import build_task  # noqa: E402
-from simulations.tasks.base import OptimizerSpec, run_epoch  # noqa: E402
+from ml.tasks import build_task  # noqa: E402
+from ml.tasks.base import OptimizerSpec, run_epoch  # noqa: E402
 
 VARIANTS: dict[str, dict] = {
     "scratch": {"pretrain_epochs": 0},
@@ -55,7 +55,7 @@ def load_site(args: argparse.Namespace) -> dict[str, np.ndarray]:
     if args.data_npz:
         with np.load(args.data_npz) as z:
             return {k: z[k] for k in z.files}
-    from simulations.datasets import load_dataset
+    from ml.datasets import load_dataset
 
     data = load_dataset("bible", options={"vocab_size": args.vocab_size})
     rng = np.random.default_rng(args.seed)

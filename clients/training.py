@@ -15,7 +15,7 @@ from clients.privacy import DPSettings, PrivacyLedger
 
 
 class TrainableTask(Protocol):
-    """The parts of a task that local training uses (see ``simulations.tasks``)."""
+    """The parts of a task that local training uses (see ``ml.tasks``)."""
 
     optimizer: Any
 

@@ -2,7 +2,7 @@
 
 A checkpoint is a ``torch.save`` of a plain dict: ``round``, ``state_dict`` (clean keys, no
 Opacus prefix) and ``meta`` (what is needed to rebuild the model: see
-``simulations.checkpoints.load_global_model``).
+``ml.saved_models.load_global_model``).
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Harness side of panoramia-fl: configs, datasets, partitioning, tasks, runs, sweeps, CLI."""
+"""The harness: experiment config, run directories, the simulated run, sweeps and the CLI."""

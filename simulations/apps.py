@@ -12,6 +12,9 @@ from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
 from clients.privacy import DPSettings
 from clients.site_data import SiteData
+from contracts.run_files import exposed_records_name
+from ml.tasks import TorchTask, build_task
+from ml.tasks.base import OptimizerSpec
 from server.app import ServerSettings, build_server_app
 from server.client_dp import ClientDPSettings, calibrate_noise_multiplier
 from server.strategy import StrategySettings
@@ -19,14 +22,11 @@ from simulations.config import ExperimentConfig
 from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import (
     DatasetMeta,
-    exposed_records_name,
     ledger_name,
     load_public,
     site_file,
     site_state_dir,
 )
-from simulations.tasks import TorchTask, build_task
-from simulations.tasks.base import OptimizerSpec
 
 
 def pick_device(resources_gpus: float | str) -> torch.device:

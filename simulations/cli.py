@@ -8,9 +8,9 @@ import logging
 import sys
 from pathlib import Path
 
+from ml.datasets import DataError
+from ml.partition import PartitionError
 from simulations.config import ConfigError, ExperimentConfig, load_config
-from simulations.datasets import DataError
-from simulations.partition import PartitionError
 from simulations.run_dir import CONFIG_FILE
 
 
@@ -47,7 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    from simulations.report import written_report_warnings
+    from reporting import written_report_warnings
 
     _print_warnings(written_report_warnings(run_dir))
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
@@ -56,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from simulations.report import ReportInputError, write_report, write_site_report
+    from reporting import ReportInputError, write_report, write_site_report
 
     try:
         if args.site is not None:
@@ -78,7 +78,7 @@ def _print_warnings(lines: list[str]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from simulations.report import SweepPoint, write_sweep_report
+    from reporting import SweepPoint, write_sweep_report
     from simulations.runner import run_experiment
     from simulations.sweep import expand, load_sweep
 

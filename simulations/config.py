@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from audit.config import AuditConfig
+from ml.partition import PartitionConfig
 
 
 class ConfigError(ValueError):
@@ -37,28 +38,6 @@ class DataConfig(_Strict):
         None, description="folder with the dataset's files (None: the loader's default location)"
     )
     options: dict[str, Any] = Field(default_factory=dict, description="loader options")
-
-
-class PartitionConfig(_Strict):
-    scheme: Literal["iid", "dirichlet", "quantity", "natural"] = "dirichlet"
-    num_sites: int = Field(5, ge=1)
-    alpha: float = Field(0.5, gt=0, description="Dirichlet concentration (label skew)")
-    sizes: list[int] | None = Field(None, description="quantity skew: explicit site sizes")
-    power: float = Field(1.5, gt=0, description="quantity skew: power-law exponent")
-    records_per_site: int | None = Field(
-        None, ge=1, description="cap on records per site (train + holdout + test) before splitting"
-    )
-    holdout_fraction: float = Field(0.2, ge=0, lt=1, description="real non-members per site")
-    test_fraction: float = Field(0.1, ge=0, lt=1, description="per-site test split")
-    min_train: int = Field(20, ge=1, description="smallest acceptable train split")
-
-    @model_validator(mode="after")
-    def _fractions(self) -> PartitionConfig:
-        if self.holdout_fraction + self.test_fraction >= 1:
-            raise ValueError("holdout_fraction + test_fraction must be < 1")
-        if self.sizes is not None and len(self.sizes) != self.num_sites:
-            raise ValueError(f"sizes has {len(self.sizes)} entries for {self.num_sites} sites")
-        return self
 
 
 class ModelConfig(_Strict):

@@ -10,17 +10,15 @@ import numpy as np
 
 from audit.components import Records
 from clients.site_data import SiteData
-from simulations.canaries import draw_canaries
+from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR
+from ml.canaries import draw_canaries
+from ml.datasets import Dataset, load_dataset
+from ml.partition import SiteSplit, partition, partition_summary
 from simulations.config import ExperimentConfig, dump_config
-from simulations.datasets import Dataset, load_dataset
-from simulations.partition import SiteSplit, partition, partition_summary
 
-CONFIG_FILE = "config.yaml"
 PARTITION_FILE = "partition.json"
 DATASET_FILE = "dataset.json"
 SITES_DIR = "sites"
-SITE_STATE_DIR = "site_state"
-"""Simulated sites' own files (site-local in a real deployment; the server never reads them)."""
 
 
 @dataclass(frozen=True)
@@ -65,11 +63,6 @@ def ledger_name(site_id: int) -> str:
     return f"site-{site_id}-dp-ledger.json"
 
 
-def exposed_records_name(site_id: int) -> str:
-    """The site's most exposed members (``audit.exposed_records``), in its state directory."""
-    return f"site-{site_id}-exposed-records.json"
-
-
 def public_file(run_dir: Path) -> Path:
     return run_dir / SITES_DIR / "public.npz"
 
@@ -98,7 +91,7 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     """Write config, partition summary and site files; idempotent for the same config.
 
     With ``audit.canaries`` > 0 each site file also holds the site's canaries and coins
-    (:func:`simulations.canaries.draw_canaries`).
+    (:func:`ml.canaries.draw_canaries`).
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(dump_config(config))

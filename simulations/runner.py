@@ -186,7 +186,7 @@ def run_experiment(
         outcome.timings["+".join(names) + "_s"] = time.time() - t
     if write_report:
         t = time.time()
-        from simulations.report import write_report as write
+        from reporting import write_report as write
 
         write(run_dir)
         outcome.timings["report_s"] = time.time() - t

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from audit.components import Records
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
+from ml.datasets import load_dataset
+from ml.partition import partition
+from ml.saved_models import load_global_model
 from simulations.apps import make_task
-from simulations.checkpoints import load_global_model
 from simulations.config import load_config
-from simulations.datasets import load_dataset
-from simulations.partition import partition
 from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import DatasetMeta, site_data
 

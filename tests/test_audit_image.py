@@ -12,8 +12,8 @@ from audit.image.classifier import auc, make_image_classifier
 from audit.image.features import confidence_features, design_matrix, pooled_pixels
 from audit.image.filter import FilteredGenerator
 from audit.image.generators import make_cgan, make_vae
-from simulations.datasets import load_dataset
-from simulations.tasks import build_task
+from ml.datasets import load_dataset
+from ml.tasks import build_task
 
 CPU = torch.device("cpu")
 

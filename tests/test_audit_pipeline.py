@@ -11,8 +11,8 @@ import torch
 from audit import AuditConfig, AuditResult, Records, run_audit
 from audit import components as comp
 from audit.result import Interval
-from simulations.datasets import load_dataset
-from simulations.tasks import build_task
+from ml.datasets import load_dataset
+from ml.tasks import build_task
 
 CPU = torch.device("cpu")
 

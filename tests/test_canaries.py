@@ -16,10 +16,10 @@ from audit.config import AuditConfig
 from audit.o1 import o1_lower_bound
 from clients.audit_handler import SiteAuditPolicy, canary_audit_of, make_audit_runner
 from clients.site_data import SiteData
+from ml.canaries import CANARY_KINDS, canary_coins, draw_canaries
+from ml.datasets import Dataset, load_dataset
 from simulations.apps import make_task
-from simulations.canaries import CANARY_KINDS, canary_coins, draw_canaries
 from simulations.config import validate_config
-from simulations.datasets import Dataset, load_dataset
 from simulations.run_dir import DatasetMeta, prepare_run_dir, site_file
 
 TINY_AUDIT = {

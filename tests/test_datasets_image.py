@@ -7,8 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from simulations.datasets import DataError, load_dataset
-from simulations.datasets.image import read_idx
+from ml.datasets import DataError, load_dataset
+from ml.datasets.image import read_idx
 
 
 def write_idx(path, array, *, compress):

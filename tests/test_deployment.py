@@ -13,9 +13,14 @@ import pytest
 import tomli
 from flwr.app import Context, RecordDict
 
-from simulations.config import dump_config, validate_config
-from simulations.consortium_tls import make_demo_credentials
-from simulations.deployment import (
+from deployment.consortium_tls import make_demo_credentials
+from deployment.files import (
+    node_config_arg,
+    prepare_deployment,
+    run_config_values,
+    write_app_dir,
+)
+from deployment.flower_apps import (
     RUN_CONFIG_DEFAULTS,
     DeploymentConfigError,
     DeploymentResolver,
@@ -23,14 +28,9 @@ from simulations.deployment import (
     parse_phases,
     read_run,
 )
-from simulations.deployment_files import (
-    node_config_arg,
-    prepare_deployment,
-    run_config_values,
-    write_app_dir,
-)
-from simulations.local_consortium import LocalConsortium
-from simulations.processes import ProcessGroup, descendants, is_alive
+from deployment.local_consortium import LocalConsortium
+from deployment.processes import ProcessGroup, descendants, is_alive
+from simulations.config import dump_config, validate_config
 from simulations.run_dir import prepare_run_dir, public_file, site_file
 
 TINY_AUDIT = {
@@ -125,8 +125,8 @@ def test_app_manifest_is_a_valid_flower_app(tmp_path):
     config, _ = load_and_validate(app_dir / "pyproject.toml", check_module=True)
     components = config["tool"]["flwr"]["app"]["components"]
     assert components == {
-        "serverapp": "simulations.deployment:server_app",
-        "clientapp": "simulations.deployment:client_app",
+        "serverapp": "deployment.flower_apps:server_app",
+        "clientapp": "deployment.flower_apps:client_app",
     }
     assert set(config["tool"]["flwr"]["app"]["config"]) == set(RUN_CONFIG_DEFAULTS)
     fab = build_fab_from_disk(app_dir)
@@ -207,7 +207,7 @@ def test_prepare_for_real_sites_keeps_data_off_the_server(tmp_path):
 def test_cli_prepare_only_prints_the_commands(tmp_path, capsys):
     import yaml
 
-    from simulations.local_consortium import main
+    from deployment.local_consortium import main
 
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(yaml.safe_dump(_config("cli", audit=False).model_dump(mode="json")))
@@ -352,7 +352,7 @@ def test_tls_consortium_admits_registered_nodes_only(tmp_path):
 
 
 def test_flower_cli_has_the_flags_the_consortium_uses():
-    from simulations.local_consortium import _bin
+    from deployment.local_consortium import _bin
 
     superlink = subprocess.run(
         [_bin("flower-superlink"), "--help"], capture_output=True, text=True, timeout=300

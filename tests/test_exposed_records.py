@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from clients.site_data import SiteData
+from contracts.run_files import exposed_records_name
+from reporting import SITE_REPORTS_DIR
 from simulations.config import validate_config
-from simulations.report import SITE_REPORTS_DIR
-from simulations.run_dir import exposed_records_name, site_file, site_state_dir
+from simulations.run_dir import site_file, site_state_dir
 from simulations.runner import run_experiment
 
 pytestmark = pytest.mark.slow

@@ -10,11 +10,11 @@ import torch
 
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.training import train_locally
+from ml.datasets import load_dataset
+from ml.saved_models import load_global_model
 from server.checkpoint import load_checkpoint, round_path
 from simulations.apps import make_task
-from simulations.checkpoints import load_global_model
 from simulations.config import validate_config
-from simulations.datasets import load_dataset
 from simulations.run_dir import DatasetMeta
 from simulations.runner import run_experiment
 

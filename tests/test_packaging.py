@@ -1,5 +1,6 @@
 """The set-up path a fresh machine takes: README's commands, the Makefile, CI, pins."""
 
+import ast
 import re
 import subprocess
 import tomllib
@@ -52,14 +53,82 @@ def test_pins_and_console_script():
     assert project["scripts"]["panoramia-fl"] == "simulations.cli:main"
 
 
-def _imports(package: str, forbidden: str) -> list[Path]:
-    pattern = re.compile(rf"^\s*(from|import) ({forbidden})\b", re.M)
-    return [p for p in (REPO / package).rglob("*.py") if pattern.search(p.read_text())]
+# The layout by concern: each top-level package and the packages of ours it may import.
+# A layering (no cycles): the hospitals' side (server, clients) never sees the harness, the
+# report reads result files only, and deployment sits on top of everything.
+ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
+    "audit": frozenset(),  # PANORAMIA as a library: stands alone
+    "contracts": frozenset(),  # what two sides of a run agree on: names and keys only
+    "server": frozenset({"contracts"}),
+    "clients": frozenset({"contracts", "audit"}),
+    # audit.tabular.attributes (tabular encoding), clients.training.run_epoch (one local
+    # epoch, shared by every trainer) and server.checkpoint (the saved global model's format)
+    "ml": frozenset({"audit", "clients", "server"}),
+    "reporting": frozenset({"audit", "contracts"}),  # result types and file names only
+    "simulations": frozenset({"audit", "contracts", "server", "clients", "ml", "reporting"}),
+    "deployment": frozenset(
+        {"audit", "contracts", "server", "clients", "ml", "reporting", "simulations"}
+    ),
+}
+PACKAGES = tuple(ALLOWED_IMPORTS)
+MAX_PACKAGE_SHARE = 0.35
 
 
-def test_import_direction():
-    """audit/ stands alone; the server and clients never import the harness."""
-    assert _imports("audit", "server|clients|simulations") == []
-    assert _imports("server", "clients|simulations") == []
-    assert _imports("clients", "server|simulations") == []
-    assert _imports("contracts", "audit|server|clients|simulations") == []
+def _package_files(package: str) -> list[Path]:
+    return sorted((REPO / package).rglob("*.py"))
+
+
+def _our_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, top-level package) of every absolute import of one of ours, lazy ones included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [(node.lineno, n.split(".")[0]) for n in names if n.split(".")[0] in PACKAGES]
+    return found
+
+
+def test_every_package_is_in_the_import_table():
+    on_disk = {p.parent.name for p in REPO.glob("*/__init__.py")}
+    assert on_disk == set(PACKAGES)
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert set(config["tool"]["setuptools"]["packages"]["find"]["include"]) == {
+        f"{p}*" for p in PACKAGES
+    }
+    # `flwr run .` ships the code of every package the apps import.
+    assert set(config["tool"]["flwr"]["app"]["fab-include"]) == {f"{p}/**/*.py" for p in PACKAGES}
+
+
+def test_import_table_is_a_layering():
+    """No cycles: some order puts every package after all it may import."""
+    placed: list[str] = []
+    while len(placed) < len(PACKAGES):
+        ready = [p for p in PACKAGES if p not in placed and ALLOWED_IMPORTS[p] <= set(placed)]
+        assert ready, f"cycle among {sorted(set(PACKAGES) - set(placed))}"
+        placed += ready
+
+
+def test_imports_follow_the_table():
+    violations = [
+        f"{path.relative_to(REPO)}:{line} imports {target}"
+        for package in PACKAGES
+        for path in _package_files(package)
+        for line, target in _our_imports(path)
+        if target != package and target not in ALLOWED_IMPORTS[package]
+    ]
+    assert violations == []
+
+
+def test_no_package_holds_most_of_the_code():
+    """Package code only (not tests or benchmarks): no concern outgrows the others."""
+    lines = {p: sum(len(f.read_text().splitlines()) for f in _package_files(p)) for p in PACKAGES}
+    total = sum(lines.values())
+    for package, n in sorted(lines.items(), key=lambda kv: -kv[1]):
+        print(f"{package:<12} {n:>6} lines  {n / total:6.1%}")
+    print(f"{'total':<12} {total:>6} lines")
+    biggest = max(lines, key=lines.get)
+    assert lines[biggest] / total <= MAX_PACKAGE_SHARE, biggest

@@ -1,9 +1,8 @@
 import numpy as np
 import pytest
 
-from simulations.config import PartitionConfig
-from simulations.datasets import Dataset, load_dataset
-from simulations.partition import PartitionError, partition, partition_summary
+from ml.datasets import Dataset, load_dataset
+from ml.partition import PartitionConfig, PartitionError, partition, partition_summary
 
 
 @pytest.fixture(scope="module")

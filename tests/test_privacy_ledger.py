@@ -15,29 +15,29 @@ from test_report import make_result, ok_audit, write_run
 
 from audit.result import AuditResult
 from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
-from simulations.cli import main as cli_main
-from simulations.report import (
+from reporting import (
     REPORT_SCHEMA_VERSION,
     SweepPoint,
     write_report,
     write_sweep_report,
     written_report_warnings,
 )
-from simulations.report.inputs import SiteAuditInput
-from simulations.report.privacy import (
+from reporting.inputs import SiteAuditInput
+from reporting.privacy_ledger import (
     EPS_TILDE_ABOVE_NOTE,
     dp_level,
     privacy_settings,
     site_privacy,
 )
-from simulations.report.schema import (
+from reporting.schema import (
     ClientDPReport,
     ClientDPSiteReport,
     RoundReport,
     SiteRoundReport,
 )
-from simulations.report.site_report import site_report_paths
-from simulations.report.tabular import LEDGER_CSV_COLUMNS
+from reporting.site_report import site_report_paths
+from reporting.writers import LEDGER_CSV_COLUMNS
+from simulations.cli import main as cli_main
 
 CANARY_BANNER = "trained with 200 canaries per site: this model is not the plain model"
 LEDGER_ACCOUNTANT = "Flower RdpAccountant (dp-accounting RDP)"

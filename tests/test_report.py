@@ -29,7 +29,7 @@ from audit.result import (
     TwoSidedResult,
 )
 from audit.roc import LOW_FPRS
-from simulations.report import (
+from reporting import (
     REPORT_SCHEMA_VERSION,
     SWEEP_SCHEMA_VERSION,
     ReportFiles,
@@ -40,10 +40,10 @@ from simulations.report import (
     write_report,
     write_sweep_report,
 )
-from simulations.report.markdown import render_markdown
-from simulations.report.plots import roc_plot
-from simulations.report.schema import TPR_FPR_KEYS, to_jsonable
-from simulations.report.tabular import CSV_COLUMNS, report_to_json_text, write_csv
+from reporting.markdown_report import render_markdown
+from reporting.plots import roc_plot
+from reporting.schema import TPR_FPR_KEYS, to_jsonable
+from reporting.writers import CSV_COLUMNS, report_to_json_text, write_csv
 
 # Per-record scores that must never leave audits/ (distinctive digits to search for).
 SECRET_SCORES = [0.918273645512, 0.127364554321, 0.564738291023]

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from test_report import make_result, ok_audit, write_run
 
-from simulations.report import SweepPoint, build_report, load_run, write_report, write_sweep_report
-from simulations.report.site_report import site_report_paths
-from simulations.report.text import fmt, fmt_two_sided
+from reporting import SweepPoint, build_report, load_run, write_report, write_sweep_report
+from reporting.formatting import fmt, fmt_two_sided
+from reporting.site_report import site_report_paths
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 TIMEOUT_S = 180

@@ -20,9 +20,8 @@ from audit.components import Records
 from audit.exposure import SCORE_MEANINGS, most_exposed
 from clients.audit_handler import SiteAuditPolicy, write_exposed_records
 from clients.site_data import SiteData
-from simulations.cli import main as cli_main
-from simulations.config import ConfigError, validate_config
-from simulations.report import (
+from contracts.run_files import exposed_records_name
+from reporting import (
     SITE_REPORT_SCHEMA_VERSION,
     SweepPoint,
     build_sweep_report,
@@ -30,15 +29,17 @@ from simulations.report import (
     write_report,
     write_site_report,
 )
-from simulations.report.aggregate import build_report
-from simulations.report.html_page import SORT_SCRIPT
-from simulations.report.inputs import load_run
-from simulations.report.manifest import PACKAGES
-from simulations.report.site_report import site_report_paths
-from simulations.report.standing import MIN_SITES_FOR_STATISTICS
-from simulations.report.sweep import render_sweep_html
-from simulations.report.text import fmt, fmt_two_sided
-from simulations.run_dir import exposed_records_name, site_state_dir
+from reporting.aggregate import build_report
+from reporting.formatting import fmt, fmt_two_sided
+from reporting.html_page import SORT_SCRIPT
+from reporting.inputs import load_run
+from reporting.manifest import PACKAGES
+from reporting.site_report import site_report_paths
+from reporting.standing import MIN_SITES_FOR_STATISTICS
+from reporting.sweep_report import render_sweep_html
+from simulations.cli import main as cli_main
+from simulations.config import ConfigError, validate_config
+from simulations.run_dir import site_state_dir
 
 FAILED_ERROR = "ValueError: too few records for the splits at site 4"
 # Distinctive indices and scores of a site-local exposed-records file.

@@ -13,9 +13,9 @@ from test_privacy_ledger import QUALITY, _canary, _client_dp, _set_config, _with
 from test_report import make_result, ok_audit, write_run
 
 from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
+from reporting import SweepPoint, plots, write_sweep_report
+from reporting.sweep_report import SITE_HEADERS, build_sweep_report
 from simulations.config import ConfigError
-from simulations.report import SweepPoint, plots, write_sweep_report
-from simulations.report.sweep import SITE_HEADERS, build_sweep_report
 from simulations.sweep import expand, load_sweep
 
 

@@ -18,8 +18,8 @@ from audit.components import (
 from audit.config import AuditConfig
 from audit.tabular.classifier import GradientBoostingMembership
 from audit.tabular.generators import MSTGenerator
-from simulations.datasets import load_dataset
-from simulations.tasks import build_task
+from ml.datasets import load_dataset
+from ml.tasks import build_task
 
 CPU = torch.device("cpu")
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from audit.tabular.attributes import infer_attributes
-from simulations.datasets import DataError, load_dataset, parse_options
-from simulations.models import model_spec
-from simulations.tasks import build_task
+from ml.datasets import DataError, load_dataset, parse_options
+from ml.models import model_spec
+from ml.tasks import build_task
 
 
 @pytest.fixture(autouse=True)

@@ -10,9 +10,9 @@ from audit import AuditConfig, ClassifierData, Records, run_audit
 from audit.components import AuditContext, make_classifier, make_generator
 from audit.text.generator import Gpt2Generator, TextGeneratorOptions, start_marker
 from audit.text.lm import LMShape, build_lm, sample_lm
-from simulations.datasets import load_dataset
-from simulations.tasks import build_task
-from simulations.tasks.base import OptimizerSpec
+from ml.datasets import load_dataset
+from ml.tasks import build_task
+from ml.tasks.base import OptimizerSpec
 
 CPU = torch.device("cpu")
 TINY = {"n_layer": 1, "n_embd": 32, "n_head": 2, "dropout": 0.0}

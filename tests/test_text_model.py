@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers.pytorch_utils import Conv1D
 
-from simulations.models import model_spec
-from simulations.tasks import build_task
-from simulations.tasks.base import OptimizerSpec, run_epoch
+from ml.models import model_spec
+from ml.tasks import build_task
+from ml.tasks.base import OptimizerSpec, run_epoch
 
 CPU = torch.device("cpu")
 VOCAB = 64

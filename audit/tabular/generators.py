@@ -7,7 +7,7 @@ extra synthetic rows drops the rows it flags as synthetic with high confidence
 (:mod:`audit.tabular.synthetic_filter`).
 
 The encoding is read from ``context.task.schema`` when the task carries one
-(``simulations.tasks.tabular.TabularClassificationTask.schema``), otherwise inferred from
+(``ml.tasks.tabular.TabularClassificationTask.schema``), otherwise inferred from
 the data (:func:`audit.tabular.attributes.infer_attributes`).
 
 Quality figures returned by ``fit`` (all floats): ``mst_attributes``, ``mst_noise_sigma``,

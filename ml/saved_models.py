@@ -1,0 +1,37 @@
+"""Loading a saved global model back into its architecture.
+
+>>> from ml.saved_models import load_global_model
+>>> model, checkpoint = load_global_model("runs/default/global_model.pt")
+
+The checkpoint's ``meta`` names the modality, the registered model and its options, so the
+model is rebuilt without the run's config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ml.tasks import TorchTask, build_task
+from server.checkpoint import Checkpoint, load_checkpoint
+
+
+def task_from_meta(meta: dict) -> TorchTask:
+    return build_task(
+        meta["modality"],
+        model_name=meta["model"],
+        num_classes=int(meta["num_classes"]),
+        input_shape=tuple(meta["input_shape"]),
+        dp=bool(meta.get("dp", False)),
+        model_options=dict(meta.get("model_options", {})),
+    )
+
+
+def load_global_model(path: str | Path) -> tuple[torch.nn.Module, Checkpoint]:
+    """Rebuild the model saved at ``path`` (``global_model.pt`` or a round checkpoint)."""
+    checkpoint = load_checkpoint(Path(path))
+    model = task_from_meta(checkpoint.meta).make_model()
+    model.load_state_dict(checkpoint.state_dict)
+    model.eval()
+    return model, checkpoint

@@ -1,0 +1,186 @@
+"""Generic torch task: batching, training, evaluation and per-record losses.
+
+Subclasses say how records become tensors and what the per-record loss is; everything else
+(training loop, evaluation, loss features) is shared so the target, the helper model and
+every site train the same way.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from clients.training import run_epoch
+from ml.models import model_spec
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """Local optimizer settings (``fl.optimizer``, ``fl.learning_rate`` ...)."""
+
+    name: str = "adam"
+    learning_rate: float = 1e-3
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+
+    def build(self, params: Iterator[nn.Parameter]) -> torch.optim.Optimizer:
+        if self.name == "sgd":
+            return torch.optim.SGD(
+                params,
+                lr=self.learning_rate,
+                momentum=self.momentum,
+                weight_decay=self.weight_decay,
+            )
+        if self.name == "adam":
+            return torch.optim.Adam(params, lr=self.learning_rate, weight_decay=self.weight_decay)
+        if self.name == "adamw":
+            return torch.optim.AdamW(params, lr=self.learning_rate, weight_decay=self.weight_decay)
+        raise ValueError(f"fl.optimizer: unknown optimizer {self.name!r} (sgd, adam, adamw)")
+
+
+@dataclass
+class TorchTask(ABC):
+    """A supervised task on numpy records, trained with torch.
+
+    Parameters
+    ----------
+    model_name, model_options
+        Registered architecture (see :mod:`ml.models`) and its keyword options.
+    num_classes, input_shape
+        Output classes and the shape of one record.
+    dp
+        Build a DP-compatible variant of the model (e.g. GroupNorm instead of BatchNorm).
+    batch_size, optimizer
+        Used by :meth:`train_model` and by local training in the clients.
+    """
+
+    model_name: str
+    num_classes: int
+    input_shape: tuple[int, ...]
+    dp: bool = False
+    batch_size: int = 64
+    optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
+    model_options: dict[str, Any] = field(default_factory=dict)
+    modality: str = "image"
+
+    # -- to be specialised -------------------------------------------------------------
+    @abstractmethod
+    def tensors(self, x: np.ndarray, y: np.ndarray | None) -> tuple[torch.Tensor, ...]:
+        """Records as model-ready tensors (inputs first, then targets if any)."""
+
+    @abstractmethod
+    def record_losses(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Loss of each record of a batch, shape ``(B,)``."""
+
+    def batch_features(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Loss features of each record, ``(B, k)``; column 0 is the loss."""
+        return self.record_losses(model, batch)[:, None]
+
+    def batch_correct(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Number of correct predictions in a batch (NaN where accuracy has no meaning)."""
+        return torch.tensor(float("nan"))
+
+    # -- shared ------------------------------------------------------------------------
+    def make_model(self) -> nn.Module:
+        spec = model_spec(self.model_name)
+        return spec.builder(
+            num_classes=self.num_classes,
+            dp=self.dp,
+            input_shape=self.input_shape,
+            **self.model_options,
+        )
+
+    def batch_loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return self.record_losses(model, batch).mean()
+
+    def loader(
+        self,
+        x: np.ndarray,
+        y: np.ndarray | None,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        batch_size: int | None = None,
+    ) -> torch.utils.data.DataLoader:
+        dataset = torch.utils.data.TensorDataset(*self.tensors(x, y))
+        generator = torch.Generator().manual_seed(seed)
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=batch_size or self.batch_size, shuffle=shuffle, generator=generator
+        )
+
+    def train_model(
+        self,
+        model: nn.Module,
+        x: np.ndarray,
+        y: np.ndarray | None,
+        *,
+        epochs: int,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        torch.manual_seed(seed)
+        model.to(device).train()
+        optimizer = self.optimizer.build(model.parameters())
+        loader = self.loader(x, y, shuffle=True, seed=seed)
+        for _ in range(epochs):
+            run_epoch(model, loader, optimizer, lambda b: self.batch_loss(model, b), device)
+
+    @torch.no_grad()
+    def _map_batches(
+        self,
+        fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
+        model: nn.Module,
+        x: np.ndarray,
+        y: np.ndarray | None,
+        device: torch.device,
+    ) -> np.ndarray:
+        model.to(device).eval()
+        out = [
+            fn(tuple(t.to(device) for t in batch)).float().cpu()
+            for batch in self.loader(x, y, shuffle=False, batch_size=512)
+        ]
+        return torch.cat(out).numpy()
+
+    def per_record_loss(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *, device: torch.device
+    ) -> np.ndarray:
+        return self._map_batches(lambda b: self.record_losses(model, b), model, x, y, device)
+
+    def loss_features(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *, device: torch.device
+    ) -> np.ndarray:
+        return self._map_batches(lambda b: self.batch_features(model, b), model, x, y, device)
+
+    @torch.no_grad()
+    def evaluate(
+        self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *, device: torch.device
+    ) -> dict[str, float]:
+        """Mean loss and accuracy over ``(x, y)``."""
+        losses = self.per_record_loss(model, x, y, device=device)
+        correct = sum(
+            float(self.batch_correct(model, tuple(t.to(device) for t in b)))
+            for b in self.loader(x, y, shuffle=False, batch_size=512)
+        )
+        return {"loss": float(losses.mean()), "accuracy": correct / max(len(x), 1)}
+
+
+_TASK_MODULES = {
+    "image": "ml.tasks.image",
+    "tabular": "ml.tasks.tabular",
+    "text": "ml.tasks.text",
+}
+
+
+def build_task(modality: str, **kwargs: Any) -> TorchTask:
+    """Build the task class of ``modality`` (its module defines ``TASK_CLASS``)."""
+    if modality not in _TASK_MODULES:
+        raise KeyError(f"unknown modality {modality!r}; known: {sorted(_TASK_MODULES)}")
+    module = importlib.import_module(_TASK_MODULES[modality])
+    return module.TASK_CLASS(modality=modality, **kwargs)

@@ -1,0 +1,44 @@
+"""Image classification: uint8 records ``(n, C, H, W)``, cross-entropy loss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ml.tasks.base import TorchTask
+
+
+def images_to_tensor(x: np.ndarray) -> torch.Tensor:
+    """uint8 ``(n, C, H, W)`` in [0, 255] -> float in [-1, 1]."""
+    return torch.as_tensor(x, dtype=torch.float32).div_(127.5).sub_(1.0)
+
+
+@dataclass
+class ImageClassificationTask(TorchTask):
+    """Cross-entropy classifier on images; loss features are [loss, logits]."""
+
+    def tensors(self, x: np.ndarray, y: np.ndarray | None) -> tuple[torch.Tensor, ...]:
+        if y is None:
+            raise ValueError("image classification needs labels")
+        return images_to_tensor(x), torch.as_tensor(y, dtype=torch.long)
+
+    def record_losses(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        inputs, targets = batch
+        return F.cross_entropy(model(inputs), targets, reduction="none")
+
+    def batch_features(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        inputs, targets = batch
+        logits = model(inputs)
+        loss = F.cross_entropy(logits, targets, reduction="none")
+        return torch.cat([loss[:, None], logits], dim=1)
+
+    def batch_correct(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        inputs, targets = batch
+        return (model(inputs).argmax(dim=1) == targets).sum()
+
+
+TASK_CLASS = ImageClassificationTask

@@ -1,0 +1,53 @@
+"""Tabular classification: float32 records ``(n, d)`` of encoded features, cross-entropy.
+
+Records come from :mod:`ml.datasets.tabular` already encoded (numeric columns
+standardised, categorical columns one-hot), so the task only converts them to tensors.
+``schema`` optionally carries that encoding (``Dataset.info["schema"]``); the audit's
+tabular generator reads it from the task to know which columns form one attribute, and
+infers the same structure from the data when it is absent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ml.tasks.base import TorchTask
+
+
+@dataclass
+class TabularClassificationTask(TorchTask):
+    """Cross-entropy classifier on encoded tabular rows; loss features are [loss, logits]."""
+
+    schema: dict[str, Any] | None = None
+    """JSON schema of the encoding (see :func:`ml.datasets.tabular.encode_frame`)."""
+
+    def tensors(self, x: np.ndarray, y: np.ndarray | None) -> tuple[torch.Tensor, ...]:
+        if y is None:
+            raise ValueError("tabular classification needs labels")
+        inputs = torch.as_tensor(np.asarray(x, dtype=np.float32))
+        if inputs.ndim != 2:
+            raise ValueError(f"tabular records must be (n, d), got shape {tuple(inputs.shape)}")
+        return inputs, torch.as_tensor(np.asarray(y), dtype=torch.long)
+
+    def record_losses(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        inputs, targets = batch
+        return F.cross_entropy(model(inputs), targets, reduction="none")
+
+    def batch_features(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        inputs, targets = batch
+        logits = model(inputs)
+        loss = F.cross_entropy(logits, targets, reduction="none")
+        return torch.cat([loss[:, None], logits], dim=1)
+
+    def batch_correct(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        inputs, targets = batch
+        return (model(inputs).argmax(dim=1) == targets).sum()
+
+
+TASK_CLASS = TabularClassificationTask

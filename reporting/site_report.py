@@ -1,0 +1,160 @@
+"""Each site's own leakage report: ``RUN_DIR/site-reports/site-<id>.json`` and ``.html``.
+
+The aggregator writes one per site with an audit file, beside the consortium report, with
+the site's standing in the consortium. A site rebuilds its own from its audit file alone
+(:func:`write_site_report`), with no other site's results; its standing then reads
+"unavailable". Neither reads the site-local exposed-records file: it is only linked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from audit.result import AuditResult
+from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR, exposed_records_name
+
+from .aggregate import site_report
+from .formatting import VIOLATION_TITLE
+from .inputs import (
+    RunInputs,
+    SiteAuditInput,
+    load_client_dp,
+    load_optional_config,
+    load_site_audit,
+)
+from .manifest import build_manifest
+from .plain_language import THREAT_MODEL, plain_reading
+from .privacy_ledger import ledger_row, privacy_settings
+from .schema import (
+    SITE_REPORT_SCHEMA_VERSION,
+    ConsortiumStanding,
+    LedgerRow,
+    ReportFiles,
+    RunReport,
+    SitePageReport,
+    SiteReport,
+    to_jsonable,
+)
+from .site_page import render_site_page
+from .standing import consortium_standing, standing_unavailable
+
+SITE_REPORTS_DIR = "site-reports"
+
+
+def site_report_paths(run_dir: Path, site_id: int) -> ReportFiles:
+    """Where a site's report goes: ``site-reports/site-<id>.json`` and ``.html``."""
+    base = Path(run_dir) / SITE_REPORTS_DIR / f"site-{site_id}"
+    return ReportFiles(json_path=base.with_suffix(".json"), html_path=base.with_suffix(".html"))
+
+
+def exposed_records_link(run_dir: Path, site_id: int) -> str | None:
+    """The site's exposed-records file relative to its report, when the file exists."""
+    path = Path(run_dir) / SITE_STATE_DIR / exposed_records_name(site_id)
+    if not path.exists():
+        return None
+    return Path(os.path.relpath(path, Path(run_dir) / SITE_REPORTS_DIR)).as_posix()
+
+
+def build_site_page_report(
+    run_dir: Path,
+    site: SiteReport,
+    result: AuditResult | None,
+    *,
+    config: dict[str, Any],
+    standing: ConsortiumStanding,
+    source: Literal["consortium", "site"],
+    ledger: LedgerRow | None = None,
+) -> SitePageReport:
+    """A site's report from its numbers, its standing, its ledger row and the run
+    directory's files."""
+    link = exposed_records_link(run_dir, site.site_id)
+    config_path = Path(run_dir) / CONFIG_FILE
+    name = config.get("name")
+    return SitePageReport(
+        schema_version=SITE_REPORT_SCHEMA_VERSION,
+        run_name=str(name) if name is not None else None,
+        site=site,
+        reading=plain_reading(site, exposed_records=link is not None),
+        threat_model=list(THREAT_MODEL),
+        standing=standing,
+        manifest=build_manifest(config_path if config_path.exists() else None, config, result),
+        exposed_records_link=link,
+        source=source,
+        ledger=ledger,
+    )
+
+
+def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> list[ReportFiles]:
+    """The aggregator's per-site reports: one per site with an audit file (ok or failed)."""
+    written = []
+    ledger = {row.site_id: row for row in report.ledger}
+    for site in report.sites:
+        audit = inputs.audits.get(site.site_id)
+        if audit is None or site.status == "missing":
+            continue
+        result = _ok_result(audit)
+        page = build_site_page_report(
+            run_dir,
+            site,
+            result,
+            config=inputs.config,
+            standing=consortium_standing(site.site_id, report.sites),
+            source="consortium",
+            ledger=ledger.get(site.site_id),
+        )
+        written.append(_write(run_dir, page, result))
+    return written
+
+
+def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
+    """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus config.yaml and
+    the server's client_dp.json, when the run directory has them).
+
+    Parameters
+    ----------
+    run_dir
+        The run directory (only ``audits/site-<id>.json`` is required).
+    site_id
+        The site.
+
+    Raises
+    ------
+    ReportInputError
+        When the site's audit file is missing, or config.yaml / client_dp.json exists but is
+        malformed.
+    """
+    run_dir = Path(run_dir)
+    audit = load_site_audit(run_dir, site_id)
+    result = _ok_result(audit)
+    config = load_optional_config(run_dir)
+    settings = privacy_settings(config)
+    client_dp = load_client_dp(run_dir)
+    site = site_report(audit, rounds=[], settings=settings, client_dp=client_dp)
+    page = build_site_page_report(
+        run_dir,
+        site,
+        result,
+        config=config,
+        standing=standing_unavailable(),
+        source="site",
+        # The global accuracy is the server's (metrics.jsonl), not in the site's file.
+        ledger=ledger_row(site, settings, client_dp, global_accuracy=None),
+    )
+    return _write(run_dir, page, result)
+
+
+def _ok_result(audit: SiteAuditInput) -> AuditResult | None:
+    return audit.result if audit.status == "ok" else None
+
+
+def _write(run_dir: Path, page: SitePageReport, result: AuditResult | None) -> ReportFiles:
+    paths = site_report_paths(run_dir, page.site.site_id)
+    paths.json_path.parent.mkdir(parents=True, exist_ok=True)
+    paths.json_path.write_text(json.dumps(to_jsonable(page), indent=2, allow_nan=False) + "\n")
+    paths.html_path.write_text(render_site_page(page, result))
+    warnings = [f"{VIOLATION_TITLE}: {v.message}" for v in page.site.bound_violations]
+    return dataclasses.replace(paths, warnings=warnings)

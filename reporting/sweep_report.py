@@ -1,0 +1,524 @@
+"""Sweep comparison report: several runs (one per override set) side by side.
+
+``sweep.json``, a self-contained ``sweep.html`` (tables and plots) and ``sweep.md`` (the
+tables): per point and site the accountant epsilons (record / client level), accuracy and
+the measured lower bounds, so a consortium sees the privacy/utility trade-off and how tight
+each audit is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
+
+from . import plots
+from .aggregate import build_report
+from .formatting import (
+    MISSING,
+    VIOLATION_TITLE,
+    canary_banner,
+    flag_labels,
+    fmt,
+    fmt_interval,
+    fmt_two_sided,
+    violation_banner_lines,
+)
+from .html_page import (
+    SORT_SCRIPT,
+    badge,
+    canary_block,
+    esc,
+    figure,
+    flag_badges,
+    meaning_block,
+    page,
+    td,
+    th_row,
+    violation_banner,
+)
+from .inputs import ReportInputError, load_run
+from .privacy_ledger import privacy_settings
+from .schema import (
+    SWEEP_SCHEMA_VERSION,
+    ReportFiles,
+    RunReport,
+    SiteReport,
+    SweepPointReport,
+    SweepReport,
+    SweepSiteRow,
+    to_jsonable,
+)
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep.
+
+    Parameters
+    ----------
+    label
+        Short name shown in tables and plots, e.g. ``"eps=4"``.
+    overrides
+        Dotted config key -> value applied to the base config for this point.
+    run_dir
+        The point's run directory (it may be incomplete or absent).
+    """
+
+    label: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    run_dir: Path = Path(".")
+
+
+def build_sweep_report(
+    sweep_dir: Path, points: list[SweepPoint], *, write_point_reports: bool = False
+) -> SweepReport:
+    """Aggregate the sweep's points (pure unless ``write_point_reports``)."""
+    labels = [p.label for p in points]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise ValueError(f"sweep point labels must be unique; repeated: {dupes}")
+    return SweepReport(
+        schema_version=SWEEP_SCHEMA_VERSION,
+        points=[_point(Path(sweep_dir), p, write_point_reports) for p in points],
+        meaning=EPS_TILDE_MEANING,
+        two_sided_meaning=TWO_SIDED_MEANING,
+    )
+
+
+def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> SweepPointReport:
+    run_dir = Path(point.run_dir)
+    rel = (
+        os.path.relpath(run_dir, sweep_dir)
+        if run_dir.is_absolute() == sweep_dir.is_absolute()
+        else str(run_dir)
+    )
+    try:
+        inputs = load_run(run_dir)
+    except ReportInputError as exc:
+        return SweepPointReport(
+            label=point.label,
+            overrides=dict(point.overrides),
+            run_dir=rel,
+            status="incomplete",
+            problems=[str(exc)],
+            private=None,
+            theoretical_eps=None,
+            global_accuracy=None,
+            global_loss=None,
+            rounds_completed=0,
+            max_eps_tilde=None,
+            max_eps_tilde_two_sided=None,
+            sites=[],
+            report_html=None,
+        )
+    report = build_report(inputs)
+    if write_point_reports:
+        # Imported here: the package's __init__ imports this module.
+        from . import write_report
+
+        write_report(run_dir)
+    problems = _problems(report, has_metrics=inputs.has_metrics)
+    eps = [s.dp_epsilon for s in report.sites if s.dp_epsilon is not None]
+    # Any level counts: client-level DP alone makes the point private too.
+    config_dp = privacy_settings(report.run).private
+    html_path = run_dir / "report.html"
+    accuracy = report.consortium.final_global_accuracy
+    return SweepPointReport(
+        label=point.label,
+        overrides=dict(point.overrides),
+        run_dir=rel,
+        status="incomplete" if problems else "complete",
+        problems=problems,
+        private=bool(eps) or config_dp is True,
+        theoretical_eps=max(eps) if eps else None,
+        global_accuracy=report.consortium.final_global_accuracy,
+        global_loss=report.consortium.final_global_loss,
+        rounds_completed=report.consortium.rounds_completed,
+        max_eps_tilde=report.consortium.max_eps_tilde,
+        max_eps_tilde_two_sided=report.consortium.max_eps_tilde_two_sided,
+        sites=[_site_row(s, accuracy) for s in report.sites],
+        report_html=os.path.join(rel, "report.html") if html_path.exists() else None,
+        dp_level=report.dp_level,
+        canaries=report.canaries,
+    )
+
+
+_OWN_FIELDS = ("theoretical_eps", "global_accuracy", "accuracy_holdout")
+"""SweepSiteRow fields that are not SiteReport fields of the same name."""
+
+
+def _site_row(site: SiteReport, global_accuracy: float | None) -> SweepSiteRow:
+    """The sweep's view of a site: its SiteReport fields of the same name, the DP eps that
+    applies to its records, and the accuracies."""
+    copied = {
+        f.name: getattr(site, f.name)
+        for f in dataclasses.fields(SweepSiteRow)
+        if f.name not in _OWN_FIELDS
+    }
+    return SweepSiteRow(
+        theoretical_eps=site.dp_epsilon,
+        global_accuracy=global_accuracy,
+        accuracy_holdout=site.quality.get("target_accuracy_nonmembers"),
+        **copied,
+    )
+
+
+def _problems(report: RunReport, *, has_metrics: bool) -> list[str]:
+    problems = []
+    if not has_metrics:
+        problems.append("metrics.jsonl is missing (training did not run or did not log)")
+    elif not report.rounds:
+        problems.append("metrics.jsonl has no rounds")
+    if not report.sites:
+        problems.append("partition.json lists no sites")
+    for s in report.sites:
+        if s.status == "failed":
+            problems.append(f"site {s.site_id}: audit failed: {s.error}")
+        elif s.status == "missing":
+            problems.append(f"site {s.site_id}: no audit file")
+    return problems
+
+
+def _points_table(report: SweepReport) -> list[str]:
+    rows = [
+        '<table class="sortable">',
+        th_row(
+            (
+                "point",
+                "overrides",
+                "status",
+                "DP level",
+                "canaries",
+                "theoretical eps",
+                "global accuracy",
+                "max eps_tilde",
+                "max eps_tilde two-sided",
+                "rounds",
+                "report",
+            )
+        ),
+    ]
+    for p in report.points:
+        overrides = ", ".join(f"{k}={v!r}" for k, v in p.overrides.items()) or MISSING
+        status = esc(p.status)
+        if p.problems:
+            status += "<br>" + "<br>".join(
+                f'<span class="error">{esc(x)}</span>' for x in p.problems
+            )
+        link = f'<a href="{esc(p.report_html)}">report.html</a>' if p.report_html else MISSING
+        cls = "incomplete" if p.status == "incomplete" else "ok"
+        rows.append(
+            f'<tr class="{cls}">'
+            + td(p.label, cls="text")
+            + td(overrides, cls="text")
+            + td(status, raw=True, cls="text")
+            + td(p.dp_level or MISSING, cls="text")
+            + td(str(p.canaries) if p.canaries else "none")
+            + td(_eps_text(p.theoretical_eps, p.private), title=p.theoretical_eps)
+            + td(fmt(p.global_accuracy), title=p.global_accuracy)
+            + td(fmt(p.max_eps_tilde), title=p.max_eps_tilde)
+            + td(fmt(p.max_eps_tilde_two_sided), title=p.max_eps_tilde_two_sided)
+            + td(str(p.rounds_completed))
+            + td(link, raw=True, cls="text")
+            + "</tr>"
+        )
+    rows.append("</table>")
+    return rows
+
+
+def _eps_text(eps: float | None, private: bool | None) -> str:
+    if eps is not None:
+        return fmt(eps, 2)
+    if private is True:
+        return "unknown (DP on)"
+    return "inf (no DP)" if private is False else MISSING
+
+
+SITE_HEADERS: tuple[str, ...] = (
+    "point",
+    "site",
+    "status",
+    "theoretical eps",
+    "accountant eps record",
+    "accountant eps client (site-level)",
+    "accuracy (global)",
+    "accuracy (site holdout)",
+    "canary_eps_lb",
+    "eps_tilde",
+    "eps_tilde 95% CI",
+    "eps_tilde two-sided [95% CI] (side)",
+    "c_lb",
+    "ceiling",
+    "RM;RN",
+    "RM;RN two-sided",
+    "O(1)",
+    "flags",
+)
+"""The per-site table's columns (html and md). "theoretical eps" is the record-level
+guarantee that applies (the smaller of the record-level accountant's and the one client-level
+DP implies)."""
+
+
+def site_cells(point: SweepPointReport, s: SweepSiteRow) -> list[str]:
+    """A site's cells in :data:`SITE_HEADERS` order, before the flags."""
+    return [
+        point.label,
+        str(s.site_id),
+        s.status,
+        _eps_text(s.theoretical_eps, point.private),
+        fmt(s.dp_epsilon_record) if s.dp_epsilon_record is not None else "off",
+        fmt(s.dp_epsilon_client) if s.dp_epsilon_client is not None else "off",
+        fmt(s.global_accuracy),
+        fmt(s.accuracy_holdout),
+        fmt(s.canary_eps_lb),
+        fmt(s.eps_tilde),
+        fmt_interval(s.eps_tilde_interval),
+        fmt_two_sided(s),
+        fmt(s.c_lb),
+        fmt(s.ceiling),
+        fmt(s.rm_rn_eps_lb),
+        fmt(s.rm_rn_eps_lb_two_sided),
+        fmt(s.o1_eps_lb),
+    ]
+
+
+_TITLES = (
+    "theoretical_eps",
+    "dp_epsilon_record",
+    "dp_epsilon_client",
+    "global_accuracy",
+    "accuracy_holdout",
+    "canary_eps_lb",
+    "eps_tilde",
+    None,
+    "eps_tilde_two_sided",
+    "c_lb",
+    "ceiling",
+    "rm_rn_eps_lb",
+    "rm_rn_eps_lb_two_sided",
+    "o1_eps_lb",
+)
+"""The field whose unrounded value a numeric cell's title carries (from "theoretical eps")."""
+
+
+def _sites_table(report: SweepReport) -> list[str]:
+    rows = ['<table class="sortable">', th_row(SITE_HEADERS)]
+    for p in report.points:
+        for s in p.sites:
+            labels = flag_labels(s.flags)
+            badges = flag_badges(labels)
+            badges += "".join(
+                badge(f"VIOLATION: {v.label}", "violation") for v in s.bound_violations
+            )
+            if s.eps_tilde_above_accountant:
+                badges += badge("eps_tilde above DP eps (not a bound)", "above")
+            if s.status != "ok":
+                badges += badge(s.status, s.status)
+                if s.error:
+                    badges += f' <span class="error">{esc(s.error)}</span>'
+            cls = (
+                "violation"
+                if s.bound_violations
+                else s.status
+                if s.status != "ok"
+                else (
+                    "not-tight" if "c_lb not tight" in labels else "saturated" if labels else "ok"
+                )
+            )
+            cells = site_cells(p, s)
+            numeric = [
+                td(text, title=None if name is None else getattr(s, name))
+                for text, name in zip(cells[3:], _TITLES)
+            ]
+            rows.append(
+                f'<tr class="{esc(cls)}">'
+                + td(cells[0], cls="text")
+                + td(cells[1])
+                + td(cells[2], cls="text")
+                + "".join(numeric)
+                + td(badges or MISSING, raw=True, cls="text")
+                + "</tr>"
+            )
+    rows.append("</table>")
+    return rows
+
+
+def _violations(report: SweepReport) -> list[str]:
+    return violation_banner_lines(
+        [v for p in report.points for s in p.sites for v in s.bound_violations]
+    )
+
+
+def _canary_lines(report: SweepReport) -> list[str]:
+    """One banner per canary count (usually one for the whole sweep), naming its points."""
+    by_count: dict[int, list[str]] = {}
+    for p in report.points:
+        if p.canaries:
+            by_count.setdefault(p.canaries, []).append(p.label)
+    lines = []
+    for count, labels in by_count.items():
+        which = "every point" if len(labels) == len(report.points) else ", ".join(labels)
+        lines.append(f"{which}: {canary_banner(count)}")
+    return lines
+
+
+def render_sweep_html(report: SweepReport) -> str:
+    """The HTML text of ``sweep.html``."""
+    canaries = _canary_lines(report)
+    body = [
+        "<h1>PANORAMIA sweep comparison</h1>",
+        violation_banner(_violations(report)),
+        *(canary_block(line) for line in canaries),
+        f"<p>Sweep schema version {esc(report.schema_version)}; {len(report.points)} points. "
+        "Incomplete points are listed with what is missing; their available numbers are "
+        "still shown.</p>",
+        meaning_block(),
+        "<h2>Points</h2>",
+        "<p>Click a column header to sort a table by it (again to reverse).</p>",
+        *_points_table(report),
+        "<h2>Per point and site</h2>",
+        *_sites_table(report),
+        "<h2>Measured epsilon against the theoretical epsilon</h2>",
+        figure(
+            plots.sweep_eps_plot(report.points),
+            "One marker per site and point: eps_tilde one-sided and two-sided with their 95% "
+            "intervals, RM;RN and O(1) lower bounds. Non-private points sit at the 'inf' "
+            "position. Lower bounds should stay below the dotted y = eps line; eps_tilde is a "
+            "lower bound only where c_lb is tight.",
+            alt="measured vs theoretical epsilon",
+        ),
+        "<h2>Accuracy against privacy</h2>",
+        figure(
+            plots.sweep_accuracy_plot(report.points),
+            "Final-round global accuracy of each point against its theoretical eps "
+            "(max over sites); non-private points at 'inf'.",
+            alt="accuracy vs privacy",
+        ),
+        "<h2>Per site: accuracy against the accountant's epsilon</h2>",
+        figure(
+            plots.sweep_site_accuracy_plot(report.points),
+            "One panel per site: the final global accuracy (squares) and the model's accuracy "
+            "on the site's held-out records (circles) at each point, against the site's "
+            "record-level DP guarantee (log scale); points without DP at 'no DP', right.",
+            alt="accuracy vs accountant epsilon per site",
+        ),
+        "<h2>Per site: measured lower bounds against the accountant's epsilon</h2>",
+        figure(
+            plots.sweep_site_bounds_plot(report.points),
+            "One panel per site: the canary audit's and O(1)'s lower bounds and eps_tilde "
+            "(two-sided where measured) against the site's record-level DP guarantee (log "
+            "scale), with the y = x line; points without DP at 'no DP', right. A lower bound "
+            "above the line is a bound violation; the gap below it is how far the audit is "
+            "from tight. eps_tilde is a measurement, not a bound: above the line it is no "
+            "contradiction.",
+            alt="measured lower bounds vs accountant epsilon per site",
+        ),
+    ]
+    return page("PANORAMIA sweep comparison", body, data=to_jsonable(report), script=SORT_SCRIPT)
+
+
+def write_sweep_report(
+    sweep_dir: Path, points: list[SweepPoint], *, write_point_reports: bool = False
+) -> ReportFiles:
+    """Write ``sweep.json`` and a self-contained ``sweep.html`` comparing the points.
+
+    Parameters
+    ----------
+    sweep_dir
+        Where to write (created if absent).
+    points
+        The sweep's points, in display order; labels must be unique.
+    write_point_reports
+        Also write each readable point's own report files into its run directory
+        (``sweep.html`` links to them).
+
+    Returns
+    -------
+    ReportFiles
+        ``json_path``, ``html_path`` and ``md_path`` (``csv_path`` is None), and in
+        ``warnings`` a line per bound violation of any point.
+    """
+    sweep_dir = Path(sweep_dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    report = build_sweep_report(sweep_dir, points, write_point_reports=write_point_reports)
+    json_path = sweep_dir / "sweep.json"
+    json_path.write_text(
+        json.dumps(to_jsonable(report), indent=2, allow_nan=False, default=str) + "\n"
+    )
+    html_path = sweep_dir / "sweep.html"
+    html_path.write_text(render_sweep_html(report))
+    md_path = sweep_dir / "sweep.md"
+    md_path.write_text(render_sweep_markdown(report))
+    warnings = [
+        f"{VIOLATION_TITLE}: point {p.label}: {v.message}"
+        for p in report.points
+        for s in p.sites
+        for v in s.bound_violations
+    ]
+    return ReportFiles(json_path=json_path, html_path=html_path, md_path=md_path, warnings=warnings)
+
+
+def _md(text: str) -> str:
+    """Table-safe Markdown text (no newlines, escaped pipes, no raw HTML)."""
+    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
+
+
+def render_sweep_markdown(report: SweepReport) -> str:
+    """The Markdown text of ``sweep.md``: banners and the two tables (plots: sweep.html)."""
+    lines = ["# PANORAMIA sweep comparison", ""]
+    violations = _violations(report)
+    if violations:
+        lines += [f"> **{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee**"]
+        lines += [">", *[f"> - {_md(x)}" for x in violations], ""]
+    lines += [f"> **Canaries.** {_md(x)}" for x in _canary_lines(report)]
+    lines += [
+        "",
+        f"Sweep schema version {report.schema_version}; {len(report.points)} points. "
+        "Plots are in sweep.html; sweep.json holds the numbers in full.",
+        "",
+        f"> {_md(report.meaning)}",
+        "",
+        "## Points",
+        "",
+        "| point | overrides | status | DP level | canaries | theoretical eps | global accuracy "
+        "| max eps_tilde | max eps_tilde two-sided | rounds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in report.points:
+        overrides = ", ".join(f"{k}={v!r}" for k, v in p.overrides.items()) or MISSING
+        cells = [
+            p.label,
+            overrides,
+            p.status + "".join(f"; {x}" for x in p.problems),
+            p.dp_level or MISSING,
+            str(p.canaries) if p.canaries else "none",
+            _eps_text(p.theoretical_eps, p.private),
+            fmt(p.global_accuracy),
+            fmt(p.max_eps_tilde),
+            fmt(p.max_eps_tilde_two_sided),
+            str(p.rounds_completed),
+        ]
+        lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
+    lines += [
+        "",
+        "## Per point and site",
+        "",
+        "| " + " | ".join(_md(h) for h in SITE_HEADERS) + " |",
+        "|" + "|".join("---" for _ in SITE_HEADERS) + "|",
+    ]
+    for p in report.points:
+        for s in p.sites:
+            flags = flag_labels(s.flags) + [f"VIOLATION: {v.label}" for v in s.bound_violations]
+            if s.eps_tilde_above_accountant:
+                flags.append("eps_tilde above DP eps (not a bound)")
+            cells = [*site_cells(p, s), ", ".join(flags) or MISSING]
+            lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
+    lines.append("")
+    return "\n".join(lines)
