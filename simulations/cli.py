@@ -8,9 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
+from contracts.errors import UserError
 from simulations.config import ConfigError, ExperimentConfig, load_config
-from simulations.datasets import DataError
-from simulations.partition import PartitionError
 from simulations.run_dir import CONFIG_FILE
 
 
@@ -190,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
-    except (ConfigError, DataError, PartitionError, FileNotFoundError, KeyError) as err:
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"panoramia-fl: error: {message}", file=sys.stderr)
+    except UserError as err:
+        # Only errors the user can fix: anything else is a bug and keeps its traceback.
+        print(f"panoramia-fl: error: {err}", file=sys.stderr)
         return 2
 
 

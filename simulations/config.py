@@ -21,9 +21,10 @@ from pydantic import (
 )
 
 from audit.config import AuditConfig
+from contracts.errors import UserError
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file or override is invalid; the message names the key."""
 
 

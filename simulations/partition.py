@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contracts.errors import UserError
 from simulations.config import PartitionConfig
 from simulations.datasets import Dataset
 
 
-class PartitionError(ValueError):
+class PartitionError(UserError, ValueError):
     """A site cannot satisfy the requested splits; the message names the site and sizes."""
 
 
