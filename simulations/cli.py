@@ -25,6 +25,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not (run_dir / CONFIG_FILE).exists():
             raise ConfigError(f"--resume: {run_dir} has no {CONFIG_FILE}; not a run directory")
         config = load_config(run_dir / CONFIG_FILE, args.set)
+        if args.set:
+            from simulations.resume import check_resume
+
+            check_resume(load_config(run_dir / CONFIG_FILE), config, args.set, run_dir)
     elif args.config is None:
         raise ConfigError("give a CONFIG file, or --resume RUN_DIR")
     else:
