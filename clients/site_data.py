@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from audit.components import Records
+from contracts.errors import MissingFileError
 
 _PARTS = ("train", "holdout", "test", "public")
 _AXES = ("x", "y", "groups")
@@ -138,7 +139,7 @@ class SiteData:
     @classmethod
     def load(cls, path: Path) -> SiteData:
         if not path.exists():
-            raise FileNotFoundError(f"site data file not found: {path}")
+            raise MissingFileError(f"site data file not found: {path}")
         with np.load(path, allow_pickle=False) as f:
             kwargs = {key: f[key] for key in f.files if key not in ("site_id", _CANARY_KIND)}
             site_id = int(f["site_id"])

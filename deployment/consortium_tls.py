@@ -13,8 +13,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts.errors import UserError
 
-class CredentialsError(RuntimeError):
+
+class CredentialsError(UserError, RuntimeError):
     """openssl or ssh-keygen failed (the message carries its error output)."""
 
 

@@ -44,6 +44,7 @@ from flwr.serverapp import Grid, ServerApp
 from audit.components import Records
 from clients.app import SiteRuntime, build_client_app
 from clients.site_data import SiteData
+from contracts.errors import UserError
 from server.app import build_server_app
 from simulations.apps import SiteResolver, server_settings
 from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
@@ -78,7 +79,7 @@ _PHASES = ("train", "audit")
 STATE_DIR_NAME = "panoramia-state"
 
 
-class DeploymentConfigError(ValueError):
+class DeploymentConfigError(UserError, ValueError):
     """A run-config or node-config value is missing or wrong; the message names the key."""
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contracts.errors import UserError
 from ml.datasets import Dataset
 
 
@@ -42,7 +43,7 @@ class PartitionConfig(BaseModel):
         return self
 
 
-class PartitionError(ValueError):
+class PartitionError(UserError, ValueError):
     """A site cannot satisfy the requested splits; the message names the site and sizes."""
 
 

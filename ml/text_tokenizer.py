@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from contracts.errors import UserError
+
 GPT2_EOT_ID = 50256
 """GPT-2's ``<|endoftext|>`` id (one past the last BPE rank)."""
 
@@ -42,7 +44,7 @@ GPT2_RANKS_HINT = (
 )
 
 
-class TokenizerError(ValueError):
+class TokenizerError(UserError, ValueError):
     """The BPE file is missing or malformed; the message names the file."""
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from audit.result import AuditResult
+from contracts.errors import UserError
 from contracts.run_files import CLIENT_DP_LEDGER, CONFIG_FILE
 
 from .schema import (
@@ -34,7 +35,7 @@ _AUDIT_NAME = re.compile(r"^site-(-?\d+)\.json$")
 """The server's client-level DP ledger in the run directory (only with client-level DP)."""
 
 
-class ReportInputError(ValueError):
+class ReportInputError(UserError, ValueError):
     """A run directory's file is missing or malformed (the message names it)."""
 
 

@@ -209,12 +209,16 @@ def _site_round_entry(metrics: dict[str, float], client_epsilon: float | None) -
 
 
 def run_audits(
-    grid: Grid, settings: ServerSettings, site_of_node: dict[int, int], state: StateDict
+    grid: Grid,
+    settings: ServerSettings,
+    site_of_node: dict[int, int],
+    state: StateDict,
+    model_round: int,
 ) -> None:
-    """Send the final model to every site still missing an audit, in one message each;
-    write each site's result as soon as it arrives."""
+    """Send the final model (of round ``model_round``) to every site still missing an audit
+    of it, in one message each; write each site's result as soon as it arrives."""
     run_dir = settings.run_dir
-    todo = sites_needing_audit(run_dir, sorted(site_of_node.values()))
+    todo = sites_needing_audit(run_dir, sorted(site_of_node.values()), model_round)
     if not todo:
         return
     node_of_site = {s: n for n, s in site_of_node.items()}
@@ -234,7 +238,8 @@ def run_audits(
         for reply in grid.pull_messages(pending):
             pending.discard(reply.metadata.reply_to_message_id)
             site = site_of_node.get(reply.metadata.src_node_id, -1)
-            write_site_audit(run_dir, site, _site_audit_payload(site, reply))
+            payload = {**_site_audit_payload(site, reply), "model_round": model_round}
+            write_site_audit(run_dir, site, payload)
             bar.update(1)
         time.sleep(0.2)
     bar.close()
@@ -282,7 +287,7 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         nodes = _wait_for_nodes(grid, settings.num_sites, settings.node_wait_s)
         site_of_node = _site_map(grid, nodes, settings.timeout_s)
-        state = None
+        state, model_round = None, settings.rounds
         if "train" in settings.phases:
             state = run_training(grid, settings, site_of_node)
             save_checkpoint(
@@ -293,7 +298,8 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
             )
         if "audit" in settings.phases:
             if state is None:
-                state = load_checkpoint(settings.run_dir / FINAL_NAME).state_dict
-            run_audits(grid, settings, site_of_node, state)
+                final = load_checkpoint(settings.run_dir / FINAL_NAME)
+                state, model_round = final.state_dict, final.round
+            run_audits(grid, settings, site_of_node, state, model_round)
 
     return app

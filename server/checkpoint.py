@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from contracts.errors import MissingFileError
+
 FINAL_NAME = "global_model.pt"
 _ROUND_RE = re.compile(r"round-(\d+)\.pt$")
 
@@ -38,7 +40,7 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
 
 def load_checkpoint(path: Path) -> Checkpoint:
     if not path.exists():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+        raise MissingFileError(f"checkpoint not found: {path}")
     data = torch.load(path, map_location="cpu", weights_only=True)
     return Checkpoint(
         round=int(data["round"]), state_dict=data["state_dict"], meta=dict(data.get("meta", {}))

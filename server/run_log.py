@@ -70,11 +70,16 @@ def read_site_audit(run_dir: Path, site_id: int) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def sites_needing_audit(run_dir: Path, site_ids: list[int]) -> list[int]:
-    """Sites with no audit file, or whose audit failed."""
+def sites_needing_audit(
+    run_dir: Path, site_ids: list[int], model_round: int | None = None
+) -> list[int]:
+    """Sites with no audit file, whose audit failed, or (given ``model_round``) whose audit
+    is of another final model: a resumed run that trained more rounds audits again. Files
+    that do not say which round they audited count as current."""
     todo = []
     for site in site_ids:
-        done = read_site_audit(run_dir, site)
-        if done is None or done.get("status") != "ok":
+        done = read_site_audit(run_dir, site) or {}
+        stale = model_round is not None and done.get("model_round", model_round) != model_round
+        if done.get("status") != "ok" or stale:
             todo.append(site)
     return todo

@@ -78,7 +78,15 @@ class SiteAwareMixin(FedAvg):
     ) -> Iterable[Message]:
         chosen = set(self.sites_for_round(server_round))
         messages = super().configure_train(server_round, arrays, config, grid)
-        return [m for m in messages if self.site_of_node.get(m.metadata.dst_node_id) in chosen]
+        kept = [m for m in messages if self.site_of_node.get(m.metadata.dst_node_id) in chosen]
+        for message in kept:
+            # Flower counts the rounds of each start from 1; the sites seed their training by
+            # the round, so a resumed run must send the global one (or it would replay the
+            # seeds, DP-SGD noise included, of its first rounds).
+            message.content.config_records["config"]["server-round"] = (
+                self.round_offset + server_round
+            )
+        return kept
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]

@@ -8,8 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from ml.datasets import DataError
-from ml.partition import PartitionError
+from contracts.errors import UserError
 from simulations.config import ConfigError, ExperimentConfig, load_config
 from simulations.run_dir import CONFIG_FILE
 
@@ -26,6 +25,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not (run_dir / CONFIG_FILE).exists():
             raise ConfigError(f"--resume: {run_dir} has no {CONFIG_FILE}; not a run directory")
         config = load_config(run_dir / CONFIG_FILE, args.set)
+        if args.set:
+            from simulations.resume import check_resume
+
+            check_resume(load_config(run_dir / CONFIG_FILE), config, args.set, run_dir)
     elif args.config is None:
         raise ConfigError("give a CONFIG file, or --resume RUN_DIR")
     else:
@@ -190,9 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
-    except (ConfigError, DataError, PartitionError, FileNotFoundError, KeyError) as err:
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"panoramia-fl: error: {message}", file=sys.stderr)
+    except UserError as err:
+        # Only errors the user can fix: anything else is a bug and keeps its traceback.
+        print(f"panoramia-fl: error: {err}", file=sys.stderr)
         return 2
 
 

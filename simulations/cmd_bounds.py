@@ -25,13 +25,14 @@ import numpy as np
 from audit.bounds import ceiling, lower_bound, thresholds_tried
 from audit.o1 import o1_lower_bound
 from audit.sides import SIDES, oriented
+from contracts.errors import UserError
 
 EXIT_USAGE = 2
 _TRUE = {"1", "1.0", "true"}
 _FALSE = {"0", "0.0", "false"}
 
 
-class InputError(Exception):
+class InputError(UserError):
     """A problem with the input file; the message names the file and the column."""
 
 

@@ -21,10 +21,11 @@ from pydantic import (
 )
 
 from audit.config import AuditConfig
+from contracts.errors import UserError
 from ml.partition import PartitionConfig
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file or override is invalid; the message names the key."""
 
 

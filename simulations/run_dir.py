@@ -14,7 +14,7 @@ from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR
 from ml.canaries import draw_canaries
 from ml.datasets import Dataset, load_dataset
 from ml.partition import SiteSplit, partition, partition_summary
-from simulations.config import ExperimentConfig, dump_config
+from simulations.config import ConfigError, ExperimentConfig, dump_config, load_config
 
 PARTITION_FILE = "partition.json"
 DATASET_FILE = "dataset.json"
@@ -87,20 +87,49 @@ def site_data(dataset: Dataset, split: SiteSplit) -> SiteData:
     )
 
 
+def _data_keys(config: ExperimentConfig) -> tuple:
+    """What the partition and the site files are made from."""
+    return (config.seed, config.data, config.partition, config.audit.canaries)
+
+
+def _prepared(config: ExperimentConfig, run_dir: Path) -> bool:
+    """Whether ``run_dir`` already holds this config's partition and site files.
+
+    ``dataset.json`` is written last, so a preparation cut short reads as not prepared.
+    """
+    if not (run_dir / DATASET_FILE).exists() or not (run_dir / CONFIG_FILE).exists():
+        return False
+    try:
+        stored = load_config(run_dir / CONFIG_FILE)
+    except ConfigError:
+        return False
+    sites = range(config.partition.num_sites)
+    return _data_keys(stored) == _data_keys(config) and all(
+        site_file(run_dir, s).exists() for s in sites
+    )
+
+
 def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     """Write config, partition summary and site files; idempotent for the same config.
 
-    With ``audit.canaries`` > 0 each site file also holds the site's canaries and coins
-    (:func:`ml.canaries.draw_canaries`).
+    A run directory already prepared from the same data keys (seed, data, partition,
+    canaries) keeps its partition and site files: only ``config.yaml`` is rewritten, and
+    only when it changed. With ``audit.canaries`` > 0 each site file also holds the site's
+    canaries and coins (:func:`ml.canaries.draw_canaries`).
     """
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(dump_config(config))
+    text = dump_config(config)
+    if _prepared(config, run_dir):
+        if (run_dir / CONFIG_FILE).read_text() != text:
+            (run_dir / CONFIG_FILE).write_text(text)
+        return DatasetMeta.read(run_dir)
+    # The data first: a config whose data cannot be loaded leaves the directory as it was.
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
+    (run_dir / DATASET_FILE).unlink(missing_ok=True)
+    (run_dir / CONFIG_FILE).write_text(text)
     sites = partition(dataset, config.partition, seed=config.seed)
     summary = partition_summary(dataset, sites, scheme=config.partition.scheme, seed=config.seed)
     (run_dir / PARTITION_FILE).write_text(json.dumps(summary, indent=1))
-    meta = DatasetMeta.of(dataset)
-    (run_dir / DATASET_FILE).write_text(json.dumps(meta.__dict__))
 
     for split in sites:
         data = site_data(dataset, split)
@@ -118,6 +147,8 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
             x=dataset.public_x,
             **{key: value for key, value in optional.items() if value is not None},
         )
+    meta = DatasetMeta.of(dataset)
+    (run_dir / DATASET_FILE).write_text(json.dumps(meta.__dict__))
     return meta
 
 

@@ -167,7 +167,7 @@ def run_experiment(
             log.info("resuming after round %d", load_checkpoint(last).round)
         phases.append((("train",), train))
     sites = list(range(config.partition.num_sites))
-    if config.audit.enabled and sites_needing_audit(run_dir, sites):
+    if config.audit.enabled and sites_needing_audit(run_dir, sites, config.fl.rounds):
         t = time.time()
         cpus, gpus = audit
         if _train_reference_models(

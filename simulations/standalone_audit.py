@@ -6,6 +6,7 @@ from pathlib import Path
 
 from audit.components import Records
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
+from contracts.errors import UserError
 from ml.datasets import load_dataset
 from ml.partition import partition
 from ml.saved_models import load_global_model
@@ -23,7 +24,7 @@ def audit_saved_model(
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     sites = partition(dataset, config.partition, seed=config.seed)
     if not 0 <= site < len(sites):
-        raise KeyError(f"--site: {site} is not one of the run's sites 0..{len(sites) - 1}")
+        raise UserError(f"--site: {site} is not one of the run's sites 0..{len(sites) - 1}")
     split = sites[site]
 
     data = site_data(dataset, split)

@@ -70,12 +70,15 @@ def test_result_is_consistent(result: AuditResult) -> None:
     assert len(result.repeats) == 2
     for rep in result.repeats:
         assert rep.eps_tilde == max(0.0, rep.c_eps_lb - rep.c_lb)
-        assert rep.c_lb >= 0 and rep.c_eps_lb >= 0
         # Scores are tie-broken, so no bound can pass the perfect scorer's.
         assert rep.ceiling >= rep.c_lb and rep.ceiling >= rep.c_eps_lb
+        # c_lb and {c+eps}_lb are the baseline's and the MIA's bounds, clipped at 0.
         assert rep.c_lb == max(0.0, rep.baseline.lower_bound)
-        assert rep.rm_rn_eps_lb is not None and rep.rm_rn_eps_lb >= 0
-        assert rep.o1_eps_lb is not None and rep.o1_eps_lb >= 0
+        assert rep.c_eps_lb == max(0.0, rep.mia.lower_bound)
+        # RM;RN's game is as large as its members allow: a real ceiling, not passed.
+        assert rep.rm_rn_eps_lb is not None and rep.rm_rn_ceiling is not None
+        assert rep.rm_rn_ceiling > 1.0 and rep.rm_rn_eps_lb <= rep.rm_rn_ceiling
+        assert rep.o1_eps_lb is not None
         assert len(rep.baseline_curve.recall) == len(rep.mia_curve.bound) == 20
         assert max(rep.mia_curve.bound) <= rep.mia.lower_bound + 1e-12
         assert rep.scores is not None and len(rep.scores["mia"]) == rep.m
@@ -84,6 +87,7 @@ def test_result_is_consistent(result: AuditResult) -> None:
     assert result.c_lb == Interval.of([r.c_lb for r in result.repeats])
     assert result.eps_tilde == Interval.of([r.eps_tilde for r in result.repeats])
     assert result.rm_rn_eps_lb == Interval.of([r.rm_rn_eps_lb for r in result.repeats])
+    assert result.o1_eps_lb == Interval.of([r.o1_eps_lb for r in result.repeats])
     assert result.ceiling == pytest.approx(np.mean([r.ceiling for r in result.repeats]))
     assert result.ceiling >= result.c_lb.mean
     s = result.sizes
@@ -97,8 +101,21 @@ def test_result_is_consistent(result: AuditResult) -> None:
         "mia_auc",
     ):
         assert key in result.quality
-    for key in ("generator_fit", "helper", "baseline", "mia", "rm_rn", "o1", "total"):
-        assert result.timings[key] >= 0
+    # Every stage is timed, once per audit (summed over repeats), within the total.
+    stages = {k: v for k, v in result.timings.items() if k != "total"}
+    assert set(stages) == {
+        "split",
+        "generator_fit",
+        "sampling",
+        "helper",
+        "reference_models",
+        "features",
+        "baseline",
+        "mia",
+        "rm_rn",
+        "o1",
+    }
+    assert min(stages.values()) > 0 and sum(stages.values()) <= result.timings["total"]
     # The reference pool is real data: the baseline should not separate it from members.
     assert result.quality["baseline_auc"] < 0.75
 

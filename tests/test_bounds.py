@@ -23,6 +23,7 @@ from audit.bounds import (
     lower_bound,
     thresholds_tried,
 )
+from audit.o1 import o1_lower_bound
 from simulations import cmd_bounds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -320,7 +321,11 @@ def test_cli_csv_and_npz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     rc, out, _ = _run_cli(["bounds", str(npz_path), "--o1"], capsys)
     assert rc == 0
     got = json.loads(out)
-    assert got["bound"] == "o1" and got["lower_bound"] >= 0 and got["n_pairs_tried"] > 0
+    o1 = o1_lower_bound(t, s, beta=0.05)
+    assert got["bound"] == "o1" and got["n_pairs_tried"] == o1.n_pairs_tried
+    assert got["lower_bound"] == pytest.approx(o1.lower_bound, rel=1e-12)
+    assert (got["guesses"], got["correct"]) == (o1.guesses, o1.correct)
+    assert got["lower_bound"] > 1.0  # a signal of 1.5 standard deviations is detected
 
 
 def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from clients.site_data import SiteData
+from reporting import REPORT_SCHEMA_VERSION
 from simulations.cli import main as cli_main
 from simulations.config import validate_config
 from simulations.run_dir import site_file
@@ -63,7 +64,7 @@ def test_every_site_reports_and_failure_is_isolated(run_dir):
 
 def test_report_files_agree_with_audits(run_dir):
     report = json.loads((run_dir / "report.json").read_text())
-    assert report["schema_version"] >= 1
+    assert report["schema_version"] == REPORT_SCHEMA_VERSION
     audits = _audits(run_dir)
     with open(run_dir / "report.csv") as fh:
         rows = {int(r["site_id"]): r for r in csv.DictReader(fh)}

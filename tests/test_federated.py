@@ -1,4 +1,5 @@
-"""Real Flower simulations on Ray (sklearn digits, 3 sites): plain, DP-SGD, resume."""
+"""Real Flower simulations on Ray (sklearn digits, 3 sites): plain, DP-SGD, resume (slow);
+local training with FedProx and the DP ledger (fast)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ from simulations.apps import make_task
 from simulations.config import validate_config
 from simulations.run_dir import DatasetMeta
 from simulations.runner import run_experiment
-
-pytestmark = pytest.mark.slow
 
 
 def _config(**sections):
@@ -46,6 +45,7 @@ def plain_run(tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.slow
 def test_rounds_metrics_and_checkpoints(plain_run):
     rounds = _rounds(plain_run)
     assert [r["round"] for r in rounds] == [1, 2]
@@ -60,6 +60,7 @@ def test_rounds_metrics_and_checkpoints(plain_run):
     assert (plain_run / "config.yaml").exists()
 
 
+@pytest.mark.slow
 def test_global_model_loader_round_trip(plain_run):
     model, checkpoint = load_global_model(plain_run / "global_model.pt")
     assert checkpoint.round == 2
@@ -71,6 +72,7 @@ def test_global_model_loader_round_trip(plain_run):
     assert scores["accuracy"] == pytest.approx(_rounds(plain_run)[-1]["global_accuracy"])
 
 
+@pytest.mark.slow
 def test_resume_reruns_only_missing_rounds(plain_run):
     first = round_path(plain_run, 1)
     before = first.stat().st_mtime_ns
@@ -84,6 +86,7 @@ def test_resume_reruns_only_missing_rounds(plain_run):
     assert load_checkpoint(plain_run / "global_model.pt").round == 2
 
 
+@pytest.mark.slow
 def test_dp_epsilon_accumulates_to_target(tmp_path):
     run_dir = tmp_path / "dp"
     config = _config(dp={"enabled": True, "target_epsilon": 2.0, "delta": 1e-5})
@@ -98,6 +101,7 @@ def test_dp_epsilon_accumulates_to_target(tmp_path):
     assert not any(k.startswith("_module.") for k in checkpoint.state_dict)
 
 
+@pytest.mark.slow
 def test_partial_participation_is_seeded(tmp_path):
     config = _config(fl={"rounds": 2, "fraction_train": 0.67, "strategy": "fedadam"})
     run_experiment(config, tmp_path / "a", write_report=False)

@@ -62,8 +62,9 @@ ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
     "server": frozenset({"contracts"}),
     "clients": frozenset({"contracts", "audit"}),
     # audit.tabular.attributes (tabular encoding), clients.training.run_epoch (one local
-    # epoch, shared by every trainer) and server.checkpoint (the saved global model's format)
-    "ml": frozenset({"audit", "clients", "server"}),
+    # epoch, shared by every trainer), server.checkpoint (the saved global model's format) and
+    # contracts.errors (user errors)
+    "ml": frozenset({"audit", "clients", "contracts", "server"}),
     "reporting": frozenset({"audit", "contracts"}),  # result types and file names only
     "simulations": frozenset({"audit", "contracts", "server", "clients", "ml", "reporting"}),
     "deployment": frozenset(

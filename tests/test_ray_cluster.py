@@ -52,11 +52,21 @@ def test_experiment_runs_on_an_existing_ray_cluster(tmp_path):
     assert not [pid for pid, start in seen if is_alive(pid, start)]
     assert not temp_dir.exists()
 
-    assert outcome.timings["total_s"] > 0
+    parts = {k: v for k, v in outcome.timings.items() if k != "total_s"}
+    assert set(parts) == {"data_s", "train+audit_s", "report_s"}
+    assert min(parts.values()) > 0 and sum(parts.values()) <= outcome.timings["total_s"]
     rounds = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds] == [1] and set(rounds[0]["sites"]) == {"0", "1"}
+    partition = json.loads((run_dir / "partition.json").read_text())["sites"]
     for site in (0, 1):
         audit = json.loads((run_dir / "audits" / f"site-{site}.json").read_text())
         assert audit["status"] == "ok", audit.get("error")
-        assert audit["result"]["c_lb"]["mean"] >= 0
+        # The audit of this site's members, of the final model, with its numbers consistent.
+        assert audit["model_round"] == 1 and audit["n_members"] == partition[site]["train"]
+        result = audit["result"]
+        assert result["sizes"]["members"] == audit["n_members"]
+        c_lb = [rep["c_lb"] for rep in result["repeats"]]
+        assert result["c_lb"]["mean"] == pytest.approx(sum(c_lb) / len(c_lb))
+        for rep in result["repeats"]:
+            assert rep["eps_tilde"] == pytest.approx(max(0.0, rep["c_eps_lb"] - rep["c_lb"]))
     assert (run_dir / "report.json").exists()

@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from contracts.errors import UnknownNameError, UserError
 
-class DataError(ValueError):
+
+class DataError(UserError, ValueError):
     """A data file is missing, corrupt or does not fit the config; the message says which."""
 
 
@@ -96,7 +98,7 @@ def loader_spec(name: str) -> LoaderSpec:
     if name not in _LOADERS:
         _load_builtins()
     if name not in _LOADERS:
-        raise KeyError(f"data.name: unknown dataset {name!r}; known: {sorted(_LOADERS)}")
+        raise UnknownNameError(f"data.name: unknown dataset {name!r}; known: {sorted(_LOADERS)}")
     return _LOADERS[name]
 
 
@@ -108,7 +110,7 @@ def parse_options(name: str, options: dict[str, Any]) -> LoaderOptions:
     except ValidationError as err:
         first = err.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
-        raise ValueError(f"data.options.{key}: {first['msg']}") from None
+        raise DataError(f"data.options.{key}: {first['msg']}") from None
 
 
 def load_dataset(

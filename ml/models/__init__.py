@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from contracts.errors import UnknownNameError
+
 ModelBuilder = Callable[..., torch.nn.Module]
 
 
@@ -59,7 +61,7 @@ def model_spec(name: str) -> ModelSpec:
     if name not in _MODELS:
         _load_builtins(until=name)
     if name not in _MODELS:
-        raise KeyError(f"model.name: unknown model {name!r}; known: {sorted(_MODELS)}")
+        raise UnknownNameError(f"model.name: unknown model {name!r}; known: {sorted(_MODELS)}")
     return _MODELS[name]
 
 

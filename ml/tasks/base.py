@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from clients.training import run_epoch
+from contracts.errors import UnknownNameError
 from ml.models import model_spec
 
 
@@ -181,6 +182,6 @@ _TASK_MODULES = {
 def build_task(modality: str, **kwargs: Any) -> TorchTask:
     """Build the task class of ``modality`` (its module defines ``TASK_CLASS``)."""
     if modality not in _TASK_MODULES:
-        raise KeyError(f"unknown modality {modality!r}; known: {sorted(_TASK_MODULES)}")
+        raise UnknownNameError(f"unknown modality {modality!r}; known: {sorted(_TASK_MODULES)}")
     module = importlib.import_module(_TASK_MODULES[modality])
     return module.TASK_CLASS(modality=modality, **kwargs)

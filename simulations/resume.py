@@ -1,0 +1,113 @@
+"""What ``run --resume RUN --set KEY=VALUE`` may change: nothing that was already trained.
+
+A resumed run continues the rounds, checkpoints and audits on disk. An override may change
+how the rest runs (``resources.*``, ``ray.*``, the audit settings ``audit.*``, ``name``,
+``output_dir``) or extend ``fl.rounds``; a key that shaped the sites' data, the model or the
+rounds already trained is refused, naming the key and why, before anything on disk changes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from server.checkpoint import FINAL_NAME, latest_round_checkpoint, load_checkpoint
+from simulations.config import ConfigError, ExperimentConfig
+
+RESUMABLE = ("name", "output_dir", "resources", "ray", "audit")
+"""Top-level keys (and sections) a resumed run may change."""
+
+_TRAINED = {
+    "seed": "it drew the partition, the sites' data files and the training",
+    "data": "the sites' data files were cut from this dataset",
+    "partition": "the sites' data files were cut by this partition",
+    "model": "the checkpoints hold this model",
+    "fl": "the rounds already trained used it",
+    "dp": "the rounds already trained, and their privacy ledgers, used it",
+}
+_CANARIES = "audit.canaries"
+_ALLOWED = (
+    "resources.*, ray.*, audit.* (but audit.canaries), name, output_dir, and fl.rounds "
+    "no lower than the rounds done"
+)
+
+
+def rounds_done(run_dir: Path) -> int:
+    """The last round with a checkpoint (or of the final model), 0 when none."""
+    done = 0
+    latest = latest_round_checkpoint(run_dir)
+    if latest is not None:
+        done = load_checkpoint(latest).round
+    if (run_dir / FINAL_NAME).exists():
+        done = max(done, load_checkpoint(run_dir / FINAL_NAME).round)
+    return done
+
+
+def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict) and node:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_leaves(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): node}
+
+
+def changed_keys(old: ExperimentConfig, new: ExperimentConfig) -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (old value, new value) for every leaf that differs."""
+    a, b = _leaves(old.model_dump(mode="json")), _leaves(new.model_dump(mode="json"))
+    return {k: (a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
+
+
+def _refusal(key: str, old: ExperimentConfig, new: ExperimentConfig, done: int) -> str | None:
+    """Why ``key`` may not change on resume, or ``None`` when it may."""
+    top = key.split(".", 1)[0]
+    if key == _CANARIES or key.startswith(_CANARIES + "."):
+        return "the canaries are in the sites' data files and were trained on"
+    if top in RESUMABLE:
+        return None
+    if key == "fl.rounds":
+        if new.fl.rounds < done:
+            return f"{done} rounds are already trained; fl.rounds must be at least {done}"
+        dp = old.dp
+        if (dp.record_level and dp.target_epsilon is not None) or (
+            dp.client_level and dp.client.target_epsilon is not None
+        ):
+            return (
+                "the DP noise of the rounds already trained was calibrated to the target "
+                f"epsilon over fl.rounds={old.fl.rounds}"
+            )
+        return None
+    return _TRAINED.get(top, "the rounds already trained used it")
+
+
+def _named(leaf: str, overrides: list[str]) -> str:
+    """The ``--set`` key that changed ``leaf`` (the leaf itself when none did)."""
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if leaf == key or leaf.startswith(key + ".") or key.startswith(leaf + "."):
+            return key
+    return leaf
+
+
+def check_resume(
+    old: ExperimentConfig, new: ExperimentConfig, overrides: list[str], run_dir: Path
+) -> None:
+    """Raise :class:`ConfigError` when ``new`` changes what ``run_dir`` already trained."""
+    changes = changed_keys(old, new)
+    if not changes:
+        return
+    done = rounds_done(run_dir)
+    refused: dict[str, list[str]] = {}
+    for leaf, (before, after) in changes.items():
+        why = _refusal(leaf, old, new, done)
+        if why is not None:
+            key = _named(leaf, overrides)
+            what = "" if leaf == key else f"{leaf} "
+            refused.setdefault(key, []).append(f"{what}{before!r} -> {after!r}: {why}")
+    if refused:
+        lines = "; ".join(f"{key} ({'; '.join(whys)})" for key, whys in refused.items())
+        raise ConfigError(
+            f"--resume {run_dir}: cannot change {lines}. A resumed run keeps what was "
+            f"already trained: it may change only {_ALLOWED}; start a new run (another --out) "
+            "to change the rest"
+        )

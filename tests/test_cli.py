@@ -1,0 +1,256 @@
+"""The CLI's error contract and what ``run --resume --set`` may change (no Ray: fast)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import reporting
+import simulations.runner
+from contracts.errors import MissingFileError, UnknownNameError, UserError
+from ml.datasets import DataError
+from ml.partition import PartitionError
+from reporting import ReportInputError
+from server.checkpoint import Checkpoint, round_path, save_checkpoint
+from simulations.cli import main as cli_main
+from simulations.config import ConfigError, validate_config
+from simulations.resume import check_resume
+from simulations.run_dir import prepare_run_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+RAW = {
+    "name": "cli",
+    "seed": 3,
+    "data": {"name": "digits"},
+    "partition": {"scheme": "iid", "num_sites": 2},
+    "fl": {"rounds": 3, "local_epochs": 1, "batch_size": 32},
+    "resources": {"num_cpus": 2},
+    "audit": {"enabled": False},
+}
+
+
+def _raw(**sections) -> dict:
+    raw = {k: dict(v) if isinstance(v, dict) else v for k, v in RAW.items()}
+    for key, value in sections.items():
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+    return raw
+
+
+def _files(run_dir: Path) -> dict[str, bytes]:
+    """config.yaml, partition.json, dataset.json and every site file, byte for byte."""
+    paths = [run_dir / n for n in ("config.yaml", "partition.json", "dataset.json")]
+    paths += sorted((run_dir / "sites").glob("*.npz"))
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in paths}
+
+
+def _mtimes(run_dir: Path) -> dict[str, int]:
+    return {str(p.relative_to(run_dir)): p.stat().st_mtime_ns for p in run_dir.rglob("*.npz")}
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    """A prepared run directory with rounds 1 and 2 of 3 checkpointed (as after a kill)."""
+    run_dir = tmp_path / "run"
+    prepare_run_dir(validate_config(_raw()), run_dir)
+    for r in (1, 2):
+        save_checkpoint(
+            round_path(run_dir, r), Checkpoint(round=r, state_dict={"w": torch.zeros(1)}, meta={})
+        )
+    return run_dir
+
+
+def _error_line(capsys) -> str:
+    """The one line of a user error (after the run directory's, which ``run`` prints)."""
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith("run directory: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_user_errors_share_one_base_and_keep_their_builtin_bases():
+    for cls in (ConfigError, DataError, PartitionError, ReportInputError):
+        assert issubclass(cls, UserError) and issubclass(cls, ValueError)
+    assert issubclass(UnknownNameError, KeyError) and issubclass(MissingFileError, OSError)
+    # A KeyError quotes its message; the registry's error reads as written.
+    assert str(UnknownNameError("data.name: unknown dataset 'x'")) == (
+        "data.name: unknown dataset 'x'"
+    )
+
+
+def test_a_missing_config_is_one_line_and_exit_2(tmp_path, capsys):
+    assert cli_main(["run", str(tmp_path / "nope.yaml")]) == 2
+    line = _error_line(capsys)
+    assert line == f"panoramia-fl: error: config file not found: {tmp_path / 'nope.yaml'}"
+
+
+def test_an_unknown_dataset_name_is_one_line_and_exit_2(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(_raw(data={"name": "no_such_data"})))
+    assert cli_main(["run", str(config), "--out", str(tmp_path / "out")]) == 2
+    line = _error_line(capsys)
+    assert line.startswith("panoramia-fl: error: data.name: unknown dataset 'no_such_data'; ")
+    assert "'digits'" in line
+    assert not (tmp_path / "out" / "config.yaml").exists()  # so fixing the name just works
+
+
+def test_a_bad_site_for_audit_is_one_line_and_exit_2(run_dir, capsys):
+    ckpt = round_path(run_dir, 2)
+    argv = ["audit", str(ckpt), "--config", str(run_dir / "config.yaml"), "--site", "5"]
+    assert cli_main(argv) == 2
+    line = _error_line(capsys)
+    assert line == "panoramia-fl: error: --site: 5 is not one of the run's sites 0..1"
+
+
+def test_a_missing_checkpoint_is_one_line_and_exit_2(run_dir, capsys):
+    missing = run_dir / "nope.pt"
+    argv = ["audit", str(missing), "--config", str(run_dir / "config.yaml"), "--site", "0"]
+    assert cli_main(argv) == 2
+    assert _error_line(capsys) == f"panoramia-fl: error: checkpoint not found: {missing}"
+
+
+def test_an_internal_error_is_not_dressed_as_a_user_error(tmp_path, monkeypatch):
+    """A missing record key is a bug: it propagates (traceback, exit 1), not `error: ...`."""
+
+    def broken(run_dir):
+        raise KeyError("dp-epsilon")
+
+    monkeypatch.setattr(reporting, "write_report", broken)
+    with pytest.raises(KeyError, match="dp-epsilon"):
+        cli_main(["report", str(tmp_path)])
+
+    code = (
+        "import sys, reporting as r\n"
+        "def broken(run_dir):\n"
+        "    raise KeyError('dp-epsilon')\n"
+        "r.write_report = broken\n"
+        "from simulations.cli import main\n"
+        f"sys.exit(main(['report', {str(tmp_path)!r}]))\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback (most recent call last)" in proc.stderr
+    assert proc.stderr.rstrip().endswith("KeyError: 'dp-epsilon'")
+    assert "panoramia-fl: error" not in proc.stderr
+
+
+def test_resume_refuses_a_new_seed_and_changes_nothing(run_dir, capsys):
+    before, mtimes = _files(run_dir), _mtimes(run_dir)
+    assert cli_main(["run", "--resume", str(run_dir), "--set", "seed=1"]) == 2
+    line = _error_line(capsys)
+    assert line.startswith(f"panoramia-fl: error: --resume {run_dir}: cannot change seed (3 -> 1")
+    assert "partition" in line
+    assert _files(run_dir) == before and _mtimes(run_dir) == mtimes
+
+
+def test_resume_names_every_refused_key(run_dir, capsys):
+    before = _files(run_dir)
+    argv = ["run", "--resume", str(run_dir), "--set", "resources.num_cpus=1"]
+    argv += [
+        "--set",
+        "model.name=tiny",
+        "--set",
+        "dp.noise_multiplier=1",
+        "--set",
+        "dp.level=record",
+    ]
+    argv += ["--set", "partition.alpha=0.1", "--set", "fl.learning_rate=0.1"]
+    assert cli_main(argv) == 2
+    line = _error_line(capsys)
+    for key in ("model.name", "dp.level", "dp.noise_multiplier", "partition.alpha"):
+        assert f"{key} (" in line
+    assert "fl.learning_rate (0.001 -> 0.1: the rounds already trained used it)" in line
+    assert "resources.num_cpus (" not in line  # allowed, so not named
+    assert _files(run_dir) == before
+
+
+def test_resume_refuses_fewer_rounds_than_done(run_dir, capsys):
+    before = _files(run_dir)
+    assert cli_main(["run", "--resume", str(run_dir), "--set", "fl.rounds=1"]) == 2
+    line = _error_line(capsys)
+    assert "fl.rounds (3 -> 1: 2 rounds are already trained; fl.rounds must be at least 2)" in line
+    assert _files(run_dir) == before
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Run the CLI's resume path for real up to the simulation, which is recorded instead."""
+    calls: list[tuple[str, ...]] = []
+
+    def simulate(config, meta, run_dir, *, phases, **_):
+        calls.append(phases)
+
+    monkeypatch.setattr(simulations.runner, "_simulate", simulate)
+    monkeypatch.setattr(reporting, "write_report", lambda run_dir: None)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "value"),
+    [("resources.num_cpus=1", "resources", {"num_cpus": 1}), ("fl.rounds=5", "fl", {"rounds": 5})],
+)
+def test_resume_accepts_resources_and_more_rounds(run_dir, no_training, override, key, value):
+    before, mtimes = _files(run_dir), _mtimes(run_dir)
+    assert cli_main(["run", "--resume", str(run_dir), "--set", override]) == 0
+    assert no_training == [("train",)]
+    after = _files(run_dir)
+    # Only config.yaml changes, by exactly the override; no site file is rewritten.
+    stored = yaml.safe_load(after.pop("config.yaml"))
+    expected = validate_config(_raw(**{key: value})).model_dump(mode="json")
+    assert stored == expected
+    assert after == {k: v for k, v in before.items() if k != "config.yaml"}
+    assert _mtimes(run_dir) == mtimes
+
+
+def test_resume_allows_audit_settings_but_not_canaries(run_dir):
+    old = validate_config(_raw())
+    new = validate_config(_raw(audit={"enabled": True, "use_holdout": False}))
+    check_resume(old, new, ["audit.enabled=true", "audit.use_holdout=false"], run_dir)
+    canaries = validate_config(_raw(audit={"enabled": True, "canaries": 20}))
+    with pytest.raises(ConfigError, match=r"cannot change audit\.canaries \(0 -> 20: the canar"):
+        check_resume(old, canaries, ["audit.canaries=20", "audit.enabled=true"], run_dir)
+
+
+@pytest.mark.parametrize(
+    "dp",
+    [
+        {"enabled": True, "target_epsilon": 4.0},
+        {"level": "client", "client": {"target_epsilon": 4.0}},
+    ],
+)
+def test_more_rounds_are_refused_when_dp_noise_was_calibrated_to_them(tmp_path, dp):
+    old = validate_config(_raw(dp=dp))
+    with pytest.raises(ConfigError, match=r"fl\.rounds \(3 -> 4: the DP noise .* fl\.rounds=3"):
+        check_resume(old, validate_config(_raw(dp=dp, fl={"rounds": 4})), ["fl.rounds=4"], tmp_path)
+    fixed = {**dp, "target_epsilon": None, "noise_multiplier": 1.0}
+    if "client" in dp:
+        fixed = {"level": "client", "client": {"noise_multiplier": 1.0}}
+    old = validate_config(_raw(dp=fixed))
+    check_resume(old, validate_config(_raw(dp=fixed, fl={"rounds": 4})), ["fl.rounds=4"], tmp_path)
+
+
+def test_a_partly_prepared_run_dir_is_prepared_again(tmp_path):
+    """dataset.json is written last: without it the site files are not trusted."""
+    config = validate_config(_raw())
+    run_dir = tmp_path / "run"
+    prepare_run_dir(config, run_dir)
+    site = run_dir / "sites" / "site-1.npz"
+    good = site.read_bytes()
+    site.write_bytes(b"torn")
+    prepare_run_dir(config, run_dir)
+    assert site.read_bytes() == b"torn"  # prepared: kept as it is
+    (run_dir / "dataset.json").unlink()
+    prepare_run_dir(config, run_dir)
+    assert site.read_bytes() == good and (run_dir / "dataset.json").exists()
