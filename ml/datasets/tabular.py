@@ -27,7 +27,7 @@ import pandas as pd
 from pydantic import Field
 
 from audit.tabular.attributes import attributes_from_schema, rare_value_summary
-from ml.datasets import DataError, Dataset, LoaderOptions, register_dataset
+from ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
 
 MISSING_LEVEL = "<missing>"
 
@@ -234,7 +234,7 @@ class RandHIEOptions(LoaderOptions):
     max_rows: int | None = Field(None, ge=10, description="use the first N rows")
 
 
-@register_dataset("randhie", options=RandHIEOptions)
+@DATASETS.register("randhie", options=RandHIEOptions)
 def randhie(root: Path | None, options: RandHIEOptions) -> Dataset:
     """RAND HIE (statsmodels' copy of the table, public domain): 20,190 person-years.
 
@@ -345,7 +345,7 @@ def _read_table(path: Path, *, sep: str) -> pd.DataFrame:
         raise DataError(f"corrupt data file {path}: {err}") from None
 
 
-@register_dataset("csv", options=CsvOptions)
+@DATASETS.register("csv", options=CsvOptions)
 def csv_table(root: Path | None, options: CsvOptions) -> Dataset:
     """A user table: every column not dropped, not the target and not a site/group column
     is a feature; it must be numeric unless listed in ``categorical``."""
