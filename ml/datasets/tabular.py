@@ -9,11 +9,11 @@ levels seen only in the public part encode as all zeros). ``y`` is int64 class i
 ``Dataset.info["schema"]`` describes the encoding (JSON): ``columns`` lists the source
 attributes in encoded order with ``name``, ``kind`` (``"numeric"``/``"categorical"``),
 ``start``, ``width`` and ``mean``/``std`` or ``levels``; ``target`` and ``classes`` name the
-label. Pass it to the task (``build_task("tabular", ..., schema=info["schema"])``) so the
-audit's generator knows which columns form one attribute; without it the generator infers
-the same structure from the data. ``Dataset.info["rare_values"]`` counts pool rows with a
-rare or extreme value (paper, Appendix D.6), see
-:func:`audit.tabular.attributes.rare_value_summary`.
+label. Pass it to the task (``build_task("tabular", ..., schema=info["schema"])``; a run
+does so through ``DatasetMeta.schema``) so the audit's generator knows which columns form
+one attribute; without it the generator infers the same structure from the data.
+``Dataset.info["rare_values"]`` counts pool rows with a rare or extreme value (paper,
+Appendix D.6), see :func:`audit.tabular.attributes.rare_value_summary`.
 """
 
 from __future__ import annotations
