@@ -1,13 +1,14 @@
 """Modality-specific parts of the audit behind small interfaces, and their registries.
 
-A modality contributes generators (registered by name) and one membership-classifier design
-(registered by modality). The pipeline in :mod:`audit.pipeline` only talks to these
-protocols, so tabular and text plug in without touching it.
+A modality contributes generators (registered by name in :data:`GENERATORS`) and one
+membership-classifier design (registered by modality in :data:`CLASSIFIERS`); a lookup
+imports only the module that registers the name, so an image audit never imports
+transformers. The pipeline in :mod:`audit.pipeline` only talks to these protocols, so
+tabular and text plug in without touching it.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -17,6 +18,8 @@ import torch
 
 from audit.config import AuditConfig
 from audit.task import AuditTask
+from contracts.errors import UnknownNameError
+from contracts.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -121,59 +124,37 @@ class MembershipClassifier(Protocol):
 GeneratorFactory = Callable[[AuditConfig, AuditContext], Generator]
 ClassifierFactory = Callable[[AuditConfig, AuditContext], MembershipClassifier]
 
-_GENERATORS: dict[str, GeneratorFactory] = {}
-_CLASSIFIERS: dict[str, ClassifierFactory] = {}
+GENERATORS: Registry[GeneratorFactory] = Registry(
+    "generator",
+    config_key="audit.generator.kind",
+    builtins={
+        "reference_pool": "audit.reference_pool",
+        "cgan": "audit.image.generators",
+        "vae": "audit.image.generators",
+        "mst": "audit.tabular.generators",
+        "gpt2": "audit.text.generator",
+    },
+)
+"""Generator factories by ``generator.kind``; ``modality=`` at registration restricts one to
+the records of that modality (none: any)."""
 
-
-def register_generator(name: str) -> Callable[[GeneratorFactory], GeneratorFactory]:
-    """Register a generator factory under ``name`` (the config's ``generator.kind``)."""
-
-    def deco(factory: GeneratorFactory) -> GeneratorFactory:
-        _GENERATORS[name] = factory
-        return factory
-
-    return deco
-
-
-def register_classifier(modality: str) -> Callable[[ClassifierFactory], ClassifierFactory]:
-    """Register the membership-classifier design of a modality."""
-
-    def deco(factory: ClassifierFactory) -> ClassifierFactory:
-        _CLASSIFIERS[modality] = factory
-        return factory
-
-    return deco
-
-
-def _load_modality(modality: str) -> None:
-    """Import ``audit.<modality>`` (and the modality-free generators) so they register.
-
-    Lazy, so that an image audit never imports transformers.
-    """
-    importlib.import_module("audit.reference_pool")
-    importlib.import_module(f"audit.{modality}")
+CLASSIFIERS: Registry[ClassifierFactory] = Registry(
+    "membership classifier",
+    config_key="task.modality",
+    builtins={m: f"audit.{m}.classifier" for m in ("image", "tabular", "text")},
+)
+"""The membership-classifier design of each modality."""
 
 
 def make_generator(config: AuditConfig, context: AuditContext) -> Generator:
-    _load_modality(context.task.modality)
-    kind = config.generator.kind
-    if kind not in _GENERATORS:
-        raise KeyError(
-            f"audit.generator.kind: unknown generator {kind!r}; known: {sorted(_GENERATORS)}"
+    kind, modality = config.generator.kind, context.task.modality
+    made_for = GENERATORS.meta(kind).get("modality")
+    if made_for not in (None, modality):
+        raise UnknownNameError(
+            f"audit.generator.kind: generator {kind!r} makes {made_for} records, not {modality}"
         )
-    return _GENERATORS[kind](config, context)
+    return GENERATORS.get(kind)(config, context)
 
 
 def make_classifier(config: AuditConfig, context: AuditContext) -> MembershipClassifier:
-    modality = context.task.modality
-    _load_modality(modality)
-    if modality not in _CLASSIFIERS:
-        raise KeyError(
-            f"no membership classifier registered for modality {modality!r}; "
-            f"known: {sorted(_CLASSIFIERS)}"
-        )
-    return _CLASSIFIERS[modality](config, context)
-
-
-def known_generators() -> list[str]:
-    return sorted(_GENERATORS)
+    return CLASSIFIERS.get(context.task.modality)(config, context)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.components import AuditContext, Records, register_generator
+from audit.components import GENERATORS, AuditContext, Records
 from audit.config import AuditConfig
 from audit.splits import shuffled_groups
 
@@ -129,7 +129,7 @@ class ReferencePoolGenerator:
         return chosen[rng.permutation(chosen.size)]
 
 
-@register_generator("reference_pool")
+@GENERATORS.register("reference_pool")
 def make_reference_pool(config: AuditConfig, context: AuditContext) -> ReferencePoolGenerator:
     return ReferencePoolGenerator(
         context.public_pool,

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from audit import run_audit
-from audit.components import AuditContext, Records, register_generator
+from audit.components import GENERATORS, AuditContext, Records
 from audit.config import AuditConfig
 from audit.tabular.generators import MSTGenerator
 from ml.datasets import load_dataset
@@ -35,7 +35,7 @@ def _generator_kind(args: argparse.Namespace) -> str:
         return args.generator
     name = f"mst_b{args.bins}"
 
-    @register_generator(name)
+    @GENERATORS.register(name, modality="tabular")
     def _variant(config: AuditConfig, context: AuditContext) -> MSTGenerator:
         return MSTGenerator(
             schema=getattr(context.task, "schema", None),

@@ -7,8 +7,7 @@ experiment config and the dataset description travel in the run config.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +148,7 @@ def prepare_deployment(
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / CONFIG_FILE).write_text(dump_config(config))
-        (run_dir / DATASET_FILE).write_text(json.dumps(asdict(meta)))
+        meta.write(run_dir)
     dep = run_dir / DEPLOYMENT_DIR
     app_dir = write_app_dir(dep / "app")
     run_config = dep / "run-config.toml"

@@ -196,13 +196,7 @@ def read_run(run_config: dict[str, Any]) -> DeploymentRun:
         raise DeploymentConfigError(f"{source}: {err}") from None
     meta_text = str(run_config.get(DATASET_KEY, "") or "")
     if meta_text:
-        data = json.loads(meta_text)
-        meta = DatasetMeta(
-            name=data["name"],
-            modality=data["modality"],
-            num_classes=int(data["num_classes"]),
-            input_shape=tuple(int(v) for v in data["input_shape"]),
-        )
+        meta = DatasetMeta.from_dict(json.loads(meta_text))
     else:
         try:
             meta = DatasetMeta.read(run_dir)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from flwr.serverapp.strategy import (
 from flwr.serverapp.strategy.dp_adaptive_clipping import DifferentialPrivacyAdaptiveBase
 from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
 
+from contracts.registry import Registry
 from contracts.run_files import CLIENT_DP_LEDGER as LEDGER_FILE
 from contracts.wire import CLIENT_CLIPPING
 
@@ -66,39 +67,49 @@ class ClientDPSettings:
     clipped_count_stddev: float | None = None
 
     def __post_init__(self) -> None:
-        if (self.clipping, self.clipping_side) not in _WRAPPERS:
+        CLIPPINGS.get(self.clipping)  # an unknown clipping names dp.client.clipping
+        if self.clipping_side not in CLIPPING_SIDES:
             raise ValueError(
-                f"dp.client: unknown clipping {self.clipping!r} / side {self.clipping_side!r}"
+                f"dp.client.clipping_side: unknown side {self.clipping_side!r}; "
+                f"known: {list(CLIPPING_SIDES)}"
             )
 
 
-# By clipping side; the two kinds' constructors take different arguments.
-_FIXED_WRAPPERS: dict[str, type[DifferentialPrivacyFixedClippingBase]] = {
-    "server": DifferentialPrivacyServerSideFixedClipping,
-    "client": DifferentialPrivacyClientSideFixedClipping,
-}
-_ADAPTIVE_WRAPPERS: dict[str, type[DifferentialPrivacyAdaptiveBase]] = {
-    "server": DifferentialPrivacyServerSideAdaptiveClipping,
-    "client": DifferentialPrivacyClientSideAdaptiveClipping,
-}
-_WRAPPERS: dict[tuple[str, str], type[Strategy]] = {
-    **{("fixed", side): w for side, w in _FIXED_WRAPPERS.items()},
-    **{("adaptive", side): w for side, w in _ADAPTIVE_WRAPPERS.items()},
-}
+CLIPPING_SIDES = ("server", "client")
+WrapStrategy = Callable[[Strategy, ClientDPSettings, int], Strategy]
+"""``wrap(strategy, settings, sites_per_round)``: the strategy inside a Flower DP wrapper."""
+
+CLIPPINGS: Registry[WrapStrategy] = Registry("clipping", config_key="dp.client.clipping")
+"""Flower's DP wrapper of each kind of clipping, on the side ``settings`` name."""
 
 
-def wrap_strategy(
-    strategy: Strategy, settings: ClientDPSettings, *, sites_per_round: int
+@CLIPPINGS.register("fixed")
+def _fixed_clipping(
+    strategy: Strategy, settings: ClientDPSettings, sites_per_round: int
 ) -> Strategy:
-    """``strategy`` inside the Flower wrapper that ``settings`` name."""
-    if settings.clipping == "fixed":
-        return _FIXED_WRAPPERS[settings.clipping_side](
-            strategy,
-            noise_multiplier=settings.noise_multiplier,
-            clipping_norm=settings.clipping_norm,
-            num_sampled_clients=sites_per_round,
-        )
-    return _ADAPTIVE_WRAPPERS[settings.clipping_side](
+    wrapper: type[DifferentialPrivacyFixedClippingBase] = (
+        DifferentialPrivacyServerSideFixedClipping
+        if settings.clipping_side == "server"
+        else DifferentialPrivacyClientSideFixedClipping
+    )
+    return wrapper(
+        strategy,
+        noise_multiplier=settings.noise_multiplier,
+        clipping_norm=settings.clipping_norm,
+        num_sampled_clients=sites_per_round,
+    )
+
+
+@CLIPPINGS.register("adaptive")
+def _adaptive_clipping(
+    strategy: Strategy, settings: ClientDPSettings, sites_per_round: int
+) -> Strategy:
+    wrapper: type[DifferentialPrivacyAdaptiveBase] = (
+        DifferentialPrivacyServerSideAdaptiveClipping
+        if settings.clipping_side == "server"
+        else DifferentialPrivacyClientSideAdaptiveClipping
+    )
+    return wrapper(
         strategy,
         noise_multiplier=settings.noise_multiplier,
         num_sampled_clients=sites_per_round,
@@ -107,6 +118,13 @@ def wrap_strategy(
         clip_norm_lr=settings.clip_norm_lr,
         clipped_count_stddev=settings.clipped_count_stddev,
     )
+
+
+def wrap_strategy(
+    strategy: Strategy, settings: ClientDPSettings, *, sites_per_round: int
+) -> Strategy:
+    """``strategy`` inside the Flower wrapper that ``settings`` name."""
+    return CLIPPINGS.get(settings.clipping)(strategy, settings, sites_per_round)
 
 
 def train_config_entries(settings: ClientDPSettings | None) -> dict[str, str]:

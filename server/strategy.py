@@ -18,6 +18,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx
 
+from contracts.registry import Registry
 from contracts.wire import UNIT_WEIGHT, scalar
 
 
@@ -47,6 +48,11 @@ class SiteAwareMixin(FedAvg):
     ``super()`` reaches that strategy's ``configure_train`` / ``aggregate_train``. Based on
     FedAvg, which FedProx and FedAdam extend: every site-aware strategy is a Flower strategy.
     """
+
+    @classmethod
+    def own_options(cls, settings: StrategySettings) -> dict[str, Any]:
+        """The strategy's own constructor arguments (beyond FedAvg's) from the settings."""
+        return {}
 
     def setup_sites(
         self,
@@ -105,16 +111,27 @@ class SiteAwareMixin(FedAvg):
         return super().aggregate_train(server_round, replies)
 
 
+STRATEGIES: Registry[type[SiteAwareMixin]] = Registry("strategy", config_key="fl.strategy")
+"""The site-aware strategies by ``fl.strategy``."""
+
+
+@STRATEGIES.register("fedavg")
 class SiteFedAvg(SiteAwareMixin, FedAvg):
     pass
 
 
+@STRATEGIES.register("fedprox")
 class SiteFedProx(SiteAwareMixin, FedProx):
-    pass
+    @classmethod
+    def own_options(cls, settings: StrategySettings) -> dict[str, Any]:
+        return {"proximal_mu": settings.proximal_mu}
 
 
+@STRATEGIES.register("fedadam")
 class SiteFedAdam(SiteAwareMixin, FedAdam):
-    pass
+    @classmethod
+    def own_options(cls, settings: StrategySettings) -> dict[str, Any]:
+        return {"eta": settings.server_learning_rate}
 
 
 def make_strategy(
@@ -133,14 +150,8 @@ def make_strategy(
     }
     if settings.uniform_weights:
         common["weighted_by_key"] = UNIT_WEIGHT
-    if settings.name == "fedavg":
-        strategy: SiteAwareMixin = SiteFedAvg(**common)
-    elif settings.name == "fedprox":
-        strategy = SiteFedProx(**common, proximal_mu=settings.proximal_mu)
-    elif settings.name == "fedadam":
-        strategy = SiteFedAdam(**common, eta=settings.server_learning_rate)
-    else:
-        raise ValueError(f"fl.strategy: unknown strategy {settings.name!r}")
+    cls = STRATEGIES.get(settings.name)
+    strategy = cls(**common, **cls.own_options(settings))
     strategy.setup_sites(
         site_of_node=site_of_node,
         fraction=settings.fraction_train,

@@ -36,6 +36,9 @@ def pick_device(resources_gpus: float | str) -> torch.device:
 
 
 def make_task(config: ExperimentConfig, meta: DatasetMeta) -> TorchTask:
+    """The run's task; a tabular one carries the dataset's schema, so every audit of the
+    run (site, standalone, reference models) reads the encoding instead of inferring it."""
+    encoding = {} if meta.schema is None else {"schema": meta.schema}
     return build_task(
         meta.modality,
         model_name=config.model.name,
@@ -50,6 +53,7 @@ def make_task(config: ExperimentConfig, meta: DatasetMeta) -> TorchTask:
             weight_decay=config.fl.weight_decay,
         ),
         model_options=dict(config.model.options),
+        **encoding,
     )
 
 

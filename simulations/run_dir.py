@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,12 +24,16 @@ SITES_DIR = "sites"
 
 @dataclass(frozen=True)
 class DatasetMeta:
-    """What the apps need to know about the data without loading it."""
+    """What the apps need to know about the data without loading it (``dataset.json``; in
+    deployment the ``dataset-meta`` run config, so every site gets it)."""
 
     name: str
     modality: str
     num_classes: int
     input_shape: tuple[int, ...]
+    schema: dict[str, Any] | None = None
+    """Tabular: the encoding of the records (``Dataset.info["schema"]``), which the audit's
+    generator reads from the task instead of inferring it from a site's records."""
 
     @classmethod
     def of(cls, dataset: Dataset) -> DatasetMeta:
@@ -37,17 +42,25 @@ class DatasetMeta:
             modality=dataset.modality,
             num_classes=dataset.num_classes,
             input_shape=tuple(dataset.input_shape),
+            schema=dataset.info.get("schema"),
         )
 
     @classmethod
-    def read(cls, run_dir: Path) -> DatasetMeta:
-        data = json.loads((run_dir / DATASET_FILE).read_text())
+    def from_dict(cls, data: dict[str, Any]) -> DatasetMeta:
         return cls(
             name=data["name"],
             modality=data["modality"],
             num_classes=int(data["num_classes"]),
-            input_shape=tuple(data["input_shape"]),
+            input_shape=tuple(int(v) for v in data["input_shape"]),
+            schema=data.get("schema"),
         )
+
+    @classmethod
+    def read(cls, run_dir: Path) -> DatasetMeta:
+        return cls.from_dict(json.loads((run_dir / DATASET_FILE).read_text()))
+
+    def write(self, run_dir: Path) -> None:
+        (run_dir / DATASET_FILE).write_text(json.dumps(asdict(self)))
 
 
 def site_file(run_dir: Path, site_id: int) -> Path:
@@ -148,7 +161,7 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
             **{key: value for key, value in optional.items() if value is not None},
         )
     meta = DatasetMeta.of(dataset)
-    (run_dir / DATASET_FILE).write_text(json.dumps(meta.__dict__))
+    meta.write(run_dir)
     return meta
 
 

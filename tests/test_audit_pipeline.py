@@ -200,7 +200,8 @@ def test_same_seed_same_numbers(site) -> None:
 def test_game_records_never_reach_fit(site, monkeypatch) -> None:
     """Structural check: every record the classifiers are fitted or selected on is outside
     the audit sets they score afterwards."""
-    real_factory = comp._CLASSIFIERS["image"]
+    real_get = comp.CLASSIFIERS.get
+    real_factory = real_get("image")
     calls: list[tuple[str, set[bytes]]] = []
 
     def keys(data) -> set[bytes]:
@@ -218,8 +219,9 @@ def test_game_records_never_reach_fit(site, monkeypatch) -> None:
             calls.append(("score", keys(data)))
             return self.inner.score(data)
 
-    comp._load_modality("image")
-    monkeypatch.setitem(comp._CLASSIFIERS, "image", Spy)
+    monkeypatch.setattr(
+        comp.CLASSIFIERS, "get", lambda name: Spy if name == "image" else real_get(name)
+    )
     _audit(site, quick=True)
     # Records that occur twice in the data (exact duplicates) cannot be told apart; skip them.
     every = [site["members"], site["nonmembers"], site["pool"]]

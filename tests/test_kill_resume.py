@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from deployment.processes import is_alive
 
+from deployment.processes import is_alive
 from server.checkpoint import load_checkpoint, round_path
 
 pytestmark = pytest.mark.slow

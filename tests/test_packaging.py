@@ -3,6 +3,7 @@
 import ast
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -57,8 +58,10 @@ def test_pins_and_console_script():
 # A layering (no cycles): the hospitals' side (server, clients) never sees the harness, the
 # report reads result files only, and deployment sits on top of everything.
 ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
-    "audit": frozenset(),  # PANORAMIA as a library: stands alone
-    "contracts": frozenset(),  # what two sides of a run agree on: names and keys only
+    "contracts": frozenset(),  # names and keys both sides agree on, errors, the registry
+    # PANORAMIA as a library: stands alone but for the user errors and the registry
+    # (contracts imports neither Flower nor torch)
+    "audit": frozenset({"contracts"}),
     "server": frozenset({"contracts"}),
     "clients": frozenset({"contracts", "audit"}),
     # audit.tabular.attributes (tabular encoding), clients.training.run_epoch (one local
@@ -122,6 +125,18 @@ def test_imports_follow_the_table():
         if target != package and target not in ALLOWED_IMPORTS[package]
     ]
     assert violations == []
+
+
+def test_contracts_needs_only_the_standard_library():
+    """``audit`` imports ``contracts``, and must stay usable without Flower or torch."""
+    outside = set()
+    for path in _package_files("contracts"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                outside |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                outside.add(node.module.split(".")[0])
+    assert outside - set(sys.stdlib_module_names) - {"contracts"} == set()
 
 
 def test_no_package_holds_most_of_the_code():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+from flwr.app import Context, RecordDict
 
 from audit import run_audit
 from audit.bounds import lower_bound
@@ -126,3 +129,55 @@ def test_run_audit_on_tabular_mlp_with_nonmembers(randhie) -> None:
     for key in ("tv_1way_mean", "tv_2way_mean", "rare_value_fraction", "baseline_auc"):
         assert key in result.quality
     assert result.to_dict()["generator_kind"] == "mst"
+
+
+class _StopAtTheGenerator(Exception):
+    pass
+
+
+def test_a_sites_audit_gets_the_datasets_schema(tmp_path, monkeypatch) -> None:
+    """A federated tabular audit reads the encoding the dataset wrote, never infers it:
+    ``dataset.json`` (simulation) and the ``dataset-meta`` run config (deployment) carry the
+    schema to every site's task, and the site's MST generator resolves its attributes from it.
+    """
+    import audit.tabular.generators as tabular_generators
+    from deployment.files import run_config_values
+    from deployment.flower_apps import read_run
+    from simulations.apps import SiteResolver
+    from simulations.config import load_config
+    from simulations.run_dir import DatasetMeta, prepare_run_dir
+
+    config = load_config(
+        Path(__file__).resolve().parents[1] / "configs" / "tabular.yaml",
+        [
+            "data.options.max_rows=600",
+            "partition.num_sites=2",
+            "audit.settings.helper_epochs=1",
+            "audit.settings.calibration.reference_models=0",
+            "audit.settings.generator.filter=false",
+        ],
+    )
+    schema = load_dataset("randhie", options=config.data.options).info["schema"]
+    run_dir = tmp_path / "run"
+    meta = prepare_run_dir(config, run_dir)
+    assert meta.schema == schema and DatasetMeta.read(run_dir) == meta
+    # A site on another machine gets it from the run config alone.
+    remote = read_run({**run_config_values(config, run_dir), "run-dir": "/elsewhere/run"})
+    assert remote.meta.schema == schema
+
+    context = Context(
+        run_id=1, node_id=1, node_config={"partition-id": 1}, state=RecordDict(), run_config={}
+    )
+    runtime = SiteResolver(config, remote.meta, run_dir)(context)
+    assert runtime.task.schema == schema and runtime.audit_runner is not None
+
+    seen: list[object] = []
+
+    def resolve_attributes(x, given):
+        seen.append(given)
+        raise _StopAtTheGenerator  # the rest of the audit is not what this test is about
+
+    monkeypatch.setattr(tabular_generators, "resolve_attributes", resolve_attributes)
+    with pytest.raises(_StopAtTheGenerator):
+        runtime.audit_runner(runtime.task, runtime.task.make_model(), runtime.data, 0)
+    assert seen == [schema]

@@ -10,7 +10,7 @@ import torch
 
 from audit.tabular.attributes import infer_attributes
 from ml.datasets import DataError, load_dataset, parse_options
-from ml.models import model_spec
+from ml.models import MODELS
 from ml.tasks import build_task
 
 
@@ -124,9 +124,8 @@ def test_randhie_loader() -> None:
 
 def test_mlp_and_task_train_on_encoded_rows() -> None:
     torch.manual_seed(0)
-    spec = model_spec("mlp")
-    assert spec.modality == "tabular"
-    model = spec.builder(num_classes=3, dp=True, input_shape=(7,))
+    assert MODELS.meta("mlp")["modality"] == "tabular"
+    model = MODELS.get("mlp")(num_classes=3, dp=True, input_shape=(7,))
     widths = [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert widths == [150, 100, 50, 10, 3]
     assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
@@ -148,4 +147,4 @@ def test_mlp_and_task_train_on_encoded_rows() -> None:
         atol=1e-6,
     )
     with pytest.raises(ValueError, match="flat records"):
-        spec.builder(num_classes=2, dp=False, input_shape=(1, 5))
+        MODELS.get("mlp")(num_classes=2, dp=False, input_shape=(1, 5))

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers.pytorch_utils import Conv1D
 
-from ml.models import model_spec
+from ml.models import MODELS
 from ml.tasks import build_task
 from ml.tasks.base import OptimizerSpec, run_epoch
 
@@ -38,8 +38,7 @@ def _chunks(n: int, seed: int) -> np.ndarray:
 
 
 def test_model_registered_and_dp_friendly() -> None:
-    spec = model_spec("gpt2_small")
-    assert spec.modality == "text"
+    assert MODELS.meta("gpt2_small")["modality"] == "text"
     model = _task().make_model()
     assert not any(isinstance(m, Conv1D) for m in model.modules())
     assert model.lm.lm_head.weight is model.lm.transformer.wte.weight  # tied

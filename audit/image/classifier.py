@@ -27,10 +27,10 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 from audit.components import (
+    CLASSIFIERS,
     AuditContext,
     ClassifierData,
     SelectionScore,
-    register_classifier,
 )
 from audit.config import AuditConfig
 from audit.image.features import loss_matrix, loss_matrix_names, one_hot, pooled_pixels
@@ -346,7 +346,7 @@ def _loss_x(data: ClassifierData, num_classes: int) -> np.ndarray:
     return np.column_stack(parts)
 
 
-@register_classifier("image")
+@CLASSIFIERS.register("image")
 def make_image_classifier(
     config: AuditConfig, context: AuditContext
 ) -> GbmMembershipClassifier | StackedMembershipClassifier:

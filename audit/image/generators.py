@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from audit.components import AuditContext, Records, register_generator
+from audit.components import GENERATORS, AuditContext, Records
 from audit.config import AuditConfig
 
 
@@ -240,11 +240,11 @@ def _with_filter(gen: _ConditionalImageGenerator, config: AuditConfig, context: 
     return FilteredGenerator(gen, config, context)
 
 
-@register_generator("cgan")
+@GENERATORS.register("cgan", modality="image")
 def make_cgan(config: AuditConfig, context: AuditContext):
     return _with_filter(ConditionalGan(config, context), config, context)
 
 
-@register_generator("vae")
+@GENERATORS.register("vae", modality="image")
 def make_vae(config: AuditConfig, context: AuditContext):
     return _with_filter(ConditionalVae(config, context), config, context)

@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from audit.components import (
+    CLASSIFIERS,
     AuditContext,
     ClassifierData,
     SelectionScore,
-    register_classifier,
 )
 from audit.config import AuditConfig
 from audit.gbm_selection import ValidatedBoosting
@@ -83,7 +83,7 @@ class GradientBoostingMembership(ValidatedBoosting):
         return self.score_matrix(design_matrix(data, use_reference=self.use_reference))
 
 
-@register_classifier("tabular")
+@CLASSIFIERS.register("tabular")
 def make_tabular_classifier(
     config: AuditConfig, context: AuditContext
 ) -> GradientBoostingMembership:

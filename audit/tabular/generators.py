@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from audit.components import AuditContext, Records, register_generator
+from audit.components import GENERATORS, AuditContext, Records
 from audit.config import AuditConfig
 from audit.tabular.attributes import Attribute, Discretizer, rare_value_mask, resolve_attributes
 from audit.tabular.mst import TreeSynthesizer, marginal_tv
@@ -156,7 +156,7 @@ class MSTGenerator:
         return Records(x, y)
 
 
-@register_generator("mst")
+@GENERATORS.register("mst", modality="tabular")
 def make_mst(config: AuditConfig, context: AuditContext) -> MSTGenerator:
     """``generator.kind: mst`` (epsilon 1000 as in the paper; ``generator.epochs`` unused)."""
     return MSTGenerator(

@@ -1,4 +1,4 @@
-"""Baseline b and MIA for text chunks (``register_classifier("text")``).
+"""Baseline b and MIA for text chunks (``CLASSIFIERS.register("text")``).
 
 Both see the chunk's tokens and the per-token loss sequence of a language model (h for the
 baseline, f for the MIA; with ``classifier.helper_reference`` the MIA also sees h's, i.e.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.components import AuditContext, ClassifierData, SelectionScore, register_classifier
+from audit.components import CLASSIFIERS, AuditContext, ClassifierData, SelectionScore
 from audit.config import AuditConfig
 from audit.gbm_selection import ValidatedBoosting
 from audit.text.features import (
@@ -88,7 +88,7 @@ class TextGradientBoosting(ValidatedBoosting):
         )
 
 
-@register_classifier("text")
+@CLASSIFIERS.register("text")
 def make_text_classifier(config: AuditConfig, context: AuditContext):
     """The design named by ``classifier.design`` (``gbm`` or ``stacked``)."""
     cc = config.classifier

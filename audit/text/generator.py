@@ -32,7 +32,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from transformers import GPT2LMHeadModel
 
-from audit.components import AuditContext, Records, register_generator
+from audit.components import GENERATORS, AuditContext, Records
 from audit.config import AuditConfig
 from audit.text.lm import LMShape, build_lm, mean_loss, sample_lm, train_lm
 
@@ -331,7 +331,7 @@ def _cycle(rng: np.random.Generator, k: int, n: int) -> np.ndarray:
     return np.concatenate([rng.permutation(k) for _ in range(reps)])[:n]
 
 
-@register_generator("gpt2")
+@GENERATORS.register("gpt2", modality="text")
 def make_gpt2_generator(config: AuditConfig, context: AuditContext) -> Gpt2Generator:
     """``gpt2`` from ``config.generator`` (epochs, batch_size, learning_rate if set) and
     ``config.generator.options`` (see :class:`TextGeneratorOptions`)."""

@@ -1,12 +1,11 @@
 """Dataset registry. Every loader reads local files only; nothing downloads.
 
-A loader is registered by name with the pydantic model of its options, so a bad option is
-an error that names ``data.options.<key>``.
+A loader is registered by name (:data:`DATASETS`) with the pydantic model of its options,
+so a bad option is an error that names ``data.options.<key>``.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from contracts.errors import UnknownNameError, UserError
+from contracts.errors import UserError
+from contracts.registry import Registry
 
 
 class DataError(UserError, ValueError):
@@ -57,56 +57,24 @@ class LoaderOptions(BaseModel):
 
 Loader = Callable[[Path | None, Any], Dataset]
 
-
-@dataclass(frozen=True)
-class LoaderSpec:
-    name: str
-    options: type[LoaderOptions]
-    load: Loader
-
-
-_LOADERS: dict[str, LoaderSpec] = {}
-_MODALITY_MODULES = (
-    "ml.datasets.image",
-    "ml.datasets.tabular",
-    "ml.datasets.text",
+DATASETS: Registry[Loader] = Registry(
+    "dataset",
+    config_key="data.name",
+    builtins={
+        **dict.fromkeys(("fashion_mnist", "mnist", "cifar10", "digits"), "ml.datasets.image"),
+        **dict.fromkeys(("randhie", "csv"), "ml.datasets.tabular"),
+        **dict.fromkeys(("bible", "text_files"), "ml.datasets.text"),
+    },
 )
-
-
-def register_dataset(
-    name: str, *, options: type[LoaderOptions] = LoaderOptions
-) -> Callable[[Loader], Loader]:
-    """Register ``load(root, options) -> Dataset`` under ``name`` (config ``data.name``)."""
-
-    def deco(load: Loader) -> Loader:
-        _LOADERS[name] = LoaderSpec(name=name, options=options, load=load)
-        return load
-
-    return deco
-
-
-def _load_builtins() -> None:
-    for module in _MODALITY_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name != module:
-                raise
-
-
-def loader_spec(name: str) -> LoaderSpec:
-    if name not in _LOADERS:
-        _load_builtins()
-    if name not in _LOADERS:
-        raise UnknownNameError(f"data.name: unknown dataset {name!r}; known: {sorted(_LOADERS)}")
-    return _LOADERS[name]
+"""``load(root, options) -> Dataset`` by ``data.name``, registered with the pydantic model
+of its options: ``@DATASETS.register(name, options=...)``."""
 
 
 def parse_options(name: str, options: dict[str, Any]) -> LoaderOptions:
     """Validate ``data.options`` for loader ``name``; errors name the offending key."""
-    spec = loader_spec(name)
+    options_model: type[LoaderOptions] = DATASETS.meta(name).get("options", LoaderOptions)
     try:
-        return spec.options(**options)
+        return options_model(**options)
     except ValidationError as err:
         first = err.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
@@ -117,10 +85,4 @@ def load_dataset(
     name: str, *, root: Path | None = None, options: dict[str, Any] | None = None
 ) -> Dataset:
     """Load a registered dataset from local files."""
-    spec = loader_spec(name)
-    return spec.load(root, parse_options(name, options or {}))
-
-
-def known_datasets() -> list[str]:
-    _load_builtins()
-    return sorted(_LOADERS)
+    return DATASETS.get(name)(root, parse_options(name, options or {}))

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from ml.datasets import DataError, Dataset, LoaderOptions, register_dataset
+from ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
 
 FASHION_MNIST_DEBIAN = Path("/usr/share/datasets/fashion-mnist")
 _IDX_DTYPES = {
@@ -115,7 +115,7 @@ def load_idx_dataset(name: str, folder: Path, options: IdxOptions, how_to_get: s
     )
 
 
-@register_dataset("fashion_mnist", options=IdxOptions)
+@DATASETS.register("fashion_mnist", options=IdxOptions)
 def fashion_mnist(root: Path | None, options: IdxOptions) -> Dataset:
     folder = _idx_folder(root, FASHION_MNIST_DEBIAN, "FashionMNIST")
     how = (
@@ -126,7 +126,7 @@ def fashion_mnist(root: Path | None, options: IdxOptions) -> Dataset:
     return load_idx_dataset("fashion_mnist", folder, options, how)
 
 
-@register_dataset("mnist", options=IdxOptions)
+@DATASETS.register("mnist", options=IdxOptions)
 def mnist(root: Path | None, options: IdxOptions) -> Dataset:
     if root is None:
         raise DataError(
@@ -159,7 +159,7 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return data, labels
 
 
-@register_dataset("cifar10", options=CifarOptions)
+@DATASETS.register("cifar10", options=CifarOptions)
 def cifar10(root: Path | None, options: CifarOptions) -> Dataset:
     if root is None:
         raise DataError("data.root: set it to the folder holding cifar-10-batches-py")
@@ -185,7 +185,7 @@ class DigitsOptions(LoaderOptions):
     public_fraction: float = Field(0.2, ge=0, lt=1, description="kept out as the public split")
 
 
-@register_dataset("digits", options=DigitsOptions)
+@DATASETS.register("digits", options=DigitsOptions)
 def digits(root: Path | None, options: DigitsOptions) -> Dataset:
     """scikit-learn's 8x8 digits scaled to uint8; a fixed public split for evaluation."""
     from sklearn.datasets import load_digits

@@ -9,11 +9,11 @@ levels seen only in the public part encode as all zeros). ``y`` is int64 class i
 ``Dataset.info["schema"]`` describes the encoding (JSON): ``columns`` lists the source
 attributes in encoded order with ``name``, ``kind`` (``"numeric"``/``"categorical"``),
 ``start``, ``width`` and ``mean``/``std`` or ``levels``; ``target`` and ``classes`` name the
-label. Pass it to the task (``build_task("tabular", ..., schema=info["schema"])``) so the
-audit's generator knows which columns form one attribute; without it the generator infers
-the same structure from the data. ``Dataset.info["rare_values"]`` counts pool rows with a
-rare or extreme value (paper, Appendix D.6), see
-:func:`audit.tabular.attributes.rare_value_summary`.
+label. Pass it to the task (``build_task("tabular", ..., schema=info["schema"])``; a run
+does so through ``DatasetMeta.schema``) so the audit's generator knows which columns form
+one attribute; without it the generator infers the same structure from the data.
+``Dataset.info["rare_values"]`` counts pool rows with a rare or extreme value (paper,
+Appendix D.6), see :func:`audit.tabular.attributes.rare_value_summary`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pandas as pd
 from pydantic import Field
 
 from audit.tabular.attributes import attributes_from_schema, rare_value_summary
-from ml.datasets import DataError, Dataset, LoaderOptions, register_dataset
+from ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
 
 MISSING_LEVEL = "<missing>"
 
@@ -234,7 +234,7 @@ class RandHIEOptions(LoaderOptions):
     max_rows: int | None = Field(None, ge=10, description="use the first N rows")
 
 
-@register_dataset("randhie", options=RandHIEOptions)
+@DATASETS.register("randhie", options=RandHIEOptions)
 def randhie(root: Path | None, options: RandHIEOptions) -> Dataset:
     """RAND HIE (statsmodels' copy of the table, public domain): 20,190 person-years.
 
@@ -345,7 +345,7 @@ def _read_table(path: Path, *, sep: str) -> pd.DataFrame:
         raise DataError(f"corrupt data file {path}: {err}") from None
 
 
-@register_dataset("csv", options=CsvOptions)
+@DATASETS.register("csv", options=CsvOptions)
 def csv_table(root: Path | None, options: CsvOptions) -> Dataset:
     """A user table: every column not dropped, not the target and not a site/group column
     is a feature; it must be numeric unless listed in ``categorical``."""

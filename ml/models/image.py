@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torchvision.models import resnet18
 
-from ml.models import register_model
+from ml.models import MODELS
 
 
 def _norm(channels: int, dp: bool) -> nn.Module:
@@ -46,7 +46,7 @@ class SmallCNN(nn.Module):
         return self.head(self.features(x))
 
 
-@register_model("small_cnn", modality="image")
+@MODELS.register("small_cnn", modality="image")
 def small_cnn(
     *, num_classes: int, dp: bool, input_shape: tuple[int, ...], width: int = 32
 ) -> nn.Module:
@@ -56,7 +56,7 @@ def small_cnn(
     )
 
 
-@register_model("resnet18", modality="image")
+@MODELS.register("resnet18", modality="image")
 def resnet18_small(*, num_classes: int, dp: bool, input_shape: tuple[int, ...]) -> nn.Module:
     """torchvision's ResNet-18 with a 3x3 stem and no max-pool, for 28-32 px inputs."""
     channels = input_shape[0]

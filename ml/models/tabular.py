@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from ml.models import register_model
+from ml.models import MODELS
 
 PAPER_HIDDEN = (150, 100, 50, 10)
 
@@ -36,7 +36,7 @@ class MLP(nn.Module):
         return self.net(x)
 
 
-@register_model("mlp", modality="tabular")
+@MODELS.register("mlp", modality="tabular")
 def mlp(
     *,
     num_classes: int,

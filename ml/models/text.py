@@ -20,7 +20,7 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.pytorch_utils import Conv1D
 
-from ml.models import register_model
+from ml.models import MODELS
 
 EOT_ID = 256
 """Compact id of ``<|endoftext|>`` (see :class:`ml.text_tokenizer.CompactVocab`)."""
@@ -90,7 +90,7 @@ def gpt2_config(
     )
 
 
-@register_model("gpt2_small", modality="text")
+@MODELS.register("gpt2_small", modality="text")
 def gpt2_small(
     *,
     num_classes: int,

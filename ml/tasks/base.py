@@ -7,7 +7,6 @@ every site train the same way.
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,8 +17,9 @@ import torch
 from torch import nn
 
 from clients.training import run_epoch
-from contracts.errors import UnknownNameError
-from ml.models import model_spec
+from contracts.errors import UserError
+from contracts.registry import Registry
+from ml.models import MODELS
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,13 @@ class TorchTask(ABC):
 
     # -- shared ------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
-        spec = model_spec(self.model_name)
-        return spec.builder(
+        modality = MODELS.meta(self.model_name).get("modality")
+        if modality is not None and modality != self.modality:
+            raise UserError(
+                f"model.name: {self.model_name!r} is a model for {modality} records, "
+                f"not {self.modality}"
+            )
+        return MODELS.get(self.model_name)(
             num_classes=self.num_classes,
             dp=self.dp,
             input_shape=self.input_shape,
@@ -172,16 +177,14 @@ class TorchTask(ABC):
         return {"loss": float(losses.mean()), "accuracy": correct / max(len(x), 1)}
 
 
-_TASK_MODULES = {
-    "image": "ml.tasks.image",
-    "tabular": "ml.tasks.tabular",
-    "text": "ml.tasks.text",
-}
+TASKS: Registry[type[TorchTask]] = Registry(
+    "modality",
+    config_key="task.modality",
+    builtins={m: f"ml.tasks.{m}" for m in ("image", "tabular", "text")},
+)
+"""The task class of each modality (``@TASKS.register(modality)``)."""
 
 
 def build_task(modality: str, **kwargs: Any) -> TorchTask:
-    """Build the task class of ``modality`` (its module defines ``TASK_CLASS``)."""
-    if modality not in _TASK_MODULES:
-        raise UnknownNameError(f"unknown modality {modality!r}; known: {sorted(_TASK_MODULES)}")
-    module = importlib.import_module(_TASK_MODULES[modality])
-    return module.TASK_CLASS(modality=modality, **kwargs)
+    """The task of ``modality`` (its registered class) built from ``kwargs``."""
+    return TASKS.get(modality)(modality=modality, **kwargs)

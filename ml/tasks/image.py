@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ml.tasks.base import TorchTask
+from ml.tasks.base import TASKS, TorchTask
 
 
 def images_to_tensor(x: np.ndarray) -> torch.Tensor:
@@ -17,6 +17,7 @@ def images_to_tensor(x: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(x, dtype=torch.float32).div_(127.5).sub_(1.0)
 
 
+@TASKS.register("image")
 @dataclass
 class ImageClassificationTask(TorchTask):
     """Cross-entropy classifier on images; loss features are [loss, logits]."""
@@ -39,6 +40,3 @@ class ImageClassificationTask(TorchTask):
     def batch_correct(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         inputs, targets = batch
         return (model(inputs).argmax(dim=1) == targets).sum()
-
-
-TASK_CLASS = ImageClassificationTask

@@ -17,9 +17,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ml.tasks.base import TorchTask
+from ml.tasks.base import TASKS, TorchTask
 
 
+@TASKS.register("tabular")
 @dataclass
 class TabularClassificationTask(TorchTask):
     """Cross-entropy classifier on encoded tabular rows; loss features are [loss, logits]."""
@@ -48,6 +49,3 @@ class TabularClassificationTask(TorchTask):
     def batch_correct(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         inputs, targets = batch
         return (model(inputs).argmax(dim=1) == targets).sum()
-
-
-TASK_CLASS = TabularClassificationTask

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ml.tasks.base import TorchTask
+from ml.tasks.base import TASKS, TorchTask
 
 EVAL_BATCH = 128
 """Cap on inference batches: logits are ``(B, T, vocab)``, ~130 MB at B=128, T=64, V=4096."""
@@ -29,6 +29,7 @@ def token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     ).view(ids.shape[0], -1)
 
 
+@TASKS.register("text")
 @dataclass
 class TextLMTask(TorchTask):
     """Next-token prediction with a causal LM that maps ids ``(B, T)`` to logits."""
@@ -83,6 +84,3 @@ class TextLMTask(TorchTask):
             "perplexity": math.exp(min(loss, 50.0)),
             "accuracy": correct / max(tokens, 1),
         }
-
-
-TASK_CLASS = TextLMTask
