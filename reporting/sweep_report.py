@@ -8,7 +8,6 @@ each audit is.
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import json
 import os
@@ -53,6 +52,7 @@ from .schema import (
     SweepPointReport,
     SweepReport,
     SweepSiteRow,
+    project,
     to_jsonable,
 )
 
@@ -150,24 +150,9 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
     )
 
 
-_OWN_FIELDS = ("theoretical_eps", "global_accuracy", "accuracy_holdout")
-"""SweepSiteRow fields that are not SiteReport fields of the same name."""
-
-
 def _site_row(site: SiteReport, global_accuracy: float | None) -> SweepSiteRow:
-    """The sweep's view of a site: its SiteReport fields of the same name, the DP eps that
-    applies to its records, and the accuracies."""
-    copied = {
-        f.name: getattr(site, f.name)
-        for f in dataclasses.fields(SweepSiteRow)
-        if f.name not in _OWN_FIELDS
-    }
-    return SweepSiteRow(
-        theoretical_eps=site.dp_epsilon,
-        global_accuracy=global_accuracy,
-        accuracy_holdout=site.quality.get("target_accuracy_nonmembers"),
-        **copied,
-    )
+    """The sweep's view of a site (:func:`~.schema.project`) with the point's accuracy."""
+    return project(SweepSiteRow, site, global_accuracy=global_accuracy)
 
 
 def _problems(report: RunReport, *, has_metrics: bool) -> list[str]:
