@@ -78,9 +78,9 @@ class FieldSpec:
     csv_keys: tuple[str, ...] = ()
     """The keys of a ``keys`` field, in column order."""
     label: str | None = None
-    """A column of its own in the Markdown / HTML table of the dataclass, headed ``label``,
-    after the table's declared columns (:mod:`.columns`); None: shown by a declared column or
-    not at all."""
+    """A column of its own, headed ``label``, in the Markdown and HTML tables of the
+    dataclass, where the table's declaration places its labelled fields
+    (:func:`.columns.labelled_columns`); None: shown by a declared column or not at all."""
     digits: int = 3
     """Decimals shown in that column."""
     copy_of: str | None = None
