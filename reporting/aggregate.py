@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
+from typing import Any
 
 from audit.result import (
     EPS_TILDE_MEANING,
@@ -48,6 +49,8 @@ from .schema import (
     SideReport,
     SiteReport,
     TwoSidedReport,
+    flag_specs,
+    flagged_lists,
 )
 
 
@@ -85,7 +88,10 @@ def site_report(
     settings: PrivacySettings | None = None,
     client_dp: ClientDPReport | None = None,
 ) -> SiteReport:
-    """One site's row: the AuditResult's numbers for an ok site, nulls otherwise.
+    """One site's :class:`SiteReport`: the only place one is built (the consortium report,
+    a site's own report and the sweeps all read it). The AuditResult's numbers for an ok
+    site, their defaults (None, empty) otherwise; the audit file's fields; the guarantees and
+    canaries; then the ordering check.
 
     Parameters
     ----------
@@ -99,85 +105,60 @@ def site_report(
         The server's client-level DP ledger, when the run has one.
     """
     privacy = site_privacy(audit, rounds, settings or privacy_settings({}), client_dp).fields()
-    return with_checks(_site_numbers(audit, privacy))
-
-
-def _site_numbers(audit: SiteAuditInput, privacy: dict[str, object]) -> SiteReport:
     result = audit.result if audit.status == "ok" else None
-    if result is None:
-        return SiteReport(
-            site_id=audit.site_id,
-            status=audit.status,  # type: ignore[arg-type]
-            error=audit.error,
-            n_members=audit.n_members,
-            n_holdout=audit.n_holdout,
-            modality=None,
-            generator_kind=None,
-            beta=None,
-            n_repeats=None,
-            c_lb=None,
-            c_lb_interval=None,
-            c_eps_lb=None,
-            c_eps_lb_interval=None,
-            eps_tilde=None,
-            eps_tilde_interval=None,
-            ceiling=None,
-            headroom=None,
-            flags=None,
-            rm_rn_eps_lb=None,
-            rm_rn_eps_lb_interval=None,
-            o1_eps_lb=None,
-            o1_eps_lb_interval=None,
-            baseline_auc=None,
-            mia_auc=None,
-            elapsed_s=audit.elapsed_s,
-            **privacy,  # type: ignore[arg-type]
-        )
+    site = SiteReport(
+        site_id=audit.site_id,
+        status=audit.status,  # type: ignore[arg-type]
+        error=audit.error if result is None else None,
+        n_members=audit.n_members,
+        n_holdout=audit.n_holdout,
+        elapsed_s=audit.elapsed_s,
+        **({} if result is None else _audit_numbers(result)),
+        **privacy,
+    )
+    return with_checks(site)
+
+
+def _audit_numbers(result: AuditResult) -> dict[str, Any]:
+    """The SiteReport fields an AuditResult gives, by name (copied, never recomputed)."""
     ceiling = _finite(result.ceiling)
     c_lb = _finite(result.c_lb.mean)
     two = result.two_sided
-    return SiteReport(
-        site_id=audit.site_id,
-        status="ok",
-        error=None,
-        n_members=audit.n_members,
-        n_holdout=audit.n_holdout,
-        modality=result.modality,
-        generator_kind=result.generator_kind,
-        beta=_finite(result.beta),
-        n_repeats=len(result.repeats),
-        c_lb=c_lb,
-        c_lb_interval=_interval(result.c_lb),
-        c_eps_lb=_finite(result.c_eps_lb.mean),
-        c_eps_lb_interval=_interval(result.c_eps_lb),
-        eps_tilde=_finite(result.eps_tilde.mean),
-        eps_tilde_interval=_interval(result.eps_tilde),
-        ceiling=ceiling,
-        headroom=_headroom(ceiling, c_lb),
-        flags=_flags(result.flags),
-        rm_rn_eps_lb=_mean(result.rm_rn_eps_lb),
-        rm_rn_eps_lb_interval=_interval(result.rm_rn_eps_lb),
-        o1_eps_lb=_mean(result.o1_eps_lb),
-        o1_eps_lb_interval=_interval(result.o1_eps_lb),
-        baseline_auc=_mean_of([r.baseline_auc for r in result.repeats]),
-        mia_auc=_mean_of([r.mia_auc for r in result.repeats]),
-        elapsed_s=audit.elapsed_s,
-        eps_tilde_two_sided=None if two is None else _mean(two.eps_tilde),
-        eps_tilde_two_sided_interval=None if two is None else _interval(two.eps_tilde),
-        two_sided_side=None if two is None else two.side,  # type: ignore[arg-type]
-        two_sided=_two_sided(two),
-        rm_rn_eps_lb_two_sided=None if two is None else _mean(two.rm_rn_eps_lb),
-        rm_rn_eps_lb_two_sided_interval=None if two is None else _interval(two.rm_rn_eps_lb),
-        rm_rn_auc=_auc(result.roc.get("rm_rn")),
-        baseline_tpr_at_fpr=_tpr_at_fpr(result.roc.get("baseline")),
-        mia_tpr_at_fpr=_tpr_at_fpr(result.roc.get("mia")),
-        rm_rn_tpr_at_fpr=_tpr_at_fpr(result.roc.get("rm_rn")),
-        levels={str(k): float(v) for k, v in result.levels.items() if _finite(v) is not None},
-        sizes={str(k): int(v) for k, v in result.sizes.items() if _is_number(v)},
-        quality={str(k): float(v) for k, v in result.quality.items() if _is_number(v)},
-        repeats=_repeats(result),
-        **privacy,  # type: ignore[arg-type]
-    )
+    return {
+        "modality": result.modality,
+        "generator_kind": result.generator_kind,
+        "beta": _finite(result.beta),
+        "n_repeats": len(result.repeats),
+        "c_lb": c_lb,
+        "c_lb_interval": _interval(result.c_lb),
+        "c_eps_lb": _finite(result.c_eps_lb.mean),
+        "c_eps_lb_interval": _interval(result.c_eps_lb),
+        "eps_tilde": _finite(result.eps_tilde.mean),
+        "eps_tilde_interval": _interval(result.eps_tilde),
+        "ceiling": ceiling,
+        "headroom": _headroom(ceiling, c_lb),
+        "flags": _flags(result.flags),
+        "rm_rn_eps_lb": _mean(result.rm_rn_eps_lb),
+        "rm_rn_eps_lb_interval": _interval(result.rm_rn_eps_lb),
+        "o1_eps_lb": _mean(result.o1_eps_lb),
+        "o1_eps_lb_interval": _interval(result.o1_eps_lb),
+        "baseline_auc": _mean_of([r.baseline_auc for r in result.repeats]),
+        "mia_auc": _mean_of([r.mia_auc for r in result.repeats]),
+        "eps_tilde_two_sided": None if two is None else _mean(two.eps_tilde),
+        "eps_tilde_two_sided_interval": None if two is None else _interval(two.eps_tilde),
+        "two_sided_side": None if two is None else two.side,
+        "two_sided": _two_sided(two),
+        "rm_rn_eps_lb_two_sided": None if two is None else _mean(two.rm_rn_eps_lb),
+        "rm_rn_eps_lb_two_sided_interval": None if two is None else _interval(two.rm_rn_eps_lb),
+        "rm_rn_auc": _auc(result.roc.get("rm_rn")),
+        "baseline_tpr_at_fpr": _tpr_at_fpr(result.roc.get("baseline")),
+        "mia_tpr_at_fpr": _tpr_at_fpr(result.roc.get("mia")),
+        "rm_rn_tpr_at_fpr": _tpr_at_fpr(result.roc.get("rm_rn")),
+        "levels": {str(k): float(v) for k, v in result.levels.items() if _finite(v) is not None},
+        "sizes": {str(k): int(v) for k, v in result.sizes.items() if _is_number(v)},
+        "quality": {str(k): float(v) for k, v in result.quality.items() if _is_number(v)},
+        "repeats": _repeats(result),
+    }
 
 
 def consortium_summary(sites: list[SiteReport], rounds: list[RoundReport]) -> ConsortiumSummary:
@@ -199,9 +180,7 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundReport]) -> Co
         leakiest_site_id=None if leakiest is None else leakiest.site_id,
         max_eps_tilde_two_sided=None if leakiest_two is None else leakiest_two.eps_tilde_two_sided,
         leakiest_site_id_two_sided=None if leakiest_two is None else leakiest_two.site_id,
-        saturated_sites=one_sided.saturated_sites,
-        not_tight_sites=one_sided.not_tight_sites,
-        rm_rn_capped_sites=one_sided.rm_rn_capped_sites,
+        **{name: getattr(one_sided, name) for name, _, _ in flagged_lists()},
         two_sided_flagged_sites=(
             {side: _flagged(ok, _side_flags(side)) for side in SIDES}
             if any(s.two_sided is not None for s in ok)
@@ -234,9 +213,10 @@ def _flagged(
     """Ids of the sites whose flags (as ``flags_of`` picks them) are raised."""
     flags = [(s.site_id, flags_of(s)) for s in sites]
     return FlaggedSites(
-        saturated_sites=[sid for sid, f in flags if f and f.saturated],
-        not_tight_sites=[sid for sid, f in flags if f and f.c_lb_not_tight],
-        rm_rn_capped_sites=[sid for sid, f in flags if f and f.rm_rn_capped],
+        **{
+            name: [sid for sid, f in flags if f and getattr(f, flag)]
+            for name, flag, _ in flagged_lists()
+        }
     )
 
 
@@ -305,10 +285,9 @@ def _side(side: SideResult) -> SideReport:
 
 
 def _flags(flags: AuditFlags) -> FlagsReport:
+    """Each flag of :class:`FlagsReport` from the AuditFlags field of its name."""
     return FlagsReport(
-        saturated=bool(flags.saturated),
-        c_lb_not_tight=bool(flags.c_lb_not_tight),
-        rm_rn_capped=bool(flags.rm_rn_capped),
+        **{name: bool(getattr(flags, name)) for name, _ in flag_specs()},
         reasons=[str(r) for r in flags.reasons],
     )
 

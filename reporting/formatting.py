@@ -16,9 +16,10 @@ from .schema import (
     FlaggedSites,
     FlagsReport,
     IntervalReport,
-    LedgerRow,
     SiteReport,
     SweepSiteRow,
+    flag_specs,
+    flagged_lists,
 )
 
 MISSING = "-"
@@ -32,15 +33,7 @@ MEANING_POINTS: tuple[str, ...] = (
     "Read eps_tilde as a lower bound on epsilon only when c_lb is tight; it is never an upper "
     "bound, and eps_tilde = 0 does not show that the model is private (the audit found no "
     "evidence, which a weak audit also finds).",
-    "saturated: c_lb is within the saturation margin of the ceiling (the bound a perfect "
-    "scorer reaches on this audit set). eps_tilde can then only read the headroom "
-    "ceiling - c_lb, which is a limit of the audit, not leakage of the model.",
-    "c_lb_not_tight: eps_tilde's interval lies above the RM;RN bound's interval. RM;RN is "
-    "itself only a lower bound, so this proves nothing, but the baseline may be too weak and "
-    "eps_tilde may overstate the leakage.",
-    "rm_rn_capped: eps_tilde lies above RM;RN, but RM;RN's own ceiling (its audit set is cut "
-    "from the site's real non-members, fewer than the game's) leaves no room to show that "
-    "value, so the comparison can neither confirm nor refute eps_tilde.",
+    *(flag.meaning for _, flag in flag_specs()),
     "RM;RN (real held-out non-members, c = 0) and O(1) (Steinke et al. 2023) are lower "
     "bounds on epsilon at the audit's level beta. DP eps is the accountant's epsilon, an "
     "upper bound under DP-SGD's assumptions; a lower bound above it would signal a bug.",
@@ -107,6 +100,16 @@ def fmt_dp(value: float | None, delta: float | None = None, what: str | None = N
     return f"{fmt(value)} ({'; '.join(details)})" if details else fmt(value)
 
 
+def fmt_theoretical_eps(eps: float | None, private: bool | None) -> str:
+    """A sweep's theoretical eps: "inf (no DP)" without DP, "unknown (DP on)" when DP is on
+    but no accountant reported."""
+    if eps is not None:
+        return fmt(eps, 2)
+    if private is True:
+        return "unknown (DP on)"
+    return "inf (no DP)" if private is False else MISSING
+
+
 def fmt_canary(value: float | None, interval: list[float | None] | None, count: int | None) -> str:
     """``eps_lb [low, high] (N canaries)`` of a canary audit."""
     if count is None and value is None:
@@ -127,14 +130,7 @@ def flag_labels(flags: FlagsReport | None) -> list[str]:
     """Short labels of the raised flags, in a fixed order."""
     if flags is None:
         return []
-    labels = []
-    if flags.saturated:
-        labels.append("saturated")
-    if flags.c_lb_not_tight:
-        labels.append("c_lb not tight")
-    if flags.rm_rn_capped:
-        labels.append("RM;RN capped")
-    return labels
+    return [flag.label for name, flag in flag_specs() if getattr(flags, name)]
 
 
 def flag_scopes(site: SiteReport) -> list[tuple[str, FlagsReport]]:
@@ -216,10 +212,8 @@ def _ids(ids: list[int]) -> str:
 
 def flagged_text(flagged: FlaggedSites) -> str:
     """``saturated sites: ..; c_lb not tight: ..; RM;RN capped: ..``."""
-    return (
-        f"saturated sites: {_ids(flagged.saturated_sites)}; "
-        f"c_lb not tight: {_ids(flagged.not_tight_sites)}; "
-        f"RM;RN capped: {_ids(flagged.rm_rn_capped_sites)}"
+    return "; ".join(
+        f"{label}: {_ids(getattr(flagged, name))}" for name, _, label in flagged_lists()
     )
 
 
@@ -227,7 +221,7 @@ def consortium_lines(c: ConsortiumSummary) -> list[str]:
     """The consortium summary as plain lines (md list items, html <li>)."""
     leakiest = MISSING if c.leakiest_site_id is None else c.leakiest_site_id
     leakiest_two = MISSING if c.leakiest_site_id_two_sided is None else c.leakiest_site_id_two_sided
-    one_sided = FlaggedSites(c.saturated_sites, c.not_tight_sites, c.rm_rn_capped_sites)
+    one_sided = FlaggedSites(**{name: getattr(c, name) for name, _, _ in flagged_lists()})
     return [
         f"sites: {c.n_sites} ({c.n_ok} ok, {c.n_failed} failed, {c.n_missing} missing)",
         f"max eps_tilde (one-sided) over ok sites: {fmt(c.max_eps_tilde)} "
@@ -295,55 +289,3 @@ def ordering_text(violations: list[BoundViolation], eps_tilde_above: bool, dp: f
     if eps_tilde_above:
         return f"ok; eps_tilde above DP eps ({EPS_TILDE_ABOVE_NOTE})"
     return "ok (every lower bound <= DP eps)"
-
-
-LEDGER_HEADERS: tuple[str, ...] = (
-    "site",
-    "DP level",
-    "record-level eps (accountant, delta)",
-    "client-level eps, site-level (accountant; sampling; neighbouring relation; delta)",
-    "client-level eps implied per record",
-    "DP eps for the site's records (min)",
-    "canary_eps_lb [interval] (canaries)",
-    "eps_tilde one-sided",
-    "eps_tilde two-sided (side)",
-    "RM;RN one-sided / two-sided",
-    "O(1)",
-    "accuracy global / site holdout",
-    "f loss members / holdout",
-    "ordering check",
-)
-"""Headers of the "Privacy ledger" table (md and html), in :func:`ledger_cells` order."""
-
-
-def ledger_cells(row: LedgerRow) -> list[str]:
-    """A ledger row's cells for display, in :data:`LEDGER_HEADERS` order."""
-    client_what = "; ".join(
-        x
-        for x in (
-            row.client_accountant,
-            row.client_sampling,
-            row.client_neighboring_relation,
-            None if row.client_rounds is None else f"{row.client_rounds} rounds",
-        )
-        if x
-    )
-    two = fmt(row.eps_tilde_two_sided)
-    if row.two_sided_side is not None:
-        two += f" ({SIDE_LABELS[row.two_sided_side]})"
-    return [
-        str(row.site_id),
-        row.dp_level or MISSING,
-        fmt_dp(row.dp_epsilon_record, row.record_delta, row.record_accountant),
-        fmt_dp(row.dp_epsilon_client, row.client_delta, client_what or None),
-        fmt(row.dp_epsilon_client_record) if row.dp_epsilon_client_record is not None else "off",
-        fmt_dp(row.dp_epsilon, row.dp_delta),
-        fmt_canary(row.canary_eps_lb, row.canary_eps_interval, row.canaries),
-        fmt(row.eps_tilde),
-        two,
-        f"{fmt(row.rm_rn_eps_lb)} / {fmt(row.rm_rn_eps_lb_two_sided)}",
-        fmt(row.o1_eps_lb),
-        f"{fmt(row.global_accuracy)} / {fmt(row.accuracy_holdout)}",
-        f"{fmt(row.loss_members)} / {fmt(row.loss_holdout)}",
-        ordering_text(row.bound_violations, row.eps_tilde_above_accountant, row.dp_epsilon),
-    ]

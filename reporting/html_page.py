@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from .formatting import MEANING_POINTS, VIOLATION_TITLE
+from .schema import flag_specs
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px;
@@ -171,11 +172,7 @@ def badge(label: str, kind: str) -> str:
     return f'<span class="badge {esc(kind)}">{esc(label)}</span>'
 
 
-_FLAG_BADGE_KIND = {
-    "saturated": "saturated",
-    "c_lb not tight": "not-tight",
-    "RM;RN capped": "saturated",
-}
+_FLAG_BADGE_KIND = {flag.label: flag.badge for _, flag in flag_specs()}
 
 
 def flag_badges(labels: list[str], prefix: str = "") -> str:

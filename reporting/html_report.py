@@ -7,20 +7,11 @@ from pathlib import Path
 from audit.result import AuditResult
 
 from . import plots
+from .columns import LEDGER_COLUMNS, SITE_COLUMNS, html_cells, html_headers
 from .formatting import (
-    LEDGER_HEADERS,
     MISSING,
-    SIDE_LABELS,
     canary_banner,
     consortium_lines,
-    flag_labels,
-    fmt,
-    fmt_interval,
-    fmt_loss_gap,
-    fmt_side_c_lb,
-    fmt_two_sided,
-    fmt_with_interval,
-    ledger_cells,
     levels_lines,
     scoped_reasons,
     scorer_cells,
@@ -28,39 +19,15 @@ from .formatting import (
     violation_banner_lines,
 )
 from .html_page import (
-    badge,
     canary_block,
     esc,
     figure,
-    flag_badges,
     meaning_block,
     page,
-    td,
     th_row,
     violation_banner,
 )
-from .schema import SIDES, RunReport, SiteReport, to_jsonable
-
-_HEADERS = (
-    "site",
-    "status",
-    "n_members",
-    "c_lb",
-    "ceiling",
-    "headroom",
-    "{c+eps}_lb",
-    "eps_tilde",
-    "eps_tilde 95% CI",
-    "eps_tilde two-sided [95% CI] (side)",
-    *(f"{SIDE_LABELS[side]} side c_lb / ceiling" for side in SIDES),
-    "RM;RN",
-    "RM;RN two-sided",
-    "O(1)",
-    *scorer_headers(),
-    "f loss members / holdout",
-    "DP eps (record-level guarantee)",
-    "generator",
-)
+from .schema import RunReport, SiteReport, to_jsonable
 
 
 def _row_class(site: SiteReport) -> str:
@@ -75,61 +42,10 @@ def _row_class(site: SiteReport) -> str:
     return "ok"
 
 
-def _two_sided_cell(site: SiteReport) -> str:
-    """The two-sided eps_tilde with a badge per raised flag of each side."""
-    two = site.two_sided
-    side_badges = "".join(
-        flag_badges(flag_labels(getattr(two, side).flags), prefix=f"{SIDE_LABELS[side]}: ")
-        for side in (SIDES if two is not None else ())
-    )
-    return td(esc(fmt_two_sided(site)) + side_badges, title=site.eps_tilde_two_sided, raw=True)
-
-
 def _site_row(site: SiteReport) -> str:
-    badges = flag_badges(flag_labels(site.flags))
-    if site.status != "ok":
-        badges += badge(site.status, site.status)
     reasons = "; ".join(f"{scope}: {r}" for scope, r in scoped_reasons(site))
-    cells = [
-        td(str(site.site_id)),
-        td(site.status, cls="text"),
-        td(fmt(site.n_members)),
-        td(fmt(site.c_lb), title=site.c_lb),
-        td(fmt(site.ceiling), title=site.ceiling),
-        td(fmt(site.headroom), title=site.headroom),
-        td(fmt(site.c_eps_lb), title=site.c_eps_lb),
-        td(esc(fmt(site.eps_tilde)) + badges, title=site.eps_tilde, raw=True),
-        td(fmt_interval(site.eps_tilde_interval)),
-        _two_sided_cell(site),
-        *(td(fmt_side_c_lb(site, side)) for side in SIDES),
-        td(
-            fmt_with_interval(site.rm_rn_eps_lb, site.rm_rn_eps_lb_interval),
-            title=site.rm_rn_eps_lb,
-        ),
-        td(
-            fmt_with_interval(site.rm_rn_eps_lb_two_sided, site.rm_rn_eps_lb_two_sided_interval),
-            title=site.rm_rn_eps_lb_two_sided,
-        ),
-        td(fmt_with_interval(site.o1_eps_lb, site.o1_eps_lb_interval), title=site.o1_eps_lb),
-        *(td(text) for text in scorer_cells(site)),
-        td(fmt_loss_gap(site)),
-        td(
-            esc(fmt(site.dp_epsilon, 2) if site.dp_epsilon is not None else "off")
-            + _ordering_badges(site),
-            title=site.dp_epsilon,
-            raw=True,
-        ),
-        td(site.generator_kind or MISSING, cls="text"),
-    ]
     title = f' title="{esc(reasons)}"' if reasons else ""
-    return f'<tr class="{esc(_row_class(site))}"{title}>' + "".join(cells) + "</tr>"
-
-
-def _ordering_badges(site: SiteReport) -> str:
-    badges = "".join(badge(f"VIOLATION: {v.label}", "violation") for v in site.bound_violations)
-    if site.eps_tilde_above_accountant:
-        badges += badge("eps_tilde above (not a bound)", "above")
-    return badges
+    return f'<tr class="{esc(_row_class(site))}"{title}>' + html_cells(SITE_COLUMNS, site) + "</tr>"
 
 
 def banners(report: RunReport) -> list[str]:
@@ -144,18 +60,12 @@ def banners(report: RunReport) -> list[str]:
 def _ledger_table(report: RunReport) -> list[str]:
     if not report.ledger:
         return []
-    rows = []
-    for row in report.ledger:
-        cls = "violation" if row.bound_violations else row.status
-        cells = ledger_cells(row)
-        rows.append(
-            f'<tr class="{esc(cls)}">'
-            + "".join(
-                td(c, cls="text" if i in (1, 3, len(cells) - 1) else None)
-                for i, c in enumerate(cells)
-            )
-            + "</tr>"
-        )
+    rows = [
+        f'<tr class="{esc("violation" if row.bound_violations else row.status)}">'
+        + html_cells(LEDGER_COLUMNS, row)
+        + "</tr>"
+        for row in report.ledger
+    ]
     above = [s for s in report.sites if s.eps_tilde_above_accountant_reason]
     return [
         "<h2>Privacy ledger</h2>",
@@ -164,7 +74,7 @@ def _ledger_table(report: RunReport) -> list[str]:
         "record-level guarantee that applies to the site's records; eps_tilde is a "
         "measurement, not a bound.</p>",
         '<div class="wide"><table id="ledger">',
-        th_row(LEDGER_HEADERS),
+        th_row(html_headers(LEDGER_COLUMNS)),
         *rows,
         "</table></div>",
         _list([f"site {s.site_id}: {s.eps_tilde_above_accountant_reason}" for s in above])
@@ -237,7 +147,7 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         _list(consortium_lines(report.consortium)),
         "<h2>Per-site audit</h2>",
         '<div class="wide"><table>',
-        th_row(_HEADERS),
+        th_row(html_headers(SITE_COLUMNS)),
         *[_site_row(s) for s in report.sites],
         "</table></div>",
         "<p>Row colours: yellow = saturated (eps_tilde reads headroom, not leakage); red = "

@@ -109,14 +109,7 @@ def load_run(run_dir: Path) -> RunInputs:
             audits[site_id] = _load_site_audit(audit_files[site_id], site_id, part)
         else:
             audits[site_id] = SiteAuditInput(
-                site_id=site_id,
-                status="missing",
-                error=None,
-                n_members=_opt_int(part.get("train")),
-                n_holdout=_opt_int(part.get("holdout")),
-                dp_epsilon=None,
-                elapsed_s=None,
-                result=None,
+                site_id=site_id, status="missing", error=None, result=None, **_file_fields({}, part)
             )
     return RunInputs(
         run_dir=run_dir,
@@ -319,17 +312,12 @@ def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAudi
     """Parse one SiteAudit; an unreadable file makes the site "failed", with the reason."""
 
     def failed(error: str, data: dict[str, Any] | None = None) -> SiteAuditInput:
-        data = data or {}
         return SiteAuditInput(
             site_id=site_id,
             status="failed",
             error=error,
-            n_members=_safe_int(data.get("n_members"), part.get("train")),
-            n_holdout=_safe_int(data.get("n_holdout"), part.get("holdout")),
-            dp_epsilon=_safe_float(data.get("dp_epsilon")),
-            elapsed_s=_safe_float(data.get("elapsed_s")),
             result=None,
-            canary=parse_canary(data.get("canary")),
+            **_file_fields(data or {}, part),
         )
 
     try:
@@ -351,16 +339,21 @@ def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAudi
     except (KeyError, TypeError, ValueError) as exc:
         return failed(f"{path}: key 'result' is not an AuditResult ({type(exc).__name__}: {exc})")
     return SiteAuditInput(
-        site_id=site_id,
-        status="ok",
-        error=None,
-        n_members=_safe_int(data.get("n_members"), part.get("train")),
-        n_holdout=_safe_int(data.get("n_holdout"), part.get("holdout")),
-        dp_epsilon=_safe_float(data.get("dp_epsilon")),
-        elapsed_s=_safe_float(data.get("elapsed_s")),
-        result=result,
-        canary=parse_canary(data.get("canary")),
+        site_id=site_id, status="ok", error=None, result=result, **_file_fields(data, part)
     )
+
+
+def _file_fields(data: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`SiteAuditInput` fields an audit file states beside its result (sizes
+    from partition.json when it lacks them), ok or failed alike; lenient: bad values read
+    as None."""
+    return {
+        "n_members": _safe_int(data.get("n_members"), part.get("train")),
+        "n_holdout": _safe_int(data.get("n_holdout"), part.get("holdout")),
+        "dp_epsilon": _safe_float(data.get("dp_epsilon")),
+        "elapsed_s": _safe_float(data.get("elapsed_s")),
+        "canary": parse_canary(data.get("canary")),
+    }
 
 
 def _read_json(path: Path) -> Any:

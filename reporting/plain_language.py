@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from .formatting import SIDE_LABELS, fmt
-from .schema import FlagsReport, IntervalReport, PlainReading, SiteReport
+from .schema import FlagsReport, IntervalReport, PlainReading, SiteReport, flag_specs
 
 THREAT_MODEL: tuple[str, str, str] = (
     "Who: anyone who holds the final shared model (every site of the consortium, and "
@@ -21,15 +21,8 @@ THREAT_MODEL: tuple[str, str, str] = (
     "collude with the server or other sites, or who try to rebuild records.",
 )
 
-_FLAG_SENTENCES: dict[str, str] = {
-    "saturated": "The audit hit its own ceiling: the look-alike records were already easy to "
-    "tell from real ones without the model, so the number shows a limit of the audit, not "
-    "how exposed your records are.",
-    "c_lb_not_tight": "A cross-check against real records the model never saw (RM;RN) reads "
-    "lower, so the number may overstate the leakage.",
-    "rm_rn_capped": "The cross-check against real records the model never saw had too few "
-    "records to confirm or refute the number.",
-}
+_FLAG_SENTENCES: dict[str, str] = {name: flag.plain for name, flag in flag_specs()}
+"""A flag's sentence for a privacy officer, by flag (declared with the flag)."""
 
 
 def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:

@@ -35,6 +35,7 @@ from .schema import (
     LedgerRow,
     RoundReport,
     SiteReport,
+    project,
 )
 
 RECORD_ACCOUNTANTS: dict[str, str] = {"rdp": "Opacus RDP", "prv": "Opacus PRV"}
@@ -315,21 +316,18 @@ def ledger_row(
     *,
     global_accuracy: float | None,
 ) -> LedgerRow:
-    """One row of the privacy ledger: the site's report fields beside its accountants."""
+    """One row of the privacy ledger: the site's report fields (:func:`~.schema.project`)
+    beside its accountants."""
     client_on = (
         settings.client_level or site.dp_epsilon_client is not None or (client_dp is not None)
     )
     ledger_site = None if client_dp is None else client_dp.sites.get(str(site.site_id))
     record_on = site.dp_epsilon_record is not None or settings.record_level
-    q = site.quality
-    return LedgerRow(
-        site_id=site.site_id,
-        status=site.status,
+    return project(
+        LedgerRow,
+        site,
         dp_level=settings.dp_level,
-        dp_epsilon=site.dp_epsilon,
-        dp_delta=site.dp_delta,
         record_accountant=(settings.record_accountant or "Opacus") if record_on else None,
-        dp_epsilon_record=site.dp_epsilon_record,
         record_delta=settings.delta if record_on else None,
         client_accountant=None if client_dp is None else client_dp.accountant,
         client_sampling=None if client_dp is None else client_dp.sampling,
@@ -340,24 +338,7 @@ def ledger_row(
             else None
         ),
         client_rounds=None if ledger_site is None else len(ledger_site.rounds),
-        dp_epsilon_client=site.dp_epsilon_client,
-        dp_epsilon_client_record=site.dp_epsilon_client_record,
-        canaries=site.canaries,
-        canary_eps_lb=site.canary_eps_lb,
-        canary_eps_interval=site.canary_eps_interval,
-        eps_tilde=site.eps_tilde,
-        eps_tilde_two_sided=site.eps_tilde_two_sided,
-        two_sided_side=site.two_sided_side,
-        rm_rn_eps_lb=site.rm_rn_eps_lb,
-        rm_rn_eps_lb_two_sided=site.rm_rn_eps_lb_two_sided,
-        o1_eps_lb=site.o1_eps_lb,
         global_accuracy=global_accuracy,
-        accuracy_members=q.get("target_accuracy_members"),
-        accuracy_holdout=q.get("target_accuracy_nonmembers"),
-        loss_members=q.get("target_loss_members"),
-        loss_holdout=q.get("target_loss_nonmembers"),
-        bound_violations=list(site.bound_violations),
-        eps_tilde_above_accountant=site.eps_tilde_above_accountant,
     )
 
 

@@ -7,11 +7,13 @@ report never carries raw records or per-record scores: only summary numbers from
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -43,26 +45,167 @@ SCORERS: tuple[str, ...] = ("baseline", "mia", "rm_rn")
 TPR_FPR_KEYS: tuple[str, ...] = ("0.01", "0.001")
 """FPR levels of ``<scorer>_tpr_at_fpr``; the audit's ``audit.roc.LOW_FPRS`` formatted ``:g``."""
 
+CsvKind = Literal["value", "interval", "nested", "keys", "pair", "join"]
+"""How a field spreads into CSV columns (see :class:`FieldSpec`)."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """What a report field is besides its JSON value: its CSV columns, its own table column,
+    the report field a projection copies it from. Declared once, on the field (:func:`spec`);
+    the CSV writers, the Markdown / HTML tables and the projections read it from there.
+
+    CSV kinds (``csv``; None: not in the CSV):
+
+    - ``"value"``: one column, the field's name.
+    - ``"interval"``: the value's column, then its ``<name>_interval`` (an
+      :class:`IntervalReport`) spread as ``<name>_low``, ``_high``, ``_std``, ``_n``.
+    - ``"nested"``: a dataclass, its own CSV fields prefixed ``<name>_`` (``csv_prefix``);
+      every column empty when it is None.
+    - ``"keys"``: a dict, one column per key of ``csv_keys``, prefixed ``<name>_``
+      (``csv_prefix``).
+    - ``"pair"``: a ``[low, high]`` list as ``<name>_low`` and ``<name>_high``.
+    - ``"join"``: a list in one cell, ``"; "``-joined (a violation by its message).
+    """
+
+    csv: CsvKind | None = "value"
+    csv_after: str | None = None
+    """The CSV puts this field's columns right after that field's (applied in field order);
+    without it, field order. Kept for fields older report.csv files have elsewhere: a new
+    field needs none, so its columns come last and older columns keep their positions."""
+    csv_prefix: str | None = None
+    """Column prefix of a ``nested`` / ``keys`` field (default ``<name>_``)."""
+    csv_keys: tuple[str, ...] = ()
+    """The keys of a ``keys`` field, in column order."""
+    label: str | None = None
+    """A column of its own, headed ``label``, in the Markdown and HTML tables of the
+    dataclass, where the table's declaration places its labelled fields
+    (:func:`.columns.labelled_columns`); None: shown by a declared column or not at all."""
+    digits: int = 3
+    """Decimals shown in that column."""
+    copy_of: str | None = None
+    """Projections (:func:`project`): the :class:`SiteReport` field copied (default: the
+    field of the same name)."""
+    quality_key: str | None = None
+    """Projections: the :attr:`SiteReport.quality` key copied instead of a field."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """What a flag of :class:`FlagsReport` says, for every place that shows it."""
+
+    label: str
+    """Its short label (tables, badges, reasons)."""
+    badge: str
+    """The CSS kind of its badge (``saturated``: yellow, ``not-tight``: red)."""
+    meaning: str
+    """What it means (the report's "what eps_tilde means" list)."""
+    plain: str
+    """What it means to a privacy officer (a site's own report)."""
+
+
+_SPEC = "report"
+_FLAG = "flag"
+_FLAGGED = "flagged"
+
+
+def spec(
+    default: Any = dataclasses.MISSING,
+    *,
+    factory: Callable[[], Any] | None = None,
+    **kw: Any,
+) -> Any:
+    """A dataclass field with its :class:`FieldSpec` (keyword arguments); required unless
+    given a ``default`` or a ``factory``."""
+    metadata = {_SPEC: FieldSpec(**kw)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def flag(label: str, *, badge: str, meaning: str, plain: str) -> Any:
+    """A flag of :class:`FlagsReport`: a CSV column of its own, False by default."""
+    return field(
+        default=False,
+        metadata={_SPEC: FieldSpec(), _FLAG: Flag(label, badge, meaning, plain)},
+    )
+
+
+def flagged(flag_name: str, label: str) -> Any:
+    """A list of :class:`FlaggedSites`: the sites whose flag ``flag_name`` is raised."""
+    return field(default_factory=list, metadata={_FLAGGED: (flag_name, label)})
+
+
+def field_spec(f: dataclasses.Field[Any]) -> FieldSpec | None:
+    """The field's :class:`FieldSpec`, None for a field without one."""
+    return f.metadata.get(_SPEC)
+
+
+def flag_specs() -> list[tuple[str, Flag]]:
+    """``(field name, Flag)`` of each flag of :class:`FlagsReport`, in field order."""
+    return [
+        (f.name, f.metadata[_FLAG]) for f in dataclasses.fields(FlagsReport) if _FLAG in f.metadata
+    ]
+
+
+def flagged_lists() -> list[tuple[str, str, str]]:
+    """``(field name, flag name, label)`` of each list of :class:`FlaggedSites`."""
+    return [(f.name, *f.metadata[_FLAGGED]) for f in dataclasses.fields(FlaggedSites)]
+
 
 @dataclass(frozen=True)
 class IntervalReport:
-    """Mean, std and 95% t-interval over repeats, as in :class:`audit.result.Interval`."""
+    """Mean, std and 95% t-interval over repeats, as in :class:`audit.result.Interval`.
+
+    In the CSV beside its value's column (which is the mean): ``_low``, ``_high``, ``_std``,
+    ``_n``."""
 
     mean: float | None
-    std: float | None
-    low: float | None
-    high: float | None
-    n: int | None
+    std: float | None = spec(csv_after="high")
+    low: float | None = spec()
+    high: float | None = spec()
+    n: int | None = spec()
 
 
 @dataclass(frozen=True)
 class FlagsReport:
-    """The audit's power diagnosis (see :class:`audit.result.AuditFlags`)."""
+    """The audit's power diagnosis (see :class:`audit.result.AuditFlags`).
 
-    saturated: bool
-    c_lb_not_tight: bool
-    reasons: list[str] = field(default_factory=list)
-    rm_rn_capped: bool = False
+    A flag is declared here once (:func:`flag`): its CSV column, label, badge and the two
+    texts that explain it follow from the declaration, and the AuditFlags field of the same
+    name fills it. Listing its sites in the consortium summary takes a :class:`FlaggedSites`
+    list and a :class:`ConsortiumSummary` field of the same name.
+    """
+
+    saturated: bool = flag(
+        "saturated",
+        badge="saturated",
+        meaning="saturated: c_lb is within the saturation margin of the ceiling (the bound a "
+        "perfect scorer reaches on this audit set). eps_tilde can then only read the headroom "
+        "ceiling - c_lb, which is a limit of the audit, not leakage of the model.",
+        plain="The audit hit its own ceiling: the look-alike records were already easy to "
+        "tell from real ones without the model, so the number shows a limit of the audit, not "
+        "how exposed your records are.",
+    )
+    c_lb_not_tight: bool = flag(
+        "c_lb not tight",
+        badge="not-tight",
+        meaning="c_lb_not_tight: eps_tilde's interval lies above the RM;RN bound's interval. "
+        "RM;RN is itself only a lower bound, so this proves nothing, but the baseline may be "
+        "too weak and eps_tilde may overstate the leakage.",
+        plain="A cross-check against real records the model never saw (RM;RN) reads "
+        "lower, so the number may overstate the leakage.",
+    )
+    reasons: list[str] = spec(factory=list, csv="join", csv_after="rm_rn_capped")
+    rm_rn_capped: bool = flag(
+        "RM;RN capped",
+        badge="saturated",
+        meaning="rm_rn_capped: eps_tilde lies above RM;RN, but RM;RN's own ceiling (its audit "
+        "set is cut from the site's real non-members, fewer than the game's) leaves no room to "
+        "show that value, so the comparison can neither confirm nor refute eps_tilde.",
+        plain="The cross-check against real records the model never saw had too few "
+        "records to confirm or refute the number.",
+    )
 
 
 @dataclass(frozen=True)
@@ -92,28 +235,28 @@ class RepeatReport:
 class SideReport:
     """One side of the two-sided game (see :class:`audit.result.SideResult`)."""
 
-    c_lb: float | None
+    c_lb: float | None = spec()
     c_lb_interval: IntervalReport | None
-    c_eps_lb: float | None
+    c_eps_lb: float | None = spec()
     c_eps_lb_interval: IntervalReport | None
-    eps_tilde: float | None
+    eps_tilde: float | None = spec()
     eps_tilde_interval: IntervalReport | None
-    ceiling: float | None
-    headroom: float | None
+    ceiling: float | None = spec()
+    headroom: float | None = spec()
     """ceiling - c_lb on this side."""
-    flags: FlagsReport
-    rm_rn_eps_lb: float | None
+    flags: FlagsReport = spec(csv="nested", csv_prefix="", csv_after="rm_rn_ceiling")
+    rm_rn_eps_lb: float | None = spec()
     rm_rn_eps_lb_interval: IntervalReport | None
-    rm_rn_ceiling: float | None
+    rm_rn_ceiling: float | None = spec()
 
 
 @dataclass(frozen=True)
 class TwoSidedReport:
     """Both sides of the two-sided game; each of its four bounds is at level ``beta``."""
 
-    beta: float | None
-    member: SideReport
-    nonmember: SideReport
+    beta: float | None = spec()
+    member: SideReport = spec(csv="nested")
+    nonmember: SideReport = spec(csv="nested")
 
 
 @dataclass(frozen=True)
@@ -194,125 +337,147 @@ class BoundViolation:
 
 @dataclass(frozen=True)
 class SiteReport:
-    """One site's audit, or why there is none (``status`` "failed" / "missing")."""
+    """One site's audit, or why there is none (``status`` "failed" / "missing").
 
-    site_id: int
-    status: SiteStatus
-    error: str | None
-    n_members: int | None
-    n_holdout: int | None
-    modality: str | None
-    generator_kind: str | None
-    beta: float | None
-    n_repeats: int | None
-    c_lb: float | None
-    c_lb_interval: IntervalReport | None
-    c_eps_lb: float | None
-    c_eps_lb_interval: IntervalReport | None
-    eps_tilde: float | None
+    The one shape of a site's result: ``report.json``'s ``sites``, report.csv's rows (each
+    field's :class:`FieldSpec` says its columns) and the views :class:`LedgerRow` and
+    :class:`SweepSiteRow` (:func:`project`). Built by one function,
+    :func:`reporting.aggregate.site_report`; the fields past ``n_holdout`` default to their
+    value for a site without an audit result.
+    """
+
+    site_id: int = spec()
+    status: SiteStatus = spec()
+    error: str | None = spec()
+    n_members: int | None = spec()
+    n_holdout: int | None = spec()
+    modality: str | None = spec(None)
+    generator_kind: str | None = spec(None)
+    beta: float | None = spec(None)
+    n_repeats: int | None = spec(None)
+    c_lb: float | None = spec(None, csv="interval")
+    c_lb_interval: IntervalReport | None = None
+    c_eps_lb: float | None = spec(None, csv="interval")
+    c_eps_lb_interval: IntervalReport | None = None
+    eps_tilde: float | None = spec(None, csv="interval")
     """The AuditResult's eps_tilde mean, copied, never recomputed."""
-    eps_tilde_interval: IntervalReport | None
-    ceiling: float | None
-    headroom: float | None
+    eps_tilde_interval: IntervalReport | None = None
+    ceiling: float | None = spec(None)
+    headroom: float | None = spec(None)
     """ceiling - c_lb: the most eps_tilde could read on this audit set."""
-    flags: FlagsReport | None
-    rm_rn_eps_lb: float | None
-    rm_rn_eps_lb_interval: IntervalReport | None
-    o1_eps_lb: float | None
-    o1_eps_lb_interval: IntervalReport | None
-    dp_epsilon: float | None
+    flags: FlagsReport | None = spec(None, csv="nested", csv_prefix="")
+    rm_rn_eps_lb: float | None = spec(None, csv="interval")
+    rm_rn_eps_lb_interval: IntervalReport | None = None
+    o1_eps_lb: float | None = spec(None, csv="interval")
+    o1_eps_lb_interval: IntervalReport | None = None
+    dp_epsilon: float | None = spec(None)
     """The record-level guarantee that applies to the site's records: the smaller of
     ``dp_epsilon_record`` (DP-SGD) and ``dp_epsilon_client_record`` (implied by client-level
     DP) over those present; None without DP (or when DP is on but no accountant reported)."""
-    dp_epsilon_source: DPSource | None
-    baseline_auc: float | None
-    mia_auc: float | None
-    elapsed_s: float | None
-    eps_tilde_two_sided: float | None = None
+    dp_epsilon_source: DPSource | None = spec(None)
+    baseline_auc: float | None = spec(None)
+    mia_auc: float | None = spec(None)
+    elapsed_s: float | None = spec(None, csv_after="rm_rn_tpr_at_fpr")
+    eps_tilde_two_sided: float | None = spec(None, csv="interval", csv_after="eps_tilde")
     """The two-sided eps_tilde mean (max over the sides per repeat), copied."""
     eps_tilde_two_sided_interval: IntervalReport | None = None
-    two_sided_side: Side | None = None
+    two_sided_side: Side | None = spec(None, csv_after="eps_tilde_two_sided")
     """The side whose mean eps_tilde is larger."""
-    two_sided: TwoSidedReport | None = None
-    rm_rn_eps_lb_two_sided: float | None = None
+    two_sided: TwoSidedReport | None = spec(None, csv="nested", csv_after="o1_eps_lb")
+    rm_rn_eps_lb_two_sided: float | None = spec(None, csv="interval", csv_after="rm_rn_eps_lb")
     rm_rn_eps_lb_two_sided_interval: IntervalReport | None = None
-    rm_rn_auc: float | None = None
-    baseline_tpr_at_fpr: dict[str, float | None] | None = None
+    rm_rn_auc: float | None = spec(None)
+    baseline_tpr_at_fpr: dict[str, float | None] | None = spec(
+        None, csv="keys", csv_keys=TPR_FPR_KEYS
+    )
     """TPR at the FPRs :data:`TPR_FPR_KEYS` (mean over repeats); likewise for mia and rm_rn."""
-    mia_tpr_at_fpr: dict[str, float | None] | None = None
-    rm_rn_tpr_at_fpr: dict[str, float | None] | None = None
+    mia_tpr_at_fpr: dict[str, float | None] | None = spec(None, csv="keys", csv_keys=TPR_FPR_KEYS)
+    rm_rn_tpr_at_fpr: dict[str, float | None] | None = spec(None, csv="keys", csv_keys=TPR_FPR_KEYS)
     levels: dict[str, float] = field(default_factory=dict)
     """Level of each bound, as the audit states it (empty for audit schema version 1)."""
     sizes: dict[str, int] = field(default_factory=dict)
-    quality: dict[str, float] = field(default_factory=dict)
+    quality: dict[str, float] = spec(
+        factory=dict,
+        csv="keys",
+        csv_keys=("target_loss_members", "target_loss_nonmembers"),
+        csv_prefix="",
+        csv_after="two_sided",
+    )
     repeats: list[RepeatReport] = field(default_factory=list)
-    dp_epsilon_record: float | None = None
+    dp_epsilon_record: float | None = spec(None)
     """Record-level accountant epsilon of the site's DP-SGD (Opacus, ``dp.accountant``)."""
-    dp_epsilon_client: float | None = None
+    dp_epsilon_client: float | None = spec(None)
     """Site-level epsilon of client-level DP (add or remove the whole site)."""
-    dp_epsilon_client_record: float | None = None
+    dp_epsilon_client_record: float | None = spec(None)
     """The record-level epsilon client-level DP implies for the site's records."""
-    dp_delta: float | None = None
+    dp_delta: float | None = spec(None)
     """delta of the guarantee ``dp_epsilon`` states (None without DP)."""
-    canaries: int | None = None
+    canaries: int | None = spec(None)
     """Canary records trained with at the site; None when the run had none."""
-    canary_eps_lb: float | None = None
+    canary_eps_lb: float | None = spec(None)
     """The canary audit's lower bound on epsilon (at the canary audit's beta)."""
-    canary_eps_interval: list[float | None] | None = None
+    canary_eps_interval: list[float | None] | None = spec(None, csv="pair")
     canary: CanaryReport | None = None
-    bound_violations: list[BoundViolation] = field(default_factory=list)
+    bound_violations: list[BoundViolation] = spec(factory=list, csv="join")
     """Measured lower bounds (canary, O(1), RM;RN on either side) above ``dp_epsilon``."""
-    eps_tilde_above_accountant: bool = False
+    eps_tilde_above_accountant: bool = spec(False)
     """eps_tilde (one- or two-sided) above ``dp_epsilon``: not a violation, eps_tilde is a
     measurement, not a bound (c_lb is not tight)."""
-    eps_tilde_above_accountant_reason: str | None = None
+    eps_tilde_above_accountant_reason: str | None = spec(None)
 
 
 @dataclass(frozen=True)
 class LedgerRow:
     """One site's privacy ledger: every guarantee beside every measurement (report.json
-    ``ledger``, ledger.csv and the "Privacy ledger" table). Measurements are the site's
-    report fields, copied."""
+    ``ledger``, ledger.csv and the "Privacy ledger" table). A view of :class:`SiteReport`
+    (:func:`project`): a field names the SiteReport field or quality key it copies (by
+    default the field of the same name); the others (``own``) come from the run's config and
+    the server's client-level DP ledger."""
 
-    site_id: int
-    status: SiteStatus
-    dp_level: DPLevel | None
-    """The run's ``dp.level`` (None: the config says nothing about DP)."""
-    dp_epsilon: float | None
+    site_id: int = spec()
+    status: SiteStatus = spec()
+    dp_level: DPLevel | None = spec()
+    """The run's ``dp.level`` (None: the config says nothing about DP). Own."""
+    dp_epsilon: float | None = spec()
     """The record-level guarantee that applies (see :attr:`SiteReport.dp_epsilon`)."""
-    dp_delta: float | None
-    record_accountant: str | None
-    """"Opacus RDP" / "Opacus PRV" when the site trained with DP-SGD."""
-    dp_epsilon_record: float | None
-    record_delta: float | None
-    client_accountant: str | None
-    """The server ledger's accountant, when client-level DP is on."""
-    client_sampling: str | None
-    client_neighboring_relation: str | None
-    client_delta: float | None
-    client_rounds: int | None
+    dp_delta: float | None = spec()
+    record_accountant: str | None = spec()
+    """"Opacus RDP" / "Opacus PRV" when the site trained with DP-SGD. Own."""
+    dp_epsilon_record: float | None = spec()
+    record_delta: float | None = spec()
+    """Own."""
+    client_accountant: str | None = spec()
+    """The server ledger's accountant, when client-level DP is on. Own, as are the other
+    ``client_`` fields."""
+    client_sampling: str | None = spec()
+    client_neighboring_relation: str | None = spec()
+    client_delta: float | None = spec()
+    client_rounds: int | None = spec()
     """Rounds the site's update was aggregated in under client-level DP."""
-    dp_epsilon_client: float | None
-    dp_epsilon_client_record: float | None
-    canaries: int | None
-    canary_eps_lb: float | None
-    canary_eps_interval: list[float | None] | None
-    eps_tilde: float | None
-    eps_tilde_two_sided: float | None
-    two_sided_side: Side | None
-    rm_rn_eps_lb: float | None
-    rm_rn_eps_lb_two_sided: float | None
-    o1_eps_lb: float | None
-    global_accuracy: float | None
-    """The final global model's accuracy on the public test split (the same for all rows)."""
-    accuracy_members: float | None
+    dp_epsilon_client: float | None = spec()
+    dp_epsilon_client_record: float | None = spec()
+    canaries: int | None = spec()
+    canary_eps_lb: float | None = spec()
+    canary_eps_interval: list[float | None] | None = spec(
+        csv="pair", csv_after="eps_tilde_above_accountant"
+    )
+    eps_tilde: float | None = spec()
+    eps_tilde_two_sided: float | None = spec()
+    two_sided_side: Side | None = spec()
+    rm_rn_eps_lb: float | None = spec()
+    rm_rn_eps_lb_two_sided: float | None = spec()
+    o1_eps_lb: float | None = spec()
+    global_accuracy: float | None = spec()
+    """The final global model's accuracy on the public test split (the same for all rows).
+    Own."""
+    accuracy_members: float | None = spec(quality_key="target_accuracy_members")
     """f's accuracy on the site's audited members (the audit's ``quality``)."""
-    accuracy_holdout: float | None
+    accuracy_holdout: float | None = spec(quality_key="target_accuracy_nonmembers")
     """f's accuracy on the site's held-out records (the audit's ``quality``)."""
-    loss_members: float | None
-    loss_holdout: float | None
-    bound_violations: list[BoundViolation]
-    eps_tilde_above_accountant: bool
+    loss_members: float | None = spec(quality_key="target_loss_members")
+    loss_holdout: float | None = spec(quality_key="target_loss_nonmembers")
+    bound_violations: list[BoundViolation] = spec(csv="join")
+    eps_tilde_above_accountant: bool = spec()
 
 
 @dataclass(frozen=True)
@@ -340,11 +505,12 @@ class RoundReport:
 
 @dataclass(frozen=True)
 class FlaggedSites:
-    """Ids of the ok sites with each flag raised (one game or one side of it)."""
+    """Ids of the ok sites with each flag raised (one game or one side of it). The
+    consortium summary holds the one-sided game's lists under the same names."""
 
-    saturated_sites: list[int]
-    not_tight_sites: list[int]
-    rm_rn_capped_sites: list[int]
+    saturated_sites: list[int] = flagged("saturated", "saturated sites")
+    not_tight_sites: list[int] = flagged("c_lb_not_tight", "c_lb not tight")
+    rm_rn_capped_sites: list[int] = flagged("rm_rn_capped", "RM;RN capped")
 
 
 @dataclass(frozen=True)
@@ -400,12 +566,13 @@ class RunReport:
 
 @dataclass(frozen=True)
 class SweepSiteRow:
-    """One site of one sweep point."""
+    """One site of one sweep point: a view of :class:`SiteReport` (:func:`project`), its
+    fields of the same name unless a field says otherwise."""
 
     site_id: int
     status: SiteStatus
     error: str | None
-    theoretical_eps: float | None
+    theoretical_eps: float | None = spec(csv=None, copy_of="dp_epsilon")
     """The site's record-level guarantee (:attr:`SiteReport.dp_epsilon`); None when DP is
     off (plotted at "inf") or unknown."""
     eps_tilde: float | None
@@ -430,8 +597,8 @@ class SweepSiteRow:
     canary_eps_lb: float | None = None
     canary_eps_interval: list[float | None] | None = None
     global_accuracy: float | None = None
-    """The point's final global accuracy (public test split)."""
-    accuracy_holdout: float | None = None
+    """The point's final global accuracy (public test split). Own."""
+    accuracy_holdout: float | None = spec(None, csv=None, quality_key="target_accuracy_nonmembers")
     """f's accuracy on the site's held-out records (the audit's ``quality``)."""
     bound_violations: list[BoundViolation] = field(default_factory=list)
     eps_tilde_above_accountant: bool = False
@@ -568,6 +735,37 @@ class ReportFiles:
     """``ledger.csv``: the privacy ledger, one row per site."""
     warnings: list[str] = field(default_factory=list)
     """Lines a command prints on stderr: each bound violation (a bug or a 1-in-1/beta event)."""
+
+
+_View = TypeVar("_View")
+
+
+def project(view: type[_View], site: SiteReport, **own: Any) -> _View:
+    """A view of a site (:class:`LedgerRow`, :class:`SweepSiteRow`): each field of ``view``
+    from ``own`` when given there, else the site's field (or quality key) its
+    :class:`FieldSpec` names, else the site's field of the same name (copied).
+
+    Raises
+    ------
+    TypeError
+        When ``own`` names a field ``view`` lacks.
+    AttributeError
+        When a field is not in ``own`` and the site has no field of its name.
+    """
+    names = {f.name for f in dataclasses.fields(view)}  # type: ignore[arg-type]
+    unknown = sorted(set(own) - names)
+    if unknown:
+        raise TypeError(f"{view.__name__} has no field {unknown}")
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(view):  # type: ignore[arg-type]
+        s = field_spec(f)
+        if f.name in own:
+            values[f.name] = own[f.name]
+        elif s is not None and s.quality_key is not None:
+            values[f.name] = site.quality.get(s.quality_key)
+        else:
+            values[f.name] = copy.copy(getattr(site, (s and s.copy_of) or f.name))
+    return view(**values)
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -8,8 +8,6 @@ each audit is.
 
 from __future__ import annotations
 
-import dataclasses
-import html
 import json
 import os
 from dataclasses import dataclass, field
@@ -20,30 +18,25 @@ from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 
 from . import plots
 from .aggregate import build_report
+from .columns import POINT_COLUMNS, SWEEP_SITE_COLUMNS, PointSite, html_cells, html_headers
 from .formatting import (
-    MISSING,
     VIOLATION_TITLE,
     canary_banner,
     flag_labels,
-    fmt,
-    fmt_interval,
-    fmt_two_sided,
     violation_banner_lines,
 )
 from .html_page import (
     SORT_SCRIPT,
-    badge,
     canary_block,
     esc,
     figure,
-    flag_badges,
     meaning_block,
     page,
-    td,
     th_row,
     violation_banner,
 )
 from .inputs import ReportInputError, load_run
+from .markdown_report import md_text, table_lines
 from .privacy_ledger import privacy_settings
 from .schema import (
     SWEEP_SCHEMA_VERSION,
@@ -53,6 +46,7 @@ from .schema import (
     SweepPointReport,
     SweepReport,
     SweepSiteRow,
+    project,
     to_jsonable,
 )
 
@@ -150,24 +144,9 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
     )
 
 
-_OWN_FIELDS = ("theoretical_eps", "global_accuracy", "accuracy_holdout")
-"""SweepSiteRow fields that are not SiteReport fields of the same name."""
-
-
 def _site_row(site: SiteReport, global_accuracy: float | None) -> SweepSiteRow:
-    """The sweep's view of a site: its SiteReport fields of the same name, the DP eps that
-    applies to its records, and the accuracies."""
-    copied = {
-        f.name: getattr(site, f.name)
-        for f in dataclasses.fields(SweepSiteRow)
-        if f.name not in _OWN_FIELDS
-    }
-    return SweepSiteRow(
-        theoretical_eps=site.dp_epsilon,
-        global_accuracy=global_accuracy,
-        accuracy_holdout=site.quality.get("target_accuracy_nonmembers"),
-        **copied,
-    )
+    """The sweep's view of a site (:func:`~.schema.project`) with the point's accuracy."""
+    return project(SweepSiteRow, site, global_accuracy=global_accuracy)
 
 
 def _problems(report: RunReport, *, has_metrics: bool) -> list[str]:
@@ -188,166 +167,36 @@ def _problems(report: RunReport, *, has_metrics: bool) -> list[str]:
 
 def _points_table(report: SweepReport) -> list[str]:
     rows = [
-        '<table class="sortable">',
-        th_row(
-            (
-                "point",
-                "overrides",
-                "status",
-                "DP level",
-                "canaries",
-                "theoretical eps",
-                "global accuracy",
-                "max eps_tilde",
-                "max eps_tilde two-sided",
-                "rounds",
-                "report",
-            )
-        ),
+        f'<tr class="{"incomplete" if p.status == "incomplete" else "ok"}">'
+        + html_cells(POINT_COLUMNS, p)
+        + "</tr>"
+        for p in report.points
     ]
-    for p in report.points:
-        overrides = ", ".join(f"{k}={v!r}" for k, v in p.overrides.items()) or MISSING
-        status = esc(p.status)
-        if p.problems:
-            status += "<br>" + "<br>".join(
-                f'<span class="error">{esc(x)}</span>' for x in p.problems
-            )
-        link = f'<a href="{esc(p.report_html)}">report.html</a>' if p.report_html else MISSING
-        cls = "incomplete" if p.status == "incomplete" else "ok"
-        rows.append(
-            f'<tr class="{cls}">'
-            + td(p.label, cls="text")
-            + td(overrides, cls="text")
-            + td(status, raw=True, cls="text")
-            + td(p.dp_level or MISSING, cls="text")
-            + td(str(p.canaries) if p.canaries else "none")
-            + td(_eps_text(p.theoretical_eps, p.private), title=p.theoretical_eps)
-            + td(fmt(p.global_accuracy), title=p.global_accuracy)
-            + td(fmt(p.max_eps_tilde), title=p.max_eps_tilde)
-            + td(fmt(p.max_eps_tilde_two_sided), title=p.max_eps_tilde_two_sided)
-            + td(str(p.rounds_completed))
-            + td(link, raw=True, cls="text")
-            + "</tr>"
-        )
-    rows.append("</table>")
-    return rows
+    return ['<table class="sortable">', th_row(html_headers(POINT_COLUMNS)), *rows, "</table>"]
 
 
-def _eps_text(eps: float | None, private: bool | None) -> str:
-    if eps is not None:
-        return fmt(eps, 2)
-    if private is True:
-        return "unknown (DP on)"
-    return "inf (no DP)" if private is False else MISSING
+SITE_HEADERS: tuple[str, ...] = tuple(c.header for c in SWEEP_SITE_COLUMNS)
+"""The per-site table's headers (html and md): :data:`~.columns.SWEEP_SITE_COLUMNS`."""
 
 
-SITE_HEADERS: tuple[str, ...] = (
-    "point",
-    "site",
-    "status",
-    "theoretical eps",
-    "accountant eps record",
-    "accountant eps client (site-level)",
-    "accuracy (global)",
-    "accuracy (site holdout)",
-    "canary_eps_lb",
-    "eps_tilde",
-    "eps_tilde 95% CI",
-    "eps_tilde two-sided [95% CI] (side)",
-    "c_lb",
-    "ceiling",
-    "RM;RN",
-    "RM;RN two-sided",
-    "O(1)",
-    "flags",
-)
-"""The per-site table's columns (html and md). "theoretical eps" is the record-level
-guarantee that applies (the smaller of the record-level accountant's and the one client-level
-DP implies)."""
-
-
-def site_cells(point: SweepPointReport, s: SweepSiteRow) -> list[str]:
-    """A site's cells in :data:`SITE_HEADERS` order, before the flags."""
-    return [
-        point.label,
-        str(s.site_id),
-        s.status,
-        _eps_text(s.theoretical_eps, point.private),
-        fmt(s.dp_epsilon_record) if s.dp_epsilon_record is not None else "off",
-        fmt(s.dp_epsilon_client) if s.dp_epsilon_client is not None else "off",
-        fmt(s.global_accuracy),
-        fmt(s.accuracy_holdout),
-        fmt(s.canary_eps_lb),
-        fmt(s.eps_tilde),
-        fmt_interval(s.eps_tilde_interval),
-        fmt_two_sided(s),
-        fmt(s.c_lb),
-        fmt(s.ceiling),
-        fmt(s.rm_rn_eps_lb),
-        fmt(s.rm_rn_eps_lb_two_sided),
-        fmt(s.o1_eps_lb),
-    ]
-
-
-_TITLES = (
-    "theoretical_eps",
-    "dp_epsilon_record",
-    "dp_epsilon_client",
-    "global_accuracy",
-    "accuracy_holdout",
-    "canary_eps_lb",
-    "eps_tilde",
-    None,
-    "eps_tilde_two_sided",
-    "c_lb",
-    "ceiling",
-    "rm_rn_eps_lb",
-    "rm_rn_eps_lb_two_sided",
-    "o1_eps_lb",
-)
-"""The field whose unrounded value a numeric cell's title carries (from "theoretical eps")."""
+def _row_class(s: SweepSiteRow) -> str:
+    if s.bound_violations:
+        return "violation"
+    if s.status != "ok":
+        return s.status
+    labels = flag_labels(s.flags)
+    return "not-tight" if "c_lb not tight" in labels else "saturated" if labels else "ok"
 
 
 def _sites_table(report: SweepReport) -> list[str]:
-    rows = ['<table class="sortable">', th_row(SITE_HEADERS)]
-    for p in report.points:
-        for s in p.sites:
-            labels = flag_labels(s.flags)
-            badges = flag_badges(labels)
-            badges += "".join(
-                badge(f"VIOLATION: {v.label}", "violation") for v in s.bound_violations
-            )
-            if s.eps_tilde_above_accountant:
-                badges += badge("eps_tilde above DP eps (not a bound)", "above")
-            if s.status != "ok":
-                badges += badge(s.status, s.status)
-                if s.error:
-                    badges += f' <span class="error">{esc(s.error)}</span>'
-            cls = (
-                "violation"
-                if s.bound_violations
-                else s.status
-                if s.status != "ok"
-                else (
-                    "not-tight" if "c_lb not tight" in labels else "saturated" if labels else "ok"
-                )
-            )
-            cells = site_cells(p, s)
-            numeric = [
-                td(text, title=None if name is None else getattr(s, name))
-                for text, name in zip(cells[3:], _TITLES)
-            ]
-            rows.append(
-                f'<tr class="{esc(cls)}">'
-                + td(cells[0], cls="text")
-                + td(cells[1])
-                + td(cells[2], cls="text")
-                + "".join(numeric)
-                + td(badges or MISSING, raw=True, cls="text")
-                + "</tr>"
-            )
-    rows.append("</table>")
-    return rows
+    rows = [
+        f'<tr class="{esc(_row_class(s))}">'
+        + html_cells(SWEEP_SITE_COLUMNS, PointSite(p, s))
+        + "</tr>"
+        for p in report.points
+        for s in p.sites
+    ]
+    return ['<table class="sortable">', th_row(html_headers(SWEEP_SITE_COLUMNS)), *rows, "</table>"]
 
 
 def _violations(report: SweepReport) -> list[str]:
@@ -465,60 +314,28 @@ def write_sweep_report(
     return ReportFiles(json_path=json_path, html_path=html_path, md_path=md_path, warnings=warnings)
 
 
-def _md(text: str) -> str:
-    """Table-safe Markdown text (no newlines, escaped pipes, no raw HTML)."""
-    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
-
-
 def render_sweep_markdown(report: SweepReport) -> str:
     """The Markdown text of ``sweep.md``: banners and the two tables (plots: sweep.html)."""
     lines = ["# PANORAMIA sweep comparison", ""]
     violations = _violations(report)
     if violations:
         lines += [f"> **{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee**"]
-        lines += [">", *[f"> - {_md(x)}" for x in violations], ""]
-    lines += [f"> **Canaries.** {_md(x)}" for x in _canary_lines(report)]
+        lines += [">", *[f"> - {md_text(x)}" for x in violations], ""]
+    lines += [f"> **Canaries.** {md_text(x)}" for x in _canary_lines(report)]
     lines += [
         "",
         f"Sweep schema version {report.schema_version}; {len(report.points)} points. "
         "Plots are in sweep.html; sweep.json holds the numbers in full.",
         "",
-        f"> {_md(report.meaning)}",
+        f"> {md_text(report.meaning)}",
         "",
         "## Points",
         "",
-        "| point | overrides | status | DP level | canaries | theoretical eps | global accuracy "
-        "| max eps_tilde | max eps_tilde two-sided | rounds |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for p in report.points:
-        overrides = ", ".join(f"{k}={v!r}" for k, v in p.overrides.items()) or MISSING
-        cells = [
-            p.label,
-            overrides,
-            p.status + "".join(f"; {x}" for x in p.problems),
-            p.dp_level or MISSING,
-            str(p.canaries) if p.canaries else "none",
-            _eps_text(p.theoretical_eps, p.private),
-            fmt(p.global_accuracy),
-            fmt(p.max_eps_tilde),
-            fmt(p.max_eps_tilde_two_sided),
-            str(p.rounds_completed),
-        ]
-        lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
-    lines += [
+        *table_lines(POINT_COLUMNS, report.points),
         "",
         "## Per point and site",
         "",
-        "| " + " | ".join(_md(h) for h in SITE_HEADERS) + " |",
-        "|" + "|".join("---" for _ in SITE_HEADERS) + "|",
+        *table_lines(SWEEP_SITE_COLUMNS, [PointSite(p, s) for p in report.points for s in p.sites]),
     ]
-    for p in report.points:
-        for s in p.sites:
-            flags = flag_labels(s.flags) + [f"VIOLATION: {v.label}" for v in s.bound_violations]
-            if s.eps_tilde_above_accountant:
-                flags.append("eps_tilde above DP eps (not a bound)")
-            cells = [*site_cells(p, s), ", ".join(flags) or MISSING]
-            lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
     lines.append("")
     return "\n".join(lines)

@@ -5,93 +5,98 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import typing
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .schema import (
-    SCORERS,
-    SIDES,
-    TPR_FPR_KEYS,
     BoundViolation,
-    FlagsReport,
     IntervalReport,
     LedgerRow,
     RunReport,
     SiteReport,
+    field_spec,
     to_jsonable,
 )
 
-_INTERVAL_FIELDS = ("low", "high", "std", "n")
-_FLAG_FIELDS = ("saturated", "c_lb_not_tight", "rm_rn_capped", "reasons")
-_SIDE_FIELDS = (
-    "c_lb",
-    "c_eps_lb",
-    "eps_tilde",
-    "ceiling",
-    "headroom",
-    "rm_rn_eps_lb",
-    "rm_rn_ceiling",
-)
-"""Scalars of :class:`~.schema.SideReport` given a ``two_sided_<side>_`` column each."""
+
+def csv_fields(cls: type) -> list[dataclasses.Field[Any]]:
+    """The fields of ``cls`` with CSV columns, in column order: field order, each field with
+    a ``csv_after`` moved right after the field it names (in field order)."""
+    spread = [f for f in dataclasses.fields(cls) if (s := field_spec(f)) and s.csv is not None]
+    for f in list(spread):
+        after = field_spec(f).csv_after  # type: ignore[union-attr]
+        if after is not None:
+            spread.remove(f)
+            anchor = next((i for i, g in enumerate(spread) if g.name == after), None)
+            if anchor is None:
+                raise TypeError(f"{cls.__name__}.{f.name}: csv_after {after!r} has no columns")
+            spread.insert(anchor + 1, f)
+    return spread
 
 
-def _with_interval(name: str) -> tuple[str, ...]:
-    """A value's column and its interval's (``<name>_low`` ...)."""
-    return (name, *(f"{name}_{k}" for k in _INTERVAL_FIELDS))
+def csv_columns(cls: type) -> tuple[str, ...]:
+    """The CSV columns of a dataclass, from its fields' :class:`~.schema.FieldSpec`."""
+    return tuple(_cells(cls, None))
 
 
-CSV_COLUMNS: tuple[str, ...] = (
-    "site_id",
-    "status",
-    "error",
-    "n_members",
-    "n_holdout",
-    "modality",
-    "generator_kind",
-    "beta",
-    "n_repeats",
-    *_with_interval("c_lb"),
-    *_with_interval("c_eps_lb"),
-    *_with_interval("eps_tilde"),
-    *_with_interval("eps_tilde_two_sided"),
-    "two_sided_side",
-    "ceiling",
-    "headroom",
-    *_FLAG_FIELDS,
-    *_with_interval("rm_rn_eps_lb"),
-    *_with_interval("rm_rn_eps_lb_two_sided"),
-    *_with_interval("o1_eps_lb"),
-    "two_sided_beta",
-    *(f"two_sided_{side}_{name}" for side in SIDES for name in (*_SIDE_FIELDS, *_FLAG_FIELDS)),
-    "target_loss_members",
-    "target_loss_nonmembers",
-    "dp_epsilon",
-    "dp_epsilon_source",
-    *(f"{scorer}_auc" for scorer in SCORERS),
-    *(f"{scorer}_tpr_at_fpr_{key}" for scorer in SCORERS for key in TPR_FPR_KEYS),
-    "elapsed_s",
-    "dp_epsilon_record",
-    "dp_epsilon_client",
-    "dp_epsilon_client_record",
-    "dp_delta",
-    "canaries",
-    "canary_eps_lb",
-    "canary_eps_interval_low",
-    "canary_eps_interval_high",
-    "bound_violations",
-    "eps_tilde_above_accountant",
-    "eps_tilde_above_accountant_reason",
-)
-"""report.csv's columns; the privacy ledger's fields come last, so older readers that index
-columns by position still read the earlier ones."""
+def csv_row(obj: Any) -> dict[str, Any]:
+    """One CSV row of a dataclass instance: column -> value (as :func:`csv_cell` takes it)."""
+    return _cells(type(obj), obj)
 
-LEDGER_CSV_COLUMNS: tuple[str, ...] = (
-    *(f.name for f in dataclasses.fields(LedgerRow) if f.name != "canary_eps_interval"),
-    "canary_eps_interval_low",
-    "canary_eps_interval_high",
-)
-"""ledger.csv's columns: :class:`~.schema.LedgerRow`'s fields, the canary interval spread."""
+
+def _cells(cls: type, obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Column -> value of ``obj`` (all None when ``obj`` is None: the columns alone)."""
+    hints = typing.get_type_hints(cls)
+    cells: dict[str, Any] = {}
+    for f in csv_fields(cls):
+        s = field_spec(f)
+        assert s is not None
+        name = prefix + f.name
+        value = None if obj is None else getattr(obj, f.name)
+        if s.csv == "value":
+            cells[name] = value
+        elif s.csv == "interval":
+            cells[name] = value
+            interval = None if obj is None else getattr(obj, f"{f.name}_interval")
+            cells.update(_cells(IntervalReport, interval, f"{name}_"))
+        elif s.csv == "nested":
+            inner = f"{f.name}_" if s.csv_prefix is None else s.csv_prefix
+            cells.update(_cells(_dataclass_of(hints[f.name]), value, prefix + inner))
+        elif s.csv == "keys":
+            inner = f"{f.name}_" if s.csv_prefix is None else s.csv_prefix
+            cells.update({f"{prefix}{inner}{k}": (value or {}).get(k) for k in s.csv_keys})
+        elif s.csv == "pair":
+            low, high = value if value and len(value) == 2 else (None, None)
+            cells.update({f"{name}_low": low, f"{name}_high": high})
+        elif s.csv == "join":
+            cells[name] = None if value is None else "; ".join(_text(v) for v in value)
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name}: unknown csv kind {s.csv!r}")
+    return cells
+
+
+def _dataclass_of(hint: Any) -> type:
+    """The dataclass of a field typed ``X`` or ``X | None``."""
+    for arg in (hint, *typing.get_args(hint)):
+        if dataclasses.is_dataclass(arg) and isinstance(arg, type):
+            return arg
+    raise TypeError(f"a nested CSV field must hold a dataclass, not {hint!r}")
+
+
+def _text(value: Any) -> str:
+    return value.message if isinstance(value, BoundViolation) else str(value)
+
+
+CSV_COLUMNS: tuple[str, ...] = csv_columns(SiteReport)
+"""report.csv's columns: :class:`~.schema.SiteReport`'s fields as their specs spread them.
+The privacy ledger's fields come last, so older readers that index columns by position
+still read the earlier ones; a new field's columns come last too."""
+
+LEDGER_CSV_COLUMNS: tuple[str, ...] = csv_columns(LedgerRow)
+"""ledger.csv's columns: :class:`~.schema.LedgerRow`'s fields, the canary interval spread
+last."""
 
 
 def report_to_json_text(report: RunReport) -> str:
@@ -105,109 +110,9 @@ def write_json(report: RunReport, path: Path) -> Path:
     return path
 
 
-def _flag_cells(flags: FlagsReport | None, prefix: str = "") -> dict[str, Any]:
-    if flags is None:
-        return {f"{prefix}{name}": None for name in _FLAG_FIELDS}
-    cells: dict[str, Any] = {f"{prefix}{name}": getattr(flags, name) for name in _FLAG_FIELDS}
-    cells[f"{prefix}reasons"] = "; ".join(flags.reasons)
-    return cells
-
-
-def _interval_cells(name: str, value: float | None, iv: IntervalReport | None) -> dict[str, Any]:
-    cells: dict[str, Any] = {name: value}
-    cells.update({f"{name}_{k}": None if iv is None else getattr(iv, k) for k in _INTERVAL_FIELDS})
-    return cells
-
-
-def _side_cells(site: SiteReport, side: str) -> dict[str, Any]:
-    prefix = f"two_sided_{side}_"
-    block = None if site.two_sided is None else getattr(site.two_sided, side)
-    cells = {f"{prefix}{name}": getattr(block, name, None) for name in _SIDE_FIELDS}
-    cells.update(_flag_cells(None if block is None else block.flags, prefix))
-    return cells
-
-
-def flatten_site(site: SiteReport) -> dict[str, Any]:
-    """One CSV row: the site's scalars with intervals, flags and sides spread into columns."""
-    row: dict[str, Any] = {
-        "site_id": site.site_id,
-        "status": site.status,
-        "error": site.error,
-        "n_members": site.n_members,
-        "n_holdout": site.n_holdout,
-        "modality": site.modality,
-        "generator_kind": site.generator_kind,
-        "beta": site.beta,
-        "n_repeats": site.n_repeats,
-        "two_sided_side": site.two_sided_side,
-        "ceiling": site.ceiling,
-        "headroom": site.headroom,
-        "two_sided_beta": None if site.two_sided is None else site.two_sided.beta,
-        "dp_epsilon": site.dp_epsilon,
-        "dp_epsilon_source": site.dp_epsilon_source,
-        "elapsed_s": site.elapsed_s,
-        **{
-            name: getattr(site, name)
-            for name in (
-                "dp_epsilon_record",
-                "dp_epsilon_client",
-                "dp_epsilon_client_record",
-                "dp_delta",
-                "canaries",
-                "canary_eps_lb",
-                "eps_tilde_above_accountant",
-                "eps_tilde_above_accountant_reason",
-            )
-        },
-        **_canary_interval_cells(site.canary_eps_interval),
-        "bound_violations": violations_text(site.bound_violations),
-        "target_loss_members": site.quality.get("target_loss_members"),
-        "target_loss_nonmembers": site.quality.get("target_loss_nonmembers"),
-        **_flag_cells(site.flags),
-    }
-    for name in (
-        "c_lb",
-        "c_eps_lb",
-        "eps_tilde",
-        "eps_tilde_two_sided",
-        "rm_rn_eps_lb",
-        "rm_rn_eps_lb_two_sided",
-        "o1_eps_lb",
-    ):
-        row.update(_interval_cells(name, getattr(site, name), getattr(site, f"{name}_interval")))
-    for side in SIDES:
-        row.update(_side_cells(site, side))
-    for scorer in SCORERS:
-        row[f"{scorer}_auc"] = getattr(site, f"{scorer}_auc")
-        tpr = getattr(site, f"{scorer}_tpr_at_fpr") or {}
-        row.update({f"{scorer}_tpr_at_fpr_{key}": tpr.get(key) for key in TPR_FPR_KEYS})
-    # A KeyError here means CSV_COLUMNS and this row disagree: fail loudly, not silently.
-    return {col: row[col] for col in CSV_COLUMNS}
-
-
-def violations_text(violations: list[BoundViolation]) -> str:
-    """The violations of a site in one CSV cell (empty without any)."""
-    return "; ".join(v.message for v in violations)
-
-
-def _canary_interval_cells(interval: list[float | None] | None) -> dict[str, Any]:
-    low, high = interval if interval and len(interval) == 2 else (None, None)
-    return {"canary_eps_interval_low": low, "canary_eps_interval_high": high}
-
-
-def flatten_ledger_row(row: LedgerRow) -> dict[str, Any]:
-    """One ledger.csv row: the ledger's fields, the canary interval and violations spread."""
-    cells: dict[str, Any] = {
-        name: getattr(row, name) for name in LEDGER_CSV_COLUMNS if hasattr(row, name)
-    }
-    cells["bound_violations"] = violations_text(row.bound_violations)
-    cells.update(_canary_interval_cells(row.canary_eps_interval))
-    return {col: cells[col] for col in LEDGER_CSV_COLUMNS}
-
-
 def write_ledger_csv(report: RunReport, path: Path) -> Path:
     """Write ``ledger.csv``: the privacy ledger, one row per site."""
-    return _write_rows(path, LEDGER_CSV_COLUMNS, [flatten_ledger_row(r) for r in report.ledger])
+    return _write_rows(path, LEDGER_CSV_COLUMNS, [csv_row(r) for r in report.ledger])
 
 
 def _write_rows(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> Path:
@@ -232,4 +137,4 @@ def csv_cell(value: Any) -> str:
 
 def write_csv(report: RunReport, path: Path) -> Path:
     """Write ``report.csv``: one row per site, columns :data:`CSV_COLUMNS`."""
-    return _write_rows(path, CSV_COLUMNS, [flatten_site(site) for site in report.sites])
+    return _write_rows(path, CSV_COLUMNS, [csv_row(site) for site in report.sites])
