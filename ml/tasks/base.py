@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from clients.training import run_epoch
 from contracts.errors import UserError
@@ -188,3 +189,21 @@ TASKS: Registry[type[TorchTask]] = Registry(
 def build_task(modality: str, **kwargs: Any) -> TorchTask:
     """The task of ``modality`` (its registered class) built from ``kwargs``."""
     return TASKS.get(modality)(modality=modality, **kwargs)
+
+
+class ClassificationTask(TorchTask):
+    """Cross-entropy on labelled records; loss features are [loss, logits]."""
+
+    def record_losses(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        inputs, targets = batch
+        return F.cross_entropy(model(inputs), targets, reduction="none")
+
+    def batch_features(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        inputs, targets = batch
+        logits = model(inputs)
+        loss = F.cross_entropy(logits, targets, reduction="none")
+        return torch.cat([loss[:, None], logits], dim=1)
+
+    def batch_correct(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        inputs, targets = batch
+        return (model(inputs).argmax(dim=1) == targets).sum()

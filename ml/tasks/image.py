@@ -6,10 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
-from torch.nn import functional as F
 
-from ml.tasks.base import TASKS, TorchTask
+from ml.tasks.base import TASKS, ClassificationTask
 
 
 def images_to_tensor(x: np.ndarray) -> torch.Tensor:
@@ -19,24 +17,10 @@ def images_to_tensor(x: np.ndarray) -> torch.Tensor:
 
 @TASKS.register("image")
 @dataclass
-class ImageClassificationTask(TorchTask):
+class ImageClassificationTask(ClassificationTask):
     """Cross-entropy classifier on images; loss features are [loss, logits]."""
 
     def tensors(self, x: np.ndarray, y: np.ndarray | None) -> tuple[torch.Tensor, ...]:
         if y is None:
             raise ValueError("image classification needs labels")
         return images_to_tensor(x), torch.as_tensor(y, dtype=torch.long)
-
-    def record_losses(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        inputs, targets = batch
-        return F.cross_entropy(model(inputs), targets, reduction="none")
-
-    def batch_features(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        inputs, targets = batch
-        logits = model(inputs)
-        loss = F.cross_entropy(logits, targets, reduction="none")
-        return torch.cat([loss[:, None], logits], dim=1)
-
-    def batch_correct(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        inputs, targets = batch
-        return (model(inputs).argmax(dim=1) == targets).sum()

@@ -14,15 +14,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
-from torch.nn import functional as F
 
-from ml.tasks.base import TASKS, TorchTask
+from ml.tasks.base import TASKS, ClassificationTask
 
 
 @TASKS.register("tabular")
 @dataclass
-class TabularClassificationTask(TorchTask):
+class TabularClassificationTask(ClassificationTask):
     """Cross-entropy classifier on encoded tabular rows; loss features are [loss, logits]."""
 
     schema: dict[str, Any] | None = None
@@ -35,17 +33,3 @@ class TabularClassificationTask(TorchTask):
         if inputs.ndim != 2:
             raise ValueError(f"tabular records must be (n, d), got shape {tuple(inputs.shape)}")
         return inputs, torch.as_tensor(np.asarray(y), dtype=torch.long)
-
-    def record_losses(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        inputs, targets = batch
-        return F.cross_entropy(model(inputs), targets, reduction="none")
-
-    def batch_features(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        inputs, targets = batch
-        logits = model(inputs)
-        loss = F.cross_entropy(logits, targets, reduction="none")
-        return torch.cat([loss[:, None], logits], dim=1)
-
-    def batch_correct(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        inputs, targets = batch
-        return (model(inputs).argmax(dim=1) == targets).sum()
