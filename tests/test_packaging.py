@@ -58,7 +58,9 @@ def test_pins_and_console_script():
 # report reads result files only, and deployment sits on top of everything.
 ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
     "audit": frozenset(),  # PANORAMIA as a library: stands alone
-    "contracts": frozenset(),  # what two sides of a run agree on: names and keys only
+    # What two sides of a run agree on: typed messages (to and from Flower's records) and
+    # the run directory's layout and file formats. Of ours, nothing; of Flower, flwr.app.
+    "contracts": frozenset(),
     "server": frozenset({"contracts"}),
     "clients": frozenset({"contracts", "audit"}),
     # audit.tabular.attributes (tabular encoding), clients.training.run_epoch (one local
@@ -122,6 +124,23 @@ def test_imports_follow_the_table():
         if target != package and target not in ALLOWED_IMPORTS[package]
     ]
     assert violations == []
+
+
+def test_contracts_import_only_the_standard_library_and_flower_records():
+    """Both sides of a run import ``contracts``: it stays light (no torch, no numpy)."""
+    import sys
+
+    outside = [
+        f"{path.relative_to(REPO)}:{node.lineno} imports {name}"
+        for path in _package_files("contracts")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        )
+        if name.split(".")[0] not in sys.stdlib_module_names and name != "flwr.app"
+    ]
+    assert outside == []
 
 
 def test_no_package_holds_most_of_the_code():
