@@ -5,7 +5,10 @@ Message types handled:
 - ``train``: one round of local training; replies with weights and the site's metrics.
 - ``query.whoami``: the site id (Flower replies carry node ids, not site ids).
 - ``query.audit``: run PANORAMIA on the site's own members against the final model; replies
-  with summary numbers and curves only.
+  with summary numbers and curves only, or, when the audit raises, with Flower's error reply
+  (the error text and a short traceback).
+
+The messages' contents are the typed values of :mod:`contracts.wire`.
 
 Everything a site needs (its task, data, DP policy, audit settings) comes from a
 ``resolve(context) -> SiteRuntime`` callable, so the same app runs in simulation and under
@@ -14,25 +17,14 @@ the Deployment Engine.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from flwr.app import (
-    ArrayRecord,
-    ConfigRecord,
-    ConfigRecordValues,
-    Context,
-    Message,
-    MetricRecord,
-    MetricRecordValues,
-    RecordDict,
-)
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 
@@ -40,7 +32,20 @@ from clients.audit_handler import SiteAuditOutput
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData
 from clients.training import TrainableTask, train_locally
-from contracts.wire import CANARY_JSON, CLIENT_CLIPPING, UNIT_WEIGHT, scalar
+from contracts.wire import (
+    ARRAYS,
+    AUDIT,
+    AUDIT_QUERY,
+    CONFIG,
+    METRICS,
+    WHOAMI,
+    AuditFailure,
+    AuditInstructions,
+    AuditReply,
+    TrainInstructions,
+    TrainReply,
+    WhoamiReply,
+)
 
 LEDGER_KEY = "dp-ledger"
 
@@ -83,12 +88,10 @@ _CLIPPING_MODS = {"fixed": fixedclipping_mod, "adaptive": adaptiveclipping_mod}
 def clipping_mod(msg: Message, context: Context, call_next: Callable) -> Message:
     """Flower's client-side clipping mod of the kind the server's DP wrapper asked for
     (client-level DP with clipping at the sites); otherwise the update goes out as is."""
-    kind = msg.content["config"].get(CLIENT_CLIPPING)
+    kind = TrainInstructions.from_record(msg.content.config_records[CONFIG]).client_clipping
     if kind is None:
         return call_next(msg, context)
-    if str(kind) not in _CLIPPING_MODS:
-        raise ValueError(f"{CLIENT_CLIPPING}: unknown clipping {kind!r}")
-    return _CLIPPING_MODS[str(kind)](msg, context, call_next)
+    return _CLIPPING_MODS[kind](msg, context, call_next)
 
 
 def build_client_app(resolve: Resolver) -> ClientApp:
@@ -99,83 +102,71 @@ def build_client_app(resolve: Resolver) -> ClientApp:
     def train(msg: Message, context: Context) -> Message:
         runtime = resolve(context)
         torch.set_num_threads(runtime.torch_threads)
-        config = msg.content["config"]
-        server_round = int(scalar(config["server-round"]))
-        state = msg.content.array_records["arrays"].to_torch_state_dict()
+        asked = TrainInstructions.from_record(msg.content.config_records[CONFIG])
+        state = msg.content.array_records[ARRAYS].to_torch_state_dict()
         ledger = _ledger(runtime, context) if runtime.dp is not None else None
         result = train_locally(
             runtime.task,
             state,
             x=runtime.data.training_x,
             y=runtime.data.training_y,
-            epochs=int(scalar(config["local-epochs"])),
-            seed=int(scalar(config["seed"])) * 100_003 + server_round * 1_009 + runtime.site_id,
+            epochs=asked.local_epochs,
+            seed=asked.seed * 100_003 + asked.server_round * 1_009 + runtime.site_id,
             device=runtime.device,
-            proximal_mu=float(scalar(config.get("proximal-mu", 0.0))),
+            proximal_mu=asked.proximal_mu or 0.0,
             dp=runtime.dp,
             ledger=ledger,
         )
         if ledger is not None:
             _save_ledger(ledger, runtime, context)
-        metrics: dict[str, MetricRecordValues] = {
-            "num-examples": result.num_examples,
-            "train-loss": result.train_loss,
-            "site-id": runtime.site_id,
-            UNIT_WEIGHT: 1,
-            "dp-epsilon": -1.0 if result.dp_epsilon is None else result.dp_epsilon,
-            "noise-multiplier": -1.0
-            if result.noise_multiplier is None
-            else result.noise_multiplier,
-        }
-        content = RecordDict(
-            {"arrays": ArrayRecord(result.state_dict), "metrics": MetricRecord(metrics)}
+        reply = TrainReply(
+            site_id=runtime.site_id,
+            train_loss=result.train_loss,
+            num_examples=result.num_examples,
+            dp_epsilon=result.dp_epsilon,
+            noise_multiplier=result.noise_multiplier,
         )
+        content = RecordDict({ARRAYS: ArrayRecord(result.state_dict), METRICS: reply.to_record()})
         return Message(content=content, reply_to=msg)
 
-    @app.query("whoami")
+    @app.query(WHOAMI)
     def whoami(msg: Message, context: Context) -> Message:
-        runtime = resolve(context)
-        return Message(
-            content=RecordDict({"metrics": MetricRecord({"site-id": runtime.site_id})}),
-            reply_to=msg,
-        )
+        reply = WhoamiReply(site_id=resolve(context).site_id)
+        return Message(content=RecordDict({METRICS: reply.to_record()}), reply_to=msg)
 
-    @app.query("audit")
+    @app.query(AUDIT_QUERY)
     def audit(msg: Message, context: Context) -> Message:
         started = time.time()
-        runtime = resolve(context)
-        torch.set_num_threads(runtime.torch_threads)
-        if runtime.audit_runner is None:
-            raise RuntimeError(f"site {runtime.site_id}: auditing is not configured")
-        model = runtime.task.make_model()
-        model.load_state_dict(msg.content.array_records["arrays"].to_torch_state_dict())
-        seed = int(scalar(msg.content["config"]["seed"]))
         try:
-            output = runtime.audit_runner(runtime.task, model, runtime.data, seed)
-        except Exception as err:  # reply with the site's error so the server can report it
+            reply = _audit(msg, context, resolve, started)
+        except Exception as err:  # the site's error goes back as Flower's error reply
             logging.getLogger(__name__).debug("audit failed", exc_info=True)
-            reply: dict[str, ConfigRecordValues] = {
-                "site-id": runtime.site_id,
-                "status": "failed",
-                "error": f"{type(err).__name__}: {err}",
-                "traceback": traceback.format_exc(limit=5),
-                "elapsed-s": time.time() - started,
-            }
-            return Message(content=RecordDict({"audit": ConfigRecord(reply)}), reply_to=msg)
-        dp_eps = None
-        if runtime.dp is not None:
-            dp_eps = _ledger(runtime, context).epsilon(runtime.dp.delta)
-        reply = {
-            "site-id": runtime.site_id,
-            "status": "ok",
-            "result-json": json.dumps(output.result),
-            "n-members": int(len(runtime.data.train_x)),
-            "n-holdout": int(len(runtime.data.holdout_x)),
-            "dp-epsilon": -1.0 if dp_eps is None else dp_eps,
-            "elapsed-s": time.time() - started,
-        }
-        if output.canary is not None:
-            reply[CANARY_JSON] = json.dumps(output.canary)
-        return Message(content=RecordDict({"audit": ConfigRecord(reply)}), reply_to=msg)
+            failure = AuditFailure.of(err, elapsed_s=time.time() - started)
+            return Message(failure.to_error(), reply_to=msg)
+        return Message(content=RecordDict({AUDIT: reply.to_record()}), reply_to=msg)
 
     return app
+
+
+def _audit(msg: Message, context: Context, resolve: Resolver, started: float) -> AuditReply:
+    """Run the site's audit of the final model in ``msg``."""
+    runtime = resolve(context)
+    torch.set_num_threads(runtime.torch_threads)
+    if runtime.audit_runner is None:
+        raise RuntimeError(f"site {runtime.site_id}: auditing is not configured")
+    model = runtime.task.make_model()
+    model.load_state_dict(msg.content.array_records[ARRAYS].to_torch_state_dict())
+    asked = AuditInstructions.from_record(msg.content.config_records[CONFIG])
+    output = runtime.audit_runner(runtime.task, model, runtime.data, asked.seed)
+    dp_eps = None
+    if runtime.dp is not None:
+        dp_eps = _ledger(runtime, context).epsilon(runtime.dp.delta)
+    return AuditReply(
+        site_id=runtime.site_id,
+        result=output.result,
+        n_members=int(len(runtime.data.train_x)),
+        n_holdout=int(len(runtime.data.holdout_x)),
+        elapsed_s=time.time() - started,
+        canary=output.canary,
+        dp_epsilon=dp_eps,
+    )

@@ -1,13 +1,47 @@
-"""Files of a run directory that one side writes and another reads."""
+"""A run directory: where each file lives (:class:`RunLayout`) and the formats of the files
+that one side writes and another reads (:class:`CheckpointMeta`, :class:`SiteAuditFile`).
+
+Every writer and reader takes its paths from :class:`RunLayout`; the names below never
+change, so old run directories still resume and report.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
 CONFIG_FILE = "config.yaml"
 """The resolved experiment config (written by the harness, read by the report)."""
-
+PARTITION_FILE = "partition.json"
+"""Site sizes and label histograms (the harness, or the server from the sites' replies)."""
+DATASET_FILE = "dataset.json"
+"""What the apps need to know about the data without loading it (written last)."""
+METRICS_FILE = "metrics.jsonl"
+"""The server's per-round log."""
+AUDITS_DIR = "audits"
+"""The server's per-site audit files (:class:`SiteAuditFile`)."""
+CHECKPOINTS_DIR = "checkpoints"
+FINAL_MODEL_FILE = "global_model.pt"
 CLIENT_DP_LEDGER = "client_dp.json"
 """The server's client-level DP ledger (``server.client_dp``), read by the report."""
-
+SITES_DIR = "sites"
+"""Simulated sites' data files and the public split."""
 SITE_STATE_DIR = "site_state"
 """Simulated sites' own files (site-local in a real deployment; the server never reads them)."""
+REFERENCE_MODELS_DIR = "reference_models"
+"""The run's shared reference models (public records only) and their manifest."""
+DEPLOYMENT_DIR = "deployment"
+"""``flwr run``'s app folder, run config and logs."""
+
+_ROUND_CHECKPOINT = re.compile(r"^round-(\d+)\.pt$")
+_AUDIT_FILE = re.compile(r"^site-(-?\d+)\.json$")
+
+
+def site_dp_ledger_name(site_id: int) -> str:
+    """The site's record-level DP ledger, in its state directory."""
+    return f"site-{site_id}-dp-ledger.json"
 
 
 def exposed_records_name(site_id: int) -> str:
@@ -16,3 +50,247 @@ def exposed_records_name(site_id: int) -> str:
     Written by the site; the site's report only links it, never reads it.
     """
     return f"site-{site_id}-exposed-records.json"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """The paths of one run directory."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def partition(self) -> Path:
+        return self.root / PARTITION_FILE
+
+    @property
+    def dataset(self) -> Path:
+        return self.root / DATASET_FILE
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS_FILE
+
+    @property
+    def audits(self) -> Path:
+        return self.root / AUDITS_DIR
+
+    def audit(self, site_id: int) -> Path:
+        """``audits/site-<id>.json``."""
+        return self.audits / f"site-{site_id}.json"
+
+    def audit_files(self) -> dict[int, Path]:
+        """The site audit files present, by site id."""
+        found: dict[int, Path] = {}
+        if self.audits.is_dir():
+            for path in sorted(self.audits.iterdir()):
+                if match := _AUDIT_FILE.match(path.name):
+                    found[int(match.group(1))] = path
+        return found
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / CHECKPOINTS_DIR
+
+    def round_checkpoint(self, server_round: int) -> Path:
+        """``checkpoints/round-XXXX.pt``: the global model after a (global) round."""
+        return self.checkpoints / f"round-{server_round:04d}.pt"
+
+    def round_checkpoints(self) -> dict[int, Path]:
+        """The round checkpoints present, by round."""
+        found: dict[int, Path] = {}
+        for path in self.checkpoints.glob("round-*.pt"):
+            if match := _ROUND_CHECKPOINT.match(path.name):
+                found[int(match.group(1))] = path
+        return found
+
+    @property
+    def final_model(self) -> Path:
+        return self.root / FINAL_MODEL_FILE
+
+    @property
+    def client_dp_ledger(self) -> Path:
+        return self.root / CLIENT_DP_LEDGER
+
+    @property
+    def sites(self) -> Path:
+        return self.root / SITES_DIR
+
+    def site_file(self, site_id: int) -> Path:
+        """``sites/site-<id>.npz``: a simulated site's data."""
+        return self.sites / f"site-{site_id}.npz"
+
+    @property
+    def public(self) -> Path:
+        """``sites/public.npz``: the public split (central evaluation, reference pool)."""
+        return self.sites / "public.npz"
+
+    @property
+    def site_state(self) -> Path:
+        return self.root / SITE_STATE_DIR
+
+    def site_dp_ledger(self, site_id: int) -> Path:
+        return self.site_state / site_dp_ledger_name(site_id)
+
+    def exposed_records(self, site_id: int) -> Path:
+        return self.site_state / exposed_records_name(site_id)
+
+    @property
+    def reference_models(self) -> Path:
+        return self.root / REFERENCE_MODELS_DIR
+
+    @property
+    def reference_manifest(self) -> Path:
+        """Written last: without it the reference models are (re)trained."""
+        return self.reference_models / "manifest.json"
+
+    def reference_model(self, k: int) -> Path:
+        return self.reference_models / f"ref-{k}.pt"
+
+    @property
+    def deployment(self) -> Path:
+        return self.root / DEPLOYMENT_DIR
+
+
+@dataclass(frozen=True)
+class CheckpointMeta:
+    """What a checkpoint needs to rebuild its model without the run's config."""
+
+    modality: str
+    model: str
+    """The registered model name."""
+    model_options: dict[str, Any]
+    num_classes: int
+    input_shape: tuple[int, ...]
+    dp: bool
+    """Trained under some DP level (the model has no BatchNorm)."""
+    dp_level: str | None = None
+    """``none`` / ``record`` / ``client`` / ``both``; None in checkpoints older than it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "modality": self.modality,
+            "model": self.model,
+            "model_options": dict(self.model_options),
+            "num_classes": self.num_classes,
+            "input_shape": list(self.input_shape),
+            "dp": self.dp,
+            "dp_level": self.dp_level,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckpointMeta:
+        """Raises ``ValueError`` naming the key that is missing or malformed."""
+        try:
+            level = data.get("dp_level")
+            return cls(
+                modality=str(data["modality"]),
+                model=str(data["model"]),
+                num_classes=int(data["num_classes"]),
+                input_shape=tuple(int(v) for v in data["input_shape"]),
+                model_options=dict(data.get("model_options") or {}),
+                dp=bool(data.get("dp", False)),
+                dp_level=None if level is None else str(level),
+            )
+        except KeyError as err:
+            raise ValueError(f"checkpoint meta: key {err.args[0]!r} is missing") from None
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"checkpoint meta is malformed: {err}") from err
+
+
+SiteAuditStatus = Literal["ok", "failed"]
+
+
+@dataclass(frozen=True)
+class SiteAuditFile:
+    """``audits/site-<id>.json``: one site's audit as the server received it.
+
+    Its JSON keys are the report's input: an ``ok`` file holds ``site_id, status, error
+    (null), elapsed_s, result, n_members, n_holdout, dp_epsilon, canary``; a ``failed`` one
+    ``site_id, status, error, elapsed_s, result (null), traceback``; both end with
+    ``model_round`` (the round of the model audited) when known.
+    """
+
+    site_id: int
+    status: SiteAuditStatus
+    error: str | None = None
+    elapsed_s: float | None = None
+    result: dict[str, Any] | None = None
+    """``audit.AuditResult.to_dict()`` (ok only)."""
+    n_members: int | None = None
+    n_holdout: int | None = None
+    dp_epsilon: float | None = None
+    """The site's record-level (Opacus) epsilon, or None."""
+    canary: dict[str, Any] | None = None
+    """``audit.canary.CanaryResult.to_dict()`` when the site trained with canaries."""
+    traceback: str | None = None
+    """The site's short traceback (failed only)."""
+    model_round: int | None = None
+    """The round of the global model audited; files older than it count as current."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "site_id": self.site_id,
+            "status": self.status,
+            "error": self.error,
+            "elapsed_s": self.elapsed_s,
+            "result": self.result,
+        }
+        if self.ok:
+            data.update(
+                {
+                    "n_members": self.n_members,
+                    "n_holdout": self.n_holdout,
+                    "dp_epsilon": self.dp_epsilon,
+                    "canary": self.canary,
+                }
+            )
+        else:
+            data["traceback"] = self.traceback
+        if self.model_round is not None:
+            data["model_round"] = self.model_round
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SiteAuditFile:
+        """Raises ``ValueError`` when ``data`` is not a site audit (the message says why).
+
+        Lenient where today's and older files differ: absent keys read as None.
+        """
+        if not isinstance(data, dict):
+            raise ValueError("a site audit file must hold a JSON object")
+        status = data.get("status")
+        if status not in ("ok", "failed"):
+            raise ValueError(f"key 'status' must be 'ok' or 'failed', got {status!r}")
+        try:
+            return cls(
+                site_id=int(data["site_id"]),
+                status="ok" if status == "ok" else "failed",
+                error=_opt(str, data.get("error")),
+                elapsed_s=_opt(float, data.get("elapsed_s")),
+                result=_opt(dict, data.get("result")),
+                n_members=_opt(int, data.get("n_members")),
+                n_holdout=_opt(int, data.get("n_holdout")),
+                dp_epsilon=_opt(float, data.get("dp_epsilon")),
+                canary=_opt(dict, data.get("canary")),
+                traceback=_opt(str, data.get("traceback")),
+                model_round=_opt(int, data.get("model_round")),
+            )
+        except KeyError:
+            raise ValueError("key 'site_id' is missing") from None
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"a site audit file is malformed: {err}") from err
+
+
+def _opt(kind: Any, value: Any) -> Any:
+    return None if value is None else kind(value)

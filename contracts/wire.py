@@ -1,23 +1,348 @@
-"""Keys of the records exchanged between the ServerApp and the ClientApps."""
+"""The messages between the ServerApp and the ClientApps, as typed values.
 
+Each message is a frozen dataclass with ``to_record()`` (the Flower record it travels as)
+and ``from_record()`` (its inverse, which checks every key it reads and ignores keys it
+does not know: Flower's own strategies and mods add theirs). An optional value travels as
+an absent key, never as a sentinel. A message's records sit in its ``RecordDict`` under
+the names below.
+
+- ``train``: the server sends the global weights (:data:`ARRAYS`) and
+  :class:`TrainInstructions` (:data:`CONFIG`); the site replies with its weights
+  (:data:`ARRAYS`) and a :class:`TrainReply` (:data:`METRICS`).
+- ``query.whoami`` (:data:`WHOAMI`): empty; the site replies with a :class:`WhoamiReply`
+  (:data:`METRICS`).
+- ``query.audit`` (:data:`AUDIT_QUERY`): the final weights (:data:`ARRAYS`) and
+  :class:`AuditInstructions` (:data:`CONFIG`); the site replies with an :class:`AuditReply`
+  (:data:`AUDIT`), or, when its audit fails, with Flower's error reply carrying an
+  :class:`AuditFailure` (the one failure channel).
+
+The record names and the keys Flower reads itself stay as Flower spells them: FedAvg
+averages by ``num-examples`` (or :data:`UNIT_WEIGHT`), stamps ``server-round`` and FedProx
+``proximal-mu`` into the train config, and the client-side clipping mods want exactly one
+ArrayRecord and one ConfigRecord in a train message (and one MetricRecord in its reply).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import traceback as tb
+from dataclasses import dataclass
+from typing import Any, Literal, cast, get_args
+
+from flwr.app import ConfigRecord, Error, MetricRecord, MetricRecordValues
+
+# Record names inside a message's RecordDict.
+ARRAYS = "arrays"
+"""The model weights (an ``ArrayRecord``): Flower's strategies send and read this name."""
+CONFIG = "config"
+"""What the server asks of a site (a ``ConfigRecord``): Flower's train config name."""
+METRICS = "metrics"
+"""A train or whoami reply (a ``MetricRecord``)."""
+AUDIT = "audit"
+"""An audit reply (a ``ConfigRecord``)."""
+
+# Query actions (``query.<action>`` message types).
+WHOAMI = "whoami"
+AUDIT_QUERY = "audit"
+
+# Keys. Those marked Flower's are read or written by Flower itself: keep them as they are.
+SITE_ID = "site-id"
+TRAIN_LOSS = "train-loss"
+NUM_EXAMPLES = "num-examples"
+"""Flower's: FedAvg's default ``weighted_by_key``."""
 UNIT_WEIGHT = "unit-weight"
 """A train reply's weight 1: under client-level DP the aggregate is a uniform mean, which
-is what Flower's noise (``z * C / k``) is calibrated for."""
-
-CANARY_JSON = "canary-json"
-"""An audit reply's canary one-run audit (``audit.canary.CanaryResult.to_dict`` as JSON)."""
-
+is what Flower's noise (``z * C / k``) is calibrated for (FedAvg's ``weighted_by_key``)."""
+DP_EPSILON = "dp-epsilon"
+NOISE_MULTIPLIER = "noise-multiplier"
+LOCAL_EPOCHS = "local-epochs"
+SEED = "seed"
+SERVER_ROUND = "server-round"
+"""Flower's: FedAvg stamps each start's round; the server overwrites it with the global one."""
+PROXIMAL_MU = "proximal-mu"
+"""Flower's: FedProx's proximal term."""
 CLIENT_CLIPPING = "client-clipping"
 """A train config's ``fixed`` / ``adaptive``: the site runs Flower's clipping mod of that
 kind on its update (client-level DP with ``dp.client.clipping_side: client``)."""
+RESULT_JSON = "result-json"
+CANARY_JSON = "canary-json"
+"""An audit reply's canary one-run audit (``audit.canary.CanaryResult.to_dict`` as JSON)."""
+N_MEMBERS = "n-members"
+N_HOLDOUT = "n-holdout"
+ELAPSED_S = "elapsed-s"
+
+ClientClipping = Literal["fixed", "adaptive"]
+CLIENT_CLIPPINGS: tuple[str, ...] = get_args(ClientClipping)
 
 
-def scalar(value: object) -> int | float | str | bytes:
-    """A record value the other side sent as one number, string or bytes.
+class WireError(ValueError):
+    """A record that does not hold the message it should (the message names the key)."""
 
-    Flower types a record's values as scalars or lists (or arrays); the keys exchanged here
-    hold scalars, so this narrows the value for ``int()`` / ``float()`` / ``str()``.
+
+def _get(record: ConfigRecord | MetricRecord, key: str, what: str) -> object:
+    if key not in record:
+        raise WireError(f"{what}: key {key!r} is missing")
+    return record[key]
+
+
+def _int(record: ConfigRecord | MetricRecord, key: str, what: str) -> int:
+    value = _get(record, key, what)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WireError(f"{what}: key {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def _float(record: ConfigRecord | MetricRecord, key: str, what: str) -> float:
+    value = _get(record, key, what)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise WireError(f"{what}: key {key!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def _opt_float(record: ConfigRecord | MetricRecord, key: str, what: str) -> float | None:
+    return _float(record, key, what) if key in record else None
+
+
+def _str(record: ConfigRecord, key: str, what: str) -> str:
+    value = _get(record, key, what)
+    if not isinstance(value, str):
+        raise WireError(f"{what}: key {key!r} must be a string, got {value!r}")
+    return value
+
+
+def _json_object(record: ConfigRecord, key: str, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(_str(record, key, what))
+    except json.JSONDecodeError as err:
+        raise WireError(f"{what}: key {key!r} is not valid JSON: {err}") from err
+    if not isinstance(value, dict):
+        raise WireError(f"{what}: key {key!r} must hold a JSON object")
+    return value
+
+
+@dataclass(frozen=True)
+class TrainInstructions:
+    """A train message's config: what a site's local training round needs."""
+
+    local_epochs: int
+    seed: int
+    """The run's seed; the site derives its round's seed from it, the round and its id."""
+    server_round: int
+    """The global round (1-based). The server sends the run's settings once and the
+    strategy stamps each message's round (a resumed run sends the global one)."""
+    client_clipping: ClientClipping | None = None
+    """Client-level DP clipped at the site: the kind of Flower mod to run; None: no mod."""
+    proximal_mu: float | None = None
+    """FedProx's proximal term (set by Flower's FedProx); None: plain local training."""
+
+    def to_record(self) -> ConfigRecord:
+        record = ConfigRecord(
+            {LOCAL_EPOCHS: self.local_epochs, SEED: self.seed, SERVER_ROUND: self.server_round}
+        )
+        if self.client_clipping is not None:
+            record[CLIENT_CLIPPING] = self.client_clipping
+        if self.proximal_mu is not None:
+            record[PROXIMAL_MU] = self.proximal_mu
+        return record
+
+    @classmethod
+    def from_record(cls, record: ConfigRecord) -> TrainInstructions:
+        what = "train config"
+        clipping: ClientClipping | None = None
+        if CLIENT_CLIPPING in record:
+            kind = _str(record, CLIENT_CLIPPING, what)
+            if kind not in CLIENT_CLIPPINGS:
+                raise WireError(f"{what}: {CLIENT_CLIPPING}: unknown clipping {kind!r}")
+            clipping = cast(ClientClipping, kind)
+        return cls(
+            local_epochs=_int(record, LOCAL_EPOCHS, what),
+            seed=_int(record, SEED, what),
+            server_round=_int(record, SERVER_ROUND, what),
+            client_clipping=clipping,
+            proximal_mu=_opt_float(record, PROXIMAL_MU, what),
+        )
+
+    @staticmethod
+    def stamp_round(record: ConfigRecord, server_round: int) -> None:
+        """Set the round of a train config in place (Flower's strategies build the
+        messages; the server then says which global round each one is)."""
+        record[SERVER_ROUND] = server_round
+
+
+@dataclass(frozen=True)
+class TrainReply:
+    """A site's numbers after one round of local training (beside its weights).
+
+    Every site of a run reports the same keys (Flower aggregates only replies whose
+    MetricRecords agree): the optional ones are present exactly when the run uses
+    record-level DP, which every site shares.
     """
-    if isinstance(value, int | float | str | bytes):
-        return value
-    raise TypeError(f"expected a scalar record value, got {type(value).__name__}")
+
+    site_id: int
+    train_loss: float
+    num_examples: int
+    """FedAvg's weight (the default ``weighted_by_key``)."""
+    dp_epsilon: float | None = None
+    """The site's record-level (Opacus) epsilon so far; None without record-level DP."""
+    noise_multiplier: float | None = None
+    """DP-SGD's noise multiplier this round; None without record-level DP."""
+    unit_weight: int = 1
+    """The weight under client-level DP (``weighted_by_key``: :data:`UNIT_WEIGHT`): 1 for
+    every site, a uniform mean."""
+
+    def to_record(self) -> MetricRecord:
+        values: dict[str, MetricRecordValues] = {
+            NUM_EXAMPLES: self.num_examples,
+            TRAIN_LOSS: self.train_loss,
+            SITE_ID: self.site_id,
+            UNIT_WEIGHT: self.unit_weight,
+        }
+        if self.dp_epsilon is not None:
+            values[DP_EPSILON] = self.dp_epsilon
+        if self.noise_multiplier is not None:
+            values[NOISE_MULTIPLIER] = self.noise_multiplier
+        return MetricRecord(values)
+
+    @classmethod
+    def from_record(cls, record: MetricRecord) -> TrainReply:
+        what = "train reply"
+        return cls(
+            site_id=_int(record, SITE_ID, what),
+            train_loss=_float(record, TRAIN_LOSS, what),
+            num_examples=_int(record, NUM_EXAMPLES, what),
+            dp_epsilon=_opt_float(record, DP_EPSILON, what),
+            noise_multiplier=_opt_float(record, NOISE_MULTIPLIER, what),
+            unit_weight=_int(record, UNIT_WEIGHT, what),
+        )
+
+
+@dataclass(frozen=True)
+class WhoamiReply:
+    """Which site a node is (Flower's replies carry node ids, not site ids)."""
+
+    site_id: int
+
+    def to_record(self) -> MetricRecord:
+        return MetricRecord({SITE_ID: self.site_id})
+
+    @classmethod
+    def from_record(cls, record: MetricRecord) -> WhoamiReply:
+        return cls(site_id=_int(record, SITE_ID, "whoami reply"))
+
+
+@dataclass(frozen=True)
+class AuditInstructions:
+    """An audit query's config (beside the final weights)."""
+
+    seed: int
+
+    def to_record(self) -> ConfigRecord:
+        return ConfigRecord({SEED: self.seed})
+
+    @classmethod
+    def from_record(cls, record: ConfigRecord) -> AuditInstructions:
+        return cls(seed=_int(record, SEED, "audit config"))
+
+
+@dataclass(frozen=True)
+class AuditReply:
+    """A site's finished audit: summary numbers and curves, never records."""
+
+    site_id: int
+    result: dict[str, Any]
+    """``audit.AuditResult.to_dict()``."""
+    n_members: int
+    n_holdout: int
+    elapsed_s: float
+    canary: dict[str, Any] | None = None
+    """``audit.canary.CanaryResult.to_dict()`` when the site trained with canaries."""
+    dp_epsilon: float | None = None
+    """The site's record-level (Opacus) epsilon; None without record-level DP."""
+
+    def to_record(self) -> ConfigRecord:
+        record = ConfigRecord(
+            {
+                SITE_ID: self.site_id,
+                RESULT_JSON: json.dumps(self.result),
+                N_MEMBERS: self.n_members,
+                N_HOLDOUT: self.n_holdout,
+                ELAPSED_S: self.elapsed_s,
+            }
+        )
+        if self.dp_epsilon is not None:
+            record[DP_EPSILON] = self.dp_epsilon
+        if self.canary is not None:
+            record[CANARY_JSON] = json.dumps(self.canary)
+        return record
+
+    @classmethod
+    def from_record(cls, record: ConfigRecord) -> AuditReply:
+        what = "audit reply"
+        return cls(
+            site_id=_int(record, SITE_ID, what),
+            result=_json_object(record, RESULT_JSON, what),
+            n_members=_int(record, N_MEMBERS, what),
+            n_holdout=_int(record, N_HOLDOUT, what),
+            elapsed_s=_float(record, ELAPSED_S, what),
+            canary=_json_object(record, CANARY_JSON, what) if CANARY_JSON in record else None,
+            dp_epsilon=_opt_float(record, DP_EPSILON, what),
+        )
+
+
+AUDIT_FAILED_CODE = 4001
+"""The Flower ``Error`` code of a site whose audit raised (Flower's own codes are 0-8)."""
+TRACEBACK_FRAMES = 5
+"""The last frames of the site's traceback travel with its error (where it raised)."""
+_MARK = "--- site traceback"
+_MARK_RE = re.compile(r"\n--- site traceback(?: \(audit ran (?P<elapsed>[^ ]+) s\))? ---\n")
+
+
+@dataclass(frozen=True)
+class AuditFailure:
+    """A site's audit that raised, as Flower's error reply (``Message(error, reply_to=)``).
+
+    The error's reason is readable as it is: the error text, then a marker line (with the
+    audit's running time) and the site's short traceback.
+    """
+
+    error: str
+    """``"<ExceptionType>: <message>"``, or Flower's reason for an error of its own."""
+    traceback: str | None = None
+    elapsed_s: float | None = None
+
+    @classmethod
+    def of(cls, err: BaseException, *, elapsed_s: float | None = None) -> AuditFailure:
+        """The failure of ``err``, being handled (its last :data:`TRACEBACK_FRAMES` frames)."""
+        lines = tb.format_exception(type(err), err, err.__traceback__, limit=-TRACEBACK_FRAMES)
+        return cls(
+            error=f"{type(err).__name__}: {err}", traceback="".join(lines), elapsed_s=elapsed_s
+        )
+
+    def to_error(self) -> Error:
+        reason = self.error
+        if self.traceback is not None or self.elapsed_s is not None:
+            ran = "" if self.elapsed_s is None else f" (audit ran {self.elapsed_s!r} s)"
+            reason += f"\n{_MARK}{ran} ---\n{self.traceback or ''}"
+        return Error(code=AUDIT_FAILED_CODE, reason=reason)
+
+    @classmethod
+    def from_error(cls, error: Error) -> AuditFailure:
+        """The failure an error reply reports. A reason that Flower wrote (the ClientApp
+        crashed, the node went away) is the error text, with no traceback."""
+        reason = error.reason or f"error reply with code {error.code} and no reason"
+        if error.code != AUDIT_FAILED_CODE:
+            return cls(error=reason)
+        match = _MARK_RE.search(reason)
+        if match is None:
+            return cls(error=reason)
+        try:
+            elapsed = float(match.group("elapsed") or "nan")
+        except ValueError:
+            elapsed = math.nan
+        return cls(
+            error=reason[: match.start()],
+            traceback=reason[match.end() :] or None,
+            elapsed_s=None if math.isnan(elapsed) else elapsed,
+        )

@@ -13,6 +13,7 @@ from typing import Any
 
 import tomli_w
 
+from contracts.run_files import RunLayout
 from deployment.flower_apps import (
     DATASET_KEY,
     EXPERIMENT_KEY,
@@ -23,9 +24,8 @@ from deployment.flower_apps import (
     STATE_DIR_NAME,
 )
 from simulations.config import ExperimentConfig, dump_config
-from simulations.run_dir import CONFIG_FILE, DATASET_FILE, DatasetMeta, prepare_run_dir, site_file
+from simulations.run_dir import DatasetMeta, prepare_run_dir
 
-DEPLOYMENT_DIR = "deployment"
 APP_PUBLISHER = "panoramia"
 APP_NAME = "panoramia-fl"
 
@@ -82,7 +82,7 @@ def run_config_values(
     return {
         RUN_DIR_KEY: str(run_dir),
         EXPERIMENT_KEY: dump_config(config),
-        DATASET_KEY: (run_dir / DATASET_FILE).read_text(),
+        DATASET_KEY: RunLayout(run_dir).dataset.read_text(),
         PHASES_KEY: ",".join(phases),
         REPORT_KEY: write_report,
     }
@@ -138,18 +138,19 @@ def prepare_deployment(
     ``<run_dir>/deployment/run-config.toml`` (``flwr run --run-config`` values).
     """
     run_dir = run_dir.resolve()
+    layout = RunLayout(run_dir)
     n = config.partition.num_sites
     nodes: list[dict[str, Any]] = [{"partition-id": i, "num-partitions": n} for i in range(n)]
     if meta is None:
         prepare_run_dir(config, run_dir)
         for node in nodes:
-            path = site_file(run_dir, node["partition-id"])
+            path = layout.site_file(node["partition-id"])
             node.update({"data-path": str(path), "state-dir": str(path.parent / STATE_DIR_NAME)})
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / CONFIG_FILE).write_text(dump_config(config))
+        layout.config.write_text(dump_config(config))
         meta.write(run_dir)
-    dep = run_dir / DEPLOYMENT_DIR
+    dep = layout.deployment
     app_dir = write_app_dir(dep / "app")
     run_config = dep / "run-config.toml"
     values = run_config_values(config, run_dir, phases=phases, write_report=write_report)

@@ -45,18 +45,12 @@ from audit.components import Records
 from clients.app import SiteRuntime, build_client_app
 from clients.site_data import SiteData
 from contracts.errors import UserError
+from contracts.run_files import RunLayout
 from server.app import build_server_app
 from simulations.apps import SiteResolver, server_settings
 from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
 from simulations.reference_models import site_pool
-from simulations.run_dir import (
-    CONFIG_FILE,
-    PARTITION_FILE,
-    DatasetMeta,
-    read_public,
-    site_file,
-    site_state_dir,
-)
+from simulations.run_dir import DatasetMeta, read_public
 
 log = logging.getLogger(__name__)
 
@@ -190,9 +184,9 @@ def read_run(run_config: dict[str, Any]) -> DeploymentRun:
         if text:
             config = validate_config(yaml.safe_load(text) or {})
         else:
-            config = load_config(run_dir / CONFIG_FILE)
+            config = load_config(RunLayout(run_dir).config)
     except ConfigError as err:
-        source = f"run config {EXPERIMENT_KEY!r}" if text else str(run_dir / CONFIG_FILE)
+        source = f"run config {EXPERIMENT_KEY!r}" if text else str(RunLayout(run_dir).config)
         raise DeploymentConfigError(f"{source}: {err}") from None
     meta_text = str(run_config.get(DATASET_KEY, "") or "")
     if meta_text:
@@ -202,8 +196,8 @@ def read_run(run_config: dict[str, Any]) -> DeploymentRun:
             meta = DatasetMeta.read(run_dir)
         except FileNotFoundError:
             raise DeploymentConfigError(
-                f"run config: {DATASET_KEY!r} is empty and {run_dir}/dataset.json does not "
-                f"exist on this machine"
+                f"run config: {DATASET_KEY!r} is empty and {RunLayout(run_dir).dataset} "
+                "does not exist on this machine"
             ) from None
     return DeploymentRun(
         run_dir=run_dir,
@@ -222,7 +216,7 @@ def site_state_path(node: NodeSettings, run: DeploymentRun) -> Path:
     elif node.data_path is not None:
         state = node.data_path.parent / STATE_DIR_NAME
     else:
-        return site_state_dir(run.run_dir)
+        return RunLayout(run.run_dir).site_state
     return state / run.run_dir.name
 
 
@@ -266,10 +260,11 @@ class DeploymentResolver:
             raise DeploymentConfigError(
                 f"node config: data-path={str(data_path)!r} does not exist on this SuperNode"
             )
-        if data_path is None and not site_file(run.run_dir, node.partition_id).exists():
+        own_file = RunLayout(run.run_dir).site_file(node.partition_id)
+        if data_path is None and not own_file.exists():
             raise DeploymentConfigError(
                 "node config: data-path is not set and the run directory's "
-                f"{site_file(run.run_dir, node.partition_id)} is not on this SuperNode"
+                f"{own_file} is not on this SuperNode"
             )
         state = site_state_path(node, run)
         runtime = SiteResolver(run.config, run.meta, run.run_dir, state_dir=state)(context)
@@ -294,14 +289,15 @@ def write_site_summary(run: DeploymentRun) -> Path:
     sites = []
     for site in range(run.config.partition.num_sites):
         trained = [r["sites"][str(site)] for r in rounds if str(site) in r.get("sites", {})]
-        audit = read_site_audit(run.run_dir, site) or {}
+        audit = read_site_audit(run.run_dir, site)
+        members = None if audit is None else audit.n_members
         sites.append({
             "site_id": site,
-            "train": audit.get("n_members") or (trained[-1]["num_examples"] if trained else None),
-            "holdout": audit.get("n_holdout"),
+            "train": members or (trained[-1]["num_examples"] if trained else None),
+            "holdout": None if audit is None else audit.n_holdout,
             "test": None,
         })  # fmt: skip
-    path = run.run_dir / PARTITION_FILE
+    path = RunLayout(run.run_dir).partition
     summary = {"sites": sites, "scheme": "site-local", "seed": run.config.seed}
     path.write_text(json.dumps(summary, indent=1))
     return path
@@ -315,7 +311,7 @@ def _server_main(grid: Grid, context: Context) -> None:
     if phases:
         settings = server_settings(run.config, run.meta, run.run_dir, phases=phases, progress=False)
         build_server_app(settings)(grid, context)
-    if not (run.run_dir / PARTITION_FILE).exists():
+    if not RunLayout(run.run_dir).partition.exists():
         write_site_summary(run)
     if run.write_report:
         from reporting import write_report

@@ -28,9 +28,9 @@ from typing import IO, Any
 
 import tomli_w
 
+from contracts.run_files import RunLayout
 from deployment.consortium_tls import ConsortiumTLS
 from deployment.files import (
-    DEPLOYMENT_DIR,
     DeploymentFiles,
     node_config_arg,
     prepare_deployment,
@@ -389,7 +389,7 @@ def run_local_consortium(
     t0 = time.time()
     files = prepare_deployment(config, run_dir)
     outcome_timings = {"data_s": time.time() - t0}
-    logs_dir = files.run_dir / DEPLOYMENT_DIR / "logs"
+    logs_dir = RunLayout(files.run_dir).deployment / "logs"
     with LocalConsortium(files.node_configs, env=env) as consortium:
         try:
             t = time.time()

@@ -13,24 +13,28 @@ from pathlib import Path
 
 import torch
 
+from contracts.errors import UserError
+from contracts.run_files import CheckpointMeta
 from ml.tasks import TorchTask, build_task
 from server.checkpoint import Checkpoint, load_checkpoint
 
 
-def task_from_meta(meta: dict) -> TorchTask:
+def task_from_meta(meta: CheckpointMeta) -> TorchTask:
     return build_task(
-        meta["modality"],
-        model_name=meta["model"],
-        num_classes=int(meta["num_classes"]),
-        input_shape=tuple(meta["input_shape"]),
-        dp=bool(meta.get("dp", False)),
-        model_options=dict(meta.get("model_options", {})),
+        meta.modality,
+        model_name=meta.model,
+        num_classes=meta.num_classes,
+        input_shape=meta.input_shape,
+        dp=meta.dp,
+        model_options=dict(meta.model_options),
     )
 
 
 def load_global_model(path: str | Path) -> tuple[torch.nn.Module, Checkpoint]:
     """Rebuild the model saved at ``path`` (``global_model.pt`` or a round checkpoint)."""
     checkpoint = load_checkpoint(Path(path))
+    if checkpoint.meta is None:
+        raise UserError(f"{path}: the checkpoint names no model (its meta is empty)")
     model = task_from_meta(checkpoint.meta).make_model()
     model.load_state_dict(checkpoint.state_dict)
     model.eval()

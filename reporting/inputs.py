@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import yaml
 
 from audit.result import AuditResult
 from contracts.errors import UserError
-from contracts.run_files import CLIENT_DP_LEDGER, CONFIG_FILE
+from contracts.run_files import CLIENT_DP_LEDGER, CONFIG_FILE, RunLayout
 
 from .schema import (
     CanaryReport,
@@ -29,8 +28,6 @@ from .schema import (
     RoundReport,
     SiteRoundReport,
 )
-
-_AUDIT_NAME = re.compile(r"^site-(-?\d+)\.json$")
 
 """The server's client-level DP ledger in the run directory (only with client-level DP)."""
 
@@ -100,7 +97,7 @@ def load_run(run_dir: Path) -> RunInputs:
     metrics_path = run_dir / "metrics.jsonl"
     rounds = _load_metrics(metrics_path) if metrics_path.exists() else []
     site_ids = {int(s["site_id"]) for s in partition["sites"]}
-    audit_files = _audit_files(run_dir / "audits")
+    audit_files = RunLayout(run_dir).audit_files()
     partition_sites = {int(s["site_id"]): s for s in partition["sites"]}
     audits: dict[int, SiteAuditInput] = {}
     for site_id in sorted(site_ids | set(audit_files)):
@@ -201,7 +198,7 @@ def parse_canary(value: Any) -> CanaryReport | None:
 
 def audit_file(run_dir: Path, site_id: int) -> Path:
     """``RUN_DIR/audits/site-<id>.json``."""
-    return Path(run_dir) / "audits" / f"site-{site_id}.json"
+    return RunLayout(run_dir).audit(site_id)
 
 
 def load_site_audit(run_dir: Path, site_id: int) -> SiteAuditInput:
@@ -295,17 +292,6 @@ def _load_metrics(path: Path) -> list[RoundReport]:
         )
     rounds.sort(key=lambda r: r.round)
     return rounds
-
-
-def _audit_files(audits_dir: Path) -> dict[int, Path]:
-    if not audits_dir.is_dir():
-        return {}
-    found: dict[int, Path] = {}
-    for path in sorted(audits_dir.iterdir()):
-        match = _AUDIT_NAME.match(path.name)
-        if match:
-            found[int(match.group(1))] = path
-    return found
 
 
 def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAuditInput:

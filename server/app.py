@@ -6,7 +6,6 @@ arguments (:class:`ServerSettings`), so the server never imports the harness or 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -15,23 +14,36 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
-from contracts.wire import CANARY_JSON, scalar
+from contracts.run_files import CheckpointMeta, RunLayout, SiteAuditFile
+from contracts.wire import (
+    ARRAYS,
+    AUDIT,
+    AUDIT_QUERY,
+    CONFIG,
+    METRICS,
+    WHOAMI,
+    AuditFailure,
+    AuditInstructions,
+    AuditReply,
+    TrainInstructions,
+    TrainReply,
+    WhoamiReply,
+    WireError,
+)
 from server.checkpoint import (
-    FINAL_NAME,
     Checkpoint,
     latest_round_checkpoint,
     load_checkpoint,
-    round_path,
     save_checkpoint,
 )
 from server.client_dp import (
     ClientDPLedger,
     ClientDPSettings,
-    train_config_entries,
+    client_clipping,
     wrap_strategy,
 )
 from server.run_log import append_round, sites_needing_audit, truncate_rounds, write_site_audit
@@ -55,7 +67,7 @@ class ServerSettings:
     """Client-level DP (Flower's wrappers and the run's ledger); ``None``: off."""
     initial_state: Callable[[], StateDict]
     central_eval: Callable[[StateDict], dict[str, float]] | None = None
-    checkpoint_meta: dict[str, Any] | None = None
+    checkpoint_meta: CheckpointMeta | None = None
     phases: tuple[str, ...] = ("train", "audit")
     node_wait_s: float = 300.0
     timeout_s: float = 24 * 3600.0
@@ -74,7 +86,9 @@ def _wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
 def _site_map(grid: Grid, nodes: list[int], timeout: float) -> dict[int, int]:
     """node id -> site id, asked of every node (replies carry node ids only)."""
     messages = [
-        Message(content=RecordDict(), message_type=f"{MessageType.QUERY}.whoami", dst_node_id=node)
+        Message(
+            content=RecordDict(), message_type=f"{MessageType.QUERY}.{WHOAMI}", dst_node_id=node
+        )
         for node in nodes
     ]
     mapping = {}
@@ -84,7 +98,8 @@ def _site_map(grid: Grid, nodes: list[int], timeout: float) -> dict[int, int]:
                 f"node {reply.metadata.src_node_id} did not say which site it "
                 f"is: {reply.error.reason}"
             )
-        mapping[reply.metadata.src_node_id] = int(scalar(reply.content["metrics"]["site-id"]))
+        whoami = WhoamiReply.from_record(reply.content.metric_records[METRICS])
+        mapping[reply.metadata.src_node_id] = whoami.site_id
     if sorted(mapping.values()) != list(range(len(nodes))):
         raise RuntimeError(
             f"site ids reported by the nodes are not 0..{len(nodes) - 1}: "
@@ -107,7 +122,8 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
     drops (and redoes) whatever lies past the last checkpoint.
     """
     run_dir = settings.run_dir
-    meta = settings.checkpoint_meta or {}
+    layout = RunLayout(run_dir)
+    meta = settings.checkpoint_meta
     latest = latest_round_checkpoint(run_dir)
     if latest is not None:
         start = load_checkpoint(latest)
@@ -164,7 +180,7 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         entry["elapsed_s"] = time.time() - started
         append_round(run_dir, entry)
         save_checkpoint(
-            round_path(run_dir, global_round),
+            layout.round_checkpoint(global_round),
             Checkpoint(round=global_round, state_dict=weights, meta=meta),
         )
         bar.update(1)
@@ -177,13 +193,13 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         )
         return None
 
-    train_config = ConfigRecord(
-        {
-            "local-epochs": settings.local_epochs,
-            "seed": settings.seed,
-            **train_config_entries(settings.client_dp),
-        }
-    )
+    # The run's settings; the strategy stamps each message's (global) round.
+    train_config = TrainInstructions(
+        local_epochs=settings.local_epochs,
+        seed=settings.seed,
+        server_round=done + 1,
+        client_clipping=client_clipping(settings.client_dp),
+    ).to_record()
     result = strategy.start(
         grid=grid,
         initial_arrays=ArrayRecord(state),
@@ -196,12 +212,12 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
     return result.arrays.to_torch_state_dict()
 
 
-def _site_round_entry(metrics: dict[str, float], client_epsilon: float | None) -> dict[str, Any]:
+def _site_round_entry(reply: TrainReply, client_epsilon: float | None) -> dict[str, Any]:
     """One site's line in a round: its training loss and the DP it has spent so far."""
-    entry = {
-        "train_loss": metrics.get("train-loss"),
-        "dp_epsilon": None if metrics.get("dp-epsilon", -1) < 0 else metrics["dp-epsilon"],
-        "num_examples": int(metrics.get("num-examples", 0)),
+    entry: dict[str, Any] = {
+        "train_loss": reply.train_loss,
+        "dp_epsilon": reply.dp_epsilon,
+        "num_examples": reply.num_examples,
     }
     if client_epsilon is not None:
         entry["dp_epsilon_client"] = client_epsilon
@@ -223,11 +239,13 @@ def run_audits(
         return
     node_of_site = {s: n for n, s in site_of_node.items()}
     content = RecordDict(
-        {"arrays": ArrayRecord(state), "config": ConfigRecord({"seed": settings.seed})}
+        {ARRAYS: ArrayRecord(state), CONFIG: AuditInstructions(seed=settings.seed).to_record()}
     )
     messages = [
         Message(
-            content=content, message_type=f"{MessageType.QUERY}.audit", dst_node_id=node_of_site[s]
+            content=content,
+            message_type=f"{MessageType.QUERY}.{AUDIT_QUERY}",
+            dst_node_id=node_of_site[s],
         )
         for s in todo
     ]
@@ -238,8 +256,7 @@ def run_audits(
         for reply in grid.pull_messages(pending):
             pending.discard(reply.metadata.reply_to_message_id)
             site = site_of_node.get(reply.metadata.src_node_id, -1)
-            payload = {**_site_audit_payload(site, reply), "model_round": model_round}
-            write_site_audit(run_dir, site, payload)
+            write_site_audit(run_dir, site_audit_file(site, reply, model_round))
             bar.update(1)
         time.sleep(0.2)
     bar.close()
@@ -247,36 +264,42 @@ def run_audits(
         log.warning("%d site audits did not answer in time", len(pending))
 
 
-def _site_audit_payload(site: int, reply: Message) -> dict[str, Any]:
+def audit_outcome(reply: Message) -> AuditReply | AuditFailure:
+    """What a site's audit reply says: its audit, or its failure (an error reply; a reply
+    that does not hold an audit counts as one)."""
     if reply.has_error():
-        return {
-            "site_id": site,
-            "status": "failed",
-            "error": str(reply.error.reason),
-            "result": None,
-        }
-    rec = reply.content["audit"]
-    payload: dict[str, Any] = {
-        "site_id": site,
-        "status": str(rec["status"]),
-        "error": str(rec["error"]) if "error" in rec else None,
-        "elapsed_s": float(scalar(rec["elapsed-s"])),
-        "result": None,
-    }
-    if payload["status"] == "ok":
-        dp_eps = float(scalar(rec["dp-epsilon"]))
-        payload.update(
-            {
-                "n_members": int(scalar(rec["n-members"])),
-                "n_holdout": int(scalar(rec["n-holdout"])),
-                "dp_epsilon": None if dp_eps < 0 else dp_eps,
-                "result": json.loads(str(rec["result-json"])),
-                "canary": json.loads(str(rec[CANARY_JSON])) if CANARY_JSON in rec else None,
-            }
+        return AuditFailure.from_error(reply.error)
+    if AUDIT not in reply.content.config_records:
+        return AuditFailure(error=f"the audit reply has no {AUDIT!r} record")
+    try:
+        return AuditReply.from_record(reply.content.config_records[AUDIT])
+    except WireError as err:
+        return AuditFailure(error=f"malformed audit reply: {err}")
+
+
+def site_audit_file(site: int, reply: Message, model_round: int) -> SiteAuditFile:
+    """The site's audit file (``audits/site-<id>.json``) from its reply."""
+    outcome = audit_outcome(reply)
+    if isinstance(outcome, AuditFailure):
+        return SiteAuditFile(
+            site_id=site,
+            status="failed",
+            error=outcome.error,
+            elapsed_s=outcome.elapsed_s,
+            traceback=outcome.traceback,
+            model_round=model_round,
         )
-    else:
-        payload["traceback"] = str(rec.get("traceback", ""))
-    return payload
+    return SiteAuditFile(
+        site_id=site,
+        status="ok",
+        elapsed_s=outcome.elapsed_s,
+        result=outcome.result,
+        n_members=outcome.n_members,
+        n_holdout=outcome.n_holdout,
+        dp_epsilon=outcome.dp_epsilon,
+        canary=outcome.canary,
+        model_round=model_round,
+    )
 
 
 def build_server_app(settings: ServerSettings) -> ServerApp:
@@ -291,14 +314,12 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
         if "train" in settings.phases:
             state = run_training(grid, settings, site_of_node)
             save_checkpoint(
-                settings.run_dir / FINAL_NAME,
-                Checkpoint(
-                    round=settings.rounds, state_dict=state, meta=settings.checkpoint_meta or {}
-                ),
+                RunLayout(settings.run_dir).final_model,
+                Checkpoint(round=settings.rounds, state_dict=state, meta=settings.checkpoint_meta),
             )
         if "audit" in settings.phases:
             if state is None:
-                final = load_checkpoint(settings.run_dir / FINAL_NAME)
+                final = load_checkpoint(RunLayout(settings.run_dir).final_model)
                 state, model_round = final.state_dict, final.round
             run_audits(grid, settings, site_of_node, state, model_round)
 

@@ -39,15 +39,13 @@ from flwr.serverapp.strategy.dp_adaptive_clipping import DifferentialPrivacyAdap
 from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
 
 from contracts.registry import Registry
-from contracts.run_files import CLIENT_DP_LEDGER as LEDGER_FILE
-from contracts.wire import CLIENT_CLIPPING
+from contracts.run_files import RunLayout
+from contracts.wire import ClientClipping
 
 LEDGER_SCHEMA_VERSION = 1
 ACCOUNTANT = "Flower RdpAccountant (dp-accounting RDP)"
 SAMPLING = "no-amplification"
 NEIGHBOURING = "add-or-remove-one site"
-UNIT_WEIGHT_KEY = "unit-weight"
-"""Sites report weight 1 under this key: the noise is calibrated for a uniform mean."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +54,7 @@ class ClientDPSettings:
 
     noise_multiplier: float
     delta: float
-    clipping: str = "fixed"
+    clipping: ClientClipping = "fixed"
     """``fixed`` or ``adaptive`` (Andrew et al. 2021, Flower's geometric update)."""
     clipping_side: str = "server"
     """``server``: the wrapper clips; ``client``: Flower's clipping mod at each site."""
@@ -127,11 +125,12 @@ def wrap_strategy(
     return CLIPPINGS.get(settings.clipping)(strategy, settings, sites_per_round)
 
 
-def train_config_entries(settings: ClientDPSettings | None) -> dict[str, str]:
-    """What a train message tells a site that clips its own update (Flower's mod)."""
+def client_clipping(settings: ClientDPSettings | None) -> ClientClipping | None:
+    """The clipping a train message asks a site to run on its own update (Flower's mod);
+    None when the sites do not clip."""
     if settings is None or settings.clipping_side != "client":
-        return {}
-    return {CLIENT_CLIPPING: settings.clipping}
+        return None
+    return settings.clipping
 
 
 def gaussian_epsilon(
@@ -240,7 +239,7 @@ class ClientDPLedger:
         }
 
     def save(self, run_dir: Path) -> Path:
-        path = run_dir / LEDGER_FILE
+        path = RunLayout(run_dir).client_dp_ledger
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
         tmp.replace(path)
@@ -257,7 +256,7 @@ class ClientDPLedger:
     ) -> ClientDPLedger:
         """The run's ledger; refuses one written under other DP settings."""
         ledger = cls(settings, population_size=population_size, sites_per_round=sites_per_round)
-        path = run_dir / LEDGER_FILE
+        path = RunLayout(run_dir).client_dp_ledger
         if not path.exists():
             return ledger
         data = json.loads(path.read_text())

@@ -1,4 +1,5 @@
-"""The run directory's per-round log (``metrics.jsonl``) and per-site audit files."""
+"""The run directory's per-round log (``metrics.jsonl``) and per-site audit files
+(:class:`contracts.run_files.SiteAuditFile`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-METRICS_FILE = "metrics.jsonl"
-AUDIT_DIR = "audits"
+from contracts.run_files import RunLayout, SiteAuditFile
 
 
 def _clean(value: Any) -> Any:
@@ -22,12 +22,12 @@ def _clean(value: Any) -> Any:
 
 
 def append_round(run_dir: Path, entry: dict[str, Any]) -> None:
-    with open(run_dir / METRICS_FILE, "a") as fh:
+    with open(RunLayout(run_dir).metrics, "a") as fh:
         fh.write(json.dumps(_clean(entry)) + "\n")
 
 
 def read_rounds(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / METRICS_FILE
+    path = RunLayout(run_dir).metrics
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -36,7 +36,7 @@ def read_rounds(run_dir: Path) -> list[dict[str, Any]]:
 def truncate_rounds(run_dir: Path, last_round: int) -> None:
     """Drop log lines past the last checkpointed round (they will be redone), and a line
     torn by a kill while it was written."""
-    path = run_dir / METRICS_FILE
+    path = RunLayout(run_dir).metrics
     if not path.exists():
         return
     kept = []
@@ -52,22 +52,25 @@ def truncate_rounds(run_dir: Path, last_round: int) -> None:
     tmp.replace(path)
 
 
-def audit_path(run_dir: Path, site_id: int) -> Path:
-    return run_dir / AUDIT_DIR / f"site-{site_id}.json"
-
-
-def write_site_audit(run_dir: Path, site_id: int, payload: dict[str, Any]) -> Path:
-    path = audit_path(run_dir, site_id)
+def write_site_audit(run_dir: Path, audit: SiteAuditFile) -> Path:
+    """Write ``audits/site-<id>.json`` atomically (non-finite numbers as null)."""
+    path = RunLayout(run_dir).audit(audit.site_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(_clean(payload), indent=1))
+    tmp.write_text(json.dumps(_clean(audit.to_dict()), indent=1))
     tmp.replace(path)
     return path
 
 
-def read_site_audit(run_dir: Path, site_id: int) -> dict[str, Any] | None:
-    path = audit_path(run_dir, site_id)
-    return json.loads(path.read_text()) if path.exists() else None
+def read_site_audit(run_dir: Path, site_id: int) -> SiteAuditFile | None:
+    """The site's audit file; None when there is none or it cannot be read as one."""
+    path = RunLayout(run_dir).audit(site_id)
+    if not path.exists():
+        return None
+    try:
+        return SiteAuditFile.from_dict(json.loads(path.read_text()))
+    except ValueError:  # JSONDecodeError included: audited again
+        return None
 
 
 def sites_needing_audit(
@@ -78,8 +81,8 @@ def sites_needing_audit(
     that do not say which round they audited count as current."""
     todo = []
     for site in site_ids:
-        done = read_site_audit(run_dir, site) or {}
-        stale = model_round is not None and done.get("model_round", model_round) != model_round
-        if done.get("status") != "ok" or stale:
+        done = read_site_audit(run_dir, site)
+        stale = done is not None and done.model_round not in (None, model_round)
+        if done is None or not done.ok or (model_round is not None and stale):
             todo.append(site)
     return todo

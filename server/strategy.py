@@ -19,7 +19,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx
 
 from contracts.registry import Registry
-from contracts.wire import UNIT_WEIGHT, scalar
+from contracts.wire import CONFIG, METRICS, UNIT_WEIGHT, TrainInstructions, TrainReply
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class StrategySettings:
 class RoundRecord:
     """What the sites reported in one round (by site id)."""
 
-    sites: dict[int, dict[str, float]] = field(default_factory=dict)
+    sites: dict[int, TrainReply] = field(default_factory=dict)
     failures: dict[int, str] = field(default_factory=dict)
 
 
@@ -89,8 +89,8 @@ class SiteAwareMixin(FedAvg):
             # Flower counts the rounds of each start from 1; the sites seed their training by
             # the round, so a resumed run must send the global one (or it would replay the
             # seeds, DP-SGD noise included, of its first rounds).
-            message.content.config_records["config"]["server-round"] = (
-                self.round_offset + server_round
+            TrainInstructions.stamp_round(
+                message.content.config_records[CONFIG], self.round_offset + server_round
             )
         return kept
 
@@ -104,10 +104,8 @@ class SiteAwareMixin(FedAvg):
             if msg.has_error():
                 record.failures[site] = str(msg.error.reason)
                 continue
-            metrics = msg.content["metrics"]
-            record.sites[int(scalar(metrics["site-id"]))] = {
-                k: float(scalar(v)) for k, v in metrics.items()
-            }
+            reply = TrainReply.from_record(msg.content.metric_records[METRICS])
+            record.sites[reply.site_id] = reply
         return super().aggregate_train(server_round, replies)
 
 

@@ -12,7 +12,12 @@ from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
 from clients.privacy import DPSettings
 from clients.site_data import SiteData
-from contracts.run_files import exposed_records_name
+from contracts.run_files import (
+    CheckpointMeta,
+    RunLayout,
+    exposed_records_name,
+    site_dp_ledger_name,
+)
 from ml.tasks import TorchTask, build_task
 from ml.tasks.base import OptimizerSpec
 from server.app import ServerSettings, build_server_app
@@ -20,13 +25,7 @@ from server.client_dp import ClientDPSettings, calibrate_noise_multiplier
 from server.strategy import StrategySettings
 from simulations.config import ExperimentConfig
 from simulations.reference_models import load_reference_states, site_pool
-from simulations.run_dir import (
-    DatasetMeta,
-    ledger_name,
-    load_public,
-    site_file,
-    site_state_dir,
-)
+from simulations.run_dir import DatasetMeta, load_public
 
 
 def pick_device(resources_gpus: float | str) -> torch.device:
@@ -95,10 +94,6 @@ def client_dp_settings(config: ExperimentConfig) -> ClientDPSettings | None:
     )
 
 
-def ledger_path(run_dir: Path, site_id: int) -> Path:
-    return site_state_dir(run_dir) / ledger_name(site_id)
-
-
 class SiteResolver:
     """``context -> SiteRuntime``, cached per site within a worker process.
 
@@ -116,7 +111,7 @@ class SiteResolver:
         state_dir: Path | None = None,
     ) -> None:
         self.config, self.meta, self.run_dir = config, meta, run_dir
-        self.state_dir = state_dir if state_dir is not None else site_state_dir(run_dir)
+        self.state_dir = state_dir if state_dir is not None else RunLayout(run_dir).site_state
         self._cache: dict[int, SiteRuntime] = {}
 
     def __call__(self, context: Context) -> SiteRuntime:
@@ -128,7 +123,7 @@ class SiteResolver:
     def _build(self, site_id: int, context: Context) -> SiteRuntime:
         config = self.config
         data_path = context.node_config.get("data-path")
-        path = Path(str(data_path)) if data_path else site_file(self.run_dir, site_id)
+        path = Path(str(data_path)) if data_path else RunLayout(self.run_dir).site_file(site_id)
         data = SiteData.load(path)
         audit_cfg = config.audit
         if audit_cfg.reference_pool and (public := load_public(self.run_dir)) is not None:
@@ -153,7 +148,7 @@ class SiteResolver:
             device=pick_device(config.resources.num_gpus),
             torch_threads=config.resources.torch_threads,
             dp=dp_settings(config),
-            ledger_path=self.state_dir / ledger_name(site_id),
+            ledger_path=self.state_dir / site_dp_ledger_name(site_id),
             audit_runner=runner,
         )
 
@@ -207,15 +202,15 @@ def server_settings(
         client_dp=client_dp_settings(config),
         initial_state=initial_state,
         central_eval=central_evaluator(config, meta, run_dir),
-        checkpoint_meta={
-            "modality": meta.modality,
-            "model": config.model.name,
-            "model_options": dict(config.model.options),
-            "num_classes": meta.num_classes,
-            "input_shape": list(meta.input_shape),
-            "dp": config.dp.any_level,
-            "dp_level": config.dp.level,
-        },
+        checkpoint_meta=CheckpointMeta(
+            modality=meta.modality,
+            model=config.model.name,
+            model_options=dict(config.model.options),
+            num_classes=meta.num_classes,
+            input_shape=tuple(meta.input_shape),
+            dp=config.dp.any_level,
+            dp_level=config.dp.level,
+        ),
         phases=phases,
         progress=progress,
     )

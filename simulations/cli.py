@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from contracts.errors import UserError
+from contracts.run_files import CONFIG_FILE, RunLayout
 from simulations.config import ConfigError, ExperimentConfig, load_config
-from simulations.run_dir import CONFIG_FILE
 
 
 def _run_dir(config: ExperimentConfig, out: Path | None) -> Path:
@@ -22,19 +22,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.resume is not None:
         run_dir = Path(args.resume)
-        if not (run_dir / CONFIG_FILE).exists():
+        stored = RunLayout(run_dir).config
+        if not stored.exists():
             raise ConfigError(f"--resume: {run_dir} has no {CONFIG_FILE}; not a run directory")
-        config = load_config(run_dir / CONFIG_FILE, args.set)
+        config = load_config(stored, args.set)
         if args.set:
             from simulations.resume import check_resume
 
-            check_resume(load_config(run_dir / CONFIG_FILE), config, args.set, run_dir)
+            check_resume(load_config(stored), config, args.set, run_dir)
     elif args.config is None:
         raise ConfigError("give a CONFIG file, or --resume RUN_DIR")
     else:
         config = load_config(Path(args.config), args.set)
         run_dir = _run_dir(config, args.out)
-        existing = run_dir / CONFIG_FILE
+        existing = RunLayout(run_dir).config
         if existing.exists() and load_config(existing) != config:
             raise ConfigError(
                 f"{run_dir} already holds a run with another config; use "

@@ -21,11 +21,10 @@ import torch
 from audit.calibration import train_reference_model
 from audit.components import Records
 from audit.splits import cut_at, shuffled_groups
+from contracts.run_files import RunLayout
 from simulations.config import ExperimentConfig
 from simulations.run_dir import DatasetMeta, load_public
 
-REFERENCE_DIR = "reference_models"
-MANIFEST = "manifest.json"
 log = logging.getLogger("panoramia_fl")
 
 
@@ -107,8 +106,9 @@ def ensure_reference_models(
         return False
     records, _ = split_public(public, share=config.audit.reference_records, seed=config.seed)
     manifest = _manifest(config, len(records))
-    cache = run_dir / REFERENCE_DIR
-    if (cache / MANIFEST).exists() and json.loads((cache / MANIFEST).read_text()) == manifest:
+    layout = RunLayout(run_dir)
+    cached = layout.reference_manifest
+    if cached.exists() and json.loads(cached.read_text()) == manifest:
         return False
     import ray
 
@@ -122,18 +122,18 @@ def ensure_reference_models(
     finally:
         if started:
             ray.shutdown()
-    cache.mkdir(parents=True, exist_ok=True)
+    layout.reference_models.mkdir(parents=True, exist_ok=True)
     for k, state in enumerate(states):
-        torch.save(state, cache / f"ref-{k}.pt")
-    (cache / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        torch.save(state, layout.reference_model(k))
+    cached.write_text(json.dumps(manifest, indent=1))
     log.info("reference models: trained %d on %d public records", count, len(records))
     return True
 
 
 def load_reference_states(run_dir: Path) -> list[dict[str, torch.Tensor]] | None:
     """The cached reference models' weights, or ``None`` when the run has none."""
-    cache = run_dir / REFERENCE_DIR
-    if not (cache / MANIFEST).exists():
+    layout = RunLayout(run_dir)
+    if not layout.reference_manifest.exists():
         return None
-    count = int(json.loads((cache / MANIFEST).read_text())["count"])
-    return [torch.load(cache / f"ref-{k}.pt", weights_only=True) for k in range(count)]
+    count = int(json.loads(layout.reference_manifest.read_text())["count"])
+    return [torch.load(layout.reference_model(k), weights_only=True) for k in range(count)]

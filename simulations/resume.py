@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from server.checkpoint import FINAL_NAME, latest_round_checkpoint, load_checkpoint
+from contracts.run_files import RunLayout
+from server.checkpoint import latest_round_checkpoint, load_checkpoint
 from simulations.config import ConfigError, ExperimentConfig
 
 RESUMABLE = ("name", "output_dir", "resources", "ray", "audit")
@@ -38,8 +39,9 @@ def rounds_done(run_dir: Path) -> int:
     latest = latest_round_checkpoint(run_dir)
     if latest is not None:
         done = load_checkpoint(latest).round
-    if (run_dir / FINAL_NAME).exists():
-        done = max(done, load_checkpoint(run_dir / FINAL_NAME).round)
+    final = RunLayout(run_dir).final_model
+    if final.exists():
+        done = max(done, load_checkpoint(final).round)
     return done
 
 

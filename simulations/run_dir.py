@@ -11,15 +11,11 @@ import numpy as np
 
 from audit.components import Records
 from clients.site_data import SiteData
-from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR
+from contracts.run_files import RunLayout
 from ml.canaries import draw_canaries
 from ml.datasets import Dataset, load_dataset
 from ml.partition import SiteSplit, partition, partition_summary
 from simulations.config import ConfigError, ExperimentConfig, dump_config, load_config
-
-PARTITION_FILE = "partition.json"
-DATASET_FILE = "dataset.json"
-SITES_DIR = "sites"
 
 
 @dataclass(frozen=True)
@@ -57,27 +53,10 @@ class DatasetMeta:
 
     @classmethod
     def read(cls, run_dir: Path) -> DatasetMeta:
-        return cls.from_dict(json.loads((run_dir / DATASET_FILE).read_text()))
+        return cls.from_dict(json.loads(RunLayout(run_dir).dataset.read_text()))
 
     def write(self, run_dir: Path) -> None:
-        (run_dir / DATASET_FILE).write_text(json.dumps(asdict(self)))
-
-
-def site_file(run_dir: Path, site_id: int) -> Path:
-    return run_dir / SITES_DIR / f"site-{site_id}.npz"
-
-
-def site_state_dir(run_dir: Path) -> Path:
-    return run_dir / SITE_STATE_DIR
-
-
-def ledger_name(site_id: int) -> str:
-    """The site's DP ledger file, in its state directory."""
-    return f"site-{site_id}-dp-ledger.json"
-
-
-def public_file(run_dir: Path) -> Path:
-    return run_dir / SITES_DIR / "public.npz"
+        RunLayout(run_dir).dataset.write_text(json.dumps(asdict(self)))
 
 
 def site_data(dataset: Dataset, split: SiteSplit) -> SiteData:
@@ -110,15 +89,16 @@ def _prepared(config: ExperimentConfig, run_dir: Path) -> bool:
 
     ``dataset.json`` is written last, so a preparation cut short reads as not prepared.
     """
-    if not (run_dir / DATASET_FILE).exists() or not (run_dir / CONFIG_FILE).exists():
+    layout = RunLayout(run_dir)
+    if not layout.dataset.exists() or not layout.config.exists():
         return False
     try:
-        stored = load_config(run_dir / CONFIG_FILE)
+        stored = load_config(layout.config)
     except ConfigError:
         return False
     sites = range(config.partition.num_sites)
     return _data_keys(stored) == _data_keys(config) and all(
-        site_file(run_dir, s).exists() for s in sites
+        layout.site_file(s).exists() for s in sites
     )
 
 
@@ -131,18 +111,19 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     canaries and coins (:func:`ml.canaries.draw_canaries`).
     """
     run_dir.mkdir(parents=True, exist_ok=True)
+    layout = RunLayout(run_dir)
     text = dump_config(config)
     if _prepared(config, run_dir):
-        if (run_dir / CONFIG_FILE).read_text() != text:
-            (run_dir / CONFIG_FILE).write_text(text)
+        if layout.config.read_text() != text:
+            layout.config.write_text(text)
         return DatasetMeta.read(run_dir)
     # The data first: a config whose data cannot be loaded leaves the directory as it was.
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
-    (run_dir / DATASET_FILE).unlink(missing_ok=True)
-    (run_dir / CONFIG_FILE).write_text(text)
+    layout.dataset.unlink(missing_ok=True)
+    layout.config.write_text(text)
     sites = partition(dataset, config.partition, seed=config.seed)
     summary = partition_summary(dataset, sites, scheme=config.partition.scheme, seed=config.seed)
-    (run_dir / PARTITION_FILE).write_text(json.dumps(summary, indent=1))
+    layout.partition.write_text(json.dumps(summary, indent=1))
 
     for split in sites:
         data = site_data(dataset, split)
@@ -152,11 +133,11 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
                 dataset, config.audit.canaries, seed=config.seed, site_id=split.site_id
             )
             data = data.with_canaries(canaries.x, canaries.y, canaries.included, kind=canaries.kind)
-        data.save(site_file(run_dir, split.site_id))
+        data.save(layout.site_file(split.site_id))
     if dataset.public_x is not None:
         optional = {"y": dataset.public_y, "groups": dataset.public_groups}
         np.savez(
-            public_file(run_dir),
+            layout.public,
             x=dataset.public_x,
             **{key: value for key, value in optional.items() if value is not None},
         )
@@ -175,5 +156,5 @@ def read_public(path: Path) -> Records:
 
 def load_public(run_dir: Path) -> Records | None:
     """The run's public records, or ``None`` when the dataset has none."""
-    path = public_file(run_dir)
+    path = RunLayout(run_dir).public
     return read_public(path) if path.exists() else None

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from server.checkpoint import FINAL_NAME, latest_round_checkpoint, load_checkpoint
+from contracts.run_files import RunLayout
+from server.checkpoint import latest_round_checkpoint, load_checkpoint
 from server.run_log import sites_needing_audit
 from simulations.apps import build_apps
 from simulations.config import ExperimentConfig, ResourcesConfig
@@ -143,9 +144,10 @@ def _simulate(
 
 
 def training_done(config: ExperimentConfig, run_dir: Path) -> bool:
-    if not (run_dir / FINAL_NAME).exists():
+    final = RunLayout(run_dir).final_model
+    if not final.exists():
         return False
-    return load_checkpoint(run_dir / FINAL_NAME).round >= config.fl.rounds
+    return load_checkpoint(final).round >= config.fl.rounds
 
 
 def run_experiment(

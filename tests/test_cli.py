@@ -14,10 +14,11 @@ import yaml
 import reporting
 import simulations.runner
 from contracts.errors import MissingFileError, UnknownNameError, UserError
+from contracts.run_files import RunLayout
 from ml.datasets import DataError
 from ml.partition import PartitionError
 from reporting import ReportInputError
-from server.checkpoint import Checkpoint, round_path, save_checkpoint
+from server.checkpoint import Checkpoint, save_checkpoint
 from simulations.cli import main as cli_main
 from simulations.config import ConfigError, validate_config
 from simulations.resume import check_resume
@@ -61,7 +62,8 @@ def run_dir(tmp_path) -> Path:
     prepare_run_dir(validate_config(_raw()), run_dir)
     for r in (1, 2):
         save_checkpoint(
-            round_path(run_dir, r), Checkpoint(round=r, state_dict={"w": torch.zeros(1)}, meta={})
+            RunLayout(run_dir).round_checkpoint(r),
+            Checkpoint(round=r, state_dict={"w": torch.zeros(1)}, meta=None),
         )
     return run_dir
 
@@ -101,7 +103,7 @@ def test_an_unknown_dataset_name_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_a_bad_site_for_audit_is_one_line_and_exit_2(run_dir, capsys):
-    ckpt = round_path(run_dir, 2)
+    ckpt = RunLayout(run_dir).round_checkpoint(2)
     argv = ["audit", str(ckpt), "--config", str(run_dir / "config.yaml"), "--site", "5"]
     assert cli_main(argv) == 2
     line = _error_line(capsys)

@@ -13,6 +13,7 @@ import pytest
 import tomli
 from flwr.app import Context, RecordDict
 
+from contracts.run_files import RunLayout
 from deployment.consortium_tls import make_demo_credentials
 from deployment.files import (
     node_config_arg,
@@ -31,7 +32,7 @@ from deployment.flower_apps import (
 from deployment.local_consortium import LocalConsortium
 from deployment.processes import ProcessGroup, descendants, is_alive
 from simulations.config import dump_config, validate_config
-from simulations.run_dir import prepare_run_dir, public_file, site_file
+from simulations.run_dir import prepare_run_dir
 
 TINY_AUDIT = {
     "quick": True,
@@ -258,12 +259,12 @@ def test_loopback_consortium_trains_audits_and_reports(tmp_path):
     for i in range(2):
         own = tmp_path / f"hospital-{i}" / "records.npz"
         own.parent.mkdir()
-        shutil.move(site_file(source, i), own)
+        shutil.move(RunLayout(source).site_file(i), own)
         nodes.append({"partition-id": i, "num-partitions": 2, "data-path": str(own)})
     files = prepare_deployment(config, tmp_path / "loopback", meta=meta)
     assert not (files.run_dir / "sites").exists()
-    public_file(files.run_dir).parent.mkdir()
-    shutil.copy(public_file(source), public_file(files.run_dir))  # central evaluation
+    RunLayout(files.run_dir).public.parent.mkdir()
+    shutil.copy(RunLayout(source).public, RunLayout(files.run_dir).public)  # central evaluation
     bad_run_config = tmp_path / "bad-run-config.toml"
     bad_run_config.write_text('run-dir = "relative/dir"\n')
     seen: list[tuple[int, int]] = []

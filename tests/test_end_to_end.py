@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from clients.site_data import SiteData
+from contracts.run_files import RunLayout
 from reporting import REPORT_SCHEMA_VERSION
 from simulations.cli import main as cli_main
 from simulations.config import validate_config
-from simulations.run_dir import site_file
 from simulations.runner import run_experiment
 
 pytestmark = pytest.mark.slow
@@ -56,6 +56,9 @@ def test_every_site_reports_and_failure_is_isolated(run_dir):
     failed = audits["site-2"]
     assert failed["status"] == "failed" and failed["result"] is None
     assert "split" in failed["error"].lower()
+    # It came back as Flower's error reply, with the site's exception and short traceback.
+    assert failed["error"].startswith("SplitError: ")
+    assert failed["traceback"].startswith("Traceback") and failed["model_round"] == 1
     report = json.loads((run_dir / "report.json").read_text())
     by_site = {s["site_id"]: s for s in report["sites"]}
     assert by_site[2]["status"] == "failed" and by_site[2]["error"]
@@ -87,7 +90,7 @@ def test_report_files_agree_with_audits(run_dir):
 
 
 def test_report_holds_no_raw_records(run_dir):
-    data = SiteData.load(site_file(run_dir, 0))
+    data = SiteData.load(RunLayout(run_dir).site_file(0))
     pixels = [str(int(v)) for v in data.train_x[0].reshape(-1)[:12]]
     needle = ",".join(pixels)
     for name in ("report.json", "report.csv", "report.md", "report.html"):

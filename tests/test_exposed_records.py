@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 from clients.site_data import SiteData
-from contracts.run_files import exposed_records_name
+from contracts.run_files import RunLayout, exposed_records_name
 from reporting import SITE_REPORTS_DIR
 from simulations.config import validate_config
-from simulations.run_dir import site_file, site_state_dir
 from simulations.runner import run_experiment
 
 pytestmark = pytest.mark.slow
@@ -45,9 +44,9 @@ def test_exposed_records_stay_at_the_site(tmp_path) -> None:
     for site in (0, 1):
         audit = json.loads((run_dir / "audits" / f"site-{site}.json").read_text())
         assert audit["status"] == "ok", audit.get("error")
-        path = site_state_dir(run_dir) / exposed_records_name(site)
+        path = RunLayout(run_dir).site_state / exposed_records_name(site)
         content = json.loads(path.read_text())
-        n_members = len(SiteData.load(site_file(run_dir, site)).train_x)
+        n_members = len(SiteData.load(RunLayout(run_dir).site_file(site)).train_x)
         assert content["site_id"] == site and content["n_members"] == n_members
         # The run's shared reference models calibrate the score (offline LiRA).
         assert content["score"] == "lira_offline" and content["reference_models"] == 2

@@ -11,9 +11,10 @@ import torch
 
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.training import train_locally
+from contracts.run_files import RunLayout
 from ml.datasets import load_dataset
 from ml.saved_models import load_global_model
-from server.checkpoint import load_checkpoint, round_path
+from server.checkpoint import load_checkpoint
 from simulations.apps import make_task
 from simulations.config import validate_config
 from simulations.run_dir import DatasetMeta
@@ -54,7 +55,10 @@ def test_rounds_metrics_and_checkpoints(plain_run):
         assert all(s["dp_epsilon"] is None and s["train_loss"] > 0 for s in r["sites"].values())
     assert rounds[1]["global_loss"] < rounds[0]["global_loss"]
     assert rounds[1]["global_accuracy"] > 0.5
-    assert round_path(plain_run, 1).exists() and round_path(plain_run, 2).exists()
+    assert (
+        RunLayout(plain_run).round_checkpoint(1).exists()
+        and RunLayout(plain_run).round_checkpoint(2).exists()
+    )
     summary = json.loads((plain_run / "partition.json").read_text())
     assert [s["site_id"] for s in summary["sites"]] == [0, 1, 2]
     assert (plain_run / "config.yaml").exists()
@@ -74,9 +78,9 @@ def test_global_model_loader_round_trip(plain_run):
 
 @pytest.mark.slow
 def test_resume_reruns_only_missing_rounds(plain_run):
-    first = round_path(plain_run, 1)
+    first = RunLayout(plain_run).round_checkpoint(1)
     before = first.stat().st_mtime_ns
-    round_path(plain_run, 2).unlink()
+    RunLayout(plain_run).round_checkpoint(2).unlink()
     (plain_run / "global_model.pt").unlink()
     lines = (plain_run / "metrics.jsonl").read_text().splitlines()
     (plain_run / "metrics.jsonl").write_text("\n".join(lines) + "\n")

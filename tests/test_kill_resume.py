@@ -20,8 +20,9 @@ import pytest
 import torch
 import yaml
 
+from contracts.run_files import RunLayout
 from deployment.processes import is_alive
-from server.checkpoint import load_checkpoint, round_path
+from server.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -172,9 +173,9 @@ def _assert_complete(run_dir: Path) -> list[dict]:
     rounds = [json.loads(line) for line in _lines(run_dir)]
     assert [r["round"] for r in rounds] == list(range(1, ROUNDS + 1))
     for r in range(1, ROUNDS + 1):
-        assert load_checkpoint(round_path(run_dir, r)).round == r
+        assert load_checkpoint(RunLayout(run_dir).round_checkpoint(r)).round == r
     final = load_checkpoint(run_dir / "global_model.pt")
-    last = load_checkpoint(round_path(run_dir, ROUNDS))
+    last = load_checkpoint(RunLayout(run_dir).round_checkpoint(ROUNDS))
     assert final.round == ROUNDS and final.state_dict.keys() == last.state_dict.keys()
     for key, value in final.state_dict.items():
         assert torch.equal(value, last.state_dict[key]), key
@@ -209,19 +210,21 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path, ray_temp, refere
     run_dir, log = tmp_path / "run", tmp_path / "log.txt"
     config = str(_config(tmp_path / "config.yaml", ray_temp))
     if moment == "round 2 checkpointed":
-        ready = round_path(run_dir, 2).exists
+        ready = RunLayout(run_dir).round_checkpoint(2).exists
         _kill_when(_cli(config, "--out", str(run_dir)), log, ready)
         kept = 2
     else:
         _kill_when(
-            _stalled(round_path(run_dir, 2).name, config, "--out", str(run_dir)),
+            _stalled(RunLayout(run_dir).round_checkpoint(2).name, config, "--out", str(run_dir)),
             log,
             lambda: _has_round(run_dir, 2),
         )
-        assert not round_path(run_dir, 2).exists()
+        assert not RunLayout(run_dir).round_checkpoint(2).exists()
         kept = 1
-    assert round_path(run_dir, kept).exists()
-    finished = [str(round_path(run_dir, r).relative_to(run_dir)) for r in range(1, kept + 1)]
+    assert RunLayout(run_dir).round_checkpoint(kept).exists()
+    finished = [
+        str(RunLayout(run_dir).round_checkpoint(r).relative_to(run_dir)) for r in range(1, kept + 1)
+    ]
     done = {k: v for k, v in _snapshot(run_dir).items() if k.startswith("sites/") or k in finished}
     logged = _lines(run_dir)[:kept]
 

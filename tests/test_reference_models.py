@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pytest
 
+from contracts.run_files import RunLayout
 from simulations.config import validate_config
-from simulations.reference_models import REFERENCE_DIR, site_pool, split_public
+from simulations.reference_models import site_pool, split_public
 from simulations.run_dir import load_public
 from simulations.runner import run_experiment
 
@@ -47,7 +48,7 @@ def run(tmp_path_factory):
 
 def test_reference_models_are_trained_once_and_every_site_uses_them(run) -> None:
     config, path, outcome = run
-    cache = path / REFERENCE_DIR
+    cache = RunLayout(path).reference_models
     manifest = json.loads((cache / "manifest.json").read_text())
     assert manifest["count"] == 2 and sorted(p.name for p in cache.glob("ref-*.pt")) == [
         "ref-0.pt",
@@ -77,7 +78,7 @@ def test_reference_records_never_reach_a_site_pool(run) -> None:
 
 def test_resume_reuses_the_cache(run) -> None:
     config, path, _ = run
-    cache = path / REFERENCE_DIR
+    cache = RunLayout(path).reference_models
     stamp = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
     (path / "audits" / "site-1.json").unlink()
     outcome = run_experiment(config, path, write_report=False)

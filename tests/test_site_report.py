@@ -20,7 +20,7 @@ from audit.components import Records
 from audit.exposure import SCORE_MEANINGS, most_exposed
 from clients.audit_handler import SiteAuditPolicy, write_exposed_records
 from clients.site_data import SiteData
-from contracts.run_files import exposed_records_name
+from contracts.run_files import RunLayout, exposed_records_name
 from reporting import (
     SITE_REPORT_SCHEMA_VERSION,
     SweepPoint,
@@ -39,7 +39,6 @@ from reporting.standing import MIN_SITES_FOR_STATISTICS
 from reporting.sweep_report import render_sweep_html
 from simulations.cli import main as cli_main
 from simulations.config import ConfigError, validate_config
-from simulations.run_dir import site_state_dir
 
 FAILED_ERROR = "ValueError: too few records for the splits at site 4"
 # Distinctive indices and scores of a site-local exposed-records file.
@@ -84,7 +83,7 @@ def consortium(tmp_path_factory: pytest.TempPathFactory) -> Path:
         dp=8.0,
         audits={**{i: ok_audit(i, r, dp=8.0) for i, r in results.items()}, 4: _failed(4)},
     )
-    state = site_state_dir(run)
+    state = RunLayout(run).site_state
     state.mkdir()
     (state / exposed_records_name(0)).write_text(
         json.dumps({"indices": EXPOSED_INDICES, "scores": EXPOSED_SCORES})
@@ -393,7 +392,7 @@ def test_exposed_records_file_is_site_local(tmp_path: Path) -> None:
         test_x=members.x[:0],
         test_y=members.y[:0],
     )
-    path = site_state_dir(tmp_path) / exposed_records_name(3)
+    path = RunLayout(tmp_path).site_state / exposed_records_name(3)
     write_exposed_records(
         path, _LinearTask(), _linear(0), data, [_linear(1)], k=4, device_name="cpu"
     )

@@ -1,0 +1,397 @@
+"""The typed contracts between processes (``contracts.wire``, ``contracts.run_files``).
+
+Messages round-trip through real Flower records (serialised as Flower sends them), optional
+values travel as absent keys, a failing site audit arrives as Flower's error reply and its
+site file says so, and the run directory keeps today's file names and JSON keys.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, RecordDict
+from flwr.common.serde import message_from_proto, message_to_proto
+from flwr.serverapp.strategy.strategy_utils import validate_message_reply_consistency
+from flwr.supercore.task_identity import TaskIdentity
+
+from clients.app import SiteRuntime, build_client_app
+from clients.audit_handler import SiteAuditOutput
+from contracts.run_files import CheckpointMeta, RunLayout, SiteAuditFile
+from contracts.wire import (
+    ARRAYS,
+    AUDIT,
+    AUDIT_FAILED_CODE,
+    AUDIT_QUERY,
+    CONFIG,
+    METRICS,
+    NUM_EXAMPLES,
+    UNIT_WEIGHT,
+    AuditFailure,
+    AuditInstructions,
+    AuditReply,
+    TrainInstructions,
+    TrainReply,
+    WhoamiReply,
+    WireError,
+)
+from server.app import site_audit_file
+from server.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from server.run_log import read_site_audit, sites_needing_audit, write_site_audit
+
+
+@pytest.fixture
+def task_identity(monkeypatch):
+    """Instruction messages need a run and node id (a ServerApp process sets them)."""
+    monkeypatch.setattr(TaskIdentity, "_run_id", 7)
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 0)
+
+
+def _sent(content: RecordDict) -> RecordDict:
+    """``content`` after a trip through Flower's wire format (protobuf)."""
+    msg = Message(content=content, dst_node_id=3, message_type=MessageType.TRAIN)
+    return message_from_proto(message_to_proto(msg)).content
+
+
+# --- messages ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        TrainReply(site_id=2, train_loss=0.25, num_examples=500),
+        TrainReply(
+            site_id=0, train_loss=1.5, num_examples=7, dp_epsilon=3.25, noise_multiplier=0.9
+        ),
+    ],
+)
+def test_train_reply_round_trips(reply, task_identity):
+    content = _sent(RecordDict({METRICS: reply.to_record()}))
+    assert TrainReply.from_record(content.metric_records[METRICS]) == reply
+
+
+def test_absent_optional_is_none_never_a_sentinel(task_identity):
+    record = TrainReply(site_id=1, train_loss=0.5, num_examples=10).to_record()
+    assert set(record) == {NUM_EXAMPLES, "train-loss", "site-id", UNIT_WEIGHT}
+    back = TrainReply.from_record(_sent(RecordDict({METRICS: record})).metric_records[METRICS])
+    assert back.dp_epsilon is None and back.noise_multiplier is None
+
+    audit = AuditReply(site_id=1, result={}, n_members=3, n_holdout=0, elapsed_s=1.0)
+    sent = audit.to_record()
+    assert "dp-epsilon" not in sent and "canary-json" not in sent
+    assert AuditReply.from_record(sent) == audit
+
+    train = TrainInstructions(local_epochs=1, seed=0, server_round=1).to_record()
+    assert set(train) == {"local-epochs", "seed", "server-round"}
+
+    # No negative numbers stand for "none" anywhere on the wire.
+    for values in (record, sent, train):
+        assert all(not isinstance(v, int | float) or v >= 0 for v in values.values())
+
+
+def test_train_reply_keeps_the_keys_flower_weights_by(task_identity):
+    """FedAvg averages by num-examples (or unit-weight under client-level DP) and checks
+    every reply holds one ArrayRecord and one MetricRecord with the same keys."""
+    replies = [
+        _sent(
+            RecordDict(
+                {
+                    ARRAYS: ArrayRecord({"w": torch.ones(2)}),
+                    METRICS: TrainReply(site_id=s, train_loss=0.1, num_examples=5).to_record(),
+                }
+            )
+        )
+        for s in range(2)
+    ]
+    for key in (NUM_EXAMPLES, UNIT_WEIGHT):
+        validate_message_reply_consistency(replies, key, check_arrayrecord=True)
+
+
+def test_whoami_and_audit_instructions_round_trip(task_identity):
+    content = _sent(
+        RecordDict({METRICS: WhoamiReply(4).to_record(), CONFIG: AuditInstructions(9).to_record()})
+    )
+    assert WhoamiReply.from_record(content.metric_records[METRICS]) == WhoamiReply(4)
+    assert AuditInstructions.from_record(content.config_records[CONFIG]) == AuditInstructions(9)
+
+
+@pytest.mark.parametrize("canary", [None, {"eps_lb": 0.5, "n_canaries": 40}])
+@pytest.mark.parametrize("dp_epsilon", [None, 2.0])
+def test_audit_reply_round_trips(canary, dp_epsilon, task_identity):
+    reply = AuditReply(
+        site_id=1,
+        result={"c_lb": {"mean": 1.25}, "repeats": [1, 2]},
+        n_members=300,
+        n_holdout=120,
+        elapsed_s=12.5,
+        canary=canary,
+        dp_epsilon=dp_epsilon,
+    )
+    content = _sent(RecordDict({AUDIT: reply.to_record()}))
+    assert AuditReply.from_record(content.config_records[AUDIT]) == reply
+
+
+def test_train_instructions_round_trip_and_ignore_flowers_own_keys(task_identity):
+    asked = TrainInstructions(
+        local_epochs=2, seed=5, server_round=3, client_clipping="adaptive", proximal_mu=0.01
+    )
+    record = asked.to_record()
+    record["clipping_norm"] = 1.0  # Flower's client-side DP wrapper adds it
+    back = TrainInstructions.from_record(_sent(RecordDict({CONFIG: record})).config_records[CONFIG])
+    assert back == asked
+    TrainInstructions.stamp_round(record, 11)
+    assert TrainInstructions.from_record(record).server_round == 11
+
+
+def test_malformed_records_name_the_key():
+    with pytest.raises(WireError, match="'server-round' is missing"):
+        TrainInstructions.from_record(ConfigRecord({"local-epochs": 1, "seed": 0}))
+    with pytest.raises(WireError, match="unknown clipping 'median'"):
+        TrainInstructions.from_record(
+            ConfigRecord(
+                {"local-epochs": 1, "seed": 0, "server-round": 1, "client-clipping": "median"}
+            )
+        )
+    with pytest.raises(WireError, match="'result-json' is not valid JSON"):
+        AuditReply.from_record(
+            ConfigRecord(
+                {
+                    "site-id": 0,
+                    "result-json": "{",
+                    "n-members": 1,
+                    "n-holdout": 1,
+                    "elapsed-s": 1.0,
+                }
+            )
+        )
+
+
+# --- the one failure channel ------------------------------------------------------------
+
+
+def test_audit_failure_round_trips_through_an_error_reply(task_identity):
+    failure = AuditFailure(
+        error="ValueError: splits\ntoo small", traceback="Traceback ...\n", elapsed_s=0.125
+    )
+    error = failure.to_error()
+    assert error.code == AUDIT_FAILED_CODE
+    assert error.reason.startswith("ValueError: splits\ntoo small\n")
+    request = Message(content=RecordDict(), dst_node_id=3, message_type=MessageType.QUERY)
+    reply = message_from_proto(message_to_proto(Message(error, reply_to=request)))
+    assert reply.has_error() and AuditFailure.from_error(reply.error) == failure
+    bare = AuditFailure(error="RuntimeError: x")
+    assert AuditFailure.from_error(bare.to_error()) == bare
+
+
+def test_an_error_of_flowers_own_is_its_reason():
+    error = Error(code=2, reason="<class 'MemoryError'>:<''>")
+    assert AuditFailure.from_error(error) == AuditFailure(error="<class 'MemoryError'>:<''>")
+    assert "code 5" in AuditFailure.from_error(Error(code=5)).error
+
+
+class _TinyTask:
+    def make_model(self) -> torch.nn.Module:
+        return torch.nn.Linear(2, 2)
+
+
+def _audit_site(runner, *, site_id: int = 2) -> Message:
+    """Send the ClientApp an audit query as the server does; return its reply."""
+    runtime = SiteRuntime(
+        site_id=site_id,
+        task=_TinyTask(),
+        data=types.SimpleNamespace(train_x=[0] * 30, holdout_x=[0] * 10),
+        device=torch.device("cpu"),
+        torch_threads=1,
+        dp=None,
+        ledger_path=None,
+        audit_runner=runner,
+    )
+    app = build_client_app(lambda context: runtime)
+    content = RecordDict(
+        {
+            ARRAYS: ArrayRecord(_TinyTask().make_model().state_dict()),
+            CONFIG: AuditInstructions(seed=3).to_record(),
+        }
+    )
+    query = Message(
+        content=content, dst_node_id=11, message_type=f"{MessageType.QUERY}.{AUDIT_QUERY}"
+    )
+    context = Context(run_id=7, node_id=11, node_config={}, state=RecordDict(), run_config={})
+    return message_from_proto(message_to_proto(app(query, context)))
+
+
+def test_failing_site_audit_arrives_as_an_error_and_its_file_says_failed(tmp_path, task_identity):
+    def runner(task, model, data, seed):
+        raise ValueError("the audit's splits need 190 members, the site has 30")
+
+    reply = _audit_site(runner)
+    assert reply.has_error() and not reply.has_content()
+    assert reply.error.code == AUDIT_FAILED_CODE
+    write_site_audit(tmp_path, site_audit_file(2, reply, model_round=4))
+    data = json.loads(RunLayout(tmp_path).audit(2).read_text())
+    # The keys of today's failure file, in order.
+    assert list(data) == [
+        "site_id",
+        "status",
+        "error",
+        "elapsed_s",
+        "result",
+        "traceback",
+        "model_round",
+    ]
+    assert data["status"] == "failed" and data["result"] is None and data["site_id"] == 2
+    assert data["error"] == "ValueError: the audit's splits need 190 members, the site has 30"
+    assert "in runner" in data["traceback"] and data["traceback"].startswith("Traceback")
+    assert data["elapsed_s"] >= 0 and data["model_round"] == 4
+    assert sites_needing_audit(tmp_path, [2], 4) == [2]  # a failed audit is retried
+
+
+def test_finished_site_audit_writes_todays_ok_file(tmp_path, task_identity):
+    def runner(task, model, data, seed):
+        return SiteAuditOutput(result={"c_lb": {"mean": 0.5}, "seed": seed}, canary=None)
+
+    reply = _audit_site(runner, site_id=1)
+    assert reply.has_content()
+    write_site_audit(tmp_path, site_audit_file(1, reply, model_round=4))
+    data = json.loads(RunLayout(tmp_path).audit(1).read_text())
+    assert list(data) == [
+        "site_id",
+        "status",
+        "error",
+        "elapsed_s",
+        "result",
+        "n_members",
+        "n_holdout",
+        "dp_epsilon",
+        "canary",
+        "model_round",
+    ]
+    assert data["status"] == "ok" and data["error"] is None
+    assert data["result"] == {"c_lb": {"mean": 0.5}, "seed": 3}
+    assert (data["n_members"], data["n_holdout"], data["dp_epsilon"]) == (30, 10, None)
+    assert sites_needing_audit(tmp_path, [1], 4) == [] and sites_needing_audit(tmp_path, [1], 5)
+
+
+def test_a_reply_without_an_audit_is_a_failure(task_identity):
+    request = Message(content=RecordDict(), dst_node_id=3, message_type=MessageType.QUERY)
+    file = site_audit_file(0, Message(RecordDict(), reply_to=request), model_round=1)
+    assert file.status == "failed" and "'audit' record" in (file.error or "")
+
+
+# --- the run directory ------------------------------------------------------------------
+
+
+def test_run_layout_keeps_todays_names(tmp_path):
+    layout = RunLayout(tmp_path)
+    expected = {
+        layout.config: "config.yaml",
+        layout.partition: "partition.json",
+        layout.dataset: "dataset.json",
+        layout.metrics: "metrics.jsonl",
+        layout.audit(3): "audits/site-3.json",
+        layout.round_checkpoint(7): "checkpoints/round-0007.pt",
+        layout.round_checkpoint(12345): "checkpoints/round-12345.pt",
+        layout.final_model: "global_model.pt",
+        layout.client_dp_ledger: "client_dp.json",
+        layout.site_file(2): "sites/site-2.npz",
+        layout.public: "sites/public.npz",
+        layout.site_state: "site_state",
+        layout.site_dp_ledger(1): "site_state/site-1-dp-ledger.json",
+        layout.exposed_records(1): "site_state/site-1-exposed-records.json",
+        layout.reference_models: "reference_models",
+        layout.reference_manifest: "reference_models/manifest.json",
+        layout.reference_model(0): "reference_models/ref-0.pt",
+        layout.deployment: "deployment",
+    }
+    for path, name in expected.items():
+        assert path == tmp_path / name
+
+
+def test_run_layout_finds_checkpoints_and_audit_files(tmp_path):
+    layout = RunLayout(str(tmp_path))  # a str is taken as a path
+    assert layout.round_checkpoints() == {} and layout.audit_files() == {}
+    for n in (1, 2, 10):
+        layout.round_checkpoint(n).parent.mkdir(exist_ok=True)
+        layout.round_checkpoint(n).touch()
+    (layout.checkpoints / "round-0003.pt.tmp").touch()
+    assert sorted(layout.round_checkpoints()) == [1, 2, 10]
+    layout.audits.mkdir()
+    for site in (0, -1):
+        layout.audit(site).touch()
+    (layout.audits / "site-1.tmp").touch()
+    assert layout.audit_files() == {-1: layout.audit(-1), 0: layout.audit(0)}
+
+
+def test_site_audit_file_reads_todays_and_older_files(tmp_path):
+    ok = {
+        "site_id": 0,
+        "status": "ok",
+        "error": None,
+        "elapsed_s": 3.5,
+        "result": {"c_lb": {"mean": 1.0}},
+        "n_members": 300,
+        "n_holdout": 100,
+        "dp_epsilon": 2.5,
+        "canary": {"eps_lb": 0.25},
+        "model_round": 2,
+    }
+    assert SiteAuditFile.from_dict(ok).to_dict() == ok
+    assert list(SiteAuditFile.from_dict(ok).to_dict()) == list(ok)
+    # Failures as the error reply wrote them before this file said which round it audited.
+    old = {"site_id": 2, "status": "failed", "error": "<class 'X'>:<'y'>", "result": None}
+    file = SiteAuditFile.from_dict(old)
+    assert (file.status, file.error, file.traceback, file.model_round) == (
+        "failed",
+        "<class 'X'>:<'y'>",
+        None,
+        None,
+    )
+    for bad in ([], {"site_id": 0, "status": "done"}, {"status": "ok"}):
+        with pytest.raises(ValueError):
+            SiteAuditFile.from_dict(bad)
+    RunLayout(tmp_path).audits.mkdir()
+    RunLayout(tmp_path).audit(5).write_text("{not json")
+    assert read_site_audit(tmp_path, 5) is None and sites_needing_audit(tmp_path, [5]) == [5]
+
+
+def test_checkpoint_meta_is_written_as_todays_dict(tmp_path):
+    meta = CheckpointMeta(
+        modality="image",
+        model="cnn",
+        model_options={"width": 8},
+        num_classes=10,
+        input_shape=(1, 8, 8),
+        dp=True,
+        dp_level="both",
+    )
+    path = RunLayout(tmp_path).final_model
+    save_checkpoint(path, Checkpoint(round=3, state_dict={"w": torch.zeros(1)}, meta=meta))
+    raw = torch.load(path, weights_only=True)
+    assert list(raw) == ["round", "state_dict", "meta"]
+    assert raw["meta"] == {
+        "modality": "image",
+        "model": "cnn",
+        "model_options": {"width": 8},
+        "num_classes": 10,
+        "input_shape": [1, 8, 8],
+        "dp": True,
+        "dp_level": "both",
+    }
+    assert list(raw["meta"]) == list(meta.to_dict())
+    assert load_checkpoint(path).meta == meta
+
+
+def test_checkpoint_without_meta_and_older_meta(tmp_path):
+    path = Path(tmp_path) / "old.pt"
+    save_checkpoint(path, Checkpoint(round=1, state_dict={}, meta=None))
+    assert torch.load(path, weights_only=True)["meta"] == {}
+    assert load_checkpoint(path).meta is None
+    older = {"modality": "tabular", "model": "mlp", "num_classes": 2, "input_shape": [5]}
+    meta = CheckpointMeta.from_dict(older)
+    assert (meta.dp, meta.dp_level, meta.model_options, meta.input_shape) == (False, None, {}, (5,))
+    with pytest.raises(ValueError, match="'model' is missing"):
+        CheckpointMeta.from_dict({"modality": "image"})
