@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from contracts.run_files import RunLayout
 from simulations.config import validate_config
 from simulations.runner import run_experiment
 
@@ -41,7 +42,7 @@ def config_for(num_sites: int, args: argparse.Namespace) -> dict:
 
 def audit_stage_means(run_dir: Path) -> dict[str, float]:
     stages: dict[str, list[float]] = {}
-    for path in sorted((run_dir / "audits").glob("site-*.json")):
+    for path in sorted(RunLayout(run_dir).audit_files().values()):
         result = json.loads(path.read_text()).get("result") or {}
         for stage, seconds in (result.get("timings") or {}).items():
             stages.setdefault(stage, []).append(seconds)

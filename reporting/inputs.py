@@ -19,7 +19,7 @@ import yaml
 
 from audit.result import AuditResult
 from contracts.errors import UserError
-from contracts.run_files import CLIENT_DP_LEDGER, CONFIG_FILE, RunLayout
+from contracts.run_files import RunLayout
 
 from .schema import (
     CanaryReport,
@@ -92,12 +92,13 @@ def load_run(run_dir: Path) -> RunInputs:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ReportInputError(f"run directory {run_dir} does not exist")
-    config = _load_config(run_dir / CONFIG_FILE)
-    partition = _load_partition(run_dir / "partition.json")
-    metrics_path = run_dir / "metrics.jsonl"
+    layout = RunLayout(run_dir)
+    config = _load_config(layout.config)
+    partition = _load_partition(layout.partition)
+    metrics_path = layout.metrics
     rounds = _load_metrics(metrics_path) if metrics_path.exists() else []
     site_ids = {int(s["site_id"]) for s in partition["sites"]}
-    audit_files = RunLayout(run_dir).audit_files()
+    audit_files = layout.audit_files()
     partition_sites = {int(s["site_id"]): s for s in partition["sites"]}
     audits: dict[int, SiteAuditInput] = {}
     for site_id in sorted(site_ids | set(audit_files)):
@@ -127,7 +128,7 @@ def load_client_dp(run_dir: Path) -> ClientDPReport | None:
     ReportInputError
         When the file is not a JSON object, or a key holds the wrong type (named).
     """
-    path = Path(run_dir) / CLIENT_DP_LEDGER
+    path = RunLayout(run_dir).client_dp_ledger
     if not path.exists():
         return None
     data = _read_json(path)
@@ -218,7 +219,7 @@ def load_site_audit(run_dir: Path, site_id: int) -> SiteAuditInput:
 
 def load_optional_config(run_dir: Path) -> dict[str, Any]:
     """``config.yaml`` when the run directory has one, else an empty mapping."""
-    path = Path(run_dir) / CONFIG_FILE
+    path = RunLayout(run_dir).config
     return _load_config(path) if path.exists() else {}
 
 
