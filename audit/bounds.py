@@ -18,7 +18,10 @@ member when its score is ``>=`` the level; ties are never split). The propositio
 conditionally on the observed score vector, so the set of distinct levels is fixed when the
 test is made and ``beta / n_levels`` (``n_levels <= m``) is a valid union bound. With
 ``threshold_grid=G`` the thresholds are the scores of the ``ceil(j m / G)``-th highest record,
-``j = 1..G`` (top-``j/G`` quantiles) and ``beta' = beta / G``. Both choices depend on the
+``j = 1..G`` (top-``j/G`` quantiles) and ``beta' = beta / G``; with ``spacing="geometric"``
+they are the ``k``-th highest for ``k`` in about ``G`` geometrically spaced counts from 1 to
+``m`` (:func:`geometric_counts`), which resolves the few most confident guesses finely and
+the bulk coarsely, and ``beta'`` divides by the number of counts. Every choice depends on the
 scores only through their order, so every bound here is invariant to strictly increasing
 transforms of the scores.
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from scipy import optimize, special, stats
@@ -128,6 +132,19 @@ def _check_inputs(scores: object, membership: object) -> tuple[np.ndarray, np.nd
     return t, s
 
 
+Spacing = Literal["quantile", "geometric"]
+"""How a ``threshold_grid`` of size G places its thresholds (see the module docstring)."""
+
+
+def geometric_counts(n: int, size: int) -> np.ndarray:
+    """About ``size`` distinct, geometrically spaced counts in ``[1, n]`` (1 and n included)."""
+    if size < 1:
+        raise ValueError(f"a geometric grid needs at least one count, got {size!r}")
+    if n < 1:
+        raise ValueError(f"need at least one record, got n={n!r}")
+    return np.unique(np.rint(np.geomspace(1, n, size)).astype(np.int64))
+
+
 @dataclass(frozen=True)
 class _Levels:
     """Candidate thresholds with their counts, ordered from the highest score down."""
@@ -139,8 +156,10 @@ class _Levels:
     n_members: int
 
 
-def _levels(t: np.ndarray, s: np.ndarray, threshold_grid: int | None) -> _Levels:
-    """Thresholds to try: every distinct score level, or a fixed quantile grid."""
+def _levels(
+    t: np.ndarray, s: np.ndarray, threshold_grid: int | None, spacing: Spacing = "quantile"
+) -> _Levels:
+    """Thresholds to try: every distinct score level, or a fixed grid of ranks."""
     m = t.size
     order = np.argsort(-t, kind="stable")
     t_sorted = t[order]
@@ -158,7 +177,13 @@ def _levels(t: np.ndarray, s: np.ndarray, threshold_grid: int | None) -> _Levels
     grid = int(threshold_grid)
     if grid < 1 or grid != threshold_grid:
         raise ValueError(f"threshold_grid must be a positive integer, got {threshold_grid!r}")
-    k = -(-np.arange(1, grid + 1) * m // grid)  # ceil(j m / G): the top-j/G quantile
+    if spacing == "geometric":
+        k = geometric_counts(m, grid)
+        grid = int(k.size)
+    elif spacing == "quantile":
+        k = -(-np.arange(1, grid + 1) * m // grid)  # ceil(j m / G): the top-j/G quantile
+    else:
+        raise ValueError(f"spacing must be 'quantile' or 'geometric', got {spacing!r}")
     # Extend each rank to the end of its tie group; equal thresholds collapse to one point
     # but the union bound still counts all G tests (fixed before looking at the data).
     group_end = last[np.searchsorted(last, k - 1)]
@@ -205,6 +230,7 @@ def lower_bound(
     *,
     beta: float,
     threshold_grid: int | None = None,
+    spacing: Spacing = "quantile",
 ) -> BoundSummary:
     """Lower confidence bound on ``theta`` (``c`` for the baseline, ``c + eps`` for the MIA).
 
@@ -219,7 +245,10 @@ def lower_bound(
         inside: ``beta' = beta / thresholds_tried``.
     threshold_grid
         ``None``: every distinct score level is a threshold. ``G``: the top-``j/G`` quantile
-        thresholds, ``j = 1..G``.
+        thresholds, ``j = 1..G``, or with ``spacing="geometric"`` the top-``k`` thresholds
+        for about ``G`` geometrically spaced counts ``k``.
+    spacing
+        ``"quantile"`` or ``"geometric"`` (used with ``threshold_grid`` only).
 
     Returns
     -------
@@ -237,7 +266,7 @@ def lower_bound(
     """
     beta = _check_beta(beta)
     t, s = _check_inputs(scores, membership)
-    lv = _levels(t, s, threshold_grid)
+    lv = _levels(t, s, threshold_grid, spacing)
     p_lo = clopper_pearson_lower(lv.tp, lv.r, beta / lv.n_tests)
     return _summary(lv, np.asarray(p_lo), beta)
 
@@ -314,6 +343,7 @@ def ceiling(
     *,
     beta: float,
     threshold_grid: int | None = None,
+    spacing: Spacing = "quantile",
 ) -> float:
     """The bound a perfect scorer reaches on this audit set, with the same union bound.
 
@@ -338,7 +368,9 @@ def ceiling(
         level = beta / t.size
         return float(logit(level ** (1.0 / int(s_int.sum()))))
     # With a grid the best rank may lie just above n_members: evaluate the grid.
-    return lower_bound(t, s_int, beta=beta, threshold_grid=threshold_grid).lower_bound
+    return lower_bound(
+        t, s_int, beta=beta, threshold_grid=threshold_grid, spacing=spacing
+    ).lower_bound
 
 
 def bound_curve(
@@ -348,6 +380,7 @@ def bound_curve(
     beta: float,
     recall_grid: object,
     threshold_grid: int | None = None,
+    spacing: Spacing = "quantile",
 ) -> Curve:
     """Precision and bound at each recall level of ``recall_grid``.
 
@@ -362,7 +395,7 @@ def bound_curve(
     grid = np.asarray(recall_grid, dtype=float).ravel()
     if grid.size == 0 or np.isnan(grid).any() or (grid < 0).any() or (grid > 1).any():
         raise ValueError("recall_grid must be a non-empty list of values in [0, 1]")
-    lv = _levels(t, s, threshold_grid)
+    lv = _levels(t, s, threshold_grid, spacing)
     recall = lv.tp / lv.n_members
     # recall is non-decreasing along the levels and reaches 1 at the last one; a tiny
     # slack absorbs floating error in grid values such as 0.1 * 3.

@@ -21,6 +21,7 @@ from audit.game import O1_STREAM, RM_RN_STREAM, draw_game
 from audit.o1 import o1_lower_bound
 from audit.result import RocSummary
 from audit.roc import roc_summary
+from audit.score_attack import Candidates
 from audit.sides import SIDES, BoundRule, Scored, Side, break_ties
 from audit.splits import MemberSplits, cut_at, shuffled_groups
 
@@ -54,24 +55,27 @@ def _proportional(n: int, parts: list[int]) -> list[int]:
 def _cut_nonmembers(
     nonmembers: FeatureSet, ins: MemberSplits, rseed: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Real non-members cut in the proportions of the member splits, groups kept whole."""
+    """Real non-members cut in the proportions of the member splits, groups kept whole; a
+    split the members do not have (a score-only attack trains nothing) stays empty."""
     n_non = len(nonmembers)
-    k_tr, k_val, k_te = _proportional(n_non, [len(ins.train), len(ins.val), len(ins.test)])
-    k_tr, k_val, k_te = (
-        min(k_tr, len(ins.train)),
-        min(k_val, len(ins.val)),
-        min(k_te, len(ins.test)),
-    )
-    if min(k_tr, k_val) < 1 or k_te < 2:
+    member_sizes = (len(ins.train), len(ins.val), len(ins.test))
+    cuts = iter(_proportional(n_non, [k for k in member_sizes if k > 0]))
+    k_tr, k_val, k_te = (min(next(cuts), k) if k > 0 else 0 for k in member_sizes)
+
+    def too_few(tr: int, va: int, te: int) -> bool:
+        return (member_sizes[0] > 0 and tr < 1) or (member_sizes[1] > 0 and va < 1) or te < 2
+
+    if too_few(k_tr, k_val, k_te):
         raise ValueError(
             f"nonmembers: {n_non} real non-members are too few for RM;RN (cut into "
-            f"train={k_tr}, val={k_val}, test={k_te}; need >= 1, >= 1 and >= 2)"
+            f"train={k_tr}, val={k_val}, test={k_te}; need >= 1 in each split the members "
+            "use and >= 2 in test)"
         )
     order, allowed = shuffled_groups(
         n_non, nonmembers.records.groups, np.random.default_rng([rseed, 0x4E4E])
     )
     n_tr, n_va, n_te, _ = cut_at(order, allowed, [k_tr, k_val, k_te])
-    if min(len(n_tr), len(n_va)) < 1 or len(n_te) < 2:
+    if too_few(len(n_tr), len(n_va), len(n_te)):
         raise ValueError(
             f"nonmembers: {n_non} real non-members in {len(allowed) - 1} groups are too few "
             "for RM;RN once each group (document) is kept whole"
@@ -94,31 +98,33 @@ def rm_rn(
     non-members, so both classes stay balanced. The member side is selected and bounded as
     the paper's game, the non-member side as the two-sided game's."""
     n_tr, n_va, n_te = _cut_nonmembers(nonmembers, ins, rseed)
-    reference = config.classifier.helper_reference
-    train = classifier_data(
-        members.take(ins.train[: len(n_tr)]), nonmembers.take(n_tr), view="f", reference=reference
-    )
-    val = classifier_data(
-        members.take(ins.val[: len(n_va)]), nonmembers.take(n_va), view="f", reference=reference
-    )
     game = draw_game(len(n_te), seed=rseed, stream=RM_RN_STREAM)
-    test = game_data(
-        game,
-        members.take(ins.test[: len(n_te)]),
-        nonmembers.take(n_te),
-        view="f",
-        reference=reference,
-    )
     s = game.membership
+    mem_te, non_te = members.take(ins.test[: len(n_te)]), nonmembers.take(n_te)
+    mem_va, non_va = members.take(ins.val[: len(n_va)]), nonmembers.take(n_va)
     scored: dict[Side, Scored] = {}
-    for side, rule in zip(SIDES, (paper, two_sided), strict=True):
-        clf = make_classifier(config, context)
-        clf.fit(train, val, select_by=rule.selection_score(side), seed=rseed)
-        scored[side] = Scored(
-            break_ties(clf.score(test), seed=rseed),
-            break_ties(clf.score(val), seed=rseed),
-            val.membership,
+    if config.classifier.design == "score":
+        cands = Candidates.of(game, mem_te, non_te, mem_va, non_va, view="f", seed=rseed)
+        for side, rule in zip(SIDES, (paper, two_sided), strict=True):
+            scored[side] = cands.choose(s, side, rule)[1]
+    else:
+        reference = config.classifier.helper_reference
+        train = classifier_data(
+            members.take(ins.train[: len(n_tr)]),
+            nonmembers.take(n_tr),
+            view="f",
+            reference=reference,
         )
+        val = classifier_data(mem_va, non_va, view="f", reference=reference)
+        test = game_data(game, mem_te, non_te, view="f", reference=reference)
+        for side, rule in zip(SIDES, (paper, two_sided), strict=True):
+            clf = make_classifier(config, context)
+            clf.fit(train, val, select_by=rule.selection_score(side), seed=rseed)
+            scored[side] = Scored(
+                break_ties(clf.score(test), seed=rseed),
+                break_ties(clf.score(val), seed=rseed),
+                val.membership,
+            )
     return RmRnOutcome(
         eps_lb=clip(paper.bound(scored["member"], s, "member").lower_bound),
         ceiling=paper.ceiling(s, "member"),

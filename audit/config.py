@@ -69,13 +69,20 @@ class GeneratorConfig(_Strict):
 class ClassifierConfig(_Strict):
     """Baseline b and MIA share this design; only h vs f differs.
 
-    ``design`` picks the image classifier: ``"gbm"`` is one gradient-boosting model on the
-    loss features and down-sampled pixels (boosting rounds selected on validation);
-    ``"stacked"`` trains a small CNN on the pixels and a gradient-boosting loss module and
-    stacks their scores with a logistic regression (the paper's design).
+    ``design`` picks how b and the MIA score records: ``"score"`` trains nothing and scores
+    each record by one scalar statistic of its model (h for b, f for the MIA: the
+    log-likelihood, raw or calibrated by the reference models), so every member outside D_G
+    plays in the game; ``"gbm"`` is one gradient-boosting model on the loss features and
+    down-sampled pixels (boosting rounds selected on validation); ``"stacked"`` trains a
+    small CNN on the pixels and a gradient-boosting loss module and stacks their scores with
+    a logistic regression (the paper's design). ``"auto"``: ``score`` for images when
+    ``feature_sets`` is ``[loss]`` (one statistic per record: a classifier would only learn
+    its direction), else ``gbm`` (tabular and text classifiers also read the record).
     """
 
-    design: Literal["gbm", "stacked"] = Field("gbm", description="gbm or stacked")
+    design: Literal["auto", "score", "gbm", "stacked"] = Field(
+        "auto", description="auto, score, gbm or stacked"
+    )
     gbm_iterations: list[int] = Field(
         default_factory=lambda: [50, 100, 200, 400], description="candidate boosting rounds (gbm)"
     )
@@ -144,11 +151,27 @@ class AuditConfig(_Strict):
         description="one repeat unless repeats is set, smallest selection grid, coarser "
         "pixels, generator and helper epochs capped at 5",
     )
-    threshold_grid: int | None = Field(None, ge=2, description="None: every score level")
+    threshold_grid: int | None = Field(
+        None,
+        ge=2,
+        description="None: every score level is a threshold; G: a fixed grid of G thresholds "
+        "(union mode), placed by threshold_spacing",
+    )
+    threshold_spacing: Literal["quantile", "geometric"] = Field(
+        "quantile",
+        description="quantile: the top-j/G quantiles; geometric: the top-k records for about G "
+        "geometrically spaced counts k (fine among the most confident guesses)",
+    )
     threshold_selection: Literal["union", "split"] = Field(
         "union",
         description="union: best threshold with a union bound over every score level; "
         "split: the cut chosen on the validation split, one Clopper-Pearson test on the game",
+    )
+    pairing: Literal["label", "none"] = Field(
+        "label",
+        description="label: each game slot pairs a member with a non-member of the same label "
+        "(closeness then holds per label); none: the paper's unpaired draw. Records without "
+        "labels (text) always play unpaired",
     )
     calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
     splits: SplitConfig = Field(default_factory=SplitConfig)

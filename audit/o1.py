@@ -33,7 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.bounds import _check_beta, _check_inputs, clopper_pearson_lower, logit
+from audit.bounds import (
+    _check_beta,
+    _check_inputs,
+    clopper_pearson_lower,
+    geometric_counts,
+    logit,
+)
 
 __all__ = ["O1Summary", "count_grid", "o1_lower_bound"]
 
@@ -61,10 +67,7 @@ def count_grid(n: int, grid_size: int = 20) -> np.ndarray:
     """0 plus about ``grid_size - 1`` geometrically spaced counts in ``[1, n]``."""
     if grid_size < 2:
         raise ValueError(f"grid_size must be at least 2, got {grid_size!r}")
-    if n < 1:
-        raise ValueError(f"need at least one record, got n={n!r}")
-    geo = np.unique(np.rint(np.geomspace(1, n, grid_size - 1)).astype(np.int64))
-    return np.concatenate(([0], geo))
+    return np.concatenate(([0], geometric_counts(n, grid_size - 1)))
 
 
 def o1_lower_bound(

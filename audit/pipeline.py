@@ -31,6 +31,7 @@ from audit.calibration import (
 )
 from audit.components import AuditContext, Generator, Records, make_generator
 from audit.config import AuditConfig
+from audit.pairing import pair_members
 from audit.repeat import RepeatInputs, play_repeat
 from audit.result import AuditResult
 from audit.sides import break_ties
@@ -53,8 +54,11 @@ REFERENCE_POOL_DG = 0.1
 """Default D_G fraction with the reference pool: it only reads D_G's label histogram."""
 
 
-def resolve_config(config: AuditConfig, *, modality: str, has_pool: bool) -> AuditConfig:
-    """Fill in ``generator.kind = "auto"`` and ``splits.generator = None``; apply quick mode.
+def resolve_config(
+    config: AuditConfig, *, modality: str, has_pool: bool, has_labels: bool = True
+) -> AuditConfig:
+    """Fill in ``generator.kind = "auto"``, ``splits.generator = None`` and
+    ``classifier.design = "auto"``; play unpaired without labels; apply quick mode.
 
     Measured on over-fitted Fashion-MNIST targets (benchmarks/audit_overfitting.py), a cGAN
     or cVAE trained on D_G is told apart from real records perfectly (c_lb at the ceiling),
@@ -81,6 +85,16 @@ def resolve_config(config: AuditConfig, *, modality: str, has_pool: bool) -> Aud
         gen_update["epochs"] = min(config.generator.epochs, QUICK_GENERATOR_EPOCHS)
         update["helper_epochs"] = min(config.helper_epochs, QUICK_HELPER_EPOCHS)
     update["generator"] = config.generator.model_copy(update=gen_update)
+    if config.classifier.design == "auto":
+        scalar = modality == "image" and config.classifier.feature_sets == ["loss"]
+        design = "score" if scalar else "gbm"
+        update["classifier"] = config.classifier.model_copy(update={"design": design})
+    if not has_labels and config.pairing == "label":
+        if "pairing" in config.model_fields_set:
+            raise ValueError(
+                "audit.settings.pairing='label' but the records have no labels; set pairing: none"
+            )
+        update["pairing"] = "none"
     return config.model_copy(update=update)
 
 
@@ -153,6 +167,8 @@ class _Sources:
     helper_train: Records
     helper_val: Records
     quality: dict[str, float]
+    paired: bool
+    """Row ``i`` of ``d_out`` is the same-label alternative of row ``i`` of ``d_in``."""
 
 
 def _draw_sources(
@@ -179,7 +195,14 @@ def _draw_sources(
     with timer.stage("sampling"):
         # The game's non-members first: a finite source (reference pool) serves them before
         # the helper, whose set is then capped by what is left.
-        d_out = generator.sample(n_in, seed=config.seed + 303)
+        if config.pairing == "label":
+            d_in, d_out, dropped = pair_members(generator, d_in, seed=config.seed + 303)
+            quality["pairing_dropped"] = dropped
+            if dropped:
+                say(f"pairing: {dropped} members without a same-label alternative left out")
+            n_in = len(d_in)
+        else:
+            d_out = generator.sample(n_in, seed=config.seed + 303)
         remaining = generator.remaining
         if remaining is not None and n_helper + n_helper_val > remaining:
             n_helper_val = max(2, remaining // 6)
@@ -202,6 +225,7 @@ def _draw_sources(
         helper_train,
         helper_val,
         {k: float(v) for k, v in quality.items()},
+        paired=config.pairing == "label",
     )
 
 
@@ -334,7 +358,12 @@ def run_audit(
         _check_records("nonmembers", nonmembers, like=members)
     if public_pool is not None:
         _check_records("public_pool", public_pool, like=members)
-    config = resolve_config(config, modality=task.modality, has_pool=public_pool is not None)
+    config = resolve_config(
+        config,
+        modality=task.modality,
+        has_pool=public_pool is not None,
+        has_labels=members.y is not None,
+    )
     device = resolve_device(config.device)
     model.eval()
     context = AuditContext(task=task, device=device, public_pool=public_pool)
@@ -364,14 +393,19 @@ def run_audit(
         quality["target_loss_nonmembers"] = _mean_loss(task, model, nonmembers, device)
 
     sizes = sources.cut.sizes
+    n_train, n_val = sizes.train, sizes.val
+    if config.classifier.design == "score":
+        # Nothing to train; a validation slice only where it picks the statistic and cut.
+        n_train, n_val = 0, (n_val if config.threshold_selection == "split" else 0)
     inputs = RepeatInputs(
         config=config,
         context=context,
         members=s_in,
         generated=s_out,
         nonmembers=s_non,
-        n_train=sizes.train,
-        n_val=sizes.val,
+        n_train=n_train,
+        n_val=n_val,
+        paired=sources.paired,
     )
     repeats = []
     shown: list[int] = []
@@ -400,8 +434,8 @@ def run_audit(
         sizes=dict(
             members=len(members),
             generator=sizes.generator,
-            train=sizes.train,
-            val=sizes.val,
+            train=n_train,
+            val=n_val,
             m=min(x.m for x in repeats),
             members_in_game_min=min(shown),
             members_in_game_max=max(shown),

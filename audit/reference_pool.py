@@ -19,6 +19,7 @@ import numpy as np
 
 from audit.components import GENERATORS, AuditContext, Records
 from audit.config import AuditConfig
+from audit.pairing import PairedDraw
 from audit.splits import shuffled_groups
 
 
@@ -86,6 +87,32 @@ class ReferencePoolGenerator:
             # The rest of a group a draw touched is retired, not handed out later.
             self._used |= np.isin(self.pool.groups, self.pool.groups[chosen])
         return self.pool.take(chosen)
+
+    def sample_labels(self, labels: np.ndarray, *, seed: int) -> PairedDraw:
+        """One unused record of label ``labels[i]`` per slot ``i``, without replacement.
+
+        When the pool has fewer unused records of a label than slots ask for it, a random
+        subset of those slots gets one and the rest are dropped (``label_shortfall``).
+        """
+        if not self._fitted:
+            raise RuntimeError("ReferencePoolGenerator.sample_labels called before fit")
+        if self.pool.y is None:
+            raise ValueError("audit.settings.pairing='label': the reference pool has no labels")
+        rng = np.random.default_rng([seed, 0x9002])
+        free = np.flatnonzero(~self._used)
+        slots, chosen = [], []
+        for c in np.unique(labels):
+            want = rng.permutation(np.flatnonzero(labels == c))
+            have = rng.permutation(free[self.pool.y[free] == c])
+            k = min(want.size, have.size)
+            slots.append(want[:k])
+            chosen.append(have[:k])
+            self.label_shortfall += int(want.size - k)
+        slot = np.concatenate(slots).astype(np.int64)
+        pick = np.concatenate(chosen).astype(np.int64)
+        order = np.argsort(slot)
+        self._used[pick] = True
+        return PairedDraw(self.pool.take(pick[order]), slot[order])
 
     def _draw_groups(self, free: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` unused records taken group by group in random order (the last group cut)."""

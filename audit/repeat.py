@@ -21,6 +21,7 @@ from audit.config import AuditConfig
 from audit.game import draw_game
 from audit.result import RepeatResult, SideRepeat, TwoSidedRepeat
 from audit.roc import roc_summary
+from audit.score_attack import Candidates, candidate_count
 from audit.sides import SIDES, BoundRule, Scored, Side, break_ties
 from audit.splits import resplit
 from audit.timing import StageTimer
@@ -40,10 +41,16 @@ class BoundRules:
     two_sided: BoundRule
 
     @classmethod
-    def of(cls, config: AuditConfig) -> BoundRules:
+    def of(cls, config: AuditConfig, *, candidates: int = 1) -> BoundRules:
+        """``candidates``: score vectors each bound chooses among on the game itself (a
+        score-only attack's statistics); a union bound divides the level among them."""
+        two_sided_k = candidates if config.threshold_selection == "union" else 1
+        grid, spacing = config.threshold_grid, config.threshold_spacing
         return cls(
-            paper=BoundRule(config.beta / 2, "union", config.threshold_grid),
-            two_sided=BoundRule(config.beta / 4, config.threshold_selection, config.threshold_grid),
+            paper=BoundRule(config.beta / 2 / candidates, "union", grid, spacing),
+            two_sided=BoundRule(
+                config.beta / 4 / two_sided_k, config.threshold_selection, grid, spacing
+            ),
         )
 
     def for_side(self, side: Side) -> BoundRule:
@@ -62,6 +69,16 @@ class RepeatInputs:
     nonmembers: FeatureSet | None
     n_train: int
     n_val: int
+    paired: bool = False
+    """``generated[i]`` is member ``i``'s same-label alternative: both are cut alike."""
+
+    @property
+    def score_only(self) -> bool:
+        return self.config.classifier.design == "score"
+
+    def rules(self) -> BoundRules:
+        k = candidate_count(self.members) if self.score_only else 1
+        return BoundRules.of(self.config, candidates=k)
 
 
 def _fit_and_score(
@@ -97,36 +114,57 @@ def play_repeat(
     ins = resplit(
         np.arange(len(mem)), inputs.n_train, inputs.n_val, seed=rseed, groups=mem.records.groups
     )
-    outs = resplit(
-        np.arange(len(gen)),
-        inputs.n_train,
-        inputs.n_val,
-        seed=rseed + 7_000_003,
-        groups=gen.records.groups,
+    outs = (
+        ins
+        if inputs.paired
+        else resplit(
+            np.arange(len(gen)),
+            inputs.n_train,
+            inputs.n_val,
+            seed=rseed + 7_000_003,
+            groups=gen.records.groups,
+        )
     )
     # Group-snapped cuts can leave the two test splits a few records apart.
     m = min(len(ins.test), len(outs.test))
     game = draw_game(m, seed=rseed)
     s = game.membership
     mem_te, gen_te = mem.take(ins.test[:m]), gen.take(outs.test[:m])
-    rules = BoundRules.of(config)
-    reference = config.classifier.helper_reference
+    rules = inputs.rules()
 
     scored: dict[tuple[str, Side], Scored] = {}
     selected: dict[str, object] = {}
     selected_nonmember: dict[str, object] = {}
     for name, view in CLASSIFIERS:
-        ref = reference and view == "f"
         with timer.stage(name):
-            train = classifier_data(
-                mem.take(ins.train), gen.take(outs.train), view=view, reference=ref
-            )
-            val = classifier_data(mem.take(ins.val), gen.take(outs.val), view=view, reference=ref)
-            test = game_data(game, mem_te, gen_te, view=view, reference=ref)
-            for side in SIDES:
-                scored[name, side], choice = _fit_and_score(
-                    inputs, train, val, test, rule=rules.for_side(side), side=side, seed=rseed
+            if inputs.score_only:
+                cands = Candidates.of(
+                    game,
+                    mem_te,
+                    gen_te,
+                    mem.take(ins.val),
+                    gen.take(outs.val),
+                    view=view,
+                    seed=rseed,
                 )
+            else:
+                ref = config.classifier.helper_reference and view == "f"
+                train = classifier_data(
+                    mem.take(ins.train), gen.take(outs.train), view=view, reference=ref
+                )
+                val = classifier_data(
+                    mem.take(ins.val), gen.take(outs.val), view=view, reference=ref
+                )
+                test = game_data(game, mem_te, gen_te, view=view, reference=ref)
+            for side in SIDES:
+                rule = rules.for_side(side)
+                if inputs.score_only:
+                    statistic, scored[name, side] = cands.choose(s, side, rule)
+                    choice: dict[str, object] = {"design": "score", "statistic": statistic}
+                else:
+                    scored[name, side], choice = _fit_and_score(
+                        inputs, train, val, test, rule=rule, side=side, seed=rseed
+                    )
                 (selected if side == "member" else selected_nonmember)[name] = choice
 
     b_sum = rules.paper.bound(scored["baseline", "member"], s, "member")
@@ -181,6 +219,7 @@ def play_repeat(
             beta=rules.paper.beta,
             recall_grid=RECALL_GRID,
             threshold_grid=config.threshold_grid,
+            spacing=config.threshold_spacing,
         )
 
     result = RepeatResult(

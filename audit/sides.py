@@ -53,6 +53,7 @@ class BoundRule:
     beta: float
     selection: ThresholdSelection = "union"
     threshold_grid: int | None = None
+    spacing: bounds.Spacing = "quantile"
 
     def bound(self, scored: Scored, membership: np.ndarray, side: Side) -> BoundSummary:
         """The side's lower bound on theta (c, c', c + eps or c' + eps)."""
@@ -60,14 +61,18 @@ class BoundRule:
         if self.selection == "split":
             tv, sv = oriented(scored.val_scores, scored.val_membership, side)
             return bounds.split_lower_bound(tv, sv, t, s, beta=self.beta)
-        return bounds.lower_bound(t, s, beta=self.beta, threshold_grid=self.threshold_grid)
+        return bounds.lower_bound(
+            t, s, beta=self.beta, threshold_grid=self.threshold_grid, spacing=self.spacing
+        )
 
     def ceiling(self, membership: np.ndarray, side: Side) -> float:
         """The bound a perfect scorer reaches on this side of the audit set."""
         _, s = oriented(np.zeros(len(membership)), membership, side)
         if self.selection == "split":
             return bounds.split_ceiling(s, beta=self.beta)
-        return bounds.ceiling(s, beta=self.beta, threshold_grid=self.threshold_grid)
+        return bounds.ceiling(
+            s, beta=self.beta, threshold_grid=self.threshold_grid, spacing=self.spacing
+        )
 
     def selection_score(self, side: Side) -> Callable[[np.ndarray, np.ndarray], float]:
         """``select_by`` for a classifier: the side's union bound on validation data.
@@ -80,7 +85,7 @@ class BoundRule:
         def score(t: np.ndarray, s: np.ndarray) -> float:
             ts, ss = oriented(break_ties(t, seed=0), s, side)
             return bounds.lower_bound(
-                ts, ss, beta=self.beta, threshold_grid=self.threshold_grid
+                ts, ss, beta=self.beta, threshold_grid=self.threshold_grid, spacing=self.spacing
             ).lower_bound
 
         return score

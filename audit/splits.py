@@ -119,7 +119,10 @@ def cut_at(order: np.ndarray, boundaries: np.ndarray, sizes: list[int]) -> list[
     """Cut ``order`` into ``len(sizes)`` consecutive parts plus the rest, each cut on the
     allowed boundary nearest to the running total (and after the previous cut)."""
     parts, start = [], 0
-    for want in np.cumsum(sizes):
+    for size, want in zip(sizes, np.cumsum(sizes), strict=True):
+        if size == 0:  # an unused split (a score-only attack trains nothing)
+            parts.append(order[start:start])
+            continue
         allowed = boundaries[boundaries > start]
         end = int(allowed[np.argmin(np.abs(allowed - want))]) if allowed.size else start
         parts.append(order[start:end])
@@ -143,7 +146,7 @@ def resplit(
     indices: np.ndarray, train: int, val: int, *, seed: int, groups: np.ndarray | None = None
 ) -> MemberSplits:
     """Re-cut ``indices`` (D_in; ``groups`` per index) into train / val / test for one
-    repeat (no generator part)."""
+    repeat (no generator part); ``train`` or ``val`` may be 0 (a score-only attack)."""
     n = len(indices)
     if train + val >= n:
         raise SplitError(
@@ -159,8 +162,8 @@ def resplit(
 def _check_grouped(cut: MemberSplits, *, requested: SplitSizes) -> None:
     """Group-snapped cuts can empty a split when groups are large; say so with the sizes."""
     got = cut.sizes
-    names = ("train", "val", "test") + (("generator",) if requested.generator else ())
-    for name in names:
+    names = ("generator", "train", "val", "test")
+    for name in (n for n in names if getattr(requested, n)):
         if getattr(got, name) < 1:
             raise SplitError(
                 f"splits.{name} is empty after keeping groups (documents) whole: requested "

@@ -155,22 +155,61 @@ def _target(mod: Modality, records: Records, *, epochs: int, seed: int) -> torch
     return model.eval()
 
 
-def audit_config(*, repeats: int, seed: int, **overrides: object) -> AuditConfig:
-    """Quick audits with the reference pool, both sides and calibration (2 reference models);
-    ``overrides`` replace top-level settings (e.g. ``threshold_selection``)."""
+@dataclass(frozen=True)
+class Protocol:
+    """How the game draws non-members and how b and the MIA score records."""
+
+    pairing: str
+    classifier: dict[str, object]
+    image: dict[str, object]
+    """Further settings of image audits."""
+
+
+PROTOCOLS = {
+    "paired-score": Protocol("label", {}, {"threshold_grid": 30, "threshold_spacing": "geometric"}),
+    "unpaired-trained": Protocol("none", {"design": "gbm"}, {}),
+}
+"""``paired-score``: today's defaults (label pairing; images: score-only attacks and the 30
+geometric cuts of configs/default.yaml). ``unpaired-trained``: the protocol before them
+(unpaired draw, trained classifiers, every score level a threshold)."""
+
+
+def audit_config(
+    *,
+    repeats: int,
+    seed: int,
+    modality: str = "image",
+    protocol: str = "paired-score",
+    classifier: dict[str, object] | None = None,
+    **overrides: object,
+) -> AuditConfig:
+    """Quick audits in the default's setting: the reference pool, both sides, calibration
+    (2 reference models) and, for images, loss features only; ``protocol`` picks the pairing
+    and the attack design (:data:`PROTOCOLS`); ``classifier`` and ``overrides`` replace
+    settings."""
+    chosen = PROTOCOLS[protocol]
     settings: dict[str, object] = {
+        **(chosen.image if modality == "image" else {}),
         "quick": True,
         "repeats": repeats,
         "seed": seed,
         "device": "cpu",
+        "pairing": chosen.pairing,
         "generator": {"kind": "reference_pool"},
         "splits": {"generator": 0.05, "train": 0.3, "val": 0.15},
         "calibration": {"reference_models": 2, "epochs": 10},
+        "classifier": {
+            **({"feature_sets": ["loss"]} if modality == "image" else {}),
+            **chosen.classifier,
+            **(classifier or {}),
+        },
     }
     return AuditConfig(**{**settings, **overrides})
 
 
-def null_tally(mod: Modality, *, targets: int, repeats: int, seed: int = 0) -> Tally:
+def null_tally(
+    mod: Modality, *, targets: int, repeats: int, seed: int = 0, protocol: str = "paired-score"
+) -> Tally:
     """Audit ``targets`` null targets, ``repeats`` games each."""
     tally = Tally()
     for t in range(targets):
@@ -180,7 +219,9 @@ def null_tally(mod: Modality, *, targets: int, repeats: int, seed: int = 0) -> T
             mod.task,
             target,
             data["members"],
-            audit_config(repeats=repeats, seed=seed * 1000 + t),
+            audit_config(
+                repeats=repeats, seed=seed * 1000 + t, modality=mod.name, protocol=protocol
+            ),
             nonmembers=data["nonmembers"],
             public_pool=data["pool"],
         )
@@ -189,7 +230,12 @@ def null_tally(mod: Modality, *, targets: int, repeats: int, seed: int = 0) -> T
 
 
 def positive_control(
-    mod: Modality, *, repeats: int, seed: int = 0, **overrides: object
+    mod: Modality,
+    *,
+    repeats: int,
+    seed: int = 0,
+    protocol: str = "paired-score",
+    **overrides: object,
 ) -> AuditResult:
     """A target over-fitted on the members, audited by the same pipeline."""
     data = _draw(mod, 10_000 + seed)
@@ -198,14 +244,16 @@ def positive_control(
         mod.task,
         target,
         data["members"],
-        audit_config(repeats=repeats, seed=seed, **overrides),
+        audit_config(repeats=repeats, seed=seed, modality=mod.name, protocol=protocol, **overrides),
         nonmembers=data["nonmembers"],
         public_pool=data["pool"],
     )
 
 
 def print_tally(name: str, tally: Tally, beta: float) -> bool:
-    """One line per metric; True when every fraction is at most beta (CP high end <= 2 beta)."""
+    """One line per metric; True when every fraction is at most its level and its CP high
+    end at most twice that: beta/2 for each eps_tilde (against a null target c = 0, so only
+    the MIA's bounds, at beta/4 per side, can err) and for RM;RN's sides, beta for O(1)."""
     ok = True
     print(f"\n{name}: {tally.games} null games (targets that never saw the members), beta={beta}")
     print(f"{'metric':30s} {'positive':>8s} {'fraction':>9s}  {'95% CP interval':>17s}  verdict")
@@ -213,7 +261,8 @@ def print_tally(name: str, tally: Tally, beta: float) -> bool:
         k = tally.positive[metric]
         lo, hi = clopper_pearson(k, tally.games)
         frac = k / tally.games
-        good = frac <= beta and hi <= 2 * beta
+        level = beta if metric == "O(1)" else beta / 2  # O(1) claims level beta
+        good = frac <= level and hi <= 2 * level
         ok &= good
         print(
             f"{metric:30s} {k:8d} {frac:9.3f}  [{lo:.3f}, {hi:.3f}]    "
@@ -250,6 +299,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--protocol",
+        default="paired-score",
+        choices=sorted(PROTOCOLS),
+        help="paired-score: label pairing and score-only image attacks (the defaults); "
+        "unpaired-trained: the protocol before them",
+    )
+    parser.add_argument(
+        "--controls", default="union,split", help="threshold selections of the over-fit control"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     beta = audit_config(repeats=1, seed=0).beta
@@ -257,10 +316,18 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.modalities:
         mod = load_modality(name, args.image_data)
         start = time.perf_counter()
-        tally = null_tally(mod, targets=args.targets, repeats=args.repeats, seed=args.seed)
-        all_ok &= print_tally(name, tally, beta)
-        for selection in ("union", "split"):
-            result = positive_control(mod, repeats=3, seed=args.seed, threshold_selection=selection)
+        tally = null_tally(
+            mod, targets=args.targets, repeats=args.repeats, seed=args.seed, protocol=args.protocol
+        )
+        all_ok &= print_tally(f"{name} ({args.protocol})", tally, beta)
+        for selection in args.controls.split(","):
+            result = positive_control(
+                mod,
+                repeats=3,
+                seed=args.seed,
+                protocol=args.protocol,
+                threshold_selection=selection,
+            )
             all_ok &= print_control(name, selection, result)
         print(f"{name}: {time.perf_counter() - start:.0f} s")
     print("\nall checks passed" if all_ok else "\nSOME CHECKS FAILED")

@@ -174,7 +174,8 @@ class AuditPhaseConfig(_Strict):
         lt=1,
         description="share of the public split kept for the calibrated MIA's reference "
         "models (trained once per run, shared by the sites) and never put in a site's "
-        "reference pool; used with reference_pool and settings.calibration.reference_models > 0",
+        "reference pool; used when the dataset has a public split and "
+        "settings.calibration.reference_models > 0",
     )
     exposed_records: int = Field(
         0,

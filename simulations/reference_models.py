@@ -29,11 +29,14 @@ log = logging.getLogger("panoramia_fl")
 
 
 def reference_count(config: ExperimentConfig) -> int:
-    """How many shared reference models the run trains (0: none)."""
+    """How many shared reference models the run trains (0: none; also when the dataset has
+    no public split, see :func:`ensure_reference_models`).
+
+    They are trained with or without a reference pool: models of real public records give b
+    the same sense of what real records look like as f has, so a trained generator's
+    unrealistic samples do not pass for leakage on the non-member side."""
     audit = config.audit
-    if not (audit.enabled and audit.reference_pool):
-        return 0
-    return audit.settings.calibration.reference_models
+    return audit.settings.calibration.reference_models if audit.enabled else 0
 
 
 def split_public(public: Records, *, share: float, seed: int) -> tuple[Records, Records]:

@@ -463,3 +463,22 @@ def test_cli_two_sided_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     sub = argparse.ArgumentParser(prog="panoramia-fl bounds")
     cmd_bounds._add_arguments(sub)
     assert "beta/2" in " ".join(sub.format_help().split())
+
+
+def test_geometric_grid_is_one_test_per_count_fixed_by_m() -> None:
+    k = bounds.geometric_counts(1000, 30)
+    assert k[0] == 1 and k[-1] == 1000 and np.all(np.diff(k) > 0) and k.size <= 30
+    rng = np.random.default_rng(5)
+    s = rng.integers(0, 2, 1000)
+    t = rng.normal(size=1000) + 1.5 * s
+    got = lower_bound(t, s, beta=0.0125, threshold_grid=30, spacing="geometric")
+    # By hand: the top-k records for each grid count, Clopper-Pearson at beta / |grid|.
+    tp = np.cumsum(s[np.argsort(-t)])[k - 1]
+    want = bounds.logit(bounds.clopper_pearson_lower(tp, k, 0.0125 / k.size)).max()
+    assert got.lower_bound == pytest.approx(want)
+    top = ceiling(s, beta=0.0125, threshold_grid=30, spacing="geometric")
+    assert got.lower_bound <= top
+    perfect = s * 10.0 + rng.random(1000)
+    assert lower_bound(
+        perfect, s, beta=0.0125, threshold_grid=30, spacing="geometric"
+    ).lower_bound == pytest.approx(top)

@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from audit.components import GENERATORS, AuditContext, Records
 from audit.config import AuditConfig
+from audit.pairing import PairedDraw
 
 
 def to_unit(x: np.ndarray) -> torch.Tensor:
@@ -121,21 +122,31 @@ class _ConditionalImageGenerator:
     def sampling_quality(self) -> dict[str, float]:
         return {}
 
-    @torch.no_grad()
     def sample(self, n: int, *, seed: int) -> Records:
-        if self.decoder is None or self.label_p is None:
+        if self.label_p is None:
             raise RuntimeError(f"{self.kind} generator: sample called before fit")
         rng = np.random.default_rng([seed, 0x5A3])
         y = rng.choice(self.num_classes, size=n, p=self.label_p).astype(np.int64)
+        return Records(self._decode(y, rng), y)
+
+    def sample_labels(self, labels: np.ndarray, *, seed: int) -> PairedDraw:
+        """A sample conditioned on each slot's label (label pairing)."""
+        y = np.asarray(labels, dtype=np.int64)
+        x = self._decode(y, np.random.default_rng([seed, 0x5A4]))
+        return PairedDraw(Records(x, y), np.arange(len(y)))
+
+    @torch.no_grad()
+    def _decode(self, y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if self.decoder is None:
+            raise RuntimeError(f"{self.kind} generator: sample called before fit")
         gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
         self.decoder.eval()
         out = []
-        for i in range(0, n, 512):
+        for i in range(0, len(y), 512):
             yb = torch.as_tensor(y[i : i + 512])
             z = torch.randn(len(yb), self.latent, generator=gen)
             out.append(to_uint8(self.decoder(z.to(self.device), self._hot(yb).to(self.device))))
-        x = np.concatenate(out) if out else np.zeros((0, *self.shape), np.uint8)
-        return Records(x, y)
+        return np.concatenate(out) if out else np.zeros((0, *self.shape), np.uint8)
 
 
 class ConditionalGan(_ConditionalImageGenerator):
