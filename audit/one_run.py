@@ -54,6 +54,7 @@ from audit.bounds import _check_beta, _check_inputs, _relaxed_p_lo, clopper_pear
 from audit.o1 import GuessPairs, count_grid, guess_pairs
 
 __all__ = [
+    "DEFAULT_DELTA",
     "METHODS",
     "METHOD_LABELS",
     "Method",
@@ -74,6 +75,10 @@ METHOD_LABELS: dict[Method, str] = {
     "fdp": "f-DP, Gaussian (Mahloujifar et al. 2025)",
 }
 """How reports name each method."""
+
+DEFAULT_DELTA = 1e-5
+"""delta of the one-run bounds when nobody states one (the run config's ``dp.delta`` default
+and the f-DP paper's Table 1)."""
 
 _MU_MAX = 64.0
 """Largest mu searched: at delta = 1e-5 its eps exceeds 2,000, beyond any audit's reach."""
