@@ -49,9 +49,7 @@ QUALITY = {
 }
 
 
-def _canary(
-    eps_lb: float, high: float, fdp: tuple[float, float] | None = None
-) -> dict[str, Any]:
+def _canary(eps_lb: float, high: float, fdp: tuple[float, float] | None = None) -> dict[str, Any]:
     """A canary block; ``fdp``: its f-DP ``(eps, mu)`` at delta 1e-5 (None: an older file)."""
     fdp_fields = (
         {}
