@@ -11,17 +11,18 @@ smaller one is the guarantee the site's records get: ``dp_epsilon``.
 The audits measure lower bounds (canary, O(1), RM;RN): under correct training and
 accounting each is above ``dp_epsilon`` with probability at most its level beta, so one
 above it is a bug or a 1-in-1/beta event. eps_tilde is not a bound (it is one only when
-c_lb is tight): above ``dp_epsilon`` it is flagged, never counted as a violation. The canary
-and O(1) bounds of Steinke et al. are pure-epsilon bounds (delta = 0) checked against
-(epsilon, delta) guarantees. That is not free: with the union bound over threshold pairs each
-pair is tested at beta / 323 (200 canaries), below the 2 m delta failures a delta > 0
-hypothesis allows, so Steinke's bound (:mod:`audit.one_run`) for 200 canaries all guessed
-right reads 3.07 at delta = 0 but 2.25 at delta = 1e-5. A pure-epsilon value above
-``dp_epsilon`` is therefore loud only as far as the mechanism's delta part is negligible (a
-Gaussian mechanism with a small mu rarely gives that many right guesses). The f-DP readings (Mahloujifar et al.) state
-epsilon at the run's delta for a Gaussian trade-off curve: above ``dp_epsilon`` they say the
-run is less private than a Gaussian mechanism with the accountant's (epsilon, delta), which
-for DP-SGD (a composition of subsampled Gaussian steps) is as loud as a violation gets.
+c_lb is tight): above ``dp_epsilon`` it is flagged, never counted as a violation.
+
+The canary and O(1) bounds of Steinke et al. are pure-epsilon bounds (delta = 0) checked
+against (epsilon, delta) guarantees. That is not free: the union bound tests each threshold
+pair at beta / 323 (200 canaries), below the 2 m delta failures a delta > 0 hypothesis
+allows, so Steinke's bound (:mod:`audit.one_run`) for 200 canaries all guessed right reads
+3.07 at delta = 0 but 2.25 at delta = 1e-5. A pure-epsilon value above ``dp_epsilon`` is
+loud only as far as the mechanism's delta part is negligible (a Gaussian mechanism with a
+small mu rarely gives that many right guesses). The f-DP readings (Mahloujifar et al.)
+state epsilon at the run's delta for a Gaussian trade-off curve: above ``dp_epsilon`` they
+say the run is less private than a Gaussian mechanism with the accountant's (epsilon,
+delta), which for DP-SGD (a composition of subsampled Gaussian steps) is a violation.
 
 The ledger shows the largest one-run bound (canary or O(1), Steinke et al. or f-DP) as the
 best lower bound and names it (:func:`best_lower_bound`). Each bound holds at its own level;
