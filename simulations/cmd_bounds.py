@@ -30,13 +30,11 @@ import numpy as np
 
 from audit.bounds import ceiling, lower_bound, thresholds_tried
 from audit.o1 import o1_lower_bound
-from audit.one_run import METHOD_LABELS, METHODS, one_run_bound
+from audit.one_run import DEFAULT_DELTA, METHOD_LABELS, METHODS, one_run_bound
 from audit.sides import SIDES, oriented
 from contracts.errors import UserError
 
 EXIT_USAGE = 2
-DEFAULT_DELTA = 1e-5
-"""--delta's default: the run config's ``dp.delta`` default and the f-DP paper's Table 1."""
 _TRUE = {"1", "1.0", "true"}
 _FALSE = {"0", "0.0", "false"}
 
@@ -49,7 +47,8 @@ def register(subparsers: Any) -> None:
     """Add the ``bounds`` subcommand to an argparse subparsers object."""
     parser = subparsers.add_parser(
         "bounds",
-        help="lower bound (PANORAMIA test, or O(1)) from a file of scores and labels",
+        help="lower bound (PANORAMIA test, O(1), or a one-run bound) from a file of scores "
+        "and labels",
         description=(
             "Read scores and membership labels (CSV with columns score,label or NPZ with "
             "arrays scores,labels; label 1 = member) and print one JSON object with the "
