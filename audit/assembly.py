@@ -120,7 +120,12 @@ def assemble(
         "two_sided_each": config.beta / 4,
     }
     if paper.rm_rn_eps_lb is not None:
-        levels.update(rm_rn=config.beta / 2, rm_rn_two_sided_each=config.beta / 4, o1=config.beta)
+        levels.update(
+            rm_rn=config.beta / 2,
+            rm_rn_two_sided_each=config.beta / 4,
+            o1=config.beta,
+            o1_fdp=config.beta,
+        )
     return AuditResult(
         modality=modality,
         generator_kind=generator_kind,
@@ -140,4 +145,7 @@ def assemble(
         two_sided=_two_sided(config, repeats),
         roc=roc,
         levels=levels,
+        o1_eps_lb_fdp=_interval([x.o1_eps_lb_fdp for x in repeats]),
+        o1_fdp_mu=_interval([x.o1_fdp_mu for x in repeats]),
+        delta=config.delta,
     )

@@ -3,7 +3,8 @@
 RM;RN runs the MIA pipeline with real held-out non-members instead of generated ones
 (c = 0, so its bound is an eps lower bound), on both sides. O(1) is the loss-threshold audit
 of Steinke et al. (2023) with abstention: each slot shows a real member or a real
-non-member by a fair coin, as the privacy game does.
+non-member by a fair coin, as the privacy game does. The same guesses also give O(1)'s f-DP
+(Gaussian) bound at ``config.delta`` (:mod:`audit.one_run`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from audit.components import AuditContext, make_classifier
 from audit.config import AuditConfig
 from audit.game import O1_STREAM, RM_RN_STREAM, draw_game
 from audit.o1 import o1_lower_bound
+from audit.one_run import one_run_bound
 from audit.result import RocSummary
 from audit.roc import roc_summary
 from audit.score_attack import Candidates
@@ -137,9 +139,21 @@ def rm_rn(
     )
 
 
-def o1_eps_lb(members: FeatureSet, nonmembers: FeatureSet, *, beta: float, rseed: int) -> float:
+@dataclass(frozen=True)
+class O1Outcome:
+    """O(1) in one repeat: Steinke et al.'s bound and the f-DP one on the same guesses."""
+
+    eps_lb: float
+    eps_lb_fdp: float
+    fdp_mu: float
+
+
+def o1_eps_lb(
+    members: FeatureSet, nonmembers: FeatureSet, *, beta: float, delta: float, rseed: int
+) -> O1Outcome:
     """O(1) with abstention on f's log-likelihood; slot ``i`` shows member ``i`` or
-    non-member ``i`` by an independent fair coin (Steinke et al.'s inclusion coins)."""
+    non-member ``i`` by an independent fair coin (Steinke et al.'s inclusion coins). Both
+    bounds search the same threshold pairs with the union bound inside (level ``beta``)."""
     k = min(len(members), len(nonmembers))
     rng = np.random.default_rng([rseed, 0x01])
     pm, pn = rng.permutation(len(members))[:k], rng.permutation(len(nonmembers))[:k]
@@ -150,4 +164,9 @@ def o1_eps_lb(members: FeatureSet, nonmembers: FeatureSet, *, beta: float, rseed
 
     game = draw_game(k, seed=rseed, stream=O1_STREAM)
     scores = game.pick(log_p(members, pm), log_p(nonmembers, pn))
-    return clip(o1_lower_bound(scores, game.membership, beta=beta).lower_bound)
+    fdp = one_run_bound(scores, game.membership, method="fdp", beta=beta, delta=delta)
+    return O1Outcome(
+        eps_lb=clip(o1_lower_bound(scores, game.membership, beta=beta).lower_bound),
+        eps_lb_fdp=fdp.eps_lb,
+        fdp_mu=float(fdp.mu or 0.0),
+    )

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from audit.one_run import DEFAULT_DELTA
+
 GbmFeatures = Literal["loss", "loss+pixels"]
 """The gbm design's inputs: loss features (+label), or those and pooled pixels."""
 
@@ -183,6 +185,13 @@ class AuditConfig(_Strict):
     classifier: ClassifierConfig = Field(default_factory=ClassifierConfig)
     saturation_margin: float = Field(
         0.3, ge=0, description="c_lb within this of the ceiling is flagged saturated"
+    )
+    delta: float = Field(
+        DEFAULT_DELTA,
+        gt=0,
+        lt=1,
+        description="delta at which the f-DP one-run bounds (canary audit, O(1)) state eps; "
+        "a run sets it to dp.delta",
     )
     return_scores: bool = Field(False, description="keep per-record scores in the result")
     device: Literal["auto", "cpu", "cuda"] = "auto"

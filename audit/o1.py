@@ -41,7 +41,7 @@ from audit.bounds import (
     logit,
 )
 
-__all__ = ["O1Summary", "count_grid", "o1_lower_bound"]
+__all__ = ["GuessPairs", "O1Summary", "count_grid", "guess_pairs", "o1_lower_bound"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,75 @@ def count_grid(n: int, grid_size: int = 20) -> np.ndarray:
     if grid_size < 2:
         raise ValueError(f"grid_size must be at least 2, got {grid_size!r}")
     return np.concatenate(([0], geometric_counts(n, grid_size - 1)))
+
+
+@dataclass(frozen=True)
+class GuessPairs:
+    """Guesses and correct guesses of every threshold pair ``(k_plus[i], k_minus[j])``.
+
+    Row ``i`` guesses "member" for the ``k_plus[i]`` highest scores (their whole tie group),
+    column ``j`` "non-member" for the ``k_minus[j]`` lowest (likewise). ``valid`` drops pairs
+    whose two sides overlap and pairs without a guess; the bounds maximise over valid pairs.
+    """
+
+    sorted_scores: np.ndarray
+    """The scores in ascending order (thresholds are read from them)."""
+    plus_value: np.ndarray
+    """Lowest score guessed "member" per row (+inf: none)."""
+    plus_guesses: np.ndarray
+    minus_end: np.ndarray
+    """Per column, how many of the lowest scores guess "non-member" (ties included)."""
+    guesses: np.ndarray
+    correct: np.ndarray
+    valid: np.ndarray
+
+    @property
+    def n(self) -> int:
+        """Records (the one-run audit's m: abstentions count too)."""
+        return int(self.sorted_scores.size)
+
+    def thresholds(self, i: int, j: int) -> tuple[float, float]:
+        """``(threshold_low, threshold_high)`` of pair ``(i, j)``: guess "non-member" below
+        the low one, "member" at or above the high one."""
+        n, end = self.n, int(self.minus_end[j])
+        # threshold_low: the next distinct level above the non-member side ("score < t_lo").
+        low = float(self.sorted_scores[end]) if 0 < end < n else (np.inf if end else -np.inf)
+        return low, float(self.plus_value[i])
+
+
+def guess_pairs(
+    t: np.ndarray, s: np.ndarray, k_plus: np.ndarray, k_minus: np.ndarray
+) -> GuessPairs:
+    """Counts of every pair of ``k_plus`` x ``k_minus`` on checked scores ``t`` and 0/1
+    labels ``s`` (see :class:`GuessPairs`)."""
+    n = t.size
+    order = np.argsort(t, kind="stable")
+    asc = t[order]
+    s_asc = s[order]
+    # Prefix sums: members / non-members among the i lowest scores.
+    mem_below = np.concatenate(([0], np.cumsum(s_asc)))
+    non_below = np.concatenate(([0], np.cumsum(1 - s_asc)))
+    n_mem = int(mem_below[-1])
+    kp, km = np.asarray(k_plus), np.asarray(k_minus)
+    # Member side: everything >= the kp-th highest score.
+    v_hi = np.where(kp > 0, asc[np.clip(n - kp, 0, n - 1)], np.inf)
+    start_hi = np.where(kp > 0, np.searchsorted(asc, v_hi, side="left"), n)
+    plus_guesses = n - start_hi
+    plus_correct = n_mem - mem_below[start_hi]
+    # Non-member side: everything <= the km-th lowest score.
+    v_lo = np.where(km > 0, asc[np.clip(km - 1, 0, n - 1)], -np.inf)
+    end_lo = np.where(km > 0, np.searchsorted(asc, v_lo, side="right"), 0)
+    minus_correct = non_below[end_lo]
+    guesses = plus_guesses[:, None] + end_lo[None, :]
+    return GuessPairs(
+        sorted_scores=asc,
+        plus_value=v_hi,
+        plus_guesses=plus_guesses,
+        minus_end=end_lo,
+        guesses=guesses,
+        correct=plus_correct[:, None] + minus_correct[None, :],
+        valid=(end_lo[None, :] <= start_hi[:, None]) & (guesses > 0),
+    )
 
 
 def o1_lower_bound(
@@ -97,48 +166,22 @@ def o1_lower_bound(
     """
     beta = _check_beta(beta)
     t, s = _check_inputs(scores, membership)
-    n = t.size
-    counts = count_grid(n, grid_size)
+    counts = count_grid(t.size, grid_size)
     n_pairs = counts.size**2 - 1
-
-    order = np.argsort(t, kind="stable")
-    asc = t[order]
-    s_asc = s[order]
-    # Prefix sums: members / non-members among the i lowest scores.
-    mem_below = np.concatenate(([0], np.cumsum(s_asc)))
-    non_below = np.concatenate(([0], np.cumsum(1 - s_asc)))
-    n_mem = int(mem_below[-1])
-
-    kp = counts  # member-side counts
-    km = counts  # non-member-side counts
-    # Member side: everything >= the kp-th highest score.
-    v_hi = np.where(kp > 0, asc[np.clip(n - kp, 0, n - 1)], np.inf)
-    start_hi = np.where(kp > 0, np.searchsorted(asc, v_hi, side="left"), n)
-    plus_guesses = n - start_hi
-    plus_correct = n_mem - mem_below[start_hi]
-    # Non-member side: everything <= the km-th lowest score.
-    v_lo = np.where(km > 0, asc[np.maximum(km - 1, 0)], -np.inf)
-    end_lo = np.where(km > 0, np.searchsorted(asc, v_lo, side="right"), 0)
-    minus_guesses = end_lo
-    minus_correct = non_below[end_lo]
-
-    guesses = plus_guesses[:, None] + minus_guesses[None, :]
-    correct = plus_correct[:, None] + minus_correct[None, :]
-    valid = (end_lo[None, :] <= start_hi[:, None]) & (guesses > 0)
+    pairs = guess_pairs(t, s, counts, counts)
+    valid, guesses, correct = pairs.valid, pairs.guesses, pairs.correct
     p_lo = np.zeros(guesses.shape)
     p_lo[valid] = clopper_pearson_lower(correct[valid], guesses[valid], beta / n_pairs)
     i, j = np.unravel_index(int(np.argmax(np.where(valid, p_lo, -1.0))), p_lo.shape)
-
-    # threshold_low: the next distinct level above the non-member side ("score < t_lo").
-    t_low = float(asc[end_lo[j]]) if 0 < end_lo[j] < n else (np.inf if end_lo[j] else -np.inf)
+    t_low, t_high = pairs.thresholds(int(i), int(j))
     return O1Summary(
         lower_bound=max(0.0, float(logit(p_lo[i, j]))),
         threshold_low=t_low,
-        threshold_high=float(v_hi[i]),
+        threshold_high=t_high,
         guesses=int(guesses[i, j]),
         correct=int(correct[i, j]),
         beta=beta,
         n_pairs_tried=int(n_pairs),
-        member_guesses=int(plus_guesses[i]),
-        nonmember_guesses=int(minus_guesses[j]),
+        member_guesses=int(pairs.plus_guesses[i]),
+        nonmember_guesses=int(pairs.minus_end[j]),
     )

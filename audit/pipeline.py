@@ -424,6 +424,7 @@ def run_audit(
                 ""
                 if x.rm_rn_eps_lb is None
                 else f" RM;RN={x.rm_rn_eps_lb:.3f} O(1)={x.o1_eps_lb:.3f}"
+                f" O(1) f-DP={x.o1_eps_lb_fdp or 0.0:.3f}"
             )
         )
     return assemble(

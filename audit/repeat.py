@@ -15,7 +15,7 @@ import numpy as np
 
 from audit import bounds
 from audit.audit_sets import FeatureSet, View, classifier_data, game_data
-from audit.comparisons import RmRnOutcome, clip, o1_eps_lb, rm_rn
+from audit.comparisons import O1Outcome, RmRnOutcome, clip, o1_eps_lb, rm_rn
 from audit.components import AuditContext, ClassifierData, make_classifier
 from audit.config import AuditConfig
 from audit.game import draw_game
@@ -172,7 +172,7 @@ def play_repeat(
     c_lb, c_eps_lb = clip(b_sum.lower_bound), clip(a_sum.lower_bound)
 
     comparison: RmRnOutcome | None = None
-    o1 = None
+    o1: O1Outcome | None = None
     if inputs.nonmembers is not None:
         with timer.stage("rm_rn"):
             comparison = rm_rn(
@@ -186,7 +186,13 @@ def play_repeat(
                 two_sided=rules.two_sided,
             )
         with timer.stage("o1"):
-            o1 = o1_eps_lb(mem.take(ins.test), inputs.nonmembers, beta=config.beta, rseed=rseed)
+            o1 = o1_eps_lb(
+                mem.take(ins.test),
+                inputs.nonmembers,
+                beta=config.beta,
+                delta=config.delta,
+                rseed=rseed,
+            )
 
     sides = {side: _side_repeat(scored, s, side, rules.two_sided, comparison) for side in SIDES}
     two_sided = TwoSidedRepeat(
@@ -237,7 +243,9 @@ def play_repeat(
         baseline_auc=roc["baseline"].auc,
         mia_auc=roc["mia"].auc,
         rm_rn_eps_lb=None if comparison is None else comparison.eps_lb,
-        o1_eps_lb=o1,
+        o1_eps_lb=None if o1 is None else o1.eps_lb,
+        o1_eps_lb_fdp=None if o1 is None else o1.eps_lb_fdp,
+        o1_fdp_mu=None if o1 is None else o1.fdp_mu,
         rm_rn_ceiling=None if comparison is None else comparison.ceiling,
         selected=selected,
         scores=kept,

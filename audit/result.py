@@ -163,6 +163,10 @@ class RepeatResult:
     """ROC of the game's ``baseline`` and ``mia`` scores and of ``rm_rn``'s."""
     members_shown: int | None = None
     """Coins that showed the member (the game's n_members)."""
+    o1_eps_lb_fdp: float | None = None
+    """O(1)'s f-DP (Gaussian) bound at the audit's delta, same guesses and level."""
+    o1_fdp_mu: float | None = None
+    """The Gaussian-DP mu that bound rejects."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +228,11 @@ class AuditResult:
     """Level of each reported bound (e.g. ``c_lb``: beta/2, ``two_sided``: beta/4 each)."""
     meaning: str = EPS_TILDE_MEANING
     schema_version: int = RESULT_SCHEMA_VERSION
+    o1_eps_lb_fdp: Interval | None = None
+    """O(1)'s f-DP (Gaussian) bound over repeats, eps at ``delta``."""
+    o1_fdp_mu: Interval | None = None
+    delta: float | None = None
+    """delta of the f-DP bounds' eps (None in results written before them)."""
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(dataclasses.asdict(self))
@@ -278,7 +287,15 @@ class AuditResult:
             return TwoSidedResult(**d)
 
         d = dict(data)
-        for key in ("c_lb", "c_eps_lb", "eps_tilde", "rm_rn_eps_lb", "o1_eps_lb"):
+        for key in (
+            "c_lb",
+            "c_eps_lb",
+            "eps_tilde",
+            "rm_rn_eps_lb",
+            "o1_eps_lb",
+            "o1_eps_lb_fdp",
+            "o1_fdp_mu",
+        ):
             d[key] = interval(d.get(key))
         d["flags"] = AuditFlags(**d["flags"])
         d["repeats"] = [repeat(r) for r in d["repeats"]]

@@ -106,7 +106,12 @@ def make_audit_runner(
         canary = None
         if data.has_canaries:
             canary = canary_audit_of(
-                task, model, data, beta=settings.beta, device_name=settings.device
+                task,
+                model,
+                data,
+                beta=settings.beta,
+                delta=settings.delta,
+                device_name=settings.device,
             )
         return SiteAuditOutput(result=result.to_dict(), canary=canary)
 
@@ -114,20 +119,29 @@ def make_audit_runner(
 
 
 def canary_audit_of(
-    task: Any, model: torch.nn.Module, data: SiteData, *, beta: float, device_name: str
+    task: Any,
+    model: torch.nn.Module,
+    data: SiteData,
+    *,
+    beta: float,
+    device_name: str,
+    delta: float | None = None,
 ) -> dict:
     """The one-run canary audit of ``data``'s canaries against ``model``, as a dict.
 
     Scores every canary (included or not) by the model's per-record loss and hands the
-    losses and the coins to :func:`audit.canary.canary_audit`.
+    losses and the coins to :func:`audit.canary.canary_audit` (its f-DP bound at ``delta``;
+    None: :data:`audit.one_run.DEFAULT_DELTA`).
     """
     from audit.canary import canary_audit
+    from audit.one_run import DEFAULT_DELTA
     from audit.pipeline import resolve_device
 
     canaries, coins = data.canary_records()
     losses = task.per_record_loss(model, canaries.x, canaries.y, device=resolve_device(device_name))
     kind = data.canary_kind or "unknown"
-    return canary_audit(losses, coins, beta=beta, kind=kind).to_dict()
+    delta = DEFAULT_DELTA if delta is None else delta
+    return canary_audit(losses, coins, beta=beta, kind=kind, delta=delta).to_dict()
 
 
 def write_exposed_records(

@@ -106,6 +106,12 @@ def site_report(
     """
     privacy = site_privacy(audit, rounds, settings or privacy_settings({}), client_dp).fields()
     result = audit.result if audit.status == "ok" else None
+    numbers = {} if result is None else _audit_numbers(result)
+    canary = privacy["canary"]
+    # One delta for both f-DP bounds: the audit's, else (a failed audit) the canary's.
+    numbers["fdp_delta"] = numbers.get("fdp_delta") or (
+        None if canary is None else canary.fdp_delta
+    )
     site = SiteReport(
         site_id=audit.site_id,
         status=audit.status,  # type: ignore[arg-type]
@@ -113,7 +119,7 @@ def site_report(
         n_members=audit.n_members,
         n_holdout=audit.n_holdout,
         elapsed_s=audit.elapsed_s,
-        **({} if result is None else _audit_numbers(result)),
+        **numbers,
         **privacy,
     )
     return with_checks(site)
@@ -142,6 +148,10 @@ def _audit_numbers(result: AuditResult) -> dict[str, Any]:
         "rm_rn_eps_lb_interval": _interval(result.rm_rn_eps_lb),
         "o1_eps_lb": _mean(result.o1_eps_lb),
         "o1_eps_lb_interval": _interval(result.o1_eps_lb),
+        "o1_eps_lb_fdp": _mean(result.o1_eps_lb_fdp),
+        "o1_eps_lb_fdp_interval": _interval(result.o1_eps_lb_fdp),
+        "o1_fdp_mu": _mean(result.o1_fdp_mu),
+        "fdp_delta": _finite(result.delta),
         "baseline_auc": _mean_of([r.baseline_auc for r in result.repeats]),
         "mia_auc": _mean_of([r.mia_auc for r in result.repeats]),
         "eps_tilde_two_sided": None if two is None else _mean(two.eps_tilde),

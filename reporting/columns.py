@@ -19,8 +19,10 @@ from .formatting import (
     SIDE_LABELS,
     flag_labels,
     fmt,
+    fmt_best,
     fmt_canary,
     fmt_dp,
+    fmt_fdp,
     fmt_interval,
     fmt_loss_gap,
     fmt_side_c_lb,
@@ -288,6 +290,16 @@ LEDGER_COLUMNS: tuple[Column[LedgerRow], ...] = (
         lambda r: f"{fmt(r.rm_rn_eps_lb)} / {fmt(r.rm_rn_eps_lb_two_sided)}",
     ),
     column("O(1)", lambda r: fmt(r.o1_eps_lb)),
+    column(
+        "canary f-DP eps_lb (GDP mu, delta)",
+        lambda r: fmt_fdp(r.canary_eps_lb_fdp, r.canary_fdp_mu, r.fdp_delta),
+    ),
+    column("O(1) f-DP (GDP mu)", lambda r: fmt_fdp(r.o1_eps_lb_fdp, r.o1_fdp_mu, None)),
+    column(
+        "best lower bound (method)",
+        lambda r: fmt_best(r.best_eps_lb, r.best_eps_lb_method),
+        cls="text",
+    ),
     column(
         "accuracy global / site holdout",
         lambda r: f"{fmt(r.global_accuracy)} / {fmt(r.accuracy_holdout)}",

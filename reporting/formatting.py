@@ -120,6 +120,22 @@ def fmt_canary(value: float | None, interval: list[float | None] | None, count: 
     return f"{text} ({count} canaries)" if count else text
 
 
+def fmt_fdp(value: float | None, mu: float | None, delta: float | None) -> str:
+    """``eps_lb (GDP mu 1.02, delta 1e-05)`` of an f-DP one-run bound."""
+    if value is None:
+        return MISSING
+    details = [f"GDP mu {fmt(mu)}" if mu is not None else "", f"delta {delta:g}" if delta else ""]
+    details = [d for d in details if d]
+    return f"{fmt(value)} ({', '.join(details)})" if details else fmt(value)
+
+
+def fmt_best(value: float | None, method: str | None) -> str:
+    """``value (method)`` of the best one-run lower bound."""
+    if value is None:
+        return MISSING
+    return f"{fmt(value)} ({method})" if method else fmt(value)
+
+
 def fmt_loss_gap(site: SiteReport) -> str:
     """f's mean loss on the site's members / on its holdout (the generalization gap)."""
     q = site.quality

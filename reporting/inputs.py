@@ -194,6 +194,11 @@ def parse_canary(value: Any) -> CanaryReport | None:
         score=_opt_str(value.get("score")),
         kind=_opt_str(value.get("kind")),
         n_pairs_tried=_opt_int(value.get("n_pairs_tried")),
+        eps_lb_fdp=_safe_float(value.get("eps_lb_fdp")),
+        fdp_mu=_safe_float(value.get("fdp_mu")),
+        fdp_delta=_safe_float(value.get("fdp_delta")),
+        fdp_guesses=_opt_int(value.get("fdp_guesses")),
+        fdp_correct=_opt_int(value.get("fdp_correct")),
     )
 
 

@@ -11,10 +11,22 @@ smaller one is the guarantee the site's records get: ``dp_epsilon``.
 The audits measure lower bounds (canary, O(1), RM;RN): under correct training and
 accounting each is above ``dp_epsilon`` with probability at most its level beta, so one
 above it is a bug or a 1-in-1/beta event. eps_tilde is not a bound (it is one only when
-c_lb is tight): above ``dp_epsilon`` it is flagged, never counted as a violation. The canary
-and O(1) bounds are pure-epsilon bounds (delta = 0) checked against (epsilon, delta)
-guarantees; at the deltas used (1e-5) and a few hundred guesses the difference is far below
-the bounds' own level beta.
+c_lb is tight): above ``dp_epsilon`` it is flagged, never counted as a violation.
+
+The canary and O(1) bounds of Steinke et al. are pure-epsilon bounds (delta = 0) checked
+against (epsilon, delta) guarantees. That is not free: the union bound tests each threshold
+pair at beta / 323 (200 canaries), below the 2 m delta failures a delta > 0 hypothesis
+allows, so Steinke's bound (:mod:`audit.one_run`) for 200 canaries all guessed right reads
+3.07 at delta = 0 but 2.25 at delta = 1e-5. A pure-epsilon value above ``dp_epsilon`` is
+loud only as far as the mechanism's delta part is negligible (a Gaussian mechanism with a
+small mu rarely gives that many right guesses). The f-DP readings (Mahloujifar et al.)
+state epsilon at the run's delta for a Gaussian trade-off curve: above ``dp_epsilon`` they
+say the run is less private than a Gaussian mechanism with the accountant's (epsilon,
+delta), which for DP-SGD (a composition of subsampled Gaussian steps) is a violation.
+
+The ledger shows the largest one-run bound (canary or O(1), Steinke et al. or f-DP) as the
+best lower bound and names it (:func:`best_lower_bound`). Each bound holds at its own level;
+picking the largest of them after the fact is a reading aid, not a new test.
 """
 
 from __future__ import annotations
@@ -24,6 +36,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from audit.one_run import METHOD_LABELS, Method
 
 from .inputs import SiteAuditInput
 from .schema import (
@@ -138,6 +152,8 @@ class SitePrivacy:
             "canary": canary,
             "canary_eps_lb": None if canary is None else canary.eps_lb,
             "canary_eps_interval": None if canary is None else canary.eps_interval,
+            "canary_eps_lb_fdp": None if canary is None else canary.eps_lb_fdp,
+            "canary_fdp_mu": None if canary is None else canary.fdp_mu,
         }
 
 
@@ -208,7 +224,14 @@ def _last_round(site_id: int, rounds: list[RoundReport], name: str) -> float | N
 
 _LOWER_BOUNDS: tuple[tuple[str, str, str, Callable[[SiteReport], float | None]], ...] = (
     ("canary_eps_lb", "canary audit eps lower bound", "canary", lambda s: s.canary_eps_lb),
+    (
+        "canary_eps_lb_fdp",
+        "canary audit f-DP eps lower bound",
+        "canary",
+        lambda s: s.canary_eps_lb_fdp,
+    ),
     ("o1_eps_lb", "O(1) eps lower bound", "o1", lambda s: s.o1_eps_lb),
+    ("o1_eps_lb_fdp", "O(1) f-DP eps lower bound", "o1_fdp", lambda s: s.o1_eps_lb_fdp),
     ("rm_rn_eps_lb", "RM;RN eps lower bound (one-sided)", "rm_rn", lambda s: s.rm_rn_eps_lb),
     (
         "rm_rn_eps_lb_two_sided",
@@ -248,7 +271,7 @@ def bound_violations(site: SiteReport) -> list[BoundViolation]:
             continue
         level = (
             site.canary.beta
-            if name == "canary_eps_lb" and site.canary is not None
+            if level_key == "canary" and site.canary is not None
             else site.levels.get(level_key)
         )
         found.append(
@@ -262,6 +285,32 @@ def bound_violations(site: SiteReport) -> list[BoundViolation]:
             )
         )
     return found
+
+
+_ONE_RUN_BOUNDS: tuple[tuple[str, Method, Callable[[SiteReport], float | None]], ...] = (
+    ("canary audit", "steinke", lambda s: s.canary_eps_lb),
+    ("canary audit", "fdp", lambda s: s.canary_eps_lb_fdp),
+    ("O(1)", "steinke", lambda s: s.o1_eps_lb),
+    ("O(1)", "fdp", lambda s: s.o1_eps_lb_fdp),
+)
+"""(audit, method, value) of each one-run lower bound; on a tie the earlier one is named."""
+
+
+def best_lower_bound(site: SiteReport) -> tuple[float | None, str | None]:
+    """The largest one-run lower bound of the site and its name, e.g. ``"canary audit:
+    f-DP, Gaussian (Mahloujifar et al. 2025), delta = 1e-05"``; ``(None, None)`` without
+    any."""
+    found = [
+        (value, audit, method)
+        for audit, method, of in _ONE_RUN_BOUNDS
+        if (value := of(site)) is not None
+    ]
+    if not found:
+        return None, None
+    value, audit, method = max(found, key=lambda x: x[0])
+    delta = 0.0 if method == "steinke" else site.fdp_delta
+    at = "" if delta is None else f", delta = {delta:g}"
+    return value, f"{audit}: {METHOD_LABELS[method]}{at}"
 
 
 def violation_message(
@@ -299,10 +348,14 @@ def eps_tilde_above(site: SiteReport) -> str | None:
 
 
 def with_checks(site: SiteReport) -> SiteReport:
-    """The site with its ordering check filled in (violations and the eps_tilde flag)."""
+    """The site with its ordering check filled in (violations and the eps_tilde flag) and
+    its best one-run lower bound named."""
     reason = eps_tilde_above(site)
+    best, method = best_lower_bound(site)
     return dataclasses.replace(
         site,
+        best_eps_lb=best,
+        best_eps_lb_method=method,
         bound_violations=bound_violations(site),
         eps_tilde_above_accountant=reason is not None,
         eps_tilde_above_accountant_reason=reason,

@@ -281,6 +281,13 @@ class CanaryReport:
     kind: str | None
     n_pairs_tried: int | None = None
     """Threshold pairs the audit tried (its union bound)."""
+    eps_lb_fdp: float | None = None
+    """The f-DP (Gaussian) lower bound on epsilon at ``fdp_delta``, same guesses and level."""
+    fdp_mu: float | None = None
+    """The Gaussian-DP mu that bound rejects."""
+    fdp_delta: float | None = None
+    fdp_guesses: int | None = None
+    fdp_correct: int | None = None
 
 
 @dataclass(frozen=True)
@@ -325,8 +332,8 @@ class BoundViolation:
     """
 
     bound: str
-    """Field name: canary_eps_lb, o1_eps_lb, rm_rn_eps_lb, rm_rn_eps_lb_two_sided,
-    rm_rn_eps_lb_member or rm_rn_eps_lb_nonmember."""
+    """Field name: canary_eps_lb, canary_eps_lb_fdp, o1_eps_lb, o1_eps_lb_fdp, rm_rn_eps_lb,
+    rm_rn_eps_lb_two_sided, rm_rn_eps_lb_member or rm_rn_eps_lb_nonmember."""
     label: str
     value: float
     dp_epsilon: float
@@ -424,6 +431,21 @@ class SiteReport:
     """eps_tilde (one- or two-sided) above ``dp_epsilon``: not a violation, eps_tilde is a
     measurement, not a bound (c_lb is not tight)."""
     eps_tilde_above_accountant_reason: str | None = spec(None)
+    canary_eps_lb_fdp: float | None = spec(None)
+    """The canary audit's f-DP (Gaussian) lower bound on epsilon at ``fdp_delta``."""
+    canary_fdp_mu: float | None = spec(None)
+    """The Gaussian-DP mu the canary guesses reject."""
+    o1_eps_lb_fdp: float | None = spec(None, csv="interval")
+    """O(1)'s f-DP (Gaussian) lower bound at ``fdp_delta`` (mean over repeats)."""
+    o1_eps_lb_fdp_interval: IntervalReport | None = None
+    o1_fdp_mu: float | None = spec(None)
+    """The Gaussian-DP mu O(1)'s guesses reject (mean over repeats)."""
+    fdp_delta: float | None = spec(None)
+    """delta at which the f-DP bounds state epsilon (the run's ``dp.delta``)."""
+    best_eps_lb: float | None = spec(None)
+    """The largest one-run lower bound (canary or O(1); Steinke et al. or f-DP)."""
+    best_eps_lb_method: str | None = spec(None)
+    """Which audit and method gave ``best_eps_lb``."""
 
 
 @dataclass(frozen=True)
@@ -478,6 +500,14 @@ class LedgerRow:
     loss_holdout: float | None = spec(quality_key="target_loss_nonmembers")
     bound_violations: list[BoundViolation] = spec(csv="join")
     eps_tilde_above_accountant: bool = spec()
+    canary_eps_lb_fdp: float | None = spec()
+    canary_fdp_mu: float | None = spec()
+    o1_eps_lb_fdp: float | None = spec()
+    o1_fdp_mu: float | None = spec()
+    fdp_delta: float | None = spec()
+    best_eps_lb: float | None = spec()
+    """The largest one-run lower bound and (``best_eps_lb_method``) which one it is."""
+    best_eps_lb_method: str | None = spec()
 
 
 @dataclass(frozen=True)

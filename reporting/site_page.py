@@ -20,8 +20,10 @@ from .formatting import (
     canary_banner,
     flag_labels,
     fmt,
+    fmt_best,
     fmt_canary,
     fmt_dp,
+    fmt_fdp,
     fmt_loss_gap,
     fmt_two_sided,
     fmt_with_interval,
@@ -270,12 +272,25 @@ def _privacy_table(report: SitePageReport) -> str:
             "canary audit eps lower bound [interval]",
             fmt_canary(site.canary_eps_lb, site.canary_eps_interval, site.canaries),
             "canary records trained on by a fair coin each, guessed from the final model "
-            "(Steinke et al. 2023, one run): a lower bound on epsilon",
+            "(Steinke et al. 2023, one run, delta = 0): a lower bound on epsilon",
+        ),
+        (
+            "canary audit f-DP eps lower bound",
+            fmt_fdp(site.canary_eps_lb_fdp, site.canary_fdp_mu, site.fdp_delta),
+            "the same guesses read against a Gaussian trade-off curve (Mahloujifar et al. "
+            "2025): the largest Gaussian-DP mu they reject, as epsilon at delta",
+        ),
+        (
+            "best lower bound",
+            fmt_best(site.best_eps_lb, site.best_eps_lb_method),
+            "the largest one-run lower bound (canary audit or O(1); Steinke et al. or f-DP), "
+            "with the method that gave it",
         ),
         (
             "ordering check",
             ordering_text(site.bound_violations, site.eps_tilde_above_accountant, site.dp_epsilon),
-            "every measured lower bound (canary, O(1), RM;RN) must be at most the guarantee; "
+            "every measured lower bound (canary, O(1), their f-DP readings, RM;RN) must be at "
+            "most the guarantee; "
             "eps_tilde may be above it (a measurement, not a bound)",
         ),
     ]
@@ -319,6 +334,12 @@ def _comparisons_table(site: SiteReport) -> str:
             "O(1)",
             fmt_with_interval(site.o1_eps_lb, site.o1_eps_lb_interval),
             "Steinke et al. (2023): loss-threshold guesses on real members and non-members",
+        ),
+        (
+            "O(1), f-DP",
+            fmt_fdp(site.o1_eps_lb_fdp, site.o1_fdp_mu, site.fdp_delta),
+            "the same guesses against a Gaussian trade-off curve (Mahloujifar et al. 2025), "
+            "mean over repeats",
         ),
         (
             "DP accountant epsilon",

@@ -7,6 +7,12 @@ object on stdout. Errors (missing file, column or array, bad values) go to stder
 ``--two-sided`` also tests confident "non-member" guesses: the same Clopper-Pearson bound on
 ``(-score, 1 - label)`` (:func:`audit.sides.oriented`). The two tests share ``--beta``, so each
 runs at ``beta / 2`` and the larger of the two bounds holds at level ``beta``.
+
+``--one-run steinke|fdp`` reads the labels as inclusion coins (1 = trained on) and prints a
+one-run bound (:func:`audit.one_run.one_run_bound`): Steinke et al.'s or the f-DP (Gaussian)
+one, eps at ``--delta``. ``--guesses K`` makes one pre-set guessing rule, a bound at level
+``--beta``; without it the best pair of the count grid is reported with each pair tested at
+``--beta``, and the output says ``"idealised": true`` (the search is not paid for).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import numpy as np
 
 from audit.bounds import ceiling, lower_bound, thresholds_tried
 from audit.o1 import o1_lower_bound
+from audit.one_run import DEFAULT_DELTA, METHOD_LABELS, METHODS, one_run_bound
 from audit.sides import SIDES, oriented
 from contracts.errors import UserError
 
@@ -40,13 +47,15 @@ def register(subparsers: Any) -> None:
     """Add the ``bounds`` subcommand to an argparse subparsers object."""
     parser = subparsers.add_parser(
         "bounds",
-        help="lower bound (PANORAMIA test, or O(1)) from a file of scores and labels",
+        help="lower bound (PANORAMIA test, O(1), or a one-run bound) from a file of scores "
+        "and labels",
         description=(
             "Read scores and membership labels (CSV with columns score,label or NPZ with "
             "arrays scores,labels; label 1 = member) and print one JSON object with the "
             "Clopper-Pearson lower bound, maximised over thresholds with a union bound. "
             "--two-sided also bounds non-member guesses; the two sides then share beta "
-            "(each at beta/2)."
+            "(each at beta/2). --one-run steinke|fdp prints a one-run bound on eps at "
+            "--delta instead (labels are inclusion coins)."
         ),
     )
     _add_arguments(parser)
@@ -60,14 +69,15 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.05,
         help="level of this single test; the union bound over thresholds is applied inside "
-        "(with --two-sided: shared by the two sides, each tested at beta/2)",
+        "(with --two-sided: shared by the two sides, each tested at beta/2; with --one-run: "
+        "the level of each guessing rule, see --guesses)",
     )
     parser.add_argument(
         "--grid",
         type=int,
         default=None,
         help="thresholds: G quantile thresholds instead of every distinct score level "
-        "(with --o1: number of counts per side, default 20)",
+        "(with --o1 or --one-run: number of guess counts per side, default 20)",
     )
     parser.add_argument(
         "--o1",
@@ -81,6 +91,31 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also bound confident non-member guesses (the same test on -score, 1 - label) "
         "and print both sides; the two tests share --beta, so each side runs at beta/2. "
         "Not with --o1, which already counts both kinds of guesses",
+    )
+    parser.add_argument(
+        "--one-run",
+        choices=METHODS,
+        default=None,
+        help="print a one-run lower bound on eps at --delta (labels: 1 = the record was "
+        "trained on by a fair coin, 0 = not): steinke = Steinke et al. 2023, fdp = the "
+        "Gaussian f-DP bound of Mahloujifar et al. 2025 (also prints its GDP mu); guesses "
+        "on both ends of the scores, abstaining in between",
+    )
+    parser.add_argument(
+        "--delta",
+        type=float,
+        default=None,
+        help=f"with --one-run: the delta at which eps is stated (default {DEFAULT_DELTA:g}; "
+        "steinke also takes 0, fdp needs it positive)",
+    )
+    parser.add_argument(
+        "--guesses",
+        type=int,
+        default=None,
+        help="with --one-run: make K guesses, the ceil(K/2) highest scores 'included' and the "
+        "floor(K/2) lowest 'excluded': one test, a bound at level --beta. Without it the best "
+        "pair of a grid of guess counts is printed with each pair at --beta and named "
+        "idealised (the search is not paid for in the level)",
     )
 
 
@@ -205,6 +240,40 @@ def _two_sided(
     }
 
 
+def _one_run(
+    path: Path, scores: np.ndarray, labels: np.ndarray, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The one-run bound's JSON fields; ``idealised`` says whether the level pays for the
+    search over guess counts."""
+    kwargs = {} if args.grid is None else {"grid_size": args.grid}
+    bound = one_run_bound(
+        scores,
+        labels,
+        method=args.one_run,
+        beta=args.beta,
+        delta=DEFAULT_DELTA if args.delta is None else args.delta,
+        guesses=args.guesses,
+        idealised=args.guesses is None,
+        **kwargs,
+    )
+    note = (
+        f"idealised: the best of {bound.n_pairs_tried} guessing rules, each tested at "
+        f"beta={bound.beta!r}; the search over guess counts is not paid for, so this is not "
+        "a bound at level beta (use --guesses K for one)"
+        if bound.idealised
+        else f"one guessing rule fixed before the scores were read: a bound at level "
+        f"beta={bound.beta!r}"
+    )
+    return {
+        "bound": f"one_run_{bound.method}",
+        "method_label": METHOD_LABELS[bound.method],
+        **dataclasses.asdict(bound),
+        "note": note,
+        "file": str(path),
+        "n_members": int(labels.sum()),
+    }
+
+
 def _jsonable(obj: Any) -> Any:
     """Non-finite floats become null (JSON has no inf/nan), in nested dicts too."""
     if isinstance(obj, dict):
@@ -217,6 +286,19 @@ def _jsonable(obj: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Compute the bound for ``args.file`` and print one JSON object; return the exit code."""
     path: Path = Path(args.file)
+    one_run = getattr(args, "one_run", None)
+    if one_run is not None and (args.o1 or getattr(args, "two_sided", False)):
+        print(
+            "error: --one-run cannot be combined with --o1 or --two-sided: it already counts "
+            "both kinds of guesses",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if one_run is None and (
+        getattr(args, "guesses", None) is not None or getattr(args, "delta", None) is not None
+    ):
+        print("error: --guesses and --delta need --one-run", file=sys.stderr)
+        return EXIT_USAGE
     if getattr(args, "two_sided", False) and args.o1:
         print(
             "error: --two-sided and --o1 cannot be combined: the O(1) bound already counts "
@@ -226,7 +308,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         scores, labels = read_scores(path)
-        if args.o1:
+        if one_run is not None:
+            out = _one_run(path, scores, labels, args)
+        elif args.o1:
             kwargs = {} if args.grid is None else {"grid_size": args.grid}
             o1 = o1_lower_bound(scores, labels, beta=args.beta, **kwargs)
             extra = {"file": str(path), "n": int(labels.size), "n_members": int(labels.sum())}

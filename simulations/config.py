@@ -235,6 +235,19 @@ class ExperimentConfig(_Strict):
                 )
         if self.audit.canaries and not self.audit.enabled:
             raise ValueError("audit.canaries: canaries are audited in the audit phase (enabled)")
+        settings = self.audit.settings
+        if "delta" not in settings.model_fields_set:
+            # The one-run bounds state eps at the accountant's delta, so they can be checked
+            # against its epsilon.
+            object.__setattr__(
+                self.audit, "settings", settings.model_copy(update={"delta": self.dp.delta})
+            )
+        elif self.dp.any_level and settings.delta != self.dp.delta:
+            raise ValueError(
+                f"audit.settings.delta: {settings.delta:g} differs from dp.delta "
+                f"{self.dp.delta:g}; the one-run bounds are checked against the accountant's "
+                "epsilon at dp.delta (leave audit.settings.delta unset)"
+            )
         return self
 
 

@@ -10,6 +10,7 @@ import torch
 
 from audit import AuditConfig, AuditResult, Records, run_audit
 from audit import components as comp
+from audit.one_run import gdp_eps
 from audit.result import Interval
 from ml.datasets import load_dataset
 from ml.tasks import build_task
@@ -79,6 +80,9 @@ def test_result_is_consistent(result: AuditResult) -> None:
         assert rep.rm_rn_eps_lb is not None and rep.rm_rn_ceiling is not None
         assert rep.rm_rn_ceiling > 1.0 and rep.rm_rn_eps_lb <= rep.rm_rn_ceiling
         assert rep.o1_eps_lb is not None
+        # O(1)'s f-DP reading: eps at the audit's delta of the GDP mu its guesses reject.
+        assert rep.o1_eps_lb_fdp is not None and rep.o1_fdp_mu is not None
+        assert rep.o1_eps_lb_fdp == pytest.approx(gdp_eps(mu=rep.o1_fdp_mu, delta=1e-5))
         assert len(rep.baseline_curve.recall) == len(rep.mia_curve.bound) == 20
         assert max(rep.mia_curve.bound) <= rep.mia.lower_bound + 1e-12
         assert rep.scores is not None and len(rep.scores["mia"]) == rep.m
@@ -88,6 +92,8 @@ def test_result_is_consistent(result: AuditResult) -> None:
     assert result.eps_tilde == Interval.of([r.eps_tilde for r in result.repeats])
     assert result.rm_rn_eps_lb == Interval.of([r.rm_rn_eps_lb for r in result.repeats])
     assert result.o1_eps_lb == Interval.of([r.o1_eps_lb for r in result.repeats])
+    assert result.o1_eps_lb_fdp == Interval.of([r.o1_eps_lb_fdp for r in result.repeats])
+    assert result.delta == 1e-5 and result.levels["o1_fdp"] == result.beta
     assert result.ceiling == pytest.approx(np.mean([r.ceiling for r in result.repeats]))
     assert result.ceiling >= result.c_lb.mean
     s = result.sizes

@@ -289,6 +289,9 @@ def test_canary_audit_separated_losses() -> None:
     assert result.n_canaries == 200 and result.n_included == int(coins.sum())
     assert result.member_guesses + result.nonmember_guesses == result.guesses
     assert result.score == CANARY_SCORE and result.kind == "noise_image"
+    # The f-DP reading of the same guesses at the default delta, with its GDP mu.
+    assert result.fdp_delta == 1e-5 and result.fdp_mu is not None and result.fdp_mu > 0
+    assert result.eps_lb_fdp is not None and result.eps_lb_fdp >= result.eps_lb
     text = json.dumps(result.to_dict(), allow_nan=False)
     assert CanaryResult.from_dict(json.loads(text)) == result
 
@@ -341,8 +344,9 @@ def test_trained_model_reveals_its_canaries(digits: Dataset, tmp_path: Path) -> 
     task.train_model(
         model, data.training_x, data.training_y, epochs=40, seed=0, device=torch.device("cpu")
     )
-    out = canary_audit_of(task, model, data, beta=0.05, device_name="cpu")
+    out = canary_audit_of(task, model, data, beta=0.05, delta=1e-6, device_name="cpu")
     assert out["n_canaries"] == 100 and out["kind"] == "noise_image"
+    assert out["fdp_delta"] == 1e-6 and out["eps_lb_fdp"] is not None
     assert out["eps_lb"] > 0, out
 
 
@@ -388,9 +392,13 @@ def test_federated_run_writes_canary_audit(tmp_path: Path) -> None:
 
     model, checkpoint = load_global_model(run_dir / "global_model.pt")
     task = task_from_meta(checkpoint.meta)
-    again = canary_audit_of(task, model, data, beta=canary["beta"], device_name="cpu")
+    again = canary_audit_of(
+        task, model, data, beta=canary["beta"], delta=canary["fdp_delta"], device_name="cpu"
+    )
     assert (again["guesses"], again["correct"]) == (canary["guesses"], canary["correct"])
     assert again["eps_lb"] == pytest.approx(canary["eps_lb"], rel=1e-9, abs=1e-12)
+    assert canary["fdp_delta"] == config.dp.delta  # the run's delta reaches the site
+    assert again["eps_lb_fdp"] == pytest.approx(canary["eps_lb_fdp"], rel=1e-9, abs=1e-12)
     # The site trained on its members plus exactly its included canaries.
     rounds = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rounds[-1]["sites"]["0"]["num_examples"] == len(data.training_x)

@@ -49,8 +49,14 @@ QUALITY = {
 }
 
 
-def _canary(eps_lb: float, high: float) -> dict[str, Any]:
-    return {
+def _canary(eps_lb: float, high: float, fdp: tuple[float, float] | None = None) -> dict[str, Any]:
+    """A canary block; ``fdp``: its f-DP ``(eps, mu)`` at delta 1e-5 (None: an older file)."""
+    fdp_fields = (
+        {}
+        if fdp is None
+        else {"eps_lb_fdp": fdp[0], "fdp_mu": fdp[1], "fdp_delta": 1e-5, "fdp_guesses": 60}
+    )
+    return fdp_fields | {
         "n_canaries": 200,
         "n_included": 97,
         "eps_lb": eps_lb,
@@ -125,14 +131,32 @@ def ledger_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Site 1: client level implies 3.0 per record, below its record eps 50; eps_tilde reads
     above 3.0 (a flag), every lower bound below it.
     Site 2: record eps 1.0; its canary audit reads 3.0 (a violation).
+    Best one-run lower bounds: site 0 the canary's f-DP 2.4, site 1 O(1)'s f-DP 1.5, site 2
+    the canary's Steinke 3.0 (its audit file predates f-DP).
     """
     results = {
-        0: make_result([1.0, 1.25], [1.5, 1.75], rm_rn=[0.5, 0.75], o1=[0.25, 0.5]),
-        1: make_result([0.5, 0.5], [4.0, 4.25], rm_rn=[1.0, 1.25], o1=[0.5, 0.75]),
+        0: make_result(
+            [1.0, 1.25],
+            [1.5, 1.75],
+            rm_rn=[0.5, 0.75],
+            o1=[0.25, 0.5],
+            o1_fdp=[(0.5, 0.1), (0.75, 0.2)],
+        ),
+        1: make_result(
+            [0.5, 0.5],
+            [4.0, 4.25],
+            rm_rn=[1.0, 1.25],
+            o1=[0.5, 0.75],
+            o1_fdp=[(1.25, 0.3), (1.75, 0.5)],
+        ),
         2: make_result([1.0, 1.0], [1.25, 1.25], o1=[0.125, 0.25], nonmember_gain=0.0),
     }
     record_eps = {0: 4.0, 1: 50.0, 2: 1.0}
-    canaries = {0: _canary(1.9, 4.2), 1: _canary(1.0, 2.5), 2: _canary(3.0, 5.0)}
+    canaries = {
+        0: _canary(1.9, 4.2, fdp=(2.4, 0.6)),
+        1: _canary(1.0, 2.5, fdp=(0.9, 0.25)),
+        2: _canary(3.0, 5.0),
+    }
     run = write_run(
         tmp_path_factory.mktemp("ledger") / "run",
         n_sites=3,
@@ -208,6 +232,13 @@ def test_ledger_rows_and_values(ledger_run: Path) -> None:
         "rm_rn_eps_lb",
         "rm_rn_eps_lb_two_sided",
         "o1_eps_lb",
+        "canary_eps_lb_fdp",
+        "canary_fdp_mu",
+        "o1_eps_lb_fdp",
+        "o1_fdp_mu",
+        "fdp_delta",
+        "best_eps_lb",
+        "best_eps_lb_method",
     ):
         assert row0[name] == s0[name], name
     assert row0["global_accuracy"] == report["consortium"]["final_global_accuracy"] is not None
@@ -231,6 +262,47 @@ def test_ledger_rows_and_values(ledger_run: Path) -> None:
         assert "0.800 / 0.810" in text  # accuracy global / site holdout
         assert "0.125 / 0.562" in text  # f loss members / holdout
     assert page.index('id="ledger"') > page.index("<h2>Per-site audit</h2>")
+
+
+def test_best_lower_bound_is_the_largest_one_run_bound_and_names_it(ledger_run: Path) -> None:
+    report = _report(ledger_run)
+    sites = {s["site_id"]: s for s in report["sites"]}
+    assert sites[0]["canary_eps_lb_fdp"] == 2.4 and sites[0]["canary_fdp_mu"] == 0.6
+    assert sites[0]["o1_eps_lb_fdp"] == pytest.approx(0.625) and sites[0]["fdp_delta"] == 1e-5
+    want = {
+        0: (2.4, "canary audit: f-DP, Gaussian (Mahloujifar et al. 2025), delta = 1e-05"),
+        1: (1.5, "O(1): f-DP, Gaussian (Mahloujifar et al. 2025), delta = 1e-05"),
+        2: (3.0, "canary audit: Steinke et al. (2023), delta = 0"),
+    }
+    for sid, (value, method) in want.items():
+        assert sites[sid]["best_eps_lb"] == pytest.approx(value), sid
+        assert sites[sid]["best_eps_lb_method"] == method, sid
+        assert report["ledger"][sid]["best_eps_lb_method"] == method
+    assert sites[2]["canary_eps_lb_fdp"] is None  # an older canary block reads as absent
+    md = (ledger_run / "report.md").read_text()
+    page = (ledger_run / "report.html").read_text()
+    for text in (md, page):
+        assert "best lower bound (method)" in text
+        assert "2.400 (canary audit: f-DP, Gaussian (Mahloujifar et al. 2025)" in text
+        assert "2.400 (GDP mu 0.600, delta 1e-05)" in text  # the canary's f-DP column
+    site0 = site_report_paths(ledger_run, 0).html_path.read_text()
+    assert "best lower bound" in site0 and "2.400 (canary audit: f-DP" in site0
+    assert "O(1), f-DP" in site0 and "0.625 [" in site0
+
+
+def test_an_fdp_bound_above_the_guarantee_is_a_violation(tmp_path: Path) -> None:
+    """The f-DP readings join the ordering check: O(1)'s f-DP mean 1.5 is above DP eps 1.2
+    while its Steinke value (0.5) is not."""
+    result = make_result(
+        [1.0, 1.0], [1.0, 1.0], rm_rn=[0.25, 0.25], o1=[0.5, 0.5], o1_fdp=[(1.5, 0.4)] * 2
+    )
+    run = write_run(tmp_path / "r", n_sites=1, dp=1.2, audits={0: ok_audit(0, result, dp=1.2)})
+    write_report(run)
+    site = _report(run)["sites"][0]
+    (violation,) = [v for v in site["bound_violations"] if v["bound"].startswith("o1")]
+    assert violation["bound"] == "o1_eps_lb_fdp" and violation["level"] == 0.05
+    assert "O(1) f-DP eps lower bound = 1.500" in violation["message"]
+    assert site["best_eps_lb"] == 1.5
 
 
 def test_csv_and_ledger_csv_carry_the_ledger(ledger_run: Path) -> None:

@@ -157,6 +157,7 @@ def make_result(
     capped: bool = False,
     rm_rn: list[float] | None = None,
     o1: list[float] | None = None,
+    o1_fdp: list[tuple[float, float]] | None = None,
     scores: bool = False,
     generator_kind: str = "cgan",
     two_sided: bool = True,
@@ -167,7 +168,8 @@ def make_result(
 
     With ``two_sided`` (schema version 2) it also carries the two-sided game, whose
     non-member side reads ``nonmember_gain`` more than the one-sided game, ROC summaries
-    (``rm_rn`` with ``rm_rn``) and the bound levels.
+    (``rm_rn`` with ``rm_rn``) and the bound levels. ``o1_fdp``: O(1)'s f-DP ``(eps, mu)``
+    per repeat, at delta 1e-5.
     """
     beta = 0.05
     eps = [max(0.0, ce - c) for c, ce in zip(c_lbs, c_eps_lbs)]
@@ -186,6 +188,7 @@ def make_result(
     levels = {"c_lb": beta / 2, "c_eps_lb": beta / 2, "two_sided_each": beta / 4}
     if rm_rn is not None:
         levels |= {"rm_rn": beta / 2, "rm_rn_two_sided_each": beta / 4, "o1": beta}
+        levels |= {"o1_fdp": beta}
     repeats = [
         RepeatResult(
             seed=i,
@@ -202,6 +205,8 @@ def make_result(
             mia_auc=0.7 + 0.01 * i,
             rm_rn_eps_lb=None if rm_rn is None else rm_rn[i],
             o1_eps_lb=None if o1 is None else o1[i],
+            o1_eps_lb_fdp=None if o1_fdp is None else o1_fdp[i][0],
+            o1_fdp_mu=None if o1_fdp is None else o1_fdp[i][1],
             selected={"baseline": {"epochs": 5}},
             scores={"baseline": SECRET_SCORES, "mia": SECRET_SCORES} if scores else None,
             two_sided=games[i] if two_sided else None,
@@ -234,6 +239,9 @@ def make_result(
         timings={"total": 12.5},
         rm_rn_eps_lb=None if rm_rn is None else Interval.of(rm_rn),
         o1_eps_lb=None if o1 is None else Interval.of(o1),
+        o1_eps_lb_fdp=None if o1_fdp is None else Interval.of([e for e, _ in o1_fdp]),
+        o1_fdp_mu=None if o1_fdp is None else Interval.of([mu for _, mu in o1_fdp]),
+        delta=None if o1_fdp is None else 1e-5,
         two_sided=_two_sided_result(games, side_flags or {}) if two_sided else None,
         roc=rocs,
         levels=levels if two_sided else {},

@@ -85,8 +85,11 @@ def test_csv_columns_keep_the_hand_kept_header() -> None:
     assert _in_order(CSV_COLUMNS, CSV_COLUMNS_V3)
     assert len(set(CSV_COLUMNS)) == len(CSV_COLUMNS)
     ledger = [f.name for f in dataclasses.fields(LedgerRow) if f.name != "canary_eps_interval"]
-    ledger += ["canary_eps_interval_low", "canary_eps_interval_high"]
+    # The canary interval sits where older ledger.csv files had it; newer fields follow it.
+    cut = ledger.index("eps_tilde_above_accountant") + 1
+    ledger[cut:cut] = ["canary_eps_interval_low", "canary_eps_interval_high"]
     assert tuple(ledger) == LEDGER_CSV_COLUMNS
+    assert LEDGER_CSV_COLUMNS[-2:] == ("best_eps_lb", "best_eps_lb_method")
 
 
 def test_every_field_marked_for_csv_is_in_the_header() -> None:
@@ -183,13 +186,15 @@ _PATCHES: dict[str, list[tuple[str, str]]] = {
             "\n\n\n@dataclass(frozen=True)\nclass RepeatReport:",
         ),
         (
-            "    eps_tilde_above_accountant_reason: str | None = spec(None)\n",
-            "    eps_tilde_above_accountant_reason: str | None = spec(None)\n"
+            '    best_eps_lb_method: str | None = spec(None)\n    """Which audit and method gave '
+            '``best_eps_lb``."""\n',
+            '    best_eps_lb_method: str | None = spec(None)\n    """Which audit and method gave '
+            '``best_eps_lb``."""\n'
             '    foo_score: float | None = spec(None, label="foo score")\n',
         ),
         (
-            "    eps_tilde_above_accountant: bool = spec()\n",
-            "    eps_tilde_above_accountant: bool = spec()\n"
+            "    best_eps_lb_method: str | None = spec()\n",
+            "    best_eps_lb_method: str | None = spec()\n"
             '    foo_score: float | None = spec(label="foo score")\n',
         ),
     ],

@@ -67,6 +67,7 @@ def _results() -> dict[int, Any]:
             [1.25 + 0.31373 * i, 1.5 + 0.31373 * i],
             rm_rn=[0.5, 0.75],
             o1=[0.25, 0.5],
+            o1_fdp=[(0.5, 0.125), (0.75, 0.25)],
             nonmember_gain=0.2718,
         )
         for i in range(4)
@@ -202,6 +203,10 @@ def test_site_rebuilds_its_report_from_its_audit_file_alone(
     page = site_report_paths(alone, 2).html_path.read_text()
     assert fmt_two_sided(build_report(load_run(consortium)).sites[2]) in page
     assert "Unavailable" in page
+    # The best one-run lower bound (O(1)'s f-DP mean here) is named on the site's own page.
+    assert data["site"]["best_eps_lb"] == pytest.approx(0.625)
+    assert data["site"]["best_eps_lb_method"].startswith("O(1): f-DP, Gaussian")
+    assert "best lower bound" in page and "0.625 (O(1): f-DP, Gaussian" in page
 
     # With config.yaml beside it, the manifest hashes it byte for byte.
     shutil.copy(consortium / "config.yaml", alone / "config.yaml")
