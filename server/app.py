@@ -211,9 +211,7 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         )
         return None
 
-    if settings.noise_source == "os-entropy":
-        # Flower's DP wrappers draw with np.random: seed it so nobody can replay the noise.
-        np.random.seed(np.frombuffer(os.urandom(32), dtype=np.uint32))
+    seed_server_noise(settings.noise_source)
     # The run's settings; the strategy stamps each message's (global) round.
     train_config = TrainInstructions(
         local_epochs=settings.local_epochs,
@@ -231,6 +229,19 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
     )
     bar.close()
     return result.arrays.to_torch_state_dict()
+
+
+def seed_server_noise(source: NoiseSource) -> None:
+    """Flower's client-level DP wrappers draw their noise (and adaptive clipping its count
+    noise) from numpy's global generator. ``os-entropy``: reseed it from 256 bits of the
+    OS's entropy, so neither the run config's seed nor anything else the operator knows
+    replays the noise. ``seeded``: leave it as the harness seeded it (reproducible).
+
+    What remains: numpy's global generator is a Mersenne Twister and Flower draws one
+    Gaussian per coordinate (no sum of several, as Opacus's ``secure_mode`` does).
+    """
+    if source == "os-entropy":
+        np.random.seed(np.frombuffer(os.urandom(32), dtype=np.uint32))
 
 
 def _site_round_entry(reply: TrainReply, client_epsilon: float | None) -> dict[str, Any]:

@@ -92,7 +92,7 @@ BAD_TRAIN_REASONS = {
     (1, 3): "'num-examples' must be > 0",
     (1, 4): "'train-loss' must be finite",
     (2, 2): "claims site 0, but node",
-    (2, 3): "weight 'w' is",
+    (2, 3): "weight 'w' has shape [5], expected [4]",
     (2, 4): "weight 'w' holds NaN",
     (3, 2): "'dp-epsilon' must be >= 0",
     (3, 3): "'num-examples' must be > 0",
