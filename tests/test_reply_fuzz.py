@@ -41,7 +41,7 @@ from contracts.wire import (
 )
 from server.app import ServerSettings, build_server_app
 from server.checkpoint import load_checkpoint
-from server.client_dp import ClientDPSettings, mixed_gaussian_epsilon
+from server.client_dp import ClientDPSettings, gaussian_epsilon
 from server.strategy import StrategySettings
 
 SITES = 5
@@ -229,7 +229,7 @@ def test_sampled_sites_that_drop_out_are_accounted(tmp_path):
         str(r): {"sampled": 3, "aggregated": 2, "noise_multiplier": z * 2 / 3}
         for r in range(1, ROUNDS + 1)
     }
-    honest = mixed_gaussian_epsilon({z * 2 / 3: ROUNDS}, delta=1e-5)
+    honest = gaussian_epsilon(z * 2 / 3, releases=ROUNDS, delta=1e-5)
     assert ledger["sites"]["0"]["epsilon"] == pytest.approx(honest)
-    assert ledger["sites"]["0"]["epsilon"] > mixed_gaussian_epsilon({z: ROUNDS}, delta=1e-5)
+    assert ledger["sites"]["0"]["epsilon"] > gaussian_epsilon(z, releases=ROUNDS, delta=1e-5)
     assert ledger["noise"].startswith("noise seeded for reproducibility")

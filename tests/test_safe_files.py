@@ -14,8 +14,6 @@ import pytest
 import torch
 
 from clients.privacy import PrivacyLedger
-from clients.site_policy import SiteRefusal, log_refusal
-from contracts import files
 from contracts.run_files import RunLayout
 from reporting.writers import csv_cell
 from server.checkpoint import Checkpoint, latest_round_checkpoint, save_checkpoint
@@ -49,9 +47,6 @@ def test_site_local_files_are_owner_only(tmp_path, umask_022):
     ledger = layout.site_dp_ledger(0)
     PrivacyLedger(accountant="rdp", history=[(1.0, 0.1, 10)]).save(ledger)
     assert _mode(ledger) == 0o600 and _mode(layout.site_state) == 0o700
-    refusals = layout.site_state / "site-0-refusals.jsonl"
-    log_refusal(refusals, 0, SiteRefusal("k=v", "x", "y"), run_id=1)
-    assert _mode(refusals) == 0o600
     # What the server shares stays readable as before (umask 022).
     assert _mode(layout.config) == 0o644
 
@@ -64,7 +59,7 @@ def test_atomic_writes_fsync_the_file_and_its_folder(tmp_path, monkeypatch):
         synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
         real_fsync(fd)
 
-    monkeypatch.setattr(files.os, "fsync", spy)
+    monkeypatch.setattr(os, "fsync", spy)
     path = tmp_path / "checkpoints" / "round-0001.pt"
     save_checkpoint(path, Checkpoint(round=1, state_dict={"w": torch.ones(2)}, meta=None))
     assert synced == [False, True]  # the file before the rename, the folder after it

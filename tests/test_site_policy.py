@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import stat
 from dataclasses import replace
 from pathlib import Path
 
@@ -122,6 +123,8 @@ def test_a_site_refuses_what_its_policy_forbids_and_logs_it(refused_run):
             for line in (layout.site_state / site_refusals_name(site)).read_text().splitlines()
         ]
         assert {r["policy_key"] for r in refusals} >= {"policy-allow-scores=false"}
+        log = layout.site_state / site_refusals_name(site)
+        assert stat.S_IMODE(log.stat().st_mode) == 0o600  # the site's own, owner-only
     # No per-record score reached the server's files.
     for path in refused_run.rglob("*.json*"):
         if "site_state" not in path.parts:
