@@ -10,9 +10,12 @@ Message types handled:
 
 The messages' contents are the typed values of :mod:`contracts.wire`.
 
-Everything a site needs (its task, data, DP policy, audit settings) comes from a
-``resolve(context) -> SiteRuntime`` callable, so the same app runs in simulation and under
-the Deployment Engine.
+Everything a site needs (its task, data, DP policy, audit settings, its own
+:class:`~clients.site_policy.SitePolicy`) comes from a ``resolve(context) -> SiteRuntime``
+callable, so the same app runs in simulation and under the Deployment Engine. A message that
+asks for more than the site's policy allows gets Flower's error reply with
+:data:`~contracts.wire.SITE_REFUSED_CODE`, naming the policy key, and the refusal goes to
+the site's own log.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 
 from clients.audit_handler import SiteAuditOutput
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData
+from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
 from clients.training import TrainableTask, train_locally
 from contracts.wire import (
     ARRAYS,
@@ -38,6 +42,7 @@ from contracts.wire import (
     AUDIT_QUERY,
     CONFIG,
     METRICS,
+    SITE_REFUSED_CODE,
     WHOAMI,
     AuditFailure,
     AuditInstructions,
@@ -64,6 +69,14 @@ class SiteRuntime:
     audit_runner: Callable[[TrainableTask, torch.nn.Module, SiteData, int], SiteAuditOutput] | None
     """Runs the audit: the JSON-able result (``audit.AuditResult.to_dict``) and the
     canaries' one-run audit when the site has canaries."""
+    policy: SitePolicy = SitePolicy.simulated()
+    """What the site accepts and lets leave (a SuperNode's node config; simulation: all)."""
+    secure_noise: bool = False
+    """DP-SGD noise and sampling from the OS's entropy (a real deployment), not the seed."""
+    return_scores: bool = False
+    """The run's audit would put per-record scores in the reply."""
+    refusal_log: Path | None = None
+    """The site's own log of what its policy refused (None: the Python log only)."""
 
 
 Resolver = Callable[[Context], SiteRuntime]
@@ -101,33 +114,10 @@ def build_client_app(resolve: Resolver) -> ClientApp:
     @app.train(mods=[clipping_mod])
     def train(msg: Message, context: Context) -> Message:
         runtime = resolve(context)
-        torch.set_num_threads(runtime.torch_threads)
-        asked = TrainInstructions.from_record(msg.content.config_records[CONFIG])
-        state = msg.content.array_records[ARRAYS].to_torch_state_dict()
-        ledger = _ledger(runtime, context) if runtime.dp is not None else None
-        result = train_locally(
-            runtime.task,
-            state,
-            x=runtime.data.training_x,
-            y=runtime.data.training_y,
-            epochs=asked.local_epochs,
-            seed=asked.seed * 100_003 + asked.server_round * 1_009 + runtime.site_id,
-            device=runtime.device,
-            proximal_mu=asked.proximal_mu or 0.0,
-            dp=runtime.dp,
-            ledger=ledger,
-        )
-        if ledger is not None:
-            _save_ledger(ledger, runtime, context)
-        reply = TrainReply(
-            site_id=runtime.site_id,
-            train_loss=result.train_loss,
-            num_examples=result.num_examples,
-            dp_epsilon=result.dp_epsilon,
-            noise_multiplier=result.noise_multiplier,
-        )
-        content = RecordDict({ARRAYS: ArrayRecord(result.state_dict), METRICS: reply.to_record()})
-        return Message(content=content, reply_to=msg)
+        try:
+            return _train(msg, context, runtime)
+        except SiteRefusal as refusal:
+            return _refuse(msg, context, runtime, refusal)
 
     @app.query(WHOAMI)
     def whoami(msg: Message, context: Context) -> Message:
@@ -137,20 +127,74 @@ def build_client_app(resolve: Resolver) -> ClientApp:
     @app.query(AUDIT_QUERY)
     def audit(msg: Message, context: Context) -> Message:
         started = time.time()
+        runtime = resolve(context)
         try:
-            reply = _audit(msg, context, resolve, started)
+            runtime.policy.check_audit(return_scores=runtime.return_scores)
+            reply = _audit(msg, context, runtime, started)
+        except SiteRefusal as refusal:
+            return _refuse(msg, context, runtime, refusal)
         except Exception as err:  # the site's error goes back as Flower's error reply
             logging.getLogger(__name__).debug("audit failed", exc_info=True)
-            failure = AuditFailure.of(err, elapsed_s=time.time() - started)
+            failure = AuditFailure.of(
+                err,
+                elapsed_s=time.time() - started,
+                with_traceback=runtime.policy.allow_tracebacks,
+            )
             return Message(failure.to_error(), reply_to=msg)
         return Message(content=RecordDict({AUDIT: reply.to_record()}), reply_to=msg)
 
     return app
 
 
-def _audit(msg: Message, context: Context, resolve: Resolver, started: float) -> AuditReply:
+def _refuse(msg: Message, context: Context, runtime: SiteRuntime, refusal: SiteRefusal) -> Message:
+    """The error reply of a refusal, after writing it to the site's own log."""
+    logging.getLogger(__name__).warning("site %d: %s", runtime.site_id, refusal)
+    if runtime.refusal_log is not None:
+        log_refusal(runtime.refusal_log, runtime.site_id, refusal, run_id=int(context.run_id))
+    reason = f"SiteRefusal: site {runtime.site_id}: {refusal}"
+    return Message(Error(code=SITE_REFUSED_CODE, reason=reason), reply_to=msg)
+
+
+def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
+    """One round of local training, within the site's policy."""
+    dp = runtime.dp
+    runtime.policy.check_training(
+        record_dp=dp is not None, target_epsilon=None if dp is None else dp.target_epsilon
+    )
+    torch.set_num_threads(runtime.torch_threads)
+    asked = TrainInstructions.from_record(msg.content.config_records[CONFIG])
+    state = msg.content.array_records[ARRAYS].to_torch_state_dict()
+    ledger = _ledger(runtime, context) if runtime.dp is not None else None
+    result = train_locally(
+        runtime.task,
+        state,
+        x=runtime.data.training_x,
+        y=runtime.data.training_y,
+        epochs=asked.local_epochs,
+        seed=asked.seed * 100_003 + asked.server_round * 1_009 + runtime.site_id,
+        device=runtime.device,
+        proximal_mu=asked.proximal_mu or 0.0,
+        dp=runtime.dp,
+        ledger=ledger,
+        secure_noise=runtime.secure_noise,
+    )
+    # An update above the site's maximum is not sent, so its steps are not spent.
+    runtime.policy.check_release(result.dp_epsilon)
+    if ledger is not None:
+        _save_ledger(ledger, runtime, context)
+    reply = TrainReply(
+        site_id=runtime.site_id,
+        train_loss=result.train_loss,
+        num_examples=result.num_examples,
+        dp_epsilon=result.dp_epsilon,
+        noise_multiplier=result.noise_multiplier,
+    )
+    content = RecordDict({ARRAYS: ArrayRecord(result.state_dict), METRICS: reply.to_record()})
+    return Message(content=content, reply_to=msg)
+
+
+def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float) -> AuditReply:
     """Run the site's audit of the final model in ``msg``."""
-    runtime = resolve(context)
     torch.set_num_threads(runtime.torch_threads)
     if runtime.audit_runner is None:
         raise RuntimeError(f"site {runtime.site_id}: auditing is not configured")

@@ -13,6 +13,7 @@ import torch
 
 from audit.config import AuditConfig
 from clients.site_data import SiteData
+from contracts.files import atomic_write_text
 
 EXPOSED_RECORDS_SCHEMA_VERSION = 1
 
@@ -175,8 +176,6 @@ def write_exposed_records(
         "note": "Site-local: identifies individual members. It is never sent to the server "
         "and no report copies it.",
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(content, indent=1, allow_nan=False) + "\n")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(
+        path, json.dumps(content, indent=1, allow_nan=False) + "\n", private=True
+    )

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts.files import atomic_write_text
+
 
 @dataclass(frozen=True)
 class DPSettings:
@@ -78,7 +80,5 @@ class PrivacyLedger:
     def save(self, path: Path | None) -> None:
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(self.to_json())
-        tmp.replace(path)
+        # Site-local: the site's own account only, durable before the reply leaves.
+        atomic_write_text(path, self.to_json(), private=True)

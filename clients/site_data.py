@@ -19,6 +19,7 @@ import numpy as np
 
 from audit.components import Records
 from contracts.errors import MissingFileError
+from contracts.files import atomic_write
 
 _PARTS = ("train", "holdout", "test", "public")
 _AXES = ("x", "y", "groups")
@@ -130,11 +131,9 @@ class SiteData:
         if self.canary_kind is not None:
             # A 0-d unicode array: loads without pickle.
             arrays[_CANARY_KIND] = np.asarray(self.canary_kind, dtype=np.str_)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp.npz")
+        # A site's records: owner-only (0600 in a 0700 folder), durable, atomic.
         # mypy matches **arrays against savez's `allow_pickle: bool` too (numpy < 2.1 lacks it).
-        np.savez(tmp, **arrays)  # type: ignore[arg-type]
-        tmp.replace(path)
+        atomic_write(path, lambda fh: np.savez(fh, **arrays), private=True)  # type: ignore[arg-type]
 
     @classmethod
     def load(cls, path: Path) -> SiteData:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from clients.noise import draw_noise_securely, entropy_generator, use_unpredictable_noise
 from clients.privacy import DPSettings, PrivacyLedger
 
 
@@ -89,11 +90,15 @@ def train_locally(
     proximal_mu: float = 0.0,
     dp: DPSettings | None = None,
     ledger: PrivacyLedger | None = None,
+    secure_noise: bool = False,
 ) -> LocalTrainResult:
     """Train a fresh copy of the global model on the site's members.
 
     With ``dp`` the model is wrapped anew each round (hooks are never registered twice),
     the accountant continues from ``ledger`` and the ledger is updated in place.
+    ``secure_noise`` (a real deployment): DP-SGD's noise and Poisson sampling come from the
+    OS's entropy, not from ``seed`` (:mod:`clients.noise`); otherwise both follow ``seed``
+    (a simulation, reproducible).
     """
     torch.manual_seed(seed)
     model = task.make_model()
@@ -113,6 +118,9 @@ def train_locally(
         assert ledger is not None
         engine = PrivacyEngine(accountant=dp.accountant)
         engine.accountant.history = list(ledger.history)
+        generator = entropy_generator(device) if secure_noise else None
+        if generator is not None:
+            use_unpredictable_noise(engine, generator)
         sample_rate = 1.0 / max(len(loader), 1)
         sigma = dp.noise_for(sample_rate)
         with warnings.catch_warnings():
@@ -125,6 +133,8 @@ def train_locally(
                 max_grad_norm=dp.max_grad_norm,
                 poisson_sampling=True,
             )
+        if generator is not None:
+            draw_noise_securely(optimizer, generator)
 
     def loss_fn(batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         loss = task.batch_loss(trained, batch)

@@ -34,6 +34,19 @@ REFERENCE_MODELS_DIR = "reference_models"
 """The run's shared reference models (public records only) and their manifest."""
 DEPLOYMENT_DIR = "deployment"
 """``flwr run``'s app folder, run config and logs."""
+NOISE_FILE = "noise.json"
+"""Where the run's DP randomness came from (:data:`NoiseSource`), written by the server."""
+
+NoiseSource = Literal["seeded", "os-entropy"]
+"""``seeded``: from the run's seed (simulation, reproducible); ``os-entropy``: each site and
+the server seed their noise from the operating system's entropy (a real deployment)."""
+NOISE_NOTES: dict[str, str] = {
+    "seeded": "noise seeded for reproducibility: a simulation, not a guarantee against "
+    "anyone who knows the seed",
+    "os-entropy": "noise drawn from each site's and the server's OS entropy, never from the "
+    "run config: nobody, the server included, can replay it",
+}
+"""The one line the report and the ledgers say about the DP noise of each source."""
 
 _ROUND_CHECKPOINT = re.compile(r"^round-(\d+)\.pt$")
 _AUDIT_FILE = re.compile(r"^site-(-?\d+)\.json$")
@@ -50,6 +63,12 @@ def exposed_records_name(site_id: int) -> str:
     Written by the site; the site's report only links it, never reads it.
     """
     return f"site-{site_id}-exposed-records.json"
+
+
+def site_refusals_name(site_id: int) -> str:
+    """The site's log of what its policy refused (``clients.site_policy``), in its state
+    directory; never sent to the server."""
+    return f"site-{site_id}-refusals.jsonl"
 
 
 @dataclass(frozen=True)
@@ -93,6 +112,14 @@ class RunLayout:
                 if match := _AUDIT_FILE.match(path.name):
                     found[int(match.group(1))] = path
         return found
+
+    def superseded_audits(self) -> Path:
+        """A fresh ``audits-superseded-<k>`` folder name: where audits of settings a run
+        no longer has are kept (never read by the report)."""
+        k = 1
+        while (path := self.root / f"{AUDITS_DIR}-superseded-{k}").exists():
+            k += 1
+        return path
 
     @property
     def checkpoints(self) -> Path:
@@ -156,6 +183,10 @@ class RunLayout:
     @property
     def deployment(self) -> Path:
         return self.root / DEPLOYMENT_DIR
+
+    @property
+    def noise(self) -> Path:
+        return self.root / NOISE_FILE
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,12 @@ the names below.
   (:data:`AUDIT`), or, when its audit fails, with Flower's error reply carrying an
   :class:`AuditFailure` (the one failure channel).
 
+Every reply is checked as it is read (``from_record``): types, finite numbers, ranges
+(``num-examples`` > 0, epsilons and counts >= 0), the weights' names, shapes and values
+(:func:`check_arrays`), and the size and nesting depth of JSON it carries. A reply that
+fails raises :class:`WireError` naming the key; the server then counts that site as failed
+for the round or the audit and goes on.
+
 The record names and the keys Flower reads itself stay as Flower spells them: FedAvg
 averages by ``num-examples`` (or :data:`UNIT_WEIGHT`), stamps ``server-round`` and FedProx
 ``proximal-mu`` into the train config, and the client-side clipping mods want exactly one
@@ -31,7 +37,7 @@ import traceback as tb
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
-from flwr.app import ConfigRecord, Error, MetricRecord, MetricRecordValues
+from flwr.app import ArrayRecord, ConfigRecord, Error, MetricRecord, MetricRecordValues
 
 # Record names inside a message's RecordDict.
 ARRAYS = "arrays"
@@ -77,6 +83,24 @@ ClientClipping = Literal["fixed", "adaptive"]
 CLIENT_CLIPPINGS: tuple[str, ...] = get_args(ClientClipping)
 
 
+MAX_JSON_CHARS = 16_000_000
+"""The largest JSON text a reply may carry (an audit result is ~0.2 MB)."""
+MAX_JSON_DEPTH = 24
+"""The deepest nesting of JSON a reply may carry (an audit result nests ~6 deep); checked
+before parsing, so a deeply nested text cannot exhaust the server's recursion limit."""
+MAX_REASON_CHARS = 4_000
+"""An error reply's reason is cut to this length."""
+EPSILON_KEYS = frozenset(
+    {"eps_tilde", "eps_tilde_two_sided", "rm_rn_eps_lb", "o1_eps_lb", "eps_lb"}
+)
+"""Keys of an audit's JSON whose value (a number, or an interval's ``mean``) is an epsilon
+and so may not be negative (a negative one would read as a bound violation)."""
+COUNT_KEYS = frozenset(
+    {"n_canaries", "n_included", "guesses", "correct", "member_guesses", "predictions"}
+)
+"""Keys of an audit's JSON that count something (>= 0); every value of ``sizes`` too."""
+
+
 class WireError(ValueError):
     """A record that does not hold the message it should (the message names the key)."""
 
@@ -98,11 +122,65 @@ def _float(record: ConfigRecord | MetricRecord, key: str, what: str) -> float:
     value = _get(record, key, what)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise WireError(f"{what}: key {key!r} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise WireError(f"{what}: key {key!r} must be finite, got {value!r}")
     return float(value)
 
 
 def _opt_float(record: ConfigRecord | MetricRecord, key: str, what: str) -> float | None:
     return _float(record, key, what) if key in record else None
+
+
+def _at_least(value: float, low: float, key: str, what: str, *, strict: bool = False) -> None:
+    if value < low or (strict and value == low):
+        sign = ">" if strict else ">="
+        raise WireError(f"{what}: key {key!r} must be {sign} {low:g}, got {value!r}")
+
+
+def _json_depth_ok(text: str, limit: int) -> bool:
+    """Whether ``text``'s brackets nest at most ``limit`` deep (strings skipped)."""
+    depth, in_string, escaped = 0, False, False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif char in "]}":
+            depth -= 1
+    return True
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _negative(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value < 0
+
+
+def _check_numbers(node: Any, path: str, what: str) -> None:
+    """Epsilons (:data:`EPSILON_KEYS`) and counts (:data:`COUNT_KEYS`, ``sizes``) >= 0."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            number = value.get("mean") if isinstance(value, dict) else value
+            if key in EPSILON_KEYS and _negative(number):
+                raise WireError(f"{what}: {where} is an epsilon and negative: {number!r}")
+            if (key in COUNT_KEYS or path.endswith("sizes")) and _negative(value):
+                raise WireError(f"{what}: {where} is a count and negative: {value!r}")
+            _check_numbers(value, where, what)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_numbers(value, f"{path}[{i}]", what)
 
 
 def _str(record: ConfigRecord, key: str, what: str) -> str:
@@ -113,13 +191,50 @@ def _str(record: ConfigRecord, key: str, what: str) -> str:
 
 
 def _json_object(record: ConfigRecord, key: str, what: str) -> dict[str, Any]:
+    """A JSON object within :data:`MAX_JSON_CHARS` and :data:`MAX_JSON_DEPTH`, finite
+    numbers only, its epsilons and counts non-negative."""
+    text = _str(record, key, what)
+    if len(text) > MAX_JSON_CHARS:
+        raise WireError(
+            f"{what}: key {key!r} holds {len(text)} characters (at most {MAX_JSON_CHARS})"
+        )
+    if not _json_depth_ok(text, MAX_JSON_DEPTH):
+        raise WireError(f"{what}: key {key!r} nests deeper than {MAX_JSON_DEPTH} levels")
     try:
-        value = json.loads(_str(record, key, what))
-    except json.JSONDecodeError as err:
+        value = json.loads(text, parse_constant=_no_constant)
+    except ValueError as err:  # JSONDecodeError included
         raise WireError(f"{what}: key {key!r} is not valid JSON: {err}") from err
     if not isinstance(value, dict):
         raise WireError(f"{what}: key {key!r} must hold a JSON object")
+    _check_numbers(value, key, what)
     return value
+
+
+def check_arrays(reply: ArrayRecord, sent: ArrayRecord, what: str) -> None:
+    """``reply`` holds the arrays ``sent`` did (names, shapes), all finite numbers."""
+    if list(reply.keys()) != list(sent.keys()):
+        missing = sorted(set(sent.keys()) - set(reply.keys()))
+        extra = sorted(set(reply.keys()) - set(sent.keys()))
+        raise WireError(f"{what}: weights differ in names (missing {missing}, unexpected {extra})")
+    for name, array in reply.items():
+        want = sent[name]
+        if tuple(array.shape) != tuple(want.shape):
+            raise WireError(
+                f"{what}: weight {name!r} has shape {list(array.shape)}, "
+                f"expected {list(want.shape)}"
+            )
+        values = array.numpy()
+        # Dtypes may differ (FedAvg's mean turns an integer buffer into floats); they must
+        # be numbers.
+        if values.dtype.kind not in "biuf":
+            raise WireError(f"{what}: weight {name!r} holds {values.dtype}, not numbers")
+        # min and max carry any NaN or infinity through (no numpy import in contracts).
+        if (
+            values.dtype.kind in "fc"
+            and values.size
+            and not (math.isfinite(float(values.min())) and math.isfinite(float(values.max())))
+        ):
+            raise WireError(f"{what}: weight {name!r} holds NaN or infinite values")
 
 
 @dataclass(frozen=True)
@@ -208,7 +323,7 @@ class TrainReply:
     @classmethod
     def from_record(cls, record: MetricRecord) -> TrainReply:
         what = "train reply"
-        return cls(
+        reply = cls(
             site_id=_int(record, SITE_ID, what),
             train_loss=_float(record, TRAIN_LOSS, what),
             num_examples=_int(record, NUM_EXAMPLES, what),
@@ -216,6 +331,18 @@ class TrainReply:
             noise_multiplier=_opt_float(record, NOISE_MULTIPLIER, what),
             unit_weight=_int(record, UNIT_WEIGHT, what),
         )
+        _at_least(reply.site_id, 0, SITE_ID, what)
+        # FedAvg divides by the sum of these: zero or negative ones would break the mean.
+        _at_least(reply.num_examples, 0, NUM_EXAMPLES, what, strict=True)
+        if reply.unit_weight != 1:
+            raise WireError(f"{what}: key {UNIT_WEIGHT!r} must be 1, got {reply.unit_weight}")
+        for key, value in (
+            (DP_EPSILON, reply.dp_epsilon),
+            (NOISE_MULTIPLIER, reply.noise_multiplier),
+        ):
+            if value is not None:
+                _at_least(value, 0, key, what)
+        return reply
 
 
 @dataclass(frozen=True)
@@ -229,7 +356,9 @@ class WhoamiReply:
 
     @classmethod
     def from_record(cls, record: MetricRecord) -> WhoamiReply:
-        return cls(site_id=_int(record, SITE_ID, "whoami reply"))
+        site_id = _int(record, SITE_ID, "whoami reply")
+        _at_least(site_id, 0, SITE_ID, "whoami reply")
+        return cls(site_id=site_id)
 
 
 @dataclass(frozen=True)
@@ -280,7 +409,7 @@ class AuditReply:
     @classmethod
     def from_record(cls, record: ConfigRecord) -> AuditReply:
         what = "audit reply"
-        return cls(
+        reply = cls(
             site_id=_int(record, SITE_ID, what),
             result=_json_object(record, RESULT_JSON, what),
             n_members=_int(record, N_MEMBERS, what),
@@ -289,14 +418,36 @@ class AuditReply:
             canary=_json_object(record, CANARY_JSON, what) if CANARY_JSON in record else None,
             dp_epsilon=_opt_float(record, DP_EPSILON, what),
         )
+        for key, value in (
+            (SITE_ID, reply.site_id),
+            (N_MEMBERS, reply.n_members),
+            (N_HOLDOUT, reply.n_holdout),
+            (ELAPSED_S, reply.elapsed_s),
+            (DP_EPSILON, reply.dp_epsilon),
+        ):
+            if value is not None:
+                _at_least(value, 0, key, what)
+        return reply
 
 
 AUDIT_FAILED_CODE = 4001
 """The Flower ``Error`` code of a site whose audit raised (Flower's own codes are 0-8)."""
+SITE_REFUSED_CODE = 4003
+"""The Flower ``Error`` code of a site that refused a message its policy does not allow (the
+reason names the policy key; ``clients.site_policy``)."""
 TRACEBACK_FRAMES = 5
 """The last frames of the site's traceback travel with its error (where it raised)."""
 _MARK = "--- site traceback"
 _MARK_RE = re.compile(r"\n--- site traceback(?: \(audit ran (?P<elapsed>[^ ]+) s\))? ---\n")
+
+
+def error_reason(error: Error) -> str:
+    """An error reply's reason, cut to :data:`MAX_REASON_CHARS` (a site's text is stored
+    and shown)."""
+    reason = str(error.reason or f"error reply with code {error.code} and no reason")
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[:MAX_REASON_CHARS] + f" [... {len(reason) - MAX_REASON_CHARS} more]"
+    return reason
 
 
 @dataclass(frozen=True)
@@ -313,12 +464,16 @@ class AuditFailure:
     elapsed_s: float | None = None
 
     @classmethod
-    def of(cls, err: BaseException, *, elapsed_s: float | None = None) -> AuditFailure:
-        """The failure of ``err``, being handled (its last :data:`TRACEBACK_FRAMES` frames)."""
-        lines = tb.format_exception(type(err), err, err.__traceback__, limit=-TRACEBACK_FRAMES)
-        return cls(
-            error=f"{type(err).__name__}: {err}", traceback="".join(lines), elapsed_s=elapsed_s
-        )
+    def of(
+        cls, err: BaseException, *, elapsed_s: float | None = None, with_traceback: bool = True
+    ) -> AuditFailure:
+        """The failure of ``err``, being handled: with its last :data:`TRACEBACK_FRAMES`
+        frames when ``with_traceback`` (a site's policy may keep its paths and code home)."""
+        text = None
+        if with_traceback:
+            lines = tb.format_exception(type(err), err, err.__traceback__, limit=-TRACEBACK_FRAMES)
+            text = "".join(lines)
+        return cls(error=f"{type(err).__name__}: {err}", traceback=text, elapsed_s=elapsed_s)
 
     def to_error(self) -> Error:
         reason = self.error
@@ -331,7 +486,7 @@ class AuditFailure:
     def from_error(cls, error: Error) -> AuditFailure:
         """The failure an error reply reports. A reason that Flower wrote (the ClientApp
         crashed, the node went away) is the error text, with no traceback."""
-        reason = error.reason or f"error reply with code {error.code} and no reason"
+        reason = error_reason(error)
         if error.code != AUDIT_FAILED_CODE:
             return cls(error=reason)
         match = _MARK_RE.search(reason)

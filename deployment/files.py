@@ -13,6 +13,7 @@ from typing import Any
 
 import tomli_w
 
+from contracts.files import atomic_write_text
 from contracts.run_files import RunLayout
 from deployment.flower_apps import (
     DATASET_KEY,
@@ -24,7 +25,7 @@ from deployment.flower_apps import (
     STATE_DIR_NAME,
 )
 from simulations.config import ExperimentConfig, dump_config
-from simulations.run_dir import DatasetMeta, prepare_run_dir
+from simulations.run_dir import DatasetMeta, adopt_config, prepare_run_dir
 
 APP_PUBLISHER = "panoramia"
 APP_NAME = "panoramia-fl"
@@ -148,7 +149,9 @@ def prepare_deployment(
             node.update({"data-path": str(path), "state-dir": str(path.parent / STATE_DIR_NAME)})
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
-        layout.config.write_text(dump_config(config))
+        adopt_config(config, run_dir)  # an existing run of another config is refused
+        if not layout.config.exists():
+            atomic_write_text(layout.config, dump_config(config))
         meta.write(run_dir)
     dep = layout.deployment
     app_dir = write_app_dir(dep / "app")

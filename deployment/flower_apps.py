@@ -44,9 +44,11 @@ from flwr.serverapp import Grid, ServerApp
 from audit.components import Records
 from clients.app import SiteRuntime, build_client_app
 from clients.site_data import SiteData
+from clients.site_policy import SitePolicy
 from contracts.errors import UserError
-from contracts.run_files import RunLayout
-from server.app import build_server_app
+from contracts.files import private_dir
+from contracts.run_files import RunLayout, site_refusals_name
+from server.app import ServerSettings, build_server_app
 from simulations.apps import SiteResolver, server_settings
 from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
 from simulations.reference_models import site_pool
@@ -106,6 +108,8 @@ class NodeSettings:
         ``site_state``.
     ``public-path`` (str)
         Public records of the same kind (``x``/``y`` arrays) used as a reference pool.
+    ``policy-max-epsilon``, ``policy-allow-scores``, ``policy-allow-tracebacks``
+        The site's own policy (:mod:`clients.site_policy`): the run config cannot change it.
     """
 
     partition_id: int
@@ -113,6 +117,7 @@ class NodeSettings:
     data_path: Path | None
     state_dir: Path | None
     public_path: Path | None
+    policy: SitePolicy = SitePolicy()
 
     @classmethod
     def from_node_config(cls, node_config: dict[str, Any]) -> NodeSettings:
@@ -144,6 +149,7 @@ class NodeSettings:
             data_path=path("data-path"),
             state_dir=path("state-dir"),
             public_path=path("public-path"),
+            policy=SitePolicy.from_node_config(node_config),
         )
         if not 0 <= settings.partition_id < settings.num_partitions:
             raise DeploymentConfigError(
@@ -276,8 +282,15 @@ class DeploymentResolver:
         data: SiteData = runtime.data
         if run.config.audit.reference_pool and node.public_path is not None:
             data = data.with_public(site_pool(run.config, _load_public(node.public_path)))
-        state.mkdir(parents=True, exist_ok=True)
-        return replace(runtime, data=data)
+        private_dir(state)
+        # A real site: its own policy (node config), noise nobody else can replay.
+        return replace(
+            runtime,
+            data=data,
+            policy=node.policy,
+            secure_noise=True,
+            refusal_log=state / site_refusals_name(node.partition_id),
+        )
 
 
 def write_site_summary(run: DeploymentRun) -> Path:
@@ -303,13 +316,20 @@ def write_site_summary(run: DeploymentRun) -> Path:
     return path
 
 
+def deployed_server_settings(run: DeploymentRun, phases: tuple[str, ...]) -> ServerSettings:
+    """The ServerApp's settings on a real deployment: as in simulation, but its client-level
+    noise comes from the OS's entropy, never from the run config's seed."""
+    settings = server_settings(run.config, run.meta, run.run_dir, phases=phases, progress=False)
+    return replace(settings, noise_source="os-entropy")
+
+
 def _server_main(grid: Grid, context: Context) -> None:
     run = read_run(dict(context.run_config))
     run.run_dir.mkdir(parents=True, exist_ok=True)
     # As in the simulation runner: no audit phase when the config turns audits off.
     phases = tuple(p for p in run.phases if p != "audit" or run.config.audit.enabled)
     if phases:
-        settings = server_settings(run.config, run.meta, run.run_dir, phases=phases, progress=False)
+        settings = deployed_server_settings(run, phases)
         build_server_app(settings)(grid, context)
     if not RunLayout(run.run_dir).partition.exists():
         write_site_summary(run)

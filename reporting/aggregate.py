@@ -24,6 +24,7 @@ from audit.result import (
     SideResult,
     TwoSidedResult,
 )
+from contracts.run_files import NOISE_NOTES
 
 from .inputs import RunInputs, SiteAuditInput
 from .privacy_ledger import (
@@ -78,7 +79,15 @@ def build_report(inputs: RunInputs) -> RunReport:
             )
             for s in sites
         ],
+        noise=noise_note(settings, inputs),
     )
+
+
+def noise_note(settings: PrivacySettings, inputs: RunInputs) -> str | None:
+    """The one line on how the DP noise was drawn; None when the run has no DP."""
+    if not settings.private and inputs.client_dp is None:
+        return None
+    return NOISE_NOTES[inputs.noise_source or "seeded"]
 
 
 def site_report(

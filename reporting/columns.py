@@ -273,12 +273,15 @@ LEDGER_COLUMNS: tuple[Column[LedgerRow], ...] = (
         cls="text",
     ),
     column(
-        "client-level eps implied per record",
+        "client-level eps implied per record (vs. global-model readers, not the server)",
         lambda r: (
             fmt(r.dp_epsilon_client_record) if r.dp_epsilon_client_record is not None else "off"
         ),
     ),
-    column("DP eps for the site's records (min)", lambda r: fmt_dp(r.dp_epsilon, r.dp_delta)),
+    column(
+        "DP eps for the site's records against the server (record-level only)",
+        lambda r: fmt_dp(r.dp_epsilon, r.dp_delta),
+    ),
     column(
         "canary_eps_lb [interval] (canaries)",
         lambda r: fmt_canary(r.canary_eps_lb, r.canary_eps_interval, r.canaries),

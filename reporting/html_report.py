@@ -73,6 +73,7 @@ def _ledger_table(report: RunReport) -> list[str]:
         "eps_tilde. Every lower bound (canary, O(1), RM;RN) must be at most DP eps, the "
         "record-level guarantee that applies to the site's records; eps_tilde is a "
         "measurement, not a bound.</p>",
+        *([f'<p class="noise">DP {esc(report.noise)}.</p>'] if report.noise else []),
         '<div class="wide"><table id="ledger">',
         th_row(html_headers(LEDGER_COLUMNS)),
         *rows,

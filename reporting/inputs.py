@@ -19,7 +19,7 @@ import yaml
 
 from audit.result import AuditResult
 from contracts.errors import UserError
-from contracts.run_files import RunLayout
+from contracts.run_files import NOISE_NOTES, RunLayout
 
 from .schema import (
     CanaryReport,
@@ -67,6 +67,9 @@ class RunInputs:
     has_metrics: bool = True
     client_dp: ClientDPReport | None = None
     """``client_dp.json``, when the run has one (client-level DP)."""
+    noise_source: str | None = None
+    """``noise.json``'s ``source`` (``contracts.run_files.NoiseSource``); None: no file
+    (runs older than it, all simulated, so seeded)."""
 
 
 def load_run(run_dir: Path) -> RunInputs:
@@ -117,7 +120,19 @@ def load_run(run_dir: Path) -> RunInputs:
         audits=audits,
         has_metrics=metrics_path.exists(),
         client_dp=load_client_dp(run_dir),
+        noise_source=_noise_source(layout.noise),
     )
+
+
+def _noise_source(path: Path) -> str | None:
+    """Where the run's DP noise came from, by ``noise.json``; None when it has none."""
+    if not path.exists():
+        return None
+    data = _read_json(path)
+    source = data.get("source") if isinstance(data, dict) else None
+    if source not in NOISE_NOTES:
+        raise ReportInputError(f"{path}: key 'source' must be one of {sorted(NOISE_NOTES)}")
+    return str(source)
 
 
 def load_client_dp(run_dir: Path) -> ClientDPReport | None:

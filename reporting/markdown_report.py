@@ -60,6 +60,7 @@ def ledger_lines(report: RunReport) -> list[str]:
         "eps_tilde. Every lower bound (canary, O(1), RM;RN) must be at most DP eps; eps_tilde "
         "is a measurement, not a bound.",
         "",
+        *([f"DP {report.noise}.", ""] if report.noise else []),
         *table_lines(LEDGER_COLUMNS, report.ledger),
         "",
     ]

@@ -5,8 +5,12 @@ Two accountants can speak for a site. Record-level DP (DP-SGD at the site, Opacu
 ``dp_epsilon_record``. Client-level DP (clipped site updates, a noised aggregate, Flower's
 accountant on the server) gives a site-level epsilon (add or remove the whole site) and the
 record-level epsilon it implies for the site's records (one record moves the site's clipped
-update by at most twice the clipping norm). Both bound the same thing for a record, so the
-smaller one is the guarantee the site's records get: ``dp_epsilon``.
+update by at most twice the clipping norm). Only the record-level one holds against the
+server, which sees each site's update before it adds the noise: ``dp_epsilon`` is the
+record-level epsilon alone. Against everyone who sees only the released global model both
+bound the same thing for a record, so the smaller one applies there
+(:func:`released_model_epsilon`), and the measured bounds, which read that model, are
+checked against it.
 
 The audits measure lower bounds (canary, O(1), RM;RN): under correct training and
 accounting each is above ``dp_epsilon`` with probability at most its level beta, so one
@@ -176,18 +180,11 @@ def site_privacy(
     if client is None:
         client = _last_round(sid, rounds, "dp_epsilon_client")
     client_record = None if ledger_site is None else ledger_site.epsilon_record
-    client_delta = client_dp.delta if client_dp is not None and client_dp.delta else None
-    candidates: list[tuple[float, DPSource, float | None]] = []
-    if record is not None:
-        candidates.append((record, record_source, settings.delta))  # type: ignore[arg-type]
-    if client_record is not None:
-        candidates.append((client_record, "client_dp", client_delta or settings.delta))
-    if candidates:
-        eps, source, delta = min(candidates, key=lambda c: c[0])
-    else:
-        eps, source = None, None
-        # DP on without an accountant's number yet (a run cut short): delta is still known.
-        delta = settings.delta if settings.private or client is not None else None
+    # Against the server only the site's own DP-SGD counts: the server sees the site's update
+    # before its client-level noise is added.
+    eps, source = record, record_source
+    # DP on without an accountant's number yet (a run cut short): delta is still known.
+    delta = settings.delta if record is not None or settings.private or client is not None else None
     canary = audit.canary
     count = canary.n_canaries if canary is not None and canary.n_canaries else settings.canaries
     return SitePrivacy(
@@ -210,6 +207,17 @@ def _record_epsilon(
         return audit.dp_epsilon, "audit"
     eps = _last_round(audit.site_id, rounds, "dp_epsilon")
     return (eps, "metrics") if eps is not None else (None, None)
+
+
+def released_model_epsilon(site: SiteReport | SitePrivacy) -> float | None:
+    """The epsilon of one of the site's records in the released global model: the smaller of
+    the record-level epsilon and the one client-level DP implies (None without either).
+
+    It holds against anyone who sees only the global model, not against the server; the
+    audits measure that model, so their lower bounds are checked against it.
+    """
+    present = [e for e in (site.dp_epsilon, site.dp_epsilon_client_record) if e is not None]
+    return min(present) if present else None
 
 
 def _last_round(site_id: int, rounds: list[RoundReport], name: str) -> float | None:
@@ -256,12 +264,13 @@ _LOWER_BOUNDS: tuple[tuple[str, str, str, Callable[[SiteReport], float | None]],
 
 
 def bound_violations(site: SiteReport) -> list[BoundViolation]:
-    """The measured lower bounds above the site's record-level guarantee ``dp_epsilon``.
+    """The measured lower bounds above the guarantee of the site's records in the released
+    model (:func:`released_model_epsilon`).
 
     The reported values (means over repeats for O(1) and RM;RN) are compared; nothing is
-    checked without DP (``dp_epsilon`` None).
+    checked without DP.
     """
-    dp = site.dp_epsilon
+    dp = released_model_epsilon(site)
     if dp is None:
         return []
     found = []
@@ -323,15 +332,17 @@ def violation_message(
         else "a chance event of probability at most the bound's level beta"
     )
     return (
-        f"site {site_id}: {label} = {value:.3f} is above the DP accountant's record-level "
-        f"epsilon {dp_epsilon:.3f}. A measured lower bound cannot exceed a correct guarantee: "
+        f"site {site_id}: {label} = {value:.3f} is above the DP accountants' epsilon "
+        f"{dp_epsilon:.3f} for one record in the released model. A measured lower bound "
+        "cannot exceed a correct guarantee: "
         f"this is a bug (in the accounting, the DP training or the audit) or {chance}."
     )
 
 
 def eps_tilde_above(site: SiteReport) -> str | None:
-    """Why eps_tilde (one- or two-sided) is above ``dp_epsilon``, or None when it is not."""
-    dp = site.dp_epsilon
+    """Why eps_tilde (one- or two-sided) is above the released model's epsilon
+    (:func:`released_model_epsilon`), or None when it is not."""
+    dp = released_model_epsilon(site)
     if dp is None:
         return None
     above = [

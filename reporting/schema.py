@@ -34,7 +34,8 @@ DPLevel = Literal["none", "record", "client", "both"]
 updates and a noised aggregate on the server."""
 DPSource = Literal["audit", "metrics", "client_dp"]
 """Where a site's ``dp_epsilon`` came from: its audit file or metrics.jsonl (record level,
-Opacus), or the server's client_dp.json (the record-level guarantee client-level DP implies)."""
+Opacus); ``client_dp`` only in reports written before ``dp_epsilon`` became record-level
+alone."""
 
 SIDES: tuple[Side, ...] = ("member", "nonmember")
 """The two sides of the two-sided game, in display order."""
@@ -378,9 +379,9 @@ class SiteReport:
     o1_eps_lb: float | None = spec(None, csv="interval")
     o1_eps_lb_interval: IntervalReport | None = None
     dp_epsilon: float | None = spec(None)
-    """The record-level guarantee that applies to the site's records: the smaller of
-    ``dp_epsilon_record`` (DP-SGD) and ``dp_epsilon_client_record`` (implied by client-level
-    DP) over those present; None without DP (or when DP is on but no accountant reported)."""
+    """The guarantee the site's records have against the server: ``dp_epsilon_record``
+    (DP-SGD at the site) alone, since the server sees the site's update before any
+    client-level noise; None without record-level DP (or when no accountant reported)."""
     dp_epsilon_source: DPSource | None = spec(None)
     baseline_auc: float | None = spec(None)
     mia_auc: float | None = spec(None)
@@ -416,7 +417,8 @@ class SiteReport:
     dp_epsilon_client: float | None = spec(None)
     """Site-level epsilon of client-level DP (add or remove the whole site)."""
     dp_epsilon_client_record: float | None = spec(None)
-    """The record-level epsilon client-level DP implies for the site's records."""
+    """The record-level epsilon client-level DP implies for the site's records, against
+    those who see only the global model (never against the server)."""
     dp_delta: float | None = spec(None)
     """delta of the guarantee ``dp_epsilon`` states (None without DP)."""
     canaries: int | None = spec(None)
@@ -461,7 +463,8 @@ class LedgerRow:
     dp_level: DPLevel | None = spec()
     """The run's ``dp.level`` (None: the config says nothing about DP). Own."""
     dp_epsilon: float | None = spec()
-    """The record-level guarantee that applies (see :attr:`SiteReport.dp_epsilon`)."""
+    """The site's records against the server: record-level DP alone (see
+    :attr:`SiteReport.dp_epsilon`)."""
     dp_delta: float | None = spec()
     record_accountant: str | None = spec()
     """"Opacus RDP" / "Opacus PRV" when the site trained with DP-SGD. Own."""
@@ -592,6 +595,9 @@ class RunReport:
     """The server's client-level DP ledger, when client-level DP is on."""
     ledger: list[LedgerRow] = field(default_factory=list)
     """The privacy ledger, one row per site."""
+    noise: str | None = None
+    """How the run's DP noise was drawn, in one line (``contracts.run_files.NOISE_NOTES``):
+    seeded (a simulation) or from the OS's entropy (a deployment); None without DP."""
 
 
 @dataclass(frozen=True)
@@ -602,9 +608,10 @@ class SweepSiteRow:
     site_id: int
     status: SiteStatus
     error: str | None
-    theoretical_eps: float | None = spec(csv=None, copy_of="dp_epsilon")
-    """The site's record-level guarantee (:attr:`SiteReport.dp_epsilon`); None when DP is
-    off (plotted at "inf") or unknown."""
+    theoretical_eps: float | None = spec(csv=None)
+    """The guarantee of the site's records in the released model, which the measured bounds
+    read (``reporting.privacy_ledger.released_model_epsilon``); None when DP is off
+    (plotted at "inf") or unknown. Own."""
     eps_tilde: float | None
     eps_tilde_interval: IntervalReport | None
     eps_tilde_two_sided: float | None

@@ -37,7 +37,7 @@ from .html_page import (
 )
 from .inputs import ReportInputError, load_run
 from .markdown_report import md_text, table_lines
-from .privacy_ledger import privacy_settings
+from .privacy_ledger import privacy_settings, released_model_epsilon
 from .schema import (
     SWEEP_SCHEMA_VERSION,
     ReportFiles,
@@ -146,7 +146,12 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
 
 def _site_row(site: SiteReport, global_accuracy: float | None) -> SweepSiteRow:
     """The sweep's view of a site (:func:`~.schema.project`) with the point's accuracy."""
-    return project(SweepSiteRow, site, global_accuracy=global_accuracy)
+    return project(
+        SweepSiteRow,
+        site,
+        global_accuracy=global_accuracy,
+        theoretical_eps=released_model_epsilon(site),
+    )
 
 
 def _problems(report: RunReport, *, has_metrics: bool) -> list[str]:

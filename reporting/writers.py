@@ -124,15 +124,26 @@ def _write_rows(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any
     return path
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""A text cell starting with one of these is a formula to a spreadsheet (CSV injection)."""
+
+
 def csv_cell(value: Any) -> str:
-    """CSV text of a value: repr for floats so the number reads back exactly as in the JSON."""
+    """CSV text of a value: repr for floats so the number reads back exactly as in the JSON.
+
+    Text (a site's error message, a label) that a spreadsheet would run as a formula gets a
+    leading ``'``; numbers are written as they are (a negative number is not text).
+    """
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
-    return str(value)
+    if isinstance(value, int):
+        return str(value)
+    text = str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def write_csv(report: RunReport, path: Path) -> Path:

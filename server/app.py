@@ -6,19 +6,23 @@ arguments (:class:`ServerSettings`), so the server never imports the harness or 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
-from contracts.run_files import CheckpointMeta, RunLayout, SiteAuditFile
+from contracts.files import atomic_write_text
+from contracts.run_files import NOISE_NOTES, CheckpointMeta, NoiseSource, RunLayout, SiteAuditFile
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -47,7 +51,7 @@ from server.client_dp import (
     wrap_strategy,
 )
 from server.run_log import append_round, sites_needing_audit, truncate_rounds, write_site_audit
-from server.strategy import StrategySettings, make_strategy
+from server.strategy import ScreenedStrategy, StrategySettings, make_strategy
 
 log = logging.getLogger(__name__)
 StateDict = dict[str, torch.Tensor]
@@ -72,6 +76,10 @@ class ServerSettings:
     node_wait_s: float = 300.0
     timeout_s: float = 24 * 3600.0
     progress: bool = True
+    noise_source: NoiseSource = "seeded"
+    """``seeded`` (simulation): client-level noise follows numpy's global generator as the
+    harness seeded it, reproducibly; ``os-entropy`` (a real deployment): that generator is
+    reseeded from the OS's entropy before training, so nobody can replay the noise."""
 
 
 def _wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
@@ -93,13 +101,16 @@ def _site_map(grid: Grid, nodes: list[int], timeout: float) -> dict[int, int]:
     ]
     mapping = {}
     for reply in grid.send_and_receive(messages, timeout=timeout):
+        node = reply.metadata.src_node_id
         if reply.has_error():
-            raise RuntimeError(
-                f"node {reply.metadata.src_node_id} did not say which site it "
-                f"is: {reply.error.reason}"
-            )
-        whoami = WhoamiReply.from_record(reply.content.metric_records[METRICS])
-        mapping[reply.metadata.src_node_id] = whoami.site_id
+            raise RuntimeError(f"node {node} did not say which site it is: {reply.error.reason}")
+        try:
+            if METRICS not in reply.content.metric_records:
+                raise WireError(f"whoami reply: no {METRICS!r} record")
+            whoami = WhoamiReply.from_record(reply.content.metric_records[METRICS])
+        except WireError as err:
+            raise RuntimeError(f"node {node} did not say which site it is: {err}") from None
+        mapping[node] = whoami.site_id
     if sorted(mapping.values()) != list(range(len(nodes))):
         raise RuntimeError(
             f"site ids reported by the nodes are not 0..{len(nodes) - 1}: "
@@ -126,8 +137,7 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
     meta = settings.checkpoint_meta
     latest = latest_round_checkpoint(run_dir)
     if latest is not None:
-        start = load_checkpoint(latest)
-        done, state = start.round, start.state_dict
+        done, state = latest.round, latest.state_dict
     else:
         done, state = 0, settings.initial_state()
     truncate_rounds(run_dir, done)
@@ -143,6 +153,9 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
     ledger = None
     if settings.client_dp is not None:
         strategy = wrap_strategy(sites, settings.client_dp, sites_per_round=sites.sites_per_round)
+    # Outermost: no strategy, Flower's DP wrappers included, reads an unchecked reply.
+    strategy = ScreenedStrategy(strategy, sites)
+    if settings.client_dp is not None:
         ledger = ClientDPLedger.load_or_new(
             run_dir,
             settings.client_dp,
@@ -150,6 +163,7 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
             sites_per_round=sites.sites_per_round,
         )
         ledger.truncate(done)
+        ledger.noise_note = NOISE_NOTES[settings.noise_source]
     bar = _progress(settings.rounds, "FL rounds", settings.progress)
     bar.update(done)
     started = time.time()
@@ -163,10 +177,14 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         if settings.central_eval is not None:
             scores = settings.central_eval(weights)
             entry.update({f"global_{k}": v for k, v in scores.items()})
-        if ledger is not None:
-            ledger.record_round(global_round, sites.sites_for_round(server_round))
-            ledger.save(run_dir)
         record = sites.rounds.get(server_round)
+        if ledger is not None:
+            # The noise was sized for every sampled site; fewer may have been averaged.
+            aggregated = None if record is None else len(record.sites)
+            ledger.record_round(
+                global_round, sites.sites_for_round(server_round), aggregated=aggregated
+            )
+            ledger.save(run_dir)
         entry["sites"] = (
             {}
             if record is None
@@ -193,6 +211,7 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         )
         return None
 
+    seed_server_noise(settings.noise_source)
     # The run's settings; the strategy stamps each message's (global) round.
     train_config = TrainInstructions(
         local_epochs=settings.local_epochs,
@@ -210,6 +229,19 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
     )
     bar.close()
     return result.arrays.to_torch_state_dict()
+
+
+def seed_server_noise(source: NoiseSource) -> None:
+    """Flower's client-level DP wrappers draw their noise (and adaptive clipping its count
+    noise) from numpy's global generator. ``os-entropy``: reseed it from 256 bits of the
+    OS's entropy, so neither the run config's seed nor anything else the operator knows
+    replays the noise. ``seeded``: leave it as the harness seeded it (reproducible).
+
+    What remains: numpy's global generator is a Mersenne Twister and Flower draws one
+    Gaussian per coordinate (no sum of several, as Opacus's ``secure_mode`` does).
+    """
+    if source == "os-entropy":
+        np.random.seed(np.frombuffer(os.urandom(32), dtype=np.uint32))
 
 
 def _site_round_entry(reply: TrainReply, client_epsilon: float | None) -> dict[str, Any]:
@@ -255,7 +287,13 @@ def run_audits(
     while pending and time.time() < deadline:
         for reply in grid.pull_messages(pending):
             pending.discard(reply.metadata.reply_to_message_id)
-            site = site_of_node.get(reply.metadata.src_node_id, -1)
+            site = site_of_node.get(reply.metadata.src_node_id)
+            if site is None:
+                log.warning(
+                    "an audit reply from node %d, not in the node map, was dropped",
+                    reply.metadata.src_node_id,
+                )
+                continue
             write_site_audit(run_dir, site_audit_file(site, reply, model_round))
             bar.update(1)
         time.sleep(0.2)
@@ -264,22 +302,28 @@ def run_audits(
         log.warning("%d site audits did not answer in time", len(pending))
 
 
-def audit_outcome(reply: Message) -> AuditReply | AuditFailure:
-    """What a site's audit reply says: its audit, or its failure (an error reply; a reply
-    that does not hold an audit counts as one)."""
+def audit_outcome(reply: Message, site: int) -> AuditReply | AuditFailure:
+    """What ``site``'s audit reply says: its audit, or its failure (an error reply; a reply
+    that does not hold a valid audit of that site counts as one)."""
     if reply.has_error():
         return AuditFailure.from_error(reply.error)
     if AUDIT not in reply.content.config_records:
         return AuditFailure(error=f"the audit reply has no {AUDIT!r} record")
     try:
-        return AuditReply.from_record(reply.content.config_records[AUDIT])
+        outcome = AuditReply.from_record(reply.content.config_records[AUDIT])
     except WireError as err:
         return AuditFailure(error=f"malformed audit reply: {err}")
+    if outcome.site_id != site:
+        return AuditFailure(
+            error=f"malformed audit reply: claims site {outcome.site_id}, but its node is "
+            f"site {site}"
+        )
+    return outcome
 
 
 def site_audit_file(site: int, reply: Message, model_round: int) -> SiteAuditFile:
     """The site's audit file (``audits/site-<id>.json``) from its reply."""
-    outcome = audit_outcome(reply)
+    outcome = audit_outcome(reply, site)
     if isinstance(outcome, AuditFailure):
         return SiteAuditFile(
             site_id=site,
@@ -302,12 +346,21 @@ def site_audit_file(site: int, reply: Message, model_round: int) -> SiteAuditFil
     )
 
 
+def record_noise_source(settings: ServerSettings) -> None:
+    """``noise.json``: where this run's DP randomness comes from, for the report."""
+    if "train" not in settings.phases:
+        return  # the noise of an audit-only start is the training's, already recorded
+    content = {"source": settings.noise_source, "note": NOISE_NOTES[settings.noise_source]}
+    atomic_write_text(RunLayout(settings.run_dir).noise, json.dumps(content, indent=1) + "\n")
+
+
 def build_server_app(settings: ServerSettings) -> ServerApp:
     """The ServerApp for ``settings.phases`` (train, audit, or both in order)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
+        record_noise_source(settings)
         nodes = _wait_for_nodes(grid, settings.num_sites, settings.node_wait_s)
         site_of_node = _site_map(grid, nodes, settings.timeout_s)
         state, model_round = None, settings.rounds

@@ -9,13 +9,17 @@ when the writer gave none: what is needed to rebuild the model, see
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from contracts.errors import MissingFileError
+from contracts.files import atomic_write
 from contracts.run_files import CheckpointMeta, RunLayout
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -28,11 +32,9 @@ class Checkpoint:
 
 def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
     """Write atomically, so an interrupted run never leaves a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     meta = {} if checkpoint.meta is None else checkpoint.meta.to_dict()
-    torch.save({"round": checkpoint.round, "state_dict": checkpoint.state_dict, "meta": meta}, tmp)
-    tmp.replace(path)
+    data = {"round": checkpoint.round, "state_dict": checkpoint.state_dict, "meta": meta}
+    atomic_write(path, lambda fh: torch.save(data, fh))
 
 
 def load_checkpoint(path: Path) -> Checkpoint:
@@ -47,7 +49,24 @@ def load_checkpoint(path: Path) -> Checkpoint:
     )
 
 
-def latest_round_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint of the last finished round, if any."""
+def readable_checkpoint(path: Path) -> Checkpoint | None:
+    """The checkpoint at ``path``; None when it is missing or cannot be read (a torn or
+    emptied file: writes are atomic and fsynced, but a disk may still lose a file's tail)."""
+    try:
+        return load_checkpoint(path)
+    except MissingFileError:
+        return None
+    except Exception as err:  # torch raises many kinds on a damaged file
+        log.warning("checkpoint %s is unreadable (%s: %s); skipped", path, type(err).__name__, err)
+        return None
+
+
+def latest_round_checkpoint(run_dir: Path) -> Checkpoint | None:
+    """The last round's checkpoint that can be read, if any: an unreadable latest one falls
+    back to the one before (its round is redone), so ``--resume`` is never blocked."""
     rounds = RunLayout(run_dir).round_checkpoints()
-    return rounds[max(rounds)] if rounds else None
+    for server_round in sorted(rounds, reverse=True):
+        checkpoint = readable_checkpoint(rounds[server_round])
+        if checkpoint is not None:
+            return checkpoint
+    return None

@@ -12,7 +12,13 @@ strategies do both. Accounting is ours but uses Flower's own ``RdpAccountant`` (
 * ``epsilon``: add or remove one whole site (Flower's neighbouring relation);
 * ``epsilon_record``: what this implies for one record of a site. Changing a record can move
   the site's clipped update by up to ``2 C``, so the same releases have noise multiplier
-  ``z / 2`` at the record level.
+  ``z / 2`` at the record level. It holds against those who see only the global model, never
+  against the server, which sees each update before the noise;
+* a round in which fewer sites were averaged than sampled (a site failed, dropped out, or
+  its reply was rejected) is counted as it happened: Flower sizes the noise for the ``k``
+  sampled sites (``z C / k``) while the mean has ``k' < k`` updates, so that round's release
+  has the smaller multiplier ``z k' / k``; the ledger records it under ``short_rounds`` and
+  accounts it so (a round that averaged no site released nothing).
 
 The ledger lives in the run directory (``client_dp.json``) and is written with each round's
 metrics before the round's checkpoint, so ``--resume`` continues it (rounds past the last
@@ -38,6 +44,7 @@ from flwr.serverapp.strategy import (
 from flwr.serverapp.strategy.dp_adaptive_clipping import DifferentialPrivacyAdaptiveBase
 from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
 
+from contracts.files import atomic_write_text
 from contracts.registry import Registry
 from contracts.run_files import RunLayout
 from contracts.wire import ClientClipping
@@ -163,6 +170,38 @@ def gaussian_epsilon(
     return float(accountant.get_epsilon(delta))
 
 
+def mixed_gaussian_epsilon(
+    releases: dict[float, int], *, delta: float, population_size: int = 1
+) -> float:
+    """Epsilon at ``delta`` of Gaussian releases of several noise multipliers
+    (``{multiplier: count}``, no amplification), composed by Flower's RDP accountant."""
+    from flwr.serverapp import (
+        NeighboringRelation,
+        PrivacyConfig,
+        RdpAccountant,
+        SamplingMethod,
+    )
+    from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
+
+    releases = {z: n for z, n in releases.items() if n > 0}
+    if not releases:
+        return 0.0
+    accountant = RdpAccountant(
+        PrivacyConfig(
+            target_delta=delta,
+            population_size=population_size,
+            neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+            sampling_method=SamplingMethod.NO_AMPLIFICATION,
+        )
+    )
+    for z, count in sorted(releases.items()):
+        event = GaussianPrivacyEvent(
+            noise_multiplier=z, sample_size=1, population_size=population_size
+        )
+        accountant.compose(event, count=count)
+    return float(accountant.get_epsilon(delta))
+
+
 def calibrate_noise_multiplier(target_epsilon: float, *, rounds: int, delta: float) -> float:
     """The smallest ``z`` (to 0.1%) whose ``rounds`` releases stay within ``target_epsilon``
     for a site sampled in every round."""
@@ -191,8 +230,21 @@ class ClientDPLedger:
     sites_per_round: int
     rounds: dict[int, list[int]] = field(default_factory=dict)
     """site id -> the global rounds it was sampled in."""
+    short_rounds: dict[int, int] = field(default_factory=dict)
+    """global round -> sites averaged, for rounds that averaged fewer than ``sites_per_round``
+    (the noise, sized for all of them, is then smaller relative to the mean)."""
+    noise_note: str | None = None
+    """How the noise was drawn (``contracts.run_files.NOISE_NOTES``)."""
 
-    def record_round(self, server_round: int, sites: Iterable[int]) -> None:
+    def record_round(
+        self, server_round: int, sites: Iterable[int], *, aggregated: int | None = None
+    ) -> None:
+        """The sampled ``sites`` of a round; ``aggregated``: how many updates the mean had
+        (None: all of them). A round that averaged none released nothing."""
+        if aggregated is not None and aggregated < self.sites_per_round:
+            self.short_rounds[server_round] = aggregated
+        if aggregated == 0:
+            return
         for site in sites:
             done = self.rounds.setdefault(int(site), [])
             if server_round not in done:
@@ -201,22 +253,30 @@ class ClientDPLedger:
     def truncate(self, last_round: int) -> None:
         """Forget rounds past the last checkpoint (they are redone)."""
         self.rounds = {s: [r for r in rs if r <= last_round] for s, rs in self.rounds.items()}
+        self.short_rounds = {r: n for r, n in self.short_rounds.items() if r <= last_round}
+
+    def round_multiplier(self, server_round: int) -> float:
+        """The release's noise multiplier in a round: ``z``, or ``z k' / k`` when only
+        ``k'`` of the ``k`` sampled sites were averaged."""
+        z = self.settings.noise_multiplier
+        if server_round in self.short_rounds:
+            return z * self.short_rounds[server_round] / self.sites_per_round
+        return z
+
+    def _releases(self, site: int, scale: float) -> dict[float, int]:
+        releases: dict[float, int] = {}
+        for server_round in self.rounds.get(site, []):
+            z = self.round_multiplier(server_round) * scale
+            releases[z] = releases.get(z, 0) + 1
+        return releases
 
     def epsilon(self, site: int) -> float:
         """Site level: add or remove the whole site."""
-        return gaussian_epsilon(
-            self.settings.noise_multiplier,
-            releases=len(self.rounds.get(site, [])),
-            delta=self.settings.delta,
-        )
+        return mixed_gaussian_epsilon(self._releases(site, 1.0), delta=self.settings.delta)
 
     def epsilon_record(self, site: int) -> float:
         """Record level: one record moves the clipped update by up to twice the norm."""
-        return gaussian_epsilon(
-            self.settings.noise_multiplier / 2,
-            releases=len(self.rounds.get(site, [])),
-            delta=self.settings.delta,
-        )
+        return mixed_gaussian_epsilon(self._releases(site, 0.5), delta=self.settings.delta)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -228,6 +288,15 @@ class ClientDPLedger:
             "sampling": SAMPLING,
             "neighboring_relation": NEIGHBOURING,
             "rounds_done": max((r for rs in self.rounds.values() for r in rs), default=0),
+            "short_rounds": {
+                str(r): {
+                    "sampled": self.sites_per_round,
+                    "aggregated": n,
+                    "noise_multiplier": self.round_multiplier(r),
+                }
+                for r, n in sorted(self.short_rounds.items())
+            },
+            "noise": self.noise_note,
             "sites": {
                 str(site): {
                     "rounds": sorted(rounds),
@@ -240,10 +309,7 @@ class ClientDPLedger:
 
     def save(self, run_dir: Path) -> Path:
         path = RunLayout(run_dir).client_dp_ledger
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        tmp.replace(path)
-        return path
+        return atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def load_or_new(
@@ -267,4 +333,7 @@ class ClientDPLedger:
                 "a resumed run must keep dp.client"
             )
         ledger.rounds = {int(s): list(v["rounds"]) for s, v in data.get("sites", {}).items()}
+        ledger.short_rounds = {
+            int(r): int(v["aggregated"]) for r, v in (data.get("short_rounds") or {}).items()
+        }
         return ledger

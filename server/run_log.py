@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from contracts.files import atomic_write_text
 from contracts.run_files import RunLayout, SiteAuditFile
 
 
@@ -47,19 +48,13 @@ def truncate_rounds(run_dir: Path, last_round: int) -> None:
             continue
         if int(entry["round"]) <= last_round:
             kept.append(entry)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    tmp.replace(path)
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
 def write_site_audit(run_dir: Path, audit: SiteAuditFile) -> Path:
     """Write ``audits/site-<id>.json`` atomically (non-finite numbers as null)."""
     path = RunLayout(run_dir).audit(audit.site_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(_clean(audit.to_dict()), indent=1))
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, json.dumps(_clean(audit.to_dict()), indent=1))
 
 
 def read_site_audit(run_dir: Path, site_id: int) -> SiteAuditFile | None:

@@ -2,9 +2,13 @@
 
 The wrapper (1) samples sites per round deterministically from the seed and the global
 round (Flower samples node ids at random, and node ids differ between runs; a resumed run
-samples as the uninterrupted one would) and (2) keeps each site's training metrics of the
-round, which Flower's aggregation would average away. Client-level DP wraps these
-strategies in Flower's own DP wrappers (:mod:`server.client_dp`).
+samples as the uninterrupted one would), (2) keeps each site's training metrics of the
+round, which Flower's aggregation would average away, and (3) screens every reply before
+any aggregation reads it (:meth:`SiteAwareMixin.screen`, applied outermost by
+:class:`ScreenedStrategy`): a site is the one the node map says (never what its reply
+claims), and a reply that fails :mod:`contracts.wire`'s checks or comes from a site not
+sampled marks that site failed for the round, with the reason, while the others aggregate.
+Client-level DP wraps these strategies in Flower's own DP wrappers (:mod:`server.client_dp`).
 """
 
 from __future__ import annotations
@@ -16,10 +20,20 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx
+from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx, Strategy
 
 from contracts.registry import Registry
-from contracts.wire import CONFIG, METRICS, UNIT_WEIGHT, TrainInstructions, TrainReply
+from contracts.wire import (
+    ARRAYS,
+    CONFIG,
+    METRICS,
+    UNIT_WEIGHT,
+    TrainInstructions,
+    TrainReply,
+    WireError,
+    check_arrays,
+    error_reason,
+)
 
 
 @dataclass(frozen=True)
@@ -38,7 +52,12 @@ class RoundRecord:
     """What the sites reported in one round (by site id)."""
 
     sites: dict[int, TrainReply] = field(default_factory=dict)
+    """The replies aggregated (every one passed the checks)."""
     failures: dict[int, str] = field(default_factory=dict)
+    """Sites whose reply was an error or failed the checks, with the reason (site -1: a
+    node that is not in the node map)."""
+    sampled: list[int] = field(default_factory=list)
+    """The sites asked to train this round."""
 
 
 class SiteAwareMixin(FedAvg):
@@ -68,6 +87,7 @@ class SiteAwareMixin(FedAvg):
         self.sampling_seed = seed
         self.round_offset = round_offset
         self.rounds: dict[int, RoundRecord] = {}
+        self._sent: dict[int, ArrayRecord] = {}
 
     @property
     def sites_per_round(self) -> int:
@@ -83,6 +103,8 @@ class SiteAwareMixin(FedAvg):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         chosen = set(self.sites_for_round(server_round))
+        self.rounds[server_round] = RoundRecord(sampled=sorted(chosen))
+        self._sent = {server_round: arrays}  # what replies must match (names, shapes)
         messages = super().configure_train(server_round, arrays, config, grid)
         kept = [m for m in messages if self.site_of_node.get(m.metadata.dst_node_id) in chosen]
         for message in kept:
@@ -94,19 +116,80 @@ class SiteAwareMixin(FedAvg):
             )
         return kept
 
+    def screen(self, server_round: int, replies: Iterable[Message]) -> list[Message]:
+        """The replies fit to aggregate; every other one marks its site failed (reason)."""
+        record = self.rounds.setdefault(server_round, RoundRecord())
+        kept = []
+        for msg in replies:
+            site = self.site_of_node.get(msg.metadata.src_node_id, -1)
+            why = self._rejection(server_round, site, msg, record)
+            if why is None:
+                kept.append(msg)
+            else:
+                record.failures[site] = why
+        return kept
+
+    def _rejection(
+        self, server_round: int, site: int, msg: Message, record: RoundRecord
+    ) -> str | None:
+        """Why ``msg`` (from ``site``, by the node map) may not be aggregated, or None."""
+        if msg.has_error():
+            return error_reason(msg.error)
+        if site < 0:
+            return f"node {msg.metadata.src_node_id} is not in the node map"
+        if site not in record.sampled:
+            return f"site {site} was not sampled in this round"
+        if site in record.sites:
+            return f"site {site} replied twice"
+        try:
+            if METRICS not in msg.content.metric_records:
+                raise WireError(f"train reply: no {METRICS!r} record")
+            if ARRAYS not in msg.content.array_records:
+                raise WireError(f"train reply: no {ARRAYS!r} record")
+            reply = TrainReply.from_record(msg.content.metric_records[METRICS])
+            if reply.site_id != site:
+                raise WireError(
+                    f"train reply: claims site {reply.site_id}, but node "
+                    f"{msg.metadata.src_node_id} is site {site}"
+                )
+            sent = self._sent.get(server_round)
+            if sent is not None:
+                check_arrays(msg.content.array_records[ARRAYS], sent, "train reply")
+        except WireError as err:
+            return f"rejected: {err}"
+        record.sites[site] = reply
+        return None
+
+
+class ScreenedStrategy(Strategy):
+    """The outermost strategy: every train reply passes :meth:`SiteAwareMixin.screen`
+    before any strategy (Flower's DP wrappers included) reads it."""
+
+    def __init__(self, inner: Strategy, sites: SiteAwareMixin) -> None:
+        self.inner, self.sites = inner, sites
+
+    def summary(self) -> None:
+        self.inner.summary()
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        return self.inner.configure_train(server_round, arrays, config, grid)
+
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        replies = list(replies)
-        record = self.rounds.setdefault(server_round, RoundRecord())
-        for msg in replies:
-            site = self.site_of_node.get(msg.metadata.src_node_id, -1)
-            if msg.has_error():
-                record.failures[site] = str(msg.error.reason)
-                continue
-            reply = TrainReply.from_record(msg.content.metric_records[METRICS])
-            record.sites[reply.site_id] = reply
-        return super().aggregate_train(server_round, replies)
+        return self.inner.aggregate_train(server_round, self.sites.screen(server_round, replies))
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        return self.inner.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        return self.inner.aggregate_evaluate(server_round, replies)
 
 
 STRATEGIES: Registry[type[SiteAwareMixin]] = Registry("strategy", config_key="fl.strategy")

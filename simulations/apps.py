@@ -150,6 +150,7 @@ class SiteResolver:
             dp=dp_settings(config),
             ledger_path=self.state_dir / site_dp_ledger_name(site_id),
             audit_runner=runner,
+            return_scores=audit_cfg.enabled and audit_cfg.settings.return_scores,
         )
 
 

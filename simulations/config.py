@@ -7,6 +7,7 @@ resolved config is written to the run directory as ``config.yaml``.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -201,6 +202,10 @@ class AuditPhaseConfig(_Strict):
         return n
 
 
+RUN_NAME = re.compile(r"^(?!\.+$)[A-Za-z0-9_.=+,-]+$")
+"""A run's name is one folder inside ``output_dir``: no separators, not ``.`` or ``..``."""
+
+
 class ExperimentConfig(_Strict):
     name: str = "default"
     seed: int = 0
@@ -213,6 +218,17 @@ class ExperimentConfig(_Strict):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     audit: AuditPhaseConfig = Field(default_factory=AuditPhaseConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _one_folder(cls, name: str) -> str:
+        # The run directory is output_dir/name: a separator or '..' would put it elsewhere.
+        if not RUN_NAME.match(name):
+            raise ValueError(
+                f"{name!r} must be one folder name inside output_dir: letters, digits and "
+                "_ . = + , - only, not '.' or '..'"
+            )
+        return name
 
     @model_validator(mode="after")
     def _consistent(self) -> ExperimentConfig:

@@ -1,9 +1,12 @@
-"""What ``run --resume RUN --set KEY=VALUE`` may change: nothing that was already trained.
+"""What a run directory may be continued under: nothing that was already trained changes.
 
 A resumed run continues the rounds, checkpoints and audits on disk. An override may change
 how the rest runs (``resources.*``, ``ray.*``, the audit settings ``audit.*``, ``name``,
 ``output_dir``) or extend ``fl.rounds``; a key that shaped the sites' data, the model or the
 rounds already trained is refused, naming the key and why, before anything on disk changes.
+The same rule holds for every way into an existing run directory (``run --resume``, a sweep
+point run again, deployment preparation): :func:`check_same_run`. A changed ``audit.*``
+means the audits on disk answer another question: they are set aside and redone.
 """
 
 from __future__ import annotations
@@ -12,8 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from contracts.run_files import RunLayout
-from server.checkpoint import latest_round_checkpoint, load_checkpoint
+from server.checkpoint import latest_round_checkpoint, readable_checkpoint
 from simulations.config import ConfigError, ExperimentConfig
+
+
+class RunConfigMismatchError(ConfigError):
+    """A run directory holds a run under another config than the one asked for (the message
+    names each key that differs, its two values and why it may not change)."""
+
 
 RESUMABLE = ("name", "output_dir", "resources", "ray", "audit")
 """Top-level keys (and sections) a resumed run may change."""
@@ -38,10 +47,10 @@ def rounds_done(run_dir: Path) -> int:
     done = 0
     latest = latest_round_checkpoint(run_dir)
     if latest is not None:
-        done = load_checkpoint(latest).round
-    final = RunLayout(run_dir).final_model
-    if final.exists():
-        done = max(done, load_checkpoint(final).round)
+        done = latest.round
+    final = readable_checkpoint(RunLayout(run_dir).final_model)
+    if final is not None:
+        done = max(done, final.round)
     return done
 
 
@@ -91,13 +100,13 @@ def _named(leaf: str, overrides: list[str]) -> str:
     return leaf
 
 
-def check_resume(
+def _refused(
     old: ExperimentConfig, new: ExperimentConfig, overrides: list[str], run_dir: Path
-) -> None:
-    """Raise :class:`ConfigError` when ``new`` changes what ``run_dir`` already trained."""
+) -> str | None:
+    """The changes ``new`` may not make to ``run_dir`` (key, values, why), or None."""
     changes = changed_keys(old, new)
     if not changes:
-        return
+        return None
     done = rounds_done(run_dir)
     refused: dict[str, list[str]] = {}
     for leaf, (before, after) in changes.items():
@@ -106,10 +115,37 @@ def check_resume(
             key = _named(leaf, overrides)
             what = "" if leaf == key else f"{leaf} "
             refused.setdefault(key, []).append(f"{what}{before!r} -> {after!r}: {why}")
-    if refused:
-        lines = "; ".join(f"{key} ({'; '.join(whys)})" for key, whys in refused.items())
-        raise ConfigError(
+    if not refused:
+        return None
+    return "; ".join(f"{key} ({'; '.join(whys)})" for key, whys in refused.items())
+
+
+def check_resume(
+    old: ExperimentConfig, new: ExperimentConfig, overrides: list[str], run_dir: Path
+) -> None:
+    """Raise :class:`RunConfigMismatchError` when ``new`` changes what ``run_dir`` already
+    trained."""
+    lines = _refused(old, new, overrides, run_dir)
+    if lines is not None:
+        raise RunConfigMismatchError(
             f"--resume {run_dir}: cannot change {lines}. A resumed run keeps what was "
             f"already trained: it may change only {_ALLOWED}; start a new run (another --out) "
             "to change the rest"
         )
+
+
+def check_same_run(old: ExperimentConfig, new: ExperimentConfig, run_dir: Path) -> None:
+    """Raise :class:`RunConfigMismatchError` when ``run_dir`` (holding a run of ``old``)
+    cannot continue as a run of ``new``: field by field, the same rule as ``--resume``."""
+    lines = _refused(old, new, [], run_dir)
+    if lines is not None:
+        raise RunConfigMismatchError(
+            f"{run_dir} already holds a run whose config differs: {lines}. Its results "
+            f"would mix with the new config's; only {_ALLOWED} may differ. Use another run "
+            "directory (another name, --out or sweep folder) or remove this one"
+        )
+
+
+def audit_changed(old: ExperimentConfig, new: ExperimentConfig) -> list[str]:
+    """The ``audit.*`` keys that differ (the audits on disk answer another question)."""
+    return [k for k in changed_keys(old, new) if k == "audit" or k.startswith("audit.")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -11,11 +12,14 @@ import numpy as np
 
 from audit.components import Records
 from clients.site_data import SiteData
+from contracts.files import atomic_write_text
 from contracts.run_files import RunLayout
 from ml.canaries import draw_canaries
 from ml.datasets import Dataset, load_dataset
 from ml.partition import SiteSplit, partition, partition_summary
 from simulations.config import ConfigError, ExperimentConfig, dump_config, load_config
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -102,25 +106,55 @@ def _prepared(config: ExperimentConfig, run_dir: Path) -> bool:
     )
 
 
+def adopt_config(config: ExperimentConfig, run_dir: Path) -> None:
+    """Check ``config`` against the one ``run_dir`` holds, field by field, before anything
+    runs in it (:func:`simulations.resume.check_same_run`: a mismatch is refused, naming the
+    keys). A changed ``audit.*`` sets the audits on disk aside (``audits-superseded-<k>``),
+    so every site audits again under the new settings. Then ``config.yaml`` is the new one.
+    A directory without ``config.yaml`` is left as it is (its caller writes one once the
+    data loads, so a config whose data cannot be loaded leaves nothing behind).
+    """
+    from simulations.resume import audit_changed, check_same_run
+
+    layout = RunLayout(run_dir)
+    if not layout.config.exists():
+        return
+    try:
+        stored = load_config(layout.config)
+    except ConfigError as err:
+        raise ConfigError(
+            f"{layout.config}: cannot be read, so the run in {run_dir} cannot be "
+            f"compared with the new config: {err}"
+        ) from None
+    check_same_run(stored, config, run_dir)
+    if audit_changed(stored, config) and layout.audits.exists():
+        moved = layout.superseded_audits()
+        layout.audits.rename(moved)
+        log.warning("audit.* changed: the audits of the old settings moved to %s", moved)
+    text = dump_config(config)
+    if layout.config.read_text() != text:
+        atomic_write_text(layout.config, text)
+
+
 def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     """Write config, partition summary and site files; idempotent for the same config.
 
-    A run directory already prepared from the same data keys (seed, data, partition,
-    canaries) keeps its partition and site files: only ``config.yaml`` is rewritten, and
-    only when it changed. With ``audit.canaries`` > 0 each site file also holds the site's
-    canaries and coins (:func:`ml.canaries.draw_canaries`).
+    A run directory that already holds a run must hold one this config may continue
+    (:func:`adopt_config`). A run directory already prepared from the same data keys (seed,
+    data, partition, canaries) keeps its partition and site files. With
+    ``audit.canaries`` > 0 each site file also holds the site's canaries and coins
+    (:func:`ml.canaries.draw_canaries`).
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     layout = RunLayout(run_dir)
+    adopt_config(config, run_dir)
     text = dump_config(config)
     if _prepared(config, run_dir):
-        if layout.config.read_text() != text:
-            layout.config.write_text(text)
         return DatasetMeta.read(run_dir)
     # The data first: a config whose data cannot be loaded leaves the directory as it was.
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     layout.dataset.unlink(missing_ok=True)
-    layout.config.write_text(text)
+    atomic_write_text(layout.config, text)
     sites = partition(dataset, config.partition, seed=config.seed)
     summary = partition_summary(dataset, sites, scheme=config.partition.scheme, seed=config.seed)
     layout.partition.write_text(json.dumps(summary, indent=1))

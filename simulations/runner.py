@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from contracts.run_files import RunLayout
-from server.checkpoint import latest_round_checkpoint, load_checkpoint
+from server.checkpoint import latest_round_checkpoint, readable_checkpoint
 from server.run_log import sites_needing_audit
 from simulations.apps import build_apps
 from simulations.config import ExperimentConfig, ResourcesConfig
@@ -144,10 +144,8 @@ def _simulate(
 
 
 def training_done(config: ExperimentConfig, run_dir: Path) -> bool:
-    final = RunLayout(run_dir).final_model
-    if not final.exists():
-        return False
-    return load_checkpoint(final).round >= config.fl.rounds
+    final = readable_checkpoint(RunLayout(run_dir).final_model)
+    return final is not None and final.round >= config.fl.rounds
 
 
 def run_experiment(
@@ -166,7 +164,7 @@ def run_experiment(
     if not training_done(config, run_dir):
         last = latest_round_checkpoint(run_dir)
         if last is not None:
-            log.info("resuming after round %d", load_checkpoint(last).round)
+            log.info("resuming after round %d", last.round)
         phases.append((("train",), train))
     sites = list(range(config.partition.num_sites))
     if config.audit.enabled and sites_needing_audit(run_dir, sites, config.fl.rounds):

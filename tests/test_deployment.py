@@ -327,6 +327,47 @@ def test_loopback_consortium_trains_audits_and_reports(tmp_path):
 
 
 @pytest.mark.slow
+def test_loopback_sites_refuse_per_record_scores_by_default(tmp_path):
+    """The operator's run config asks for per-record scores; every SuperNode runs with the
+    default policy (no ``policy-*`` keys): each refuses, naming the key, logs it, and no
+    score reaches the server's files. Training, which the policy allows, still runs."""
+    raw = _config("policy").model_dump(mode="json")
+    raw["audit"]["settings"]["return_scores"] = True
+    config = validate_config(raw)
+    files = prepare_deployment(config, tmp_path / "policy")
+    assert not any(k.startswith("policy-") for node in files.node_configs for k in node)
+    with LocalConsortium(files.node_configs) as consortium:
+        status = consortium.run(
+            files.app_dir,
+            files.run_config,
+            timeout_s=1500,
+            log_path=files.run_dir / "deployment" / "serverapp.log",
+        )
+    assert status.ok, status
+    run_dir = files.run_dir
+    rounds = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert set(rounds[0]["sites"]) == {"0", "1"}
+    for site, node in enumerate(files.node_configs):
+        audit = json.loads((run_dir / "audits" / f"site-{site}.json").read_text())
+        assert audit["status"] == "failed" and audit["result"] is None
+        assert (
+            "policy-allow-scores=false refuses audit.settings.return_scores=true"
+            in (audit["error"])
+        )
+        assert audit["traceback"] is None
+        log = Path(node["state-dir"]) / run_dir.name / f"site-{site}-refusals.jsonl"
+        assert json.loads(log.read_text().splitlines()[-1])["policy_key"] == (
+            "policy-allow-scores=false"
+        )
+    # The server's files (everything but the sites' own folder) hold no per-record score.
+    for path in run_dir.rglob("*"):
+        if path.is_file() and "sites" not in path.relative_to(run_dir).parts:
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            assert '"scores": [' not in text and '"scores": {' not in text, path
+    assert json.loads((run_dir / "noise.json").read_text())["source"] == "os-entropy"
+
+
+@pytest.mark.slow
 def test_tls_consortium_admits_registered_nodes_only(tmp_path):
     """The real-site set-up on loopback: TLS on every API and SuperNode authentication. The
     registered node connects (and the CLI talks to the SuperLink over TLS); a node whose key

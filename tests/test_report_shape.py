@@ -26,6 +26,7 @@ from reporting.columns import (
 from reporting.formatting import MEANING_POINTS, flag_labels
 from reporting.html_page import _FLAG_BADGE_KIND
 from reporting.plain_language import _FLAG_SENTENCES
+from reporting.privacy_ledger import released_model_epsilon
 from reporting.schema import (
     SCORERS,
     SIDES,
@@ -153,7 +154,10 @@ def test_views_are_projections_of_the_site_report() -> None:
         dp_epsilon=4.0,
         quality={"target_accuracy_nonmembers": 0.75, "target_loss_members": 0.125},
     )
-    row = project(SweepSiteRow, site, global_accuracy=0.9)
+    # theoretical_eps is the sweep's own: the released model's epsilon.
+    row = project(
+        SweepSiteRow, site, global_accuracy=0.9, theoretical_eps=released_model_epsilon(site)
+    )
     assert (row.site_id, row.eps_tilde, row.theoretical_eps) == (3, 0.5, 4.0)
     assert (row.accuracy_holdout, row.global_accuracy) == (0.75, 0.9)
     with pytest.raises(TypeError, match="no field"):

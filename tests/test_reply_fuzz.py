@@ -1,0 +1,235 @@
+"""One bad site cannot crash the server, poison the weights or pose as another site.
+
+The real ServerApp (:func:`server.app.build_server_app`) runs in a real Flower simulation
+with five sites: sites 0 and 1 reply as the project's ClientApp would, sites 2-4 send a
+different malformed reply each round and each audit (every defect the security review
+reproduced, and a few more). The run must finish with the good sites' weights, metrics and
+audits exactly as if the bad sites had not answered, and each bad reply must be named as
+that site's failure. A second small run checks the client-level DP ledger when sampled
+sites drop out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.simulation import run_simulation
+
+from contracts.run_files import RunLayout
+from contracts.wire import (
+    ARRAYS,
+    AUDIT,
+    AUDIT_QUERY,
+    DP_EPSILON,
+    METRICS,
+    NUM_EXAMPLES,
+    RESULT_JSON,
+    SITE_ID,
+    TRAIN_LOSS,
+    WHOAMI,
+    AuditReply,
+    TrainReply,
+    WhoamiReply,
+)
+from server.app import ServerSettings, build_server_app
+from server.checkpoint import load_checkpoint
+from server.client_dp import ClientDPSettings, gaussian_epsilon
+from server.strategy import StrategySettings
+
+SITES = 5
+ROUNDS = 3
+STEP = {0: 1.0, 1: 3.0}
+"""How far each good site moves every weight per round."""
+EXAMPLES = {0: 10, 1: 30}
+
+
+def _site(context: Context) -> int:
+    return int(context.node_config["partition-id"])
+
+
+def _good_train(site: int, msg: Message) -> tuple[dict[str, Any], dict[str, Any]]:
+    state = msg.content.array_records[ARRAYS].to_torch_state_dict()
+    arrays = {k: v + STEP.get(site, 0.0) for k, v in state.items()}
+    reply = TrainReply(site_id=site, train_loss=0.5 + site, num_examples=EXAMPLES.get(site, 10))
+    return arrays, dict(reply.to_record())
+
+
+def _bad_train(site: int, rnd: int, arrays: dict, metrics: dict) -> tuple[dict | None, dict]:
+    """Site ``site``'s malformed reply of round ``rnd`` (None arrays: no ArrayRecord)."""
+    case = (rnd, site)
+    if case == (1, 2):
+        del metrics[TRAIN_LOSS]  # a missing key: WireError was uncaught
+    elif case == (1, 3):
+        metrics[NUM_EXAMPLES] = -100  # with another site's +100: ZeroDivisionError
+    elif case == (1, 4):
+        metrics[TRAIN_LOSS] = math.nan
+    elif case == (2, 2):
+        metrics[SITE_ID] = 0  # poses as site 0
+        metrics[TRAIN_LOSS] = 99.0
+    elif case == (2, 3):
+        arrays = {k: torch.zeros(v.numel() + 1) for k, v in arrays.items()}  # wrong shape
+    elif case == (2, 4):
+        arrays = {k: torch.full_like(v, math.nan) for k, v in arrays.items()}  # poisoned
+    elif case == (3, 2):
+        metrics[DP_EPSILON] = -1.0
+    elif case == (3, 3):
+        metrics[NUM_EXAMPLES] = 0
+    elif case == (3, 4):
+        return None, metrics
+    return arrays, metrics
+
+
+BAD_TRAIN_REASONS = {
+    (1, 2): "'train-loss' is missing",
+    (1, 3): "'num-examples' must be > 0",
+    (1, 4): "'train-loss' must be finite",
+    (2, 2): "claims site 0, but node",
+    (2, 3): "weight 'w' has shape [5], expected [4]",
+    (2, 4): "weight 'w' holds NaN",
+    (3, 2): "'dp-epsilon' must be >= 0",
+    (3, 3): "'num-examples' must be > 0",
+    (3, 4): "no 'arrays' record",
+}
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+BAD_AUDITS = {
+    2: ("deep", "nests deeper than"),
+    3: ("negative-dp", "'dp-epsilon' must be >= 0"),
+    4: ("negative-eps", "result-json.eps_tilde is an epsilon and negative"),
+}
+
+
+def _audit_record(site: int) -> ConfigRecord:
+    result = {"eps_tilde": {"mean": 0.25, "low": -0.1}, "sizes": {"members": 10}}
+    record = AuditReply(
+        site_id=site, result=result, n_members=10, n_holdout=5, elapsed_s=0.5
+    ).to_record()
+    kind = BAD_AUDITS.get(site, ("good", ""))[0]
+    if kind == "deep":
+        record[RESULT_JSON] = '{"x": ' + _nested(100_000) + "}"  # RecursionError on the server
+    elif kind == "negative-dp":
+        record[DP_EPSILON] = -2.0
+    elif kind == "negative-eps":
+        record[RESULT_JSON] = json.dumps({**result, "eps_tilde": {"mean": -3.0}})
+    return record
+
+
+def fuzz_client_app() -> ClientApp:
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        site = _site(context)
+        arrays, metrics = _good_train(site, msg)
+        rnd = int(msg.content.config_records["config"]["server-round"])
+        if site >= 2:
+            arrays, metrics = _bad_train(site, rnd, arrays, metrics)  # type: ignore[assignment]
+        content = RecordDict({METRICS: MetricRecord(metrics)})
+        if arrays is not None:
+            content[ARRAYS] = ArrayRecord(arrays)
+        return Message(content=content, reply_to=msg)
+
+    @app.query(WHOAMI)
+    def whoami(msg: Message, context: Context) -> Message:
+        reply = WhoamiReply(site_id=_site(context)).to_record()
+        return Message(content=RecordDict({METRICS: reply}), reply_to=msg)
+
+    @app.query(AUDIT_QUERY)
+    def audit(msg: Message, context: Context) -> Message:
+        content = RecordDict({AUDIT: _audit_record(_site(context))})
+        return Message(content=content, reply_to=msg)
+
+    return app
+
+
+def _simulate(run_dir: Path, *, sites: int, client_dp: ClientDPSettings | None) -> None:
+    logging.getLogger("flwr").setLevel(logging.ERROR)
+    settings = ServerSettings(
+        run_dir=run_dir,
+        num_sites=sites,
+        rounds=ROUNDS,
+        local_epochs=1,
+        seed=0,
+        strategy=StrategySettings(uniform_weights=client_dp is not None),
+        client_dp=client_dp,
+        initial_state=lambda: {"w": torch.zeros(4)},
+        node_wait_s=120,
+        timeout_s=300,
+        progress=False,
+    )
+    run_dir.mkdir(parents=True)
+    run_simulation(
+        server_app=build_server_app(settings),
+        client_app=fuzz_client_app(),
+        num_supernodes=sites,
+        backend_config={
+            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+            "init_args": {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False},
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def fuzzed(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("fuzz") / "run"
+    _simulate(run_dir, sites=SITES, client_dp=None)
+    return run_dir
+
+
+def test_bad_train_replies_fail_their_site_and_the_run_goes_on(fuzzed):
+    rounds = [json.loads(line) for line in RunLayout(fuzzed).metrics.read_text().splitlines()]
+    assert [r["round"] for r in rounds] == [1, 2, 3]
+    for entry in rounds:
+        # The good sites' own numbers, by the node map (site 2 posing as 0 changed nothing).
+        assert entry["sites"] == {
+            str(s): {"train_loss": 0.5 + s, "dp_epsilon": None, "num_examples": EXAMPLES[s]}
+            for s in (0, 1)
+        }
+        failures = entry["failures"]
+        assert sorted(failures) == ["2", "3", "4"]
+        for site in (2, 3, 4):
+            assert BAD_TRAIN_REASONS[(entry["round"], site)] in failures[str(site)], failures
+    # The weights are the good sites' weighted mean, round after round: no poison, no NaN.
+    step = (EXAMPLES[0] * STEP[0] + EXAMPLES[1] * STEP[1]) / (EXAMPLES[0] + EXAMPLES[1])
+    final = load_checkpoint(RunLayout(fuzzed).final_model).state_dict["w"]
+    assert torch.equal(final, torch.full((4,), ROUNDS * step))
+
+
+def test_bad_audit_replies_fail_their_site_only(fuzzed):
+    layout = RunLayout(fuzzed)
+    for site in (0, 1):
+        audit = json.loads(layout.audit(site).read_text())
+        assert audit["status"] == "ok" and audit["result"]["eps_tilde"]["mean"] == 0.25
+    for site, (_, reason) in BAD_AUDITS.items():
+        audit = json.loads(layout.audit(site).read_text())
+        assert audit["status"] == "failed" and reason in audit["error"], audit["error"]
+
+
+def test_sampled_sites_that_drop_out_are_accounted(tmp_path):
+    """Client-level DP, 3 sites sampled per round, site 2 always rejected: the noise was
+    sized for 3 while the mean has 2, so each round's release is accounted at z * 2 / 3."""
+    z = 2.0
+    settings = ClientDPSettings(noise_multiplier=z, delta=1e-5, clipping_norm=100.0)
+    run_dir = tmp_path / "run"
+    _simulate(run_dir, sites=3, client_dp=settings)
+    ledger = json.loads(RunLayout(run_dir).client_dp_ledger.read_text())
+    assert ledger["short_rounds"] == {
+        str(r): {"sampled": 3, "aggregated": 2, "noise_multiplier": z * 2 / 3}
+        for r in range(1, ROUNDS + 1)
+    }
+    honest = gaussian_epsilon(z * 2 / 3, releases=ROUNDS, delta=1e-5)
+    assert ledger["sites"]["0"]["epsilon"] == pytest.approx(honest)
+    assert ledger["sites"]["0"]["epsilon"] > gaussian_epsilon(z, releases=ROUNDS, delta=1e-5)
+    assert ledger["noise"].startswith("noise seeded for reproducibility")

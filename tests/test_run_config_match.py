@@ -1,0 +1,95 @@
+"""Runs never mix configs: a sweep point, deployment preparation and a resume compare the
+config with the run directory's, field by field, and refuse what may not change; a changed
+``audit.*`` sets the old audits aside so every site audits again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from contracts.run_files import RunLayout, SiteAuditFile
+from deployment.files import prepare_deployment
+from server.checkpoint import Checkpoint, save_checkpoint
+from server.run_log import sites_needing_audit, write_site_audit
+from simulations.cli import main as cli_main
+from simulations.config import validate_config
+from simulations.resume import RunConfigMismatchError
+from simulations.run_dir import DatasetMeta, prepare_run_dir
+
+RAW = {
+    "name": "point",
+    "data": {"name": "digits"},
+    "partition": {"scheme": "iid", "num_sites": 2},
+    "fl": {"rounds": 2, "local_epochs": 1},
+    "audit": {"enabled": True},
+}
+
+
+def _config(**changes):
+    raw = {**RAW, **changes}
+    return validate_config(raw)
+
+
+def _trained(run_dir: Path) -> None:
+    """A run directory as a finished no-DP run leaves it: a final model and an audit."""
+    state = {"w": torch.zeros(1)}
+    save_checkpoint(
+        RunLayout(run_dir).final_model, Checkpoint(round=2, state_dict=state, meta=None)
+    )
+    write_site_audit(run_dir, SiteAuditFile(site_id=0, status="ok", result={}, model_round=2))
+
+
+def test_a_sweep_point_refuses_a_run_dir_of_another_config(tmp_path, capsys):
+    sweep_dir = tmp_path / "runs" / "s"
+    old = sweep_dir / "record"
+    prepare_run_dir(_config(name="record"), old)  # the no-DP run that is already there
+    _trained(old)
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(RAW))
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "name": "s",
+                "base": "base.yaml",
+                "output_dir": str(tmp_path / "runs"),
+                "points": {"record": {"dp.level": "record", "dp.noise_multiplier": 1.0}},
+            }
+        )
+    )
+    assert cli_main(["sweep", str(sweep)]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "already holds a run whose config differs" in err
+    assert "dp.level ('none' -> 'record'" in err
+    # Nothing was touched: the old config and model stay as they were.
+    assert yaml.safe_load(RunLayout(old).config.read_text())["dp"]["level"] == "none"
+
+
+def test_deployment_preparation_refuses_another_config(tmp_path):
+    run_dir = tmp_path / "run"
+    prepare_run_dir(_config(), run_dir)
+    _trained(run_dir)
+    with pytest.raises(RunConfigMismatchError, match=r"seed \(0 -> 5"):
+        prepare_deployment(_config(seed=5), run_dir)
+    meta = DatasetMeta.read(run_dir)
+    with pytest.raises(RunConfigMismatchError, match=r"model\.name"):
+        prepare_deployment(_config(model={"name": "mlp"}), run_dir, meta=meta)
+    # The same config (or one a resume may use) is accepted.
+    prepare_deployment(_config(resources={"num_cpus": 1}), run_dir, meta=meta)
+
+
+def test_a_changed_audit_setting_re_audits(tmp_path):
+    run_dir = tmp_path / "run"
+    prepare_run_dir(_config(), run_dir)
+    _trained(run_dir)
+    write_site_audit(run_dir, SiteAuditFile(site_id=1, status="ok", result={}, model_round=2))
+    assert sites_needing_audit(run_dir, [0, 1], 2) == []
+    prepare_run_dir(_config(), run_dir)  # same config: the audits stay
+    assert sites_needing_audit(run_dir, [0, 1], 2) == []
+
+    prepare_run_dir(_config(audit={"enabled": True, "use_holdout": False}), run_dir)
+    assert sites_needing_audit(run_dir, [0, 1], 2) == [0, 1]  # both audit again
+    kept = tmp_path / "run" / "audits-superseded-1"
+    assert sorted(p.name for p in kept.iterdir()) == ["site-0.json", "site-1.json"]
