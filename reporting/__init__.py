@@ -14,8 +14,9 @@ import json
 from pathlib import Path
 
 from .aggregate import build_report
+from .figure_cache import FigureCache, planning, serving
 from .formatting import VIOLATION_TITLE
-from .html_report import write_html
+from .html_report import render_html, write_html
 from .inputs import ReportInputError, RunInputs, load_run
 from .markdown_report import write_markdown
 from .schema import (
@@ -26,7 +27,8 @@ from .schema import (
     RunReport,
     SitePageReport,
 )
-from .site_report import SITE_REPORTS_DIR, write_site_report, write_site_reports
+from .site_page import render_site_page
+from .site_report import SITE_REPORTS_DIR, site_pages, write_site_report, write_site_reports
 from .sweep_report import SweepPoint, build_sweep_report, write_sweep_report
 from .writers import write_csv, write_json, write_ledger_csv
 
@@ -106,12 +108,21 @@ def write_report(run_dir: Path) -> ReportFiles:
         for sid, a in inputs.audits.items()
         if a.status == "ok" and a.result is not None
     }
-    return ReportFiles(
-        json_path=write_json(report, run_dir / "report.json"),
-        csv_path=write_csv(report, run_dir / "report.csv"),
-        md_path=write_markdown(report, run_dir / "report.md"),
-        html_path=write_html(report, results, run_dir / "report.html"),
-        site_reports=write_site_reports(run_dir, inputs, report),
-        ledger_csv_path=write_ledger_csv(report, run_dir / "ledger.csv"),
-        warnings=report_warnings(report),
-    )
+    pages = site_pages(run_dir, inputs, report)
+    # Every figure of every page drawn once, in parallel, before any page is written.
+    figures = FigureCache()
+    with planning(figures):
+        render_html(report, results)
+        for page, result in pages:
+            render_site_page(page, result)
+    figures.draw_planned()
+    with serving(figures):
+        return ReportFiles(
+            json_path=write_json(report, run_dir / "report.json"),
+            csv_path=write_csv(report, run_dir / "report.csv"),
+            md_path=write_markdown(report, run_dir / "report.md"),
+            html_path=write_html(report, results, run_dir / "report.html"),
+            site_reports=write_site_reports(run_dir, inputs, report, pages),
+            ledger_csv_path=write_ledger_csv(report, run_dir / "ledger.csv"),
+            warnings=report_warnings(report),
+        )

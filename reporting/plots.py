@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from audit.result import AuditResult, Curve, RocSummary
 
+from .figure_cache import cached
 from .schema import SCORERS, RoundReport, SiteReport, SweepPointReport, SweepSiteRow
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ def _grid(n: int, *, ncols: int = 4) -> tuple[int, int]:
     return math.ceil(n / cols), cols
 
 
+@cached
 def site_eps_plot(sites: list[SiteReport]) -> str | None:
     """eps_tilde (one- and two-sided) per site with intervals, RM;RN and O(1), headroom bar."""
     if not sites:
@@ -131,6 +133,7 @@ def _eps_legend() -> list[Any]:
     ]
 
 
+@cached
 def roc_plot(site_id: int, roc: dict[str, RocSummary], n_repeats: int) -> str | None:
     """Log-log ROC of one site: b, the MIA and RM;RN (when present) against chance.
 
@@ -242,6 +245,7 @@ def _series(curve: Curve, y_of: str) -> list[float | None]:
     return list(curve.precision if y_of == "precision" else curve.bound)
 
 
+@cached
 def precision_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) -> str | None:
     """Precision against recall of b and the MIA per site (one line per repeat)."""
     return _curve_grid(
@@ -254,6 +258,7 @@ def precision_recall_plot(sites: list[SiteReport], results: dict[int, AuditResul
     )
 
 
+@cached
 def bound_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) -> str | None:
     """The lower bound (c_lb for b, {c+eps}_lb for the MIA) against recall, with the ceiling."""
     return _curve_grid(
@@ -266,6 +271,7 @@ def bound_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) 
     )
 
 
+@cached
 def training_plot(rounds: list[RoundReport]) -> str | None:
     """Global loss / accuracy per round, each site's train loss and DP epsilon per round."""
     if not rounds:

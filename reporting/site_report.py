@@ -88,9 +88,12 @@ def build_site_page_report(
     )
 
 
-def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> list[ReportFiles]:
-    """The aggregator's per-site reports: one per site with an audit file (ok or failed)."""
-    written = []
+def site_pages(
+    run_dir: Path, inputs: RunInputs, report: RunReport
+) -> list[tuple[SitePageReport, AuditResult | None]]:
+    """The aggregator's per-site pages (one per site with an audit file, ok or failed), each
+    with the audit result its figures are drawn from."""
+    pages = []
     ledger = {row.site_id: row for row in report.ledger}
     for site in report.sites:
         audit = inputs.audits.get(site.site_id)
@@ -106,8 +109,21 @@ def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> l
             source="consortium",
             ledger=ledger.get(site.site_id),
         )
-        written.append(_write(run_dir, page, result))
-    return written
+        pages.append((page, result))
+    return pages
+
+
+def write_site_reports(
+    run_dir: Path,
+    inputs: RunInputs,
+    report: RunReport,
+    pages: list[tuple[SitePageReport, AuditResult | None]] | None = None,
+) -> list[ReportFiles]:
+    """Write the aggregator's per-site reports (``pages``: :func:`site_pages`, built here
+    when not given)."""
+    if pages is None:
+        pages = site_pages(run_dir, inputs, report)
+    return [_write(run_dir, page, result) for page, result in pages]
 
 
 def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
