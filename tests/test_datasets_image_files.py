@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from PIL import Image
 
 from ml.datasets import DataError, load_dataset
@@ -177,49 +176,61 @@ def test_npz_named_errors(tmp_path):
 
 # -- real federated runs through the CLI ---------------------------------------------------
 
-TINY_AUDIT = {
-    "quick": True,
-    "helper_epochs": 1,
-    "splits": {"generator": 40, "train": 40, "val": 20},
-    "generator": {"kind": "cgan", "epochs": 1},
-    "classifier": {"epochs": [1], "gbm_iterations": [20]},
-}
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+SHORT = [  # configs/image_folder.yaml cut to one quick round and a tiny audit
+    "fl.rounds=1",
+    "fl.local_epochs=1",
+    "audit.settings.repeats=1",
+    "audit.settings.helper_epochs=1",
+    "audit.settings.splits.generator=30",
+    "audit.settings.splits.train=30",
+    "audit.settings.splits.val=15",
+    "audit.settings.classifier.epochs=[1]",
+    "audit.settings.calibration.reference_models=1",
+    "audit.settings.calibration.epochs=1",
+]
 
 
-def _cli_run(tmp_path: Path, data: dict, partition_cfg: dict) -> dict:
-    config = {
-        "name": "own_images",
-        "seed": 1,
-        "data": data,
-        "partition": partition_cfg | {"holdout_fraction": 0.25, "test_fraction": 0.05},
-        "fl": {"rounds": 1, "local_epochs": 1, "batch_size": 32},
-        "audit": {"enabled": True, "settings": TINY_AUDIT},
-    }
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
-    out = tmp_path / "out"
-    assert cli_main(["run", str(tmp_path / "run.yaml"), "--out", str(out)]) == 0
-    return json.loads((out / "report.json").read_text())
+def _cli_run(tmp_path: Path, sets: list[str]) -> dict:
+    argv = ["run", str(CONFIGS / "image_folder.yaml"), "--out", str(tmp_path / "out")]
+    for kv in [*SHORT, *sets]:
+        argv += ["--set", kv]
+    assert cli_main(argv) == 0
+    return json.loads((tmp_path / "out" / "report.json").read_text())
 
 
 @pytest.mark.slow
 def test_cli_run_on_an_image_folder_with_natural_sites(tmp_path):
     for i, site in enumerate(("hospital_a", "hospital_b")):
-        write_image_folder(tmp_path / "images" / site, per_class=60, size=(12, 12), seed=i)
+        write_image_folder(tmp_path / "images" / site, per_class=100, size=(12, 12), seed=i)
     report = _cli_run(
         tmp_path,
-        {"name": "image_folder", "root": str(tmp_path / "images"), "options": {"grayscale": True}},
-        {"scheme": "natural", "num_sites": 2},
+        [
+            f"data.root={tmp_path / 'images'}",
+            "data.options.resize=12",
+            "data.options.grayscale=true",
+            # The public split feeds the reference models and both sites' reference pools.
+            "data.options.public_fraction=0.4",
+            "partition.scheme=natural",
+        ],
     )
     assert [s["status"] for s in report["sites"]] == ["ok", "ok"], report["sites"]
     assert all(s["modality"] == "image" for s in report["sites"])
+    partition = json.loads((tmp_path / "out" / "partition.json").read_text())
+    # Natural sites: between them they hold every record but the public 40% (240 of 600).
+    sizes = [s["train"] + s["holdout"] + s["test"] for s in partition["sites"]]
+    assert sum(sizes) == 360 and min(sizes) > 0
 
 
 @pytest.mark.slow
 def test_cli_run_on_an_npz_file(tmp_path):
-    write_npz(tmp_path / "bloodmnist.npz", n=(400, 40, 80), size=(12, 12), rgb=True)
+    write_npz(tmp_path / "bloodmnist.npz", n=(400, 40, 300), size=(12, 12), rgb=True)
     report = _cli_run(
         tmp_path,
-        {"name": "npz", "root": str(tmp_path / "bloodmnist.npz")},
-        {"scheme": "iid", "num_sites": 2},
+        [
+            "data.name=npz",
+            f"data.root={tmp_path / 'bloodmnist.npz'}",
+            "data.options={}",
+        ],
     )
     assert [s["status"] for s in report["sites"]] == ["ok", "ok"], report["sites"]
