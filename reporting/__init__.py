@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from audit.result import AuditResult
+
 from .aggregate import build_report
 from .figure_cache import FigureCache, planning, serving
 from .formatting import VIOLATION_TITLE
@@ -46,6 +48,7 @@ __all__ = [
     "build_report",
     "build_sweep_report",
     "load_run",
+    "planned_figures",
     "report_warnings",
     "write_report",
     "write_site_report",
@@ -74,6 +77,20 @@ def written_report_warnings(run_dir: Path) -> list[str]:
         for v in (site.get("bound_violations") or [])
         if isinstance(v, dict) and "message" in v
     ]
+
+
+def planned_figures(
+    report: RunReport,
+    results: dict[int, AuditResult],
+    pages: list[tuple[SitePageReport, AuditResult | None]],
+) -> FigureCache:
+    """The figures of the consortium page and of the site ``pages``, planned, not drawn."""
+    figures = FigureCache()
+    with planning(figures):
+        render_html(report, results)
+        for page, result in pages:
+            render_site_page(page, result)
+    return figures
 
 
 def write_report(run_dir: Path) -> ReportFiles:
@@ -110,11 +127,7 @@ def write_report(run_dir: Path) -> ReportFiles:
     }
     pages = site_pages(run_dir, inputs, report)
     # Every figure of every page drawn once, in parallel, before any page is written.
-    figures = FigureCache()
-    with planning(figures):
-        render_html(report, results)
-        for page, result in pages:
-            render_site_page(page, result)
+    figures = planned_figures(report, results, pages)
     figures.draw_planned()
     with serving(figures):
         return ReportFiles(

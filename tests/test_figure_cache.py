@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from test_report import make_result, ok_audit, write_run
 
-from reporting import load_run, write_report
+from reporting import load_run, planned_figures, write_report
 from reporting.aggregate import build_report
-from reporting.figure_cache import FIGURES_PER_WORKER, FigureCache, planning
+from reporting.figure_cache import FIGURES_PER_WORKER
 from reporting.html_report import render_html
 from reporting.site_page import render_site_page
 from reporting.site_report import site_pages
@@ -26,11 +26,7 @@ def test_pages_are_the_same_with_figures_drawn_once_in_workers(tmp_path):
     results = {sid: a.result for sid, a in inputs.audits.items() if a.result is not None}
     pages = site_pages(run, inputs, report)
 
-    plan = FigureCache()
-    with planning(plan):
-        render_html(report, results)
-        for page, result in pages:
-            render_site_page(page, result)
+    plan = planned_figures(report, results, pages)
     # Per site: its ROC (on both pages), eps_tilde, precision-recall and bound-recall; then
     # the consortium's eps_tilde, precision-recall, bound-recall and training figures.
     assert plan.planned == 4 * N_SITES + 4
