@@ -94,8 +94,8 @@ def _read_image(path: Path, mode: str, size: tuple[int, int] | None) -> np.ndarr
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as img:
-            img = img.convert(mode)
+        with Image.open(path) as opened:
+            img = opened.convert(mode)
             if size is not None and img.size != (size[1], size[0]):
                 img = img.resize((size[1], size[0]), Image.Resampling.BILINEAR)
             array = np.asarray(img, dtype=np.uint8)
