@@ -239,6 +239,8 @@ def main() -> int:
     parser.add_argument("--budget-s", type=int, default=480, help="all stages together")
     parser.add_argument("--stages", nargs="+", help="only these (default, text, gpu, pipeline16)")
     args = parser.parse_args()
+    if args.data_root is not None:  # the stages run from the repository's root
+        args.data_root = args.data_root.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     runs = (args.out / "runs").resolve()
     stages = [s for s in _stages(args, runs) if not args.stages or s.name in args.stages]
