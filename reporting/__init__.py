@@ -13,12 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from audit.result import AuditResult
-
 from .aggregate import build_report
-from .figure_cache import FigureCache, planning, serving
 from .formatting import VIOLATION_TITLE
-from .html_report import render_html, write_html
+from .html_report import write_html
 from .inputs import ReportInputError, RunInputs, load_run
 from .markdown_report import write_markdown
 from .schema import (
@@ -29,8 +26,7 @@ from .schema import (
     RunReport,
     SitePageReport,
 )
-from .site_page import render_site_page
-from .site_report import SITE_REPORTS_DIR, site_pages, write_site_report, write_site_reports
+from .site_report import SITE_REPORTS_DIR, write_site_report, write_site_reports
 from .sweep_report import SweepPoint, build_sweep_report, write_sweep_report
 from .writers import write_csv, write_json, write_ledger_csv
 
@@ -48,7 +44,6 @@ __all__ = [
     "build_report",
     "build_sweep_report",
     "load_run",
-    "planned_figures",
     "report_warnings",
     "write_report",
     "write_site_report",
@@ -77,20 +72,6 @@ def written_report_warnings(run_dir: Path) -> list[str]:
         for v in (site.get("bound_violations") or [])
         if isinstance(v, dict) and "message" in v
     ]
-
-
-def planned_figures(
-    report: RunReport,
-    results: dict[int, AuditResult],
-    pages: list[tuple[SitePageReport, AuditResult | None]],
-) -> FigureCache:
-    """The figures of the consortium page and of the site ``pages``, planned, not drawn."""
-    figures = FigureCache()
-    with planning(figures):
-        render_html(report, results)
-        for page, result in pages:
-            render_site_page(page, result)
-    return figures
 
 
 def write_report(run_dir: Path) -> ReportFiles:
@@ -125,17 +106,12 @@ def write_report(run_dir: Path) -> ReportFiles:
         for sid, a in inputs.audits.items()
         if a.status == "ok" and a.result is not None
     }
-    pages = site_pages(run_dir, inputs, report)
-    # Every figure of every page drawn once, in parallel, before any page is written.
-    figures = planned_figures(report, results, pages)
-    figures.draw_planned()
-    with serving(figures):
-        return ReportFiles(
-            json_path=write_json(report, run_dir / "report.json"),
-            csv_path=write_csv(report, run_dir / "report.csv"),
-            md_path=write_markdown(report, run_dir / "report.md"),
-            html_path=write_html(report, results, run_dir / "report.html"),
-            site_reports=write_site_reports(run_dir, inputs, report, pages),
-            ledger_csv_path=write_ledger_csv(report, run_dir / "ledger.csv"),
-            warnings=report_warnings(report),
-        )
+    return ReportFiles(
+        json_path=write_json(report, run_dir / "report.json"),
+        csv_path=write_csv(report, run_dir / "report.csv"),
+        md_path=write_markdown(report, run_dir / "report.md"),
+        html_path=write_html(report, results, run_dir / "report.html"),
+        site_reports=write_site_reports(run_dir, inputs, report),
+        ledger_csv_path=write_ledger_csv(report, run_dir / "ledger.csv"),
+        warnings=report_warnings(report),
+    )

@@ -88,12 +88,9 @@ def build_site_page_report(
     )
 
 
-def site_pages(
-    run_dir: Path, inputs: RunInputs, report: RunReport
-) -> list[tuple[SitePageReport, AuditResult | None]]:
-    """The aggregator's per-site pages (one per site with an audit file, ok or failed), each
-    with the audit result its figures are drawn from."""
-    pages = []
+def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> list[ReportFiles]:
+    """The aggregator's per-site reports: one per site with an audit file (ok or failed)."""
+    written = []
     ledger = {row.site_id: row for row in report.ledger}
     for site in report.sites:
         audit = inputs.audits.get(site.site_id)
@@ -109,21 +106,8 @@ def site_pages(
             source="consortium",
             ledger=ledger.get(site.site_id),
         )
-        pages.append((page, result))
-    return pages
-
-
-def write_site_reports(
-    run_dir: Path,
-    inputs: RunInputs,
-    report: RunReport,
-    pages: list[tuple[SitePageReport, AuditResult | None]] | None = None,
-) -> list[ReportFiles]:
-    """Write the aggregator's per-site reports (``pages``: :func:`site_pages`, built here
-    when not given)."""
-    if pages is None:
-        pages = site_pages(run_dir, inputs, report)
-    return [_write(run_dir, page, result) for page, result in pages]
+        written.append(_write(run_dir, page, result))
+    return written
 
 
 def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
