@@ -58,9 +58,23 @@ _MIN_GRID_WIDTH = 450.0
 """A one-site grid is widened to this, so that its title has room."""
 
 
-def _svg(panels: list[Axes], *, size: tuple[float, float], cols: int = 1, title: str = "") -> str:
+def _svg(
+    panels: list[Axes],
+    *,
+    size: tuple[float, float],
+    cols: int = 1,
+    title: str = "",
+    legend: list[LegendEntry] | None = None,
+) -> str:
     """The figure's markup (one place, so that tests can look at the panels instead)."""
-    return render_figure(panels, panel_width=size[0], panel_height=size[1], cols=cols, title=title)
+    return render_figure(
+        panels,
+        panel_width=size[0],
+        panel_height=size[1],
+        cols=cols,
+        title=title,
+        legend=legend or (),
+    )
 
 
 def _nan(values: Any) -> list[float]:
@@ -102,8 +116,9 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
         *_eps_legend(),
         LegendEntry("headroom: ceiling - c_lb", Style("#999999"), "patch", fill="#e6e6e6"),
     ]
-    ax.legend_loc = "upper left"
-    return _svg([ax], size=(max(540.0, 90.0 * len(sites) + 225.0), 360.0))
+    # Beside the plot: inside, it would cover the first sites' bars.
+    ax.legend_loc = "outside right"
+    return _svg([ax], size=(max(640.0, 60.0 * len(sites) + 450.0), 360.0))
 
 
 def _eps_points(ax: Axes, row: SiteReport | SweepSiteRow, xs: list[float]) -> None:
@@ -192,34 +207,32 @@ def _curve_grid(
     if not drawn:
         return None
     panels = []
+    ceiling = Style("black", width=1, dash=_DASHED)
+    # One legend over the grid (the same in every panel, and over no curve).
+    legend = [LegendEntry("baseline b", Style(_BASELINE)), LegendEntry("MIA", Style(_MIA))]
     for site in drawn:
         result = results[site.site_id]
         ax = Axes(
             title=f"site {site.site_id}",
             xlabel="recall (fraction of members found)",
             ylabel=ylabel,
-            legend_loc="upper right",
         )
         opacity = 0.8 if len(result.repeats) == 1 else 0.55
-        for i, rep in enumerate(result.repeats):
-            for curve, color, name in (
-                (rep.baseline_curve, _BASELINE, "baseline b"),
-                (rep.mia_curve, _MIA, "MIA"),
-            ):
+        for rep in result.repeats:
+            for curve, color in ((rep.baseline_curve, _BASELINE), (rep.mia_curve, _MIA)):
                 ax.plot(
                     _nan(curve.recall),
                     _nan(_series(curve, y_of)),
                     Style(color, width=1.2, opacity=opacity),
-                    name if i == 0 else "",
                 )
         if ceiling_line and site.ceiling is not None:
-            ceiling = Style("black", width=1, dash=_DASHED)
             ax.hlines.append((site.ceiling, ceiling))
-            ax.legend.append(LegendEntry("ceiling", ceiling))
         panels.append(ax)
+    if ceiling_line and any(ax.hlines for ax in panels):
+        legend.append(LegendEntry("ceiling", ceiling))
     _, cols = _grid(len(drawn))
     width = max(_GRID_PANEL[0], _MIN_GRID_WIDTH / cols)
-    return _svg(panels, size=(width, _GRID_PANEL[1]), cols=cols, title=title)
+    return _svg(panels, size=(width, _GRID_PANEL[1]), cols=cols, title=title, legend=legend)
 
 
 def _series(curve: Curve, y_of: str) -> list[float | None]:
@@ -261,6 +274,8 @@ def training_plot(rounds: list[RoundReport]) -> str | None:
         for s in r.sites.values()
     )
     xs = [float(r.round) for r in rounds]
+    # Whole rounds on the x axes while they are few enough to label each.
+    round_ticks = [(x, f"{x:g}") for x in sorted(set(xs))] if len(set(xs)) <= 12 else None
     # Loss and accuracy side by side (matplotlib drew them on twin axes of one panel).
     loss = Axes(
         title="global model: loss", xlabel="round", ylabel="global loss (cross-entropy, nats)"
@@ -297,6 +312,8 @@ def training_plot(rounds: list[RoundReport]) -> str | None:
     train.legend_loc = "upper right" if site_ids and len(site_ids) <= 12 else None
     dp.legend_loc = "upper left" if site_ids and len(site_ids) <= 6 else None
     panels = [loss, accuracy, train, *([dp] if has_dp else [])]
+    for panel in panels:
+        panel.xticks = round_ticks
     return _svg(panels, size=(300.0, 290.0), cols=len(panels))
 
 
@@ -445,11 +462,9 @@ def _site_grid(
         panels.append(ax)
     if not panels:
         return None
-    panels[0].legend = legend
-    panels[0].legend_loc = "upper left"
     _, cols = _grid(len(panels), ncols=3)
     width = max(360.0, _MIN_GRID_WIDTH / cols)
-    return _svg(panels, size=(width, 300.0), cols=cols, title=title)
+    return _svg(panels, size=(width, 300.0), cols=cols, title=title, legend=legend)
 
 
 def sweep_site_accuracy_plot(points: list[SweepPointReport]) -> str | None:

@@ -33,7 +33,8 @@ TITLE_FONT = 13
 _CHAR_WIDTH = 0.58
 """Mean glyph width over font size of a sans-serif face: sizes legend boxes without fonts."""
 
-Loc = Literal["upper left", "upper right", "lower right"]
+Loc = Literal["upper left", "upper right", "lower right", "outside right"]
+"""Where a legend goes: inside the plot area, or to its right (never over the data)."""
 Marker = Literal["o", "s", "D", "^", "*"]
 
 
@@ -144,6 +145,8 @@ class Axes:
         parts = [line.xs for line in self.lines]
         parts.append(np.array([p.x for p in self.points] + [b.x for b in self.bars]))
         parts.append(np.array([x for x, _ in self.vlines] + [t.x for t in self.texts]))
+        # Fixed ticks are in view (as matplotlib's set_xticks widens the limits to them).
+        parts.append(np.array([x for x, _ in self.xticks or []]))
         return np.concatenate(parts)
 
     def data_y(self) -> np.ndarray:
@@ -306,34 +309,45 @@ def _text(
     )
 
 
+def _legend_width(entries: list[LegendEntry]) -> float:
+    return 34 + _CHAR_WIDTH * TICK_FONT * max(len(e.label) for e in entries)
+
+
 def _legend(entries: list[LegendEntry], loc: Loc, width: float, height: float) -> list[str]:
+    """The legend box for a plot area ``width`` by ``height`` pixels."""
     size = TICK_FONT
     row = size + 5
-    box_w = 34 + _CHAR_WIDTH * size * max(len(e.label) for e in entries)
+    box_w = _legend_width(entries)
     box_h = row * len(entries) + 6
-    left = 8.0 if loc == "upper left" else width - box_w - 8
-    top = height - box_h - 8 if loc == "lower right" else 8.0
+    left = {"upper left": 8.0, "outside right": width + 12}.get(loc, width - box_w - 8)
+    top = height - box_h - 8 if loc == "lower right" else 0.0 if loc == "outside right" else 8.0
     out = [
         f'<rect x="{left:.1f}" y="{top:.1f}" width="{box_w:.1f}" height="{box_h}" '
         'fill="white" fill-opacity="0.85" stroke="#bbb" rx="3"/>'
     ]
     for i, entry in enumerate(entries):
-        cy = top + 3 + row * (i + 0.5)
-        x0 = left + 6
-        if entry.kind == "patch":
+        out.extend(_legend_entry(entry, left + 6, top + 3 + row * (i + 0.5)))
+    return out
+
+
+def _legend_entry(entry: LegendEntry, x0: float, cy: float) -> list[str]:
+    """An entry's key (line, marker or patch) at ``x0`` and its label after it, centred on
+    ``cy``."""
+    out = []
+    if entry.kind == "patch":
+        out.append(
+            f'<rect x="{x0:.1f}" y="{cy - 5:.1f}" width="20" height="10" '
+            f'fill="{entry.fill}" stroke="{entry.style.color}"/>'
+        )
+    else:
+        if entry.kind == "line":
             out.append(
-                f'<rect x="{x0:.1f}" y="{cy - 5:.1f}" width="20" height="10" '
-                f'fill="{entry.fill}" stroke="{entry.style.color}"/>'
+                f'<line x1="{x0:.1f}" y1="{cy:.1f}" x2="{x0 + 20:.1f}" y2="{cy:.1f}" '
+                f"{_attrs(entry.style)}/>"
             )
-        else:
-            if entry.kind == "line":
-                out.append(
-                    f'<line x1="{x0:.1f}" y1="{cy:.1f}" x2="{x0 + 20:.1f}" y2="{cy:.1f}" '
-                    f"{_attrs(entry.style)}/>"
-                )
-            if entry.style.marker:
-                out.append(marker(x0 + 10, cy, entry.style, size=3.5))
-        out.append(_text(x0 + 26, cy + size * 0.35, entry.label, size=size, anchor="start"))
+        if entry.style.marker:
+            out.append(marker(x0 + 10, cy, entry.style, size=3.5))
+    out.append(_text(x0 + 26, cy + TICK_FONT * 0.35, entry.label, size=TICK_FONT, anchor="start"))
     return out
 
 
@@ -345,6 +359,8 @@ def _fitting(text: str, room: float) -> int:
 def render_axes(ax: Axes, left: float, top: float, width: float, height: float) -> list[str]:
     """The panel ``ax`` in the box (``left``, ``top``, ``width``, ``height``) in pixels."""
     pw = width - MARGIN_LEFT - MARGIN_RIGHT
+    if ax.legend and ax.legend_loc == "outside right":
+        pw -= _legend_width(ax.legend) + 12
     ph = height - MARGIN_TOP - MARGIN_BOTTOM
     x0, y0 = left + MARGIN_LEFT, top + MARGIN_TOP
     xlim = ax.xlim or limits(ax.data_x(), ax.xlog)
@@ -405,6 +421,8 @@ def render_axes(ax: Axes, left: float, top: float, width: float, height: float) 
                 )
         if math.isfinite(px) and math.isfinite(py):
             out.append(marker(px, py, p.style))
+    out.append("</svg>")
+    # Text after the clip: a label beside a point at the edge stays whole.
     for t in ax.texts:
         px, py = sx.one(t.x) + t.dx, sy.one(t.y) - t.dy
         if t.vertical:
@@ -416,7 +434,6 @@ def render_axes(ax: Axes, left: float, top: float, width: float, height: float) 
         else:
             anchor = "start" if t.dx else "middle"
             out.append(_text(px, py, t.text, size=t.size, anchor=anchor, color=t.color))
-    out.append("</svg>")
     if ax.legend and ax.legend_loc:
         out.extend(_legend(ax.legend, ax.legend_loc, pw, ph))
     out.append(f'<rect width="{pw:.1f}" height="{ph:.1f}" fill="none" stroke="#444"/>')
@@ -432,6 +449,22 @@ def render_axes(ax: Axes, left: float, top: float, width: float, height: float) 
     return out
 
 
+def _legend_rows(
+    entries: Sequence[LegendEntry], width: float
+) -> list[list[tuple[LegendEntry, float]]]:
+    """Entries with their widths, flowed into rows no wider than ``width``."""
+    rows: list[list[tuple[LegendEntry, float]]] = []
+    used = width
+    for entry in entries:
+        span = _legend_width([entry]) + 10
+        if used + span > width - 8:
+            rows.append([])
+            used = 0.0
+        rows[-1].append((entry, span))
+        used += span
+    return rows
+
+
 def render_figure(
     panels: list[Axes],
     *,
@@ -439,14 +472,23 @@ def render_figure(
     panel_height: float,
     cols: int = 1,
     title: str = "",
+    legend: Sequence[LegendEntry] = (),
 ) -> str:
-    """The panels on a grid of ``cols`` columns (row by row) under a wrapped title, as one
-    ``<svg>`` element sized in pixels (the page's CSS lets it shrink to the column)."""
+    """The panels on a grid of ``cols`` columns (row by row) under a wrapped title and a
+    ``legend`` shared by every panel (one row, over no data), as one ``<svg>`` element sized
+    in pixels (the page's CSS lets it shrink to the column)."""
     rows = math.ceil(len(panels) / cols)
     width = panel_width * cols
     chars = max(20, int(width / (_CHAR_WIDTH * TITLE_FONT)))
     title_lines = textwrap.wrap(title, chars) if title else []
     head = TITLE_LINE * len(title_lines) + (6 if title_lines else 0)
+    keys = []
+    for line in _legend_rows(legend, width):
+        x = max(4.0, (width - sum(span for _, span in line)) / 2)
+        for entry, span in line:
+            keys.extend(_legend_entry(entry, x, head + TITLE_LINE / 2))
+            x += span
+        head += TITLE_LINE + 2
     height = head + panel_height * rows
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
@@ -455,6 +497,7 @@ def render_figure(
     ]
     for i, line in enumerate(title_lines):
         out.append(_text(width / 2, TITLE_LINE * (i + 1), line, size=TITLE_FONT, bold=True))
+    out.extend(keys)
     for i, ax in enumerate(panels):
         row, col = divmod(i, cols)
         out.extend(
