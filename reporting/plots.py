@@ -11,7 +11,8 @@ from typing import Any
 from audit.result import AuditResult, Curve, RocSummary
 
 from .schema import SCORERS, RoundReport, SiteReport, SweepPointReport, SweepSiteRow
-from .svg_chart import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
+from .svg_axes import Axes, Bar, LegendEntry, Marker, Style, Text
+from .svg_chart import render_figure
 
 _BASELINE = "#1f77b4"
 _MIA = "#d62728"
