@@ -2,8 +2,8 @@
 
     python benchmarks/report_stage.py RUN_DIR [RUN_DIR ...] [--repeats 3]
 
-Each directory's report is written once to warm up (imports, font caches), then
-``--repeats`` times; CPU time counts the writer and the worker processes it forked. The
+Each directory's report is written once to warm up (imports), then ``--repeats`` times; CPU
+time counts the writer and any process it waited for (git, for the manifests). The
 directories' report files are rewritten. ``benchmarks/pipeline.py --keep DIR`` leaves run
 directories of 2, 8 and 16 sites to time.
 """
