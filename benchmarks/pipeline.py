@@ -1,9 +1,12 @@
-"""Time per stage of the whole pipeline with 1, 2, 4 and 8 sites.
+"""Time per stage of the whole pipeline with 2, 8 and 16 sites.
 
-    python benchmarks/pipeline.py [--sites 1 2 4 8] [--records 1500] [--rounds 2] [--quick]
+    python benchmarks/pipeline.py [--sites 2 8 16] [--records 700] [--rounds 2] [--quick]
+        [--keep DIR] [--data-root DIR]
 
 Each site holds the same number of records, so with enough Ray workers the FL and audit
-wall times stay flat as sites are added; on a 2-core machine they grow about n/2.
+wall times stay flat as sites are added; on a 2-core machine they grow about n/2. The
+report stage should not grow much with sites (docs/performance.md has measured tables).
+``--keep DIR`` keeps the run directories (e.g. to time ``panoramia-fl report`` on them).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from simulations.runner import run_experiment
 def config_for(num_sites: int, args: argparse.Namespace) -> dict:
     return {
         "name": f"bench-{num_sites}",
-        "data": {"name": args.dataset},
+        "data": {"name": args.dataset, "root": args.data_root},
         "partition": {"scheme": "iid", "num_sites": num_sites, "records_per_site": args.records},
         "fl": {"rounds": args.rounds, "local_epochs": 1},
         "resources": {"num_gpus": "auto", "audit_num_gpus": "auto"},
@@ -51,36 +54,34 @@ def audit_stage_means(run_dir: Path) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sites", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--records", type=int, default=1500, help="records per site")
+    parser.add_argument("--sites", type=int, nargs="+", default=[2, 8, 16])
+    parser.add_argument("--records", type=int, default=700, help="records per site")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dataset", default="fashion_mnist")
+    parser.add_argument("--data-root", type=Path, help="the dataset's folder (data.root)")
     parser.add_argument("--quick", action="store_true", help="tiny generator/helper budgets")
+    parser.add_argument("--keep", type=Path, help="keep the run directories under this folder")
     args = parser.parse_args()
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
     print(f"device: {device}; torch threads per site: 1")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        parent = args.keep or Path(tmp)
         for n in args.sites:
-            run_dir = Path(tmp) / f"sites-{n}"
+            run_dir = parent / f"sites-{n}"
             t0 = time.time()
             outcome = run_experiment(validate_config(config_for(n, args)), run_dir)
             wall = time.time() - t0
             rows.append((n, outcome.timings, audit_stage_means(run_dir), wall))
+    # Every stage the runner timed (data, reference models, FL + audit phases, report), in
+    # the runner's order, then the audit's own stages (mean per site).
+    run_stages = [k for k in rows[0][1] if k != "total_s"] if rows else []
     stage_names = sorted({s for _, _, stages, _ in rows for s in stages})
-    head = ["sites", "data_s", "fl+audit_s", "report_s", "wall_s"] + [
-        f"audit:{s}" for s in stage_names
-    ]
+    head = ["sites", *run_stages, "wall_s"] + [f"audit:{s}" for s in stage_names]
     print("\t".join(head))
     for n, timings, stages, wall in rows:
-        fl = sum(v for k, v in timings.items() if k.startswith(("train", "audit")))
-        cells = [
-            str(n),
-            f"{timings.get('data_s', 0):.1f}",
-            f"{fl:.1f}",
-            f"{timings.get('report_s', 0):.1f}",
-            f"{wall:.1f}",
-        ]
+        cells = [str(n), *(f"{timings.get(k, float('nan')):.1f}" for k in run_stages)]
+        cells.append(f"{wall:.1f}")
         cells += [f"{stages.get(s, float('nan')):.1f}" for s in stage_names]
         print("\t".join(cells))
     print("audit:<stage> = mean seconds per site inside its own process")

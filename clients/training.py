@@ -30,6 +30,7 @@ class TrainableTask(Protocol):
         shuffle: bool,
         seed: int = 0,
         batch_size: int | None = None,
+        device: torch.device | None = None,
     ) -> torch.utils.data.DataLoader: ...
 
     def batch_loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor: ...
@@ -45,6 +46,8 @@ def run_epoch(
     """One pass over ``loader``; returns the mean training loss."""
     total, count = 0.0, 0
     for batch in loader:
+        # A no-op for the task's loaders (records already on the device); Opacus's empty
+        # Poisson batch is built on the host.
         batch = tuple(t.to(device) for t in batch)
         if len(batch[0]) == 0:  # Poisson sampling (Opacus) can draw an empty batch
             continue
@@ -105,7 +108,7 @@ def train_locally(
     model.load_state_dict(global_state)
     model.to(device).train()
     optimizer = task.optimizer.build(model.parameters())
-    loader = task.loader(x, y, shuffle=True, seed=seed)
+    loader = task.loader(x, y, shuffle=True, seed=seed, device=device)
     anchor = [p.detach().clone() for p in model.parameters() if p.requires_grad]
     prox = _proximal(model, anchor, proximal_mu) if proximal_mu > 0 else None
 

@@ -1,4 +1,4 @@
-"""Self-contained HTML pages: inline CSS, plots as base64 PNG, no external resources.
+"""Self-contained HTML pages: inline CSS, plots as inline SVG, no external resources.
 
 Every string that comes from the inputs goes through :func:`esc` (error texts, labels,
 config values). The report's JSON is embedded as an inert ``application/json`` block so the
@@ -35,6 +35,7 @@ tr.failed td, tr.missing td, tr.incomplete td { background: #eeeeee; color: #555
 figure { margin: 1em 0; }
 figcaption { font-size: 0.85em; color: #444; }
 img { max-width: 100%; }
+.plot svg { max-width: 100%; height: auto; }
 .headline { border: 2px solid #555; border-radius: 0.4em; background: #f6f7fb;
             padding: 0.6em 1.2em; margin: 1em 0; }
 .headline .numbers { display: flex; gap: 3em; flex-wrap: wrap; margin: 0.5em 0; }
@@ -157,12 +158,13 @@ def meaning_block() -> str:
     )
 
 
-def figure(png_base64: str | None, caption: str, *, alt: str) -> str:
-    """An embedded PNG with its caption, or a note when there was nothing to plot."""
-    if png_base64 is None:
+def figure(svg: str | None, caption: str, *, alt: str) -> str:
+    """An inline SVG plot (:mod:`.plots`) with its caption, or a note when there was nothing
+    to plot. ``alt`` names the plot to screen readers (``role="img"``)."""
+    if svg is None:
         return f"<p><em>{esc(alt)}: no data to plot.</em></p>"
     return (
-        f'<figure><img alt="{esc(alt)}" src="data:image/png;base64,{png_base64}">'
+        f'<figure><div class="plot" role="img" aria-label="{esc(alt)}">{svg}</div>'
         f"<figcaption>{esc(caption)}</figcaption></figure>"
     )
 

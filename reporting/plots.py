@@ -1,32 +1,43 @@
-"""Report plots as base64 PNG strings (matplotlib Agg, imported lazily, no pyplot state).
+"""Report plots as inline SVG markup (:mod:`.svg_chart`), drawn in milliseconds each.
 
 Each function returns None when it has nothing to draw, so the HTML can say so instead.
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import math
-import textwrap
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from audit.result import AuditResult, Curve, RocSummary
 
 from .schema import SCORERS, RoundReport, SiteReport, SweepPointReport, SweepSiteRow
+from .svg_axes import Axes, Bar, LegendEntry, Marker, Style, Text
+from .svg_chart import render_figure
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+_BASELINE = "#1f77b4"
+_MIA = "#d62728"
+_TWO_SIDED = "#800000"
+_RMRN = "#2ca02c"
+_O1 = "#9467bd"
+_CANARY = "#ff7f0e"
+_GREY = "#666666"
+_CYCLE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+"""One colour per site in the training panels (matplotlib's tab10)."""
+_DOTTED = "2 3"
+_DASHED = "6 3"
 
-_DPI = 90
-_BASELINE = "tab:blue"
-_MIA = "tab:red"
-_TWO_SIDED = "maroon"
-_RMRN = "tab:green"
-_O1 = "tab:purple"
-_CANARY = "tab:orange"
-
-_EPS_SERIES: tuple[tuple[str, str, str, str], ...] = (
+_EPS_SERIES: tuple[tuple[str, str, Marker, str], ...] = (
     ("eps_tilde", _MIA, "o", "eps_tilde one-sided (95% CI)"),
     ("eps_tilde_two_sided", _TWO_SIDED, "D", "eps_tilde two-sided (95% CI)"),
     ("rm_rn_eps_lb", _RMRN, "s", "RM;RN eps lower bound"),
@@ -42,27 +53,32 @@ _SCORER_STYLE: dict[str, tuple[str, str]] = {
 }
 
 _FPR_MIN = 1e-3
-_MIN_GRID_WIDTH = 5.0
-_TITLE_CHARS_PER_INCH = 13
+_GRID_PANEL = (320.0, 270.0)
+"""Width and height in pixels of each site's panel in the precision/bound-recall grids."""
+_MIN_GRID_WIDTH = 450.0
+"""A one-site grid is widened to this, so that its title has room."""
 
 
-def _new_figure(width: float, height: float) -> Figure:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def _svg(
+    panels: list[Axes],
+    *,
+    size: tuple[float, float],
+    cols: int = 1,
+    title: str = "",
+    legend: list[LegendEntry] | None = None,
+) -> str:
+    """The figure's markup (one place, so that tests can look at the panels instead)."""
+    return render_figure(
+        panels,
+        panel_width=size[0],
+        panel_height=size[1],
+        cols=cols,
+        title=title,
+        legend=legend or (),
+    )
 
-    fig = Figure(figsize=(width, height), dpi=_DPI, layout="tight")
-    FigureCanvasAgg(fig)
-    return fig
 
-
-def _to_base64(fig: Figure) -> str:
-    buf = io.BytesIO()
-    # No date in the metadata: the same inputs give the same bytes.
-    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _nan(values: list[float | None]) -> list[float]:
+def _nan(values: Any) -> list[float]:
     return [math.nan if v is None else float(v) for v in values]
 
 
@@ -75,60 +91,59 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
     """eps_tilde (one- and two-sided) per site with intervals, RM;RN and O(1), headroom bar."""
     if not sites:
         return None
-    fig = _new_figure(max(6.0, 1.0 * len(sites) + 2.5), 4.0)
-    ax = fig.add_subplot()
-    xs = list(range(len(sites)))
+    ax = Axes(
+        title="eps_tilde per site (a lower bound on eps only where c_lb is tight)",
+        xlabel="site",
+        ylabel="epsilon (nats)",
+        xlim=(-0.6, len(sites) - 0.4),
+        xticks=[(x, f"site {s.site_id}") for x, s in enumerate(sites)],
+    )
     width = 0.18
-    for x, site in zip(xs, sites):
+    offsets = [width * (j - (len(_EPS_SERIES) - 1) / 2) for j in range(len(_EPS_SERIES))]
+    for x, site in enumerate(sites):
         if site.status != "ok":
-            ax.text(x, 0.0, site.status, rotation=90, ha="center", va="bottom", color="grey")
+            ax.texts.append(Text(x, 0.0, site.status, "grey", size=10, vertical=True))
             continue
         if site.headroom is not None:
-            ax.bar(x, site.headroom, width=0.8, color="0.9", edgecolor="0.6", zorder=0)
-        offsets = [width * (j - (len(_EPS_SERIES) - 1) / 2) for j in range(len(_EPS_SERIES))]
+            ax.bars.append(Bar(x, site.headroom, 0.8, "#e6e6e6", "#999999"))
         _eps_points(ax, site, [x + dx for dx in offsets])
         if site.flags and (site.flags.saturated or site.flags.c_lb_not_tight):
             label = "saturated" if site.flags.saturated else "not tight"
-            ax.annotate(
-                label,
-                (x + offsets[0], site.eps_tilde or 0.0),
-                textcoords="offset points",
-                xytext=(0, 8),
-                ha="center",
-                fontsize=7,
-                color="darkorange",
+            ax.texts.append(
+                Text(x + offsets[0], site.eps_tilde or 0.0, label, "darkorange", size=9, dy=10)
             )
-    from matplotlib.patches import Patch
-
-    ax.legend(
-        handles=[
-            *_eps_legend(),
-            Patch(facecolor="0.9", edgecolor="0.6", label="headroom: ceiling - c_lb"),
-        ],
-        fontsize=8,
-        loc="upper left",
-    )
-    ax.set_xticks(xs, [f"site {s.site_id}" for s in sites])
-    ax.set_xlabel("site")
-    ax.set_ylabel("epsilon (nats)")
-    ax.set_title("eps_tilde per site (a lower bound on eps only where c_lb is tight)")
-    ax.axhline(0.0, color="0.5", lw=0.8)
-    return _to_base64(fig)
-
-
-def _eps_points(ax: Any, row: SiteReport | SweepSiteRow, xs: list[float]) -> None:
-    """One marker (with its interval) per :data:`_EPS_SERIES` entry, at ``xs``."""
-    for x, (name, color, marker, _) in zip(xs, _EPS_SERIES):
-        _errpoint(ax, x, getattr(row, name), getattr(row, f"{name}_interval"), color, marker)
-
-
-def _eps_legend() -> list[Any]:
-    from matplotlib.lines import Line2D
-
-    return [
-        Line2D([], [], color=color, marker=marker, ls="", label=label)
-        for _, color, marker, label in _EPS_SERIES
+    ax.hlines.append((0.0, Style("#808080", width=0.8)))
+    ax.legend = [
+        *_eps_legend(),
+        LegendEntry("headroom: ceiling - c_lb", Style("#999999"), "patch", fill="#e6e6e6"),
     ]
+    # Beside the plot: inside, it would cover the first sites' bars.
+    ax.legend_loc = "outside right"
+    return _svg([ax], size=(max(640.0, 60.0 * len(sites) + 450.0), 360.0))
+
+
+def _eps_points(ax: Axes, row: SiteReport | SweepSiteRow, xs: list[float]) -> None:
+    """One marker (with its interval) per :data:`_EPS_SERIES` entry, at ``xs``."""
+    for x, (name, color, shape, _) in zip(xs, _EPS_SERIES):
+        _errpoint(ax, x, getattr(row, name), getattr(row, f"{name}_interval"), color, shape)
+
+
+def _eps_legend() -> list[LegendEntry]:
+    return [
+        LegendEntry(label, Style(color, marker=shape), "marker")
+        for _, color, shape, label in _EPS_SERIES
+    ]
+
+
+def _errpoint(ax: Axes, x: float, value: float | None, iv: Any, color: str, shape: Marker) -> None:
+    if value is None:
+        return
+    low = high = None
+    if iv is not None and iv.low is not None and iv.high is not None:
+        # An interval that does not hold its own point is drawn from the point (as matplotlib
+        # clipped negative error-bar lengths to 0).
+        low, high = min(value, iv.low), max(value, iv.high)
+    ax.point(x, value, Style(color, marker=shape), low=low, high=high)
 
 
 def roc_plot(site_id: int, roc: dict[str, RocSummary], n_repeats: int) -> str | None:
@@ -146,47 +161,34 @@ def roc_plot(site_id: int, roc: dict[str, RocSummary], n_repeats: int) -> str | 
     drawn = [(name, roc[name]) for name in SCORERS if name in roc]
     if not drawn:
         return None
-    fig = _new_figure(4.6, 4.0)
-    ax = fig.add_subplot()
+    ax = Axes(
+        title=f"site {site_id}: ROC, log-log (mean of {n_repeats} repeat{'s' * (n_repeats != 1)})",
+        xlabel="false-positive rate (fraction of non-members flagged, log scale)",
+        ylabel="true-positive rate (fraction of members flagged, log scale)",
+        xlog=True,
+        ylog=True,
+        legend_loc="lower right",
+    )
     floor = _FPR_MIN
     for name, summary in drawn:
         color, label = _SCORER_STYLE[name]
         # A TPR of 0 (no member found at that FPR) has no place on a log axis.
         tpr = [v if v is not None and v > 0 else math.nan for v in summary.tpr]
         floor = min([floor, *(v for v in tpr if v > 0)])
-        ax.plot(
-            _nan(summary.fpr), tpr, color=color, lw=1.5, label=f"{label}, AUC {summary.auc:.3f}"
-        )
-    ax.plot([_FPR_MIN, 1.0], [_FPR_MIN, 1.0], ls=":", color="0.4", label="chance (TPR = FPR)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(_FPR_MIN, 1.0)
-    ax.set_ylim(floor, 1.05)
-    ax.set_xlabel("false-positive rate (fraction of non-members flagged, log scale)", fontsize=8)
-    ax.set_ylabel("true-positive rate (fraction of members flagged, log scale)", fontsize=8)
-    ax.set_title(
-        f"site {site_id}: ROC, log-log (mean of {n_repeats} repeat{'s' * (n_repeats != 1)})",
-        fontsize=9,
-    )
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=7, loc="lower right")
-    return _to_base64(fig)
+        ax.plot(_nan(summary.fpr), tpr, Style(color), f"{label}, AUC {summary.auc:.3f}")
+    ax.plot([_FPR_MIN, 1.0], [_FPR_MIN, 1.0], Style(_GREY, dash=_DOTTED), "chance (TPR = FPR)")
+    ax.xlim = (_FPR_MIN, 1.0)
+    ax.ylim = (floor, 1.05)
+    return _svg([ax], size=(470.0, 420.0))
 
 
-def _errpoint(ax: Any, x: float, value: float | None, iv: Any, color: str, marker: str) -> None:
-    if value is None:
-        return
-    yerr = None
-    if iv is not None and iv.low is not None and iv.high is not None:
-        yerr = [[max(0.0, value - iv.low)], [max(0.0, iv.high - value)]]
-    ax.errorbar([x], [value], yerr=yerr, fmt=marker, color=color, capsize=3, ms=6)
-
-
-def _measured_ylim(ax: Any) -> None:
+def _measured_ylim(ax: Axes) -> None:
     """Fit the y axis to what was measured (drawn so far), not to the accountant's eps:
     a y = x line up to eps 10^5 would flatten every bound onto 0."""
-    top = ax.dataLim.y1 if ax.dataLim.height >= 0 and math.isfinite(ax.dataLim.y1) else 0.0
-    ax.set_ylim(-0.05 * max(1.0, top), max(1.0, 1.25 * top))
+    ys = ax.data_y()
+    ys = ys[[math.isfinite(y) for y in ys]]
+    top = float(ys.max()) if ys.size else 0.0
+    ax.ylim = (-0.05 * max(1.0, top), max(1.0, 1.25 * top))
 
 
 def _eps_tick(t: float) -> str:
@@ -205,37 +207,33 @@ def _curve_grid(
     drawn = [s for s in sites if s.site_id in results and results[s.site_id].repeats]
     if not drawn:
         return None
-    rows, cols = _grid(len(drawn))
-    width = max(3.2 * cols, _MIN_GRID_WIDTH)
-    fig = _new_figure(width, 2.7 * rows)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for ax in axes.flat[len(drawn) :]:
-        ax.set_visible(False)
-    for ax, site in zip(axes.flat, drawn):
+    panels = []
+    ceiling = Style("black", width=1, dash=_DASHED)
+    # One legend over the grid (the same in every panel, and over no curve).
+    legend = [LegendEntry("baseline b", Style(_BASELINE)), LegendEntry("MIA", Style(_MIA))]
+    for site in drawn:
         result = results[site.site_id]
-        for i, rep in enumerate(result.repeats):
-            for curve, color, name in (
-                (rep.baseline_curve, _BASELINE, "baseline b"),
-                (rep.mia_curve, _MIA, "MIA"),
-            ):
+        ax = Axes(
+            title=f"site {site.site_id}",
+            xlabel="recall (fraction of members found)",
+            ylabel=ylabel,
+        )
+        opacity = 0.8 if len(result.repeats) == 1 else 0.55
+        for rep in result.repeats:
+            for curve, color in ((rep.baseline_curve, _BASELINE), (rep.mia_curve, _MIA)):
                 ax.plot(
                     _nan(curve.recall),
                     _nan(_series(curve, y_of)),
-                    color=color,
-                    alpha=0.8 if len(result.repeats) == 1 else 0.55,
-                    lw=1.2,
-                    label=name if i == 0 else None,
+                    Style(color, width=1.2, opacity=opacity),
                 )
         if ceiling_line and site.ceiling is not None:
-            ax.axhline(site.ceiling, color="black", ls="--", lw=1, label="ceiling")
-        ax.set_title(f"site {site.site_id}", fontsize=9)
-        ax.set_xlabel("recall (fraction of members found)", fontsize=8)
-        ax.set_ylabel(ylabel, fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7)
-    # Wrapped to the figure's width: a one-site grid is narrower than the title.
-    fig.suptitle(textwrap.fill(title, int(_TITLE_CHARS_PER_INCH * width)), fontsize=10)
-    return _to_base64(fig)
+            ax.hlines.append((site.ceiling, ceiling))
+        panels.append(ax)
+    if ceiling_line and any(ax.hlines for ax in panels):
+        legend.append(LegendEntry("ceiling", ceiling))
+    _, cols = _grid(len(drawn))
+    width = max(_GRID_PANEL[0], _MIN_GRID_WIDTH / cols)
+    return _svg(panels, size=(width, _GRID_PANEL[1]), cols=cols, title=title, legend=legend)
 
 
 def _series(curve: Curve, y_of: str) -> list[float | None]:
@@ -267,7 +265,7 @@ def bound_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) 
 
 
 def training_plot(rounds: list[RoundReport]) -> str | None:
-    """Global loss / accuracy per round, each site's train loss and DP epsilon per round."""
+    """Global loss and accuracy per round, each site's train loss and DP epsilon per round."""
     if not rounds:
         return None
     site_ids = sorted({sid for r in rounds for sid in r.sites}, key=_sid_key)
@@ -276,55 +274,48 @@ def training_plot(rounds: list[RoundReport]) -> str | None:
         for r in rounds
         for s in r.sites.values()
     )
-    fig = _new_figure(11.0, 3.2)
-    axes = fig.subplots(1, 3 if has_dp else 2, squeeze=False)[0]
-    xs = [r.round for r in rounds]
-    ax = axes[0]
-    ax.plot(xs, _nan([r.global_loss for r in rounds]), "o-", color="tab:blue", label="loss")
-    ax.set_xlabel("round")
-    ax.set_ylabel("global loss (cross-entropy, nats)", color="tab:blue")
-    ax2 = ax.twinx()
-    ax2.plot(xs, _nan([r.global_accuracy for r in rounds]), "s-", color="tab:orange")
-    ax2.set_ylabel("global accuracy (fraction)", color="tab:orange")
-    ax.set_title("global model", fontsize=9)
-    for sid in site_ids:
-        pts = [(r.round, r.sites[sid]) for r in rounds if sid in r.sites]
-        axes[1].plot(
-            [p[0] for p in pts],
-            _nan([p[1].train_loss for p in pts]),
-            "o-",
-            ms=3,
-            label=f"site {sid}",
-        )
+    xs = [float(r.round) for r in rounds]
+    # Whole rounds on the x axes while they are few enough to label each.
+    round_ticks = [(x, f"{x:g}") for x in sorted(set(xs))] if len(set(xs)) <= 12 else None
+    # Loss and accuracy side by side (matplotlib drew them on twin axes of one panel).
+    loss = Axes(
+        title="global model: loss", xlabel="round", ylabel="global loss (cross-entropy, nats)"
+    )
+    loss.plot(xs, _nan(r.global_loss for r in rounds), Style(_BASELINE, marker="o"))
+    accuracy = Axes(
+        title="global model: accuracy", xlabel="round", ylabel="global accuracy (fraction)"
+    )
+    accuracy.plot(xs, _nan(r.global_accuracy for r in rounds), Style(_CANARY, marker="s"))
+    train = Axes(title="site train loss", xlabel="round", ylabel="train loss (cross-entropy, nats)")
+    dp = Axes(
+        title="site DP epsilon (accountant, cumulative)", xlabel="round", ylabel="epsilon (nats)"
+    )
+    for i, sid in enumerate(site_ids):
+        color = _CYCLE[i % len(_CYCLE)]
+        pts = [(float(r.round), r.sites[sid]) for r in rounds if sid in r.sites]
+        px = [p[0] for p in pts]
+        train.plot(px, _nan(p[1].train_loss for p in pts), Style(color, marker="o"), f"site {sid}")
         if has_dp:
-            line = axes[2].plot(
-                [p[0] for p in pts],
-                _nan([p[1].dp_epsilon for p in pts]),
-                "o-",
-                ms=3,
-                label=f"site {sid}, record level",
-            )[0]
+            dp.plot(
+                px,
+                _nan(p[1].dp_epsilon for p in pts),
+                Style(color, marker="o"),
+                f"site {sid}, record level",
+            )
             if any(p[1].dp_epsilon_client is not None for p in pts):
-                axes[2].plot(
-                    [p[0] for p in pts],
-                    _nan([p[1].dp_epsilon_client for p in pts]),
-                    "s--",
-                    ms=3,
-                    color=line.get_color(),
-                    label=f"site {sid}, client level (site-level)",
+                dp.plot(
+                    px,
+                    _nan(p[1].dp_epsilon_client for p in pts),
+                    Style(color, dash=_DASHED, marker="s"),
+                    f"site {sid}, client level (site-level)",
                 )
-    axes[1].set_title("site train loss", fontsize=9)
-    axes[1].set_xlabel("round")
-    axes[1].set_ylabel("train loss (cross-entropy, nats)")
-    if site_ids and len(site_ids) <= 12:
-        axes[1].legend(fontsize=7)
-    if has_dp:
-        axes[2].set_title("site DP epsilon (accountant, cumulative)", fontsize=9)
-        axes[2].set_xlabel("round")
-        axes[2].set_ylabel("epsilon (nats)")
-        if site_ids and len(site_ids) <= 6:
-            axes[2].legend(fontsize=6)
-    return _to_base64(fig)
+    # Legends only while they fit beside the lines.
+    train.legend_loc = "upper right" if site_ids and len(site_ids) <= 12 else None
+    dp.legend_loc = "upper left" if site_ids and len(site_ids) <= 6 else None
+    panels = [loss, accuracy, train, *([dp] if has_dp else [])]
+    for panel in panels:
+        panel.xticks = round_ticks
+    return _svg(panels, size=(300.0, 290.0), cols=len(panels))
 
 
 def _sid_key(sid: str) -> tuple[int, Any]:
@@ -353,13 +344,11 @@ def _eps_positions(points: list[SweepPointReport]) -> tuple[dict[str, float], fl
     return pos, inf_x, log
 
 
-def _eps_axis(ax: Any, pos: dict[str, float], inf_x: float, log: bool) -> None:
-    if log:
-        ax.set_xscale("log")
+def _eps_axis(ax: Axes, pos: dict[str, float], inf_x: float, log: bool) -> None:
+    ax.xlog = log
     ticks = sorted(set(pos.values()))
-    ax.set_xticks(ticks, ["inf (no DP)" if t == inf_x else _eps_tick(t) for t in ticks])
-    ax.minorticks_off()
-    ax.set_xlabel("theoretical eps (DP accountant, nats; max over sites)")
+    ax.xticks = [(t, "inf (no DP)" if t == inf_x else _eps_tick(t)) for t in ticks]
+    ax.xlabel = "theoretical eps (DP accountant, nats; max over sites)"
 
 
 def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
@@ -368,8 +357,11 @@ def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
     rows = [(p, s) for p in points if p.label in pos for s in p.sites if s.status == "ok"]
     if not rows:
         return None
-    fig = _new_figure(7.5, 4.2)
-    ax = fig.add_subplot()
+    ax = Axes(
+        title="Measured leakage against the DP guarantee",
+        ylabel="measured epsilon (nats; one marker per site)",
+        legend_loc="upper left",
+    )
     site_ids = sorted({s.site_id for _, s in rows})
     # Side by side around the point's x: one slot per (site, measurement).
     per_site = len(_EPS_SERIES)
@@ -381,19 +373,13 @@ def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
         _eps_points(ax, s, [base * math.exp(spread * k) if log else base + spread * k for k in ks])
     finite = [x for x in pos.values() if x != inf_x]
     _measured_ylim(ax)
+    diagonal = Style("#666666", width=1, dash=_DOTTED)
     if finite:
         lo, hi = min(finite), max(finite)
-        ax.plot([lo, hi], [lo, hi], ls=":", color="0.4", lw=1)
-    from matplotlib.lines import Line2D
-
-    ax.legend(
-        handles=[*_eps_legend(), Line2D([], [], color="0.4", ls=":", label="y = theoretical eps")],
-        fontsize=8,
-    )
+        ax.plot([lo, hi], [lo, hi], diagonal)
+    ax.legend = [*_eps_legend(), LegendEntry("y = theoretical eps", diagonal)]
     _eps_axis(ax, pos, inf_x, log)
-    ax.set_ylabel("measured epsilon (nats; one marker per site)")
-    ax.set_title("Measured leakage against the DP guarantee", fontsize=10)
-    return _to_base64(fig)
+    return _svg([ax], size=(675.0, 380.0))
 
 
 def sweep_accuracy_plot(points: list[SweepPointReport]) -> str | None:
@@ -402,21 +388,13 @@ def sweep_accuracy_plot(points: list[SweepPointReport]) -> str | None:
     drawn = [p for p in points if p.label in pos and p.global_accuracy is not None]
     if not drawn:
         return None
-    fig = _new_figure(7.5, 3.8)
-    ax = fig.add_subplot()
+    ax = Axes(title="Utility against privacy", ylabel="final global accuracy (fraction)")
     for p in drawn:
-        ax.plot([pos[p.label]], [p.global_accuracy], "o", color="tab:orange")
-        ax.annotate(
-            p.label,
-            (pos[p.label], p.global_accuracy),
-            textcoords="offset points",
-            xytext=(4, 4),
-            fontsize=7,
-        )
+        assert p.global_accuracy is not None
+        ax.point(pos[p.label], p.global_accuracy, Style(_CANARY, marker="o"))
+        ax.texts.append(Text(pos[p.label], p.global_accuracy, p.label, "#222", dx=5, dy=5))
     _eps_axis(ax, pos, inf_x, log)
-    ax.set_ylabel("final global accuracy (fraction)")
-    ax.set_title("Utility against privacy", fontsize=10)
-    return _to_base64(fig)
+    return _svg([ax], size=(675.0, 340.0))
 
 
 _NO_DP = "no DP"
@@ -453,75 +431,72 @@ def _site_eps_positions(
     return pos, no_dp_x, finite
 
 
-def _site_eps_axis(ax: Any, pos: dict[str, float], no_dp_x: float, finite: list[float]) -> None:
-    ax.set_xscale("log")
+def _site_eps_axis(ax: Axes, pos: dict[str, float], no_dp_x: float, finite: list[float]) -> None:
+    ax.xlog = True
     ticks = sorted(set(pos.values()))
-    ax.set_xticks(ticks, [_NO_DP if t == no_dp_x else _eps_tick(t) for t in ticks])
-    ax.minorticks_off()
+    ax.xticks = [(t, _NO_DP if t == no_dp_x else _eps_tick(t)) for t in ticks]
     if finite and no_dp_x in ticks:
         # The "no DP" slot is not on the epsilon scale: a rule sets it apart.
-        ax.axvline(math.sqrt(finite[-1] * no_dp_x), color="0.75", ls="--", lw=0.8)
+        ax.vlines.append((math.sqrt(finite[-1] * no_dp_x), Style("#bfbfbf", 0.8, _DASHED)))
     lo, hi = min(ticks), max(ticks)
-    ax.set_xlim(lo / 1.6, hi * 1.6)
-    ax.set_xlabel("accountant eps (record-level guarantee, log scale)", fontsize=8)
-    ax.tick_params(labelsize=7)
+    ax.xlim = (lo / 1.6, hi * 1.6)
+    ax.xlabel = "accountant eps (record-level guarantee, log scale)"
+
+
+Draw = Any
+"""``draw(ax, rows, pos, finite)``: plots one site's points (a callable)."""
 
 
 def _site_grid(
-    points: list[SweepPointReport], *, title: str, draw: Any, legend: list[Any]
+    points: list[SweepPointReport], *, title: str, draw: Draw, legend: list[LegendEntry]
 ) -> str | None:
-    """One panel per site; ``draw(ax, rows, pos)`` plots a site's points at ``pos``."""
+    """One panel per site; ``draw(ax, rows, pos, finite)`` plots a site's points at ``pos``."""
     panels = []
     for sid, rows in _site_rows(points).items():
         pos, no_dp_x, finite = _site_eps_positions(rows)
         drawn = [(p, s) for p, s in rows if p.label in pos and s.status == "ok"]
-        if drawn:
-            panels.append((sid, drawn, pos, no_dp_x, finite))
-    if not panels:
-        return None
-    n_rows, cols = _grid(len(panels), ncols=3)
-    width = max(4.0 * cols, _MIN_GRID_WIDTH)
-    fig = _new_figure(width, 3.3 * n_rows + 0.5)
-    axes = fig.subplots(n_rows, cols, squeeze=False)
-    for ax in axes.flat[len(panels) :]:
-        ax.set_visible(False)
-    for ax, (sid, drawn, pos, no_dp_x, finite) in zip(axes.flat, panels):
+        if not drawn:
+            continue
+        ax = Axes(title=f"site {sid}")
         draw(ax, drawn, pos, finite)
         _site_eps_axis(ax, pos, no_dp_x, finite)
-        ax.set_title(f"site {sid}", fontsize=9)
-    axes.flat[0].legend(handles=legend, fontsize=7)
-    fig.suptitle(textwrap.fill(title, int(_TITLE_CHARS_PER_INCH * width)), fontsize=10)
-    return _to_base64(fig)
+        panels.append(ax)
+    if not panels:
+        return None
+    _, cols = _grid(len(panels), ncols=3)
+    width = max(360.0, _MIN_GRID_WIDTH / cols)
+    return _svg(panels, size=(width, 300.0), cols=cols, title=title, legend=legend)
 
 
 def sweep_site_accuracy_plot(points: list[SweepPointReport]) -> str | None:
     """Per site: accuracy (global and on the site's holdout) against its accountant eps."""
-    from matplotlib.lines import Line2D
+    global_style = Style(_BASELINE, marker="s", filled=False)
+    holdout_style = Style(_CANARY, marker="o")
 
-    def draw(ax: Any, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
+    def draw(ax: Axes, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
         for p, s in rows:
             x = pos[p.label]
             if s.global_accuracy is not None:
-                ax.plot([x], [s.global_accuracy], "s", mfc="none", color=_BASELINE)
+                ax.point(x, s.global_accuracy, global_style)
             if s.accuracy_holdout is not None:
-                ax.plot([x], [s.accuracy_holdout], "o", color=_CANARY)
+                ax.point(x, s.accuracy_holdout, holdout_style)
             y = s.accuracy_holdout if s.accuracy_holdout is not None else s.global_accuracy
             if y is not None:
-                ax.annotate(p.label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=6)
-        ax.set_ylabel("accuracy (fraction)", fontsize=8)
+                ax.texts.append(Text(x, y, p.label, "#222", size=8, dx=5, dy=5))
+        ax.ylabel = "accuracy (fraction)"
 
     return _site_grid(
         points,
         title="Utility against the DP guarantee, per site",
         draw=draw,
         legend=[
-            Line2D([], [], color=_BASELINE, marker="s", mfc="none", ls="", label="global"),
-            Line2D([], [], color=_CANARY, marker="o", ls="", label="site holdout"),
+            LegendEntry("global", global_style, "marker"),
+            LegendEntry("site holdout", holdout_style, "marker"),
         ],
     )
 
 
-_BOUND_SERIES: tuple[tuple[str, str, str, str], ...] = (
+_BOUND_SERIES: tuple[tuple[str, str, Marker, str], ...] = (
     ("canary_eps_lb", _CANARY, "*", "canary eps lower bound"),
     ("eps_tilde", _TWO_SIDED, "D", "eps_tilde, two-sided where measured (95% CI)"),
     ("o1_eps_lb", _O1, "^", "O(1) eps lower bound (95% CI)"),
@@ -541,22 +516,22 @@ def _bound_value(row: SweepSiteRow, name: str) -> tuple[float | None, Any]:
 def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
     """Per site: the canary and O(1) lower bounds and eps_tilde against its accountant eps,
     with y = x (a lower bound above it is a violation)."""
-    from matplotlib.lines import Line2D
+    diagonal = Style("#4d4d4d", width=1, dash=_DOTTED)
 
-    def draw(ax: Any, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
+    def draw(ax: Axes, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
         n = len(_BOUND_SERIES)
         for p, s in rows:
-            for j, (name, color, marker, _) in enumerate(_BOUND_SERIES):
+            for j, (name, color, shape, _) in enumerate(_BOUND_SERIES):
                 value, iv = _bound_value(s, name)
                 # Side by side around the point's x, evenly on the log axis.
                 x = pos[p.label] * math.exp(0.08 * (j - (n - 1) / 2))
-                _errpoint(ax, x, value, iv, color, marker)
+                _errpoint(ax, x, value, iv, color, shape)
         _measured_ylim(ax)
         if finite:
             lo, hi = finite[0] / 1.5, finite[-1] * 1.5
-            ax.plot([lo, hi], [lo, hi], ls=":", color="0.3", lw=1)
-        ax.axhline(0.0, color="0.6", lw=0.6)
-        ax.set_ylabel("measured epsilon (nats)", fontsize=8)
+            ax.plot([lo, hi], [lo, hi], diagonal)
+        ax.hlines.append((0.0, Style("#999999", width=0.6)))
+        ax.ylabel = "measured epsilon (nats)"
 
     return _site_grid(
         points,
@@ -564,9 +539,9 @@ def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
         draw=draw,
         legend=[
             *(
-                Line2D([], [], color=color, marker=marker, ls="", label=label)
-                for _, color, marker, label in _BOUND_SERIES
+                LegendEntry(label, Style(color, marker=shape), "marker")
+                for _, color, shape, label in _BOUND_SERIES
             ),
-            Line2D([], [], color="0.3", ls=":", label="y = x (accountant eps)"),
+            LegendEntry("y = x (accountant eps)", diagonal),
         ],
     )

@@ -528,10 +528,10 @@ def test_markdown_and_html_show_numbers_flags_and_meaning(
     assert 'class="saturated"' in page and 'class="failed"' in page
     assert f'title="{site0["eps_tilde"]!r}"' in page
     # 4 plots plus one log-ROC per ok site; the explanation block once.
-    assert page.count("data:image/png;base64,") == 4 + 2
+    assert page.count('<div class="plot" role="img"') == 4 + 2
     for sid in (0, 1):
-        assert page.count(f'alt="log-scale ROC, site {sid}"') == 1
-    assert 'alt="log-scale ROC, site 2"' not in page
+        assert page.count(f'aria-label="log-scale ROC, site {sid}"') == 1
+    assert 'aria-label="log-scale ROC, site 2"' not in page
     assert page.count('class="meaning"') == 1
     assert page.count("What eps_tilde means and does not mean") == 1
     assert page.count(html.escape(TWO_SIDED_MEANING)) == 1
@@ -744,7 +744,7 @@ def test_version_1_audit_file_still_renders(tmp_path: Path) -> None:
     assert "two-sided game," not in md and "bound levels" not in md
     page = files.html_path.read_text()
     assert "log-scale ROC, site 0" not in page and "carry no ROC summaries" in page
-    assert page.count("data:image/png;base64,") == 4
+    assert page.count('<div class="plot" role="img"') == 4
     assert page.count('class="meaning"') == 1
     assert _embedded_json(page) == report
 
@@ -881,6 +881,6 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
     )
     assert page.count('class="meaning"') == 1
     # Two consortium-wide plots, and per site accuracy and bounds against the accountant.
-    assert page.count("data:image/png;base64,") == 4
+    assert page.count('<div class="plot" role="img"') == 4
     assert _embedded_json(page) == sweep
     assert math.isclose(sweep["points"][0]["max_eps_tilde"], 0.25)

@@ -1,5 +1,6 @@
 """The report pages in a real browser: headless Chromium loads report.html, sweep.html and a
-site page, with no console error, every image decoded, the tables as they should be.
+site page, with no console error, every plot (inline SVG) laid out and drawn, every image
+decoded, the tables as they should be.
 
 Chromium is driven with its command line alone (``--dump-dom``, ``--screenshot``): a copy of
 each page gets a checking script as the first thing in its <head>, so it sees every error
@@ -85,7 +86,22 @@ CHECKER = r"""
       var images = Array.prototype.map.call(document.images, function (img) {
         return {alt: img.alt, complete: img.complete, naturalWidth: img.naturalWidth};
       });
-      var report = {problems: problems.slice(), images: images, title: document.title,
+      // A plot is drawn when its <svg> takes room on the page, its shapes have a bounding
+      // box, and it has marks and text that the browser laid out (a malformed coordinate
+      // list is also a console error, which counts as a problem).
+      var plots = Array.prototype.map.call(document.querySelectorAll(".plot"), function (div) {
+        var svg = div.querySelector("svg");
+        var box = svg ? svg.getBoundingClientRect() : {width: 0, height: 0};
+        var drawn = svg ? svg.getBBox() : {width: 0, height: 0};
+        var marks = svg ? svg.querySelectorAll("polyline, polygon, circle, rect, line") : [];
+        var texts = svg ? Array.prototype.filter.call(svg.querySelectorAll("text"),
+          function (t) { return t.getComputedTextLength() > 0; }) : [];
+        return {alt: div.getAttribute("aria-label"), width: box.width, height: box.height,
+                drawnWidth: drawn.width, drawnHeight: drawn.height, marks: marks.length,
+                texts: texts.length};
+      });
+      var report = {problems: problems.slice(), images: images, plots: plots,
+                    title: document.title,
                     text: document.body.innerText, tables: tables()};
       report.sorts = sorts();
       report.problems = problems;
@@ -98,7 +114,7 @@ CHECKER = r"""
 })();
 </script>
 """
-"""Records errors from the start of the page; after load, writes images, tables, the text
+"""Records errors from the start of the page; after load, writes images, plots, tables, the text
 and (having clicked every header of each sortable table twice) the sorted columns."""
 
 _RESULT = re.compile(r'<pre id="__page_check__">(.*?)</pre>', re.S)
@@ -108,6 +124,7 @@ _RESULT = re.compile(r'<pre id="__page_check__">(.*?)</pre>', re.S)
 class PageCheck:
     problems: list[str]
     images: list[dict[str, Any]]
+    plots: list[dict[str, Any]]
     title: str
     text: str
     tables: list[dict[str, Any]]
@@ -116,6 +133,11 @@ class PageCheck:
     @property
     def broken_images(self) -> list[str]:
         return [i["alt"] for i in self.images if not (i["complete"] and i["naturalWidth"] > 0)]
+
+    @property
+    def broken_plots(self) -> list[str]:
+        keys = ("width", "height", "drawnWidth", "drawnHeight", "marks", "texts")
+        return [p["alt"] for p in self.plots if not all(p[k] > 0 for k in keys)]
 
     def table(self, first_header: str, nth: int = 0) -> dict[str, Any]:
         """The ``nth`` table whose first header is ``first_header``."""
@@ -181,6 +203,7 @@ def check_page(page: Path, work: Path) -> PageCheck:
     return PageCheck(
         problems=data["problems"] + console,
         images=data["images"],
+        plots=data["plots"],
         title=data["title"],
         text=data["text"],
         tables=data["tables"],
@@ -188,10 +211,11 @@ def check_page(page: Path, work: Path) -> PageCheck:
     )
 
 
-def assert_page_ok(check: PageCheck, *, min_images: int = 1) -> None:
-    """No console error or uncaught exception, and every image decoded."""
+def assert_page_ok(check: PageCheck, *, min_plots: int = 1) -> None:
+    """No console error or uncaught exception, every plot drawn and every image decoded."""
     assert not check.problems, check.problems
-    assert len(check.images) >= min_images, check.images
+    assert len(check.plots) >= min_plots, check.plots
+    assert not check.broken_plots, f"broken plots: {check.broken_plots}"
     assert not check.broken_images, f"broken images: {check.broken_images}"
 
 
@@ -259,7 +283,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_report_html_in_the_browser(pages: dict[str, Path], tmp_path: Path) -> None:
     check = check_page(pages["report"], tmp_path)
     # 4 plots plus a log-ROC per ok site.
-    assert_page_ok(check, min_images=6)
+    assert_page_ok(check, min_plots=6)
     table = check.table("site")
     assert [row[0] for row in table["rows"]] == ["0", "1", "2", "3"]  # one row per site
     assert [row[1] for row in table["rows"]] == ["ok", "ok", "failed", "missing"]
@@ -273,13 +297,13 @@ def test_site_page_in_the_browser(pages: dict[str, Path], tmp_path: Path, site_i
     check = check_page(page, tmp_path)
     site = build_report(load_run(pages["run"])).sites[site_id]
     if site_id == 1:
-        assert_page_ok(check, min_images=4)
+        assert_page_ok(check, min_plots=4)
         assert fmt_two_sided(site) in check.text  # the headline: two-sided eps_tilde ...
         assert f"{fmt(site.eps_tilde)} [" in check.text  # ... beside the paper's one-sided
         assert {"bounds", "comparisons", "low-fpr", "manifest"} <= {t["id"] for t in check.tables}
     else:  # a failed audit: the reason, no plots, no error from the hostile error text
-        assert_page_ok(check, min_images=0)
-        assert 'console.error("x")' in check.text and not check.images
+        assert_page_ok(check, min_plots=0)
+        assert 'console.error("x")' in check.text and not check.plots
     assert f"site {site_id}" in check.title
     screenshot(page, tmp_path / f"site-{site_id}.png", tmp_path)
 
@@ -290,7 +314,7 @@ def _number(text: str) -> float:
 
 def test_sweep_html_sorts_by_clicked_header(pages: dict[str, Path], tmp_path: Path) -> None:
     check = check_page(pages["sweep"], tmp_path)
-    assert_page_ok(check, min_images=2)
+    assert_page_ok(check, min_plots=4)
     assert sum(t["sortable"] for t in check.tables) == 2
     points = check.table("point")
     assert len(points["rows"]) == 4
@@ -317,6 +341,12 @@ def test_sweep_html_sorts_by_clicked_header(pages: dict[str, Path], tmp_path: Pa
     ("name", "inject", "expect"),
     [
         ("broken-image", '<img alt="broken" src="data:image/png;base64,AAAA">', "broken"),
+        (
+            "empty-plot",
+            '<div class="plot" role="img" aria-label="empty">'
+            '<svg width="0" height="0"></svg></div>',
+            "broken plots",
+        ),
         ("inline-error", "<script>notDefinedAnywhere();</script>", "uncaught"),
         ("console-error", '<script>console.error("page failed")</script>', "console.error"),
     ],

@@ -290,15 +290,11 @@ def test_verdicts_in_plain_language(tmp_path: Path) -> None:
     assert "no evidence" in none and "not proof" in none
 
 
-def _visible_axes(fig: Any) -> list[Any]:
-    return [ax for ax in fig.axes if ax.get_visible()]
-
-
 def test_every_plot_has_axis_labels(
     consortium: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     figures: list[tuple[str, Any]] = []
-    monkeypatch.setattr(plots, "_to_base64", lambda fig: figures.append(fig) or "png")
+    monkeypatch.setattr(plots, "_svg", lambda panels, **_: figures.append(panels) or "svg")
     report = build_report(load_run(consortium))
     results = {i: make_result([1.0, 1.25], [1.5, 1.75], rm_rn=[0.5, 0.75]) for i in range(4)}
     sweep = build_sweep_report(
@@ -321,14 +317,12 @@ def test_every_plot_has_axis_labels(
     unit = re.compile(r"\((nats|fraction|cross-entropy)|fraction of")
     for name, call in calls.items():
         figures.clear()
-        assert call() == "png", name
-        (fig,) = figures
-        for ax in _visible_axes(fig):
-            xlabel = ax.get_xlabel() or "".join(
-                a.get_xlabel() for a in ax.get_shared_x_axes().get_siblings(ax)
-            )  # a twinx axis shows its twin's x label
-            assert xlabel, (name, ax.get_title())
-            assert unit.search(ax.get_ylabel()), (name, ax.get_ylabel())
+        assert call() == "svg", name
+        (panels,) = figures
+        assert panels, name
+        for ax in panels:
+            assert ax.xlabel, (name, ax.title)
+            assert unit.search(ax.ylabel), (name, ax.ylabel)
 
 
 def test_sweep_tables_are_sortable_inline(consortium: Path, tmp_path: Path) -> None:

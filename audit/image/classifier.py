@@ -260,19 +260,17 @@ class StackedMembershipClassifier:
         module = module or self.image_module
         assert module is not None
         module.eval()
-        x, hot = _image_tensors(data, self.num_classes)
-        out = [
-            module(x[i : i + 512].to(self.device), hot[i : i + 512].to(self.device)).cpu()
-            for i in range(0, len(x), 512)
-        ]
+        x, hot = (t.to(self.device) for t in _image_tensors(data, self.num_classes))
+        out = [module(x[i : i + 512], hot[i : i + 512]).cpu() for i in range(0, len(x), 512)]
         return torch.cat(out).double().numpy()
 
     def _fit_image_module(
         self, train: ClassifierData, val: ClassifierData, select_by: SelectionScore, seed: int
     ) -> _Candidate:
         torch.manual_seed(seed)
-        x, hot = _image_tensors(train, self.num_classes)
-        target = torch.as_tensor(train.membership, dtype=torch.float32)
+        # On the device once per fit: no batch is copied from the host.
+        x, hot = (t.to(self.device) for t in _image_tensors(train, self.num_classes))
+        target = torch.as_tensor(train.membership, dtype=torch.float32).to(self.device)
         module = _ImageModule(x.shape[1], self.num_classes).to(self.device)
         opt = torch.optim.Adam(
             module.parameters(), lr=self.cc.learning_rate, weight_decay=self.cc.weight_decay
@@ -282,10 +280,12 @@ class StackedMembershipClassifier:
         best: _Candidate | None = None
         for epoch in range(1, self.epochs[-1] + 1):
             module.train()
-            for idx in torch.randperm(len(x), generator=gen).split(self.cc.batch_size):
+            # The order is drawn on the host (the same batches on every device).
+            order = torch.randperm(len(x), generator=gen).to(self.device)
+            for idx in order.split(self.cc.batch_size):
                 opt.zero_grad(set_to_none=True)
-                logits = module(x[idx].to(self.device), hot[idx].to(self.device))
-                loss_fn(logits, target[idx].to(self.device)).backward()
+                logits = module(x[idx], hot[idx])
+                loss_fn(logits, target[idx]).backward()
                 opt.step()
             if epoch in self.epochs:
                 dec = self._image_scores(val, module)

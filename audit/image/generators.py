@@ -156,7 +156,9 @@ class ConditionalGan(_ConditionalImageGenerator):
 
     def fit(self, d_g: Records, *, seed: int) -> dict[str, float]:
         torch.manual_seed(seed)
-        x, y = self._prepare(d_g)
+        # On the device once per fit: no batch is copied from the host. Noise is still drawn
+        # on the host, from the seeded generator, so every device sees the same draws.
+        x, y = (t.to(self.device) for t in self._prepare(d_g))
         gen_net = _Decoder(self.latent, self.num_classes, self.shape).to(self.device)
         disc_body = _Encoder(self.shape, self.num_classes).to(self.device)
         disc_head = nn.Linear(disc_body.out_dim, 1).to(self.device)
@@ -167,10 +169,11 @@ class ConditionalGan(_ConditionalImageGenerator):
         g_losses, d_losses = [], []
         start = time.perf_counter()
         for _ in range(self.epochs):
-            for idx in torch.randperm(len(x), generator=shuffle).split(self.batch_size):
+            order = torch.randperm(len(x), generator=shuffle).to(self.device)
+            for idx in order.split(self.batch_size):
                 if len(idx) < 2:
                     continue
-                real, hot = x[idx].to(self.device), self._hot(y[idx]).to(self.device)
+                real, hot = x[idx], self._hot(y[idx])
                 z = torch.randn(len(idx), self.latent, generator=shuffle).to(self.device)
                 fake = gen_net(z, hot)
                 # Discriminator: real -> 1 (one-sided smoothing 0.9), fake -> 0.
@@ -206,7 +209,9 @@ class ConditionalVae(_ConditionalImageGenerator):
 
     def fit(self, d_g: Records, *, seed: int) -> dict[str, float]:
         torch.manual_seed(seed)
-        x, y = self._prepare(d_g)
+        # On the device once per fit: no batch is copied from the host. Noise is still drawn
+        # on the host, from the seeded generator, so every device sees the same draws.
+        x, y = (t.to(self.device) for t in self._prepare(d_g))
         latent = self.latent
         dec = _Decoder(latent, self.num_classes, self.shape).to(self.device)
         enc = _Encoder(self.shape, self.num_classes, norm=True).to(self.device)
@@ -217,10 +222,11 @@ class ConditionalVae(_ConditionalImageGenerator):
         losses = []
         start = time.perf_counter()
         for _ in range(self.epochs):
-            for idx in torch.randperm(len(x), generator=shuffle).split(self.batch_size):
+            order = torch.randperm(len(x), generator=shuffle).to(self.device)
+            for idx in order.split(self.batch_size):
                 if len(idx) < 2:
                     continue
-                real, hot = x[idx].to(self.device), self._hot(y[idx]).to(self.device)
+                real, hot = x[idx], self._hot(y[idx])
                 mu, logvar = head(enc(real, hot)).chunk(2, dim=1)
                 eps = torch.randn(mu.shape, generator=shuffle).to(self.device)
                 recon = dec(mu + eps * torch.exp(0.5 * logvar), hot)

@@ -62,6 +62,7 @@ DATASETS: Registry[Loader] = Registry(
     config_key="data.name",
     builtins={
         **dict.fromkeys(("fashion_mnist", "mnist", "cifar10", "digits"), "ml.datasets.image"),
+        **dict.fromkeys(("image_folder", "npz"), "ml.datasets.image_files"),
         **dict.fromkeys(("randhie", "csv"), "ml.datasets.tabular"),
         **dict.fromkeys(("bible", "text_files"), "ml.datasets.text"),
     },

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torchvision.models import resnet18
 
+from contracts.errors import UserError
 from ml.models import MODELS
 
 
@@ -57,10 +58,19 @@ def small_cnn(
 
 
 @MODELS.register("resnet18", modality="image")
-def resnet18_small(*, num_classes: int, dp: bool, input_shape: tuple[int, ...]) -> nn.Module:
-    """torchvision's ResNet-18 with a 3x3 stem and no max-pool, for 28-32 px inputs."""
+def resnet18_small(
+    *, num_classes: int, dp: bool, input_shape: tuple[int, ...], norm: str = "batch"
+) -> nn.Module:
+    """torchvision's ResNet-18 with a 3x3 stem and no max-pool, for 28-32 px inputs.
+
+    ``norm: group`` gives GroupNorm without DP too: the same network trains with or without
+    DP-SGD, so a sweep over epsilon compares one architecture.
+    """
+    if norm not in ("batch", "group"):
+        raise UserError(f"model.options.norm: 'batch' or 'group', not {norm!r}")
     channels = input_shape[0]
-    norm_layer = (lambda c: nn.GroupNorm(min(32, c), c)) if dp else nn.BatchNorm2d
+    group = dp or norm == "group"
+    norm_layer = (lambda c: nn.GroupNorm(min(32, c), c)) if group else nn.BatchNorm2d
     model = resnet18(weights=None, num_classes=num_classes, norm_layer=norm_layer)
     model.conv1 = nn.Conv2d(channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
     model.maxpool = nn.Identity()

@@ -115,8 +115,15 @@ class TorchTask(ABC):
         shuffle: bool,
         seed: int = 0,
         batch_size: int | None = None,
+        device: torch.device | None = None,
     ) -> torch.utils.data.DataLoader:
-        dataset = torch.utils.data.TensorDataset(*self.tensors(x, y))
+        """Batches of ``(x, y)``; with ``device`` the records are moved there once, here, so
+        that no batch is copied from the host. The order comes from a CPU generator either
+        way: the same seed gives the same batches on every device."""
+        tensors = self.tensors(x, y)
+        if device is not None:
+            tensors = tuple(t.to(device) for t in tensors)
+        dataset = torch.utils.data.TensorDataset(*tensors)
         generator = torch.Generator().manual_seed(seed)
         return torch.utils.data.DataLoader(
             dataset, batch_size=batch_size or self.batch_size, shuffle=shuffle, generator=generator
@@ -135,7 +142,7 @@ class TorchTask(ABC):
         torch.manual_seed(seed)
         model.to(device).train()
         optimizer = self.optimizer.build(model.parameters())
-        loader = self.loader(x, y, shuffle=True, seed=seed)
+        loader = self.loader(x, y, shuffle=True, seed=seed, device=device)
         for _ in range(epochs):
             run_epoch(model, loader, optimizer, lambda b: self.batch_loss(model, b), device)
 
@@ -150,8 +157,8 @@ class TorchTask(ABC):
     ) -> np.ndarray:
         model.to(device).eval()
         out = [
-            fn(tuple(t.to(device) for t in batch)).float().cpu()
-            for batch in self.loader(x, y, shuffle=False, batch_size=512)
+            fn(batch).float().cpu()
+            for batch in self.loader(x, y, shuffle=False, batch_size=512, device=device)
         ]
         return torch.cat(out).numpy()
 
@@ -172,8 +179,8 @@ class TorchTask(ABC):
         """Mean loss and accuracy over ``(x, y)``."""
         losses = self.per_record_loss(model, x, y, device=device)
         correct = sum(
-            float(self.batch_correct(model, tuple(t.to(device) for t in b)))
-            for b in self.loader(x, y, shuffle=False, batch_size=512)
+            float(self.batch_correct(model, b))
+            for b in self.loader(x, y, shuffle=False, batch_size=512, device=device)
         )
         return {"loss": float(losses.mean()), "accuracy": correct / max(len(x), 1)}
 

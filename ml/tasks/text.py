@@ -59,10 +59,13 @@ class TextLMTask(TorchTask):
         shuffle: bool,
         seed: int = 0,
         batch_size: int | None = None,
+        device: torch.device | None = None,
     ) -> torch.utils.data.DataLoader:
         if batch_size is not None:  # inference: bound the logits' memory
             batch_size = min(batch_size, EVAL_BATCH)
-        return super().loader(x, y, shuffle=shuffle, seed=seed, batch_size=batch_size)
+        return super().loader(
+            x, y, shuffle=shuffle, seed=seed, batch_size=batch_size, device=device
+        )
 
     @torch.no_grad()
     def evaluate(
@@ -71,8 +74,7 @@ class TextLMTask(TorchTask):
         """Mean token loss, perplexity and next-token accuracy."""
         model.to(device).eval()
         total, correct, tokens = 0.0, 0, 0
-        for (ids,) in self.loader(x, y, shuffle=False, batch_size=EVAL_BATCH):
-            ids = ids.to(device)
+        for (ids,) in self.loader(x, y, shuffle=False, batch_size=EVAL_BATCH, device=device):
             logits = model(ids)
             losses = token_losses(logits, ids)
             total += float(losses.sum())

@@ -1,0 +1,67 @@
+"""benchmarks/gpu_check.py without a GPU: it says nvidia-smi is missing and still times stages."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "gpu_check.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_nvidia_smi_it_says_so_and_skips_past_the_budget(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path))  # no nvidia-smi on this PATH
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), "--budget-s", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr  # nothing ran: not a pass
+    assert "nvidia-smi not found" in proc.stdout
+    table = (tmp_path / "out" / "gpu_check.md").read_text()
+    assert "nvidia-smi was not found" in table
+    for stage in ("default", "text", "gpu", "pipeline16"):
+        assert f"| {stage} | skipped |" in table
+
+
+def test_a_stage_is_timed_and_its_own_stage_times_are_read(tmp_path):
+    gpu_check = _module()
+    line = "done: data_s 0.5s, reference_models_s 1.0s, train+audit_s 2.5s, report_s 0.3s"
+    stage = gpu_check.Stage(
+        "gpu", [sys.executable, "-c", f"import time; time.sleep(0.3); print({line!r})"], 60
+    )
+    gpu_check.run_stage(stage, tmp_path, left_s=60)
+    assert stage.rc == 0 and stage.wall_s >= 0.3
+    assert stage.inner == {
+        "data_s": 0.5, "reference_models_s": 1.0, "train+audit_s": 2.5, "report_s": 0.3
+    }  # fmt: skip
+    sampler = gpu_check.Sampler(tmp_path / "util.csv")
+    sampler.available = False
+    text = gpu_check.table([stage], sampler, "CPU", 1.0)
+    assert "| gpu | 0 |" in text and "n/a" in text and "train+audit 2.5" in text
+
+
+def test_the_pipeline_row_is_read_from_its_table():
+    gpu_check = _module()
+    log = "device: CPU\nsites\tdata_s\ttrain+audit_s\treport_s\twall_s\n16\t3.1\t60.2\t2.4\t70.0\n"
+    assert gpu_check._inner_times(log) == {
+        "data_s": 3.1,
+        "train+audit_s": 60.2,
+        "report_s": 2.4,
+        "wall_s": 70.0,
+    }
