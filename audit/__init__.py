@@ -1,6 +1,6 @@
 """PANORAMIA privacy audit of a trained model with known members (usable without Flower).
 
-Entry point: :func:`run_audit`. See DESIGN.md ("The audit, precisely") for the method and
+Entry point: :func:`run_audit`. See docs/two_sided_game.md for the method and
 :data:`EPS_TILDE_MEANING` for how to read its main number.
 """
 

@@ -6,7 +6,7 @@ having seen it; the target's statistic relative to theirs is the calibrated scor
 et al. 2022, offline LiRA with a global variance; Zarifzadeh et al. 2024, offline RMIA
 without the population comparison). The reference models depend on no game record, so
 their statistics do not depend on the coins, and b gets exactly the same reference
-features as the MIA (DESIGN.md, "Validity rules").
+features as the MIA (docs/two_sided_game.md, section 6).
 """
 
 from __future__ import annotations

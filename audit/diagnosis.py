@@ -1,4 +1,4 @@
-"""Flags that say how far an audit's eps_tilde can be trusted (DESIGN.md, "Audit power")."""
+"""Flags that say how far an audit's eps_tilde can be trusted (saturated, c_lb not tight)."""
 
 from __future__ import annotations
 

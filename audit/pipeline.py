@@ -171,6 +171,18 @@ class _Sources:
     """Row ``i`` of ``d_out`` is the same-label alternative of row ``i`` of ``d_in``."""
 
 
+def _helper_split(total: int) -> tuple[int, int]:
+    """``(train, validation)`` records of a helper set of ``total`` records."""
+    val = max(2, total // 6)
+    return total - val, val
+
+
+def _draw_helper(
+    generator: Generator, n_train: int, n_val: int, *, seed: int
+) -> tuple[Records, Records]:
+    return generator.sample(n_train, seed=seed + 101), generator.sample(n_val, seed=seed + 202)
+
+
 def _draw_sources(
     task: AuditTask,
     members: Records,
@@ -193,8 +205,21 @@ def _draw_sources(
     n_helper = max(2, math.ceil(config.synthetic_multiplier * len(cut.train)))
     n_helper_val = max(2, math.ceil(0.2 * n_helper))
     with timer.stage("sampling"):
-        # The game's non-members first: a finite source (reference pool) serves them before
-        # the helper, whose set is then capped by what is left.
+        helper: tuple[Records, Records] | None = None
+        source = generator.remaining
+        if (
+            config.pairing == "label"
+            and source is not None
+            and source < n_in + n_helper + n_helper_val
+        ):
+            # A finite source too small for both: pairing can leave out members it cannot
+            # serve, the helper cannot shrink to nothing, so its share (at most a quarter of
+            # the source) is drawn first.
+            n_helper, n_helper_val = _helper_split(
+                min(n_helper + n_helper_val, max(12, source // 4))
+            )
+            helper = _draw_helper(generator, n_helper, n_helper_val, seed=config.seed)
+            say(f"helper set capped at {n_helper} + {n_helper_val} records by the source")
         if config.pairing == "label":
             d_in, d_out, dropped = pair_members(generator, d_in, seed=config.seed + 303)
             quality["pairing_dropped"] = dropped
@@ -202,19 +227,21 @@ def _draw_sources(
                 say(f"pairing: {dropped} members without a same-label alternative left out")
             n_in = len(d_in)
         else:
+            # The game's non-members first: a finite source (reference pool) serves them
+            # before the helper, whose set is then capped by what is left.
             d_out = generator.sample(n_in, seed=config.seed + 303)
         remaining = generator.remaining
-        if remaining is not None and n_helper + n_helper_val > remaining:
-            n_helper_val = max(2, remaining // 6)
-            n_helper = remaining - n_helper_val
+        if helper is None and remaining is not None and n_helper + n_helper_val > remaining:
+            n_helper, n_helper_val = _helper_split(remaining)
             if n_helper < 2:
                 raise ValueError(
                     f"generator {generator.kind!r}: only {remaining} records left for the "
                     f"helper after drawing {n_in} non-members; give a larger source"
                 )
             say(f"helper set capped at {n_helper} + {n_helper_val} records by the source")
-        helper_train = generator.sample(n_helper, seed=config.seed + 101)
-        helper_val = generator.sample(n_helper_val, seed=config.seed + 202)
+        if helper is None:
+            helper = _draw_helper(generator, n_helper, n_helper_val, seed=config.seed)
+        helper_train, helper_val = helper
     if len(d_out) != n_in or len(helper_train) != n_helper:
         raise RuntimeError(f"generator {generator.kind!r} returned the wrong number of records")
     return _Sources(

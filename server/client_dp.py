@@ -145,29 +145,9 @@ def gaussian_epsilon(
 ) -> float:
     """Epsilon at ``delta`` of ``releases`` Gaussian releases (no amplification), by
     Flower's RDP accountant."""
-    from flwr.serverapp import (
-        NeighboringRelation,
-        PrivacyConfig,
-        RdpAccountant,
-        SamplingMethod,
+    return mixed_gaussian_epsilon(
+        {noise_multiplier: releases}, delta=delta, population_size=population_size
     )
-    from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
-
-    if releases <= 0:
-        return 0.0
-    accountant = RdpAccountant(
-        PrivacyConfig(
-            target_delta=delta,
-            population_size=population_size,
-            neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
-            sampling_method=SamplingMethod.NO_AMPLIFICATION,
-        )
-    )
-    event = GaussianPrivacyEvent(
-        noise_multiplier=noise_multiplier, sample_size=1, population_size=population_size
-    )
-    accountant.compose(event, count=releases)
-    return float(accountant.get_epsilon(delta))
 
 
 def mixed_gaussian_epsilon(

@@ -192,3 +192,30 @@ def test_pairing_label_on_records_without_labels_is_a_named_error() -> None:
     assert resolve_config(AuditConfig(), modality="image", has_pool=True).classifier.design == (
         "gbm"
     )
+
+
+def test_a_pool_smaller_than_members_and_helper_keeps_the_helper_and_drops_slots(
+    digits,
+) -> None:
+    """A site's own small image folder: the pool cannot pair every member and also train the
+    helper. The helper's share is drawn first, the game plays the members it can pair."""
+    task = _task(digits)
+    torch.manual_seed(0)
+    target = task.make_model().eval()
+    result = run_audit(
+        task,
+        target,
+        Records(digits.x[:400], digits.y[:400]),
+        AuditConfig(
+            quick=True,
+            classifier={"feature_sets": ["loss"]},
+            splits={"generator": 0.05},
+            calibration={"reference_models": 0},
+        ),
+        public_pool=Records(digits.x[400:600], digits.y[400:600]),
+    )
+    sizes = result.sizes
+    assert sizes["synthetic_helper_train"] + sizes["synthetic_helper_val"] == 50  # 200 // 4
+    assert result.quality["pairing_dropped"] > 0
+    assert sizes["m"] + result.quality["pairing_dropped"] == 400 - sizes["generator"]
+    assert sizes["m"] <= 150  # what the pool has left after the helper
