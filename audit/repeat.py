@@ -9,6 +9,7 @@ test split only ever reaches ``score`` (never ``fit``), and only after selection
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,12 +19,12 @@ from audit.audit_sets import FeatureSet, View, classifier_data, game_data
 from audit.comparisons import O1Outcome, RmRnOutcome, clip, o1_eps_lb, rm_rn
 from audit.components import AuditContext, ClassifierData, make_classifier
 from audit.config import AuditConfig
-from audit.game import draw_game
+from audit.game import PrivacyGame, draw_game
 from audit.result import RepeatResult, SideRepeat, TwoSidedRepeat
 from audit.roc import roc_summary
 from audit.score_attack import Candidates, candidate_count
 from audit.sides import SIDES, BoundRule, Scored, Side, break_ties
-from audit.splits import resplit
+from audit.splits import MemberSplits, resplit
 from audit.timing import StageTimer
 
 RECALL_GRID = [round(0.05 * k, 2) for k in range(1, 21)]
@@ -101,6 +102,44 @@ def _fit_and_score(
     return scored, choice
 
 
+SideScorer = Callable[[Side, BoundRule], tuple[Scored, dict[str, object]]]
+"""Scores the game for one side under that side's rule; returns the scores and the choice."""
+
+
+def _side_scorer(
+    inputs: RepeatInputs,
+    game: PrivacyGame,
+    ins: MemberSplits,
+    outs: MemberSplits,
+    *,
+    view: View,
+    seed: int,
+) -> SideScorer:
+    """b (``view="h"``) or the MIA (``"f"``): a score-only attack picks one of its
+    statistics per side, a trained design fits and selects a classifier per side."""
+    mem, gen = inputs.members, inputs.generated
+    mem_te, gen_te = mem.take(ins.test[: game.m]), gen.take(outs.test[: game.m])
+    if inputs.score_only:
+        cands = Candidates.of(
+            game, mem_te, gen_te, mem.take(ins.val), gen.take(outs.val), view=view, seed=seed
+        )
+
+        def pick(side: Side, rule: BoundRule) -> tuple[Scored, dict[str, object]]:
+            statistic, scored = cands.choose(game.membership, side, rule)
+            return scored, {"design": "score", "statistic": statistic}
+
+        return pick
+    ref = inputs.config.classifier.helper_reference and view == "f"
+    train = classifier_data(mem.take(ins.train), gen.take(outs.train), view=view, reference=ref)
+    val = classifier_data(mem.take(ins.val), gen.take(outs.val), view=view, reference=ref)
+    test = game_data(game, mem_te, gen_te, view=view, reference=ref)
+
+    def fit(side: Side, rule: BoundRule) -> tuple[Scored, dict[str, object]]:
+        return _fit_and_score(inputs, train, val, test, rule=rule, side=side, seed=seed)
+
+    return fit
+
+
 def play_repeat(
     inputs: RepeatInputs, r: int, timer: StageTimer
 ) -> tuple[RepeatResult, dict[str, int]]:
@@ -129,7 +168,6 @@ def play_repeat(
     m = min(len(ins.test), len(outs.test))
     game = draw_game(m, seed=rseed)
     s = game.membership
-    mem_te, gen_te = mem.take(ins.test[:m]), gen.take(outs.test[:m])
     rules = inputs.rules()
 
     scored: dict[tuple[str, Side], Scored] = {}
@@ -137,34 +175,9 @@ def play_repeat(
     selected_nonmember: dict[str, object] = {}
     for name, view in CLASSIFIERS:
         with timer.stage(name):
-            if inputs.score_only:
-                cands = Candidates.of(
-                    game,
-                    mem_te,
-                    gen_te,
-                    mem.take(ins.val),
-                    gen.take(outs.val),
-                    view=view,
-                    seed=rseed,
-                )
-            else:
-                ref = config.classifier.helper_reference and view == "f"
-                train = classifier_data(
-                    mem.take(ins.train), gen.take(outs.train), view=view, reference=ref
-                )
-                val = classifier_data(
-                    mem.take(ins.val), gen.take(outs.val), view=view, reference=ref
-                )
-                test = game_data(game, mem_te, gen_te, view=view, reference=ref)
+            score_side = _side_scorer(inputs, game, ins, outs, view=view, seed=rseed)
             for side in SIDES:
-                rule = rules.for_side(side)
-                if inputs.score_only:
-                    statistic, scored[name, side] = cands.choose(s, side, rule)
-                    choice: dict[str, object] = {"design": "score", "statistic": statistic}
-                else:
-                    scored[name, side], choice = _fit_and_score(
-                        inputs, train, val, test, rule=rule, side=side, seed=rseed
-                    )
+                scored[name, side], choice = score_side(side, rules.for_side(side))
                 (selected if side == "member" else selected_nonmember)[name] = choice
 
     b_sum = rules.paper.bound(scored["baseline", "member"], s, "member")
