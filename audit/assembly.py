@@ -7,6 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
+from audit.class_slices import aggregate_slices
 from audit.config import AuditConfig
 from audit.diagnosis import diagnose
 from audit.result import (
@@ -148,4 +149,5 @@ def assemble(
         o1_eps_lb_fdp=_interval([x.o1_eps_lb_fdp for x in repeats]),
         o1_fdp_mu=_interval([x.o1_fdp_mu for x in repeats]),
         delta=config.delta,
+        per_class=aggregate_slices([x.per_class for x in repeats]),
     )

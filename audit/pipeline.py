@@ -15,7 +15,7 @@ Phases, each a function here or a module of its own:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +39,7 @@ from audit.splits import MemberSplits, split_members
 from audit.task import AuditTask
 from audit.timing import StageTimer
 
-__all__ = ["break_ties", "resolve_config", "resolve_device", "run_audit"]
+__all__ = ["break_ties", "resolve_config", "resolve_device", "run_audit", "run_audits_of"]
 
 ProgressFn = Callable[[str], None]
 """Receives one human-readable line per stage."""
@@ -377,6 +377,39 @@ def run_audit(
         is a lower bound on eps only when ``c_lb`` is tight (see
         :data:`audit.result.EPS_TILDE_MEANING`).
     """
+    results = run_audits_of(
+        task,
+        {0: model},
+        members,
+        config,
+        nonmembers=nonmembers,
+        public_pool=public_pool,
+        reference_models=reference_models,
+        progress=progress,
+    )
+    return results[0]
+
+
+def run_audits_of(
+    task: AuditTask,
+    models: Mapping[int, torch.nn.Module],
+    members: Records,
+    config: AuditConfig | None = None,
+    *,
+    nonmembers: Records | None = None,
+    public_pool: Records | None = None,
+    reference_models: Sequence[torch.nn.Module] | None = None,
+    progress: ProgressFn | None = None,
+) -> dict[int, AuditResult]:
+    """:func:`run_audit` of several targets trained on the same ``members`` (e.g. one
+    global model per round), keyed as ``models`` is.
+
+    Every target plays against the same generated non-members, helper, reference models and
+    games (the same settings and seeds); only f's features change, so each result equals
+    what :func:`run_audit` returns for that model alone, and the shared phases run once.
+    """
+    if not models:
+        raise ValueError("run_audits_of needs at least one model")
     config = config or AuditConfig()
     say = progress or (lambda _msg: None)
     timer = StageTimer()
@@ -392,11 +425,46 @@ def run_audit(
         has_labels=members.y is not None,
     )
     device = resolve_device(config.device)
-    model.eval()
     context = AuditContext(task=task, device=device, public_pool=public_pool)
 
     sources = _draw_sources(task, members, config, context, timer, say)
-    models = _fit_models(task, sources, config, device, reference_models, timer, say)
+    fitted = _fit_models(task, sources, config, device, reference_models, timer, say)
+    prepared = _Prepared(task, config, context, sources, fitted, nonmembers, len(members))
+    shared = timer.total()["total"]
+    results = {}
+    for key, model in models.items():
+        if len(models) > 1:
+            say(f"target {key}")
+        results[key] = _audit_target(prepared, model, timer.branch(shared), say)
+    return results
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What every target of :func:`run_audits_of` shares."""
+
+    task: AuditTask
+    config: AuditConfig
+    context: AuditContext
+    sources: _Sources
+    models: _Models
+    nonmembers: Records | None
+    n_members: int
+
+
+def _audit_target(
+    prepared: _Prepared, model: torch.nn.Module, timer: StageTimer, say: ProgressFn
+) -> AuditResult:
+    """Phases 3-5 for one target f."""
+    task, config, sources, models = (
+        prepared.task,
+        prepared.config,
+        prepared.sources,
+        prepared.models,
+    )
+    nonmembers, context = prepared.nonmembers, prepared.context
+    device = context.device
+    model.eval()
     with timer.stage("features"):
         s_in = _featurize(task, model, models, sources.d_in, device)
         s_out = _featurize(task, model, models, sources.d_out, device)
@@ -460,7 +528,7 @@ def run_audit(
         modality=task.modality,
         repeats=repeats,
         sizes=dict(
-            members=len(members),
+            members=prepared.n_members,
             generator=sizes.generator,
             train=n_train,
             val=n_val,

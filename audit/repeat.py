@@ -16,6 +16,7 @@ import numpy as np
 
 from audit import bounds
 from audit.audit_sets import FeatureSet, View, classifier_data, game_data
+from audit.class_slices import class_slices
 from audit.comparisons import O1Outcome, RmRnOutcome, clip, o1_eps_lb, rm_rn
 from audit.components import AuditContext, ClassifierData, make_classifier
 from audit.config import AuditConfig
@@ -217,6 +218,12 @@ def play_repeat(
         selected=selected_nonmember,
     )
     roc = {name: roc_summary(scored[name, "member"].scores, s) for name, _ in CLASSIFIERS}
+    labels = mem.records.y
+    per_class = (
+        class_slices(scored, s, labels[ins.test[: game.m]], rules.two_sided)
+        if inputs.paired and labels is not None
+        else []
+    )
     if comparison is not None:
         roc["rm_rn"] = comparison.roc
 
@@ -264,6 +271,7 @@ def play_repeat(
         scores=kept,
         two_sided=two_sided,
         roc=roc,
+        per_class=per_class,
     )
     return result, ({} if comparison is None else comparison.sizes)
 

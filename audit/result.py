@@ -135,6 +135,36 @@ class TwoSidedRepeat:
 
 
 @dataclass(frozen=True)
+class ClassSlice:
+    """The game's slots of one label in one repeat (:mod:`audit.class_slices`)."""
+
+    label: int
+    slots: int
+    eps_tilde: float
+    """Two-sided eps_tilde inside the class, each of its four bounds at ``level``."""
+    tpr_at_1pct_fpr: float | None
+    """The member-side MIA's TPR at 1% FPR inside the class; None when the class's slots
+    all show members or all show non-members."""
+    ceiling: float
+    """The member-side bound a perfect scorer reaches on the class's slots at ``level``."""
+    level: float
+
+
+@dataclass(frozen=True)
+class ClassSliceResult:
+    """One label's slice over repeats (see :data:`audit.class_slices.CLASS_SLICES_MEANING`)."""
+
+    label: int
+    slots: int
+    """The fewest slots of this label in any repeat's game."""
+    eps_tilde: Interval
+    tpr_at_1pct_fpr: Interval | None
+    level: float
+    too_few: bool
+    """Even a perfect attack could not reach the bound the class needs to say anything."""
+
+
+@dataclass(frozen=True)
 class RepeatResult:
     """One repeat: fresh b/MIA training split and a fresh game."""
 
@@ -167,6 +197,8 @@ class RepeatResult:
     """O(1)'s f-DP (Gaussian) bound at the audit's delta, same guesses and level."""
     o1_fdp_mu: float | None = None
     """The Gaussian-DP mu that bound rejects."""
+    per_class: list[ClassSlice] = field(default_factory=list)
+    """The two-sided game inside each label (label-paired games only)."""
 
 
 @dataclass(frozen=True)
@@ -233,6 +265,8 @@ class AuditResult:
     o1_fdp_mu: Interval | None = None
     delta: float | None = None
     """delta of the f-DP bounds' eps (None in results written before them)."""
+    per_class: list[ClassSliceResult] = field(default_factory=list)
+    """Per-label slices over repeats; empty for unlabelled or unpaired games."""
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(dataclasses.asdict(self))
@@ -267,7 +301,14 @@ class AuditResult:
                 d[key] = Curve(**d[key])
             d["two_sided"] = two_sided_repeat(d.get("two_sided"))
             d["roc"] = roc(d.get("roc"))
+            d["per_class"] = [ClassSlice(**c) for c in d.get("per_class") or []]
             return RepeatResult(**d)
+
+        def class_slice(d: dict[str, Any]) -> ClassSliceResult:
+            d = dict(d)
+            d["eps_tilde"] = Interval(**d["eps_tilde"])
+            d["tpr_at_1pct_fpr"] = interval(d.get("tpr_at_1pct_fpr"))
+            return ClassSliceResult(**d)
 
         def side(d: dict[str, Any]) -> SideResult:
             d = dict(d)
@@ -301,6 +342,7 @@ class AuditResult:
         d["repeats"] = [repeat(r) for r in d["repeats"]]
         d["two_sided"] = two_sided(d.get("two_sided"))
         d["roc"] = roc(d.get("roc"))
+        d["per_class"] = [class_slice(c) for c in d.get("per_class") or []]
         return cls(**d)
 
 

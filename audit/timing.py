@@ -25,3 +25,11 @@ class StageTimer:
     def total(self) -> dict[str, float]:
         """The stages and the total since the timer was made."""
         return {**self.timings, "total": time.perf_counter() - self.start}
+
+    def branch(self, elapsed: float) -> StageTimer:
+        """A timer holding this one's stages that counts ``elapsed`` seconds already spent:
+        each of several audits sharing one preparation counts it and its own stages."""
+        branch = StageTimer()
+        branch.timings = dict(self.timings)
+        branch.start = time.perf_counter() - elapsed
+        return branch

@@ -31,7 +31,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, RecordD
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 
-from clients.audit_handler import SiteAuditOutput
+from clients.audit_handler import AuditRunner
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData
 from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
@@ -50,6 +50,8 @@ from contracts.wire import (
     TrainInstructions,
     TrainReply,
     WhoamiReply,
+    WireError,
+    round_arrays,
 )
 
 LEDGER_KEY = "dp-ledger"
@@ -66,9 +68,9 @@ class SiteRuntime:
     torch_threads: int
     dp: DPSettings | None
     ledger_path: Path | None
-    audit_runner: Callable[[TrainableTask, torch.nn.Module, SiteData, int], SiteAuditOutput] | None
-    """Runs the audit: the JSON-able result (``audit.AuditResult.to_dict``) and the
-    canaries' one-run audit when the site has canaries."""
+    audit_runner: AuditRunner | None
+    """Runs the audit (:func:`clients.audit_handler.make_audit_runner`): the JSON-able
+    result, the canaries' one-run audit, and the earlier rounds' brief audits."""
     policy: SitePolicy = SitePolicy.simulated()
     """What the site accepts and lets leave (a SuperNode's node config; simulation: all)."""
     secure_noise: bool = False
@@ -198,10 +200,19 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
     torch.set_num_threads(runtime.torch_threads)
     if runtime.audit_runner is None:
         raise RuntimeError(f"site {runtime.site_id}: auditing is not configured")
-    model = runtime.task.make_model()
-    model.load_state_dict(msg.content.array_records[ARRAYS].to_torch_state_dict())
     asked = AuditInstructions.from_record(msg.content.config_records[CONFIG])
-    output = runtime.audit_runner(runtime.task, model, runtime.data, asked.seed)
+    arrays = msg.content.array_records
+
+    def model_of(name: str) -> torch.nn.Module:
+        if name not in arrays:
+            raise WireError(f"audit query: no {name!r} weights")
+        model = runtime.task.make_model()
+        model.load_state_dict(arrays[name].to_torch_state_dict())
+        return model
+
+    final = model_of(ARRAYS) if asked.main else None
+    earlier = {r: model_of(round_arrays(r)) for r in asked.rounds}
+    output = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier)
     dp_eps = None
     if runtime.dp is not None:
         dp_eps = _ledger(runtime, context).epsilon(runtime.dp.delta)
@@ -213,4 +224,5 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
         elapsed_s=time.time() - started,
         canary=output.canary,
         dp_epsilon=dp_eps,
+        by_round=output.by_round,
     )

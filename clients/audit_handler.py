@@ -40,16 +40,32 @@ class SiteAuditPolicy:
 class SiteAuditOutput:
     """What a site's audit returns (the reply's content), JSON-able."""
 
-    result: dict
-    """``audit.AuditResult.to_dict()``: PANORAMIA and its comparisons."""
+    result: dict | None
+    """``audit.AuditResult.to_dict()``: PANORAMIA and its comparisons; None when only
+    earlier rounds were asked for."""
     canary: dict | None = None
     """``audit.canary.CanaryResult.to_dict()`` when the site data has canaries, else None."""
+    by_round: dict[str, dict] | None = None
+    """Each earlier round's ``audit.over_rounds.RoundLeakage.to_dict()``, by round (as
+    text); None when none was asked for."""
 
 
-def make_audit_runner(
-    policy: SiteAuditPolicy,
-) -> Callable[[Any, torch.nn.Module, SiteData, int], SiteAuditOutput]:
-    """``runner(task, model, data, seed) -> SiteAuditOutput`` for this site.
+_FINAL = 0
+"""The final model's key among the targets (earlier rounds are numbered from 1)."""
+
+
+AuditRunner = Callable[
+    [Any, torch.nn.Module | None, SiteData, int, dict[int, torch.nn.Module]], SiteAuditOutput
+]
+"""``runner(task, final_model, data, seed, earlier) -> SiteAuditOutput``."""
+
+
+def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
+    """``runner(task, model, data, seed, earlier) -> SiteAuditOutput`` for this site.
+
+    ``model`` is the final model (None: only earlier rounds are asked for); ``earlier``
+    maps earlier rounds to their global models, each audited with the same settings and
+    the same generated non-members, helper and reference models (only f changes).
 
     With ``policy.exposed_records`` > 0 the runner also writes the site's most exposed
     members to ``policy.exposed_records_path``; the returned output (the reply's content)
@@ -57,10 +73,17 @@ def make_audit_runner(
     (:func:`canary_audit_of`).
     """
 
-    def runner(task: Any, model: torch.nn.Module, data: SiteData, seed: int) -> SiteAuditOutput:
-        from audit import run_audit  # heavy: only in processes that audit
+    def runner(
+        task: Any,
+        model: torch.nn.Module | None,
+        data: SiteData,
+        seed: int,
+        earlier: dict[int, torch.nn.Module],
+    ) -> SiteAuditOutput:
+        from audit.over_rounds import round_leakage  # heavy: only in processes that audit
+        from audit.pipeline import run_audits_of
 
-        if data.has_canaries:
+        if model is not None and data.has_canaries:
             # Fail before the long PANORAMIA run when the coins cannot be audited.
             _, coins = data.canary_records()
             if coins.all() or not coins.any():
@@ -85,15 +108,22 @@ def make_audit_runner(
                 ref = task.make_model()
                 ref.load_state_dict(state)
                 references.append(ref)
-        result = run_audit(
+        targets = dict(earlier)
+        if model is not None:
+            targets[_FINAL] = model
+        results = run_audits_of(
             task,
-            model,
+            targets,
             data.records("train"),
             settings,
             nonmembers=holdout,
             public_pool=public,
             reference_models=references,
         )
+        by_round = {str(r): round_leakage(results[r], r).to_dict() for r in sorted(earlier)} or None
+        if model is None:
+            return SiteAuditOutput(result=None, by_round=by_round)
+        result = results[_FINAL]
         if policy.exposed_records > 0 and policy.exposed_records_path is not None:
             write_exposed_records(
                 policy.exposed_records_path,
@@ -114,7 +144,7 @@ def make_audit_runner(
                 delta=settings.delta,
                 device_name=settings.device,
             )
-        return SiteAuditOutput(result=result.to_dict(), canary=canary)
+        return SiteAuditOutput(result=result.to_dict(), canary=canary, by_round=by_round)
 
     return runner
 

@@ -243,9 +243,10 @@ class SiteAuditFile:
     """``audits/site-<id>.json``: one site's audit as the server received it.
 
     Its JSON keys are the report's input: an ``ok`` file holds ``site_id, status, error
-    (null), elapsed_s, result, n_members, n_holdout, dp_epsilon, canary``; a ``failed`` one
-    ``site_id, status, error, elapsed_s, result (null), traceback``; both end with
-    ``model_round`` (the round of the model audited) when known.
+    (null), elapsed_s, result, n_members, n_holdout, dp_epsilon, canary`` and, when earlier
+    rounds were audited, ``by_round``; a ``failed`` one ``site_id, status, error, elapsed_s,
+    result (null), traceback``; both end with ``model_round`` (the round of the model
+    audited) when known.
     """
 
     site_id: int
@@ -264,6 +265,13 @@ class SiteAuditFile:
     """The site's short traceback (failed only)."""
     model_round: int | None = None
     """The round of the global model audited; files older than it count as current."""
+    by_round: list[dict[str, Any]] | None = None
+    """``audit.over_rounds.RoundLeakage.to_dict()`` of each audited round (the final one
+    included), by round, with the global accuracy from the round log (ok only)."""
+
+    def audited_rounds(self) -> set[int]:
+        """The rounds ``by_round`` holds."""
+        return {int(e["round"]) for e in self.by_round or []}
 
     @property
     def ok(self) -> bool:
@@ -286,6 +294,8 @@ class SiteAuditFile:
                     "canary": self.canary,
                 }
             )
+            if self.by_round is not None:
+                data["by_round"] = self.by_round
         else:
             data["traceback"] = self.traceback
         if self.model_round is not None:
@@ -316,11 +326,22 @@ class SiteAuditFile:
                 canary=_opt(dict, data.get("canary")),
                 traceback=_opt(str, data.get("traceback")),
                 model_round=_opt(int, data.get("model_round")),
+                by_round=_by_round(data.get("by_round")),
             )
         except KeyError:
             raise ValueError("key 'site_id' is missing") from None
         except (TypeError, ValueError) as err:
             raise ValueError(f"a site audit file is malformed: {err}") from err
+
+
+def _by_round(value: Any) -> list[dict[str, Any]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("round"), int) for e in value
+    ):
+        raise ValueError("key 'by_round' must be a list of objects, each with an integer 'round'")
+    return value
 
 
 def _opt(kind: Any, value: Any) -> Any:

@@ -49,6 +49,12 @@ METRICS = "metrics"
 AUDIT = "audit"
 """An audit reply (a ``ConfigRecord``)."""
 
+
+def round_arrays(server_round: int) -> str:
+    """The record name of round ``server_round``'s global weights in an audit query."""
+    return f"{ARRAYS}.round-{server_round}"
+
+
 # Query actions (``query.<action>`` message types).
 WHOAMI = "whoami"
 AUDIT_QUERY = "audit"
@@ -75,6 +81,13 @@ kind on its update (client-level DP with ``dp.client.clipping_side: client``).""
 RESULT_JSON = "result-json"
 CANARY_JSON = "canary-json"
 """An audit reply's canary one-run audit (``audit.canary.CanaryResult.to_dict`` as JSON)."""
+BY_ROUND_JSON = "by-round-json"
+"""An audit reply's audits of earlier rounds: a JSON object, round (as text) -> that round's
+``audit.over_rounds.RoundLeakage.to_dict``."""
+AUDIT_ROUNDS = "audit-rounds"
+"""An audit query's earlier rounds, each with its weights in :func:`round_arrays`."""
+MAIN_AUDIT = "main-audit"
+"""An audit query asks for the full audit of the final weights (:data:`ARRAYS`)."""
 N_MEMBERS = "n-members"
 N_HOLDOUT = "n-holdout"
 ELAPSED_S = "elapsed-s"
@@ -363,16 +376,34 @@ class WhoamiReply:
 
 @dataclass(frozen=True)
 class AuditInstructions:
-    """An audit query's config (beside the final weights)."""
+    """An audit query's config: the full audit of the final weights (:data:`ARRAYS`) when
+    ``main``, and the brief audit of each earlier round in ``rounds`` (weights under
+    :func:`round_arrays`), all with the same settings and seed."""
 
     seed: int
+    rounds: tuple[int, ...] = ()
+    main: bool = True
 
     def to_record(self) -> ConfigRecord:
-        return ConfigRecord({SEED: self.seed})
+        record = ConfigRecord({SEED: self.seed, MAIN_AUDIT: self.main})
+        if self.rounds:
+            record[AUDIT_ROUNDS] = list(self.rounds)
+        return record
 
     @classmethod
     def from_record(cls, record: ConfigRecord) -> AuditInstructions:
-        return cls(seed=_int(record, SEED, "audit config"))
+        what = "audit config"
+        rounds = record.get(AUDIT_ROUNDS, [])
+        if not isinstance(rounds, list) or not all(
+            isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in rounds
+        ):
+            raise WireError(f"{what}: key {AUDIT_ROUNDS!r} must be a list of rounds >= 1")
+        main = record.get(MAIN_AUDIT, True)
+        if not isinstance(main, bool):
+            raise WireError(f"{what}: key {MAIN_AUDIT!r} must be true or false")
+        if not main and not rounds:
+            raise WireError(f"{what}: asks for no audit (no main audit, no rounds)")
+        return cls(seed=_int(record, SEED, what), rounds=tuple(int(r) for r in rounds), main=main)
 
 
 @dataclass(frozen=True)
@@ -380,8 +411,8 @@ class AuditReply:
     """A site's finished audit: summary numbers and curves, never records."""
 
     site_id: int
-    result: dict[str, Any]
-    """``audit.AuditResult.to_dict()``."""
+    result: dict[str, Any] | None
+    """``audit.AuditResult.to_dict()``; None when the query asked for earlier rounds only."""
     n_members: int
     n_holdout: int
     elapsed_s: float
@@ -389,17 +420,22 @@ class AuditReply:
     """``audit.canary.CanaryResult.to_dict()`` when the site trained with canaries."""
     dp_epsilon: float | None = None
     """The site's record-level (Opacus) epsilon; None without record-level DP."""
+    by_round: dict[str, Any] | None = None
+    """Earlier rounds' brief audits (see :data:`BY_ROUND_JSON`); None when none was asked."""
 
     def to_record(self) -> ConfigRecord:
         record = ConfigRecord(
             {
                 SITE_ID: self.site_id,
-                RESULT_JSON: json.dumps(self.result),
                 N_MEMBERS: self.n_members,
                 N_HOLDOUT: self.n_holdout,
                 ELAPSED_S: self.elapsed_s,
             }
         )
+        if self.result is not None:
+            record[RESULT_JSON] = json.dumps(self.result)
+        if self.by_round is not None:
+            record[BY_ROUND_JSON] = json.dumps(self.by_round)
         if self.dp_epsilon is not None:
             record[DP_EPSILON] = self.dp_epsilon
         if self.canary is not None:
@@ -411,13 +447,18 @@ class AuditReply:
         what = "audit reply"
         reply = cls(
             site_id=_int(record, SITE_ID, what),
-            result=_json_object(record, RESULT_JSON, what),
+            result=_json_object(record, RESULT_JSON, what) if RESULT_JSON in record else None,
             n_members=_int(record, N_MEMBERS, what),
             n_holdout=_int(record, N_HOLDOUT, what),
             elapsed_s=_float(record, ELAPSED_S, what),
             canary=_json_object(record, CANARY_JSON, what) if CANARY_JSON in record else None,
             dp_epsilon=_opt_float(record, DP_EPSILON, what),
+            by_round=(
+                _json_object(record, BY_ROUND_JSON, what) if BY_ROUND_JSON in record else None
+            ),
         )
+        if reply.result is None and reply.by_round is None:
+            raise WireError(f"{what}: holds neither {RESULT_JSON!r} nor {BY_ROUND_JSON!r}")
         for key, value in (
             (SITE_ID, reply.site_id),
             (N_MEMBERS, reply.n_members),

@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from audit.over_rounds import first_leaking_round
 from audit.result import (
     EPS_TILDE_MEANING,
     TWO_SIDED_MEANING,
@@ -128,6 +129,7 @@ def site_report(
         n_members=audit.n_members,
         n_holdout=audit.n_holdout,
         elapsed_s=audit.elapsed_s,
+        by_round=list(audit.by_round),
         **numbers,
         **privacy,
     )
@@ -177,6 +179,7 @@ def _audit_numbers(result: AuditResult) -> dict[str, Any]:
         "sizes": {str(k): int(v) for k, v in result.sizes.items() if _is_number(v)},
         "quality": {str(k): float(v) for k, v in result.quality.items() if _is_number(v)},
         "repeats": _repeats(result),
+        "per_class": list(result.per_class),
     }
 
 
@@ -215,6 +218,9 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundReport]) -> Co
         two_sided_meaning=TWO_SIDED_MEANING,
         bound_violation_sites=[s.site_id for s in sites if s.bound_violations],
         eps_tilde_above_accountant_sites=[s.site_id for s in sites if s.eps_tilde_above_accountant],
+        first_leaking_round={
+            str(s.site_id): first_leaking_round(s.by_round) for s in ok if s.by_round
+        },
     )
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from audit.result import AuditResult
 
-from . import plots
+from . import leakage_views, plots
 from .columns import LEDGER_COLUMNS, SITE_COLUMNS, html_cells, html_headers
 from .formatting import (
     MISSING,
@@ -146,6 +146,7 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         meaning_block(),
         "<h2>Consortium summary</h2>",
         _list(consortium_lines(report.consortium)),
+        *leakage_views.consortium_rounds_block(report.sites, report.consortium),
         "<h2>Per-site audit</h2>",
         '<div class="wide"><table>',
         th_row(html_headers(SITE_COLUMNS)),

@@ -10,6 +10,7 @@ a malformed ``canary`` block in it only drops the canary numbers.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from audit.over_rounds import RoundLeakage
 from audit.result import AuditResult
 from contracts.errors import UserError
 from contracts.run_files import NOISE_NOTES, RunLayout
@@ -30,6 +32,8 @@ from .schema import (
 )
 
 """The server's client-level DP ledger in the run directory (only with client-level DP)."""
+
+log = logging.getLogger(__name__)
 
 
 class ReportInputError(UserError, ValueError):
@@ -52,6 +56,8 @@ class SiteAuditInput:
     result: AuditResult | None
     canary: CanaryReport | None = None
     """The site's canary audit, when the run trained with canaries."""
+    by_round: list[RoundLeakage] = field(default_factory=list)
+    """The file's ``by_round`` lines (an unreadable one is dropped with a warning)."""
 
 
 @dataclass(frozen=True)
@@ -346,8 +352,24 @@ def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAudi
     except (KeyError, TypeError, ValueError) as exc:
         return failed(f"{path}: key 'result' is not an AuditResult ({type(exc).__name__}: {exc})")
     return SiteAuditInput(
-        site_id=site_id, status="ok", error=None, result=result, **_file_fields(data, part)
+        site_id=site_id,
+        status="ok",
+        error=None,
+        result=result,
+        by_round=_by_round(path, data.get("by_round")),
+        **_file_fields(data, part),
     )
+
+
+def _by_round(path: Path, lines: Any) -> list[RoundLeakage]:
+    """The audit file's ``by_round``; a malformed one is dropped, with a warning naming it."""
+    if not isinstance(lines, list):
+        return []
+    try:
+        return [RoundLeakage.from_dict(e) for e in lines]
+    except (ValueError, AttributeError) as err:
+        log.warning("%s: key 'by_round' dropped: %s", path, err)
+        return []
 
 
 def _file_fields(data: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:

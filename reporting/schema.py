@@ -17,6 +17,9 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from audit.over_rounds import RoundLeakage
+from audit.result import ClassSliceResult
+
 REPORT_SCHEMA_VERSION = 3
 """2: two-sided game per site and side, low-FPR ROC figures, bound levels. 3: the per-site
 privacy ledger (record- and client-level accountant epsilons, canaries, ordering check)."""
@@ -448,6 +451,11 @@ class SiteReport:
     """The largest one-run lower bound (canary or O(1); Steinke et al. or f-DP)."""
     best_eps_lb_method: str | None = spec(None)
     """Which audit and method gave ``best_eps_lb``."""
+    by_round: list[RoundLeakage] = field(default_factory=list)
+    """The audits of earlier rounds' global models and of the final one (``audit.rounds``
+    / ``audit.every``), by round; empty when only the final model was audited."""
+    per_class: list[ClassSliceResult] = field(default_factory=list)
+    """The two-sided game inside each label (label-paired audits)."""
 
 
 @dataclass(frozen=True)
@@ -575,6 +583,9 @@ class ConsortiumSummary:
     bound_violation_sites: list[int] = field(default_factory=list)
     """Sites with a measured lower bound above their record-level guarantee."""
     eps_tilde_above_accountant_sites: list[int] = field(default_factory=list)
+    first_leaking_round: dict[str, int | None] = field(default_factory=dict)
+    """Per site (id as text) audited over rounds: the first audited round whose two-sided
+    eps_tilde interval excludes 0 (None: none does)."""
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from audit.result import AuditResult
 
-from . import plots
+from . import leakage_views, plots
 from .formatting import (
     FPR_LABELS,
     MISSING,
@@ -100,6 +100,8 @@ def render_site_page(report: SitePageReport, result: AuditResult | None) -> str:
         *_standing(report),
         "<h2>Threat model</h2>",
         _list(report.threat_model, ordered=True),
+        *leakage_views.by_round_section(site.by_round, heading="h2"),
+        *leakage_views.per_class_section(site.per_class, heading="h2"),
         "<h2>Detail</h2>",
         *(_detail(site, result) if site.status == "ok" else [_failed(site)]),
         "<h3>Privacy guarantees and the ordering check</h3>",

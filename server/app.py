@@ -37,6 +37,7 @@ from contracts.wire import (
     TrainReply,
     WhoamiReply,
     WireError,
+    round_arrays,
 )
 from server.checkpoint import (
     Checkpoint,
@@ -50,7 +51,14 @@ from server.client_dp import (
     client_clipping,
     wrap_strategy,
 )
-from server.run_log import append_round, sites_needing_audit, truncate_rounds, write_site_audit
+from server.round_audits import (
+    SiteAuditPlan,
+    global_accuracy,
+    plan_audits,
+    round_weights,
+    with_rounds,
+)
+from server.run_log import append_round, read_site_audit, truncate_rounds, write_site_audit
 from server.strategy import ScreenedStrategy, StrategySettings, make_strategy
 
 log = logging.getLogger(__name__)
@@ -76,6 +84,9 @@ class ServerSettings:
     node_wait_s: float = 300.0
     timeout_s: float = 24 * 3600.0
     progress: bool = True
+    audit_rounds: tuple[int, ...] = ()
+    """Global rounds whose checkpoints each site audits too (``audit.rounds`` /
+    ``audit.every``); empty: the final model only."""
     noise_source: NoiseSource = "seeded"
     """``seeded`` (simulation): client-level noise follows numpy's global generator as the
     harness seeded it, reproducibly; ``os-entropy`` (a real deployment): that generator is
@@ -263,43 +274,84 @@ def run_audits(
     state: StateDict,
     model_round: int,
 ) -> None:
-    """Send the final model (of round ``model_round``) to every site still missing an audit
-    of it, in one message each; write each site's result as soon as it arrives."""
+    """Send every site still missing an audit of the final model (of round
+    ``model_round``) or of an earlier round in ``settings.audit_rounds`` one message with
+    those weights; write each site's file as soon as its reply arrives."""
     run_dir = settings.run_dir
-    todo = sites_needing_audit(run_dir, sorted(site_of_node.values()), model_round)
-    if not todo:
+    plans = plan_audits(run_dir, sorted(site_of_node.values()), model_round, settings.audit_rounds)
+    if not plans:
         return
     node_of_site = {s: n for n, s in site_of_node.items()}
-    content = RecordDict(
-        {ARRAYS: ArrayRecord(state), CONFIG: AuditInstructions(seed=settings.seed).to_record()}
-    )
-    messages = [
-        Message(
-            content=content,
-            message_type=f"{MessageType.QUERY}.{AUDIT_QUERY}",
-            dst_node_id=node_of_site[s],
+    weights = round_weights(run_dir, tuple(sorted({r for p in plans for r in p.rounds})))
+    messages = []
+    for plan in plans:
+        asked = AuditInstructions(seed=settings.seed, rounds=plan.rounds, main=plan.main)
+        records: dict[str, Any] = {CONFIG: asked.to_record()}
+        if plan.main:
+            records[ARRAYS] = ArrayRecord(state)
+        records.update({round_arrays(r): weights[round_arrays(r)] for r in plan.rounds})
+        messages.append(
+            Message(
+                content=RecordDict(records),
+                message_type=f"{MessageType.QUERY}.{AUDIT_QUERY}",
+                dst_node_id=node_of_site[plan.site],
+            )
         )
-        for s in todo
-    ]
     pending = set(grid.push_messages(messages))
-    bar = _progress(len(todo), "site audits", settings.progress)
+    plan_of_site = {p.site: p for p in plans}
+    accuracy = global_accuracy(run_dir)
+    bar = _progress(len(plans), "site audits", settings.progress)
     deadline = time.time() + settings.timeout_s
     while pending and time.time() < deadline:
         for reply in grid.pull_messages(pending):
             pending.discard(reply.metadata.reply_to_message_id)
             site = site_of_node.get(reply.metadata.src_node_id)
-            if site is None:
+            if site is None or site not in plan_of_site:
                 log.warning(
                     "an audit reply from node %d, not in the node map, was dropped",
                     reply.metadata.src_node_id,
                 )
                 continue
-            write_site_audit(run_dir, site_audit_file(site, reply, model_round))
+            _write_reply(settings, plan_of_site[site], reply, model_round, accuracy)
             bar.update(1)
         time.sleep(0.2)
     bar.close()
     if pending:
         log.warning("%d site audits did not answer in time", len(pending))
+
+
+def _write_reply(
+    settings: ServerSettings,
+    plan: SiteAuditPlan,
+    reply: Message,
+    model_round: int,
+    accuracy: dict[int, float],
+) -> None:
+    """Write ``plan.site``'s file: its new main audit, or (rounds only) the kept one; both
+    with the rounds it audited. A failed rounds-only audit keeps the file as it is."""
+    run_dir, site = settings.run_dir, plan.site
+    before = read_site_audit(run_dir, site)
+    outcome = audit_outcome(reply, site)
+    if plan.main:
+        audit = _site_audit_file(site, outcome, model_round)
+    elif isinstance(outcome, AuditFailure) or before is None:
+        log.warning(
+            "site %d: the audit of rounds %s failed: %s",
+            site,
+            plan.rounds,
+            getattr(outcome, "error", "no audit file to add them to"),
+        )
+        return
+    else:
+        audit = before
+    earlier = None if isinstance(outcome, AuditFailure) else outcome.by_round
+    try:
+        audit = with_rounds(
+            audit, earlier, before=before, rounds=settings.audit_rounds, accuracy=accuracy
+        )
+    except ValueError as err:
+        log.warning("site %d: its audits of earlier rounds were dropped: %s", site, err)
+    write_site_audit(run_dir, audit)
 
 
 def audit_outcome(reply: Message, site: int) -> AuditReply | AuditFailure:
@@ -323,7 +375,12 @@ def audit_outcome(reply: Message, site: int) -> AuditReply | AuditFailure:
 
 def site_audit_file(site: int, reply: Message, model_round: int) -> SiteAuditFile:
     """The site's audit file (``audits/site-<id>.json``) from its reply."""
-    outcome = audit_outcome(reply, site)
+    return _site_audit_file(site, audit_outcome(reply, site), model_round)
+
+
+def _site_audit_file(
+    site: int, outcome: AuditReply | AuditFailure, model_round: int
+) -> SiteAuditFile:
     if isinstance(outcome, AuditFailure):
         return SiteAuditFile(
             site_id=site,
@@ -331,6 +388,14 @@ def site_audit_file(site: int, reply: Message, model_round: int) -> SiteAuditFil
             error=outcome.error,
             elapsed_s=outcome.elapsed_s,
             traceback=outcome.traceback,
+            model_round=model_round,
+        )
+    if outcome.result is None:
+        return SiteAuditFile(
+            site_id=site,
+            status="failed",
+            error="malformed audit reply: no main audit, though one was asked for",
+            elapsed_s=outcome.elapsed_s,
             model_round=model_round,
         )
     return SiteAuditFile(

@@ -214,6 +214,7 @@ def server_settings(
         ),
         phases=phases,
         progress=progress,
+        audit_rounds=config.audit.audited_rounds(config.fl.rounds),
     )
 
 

@@ -191,7 +191,26 @@ class AuditPhaseConfig(_Strict):
         "independent fair coin and audited one-run (Steinke et al. 2023) after training; never "
         "part of PANORAMIA's members, RM;RN or O(1). The trained model is not the plain one.",
     )
+    rounds: list[int] | None = Field(
+        None,
+        description="also audit these rounds' global checkpoints (1..fl.rounds), each with "
+        "the same settings; the final round is always audited (the main audit)",
+    )
+    every: int | None = Field(
+        None, ge=1, description="also audit every k-th round's checkpoint (k, 2k, ...)"
+    )
     settings: AuditConfig = Field(default_factory=AuditConfig)
+
+    def audited_rounds(self, num_rounds: int) -> tuple[int, ...]:
+        """The rounds each site audits (the final one included), or () when only the final
+        model is audited."""
+        if self.rounds is not None:
+            asked = set(self.rounds)
+        elif self.every is not None:
+            asked = set(range(self.every, num_rounds + 1, self.every))
+        else:
+            return ()
+        return tuple(sorted(asked | {num_rounds}))
 
     @field_validator("canaries")
     @classmethod
@@ -251,6 +270,19 @@ class ExperimentConfig(_Strict):
                 )
         if self.audit.canaries and not self.audit.enabled:
             raise ValueError("audit.canaries: canaries are audited in the audit phase (enabled)")
+        rounds = self.audit.rounds
+        if rounds is not None and self.audit.every is not None:
+            raise ValueError("audit.rounds and audit.every: give one of them, not both")
+        if rounds is not None:
+            if not rounds:
+                raise ValueError("audit.rounds: an empty list audits nothing; leave it unset")
+            outside = sorted(r for r in set(rounds) if not 1 <= r <= self.fl.rounds)
+            if outside:
+                raise ValueError(f"audit.rounds: {outside} outside 1..fl.rounds ({self.fl.rounds})")
+        if self.audit.every is not None and self.audit.every > self.fl.rounds:
+            raise ValueError(
+                f"audit.every: {self.audit.every} is more than fl.rounds ({self.fl.rounds})"
+            )
         settings = self.audit.settings
         if "delta" not in settings.model_fields_set:
             # The one-run bounds state eps at the accountant's delta, so they can be checked

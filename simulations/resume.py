@@ -147,5 +147,15 @@ def check_same_run(old: ExperimentConfig, new: ExperimentConfig, run_dir: Path) 
 
 
 def audit_changed(old: ExperimentConfig, new: ExperimentConfig) -> list[str]:
-    """The ``audit.*`` keys that differ (the audits on disk answer another question)."""
-    return [k for k in changed_keys(old, new) if k == "audit" or k.startswith("audit.")]
+    """The ``audit.*`` keys that differ (the audits on disk answer another question).
+
+    ``audit.rounds`` and ``audit.every`` only say which checkpoints to audit: the audits
+    on disk stay valid, and a resumed run audits the rounds they lack."""
+    return [
+        k
+        for k in changed_keys(old, new)
+        if (k == "audit" or k.startswith("audit.")) and k not in ROUND_SELECTION_KEYS
+    ]
+
+
+ROUND_SELECTION_KEYS = frozenset({"audit.rounds", "audit.every"})

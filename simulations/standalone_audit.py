@@ -42,4 +42,6 @@ def audit_saved_model(
             reference_states=None if states is None else tuple(states),
         )
     )
-    return runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed).result
+    output = runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed, {})
+    assert output.result is not None  # the final model was given
+    return output.result
