@@ -114,7 +114,7 @@ def by_round_section(by_round: list[RoundLeakage], *, heading: str = "h3") -> li
             "beside the global model's accuracy.",
             alt="leakage against round",
         ),
-        f"<table>{header}{''.join(rows)}</table>",
+        f'<table id="by-round">{header}{"".join(rows)}</table>',
     ]
 
 
@@ -139,7 +139,7 @@ def per_class_section(slices: list[ClassSliceResult], *, heading: str = "h3") ->
     return [
         f"<{heading}>Which of your classes are exposed</{heading}>",
         f"<p>{esc(CLASS_SLICES_MEANING)}</p>",
-        f"<table>{header}{''.join(rows)}</table>",
+        f'<table id="per-class">{header}{"".join(rows)}</table>',
     ]
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_over_rounds import by_round_lines, with_class_slices
 from test_report import make_result, ok_audit, write_run
 
 from reporting import SweepPoint, build_report, load_run, write_report, write_sweep_report
@@ -229,6 +230,9 @@ def screenshot(page: Path, out: Path, work: Path) -> Path:
     return out
 
 
+SITE_1_RESULT = with_class_slices(make_result([0.5, 0.75], [0.75, 1.5], o1=[0.1, 0.2]))
+
+
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """report.html of a 4-site run (2 ok, 1 failed, 1 missing), a site page, sweep.html."""
@@ -244,7 +248,10 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         dp=8.0,
         audits={
             0: ok_audit(0, make_result([1.0, 1.25], [1.75, 2.0], rm_rn=[1.0, 1.25]), dp=8.0),
-            1: ok_audit(1, make_result([0.5, 0.75], [0.75, 1.5], o1=[0.1, 0.2]), dp=8.0),
+            1: ok_audit(
+                1, with_class_slices(make_result([0.5, 0.75], [0.75, 1.5], o1=[0.1, 0.2])), dp=8.0
+            )
+            | {"by_round": by_round_lines([1, 2, 3])},
             2: failed,
         },
     )
@@ -282,8 +289,9 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_report_html_in_the_browser(pages: dict[str, Path], tmp_path: Path) -> None:
     check = check_page(pages["report"], tmp_path)
-    # 4 plots plus a log-ROC per ok site.
-    assert_page_ok(check, min_plots=6)
+    # 4 plots, a log-ROC per ok site and site 1's leakage over rounds.
+    assert_page_ok(check, min_plots=7)
+    assert "site 1: round 2" in check.text  # the first audited round that leaks
     table = check.table("site")
     assert [row[0] for row in table["rows"]] == ["0", "1", "2", "3"]  # one row per site
     assert [row[1] for row in table["rows"]] == ["ok", "ok", "failed", "missing"]
@@ -297,7 +305,9 @@ def test_site_page_in_the_browser(pages: dict[str, Path], tmp_path: Path, site_i
     check = check_page(page, tmp_path)
     site = build_report(load_run(pages["run"])).sites[site_id]
     if site_id == 1:
-        assert_page_ok(check, min_plots=4)
+        assert_page_ok(check, min_plots=5)  # the leakage-over-rounds plot among them
+        assert [row[0] for row in check.table("round")["rows"]] == ["1", "2", "3"]
+        assert [row[0] for row in check.table("label")["rows"]] == ["0", "1"]
         assert fmt_two_sided(site) in check.text  # the headline: two-sided eps_tilde ...
         assert f"{fmt(site.eps_tilde)} [" in check.text  # ... beside the paper's one-sided
         assert {"bounds", "comparisons", "low-fpr", "manifest"} <= {t["id"] for t in check.tables}

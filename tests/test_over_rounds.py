@@ -1,0 +1,180 @@
+"""Leakage over rounds: the config's round selection, the by-round lines, what a resumed
+run asks each site for, the wire, and the report's plot and summary line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flwr.app import ConfigRecord
+from test_report import make_result
+
+from audit.over_rounds import RoundLeakage, first_leaking_round
+from audit.result import AuditResult, ClassSliceResult, Interval
+from contracts.run_files import SiteAuditFile
+from contracts.wire import AuditInstructions, AuditReply, WireError
+from reporting import leakage_views
+from server.round_audits import plan_audits, with_rounds
+from server.run_log import append_round, write_site_audit
+from simulations.config import ConfigError, validate_config
+
+
+def by_round_lines(rounds: list[int]) -> list[dict[str, Any]]:
+    """Lines whose interval excludes 0 from the second round on."""
+    lines = []
+    for k, r in enumerate(rounds):
+        mean = 0.4 * k
+        iv = Interval(mean=mean, std=0.1, low=mean - 0.3, high=mean + 0.3, n=5)
+        line = RoundLeakage(r, iv, "nonmember", iv, 0.5 + 0.05 * k, 0.01 * k, 0.0, 0.6 + 0.1 * k)
+        lines.append(line.to_dict())
+    return lines
+
+
+def with_class_slices(result: AuditResult) -> AuditResult:
+    """``result`` with two label slices, the second one exposed."""
+    slices = [
+        ClassSliceResult(0, 120, Interval(0.0, 0.0, 0.0, 0.0, 2), None, 0.006, False),
+        ClassSliceResult(
+            1, 110, Interval(1.5, 0.1, 0.6, 2.4, 2), Interval(0.2, 0.0, 0.2, 0.2, 2), 0.006, False
+        ),
+    ]
+    return dataclasses.replace(result, per_class=slices)
+
+
+# --- config -------------------------------------------------------------------------------
+
+
+def _config(**audit: Any):
+    return validate_config({"fl": {"rounds": 8}, "audit": audit})
+
+
+def test_rounds_and_every_pick_the_checkpoints_the_final_one_included() -> None:
+    assert _config(rounds=[4, 1, 2]).audit.audited_rounds(8) == (1, 2, 4, 8)
+    assert _config(every=3).audit.audited_rounds(8) == (3, 6, 8)
+    assert _config().audit.audited_rounds(8) == ()
+
+
+@pytest.mark.parametrize(
+    ("audit", "named"),
+    [
+        ({"rounds": [1, 2], "every": 2}, "audit.rounds and audit.every"),
+        ({"rounds": [0, 3, 9]}, "audit.rounds: [0, 9] outside 1..fl.rounds (8)"),
+        ({"rounds": []}, "audit.rounds: an empty list"),
+        ({"every": 9}, "audit.every: 9 is more than fl.rounds (8)"),
+        ({"every": 0}, "audit.every"),
+    ],
+)
+def test_bad_round_selections_are_named(audit: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        _config(**audit)
+
+
+# --- by-round lines ---------------------------------------------------------------------
+
+
+def test_a_line_round_trips_and_the_first_leaking_round_is_found() -> None:
+    lines = [RoundLeakage.from_dict(e) for e in by_round_lines([1, 2, 4])]
+    assert [RoundLeakage.from_dict(e.to_dict()) for e in lines] == lines
+    assert first_leaking_round(lines) == 2
+    assert first_leaking_round(lines[:1]) is None
+    with pytest.raises(ValueError, match="'side' is missing"):
+        RoundLeakage.from_dict({k: v for k, v in lines[0].to_dict().items() if k != "side"})
+
+
+# --- what each site is asked, and its file ----------------------------------------------
+
+
+def _ok_file(site: int, *, by_round: list[dict[str, Any]] | None, model_round: int = 8):
+    result = make_result([0.5, 0.75], [0.75, 1.5])
+    return SiteAuditFile(
+        site_id=site,
+        status="ok",
+        result=result.to_dict(),
+        n_members=100,
+        n_holdout=10,
+        model_round=model_round,
+        by_round=by_round,
+    )
+
+
+def test_a_resumed_run_asks_only_for_the_rounds_a_site_lacks(tmp_path: Path) -> None:
+    rounds = (1, 2, 4, 8)
+    write_site_audit(tmp_path, _ok_file(0, by_round=by_round_lines([1, 2, 4, 8])))
+    write_site_audit(tmp_path, _ok_file(1, by_round=by_round_lines([1, 8])))
+    write_site_audit(tmp_path, _ok_file(2, by_round=None, model_round=6))  # another model
+    plans = {p.site: p for p in plan_audits(tmp_path, [0, 1, 2, 3], 8, rounds)}
+    assert 0 not in plans
+    assert (plans[1].main, plans[1].rounds) == (False, (2, 4))
+    assert (plans[2].main, plans[2].rounds) == (True, (1, 2, 4))
+    assert (plans[3].main, plans[3].rounds) == (True, (1, 2, 4))
+    # Without a round selection nothing but the main audit is asked for.
+    assert [p.site for p in plan_audits(tmp_path, [0, 1, 2, 3], 8, ())] == [2, 3]
+
+
+def test_new_lines_join_the_kept_ones_with_the_round_accuracy(tmp_path: Path) -> None:
+    for r in range(1, 9):
+        append_round(tmp_path, {"round": r, "global_accuracy": r / 10})
+    from server.round_audits import global_accuracy
+
+    before = _ok_file(1, by_round=by_round_lines([1]))
+    new = {str(e["round"]): e for e in by_round_lines([2, 4])}
+    merged = with_rounds(
+        before, new, before=before, rounds=(1, 2, 4, 8), accuracy=global_accuracy(tmp_path)
+    )
+    assert [e["round"] for e in merged.by_round or []] == [1, 2, 4, 8]
+    assert [e["global_accuracy"] for e in merged.by_round or []] == [0.1, 0.2, 0.4, 0.8]
+    # The final round's line is the main audit's two-sided result.
+    final = AuditResult.from_dict(before.result or {})
+    assert final.two_sided is not None
+    assert merged.by_round is not None
+    assert merged.by_round[-1]["eps_tilde_two_sided"]["mean"] == final.two_sided.eps_tilde.mean
+    # A line filed under the wrong round is refused, naming it.
+    with pytest.raises(ValueError, match="by_round entry '2' says round 4"):
+        with_rounds(before, {"2": new["4"]}, before=before, rounds=(2, 8), accuracy={})
+    reread = SiteAuditFile.from_dict(json.loads(json.dumps(merged.to_dict())))
+    assert reread.audited_rounds() == {1, 2, 4, 8}
+
+
+# --- the wire ---------------------------------------------------------------------------
+
+
+def test_audit_query_and_reply_carry_the_rounds() -> None:
+    asked = AuditInstructions(seed=3, rounds=(1, 2), main=False)
+    assert AuditInstructions.from_record(asked.to_record()) == asked
+    assert AuditInstructions.from_record(ConfigRecord({"seed": 3})) == AuditInstructions(3)
+    with pytest.raises(WireError, match="asks for no audit"):
+        AuditInstructions.from_record(ConfigRecord({"seed": 3, "main-audit": False}))
+    with pytest.raises(WireError, match="'audit-rounds' must be a list of rounds >= 1"):
+        AuditInstructions.from_record(ConfigRecord({"seed": 3, "audit-rounds": [0]}))
+    lines = {str(e["round"]): e for e in by_round_lines([1, 2])}
+    reply = AuditReply(
+        site_id=1, result=None, n_members=10, n_holdout=0, elapsed_s=1.0, by_round=lines
+    )
+    assert AuditReply.from_record(reply.to_record()) == reply
+    empty = dataclasses.replace(reply, by_round=None)
+    with pytest.raises(WireError, match="neither"):
+        AuditReply.from_record(empty.to_record())
+
+
+# --- the report's views -----------------------------------------------------------------
+
+
+def test_the_views_draw_the_curve_and_name_the_first_leaking_round() -> None:
+    lines = [RoundLeakage.from_dict(e) for e in by_round_lines([1, 2, 4])]
+    svg = leakage_views.by_round_plot(lines)
+    assert svg is not None and svg.startswith("<svg")
+    assert leakage_views.by_round_plot([]) is None
+    section = "".join(leakage_views.by_round_section(lines))
+    assert "Leakage first shows at round 2" in section
+    assert leakage_views.consortium_first_leaks({"10": None, "2": 4}) == (
+        "First audited round whose two-sided eps_tilde interval excludes 0 - "
+        "site 2: round 4; site 10: none."
+    )
+    table = "".join(
+        leakage_views.per_class_section(with_class_slices(make_result([0.5], [1.0])).per_class)
+    )
+    assert "per-class" in table and "0.006" in table
