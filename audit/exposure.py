@@ -53,6 +53,9 @@ class ExposedRecords:
     """Positions in the ``members`` array that was scored."""
     scores: list[float | None]
     """Each record's score; ``None`` where it is not finite."""
+    labels: list[int] | None
+    """Each record's label (which of the site's groups it exposes); None for unlabelled
+    records (text)."""
     n_members: int
     reference_models: int
 
@@ -122,6 +125,7 @@ def most_exposed(
         score=name,
         indices=[int(i) for i in order],
         scores=[float(scores[i]) if np.isfinite(scores[i]) else None for i in order],
+        labels=None if members.y is None else [int(members.y[i]) for i in order],
         n_members=len(members),
         reference_models=len(reference_models or ()),
     )

@@ -415,6 +415,11 @@ class SiteReport:
         csv_after="two_sided",
     )
     repeats: list[RepeatReport] = field(default_factory=list)
+    by_round: list[RoundLeakage] = field(default_factory=list)
+    """The audits of earlier rounds' global models and of the final one (``audit.rounds``
+    / ``audit.every``), by round; empty when only the final model was audited."""
+    per_class: list[ClassSliceResult] = field(default_factory=list)
+    """The two-sided game inside each label (label-paired audits)."""
     dp_epsilon_record: float | None = spec(None)
     """Record-level accountant epsilon of the site's DP-SGD (Opacus, ``dp.accountant``)."""
     dp_epsilon_client: float | None = spec(None)
@@ -451,11 +456,6 @@ class SiteReport:
     """The largest one-run lower bound (canary or O(1); Steinke et al. or f-DP)."""
     best_eps_lb_method: str | None = spec(None)
     """Which audit and method gave ``best_eps_lb``."""
-    by_round: list[RoundLeakage] = field(default_factory=list)
-    """The audits of earlier rounds' global models and of the final one (``audit.rounds``
-    / ``audit.every``), by round; empty when only the final model was audited."""
-    per_class: list[ClassSliceResult] = field(default_factory=list)
-    """The two-sided game inside each label (label-paired audits)."""
 
 
 @dataclass(frozen=True)

@@ -225,7 +225,7 @@ def _audit_site(runner, *, site_id: int = 2) -> Message:
 
 
 def test_failing_site_audit_arrives_as_an_error_and_its_file_says_failed(tmp_path, task_identity):
-    def runner(task, model, data, seed):
+    def runner(task, model, data, seed, earlier):
         raise ValueError("the audit's splits need 190 members, the site has 30")
 
     reply = _audit_site(runner)
@@ -251,7 +251,7 @@ def test_failing_site_audit_arrives_as_an_error_and_its_file_says_failed(tmp_pat
 
 
 def test_finished_site_audit_writes_todays_ok_file(tmp_path, task_identity):
-    def runner(task, model, data, seed):
+    def runner(task, model, data, seed, earlier):
         return SiteAuditOutput(result={"c_lb": {"mean": 0.5}, "seed": seed}, canary=None)
 
     reply = _audit_site(runner, site_id=1)

@@ -46,13 +46,16 @@ def test_exposed_records_stay_at_the_site(tmp_path) -> None:
         assert audit["status"] == "ok", audit.get("error")
         path = RunLayout(run_dir).site_state / exposed_records_name(site)
         content = json.loads(path.read_text())
-        n_members = len(SiteData.load(RunLayout(run_dir).site_file(site)).train_x)
+        data = SiteData.load(RunLayout(run_dir).site_file(site))
+        n_members = len(data.train_x)
         assert content["site_id"] == site and content["n_members"] == n_members
         # The run's shared reference models calibrate the score (offline LiRA).
         assert content["score"] == "lira_offline" and content["reference_models"] == 2
         assert len(content["indices"]) == len(set(content["indices"])) == K
         assert all(0 <= i < n_members for i in content["indices"])
         assert content["scores"] == sorted(content["scores"], reverse=True)
+        # Each record's label: which of the site's groups it exposes.
+        assert content["labels"] == [int(data.train_y[i]) for i in content["indices"]]
         found[site] = content
 
     # Nothing of it on the server side: audits (the replies), the consortium report, and
