@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import numpy as np
 import torch
@@ -390,24 +391,33 @@ def run_audit(
     return results[0]
 
 
+class AuditOptions(TypedDict, total=False):
+    """:func:`run_audit`'s keyword options (see its parameters)."""
+
+    nonmembers: Records | None
+    public_pool: Records | None
+    reference_models: Sequence[torch.nn.Module] | None
+    progress: ProgressFn | None
+
+
 def run_audits_of(
     task: AuditTask,
     models: Mapping[int, torch.nn.Module],
     members: Records,
     config: AuditConfig | None = None,
-    *,
-    nonmembers: Records | None = None,
-    public_pool: Records | None = None,
-    reference_models: Sequence[torch.nn.Module] | None = None,
-    progress: ProgressFn | None = None,
+    **options: Unpack[AuditOptions],
 ) -> dict[int, AuditResult]:
     """:func:`run_audit` of several targets trained on the same ``members`` (e.g. one
-    global model per round), keyed as ``models`` is.
+    global model per round), keyed as ``models`` is; ``options`` as :func:`run_audit`'s.
 
     Every target plays against the same generated non-members, helper, reference models and
     games (the same settings and seeds); only f's features change, so each result equals
     what :func:`run_audit` returns for that model alone, and the shared phases run once.
     """
+    nonmembers = options.get("nonmembers")
+    public_pool = options.get("public_pool")
+    reference_models = options.get("reference_models")
+    progress = options.get("progress")
     if not models:
         raise ValueError("run_audits_of needs at least one model")
     config = config or AuditConfig()
