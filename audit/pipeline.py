@@ -6,7 +6,8 @@ Phases, each a function here or a module of its own:
    the helper's synthetic data.
 2. :func:`_fit_models`: the helper h (labeled synthetic data only) and the reference models
    of the calibrated MIA (records that are never game records).
-3. :func:`_featurize`: h / f features and calibrated statistics of every record.
+3. :func:`_fixed_features` once, :func:`_featurize` per target: h / f features and
+   calibrated statistics of every record.
 4. :func:`audit.repeat.play_repeat`, ``config.repeats`` times: fresh b / MIA splits, a
    fresh game, both sides, the RM;RN and O(1) comparisons (:mod:`audit.comparisons`).
 5. :func:`audit.assembly.assemble`: intervals, ceilings, flags, ROC.
@@ -314,24 +315,37 @@ def _fit_models(
     return _Models(helper, references, quality)
 
 
-def _featurize(
-    task: AuditTask,
-    model: torch.nn.Module,
-    models: _Models,
-    records: Records,
-    device: torch.device,
-) -> FeatureSet:
-    f = task.loss_features(model, records.x, records.y, device=device)
+@dataclass(frozen=True)
+class _Fixed:
+    """What the features of a record set owe nothing to f: h's features and, with
+    reference models, their statistics and h's calibrated ones (computed once per audit)."""
+
+    records: Records
+    h: np.ndarray
+    ref: ReferenceStatistics | None = None
+    calibrated_h: np.ndarray | None = None
+
+
+def _fixed_features(
+    task: AuditTask, models: _Models, records: Records, device: torch.device
+) -> _Fixed:
     h = task.loss_features(models.helper, records.x, records.y, device=device)
     if not models.references:
-        return FeatureSet(records, f, h)
-    ref: ReferenceStatistics = reference_statistics(task, models.references, records, device=device)
+        return _Fixed(records, h)
+    ref = reference_statistics(task, models.references, records, device=device)
+    return _Fixed(records, h, ref, calibrated_statistics(h, records.y, ref))
+
+
+def _featurize(
+    task: AuditTask, model: torch.nn.Module, fixed: _Fixed, device: torch.device
+) -> FeatureSet:
+    """``fixed`` with the target f's features (and f's calibrated statistics)."""
+    records = fixed.records
+    f = task.loss_features(model, records.x, records.y, device=device)
+    if fixed.ref is None:
+        return FeatureSet(records, f, fixed.h)
     return FeatureSet(
-        records,
-        f,
-        h,
-        calibrated_statistics(f, records.y, ref),
-        calibrated_statistics(h, records.y, ref),
+        records, f, fixed.h, calibrated_statistics(f, records.y, fixed.ref), fixed.calibrated_h
     )
 
 
@@ -439,7 +453,12 @@ def run_audits_of(
 
     sources = _draw_sources(task, members, config, context, timer, say)
     fitted = _fit_models(task, sources, config, device, reference_models, timer, say)
-    prepared = _Prepared(task, config, context, sources, fitted, nonmembers, len(members))
+    with timer.stage("features"):
+        fixed = tuple(
+            None if records is None else _fixed_features(task, fitted, records, device)
+            for records in (sources.d_in, sources.d_out, nonmembers)
+        )
+    prepared = _Prepared(task, config, context, sources, fitted, nonmembers, len(members), fixed)
     shared = timer.total()["total"]
     results = {}
     for key, model in models.items():
@@ -460,6 +479,9 @@ class _Prepared:
     models: _Models
     nonmembers: Records | None
     n_members: int
+    fixed: tuple[_Fixed | None, ...]
+    """f-independent features of the game's members, its non-members and the real
+    non-members (None without them)."""
 
 
 def _audit_target(
@@ -476,9 +498,11 @@ def _audit_target(
     device = context.device
     model.eval()
     with timer.stage("features"):
-        s_in = _featurize(task, model, models, sources.d_in, device)
-        s_out = _featurize(task, model, models, sources.d_out, device)
-        s_non = None if nonmembers is None else _featurize(task, model, models, nonmembers, device)
+        s_in, s_out, s_non = (
+            None if fixed is None else _featurize(task, model, fixed, device)
+            for fixed in prepared.fixed
+        )
+        assert s_in is not None and s_out is not None  # members and generated always exist
 
     quality = dict(sources.quality)
     quality.update(models.quality)

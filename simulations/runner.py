@@ -17,7 +17,7 @@ import torch
 
 from contracts.run_files import RunLayout
 from server.checkpoint import latest_round_checkpoint, readable_checkpoint
-from server.run_log import sites_needing_audit
+from server.round_audits import plan_audits
 from simulations.apps import build_apps
 from simulations.config import ExperimentConfig, ResourcesConfig
 from simulations.reference_models import ensure_reference_models, reference_count
@@ -167,7 +167,8 @@ def run_experiment(
             log.info("resuming after round %d", last.round)
         phases.append((("train",), train))
     sites = list(range(config.partition.num_sites))
-    if config.audit.enabled and sites_needing_audit(run_dir, sites, config.fl.rounds):
+    rounds = config.audit.audited_rounds(config.fl.rounds)
+    if config.audit.enabled and plan_audits(run_dir, sites, config.fl.rounds, rounds):
         t = time.time()
         cpus, gpus = audit
         if _train_reference_models(

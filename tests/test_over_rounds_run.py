@@ -1,0 +1,74 @@
+"""Leakage over rounds through a real Flower simulation: every site audits the rounds asked
+for, and a resumed run with more rounds asked audits only those (the main audit is kept)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from contracts.run_files import RunLayout
+from reporting import SITE_REPORTS_DIR
+from simulations.config import validate_config
+from simulations.runner import run_experiment
+
+pytestmark = pytest.mark.slow
+
+TINY_AUDIT = {
+    "quick": True,
+    "repeats": 2,
+    "helper_epochs": 1,
+    "splits": {"generator": 0.05, "train": 0.3, "val": 0.15},
+    "classifier": {"feature_sets": ["loss"]},
+    "calibration": {"reference_models": 2, "epochs": 1},
+}
+
+
+def _config(rounds: list[int]):
+    return validate_config(
+        {
+            "name": "rounds",
+            "seed": 3,
+            "data": {"name": "digits", "options": {"public_fraction": 0.4}},
+            "partition": {"scheme": "iid", "num_sites": 2, "holdout_fraction": 0.2},
+            "fl": {"rounds": 3, "local_epochs": 1, "batch_size": 32},
+            "audit": {"reference_pool": True, "rounds": rounds, "settings": TINY_AUDIT},
+        }
+    )
+
+
+def _audits(run_dir) -> dict[int, dict[str, Any]]:
+    return {s: json.loads(p.read_text()) for s, p in RunLayout(run_dir).audit_files().items()}
+
+
+def test_sites_audit_the_rounds_asked_and_a_resume_adds_only_new_ones(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    run_experiment(_config([1]), run_dir)
+    first = _audits(run_dir)
+    accuracy = {
+        json.loads(line)["round"]: json.loads(line)["global_accuracy"]
+        for line in RunLayout(run_dir).metrics.read_text().splitlines()
+    }
+    for audit in first.values():
+        assert audit["status"] == "ok", audit.get("error")
+        assert [e["round"] for e in audit["by_round"]] == [1, 3]
+        assert [e["global_accuracy"] for e in audit["by_round"]] == [accuracy[1], accuracy[3]]
+        # The final round's line is the main audit's two-sided result.
+        two_sided = audit["result"]["two_sided"]["eps_tilde"]
+        assert audit["by_round"][-1]["eps_tilde_two_sided"] == two_sided
+        assert audit["result"]["per_class"]  # digits are labelled: per-class slices
+    report = json.loads((run_dir / "report.json").read_text())
+    assert set(report["consortium"]["first_leaking_round"]) == {"0", "1"}
+    page = (run_dir / SITE_REPORTS_DIR / "site-0.html").read_text()
+    assert "Leakage over rounds" in page and "Which of your classes are exposed" in page
+
+    run_experiment(_config([1, 2]), run_dir)
+    second = _audits(run_dir)
+    assert not list(run_dir.glob("audits-superseded-*"))  # a round selection is no new setting
+    for site, audit in second.items():
+        before = first[site]
+        # The main audit and round 1 are kept as they were; round 2 is new.
+        assert audit["result"] == before["result"] and audit["elapsed_s"] == before["elapsed_s"]
+        assert [e["round"] for e in audit["by_round"]] == [1, 2, 3]
+        assert audit["by_round"][0] == before["by_round"][0]
