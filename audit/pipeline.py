@@ -152,12 +152,6 @@ def _accuracy(features: np.ndarray, y: np.ndarray | None) -> float:
     return float(np.mean(features[:, 1:].argmax(axis=1) == y))
 
 
-def _mean_loss(
-    task: AuditTask, model: torch.nn.Module, records: Records, device: torch.device
-) -> float:
-    return float(np.mean(task.per_record_loss(model, records.x, records.y, device=device)))
-
-
 @dataclass(frozen=True)
 class _Sources:
     """Phase 1's output: the member cut, the generator and everything drawn from it."""
@@ -286,6 +280,10 @@ def _fit_models(
     say(
         f"helper: trained {quality['helper_epochs']:.0f} epochs on "
         f"{len(sources.helper_train)} synthetic records"
+    )
+    quality["helper_accuracy_synthetic_val"] = _accuracy(
+        task.loss_features(helper, sources.helper_val.x, sources.helper_val.y, device=device),
+        sources.helper_val.y,
     )
     cal = config.calibration
     if reference_models is not None:
@@ -508,18 +506,13 @@ def _audit_target(
     quality.update(models.quality)
     quality.update(sources.generator.sampling_quality())
     quality["helper_accuracy_real_members"] = _accuracy(s_in.h, sources.d_in.y)
-    quality["helper_accuracy_synthetic_val"] = _accuracy(
-        task.loss_features(
-            models.helper, sources.helper_val.x, sources.helper_val.y, device=device
-        ),
-        sources.helper_val.y,
-    )
     quality["target_accuracy_members"] = _accuracy(s_in.f, sources.d_in.y)
     # f's generalization gap on this site: leakage O(1) can see even when no member stands out
-    quality["target_loss_members"] = _mean_loss(task, model, sources.d_in, device)
+    # Column 0 of the loss features is the per-record loss (AuditTask.loss_features).
+    quality["target_loss_members"] = float(np.mean(s_in.f[:, 0]))
     if s_non is not None and nonmembers is not None:
         quality["target_accuracy_nonmembers"] = _accuracy(s_non.f, nonmembers.y)
-        quality["target_loss_nonmembers"] = _mean_loss(task, model, nonmembers, device)
+        quality["target_loss_nonmembers"] = float(np.mean(s_non.f[:, 0]))
 
     sizes = sources.cut.sizes
     n_train, n_val = sizes.train, sizes.val

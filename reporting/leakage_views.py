@@ -67,8 +67,8 @@ def first_leaking_text(by_round: list[RoundLeakage]) -> str:
     if first is None:
         return f"No audited round ({audited}) has a two-sided interval above 0."
     return (
-        f"Leakage first shows at round {first}: the first audited round ({audited}) whose "
-        "two-sided eps_tilde interval excludes 0."
+        f"Leakage first shows at round {first}: of the audited rounds ({audited}), the first "
+        "whose two-sided eps_tilde interval excludes 0."
     )
 
 
