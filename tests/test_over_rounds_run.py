@@ -4,38 +4,38 @@ for, and a resumed run with more rounds asked audits only those (the main audit 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from contracts.run_files import RunLayout
 from reporting import SITE_REPORTS_DIR
-from simulations.config import validate_config
+from simulations.config import load_config
 from simulations.runner import run_experiment
 
 pytestmark = pytest.mark.slow
 
-TINY_AUDIT = {
-    "quick": True,
-    "repeats": 2,
-    "helper_epochs": 1,
-    "splits": {"generator": 0.05, "train": 0.3, "val": 0.15},
-    "classifier": {"feature_sets": ["loss"]},
-    "calibration": {"reference_models": 2, "epochs": 1},
-}
+ROOT = Path(__file__).resolve().parents[1]
+
+SMALL = [
+    "name=rounds",
+    "seed=3",
+    "data.name=digits",
+    "data.options={public_fraction: 0.4}",
+    "partition={scheme: iid, num_sites: 2, holdout_fraction: 0.2}",
+    "fl.rounds=3",
+    "fl.local_epochs=1",
+    "fl.batch_size=32",
+    "audit.settings.repeats=2",
+    "audit.settings.helper_epochs=1",
+    "audit.settings.calibration={reference_models: 2, epochs: 1}",
+]
+"""The default config (reference pool, quick score-only audit), small and fast."""
 
 
 def _config(rounds: list[int]):
-    return validate_config(
-        {
-            "name": "rounds",
-            "seed": 3,
-            "data": {"name": "digits", "options": {"public_fraction": 0.4}},
-            "partition": {"scheme": "iid", "num_sites": 2, "holdout_fraction": 0.2},
-            "fl": {"rounds": 3, "local_epochs": 1, "batch_size": 32},
-            "audit": {"reference_pool": True, "rounds": rounds, "settings": TINY_AUDIT},
-        }
-    )
+    return load_config(ROOT / "configs" / "default.yaml", [*SMALL, f"audit.rounds={rounds}"])
 
 
 def _audits(run_dir) -> dict[int, dict[str, Any]]:
