@@ -9,6 +9,7 @@ a malformed ``canary`` block in it only drops the canary numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -17,19 +18,12 @@ from typing import Any
 
 import yaml
 
+from audit.canary import CanaryResult
 from audit.result import AuditResult
 from contracts.errors import UserError
-from contracts.run_files import NOISE_NOTES, RunLayout
+from contracts.run_files import NOISE_NOTES, RunLayout, SiteAuditFile
 
-from .schema import (
-    CanaryReport,
-    ClientDPReport,
-    ClientDPSiteReport,
-    RoundReport,
-    SiteRoundReport,
-)
-
-"""The server's client-level DP ledger in the run directory (only with client-level DP)."""
+from .schema import ClientDPReport, ClientDPSiteReport, RoundReport, SiteRoundReport
 
 
 class ReportInputError(UserError, ValueError):
@@ -50,7 +44,7 @@ class SiteAuditInput:
     """The site's record-level (Opacus) accountant epsilon, or None."""
     elapsed_s: float | None
     result: AuditResult | None
-    canary: CanaryReport | None = None
+    canary: CanaryResult | None = None
     """The site's canary audit, when the run trained with canaries."""
 
 
@@ -110,7 +104,14 @@ def load_run(run_dir: Path) -> RunInputs:
             audits[site_id] = _load_site_audit(audit_files[site_id], site_id, part)
         else:
             audits[site_id] = SiteAuditInput(
-                site_id=site_id, status="missing", error=None, result=None, **_file_fields({}, part)
+                site_id=site_id,
+                status="missing",
+                error=None,
+                n_members=_opt_int(part.get("train")),
+                n_holdout=_opt_int(part.get("holdout")),
+                dp_epsilon=None,
+                elapsed_s=None,
+                result=None,
             )
     return RunInputs(
         run_dir=run_dir,
@@ -181,39 +182,6 @@ def load_client_dp(run_dir: Path) -> ClientDPReport | None:
         neighboring_relation=_opt_str(data.get("neighboring_relation")),
         rounds_done=_opt_int(data.get("rounds_done")),
         sites=sites,
-    )
-
-
-def parse_canary(value: Any) -> CanaryReport | None:
-    """An audit file's ``canary`` block; None when absent, null or not an object.
-
-    Lenient like the rest of a site's audit file: a malformed number reads as None.
-    """
-    if not isinstance(value, dict):
-        return None
-    interval = value.get("eps_interval")
-    return CanaryReport(
-        n_canaries=_opt_int(value.get("n_canaries")),
-        n_included=_opt_int(value.get("n_included")),
-        eps_lb=_safe_float(value.get("eps_lb")),
-        eps_interval=(
-            [_safe_float(v) for v in interval]
-            if isinstance(interval, list | tuple) and len(interval) == 2
-            else None
-        ),
-        guesses=_opt_int(value.get("guesses")),
-        correct=_opt_int(value.get("correct")),
-        member_guesses=_opt_int(value.get("member_guesses")),
-        nonmember_guesses=_opt_int(value.get("nonmember_guesses")),
-        beta=_safe_float(value.get("beta")),
-        score=_opt_str(value.get("score")),
-        kind=_opt_str(value.get("kind")),
-        n_pairs_tried=_opt_int(value.get("n_pairs_tried")),
-        eps_lb_fdp=_safe_float(value.get("eps_lb_fdp")),
-        fdp_mu=_safe_float(value.get("fdp_mu")),
-        fdp_delta=_safe_float(value.get("fdp_delta")),
-        fdp_guesses=_opt_int(value.get("fdp_guesses")),
-        fdp_correct=_opt_int(value.get("fdp_correct")),
     )
 
 
@@ -316,51 +284,58 @@ def _load_metrics(path: Path) -> list[RoundReport]:
 
 
 def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAuditInput:
-    """Parse one SiteAudit; an unreadable file makes the site "failed", with the reason."""
+    """Read one audit file through :class:`SiteAuditFile`; an unreadable or malformed file
+    makes the site "failed", with the reason. Sizes the file lacks come from partition.json."""
+    sizes = {"n_members": _opt_int(part.get("train")), "n_holdout": _opt_int(part.get("holdout"))}
 
-    def failed(error: str, data: dict[str, Any] | None = None) -> SiteAuditInput:
+    def failed(error: str, file: SiteAuditFile | None = None) -> SiteAuditInput:
         return SiteAuditInput(
             site_id=site_id,
             status="failed",
             error=error,
+            n_members=sizes["n_members"] if file is None else file.n_members,
+            n_holdout=sizes["n_holdout"] if file is None else file.n_holdout,
+            dp_epsilon=None if file is None else file.dp_epsilon,
+            elapsed_s=None if file is None else file.elapsed_s,
             result=None,
-            **_file_fields(data or {}, part),
         )
 
     try:
-        data = _read_json(path)
-    except ReportInputError as exc:
-        return failed(str(exc))
-    if not isinstance(data, dict):
-        return failed(f"{path} must hold a JSON object")
-    status = data.get("status")
-    if status == "failed":
-        error = data.get("error")
-        return failed(str(error) if error is not None else "audit failed (no error text)", data)
-    if status != "ok":
-        return failed(f"{path}: key 'status' must be 'ok' or 'failed', got {status!r}", data)
-    if data.get("result") is None:
-        return failed(f"{path}: status is 'ok' but key 'result' is null", data)
+        file = SiteAuditFile.from_dict(_read_json(path))
+    except (ReportInputError, ValueError) as exc:
+        return failed(f"{path}: {exc}" if str(path) not in str(exc) else str(exc))
+    file = dataclasses.replace(
+        file,
+        n_members=file.n_members if file.n_members is not None else sizes["n_members"],
+        n_holdout=file.n_holdout if file.n_holdout is not None else sizes["n_holdout"],
+    )
+    if not file.ok:
+        return failed(file.error or "audit failed (no error text)", file)
+    if file.result is None:
+        return failed(f"{path}: status is 'ok' but key 'result' is null", file)
     try:
-        result = AuditResult.from_dict(data["result"])
+        result = AuditResult.from_dict(file.result)
     except (KeyError, TypeError, ValueError) as exc:
         return failed(f"{path}: key 'result' is not an AuditResult ({type(exc).__name__}: {exc})")
     return SiteAuditInput(
-        site_id=site_id, status="ok", error=None, result=result, **_file_fields(data, part)
+        site_id=site_id,
+        status="ok",
+        error=None,
+        n_members=file.n_members,
+        n_holdout=file.n_holdout,
+        dp_epsilon=file.dp_epsilon,
+        elapsed_s=file.elapsed_s,
+        result=result,
+        canary=_canary(file.canary),
     )
 
 
-def _file_fields(data: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
-    """The :class:`SiteAuditInput` fields an audit file states beside its result (sizes
-    from partition.json when it lacks them), ok or failed alike; lenient: bad values read
-    as None."""
-    return {
-        "n_members": _safe_int(data.get("n_members"), part.get("train")),
-        "n_holdout": _safe_int(data.get("n_holdout"), part.get("holdout")),
-        "dp_epsilon": _safe_float(data.get("dp_epsilon")),
-        "elapsed_s": _safe_float(data.get("elapsed_s")),
-        "canary": parse_canary(data.get("canary")),
-    }
+def _canary(data: dict[str, Any] | None) -> CanaryResult | None:
+    """The file's canary audit; a malformed block drops the canary numbers, nothing else."""
+    try:
+        return None if data is None else CanaryResult.from_dict(data)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _read_json(path: Path) -> Any:
@@ -395,19 +370,7 @@ def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _safe_float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
 def _opt_int(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return int(value)
-
-
-def _safe_int(value: Any, fallback: Any = None) -> int | None:
-    got = _opt_int(value)
-    return got if got is not None else _opt_int(fallback)
