@@ -6,7 +6,7 @@ The config loader (``simulations.config.DPConfig``) and the report (which reads 
 
 from __future__ import annotations
 
-from typing import Literal, cast
+from typing import Literal
 
 DPLevel = Literal["none", "record", "client", "both"]
 """record = DP-SGD at each site (Opacus); client = clipped site updates and a noised
@@ -32,4 +32,4 @@ def resolve_dp_level(level: str | None, *, enabled: bool, record_epsilon_inf: bo
         level = {"record": "none", "both": "client"}.get(level, level)
     if level not in DP_LEVELS:
         raise ValueError(f"dp.level must be one of {list(DP_LEVELS)}, got {level!r}")
-    return cast(DPLevel, level)
+    return level

@@ -16,9 +16,11 @@ from audit.result import Interval
 from audit.sides import SIDES
 
 from .formatting import (
+    FPR_LABELS,
     MISSING,
     SCORER_LABELS,
     SIDE_LABELS,
+    canary_value,
     flag_labels,
     fmt,
     fmt_best,
@@ -40,7 +42,7 @@ from .formatting import (
 )
 from .html_page import badge, esc, flag_badges, td, th_row
 from .privacy_ledger import released_model_epsilon
-from .schema import AuditReport, GameReport, SiteReport, SweepPointReport
+from .schema import TPR_FPR_KEYS, AuditReport, GameReport, SiteReport, SweepPointReport
 
 Row = TypeVar("Row")
 
@@ -81,11 +83,11 @@ def md_text(text: str) -> str:
 
 def md_table(columns: Sequence[Column[Row]], rows: Iterable[Row]) -> list[str]:
     """The Markdown lines of a table."""
-    cols = [c for c in columns if c.md is not None]
+    cols = [(c.header, c.md) for c in columns if c.md is not None]
     return [
-        "| " + " | ".join(md_text(c.header) for c in cols) + " |",
+        "| " + " | ".join(md_text(h) for h, _ in cols) + " |",
         "|" + "|".join("---" for _ in cols) + "|",
-        *["| " + " | ".join(md_text(c.md(row)) for c in cols) + " |" for row in rows],  # type: ignore[misc]  # md is set: filtered above
+        *["| " + " | ".join(md_text(cell(row)) for _, cell in cols) + " |" for row in rows],
     ]
 
 
@@ -98,24 +100,40 @@ def html_table(
     row_title: Callable[[Row], str | None] = lambda row: None,
 ) -> str:
     """The HTML of a table; ``attrs`` go on ``<table>`` (an id, a class)."""
-    cols = [c for c in columns if c.html is not None]
+    cols = [(c.header, c.html) for c in columns if c.html is not None]
 
     def tr(row: Row) -> str:
         cls, title = row_class(row), row_title(row)
         opened = "<tr" + (f' class="{esc(cls)}"' if cls else "")
         opened += (f' title="{esc(title)}"' if title else "") + ">"
-        return opened + "".join(c.html(row) for c in cols) + "</tr>"  # type: ignore[misc]  # html is set: filtered above
+        return opened + "".join(cell(row) for _, cell in cols) + "</tr>"
 
     body = "".join(tr(row) for row in rows)
-    return f"<table{attrs}>" + th_row([c.header for c in cols]) + body + "</table>"
+    return f"<table{attrs}>" + th_row([h for h, _ in cols]) + body + "</table>"
 
 
 def _one(site: SiteReport) -> GameReport | None:
     return None if site.audit is None else site.audit.one_sided
 
 
+def _one_est(name: str) -> Callable[[SiteReport], Interval | None]:
+    """An estimate of the site's one-sided game (``c_lb``, ``eps_tilde``, ...)."""
+    return lambda s: None if (g := _one(s)) is None else getattr(g, name)
+
+
+def _one_value(name: str) -> Callable[[SiteReport], float | None]:
+    """A number of the site's one-sided game (``ceiling``, ``headroom``)."""
+    return lambda s: None if (g := _one(s)) is None else getattr(g, name)
+
+
 def _estimate(header: str, of: Callable[[Row], Interval | None]) -> Column[Row]:
-    """An estimate: ``mean [low, high]`` in Markdown, the mean in HTML with its tooltip."""
+    """An estimate as ``mean [low, high]``, the unrounded mean as the HTML tooltip."""
+    return column(header, lambda r: fmt_est(of(r)), title=lambda r: mean_of(of(r)))
+
+
+def _mean_only(header: str, of: Callable[[Row], Interval | None]) -> Column[Row]:
+    """An estimate: ``mean [low, high]`` in Markdown, the mean alone in HTML (where a
+    column of its own or the tooltip holds the rest)."""
     return Column(
         header,
         md=lambda r: fmt_est(of(r)),
@@ -182,7 +200,15 @@ def _accuracy(site: SiteReport) -> str:
     return f"{fmt(members)} / {fmt(holdout)}"
 
 
-_SITE = column("site", lambda s: str(s.site_id))
+def _side_c_lb(side: str) -> Callable[[SiteReport], str]:
+    return lambda s: fmt_side_c_lb(s, side)
+
+
+def _scorer(i: int) -> Callable[[SiteReport], str]:
+    return lambda s: scorer_cells(s)[i]
+
+
+_SITE: Column[SiteReport] = column("site", lambda s: str(s.site_id))
 _O1 = _estimate("O(1)", _audit_est(lambda a: a.o1_eps_lb))
 _TWO_SIDED = Column("eps_tilde two-sided [95% CI] (side)", md=fmt_two_sided, html=_two_sided_cell)
 _DP = Column("DP eps (record-level guarantee)", md=_dp_text, html=_dp_cell)
@@ -190,45 +216,30 @@ _DP = Column("DP eps (record-level guarantee)", md=_dp_text, html=_dp_cell)
 HEADLINE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _SITE,
     _TWO_SIDED,
-    Column("O(1) [95% CI]", md=_O1.md, html=lambda s: td(_O1.md(s))),  # type: ignore[misc]  # _O1.md is set
+    _estimate("O(1) [95% CI]", _audit_est(lambda a: a.o1_eps_lb)),
     _DP,
     column("f accuracy members / holdout", _accuracy),
 )
 """The headline: what a reader needs first, narrow enough for a 1280-px window."""
 
-_FULL_SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
+SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _SITE,
     column("status", lambda s: s.status, cls="text", md=False),
     column("n_members", lambda s: fmt(s.n_members)),
-    _estimate("c_lb", lambda s: None if _one(s) is None else _one(s).c_lb),  # type: ignore[union-attr]  # checked
-    column(
-        "ceiling",
-        lambda s: fmt(_one(s) and _one(s).ceiling),
-        title=lambda s: _one(s) and _one(s).ceiling,  # type: ignore[union-attr]
-    ),
-    column("headroom", lambda s: fmt(_one(s) and _one(s).headroom), md=False),  # type: ignore[union-attr]
-    _estimate("{c+eps}_lb", lambda s: None if _one(s) is None else _one(s).c_eps_lb),  # type: ignore[union-attr]
+    _mean_only("c_lb", _one_est("c_lb")),
+    column("ceiling", lambda s: fmt(_one_value("ceiling")(s)), title=_one_value("ceiling")),
+    column("headroom", lambda s: fmt(_one_value("headroom")(s)), md=False),
+    _mean_only("{c+eps}_lb", _one_est("c_eps_lb")),
     Column(
-        "eps_tilde [95% CI]",
-        md=lambda s: fmt_est(None if _one(s) is None else _one(s).eps_tilde),  # type: ignore[union-attr]
-        html=_eps_tilde_cell,
+        "eps_tilde [95% CI]", md=lambda s: fmt_est(_one_est("eps_tilde")(s)), html=_eps_tilde_cell
     ),
-    column(
-        "eps_tilde 95% CI",
-        lambda s: fmt_interval(None if _one(s) is None else _one(s).eps_tilde),  # type: ignore[union-attr]
-        md=False,
-    ),
+    column("eps_tilde 95% CI", lambda s: fmt_interval(_one_est("eps_tilde")(s)), md=False),
     _TWO_SIDED,
-    *(
-        column(
-            f"{SIDE_LABELS[side]} side c_lb / ceiling", lambda s, side=side: fmt_side_c_lb(s, side)
-        )
-        for side in SIDES
-    ),  # type: ignore[misc]
-    _estimate("RM;RN", lambda s: None if _one(s) is None else _one(s).rm_rn_eps_lb),  # type: ignore[union-attr]
+    *(column(f"{SIDE_LABELS[side]} side c_lb / ceiling", _side_c_lb(side)) for side in SIDES),
+    _estimate("RM;RN", _one_est("rm_rn_eps_lb")),
     _estimate("RM;RN two-sided", _audit_est(_two_sided_rm_rn)),
     _O1,
-    *(column(h, lambda s, i=i: scorer_cells(s)[i]) for i, h in enumerate(scorer_headers())),  # type: ignore[misc]
+    *(column(h, _scorer(i)) for i, h in enumerate(scorer_headers())),
     column("f loss members / holdout", fmt_loss_gap),
     _DP,
     column(
@@ -237,7 +248,6 @@ _FULL_SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
     column("flags", _flags_md, html=False),
     column("status", lambda s: s.status, html=False),
 )
-SITE_COLUMNS = _FULL_SITE_COLUMNS
 """The per-site table of report.md and report.html (each keeps its own columns)."""
 
 
@@ -268,10 +278,13 @@ def _client_eps(row: SiteRow) -> str:
 def _fdp(row: SiteRow, of: str) -> str:
     site = row.site
     if of == "canary":
-        c = site.privacy.canary
-        return fmt_fdp(c and c.eps_lb_fdp, c and c.fdp_mu, site.checks.fdp_delta)
+        return fmt_fdp(
+            canary_value(site, "eps_lb_fdp"), canary_value(site, "fdp_mu"), site.checks.fdp_delta
+        )
     a = site.audit
-    return fmt_fdp(None if a is None else mean_of(a.o1_eps_lb_fdp), a and a.o1_fdp_mu, None)
+    if a is None:
+        return fmt_fdp(None, None, None)
+    return fmt_fdp(mean_of(a.o1_eps_lb_fdp), a.o1_fdp_mu, None)
 
 
 def _rm_rn_pair(row: SiteRow) -> str:
@@ -313,9 +326,7 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
         "canary_eps_lb [interval] (canaries)",
         lambda r: fmt_canary(r.site.privacy.canary, r.site.privacy.canaries),
     ),
-    column(
-        "eps_tilde one-sided", _mean_cell(lambda s: None if _one(s) is None else _one(s).eps_tilde)
-    ),  # type: ignore[union-attr]
+    column("eps_tilde one-sided", _mean_cell(_one_est("eps_tilde"))),
     column("eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)),
     column("RM;RN one-sided / two-sided", _rm_rn_pair),
     column("O(1)", _mean_cell(_audit_est(lambda a: a.o1_eps_lb))),
@@ -400,18 +411,15 @@ SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
     ),
     _titled("accuracy (global)", lambda r: r.global_accuracy),
     _titled("accuracy (site holdout)", lambda r: quality(r.site, "target_accuracy_nonmembers")),
-    _titled("canary_eps_lb", lambda r: r.site.privacy.canary and r.site.privacy.canary.eps_lb),
+    _titled("canary_eps_lb", lambda r: canary_value(r.site, "eps_lb")),
     _titled("eps_tilde", _game_value("eps_tilde")),
-    column(
-        "eps_tilde 95% CI",
-        lambda r: fmt_interval(None if _one(r.site) is None else _one(r.site).eps_tilde),
-    ),  # type: ignore[union-attr]
+    column("eps_tilde 95% CI", lambda r: fmt_interval(_one_est("eps_tilde")(r.site))),
     column("eps_tilde two-sided [95% CI] (side)", lambda r: fmt_two_sided(r.site)),
     _titled("c_lb", _game_value("c_lb")),
     _titled("ceiling", _game_value("ceiling")),
     _titled("RM;RN", _game_value("rm_rn_eps_lb")),
-    _titled("RM;RN two-sided", lambda r: r.site.audit and mean_of(_two_sided_rm_rn(r.site.audit))),
-    _titled("O(1)", lambda r: r.site.audit and mean_of(r.site.audit.o1_eps_lb)),
+    _titled("RM;RN two-sided", lambda r: mean_of(_audit_est(_two_sided_rm_rn)(r.site))),
+    _titled("O(1)", lambda r: mean_of(_audit_est(lambda a: a.o1_eps_lb)(r.site))),
     Column(
         "flags",
         md=lambda r: ", ".join(_sweep_flag_labels(r.site)) or MISSING,
@@ -519,10 +527,13 @@ def item_columns(
     )
 
 
+def _nth(i: int) -> Callable[[tuple[str, list[float | None]]], str]:
+    return lambda r: fmt(r[1][i])
+
+
 LOW_FPR_COLUMNS: tuple[Column[tuple[str, list[float | None]]], ...] = (
     column("scorer", lambda r: SCORER_LABELS[r[0]], cls="text"),
-    column("AUC", lambda r: fmt(r[1][0])),
-    column("TPR at 1% FPR", lambda r: fmt(r[1][1])),
-    column("TPR at 0.1% FPR", lambda r: fmt(r[1][2])),
+    column("AUC", _nth(0)),
+    *(column(f"TPR at {FPR_LABELS[k]} FPR", _nth(1 + i)) for i, k in enumerate(TPR_FPR_KEYS)),
 )
 """A site's AUC and TPR at low FPRs per scorer (its own report)."""

@@ -167,6 +167,12 @@ def fmt_best(value: float | None, method: str | None) -> str:
     return f"{fmt(value)} ({method})" if method else fmt(value)
 
 
+def canary_value(site: SiteReport, name: str) -> float | None:
+    """A number of the site's canary audit (``eps_lb``, ``eps_lb_fdp``, ``fdp_mu``)."""
+    canary = site.privacy.canary
+    return None if canary is None else getattr(canary, name)
+
+
 def quality(site: SiteReport, key: str) -> float | None:
     """A number of the audit's ``quality`` (f's accuracy / loss on members or holdout)."""
     return None if site.audit is None else site.audit.quality.get(key)

@@ -11,7 +11,7 @@ import math
 from audit.result import AuditFlags, Interval
 
 from .formatting import SIDE_LABELS, fmt, mean_of, scorer_values
-from .schema import FLAGS, AuditReport, PlainReading, SiteReport
+from .schema import FLAGS, AuditReport, PlainReading, SiteReport, Verdict
 
 THREAT_MODEL: tuple[str, str, str] = (
     "Who: anyone who holds the final shared model (every site of the consortium, and "
@@ -66,7 +66,7 @@ def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
     )
 
 
-def _verdict(value: float | None, interval: Interval | None) -> str:
+def _verdict(value: float | None, interval: Interval | None) -> Verdict:
     if value is None or value <= 0:
         return "none"
     # One repeat has no spread to judge by: the reading stays inconclusive.

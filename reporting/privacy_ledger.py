@@ -390,8 +390,8 @@ def run_canaries(settings: PrivacySettings, sites: list[SiteReport]) -> int | No
     """Canaries per site of the run: the config's, else the largest count a site reports."""
     if settings.canaries:
         return settings.canaries
-    counts = [s.privacy.canaries for s in sites if s.privacy.canaries]
-    return max(counts) if counts else None  # type: ignore[type-var]  # None filtered above
+    counts = [c for s in sites if (c := s.privacy.canaries)]
+    return max(counts) if counts else None
 
 
 def _number(value: Any) -> float | None:

@@ -85,9 +85,9 @@ FLAGS: dict[str, Flag] = {
 class GameReport:
     """One game: the one-sided game (the paper's), or one side of the two-sided game."""
 
-    c_lb: Interval | None
-    c_eps_lb: Interval | None
-    eps_tilde: Interval | None
+    c_lb: Interval
+    c_eps_lb: Interval
+    eps_tilde: Interval
     """Copied from the AuditResult, never recomputed."""
     ceiling: float | None
     headroom: float | None
@@ -103,7 +103,7 @@ class TwoSidedReport:
 
     beta: float | None
     """The level of each of its four bounds."""
-    eps_tilde: Interval | None
+    eps_tilde: Interval
     side: Side
     """The side whose mean eps_tilde is larger."""
     rm_rn_eps_lb: Interval | None
@@ -396,11 +396,14 @@ class SweepReport:
     two_sided_meaning: str
 
 
+Verdict = Literal["evidence", "inconclusive", "none", "no result"]
+
+
 @dataclass(frozen=True)
 class PlainReading:
     """A site's result in plain language, for a privacy officer (no notation needed)."""
 
-    verdict: Literal["evidence", "inconclusive", "none", "no result"]
+    verdict: Verdict
     """"evidence": the two-sided eps_tilde's 95% interval lies above 0; "inconclusive": its
     mean is above 0 but the interval reaches 0; "none": it reads 0; "no result": failed."""
     headline: str

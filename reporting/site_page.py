@@ -29,6 +29,7 @@ from .formatting import (
     NOT_A_BOUND,
     SIDE_LABELS,
     canary_banner,
+    canary_value,
     fmt,
     fmt_best,
     fmt_canary,
@@ -234,7 +235,7 @@ def _privacy_table(site: SiteReport) -> str:
         ),
         Item(
             "canary audit f-DP eps lower bound",
-            fmt_fdp(canary and canary.eps_lb_fdp, canary and canary.fdp_mu, c.fdp_delta),
+            fmt_fdp(canary_value(site, "eps_lb_fdp"), canary_value(site, "fdp_mu"), c.fdp_delta),
             "the same guesses read against a Gaussian trade-off curve (Mahloujifar et al. "
             "2025): the largest Gaussian-DP mu they reject, as epsilon at delta",
         ),

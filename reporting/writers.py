@@ -87,7 +87,7 @@ def ledger_csv_rows(report: RunReport) -> list[dict[str, Any]]:
                 "status": s.status,
                 "dp_level": report.dp_level,
                 **flatten(s.privacy, PrivacyReport),
-                "eps_tilde": None if one is None or one.eps_tilde is None else one.eps_tilde.mean,
+                "eps_tilde": None if one is None else one.eps_tilde.mean,
                 "eps_tilde_two_sided": None if two is None else two.eps_tilde.mean,
                 "two_sided_side": None if two is None else two.side,
                 "global_accuracy": report.consortium.final_global_accuracy,
