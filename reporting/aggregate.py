@@ -128,17 +128,7 @@ def audit_report(result: AuditResult) -> AuditReport:
         generator_kind=result.generator_kind,
         beta=_finite(result.beta),
         n_repeats=len(result.repeats),
-        one_sided=_game(
-            SideResult(
-                c_lb=result.c_lb,
-                c_eps_lb=result.c_eps_lb,
-                eps_tilde=result.eps_tilde,
-                ceiling=result.ceiling,
-                flags=result.flags,
-                rm_rn_eps_lb=result.rm_rn_eps_lb,
-                rm_rn_ceiling=result.rm_rn_ceiling,
-            )
-        ),
+        one_sided=_game(result),
         two_sided=None
         if two is None
         else TwoSidedReport(
@@ -165,7 +155,8 @@ def audit_report(result: AuditResult) -> AuditReport:
     )
 
 
-def _game(side: SideResult) -> GameReport:
+def _game(side: SideResult | AuditResult) -> GameReport:
+    """One game: the one-sided game (the AuditResult's own bounds) or one side."""
     c_lb, ceiling = _finite(side.c_lb.mean), _finite(side.ceiling)
     return GameReport(
         c_lb=side.c_lb,

@@ -143,6 +143,7 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         "<p>eps_tilde two-sided: the larger side's leakage with its 95% interval; "
         f"{esc(TIGHT_ONLY)}. O(1): a lower bound on epsilon from real records. Full tables "
         "below; hover a cell for the full value.</p>",
+        "<h3>Consortium summary</h3>",
         html_list(consortium_lines(report.consortium)),
         meaning_block(),
         f"<p>Report schema version {esc(report.schema_version)}. Numbers are rounded for "

@@ -43,6 +43,8 @@ def render_markdown(report: RunReport) -> str:
         *banner_lines(report),
         *md_table(HEADLINE_COLUMNS, report.sites),
         "",
+        "### Consortium summary",
+        "",
         *[f"- {md_text(x)}" for x in consortium_lines(report.consortium)],
         "",
         f"Report schema version {report.schema_version}. Numbers are rounded for display; "

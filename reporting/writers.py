@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from audit.result import Interval
 from contracts.json_values import json_safe
 
 from .schema import BoundViolation, PrivacyReport, RunReport, SiteReport
@@ -79,22 +80,37 @@ def ledger_csv_rows(report: RunReport) -> list[dict[str, Any]]:
     """ledger.csv's rows: each site's guarantees and checks beside its measurements."""
     rows = []
     for s in report.sites:
-        one = None if s.audit is None else s.audit.one_sided
-        two = None if s.audit is None else s.audit.two_sided
+        a = s.audit
+        two = None if a is None else a.two_sided
+        measured: dict[str, Any] = {}
+        if a is not None:
+            measured = {
+                "eps_tilde": a.one_sided.eps_tilde.mean,
+                "eps_tilde_two_sided": None if two is None else two.eps_tilde.mean,
+                "two_sided_side": None if two is None else two.side,
+                "rm_rn_eps_lb": _mean(a.one_sided.rm_rn_eps_lb),
+                "rm_rn_eps_lb_two_sided": None if two is None else _mean(two.rm_rn_eps_lb),
+                "o1_eps_lb": _mean(a.o1_eps_lb),
+                "o1_eps_lb_fdp": _mean(a.o1_eps_lb_fdp),
+                "o1_fdp_mu": a.o1_fdp_mu,
+                **{f"quality_{k}": v for k, v in a.quality.items()},
+            }
         rows.append(
             {
                 "site_id": s.site_id,
                 "status": s.status,
                 "dp_level": report.dp_level,
                 **flatten(s.privacy, PrivacyReport),
-                "eps_tilde": None if one is None else one.eps_tilde.mean,
-                "eps_tilde_two_sided": None if two is None else two.eps_tilde.mean,
-                "two_sided_side": None if two is None else two.side,
+                **measured,
                 "global_accuracy": report.consortium.final_global_accuracy,
                 **flatten(s.checks, type(s.checks), "checks_"),
             }
         )
     return rows
+
+
+def _mean(iv: Interval | None) -> float | None:
+    return None if iv is None else iv.mean
 
 
 def write_rows(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
