@@ -30,6 +30,10 @@ FPR_LABELS: dict[str, str] = {"0.01": "1%", "0.001": "0.1%"}
 TIGHT_ONLY = "eps_tilde is a lower bound on epsilon only where c_lb is tight"
 """The caveat every place that shows eps_tilde repeats."""
 NOT_A_BOUND = "eps_tilde is a measurement, not a bound"
+HEADLINE_NOTE = (
+    "eps_tilde two-sided: the larger side's leakage with its 95% interval; "
+    f"{TIGHT_ONLY}. O(1): a lower bound on epsilon from real records. The full tables follow."
+)
 BOUNDS_BELOW_DP = (
     "Every lower bound (canary, O(1), their f-DP readings, RM;RN) must be at most DP eps, "
     "the record-level "

@@ -11,9 +11,9 @@ from . import plots
 from .columns import HEADLINE_COLUMNS, LEDGER_COLUMNS, SITE_COLUMNS, SiteRow, html_table
 from .formatting import (
     EPS_PLOT_CAPTION,
+    HEADLINE_NOTE,
     LEDGER_INTRO,
     MISSING,
-    TIGHT_ONLY,
     canary_banner,
     consortium_lines,
     levels_lines,
@@ -140,9 +140,7 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         html_table(
             HEADLINE_COLUMNS, report.sites, attrs=' id="headline"', row_class=site_row_class
         ),
-        "<p>eps_tilde two-sided: the larger side's leakage with its 95% interval; "
-        f"{esc(TIGHT_ONLY)}. O(1): a lower bound on epsilon from real records. Full tables "
-        "below; hover a cell for the full value.</p>",
+        f"<p>{esc(HEADLINE_NOTE)} Hover a cell for the full value.</p>",
         "<h3>Consortium summary</h3>",
         html_list(consortium_lines(report.consortium)),
         meaning_block(),

@@ -8,6 +8,7 @@ from pathlib import Path
 from .columns import HEADLINE_COLUMNS, LEDGER_COLUMNS, SITE_COLUMNS, md_table, md_text
 from .formatting import (
     FLAG_LEGEND,
+    HEADLINE_NOTE,
     LEDGER_INTRO,
     MEANING_POINTS,
     MISSING,
@@ -43,6 +44,8 @@ def render_markdown(report: RunReport) -> str:
         *banner_lines(report),
         *md_table(HEADLINE_COLUMNS, report.sites),
         "",
+        HEADLINE_NOTE,
+        "",
         "### Consortium summary",
         "",
         *[f"- {md_text(x)}" for x in consortium_lines(report.consortium)],
@@ -59,6 +62,7 @@ def render_markdown(report: RunReport) -> str:
         *md_table(SITE_COLUMNS, report.sites),
         "",
         FLAG_LEGEND,
+        HEADLINE_NOTE,
     ]
     levels = levels_lines(report.sites)
     if levels:

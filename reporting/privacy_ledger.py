@@ -1,36 +1,21 @@
 """The per-site privacy ledger: which guarantee applies to a site's records, and the check
 that every measured lower bound on epsilon stays at or below it.
 
-Two accountants can speak for a site. Record-level DP (DP-SGD at the site, Opacus) gives
-``dp_epsilon_record``. Client-level DP (clipped site updates, a noised aggregate, Flower's
-accountant on the server) gives a site-level epsilon (add or remove the whole site) and the
-record-level epsilon it implies for the site's records (one record moves the site's clipped
-update by at most twice the clipping norm). Only the record-level one holds against the
-server, which sees each site's update before it adds the noise: ``dp_epsilon`` is the
-record-level epsilon alone. Against everyone who sees only the released global model both
-bound the same thing for a record, so the smaller one applies there
-(:func:`released_model_epsilon`), and the measured bounds, which read that model, are
+Record-level DP (DP-SGD at the site, Opacus) gives ``dp_epsilon``; client-level DP (clipped
+site updates, a noised aggregate, Flower's accountant) gives a site-level epsilon and the
+record-level one it implies (one record moves the clipped update by at most twice the
+clipping norm). Only the record-level one holds against the server, which sees each update
+before the noise: that is ``dp_epsilon``. Against readers of the released model the smaller
+applies (:func:`released_model_epsilon`), and the measured bounds, which read that model, are
 checked against it.
 
-The audits measure lower bounds (canary, O(1), RM;RN): under correct training and
-accounting each is above ``dp_epsilon`` with probability at most its level beta, so one
-above it is a bug or a 1-in-1/beta event. eps_tilde is not a bound (it is one only when
-c_lb is tight): above ``dp_epsilon`` it is flagged, never counted as a violation.
-
-The canary and O(1) bounds of Steinke et al. are pure-epsilon bounds (delta = 0) checked
-against (epsilon, delta) guarantees. That is not free: the union bound tests each threshold
-pair at beta / 323 (200 canaries), below the 2 m delta failures a delta > 0 hypothesis
-allows, so Steinke's bound (:mod:`audit.one_run`) for 200 canaries all guessed right reads
-3.07 at delta = 0 but 2.25 at delta = 1e-5. A pure-epsilon value above ``dp_epsilon`` is
-loud only as far as the mechanism's delta part is negligible (a Gaussian mechanism with a
-small mu rarely gives that many right guesses). The f-DP readings (Mahloujifar et al.)
-state epsilon at the run's delta for a Gaussian trade-off curve: above ``dp_epsilon`` they
-say the run is less private than a Gaussian mechanism with the accountant's (epsilon,
-delta), which for DP-SGD (a composition of subsampled Gaussian steps) is a violation.
-
-The ledger shows the largest one-run bound (canary or O(1), Steinke et al. or f-DP) as the
-best lower bound and names it (:func:`best_lower_bound`). Each bound holds at its own level;
-picking the largest of them after the fact is a reading aid, not a new test.
+Each measured lower bound (canary, O(1), RM;RN, their f-DP readings) exceeds a correct
+guarantee with probability at most its level: above it is a bug or a 1-in-1/beta event.
+Steinke's bounds are pure-epsilon (delta = 0), so they are loud only as far as the
+mechanism's delta part is negligible; the f-DP readings state epsilon at the run's delta for a
+Gaussian trade-off curve (docs/one_run_bounds.md). eps_tilde is not a bound: above the
+guarantee it is flagged, never a violation. The best lower bound (:func:`best_lower_bound`)
+is a reading aid, not a new test.
 """
 
 from __future__ import annotations
