@@ -103,7 +103,7 @@ def site_report(
         fdp_delta = privacy.canary.fdp_delta  # one delta for both f-DP bounds
     return SiteReport(
         site_id=audit.site_id,
-        status=audit.status,  # type: ignore[arg-type]  # "ok" / "failed" / "missing", checked on reading
+        status=audit.status,
         error=None if result is not None else audit.error,
         n_members=audit.n_members,
         n_holdout=audit.n_holdout,
@@ -270,7 +270,7 @@ def _tpr_at_fpr(roc: RocSummary | None) -> dict[str, float | None] | None:
 
 
 def _mean_of(values: list[float | None]) -> float | None:
-    finite = [float(v) for v in values if _finite(v) is not None]  # type: ignore[arg-type]  # None filtered by _finite
+    finite = [v for v in map(_finite, values) if v is not None]
     return math.fsum(finite) / len(finite) if finite else None
 
 

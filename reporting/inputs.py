@@ -23,7 +23,7 @@ from audit.result import AuditResult
 from contracts.errors import UserError
 from contracts.run_files import NOISE_NOTES, RunLayout, SiteAuditFile
 
-from .schema import ClientDPReport, ClientDPSiteReport, RoundReport, SiteRoundReport
+from .schema import ClientDPReport, ClientDPSiteReport, RoundReport, SiteRoundReport, SiteStatus
 
 
 class ReportInputError(UserError, ValueError):
@@ -35,8 +35,7 @@ class SiteAuditInput:
     """One ``audits/site-<id>.json`` as read (``result`` parsed, ``status`` checked)."""
 
     site_id: int
-    status: str
-    """"ok", "failed" or "missing"."""
+    status: SiteStatus
     error: str | None
     n_members: int | None
     n_holdout: int | None
