@@ -16,6 +16,7 @@ from audit.result import Interval
 from audit.sides import SIDES
 
 from .formatting import (
+    ABOVE_LABEL,
     FPR_LABELS,
     MISSING,
     SCORER_LABELS,
@@ -181,7 +182,7 @@ def _dp_cell(site: SiteReport) -> str:
         badge(f"VIOLATION: {v.label}", "violation") for v in site.checks.bound_violations
     )
     if site.checks.eps_tilde_above_accountant:
-        badges += badge("eps_tilde above (not a bound)", "above")
+        badges += badge(ABOVE_LABEL, "above")
     return td(esc(_dp_text(site)) + badges, title=site.privacy.dp_epsilon, raw=True)
 
 
@@ -354,7 +355,7 @@ def _sweep_flag_labels(s: SiteReport) -> list[str]:
     labels = flag_labels(None if game is None else game.flags)
     labels += [f"VIOLATION: {v.label}" for v in s.checks.bound_violations]
     if s.checks.eps_tilde_above_accountant:
-        labels.append("eps_tilde above DP eps (not a bound)")
+        labels.append(ABOVE_LABEL)
     return labels
 
 
@@ -366,7 +367,7 @@ def _sweep_flags_cell(r: SiteRow) -> str:
         badge(f"VIOLATION: {v.label}", "violation") for v in s.checks.bound_violations
     )
     if s.checks.eps_tilde_above_accountant:
-        badges += badge("eps_tilde above DP eps (not a bound)", "above")
+        badges += badge(ABOVE_LABEL, "above")
     if s.status != "ok":
         badges += badge(s.status, s.status)
         if s.error:

@@ -30,6 +30,8 @@ FPR_LABELS: dict[str, str] = {"0.01": "1%", "0.001": "0.1%"}
 TIGHT_ONLY = "eps_tilde is a lower bound on epsilon only where c_lb is tight"
 """The caveat every place that shows eps_tilde repeats."""
 NOT_A_BOUND = "eps_tilde is a measurement, not a bound"
+ABOVE_LABEL = "eps_tilde above DP eps (not a bound)"
+"""The badge and flag of eps_tilde above the guarantee (never a violation)."""
 HEADLINE_NOTE = (
     "eps_tilde two-sided: the larger side's leakage with its 95% interval; "
     f"{TIGHT_ONLY}. O(1): a lower bound on epsilon from real records. The full tables follow."
@@ -305,8 +307,7 @@ def consortium_lines(c: ConsortiumSummary) -> list[str]:
             else "no violation"
         )
         + (
-            f"; eps_tilde above DP eps (not a bound) at sites "
-            f"{_ids(c.eps_tilde_above_accountant_sites)}"
+            f"; {ABOVE_LABEL} at sites {_ids(c.eps_tilde_above_accountant_sites)}"
             if c.eps_tilde_above_accountant_sites
             else ""
         ),

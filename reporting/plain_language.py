@@ -10,7 +10,7 @@ import math
 
 from audit.result import AuditFlags, Interval
 
-from .formatting import SIDE_LABELS, fmt, mean_of, scorer_values
+from .formatting import NOT_A_BOUND, SIDE_LABELS, fmt, mean_of, scorer_values
 from .schema import FLAGS, AuditReport, PlainReading, SiteReport, Verdict
 
 THREAT_MODEL: tuple[str, str, str] = (
@@ -223,7 +223,7 @@ def _dp_line(site: SiteReport) -> str:
         )
     if site.checks.eps_tilde_above_accountant:
         return (
-            head + "eps_tilde reads above it. eps_tilde is a measurement, not a bound: its "
+            head + f"eps_tilde reads above it. {NOT_A_BOUND}: its "
             "baseline is weaker than the best attacker without the model could be, so this is no "
             "contradiction. Every measured lower bound is below the guarantee, as it should be."
         )

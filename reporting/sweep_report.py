@@ -20,7 +20,13 @@ from contracts.json_values import json_safe
 from . import plots
 from .aggregate import build_report
 from .columns import POINT_COLUMNS, SWEEP_SITE_COLUMNS, SiteRow, html_table, md_table, md_text
-from .formatting import VIOLATION_TITLE, canary_banner, violation_banner_lines
+from .formatting import (
+    NOT_A_BOUND,
+    TIGHT_ONLY,
+    VIOLATION_TITLE,
+    canary_banner,
+    violation_banner_lines,
+)
 from .html_page import SORT_SCRIPT, canary_block, esc, figure, meaning_block, page, violation_banner
 from .html_report import site_row_class
 from .inputs import ReportInputError, load_run
@@ -192,8 +198,7 @@ def render_sweep_html(report: SweepReport) -> str:
             plots.sweep_eps_plot(report.points),
             "One marker per site and point: eps_tilde one-sided and two-sided with their 95% "
             "intervals, RM;RN and O(1) lower bounds. Non-private points sit at the 'inf' "
-            "position. Lower bounds should stay below the dotted y = eps line; eps_tilde is a "
-            "lower bound only where c_lb is tight.",
+            f"position. Lower bounds should stay below the dotted y = eps line; {TIGHT_ONLY}.",
             alt="measured vs theoretical epsilon",
         ),
         "<h2>Accuracy against privacy</h2>",
@@ -218,8 +223,7 @@ def render_sweep_html(report: SweepReport) -> str:
             "(two-sided where measured) against the site's record-level DP guarantee (log "
             "scale), with the y = x line; points without DP at 'no DP', right. A lower bound "
             "above the line is a bound violation; the gap below it is how far the audit is "
-            "from tight. eps_tilde is a measurement, not a bound: above the line it is no "
-            "contradiction.",
+            f"from tight. {NOT_A_BOUND}: above the line it is no contradiction.",
             alt="measured lower bounds vs accountant epsilon per site",
         ),
     ]
