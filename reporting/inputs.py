@@ -9,7 +9,6 @@ a malformed ``canary`` block in it only drops the canary numbers.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -36,13 +35,13 @@ class SiteAuditInput:
 
     site_id: int
     status: SiteStatus
-    error: str | None
     n_members: int | None
     n_holdout: int | None
-    dp_epsilon: float | None
+    error: str | None = None
+    dp_epsilon: float | None = None
     """The site's record-level (Opacus) accountant epsilon, or None."""
-    elapsed_s: float | None
-    result: AuditResult | None
+    elapsed_s: float | None = None
+    result: AuditResult | None = None
     canary: CanaryResult | None = None
     """The site's canary audit, when the run trained with canaries."""
 
@@ -103,14 +102,7 @@ def load_run(run_dir: Path) -> RunInputs:
             audits[site_id] = _load_site_audit(audit_files[site_id], site_id, part)
         else:
             audits[site_id] = SiteAuditInput(
-                site_id=site_id,
-                status="missing",
-                error=None,
-                n_members=_opt_int(part.get("train")),
-                n_holdout=_opt_int(part.get("holdout")),
-                dp_epsilon=None,
-                elapsed_s=None,
-                result=None,
+                site_id, "missing", _opt_int(part.get("train")), _opt_int(part.get("holdout"))
             )
     return RunInputs(
         run_dir=run_dir,
@@ -184,11 +176,6 @@ def load_client_dp(run_dir: Path) -> ClientDPReport | None:
     )
 
 
-def audit_file(run_dir: Path, site_id: int) -> Path:
-    """``RUN_DIR/audits/site-<id>.json``."""
-    return RunLayout(run_dir).audit(site_id)
-
-
 def load_site_audit(run_dir: Path, site_id: int) -> SiteAuditInput:
     """One site's audit file alone (no partition.json, metrics or other sites needed).
 
@@ -198,7 +185,7 @@ def load_site_audit(run_dir: Path, site_id: int) -> SiteAuditInput:
         When the site's audit file does not exist. An unreadable or failed one gives a
         "failed" input with the reason, as in :func:`load_run`.
     """
-    path = audit_file(run_dir, site_id)
+    path = RunLayout(run_dir).audit(site_id)
     if not path.exists():
         raise ReportInputError(f"{path} is missing (site {site_id}'s audit file)")
     return _load_site_audit(path, site_id, {})
@@ -285,48 +272,33 @@ def _load_metrics(path: Path) -> list[RoundReport]:
 def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAuditInput:
     """Read one audit file through :class:`SiteAuditFile`; an unreadable or malformed file
     makes the site "failed", with the reason. Sizes the file lacks come from partition.json."""
-    sizes = {"n_members": _opt_int(part.get("train")), "n_holdout": _opt_int(part.get("holdout"))}
-
-    def failed(error: str, file: SiteAuditFile | None = None) -> SiteAuditInput:
-        return SiteAuditInput(
-            site_id=site_id,
-            status="failed",
-            error=error,
-            n_members=sizes["n_members"] if file is None else file.n_members,
-            n_holdout=sizes["n_holdout"] if file is None else file.n_holdout,
-            dp_epsilon=None if file is None else file.dp_epsilon,
-            elapsed_s=None if file is None else file.elapsed_s,
-            result=None,
-        )
-
+    members, holdout = _opt_int(part.get("train")), _opt_int(part.get("holdout"))
     try:
         file = SiteAuditFile.from_dict(_read_json(path))
     except (ReportInputError, ValueError) as exc:
-        return failed(f"{path}: {exc}" if str(path) not in str(exc) else str(exc))
-    file = dataclasses.replace(
-        file,
-        n_members=file.n_members if file.n_members is not None else sizes["n_members"],
-        n_holdout=file.n_holdout if file.n_holdout is not None else sizes["n_holdout"],
-    )
+        error = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+        return SiteAuditInput(site_id, "failed", members, holdout, error=error)
+
+    def read(**kw: Any) -> SiteAuditInput:
+        return SiteAuditInput(
+            site_id,
+            n_members=members if file.n_members is None else file.n_members,
+            n_holdout=holdout if file.n_holdout is None else file.n_holdout,
+            dp_epsilon=file.dp_epsilon,
+            elapsed_s=file.elapsed_s,
+            **kw,
+        )
+
     if not file.ok:
-        return failed(file.error or "audit failed (no error text)", file)
+        return read(status="failed", error=file.error or "audit failed (no error text)")
     if file.result is None:
-        return failed(f"{path}: status is 'ok' but key 'result' is null", file)
+        return read(status="failed", error=f"{path}: status is 'ok' but key 'result' is null")
     try:
         result = AuditResult.from_dict(file.result)
     except (KeyError, TypeError, ValueError) as exc:
-        return failed(f"{path}: key 'result' is not an AuditResult ({type(exc).__name__}: {exc})")
-    return SiteAuditInput(
-        site_id=site_id,
-        status="ok",
-        error=None,
-        n_members=file.n_members,
-        n_holdout=file.n_holdout,
-        dp_epsilon=file.dp_epsilon,
-        elapsed_s=file.elapsed_s,
-        result=result,
-        canary=_canary(file.canary),
-    )
+        why = f"{path}: key 'result' is not an AuditResult ({type(exc).__name__}: {exc})"
+        return read(status="failed", error=why)
+    return read(status="ok", result=result, canary=_canary(file.canary))
 
 
 def _canary(data: dict[str, Any] | None) -> CanaryResult | None:
