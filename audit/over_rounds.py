@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from audit.result import AuditResult, Interval, _jsonable
+from audit.result import AuditResult, Interval
+from contracts.json_values import json_safe
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class RoundLeakage:
         return dataclasses.replace(self, global_accuracy=accuracy)
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(dataclasses.asdict(self))
+        return json_safe(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoundLeakage:

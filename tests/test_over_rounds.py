@@ -17,7 +17,9 @@ from audit.over_rounds import RoundLeakage, first_leaking_round
 from audit.result import AuditResult, ClassSliceResult, Interval
 from contracts.run_files import SiteAuditFile
 from contracts.wire import AuditInstructions, AuditReply, WireError
-from reporting import leakage_views
+from reporting import plots
+from reporting.columns import PER_CLASS_COLUMNS, md_table
+from reporting.formatting import FIRST_LEAK, first_leaking_text, first_leaks_line
 from server.round_audits import plan_audits, with_rounds
 from server.run_log import append_round, write_site_audit
 from simulations.config import ConfigError, validate_config
@@ -165,16 +167,13 @@ def test_audit_query_and_reply_carry_the_rounds() -> None:
 
 def test_the_views_draw_the_curve_and_name_the_first_leaking_round() -> None:
     lines = [RoundLeakage.from_dict(e) for e in by_round_lines([1, 2, 4])]
-    svg = leakage_views.by_round_plot(lines)
+    svg = plots.by_round_plot(lines)
     assert svg is not None and svg.startswith("<svg")
-    assert leakage_views.by_round_plot([]) is None
-    section = "".join(leakage_views.by_round_section(lines))
-    assert "Leakage first shows at round 2" in section
-    assert leakage_views.consortium_first_leaks({"10": None, "2": 4}) == (
-        "First audited round whose two-sided eps_tilde interval excludes 0 - "
-        "site 2: round 4; site 10: none."
-    )
-    table = "".join(
-        leakage_views.per_class_section(with_class_slices(make_result([0.5], [1.0])).per_class)
-    )
-    assert "per-class" in table and "0.006" in table
+    assert plots.by_round_plot([]) is None
+    assert first_leaking_text(lines).startswith("Leakage first shows at round 2,")
+    assert first_leaking_text(lines[:1]).startswith("No audited round (1)")
+    assert first_leaks_line({"2": 4, "10": None}) == [f"{FIRST_LEAK}: site 2: round 4; site 10: -"]
+    assert first_leaks_line({}) == []
+    table = md_table(PER_CLASS_COLUMNS, with_class_slices(make_result([0.5], [1.0])).per_class)
+    assert [row.split(" | ")[0] for row in table[2:]] == ["| 0", "| 1"]
+    assert "0.006" in table[2]

@@ -25,7 +25,7 @@ from test_over_rounds import by_round_lines, with_class_slices
 from test_report import make_result, ok_audit, write_run
 
 from reporting import SweepPoint, build_report, load_run, write_report, write_sweep_report
-from reporting.formatting import fmt, fmt_two_sided
+from reporting.formatting import fmt_est, fmt_two_sided
 from reporting.site_report import site_report_paths
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -230,9 +230,6 @@ def screenshot(page: Path, out: Path, work: Path) -> Path:
     return out
 
 
-SITE_1_RESULT = with_class_slices(make_result([0.5, 0.75], [0.75, 1.5], o1=[0.1, 0.2]))
-
-
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """report.html of a 4-site run (2 ok, 1 failed, 1 missing), a site page, sweep.html."""
@@ -292,7 +289,10 @@ def test_report_html_in_the_browser(pages: dict[str, Path], tmp_path: Path) -> N
     # 4 plots, a log-ROC per ok site and site 1's leakage over rounds.
     assert_page_ok(check, min_plots=7)
     assert "site 1: round 2" in check.text  # the first audited round that leaks
-    table = check.table("site")
+    assert [row[0] for row in check.table("round")["rows"]] == ["1", "2", "3"]
+    headline = check.table("site")  # first: the headline table
+    assert headline["headers"][1] == "eps_tilde two-sided [95% CI] (side)"
+    table = check.table("site", nth=1)
     assert [row[0] for row in table["rows"]] == ["0", "1", "2", "3"]  # one row per site
     assert [row[1] for row in table["rows"]] == ["ok", "ok", "failed", "missing"]
     assert check.text.count("What eps_tilde means and does not mean") == 1
@@ -309,8 +309,10 @@ def test_site_page_in_the_browser(pages: dict[str, Path], tmp_path: Path, site_i
         assert [row[0] for row in check.table("round")["rows"]] == ["1", "2", "3"]
         assert [row[0] for row in check.table("label")["rows"]] == ["0", "1"]
         assert fmt_two_sided(site) in check.text  # the headline: two-sided eps_tilde ...
-        assert f"{fmt(site.eps_tilde)} [" in check.text  # ... beside the paper's one-sided
-        assert {"bounds", "comparisons", "low-fpr", "manifest"} <= {t["id"] for t in check.tables}
+        assert site.audit is not None  # ... beside the paper's one-sided:
+        assert fmt_est(site.audit.one_sided.eps_tilde) in check.text
+        ids = {"bounds", "comparisons", "low-fpr", "manifest", "by-round-1", "per-class"}
+        assert ids <= {t["id"] for t in check.tables}
     else:  # a failed audit: the reason, no plots, no error from the hostile error text
         assert_page_ok(check, min_plots=0)
         assert 'console.error("x")' in check.text and not check.plots
