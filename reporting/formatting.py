@@ -306,7 +306,7 @@ def first_leaks_line(first: dict[str, int | None]) -> list[str]:
     """The consortium's line on when leakage first shows, per site; none without rounds."""
     if not first:
         return []
-    parts = [f"site {sid}: {MISSING if r is None else f'round {r}'}" for sid, r in first.items()]
+    parts = [f"site {sid}: {'none' if r is None else f'round {r}'}" for sid, r in first.items()]
     return [f"{FIRST_LEAK}: " + "; ".join(parts)]
 
 

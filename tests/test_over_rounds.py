@@ -172,7 +172,9 @@ def test_the_views_draw_the_curve_and_name_the_first_leaking_round() -> None:
     assert plots.by_round_plot([]) is None
     assert first_leaking_text(lines).startswith("Leakage first shows at round 2,")
     assert first_leaking_text(lines[:1]).startswith("No audited round (1)")
-    assert first_leaks_line({"2": 4, "10": None}) == [f"{FIRST_LEAK}: site 2: round 4; site 10: -"]
+    assert first_leaks_line({"2": 4, "10": None}) == [
+        f"{FIRST_LEAK}: site 2: round 4; site 10: none"
+    ]
     assert first_leaks_line({}) == []
     table = md_table(PER_CLASS_COLUMNS, with_class_slices(make_result([0.5], [1.0])).per_class)
     assert [row.split(" | ")[0] for row in table[2:]] == ["| 0", "| 1"]
