@@ -13,6 +13,7 @@ from torch import nn
 
 from clients.noise import draw_noise_securely, entropy_generator, use_unpredictable_noise
 from clients.privacy import DPSettings, PrivacyLedger
+from ml.training import run_epoch
 
 
 class TrainableTask(Protocol):
@@ -34,30 +35,6 @@ class TrainableTask(Protocol):
     ) -> torch.utils.data.DataLoader: ...
 
     def batch_loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor: ...
-
-
-def run_epoch(
-    model: nn.Module,
-    loader: torch.utils.data.DataLoader,
-    optimizer: torch.optim.Optimizer,
-    loss_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
-    device: torch.device,
-) -> float:
-    """One pass over ``loader``; returns the mean training loss."""
-    total, count = 0.0, 0
-    for batch in loader:
-        # A no-op for the task's loaders (records already on the device); Opacus's empty
-        # Poisson batch is built on the host.
-        batch = tuple(t.to(device) for t in batch)
-        if len(batch[0]) == 0:  # Poisson sampling (Opacus) can draw an empty batch
-            continue
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(batch)
-        loss.backward()
-        optimizer.step()
-        total += float(loss.detach()) * len(batch[0])
-        count += len(batch[0])
-    return total / max(count, 1)
 
 
 @dataclass(frozen=True)

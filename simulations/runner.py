@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
+from contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
 from contracts.run_files import RunLayout
-from server.checkpoint import latest_round_checkpoint, readable_checkpoint
 from server.run_log import sites_needing_audit
 from simulations.apps import build_apps
 from simulations.config import ExperimentConfig, ResourcesConfig

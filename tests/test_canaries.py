@@ -19,9 +19,9 @@ from clients.site_data import SiteData
 from contracts.run_files import RunLayout
 from ml.canaries import CANARY_KINDS, canary_coins, draw_canaries
 from ml.datasets import Dataset, load_dataset
-from simulations.apps import make_task
 from simulations.config import validate_config
 from simulations.run_dir import DatasetMeta, prepare_run_dir
+from simulations.run_task import make_task
 
 TINY_AUDIT = {
     "quick": True,

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
+from contracts.checkpoint import load_checkpoint
 from contracts.run_files import RunLayout
-from server.checkpoint import load_checkpoint
 from server.client_dp import (
     ClientDPLedger,
     ClientDPSettings,

@@ -20,9 +20,9 @@ import pytest
 import torch
 import yaml
 
+from contracts.checkpoint import load_checkpoint
 from contracts.run_files import RunLayout
 from deployment.processes import is_alive
-from server.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,16 +59,16 @@ def test_pins_and_console_script():
 # A layering (no cycles): the hospitals' side (server, clients) never sees the harness, the
 # report reads result files only, and deployment sits on top of everything.
 ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
-    "contracts": frozenset(),  # names and keys both sides agree on, errors, the registry
+    # names, files and formats both sides agree on (the checkpoint's included), errors, the
+    # registry
+    "contracts": frozenset(),
     # PANORAMIA as a library: stands alone but for the user errors and the registry
-    # (contracts imports neither Flower nor torch)
+    # (contracts imports neither Flower nor torch at import time)
     "audit": frozenset({"contracts"}),
-    "server": frozenset({"contracts"}),
-    "clients": frozenset({"contracts", "audit"}),
-    # audit.tabular.attributes (tabular encoding), clients.training.run_epoch (one local
-    # epoch, shared by every trainer), server.checkpoint (the saved global model's format) and
-    # contracts.errors (user errors)
-    "ml": frozenset({"audit", "clients", "contracts", "server"}),
+    # audit.tabular.attributes (tabular encoding) and contracts (errors, the checkpoint)
+    "ml": frozenset({"audit", "contracts"}),
+    "server": frozenset({"contracts"}),  # generic: weights and evaluation come as arguments
+    "clients": frozenset({"contracts", "audit", "ml"}),
     "reporting": frozenset({"audit", "contracts"}),  # result types and file names only
     "simulations": frozenset({"audit", "contracts", "server", "clients", "ml", "reporting"}),
     "deployment": frozenset(
@@ -127,24 +128,101 @@ def test_imports_follow_the_table():
     assert violations == []
 
 
-def test_contracts_stay_light_and_audit_needs_no_flower():
-    """Both sides of a run import ``contracts``: no torch, no numpy; only ``contracts.wire``
-    imports Flower's records, and ``audit`` (usable without Flower) imports only the
-    standard-library modules of ``contracts`` (errors, registry)."""
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
-    outside = [
-        f"{path.relative_to(REPO)}:{node.lineno} imports {name}"
+
+def _import_time_nodes(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it is imported: not those inside functions, nor those
+    under ``if TYPE_CHECKING:`` (read by type checkers only)."""
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If):
+            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                yield from _import_time_nodes(node.body)
+            yield from _import_time_nodes(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                yield from _import_time_nodes(block)
+        elif isinstance(node, ast.With | ast.ClassDef):
+            yield from _import_time_nodes(node.body)
+
+
+def _import_time_graph() -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports at import time (``from a import b`` counts
+    as importing ``a.b`` when that is a module)."""
+    modules = {_module_name(p): p for package in PACKAGES for p in _package_files(package)}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for node in _import_time_nodes(ast.parse(path.read_text()).body):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif node.level == 0 and node.module:
+                targets.add(node.module)
+                targets.update(f"{node.module}.{alias.name}" for alias in node.names)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def test_no_module_import_cycle():
+    """No module imports, at import time, one that imports it back (directly or through
+    others): a cycle makes the import order decide which names exist."""
+    graph = _import_time_graph()
+    state: dict[str, str] = {}  # "open" while on the DFS stack, then "done"
+    cycles: list[list[str]] = []
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                cycles.append(stack[stack.index(target) :] + [target])
+            elif target not in state:
+                visit(target, [*stack, target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_contracts_stay_light_and_audit_needs_no_flower():
+    """Both sides of a run import ``contracts``: no torch, no numpy at import time; only
+    ``contracts.wire`` imports Flower's records, and only ``contracts.checkpoint`` uses torch
+    (inside its functions: a checkpoint is a torch file). ``audit`` (usable without Flower)
+    imports only the standard-library modules of ``contracts``."""
+
+    def third_party(path: Path, nodes: Iterable[ast.stmt | ast.AST]) -> list[str]:
+        return [
+            f"{path.relative_to(REPO)}:{node.lineno} imports {name}"
+            for node in nodes
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for name in (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            if name.split(".")[0] not in sys.stdlib_module_names
+            and name.split(".")[0] != "contracts"
+            and not (name == "flwr.app" and path.name == "wire.py")
+        ]
+
+    at_import = [
+        line
         for path in _package_files("contracts")
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Import | ast.ImportFrom)
-        for name in (
-            [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-        )
-        if name.split(".")[0] not in sys.stdlib_module_names
-        and name.split(".")[0] != "contracts"
-        and not (name == "flwr.app" and path.name == "wire.py")
+        for line in third_party(path, _import_time_nodes(ast.parse(path.read_text()).body))
     ]
-    assert outside == []
+    assert at_import == []
+    anywhere = [
+        line
+        for path in _package_files("contracts")
+        if path.name != "checkpoint.py"
+        for line in third_party(path, ast.walk(ast.parse(path.read_text())))
+    ]
+    assert anywhere == []
     audit_uses = {
         node.module
         for path in _package_files("audit")
