@@ -226,7 +226,7 @@ def _two_sided(
     from audit.sides import SIDES, oriented
 
     half = _check_beta(beta) / 2
-    sides = {
+    sides: dict[str, dict[str, Any]] = {
         side: _clopper_pearson(path, *oriented(scores, labels, side), half, grid) for side in SIDES
     }
     return {

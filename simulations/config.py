@@ -111,7 +111,12 @@ class DPConfig(_Strict):
         if self.target_epsilon is not None and math.isinf(self.target_epsilon):
             # eps = inf means "no record-level DP": convenient in sweeps.
             object.__setattr__(self, "target_epsilon", None)
-            level = {None: "none", "record": "none", "both": "client"}.get(level, level)
+            without_record: dict[DPLevel | None, DPLevel] = {
+                None: "none",
+                "record": "none",
+                "both": "client",
+            }
+            level = without_record.get(level, level)
         if level is None:
             level = "record" if self.enabled else "none"
         object.__setattr__(self, "level", level)
