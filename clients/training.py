@@ -104,7 +104,9 @@ def train_locally(
         sample_rate = 1.0 / max(len(loader), 1)
         sigma = dp.noise_for(sample_rate)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            # Opacus's notices on wrapping (e.g. the RDP orders it tries): expected here.
+            # Deprecations are not silenced.
+            warnings.simplefilter("ignore", UserWarning)
             trained, optimizer, loader = engine.make_private(
                 module=model,
                 optimizer=optimizer,
@@ -122,7 +124,9 @@ def train_locally(
 
     losses = []
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        # torch's backward-hook notices, raised on every batch of Opacus's per-sample
+        # gradients. Deprecations are not silenced.
+        warnings.simplefilter("ignore", UserWarning)
         for _ in range(epochs):
             losses.append(run_epoch(trained, loader, optimizer, loss_fn, device))
 

@@ -23,6 +23,20 @@ def test_ci_runs_readme_test_command_from_scratch():
     assert "rm -rf .venv" in ci and re.search(r"^make test$", ci, re.M)
 
 
+def test_licence_is_spdx_with_its_text():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"  # an SPDX expression, not the deprecated table
+    assert project["license-files"] == ["LICENSE"]
+    assert "Apache License" in (REPO / "LICENSE").read_text()[:200]
+
+
+def test_make_clean_keeps_the_users_runs():
+    dry = subprocess.run(
+        ["make", "-n", "clean"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    assert "rm -rf" in dry and "runs" not in dry.split()
+
+
 def test_makefile_targets_create_venv_and_run_default():
     dry = subprocess.run(
         ["make", "-n", "-B", "run", "VENV=/nonexistent-venv"],
@@ -46,10 +60,19 @@ def test_makefile_targets_create_venv_and_run_default():
     assert "apt-get install -y -q chromium" in test
 
 
+def _pin(deps: list[str], name: str) -> tuple[int, ...]:
+    (version,) = (d.split("==")[1] for d in deps if d.split("==")[0] == name)
+    return tuple(int(part) for part in version.split("."))
+
+
 def test_pins_and_console_script():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     deps = project["dependencies"]
-    assert "torch==2.14.1" in deps and "torchvision==0.29.1" in deps
+    # torch and torchvision are pinned exactly, to a matching pair: torchvision 0.(N+15)
+    # is built against torch 2.N (a mismatched pair fails to import its C++ ops).
+    torch_version, vision_version = _pin(deps, "torch"), _pin(deps, "torchvision")
+    assert torch_version[0] == 2 and vision_version[0] == 0
+    assert vision_version[1] == torch_version[1] + 15, (torch_version, vision_version)
     assert any(d.startswith("flwr[simulation]>=1.42,<1.43") for d in deps)
     assert any(d.startswith("opacus>=1.6,<1.7") for d in deps)
     assert project["scripts"]["panoramia-fl"] == "simulations.cli:main"
