@@ -135,7 +135,7 @@ def fuzz_client_app() -> ClientApp:
         arrays, metrics = _good_train(site, msg)
         rnd = int(msg.content.config_records["config"]["server-round"])
         if site >= 2:
-            arrays, metrics = _bad_train(site, rnd, arrays, metrics)  # type: ignore[assignment]
+            arrays, metrics = _bad_train(site, rnd, arrays, metrics)  # type: ignore[assignment]  # malformed on purpose
         content = RecordDict({METRICS: MetricRecord(metrics)})
         if arrays is not None:
             content[ARRAYS] = ArrayRecord(arrays)
