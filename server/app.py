@@ -21,6 +21,12 @@ from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
+from contracts.checkpoint import (
+    Checkpoint,
+    latest_round_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from contracts.files import atomic_write_text
 from contracts.run_files import NOISE_NOTES, CheckpointMeta, NoiseSource, RunLayout, SiteAuditFile
 from contracts.wire import (
@@ -37,12 +43,6 @@ from contracts.wire import (
     TrainReply,
     WhoamiReply,
     WireError,
-)
-from server.checkpoint import (
-    Checkpoint,
-    latest_round_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
 )
 from server.client_dp import (
     ClientDPLedger,

@@ -20,6 +20,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditOutput
+from contracts.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from contracts.run_files import CheckpointMeta, RunLayout, SiteAuditFile
 from contracts.wire import (
     ARRAYS,
@@ -39,7 +40,6 @@ from contracts.wire import (
     WireError,
 )
 from server.app import site_audit_file
-from server.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from server.run_log import read_site_audit, sites_needing_audit, write_site_audit
 
 

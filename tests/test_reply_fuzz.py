@@ -23,6 +23,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.clientapp import ClientApp
 from flwr.simulation import run_simulation
 
+from contracts.checkpoint import load_checkpoint
 from contracts.run_files import RunLayout
 from contracts.wire import (
     ARRAYS,
@@ -40,7 +41,6 @@ from contracts.wire import (
     WhoamiReply,
 )
 from server.app import ServerSettings, build_server_app
-from server.checkpoint import load_checkpoint
 from server.client_dp import ClientDPSettings, gaussian_epsilon
 from server.strategy import StrategySettings
 
@@ -135,7 +135,7 @@ def fuzz_client_app() -> ClientApp:
         arrays, metrics = _good_train(site, msg)
         rnd = int(msg.content.config_records["config"]["server-round"])
         if site >= 2:
-            arrays, metrics = _bad_train(site, rnd, arrays, metrics)  # type: ignore[assignment]
+            arrays, metrics = _bad_train(site, rnd, arrays, metrics)  # type: ignore[assignment]  # malformed on purpose
         content = RecordDict({METRICS: MetricRecord(metrics)})
         if arrays is not None:
             content[ARRAYS] = ArrayRecord(arrays)
