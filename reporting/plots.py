@@ -1,4 +1,4 @@
-"""Report plots as inline SVG markup (:mod:`.svg_chart`), drawn in milliseconds each.
+"""Report plots as inline SVG markup (:mod:`.chart`), drawn in milliseconds each.
 
 Each function returns None when it has nothing to draw, so the HTML can say so instead.
 """
@@ -9,13 +9,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from audit.result import AuditResult, Curve, Interval, RocSummary
+from audit.result import AuditResult, Interval, RocSummary
 
+from .chart import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
 from .formatting import mean_of, quality
 from .privacy_ledger import released_model_epsilon
 from .schema import SCORERS, RoundReport, SiteReport, SweepPointReport
-from .svg_axes import Axes, Bar, LegendEntry, Marker, Style, Text
-from .svg_chart import render_figure
 
 _BASELINE = "#1f77b4"
 _MIA = "#d62728"
@@ -24,18 +23,8 @@ _RMRN = "#2ca02c"
 _O1 = "#9467bd"
 _CANARY = "#ff7f0e"
 _GREY = "#666666"
-_CYCLE = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-)
+_TAB10 = "#1f77b4 #ff7f0e #2ca02c #d62728 #9467bd #8c564b #e377c2 #7f7f7f #bcbd22 #17becf"
+_CYCLE = _TAB10.split()
 """One colour per site in the training panels (matplotlib's tab10)."""
 _DOTTED = "2 3"
 _DASHED = "6 3"
@@ -77,32 +66,17 @@ _MIN_GRID_WIDTH = 450.0
 """A one-site grid is widened to this, so that its title has room."""
 
 
-def _svg(
-    panels: list[Axes],
-    *,
-    size: tuple[float, float],
-    cols: int = 1,
-    title: str = "",
-    legend: list[LegendEntry] | None = None,
-) -> str:
+def _svg(panels: list[Axes], *, size: tuple[float, float], **kw: Any) -> str:
     """The figure's markup (one place, so that tests can look at the panels instead)."""
-    return render_figure(
-        panels,
-        panel_width=size[0],
-        panel_height=size[1],
-        cols=cols,
-        title=title,
-        legend=legend or (),
-    )
+    return render_figure(panels, panel_width=size[0], panel_height=size[1], **kw)
 
 
 def _nan(values: Any) -> list[float]:
     return [math.nan if v is None else float(v) for v in values]
 
 
-def _grid(n: int, *, ncols: int = 4) -> tuple[int, int]:
-    cols = max(1, min(ncols, n))
-    return math.ceil(n / cols), cols
+def _cols(n: int, most: int) -> int:
+    return max(1, min(most, n))
 
 
 def site_eps_plot(sites: list[SiteReport]) -> str | None:
@@ -166,17 +140,8 @@ def _errpoint(ax: Axes, x: float, value: float | None, iv: Any, color: str, shap
 
 
 def roc_plot(site_id: int, roc: dict[str, RocSummary], n_repeats: int) -> str | None:
-    """Log-log ROC of one site: b, the MIA and RM;RN (when present) against chance.
-
-    Parameters
-    ----------
-    site_id
-        Named in the title.
-    roc
-        The audit's mean ROC per scorer (``baseline``, ``mia``, ``rm_rn``).
-    n_repeats
-        Repeats the curves average over (named in the title).
-    """
+    """Log-log ROC of one site (mean over ``n_repeats``): b, the MIA and RM;RN (when present)
+    against chance."""
     drawn = [(name, roc[name]) for name in SCORERS if name in roc]
     if not drawn:
         return None
@@ -240,24 +205,17 @@ def _curve_grid(
         opacity = 0.8 if len(result.repeats) == 1 else 0.55
         for rep in result.repeats:
             for curve, color in ((rep.baseline_curve, _BASELINE), (rep.mia_curve, _MIA)):
-                ax.plot(
-                    _nan(curve.recall),
-                    _nan(_series(curve, y_of)),
-                    Style(color, width=1.2, opacity=opacity),
-                )
+                ys = curve.precision if y_of == "precision" else curve.bound
+                ax.plot(_nan(curve.recall), _nan(ys), Style(color, width=1.2, opacity=opacity))
         top = None if site.audit is None else site.audit.one_sided.ceiling
         if ceiling_line and top is not None:
             ax.hlines.append((top, ceiling))
         panels.append(ax)
     if ceiling_line and any(ax.hlines for ax in panels):
         legend.append(LegendEntry("ceiling", ceiling))
-    _, cols = _grid(len(drawn))
+    cols = _cols(len(drawn), 4)
     width = max(_GRID_PANEL[0], _MIN_GRID_WIDTH / cols)
     return _svg(panels, size=(width, _GRID_PANEL[1]), cols=cols, title=title, legend=legend)
-
-
-def _series(curve: Curve, y_of: str) -> list[float | None]:
-    return list(curve.precision if y_of == "precision" else curve.bound)
 
 
 def precision_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) -> str | None:
@@ -462,12 +420,8 @@ def _site_eps_axis(ax: Axes, pos: dict[str, float], no_dp_x: float, finite: list
     ax.xlabel = "accountant eps (record-level guarantee, log scale)"
 
 
-Draw = Any
-"""``draw(ax, rows, pos, finite)``: plots one site's points (a callable)."""
-
-
 def _site_grid(
-    points: list[SweepPointReport], *, title: str, draw: Draw, legend: list[LegendEntry]
+    points: list[SweepPointReport], *, title: str, draw: Any, legend: list[LegendEntry]
 ) -> str | None:
     """One panel per site; ``draw(ax, rows, pos, finite)`` plots a site's points at ``pos``."""
     panels = []
@@ -482,7 +436,7 @@ def _site_grid(
         panels.append(ax)
     if not panels:
         return None
-    _, cols = _grid(len(panels), ncols=3)
+    cols = _cols(len(panels), 3)
     width = max(360.0, _MIN_GRID_WIDTH / cols)
     return _svg(panels, size=(width, 300.0), cols=cols, title=title, legend=legend)
 
