@@ -23,6 +23,7 @@ from audit.result import (
 )
 from audit.sides import SIDES
 from contracts.run_files import NOISE_NOTES
+from contracts.run_log import ClientDPLedgerFile, RoundRecord
 
 from .inputs import RunInputs, SiteAuditInput
 from .privacy_ledger import PrivacySettings, checks, privacy_settings, run_canaries, site_privacy
@@ -31,12 +32,10 @@ from .schema import (
     SCHEMA_VERSION,
     TPR_FPR_KEYS,
     AuditReport,
-    ClientDPReport,
     ConsortiumSummary,
     FlaggedSites,
     GameReport,
     RepeatReport,
-    RoundReport,
     RunReport,
     ScorerReport,
     SiteReport,
@@ -77,9 +76,9 @@ def noise_note(settings: PrivacySettings, inputs: RunInputs) -> str | None:
 def site_report(
     audit: SiteAuditInput,
     *,
-    rounds: list[RoundReport],
+    rounds: list[RoundRecord],
     settings: PrivacySettings,
-    client_dp: ClientDPReport | None,
+    client_dp: ClientDPLedgerFile | None,
 ) -> SiteReport:
     """One site's :class:`SiteReport`: the only place one is built (the consortium report,
     a site's own report and the sweeps all read it).
@@ -170,7 +169,7 @@ def _game(side: SideResult | AuditResult) -> GameReport:
     )
 
 
-def consortium_summary(sites: list[SiteReport], rounds: list[RoundReport]) -> ConsortiumSummary:
+def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> ConsortiumSummary:
     """Max / median eps_tilde over ok sites, the leakiest site, flagged sites and counts."""
     ok = [s for s in sites if s.audit is not None]
     one = {s.site_id: mean(s.audit.one_sided.eps_tilde) for s in ok if s.audit}

@@ -117,13 +117,8 @@ def _one(site: SiteReport) -> GameReport | None:
     return None if site.audit is None else site.audit.one_sided
 
 
-def _one_est(name: str) -> Callable[[SiteReport], Interval | None]:
-    """An estimate of the site's one-sided game (``c_lb``, ``eps_tilde``, ...)."""
-    return lambda s: None if (g := _one(s)) is None else getattr(g, name)
-
-
-def _one_value(name: str) -> Callable[[SiteReport], float | None]:
-    """A number of the site's one-sided game (``ceiling``, ``headroom``)."""
+def _one_est(name: str) -> Callable[[SiteReport], Any]:
+    """A field of the site's one-sided game (``c_lb``, ``eps_tilde``, ``ceiling``, ...)."""
     return lambda s: None if (g := _one(s)) is None else getattr(g, name)
 
 
@@ -152,11 +147,10 @@ def _two_sided_rm_rn(a: AuditReport) -> Interval | None:
 
 def _eps_tilde_cell(site: SiteReport) -> str:
     """eps_tilde with a badge per raised one-sided flag (and the status when not ok)."""
-    game = _one(site)
-    badges = flag_badges(flag_labels(None if game is None else game.flags))
+    badges = flag_badges(_one_flags(site))
     if site.status != "ok":
         badges += badge(site.status, site.status)
-    value = mean_of(None if game is None else game.eps_tilde)
+    value = mean_of(_one_est("eps_tilde")(site))
     return td(esc(fmt(value)) + badges, title=value, raw=True)
 
 
@@ -176,13 +170,14 @@ def _dp_text(site: SiteReport) -> str:
     return fmt(eps, 2) if eps is not None else "off"
 
 
+def _check_badges(site: SiteReport) -> list[tuple[str, str]]:
+    """(label, badge kind) per bound violation and for eps_tilde above the guarantee."""
+    found = [(f"VIOLATION: {v.label}", "violation") for v in site.checks.bound_violations]
+    return found + [(ABOVE_LABEL, "above")] * bool(site.checks.eps_tilde_above_accountant)
+
+
 def _dp_cell(site: SiteReport) -> str:
-    """DP eps with a badge per bound violation and for eps_tilde above it."""
-    badges = "".join(
-        badge(f"VIOLATION: {v.label}", "violation") for v in site.checks.bound_violations
-    )
-    if site.checks.eps_tilde_above_accountant:
-        badges += badge(ABOVE_LABEL, "above")
+    badges = "".join(badge(label, kind) for label, kind in _check_badges(site))
     return td(esc(_dp_text(site)) + badges, title=site.privacy.dp_epsilon, raw=True)
 
 
@@ -228,8 +223,8 @@ SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
     column("status", lambda s: s.status, cls="text", md=False),
     column("n_members", lambda s: fmt(s.n_members)),
     _mean_only("c_lb", _one_est("c_lb")),
-    column("ceiling", lambda s: fmt(_one_value("ceiling")(s)), title=_one_value("ceiling")),
-    column("headroom", lambda s: fmt(_one_value("headroom")(s)), md=False),
+    column("ceiling", lambda s: fmt(_one_est("ceiling")(s)), title=_one_est("ceiling")),
+    column("headroom", lambda s: fmt(_one_est("headroom")(s)), md=False),
     _mean_only("{c+eps}_lb", _one_est("c_eps_lb")),
     Column(
         "eps_tilde [95% CI]", md=lambda s: fmt_est(_one_est("eps_tilde")(s)), html=_eps_tilde_cell
@@ -350,24 +345,14 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
 """The "Privacy ledger" table (md and html; the run's DP level stands above it)."""
 
 
-def _sweep_flag_labels(s: SiteReport) -> list[str]:
-    game = _one(s)
-    labels = flag_labels(None if game is None else game.flags)
-    labels += [f"VIOLATION: {v.label}" for v in s.checks.bound_violations]
-    if s.checks.eps_tilde_above_accountant:
-        labels.append(ABOVE_LABEL)
-    return labels
+def _one_flags(s: SiteReport) -> list[str]:
+    return flag_labels(None if (game := _one(s)) is None else game.flags)
 
 
 def _sweep_flags_cell(r: SiteRow) -> str:
     s = r.site
-    game = _one(s)
-    badges = flag_badges(flag_labels(None if game is None else game.flags))
-    badges += "".join(
-        badge(f"VIOLATION: {v.label}", "violation") for v in s.checks.bound_violations
-    )
-    if s.checks.eps_tilde_above_accountant:
-        badges += badge(ABOVE_LABEL, "above")
+    badges = flag_badges(_one_flags(s))
+    badges += "".join(badge(label, kind) for label, kind in _check_badges(s))
     if s.status != "ok":
         badges += badge(s.status, s.status)
         if s.error:
@@ -375,9 +360,7 @@ def _sweep_flags_cell(r: SiteRow) -> str:
     return td(badges or MISSING, raw=True, cls="text")
 
 
-def _titled(
-    header: str, of: Callable[[SiteRow], float | None], off: bool = False
-) -> Column[SiteRow]:
+def _titled(header: str, of: Callable[[Row], float | None], off: bool = False) -> Column[Row]:
     """A numeric column: rounded, its unrounded value as the tooltip; "off" for None when
     ``off``."""
     return column(header, lambda r: fmt(of(r)) if of(r) is not None or not off else "off", title=of)
@@ -389,9 +372,10 @@ def _point(r: SiteRow) -> SweepPointReport:
 
 
 def _game_value(name: str) -> Callable[[SiteRow], float | None]:
+    """A one-sided game's number (an estimate's mean)."""
+
     def of(r: SiteRow) -> float | None:
-        game = _one(r.site)
-        value = None if game is None else getattr(game, name)
+        value = _one_est(name)(r.site)
         return mean_of(value) if isinstance(value, Interval) else value
 
     return of
@@ -423,7 +407,9 @@ SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
     _titled("O(1)", lambda r: mean_of(_audit_est(lambda a: a.o1_eps_lb)(r.site))),
     Column(
         "flags",
-        md=lambda r: ", ".join(_sweep_flag_labels(r.site)) or MISSING,
+        md=lambda r: (
+            ", ".join(_one_flags(r.site) + [x for x, _ in _check_badges(r.site)]) or MISSING
+        ),
         html=_sweep_flags_cell,
     ),
 )
@@ -442,12 +428,6 @@ def _point_status_cell(p: SweepPointReport) -> str:
 def _report_link(p: SweepPointReport) -> str:
     link = f'<a href="{esc(p.report_html)}">report.html</a>' if p.report_html else MISSING
     return td(link, raw=True, cls="text")
-
-
-def _point_number(
-    header: str, of: Callable[[SweepPointReport], float | None]
-) -> Column[SweepPointReport]:
-    return column(header, lambda p: fmt(of(p)), title=of)
 
 
 POINT_COLUMNS: tuple[Column[SweepPointReport], ...] = (
@@ -469,9 +449,9 @@ POINT_COLUMNS: tuple[Column[SweepPointReport], ...] = (
         lambda p: fmt_theoretical_eps(p.theoretical_eps, p.private),
         title=lambda p: p.theoretical_eps,
     ),
-    _point_number("global accuracy", lambda p: p.global_accuracy),
-    _point_number("max eps_tilde", lambda p: p.max_eps_tilde),
-    _point_number("max eps_tilde two-sided", lambda p: p.max_eps_tilde_two_sided),
+    _titled("global accuracy", lambda p: p.global_accuracy),
+    _titled("max eps_tilde", lambda p: p.max_eps_tilde),
+    _titled("max eps_tilde two-sided", lambda p: p.max_eps_tilde_two_sided),
     column("rounds", lambda p: str(p.rounds_completed)),
     Column("report", html=_report_link),
 )

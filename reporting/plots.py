@@ -10,11 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from audit.result import AuditResult, Interval, RocSummary
+from contracts.run_log import RoundRecord
 
 from .chart import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
 from .formatting import mean_of, quality
 from .privacy_ledger import released_model_epsilon
-from .schema import SCORERS, RoundReport, SiteReport, SweepPointReport
+from .schema import SCORERS, SiteReport, SweepPointReport
 
 _BASELINE = "#1f77b4"
 _MIA = "#d62728"
@@ -242,7 +243,7 @@ def bound_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) 
     )
 
 
-def training_plot(rounds: list[RoundReport]) -> str | None:
+def training_plot(rounds: list[RoundRecord]) -> str | None:
     """Global loss and accuracy per round, each site's train loss and DP epsilon per round."""
     if not rounds:
         return None

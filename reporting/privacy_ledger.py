@@ -27,16 +27,15 @@ from typing import Any
 
 from audit.one_run import METHOD_LABELS, Method
 from contracts.dp_level import DPLevel, resolve_dp_level
+from contracts.run_log import ClientDPLedgerFile, RoundRecord
 
 from .inputs import ReportInputError, SiteAuditInput
 from .schema import (
     AuditReport,
     BoundViolation,
     ChecksReport,
-    ClientDPReport,
     DPSource,
     PrivacyReport,
-    RoundReport,
     SiteReport,
 )
 
@@ -116,9 +115,9 @@ def privacy_settings(config: dict[str, Any]) -> PrivacySettings:
 
 def site_privacy(
     audit: SiteAuditInput,
-    rounds: list[RoundReport],
+    rounds: list[RoundRecord],
     settings: PrivacySettings,
-    client_dp: ClientDPReport | None,
+    client_dp: ClientDPLedgerFile | None,
 ) -> PrivacyReport:
     """The site's guarantees with their accountants, delta and canaries.
 
@@ -161,7 +160,7 @@ def site_privacy(
 
 
 def _record_epsilon(
-    audit: SiteAuditInput, rounds: list[RoundReport]
+    audit: SiteAuditInput, rounds: list[RoundRecord]
 ) -> tuple[float | None, DPSource | None]:
     """The audit's dp_epsilon, else the last metrics round's (a failed audit may lack it)."""
     if audit.dp_epsilon is not None and math.isfinite(audit.dp_epsilon):
@@ -181,7 +180,7 @@ def released_model_epsilon(privacy: PrivacyReport) -> float | None:
     return min(present) if present else None
 
 
-def _last_round(site_id: int, rounds: list[RoundReport], name: str) -> float | None:
+def _last_round(site_id: int, rounds: list[RoundRecord], name: str) -> float | None:
     """The site's ``name`` in the last metrics round that reported one."""
     for rnd in reversed(rounds):
         site = rnd.sites.get(str(site_id))

@@ -18,6 +18,7 @@ from audit.canary import CanaryResult
 from audit.result import AuditFlags, Interval
 from audit.sides import Side
 from contracts.dp_level import DPLevel
+from contracts.run_log import ClientDPLedgerFile, RoundRecord
 
 SCHEMA_VERSION = 4
 """The version of report.json, sweep.json and ``site-reports/site-<id>.json`` (one shape of
@@ -252,57 +253,6 @@ class SiteReport:
 
 
 @dataclass(frozen=True)
-class ClientDPSiteReport:
-    """One site in the server's client-level DP ledger (``client_dp.json``)."""
-
-    rounds: list[int]
-    epsilon: float | None
-    epsilon_record: float | None
-
-
-@dataclass(frozen=True)
-class ClientDPReport:
-    """The server's client-level DP ledger (``client_dp.json``), when client-level DP is on."""
-
-    schema_version: int | None
-    accountant: str | None
-    noise_multiplier: float | None
-    clipping: str | None
-    clipping_side: str | None
-    clipping_norm: float | None
-    delta: float | None
-    population_size: int | None
-    sites_per_round: int | None
-    sampling: str | None
-    neighboring_relation: str | None
-    rounds_done: int | None
-    sites: dict[str, ClientDPSiteReport] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SiteRoundReport:
-    """One site's numbers in one round of ``metrics.jsonl``."""
-
-    train_loss: float | None
-    dp_epsilon: float | None
-    """Record-level accountant epsilon so far (DP-SGD at the site)."""
-    num_examples: int | None
-    dp_epsilon_client: float | None
-    """Site-level epsilon of client-level DP so far."""
-
-
-@dataclass(frozen=True)
-class RoundReport:
-    """One line of ``metrics.jsonl``."""
-
-    round: int
-    global_loss: float | None
-    global_accuracy: float | None
-    elapsed_s: float | None
-    sites: dict[str, SiteRoundReport] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class FlaggedSites:
     """Ids of the ok sites with each flag raised in one game (or one side of it)."""
 
@@ -346,14 +296,14 @@ class RunReport:
     schema_version: int
     run: dict[str, Any]
     partition: dict[str, Any]
-    rounds: list[RoundReport]
+    rounds: list[RoundRecord]
     sites: list[SiteReport]
     consortium: ConsortiumSummary
     dp_level: DPLevel | None
     """The run's ``dp.level``; None: the config says nothing about DP."""
     canaries: int | None
     """Canary records per site the model was trained with; None when it had none."""
-    client_dp: ClientDPReport | None
+    client_dp: ClientDPLedgerFile | None
     noise: str | None
     """How the run's DP noise was drawn (``contracts.run_files.NOISE_NOTES``); None
     without DP."""
