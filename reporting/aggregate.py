@@ -81,19 +81,8 @@ def site_report(
     client_dp: ClientDPLedgerFile | None,
 ) -> SiteReport:
     """One site's :class:`SiteReport`: the only place one is built (the consortium report,
-    a site's own report and the sweeps all read it).
-
-    Parameters
-    ----------
-    audit
-        The site's audit file as read.
-    rounds
-        metrics.jsonl (the accountant epsilons of a site whose audit file lacks them).
-    settings
-        The run config's DP level, accountant, delta and canaries.
-    client_dp
-        The server's client-level DP ledger, when the run has one.
-    """
+    a site's own report and the sweeps all read it). ``rounds`` give the accountant epsilons
+    of a site whose audit file lacks them."""
     result = audit.result if audit.status == "ok" else None
     report = None if result is None else audit_report(result)
     privacy = site_privacy(audit, rounds, settings, client_dp)

@@ -121,15 +121,8 @@ def _roc_figures(report: RunReport, results: dict[int, AuditResult]) -> list[str
 
 
 def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
-    """The HTML text of ``report.html``.
-
-    Parameters
-    ----------
-    report
-        The aggregated report.
-    results
-        The ok sites' AuditResults by site id (for the curves; scores are never used).
-    """
+    """The HTML text of ``report.html``; ``results``: the ok sites' AuditResults by site id
+    (for the curves; scores are never used)."""
     run_name = report.run.get("name") if isinstance(report.run, dict) else None
     title = f"PANORAMIA consortium audit report{f' - {run_name}' if run_name else ''}"
     levels = levels_lines(report.sites)

@@ -65,24 +65,10 @@ class RunInputs:
 
 
 def load_run(run_dir: Path) -> RunInputs:
-    """Read ``config.yaml``, ``partition.json``, ``metrics.jsonl`` and ``audits/`` of a run.
+    """Read ``config.yaml``, ``partition.json``, ``metrics.jsonl`` (no rounds and
+    ``has_metrics`` False without one), ``client_dp.json``, ``noise.json`` and ``audits/``.
 
-    Parameters
-    ----------
-    run_dir
-        A run directory written by the harness.
-
-    Returns
-    -------
-    RunInputs
-        ``rounds`` is empty and ``has_metrics`` False when ``metrics.jsonl`` is absent.
-
-    Raises
-    ------
-    ReportInputError
-        When the directory, ``config.yaml`` or ``partition.json`` is missing or malformed, or
-        a line of ``metrics.jsonl`` is not a valid round record, or ``client_dp.json`` is
-        malformed.
+    Raises :class:`ReportInputError` as the module says.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -92,11 +78,10 @@ def load_run(run_dir: Path) -> RunInputs:
     partition = _load_partition(layout.partition)
     metrics_path = layout.metrics
     rounds = _load_metrics(metrics_path) if metrics_path.exists() else []
-    site_ids = {int(s["site_id"]) for s in partition["sites"]}
     audit_files = layout.audit_files()
     partition_sites = {int(s["site_id"]): s for s in partition["sites"]}
     audits: dict[int, SiteAuditInput] = {}
-    for site_id in sorted(site_ids | set(audit_files)):
+    for site_id in sorted(set(partition_sites) | set(audit_files)):
         part = partition_sites.get(site_id, {})
         if site_id in audit_files:
             audits[site_id] = _load_site_audit(audit_files[site_id], site_id, part)
@@ -128,13 +113,7 @@ def _noise_source(path: Path) -> str | None:
 
 
 def load_client_dp(run_dir: Path) -> ClientDPLedgerFile | None:
-    """The server's ``client_dp.json`` in ``run_dir``, or None when there is none.
-
-    Raises
-    ------
-    ReportInputError
-        When the file is not a JSON object, or a key holds the wrong type (named).
-    """
+    """The server's ``client_dp.json`` in ``run_dir``, or None when there is none."""
     path = RunLayout(run_dir).client_dp_ledger
     if not path.exists():
         return None
@@ -145,14 +124,8 @@ def load_client_dp(run_dir: Path) -> ClientDPLedgerFile | None:
 
 
 def load_site_audit(run_dir: Path, site_id: int) -> SiteAuditInput:
-    """One site's audit file alone (no partition.json, metrics or other sites needed).
-
-    Raises
-    ------
-    ReportInputError
-        When the site's audit file does not exist. An unreadable or failed one gives a
-        "failed" input with the reason, as in :func:`load_run`.
-    """
+    """One site's audit file alone (no partition.json, metrics or other sites needed); a
+    :class:`ReportInputError` when it does not exist, a "failed" input when unreadable."""
     path = RunLayout(run_dir).audit(site_id)
     if not path.exists():
         raise ReportInputError(f"{path} is missing (site {site_id}'s audit file)")

@@ -28,17 +28,8 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 def build_manifest(
     config_path: Path | None, config: dict[str, Any], result: AuditResult | None
 ) -> ReproManifest:
-    """The manifest of one site's audit.
-
-    Parameters
-    ----------
-    config_path
-        The run's ``config.yaml`` (hashed byte for byte), or None when there is none.
-    config
-        Its parsed content (empty without one): the run and audit seeds.
-    result
-        The site's audit result (repeat seeds and data sizes); None for a failed audit.
-    """
+    """The manifest of one site's audit: ``config_path`` hashed byte for byte, ``config``'s
+    seeds, ``result``'s repeat seeds and data sizes (None for a failed audit)."""
     path = config_path if config_path is not None and config_path.exists() else None
     settings = _section(_section(config, "audit"), "settings")
     return ReproManifest(

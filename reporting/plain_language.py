@@ -25,15 +25,8 @@ THREAT_MODEL: tuple[str, str, str] = (
 
 
 def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
-    """The headline and the three plain-language lists of a site's report.
-
-    Parameters
-    ----------
-    site
-        The site's numbers.
-    exposed_records
-        Whether the site keeps its own list of most exposed records (linked on the page).
-    """
+    """The headline and the three plain-language lists of a site's report;
+    ``exposed_records``: whether the site keeps its own list of most exposed records."""
     audit = site.audit
     if audit is None:
         why = site.error or "no audit file"

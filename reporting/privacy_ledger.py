@@ -21,7 +21,6 @@ is a reading aid, not a new test.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,13 +77,8 @@ class PrivacySettings:
 
 def privacy_settings(config: dict[str, Any]) -> PrivacySettings:
     """The DP level (:func:`contracts.dp_level.resolve_dp_level`), the record-level
-    accountant's name, delta and canaries of a run config read as plain data.
-
-    Raises
-    ------
-    ReportInputError
-        When ``dp.level`` is not a DP level.
-    """
+    accountant's name, delta and canaries of a run config read as plain data
+    (:class:`ReportInputError` when ``dp.level`` is not a DP level)."""
     dp = config.get("dp")
     section: dict[str, Any] = dp if isinstance(dp, dict) else {}
     level: DPLevel | None = None
@@ -190,68 +184,36 @@ def _last_round(site_id: int, rounds: list[RoundRecord], name: str) -> float | N
     return None
 
 
-Reading = Callable[[AuditReport | None, PrivacyReport], float | None]
-
-
-def _audit(read: Callable[[AuditReport], float | None]) -> Reading:
-    return lambda audit, _privacy: None if audit is None else read(audit)
-
-
-def _canary(read: Callable[[Any], float | None]) -> Reading:
-    return lambda _audit, privacy: None if privacy.canary is None else read(privacy.canary)
-
-
 def _mean(iv: Any) -> float | None:
     return None if iv is None or not math.isfinite(iv.mean) else float(iv.mean)
 
 
-def _side_rm_rn(side: str) -> Reading:
-    return _audit(
-        lambda a: None if a.two_sided is None else _mean(getattr(a.two_sided, side).rm_rn_eps_lb)
-    )
+def _lower_bounds(audit: AuditReport | None, privacy: PrivacyReport) -> dict[str, float | None]:
+    """Each measured lower bound on epsilon by name (the means over repeats)."""
+    canary, two = privacy.canary, None if audit is None else audit.two_sided
+    return {
+        "canary_eps_lb": None if canary is None else canary.eps_lb,
+        "canary_eps_lb_fdp": None if canary is None else canary.eps_lb_fdp,
+        "o1_eps_lb": None if audit is None else _mean(audit.o1_eps_lb),
+        "o1_eps_lb_fdp": None if audit is None else _mean(audit.o1_eps_lb_fdp),
+        "rm_rn_eps_lb": None if audit is None else _mean(audit.one_sided.rm_rn_eps_lb),
+        "rm_rn_eps_lb_two_sided": None if two is None else _mean(two.rm_rn_eps_lb),
+        "rm_rn_eps_lb_member": None if two is None else _mean(two.member.rm_rn_eps_lb),
+        "rm_rn_eps_lb_nonmember": None if two is None else _mean(two.nonmember.rm_rn_eps_lb),
+    }
 
 
-_LOWER_BOUNDS: tuple[tuple[str, str, str, Reading], ...] = (
-    ("canary_eps_lb", "canary audit eps lower bound", "canary", _canary(lambda c: c.eps_lb)),
-    (
-        "canary_eps_lb_fdp",
-        "canary audit f-DP eps lower bound",
-        "canary",
-        _canary(lambda c: c.eps_lb_fdp),
-    ),
-    ("o1_eps_lb", "O(1) eps lower bound", "o1", _audit(lambda a: _mean(a.o1_eps_lb))),
-    (
-        "o1_eps_lb_fdp",
-        "O(1) f-DP eps lower bound",
-        "o1_fdp",
-        _audit(lambda a: _mean(a.o1_eps_lb_fdp)),
-    ),
-    (
-        "rm_rn_eps_lb",
-        "RM;RN eps lower bound (one-sided)",
-        "rm_rn",
-        _audit(lambda a: _mean(a.one_sided.rm_rn_eps_lb)),
-    ),
-    (
-        "rm_rn_eps_lb_two_sided",
-        "RM;RN eps lower bound (two-sided)",
-        "rm_rn_two_sided_each",
-        _audit(lambda a: None if a.two_sided is None else _mean(a.two_sided.rm_rn_eps_lb)),
-    ),
-    (
-        "rm_rn_eps_lb_member",
-        "RM;RN eps lower bound (member side)",
-        "rm_rn_two_sided_each",
-        _side_rm_rn("member"),
-    ),
-    (
-        "rm_rn_eps_lb_nonmember",
-        "RM;RN eps lower bound (non-member side)",
-        "rm_rn_two_sided_each",
-        _side_rm_rn("nonmember"),
-    ),
-)
-"""(name, label, key of its level, value) of each measured lower bound on epsilon."""
+_LOWER_BOUND_LABELS: dict[str, tuple[str, str]] = {
+    "canary_eps_lb": ("canary audit eps lower bound", "canary"),
+    "canary_eps_lb_fdp": ("canary audit f-DP eps lower bound", "canary"),
+    "o1_eps_lb": ("O(1) eps lower bound", "o1"),
+    "o1_eps_lb_fdp": ("O(1) f-DP eps lower bound", "o1_fdp"),
+    "rm_rn_eps_lb": ("RM;RN eps lower bound (one-sided)", "rm_rn"),
+    "rm_rn_eps_lb_two_sided": ("RM;RN eps lower bound (two-sided)", "rm_rn_two_sided_each"),
+    "rm_rn_eps_lb_member": ("RM;RN eps lower bound (member side)", "rm_rn_two_sided_each"),
+    "rm_rn_eps_lb_nonmember": ("RM;RN eps lower bound (non-member side)", "rm_rn_two_sided_each"),
+}
+"""name -> (label, key of its level in the audit's levels) of each measured lower bound."""
 
 
 def bound_violations(
@@ -267,8 +229,8 @@ def bound_violations(
     if dp is None:
         return []
     found = []
-    for name, label, level_key, read in _LOWER_BOUNDS:
-        value = read(audit, privacy)
+    for name, value in _lower_bounds(audit, privacy).items():
+        label, level_key = _LOWER_BOUND_LABELS[name]
         if value is None or not value > dp + _TOLERANCE:
             continue
         if level_key == "canary":
@@ -304,11 +266,11 @@ def best_lower_bound(
     """The largest one-run lower bound of the site and its name, e.g. ``"canary audit:
     f-DP, Gaussian (Mahloujifar et al. 2025), delta = 1e-05"``; ``(None, None)`` without
     any."""
-    read = {name: of for name, _, _, of in _LOWER_BOUNDS}
+    bounds = _lower_bounds(audit, privacy)
     found = [
         (value, name, method)
         for name, method, bound in _ONE_RUN_BOUNDS
-        if (value := read[bound](audit, privacy)) is not None
+        if (value := bounds[bound]) is not None
     ]
     if not found:
         return None, None

@@ -66,15 +66,7 @@ _VERDICT_LABELS = {
 
 def render_site_page(report: SitePageReport, result: AuditResult | None) -> str:
     """The HTML text of a site's report: a sequence of sections, each a small function.
-
-    Parameters
-    ----------
-    report
-        The site's report (everything the page shows).
-    result
-        The site's AuditResult, for the curves (None for a failed audit); its per-record
-        scores, if any, are never used.
-    """
+    ``result`` gives the curves (None for a failed audit); its scores are never used."""
     site = report.site
     title = f"Leakage report for site {site.site_id}" + (
         f" - {report.run_name}" if report.run_name else ""

@@ -106,21 +106,8 @@ def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> l
 
 def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
     """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus config.yaml and
-    the server's client_dp.json, when the run directory has them).
-
-    Parameters
-    ----------
-    run_dir
-        The run directory (only ``audits/site-<id>.json`` is required).
-    site_id
-        The site.
-
-    Raises
-    ------
-    ReportInputError
-        When the site's audit file is missing, or config.yaml / client_dp.json exists but is
-        malformed.
-    """
+    the server's client_dp.json, when the run directory has them); a
+    :class:`ReportInputError` when the audit file is missing or either of those malformed."""
     run_dir = Path(run_dir)
     audit = load_site_audit(run_dir, site_id)
     result = _ok_result(audit)

@@ -36,17 +36,8 @@ from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SweepPointReport, Sw
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One point of a sweep.
-
-    Parameters
-    ----------
-    label
-        Short name shown in tables and plots, e.g. ``"eps=4"``.
-    overrides
-        Dotted config key -> value applied to the base config for this point.
-    run_dir
-        The point's run directory (it may be incomplete or absent).
-    """
+    """One point of a sweep: its label in tables and plots (``"eps=4"``), its dotted config
+    overrides, and its run directory (it may be incomplete or absent)."""
 
     label: str
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -233,24 +224,9 @@ def render_sweep_html(report: SweepReport) -> str:
 def write_sweep_report(
     sweep_dir: Path, points: list[SweepPoint], *, write_point_reports: bool = False
 ) -> ReportFiles:
-    """Write ``sweep.json`` and a self-contained ``sweep.html`` comparing the points.
-
-    Parameters
-    ----------
-    sweep_dir
-        Where to write (created if absent).
-    points
-        The sweep's points, in display order; labels must be unique.
-    write_point_reports
-        Also write each readable point's own report files into its run directory
-        (``sweep.html`` links to them).
-
-    Returns
-    -------
-    ReportFiles
-        ``json_path``, ``html_path`` and ``md_path`` (``csv_path`` is None), and in
-        ``warnings`` a line per bound violation of any point.
-    """
+    """Write ``sweep.json``, ``sweep.md`` and a self-contained ``sweep.html`` comparing the
+    points (labels unique, in display order) into ``sweep_dir``; ``warnings``: a line per bound
+    violation. ``write_point_reports``: also write each readable point's own report (linked)."""
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     report = build_sweep_report(sweep_dir, points, write_point_reports=write_point_reports)
