@@ -129,12 +129,17 @@ def mean_of(iv: Interval | None) -> float | None:
     return None if iv is None or not math.isfinite(iv.mean) else iv.mean
 
 
+def _detailed(value: float | None, details: list[str | None], sep: str, none: str) -> str:
+    """``value (detail; detail)`` with the details that are there; ``none`` without a value."""
+    if value is None:
+        return none
+    shown = [d for d in details if d]
+    return f"{fmt(value)} ({sep.join(shown)})" if shown else fmt(value)
+
+
 def fmt_dp(value: float | None, delta: float | None = None, what: str | None = None) -> str:
     """An accountant's epsilon with its delta and name, "off" without one."""
-    if value is None:
-        return "off"
-    details = [d for d in (what, None if delta is None else f"delta {delta:g}") if d]
-    return f"{fmt(value)} ({'; '.join(details)})" if details else fmt(value)
+    return _detailed(value, [what, None if delta is None else f"delta {delta:g}"], "; ", "off")
 
 
 def fmt_theoretical_eps(eps: float | None, private: bool | None) -> str:
@@ -159,18 +164,13 @@ def fmt_canary(canary: CanaryResult | None, count: int | None) -> str:
 
 def fmt_fdp(value: float | None, mu: float | None, delta: float | None) -> str:
     """``eps_lb (GDP mu 1.02, delta 1e-05)`` of an f-DP one-run bound."""
-    if value is None:
-        return MISSING
-    details = [f"GDP mu {fmt(mu)}" if mu is not None else "", f"delta {delta:g}" if delta else ""]
-    details = [d for d in details if d]
-    return f"{fmt(value)} ({', '.join(details)})" if details else fmt(value)
+    mu_text = None if mu is None else f"GDP mu {fmt(mu)}"
+    return _detailed(value, [mu_text, f"delta {delta:g}" if delta else None], ", ", MISSING)
 
 
 def fmt_best(value: float | None, method: str | None) -> str:
     """``value (method)`` of the best one-run lower bound."""
-    if value is None:
-        return MISSING
-    return f"{fmt(value)} ({method})" if method else fmt(value)
+    return _detailed(value, [method], "", MISSING)
 
 
 def canary_value(site: SiteReport, name: str) -> float | None:

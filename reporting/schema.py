@@ -313,27 +313,28 @@ class RunReport:
 
 @dataclass(frozen=True)
 class SweepPointReport:
-    """One point of a sweep: a run with some config overrides."""
+    """One point of a sweep: a run with some config overrides (an unreadable run: the
+    defaults)."""
 
     label: str
     overrides: dict[str, Any]
     run_dir: str
     status: Literal["complete", "incomplete"]
     problems: list[str]
-    private: bool | None
+    private: bool | None = None
     """True when DP is on at any level, False when off, None when the run says neither."""
-    theoretical_eps: float | None
+    theoretical_eps: float | None = None
     """Largest site accountant epsilon (the consortium's weakest guarantee)."""
-    global_accuracy: float | None
-    global_loss: float | None
-    rounds_completed: int
-    max_eps_tilde: float | None
-    max_eps_tilde_two_sided: float | None
-    sites: list[SiteReport]
-    report_html: str | None
+    global_accuracy: float | None = None
+    global_loss: float | None = None
+    rounds_completed: int = 0
+    max_eps_tilde: float | None = None
+    max_eps_tilde_two_sided: float | None = None
+    sites: list[SiteReport] = field(default_factory=list)
+    report_html: str | None = None
     """Relative path of the point's own report.html, when one exists."""
-    dp_level: DPLevel | None
-    canaries: int | None
+    dp_level: DPLevel | None = None
+    canaries: int | None = None
 
 
 @dataclass(frozen=True)

@@ -70,24 +70,7 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
     try:
         inputs = load_run(run_dir)
     except ReportInputError as exc:
-        return SweepPointReport(
-            label=point.label,
-            overrides=dict(point.overrides),
-            run_dir=rel,
-            status="incomplete",
-            problems=[str(exc)],
-            private=None,
-            theoretical_eps=None,
-            global_accuracy=None,
-            global_loss=None,
-            rounds_completed=0,
-            max_eps_tilde=None,
-            max_eps_tilde_two_sided=None,
-            sites=[],
-            report_html=None,
-            dp_level=None,
-            canaries=None,
-        )
+        return SweepPointReport(point.label, dict(point.overrides), rel, "incomplete", [str(exc)])
     report = build_report(inputs)
     if write_point_reports:
         # Imported here: the package's __init__ imports this module.
