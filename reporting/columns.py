@@ -12,15 +12,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from audit.result import Interval
 from audit.sides import SIDES
 
 from .formatting import (
     ABOVE_LABEL,
     FPR_LABELS,
     MISSING,
+    ONE,
     SCORER_LABELS,
     SIDE_LABELS,
+    at,
     canary_value,
     flag_labels,
     fmt,
@@ -40,10 +41,11 @@ from .formatting import (
     scoped_flag_labels,
     scorer_cells,
     scorer_headers,
+    value_at,
 )
 from .html_page import badge, esc, flag_badges, td, th_row
 from .privacy_ledger import released_model_epsilon
-from .schema import TPR_FPR_KEYS, AuditReport, GameReport, SiteReport, SweepPointReport
+from .schema import TPR_FPR_KEYS, GameReport, SiteReport, SweepPointReport
 
 Row = TypeVar("Row")
 
@@ -113,36 +115,34 @@ def html_table(
     return f"<table{attrs}>" + th_row([h for h, _ in cols]) + body + "</table>"
 
 
-def _one(site: SiteReport) -> GameReport | None:
-    return None if site.audit is None else site.audit.one_sided
+SITE_ONE = "site." + ONE
+"""The path of a row's site's one-sided game."""
 
 
-def _one_est(name: str) -> Callable[[SiteReport], Any]:
-    """A field of the site's one-sided game (``c_lb``, ``eps_tilde``, ``ceiling``, ...)."""
-    return lambda s: None if (g := _one(s)) is None else getattr(g, name)
+def _estimate(header: str, path: str) -> Column[Any]:
+    """The estimate at ``path`` as ``mean [low, high]``, the unrounded mean as the tooltip."""
+    return column(header, lambda r: fmt_est(at(r, path)), title=lambda r: value_at(r, path))
 
 
-def _estimate(header: str, of: Callable[[Row], Interval | None]) -> Column[Row]:
-    """An estimate as ``mean [low, high]``, the unrounded mean as the HTML tooltip."""
-    return column(header, lambda r: fmt_est(of(r)), title=lambda r: mean_of(of(r)))
-
-
-def _mean_only(header: str, of: Callable[[Row], Interval | None]) -> Column[Row]:
+def _mean_only(header: str, path: str) -> Column[Any]:
     """An estimate: ``mean [low, high]`` in Markdown, the mean alone in HTML (where a
     column of its own or the tooltip holds the rest)."""
     return Column(
         header,
-        md=lambda r: fmt_est(of(r)),
-        html=lambda r: td(fmt(mean_of(of(r))), title=mean_of(of(r))),
+        md=lambda r: fmt_est(at(r, path)),
+        html=lambda r: td(fmt(value_at(r, path)), title=value_at(r, path)),
     )
 
 
-def _audit_est(read: Callable[[AuditReport], Interval | None]) -> Callable[[SiteReport], Any]:
-    return lambda s: None if s.audit is None else read(s.audit)
+def _titled(header: str, of: Callable[[Row], float | None], off: bool = False) -> Column[Row]:
+    """A numeric column: rounded, its unrounded value as the tooltip; "off" for None when
+    ``off``."""
+    return column(header, lambda r: fmt(of(r)) if of(r) is not None or not off else "off", title=of)
 
 
-def _two_sided_rm_rn(a: AuditReport) -> Interval | None:
-    return None if a.two_sided is None else a.two_sided.rm_rn_eps_lb
+def _number(header: str, path: str, off: bool = False) -> Column[Any]:
+    """:func:`_titled` of the number at ``path``."""
+    return _titled(header, lambda r: value_at(r, path), off)
 
 
 def _eps_tilde_cell(site: SiteReport) -> str:
@@ -150,7 +150,7 @@ def _eps_tilde_cell(site: SiteReport) -> str:
     badges = flag_badges(_one_flags(site))
     if site.status != "ok":
         badges += badge(site.status, site.status)
-    value = mean_of(_one_est("eps_tilde")(site))
+    value = value_at(site, ONE + "eps_tilde")
     return td(esc(fmt(value)) + badges, title=value, raw=True)
 
 
@@ -205,14 +205,13 @@ def _scorer(i: int) -> Callable[[SiteReport], str]:
 
 
 _SITE: Column[SiteReport] = column("site", lambda s: str(s.site_id))
-_O1 = _estimate("O(1)", _audit_est(lambda a: a.o1_eps_lb))
 _TWO_SIDED = Column("eps_tilde two-sided [95% CI] (side)", md=fmt_two_sided, html=_two_sided_cell)
 _DP = Column("DP eps (record-level guarantee)", md=_dp_text, html=_dp_cell)
 
 HEADLINE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _SITE,
     _TWO_SIDED,
-    _estimate("O(1) [95% CI]", _audit_est(lambda a: a.o1_eps_lb)),
+    _estimate("O(1) [95% CI]", "audit.o1_eps_lb"),
     _DP,
     column("f accuracy members / holdout", _accuracy),
 )
@@ -222,19 +221,19 @@ SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _SITE,
     column("status", lambda s: s.status, cls="text", md=False),
     column("n_members", lambda s: fmt(s.n_members)),
-    _mean_only("c_lb", _one_est("c_lb")),
-    column("ceiling", lambda s: fmt(_one_est("ceiling")(s)), title=_one_est("ceiling")),
-    column("headroom", lambda s: fmt(_one_est("headroom")(s)), md=False),
-    _mean_only("{c+eps}_lb", _one_est("c_eps_lb")),
+    _mean_only("c_lb", ONE + "c_lb"),
+    _number("ceiling", ONE + "ceiling"),
+    column("headroom", lambda s: fmt(at(s, ONE + "headroom")), md=False),
+    _mean_only("{c+eps}_lb", ONE + "c_eps_lb"),
     Column(
-        "eps_tilde [95% CI]", md=lambda s: fmt_est(_one_est("eps_tilde")(s)), html=_eps_tilde_cell
+        "eps_tilde [95% CI]", md=lambda s: fmt_est(at(s, ONE + "eps_tilde")), html=_eps_tilde_cell
     ),
-    column("eps_tilde 95% CI", lambda s: fmt_interval(_one_est("eps_tilde")(s)), md=False),
+    column("eps_tilde 95% CI", lambda s: fmt_interval(at(s, ONE + "eps_tilde")), md=False),
     _TWO_SIDED,
     *(column(f"{SIDE_LABELS[side]} side c_lb / ceiling", _side_c_lb(side)) for side in SIDES),
-    _estimate("RM;RN", _one_est("rm_rn_eps_lb")),
-    _estimate("RM;RN two-sided", _audit_est(_two_sided_rm_rn)),
-    _O1,
+    _estimate("RM;RN", ONE + "rm_rn_eps_lb"),
+    _estimate("RM;RN two-sided", "audit.two_sided.rm_rn_eps_lb"),
+    _estimate("O(1)", "audit.o1_eps_lb"),
     *(column(h, _scorer(i)) for i, h in enumerate(scorer_headers())),
     column("f loss members / holdout", fmt_loss_gap),
     _DP,
@@ -284,13 +283,10 @@ def _fdp(row: SiteRow, of: str) -> str:
 
 
 def _rm_rn_pair(row: SiteRow) -> str:
-    game, a = _one(row.site), row.site.audit
-    one = mean_of(None if game is None else game.rm_rn_eps_lb)
-    return f"{fmt(one)} / {fmt(None if a is None else mean_of(_two_sided_rm_rn(a)))}"
-
-
-def _mean_cell(of: Callable[[SiteReport], Interval | None]) -> Callable[[SiteRow], str]:
-    return lambda r: fmt(mean_of(of(r.site)))
+    one, two = (
+        value_at(row.site, p) for p in (ONE + "rm_rn_eps_lb", "audit.two_sided.rm_rn_eps_lb")
+    )
+    return f"{fmt(one)} / {fmt(two)}"
 
 
 LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
@@ -322,10 +318,10 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
         "canary_eps_lb [interval] (canaries)",
         lambda r: fmt_canary(r.site.privacy.canary, r.site.privacy.canaries),
     ),
-    column("eps_tilde one-sided", _mean_cell(_one_est("eps_tilde"))),
+    column("eps_tilde one-sided", lambda r: fmt(value_at(r, SITE_ONE + "eps_tilde"))),
     column("eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)),
     column("RM;RN one-sided / two-sided", _rm_rn_pair),
-    column("O(1)", _mean_cell(_audit_est(lambda a: a.o1_eps_lb))),
+    column("O(1)", lambda r: fmt(value_at(r, "site.audit.o1_eps_lb"))),
     column("canary f-DP eps_lb (GDP mu, delta)", lambda r: _fdp(r, "canary")),
     column("O(1) f-DP (GDP mu)", lambda r: _fdp(r, "o1")),
     column(
@@ -346,7 +342,7 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
 
 
 def _one_flags(s: SiteReport) -> list[str]:
-    return flag_labels(None if (game := _one(s)) is None else game.flags)
+    return flag_labels(at(s, ONE + "flags"))
 
 
 def _sweep_flags_cell(r: SiteRow) -> str:
@@ -360,25 +356,9 @@ def _sweep_flags_cell(r: SiteRow) -> str:
     return td(badges or MISSING, raw=True, cls="text")
 
 
-def _titled(header: str, of: Callable[[Row], float | None], off: bool = False) -> Column[Row]:
-    """A numeric column: rounded, its unrounded value as the tooltip; "off" for None when
-    ``off``."""
-    return column(header, lambda r: fmt(of(r)) if of(r) is not None or not off else "off", title=of)
-
-
 def _point(r: SiteRow) -> SweepPointReport:
     assert r.point is not None, "a sweep row names its point"
     return r.point
-
-
-def _game_value(name: str) -> Callable[[SiteRow], float | None]:
-    """A one-sided game's number (an estimate's mean)."""
-
-    def of(r: SiteRow) -> float | None:
-        value = _one_est(name)(r.site)
-        return mean_of(value) if isinstance(value, Interval) else value
-
-    return of
 
 
 SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
@@ -390,21 +370,19 @@ SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
         lambda r: fmt_theoretical_eps(released_model_epsilon(r.site.privacy), _point(r).private),
         title=lambda r: released_model_epsilon(r.site.privacy),
     ),
-    _titled("accountant eps record", lambda r: r.site.privacy.dp_epsilon, off=True),
-    _titled(
-        "accountant eps client (site-level)", lambda r: r.site.privacy.client_epsilon, off=True
-    ),
-    _titled("accuracy (global)", lambda r: r.global_accuracy),
+    _number("accountant eps record", "site.privacy.dp_epsilon", off=True),
+    _number("accountant eps client (site-level)", "site.privacy.client_epsilon", off=True),
+    _number("accuracy (global)", "global_accuracy"),
     _titled("accuracy (site holdout)", lambda r: quality(r.site, "target_accuracy_nonmembers")),
-    _titled("canary_eps_lb", lambda r: canary_value(r.site, "eps_lb")),
-    _titled("eps_tilde", _game_value("eps_tilde")),
-    column("eps_tilde 95% CI", lambda r: fmt_interval(_one_est("eps_tilde")(r.site))),
+    _number("canary_eps_lb", "site.privacy.canary.eps_lb"),
+    _number("eps_tilde", SITE_ONE + "eps_tilde"),
+    column("eps_tilde 95% CI", lambda r: fmt_interval(at(r, SITE_ONE + "eps_tilde"))),
     column("eps_tilde two-sided [95% CI] (side)", lambda r: fmt_two_sided(r.site)),
-    _titled("c_lb", _game_value("c_lb")),
-    _titled("ceiling", _game_value("ceiling")),
-    _titled("RM;RN", _game_value("rm_rn_eps_lb")),
-    _titled("RM;RN two-sided", lambda r: mean_of(_audit_est(_two_sided_rm_rn)(r.site))),
-    _titled("O(1)", lambda r: mean_of(_audit_est(lambda a: a.o1_eps_lb)(r.site))),
+    _number("c_lb", SITE_ONE + "c_lb"),
+    _number("ceiling", SITE_ONE + "ceiling"),
+    _number("RM;RN", SITE_ONE + "rm_rn_eps_lb"),
+    _number("RM;RN two-sided", "site.audit.two_sided.rm_rn_eps_lb"),
+    _number("O(1)", "site.audit.o1_eps_lb"),
     Column(
         "flags",
         md=lambda r: (

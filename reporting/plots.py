@@ -13,7 +13,7 @@ from audit.result import AuditResult, Interval, RocSummary
 from contracts.run_log import RoundRecord
 
 from .chart import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
-from .formatting import mean_of, quality
+from .formatting import ONE, at, mean_of, quality
 from .privacy_ledger import released_model_epsilon
 from .schema import SCORERS, SiteReport, SweepPointReport
 
@@ -30,29 +30,16 @@ _CYCLE = _TAB10.split()
 _DOTTED = "2 3"
 _DASHED = "6 3"
 
-Estimate = Callable[[SiteReport], Interval | None]
+Series = tuple[str | Callable[[SiteReport], Any], str, Marker, str]
+"""(the path of a site's number or estimate (:func:`~.formatting.at`) or a function giving
+it, colour, marker, legend) of a measurement drawn per site."""
 
-
-def _two_sided(site: SiteReport) -> Interval | None:
-    two = None if site.audit is None else site.audit.two_sided
-    return None if two is None else two.eps_tilde
-
-
-def _one_sided(name: str) -> Estimate:
-    return lambda s: None if s.audit is None else getattr(s.audit.one_sided, name)
-
-
-def _o1(site: SiteReport) -> Interval | None:
-    return None if site.audit is None else site.audit.o1_eps_lb
-
-
-_EPS_SERIES: tuple[tuple[Estimate, str, Marker, str], ...] = (
-    (_one_sided("eps_tilde"), _MIA, "o", "eps_tilde one-sided (95% CI)"),
-    (_two_sided, _TWO_SIDED, "D", "eps_tilde two-sided (95% CI)"),
-    (_one_sided("rm_rn_eps_lb"), _RMRN, "s", "RM;RN eps lower bound"),
-    (_o1, _O1, "^", "O(1) eps lower bound"),
+_EPS_SERIES: tuple[Series, ...] = (
+    (ONE + "eps_tilde", _MIA, "o", "eps_tilde one-sided (95% CI)"),
+    ("audit.two_sided.eps_tilde", _TWO_SIDED, "D", "eps_tilde two-sided (95% CI)"),
+    (ONE + "rm_rn_eps_lb", _RMRN, "s", "RM;RN eps lower bound"),
+    ("audit.o1_eps_lb", _O1, "^", "O(1) eps lower bound"),
 )
-"""(estimate, colour, marker, legend) of each epsilon drawn per site."""
 
 _SCORER_STYLE: dict[str, tuple[str, str]] = {
     "baseline": (_BASELINE, "baseline b"),
@@ -107,7 +94,7 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
             ax.texts.append(Text(x + offsets[0], y, label, "darkorange", size=9, dy=10))
     ax.hlines.append((0.0, Style("#808080", width=0.8)))
     ax.legend = [
-        *_eps_legend(),
+        *_legend(_EPS_SERIES),
         LegendEntry("headroom: ceiling - c_lb", Style("#999999"), "patch", fill="#e6e6e6"),
     ]
     # Beside the plot: inside, it would cover the first sites' bars.
@@ -117,23 +104,26 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
 
 def _eps_points(ax: Axes, site: SiteReport, xs: list[float]) -> None:
     """One marker (with its interval) per :data:`_EPS_SERIES` entry, at ``xs``."""
-    for x, (of, color, shape, _) in zip(xs, _EPS_SERIES):
-        iv = of(site)
-        _errpoint(ax, x, mean_of(iv), iv, color, shape)
+    for x, series in zip(xs, _EPS_SERIES):
+        _errpoint(ax, x, site, series)
 
 
-def _eps_legend() -> list[LegendEntry]:
+def _legend(series: tuple[Series, ...]) -> list[LegendEntry]:
     return [
         LegendEntry(label, Style(color, marker=shape), "marker")
-        for _, color, shape, label in _EPS_SERIES
+        for _, color, shape, label in series
     ]
 
 
-def _errpoint(ax: Axes, x: float, value: float | None, iv: Any, color: str, shape: Marker) -> None:
+def _errpoint(ax: Axes, x: float, site: SiteReport, series: Series) -> None:
+    """The series' marker for the site at ``x``, with the estimate's interval."""
+    of, color, shape, _ = series
+    iv = at(site, of) if isinstance(of, str) else of(site)
+    value = mean_of(iv) if isinstance(iv, Interval) else iv
     if value is None:
         return
     low = high = None
-    if iv is not None and math.isfinite(iv.low) and math.isfinite(iv.high):
+    if isinstance(iv, Interval) and math.isfinite(iv.low) and math.isfinite(iv.high):
         # An interval that does not hold its own point is drawn from the point (as matplotlib
         # clipped negative error-bar lengths to 0).
         low, high = min(value, iv.low), max(value, iv.high)
@@ -356,7 +346,7 @@ def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
     if finite:
         lo, hi = min(finite), max(finite)
         ax.plot([lo, hi], [lo, hi], diagonal)
-    ax.legend = [*_eps_legend(), LegendEntry("y = theoretical eps", diagonal)]
+    ax.legend = [*_legend(_EPS_SERIES), LegendEntry("y = theoretical eps", diagonal)]
     _eps_axis(ax, pos, inf_x, log)
     return _svg([ax], size=(675.0, 380.0))
 
@@ -471,23 +461,17 @@ def sweep_site_accuracy_plot(points: list[SweepPointReport]) -> str | None:
     )
 
 
-def _canary(site: SiteReport) -> tuple[float | None, Interval | None]:
-    return (None if site.privacy.canary is None else site.privacy.canary.eps_lb), None
-
-
-def _eps_tilde(site: SiteReport) -> tuple[float | None, Interval | None]:
+def _eps_tilde(site: SiteReport) -> Interval | None:
     """eps_tilde, the two-sided one where there is one."""
-    iv = _two_sided(site) or _one_sided("eps_tilde")(site)
-    return mean_of(iv), iv
+    return at(site, "audit.two_sided.eps_tilde") or at(site, ONE + "eps_tilde")
 
 
-_BOUND_SERIES: tuple[tuple[Callable[[SiteReport], Any], str, Marker, str], ...] = (
-    (_canary, _CANARY, "*", "canary eps lower bound"),
+_BOUND_SERIES: tuple[Series, ...] = (
+    ("privacy.canary.eps_lb", _CANARY, "*", "canary eps lower bound"),
     (_eps_tilde, _TWO_SIDED, "D", "eps_tilde, two-sided where measured (95% CI)"),
-    (lambda s: (mean_of(_o1(s)), _o1(s)), _O1, "^", "O(1) eps lower bound (95% CI)"),
+    ("audit.o1_eps_lb", _O1, "^", "O(1) eps lower bound (95% CI)"),
 )
-"""(value and interval, colour, marker, legend) of each measurement against the
-accountant's eps."""
+"""The measurements drawn against the accountant's eps."""
 
 
 def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
@@ -498,11 +482,9 @@ def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
     def draw(ax: Axes, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
         n = len(_BOUND_SERIES)
         for p, s in rows:
-            for j, (of, color, shape, _) in enumerate(_BOUND_SERIES):
-                value, iv = of(s)
+            for j, series in enumerate(_BOUND_SERIES):
                 # Side by side around the point's x, evenly on the log axis.
-                x = pos[p.label] * math.exp(0.08 * (j - (n - 1) / 2))
-                _errpoint(ax, x, value, iv, color, shape)
+                _errpoint(ax, pos[p.label] * math.exp(0.08 * (j - (n - 1) / 2)), s, series)
         _measured_ylim(ax)
         if finite:
             lo, hi = finite[0] / 1.5, finite[-1] * 1.5
@@ -514,11 +496,5 @@ def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
         points,
         title="How tight each audit is: measured epsilon against the DP guarantee, per site",
         draw=draw,
-        legend=[
-            *(
-                LegendEntry(label, Style(color, marker=shape), "marker")
-                for _, color, shape, label in _BOUND_SERIES
-            ),
-            LegendEntry("y = x (accountant eps)", diagonal),
-        ],
+        legend=[*_legend(_BOUND_SERIES), LegendEntry("y = x (accountant eps)", diagonal)],
     )
