@@ -8,6 +8,7 @@ ordering check (:mod:`.privacy_ledger`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from .schema import (
     SCHEMA_VERSION,
     TPR_FPR_KEYS,
     AuditReport,
+    ChecksReport,
     ConsortiumSummary,
     FlaggedSites,
     GameReport,
@@ -89,7 +91,7 @@ def site_report(
     fdp_delta = _finite(result.delta) if result is not None else None
     if fdp_delta is None and privacy.canary is not None:
         fdp_delta = privacy.canary.fdp_delta  # one delta for both f-DP bounds
-    return SiteReport(
+    site = SiteReport(
         site_id=audit.site_id,
         status=audit.status,
         error=None if result is not None else audit.error,
@@ -98,8 +100,9 @@ def site_report(
         elapsed_s=audit.elapsed_s,
         audit=report,
         privacy=privacy,
-        checks=checks(audit.site_id, report, privacy, fdp_delta),
+        checks=ChecksReport(),
     )
+    return dataclasses.replace(site, checks=checks(site, fdp_delta))
 
 
 def audit_report(result: AuditResult) -> AuditReport:

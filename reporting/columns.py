@@ -18,10 +18,8 @@ from .formatting import (
     ABOVE_LABEL,
     FPR_LABELS,
     MISSING,
-    ONE,
     SCORER_LABELS,
     SIDE_LABELS,
-    at,
     canary_value,
     flag_labels,
     fmt,
@@ -35,17 +33,24 @@ from .formatting import (
     fmt_side_c_lb,
     fmt_theoretical_eps,
     fmt_two_sided,
-    mean_of,
     ordering_text,
     quality,
     scoped_flag_labels,
     scorer_cells,
     scorer_headers,
-    value_at,
 )
 from .html_page import badge, esc, flag_badges, td, th_row
 from .privacy_ledger import released_model_epsilon
-from .schema import TPR_FPR_KEYS, GameReport, SiteReport, SweepPointReport
+from .schema import (
+    ONE,
+    TPR_FPR_KEYS,
+    GameReport,
+    SiteReport,
+    SweepPointReport,
+    at,
+    mean_of,
+    value_at,
+)
 
 Row = TypeVar("Row")
 

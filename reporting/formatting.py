@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from audit.canary import CanaryResult
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, Interval
@@ -20,6 +19,7 @@ from .schema import (
     ConsortiumSummary,
     FlaggedSites,
     SiteReport,
+    mean_of,
 )
 
 MISSING = "-"
@@ -123,29 +123,6 @@ def fmt_est(iv: Interval | None, digits: int = 3) -> str:
         return MISSING
     bounds = fmt_interval(iv, digits)
     return f"{fmt(iv.mean, digits)} {bounds}" if math.isfinite(iv.mean) and bounds else fmt(iv.mean)
-
-
-def mean_of(iv: Interval | None) -> float | None:
-    """An estimate's mean (None when absent or not finite): a cell's unrounded tooltip."""
-    return None if iv is None or not math.isfinite(iv.mean) else iv.mean
-
-
-ONE = "audit.one_sided."
-"""The path (:func:`at`) of a site's one-sided game."""
-
-
-def at(obj: Any, path: str) -> Any:
-    """The attribute at a dotted ``path`` (``"audit.one_sided.c_lb"``); None past a None
-    (a failed site has no audit, an old one no two-sided game)."""
-    for name in path.split("."):
-        obj = None if obj is None else getattr(obj, name)
-    return obj
-
-
-def value_at(obj: Any, path: str) -> float | None:
-    """The number at ``path`` (:func:`at`); an estimate's mean."""
-    value = at(obj, path)
-    return mean_of(value) if isinstance(value, Interval) else value
 
 
 def _detailed(value: float | None, details: list[str | None], sep: str, none: str) -> str:

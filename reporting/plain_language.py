@@ -10,8 +10,8 @@ import math
 
 from audit.result import AuditFlags, Interval
 
-from .formatting import NOT_A_BOUND, SIDE_LABELS, fmt, mean_of, scorer_values
-from .schema import FLAGS, AuditReport, PlainReading, SiteReport, Verdict
+from .formatting import NOT_A_BOUND, SIDE_LABELS, fmt, scorer_values
+from .schema import FLAGS, AuditReport, PlainReading, SiteReport, Verdict, mean_of
 
 THREAT_MODEL: tuple[str, str, str] = (
     "Who: anyone who holds the final shared model (every site of the consortium, and "

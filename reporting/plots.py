@@ -13,9 +13,9 @@ from audit.result import AuditResult, Interval, RocSummary
 from contracts.run_log import RoundRecord
 
 from .chart import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
-from .formatting import ONE, at, mean_of, quality
+from .formatting import quality
 from .privacy_ledger import released_model_epsilon
-from .schema import SCORERS, SiteReport, SweepPointReport
+from .schema import ONE, SCORERS, SiteReport, SweepPointReport, at, mean_of
 
 _BASELINE = "#1f77b4"
 _MIA = "#d62728"

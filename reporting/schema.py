@@ -10,6 +10,7 @@ numbers from ``audits/``, ``metrics.jsonl``, ``partition.json`` and ``client_dp.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +34,29 @@ SCORERS: tuple[str, ...] = ("baseline", "mia", "rm_rn")
 
 TPR_FPR_KEYS: tuple[str, ...] = ("0.01", "0.001")
 """FPR levels of ``tpr_at_fpr``; the audit's ``audit.roc.LOW_FPRS`` formatted ``:g``."""
+
+
+def mean_of(iv: Interval | None) -> float | None:
+    """An estimate's mean (None when absent or not finite): a cell's unrounded tooltip."""
+    return None if iv is None or not math.isfinite(iv.mean) else iv.mean
+
+
+ONE = "audit.one_sided."
+"""The path (:func:`at`) of a site's one-sided game."""
+
+
+def at(obj: Any, path: str) -> Any:
+    """The attribute at a dotted ``path`` (``"audit.one_sided.c_lb"``); None past a None
+    (a failed site has no audit, an old one no two-sided game)."""
+    for name in path.split("."):
+        obj = None if obj is None else getattr(obj, name)
+    return obj
+
+
+def value_at(obj: Any, path: str) -> float | None:
+    """The number at ``path`` (:func:`at`); an estimate's mean."""
+    value = at(obj, path)
+    return mean_of(value) if isinstance(value, Interval) else value
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,6 @@ from .formatting import (
     fmt_loss_gap,
     fmt_two_sided,
     levels_lines,
-    mean_of,
     ordering_text,
     scoped_reasons,
     scorer_values,
@@ -54,7 +53,7 @@ from .html_page import (
     page,
     violation_banner,
 )
-from .schema import SCORERS, AuditReport, SitePageReport, SiteReport
+from .schema import SCORERS, AuditReport, SitePageReport, SiteReport, mean_of
 
 _VERDICT_LABELS = {
     "evidence": "leakage measured",
