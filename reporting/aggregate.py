@@ -17,7 +17,6 @@ from audit.result import (
     EPS_TILDE_MEANING,
     TWO_SIDED_MEANING,
     AuditResult,
-    Interval,
     RepeatResult,
     RocSummary,
     SideResult,
@@ -30,6 +29,7 @@ from .inputs import RunInputs, SiteAuditInput
 from .privacy_ledger import PrivacySettings, checks, privacy_settings, run_canaries, site_privacy
 from .schema import (
     FLAGS,
+    ONE,
     SCHEMA_VERSION,
     TPR_FPR_KEYS,
     AuditReport,
@@ -42,6 +42,7 @@ from .schema import (
     ScorerReport,
     SiteReport,
     TwoSidedReport,
+    value_at,
 )
 
 
@@ -164,7 +165,7 @@ def _game(side: SideResult | AuditResult) -> GameReport:
 def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> ConsortiumSummary:
     """Max / median eps_tilde over ok sites, the leakiest site, flagged sites and counts."""
     ok = [s for s in sites if s.audit is not None]
-    one = {s.site_id: mean(s.audit.one_sided.eps_tilde) for s in ok if s.audit}
+    one = {s.site_id: value_at(s, ONE + "eps_tilde") for s in ok}
     two = {s.site_id: two_sided_mean(s) for s in ok}
     leakiest, leakiest_two = _leakiest(one), _leakiest(two)
     scored = [v for v in one.values() if v is not None]
@@ -199,15 +200,9 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> Co
     )
 
 
-def mean(iv: Interval | None) -> float | None:
-    """An estimate's mean; None when it is absent or not finite."""
-    return None if iv is None else _finite(iv.mean)
-
-
 def two_sided_mean(site: SiteReport) -> float | None:
     """The site's two-sided eps_tilde (mean over repeats), None without one."""
-    two = None if site.audit is None else site.audit.two_sided
-    return None if two is None else mean(two.eps_tilde)
+    return value_at(site, "audit.two_sided.eps_tilde")
 
 
 def _leakiest(values: dict[int, float | None]) -> int | None:

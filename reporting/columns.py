@@ -20,7 +20,6 @@ from .formatting import (
     MISSING,
     SCORER_LABELS,
     SIDE_LABELS,
-    canary_value,
     flag_labels,
     fmt,
     fmt_best,
@@ -275,18 +274,6 @@ def _client_eps(row: SiteRow) -> str:
     return fmt_dp(p.client_epsilon, p.client_delta, what or None)
 
 
-def _fdp(row: SiteRow, of: str) -> str:
-    site = row.site
-    if of == "canary":
-        return fmt_fdp(
-            canary_value(site, "eps_lb_fdp"), canary_value(site, "fdp_mu"), site.checks.fdp_delta
-        )
-    a = site.audit
-    if a is None:
-        return fmt_fdp(None, None, None)
-    return fmt_fdp(mean_of(a.o1_eps_lb_fdp), a.o1_fdp_mu, None)
-
-
 def _rm_rn_pair(row: SiteRow) -> str:
     one, two = (
         value_at(row.site, p) for p in (ONE + "rm_rn_eps_lb", "audit.two_sided.rm_rn_eps_lb")
@@ -327,8 +314,20 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
     column("eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)),
     column("RM;RN one-sided / two-sided", _rm_rn_pair),
     column("O(1)", lambda r: fmt(value_at(r, "site.audit.o1_eps_lb"))),
-    column("canary f-DP eps_lb (GDP mu, delta)", lambda r: _fdp(r, "canary")),
-    column("O(1) f-DP (GDP mu)", lambda r: _fdp(r, "o1")),
+    column(
+        "canary f-DP eps_lb (GDP mu, delta)",
+        lambda r: fmt_fdp(
+            at(r, "site.privacy.canary.eps_lb_fdp"),
+            at(r, "site.privacy.canary.fdp_mu"),
+            r.site.checks.fdp_delta,
+        ),
+    ),
+    column(
+        "O(1) f-DP (GDP mu)",
+        lambda r: fmt_fdp(
+            value_at(r, "site.audit.o1_eps_lb_fdp"), at(r, "site.audit.o1_fdp_mu"), None
+        ),
+    ),
     column(
         "best lower bound (method)",
         lambda r: fmt_best(r.site.checks.best_eps_lb, r.site.checks.best_eps_lb_method),

@@ -169,12 +169,6 @@ def fmt_best(value: float | None, method: str | None) -> str:
     return _detailed(value, [method], "", MISSING)
 
 
-def canary_value(site: SiteReport, name: str) -> float | None:
-    """A number of the site's canary audit (``eps_lb``, ``eps_lb_fdp``, ``fdp_mu``)."""
-    canary = site.privacy.canary
-    return None if canary is None else getattr(canary, name)
-
-
 def quality(site: SiteReport, key: str) -> float | None:
     """A number of the audit's ``quality`` (f's accuracy / loss on members or holdout)."""
     return None if site.audit is None else site.audit.quality.get(key)

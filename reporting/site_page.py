@@ -29,7 +29,6 @@ from .formatting import (
     NOT_A_BOUND,
     SIDE_LABELS,
     canary_banner,
-    canary_value,
     fmt,
     fmt_best,
     fmt_canary,
@@ -53,7 +52,7 @@ from .html_page import (
     page,
     violation_banner,
 )
-from .schema import SCORERS, AuditReport, SitePageReport, SiteReport, mean_of
+from .schema import SCORERS, AuditReport, SitePageReport, SiteReport, at, mean_of
 
 _VERDICT_LABELS = {
     "evidence": "leakage measured",
@@ -226,7 +225,7 @@ def _privacy_table(site: SiteReport) -> str:
         ),
         Item(
             "canary audit f-DP eps lower bound",
-            fmt_fdp(canary_value(site, "eps_lb_fdp"), canary_value(site, "fdp_mu"), c.fdp_delta),
+            fmt_fdp(at(site, "privacy.canary.eps_lb_fdp"), at(p, "canary.fdp_mu"), c.fdp_delta),
             "the same guesses read against a Gaussian trade-off curve (Mahloujifar et al. "
             "2025): the largest Gaussian-DP mu they reject, as epsilon at delta",
         ),
