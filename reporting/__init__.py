@@ -6,15 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from contracts.files import atomic_write_text
+
 from .aggregate import build_report
 from .formatting import VIOLATION_TITLE
-from .html_report import write_html
+from .html_report import render_html
 from .inputs import ReportInputError, RunInputs, load_run
-from .markdown_report import write_markdown
+from .markdown_report import render_markdown
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport
 from .site_report import SITE_REPORTS_DIR, write_site_report, write_site_reports
 from .sweep_report import SweepPoint, build_sweep_report, write_sweep_report
-from .writers import write_csv, write_json, write_ledger_csv
+from .writers import ledger_csv_rows, report_to_json_text, site_rows, write_rows
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -74,11 +76,11 @@ def write_report(run_dir: Path) -> ReportFiles:
     report = build_report(inputs)
     results = {sid: a.result for sid, a in inputs.audits.items() if a.result is not None}
     return ReportFiles(
-        json_path=write_json(report, run_dir / "report.json"),
-        csv_path=write_csv(report, run_dir / "report.csv"),
-        md_path=write_markdown(report, run_dir / "report.md"),
-        html_path=write_html(report, results, run_dir / "report.html"),
+        json_path=atomic_write_text(run_dir / "report.json", report_to_json_text(report)),
+        csv_path=write_rows(run_dir / "report.csv", site_rows(report.sites)),
+        md_path=atomic_write_text(run_dir / "report.md", render_markdown(report)),
+        html_path=atomic_write_text(run_dir / "report.html", render_html(report, results)),
         site_reports=write_site_reports(run_dir, inputs, report),
-        ledger_csv_path=write_ledger_csv(report, run_dir / "ledger.csv"),
+        ledger_csv_path=write_rows(run_dir / "ledger.csv", ledger_csv_rows(report)),
         warnings=report_warnings(report),
     )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from audit.result import AuditResult
 from contracts.json_values import json_safe
 
@@ -183,9 +181,3 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         ),
     ]
     return page(title, body, data=json_safe(report))
-
-
-def write_html(report: RunReport, results: dict[int, AuditResult], path: Path) -> Path:
-    """Write ``report.html``."""
-    path.write_text(render_html(report, results))
-    return path
