@@ -38,7 +38,7 @@ from .formatting import (
     scorer_cells,
     scorer_headers,
 )
-from .html_page import badge, esc, flag_badges, td, th_row
+from .html_page import badge, esc, flag_badges, td
 from .privacy_ledger import released_model_epsilon
 from .schema import (
     ONE,
@@ -116,7 +116,8 @@ def html_table(
         return opened + "".join(cell(row) for _, cell in cols) + "</tr>"
 
     body = "".join(tr(row) for row in rows)
-    return f"<table{attrs}>" + th_row([h for h, _ in cols]) + body + "</table>"
+    head = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h, _ in cols) + "</tr>"
+    return f"<table{attrs}>{head}{body}</table>"
 
 
 SITE_ONE = "site." + ONE
@@ -195,11 +196,6 @@ def _flags_md(site: SiteReport) -> str:
     )
 
 
-def _accuracy(site: SiteReport) -> str:
-    members, holdout = (quality(site, f"target_accuracy_{k}") for k in ("members", "nonmembers"))
-    return f"{fmt(members)} / {fmt(holdout)}"
-
-
 def _side_c_lb(side: str) -> Callable[[SiteReport], str]:
     return lambda s: fmt_side_c_lb(s, side)
 
@@ -217,7 +213,7 @@ HEADLINE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _TWO_SIDED,
     _estimate("O(1) [95% CI]", "audit.o1_eps_lb"),
     _DP,
-    column("f accuracy members / holdout", _accuracy),
+    column("f accuracy members / holdout", lambda s: fmt_loss_gap(s, "accuracy")),
 )
 """The headline: what a reader needs first, narrow enough for a 1280-px window."""
 

@@ -174,9 +174,10 @@ def quality(site: SiteReport, key: str) -> float | None:
     return None if site.audit is None else site.audit.quality.get(key)
 
 
-def fmt_loss_gap(site: SiteReport) -> str:
-    """f's mean loss on the site's members / on its holdout (the generalization gap)."""
-    members, holdout = (quality(site, f"target_loss_{k}") for k in ("members", "nonmembers"))
+def fmt_loss_gap(site: SiteReport, of: str = "loss") -> str:
+    """f's mean loss (or ``of``: accuracy) on the site's members / on its holdout (the
+    generalization gap)."""
+    members, holdout = (quality(site, f"target_{of}_{k}") for k in ("members", "nonmembers"))
     return f"{fmt(members)} / {fmt(holdout)}"
 
 
