@@ -12,6 +12,7 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Callable
+from typing import Any
 
 from audit.result import (
     EPS_TILDE_MEANING,
@@ -42,6 +43,7 @@ from .schema import (
     ScorerReport,
     SiteReport,
     TwoSidedReport,
+    at,
     value_at,
 )
 
@@ -86,7 +88,7 @@ def site_report(
     """One site's :class:`SiteReport`: the only place one is built (the consortium report,
     a site's own report and the sweeps all read it). ``rounds`` give the accountant epsilons
     of a site whose audit file lacks them."""
-    result = audit.result if audit.status == "ok" else None
+    result = audit.result  # set for an ok audit only
     report = None if result is None else audit_report(result)
     privacy = site_privacy(audit, rounds, settings, client_dp)
     fdp_delta = _finite(result.delta) if result is not None else None
@@ -228,26 +230,20 @@ def _flagged(
     )
 
 
+_REPEAT_TWO_SIDED = {
+    "eps_tilde_two_sided": "two_sided.eps_tilde",
+    "rm_rn_eps_lb_two_sided": "two_sided.rm_rn_eps_lb",
+    **{f"{side}_{b}": f"two_sided.{side}.{b}" for side in SIDES for b in ("c_lb", "c_eps_lb")},
+}
+"""Path on a RepeatResult of each :class:`RepeatReport` field not named as on it."""
+
+
 def _repeat(r: RepeatResult) -> RepeatReport:
-    two = r.two_sided
-    return RepeatReport(
-        seed=int(r.seed),
-        m=int(r.m),
-        c_lb=_finite(r.c_lb),
-        c_eps_lb=_finite(r.c_eps_lb),
-        eps_tilde=_finite(r.eps_tilde),
-        ceiling=_finite(r.ceiling),
-        baseline_auc=_finite(r.baseline_auc),
-        mia_auc=_finite(r.mia_auc),
-        rm_rn_eps_lb=_finite(r.rm_rn_eps_lb),
-        o1_eps_lb=_finite(r.o1_eps_lb),
-        eps_tilde_two_sided=None if two is None else _finite(two.eps_tilde),
-        member_c_lb=None if two is None else _finite(two.member.c_lb),
-        member_c_eps_lb=None if two is None else _finite(two.member.c_eps_lb),
-        nonmember_c_lb=None if two is None else _finite(two.nonmember.c_lb),
-        nonmember_c_eps_lb=None if two is None else _finite(two.nonmember.c_eps_lb),
-        rm_rn_eps_lb_two_sided=None if two is None else _finite(two.rm_rn_eps_lb),
-    )
+    values: dict[str, Any] = {
+        f.name: _finite(at(r, _REPEAT_TWO_SIDED.get(f.name, f.name)))
+        for f in dataclasses.fields(RepeatReport)
+    }
+    return RepeatReport(**{**values, "seed": int(r.seed), "m": int(r.m)})
 
 
 def _tpr_at_fpr(roc: RocSummary | None) -> dict[str, float | None] | None:

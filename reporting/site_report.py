@@ -22,7 +22,6 @@ from .aggregate import site_report
 from .formatting import VIOLATION_TITLE
 from .inputs import (
     RunInputs,
-    SiteAuditInput,
     load_client_dp,
     load_optional_config,
     load_site_audit,
@@ -91,7 +90,7 @@ def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> l
         audit = inputs.audits.get(site.site_id)
         if audit is None or site.status == "missing":
             continue
-        result = _ok_result(audit)
+        result = audit.result
         page = build_site_page_report(
             run_dir,
             site,
@@ -110,7 +109,7 @@ def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
     :class:`ReportInputError` when the audit file is missing or either of those malformed."""
     run_dir = Path(run_dir)
     audit = load_site_audit(run_dir, site_id)
-    result = _ok_result(audit)
+    result = audit.result
     config = load_optional_config(run_dir)
     site = site_report(
         audit, rounds=[], settings=privacy_settings(config), client_dp=load_client_dp(run_dir)
@@ -124,10 +123,6 @@ def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
         source="site",
     )
     return _write(run_dir, page, result)
-
-
-def _ok_result(audit: SiteAuditInput) -> AuditResult | None:
-    return audit.result if audit.status == "ok" else None
 
 
 def _write(run_dir: Path, page: SitePageReport, result: AuditResult | None) -> ReportFiles:
