@@ -4,8 +4,8 @@ DP ledger ``client_dp.json`` (:class:`ClientDPLedgerFile`).
 
 :func:`from_dict` reads any of them by its fields' types: absent keys take the field's
 default (older files), a value of the wrong type is a ``ValueError`` naming its key. Their
-``to_dict`` leaves out what is None or empty (a site without client-level DP, a round
-without central evaluation or failures).
+``to_dict`` leaves out top-level keys that are None or empty (a round without central
+evaluation or failures); a site's numbers are always all there (null when unknown).
 """
 
 from __future__ import annotations
@@ -155,8 +155,4 @@ def _id_order(key: str) -> tuple[int, int, str]:
 
 
 def _compact(data: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: _compact(v) if isinstance(v, dict) else v
-        for k, v in data.items()
-        if v is not None and v != {}
-    }
+    return {k: v for k, v in data.items() if v is not None and v != {}}
