@@ -133,7 +133,7 @@ def _value(hint: Any, value: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise ValueError(f"key '{key}' must map site or round to its values")
         # Site ids in numeric order, as the server writes them.
-        items = sorted(value.items(), key=lambda kv: _id_order(str(kv[0])))
+        items = sorted(value.items(), key=lambda kv: site_order(str(kv[0])))
         return {str(k): _value(args[1], v, f"{key}.{k}") for k, v in items}
     if typing.get_origin(hint) is list:
         if not isinstance(value, list):
@@ -150,7 +150,8 @@ def _value(hint: Any, value: Any, key: str) -> Any:
     return float(value) if math.isfinite(value) else None
 
 
-def _id_order(key: str) -> tuple[int, int, str]:
+def site_order(key: str) -> tuple[int, int, str]:
+    """Sort key of a site id as a string: numbers in numeric order, then any other name."""
     return (0, int(key), "") if key.isdigit() else (1, 0, key)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from audit.result import AuditResult, Interval, RocSummary
-from contracts.run_log import RoundRecord
+from contracts.run_log import RoundRecord, site_order
 
 from .chart import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
 from .formatting import quality
@@ -237,7 +237,7 @@ def training_plot(rounds: list[RoundRecord]) -> str | None:
     """Global loss and accuracy per round, each site's train loss and DP epsilon per round."""
     if not rounds:
         return None
-    site_ids = sorted({sid for r in rounds for sid in r.sites}, key=_sid_key)
+    site_ids = sorted({sid for r in rounds for sid in r.sites}, key=site_order)
     has_dp = any(
         s.dp_epsilon is not None or s.dp_epsilon_client is not None
         for r in rounds
@@ -265,19 +265,12 @@ def training_plot(rounds: list[RoundRecord]) -> str | None:
         px = [p[0] for p in pts]
         train.plot(px, _nan(p[1].train_loss for p in pts), Style(color, marker="o"), f"site {sid}")
         if has_dp:
-            dp.plot(
-                px,
-                _nan(p[1].dp_epsilon for p in pts),
-                Style(color, marker="o"),
-                f"site {sid}, record level",
-            )
+            record = _nan(p[1].dp_epsilon for p in pts)
+            dp.plot(px, record, Style(color, marker="o"), f"site {sid}, record level")
             if any(p[1].dp_epsilon_client is not None for p in pts):
-                dp.plot(
-                    px,
-                    _nan(p[1].dp_epsilon_client for p in pts),
-                    Style(color, dash=_DASHED, marker="s"),
-                    f"site {sid}, client level (site-level)",
-                )
+                client = _nan(p[1].dp_epsilon_client for p in pts)
+                style = Style(color, dash=_DASHED, marker="s")
+                dp.plot(px, client, style, f"site {sid}, client level (site-level)")
     # Legends only while they fit beside the lines.
     train.legend_loc = "upper right" if site_ids and len(site_ids) <= 12 else None
     dp.legend_loc = "upper left" if site_ids and len(site_ids) <= 6 else None
@@ -285,13 +278,6 @@ def training_plot(rounds: list[RoundRecord]) -> str | None:
     for panel in panels:
         panel.xticks = round_ticks
     return _svg(panels, size=(300.0, 290.0), cols=len(panels))
-
-
-def _sid_key(sid: str) -> tuple[int, Any]:
-    try:
-        return (0, int(sid))
-    except ValueError:
-        return (1, sid)
 
 
 def _eps_positions(points: list[SweepPointReport]) -> tuple[dict[str, float], float, bool]:
