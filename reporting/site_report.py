@@ -9,13 +9,12 @@ the site's standing in the consortium. A site rebuilds its own from its audit fi
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 from audit.result import AuditResult
-from contracts.json_values import json_safe
+from contracts.files import atomic_write_text
 from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR, exposed_records_name
 
 from .aggregate import site_report
@@ -39,6 +38,7 @@ from .schema import (
 )
 from .site_page import render_site_page
 from .standing import consortium_standing, standing_unavailable
+from .writers import report_to_json_text
 
 SITE_REPORTS_DIR = "site-reports"
 
@@ -128,7 +128,7 @@ def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
 def _write(run_dir: Path, page: SitePageReport, result: AuditResult | None) -> ReportFiles:
     paths = site_report_paths(run_dir, page.site.site_id)
     paths.json_path.parent.mkdir(parents=True, exist_ok=True)
-    paths.json_path.write_text(json.dumps(json_safe(page), indent=2, allow_nan=False) + "\n")
-    paths.html_path.write_text(render_site_page(page, result))
+    atomic_write_text(paths.json_path, report_to_json_text(page))
+    atomic_write_text(paths.html_path, render_site_page(page, result))
     warnings = [f"{VIOLATION_TITLE}: {v.message}" for v in page.site.checks.bound_violations]
     return dataclasses.replace(paths, warnings=warnings)

@@ -8,13 +8,13 @@ each audit is.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
+from contracts.files import atomic_write_text
 from contracts.json_values import json_safe
 
 from . import plots
@@ -32,6 +32,7 @@ from .html_report import site_row_class
 from .inputs import ReportInputError, load_run
 from .privacy_ledger import privacy_settings
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SweepPointReport, SweepReport
+from .writers import report_to_json_text
 
 
 @dataclass(frozen=True)
@@ -213,21 +214,18 @@ def write_sweep_report(
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     report = build_sweep_report(sweep_dir, points, write_point_reports=write_point_reports)
-    json_path = sweep_dir / "sweep.json"
-    json_path.write_text(
-        json.dumps(json_safe(report), indent=2, allow_nan=False, default=str) + "\n"
-    )
-    html_path = sweep_dir / "sweep.html"
-    html_path.write_text(render_sweep_html(report))
-    md_path = sweep_dir / "sweep.md"
-    md_path.write_text(render_sweep_markdown(report))
     warnings = [
         f"{VIOLATION_TITLE}: point {p.label}: {v.message}"
         for p in report.points
         for s in p.sites
         for v in s.checks.bound_violations
     ]
-    return ReportFiles(json_path=json_path, html_path=html_path, md_path=md_path, warnings=warnings)
+    return ReportFiles(
+        json_path=atomic_write_text(sweep_dir / "sweep.json", report_to_json_text(report)),
+        html_path=atomic_write_text(sweep_dir / "sweep.html", render_sweep_html(report)),
+        md_path=atomic_write_text(sweep_dir / "sweep.md", render_sweep_markdown(report)),
+        warnings=warnings,
+    )
 
 
 def render_sweep_markdown(report: SweepReport) -> str:

@@ -24,7 +24,7 @@ from .schema import BoundViolation, PrivacyReport, RunReport, SiteReport
 
 def report_to_json_text(report: Any) -> str:
     """Deterministic JSON text of a report (sorted by construction, not by key)."""
-    return json.dumps(json_safe(report), indent=2, allow_nan=False) + "\n"
+    return json.dumps(json_safe(report), indent=2, allow_nan=False, default=str) + "\n"
 
 
 def flatten(obj: Any, cls: Any, prefix: str = "") -> dict[str, Any]:
