@@ -43,10 +43,6 @@ def site_row_class(site: SiteReport) -> str:
     return "saturated" if flags and flags.saturated else "ok"
 
 
-def _row_title(site: SiteReport) -> str:
-    return "; ".join(f"{scope}: {r}" for scope, r in scoped_reasons(site))
-
-
 def banners(report: RunReport) -> list[str]:
     """The banners at the top of the page: bound violations, then canaries."""
     violations = [v for s in report.sites for v in s.checks.bound_violations]
@@ -140,7 +136,12 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         "(id report-data), report.json or report.csv.</p>",
         "<h2>Per-site audit</h2>",
         '<div class="wide">',
-        html_table(SITE_COLUMNS, report.sites, row_class=site_row_class, row_title=_row_title),
+        html_table(
+            SITE_COLUMNS,
+            report.sites,
+            row_class=site_row_class,
+            row_title=lambda s: "; ".join(f"{scope}: {r}" for scope, r in scoped_reasons(s)),
+        ),
         "</div>",
         "<p>Row colours: yellow = saturated (eps_tilde reads headroom, not leakage); red = "
         "c_lb not tight (eps_tilde may overstate); grey = failed or missing audit; dark red "
