@@ -194,7 +194,12 @@ def test_bad_train_replies_fail_their_site_and_the_run_goes_on(fuzzed):
     for entry in rounds:
         # The good sites' own numbers, by the node map (site 2 posing as 0 changed nothing).
         assert entry["sites"] == {
-            str(s): {"train_loss": 0.5 + s, "dp_epsilon": None, "num_examples": EXAMPLES[s]}
+            str(s): {
+                "train_loss": 0.5 + s,
+                "dp_epsilon": None,
+                "num_examples": EXAMPLES[s],
+                "dp_epsilon_client": None,  # no client-level DP in this run
+            }
             for s in (0, 1)
         }
         failures = entry["failures"]
