@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .json_values import json_safe
+from contracts.json_values import json_safe
 
 R = TypeVar("R")
 
