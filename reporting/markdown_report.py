@@ -3,8 +3,6 @@ means, the per-site table and the privacy ledger."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from .columns import (
     BY_ROUND_COLUMNS,
     HEADLINE_COLUMNS,
@@ -110,9 +108,3 @@ def render_markdown(report: RunReport) -> str:
         lines += ["", *md_table(BY_ROUND_COLUMNS, s.by_round), ""]
     lines += ["", f"> {md_text(report.meaning)}", ""]
     return "\n".join(lines)
-
-
-def write_markdown(report: RunReport, path: Path) -> Path:
-    """Write ``report.md``."""
-    path.write_text(render_markdown(report))
-    return path

@@ -15,9 +15,9 @@ from flwr.app import ArrayRecord
 
 from audit.over_rounds import RoundLeakage, round_leakage
 from audit.result import AuditResult
+from contracts.checkpoint import load_checkpoint
 from contracts.run_files import RunLayout, SiteAuditFile
 from contracts.wire import round_arrays
-from server.checkpoint import load_checkpoint
 from server.run_log import read_rounds, read_site_audit, sites_needing_audit
 
 log = logging.getLogger(__name__)
@@ -67,9 +67,7 @@ def round_weights(run_dir: Path, rounds: tuple[int, ...]) -> dict[str, ArrayReco
 def global_accuracy(run_dir: Path) -> dict[int, float]:
     """The global model's accuracy per round, from the round log (central evaluation)."""
     return {
-        int(e["round"]): float(e["global_accuracy"])
-        for e in read_rounds(run_dir)
-        if e.get("global_accuracy") is not None
+        e.round: e.global_accuracy for e in read_rounds(run_dir) if e.global_accuracy is not None
     }
 
 

@@ -16,6 +16,7 @@ from test_report import make_result
 from audit.over_rounds import RoundLeakage, first_leaking_round
 from audit.result import AuditResult, ClassSliceResult, Interval
 from contracts.run_files import SiteAuditFile
+from contracts.run_log import RoundRecord
 from contracts.wire import AuditInstructions, AuditReply, WireError
 from reporting import plots
 from reporting.columns import PER_CLASS_COLUMNS, md_table
@@ -119,7 +120,7 @@ def test_a_resumed_run_asks_only_for_the_rounds_a_site_lacks(tmp_path: Path) -> 
 
 def test_new_lines_join_the_kept_ones_with_the_round_accuracy(tmp_path: Path) -> None:
     for r in range(1, 9):
-        append_round(tmp_path, {"round": r, "global_accuracy": r / 10})
+        append_round(tmp_path, RoundRecord(round=r, global_accuracy=r / 10))
     from server.round_audits import global_accuracy
 
     before = _ok_file(1, by_round=by_round_lines([1]))
