@@ -26,6 +26,7 @@ from audit.result import (
 )
 from contracts.run_files import NOISE_NOTES
 
+from .client_canaries import load_client_canaries, report_section
 from .inputs import RunInputs, SiteAuditInput
 from .privacy_ledger import (
     PrivacySettings,
@@ -63,6 +64,7 @@ def build_report(inputs: RunInputs) -> RunReport:
         for _, audit in sorted(inputs.audits.items(), key=lambda kv: kv[0])
     ]
     consortium = consortium_summary(sites, inputs.rounds)
+    canary_clients = load_client_canaries(inputs.run_dir)
     return RunReport(
         schema_version=REPORT_SCHEMA_VERSION,
         run=inputs.config,
@@ -75,10 +77,15 @@ def build_report(inputs: RunInputs) -> RunReport:
         client_dp=inputs.client_dp,
         ledger=[
             ledger_row(
-                s, settings, inputs.client_dp, global_accuracy=consortium.final_global_accuracy
+                s,
+                settings,
+                inputs.client_dp,
+                global_accuracy=consortium.final_global_accuracy,
+                client_canaries=canary_clients,
             )
             for s in sites
         ],
+        client_canaries=report_section(canary_clients),
         noise=noise_note(settings, inputs),
     )
 

@@ -159,6 +159,11 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         _list(levels) if levels else "",
         *_problems(report),
         *_ledger_table(report),
+        *(
+            ["<h2>Canary clients</h2>", _list(report.client_canaries["summary"])]
+            if report.client_canaries
+            else []
+        ),
         "<h2>eps_tilde per site</h2>",
         figure(
             plots.site_eps_plot(report.sites),

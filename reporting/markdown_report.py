@@ -111,6 +111,9 @@ def render_markdown(report: RunReport) -> str:
             *[f"- site {s.site_id}: {md_text(s.eps_tilde_above_accountant_reason)}" for s in above],
             "",
         ]
+    if report.client_canaries:
+        summary = report.client_canaries["summary"]
+        lines += ["## Canary clients", "", *[f"- {md_text(x)}" for x in summary], ""]
     lines += [
         "## Consortium summary",
         "",

@@ -43,6 +43,7 @@ from typing import Any
 
 from audit.one_run import METHOD_LABELS, Method
 
+from .client_canaries import ClientCanaryResult, ledger_fields
 from .inputs import SiteAuditInput
 from .schema import (
     BoundViolation,
@@ -379,9 +380,10 @@ def ledger_row(
     client_dp: ClientDPReport | None,
     *,
     global_accuracy: float | None,
+    client_canaries: ClientCanaryResult | None = None,
 ) -> LedgerRow:
     """One row of the privacy ledger: the site's report fields (:func:`~.schema.project`)
-    beside its accountants."""
+    beside its accountants (and the canary clients' client-level readings, run-wide)."""
     client_on = (
         settings.client_level or site.dp_epsilon_client is not None or (client_dp is not None)
     )
@@ -403,6 +405,7 @@ def ledger_row(
         ),
         client_rounds=None if ledger_site is None else len(ledger_site.rounds),
         global_accuracy=global_accuracy,
+        **ledger_fields(client_canaries),
     )
 
 

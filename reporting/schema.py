@@ -511,6 +511,11 @@ class LedgerRow:
     best_eps_lb: float | None = spec()
     """The largest one-run lower bound and (``best_eps_lb_method``) which one it is."""
     best_eps_lb_method: str | None = spec()
+    client_eps_estimate: float | None = spec(None)
+    """Canary clients' Gaussian-fit estimate of the client-level epsilon (final model, at
+    the run's delta; the same for all rows), beside ``dp_epsilon_client``. Own."""
+    client_eps_lb: float | None = spec(None)
+    """Canary clients' f-DP lower bound on the client-level epsilon (final model). Own."""
 
 
 @dataclass(frozen=True)
@@ -595,6 +600,8 @@ class RunReport:
     """The server's client-level DP ledger, when client-level DP is on."""
     ledger: list[LedgerRow] = field(default_factory=list)
     """The privacy ledger, one row per site."""
+    client_canaries: dict[str, Any] | None = None
+    """What the canary clients measured (``reporting.client_canaries``); None without."""
     noise: str | None = None
     """How the run's DP noise was drawn, in one line (``contracts.run_files.NOISE_NOTES``):
     seeded (a simulation) or from the OS's entropy (a deployment); None without DP."""

@@ -159,6 +159,7 @@ class RayConfig(_Strict):
 
 
 MIN_CANARIES = 20
+MIN_CANARY_CLIENTS = 10
 
 
 class AuditPhaseConfig(_Strict):
@@ -191,7 +192,25 @@ class AuditPhaseConfig(_Strict):
         "independent fair coin and audited one-run (Steinke et al. 2023) after training; never "
         "part of PANORAMIA's members, RM;RN or O(1). The trained model is not the plain one.",
     )
+    canary_clients: int = Field(
+        0,
+        ge=0,
+        description="simulation only: K > 0 draws 2K random unit directions over the model's "
+        "trainable parameters and inserts each by a fair coin as a virtual client whose update "
+        "is that direction (times the clipping norm, or the median site update norm without "
+        "DP); the cosines of the final model delta give a client-level epsilon estimate and a "
+        "lower bound (client_canaries.json). The run also trains its twin without canaries "
+        "to measure their accuracy cost.",
+    )
     settings: AuditConfig = Field(default_factory=AuditConfig)
+
+    @field_validator("canary_clients")
+    @classmethod
+    def _enough_canary_clients(cls, n: int) -> int:
+        # A Gaussian fit needs a few cosines on each side of the coins.
+        if 0 < n < MIN_CANARY_CLIENTS:
+            raise ValueError(f"0 (off) or at least {MIN_CANARY_CLIENTS}, not {n}")
+        return n
 
     @field_validator("canaries")
     @classmethod
