@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import optimize, special
 
-from audit.one_run import Method, one_run_bound
+from audit.one_run import Method, gdp_eps, one_run_bound
 
 __all__ = [
     "CanaryDesign",
@@ -42,6 +42,7 @@ __all__ = [
     "THREAT_MODELS",
     "ThreatModel",
     "estimate_threat",
+    "equal_variance_epsilon",
     "gaussian_fit_epsilon",
     "gaussian_pair_delta",
 ]
@@ -184,6 +185,18 @@ def gaussian_fit_epsilon(inserted: np.ndarray, null: np.ndarray, *, delta: float
     return best
 
 
+def equal_variance_epsilon(inserted: np.ndarray, null: np.ndarray, *, delta: float) -> float:
+    """The same fit with one pooled variance: ``mu = |mean gap| / pooled std``, read as
+    mu-GDP (a Gaussian mechanism's exact curve). With few canaries the two-variance fit's
+    epsilon at a small delta is driven by the sampling noise of the variance ratio (its
+    tails dominate), and only ever upwards; this reading is not."""
+    n1, n0 = len(inserted), len(null)
+    pooled = math.sqrt(
+        ((n1 - 1) * np.var(inserted, ddof=1) + (n0 - 1) * np.var(null, ddof=1)) / (n1 + n0 - 2)
+    )
+    return gdp_eps(mu=abs(float(np.mean(inserted) - np.mean(null))) / pooled, delta=delta)
+
+
 @dataclass(frozen=True)
 class ThreatEstimate:
     """One threat model's reading of the canaries."""
@@ -191,6 +204,8 @@ class ThreatEstimate:
     threat: ThreatModel
     eps_estimate: float
     """The Gaussian-fit estimate at ``delta`` (not a bound)."""
+    eps_estimate_equal_var: float
+    """The fit with one pooled variance (:func:`equal_variance_epsilon`)."""
     eps_lb: float
     """f-DP one-run lower bound at ``delta``, level ``beta``."""
     lb_mu: float | None
@@ -214,6 +229,7 @@ def estimate_threat(
     return ThreatEstimate(
         threat=threat,
         eps_estimate=gaussian_fit_epsilon(inserted, null, delta=delta),
+        eps_estimate_equal_var=equal_variance_epsilon(inserted, null, delta=delta),
         eps_lb=bound.eps_lb,
         lb_mu=bound.mu,
         inserted_mean=float(np.mean(inserted)),

@@ -65,7 +65,8 @@ def summary_lines(result: ClientCanaryResult) -> list[str]:
             ratio = f", {est.eps_estimate / result.accountant_epsilon:.2f} x the accountant's"
         lines.append(
             f"{threat.replace('_', '-')}: estimate {_fmt(est.eps_estimate)} (Gaussian fit, not "
-            f"a bound{ratio}); lower bound {est.eps_lb:.2f} ({lb_label}, beta = {result.beta:g})."
+            f"a bound{ratio}; {est.eps_estimate_equal_var:.2f} with one pooled variance); "
+            f"lower bound {est.eps_lb:.2f} ({lb_label}, beta = {result.beta:g})."
         )
     if result.accountant_epsilon is not None:
         lines.append(
@@ -77,7 +78,8 @@ def summary_lines(result: ClientCanaryResult) -> list[str]:
         lines.append(
             f"Canary cost: global accuracy {result.accuracy_with_canaries:.3f} with the canaries, "
             f"{result.accuracy_without_canaries:.3f} without (the same run trained again): "
-            f"{cost:+.3f}."
+            f"cost {cost:+.3f} (negative: the canaries helped, e.g. by adding clients that the "
+            "client-level noise is divided by)."
         )
     if result.outweighed:
         lines.append(
