@@ -47,6 +47,7 @@ from contracts.run_files import RunLayout
 from contracts.wire import ARRAYS, METRICS
 from server.checkpoint import load_checkpoint
 from server.client_dp import gaussian_epsilon
+from server.strategy import DelegatingStrategy
 
 StateDict = dict[str, torch.Tensor]
 
@@ -87,7 +88,7 @@ def flat(arrays: ArrayRecord | StateDict, keys: Iterable[str]) -> np.ndarray:
     return np.concatenate(parts)
 
 
-class CanaryClients(Strategy):
+class CanaryClients(DelegatingStrategy):
     """Adds the round's canary replies to the real ones, inside the screening and outside
     Flower's DP wrapper (``inner``), which clips and noises them with the sites'."""
 
@@ -101,7 +102,8 @@ class CanaryClients(Strategy):
         round_offset: int = 0,
         dp_wrapper: Strategy | None = None,
     ) -> None:
-        self.inner, self.settings = inner, settings
+        super().__init__(inner)
+        self.settings = settings
         self.weighted_by_key = weighted_by_key
         self.sites_per_round = sites_per_round
         self.round_offset = round_offset
@@ -109,9 +111,6 @@ class CanaryClients(Strategy):
         self._directions: np.ndarray | None = None
         self._included: np.ndarray | None = None
         self._current: ArrayRecord | None = None
-
-    def summary(self) -> None:
-        self.inner.summary()
 
     def _design(self, arrays: ArrayRecord) -> tuple[np.ndarray, np.ndarray]:
         if self._directions is None or self._included is None:
@@ -177,16 +176,6 @@ class CanaryClients(Strategy):
                 }
             )
             yield Message(content=content, dst_node_id=0, message_type=MessageType.TRAIN)
-
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        return self.inner.configure_evaluate(server_round, arrays, config, grid)
-
-    def aggregate_evaluate(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> MetricRecord | None:
-        return self.inner.aggregate_evaluate(server_round, replies)
 
 
 def measure_canaries(

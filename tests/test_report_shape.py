@@ -90,7 +90,12 @@ def test_csv_columns_keep_the_hand_kept_header() -> None:
     cut = ledger.index("eps_tilde_above_accountant") + 1
     ledger[cut:cut] = ["canary_eps_interval_low", "canary_eps_interval_high"]
     assert tuple(ledger) == LEDGER_CSV_COLUMNS
-    assert LEDGER_CSV_COLUMNS[-2:] == ("best_eps_lb", "best_eps_lb_method")
+    assert LEDGER_CSV_COLUMNS[-4:] == (
+        "best_eps_lb",
+        "best_eps_lb_method",
+        "client_eps_estimate",
+        "client_eps_lb",
+    )
 
 
 def test_every_field_marked_for_csv_is_in_the_header() -> None:
