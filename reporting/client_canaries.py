@@ -78,8 +78,13 @@ def summary_lines(result: ClientCanaryResult) -> list[str]:
         lines.append(
             f"Canary cost: global accuracy {result.accuracy_with_canaries:.3f} with the canaries, "
             f"{result.accuracy_without_canaries:.3f} without (the same run trained again): "
-            f"cost {cost:+.3f} (negative: the canaries helped, e.g. by adding clients that the "
-            "client-level noise is divided by)."
+            f"cost {cost:+.3f}"
+            + (
+                " (the canaries helped, e.g. by adding clients that the client-level noise is "
+                "divided by)."
+                if cost < 0
+                else "."
+            )
         )
     if result.outweighed:
         lines.append(
