@@ -8,9 +8,14 @@ are never inserted: the null. After training, the cosine of the model delta with
 direction is a statistic of that client. An unseen direction's cosine is about
 ``N(0, 1/d)``; an inserted one's is shifted by what the canary left in the model.
 
-* :func:`gaussian_fit_epsilon` (the paper's estimate): a normal fitted to the inserted
-  cosines and one to the null cosines; epsilon at ``delta`` of that pair of Gaussians
-  (numerically, the variances may differ). It is an estimate, not a bound.
+* :func:`pooled_gaussian_epsilon` (the estimate): the Gaussian mechanism's reading. Under
+  it the inserted and null cosines share one variance (the setting of the paper's
+  correctness result), so ``mu = mean gap / pooled std`` is read as mu-GDP, with an
+  approximate 95% interval from the sampling error of ``mu``.
+* :func:`gaussian_fit_epsilon` (a sensitivity reading): one normal per side, each with its own
+  variance. Unequal variances make the privacy loss unbounded in the tails, so at a small
+  delta its epsilon follows the sampling noise of the variance ratio, and only upwards.
+  Neither is a bound.
 * A lower bound: the 2K cosines as scores and the coins as inclusion in
   :func:`audit.one_run.one_run_bound` (f-DP, Mahloujifar et al. 2025, guesses at the
   largest and smallest cosines, union bound over the guess grid at level beta). The one-run
@@ -26,13 +31,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
 
 import numpy as np
 from scipy import optimize, special
 
 from audit.one_run import Method, gdp_eps, one_run_bound
+from contracts.json_values import json_safe
 
 __all__ = [
     "CanaryDesign",
@@ -42,7 +48,7 @@ __all__ = [
     "THREAT_MODELS",
     "ThreatModel",
     "estimate_threat",
-    "equal_variance_epsilon",
+    "pooled_gaussian_epsilon",
     "gaussian_fit_epsilon",
     "gaussian_pair_delta",
 ]
@@ -52,6 +58,8 @@ THREAT_MODELS: tuple[ThreatModel, ...] = ("final", "all_iterates")
 LB_METHOD: Method = "fdp"
 """The one-run bound used for ``client_eps_lb`` (:mod:`audit.one_run`)."""
 _EPS_MAX = 1e4
+_Z95 = 1.959963984540054
+"""The two-sided 95% normal quantile."""
 
 
 @dataclass(frozen=True)
@@ -185,16 +193,28 @@ def gaussian_fit_epsilon(inserted: np.ndarray, null: np.ndarray, *, delta: float
     return best
 
 
-def equal_variance_epsilon(inserted: np.ndarray, null: np.ndarray, *, delta: float) -> float:
-    """The same fit with one pooled variance: ``mu = |mean gap| / pooled std``, read as
-    mu-GDP (a Gaussian mechanism's exact curve). With few canaries the two-variance fit's
-    epsilon at a small delta is driven by the sampling noise of the variance ratio (its
-    tails dominate), and only ever upwards; this reading is not."""
+def pooled_gaussian_epsilon(
+    inserted: np.ndarray, null: np.ndarray, *, delta: float
+) -> tuple[float, tuple[float, float]]:
+    """Epsilon at ``delta`` of mu-GDP with ``mu = |mean gap| / pooled std``, and its
+    approximate 95% interval.
+
+    The interval maps ``mu +- 1.96 se`` through the GDP curve, with the large-sample
+    standard error of a standardised mean difference,
+    ``se^2 = 1/n1 + 1/n0 + mu^2 / (2 (n1 + n0))``.
+    """
     n1, n0 = len(inserted), len(null)
+    if n1 < 2 or n0 < 2:
+        raise ValueError("the Gaussian fit needs at least 2 inserted and 2 null cosines")
     pooled = math.sqrt(
         ((n1 - 1) * np.var(inserted, ddof=1) + (n0 - 1) * np.var(null, ddof=1)) / (n1 + n0 - 2)
     )
-    return gdp_eps(mu=abs(float(np.mean(inserted) - np.mean(null))) / pooled, delta=delta)
+    if pooled == 0:
+        raise ValueError("the Gaussian fit needs cosines that vary")
+    mu = abs(float(np.mean(inserted) - np.mean(null))) / pooled
+    half = _Z95 * math.sqrt(1 / n1 + 1 / n0 + mu * mu / (2 * (n1 + n0)))
+    low, high = (gdp_eps(mu=max(m, 0.0), delta=delta) for m in (mu - half, mu + half))
+    return gdp_eps(mu=mu, delta=delta), (low, high)
 
 
 @dataclass(frozen=True)
@@ -203,9 +223,14 @@ class ThreatEstimate:
 
     threat: ThreatModel
     eps_estimate: float
-    """The Gaussian-fit estimate at ``delta`` (not a bound)."""
-    eps_estimate_equal_var: float
-    """The fit with one pooled variance (:func:`equal_variance_epsilon`)."""
+    """The Gaussian mechanism's reading at ``delta`` (:func:`pooled_gaussian_epsilon`; an
+    estimate, not a bound)."""
+    eps_estimate_low: float
+    eps_estimate_high: float
+    """Its approximate 95% interval."""
+    eps_estimate_two_variance: float
+    """The sensitivity reading with one variance per side (:func:`gaussian_fit_epsilon`);
+    inf when unbounded."""
     eps_lb: float
     """f-DP one-run lower bound at ``delta``, level ``beta``."""
     lb_mu: float | None
@@ -225,11 +250,14 @@ def estimate_threat(
 ) -> ThreatEstimate:
     """Both readings of one threat model's cosines (``included``: the coins)."""
     inserted, null = values[included], values[~included]
+    estimate, (low, high) = pooled_gaussian_epsilon(inserted, null, delta=delta)
     bound = one_run_bound(values, included.astype(int), method=LB_METHOD, beta=beta, delta=delta)
     return ThreatEstimate(
         threat=threat,
-        eps_estimate=gaussian_fit_epsilon(inserted, null, delta=delta),
-        eps_estimate_equal_var=equal_variance_epsilon(inserted, null, delta=delta),
+        eps_estimate=estimate,
+        eps_estimate_low=low,
+        eps_estimate_high=high,
+        eps_estimate_two_variance=gaussian_fit_epsilon(inserted, null, delta=delta),
         eps_lb=bound.eps_lb,
         lb_mu=bound.mu,
         inserted_mean=float(np.mean(inserted)),
@@ -279,27 +307,23 @@ class ClientCanaryResult:
         return self.accuracy_without_canaries - self.accuracy_with_canaries
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["outweighed"] = self.outweighed
-        data["accuracy_cost"] = self.accuracy_cost
-        data["estimates"] = {k: _finite(asdict(v)) for k, v in self.estimates.items()}
-        return data
+        """Plain JSON values (:func:`contracts.json_values.json_safe`: inf is null)."""
+        return cast(dict[str, Any], json_safe(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClientCanaryResult:
-        known = {f for f in cls.__dataclass_fields__}
-        kept = {k: v for k, v in data.items() if k in known}
-        kept["estimates"] = {
-            k: ThreatEstimate(**{**v, "eps_estimate": _from_json(v["eps_estimate"])})
+        """The inverse of :meth:`to_dict` (a null two-variance reading is unbounded)."""
+        estimates = {
+            k: ThreatEstimate(
+                **{
+                    **v,
+                    "eps_estimate_two_variance": _unbounded(v["eps_estimate_two_variance"]),
+                }
+            )
             for k, v in data["estimates"].items()
         }
-        return cls(**kept)
+        return cls(**{**data, "estimates": estimates})
 
 
-def _finite(values: dict[str, Any]) -> dict[str, Any]:
-    """JSON has no infinity: an unbounded estimate is written as the string "inf"."""
-    return {k: "inf" if isinstance(v, float) and math.isinf(v) else v for k, v in values.items()}
-
-
-def _from_json(value: Any) -> float:
-    return math.inf if value == "inf" else float(value)
+def _unbounded(value: float | None) -> float:
+    return math.inf if value is None else float(value)

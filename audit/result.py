@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from contracts.json_values import json_safe
+
 RESULT_SCHEMA_VERSION = 2
 """2: two-sided game, low-FPR ROC summaries, bound levels (version 1 files still load)."""
 
@@ -235,7 +237,7 @@ class AuditResult:
     """delta of the f-DP bounds' eps (None in results written before them)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(dataclasses.asdict(self))
+        return json_safe(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AuditResult:
@@ -302,16 +304,3 @@ class AuditResult:
         d["two_sided"] = two_sided(d.get("two_sided"))
         d["roc"] = roc(d.get("roc"))
         return cls(**d)
-
-
-def _jsonable(obj: Any) -> Any:
-    """Plain JSON types; non-finite floats become None (JSON has no inf/nan)."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj

@@ -18,23 +18,14 @@ from .formatting import VIOLATION_TITLE
 from .html_report import write_html
 from .inputs import ReportInputError, RunInputs, load_run
 from .markdown_report import write_markdown
-from .schema import (
-    REPORT_SCHEMA_VERSION,
-    SITE_REPORT_SCHEMA_VERSION,
-    SWEEP_SCHEMA_VERSION,
-    ReportFiles,
-    RunReport,
-    SitePageReport,
-)
+from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport
 from .site_report import SITE_REPORTS_DIR, write_site_report, write_site_reports
 from .sweep_report import SweepPoint, build_sweep_report, write_sweep_report
 from .writers import write_csv, write_json, write_ledger_csv
 
 __all__ = [
-    "REPORT_SCHEMA_VERSION",
+    "SCHEMA_VERSION",
     "SITE_REPORTS_DIR",
-    "SITE_REPORT_SCHEMA_VERSION",
-    "SWEEP_SCHEMA_VERSION",
     "ReportFiles",
     "ReportInputError",
     "RunInputs",
@@ -54,7 +45,9 @@ __all__ = [
 
 def report_warnings(report: RunReport) -> list[str]:
     """One line per bound violation (a measured lower bound above the DP guarantee)."""
-    return [f"{VIOLATION_TITLE}: {v.message}" for s in report.sites for v in s.bound_violations]
+    return [
+        f"{VIOLATION_TITLE}: {v.message}" for s in report.sites for v in s.checks.bound_violations
+    ]
 
 
 def written_report_warnings(run_dir: Path) -> list[str]:
@@ -69,7 +62,7 @@ def written_report_warnings(run_dir: Path) -> list[str]:
     return [
         f"{VIOLATION_TITLE}: {v['message']}"
         for site in sites
-        for v in (site.get("bound_violations") or [])
+        for v in ((site.get("checks") or {}).get("bound_violations") or [])
         if isinstance(v, dict) and "message" in v
     ]
 

@@ -1,48 +1,49 @@
-"""The report's tables, each declared once as a tuple of columns that Markdown and HTML both
-iterate: a column's header beside its cell, in one place.
+"""Every table of the reports, each declared once as a tuple of columns that Markdown and HTML
+both render (:func:`md_table`, :func:`html_table`): a column's header beside its cell.
 
 A column may be Markdown-only or HTML-only, and an HTML cell may carry more than the text
-(the unrounded value as its tooltip, badges). A field whose :class:`~.schema.FieldSpec` has
-a ``label`` gets a column of its own in its dataclass's table (:func:`labelled_columns`), after
-the declared ones: adding such a field to the schema adds the column.
+(the unrounded value as its tooltip, badges).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
+import html
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from audit.result import Interval
+from audit.sides import SIDES
+
 from .formatting import (
+    ABOVE_LABEL,
+    FPR_LABELS,
     MISSING,
+    SCORER_LABELS,
     SIDE_LABELS,
+    canary_value,
     flag_labels,
     fmt,
     fmt_best,
     fmt_canary,
     fmt_dp,
+    fmt_est,
     fmt_fdp,
     fmt_interval,
     fmt_loss_gap,
     fmt_side_c_lb,
     fmt_theoretical_eps,
     fmt_two_sided,
-    fmt_with_interval,
+    mean_of,
     ordering_text,
+    quality,
     scoped_flag_labels,
     scorer_cells,
     scorer_headers,
 )
-from .html_page import badge, esc, flag_badges, td
-from .schema import (
-    SIDES,
-    LedgerRow,
-    SiteReport,
-    SweepPointReport,
-    SweepSiteRow,
-    field_spec,
-)
+from .html_page import badge, esc, flag_badges, td, th_row
+from .privacy_ledger import released_model_epsilon
+from .schema import TPR_FPR_KEYS, AuditReport, GameReport, SiteReport, SweepPointReport
 
 Row = TypeVar("Row")
 
@@ -56,8 +57,6 @@ class Column(Generic[Row]):
     """The Markdown cell's text (the writer escapes it); None: not in the Markdown table."""
     html: Callable[[Row], str] | None = None
     """The HTML cell, a whole ``<td>``; None: not in the HTML table."""
-    html_header: str | None = None
-    """The HTML header where it differs from ``header``."""
 
 
 def column(
@@ -78,109 +77,113 @@ def column(
     return Column(header, md=text if md else None, html=cell if html else None)
 
 
-def md_columns(columns: tuple[Column[Row], ...]) -> list[Column[Row]]:
-    """The columns of the Markdown table."""
-    return [c for c in columns if c.md is not None]
+def md_text(text: str) -> str:
+    """Table-safe text: no newlines, escaped pipes, no raw HTML (renderers would run it)."""
+    return html.escape(" ".join(text.split()), quote=False).replace("|", "\\|")
 
 
-def html_columns(columns: tuple[Column[Row], ...]) -> list[Column[Row]]:
-    """The columns of the HTML table."""
-    return [c for c in columns if c.html is not None]
+def md_table(columns: Sequence[Column[Row]], rows: Iterable[Row]) -> list[str]:
+    """The Markdown lines of a table."""
+    cols = [(c.header, c.md) for c in columns if c.md is not None]
+    return [
+        "| " + " | ".join(md_text(h) for h, _ in cols) + " |",
+        "|" + "|".join("---" for _ in cols) + "|",
+        *["| " + " | ".join(md_text(cell(row)) for _, cell in cols) + " |" for row in rows],
+    ]
 
 
-def md_headers(columns: tuple[Column[Row], ...]) -> list[str]:
-    return [c.header for c in md_columns(columns)]
+def html_table(
+    columns: Sequence[Column[Row]],
+    rows: Iterable[Row],
+    *,
+    attrs: str = "",
+    row_class: Callable[[Row], str | None] = lambda row: None,
+    row_title: Callable[[Row], str | None] = lambda row: None,
+) -> str:
+    """The HTML of a table; ``attrs`` go on ``<table>`` (an id, a class)."""
+    cols = [(c.header, c.html) for c in columns if c.html is not None]
+
+    def tr(row: Row) -> str:
+        cls, title = row_class(row), row_title(row)
+        opened = "<tr" + (f' class="{esc(cls)}"' if cls else "")
+        opened += (f' title="{esc(title)}"' if title else "") + ">"
+        return opened + "".join(cell(row) for _, cell in cols) + "</tr>"
+
+    body = "".join(tr(row) for row in rows)
+    return f"<table{attrs}>" + th_row([h for h, _ in cols]) + body + "</table>"
 
 
-def md_cells(columns: tuple[Column[Row], ...], row: Row) -> list[str]:
-    return [c.md(row) for c in md_columns(columns)]  # type: ignore[misc]
+def _one(site: SiteReport) -> GameReport | None:
+    return None if site.audit is None else site.audit.one_sided
 
 
-def html_headers(columns: tuple[Column[Row], ...]) -> list[str]:
-    return [c.html_header or c.header for c in html_columns(columns)]
+def _one_est(name: str) -> Callable[[SiteReport], Interval | None]:
+    """An estimate of the site's one-sided game (``c_lb``, ``eps_tilde``, ...)."""
+    return lambda s: None if (g := _one(s)) is None else getattr(g, name)
 
 
-def html_cells(columns: tuple[Column[Row], ...], row: Row) -> str:
-    return "".join(c.html(row) for c in html_columns(columns))  # type: ignore[misc]
+def _one_value(name: str) -> Callable[[SiteReport], float | None]:
+    """A number of the site's one-sided game (``ceiling``, ``headroom``)."""
+    return lambda s: None if (g := _one(s)) is None else getattr(g, name)
 
 
-def field_text(obj: Any, name: str, digits: int = 3) -> str:
-    """A field's value for display; with its ``<name>_interval`` when it has one."""
-    value = getattr(obj, name)
-    interval = getattr(obj, f"{name}_interval", None)
-    if interval is not None:
-        return fmt_with_interval(value, interval, digits)
-    if value is None or isinstance(value, bool | int | float):
-        return fmt(value, digits)
-    return str(value)
+def _estimate(header: str, of: Callable[[Row], Interval | None]) -> Column[Row]:
+    """An estimate as ``mean [low, high]``, the unrounded mean as the HTML tooltip."""
+    return column(header, lambda r: fmt_est(of(r)), title=lambda r: mean_of(of(r)))
 
 
-def labelled_columns(
-    cls: type, of: Callable[[Any], Any] = lambda row: row
-) -> tuple[Column[Any], ...]:
-    """A column per field of ``cls`` with a ``label`` (header) in its spec, in field order;
-    ``of`` picks the instance of ``cls`` from a table's row."""
-    columns: list[Column[Any]] = []
-    for f in dataclasses.fields(cls):
-        spec = field_spec(f)
-        if spec is None or spec.label is None:
-            continue
-
-        def text(row: Any, name: str = f.name, digits: int = spec.digits) -> str:
-            return field_text(of(row), name, digits)
-
-        def title(row: Any, name: str = f.name) -> Any:
-            value = getattr(of(row), name)
-            return value if isinstance(value, float) else None
-
-        columns.append(column(spec.label, text, title=title))
-    return tuple(columns)
+def _mean_only(header: str, of: Callable[[Row], Interval | None]) -> Column[Row]:
+    """An estimate: ``mean [low, high]`` in Markdown, the mean alone in HTML (where a
+    column of its own or the tooltip holds the rest)."""
+    return Column(
+        header,
+        md=lambda r: fmt_est(of(r)),
+        html=lambda r: td(fmt(mean_of(of(r))), title=mean_of(of(r))),
+    )
 
 
-# --- The consortium report's per-site table (report.md, report.html) -----------------
+def _audit_est(read: Callable[[AuditReport], Interval | None]) -> Callable[[SiteReport], Any]:
+    return lambda s: None if s.audit is None else read(s.audit)
 
 
-def _value(name: str) -> Callable[[Any], Any]:
-    return lambda row: getattr(row, name)
-
-
-def _number(name: str) -> Callable[[Any], str]:
-    """An HTML cell: the field rounded, its unrounded value as the tooltip."""
-    return lambda row: td(fmt(getattr(row, name)), title=getattr(row, name))
-
-
-def _with_interval(name: str) -> Callable[[Any], str]:
-    return lambda row: fmt_with_interval(getattr(row, name), getattr(row, f"{name}_interval"))
+def _two_sided_rm_rn(a: AuditReport) -> Interval | None:
+    return None if a.two_sided is None else a.two_sided.rm_rn_eps_lb
 
 
 def _eps_tilde_cell(site: SiteReport) -> str:
     """eps_tilde with a badge per raised one-sided flag (and the status when not ok)."""
-    badges = flag_badges(flag_labels(site.flags))
+    game = _one(site)
+    badges = flag_badges(flag_labels(None if game is None else game.flags))
     if site.status != "ok":
         badges += badge(site.status, site.status)
-    return td(esc(fmt(site.eps_tilde)) + badges, title=site.eps_tilde, raw=True)
+    value = mean_of(None if game is None else game.eps_tilde)
+    return td(esc(fmt(value)) + badges, title=value, raw=True)
 
 
 def _two_sided_cell(site: SiteReport) -> str:
-    """The two-sided eps_tilde with a badge per raised flag of each side."""
-    two = site.two_sided
+    """The two-sided eps_tilde [interval] (side) with a badge per raised flag of each side."""
+    two = None if site.audit is None else site.audit.two_sided
     side_badges = "".join(
         flag_badges(flag_labels(getattr(two, side).flags), prefix=f"{SIDE_LABELS[side]}: ")
         for side in (SIDES if two is not None else ())
     )
-    return td(esc(fmt_two_sided(site)) + side_badges, title=site.eps_tilde_two_sided, raw=True)
+    value = None if two is None else mean_of(two.eps_tilde)
+    return td(esc(fmt_two_sided(site)) + side_badges, title=value, raw=True)
 
 
 def _dp_text(site: SiteReport) -> str:
-    return fmt(site.dp_epsilon, 2) if site.dp_epsilon is not None else "off"
+    eps = site.privacy.dp_epsilon
+    return fmt(eps, 2) if eps is not None else "off"
 
 
 def _dp_cell(site: SiteReport) -> str:
     """DP eps with a badge per bound violation and for eps_tilde above it."""
-    badges = "".join(badge(f"VIOLATION: {v.label}", "violation") for v in site.bound_violations)
-    if site.eps_tilde_above_accountant:
-        badges += badge("eps_tilde above (not a bound)", "above")
-    return td(esc(_dp_text(site)) + badges, title=site.dp_epsilon, raw=True)
+    badges = "".join(
+        badge(f"VIOLATION: {v.label}", "violation") for v in site.checks.bound_violations
+    )
+    if site.checks.eps_tilde_above_accountant:
+        badges += badge(ABOVE_LABEL, "above")
+    return td(esc(_dp_text(site)) + badges, title=site.privacy.dp_epsilon, raw=True)
 
 
 def _flags_md(site: SiteReport) -> str:
@@ -193,79 +196,126 @@ def _flags_md(site: SiteReport) -> str:
     )
 
 
+def _accuracy(site: SiteReport) -> str:
+    members, holdout = (quality(site, f"target_accuracy_{k}") for k in ("members", "nonmembers"))
+    return f"{fmt(members)} / {fmt(holdout)}"
+
+
 def _side_c_lb(side: str) -> Callable[[SiteReport], str]:
-    return lambda site: fmt_side_c_lb(site, side)
+    return lambda s: fmt_side_c_lb(s, side)
 
 
-def _scorer(index: int) -> Callable[[SiteReport], str]:
-    return lambda site: scorer_cells(site)[index]
+def _scorer(i: int) -> Callable[[SiteReport], str]:
+    return lambda s: scorer_cells(s)[i]
 
+
+_SITE: Column[SiteReport] = column("site", lambda s: str(s.site_id))
+_O1 = _estimate("O(1)", _audit_est(lambda a: a.o1_eps_lb))
+_TWO_SIDED = Column("eps_tilde two-sided [95% CI] (side)", md=fmt_two_sided, html=_two_sided_cell)
+_DP = Column("DP eps (record-level guarantee)", md=_dp_text, html=_dp_cell)
+
+HEADLINE_COLUMNS: tuple[Column[SiteReport], ...] = (
+    _SITE,
+    _TWO_SIDED,
+    _estimate("O(1) [95% CI]", _audit_est(lambda a: a.o1_eps_lb)),
+    _DP,
+    column("f accuracy members / holdout", _accuracy),
+)
+"""The headline: what a reader needs first, narrow enough for a 1280-px window."""
 
 SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
-    column("site", lambda s: str(s.site_id)),
-    column("status", _value("status"), cls="text", md=False),
+    _SITE,
+    column("status", lambda s: s.status, cls="text", md=False),
     column("n_members", lambda s: fmt(s.n_members)),
-    Column("c_lb", md=_with_interval("c_lb"), html=_number("c_lb")),
-    column("ceiling", lambda s: fmt(s.ceiling), title=_value("ceiling")),
-    column("headroom", lambda s: fmt(s.headroom), title=_value("headroom"), md=False),
-    Column("{c+eps}_lb", md=_with_interval("c_eps_lb"), html=_number("c_eps_lb")),
+    _mean_only("c_lb", _one_est("c_lb")),
+    column("ceiling", lambda s: fmt(_one_value("ceiling")(s)), title=_one_value("ceiling")),
+    column("headroom", lambda s: fmt(_one_value("headroom")(s)), md=False),
+    _mean_only("{c+eps}_lb", _one_est("c_eps_lb")),
     Column(
-        "eps_tilde [95% CI]",
-        md=_with_interval("eps_tilde"),
-        html=_eps_tilde_cell,
-        html_header="eps_tilde",
+        "eps_tilde [95% CI]", md=lambda s: fmt_est(_one_est("eps_tilde")(s)), html=_eps_tilde_cell
     ),
-    column("eps_tilde 95% CI", lambda s: fmt_interval(s.eps_tilde_interval), md=False),
-    Column("eps_tilde two-sided [95% CI] (side)", md=fmt_two_sided, html=_two_sided_cell),
+    column("eps_tilde 95% CI", lambda s: fmt_interval(_one_est("eps_tilde")(s)), md=False),
+    _TWO_SIDED,
     *(column(f"{SIDE_LABELS[side]} side c_lb / ceiling", _side_c_lb(side)) for side in SIDES),
-    column("RM;RN", _with_interval("rm_rn_eps_lb"), title=_value("rm_rn_eps_lb")),
-    column(
-        "RM;RN two-sided",
-        _with_interval("rm_rn_eps_lb_two_sided"),
-        title=_value("rm_rn_eps_lb_two_sided"),
-    ),
-    column("O(1)", _with_interval("o1_eps_lb"), title=_value("o1_eps_lb")),
-    *(column(header, _scorer(i)) for i, header in enumerate(scorer_headers())),
+    _estimate("RM;RN", _one_est("rm_rn_eps_lb")),
+    _estimate("RM;RN two-sided", _audit_est(_two_sided_rm_rn)),
+    _O1,
+    *(column(h, _scorer(i)) for i, h in enumerate(scorer_headers())),
     column("f loss members / holdout", fmt_loss_gap),
-    Column("DP eps (record-level guarantee)", md=_dp_text, html=_dp_cell),
-    *labelled_columns(SiteReport),
-    column("generator", lambda s: s.generator_kind or MISSING, cls="text", md=False),
+    _DP,
+    column(
+        "generator", lambda s: s.audit.generator_kind if s.audit else MISSING, cls="text", md=False
+    ),
     column("flags", _flags_md, html=False),
-    column("status", _value("status"), html=False),
+    column("status", lambda s: s.status, html=False),
 )
 """The per-site table of report.md and report.html (each keeps its own columns)."""
 
 
-# --- The privacy ledger (report.md, report.html) --------------------------------------
+class SiteRow(NamedTuple):
+    """A site in a table that needs more than the site: the run's global accuracy, and in a
+    sweep the point it belongs to."""
+
+    site: SiteReport
+    global_accuracy: float | None
+    point: SweepPointReport | None = None
 
 
-def _client_eps(row: LedgerRow) -> str:
+def _client_eps(row: SiteRow) -> str:
+    p = row.site.privacy
     what = "; ".join(
         x
         for x in (
-            row.client_accountant,
-            row.client_sampling,
-            row.client_neighboring_relation,
-            None if row.client_rounds is None else f"{row.client_rounds} rounds",
+            p.client_accountant,
+            p.client_sampling,
+            p.client_neighboring_relation,
+            None if p.client_rounds is None else f"{p.client_rounds} rounds",
         )
         if x
     )
-    return fmt_dp(row.dp_epsilon_client, row.client_delta, what or None)
+    return fmt_dp(p.client_epsilon, p.client_delta, what or None)
 
 
-def _two_sided_ledger(row: LedgerRow) -> str:
-    two = fmt(row.eps_tilde_two_sided)
-    if row.two_sided_side is not None:
-        two += f" ({SIDE_LABELS[row.two_sided_side]})"
-    return two
+def _client_canaries(row: SiteRow) -> str:
+    p = row.site.privacy
+    if p.client_eps_estimate is None:
+        return MISSING
+    return (
+        f"{fmt(p.client_eps_estimate, 2)} [{fmt(p.client_eps_estimate_low, 2)}, "
+        f"{fmt(p.client_eps_estimate_high, 2)}] / {fmt(p.client_eps_estimate_two_variance, 2)}"
+        f" / {fmt(p.client_eps_lb, 2)}"
+    )
 
 
-LEDGER_COLUMNS: tuple[Column[LedgerRow], ...] = (
-    column("site", lambda r: str(r.site_id)),
-    column("DP level", lambda r: r.dp_level or MISSING, cls="text"),
+def _fdp(row: SiteRow, of: str) -> str:
+    site = row.site
+    if of == "canary":
+        return fmt_fdp(
+            canary_value(site, "eps_lb_fdp"), canary_value(site, "fdp_mu"), site.checks.fdp_delta
+        )
+    a = site.audit
+    if a is None:
+        return fmt_fdp(None, None, None)
+    return fmt_fdp(mean_of(a.o1_eps_lb_fdp), a.o1_fdp_mu, None)
+
+
+def _rm_rn_pair(row: SiteRow) -> str:
+    game, a = _one(row.site), row.site.audit
+    one = mean_of(None if game is None else game.rm_rn_eps_lb)
+    return f"{fmt(one)} / {fmt(None if a is None else mean_of(_two_sided_rm_rn(a)))}"
+
+
+def _mean_cell(of: Callable[[SiteReport], Interval | None]) -> Callable[[SiteRow], str]:
+    return lambda r: fmt(mean_of(of(r.site)))
+
+
+LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
+    column("site", lambda r: str(r.site.site_id)),
     column(
         "record-level eps (accountant, delta)",
-        lambda r: fmt_dp(r.dp_epsilon_record, r.record_delta, r.record_accountant),
+        lambda r: fmt_dp(
+            r.site.privacy.dp_epsilon, r.site.privacy.dp_delta, r.site.privacy.record_accountant
+        ),
     ),
     column(
         "client-level eps, site-level (accountant; sampling; neighbouring relation; delta)",
@@ -275,81 +325,64 @@ LEDGER_COLUMNS: tuple[Column[LedgerRow], ...] = (
     column(
         "client-level eps implied per record (vs. global-model readers, not the server)",
         lambda r: (
-            fmt(r.dp_epsilon_client_record) if r.dp_epsilon_client_record is not None else "off"
+            fmt(r.site.privacy.client_epsilon_record)
+            if r.site.privacy.client_epsilon_record is not None
+            else "off"
         ),
     ),
     column(
+        "canary clients' client-level eps: estimate [95% CI] / two-variance / lower bound",
+        _client_canaries,
+    ),
+    column(
         "DP eps for the site's records against the server (record-level only)",
-        lambda r: fmt_dp(r.dp_epsilon, r.dp_delta),
+        lambda r: fmt_dp(r.site.privacy.dp_epsilon, r.site.privacy.dp_delta),
     ),
     column(
         "canary_eps_lb [interval] (canaries)",
-        lambda r: fmt_canary(r.canary_eps_lb, r.canary_eps_interval, r.canaries),
+        lambda r: fmt_canary(r.site.privacy.canary, r.site.privacy.canaries),
     ),
-    column("eps_tilde one-sided", lambda r: fmt(r.eps_tilde)),
-    column("eps_tilde two-sided (side)", _two_sided_ledger),
-    column(
-        "RM;RN one-sided / two-sided",
-        lambda r: f"{fmt(r.rm_rn_eps_lb)} / {fmt(r.rm_rn_eps_lb_two_sided)}",
-    ),
-    column("O(1)", lambda r: fmt(r.o1_eps_lb)),
-    column(
-        "canary f-DP eps_lb (GDP mu, delta)",
-        lambda r: fmt_fdp(r.canary_eps_lb_fdp, r.canary_fdp_mu, r.fdp_delta),
-    ),
-    column("O(1) f-DP (GDP mu)", lambda r: fmt_fdp(r.o1_eps_lb_fdp, r.o1_fdp_mu, None)),
+    column("eps_tilde one-sided", _mean_cell(_one_est("eps_tilde"))),
+    column("eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)),
+    column("RM;RN one-sided / two-sided", _rm_rn_pair),
+    column("O(1)", _mean_cell(_audit_est(lambda a: a.o1_eps_lb))),
+    column("canary f-DP eps_lb (GDP mu, delta)", lambda r: _fdp(r, "canary")),
+    column("O(1) f-DP (GDP mu)", lambda r: _fdp(r, "o1")),
     column(
         "best lower bound (method)",
-        lambda r: fmt_best(r.best_eps_lb, r.best_eps_lb_method),
+        lambda r: fmt_best(r.site.checks.best_eps_lb, r.site.checks.best_eps_lb_method),
         cls="text",
     ),
     column(
         "accuracy global / site holdout",
-        lambda r: f"{fmt(r.global_accuracy)} / {fmt(r.accuracy_holdout)}",
+        lambda r: (
+            f"{fmt(r.global_accuracy)} / {fmt(quality(r.site, 'target_accuracy_nonmembers'))}"
+        ),
     ),
-    column("f loss members / holdout", lambda r: f"{fmt(r.loss_members)} / {fmt(r.loss_holdout)}"),
-    *labelled_columns(LedgerRow),
-    column(
-        "ordering check",
-        lambda r: ordering_text(r.bound_violations, r.eps_tilde_above_accountant, r.dp_epsilon),
-        cls="text",
-    ),
+    column("f loss members / holdout", lambda r: fmt_loss_gap(r.site)),
+    column("ordering check", lambda r: ordering_text(r.site), cls="text"),
 )
-"""The "Privacy ledger" table (md and html)."""
+"""The "Privacy ledger" table (md and html; the run's DP level stands above it)."""
 
 
-# --- The sweep's per point and site table (sweep.md, sweep.html) ----------------------
-
-
-class PointSite(NamedTuple):
-    """A row of the sweep's per-site table: a site of a point."""
-
-    point: SweepPointReport
-    site: SweepSiteRow
-
-
-def _site_value(name: str) -> Callable[[PointSite], Any]:
-    return lambda r: getattr(r.site, name)
-
-
-def _off(value: float | None) -> str:
-    return fmt(value) if value is not None else "off"
-
-
-def _sweep_flag_labels(r: PointSite) -> list[str]:
-    s = r.site
-    labels = flag_labels(s.flags) + [f"VIOLATION: {v.label}" for v in s.bound_violations]
-    if s.eps_tilde_above_accountant:
-        labels.append("eps_tilde above DP eps (not a bound)")
+def _sweep_flag_labels(s: SiteReport) -> list[str]:
+    game = _one(s)
+    labels = flag_labels(None if game is None else game.flags)
+    labels += [f"VIOLATION: {v.label}" for v in s.checks.bound_violations]
+    if s.checks.eps_tilde_above_accountant:
+        labels.append(ABOVE_LABEL)
     return labels
 
 
-def _sweep_flags_cell(r: PointSite) -> str:
+def _sweep_flags_cell(r: SiteRow) -> str:
     s = r.site
-    badges = flag_badges(flag_labels(s.flags))
-    badges += "".join(badge(f"VIOLATION: {v.label}", "violation") for v in s.bound_violations)
-    if s.eps_tilde_above_accountant:
-        badges += badge("eps_tilde above DP eps (not a bound)", "above")
+    game = _one(s)
+    badges = flag_badges(flag_labels(None if game is None else game.flags))
+    badges += "".join(
+        badge(f"VIOLATION: {v.label}", "violation") for v in s.checks.bound_violations
+    )
+    if s.checks.eps_tilde_above_accountant:
+        badges += badge(ABOVE_LABEL, "above")
     if s.status != "ok":
         badges += badge(s.status, s.status)
         if s.error:
@@ -357,41 +390,55 @@ def _sweep_flags_cell(r: PointSite) -> str:
     return td(badges or MISSING, raw=True, cls="text")
 
 
-def _titled(header: str, name: str, text: Callable[[Any], str] = fmt) -> Column[PointSite]:
-    """A numeric column of a site field: rounded, its unrounded value as the tooltip."""
-    return column(header, lambda r: text(getattr(r.site, name)), title=_site_value(name))
+def _titled(
+    header: str, of: Callable[[SiteRow], float | None], off: bool = False
+) -> Column[SiteRow]:
+    """A numeric column: rounded, its unrounded value as the tooltip; "off" for None when
+    ``off``."""
+    return column(header, lambda r: fmt(of(r)) if of(r) is not None or not off else "off", title=of)
 
 
-SWEEP_SITE_COLUMNS: tuple[Column[PointSite], ...] = (
-    column("point", lambda r: r.point.label, cls="text"),
+def _point(r: SiteRow) -> SweepPointReport:
+    assert r.point is not None, "a sweep row names its point"
+    return r.point
+
+
+def _game_value(name: str) -> Callable[[SiteRow], float | None]:
+    def of(r: SiteRow) -> float | None:
+        game = _one(r.site)
+        value = None if game is None else getattr(game, name)
+        return mean_of(value) if isinstance(value, Interval) else value
+
+    return of
+
+
+SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
+    column("point", lambda r: _point(r).label, cls="text"),
     column("site", lambda r: str(r.site.site_id)),
     column("status", lambda r: r.site.status, cls="text"),
     column(
         "theoretical eps",
-        lambda r: fmt_theoretical_eps(r.site.theoretical_eps, r.point.private),
-        title=_site_value("theoretical_eps"),
+        lambda r: fmt_theoretical_eps(released_model_epsilon(r.site.privacy), _point(r).private),
+        title=lambda r: released_model_epsilon(r.site.privacy),
     ),
-    _titled("accountant eps record", "dp_epsilon_record", _off),
-    _titled("accountant eps client (site-level)", "dp_epsilon_client", _off),
-    _titled("accuracy (global)", "global_accuracy"),
-    _titled("accuracy (site holdout)", "accuracy_holdout"),
-    _titled("canary_eps_lb", "canary_eps_lb"),
-    _titled("eps_tilde", "eps_tilde"),
-    column("eps_tilde 95% CI", lambda r: fmt_interval(r.site.eps_tilde_interval)),
-    column(
-        "eps_tilde two-sided [95% CI] (side)",
-        lambda r: fmt_two_sided(r.site),
-        title=_site_value("eps_tilde_two_sided"),
+    _titled("accountant eps record", lambda r: r.site.privacy.dp_epsilon, off=True),
+    _titled(
+        "accountant eps client (site-level)", lambda r: r.site.privacy.client_epsilon, off=True
     ),
-    _titled("c_lb", "c_lb"),
-    _titled("ceiling", "ceiling"),
-    _titled("RM;RN", "rm_rn_eps_lb"),
-    _titled("RM;RN two-sided", "rm_rn_eps_lb_two_sided"),
-    _titled("O(1)", "o1_eps_lb"),
-    *labelled_columns(SweepSiteRow, of=lambda r: r.site),
+    _titled("accuracy (global)", lambda r: r.global_accuracy),
+    _titled("accuracy (site holdout)", lambda r: quality(r.site, "target_accuracy_nonmembers")),
+    _titled("canary_eps_lb", lambda r: canary_value(r.site, "eps_lb")),
+    _titled("eps_tilde", _game_value("eps_tilde")),
+    column("eps_tilde 95% CI", lambda r: fmt_interval(_one_est("eps_tilde")(r.site))),
+    column("eps_tilde two-sided [95% CI] (side)", lambda r: fmt_two_sided(r.site)),
+    _titled("c_lb", _game_value("c_lb")),
+    _titled("ceiling", _game_value("ceiling")),
+    _titled("RM;RN", _game_value("rm_rn_eps_lb")),
+    _titled("RM;RN two-sided", lambda r: mean_of(_audit_est(_two_sided_rm_rn)(r.site))),
+    _titled("O(1)", lambda r: mean_of(_audit_est(lambda a: a.o1_eps_lb)(r.site))),
     Column(
         "flags",
-        md=lambda r: ", ".join(_sweep_flag_labels(r)) or MISSING,
+        md=lambda r: ", ".join(_sweep_flag_labels(r.site)) or MISSING,
         html=_sweep_flags_cell,
     ),
 )
@@ -407,22 +454,24 @@ def _point_status_cell(p: SweepPointReport) -> str:
     return td(status, raw=True, cls="text")
 
 
-def _overrides(p: SweepPointReport) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in p.overrides.items()) or MISSING
-
-
 def _report_link(p: SweepPointReport) -> str:
     link = f'<a href="{esc(p.report_html)}">report.html</a>' if p.report_html else MISSING
     return td(link, raw=True, cls="text")
 
 
-def _point_number(header: str, name: str) -> Column[SweepPointReport]:
-    return column(header, lambda p: fmt(getattr(p, name)), title=_value(name))
+def _point_number(
+    header: str, of: Callable[[SweepPointReport], float | None]
+) -> Column[SweepPointReport]:
+    return column(header, lambda p: fmt(of(p)), title=of)
 
 
 POINT_COLUMNS: tuple[Column[SweepPointReport], ...] = (
     column("point", lambda p: p.label, cls="text"),
-    column("overrides", _overrides, cls="text"),
+    column(
+        "overrides",
+        lambda p: ", ".join(f"{k}={v!r}" for k, v in p.overrides.items()) or MISSING,
+        cls="text",
+    ),
     Column(
         "status",
         md=lambda p: p.status + "".join(f"; {x}" for x in p.problems),
@@ -433,12 +482,74 @@ POINT_COLUMNS: tuple[Column[SweepPointReport], ...] = (
     column(
         "theoretical eps",
         lambda p: fmt_theoretical_eps(p.theoretical_eps, p.private),
-        title=_value("theoretical_eps"),
+        title=lambda p: p.theoretical_eps,
     ),
-    _point_number("global accuracy", "global_accuracy"),
-    _point_number("max eps_tilde", "max_eps_tilde"),
-    _point_number("max eps_tilde two-sided", "max_eps_tilde_two_sided"),
+    _point_number("global accuracy", lambda p: p.global_accuracy),
+    _point_number("max eps_tilde", lambda p: p.max_eps_tilde),
+    _point_number("max eps_tilde two-sided", lambda p: p.max_eps_tilde_two_sided),
     column("rounds", lambda p: str(p.rounds_completed)),
     Column("report", html=_report_link),
 )
 """The sweep's table of points (html and md; the link to each point's report: html)."""
+
+
+class Game(NamedTuple):
+    """A row of a site's bounds table: one game, or one side of the two-sided one."""
+
+    name: str
+    game: GameReport
+    level: float | None
+
+
+BOUNDS_COLUMNS: tuple[Column[Game], ...] = (
+    column("game", lambda g: g.name, cls="text"),
+    column("c_lb [95% CI]", lambda g: fmt_est(g.game.c_lb)),
+    column("{c+eps}_lb [95% CI]", lambda g: fmt_est(g.game.c_eps_lb)),
+    column(
+        "eps_tilde [95% CI]",
+        lambda g: fmt_est(g.game.eps_tilde),
+        title=lambda g: mean_of(g.game.eps_tilde),
+    ),
+    column("ceiling", lambda g: fmt(g.game.ceiling), title=lambda g: g.game.ceiling),
+    column("headroom", lambda g: fmt(g.game.headroom), title=lambda g: g.game.headroom),
+    column("RM;RN [95% CI]", lambda g: fmt_est(g.game.rm_rn_eps_lb)),
+    column("RM;RN ceiling", lambda g: fmt(g.game.rm_rn_ceiling)),
+    column("level of each bound", lambda g: fmt(g.level, 4)),
+    Column(
+        "flags",
+        md=lambda g: ", ".join(flag_labels(g.game.flags)) or MISSING,
+        html=lambda g: td(flag_badges(flag_labels(g.game.flags)) or MISSING, raw=True, cls="text"),
+    ),
+)
+"""A site's bounds per game and side (its own report)."""
+
+
+class Item(NamedTuple):
+    """A row of a two- or three-column table: a name, its value and what it is."""
+
+    name: str
+    value: str
+    what: str = ""
+
+
+def item_columns(
+    name: str, value: str, what: str | None = "what it is"
+) -> tuple[Column[Item], ...]:
+    """The columns of a table of :class:`Item` rows, headed ``name``, ``value``, ``what``."""
+    return (
+        column(name, lambda i: i.name, cls="text"),
+        column(value, lambda i: i.value, cls="text" if what is None else None),
+        *((column(what, lambda i: i.what, cls="text"),) if what is not None else ()),
+    )
+
+
+def _nth(i: int) -> Callable[[tuple[str, list[float | None]]], str]:
+    return lambda r: fmt(r[1][i])
+
+
+LOW_FPR_COLUMNS: tuple[Column[tuple[str, list[float | None]]], ...] = (
+    column("scorer", lambda r: SCORER_LABELS[r[0]], cls="text"),
+    column("AUC", _nth(0)),
+    *(column(f"TPR at {FPR_LABELS[k]} FPR", _nth(1 + i)) for i, k in enumerate(TPR_FPR_KEYS)),
+)
+"""A site's AUC and TPR at low FPRs per scorer (its own report)."""

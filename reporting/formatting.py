@@ -1,25 +1,25 @@
-"""Display formatting and the plain statement of what eps_tilde means (shared by md and html)."""
+"""Display formatting, the caveat sentences and the plain statement of what eps_tilde means
+(shared by every renderer: each caveat is written once, here)."""
 
 from __future__ import annotations
 
 import math
 
-from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
+from audit.canary import CanaryResult
+from audit.client_canaries import ClientCanaryResult
+from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, Interval
+from audit.sides import SIDES
 
 from .privacy_ledger import EPS_TILDE_ABOVE_NOTE
 from .schema import (
+    FLAGS,
     SCORERS,
-    SIDES,
     TPR_FPR_KEYS,
+    AuditReport,
     BoundViolation,
     ConsortiumSummary,
     FlaggedSites,
-    FlagsReport,
-    IntervalReport,
     SiteReport,
-    SweepSiteRow,
-    flag_specs,
-    flagged_lists,
 )
 
 MISSING = "-"
@@ -28,12 +28,48 @@ SIDE_LABELS: dict[str, str] = {"member": "member", "nonmember": "non-member"}
 SCORER_LABELS: dict[str, str] = {"baseline": "b", "mia": "MIA", "rm_rn": "RM;RN"}
 FPR_LABELS: dict[str, str] = {"0.01": "1%", "0.001": "0.1%"}
 
+TIGHT_ONLY = "eps_tilde is a lower bound on epsilon only where c_lb is tight"
+"""The caveat every place that shows eps_tilde repeats."""
+NOT_A_BOUND = "eps_tilde is a measurement, not a bound"
+ABOVE_LABEL = "eps_tilde above DP eps (not a bound)"
+"""The badge and flag of eps_tilde above the guarantee (never a violation)."""
+HEADLINE_NOTE = (
+    "eps_tilde two-sided: the larger side's leakage with its 95% interval; "
+    f"{TIGHT_ONLY}. O(1): a lower bound on epsilon from real records. The full tables follow."
+)
+BOUNDS_BELOW_DP = (
+    "Every lower bound (canary, O(1), their f-DP readings, RM;RN) must be at most DP eps, "
+    "the record-level guarantee that applies to the site's records (the canary clients' "
+    "bound: at most the site-level client epsilon)"
+)
+LEDGER_INTRO = (
+    "Each site's guarantees (accountant, delta) beside its measured lower bounds and "
+    f"eps_tilde. {BOUNDS_BELOW_DP}; {NOT_A_BOUND}."
+)
+FLAG_LEGEND = (
+    f"{TIGHT_ONLY}; sites flagged saturated read headroom (ceiling - c_lb), not leakage; "
+    "sites flagged c_lb not tight may overstate it. Flags are per game: the one-sided game "
+    "and each side of the two-sided one."
+)
+EPS_PLOT_CAPTION = (
+    "eps_tilde (one-sided) and eps_tilde two-sided with their 95% t-intervals over repeats; "
+    "RM;RN and O(1) lower bounds beside them where the run had real non-members; grey bar: "
+    "one-sided headroom ceiling - c_lb, the largest one-sided eps_tilde this audit set can "
+    f"show. {TIGHT_ONLY}."
+)
+LOW_FPR_NOTE = (
+    "TPR at 1% / 0.1% FPR: the fraction of members a scorer flags while flagging at most "
+    "1% / 0.1% of the non-members (generated records for b and the MIA, real held-out "
+    "records for RM;RN). It shows whether a few records are exposed with high confidence, "
+    "which the AUC averages away."
+)
+
 MEANING_POINTS: tuple[str, ...] = (
     EPS_TILDE_MEANING,
     "Read eps_tilde as a lower bound on epsilon only when c_lb is tight; it is never an upper "
     "bound, and eps_tilde = 0 does not show that the model is private (the audit found no "
     "evidence, which a weak audit also finds).",
-    *(flag.meaning for _, flag in flag_specs()),
+    *(flag.meaning for flag in FLAGS.values()),
     "RM;RN (real held-out non-members, c = 0) and O(1) (Steinke et al. 2023) are lower "
     "bounds on epsilon at the audit's level beta. DP eps is the accountant's epsilon, an "
     "upper bound under DP-SGD's assumptions; a lower bound above it would signal a bug.",
@@ -42,8 +78,7 @@ MEANING_POINTS: tuple[str, ...] = (
     "client-level DP implies (one record moves the site's clipped update by at most twice the "
     "clipping norm). Client-level DP's own epsilon is site-level: it covers adding or removing "
     "the whole site. Every measured lower bound (canary, O(1), RM;RN on either side) must stay "
-    "at or below DP eps; eps_tilde may exceed it without contradiction, as it is a measurement, "
-    "not a bound.",
+    f"at or below DP eps; eps_tilde may exceed it without contradiction, as {NOT_A_BOUND}.",
     TWO_SIDED_MEANING,
     "Each side of the two-sided game has its own c_lb, ceiling and flags (saturated, c_lb "
     "not tight against that side's RM;RN, RM;RN capped), diagnosed as above; side names the "
@@ -52,10 +87,7 @@ MEANING_POINTS: tuple[str, ...] = (
     "Levels: the one-sided c_lb and {c+eps}_lb are each at beta/2 (so eps_tilde holds at "
     "beta), as are RM;RN's two; the two-sided game's four bounds (b and MIA on each side) "
     "are at beta/4 each, as are RM;RN's two-sided ones; O(1) is at beta.",
-    "TPR at 1% / 0.1% FPR: the fraction of members a scorer flags while flagging at most "
-    "1% / 0.1% of the non-members (generated records for b and the MIA, real held-out "
-    "records for RM;RN). It shows whether a few records are exposed with high confidence, "
-    "which the AUC averages away.",
+    LOW_FPR_NOTE,
     "O(1) > 0 with the one-sided eps_tilde = RM;RN = 0: O(1) also guesses 'non-member' (for "
     "records of high loss), while the one-sided PANORAMIA and RM;RN count only 'member' "
     "guesses (the generator's closeness is one-sided, Definition 3). A model whose members "
@@ -78,18 +110,24 @@ def fmt(value: float | int | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
-def fmt_interval(iv: IntervalReport | None, digits: int = 3) -> str:
+def fmt_interval(iv: Interval | None, digits: int = 3) -> str:
     """``[low, high]`` for display, empty when there is no interval."""
-    if iv is None or iv.low is None or iv.high is None:
+    if iv is None or not (math.isfinite(iv.low) and math.isfinite(iv.high)):
         return ""
     return f"[{fmt(iv.low, digits)}, {fmt(iv.high, digits)}]"
 
 
-def fmt_with_interval(value: float | None, iv: IntervalReport | None, digits: int = 3) -> str:
-    """``mean [low, high]`` for display."""
-    text = fmt(value, digits)
+def fmt_est(iv: Interval | None, digits: int = 3) -> str:
+    """An estimate as ``mean [low, high]``; MISSING without one."""
+    if iv is None:
+        return MISSING
     bounds = fmt_interval(iv, digits)
-    return f"{text} {bounds}" if value is not None and bounds else text
+    return f"{fmt(iv.mean, digits)} {bounds}" if math.isfinite(iv.mean) and bounds else fmt(iv.mean)
+
+
+def mean_of(iv: Interval | None) -> float | None:
+    """An estimate's mean (None when absent or not finite): a cell's unrounded tooltip."""
+    return None if iv is None or not math.isfinite(iv.mean) else iv.mean
 
 
 def fmt_dp(value: float | None, delta: float | None = None, what: str | None = None) -> str:
@@ -110,13 +148,13 @@ def fmt_theoretical_eps(eps: float | None, private: bool | None) -> str:
     return "inf (no DP)" if private is False else MISSING
 
 
-def fmt_canary(value: float | None, interval: list[float | None] | None, count: int | None) -> str:
+def fmt_canary(canary: CanaryResult | None, count: int | None) -> str:
     """``eps_lb [low, high] (N canaries)`` of a canary audit."""
-    if count is None and value is None:
+    if count is None and canary is None:
         return MISSING
-    text = fmt(value)
-    if value is not None and interval and len(interval) == 2:
-        text += f" [{fmt(interval[0])}, {fmt(interval[1])}]"
+    text = MISSING if canary is None else fmt(canary.eps_lb)
+    if canary is not None:
+        text += f" [{fmt(canary.eps_interval[0])}, {fmt(canary.eps_interval[1])}]"
     return f"{text} ({count} canaries)" if count else text
 
 
@@ -136,27 +174,37 @@ def fmt_best(value: float | None, method: str | None) -> str:
     return f"{fmt(value)} ({method})" if method else fmt(value)
 
 
+def canary_value(site: SiteReport, name: str) -> float | None:
+    """A number of the site's canary audit (``eps_lb``, ``eps_lb_fdp``, ``fdp_mu``)."""
+    canary = site.privacy.canary
+    return None if canary is None else getattr(canary, name)
+
+
+def quality(site: SiteReport, key: str) -> float | None:
+    """A number of the audit's ``quality`` (f's accuracy / loss on members or holdout)."""
+    return None if site.audit is None else site.audit.quality.get(key)
+
+
 def fmt_loss_gap(site: SiteReport) -> str:
     """f's mean loss on the site's members / on its holdout (the generalization gap)."""
-    q = site.quality
-    return f"{fmt(q.get('target_loss_members'))} / {fmt(q.get('target_loss_nonmembers'))}"
+    members, holdout = (quality(site, f"target_loss_{k}") for k in ("members", "nonmembers"))
+    return f"{fmt(members)} / {fmt(holdout)}"
 
 
-def flag_labels(flags: FlagsReport | None) -> list[str]:
+def flag_labels(flags: AuditFlags | None) -> list[str]:
     """Short labels of the raised flags, in a fixed order."""
-    if flags is None:
-        return []
-    return [flag.label for name, flag in flag_specs() if getattr(flags, name)]
+    return [] if flags is None else [f.label for n, f in FLAGS.items() if getattr(flags, n)]
 
 
-def flag_scopes(site: SiteReport) -> list[tuple[str, FlagsReport]]:
+def flag_scopes(site: SiteReport) -> list[tuple[str, AuditFlags]]:
     """The site's flags per game: the one-sided game, then each side of the two-sided one."""
-    scopes = [("one-sided", site.flags)] if site.flags else []
-    if site.two_sided is not None:
-        scopes += [
-            (f"{SIDE_LABELS[side]} side", getattr(site.two_sided, side).flags) for side in SIDES
-        ]
-    return scopes
+    a = site.audit
+    if a is None:
+        return []
+    two = [] if a.two_sided is None else [(s, getattr(a.two_sided, s)) for s in SIDES]
+    return [("one-sided", a.one_sided.flags)] + [
+        (f"{SIDE_LABELS[s]} side", g.flags) for s, g in two
+    ]
 
 
 def scoped_flag_labels(site: SiteReport) -> list[tuple[str, list[str]]]:
@@ -169,31 +217,22 @@ def scoped_reasons(site: SiteReport) -> list[tuple[str, str]]:
     return [(scope, r) for scope, f in flag_scopes(site) for r in f.reasons]
 
 
-def fmt_two_sided(site: SiteReport | SweepSiteRow) -> str:
+def fmt_two_sided(site: SiteReport, *, interval: bool = True) -> str:
     """``mean [low, high] (side)`` of the two-sided eps_tilde."""
-    text = fmt_with_interval(site.eps_tilde_two_sided, site.eps_tilde_two_sided_interval)
-    if site.two_sided_side is None:
-        return text
-    return f"{text} ({SIDE_LABELS[site.two_sided_side]})"
+    two = None if site.audit is None else site.audit.two_sided
+    if two is None:
+        return MISSING
+    text = fmt_est(two.eps_tilde) if interval else fmt(mean_of(two.eps_tilde))
+    return f"{text} ({SIDE_LABELS[two.side]})"
 
 
 def fmt_side_c_lb(site: SiteReport, side: str) -> str:
     """``c_lb / ceiling`` of one side of the two-sided game."""
-    if site.two_sided is None:
+    two = None if site.audit is None else site.audit.two_sided
+    if two is None:
         return MISSING
-    block = getattr(site.two_sided, side)
-    return f"{fmt(block.c_lb)} / {fmt(block.ceiling)}"
-
-
-def fmt_per_scorer(site: SiteReport, value_of: str, key: str | None = None) -> str:
-    """``b / MIA / RM;RN`` values of ``<scorer>_<value_of>`` (a dict's ``key`` when given)."""
-    cells = []
-    for scorer in SCORERS:
-        value = getattr(site, f"{scorer}_{value_of}")
-        if key is not None:
-            value = None if value is None else value.get(key)
-        cells.append(fmt(value))
-    return " / ".join(cells)
+    game = getattr(two, side)
+    return f"{fmt(mean_of(game.c_lb))} / {fmt(game.ceiling)}"
 
 
 def scorer_headers() -> list[str]:
@@ -202,19 +241,27 @@ def scorer_headers() -> list[str]:
     return [f"AUC {scorers}"] + [f"TPR@{FPR_LABELS[k]} FPR {scorers}" for k in TPR_FPR_KEYS]
 
 
+def scorer_values(audit: AuditReport | None, scorer: str) -> list[float | None]:
+    """AUC and TPR at each FPR of :data:`TPR_FPR_KEYS` of one scorer."""
+    s = None if audit is None else audit.scorers.get(scorer)
+    if s is None:
+        return [None] * (1 + len(TPR_FPR_KEYS))
+    return [s.auc, *((s.tpr_at_fpr or {}).get(k) for k in TPR_FPR_KEYS)]
+
+
 def scorer_cells(site: SiteReport) -> list[str]:
-    """The AUC and TPR-at-FPR cells of a site, in :func:`scorer_headers` order."""
-    return [fmt_per_scorer(site, "auc")] + [
-        fmt_per_scorer(site, "tpr_at_fpr", key) for key in TPR_FPR_KEYS
-    ]
+    """The AUC and TPR-at-FPR cells of a site (``b / MIA / RM;RN``), in
+    :func:`scorer_headers` order."""
+    per_scorer = [scorer_values(site.audit, s) for s in SCORERS]
+    return [" / ".join(fmt(v[i]) for v in per_scorer) for i in range(1 + len(TPR_FPR_KEYS))]
 
 
 def levels_lines(sites: list[SiteReport]) -> list[str]:
     """One line per distinct set of bound levels, naming the sites that share it."""
     groups: dict[tuple[tuple[str, float], ...], list[int]] = {}
     for site in sites:
-        if site.levels:
-            groups.setdefault(tuple(site.levels.items()), []).append(site.site_id)
+        if site.audit is not None and site.audit.levels:
+            groups.setdefault(tuple(site.audit.levels.items()), []).append(site.site_id)
     return [
         f"bound levels, site{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}: "
         + ", ".join(f"{name} {value:g}" for name, value in levels)
@@ -228,27 +275,29 @@ def _ids(ids: list[int]) -> str:
 
 def flagged_text(flagged: FlaggedSites) -> str:
     """``saturated sites: ..; c_lb not tight: ..; RM;RN capped: ..``."""
+    label = {"saturated": "saturated sites"}
     return "; ".join(
-        f"{label}: {_ids(getattr(flagged, name))}" for name, _, label in flagged_lists()
+        f"{label.get(name, flag.label)}: {_ids(getattr(flagged, name))}"
+        for name, flag in FLAGS.items()
     )
 
 
 def consortium_lines(c: ConsortiumSummary) -> list[str]:
-    """The consortium summary as plain lines (md list items, html <li>)."""
+    """The consortium summary as plain lines (md list items, html <li>), the two-sided game
+    (the headline) first."""
     leakiest = MISSING if c.leakiest_site_id is None else c.leakiest_site_id
     leakiest_two = MISSING if c.leakiest_site_id_two_sided is None else c.leakiest_site_id_two_sided
-    one_sided = FlaggedSites(**{name: getattr(c, name) for name, _, _ in flagged_lists()})
     return [
         f"sites: {c.n_sites} ({c.n_ok} ok, {c.n_failed} failed, {c.n_missing} missing)",
+        f"max eps_tilde two-sided over ok sites: {fmt(c.max_eps_tilde_two_sided)} "
+        f"(leakiest site: {leakiest_two})",
         f"max eps_tilde (one-sided) over ok sites: {fmt(c.max_eps_tilde)} "
         f"(leakiest site: {leakiest})",
         f"median eps_tilde (one-sided) over ok sites: {fmt(c.median_eps_tilde)}",
-        f"max eps_tilde two-sided over ok sites: {fmt(c.max_eps_tilde_two_sided)} "
-        f"(leakiest site: {leakiest_two})",
-        f"one-sided game: {flagged_text(one_sided)}",
+        f"one-sided game: {flagged_text(c.flagged)}",
         *[
             f"two-sided game, {SIDE_LABELS[side]} side: {flagged_text(flagged)}"
-            for side, flagged in c.two_sided_flagged_sites.items()
+            for side, flagged in c.two_sided_flagged.items()
         ],
         "largest DP eps (record-level guarantee, accountant): "
         + (fmt(c.max_dp_epsilon, 2) if c.max_dp_epsilon is not None else "DP off"),
@@ -259,8 +308,7 @@ def consortium_lines(c: ConsortiumSummary) -> list[str]:
             else "no violation"
         )
         + (
-            f"; eps_tilde above DP eps (not a bound) at sites "
-            f"{_ids(c.eps_tilde_above_accountant_sites)}"
+            f"; {ABOVE_LABEL} at sites {_ids(c.eps_tilde_above_accountant_sites)}"
             if c.eps_tilde_above_accountant_sites
             else ""
         ),
@@ -270,7 +318,7 @@ def consortium_lines(c: ConsortiumSummary) -> list[str]:
 
 
 VIOLATION_TITLE = "BOUND VIOLATION"
-"""The banner's title: a measured lower bound above the record-level guarantee."""
+"""The banner's title: a measured lower bound above the guarantee it measures."""
 
 
 def canary_banner(canaries: int) -> str:
@@ -281,6 +329,56 @@ def canary_banner(canaries: int) -> str:
         "the canary audit); the accuracy and every audit number shown are this "
         "canary-trained model's."
     )
+
+
+CLIENT_CANARY_NOTE = (
+    "Canary clients (simulation only, docs/client_canaries.md): the estimate reads the "
+    "client-level epsilon as a Gaussian mechanism (one pooled variance), with an approximate "
+    "95% interval; it is an estimate, not a bound. The two-variance fit is a sensitivity "
+    "reading: with few canaries it drifts upwards. The lower bound must stay at or below "
+    "the site-level client epsilon."
+)
+CANARIES_OUTNUMBER = (
+    "The canaries outnumber the real sites ({canaries:.0f} canary clients against {sites} "
+    "sites a round): the model measured is not the one this consortium trains without them."
+)
+
+
+def client_canary_lines(result: ClientCanaryResult) -> list[str]:
+    """The "Canary clients" section of report.md / report.html, one sentence a line."""
+    total = 2 * result.canary_clients
+    acc = result.accountant_epsilon
+    lines = [
+        f"{result.inserted} of {total} canary directions were inserted as clients (scaled to "
+        f"the {result.scale}); the other {total - result.inserted} are the null. Epsilon at "
+        f"delta = {result.delta:g}:",
+        *(
+            f"{threat.replace('_', '-')}: estimate {fmt(e.eps_estimate, 2)} "
+            f"[{fmt(e.eps_estimate_low, 2)}, {fmt(e.eps_estimate_high, 2)}]"
+            + (f" ({e.eps_estimate / acc:.2f} x the accountant's)" if acc else "")
+            + f"; two-variance {fmt(e.eps_estimate_two_variance, 2)}; lower bound "
+            f"{fmt(e.eps_lb, 2)} (f-DP, beta = {result.beta:g})."
+            for threat, e in result.estimates.items()
+        ),
+    ]
+    if acc is not None:
+        lines.append(
+            f"Client-level accountant: {acc:.2f} for a client in all {result.rounds} rounds."
+        )
+    cost = result.accuracy_cost
+    if cost is not None:
+        lines.append(
+            f"Global accuracy {fmt(result.accuracy_with_canaries)} with the canaries, "
+            f"{fmt(result.accuracy_without_canaries)} without (the run trained again): "
+            f"cost {cost:+.3f}."
+        )
+    if result.outweighed:
+        lines.append(
+            CANARIES_OUTNUMBER.format(
+                canaries=result.mean_canaries_per_round, sites=result.sites_per_round
+            )
+        )
+    return [*lines, CLIENT_CANARY_NOTE]
 
 
 def violation_banner_lines(violations: list[BoundViolation]) -> list[str]:
@@ -294,14 +392,15 @@ def violation_banner_lines(violations: list[BoundViolation]) -> list[str]:
     ]
 
 
-def ordering_text(violations: list[BoundViolation], eps_tilde_above: bool, dp: float | None) -> str:
+def ordering_text(site: SiteReport) -> str:
     """The ordering check in a table cell."""
+    violations = site.checks.bound_violations
     if violations:
         return "VIOLATION: " + "; ".join(
             f"{v.label} {fmt(v.value)} > {fmt(v.dp_epsilon)}" for v in violations
         )
-    if dp is None:
+    if site.privacy.dp_epsilon is None and site.privacy.client_epsilon is None:
         return "no DP (nothing to check)"
-    if eps_tilde_above:
+    if site.checks.eps_tilde_above_accountant:
         return f"ok; eps_tilde above DP eps ({EPS_TILDE_ABOVE_NOTE})"
     return "ok (every lower bound <= DP eps)"

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from .formatting import MEANING_POINTS, VIOLATION_TITLE
-from .schema import flag_specs
+from .schema import FLAGS
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px;
@@ -31,6 +31,7 @@ tr.failed td, tr.missing td, tr.incomplete td { background: #eeeeee; color: #555
 .badge.not-tight { background: #d63c3c; color: #fff; }
 .badge.failed, .badge.missing, .badge.incomplete { background: #777; color: #fff; }
 .meaning { border-left: 4px solid #d63c3c; background: #fafafa; padding: 0.5em 1em; }
+.meaning summary { cursor: pointer; }
 .error { font-family: monospace; white-space: pre-wrap; }
 figure { margin: 1em 0; }
 figcaption { font-size: 0.85em; color: #444; }
@@ -150,12 +151,19 @@ def json_for_script(data: Any) -> str:
 
 
 def meaning_block() -> str:
-    """The plain statement of what eps_tilde means and does not mean."""
+    """The plain statement of what eps_tilde means and does not mean, folded: the numbers
+    come first, the explanation one click away."""
     items = "".join(f"<li>{esc(p)}</li>" for p in MEANING_POINTS)
     return (
-        '<div class="meaning"><strong>What eps_tilde means and does not mean</strong>'
-        f"<ul>{items}</ul></div>"
+        '<details class="meaning"><summary><strong>What eps_tilde means and does not mean'
+        f"</strong> (read before drawing conclusions)</summary><ul>{items}</ul></details>"
     )
+
+
+def html_list(items: list[str], *, ordered: bool = False) -> str:
+    """A list of escaped items."""
+    tag = "ol" if ordered else "ul"
+    return f"<{tag}>" + "".join(f"<li>{esc(i)}</li>" for i in items) + f"</{tag}>"
 
 
 def figure(svg: str | None, caption: str, *, alt: str) -> str:
@@ -174,7 +182,7 @@ def badge(label: str, kind: str) -> str:
     return f'<span class="badge {esc(kind)}">{esc(label)}</span>'
 
 
-_FLAG_BADGE_KIND = {flag.label: flag.badge for _, flag in flag_specs()}
+_FLAG_BADGE_KIND = {flag.label: flag.badge for flag in FLAGS.values()}
 
 
 def flag_badges(labels: list[str], prefix: str = "") -> str:

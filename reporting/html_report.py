@@ -5,12 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from audit.result import AuditResult
+from contracts.json_values import json_safe
 
 from . import plots
-from .columns import LEDGER_COLUMNS, SITE_COLUMNS, html_cells, html_headers
+from .columns import HEADLINE_COLUMNS, LEDGER_COLUMNS, SITE_COLUMNS, SiteRow, html_table
 from .formatting import (
+    EPS_PLOT_CAPTION,
+    HEADLINE_NOTE,
+    LEDGER_INTRO,
     MISSING,
     canary_banner,
+    client_canary_lines,
     consortium_lines,
     levels_lines,
     scoped_reasons,
@@ -22,63 +27,60 @@ from .html_page import (
     canary_block,
     esc,
     figure,
+    html_list,
     meaning_block,
     page,
-    th_row,
     violation_banner,
 )
-from .schema import RunReport, SiteReport, to_jsonable
+from .schema import RunReport, SiteReport
 
 
-def _row_class(site: SiteReport) -> str:
-    if site.bound_violations:
+def site_row_class(site: SiteReport) -> str:
+    flags = None if site.audit is None else site.audit.one_sided.flags
+    if site.checks.bound_violations:
         return "violation"
     if site.status != "ok":
         return site.status
-    if site.flags and site.flags.c_lb_not_tight:
+    if flags and flags.c_lb_not_tight:
         return "not-tight"
-    if site.flags and site.flags.saturated:
-        return "saturated"
-    return "ok"
+    return "saturated" if flags and flags.saturated else "ok"
 
 
-def _site_row(site: SiteReport) -> str:
-    reasons = "; ".join(f"{scope}: {r}" for scope, r in scoped_reasons(site))
-    title = f' title="{esc(reasons)}"' if reasons else ""
-    return f'<tr class="{esc(_row_class(site))}"{title}>' + html_cells(SITE_COLUMNS, site) + "</tr>"
+def _row_title(site: SiteReport) -> str:
+    return "; ".join(f"{scope}: {r}" for scope, r in scoped_reasons(site))
 
 
 def banners(report: RunReport) -> list[str]:
     """The banners at the top of the page: bound violations, then canaries."""
-    violations = [v for s in report.sites for v in s.bound_violations]
+    violations = [v for s in report.sites for v in s.checks.bound_violations]
     return [
         violation_banner(violation_banner_lines(violations)),
         canary_block(canary_banner(report.canaries) if report.canaries else None),
     ]
 
 
+def ledger_rows(report: RunReport) -> list[SiteRow]:
+    """The privacy ledger's rows: each site with the run's final global accuracy."""
+    return [SiteRow(s, report.consortium.final_global_accuracy) for s in report.sites]
+
+
 def _ledger_table(report: RunReport) -> list[str]:
-    if not report.ledger:
+    if not report.sites:
         return []
-    rows = [
-        f'<tr class="{esc("violation" if row.bound_violations else row.status)}">'
-        + html_cells(LEDGER_COLUMNS, row)
-        + "</tr>"
-        for row in report.ledger
-    ]
-    above = [s for s in report.sites if s.eps_tilde_above_accountant_reason]
+    above = [s for s in report.sites if s.checks.eps_tilde_above_accountant]
     return [
         "<h2>Privacy ledger</h2>",
-        "<p>Each site's guarantees (accountant, delta) beside its measured lower bounds and "
-        "eps_tilde. Every lower bound (canary, O(1), RM;RN) must be at most DP eps, the "
-        "record-level guarantee that applies to the site's records; eps_tilde is a "
-        "measurement, not a bound.</p>",
+        f"<p>{esc(LEDGER_INTRO)} DP level of the run: {esc(report.dp_level or MISSING)}.</p>",
         *([f'<p class="noise">DP {esc(report.noise)}.</p>'] if report.noise else []),
-        '<div class="wide"><table id="ledger">',
-        th_row(html_headers(LEDGER_COLUMNS)),
-        *rows,
-        "</table></div>",
-        _list([f"site {s.site_id}: {s.eps_tilde_above_accountant_reason}" for s in above])
+        '<div class="wide">',
+        html_table(
+            LEDGER_COLUMNS,
+            ledger_rows(report),
+            attrs=' id="ledger"',
+            row_class=lambda r: "violation" if r.site.checks.bound_violations else r.site.status,
+        ),
+        "</div>",
+        html_list([f"site {s.site_id}: {s.checks.eps_tilde_above_accountant}" for s in above])
         if above
         else "",
     ]
@@ -88,9 +90,8 @@ def _problems(report: RunReport) -> list[str]:
     parts: list[str] = []
     flagged = [(s.site_id, *sr) for s in report.sites for sr in scoped_reasons(s)]
     if flagged:
-        parts.append("<h3>Flag reasons</h3><ul>")
-        parts += [f"<li>site {esc(sid)} ({esc(scope)}): {esc(r)}</li>" for sid, scope, r in flagged]
-        parts.append("</ul>")
+        parts.append("<h3>Flag reasons</h3>")
+        parts.append(html_list([f"site {sid} ({scope}): {r}" for sid, scope, r in flagged]))
     bad = [s for s in report.sites if s.status != "ok"]
     if bad:
         parts.append("<h3>Sites without an audit</h3><ul>")
@@ -102,10 +103,6 @@ def _problems(report: RunReport) -> list[str]:
             )
         parts.append("</ul>")
     return parts
-
-
-def _list(items: list[str]) -> str:
-    return "<ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
 
 
 def _roc_figures(report: RunReport, results: dict[int, AuditResult]) -> list[str]:
@@ -140,40 +137,36 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
     body = [
         f"<h1>{esc(title)}</h1>",
         *banners(report),
+        "<h2>Headline</h2>",
+        html_table(
+            HEADLINE_COLUMNS, report.sites, attrs=' id="headline"', row_class=site_row_class
+        ),
+        f"<p>{esc(HEADLINE_NOTE)} Hover a cell for the full value.</p>",
+        "<h3>Consortium summary</h3>",
+        html_list(consortium_lines(report.consortium)),
+        meaning_block(),
         f"<p>Report schema version {esc(report.schema_version)}. Numbers are rounded for "
         "display; hover a cell for the full value, or read the embedded JSON "
         "(id report-data), report.json or report.csv.</p>",
-        meaning_block(),
-        "<h2>Consortium summary</h2>",
-        _list(consortium_lines(report.consortium)),
         "<h2>Per-site audit</h2>",
-        '<div class="wide"><table>',
-        th_row(html_headers(SITE_COLUMNS)),
-        *[_site_row(s) for s in report.sites],
-        "</table></div>",
+        '<div class="wide">',
+        html_table(SITE_COLUMNS, report.sites, row_class=site_row_class, row_title=_row_title),
+        "</div>",
         "<p>Row colours: yellow = saturated (eps_tilde reads headroom, not leakage); red = "
         "c_lb not tight (eps_tilde may overstate); grey = failed or missing audit; dark red "
         "border = a bound violation (see the banner at the top). Row colours "
         "and the badges beside eps_tilde are the one-sided game's; the badges beside the "
         "two-sided eps_tilde are its sides' (hover a row for the reasons).</p>",
-        _list(levels) if levels else "",
+        html_list(levels) if levels else "",
         *_problems(report),
         *_ledger_table(report),
         *(
-            ["<h2>Canary clients</h2>", _list(report.client_canaries["summary"])]
-            if report.client_canaries
+            ["<h2>Canary clients</h2>", html_list(client_canary_lines(report.client_canaries))]
+            if report.client_canaries is not None
             else []
         ),
         "<h2>eps_tilde per site</h2>",
-        figure(
-            plots.site_eps_plot(report.sites),
-            "eps_tilde (one-sided) and eps_tilde two-sided with their 95% t-intervals over "
-            "repeats; RM;RN and O(1) lower bounds beside them where the run had real "
-            "non-members; grey bar: one-sided headroom ceiling - c_lb, the largest one-sided "
-            "eps_tilde this audit set can show. eps_tilde is a lower bound on eps only where "
-            "c_lb is tight.",
-            alt="eps_tilde per site",
-        ),
+        figure(plots.site_eps_plot(report.sites), EPS_PLOT_CAPTION, alt="eps_tilde per site"),
         "<h2>Low-FPR ROC per site (log-log)</h2>",
         "<p>True-positive rate against false-positive rate on log axes, mean over repeats: "
         "b (blue) and the MIA (red) in the privacy game (members against generated records), "
@@ -202,7 +195,7 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
             alt="training curves",
         ),
     ]
-    return page(title, body, data=to_jsonable(report))
+    return page(title, body, data=json_safe(report))
 
 
 def write_html(report: RunReport, results: dict[int, AuditResult], path: Path) -> Path:

@@ -1,7 +1,8 @@
 """Read a run directory (layout in the team contract) into typed inputs for the report.
 
 Missing or malformed ``config.yaml`` / ``partition.json`` / ``metrics.jsonl`` lines, and a
-malformed ``client_dp.json`` (absent unless client-level DP is on), raise
+malformed ``client_dp.json`` (absent unless client-level DP is on) or ``client_canaries.json``
+(absent unless the run had canary clients), raise
 :class:`ReportInputError` naming the file (and line or key). A site's audit file that is
 missing or unreadable does not: that site becomes "missing" / "failed" and the others stay;
 a malformed ``canary`` block in it only drops the canary numbers.
@@ -17,19 +18,13 @@ from typing import Any
 
 import yaml
 
+from audit.canary import CanaryResult
+from audit.client_canaries import ClientCanaryResult
 from audit.result import AuditResult
 from contracts.errors import UserError
-from contracts.run_files import NOISE_NOTES, RunLayout
+from contracts.run_files import NOISE_NOTES, RunLayout, SiteAuditFile
 
-from .schema import (
-    CanaryReport,
-    ClientDPReport,
-    ClientDPSiteReport,
-    RoundReport,
-    SiteRoundReport,
-)
-
-"""The server's client-level DP ledger in the run directory (only with client-level DP)."""
+from .schema import ClientDPReport, ClientDPSiteReport, RoundReport, SiteRoundReport, SiteStatus
 
 
 class ReportInputError(UserError, ValueError):
@@ -41,16 +36,15 @@ class SiteAuditInput:
     """One ``audits/site-<id>.json`` as read (``result`` parsed, ``status`` checked)."""
 
     site_id: int
-    status: str
-    """"ok", "failed" or "missing"."""
-    error: str | None
+    status: SiteStatus
     n_members: int | None
     n_holdout: int | None
-    dp_epsilon: float | None
+    error: str | None = None
+    dp_epsilon: float | None = None
     """The site's record-level (Opacus) accountant epsilon, or None."""
-    elapsed_s: float | None
-    result: AuditResult | None
-    canary: CanaryReport | None = None
+    elapsed_s: float | None = None
+    result: AuditResult | None = None
+    canary: CanaryResult | None = None
     """The site's canary audit, when the run trained with canaries."""
 
 
@@ -67,6 +61,8 @@ class RunInputs:
     has_metrics: bool = True
     client_dp: ClientDPReport | None = None
     """``client_dp.json``, when the run has one (client-level DP)."""
+    client_canaries: ClientCanaryResult | None = None
+    """``client_canaries.json``, when the run had ``audit.canary_clients``."""
     noise_source: str | None = None
     """``noise.json``'s ``source`` (``contracts.run_files.NoiseSource``); None: no file
     (runs older than it, all simulated, so seeded)."""
@@ -110,7 +106,7 @@ def load_run(run_dir: Path) -> RunInputs:
             audits[site_id] = _load_site_audit(audit_files[site_id], site_id, part)
         else:
             audits[site_id] = SiteAuditInput(
-                site_id=site_id, status="missing", error=None, result=None, **_file_fields({}, part)
+                site_id, "missing", _opt_int(part.get("train")), _opt_int(part.get("holdout"))
             )
     return RunInputs(
         run_dir=run_dir,
@@ -120,8 +116,19 @@ def load_run(run_dir: Path) -> RunInputs:
         audits=audits,
         has_metrics=metrics_path.exists(),
         client_dp=load_client_dp(run_dir),
+        client_canaries=load_client_canaries(layout.client_canaries),
         noise_source=_noise_source(layout.noise),
     )
+
+
+def load_client_canaries(path: Path) -> ClientCanaryResult | None:
+    """``client_canaries.json`` (what the canary clients measured), or None without one."""
+    if not path.exists():
+        return None
+    try:
+        return ClientCanaryResult.from_dict(_read_json(path))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReportInputError(f"{path}: not a canary-clients result ({exc})") from None
 
 
 def _noise_source(path: Path) -> str | None:
@@ -184,44 +191,6 @@ def load_client_dp(run_dir: Path) -> ClientDPReport | None:
     )
 
 
-def parse_canary(value: Any) -> CanaryReport | None:
-    """An audit file's ``canary`` block; None when absent, null or not an object.
-
-    Lenient like the rest of a site's audit file: a malformed number reads as None.
-    """
-    if not isinstance(value, dict):
-        return None
-    interval = value.get("eps_interval")
-    return CanaryReport(
-        n_canaries=_opt_int(value.get("n_canaries")),
-        n_included=_opt_int(value.get("n_included")),
-        eps_lb=_safe_float(value.get("eps_lb")),
-        eps_interval=(
-            [_safe_float(v) for v in interval]
-            if isinstance(interval, list | tuple) and len(interval) == 2
-            else None
-        ),
-        guesses=_opt_int(value.get("guesses")),
-        correct=_opt_int(value.get("correct")),
-        member_guesses=_opt_int(value.get("member_guesses")),
-        nonmember_guesses=_opt_int(value.get("nonmember_guesses")),
-        beta=_safe_float(value.get("beta")),
-        score=_opt_str(value.get("score")),
-        kind=_opt_str(value.get("kind")),
-        n_pairs_tried=_opt_int(value.get("n_pairs_tried")),
-        eps_lb_fdp=_safe_float(value.get("eps_lb_fdp")),
-        fdp_mu=_safe_float(value.get("fdp_mu")),
-        fdp_delta=_safe_float(value.get("fdp_delta")),
-        fdp_guesses=_opt_int(value.get("fdp_guesses")),
-        fdp_correct=_opt_int(value.get("fdp_correct")),
-    )
-
-
-def audit_file(run_dir: Path, site_id: int) -> Path:
-    """``RUN_DIR/audits/site-<id>.json``."""
-    return RunLayout(run_dir).audit(site_id)
-
-
 def load_site_audit(run_dir: Path, site_id: int) -> SiteAuditInput:
     """One site's audit file alone (no partition.json, metrics or other sites needed).
 
@@ -231,7 +200,7 @@ def load_site_audit(run_dir: Path, site_id: int) -> SiteAuditInput:
         When the site's audit file does not exist. An unreadable or failed one gives a
         "failed" input with the reason, as in :func:`load_run`.
     """
-    path = audit_file(run_dir, site_id)
+    path = RunLayout(run_dir).audit(site_id)
     if not path.exists():
         raise ReportInputError(f"{path} is missing (site {site_id}'s audit file)")
     return _load_site_audit(path, site_id, {})
@@ -316,51 +285,43 @@ def _load_metrics(path: Path) -> list[RoundReport]:
 
 
 def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAuditInput:
-    """Parse one SiteAudit; an unreadable file makes the site "failed", with the reason."""
+    """Read one audit file through :class:`SiteAuditFile`; an unreadable or malformed file
+    makes the site "failed", with the reason. Sizes the file lacks come from partition.json."""
+    members, holdout = _opt_int(part.get("train")), _opt_int(part.get("holdout"))
+    try:
+        file = SiteAuditFile.from_dict(_read_json(path))
+    except (ReportInputError, ValueError) as exc:
+        error = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+        return SiteAuditInput(site_id, "failed", members, holdout, error=error)
 
-    def failed(error: str, data: dict[str, Any] | None = None) -> SiteAuditInput:
+    def read(**kw: Any) -> SiteAuditInput:
         return SiteAuditInput(
-            site_id=site_id,
-            status="failed",
-            error=error,
-            result=None,
-            **_file_fields(data or {}, part),
+            site_id,
+            n_members=members if file.n_members is None else file.n_members,
+            n_holdout=holdout if file.n_holdout is None else file.n_holdout,
+            dp_epsilon=file.dp_epsilon,
+            elapsed_s=file.elapsed_s,
+            **kw,
         )
 
+    if not file.ok:
+        return read(status="failed", error=file.error or "audit failed (no error text)")
+    if file.result is None:
+        return read(status="failed", error=f"{path}: status is 'ok' but key 'result' is null")
     try:
-        data = _read_json(path)
-    except ReportInputError as exc:
-        return failed(str(exc))
-    if not isinstance(data, dict):
-        return failed(f"{path} must hold a JSON object")
-    status = data.get("status")
-    if status == "failed":
-        error = data.get("error")
-        return failed(str(error) if error is not None else "audit failed (no error text)", data)
-    if status != "ok":
-        return failed(f"{path}: key 'status' must be 'ok' or 'failed', got {status!r}", data)
-    if data.get("result") is None:
-        return failed(f"{path}: status is 'ok' but key 'result' is null", data)
-    try:
-        result = AuditResult.from_dict(data["result"])
+        result = AuditResult.from_dict(file.result)
     except (KeyError, TypeError, ValueError) as exc:
-        return failed(f"{path}: key 'result' is not an AuditResult ({type(exc).__name__}: {exc})")
-    return SiteAuditInput(
-        site_id=site_id, status="ok", error=None, result=result, **_file_fields(data, part)
-    )
+        why = f"{path}: key 'result' is not an AuditResult ({type(exc).__name__}: {exc})"
+        return read(status="failed", error=why)
+    return read(status="ok", result=result, canary=_canary(file.canary))
 
 
-def _file_fields(data: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
-    """The :class:`SiteAuditInput` fields an audit file states beside its result (sizes
-    from partition.json when it lacks them), ok or failed alike; lenient: bad values read
-    as None."""
-    return {
-        "n_members": _safe_int(data.get("n_members"), part.get("train")),
-        "n_holdout": _safe_int(data.get("n_holdout"), part.get("holdout")),
-        "dp_epsilon": _safe_float(data.get("dp_epsilon")),
-        "elapsed_s": _safe_float(data.get("elapsed_s")),
-        "canary": parse_canary(data.get("canary")),
-    }
+def _canary(data: dict[str, Any] | None) -> CanaryResult | None:
+    """The file's canary audit; a malformed block drops the canary numbers, nothing else."""
+    try:
+        return None if data is None else CanaryResult.from_dict(data)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _read_json(path: Path) -> Any:
@@ -395,19 +356,7 @@ def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _safe_float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
 def _opt_int(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return int(value)
-
-
-def _safe_int(value: Any, fallback: Any = None) -> int | None:
-    got = _opt_int(value)
-    return got if got is not None else _opt_int(fallback)

@@ -39,11 +39,11 @@ def build_manifest(
     result
         The site's audit result (repeat seeds and data sizes); None for a failed audit.
     """
-    exists = config_path is not None and config_path.exists()
+    path = config_path if config_path is not None and config_path.exists() else None
     settings = _section(_section(config, "audit"), "settings")
     return ReproManifest(
-        config_file=config_path.name if exists else None,
-        config_sha256=file_sha256(config_path) if exists else None,  # type: ignore[arg-type]
+        config_file=None if path is None else path.name,
+        config_sha256=None if path is None else file_sha256(path),
         run_seed=_int(config.get("seed")),
         audit_seed=_int(settings.get("seed")),
         repeat_seeds=[] if result is None else [int(r.seed) for r in result.repeats],

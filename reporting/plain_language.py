@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 
-from .formatting import SIDE_LABELS, fmt
-from .schema import FlagsReport, IntervalReport, PlainReading, SiteReport, flag_specs
+from audit.result import AuditFlags, Interval
+
+from .formatting import NOT_A_BOUND, SIDE_LABELS, fmt, mean_of, scorer_values
+from .schema import FLAGS, AuditReport, PlainReading, SiteReport, Verdict
 
 THREAT_MODEL: tuple[str, str, str] = (
     "Who: anyone who holds the final shared model (every site of the consortium, and "
@@ -20,9 +22,6 @@ THREAT_MODEL: tuple[str, str, str] = (
     "Not covered: attackers who watch the model updates exchanged during training, who "
     "collude with the server or other sites, or who try to rebuild records.",
 )
-
-_FLAG_SENTENCES: dict[str, str] = {name: flag.plain for name, flag in flag_specs()}
-"""A flag's sentence for a privacy officer, by flag (declared with the flag)."""
 
 
 def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
@@ -35,7 +34,8 @@ def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
     exposed_records
         Whether the site keeps its own list of most exposed records (linked on the page).
     """
-    if site.status != "ok":
+    audit = site.audit
+    if audit is None:
         why = site.error or "no audit file"
         return PlainReading(
             verdict="no result",
@@ -44,13 +44,15 @@ def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
             meaning=["Without a result, nothing can be said about your records."],
             not_shown=[_not_shown_records(exposed_records)],
         )
-    value, interval, two_sided = _headline_value(site)
+    two = audit.two_sided
+    interval = audit.one_sided.eps_tilde if two is None else two.eps_tilde
+    value = mean_of(interval)
     verdict = _verdict(value, interval)
     return PlainReading(
         verdict=verdict,
-        headline=_headline(verdict, value, interval, site.two_sided_side if two_sided else None),
-        measured=_measured(site),
-        meaning=_meaning(site, verdict, value, two_sided),
+        headline=_headline(verdict, value, interval, None if two is None else two.side),
+        measured=_measured(site, audit),
+        meaning=_meaning(site, audit, verdict, value),
         not_shown=[
             "It is not proof of privacy: a reading of 0 means this audit found no evidence, "
             "and a weaker audit finds none either.",
@@ -64,31 +66,24 @@ def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
     )
 
 
-def _headline_value(site: SiteReport) -> tuple[float | None, IntervalReport | None, bool]:
-    """The two-sided eps_tilde, or the one-sided one for audits that predate it."""
-    if site.eps_tilde_two_sided is not None:
-        return site.eps_tilde_two_sided, site.eps_tilde_two_sided_interval, True
-    return site.eps_tilde, site.eps_tilde_interval, False
-
-
-def _verdict(value: float | None, interval: IntervalReport | None) -> str:
+def _verdict(value: float | None, interval: Interval | None) -> Verdict:
     if value is None or value <= 0:
         return "none"
     # One repeat has no spread to judge by: the reading stays inconclusive.
-    if interval is not None and (interval.n or 0) >= 2 and (interval.low or 0.0) > 0:
+    if interval is not None and interval.n >= 2 and interval.low > 0:
         return "evidence"
     return "inconclusive"
 
 
-def _span(value: float | None, interval: IntervalReport | None) -> str:
+def _span(value: float | None, interval: Interval | None) -> str:
     text = f"eps_tilde = {fmt(value)}"
-    if interval is None or interval.low is None or interval.high is None or (interval.n or 0) < 2:
+    if interval is None or interval.n < 2:
         return text
     return f"{text} (95% interval {fmt(interval.low)} to {fmt(interval.high)})"
 
 
 def _headline(
-    verdict: str, value: float | None, interval: IntervalReport | None, side: str | None
+    verdict: str, value: float | None, interval: Interval | None, side: str | None
 ) -> str:
     name = "two-sided " if side is not None else ""
     span = f"{name}{_span(value, interval)}"
@@ -112,14 +107,15 @@ def _headline(
     )
 
 
-def _measured(site: SiteReport) -> list[str]:
-    m = site.sizes.get("m")
+def _measured(site: SiteReport, audit: AuditReport) -> list[str]:
+    m = audit.sizes.get("m")
+    canary, canaries = site.privacy.canary, site.privacy.canaries
     lookalikes = (
         "real public records of the same kind that no site trained on"
-        if site.generator_kind == "reference_pool"
+        if audit.generator_kind == "reference_pool"
         else "synthetic records from a generator fitted on a small share of your records"
     )
-    repeats = site.n_repeats or 0
+    repeats = audit.n_repeats
     lines = [
         f"After training, your site tested the final shared model on {fmt(site.n_members)} of "
         f"your own training records against look-alike records it never trained on "
@@ -131,26 +127,28 @@ def _measured(site: SiteReport) -> list[str]:
         "better the attacker does than the baseline, on a log-odds scale (0 = no better).",
         "The two-sided eps_tilde counts both kinds of confident guesses: 'this record was used "
         "in training' and 'this record was not'. The paper's original (one-sided) eps_tilde "
-        f"counts only the first; it reads {fmt(site.eps_tilde)} here.",
+        f"counts only the first; it reads {fmt(mean_of(audit.one_sided.eps_tilde))} here.",
     ]
-    if site.canaries:
+    if canaries:
         lines.append(
-            f"Your site also trained on {site.canaries} canary records, each kept or left out "
+            f"Your site also trained on {canaries} canary records, each kept or left out "
             "by a fair coin, and guessed afterwards which were kept: a lower bound on epsilon "
-            f"of {fmt(site.canary_eps_lb)}. The canaries changed the model: it is not the one "
-            "the consortium would have trained without them."
+            f"of {fmt(None if canary is None else canary.eps_lb)}. The canaries changed the "
+            "model: it is not the one the consortium would have trained without them."
         )
-    if site.rm_rn_eps_lb is not None or site.o1_eps_lb is not None:
+    rm_rn_two = None if audit.two_sided is None else audit.two_sided.rm_rn_eps_lb
+    if audit.one_sided.rm_rn_eps_lb is not None or audit.o1_eps_lb is not None:
         lines.append(
             "Two cross-checks used real records of your site that the model never saw: RM;RN "
-            f"(the same attack, {fmt(site.rm_rn_eps_lb_two_sided)} two-sided) and O(1) (a "
-            f"simpler loss-threshold test, {fmt(site.o1_eps_lb)})."
+            f"(the same attack, {fmt(mean_of(rm_rn_two))} two-sided) and O(1) (a "
+            f"simpler loss-threshold test, {fmt(mean_of(audit.o1_eps_lb))})."
         )
     return lines
 
 
-def _meaning(site: SiteReport, verdict: str, value: float | None, two_sided: bool) -> list[str]:
+def _meaning(site: SiteReport, audit: AuditReport, verdict: str, value: float | None) -> list[str]:
     lines: list[str] = []
+    side = None if audit.two_sided is None else audit.two_sided.side
     if verdict == "evidence" and value is not None:
         lines.append(
             f"Seeing the model can make an attacker's confident guess about one of your records "
@@ -159,14 +157,14 @@ def _meaning(site: SiteReport, verdict: str, value: float | None, two_sided: boo
             f"protects your records no better than epsilon = {fmt(value, 2)} would, provided "
             "the baseline is as strong as any attacker without the model."
         )
-        if two_sided and site.two_sided_side == "nonmember":
+        if side == "nonmember":
             lines.append(
                 "The leakage is in 'not a member' guesses: the model fits your training records "
                 "much more closely than similar records it never saw, so a record it fits badly "
                 "is almost surely not in your data. Ruling people out of a small or known "
                 "population also points at those who remain."
             )
-        elif two_sided:
+        elif side is not None:
             lines.append(
                 "The leakage is in 'member' guesses: for some of your records the model is "
                 "confident enough to say correctly that they were used in training."
@@ -178,28 +176,24 @@ def _meaning(site: SiteReport, verdict: str, value: float | None, two_sided: boo
         )
     else:
         lines.append("This audit measured no leakage about your records.")
-    lines += _flag_lines(site)
-    lines.append(_low_fpr_line(site))
+    lines += _flag_lines(audit)
+    lines.append(_low_fpr_line(audit))
     lines.append(_dp_line(site))
     return [line for line in lines if line]
 
 
-def _flag_lines(site: SiteReport) -> list[str]:
+def _flag_lines(audit: AuditReport) -> list[str]:
     """One sentence per raised flag, for the headline's game (the larger side if two-sided)."""
-    flags: FlagsReport | None = site.flags
+    flags: AuditFlags = audit.one_sided.flags
     where = ""
-    if site.two_sided is not None and site.two_sided_side is not None:
-        flags = getattr(site.two_sided, site.two_sided_side).flags
-        where = f"On the {SIDE_LABELS[site.two_sided_side]} side: "
-    if flags is None:
-        return []
-    raised = [name for name in _FLAG_SENTENCES if getattr(flags, name)]
-    return [where + _FLAG_SENTENCES[name] for name in raised]
+    if audit.two_sided is not None:
+        flags = getattr(audit.two_sided, audit.two_sided.side).flags
+        where = f"On the {SIDE_LABELS[audit.two_sided.side]} side: "
+    return [where + flag.plain for name, flag in FLAGS.items() if getattr(flags, name)]
 
 
-def _low_fpr_line(site: SiteReport) -> str:
-    mia = (site.mia_tpr_at_fpr or {}).get("0.01")
-    base = (site.baseline_tpr_at_fpr or {}).get("0.01")
+def _low_fpr_line(audit: AuditReport) -> str:
+    mia, base = (scorer_values(audit, scorer)[1] for scorer in ("mia", "baseline"))
     if mia is None:
         return ""
     return (
@@ -213,23 +207,23 @@ def _low_fpr_line(site: SiteReport) -> str:
 def _dp_line(site: SiteReport) -> str:
     """The guarantee beside the measurements: a lower bound above it is a bug; eps_tilde above
     it is not (eps_tilde is a measurement, not a bound)."""
-    dp_epsilon = site.dp_epsilon
+    dp_epsilon = site.privacy.dp_epsilon
     if dp_epsilon is None:
         return (
             "Your site trained without differential privacy (DP), so there is no guarantee to "
             "compare with."
         )
     head = f"Your site's records have a DP guarantee of epsilon at most {fmt(dp_epsilon, 2)}; "
-    if site.bound_violations:
-        names = ", ".join(v.label for v in site.bound_violations)
+    if site.checks.bound_violations:
+        names = ", ".join(v.label for v in site.checks.bound_violations)
         return (
             head + f"a measured lower bound is above it ({names}). That cannot happen when the "
             "training and its accounting are correct, except by a rare chance: it signals a bug "
             "to investigate before trusting either number."
         )
-    if site.eps_tilde_above_accountant:
+    if site.checks.eps_tilde_above_accountant:
         return (
-            head + "eps_tilde reads above it. eps_tilde is a measurement, not a bound: its "
+            head + f"eps_tilde reads above it. {NOT_A_BOUND}: its "
             "baseline is weaker than the best attacker without the model could be, so this is no "
             "contradiction. Every measured lower bound is below the guarantee, as it should be."
         )

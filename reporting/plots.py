@@ -6,11 +6,14 @@ Each function returns None when it has nothing to draw, so the HTML can say so i
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
-from audit.result import AuditResult, Curve, RocSummary
+from audit.result import AuditResult, Curve, Interval, RocSummary
 
-from .schema import SCORERS, RoundReport, SiteReport, SweepPointReport, SweepSiteRow
+from .formatting import mean_of, quality
+from .privacy_ledger import released_model_epsilon
+from .schema import SCORERS, RoundReport, SiteReport, SweepPointReport
 from .svg_axes import Axes, Bar, LegendEntry, Marker, Style, Text
 from .svg_chart import render_figure
 
@@ -37,14 +40,29 @@ _CYCLE = (
 _DOTTED = "2 3"
 _DASHED = "6 3"
 
-_EPS_SERIES: tuple[tuple[str, str, Marker, str], ...] = (
-    ("eps_tilde", _MIA, "o", "eps_tilde one-sided (95% CI)"),
-    ("eps_tilde_two_sided", _TWO_SIDED, "D", "eps_tilde two-sided (95% CI)"),
-    ("rm_rn_eps_lb", _RMRN, "s", "RM;RN eps lower bound"),
-    ("o1_eps_lb", _O1, "^", "O(1) eps lower bound"),
+Estimate = Callable[[SiteReport], Interval | None]
+
+
+def _two_sided(site: SiteReport) -> Interval | None:
+    two = None if site.audit is None else site.audit.two_sided
+    return None if two is None else two.eps_tilde
+
+
+def _one_sided(name: str) -> Estimate:
+    return lambda s: None if s.audit is None else getattr(s.audit.one_sided, name)
+
+
+def _o1(site: SiteReport) -> Interval | None:
+    return None if site.audit is None else site.audit.o1_eps_lb
+
+
+_EPS_SERIES: tuple[tuple[Estimate, str, Marker, str], ...] = (
+    (_one_sided("eps_tilde"), _MIA, "o", "eps_tilde one-sided (95% CI)"),
+    (_two_sided, _TWO_SIDED, "D", "eps_tilde two-sided (95% CI)"),
+    (_one_sided("rm_rn_eps_lb"), _RMRN, "s", "RM;RN eps lower bound"),
+    (_o1, _O1, "^", "O(1) eps lower bound"),
 )
-"""(field, colour, marker, legend) of each epsilon drawn per site; the field names are
-shared by :class:`SiteReport` and :class:`SweepSiteRow`, with ``<field>_interval``."""
+"""(estimate, colour, marker, legend) of each epsilon drawn per site."""
 
 _SCORER_STYLE: dict[str, tuple[str, str]] = {
     "baseline": (_BASELINE, "baseline b"),
@@ -101,17 +119,17 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
     width = 0.18
     offsets = [width * (j - (len(_EPS_SERIES) - 1) / 2) for j in range(len(_EPS_SERIES))]
     for x, site in enumerate(sites):
-        if site.status != "ok":
+        if site.audit is None:
             ax.texts.append(Text(x, 0.0, site.status, "grey", size=10, vertical=True))
             continue
-        if site.headroom is not None:
-            ax.bars.append(Bar(x, site.headroom, 0.8, "#e6e6e6", "#999999"))
+        game = site.audit.one_sided
+        if game.headroom is not None:
+            ax.bars.append(Bar(x, game.headroom, 0.8, "#e6e6e6", "#999999"))
         _eps_points(ax, site, [x + dx for dx in offsets])
-        if site.flags and (site.flags.saturated or site.flags.c_lb_not_tight):
-            label = "saturated" if site.flags.saturated else "not tight"
-            ax.texts.append(
-                Text(x + offsets[0], site.eps_tilde or 0.0, label, "darkorange", size=9, dy=10)
-            )
+        if game.flags.saturated or game.flags.c_lb_not_tight:
+            label = "saturated" if game.flags.saturated else "not tight"
+            y = mean_of(game.eps_tilde) or 0.0
+            ax.texts.append(Text(x + offsets[0], y, label, "darkorange", size=9, dy=10))
     ax.hlines.append((0.0, Style("#808080", width=0.8)))
     ax.legend = [
         *_eps_legend(),
@@ -122,10 +140,11 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
     return _svg([ax], size=(max(640.0, 60.0 * len(sites) + 450.0), 360.0))
 
 
-def _eps_points(ax: Axes, row: SiteReport | SweepSiteRow, xs: list[float]) -> None:
+def _eps_points(ax: Axes, site: SiteReport, xs: list[float]) -> None:
     """One marker (with its interval) per :data:`_EPS_SERIES` entry, at ``xs``."""
-    for x, (name, color, shape, _) in zip(xs, _EPS_SERIES):
-        _errpoint(ax, x, getattr(row, name), getattr(row, f"{name}_interval"), color, shape)
+    for x, (of, color, shape, _) in zip(xs, _EPS_SERIES):
+        iv = of(site)
+        _errpoint(ax, x, mean_of(iv), iv, color, shape)
 
 
 def _eps_legend() -> list[LegendEntry]:
@@ -139,7 +158,7 @@ def _errpoint(ax: Axes, x: float, value: float | None, iv: Any, color: str, shap
     if value is None:
         return
     low = high = None
-    if iv is not None and iv.low is not None and iv.high is not None:
+    if iv is not None and math.isfinite(iv.low) and math.isfinite(iv.high):
         # An interval that does not hold its own point is drawn from the point (as matplotlib
         # clipped negative error-bar lengths to 0).
         low, high = min(value, iv.low), max(value, iv.high)
@@ -226,8 +245,9 @@ def _curve_grid(
                     _nan(_series(curve, y_of)),
                     Style(color, width=1.2, opacity=opacity),
                 )
-        if ceiling_line and site.ceiling is not None:
-            ax.hlines.append((site.ceiling, ceiling))
+        top = None if site.audit is None else site.audit.one_sided.ceiling
+        if ceiling_line and top is not None:
+            ax.hlines.append((top, ceiling))
         panels.append(ax)
     if ceiling_line and any(ax.hlines for ax in panels):
         legend.append(LegendEntry("ceiling", ceiling))
@@ -402,9 +422,9 @@ _NO_DP = "no DP"
 
 def _site_rows(
     points: list[SweepPointReport],
-) -> dict[int, list[tuple[SweepPointReport, SweepSiteRow]]]:
+) -> dict[int, list[tuple[SweepPointReport, SiteReport]]]:
     """Each site's rows over the points, by site id (sites without an audit included)."""
-    by_site: dict[int, list[tuple[SweepPointReport, SweepSiteRow]]] = {}
+    by_site: dict[int, list[tuple[SweepPointReport, SiteReport]]] = {}
     for p in points:
         for s in p.sites:
             by_site.setdefault(s.site_id, []).append((p, s))
@@ -412,21 +432,20 @@ def _site_rows(
 
 
 def _site_eps_positions(
-    rows: list[tuple[SweepPointReport, SweepSiteRow]],
+    rows: list[tuple[SweepPointReport, SiteReport]],
 ) -> tuple[dict[str, float], float, list[float]]:
     """x of each point for one site: its accountant eps; points without DP at the right end.
 
     Points with DP on but no accountant number are left out (nowhere honest to put them).
     """
-    finite = sorted(
-        {s.theoretical_eps for _, s in rows if s.theoretical_eps and s.theoretical_eps > 0}
-    )
+    eps = [(p, released_model_epsilon(s.privacy)) for p, s in rows]
+    finite = sorted({e for _, e in eps if e and e > 0})
     no_dp_x = finite[-1] * 4 if finite else 1.0
     pos: dict[str, float] = {}
-    for p, s in rows:
-        if s.theoretical_eps is not None and s.theoretical_eps > 0:
-            pos[p.label] = s.theoretical_eps
-        elif s.theoretical_eps is None and p.private is False:
+    for p, e in eps:
+        if e is not None and e > 0:
+            pos[p.label] = e
+        elif e is None and p.private is False:
             pos[p.label] = no_dp_x
     return pos, no_dp_x, finite
 
@@ -476,11 +495,12 @@ def sweep_site_accuracy_plot(points: list[SweepPointReport]) -> str | None:
     def draw(ax: Axes, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
         for p, s in rows:
             x = pos[p.label]
-            if s.global_accuracy is not None:
-                ax.point(x, s.global_accuracy, global_style)
-            if s.accuracy_holdout is not None:
-                ax.point(x, s.accuracy_holdout, holdout_style)
-            y = s.accuracy_holdout if s.accuracy_holdout is not None else s.global_accuracy
+            holdout = quality(s, "target_accuracy_nonmembers")
+            if p.global_accuracy is not None:
+                ax.point(x, p.global_accuracy, global_style)
+            if holdout is not None:
+                ax.point(x, holdout, holdout_style)
+            y = holdout if holdout is not None else p.global_accuracy
             if y is not None:
                 ax.texts.append(Text(x, y, p.label, "#222", size=8, dx=5, dy=5))
         ax.ylabel = "accuracy (fraction)"
@@ -496,21 +516,23 @@ def sweep_site_accuracy_plot(points: list[SweepPointReport]) -> str | None:
     )
 
 
-_BOUND_SERIES: tuple[tuple[str, str, Marker, str], ...] = (
-    ("canary_eps_lb", _CANARY, "*", "canary eps lower bound"),
-    ("eps_tilde", _TWO_SIDED, "D", "eps_tilde, two-sided where measured (95% CI)"),
-    ("o1_eps_lb", _O1, "^", "O(1) eps lower bound (95% CI)"),
+def _canary(site: SiteReport) -> tuple[float | None, Interval | None]:
+    return (None if site.privacy.canary is None else site.privacy.canary.eps_lb), None
+
+
+def _eps_tilde(site: SiteReport) -> tuple[float | None, Interval | None]:
+    """eps_tilde, the two-sided one where there is one."""
+    iv = _two_sided(site) or _one_sided("eps_tilde")(site)
+    return mean_of(iv), iv
+
+
+_BOUND_SERIES: tuple[tuple[Callable[[SiteReport], Any], str, Marker, str], ...] = (
+    (_canary, _CANARY, "*", "canary eps lower bound"),
+    (_eps_tilde, _TWO_SIDED, "D", "eps_tilde, two-sided where measured (95% CI)"),
+    (lambda s: (mean_of(_o1(s)), _o1(s)), _O1, "^", "O(1) eps lower bound (95% CI)"),
 )
-"""(field, colour, marker, legend) of each measurement against the accountant's eps."""
-
-
-def _bound_value(row: SweepSiteRow, name: str) -> tuple[float | None, Any]:
-    """A measurement and its interval; eps_tilde is the two-sided one where there is one."""
-    if name == "eps_tilde" and row.eps_tilde_two_sided is not None:
-        return row.eps_tilde_two_sided, row.eps_tilde_two_sided_interval
-    if name == "canary_eps_lb":
-        return row.canary_eps_lb, None
-    return getattr(row, name), getattr(row, f"{name}_interval")
+"""(value and interval, colour, marker, legend) of each measurement against the
+accountant's eps."""
 
 
 def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
@@ -521,8 +543,8 @@ def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
     def draw(ax: Axes, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
         n = len(_BOUND_SERIES)
         for p, s in rows:
-            for j, (name, color, shape, _) in enumerate(_BOUND_SERIES):
-                value, iv = _bound_value(s, name)
+            for j, (of, color, shape, _) in enumerate(_BOUND_SERIES):
+                value, iv = of(s)
                 # Side by side around the point's x, evenly on the log axis.
                 x = pos[p.label] * math.exp(0.08 * (j - (n - 1) / 2))
                 _errpoint(ax, x, value, iv, color, shape)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from audit.result import AuditResult
+from contracts.json_values import json_safe
 from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR, exposed_records_name
 
 from .aggregate import site_report
@@ -28,16 +29,14 @@ from .inputs import (
 )
 from .manifest import build_manifest
 from .plain_language import THREAT_MODEL, plain_reading
-from .privacy_ledger import ledger_row, privacy_settings
+from .privacy_ledger import privacy_settings
 from .schema import (
-    SITE_REPORT_SCHEMA_VERSION,
+    SCHEMA_VERSION,
     ConsortiumStanding,
-    LedgerRow,
     ReportFiles,
     RunReport,
     SitePageReport,
     SiteReport,
-    to_jsonable,
 )
 from .site_page import render_site_page
 from .standing import consortium_standing, standing_unavailable
@@ -67,15 +66,13 @@ def build_site_page_report(
     config: dict[str, Any],
     standing: ConsortiumStanding,
     source: Literal["consortium", "site"],
-    ledger: LedgerRow | None = None,
 ) -> SitePageReport:
-    """A site's report from its numbers, its standing, its ledger row and the run
-    directory's files."""
+    """A site's report from its numbers, its standing and the run directory's files."""
     link = exposed_records_link(run_dir, site.site_id)
     config_path = Path(run_dir) / CONFIG_FILE
     name = config.get("name")
     return SitePageReport(
-        schema_version=SITE_REPORT_SCHEMA_VERSION,
+        schema_version=SCHEMA_VERSION,
         run_name=str(name) if name is not None else None,
         site=site,
         reading=plain_reading(site, exposed_records=link is not None),
@@ -84,14 +81,12 @@ def build_site_page_report(
         manifest=build_manifest(config_path if config_path.exists() else None, config, result),
         exposed_records_link=link,
         source=source,
-        ledger=ledger,
     )
 
 
 def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> list[ReportFiles]:
     """The aggregator's per-site reports: one per site with an audit file (ok or failed)."""
     written = []
-    ledger = {row.site_id: row for row in report.ledger}
     for site in report.sites:
         audit = inputs.audits.get(site.site_id)
         if audit is None or site.status == "missing":
@@ -104,7 +99,6 @@ def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> l
             config=inputs.config,
             standing=consortium_standing(site.site_id, report.sites),
             source="consortium",
-            ledger=ledger.get(site.site_id),
         )
         written.append(_write(run_dir, page, result))
     return written
@@ -131,9 +125,9 @@ def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
     audit = load_site_audit(run_dir, site_id)
     result = _ok_result(audit)
     config = load_optional_config(run_dir)
-    settings = privacy_settings(config)
-    client_dp = load_client_dp(run_dir)
-    site = site_report(audit, rounds=[], settings=settings, client_dp=client_dp)
+    site = site_report(
+        audit, rounds=[], settings=privacy_settings(config), client_dp=load_client_dp(run_dir)
+    )
     page = build_site_page_report(
         run_dir,
         site,
@@ -141,8 +135,6 @@ def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
         config=config,
         standing=standing_unavailable(),
         source="site",
-        # The global accuracy is the server's (metrics.jsonl), not in the site's file.
-        ledger=ledger_row(site, settings, client_dp, global_accuracy=None),
     )
     return _write(run_dir, page, result)
 
@@ -154,7 +146,7 @@ def _ok_result(audit: SiteAuditInput) -> AuditResult | None:
 def _write(run_dir: Path, page: SitePageReport, result: AuditResult | None) -> ReportFiles:
     paths = site_report_paths(run_dir, page.site.site_id)
     paths.json_path.parent.mkdir(parents=True, exist_ok=True)
-    paths.json_path.write_text(json.dumps(to_jsonable(page), indent=2, allow_nan=False) + "\n")
+    paths.json_path.write_text(json.dumps(json_safe(page), indent=2, allow_nan=False) + "\n")
     paths.html_path.write_text(render_site_page(page, result))
-    warnings = [f"{VIOLATION_TITLE}: {v.message}" for v in page.site.bound_violations]
+    warnings = [f"{VIOLATION_TITLE}: {v.message}" for v in page.site.checks.bound_violations]
     return dataclasses.replace(paths, warnings=warnings)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+from .aggregate import two_sided_mean
 from .schema import ConsortiumStanding, SiteReport
 
 MIN_SITES_FOR_STATISTICS = 3
@@ -32,11 +33,8 @@ def consortium_standing(site_id: int, sites: list[SiteReport]) -> ConsortiumStan
         Rank 1 = the largest value; tied sites share the better rank. Not available when
         the site itself has no two-sided value.
     """
-    values = {
-        s.site_id: s.eps_tilde_two_sided
-        for s in sites
-        if s.status == "ok" and s.eps_tilde_two_sided is not None
-    }
+    two_sided = {s.site_id: two_sided_mean(s) for s in sites}
+    values = {sid: v for sid, v in two_sided.items() if v is not None}
     own = values.get(site_id)
     if own is None:
         return ConsortiumStanding(

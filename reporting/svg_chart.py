@@ -234,20 +234,20 @@ def render_axes(ax: Axes, left: float, top: float, width: float, height: float) 
         px = sx.one(x)
         out.append(f'<line x1="{px:.1f}" y1="0" x2="{px:.1f}" y2="{ph:.1f}" {_attrs(style)}/>')
     for line in ax.lines:
-        px, py = sx(line.xs), sy(line.ys)
-        out.extend(_polylines(px, py, line.style))
+        lx, ly = sx(line.xs), sy(line.ys)
+        out.extend(_polylines(lx, ly, line.style))
         if line.style.marker:
-            ok = np.isfinite(px) & np.isfinite(py)
-            out.extend(marker(a, b, line.style, size=3) for a, b in zip(px[ok], py[ok]))
+            ok = np.isfinite(lx) & np.isfinite(ly)
+            out.extend(marker(a, b, line.style, size=3) for a, b in zip(lx[ok], ly[ok]))
     for p in ax.points:
         px, py = sx.one(p.x), sy.one(p.y)
         if p.low is not None and p.high is not None:
             ya, yb = sy.one(p.low), sy.one(p.high)
-            bar = f'stroke="{p.style.color}" stroke-width="1.2"'
-            out.append(f'<line x1="{px:.1f}" y1="{ya:.1f}" x2="{px:.1f}" y2="{yb:.1f}" {bar}/>')
+            ink = f'stroke="{p.style.color}" stroke-width="1.2"'
+            out.append(f'<line x1="{px:.1f}" y1="{ya:.1f}" x2="{px:.1f}" y2="{yb:.1f}" {ink}/>')
             for yc in (ya, yb):
                 out.append(
-                    f'<line x1="{px - 3:.1f}" y1="{yc:.1f}" x2="{px + 3:.1f}" y2="{yc:.1f}" {bar}/>'
+                    f'<line x1="{px - 3:.1f}" y1="{yc:.1f}" x2="{px + 3:.1f}" y2="{yc:.1f}" {ink}/>'
                 )
         if math.isfinite(px) and math.isfinite(py):
             out.append(marker(px, py, p.style))
@@ -325,8 +325,8 @@ def render_figure(
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="DejaVu Sans, Arial, sans-serif">',
         f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>',
     ]
-    for i, line in enumerate(title_lines):
-        out.append(_text(width / 2, TITLE_LINE * (i + 1), line, size=TITLE_FONT, bold=True))
+    for i, title_line in enumerate(title_lines):
+        out.append(_text(width / 2, TITLE_LINE * (i + 1), title_line, size=TITLE_FONT, bold=True))
     out.extend(keys)
     for i, ax in enumerate(panels):
         row, col = divmod(i, cols)

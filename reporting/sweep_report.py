@@ -15,40 +15,23 @@ from pathlib import Path
 from typing import Any
 
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
+from contracts.json_values import json_safe
 
 from . import plots
 from .aggregate import build_report
-from .columns import POINT_COLUMNS, SWEEP_SITE_COLUMNS, PointSite, html_cells, html_headers
+from .columns import POINT_COLUMNS, SWEEP_SITE_COLUMNS, SiteRow, html_table, md_table, md_text
 from .formatting import (
+    NOT_A_BOUND,
+    TIGHT_ONLY,
     VIOLATION_TITLE,
     canary_banner,
-    flag_labels,
     violation_banner_lines,
 )
-from .html_page import (
-    SORT_SCRIPT,
-    canary_block,
-    esc,
-    figure,
-    meaning_block,
-    page,
-    th_row,
-    violation_banner,
-)
+from .html_page import SORT_SCRIPT, canary_block, esc, figure, meaning_block, page, violation_banner
+from .html_report import site_row_class
 from .inputs import ReportInputError, load_run
-from .markdown_report import md_text, table_lines
-from .privacy_ledger import privacy_settings, released_model_epsilon
-from .schema import (
-    SWEEP_SCHEMA_VERSION,
-    ReportFiles,
-    RunReport,
-    SiteReport,
-    SweepPointReport,
-    SweepReport,
-    SweepSiteRow,
-    project,
-    to_jsonable,
-)
+from .privacy_ledger import privacy_settings
+from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SweepPointReport, SweepReport
 
 
 @dataclass(frozen=True)
@@ -79,7 +62,7 @@ def build_sweep_report(
     if dupes:
         raise ValueError(f"sweep point labels must be unique; repeated: {dupes}")
     return SweepReport(
-        schema_version=SWEEP_SCHEMA_VERSION,
+        schema_version=SCHEMA_VERSION,
         points=[_point(Path(sweep_dir), p, write_point_reports) for p in points],
         meaning=EPS_TILDE_MEANING,
         two_sided_meaning=TWO_SIDED_MEANING,
@@ -111,6 +94,8 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
             max_eps_tilde_two_sided=None,
             sites=[],
             report_html=None,
+            dp_level=None,
+            canaries=None,
         )
     report = build_report(inputs)
     if write_point_reports:
@@ -119,11 +104,10 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
 
         write_report(run_dir)
     problems = _problems(report, has_metrics=inputs.has_metrics)
-    eps = [s.dp_epsilon for s in report.sites if s.dp_epsilon is not None]
+    eps = [s.privacy.dp_epsilon for s in report.sites if s.privacy.dp_epsilon is not None]
     # Any level counts: client-level DP alone makes the point private too.
     config_dp = privacy_settings(report.run).private
     html_path = run_dir / "report.html"
-    accuracy = report.consortium.final_global_accuracy
     return SweepPointReport(
         label=point.label,
         overrides=dict(point.overrides),
@@ -137,20 +121,10 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
         rounds_completed=report.consortium.rounds_completed,
         max_eps_tilde=report.consortium.max_eps_tilde,
         max_eps_tilde_two_sided=report.consortium.max_eps_tilde_two_sided,
-        sites=[_site_row(s, accuracy) for s in report.sites],
+        sites=report.sites,
         report_html=os.path.join(rel, "report.html") if html_path.exists() else None,
         dp_level=report.dp_level,
         canaries=report.canaries,
-    )
-
-
-def _site_row(site: SiteReport, global_accuracy: float | None) -> SweepSiteRow:
-    """The sweep's view of a site (:func:`~.schema.project`) with the point's accuracy."""
-    return project(
-        SweepSiteRow,
-        site,
-        global_accuracy=global_accuracy,
-        theoretical_eps=released_model_epsilon(site),
     )
 
 
@@ -170,43 +144,13 @@ def _problems(report: RunReport, *, has_metrics: bool) -> list[str]:
     return problems
 
 
-def _points_table(report: SweepReport) -> list[str]:
-    rows = [
-        f'<tr class="{"incomplete" if p.status == "incomplete" else "ok"}">'
-        + html_cells(POINT_COLUMNS, p)
-        + "</tr>"
-        for p in report.points
-    ]
-    return ['<table class="sortable">', th_row(html_headers(POINT_COLUMNS)), *rows, "</table>"]
-
-
-SITE_HEADERS: tuple[str, ...] = tuple(c.header for c in SWEEP_SITE_COLUMNS)
-"""The per-site table's headers (html and md): :data:`~.columns.SWEEP_SITE_COLUMNS`."""
-
-
-def _row_class(s: SweepSiteRow) -> str:
-    if s.bound_violations:
-        return "violation"
-    if s.status != "ok":
-        return s.status
-    labels = flag_labels(s.flags)
-    return "not-tight" if "c_lb not tight" in labels else "saturated" if labels else "ok"
-
-
-def _sites_table(report: SweepReport) -> list[str]:
-    rows = [
-        f'<tr class="{esc(_row_class(s))}">'
-        + html_cells(SWEEP_SITE_COLUMNS, PointSite(p, s))
-        + "</tr>"
-        for p in report.points
-        for s in p.sites
-    ]
-    return ['<table class="sortable">', th_row(html_headers(SWEEP_SITE_COLUMNS)), *rows, "</table>"]
+def _site_rows(report: SweepReport) -> list[SiteRow]:
+    return [SiteRow(s, p.global_accuracy, p) for p in report.points for s in p.sites]
 
 
 def _violations(report: SweepReport) -> list[str]:
     return violation_banner_lines(
-        [v for p in report.points for s in p.sites for v in s.bound_violations]
+        [v for p in report.points for s in p.sites for v in s.checks.bound_violations]
     )
 
 
@@ -236,16 +180,25 @@ def render_sweep_html(report: SweepReport) -> str:
         meaning_block(),
         "<h2>Points</h2>",
         "<p>Click a column header to sort a table by it (again to reverse).</p>",
-        *_points_table(report),
+        html_table(
+            POINT_COLUMNS,
+            report.points,
+            attrs=' class="sortable"',
+            row_class=lambda p: "incomplete" if p.status == "incomplete" else "ok",
+        ),
         "<h2>Per point and site</h2>",
-        *_sites_table(report),
+        html_table(
+            SWEEP_SITE_COLUMNS,
+            _site_rows(report),
+            attrs=' class="sortable"',
+            row_class=lambda r: site_row_class(r.site),
+        ),
         "<h2>Measured epsilon against the theoretical epsilon</h2>",
         figure(
             plots.sweep_eps_plot(report.points),
             "One marker per site and point: eps_tilde one-sided and two-sided with their 95% "
             "intervals, RM;RN and O(1) lower bounds. Non-private points sit at the 'inf' "
-            "position. Lower bounds should stay below the dotted y = eps line; eps_tilde is a "
-            "lower bound only where c_lb is tight.",
+            f"position. Lower bounds should stay below the dotted y = eps line; {TIGHT_ONLY}.",
             alt="measured vs theoretical epsilon",
         ),
         "<h2>Accuracy against privacy</h2>",
@@ -270,12 +223,11 @@ def render_sweep_html(report: SweepReport) -> str:
             "(two-sided where measured) against the site's record-level DP guarantee (log "
             "scale), with the y = x line; points without DP at 'no DP', right. A lower bound "
             "above the line is a bound violation; the gap below it is how far the audit is "
-            "from tight. eps_tilde is a measurement, not a bound: above the line it is no "
-            "contradiction.",
+            f"from tight. {NOT_A_BOUND}: above the line it is no contradiction.",
             alt="measured lower bounds vs accountant epsilon per site",
         ),
     ]
-    return page("PANORAMIA sweep comparison", body, data=to_jsonable(report), script=SORT_SCRIPT)
+    return page("PANORAMIA sweep comparison", body, data=json_safe(report), script=SORT_SCRIPT)
 
 
 def write_sweep_report(
@@ -304,7 +256,7 @@ def write_sweep_report(
     report = build_sweep_report(sweep_dir, points, write_point_reports=write_point_reports)
     json_path = sweep_dir / "sweep.json"
     json_path.write_text(
-        json.dumps(to_jsonable(report), indent=2, allow_nan=False, default=str) + "\n"
+        json.dumps(json_safe(report), indent=2, allow_nan=False, default=str) + "\n"
     )
     html_path = sweep_dir / "sweep.html"
     html_path.write_text(render_sweep_html(report))
@@ -314,7 +266,7 @@ def write_sweep_report(
         f"{VIOLATION_TITLE}: point {p.label}: {v.message}"
         for p in report.points
         for s in p.sites
-        for v in s.bound_violations
+        for v in s.checks.bound_violations
     ]
     return ReportFiles(json_path=json_path, html_path=html_path, md_path=md_path, warnings=warnings)
 
@@ -336,11 +288,11 @@ def render_sweep_markdown(report: SweepReport) -> str:
         "",
         "## Points",
         "",
-        *table_lines(POINT_COLUMNS, report.points),
+        *md_table(POINT_COLUMNS, report.points),
         "",
         "## Per point and site",
         "",
-        *table_lines(SWEEP_SITE_COLUMNS, [PointSite(p, s) for p in report.points for s in p.sites]),
+        *md_table(SWEEP_SITE_COLUMNS, _site_rows(report)),
     ]
     lines.append("")
     return "\n".join(lines)

@@ -1,107 +1,30 @@
-"""report.json, report.csv and ledger.csv writers."""
+"""report.json, report.csv and ledger.csv writers.
+
+The CSVs flatten the same dataclasses report.json holds: a nested field's columns are its
+path joined by ``_`` (``audit_two_sided_member_c_lb_mean``), so a column names where its
+value lives in the JSON. Lists of records (repeats) stay in report.json.
+"""
 
 from __future__ import annotations
 
 import csv
 import dataclasses
 import json
+import types
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .schema import (
-    BoundViolation,
-    IntervalReport,
-    LedgerRow,
-    RunReport,
-    SiteReport,
-    field_spec,
-    to_jsonable,
-)
+from audit.result import Interval
+from contracts.json_values import json_safe
+
+from .schema import BoundViolation, PrivacyReport, RunReport, SiteReport
 
 
-def csv_fields(cls: type) -> list[dataclasses.Field[Any]]:
-    """The fields of ``cls`` with CSV columns, in column order: field order, each field with
-    a ``csv_after`` moved right after the field it names (in field order)."""
-    spread = [f for f in dataclasses.fields(cls) if (s := field_spec(f)) and s.csv is not None]
-    for f in list(spread):
-        after = field_spec(f).csv_after  # type: ignore[union-attr]
-        if after is not None:
-            spread.remove(f)
-            anchor = next((i for i, g in enumerate(spread) if g.name == after), None)
-            if anchor is None:
-                raise TypeError(f"{cls.__name__}.{f.name}: csv_after {after!r} has no columns")
-            spread.insert(anchor + 1, f)
-    return spread
-
-
-def csv_columns(cls: type) -> tuple[str, ...]:
-    """The CSV columns of a dataclass, from its fields' :class:`~.schema.FieldSpec`."""
-    return tuple(_cells(cls, None))
-
-
-def csv_row(obj: Any) -> dict[str, Any]:
-    """One CSV row of a dataclass instance: column -> value (as :func:`csv_cell` takes it)."""
-    return _cells(type(obj), obj)
-
-
-def _cells(cls: type, obj: Any, prefix: str = "") -> dict[str, Any]:
-    """Column -> value of ``obj`` (all None when ``obj`` is None: the columns alone)."""
-    hints = typing.get_type_hints(cls)
-    cells: dict[str, Any] = {}
-    for f in csv_fields(cls):
-        s = field_spec(f)
-        assert s is not None
-        name = prefix + f.name
-        value = None if obj is None else getattr(obj, f.name)
-        if s.csv == "value":
-            cells[name] = value
-        elif s.csv == "interval":
-            cells[name] = value
-            interval = None if obj is None else getattr(obj, f"{f.name}_interval")
-            cells.update(_cells(IntervalReport, interval, f"{name}_"))
-        elif s.csv == "nested":
-            inner = f"{f.name}_" if s.csv_prefix is None else s.csv_prefix
-            cells.update(_cells(_dataclass_of(hints[f.name]), value, prefix + inner))
-        elif s.csv == "keys":
-            inner = f"{f.name}_" if s.csv_prefix is None else s.csv_prefix
-            cells.update({f"{prefix}{inner}{k}": (value or {}).get(k) for k in s.csv_keys})
-        elif s.csv == "pair":
-            low, high = value if value and len(value) == 2 else (None, None)
-            cells.update({f"{name}_low": low, f"{name}_high": high})
-        elif s.csv == "join":
-            cells[name] = None if value is None else "; ".join(_text(v) for v in value)
-        else:
-            raise TypeError(f"{cls.__name__}.{f.name}: unknown csv kind {s.csv!r}")
-    return cells
-
-
-def _dataclass_of(hint: Any) -> type:
-    """The dataclass of a field typed ``X`` or ``X | None``."""
-    for arg in (hint, *typing.get_args(hint)):
-        if dataclasses.is_dataclass(arg) and isinstance(arg, type):
-            return arg
-    raise TypeError(f"a nested CSV field must hold a dataclass, not {hint!r}")
-
-
-def _text(value: Any) -> str:
-    return value.message if isinstance(value, BoundViolation) else str(value)
-
-
-CSV_COLUMNS: tuple[str, ...] = csv_columns(SiteReport)
-"""report.csv's columns: :class:`~.schema.SiteReport`'s fields as their specs spread them.
-The privacy ledger's fields come last, so older readers that index columns by position
-still read the earlier ones; a new field's columns come last too."""
-
-LEDGER_CSV_COLUMNS: tuple[str, ...] = csv_columns(LedgerRow)
-"""ledger.csv's columns: :class:`~.schema.LedgerRow`'s fields, the canary interval spread
-last."""
-
-
-def report_to_json_text(report: RunReport) -> str:
-    """Deterministic JSON text of the report (sorted by construction, not by key)."""
-    return json.dumps(to_jsonable(report), indent=2, allow_nan=False) + "\n"
+def report_to_json_text(report: Any) -> str:
+    """Deterministic JSON text of a report (sorted by construction, not by key)."""
+    return json.dumps(json_safe(report), indent=2, allow_nan=False) + "\n"
 
 
 def write_json(report: RunReport, path: Path) -> Path:
@@ -110,17 +33,95 @@ def write_json(report: RunReport, path: Path) -> Path:
     return path
 
 
-def write_ledger_csv(report: RunReport, path: Path) -> Path:
-    """Write ``ledger.csv``: the privacy ledger, one row per site."""
-    return _write_rows(path, LEDGER_CSV_COLUMNS, [csv_row(r) for r in report.ledger])
+def flatten(obj: Any, cls: Any, prefix: str = "") -> dict[str, Any]:
+    """Column -> value of a dataclass instance of type ``cls`` (None: every column empty)."""
+    cells: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        name, value = prefix + f.name, None if obj is None else getattr(obj, f.name)
+        inner = _dataclass_of(hints[f.name])
+        if inner is not None:
+            cells.update(flatten(value, inner, name + "_"))
+        elif isinstance(value, dict):
+            for key, v in value.items():
+                sub = _dataclass_of(type(v))
+                cells.update(flatten(v, sub, f"{name}_{key}_") if sub else {f"{name}_{key}": v})
+        elif isinstance(value, list | tuple):
+            if (
+                not value
+                or not dataclasses.is_dataclass(value[0])
+                or isinstance(value[0], BoundViolation)
+            ):
+                cells[name] = "; ".join(_text(v) for v in value)
+        else:
+            cells[name] = value
+    return cells
 
 
-def _write_rows(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> Path:
+def _dataclass_of(hint: Any) -> type | None:
+    """The dataclass of a field typed ``X`` or ``X | None``, else None."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    for arg in (hint, *(typing.get_args(hint) if union else ())):
+        if dataclasses.is_dataclass(arg) and isinstance(arg, type):
+            return arg
+    return None
+
+
+def _text(value: Any) -> str:
+    return value.message if isinstance(value, BoundViolation) else str(value)
+
+
+def site_rows(sites: list[SiteReport]) -> list[dict[str, Any]]:
+    """report.csv's rows: each site flattened."""
+    return [flatten(s, SiteReport) for s in sites]
+
+
+def ledger_csv_rows(report: RunReport) -> list[dict[str, Any]]:
+    """ledger.csv's rows: each site's guarantees and checks beside its measurements."""
+    rows = []
+    for s in report.sites:
+        a = s.audit
+        two = None if a is None else a.two_sided
+        measured: dict[str, Any] = {}
+        if a is not None:
+            measured = {
+                "eps_tilde": a.one_sided.eps_tilde.mean,
+                "eps_tilde_two_sided": None if two is None else two.eps_tilde.mean,
+                "two_sided_side": None if two is None else two.side,
+                "rm_rn_eps_lb": _mean(a.one_sided.rm_rn_eps_lb),
+                "rm_rn_eps_lb_two_sided": None if two is None else _mean(two.rm_rn_eps_lb),
+                "o1_eps_lb": _mean(a.o1_eps_lb),
+                "o1_eps_lb_fdp": _mean(a.o1_eps_lb_fdp),
+                "o1_fdp_mu": a.o1_fdp_mu,
+                **{f"quality_{k}": v for k, v in a.quality.items()},
+            }
+        rows.append(
+            {
+                "site_id": s.site_id,
+                "status": s.status,
+                "dp_level": report.dp_level,
+                **flatten(s.privacy, PrivacyReport),
+                **measured,
+                "global_accuracy": report.consortium.final_global_accuracy,
+                **flatten(s.checks, type(s.checks), "checks_"),
+            }
+        )
+    return rows
+
+
+def _mean(iv: Interval | None) -> float | None:
+    return None if iv is None else iv.mean
+
+
+def write_rows(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
+    """A CSV of the rows; its columns the union of their keys, in first-seen order."""
+    rows = list(rows)
+    columns = list(dict.fromkeys(k for row in rows for k in row))
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(columns)
         for row in rows:
-            writer.writerow([csv_cell(row[c]) for c in columns])
+            writer.writerow([csv_cell(row.get(c)) for c in columns])
     return path
 
 
@@ -134,6 +135,7 @@ def csv_cell(value: Any) -> str:
     Text (a site's error message, a label) that a spreadsheet would run as a formula gets a
     leading ``'``; numbers are written as they are (a negative number is not text).
     """
+    value = json_safe(value)
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -147,5 +149,10 @@ def csv_cell(value: Any) -> str:
 
 
 def write_csv(report: RunReport, path: Path) -> Path:
-    """Write ``report.csv``: one row per site, columns :data:`CSV_COLUMNS`."""
-    return _write_rows(path, CSV_COLUMNS, [csv_row(site) for site in report.sites])
+    """Write ``report.csv``: one row per site (:func:`flatten`)."""
+    return write_rows(path, site_rows(report.sites))
+
+
+def write_ledger_csv(report: RunReport, path: Path) -> Path:
+    """Write ``ledger.csv``: the privacy ledger, one row per site."""
+    return write_rows(path, ledger_csv_rows(report))

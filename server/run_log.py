@@ -4,27 +4,17 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from contracts.files import atomic_write_text
+from contracts.json_values import json_safe
 from contracts.run_files import RunLayout, SiteAuditFile
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
 
 
 def append_round(run_dir: Path, entry: dict[str, Any]) -> None:
     with open(RunLayout(run_dir).metrics, "a") as fh:
-        fh.write(json.dumps(_clean(entry)) + "\n")
+        fh.write(json.dumps(json_safe(entry)) + "\n")
 
 
 def read_rounds(run_dir: Path) -> list[dict[str, Any]]:
@@ -54,7 +44,7 @@ def truncate_rounds(run_dir: Path, last_round: int) -> None:
 def write_site_audit(run_dir: Path, audit: SiteAuditFile) -> Path:
     """Write ``audits/site-<id>.json`` atomically (non-finite numbers as null)."""
     path = RunLayout(run_dir).audit(audit.site_id)
-    return atomic_write_text(path, json.dumps(_clean(audit.to_dict()), indent=1))
+    return atomic_write_text(path, json.dumps(json_safe(audit.to_dict()), indent=1))
 
 
 def read_site_audit(run_dir: Path, site_id: int) -> SiteAuditFile | None:

@@ -33,6 +33,7 @@ from audit.o1 import o1_lower_bound
 from audit.one_run import DEFAULT_DELTA, METHOD_LABELS, METHODS, one_run_bound
 from audit.sides import SIDES, oriented
 from contracts.errors import UserError
+from contracts.json_values import json_safe
 
 EXIT_USAGE = 2
 _TRUE = {"1", "1.0", "true"}
@@ -274,15 +275,6 @@ def _one_run(
     }
 
 
-def _jsonable(obj: Any) -> Any:
-    """Non-finite floats become null (JSON has no inf/nan), in nested dicts too."""
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def run(args: argparse.Namespace) -> int:
     """Compute the bound for ``args.file`` and print one JSON object; return the exit code."""
     path: Path = Path(args.file)
@@ -326,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
         # bounds' own checks (one label only, beta out of range, ...): name the file too.
         print(f"error: {path}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(_jsonable(out), allow_nan=False))
+    print(json.dumps(json_safe(out), allow_nan=False))
     return 0
 
 

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from audit.config import AuditConfig
+from contracts.dp_level import DPLevel, resolve_dp_level
 from contracts.errors import UserError
 from ml.partition import PartitionConfig
 
@@ -59,9 +60,6 @@ class FLConfig(_Strict):
     proximal_mu: float = Field(0.01, ge=0, description="FedProx proximal weight")
     server_learning_rate: float = Field(0.01, gt=0, description="FedAdam eta")
     central_evaluation: bool = True
-
-
-DPLevel = Literal["none", "record", "client", "both"]
 
 
 class ClientDPConfig(_Strict):
@@ -107,13 +105,10 @@ class DPConfig(_Strict):
 
     @model_validator(mode="after")
     def _resolve_level(self) -> DPConfig:
-        level = self.level
-        if self.target_epsilon is not None and math.isinf(self.target_epsilon):
-            # eps = inf means "no record-level DP": convenient in sweeps.
+        no_record = self.target_epsilon is not None and math.isinf(self.target_epsilon)
+        if no_record:
             object.__setattr__(self, "target_epsilon", None)
-            level = {None: "none", "record": "none", "both": "client"}.get(level, level)
-        if level is None:
-            level = "record" if self.enabled else "none"
+        level = resolve_dp_level(self.level, enabled=self.enabled, record_epsilon_inf=no_record)
         object.__setattr__(self, "level", level)
         object.__setattr__(self, "enabled", level in ("record", "both"))
         if self.enabled and (self.target_epsilon is None) == (self.noise_multiplier is None):

@@ -209,11 +209,9 @@ def test_both_levels_report_each_epsilon_and_the_smaller_record_guarantee(tmp_pa
     assert last["dp_epsilon"] > 0 and last["dp_epsilon_client"] > 0
     report = json.loads((run_dir / "report.json").read_text())
     site = next(s for s in report["sites"] if s["site_id"] == 0)
-    assert site["dp_epsilon_record"] == pytest.approx(last["dp_epsilon"])
-    assert site["dp_epsilon_client"] == pytest.approx(last["dp_epsilon_client"])
-    assert site["dp_epsilon_client_record"] == pytest.approx(
+    privacy = site["privacy"]
+    assert privacy["dp_epsilon"] == pytest.approx(last["dp_epsilon"])  # record level alone
+    assert privacy["client_epsilon"] == pytest.approx(last["dp_epsilon_client"])
+    assert privacy["client_epsilon_record"] == pytest.approx(
         gaussian_epsilon(0.25, releases=2, delta=1e-5)
-    )
-    assert site["dp_epsilon"] == pytest.approx(
-        min(site["dp_epsilon_record"], site["dp_epsilon_client_record"])
     )

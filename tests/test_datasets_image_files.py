@@ -215,7 +215,7 @@ def test_cli_run_on_an_image_folder_with_natural_sites(tmp_path):
         ],
     )
     assert [s["status"] for s in report["sites"]] == ["ok", "ok"], report["sites"]
-    assert all(s["modality"] == "image" for s in report["sites"])
+    assert all(s["audit"]["modality"] == "image" for s in report["sites"])
     partition = json.loads((tmp_path / "out" / "partition.json").read_text())
     # Natural sites: between them they hold every record but the public 40% (240 of 600).
     sizes = [s["train"] + s["holdout"] + s["test"] for s in partition["sites"]]

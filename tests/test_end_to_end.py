@@ -10,7 +10,7 @@ import yaml
 
 from clients.site_data import SiteData
 from contracts.run_files import RunLayout
-from reporting import REPORT_SCHEMA_VERSION
+from reporting import SCHEMA_VERSION
 from simulations.cli import main as cli_main
 from simulations.config import validate_config
 from simulations.runner import run_experiment
@@ -67,7 +67,7 @@ def test_every_site_reports_and_failure_is_isolated(run_dir):
 
 def test_report_files_agree_with_audits(run_dir):
     report = json.loads((run_dir / "report.json").read_text())
-    assert report["schema_version"] == REPORT_SCHEMA_VERSION
+    assert report["schema_version"] == SCHEMA_VERSION
     audits = _audits(run_dir)
     with open(run_dir / "report.csv") as fh:
         rows = {int(r["site_id"]): r for r in csv.DictReader(fh)}
@@ -75,15 +75,17 @@ def test_report_files_agree_with_audits(run_dir):
         if site["status"] != "ok":
             continue
         result = audits[f"site-{site['site_id']}"]["result"]
+        game = site["audit"]["one_sided"]
         for key in ("c_lb", "c_eps_lb", "eps_tilde"):
-            assert site[key] == pytest.approx(result[key]["mean"])
-            assert float(rows[site["site_id"]][key]) == pytest.approx(site[key])
-        assert site["ceiling"] == pytest.approx(result["ceiling"])
+            assert game[key]["mean"] == pytest.approx(result[key]["mean"])
+            column = f"audit_one_sided_{key}_mean"
+            assert float(rows[site["site_id"]][column]) == pytest.approx(game[key]["mean"])
+        assert game["ceiling"] == pytest.approx(result["ceiling"])
         for rep in result["repeats"]:
             assert rep["eps_tilde"] == pytest.approx(max(0.0, rep["c_eps_lb"] - rep["c_lb"]))
             assert rep["c_lb"] <= rep["ceiling"] + 1e-9
-        assert site["rm_rn_eps_lb"] is not None and site["o1_eps_lb"] is not None
-        assert set(site["flags"]) >= {"saturated", "c_lb_not_tight"}
+        assert game["rm_rn_eps_lb"] is not None and site["audit"]["o1_eps_lb"] is not None
+        assert set(game["flags"]) >= {"saturated", "c_lb_not_tight"}
     html = (run_dir / "report.html").read_text()
     assert "lower bound" in html and "ceiling" in html.lower()
     assert (run_dir / "report.md").exists()

@@ -17,16 +17,15 @@ from audit.result import AuditResult
 from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
 from contracts.run_files import NOISE_NOTES
 from reporting import (
-    REPORT_SCHEMA_VERSION,
+    SCHEMA_VERSION,
     SweepPoint,
     write_report,
     write_sweep_report,
     written_report_warnings,
 )
-from reporting.inputs import SiteAuditInput
+from reporting.inputs import ReportInputError, SiteAuditInput
 from reporting.privacy_ledger import (
     EPS_TILDE_ABOVE_NOTE,
-    dp_level,
     privacy_settings,
     released_model_epsilon,
     site_privacy,
@@ -38,8 +37,8 @@ from reporting.schema import (
     SiteRoundReport,
 )
 from reporting.site_report import site_report_paths
-from reporting.writers import LEDGER_CSV_COLUMNS
 from simulations.cli import main as cli_main
+from simulations.config import DPConfig
 
 CANARY_BANNER = "trained with 200 canaries per site: this model is not the plain model"
 LEDGER_ACCOUNTANT = "Flower RdpAccountant (dp-accounting RDP)"
@@ -67,6 +66,7 @@ def _canary(eps_lb: float, high: float, fdp: tuple[float, float] | None = None) 
         "correct": 58,
         "member_guesses": 30,
         "nonmember_guesses": 30,
+        "n_pairs_tried": 323,
         "beta": 0.05,
         "score": "loss",
         "kind": "noise_image",
@@ -184,27 +184,66 @@ def ledger_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
+def _mean(estimate: dict[str, Any] | None) -> float | None:
+    return None if estimate is None else estimate["mean"]
+
+
+def flat(site: dict[str, Any]) -> dict[str, Any]:
+    """The numbers these tests check, read from a site of report.json at their nested paths."""
+    p, c, a = site["privacy"], site["checks"], site["audit"]
+    canary = p["canary"] or {}
+    one = a and a["one_sided"]
+    two = a and a["two_sided"]
+    return {
+        "dp_epsilon": p["dp_epsilon"],
+        "dp_epsilon_source": p["dp_epsilon_source"],
+        "dp_delta": p["dp_delta"],
+        "dp_epsilon_client": p["client_epsilon"],
+        "dp_epsilon_client_record": p["client_epsilon_record"],
+        "canaries": p["canaries"],
+        "canary": p["canary"],
+        "canary_eps_lb": canary.get("eps_lb"),
+        "canary_eps_interval": canary.get("eps_interval"),
+        "canary_eps_lb_fdp": canary.get("eps_lb_fdp"),
+        "canary_fdp_mu": canary.get("fdp_mu"),
+        "bound_violations": c["bound_violations"],
+        "eps_tilde_above_accountant": c["eps_tilde_above_accountant"] is not None,
+        "eps_tilde_above_accountant_reason": c["eps_tilde_above_accountant"],
+        "best_eps_lb": c["best_eps_lb"],
+        "best_eps_lb_method": c["best_eps_lb_method"],
+        "fdp_delta": c["fdp_delta"],
+        "eps_tilde": _mean(one and one["eps_tilde"]),
+        "eps_tilde_two_sided": _mean(two and two["eps_tilde"]),
+        "o1_eps_lb": _mean(a and a["o1_eps_lb"]),
+        "o1_eps_lb_fdp": _mean(a and a["o1_eps_lb_fdp"]),
+        "o1_fdp_mu": a and a["o1_fdp_mu"],
+        "rm_rn_eps_lb": _mean(one and one["rm_rn_eps_lb"]),
+    }
+
+
 def _report(run: Path) -> dict[str, Any]:
     return json.loads((run / "report.json").read_text())
 
 
+def _sites(run: Path) -> dict[int, dict[str, Any]]:
+    return {s["site_id"]: flat(s) for s in _report(run)["sites"]}
+
+
 def _violation_message(run: Path) -> str:
-    (violation,) = [v for s in _report(run)["sites"] for v in s["bound_violations"]]
+    (violation,) = [v for s in _sites(run).values() for v in s["bound_violations"]]
     return violation["message"]
 
 
 def test_ledger_rows_and_values(ledger_run: Path) -> None:
     report = _report(ledger_run)
-    assert report["schema_version"] == REPORT_SCHEMA_VERSION == 3
+    assert report["schema_version"] == SCHEMA_VERSION
     assert report["dp_level"] == "both" and report["canaries"] == 200
     assert report["client_dp"]["accountant"] == LEDGER_ACCOUNTANT
     assert report["client_dp"]["sites"]["1"]["epsilon_record"] == 3.0
-    sites = {s["site_id"]: s for s in report["sites"]}
-    ledger = {r["site_id"]: r for r in report["ledger"]}
-    assert sorted(ledger) == [0, 1, 2]
+    sites = _sites(ledger_run)
+    assert sorted(sites) == [0, 1, 2]
 
-    s0, row0 = sites[0], ledger[0]
-    assert s0["dp_epsilon_record"] == 4.0
+    s0, row0 = sites[0], report["sites"][0]["privacy"]
     assert s0["dp_epsilon_client"] == 31.2 and s0["dp_epsilon_client_record"] == 118.0
     assert s0["dp_epsilon"] == 4.0 and s0["dp_epsilon_source"] == "audit"
     assert s0["dp_delta"] == 1e-5
@@ -213,46 +252,17 @@ def test_ledger_rows_and_values(ledger_run: Path) -> None:
     assert s0["canary"]["correct"] == 58 and s0["canary"]["kind"] == "noise_image"
     assert s0["bound_violations"] == [] and s0["eps_tilde_above_accountant"] is False
 
-    assert row0["record_accountant"] == "Opacus RDP" and row0["record_delta"] == 1e-5
+    assert row0["record_accountant"] == "Opacus RDP"
     assert row0["client_accountant"] == LEDGER_ACCOUNTANT
     assert row0["client_sampling"] == "no-amplification"
     assert row0["client_neighboring_relation"] == "add-or-remove-one site"
     assert row0["client_delta"] == 1e-5 and row0["client_rounds"] == 3
-    assert row0["dp_level"] == "both"
-    # Every measurement is the site's report field, copied.
-    for name in (
-        "dp_epsilon",
-        "dp_epsilon_record",
-        "dp_epsilon_client",
-        "dp_epsilon_client_record",
-        "canaries",
-        "canary_eps_lb",
-        "canary_eps_interval",
-        "eps_tilde",
-        "eps_tilde_two_sided",
-        "two_sided_side",
-        "rm_rn_eps_lb",
-        "rm_rn_eps_lb_two_sided",
-        "o1_eps_lb",
-        "canary_eps_lb_fdp",
-        "canary_fdp_mu",
-        "o1_eps_lb_fdp",
-        "o1_fdp_mu",
-        "fdp_delta",
-        "best_eps_lb",
-        "best_eps_lb_method",
-    ):
-        assert row0[name] == s0[name], name
-    assert row0["global_accuracy"] == report["consortium"]["final_global_accuracy"] is not None
-    assert row0["accuracy_members"] == QUALITY["target_accuracy_members"]
-    assert row0["accuracy_holdout"] == QUALITY["target_accuracy_nonmembers"]
-    assert row0["loss_members"] == QUALITY["target_loss_members"]
-    assert row0["loss_holdout"] == QUALITY["target_loss_nonmembers"]
+    assert report["sites"][0]["audit"]["quality"] == QUALITY
 
     # Site 1: against the server only its own DP-SGD counts, even where client-level DP
     # implies a smaller epsilon for readers of the global model (which the bounds check).
     assert sites[1]["dp_epsilon"] == 50.0 and sites[1]["dp_epsilon_source"] == "audit"
-    assert sites[1]["dp_epsilon_record"] == 50.0 and sites[1]["dp_epsilon_client_record"] == 3.0
+    assert sites[1]["dp_epsilon_client_record"] == 3.0
     assert sites[1]["eps_tilde_above_accountant"] is True  # against the released model's 3.0
     # The ledger's column says whom each epsilon holds against.
     assert "against the server (record-level only)" in (ledger_run / "report.md").read_text()
@@ -272,8 +282,7 @@ def test_ledger_rows_and_values(ledger_run: Path) -> None:
 
 
 def test_best_lower_bound_is_the_largest_one_run_bound_and_names_it(ledger_run: Path) -> None:
-    report = _report(ledger_run)
-    sites = {s["site_id"]: s for s in report["sites"]}
+    sites = _sites(ledger_run)
     assert sites[0]["canary_eps_lb_fdp"] == 2.4 and sites[0]["canary_fdp_mu"] == 0.6
     assert sites[0]["o1_eps_lb_fdp"] == pytest.approx(0.625) and sites[0]["fdp_delta"] == 1e-5
     want = {
@@ -284,7 +293,6 @@ def test_best_lower_bound_is_the_largest_one_run_bound_and_names_it(ledger_run: 
     for sid, (value, method) in want.items():
         assert sites[sid]["best_eps_lb"] == pytest.approx(value), sid
         assert sites[sid]["best_eps_lb_method"] == method, sid
-        assert report["ledger"][sid]["best_eps_lb_method"] == method
     assert sites[2]["canary_eps_lb_fdp"] is None  # an older canary block reads as absent
     md = (ledger_run / "report.md").read_text()
     page = (ledger_run / "report.html").read_text()
@@ -305,7 +313,7 @@ def test_an_fdp_bound_above_the_guarantee_is_a_violation(tmp_path: Path) -> None
     )
     run = write_run(tmp_path / "r", n_sites=1, dp=1.2, audits={0: ok_audit(0, result, dp=1.2)})
     write_report(run)
-    site = _report(run)["sites"][0]
+    site = _sites(run)[0]
     (violation,) = [v for v in site["bound_violations"] if v["bound"].startswith("o1")]
     assert violation["bound"] == "o1_eps_lb_fdp" and violation["level"] == 0.05
     assert "O(1) f-DP eps lower bound = 1.500" in violation["message"]
@@ -313,34 +321,36 @@ def test_an_fdp_bound_above_the_guarantee_is_a_violation(tmp_path: Path) -> None
 
 
 def test_csv_and_ledger_csv_carry_the_ledger(ledger_run: Path) -> None:
-    report = _report(ledger_run)
+    sites = _sites(ledger_run)
     with (ledger_run / "report.csv").open(newline="") as fh:
         rows = {int(r["site_id"]): r for r in csv.DictReader(fh)}
-    for sid, site in ((s["site_id"], s) for s in report["sites"]):
+    for sid, site in sites.items():
         row = rows[sid]
-        for col in (
-            "dp_epsilon",
-            "dp_epsilon_record",
-            "dp_epsilon_client",
-            "dp_epsilon_client_record",
-            "dp_delta",
-            "canary_eps_lb",
+        for col, name in (
+            ("privacy_dp_epsilon", "dp_epsilon"),
+            ("privacy_client_epsilon", "dp_epsilon_client"),
+            ("privacy_client_epsilon_record", "dp_epsilon_client_record"),
+            ("privacy_dp_delta", "dp_delta"),
+            ("privacy_canary_eps_lb", "canary_eps_lb"),
         ):
-            assert float(row[col]) == site[col], (sid, col)
-        assert int(row["canaries"]) == 200
-        assert float(row["canary_eps_interval_high"]) == site["canary_eps_interval"][1]
-    assert "canary audit eps lower bound = 3.000" in rows[2]["bound_violations"]
-    assert rows[0]["bound_violations"] == "" and rows[1]["eps_tilde_above_accountant"] == "true"
+            assert float(row[col]) == site[name], (sid, col)
+        assert int(row["privacy_canaries"]) == 200
+        assert row["privacy_canary_eps_interval"] == "; ".join(
+            map(repr, site["canary_eps_interval"])
+        )
+    assert "canary audit eps lower bound = 3.000" in rows[2]["checks_bound_violations"]
+    assert rows[0]["checks_bound_violations"] == ""
+    assert rows[1]["checks_eps_tilde_above_accountant"].startswith(EPS_TILDE_ABOVE_NOTE)
 
     with (ledger_run / "ledger.csv").open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        ledger = list(reader)
-    assert tuple(reader.fieldnames or ()) == LEDGER_CSV_COLUMNS
+        ledger = list(csv.DictReader(fh))
     assert [int(r["site_id"]) for r in ledger] == [0, 1, 2]
     assert ledger[0]["client_accountant"] == LEDGER_ACCOUNTANT
+    assert ledger[0]["dp_level"] == "both" and ledger[0]["record_accountant"] == "Opacus RDP"
     assert float(ledger[1]["dp_epsilon"]) == 50.0  # record-level alone
-    assert float(ledger[0]["canary_eps_interval_low"]) == 1.9
-    assert ledger[2]["bound_violations"].startswith("site 2: canary audit")
+    assert float(ledger[0]["global_accuracy"]) == pytest.approx(0.8)
+    assert ledger[0]["canary_eps_interval"] == "1.9; 4.2"
+    assert ledger[2]["checks_bound_violations"].startswith("site 2: canary audit")
 
 
 def _audit(site_id: int, record: float | None) -> SiteAuditInput:
@@ -393,9 +403,9 @@ def test_dp_epsilon_against_the_server_is_the_record_level_one_alone(
     )
     settings = privacy_settings({"dp": {"level": "both", "delta": 1e-5}})
     got = site_privacy(_audit(0, record), [], settings, ledger)
-    assert got.dp_epsilon == want and got.dp_epsilon_source == source
-    assert got.dp_epsilon_record == record and got.dp_epsilon_client_record == client_record
-    assert got.dp_epsilon_client == 9.0
+    assert got.dp_epsilon == want == record and got.dp_epsilon_source == source
+    assert got.client_epsilon_record == client_record
+    assert got.client_epsilon == 9.0
     assert released_model_epsilon(got) == released
     assert got.dp_delta == 1e-5  # the record-level guarantee's delta
 
@@ -417,23 +427,21 @@ def test_record_and_client_epsilons_from_metrics_when_files_lack_them() -> None:
     ]
     settings = privacy_settings({"dp": {"level": "both", "delta": 1e-5}})
     got = site_privacy(_audit(0, None), rounds, settings, None)
-    assert got.dp_epsilon_record == 1.0 and got.dp_epsilon_source == "metrics"
-    assert got.dp_epsilon_client == 4.0 and got.dp_epsilon_client_record is None
-    assert got.dp_epsilon == 1.0
+    assert got.dp_epsilon == 1.0 and got.dp_epsilon_source == "metrics"
+    assert got.client_epsilon == 4.0 and got.client_epsilon_record is None
 
 
 def test_a_lower_bound_above_the_guarantee_is_a_violation(
     ledger_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = _report(ledger_run)
-    sites = {s["site_id"]: s for s in report["sites"]}
+    sites = _sites(ledger_run)
     (violation,) = sites[2]["bound_violations"]
     assert violation["bound"] == "canary_eps_lb"
     assert violation["value"] == 3.0 and violation["dp_epsilon"] == 1.0
     assert violation["level"] == 0.05 and "1 in 20" in violation["message"]
     assert sites[0]["bound_violations"] == [] and sites[1]["bound_violations"] == []
     assert report["consortium"]["bound_violation_sites"] == [2]
-    assert report["ledger"][2]["bound_violations"] == sites[2]["bound_violations"]
 
     # Loud at the top of report.md / report.html and of the site's own page.
     md = (ledger_run / "report.md").read_text()
@@ -476,7 +484,7 @@ def test_rm_rn_on_either_side_is_checked(tmp_path: Path, capsys: Any) -> None:
     result = make_result([1.0, 1.0], [1.0, 1.0], rm_rn=[1.0, 1.0], nonmember_gain=0.0)
     run = write_run(tmp_path / "r", n_sites=1, dp=1.1, audits={0: ok_audit(0, result, dp=1.1)})
     files = write_report(run)
-    site = _report(run)["sites"][0]
+    site = _sites(run)[0]
     assert {v["bound"] for v in site["bound_violations"]} == {
         "rm_rn_eps_lb_two_sided",
         "rm_rn_eps_lb_nonmember",
@@ -486,14 +494,14 @@ def test_rm_rn_on_either_side_is_checked(tmp_path: Path, capsys: Any) -> None:
     # Without DP nothing is checked, whatever the bounds read.
     plain = write_run(tmp_path / "p", n_sites=1, audits={0: ok_audit(0, result)})
     assert write_report(plain).warnings == []
-    assert _report(plain)["sites"][0]["bound_violations"] == []
+    assert _sites(plain)[0]["bound_violations"] == []
     assert "BOUND VIOLATION" not in (plain / "report.md").read_text()
     assert 'class="violation"' not in (plain / "report.html").read_text()
 
 
 def test_eps_tilde_above_the_guarantee_is_a_flag_not_a_violation(ledger_run: Path) -> None:
     report = _report(ledger_run)
-    site = report["sites"][1]
+    site = _sites(ledger_run)[1]
     # Checked against the released model's epsilon: client-level DP's 3.0 per record.
     assert site["eps_tilde"] > site["dp_epsilon_client_record"] == 3.0
     assert site["bound_violations"] == []
@@ -501,7 +509,7 @@ def test_eps_tilde_above_the_guarantee_is_a_flag_not_a_violation(ledger_run: Pat
     reason = site["eps_tilde_above_accountant_reason"]
     assert reason.startswith(EPS_TILDE_ABOVE_NOTE) and "> DP eps 3.000" in reason
     assert report["consortium"]["eps_tilde_above_accountant_sites"] == [1]
-    assert report["sites"][0]["eps_tilde_above_accountant"] is False
+    assert _sites(ledger_run)[0]["eps_tilde_above_accountant"] is False
     md = (ledger_run / "report.md").read_text()
     assert f"site 1: {EPS_TILDE_ABOVE_NOTE}" in md
     assert "eps_tilde is a measurement, not a bound" in (
@@ -525,12 +533,12 @@ def test_canary_banner_iff_canaries(ledger_run: Path, tmp_path: Path) -> None:
     report = _report(old)
     assert report["canaries"] is None and report["dp_level"] == "record"
     assert report["client_dp"] is None
-    site = report["sites"][0]
-    assert site["dp_epsilon"] == site["dp_epsilon_record"] == 8.0
+    site = flat(report["sites"][0])
+    assert site["dp_epsilon"] == 8.0
     assert site["dp_epsilon_client"] is None and site["dp_epsilon_client_record"] is None
     assert site["canaries"] is None and site["canary_eps_lb"] is None and site["canary"] is None
-    assert report["ledger"][0]["client_accountant"] is None
-    assert report["ledger"][0]["record_accountant"] == "Opacus RDP"
+    assert report["sites"][0]["privacy"]["client_accountant"] is None
+    assert report["sites"][0]["privacy"]["record_accountant"] == "Opacus RDP"
     for path in (files.md_path, files.html_path, site_report_paths(old, 0).html_path):
         text = path.read_text()
         assert "canaries per site" not in text and "BOUND VIOLATION" not in text, path
@@ -561,8 +569,19 @@ def test_canary_banner_iff_canaries(ledger_run: Path, tmp_path: Path) -> None:
     ],
 )
 def test_dp_level_of_old_and_new_configs(dp: Any, want: str) -> None:
-    assert dp_level({"dp": dp}) == want
-    assert dp_level({}) is None
+    """The report resolves a config's level by the config loader's rule (one rule, in
+    contracts.dp_level)."""
+    assert privacy_settings({"dp": dp}).dp_level == want
+    assert privacy_settings({}).dp_level is None
+    if isinstance(dp, dict):
+        record = {"target_epsilon": 1.0} if dp.get("enabled") else {}
+        client = {"client": {"noise_multiplier": 1.0}} if want in ("client", "both") else {}
+        assert DPConfig(**(record | dp | client)).level == want
+
+
+def test_a_bad_dp_level_names_the_config_key() -> None:
+    with pytest.raises(ReportInputError, match=r"dp\.level must be one of"):
+        privacy_settings({"dp": {"level": "records"}})
 
 
 def test_client_level_only_counts_as_private_in_a_sweep(tmp_path: Path) -> None:

@@ -29,9 +29,9 @@ from audit.result import (
     TwoSidedResult,
 )
 from audit.roc import LOW_FPRS
+from contracts.json_values import json_safe
 from reporting import (
-    REPORT_SCHEMA_VERSION,
-    SWEEP_SCHEMA_VERSION,
+    SCHEMA_VERSION,
     ReportFiles,
     ReportInputError,
     SweepPoint,
@@ -42,8 +42,8 @@ from reporting import (
 )
 from reporting.markdown_report import render_markdown
 from reporting.plots import roc_plot
-from reporting.schema import TPR_FPR_KEYS, to_jsonable
-from reporting.writers import CSV_COLUMNS, report_to_json_text, write_csv
+from reporting.schema import TPR_FPR_KEYS
+from reporting.writers import report_to_json_text, write_csv
 
 # Per-record scores that must never leave audits/ (distinctive digits to search for).
 SECRET_SCORES = [0.918273645512, 0.127364554321, 0.564738291023]
@@ -248,18 +248,6 @@ def make_result(
     )
 
 
-def as_version_1(result: AuditResult) -> dict[str, Any]:
-    """The result as a schema-version-1 audit wrote it: no two-sided game, ROC or levels."""
-    data = result.to_dict()
-    for key in ("two_sided", "roc", "levels"):
-        del data[key]
-    for rep in data["repeats"]:
-        for key in ("two_sided", "roc", "members_shown"):
-            del rep[key]
-    data["schema_version"] = 1
-    return data
-
-
 def write_run(
     run_dir: Path,
     *,
@@ -413,12 +401,25 @@ def _assert_self_contained(text: str) -> None:
     assert len(text.encode()) < 4_000_000
 
 
+def _iv(iv: Interval | None) -> dict[str, Any] | None:
+    return None if iv is None else {k: getattr(iv, k) for k in ("mean", "std", "low", "high", "n")}
+
+
+def _flags(flags: AuditFlags) -> dict[str, Any]:
+    return {
+        "saturated": flags.saturated,
+        "c_lb_not_tight": flags.c_lb_not_tight,
+        "reasons": flags.reasons,
+        "rm_rn_capped": flags.rm_rn_capped,
+    }
+
+
 def test_report_files_and_numbers_match_audits(written: tuple[Path, ReportFiles]) -> None:
     run_dir, files = written
     for path in (files.json_path, files.csv_path, files.md_path, files.html_path):
         assert path is not None and path.exists() and path.stat().st_size > 0
     report = json.loads(files.json_path.read_text())
-    assert report["schema_version"] == REPORT_SCHEMA_VERSION
+    assert report["schema_version"] == SCHEMA_VERSION
     assert report["run"] == yaml.safe_load((run_dir / "config.yaml").read_text())
     assert report["partition"] == json.loads((run_dir / "partition.json").read_text())
     assert [r["round"] for r in report["rounds"]] == [1, 2, 3]
@@ -428,59 +429,51 @@ def test_report_files_and_numbers_match_audits(written: tuple[Path, ReportFiles]
 
     for sid in (0, 1):
         result, site = _audit_file(run_dir, sid), sites[sid]
+        game = site["audit"]["one_sided"]
         assert site["status"] == "ok" and site["error"] is None
         for name in ("c_lb", "c_eps_lb", "eps_tilde"):
-            iv = getattr(result, name)
-            assert site[name] == iv.mean
-            assert site[f"{name}_interval"] == {
-                "mean": iv.mean,
-                "std": iv.std,
-                "low": iv.low,
-                "high": iv.high,
-                "n": iv.n,
-            }
-        assert site["ceiling"] == result.ceiling
-        assert site["headroom"] == result.ceiling - result.c_lb.mean
-        assert site["flags"] == {
-            "saturated": result.flags.saturated,
-            "c_lb_not_tight": result.flags.c_lb_not_tight,
-            "rm_rn_capped": result.flags.rm_rn_capped,
-            "reasons": result.flags.reasons,
-        }
-        assert site["generator_kind"] == "cgan"
-        assert site["dp_epsilon"] == 8.0 and site["dp_epsilon_source"] == "audit"
+            assert game[name] == _iv(getattr(result, name))
+        assert game["ceiling"] == result.ceiling
+        assert game["headroom"] == result.ceiling - result.c_lb.mean
+        assert game["flags"] == _flags(result.flags)
+        assert site["audit"]["generator_kind"] == "cgan"
+        assert site["privacy"]["dp_epsilon"] == 8.0
+        assert site["privacy"]["dp_epsilon_source"] == "audit"
         assert site["n_members"] == 600 + sid
         # eps_tilde = max(0, c_eps_lb - c_lb) holds in these inputs, so it holds in the report.
         assert result.eps_tilde.mean == max(0.0, result.c_eps_lb.mean - result.c_lb.mean)
-        assert site["eps_tilde"] == max(0.0, site["c_eps_lb"] - site["c_lb"])
-    assert sites[0]["rm_rn_eps_lb"] == _audit_file(run_dir, 0).rm_rn_eps_lb.mean
-    assert sites[0]["o1_eps_lb_interval"]["high"] == _audit_file(run_dir, 0).o1_eps_lb.high
-    assert sites[1]["rm_rn_eps_lb"] is None and sites[1]["o1_eps_lb"] is None
-    assert sites[1]["flags"]["saturated"] is True
+        means = {k: game[k]["mean"] for k in ("c_lb", "c_eps_lb", "eps_tilde")}
+        assert means["eps_tilde"] == max(0.0, means["c_eps_lb"] - means["c_lb"])
+    audit0, audit1 = sites[0]["audit"], sites[1]["audit"]
+    assert audit0["one_sided"]["rm_rn_eps_lb"]["mean"] == _audit_file(run_dir, 0).rm_rn_eps_lb.mean
+    assert audit0["o1_eps_lb"]["high"] == _audit_file(run_dir, 0).o1_eps_lb.high
+    assert audit1["one_sided"]["rm_rn_eps_lb"] is None and audit1["o1_eps_lb"] is None
+    assert audit1["one_sided"]["flags"]["saturated"] is True
 
-    # The failed site keeps its error and has null numbers; the missing one is "missing".
+    # The failed site keeps its error and has no audit; the missing one is "missing".
     assert sites[2]["status"] == "failed" and sites[2]["error"] == ERROR_TEXT
-    for name in ("c_lb", "c_eps_lb", "eps_tilde", "ceiling", "flags", "rm_rn_eps_lb"):
-        assert sites[2][name] is None
-    assert sites[2]["dp_epsilon"] == 8.0 and sites[2]["dp_epsilon_source"] == "metrics"
-    assert sites[3]["status"] == "missing" and sites[3]["eps_tilde"] is None
+    assert sites[2]["audit"] is None
+    assert sites[2]["privacy"]["dp_epsilon"] == 8.0
+    assert sites[2]["privacy"]["dp_epsilon_source"] == "metrics"
+    assert sites[3]["status"] == "missing" and sites[3]["audit"] is None
     assert sites[3]["n_members"] == 603
 
     c = report["consortium"]
     assert (c["n_ok"], c["n_failed"], c["n_missing"], c["n_sites"]) == (2, 1, 1, 4)
-    ok_eps = [sites[0]["eps_tilde"], sites[1]["eps_tilde"]]
+    ok_eps = [s["audit"]["one_sided"]["eps_tilde"]["mean"] for s in (sites[0], sites[1])]
     assert c["max_eps_tilde"] == max(ok_eps)
     assert c["median_eps_tilde"] == pytest.approx(sum(ok_eps) / 2, abs=0)
     assert c["leakiest_site_id"] == 0
-    assert c["saturated_sites"] == [1] and c["failed_sites"] == [2] and c["missing_sites"] == [3]
-    assert c["rm_rn_capped_sites"] == [0] and sites[0]["flags"]["rm_rn_capped"] is True
-    assert c["meaning"] == EPS_TILDE_MEANING
+    assert c["flagged"]["saturated"] == [1]
+    assert c["failed_sites"] == [2] and c["missing_sites"] == [3]
+    assert c["flagged"]["rm_rn_capped"] == [0] and audit0["one_sided"]["flags"]["rm_rn_capped"]
+    assert report["meaning"] == EPS_TILDE_MEANING
     last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     assert c["final_global_accuracy"] == last["global_accuracy"]
 
 
 def test_csv_rows_match_json(written: tuple[Path, ReportFiles]) -> None:
-    run_dir, files = written
+    _, files = written
     report = json.loads(files.json_path.read_text())
     with files.csv_path.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
@@ -489,36 +482,31 @@ def test_csv_rows_match_json(written: tuple[Path, ReportFiles]) -> None:
     for row, site in zip(rows, report["sites"]):
         assert row["status"] == site["status"]
         assert row["error"] == (site["error"] or "")
-        for name in ("c_lb", "c_eps_lb", "eps_tilde", "rm_rn_eps_lb", "o1_eps_lb"):
-            for col, want in [(name, site[name])] + [
-                (
-                    f"{name}_{k}",
-                    None if site[f"{name}_interval"] is None else site[f"{name}_interval"][k],
-                )
-                for k in ("low", "high", "std", "n")
-            ]:
+        game = None if site["audit"] is None else site["audit"]["one_sided"]
+        for name in ("c_lb", "c_eps_lb", "eps_tilde", "rm_rn_eps_lb"):
+            for k in ("mean", "low", "high", "std", "n"):
+                col = f"audit_one_sided_{name}_{k}"
+                want = None if game is None or game[name] is None else game[name][k]
                 if want is None:
                     assert row[col] == "", col
                 else:
                     assert float(row[col]) == want, col  # exact: CSV holds repr(float)
                     compared += 1
-        for col in ("ceiling", "dp_epsilon", "n_members"):
-            assert (row[col] == "") if site[col] is None else float(row[col]) == site[col]
-        if site["flags"] is not None:
-            assert row["saturated"] == str(site["flags"]["saturated"]).lower()
+        if game is not None:
+            assert row["audit_one_sided_flags_saturated"] == str(game["flags"]["saturated"]).lower()
+        assert float(row["privacy_dp_epsilon"]) == site["privacy"]["dp_epsilon"]
     assert compared > 20
 
 
 def test_markdown_and_html_show_numbers_flags_and_meaning(
     written: tuple[Path, ReportFiles],
 ) -> None:
-    run_dir, files = written
+    _, files = written
     report = json.loads(files.json_path.read_text())
     md = files.md_path.read_text()
     page = files.html_path.read_text()
-    site0 = report["sites"][0]
-    iv = site0["eps_tilde_interval"]
-    assert f"{site0['eps_tilde']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]" in md
+    iv = report["sites"][0]["audit"]["one_sided"]["eps_tilde"]
+    assert f"{iv['mean']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]" in md
     assert EPS_TILDE_MEANING in md
     assert "**saturated**" in md and "missing" in md
     assert "\\|" in md  # the pipe in the error text is escaped in the table/list
@@ -526,15 +514,17 @@ def test_markdown_and_html_show_numbers_flags_and_meaning(
     assert _embedded_json(page) == report
     assert html.escape(EPS_TILDE_MEANING) in page
     assert 'class="saturated"' in page and 'class="failed"' in page
-    assert f'title="{site0["eps_tilde"]!r}"' in page
-    # 4 plots plus one log-ROC per ok site; the explanation block once.
+    assert f'title="{iv["mean"]!r}"' in page
+    # 4 plots plus one log-ROC per ok site; the explanation block once, folded.
     assert page.count('<div class="plot" role="img"') == 4 + 2
     for sid in (0, 1):
         assert page.count(f'aria-label="log-scale ROC, site {sid}"') == 1
     assert 'aria-label="log-scale ROC, site 2"' not in page
-    assert page.count('class="meaning"') == 1
+    assert page.count('<details class="meaning">') == 1
     assert page.count("What eps_tilde means and does not mean") == 1
     assert page.count(html.escape(TWO_SIDED_MEANING)) == 1
+    # The headline table comes before the explanation and the full tables.
+    assert page.index('id="headline"') < page.index('class="meaning"') < page.index("Per-site")
     # Error text is escaped everywhere, never injected.
     assert "<script>alert" not in page
     assert html.escape(ERROR_TEXT.split("\n")[0]) in page
@@ -543,52 +533,14 @@ def test_markdown_and_html_show_numbers_flags_and_meaning(
 
 SIDE_KEYS = {
     "c_lb",
-    "c_lb_interval",
     "c_eps_lb",
-    "c_eps_lb_interval",
     "eps_tilde",
-    "eps_tilde_interval",
     "ceiling",
     "headroom",
     "flags",
     "rm_rn_eps_lb",
-    "rm_rn_eps_lb_interval",
     "rm_rn_ceiling",
 }
-NEW_SITE_FIELDS = (
-    "eps_tilde_two_sided",
-    "eps_tilde_two_sided_interval",
-    "two_sided_side",
-    "two_sided",
-    "rm_rn_eps_lb_two_sided",
-    "rm_rn_eps_lb_two_sided_interval",
-    "rm_rn_auc",
-    "baseline_tpr_at_fpr",
-    "mia_tpr_at_fpr",
-    "rm_rn_tpr_at_fpr",
-)
-NEW_CSV_COLUMNS = (
-    "eps_tilde_two_sided",
-    "eps_tilde_two_sided_low",
-    "eps_tilde_two_sided_high",
-    "two_sided_side",
-    "rm_rn_eps_lb_two_sided",
-    *(
-        f"two_sided_{side}_{name}"
-        for side in ("member", "nonmember")
-        for name in ("c_lb", "c_eps_lb", "ceiling", "saturated", "c_lb_not_tight", "reasons")
-    ),
-    "rm_rn_auc",
-    *(
-        f"{scorer}_tpr_at_fpr_{key}"
-        for scorer in ("baseline", "mia", "rm_rn")
-        for key in ("0.01", "0.001")
-    ),
-)
-
-
-def _iv(iv: Interval | None) -> dict[str, Any] | None:
-    return None if iv is None else {k: getattr(iv, k) for k in ("mean", "std", "low", "high", "n")}
 
 
 def test_two_sided_roc_and_levels_in_json(written: tuple[Path, ReportFiles]) -> None:
@@ -596,39 +548,35 @@ def test_two_sided_roc_and_levels_in_json(written: tuple[Path, ReportFiles]) -> 
     report = json.loads(files.json_path.read_text())
     sites = {s["site_id"]: s for s in report["sites"]}
     for sid in (0, 1):
-        result, site = _audit_file(run_dir, sid), sites[sid]
+        result, audit = _audit_file(run_dir, sid), sites[sid]["audit"]
         two = result.two_sided
         assert two is not None
-        assert site["eps_tilde_two_sided"] == two.eps_tilde.mean
-        assert site["eps_tilde_two_sided_interval"] == _iv(two.eps_tilde)
-        assert site["two_sided_side"] == two.side == "nonmember"
+        got_two = audit["two_sided"]
+        assert got_two["eps_tilde"] == _iv(two.eps_tilde)
+        assert got_two["side"] == two.side == "nonmember"
         # The one-sided value stays beside it, unchanged.
-        assert site["eps_tilde"] == result.eps_tilde.mean < site["eps_tilde_two_sided"]
-        assert set(site["two_sided"]) == {"beta", "member", "nonmember"}
-        assert site["two_sided"]["beta"] == two.beta == result.beta / 4
+        assert audit["one_sided"]["eps_tilde"]["mean"] == result.eps_tilde.mean
+        assert result.eps_tilde.mean < two.eps_tilde.mean
+        assert got_two["beta"] == two.beta == result.beta / 4
         for side in ("member", "nonmember"):
-            got, want = site["two_sided"][side], getattr(two, side)
+            got, want = got_two[side], getattr(two, side)
             assert set(got) == SIDE_KEYS
             for name in ("c_lb", "c_eps_lb", "eps_tilde", "rm_rn_eps_lb"):
-                iv = getattr(want, name)
-                assert got[name] == (None if iv is None else iv.mean), (side, name)
-                assert got[f"{name}_interval"] == _iv(iv), (side, name)
+                assert got[name] == _iv(getattr(want, name)), (side, name)
             assert got["ceiling"] == want.ceiling
             assert got["headroom"] == want.ceiling - want.c_lb.mean
             assert got["rm_rn_ceiling"] == want.rm_rn_ceiling
-            assert got["flags"] == {
-                "saturated": want.flags.saturated,
-                "c_lb_not_tight": want.flags.c_lb_not_tight,
-                "rm_rn_capped": want.flags.rm_rn_capped,
-                "reasons": want.flags.reasons,
-            }
-        assert site["rm_rn_eps_lb_two_sided_interval"] == _iv(two.rm_rn_eps_lb)
+            assert got["flags"] == _flags(want.flags)
+        assert got_two["rm_rn_eps_lb"] == _iv(two.rm_rn_eps_lb)
         for scorer in ("baseline", "mia"):
             tpr = result.roc[scorer].tpr_at_fpr
-            assert site[f"{scorer}_tpr_at_fpr"] == {"0.01": tpr["0.01"], "0.001": tpr["0.001"]}
-        assert site["levels"] == result.levels
-        assert site["levels"]["two_sided_each"] == result.beta / 4
-        for rep, want_rep in zip(site["repeats"], result.repeats):
+            assert audit["scorers"][scorer]["tpr_at_fpr"] == {
+                "0.01": tpr["0.01"],
+                "0.001": tpr["0.001"],
+            }
+        assert audit["levels"] == result.levels
+        assert audit["levels"]["two_sided_each"] == result.beta / 4
+        for rep, want_rep in zip(audit["repeats"], result.repeats):
             game = want_rep.two_sided
             assert rep["eps_tilde_two_sided"] == game.eps_tilde
             assert rep["member_c_lb"] == game.member.c_lb
@@ -638,24 +586,21 @@ def test_two_sided_roc_and_levels_in_json(written: tuple[Path, ReportFiles]) -> 
             assert rep["c_lb"] == want_rep.c_lb  # one-sided per repeat, unchanged
     # RM;RN's ROC exists only where the run had real non-members (site 0).
     roc0 = _audit_file(run_dir, 0).roc["rm_rn"]
-    assert sites[0]["rm_rn_auc"] == roc0.auc
-    assert sites[0]["rm_rn_tpr_at_fpr"] == roc0.tpr_at_fpr
-    assert sites[0]["rm_rn_eps_lb_two_sided"] == _audit_file(run_dir, 0).two_sided.rm_rn_eps_lb.mean
-    assert sites[1]["rm_rn_auc"] is None and sites[1]["rm_rn_tpr_at_fpr"] is None
-    assert sites[1]["rm_rn_eps_lb_two_sided"] is None and "rm_rn" not in sites[1]["levels"]
-    for sid in (2, 3):  # failed / missing
-        assert all(sites[sid][name] is None for name in NEW_SITE_FIELDS)
-        assert sites[sid]["levels"] == {}
+    assert sites[0]["audit"]["scorers"]["rm_rn"] == {"auc": roc0.auc, "tpr_at_fpr": roc0.tpr_at_fpr}
+    assert "rm_rn" not in sites[1]["audit"]["scorers"]
+    assert sites[1]["audit"]["two_sided"]["rm_rn_eps_lb"] is None
+    assert "rm_rn" not in sites[1]["audit"]["levels"]
 
     c = report["consortium"]
-    assert c["max_eps_tilde_two_sided"] == sites[0]["eps_tilde_two_sided"]
+    two0 = sites[0]["audit"]["two_sided"]["eps_tilde"]["mean"]
+    assert c["max_eps_tilde_two_sided"] == two0
     assert c["leakiest_site_id_two_sided"] == 0
-    assert c["two_sided_flagged_sites"] == {
-        "member": {"saturated_sites": [], "not_tight_sites": [0], "rm_rn_capped_sites": []},
-        "nonmember": {"saturated_sites": [1], "not_tight_sites": [], "rm_rn_capped_sites": []},
+    assert c["two_sided_flagged"] == {
+        "member": {"saturated": [], "c_lb_not_tight": [0], "rm_rn_capped": []},
+        "nonmember": {"saturated": [1], "c_lb_not_tight": [], "rm_rn_capped": []},
     }
-    assert c["saturated_sites"] == [1] and c["not_tight_sites"] == []  # one-sided, unchanged
-    assert c["two_sided_meaning"] == TWO_SIDED_MEANING
+    assert c["flagged"]["saturated"] == [1] and c["flagged"]["c_lb_not_tight"] == []
+    assert report["two_sided_meaning"] == TWO_SIDED_MEANING
 
 
 def test_csv_has_two_sided_and_low_fpr_columns(written: tuple[Path, ReportFiles]) -> None:
@@ -665,27 +610,30 @@ def test_csv_has_two_sided_and_low_fpr_columns(written: tuple[Path, ReportFiles]
         reader = csv.DictReader(fh)
         rows = list(reader)
         header = reader.fieldnames or []
-    assert tuple(header) == CSV_COLUMNS and len(set(header)) == len(header)
-    assert set(NEW_CSV_COLUMNS) <= set(header)
-    site0, row0 = report["sites"][0], rows[0]
-    assert float(row0["eps_tilde_two_sided"]) == site0["eps_tilde_two_sided"]
-    assert float(row0["eps_tilde_two_sided_low"]) == site0["eps_tilde_two_sided_interval"]["low"]
-    assert row0["two_sided_side"] == "nonmember"
-    assert float(row0["rm_rn_eps_lb_two_sided"]) == site0["rm_rn_eps_lb_two_sided"]
+    assert len(set(header)) == len(header)
+    audit0, row0 = report["sites"][0]["audit"], rows[0]
+    two = audit0["two_sided"]
+    assert float(row0["audit_two_sided_eps_tilde_mean"]) == two["eps_tilde"]["mean"]
+    assert float(row0["audit_two_sided_eps_tilde_low"]) == two["eps_tilde"]["low"]
+    assert row0["audit_two_sided_side"] == "nonmember"
+    assert float(row0["audit_two_sided_rm_rn_eps_lb_mean"]) == two["rm_rn_eps_lb"]["mean"]
     for side in ("member", "nonmember"):
-        block = site0["two_sided"][side]
-        for name in ("c_lb", "c_eps_lb", "ceiling"):
-            assert float(row0[f"two_sided_{side}_{name}"]) == block[name]
-    assert row0["two_sided_member_c_lb_not_tight"] == "true"
-    assert row0["two_sided_nonmember_c_lb_not_tight"] == "false"
-    reasons = site0["two_sided"]["member"]["flags"]["reasons"]
-    assert row0["two_sided_member_reasons"] == "; ".join(reasons) != ""
+        for name in ("c_lb", "c_eps_lb"):
+            col = f"audit_two_sided_{side}_{name}_mean"
+            assert float(row0[col]) == two[side][name]["mean"]
+        assert float(row0[f"audit_two_sided_{side}_ceiling"]) == two[side]["ceiling"]
+    assert row0["audit_two_sided_member_flags_c_lb_not_tight"] == "true"
+    assert row0["audit_two_sided_nonmember_flags_c_lb_not_tight"] == "false"
+    reasons = two["member"]["flags"]["reasons"]
+    assert row0["audit_two_sided_member_flags_reasons"] == "; ".join(reasons) != ""
     for scorer in ("baseline", "mia", "rm_rn"):
-        assert float(row0[f"{scorer}_auc"]) == site0[f"{scorer}_auc"]
+        got = audit0["scorers"][scorer]
+        assert float(row0[f"audit_scorers_{scorer}_auc"]) == got["auc"]
         for key in ("0.01", "0.001"):
-            assert float(row0[f"{scorer}_tpr_at_fpr_{key}"]) == site0[f"{scorer}_tpr_at_fpr"][key]
-    assert rows[1]["rm_rn_tpr_at_fpr_0.01"] == ""  # no real non-members at site 1
-    assert all(rows[2][col] == "" for col in NEW_CSV_COLUMNS)  # failed site
+            col = f"audit_scorers_{scorer}_tpr_at_fpr_{key}"
+            assert float(row0[col]) == got["tpr_at_fpr"][key]
+    assert rows[1]["audit_scorers_rm_rn_tpr_at_fpr_0.01"] == ""  # no real non-members at site 1
+    assert all(v == "" for k, v in rows[2].items() if k.startswith("audit_"))  # failed site
 
 
 def test_markdown_shows_two_sided_flags_per_side_and_low_fpr(
@@ -695,14 +643,12 @@ def test_markdown_shows_two_sided_flags_per_side_and_low_fpr(
     report = json.loads(files.json_path.read_text())
     md = files.md_path.read_text()
     page = files.html_path.read_text()
-    site0 = report["sites"][0]
-    iv = site0["eps_tilde_two_sided_interval"]
-    two_sided = (
-        f"{site0['eps_tilde_two_sided']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}] (non-member)"
-    )
+    audit0 = report["sites"][0]["audit"]
+    iv = audit0["two_sided"]["eps_tilde"]
+    two_sided = f"{iv['mean']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}] (non-member)"
     assert two_sided in md and two_sided in page
-    one_sided = site0["eps_tilde_interval"]
-    assert f"{site0['eps_tilde']:.3f} [{one_sided['low']:.3f}, {one_sided['high']:.3f}]" in md
+    one = audit0["one_sided"]["eps_tilde"]
+    assert f"{one['mean']:.3f} [{one['low']:.3f}, {one['high']:.3f}]" in md
     assert TWO_SIDED_MEANING in md and md.count("## What eps_tilde means") == 1
     assert "two-sided at beta/4 each" not in md  # the levels line says it in full:
     assert "are at beta/4 each" in md and "O(1) is at beta" in md
@@ -713,40 +659,11 @@ def test_markdown_shows_two_sided_flags_per_side_and_low_fpr(
     assert "two-sided game, member side: saturated sites: none; c_lb not tight: 0;" in page
     for header in ("AUC b / MIA / RM;RN", "TPR@1% FPR b / MIA / RM;RN", "TPR@0.1% FPR"):
         assert header in md and header in page
-    tpr = site0["mia_tpr_at_fpr"]["0.01"]
-    assert f"{site0['baseline_tpr_at_fpr']['0.01']:.3f} / {tpr:.3f} / " in md
+    tpr = audit0["scorers"]["mia"]["tpr_at_fpr"]["0.01"]
+    base = audit0["scorers"]["baseline"]["tpr_at_fpr"]["0.01"]
+    assert f"{base:.3f} / {tpr:.3f} / " in md
     assert "bound levels, site 0: c_lb 0.025" in md
     assert "member: c_lb not tight" in page and "non-member: saturated" in page
-
-
-def test_version_1_audit_file_still_renders(tmp_path: Path) -> None:
-    result = make_result([1.0, 1.5], [2.0, 2.5], rm_rn=[1.25, 1.5], o1=[0.5, 0.75])
-    audit = ok_audit(0, result) | {"result": as_version_1(result)}
-    run = write_run(tmp_path / "v1", n_sites=1, audits={0: audit})
-    files = write_report(run)
-    report = json.loads(files.json_path.read_text())
-    site = report["sites"][0]
-    assert site["status"] == "ok" and site["eps_tilde"] == result.eps_tilde.mean
-    assert site["rm_rn_eps_lb"] == result.rm_rn_eps_lb.mean
-    assert all(site[name] is None for name in NEW_SITE_FIELDS)
-    assert site["levels"] == {}
-    assert all(
-        rep[name] is None
-        for rep in site["repeats"]
-        for name in ("eps_tilde_two_sided", "member_c_lb", "nonmember_c_eps_lb")
-    )
-    c = report["consortium"]
-    assert c["max_eps_tilde_two_sided"] is None and c["two_sided_flagged_sites"] == {}
-    with files.csv_path.open(newline="") as fh:
-        row = next(csv.DictReader(fh))
-    assert all(row[col] == "" for col in NEW_CSV_COLUMNS)
-    md = files.md_path.read_text()
-    assert "two-sided game," not in md and "bound levels" not in md
-    page = files.html_path.read_text()
-    assert "log-scale ROC, site 0" not in page and "carry no ROC summaries" in page
-    assert page.count('<div class="plot" role="img"') == 4
-    assert page.count('class="meaning"') == 1
-    assert _embedded_json(page) == report
 
 
 def test_tpr_keys_match_the_audit_and_empty_roc_draws_nothing() -> None:
@@ -772,10 +689,11 @@ def test_eps_tilde_is_copied_not_recomputed(tmp_path: Path) -> None:
     result = make_result([1.0, 2.0], [1.5, 1.0])
     assert result.eps_tilde.mean == 0.25
     run = write_run(tmp_path / "r", n_sites=1, audits={0: ok_audit(0, result)})
-    site = to_jsonable(build_report(load_run(run)))["sites"][0]
-    assert site["eps_tilde"] == 0.25
-    assert site["eps_tilde"] != max(0.0, site["c_eps_lb"] - site["c_lb"])
-    assert site["dp_epsilon"] is None and site["rm_rn_eps_lb_interval"] is None
+    site = json_safe(build_report(load_run(run)))["sites"][0]
+    game = site["audit"]["one_sided"]
+    assert game["eps_tilde"]["mean"] == 0.25
+    assert max(0.0, game["c_eps_lb"]["mean"] - game["c_lb"]["mean"]) != 0.25
+    assert site["privacy"]["dp_epsilon"] is None and game["rm_rn_eps_lb"] is None
 
 
 def test_unreadable_audit_file_fails_that_site_only(tmp_path: Path) -> None:
@@ -783,9 +701,24 @@ def test_unreadable_audit_file_fails_that_site_only(tmp_path: Path) -> None:
         tmp_path / "r", n_sites=2, audits={0: ok_audit(0, make_result([1.0, 1.5], [2.0, 2.5]))}
     )
     (run / "audits" / "site-1.json").write_text("{not json")
-    sites = to_jsonable(build_report(load_run(run)))["sites"]
-    assert sites[0]["status"] == "ok" and sites[0]["eps_tilde"] == 1.0
+    sites = json_safe(build_report(load_run(run)))["sites"]
+    assert sites[0]["status"] == "ok"
+    assert sites[0]["audit"]["one_sided"]["eps_tilde"]["mean"] == 1.0
     assert sites[1]["status"] == "failed" and "site-1.json" in sites[1]["error"]
+
+
+def test_malformed_audit_file_is_read_through_its_contract(tmp_path: Path) -> None:
+    """The report reads audit files through contracts.run_files.SiteAuditFile: a bad value
+    fails that site, naming the problem, and the others stay."""
+    ok = ok_audit(0, make_result([1.0, 1.5], [2.0, 2.5]))
+    run = write_run(
+        tmp_path / "r", n_sites=2, audits={0: ok, 1: ok | {"site_id": 1, "status": "done"}}
+    )
+    sites = json_safe(build_report(load_run(run)))["sites"]
+    assert sites[0]["status"] == "ok"
+    assert (
+        sites[1]["status"] == "failed" and "'status' must be 'ok' or 'failed'" in sites[1]["error"]
+    )
 
 
 def test_bad_run_inputs_name_the_file(tmp_path: Path) -> None:
@@ -800,8 +733,7 @@ def test_bad_run_inputs_name_the_file(tmp_path: Path) -> None:
 
 
 def test_report_is_deterministic(written: tuple[Path, ReportFiles], tmp_path: Path) -> None:
-    # Same inputs -> same bytes (json, csv, md; the HTML's PNGs carry no timestamp either,
-    # but re-plotting costs seconds, so the text formats are checked here).
+    # Same inputs -> same bytes (json, csv, md).
     run_dir, files = written
     report = build_report(load_run(run_dir))
     assert report_to_json_text(report) == files.json_path.read_text()
@@ -822,13 +754,12 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
             for i in range(2)
         },
     )
-    v1 = make_result([1.0, 1.5], [2.5, 3.0])
+    plain_result = make_result([1.0, 1.5], [2.5, 3.0])
     plain_run = write_run(
         tmp_path / "runs" / "nodp",
         n_sites=2,
         accuracy=0.9,
-        # A version-1 audit file (no two-sided game); site 1 missing.
-        audits={0: ok_audit(0, v1) | {"result": as_version_1(v1)}},
+        audits={0: ok_audit(0, plain_result)},  # site 1 missing
     )
     points = [
         SweepPoint("eps=4", {"dp.enabled": True, "dp.epsilon": 4.0}, dp_run),
@@ -845,26 +776,27 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
     assert dp["status"] == "complete" and dp["private"] is True
     assert dp["theoretical_eps"] == 4.0
     assert dp["global_accuracy"] == pytest.approx(0.7, abs=1e-12)
-    audit = _audit_file(dp_run, 1)
-    site = dp["sites"][1]
-    assert site["eps_tilde"] == audit.eps_tilde.mean and site["c_lb"] == audit.c_lb.mean
-    assert site["rm_rn_eps_lb"] == audit.rm_rn_eps_lb.mean
-    assert site["o1_eps_lb"] == audit.o1_eps_lb.mean and site["theoretical_eps"] == 4.0
-    assert sweep["schema_version"] == SWEEP_SCHEMA_VERSION == 3
-    assert site["eps_tilde_two_sided"] == audit.two_sided.eps_tilde.mean
-    assert site["eps_tilde_two_sided_interval"] == _iv(audit.two_sided.eps_tilde)
-    assert site["two_sided_side"] == "nonmember"
-    assert site["rm_rn_eps_lb_two_sided"] == audit.two_sided.rm_rn_eps_lb.mean
-    assert dp["max_eps_tilde_two_sided"] == audit.two_sided.eps_tilde.mean
+    want = _audit_file(dp_run, 1)
+    audit = dp["sites"][1]["audit"]
+    assert audit["one_sided"]["eps_tilde"] == _iv(want.eps_tilde)
+    assert audit["one_sided"]["c_lb"] == _iv(want.c_lb)
+    assert audit["one_sided"]["rm_rn_eps_lb"] == _iv(want.rm_rn_eps_lb)
+    assert audit["o1_eps_lb"] == _iv(want.o1_eps_lb)
+    assert dp["sites"][1]["privacy"]["dp_epsilon"] == 4.0
+    assert sweep["schema_version"] == SCHEMA_VERSION
+    assert audit["two_sided"]["eps_tilde"] == _iv(want.two_sided.eps_tilde)
+    assert audit["two_sided"]["side"] == "nonmember"
+    assert audit["two_sided"]["rm_rn_eps_lb"] == _iv(want.two_sided.rm_rn_eps_lb)
+    assert dp["max_eps_tilde_two_sided"] == want.two_sided.eps_tilde.mean
 
     plain = by_label["no DP"]
     assert plain["status"] == "incomplete" and plain["private"] is False
     assert plain["theoretical_eps"] is None
     assert plain["global_accuracy"] == pytest.approx(0.9, abs=1e-12)
     assert [s["status"] for s in plain["sites"]] == ["ok", "missing"]
-    assert plain["sites"][0]["eps_tilde"] == v1.eps_tilde.mean
-    assert plain["sites"][0]["eps_tilde_two_sided"] is None
-    assert plain["max_eps_tilde_two_sided"] is None
+    assert (
+        plain["sites"][0]["audit"]["one_sided"]["eps_tilde"]["mean"] == plain_result.eps_tilde.mean
+    )
     assert any("site 1" in p for p in plain["problems"])
     assert by_label["eps=1"]["status"] == "incomplete" and by_label["eps=1"]["sites"] == []
     assert (dp_run / "report.html").exists() and dp["report_html"].endswith("report.html")
@@ -873,12 +805,9 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
     _assert_self_contained(page)
     assert html.escape(EPS_TILDE_MEANING) in page
     assert "inf (no DP)" in page and "never-ran" in page
-    iv = site["eps_tilde_two_sided_interval"]
+    iv = audit["two_sided"]["eps_tilde"]
     assert "eps_tilde two-sided [95% CI] (side)" in page
-    assert (
-        f"{site['eps_tilde_two_sided']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}] (non-member)"
-        in page
-    )
+    assert f"{iv['mean']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}] (non-member)" in page
     assert page.count('class="meaning"') == 1
     # Two consortium-wide plots, and per site accuracy and bounds against the accountant.
     assert page.count('<div class="plot" role="img"') == 4

@@ -24,7 +24,7 @@ import pytest
 from test_report import make_result, ok_audit, write_run
 
 from reporting import SweepPoint, build_report, load_run, write_report, write_sweep_report
-from reporting.formatting import fmt, fmt_two_sided
+from reporting.formatting import fmt_est, fmt_two_sided
 from reporting.site_report import site_report_paths
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -284,7 +284,9 @@ def test_report_html_in_the_browser(pages: dict[str, Path], tmp_path: Path) -> N
     check = check_page(pages["report"], tmp_path)
     # 4 plots plus a log-ROC per ok site.
     assert_page_ok(check, min_plots=6)
-    table = check.table("site")
+    headline = check.table("site")  # first: the headline table
+    assert headline["headers"][1] == "eps_tilde two-sided [95% CI] (side)"
+    table = check.table("site", nth=1)
     assert [row[0] for row in table["rows"]] == ["0", "1", "2", "3"]  # one row per site
     assert [row[1] for row in table["rows"]] == ["ok", "ok", "failed", "missing"]
     assert check.text.count("What eps_tilde means and does not mean") == 1
@@ -299,7 +301,8 @@ def test_site_page_in_the_browser(pages: dict[str, Path], tmp_path: Path, site_i
     if site_id == 1:
         assert_page_ok(check, min_plots=4)
         assert fmt_two_sided(site) in check.text  # the headline: two-sided eps_tilde ...
-        assert f"{fmt(site.eps_tilde)} [" in check.text  # ... beside the paper's one-sided
+        assert site.audit is not None  # ... beside the paper's one-sided:
+        assert fmt_est(site.audit.one_sided.eps_tilde) in check.text
         assert {"bounds", "comparisons", "low-fpr", "manifest"} <= {t["id"] for t in check.tables}
     else:  # a failed audit: the reason, no plots, no error from the hostile error text
         assert_page_ok(check, min_plots=0)

@@ -22,15 +22,15 @@ from clients.audit_handler import SiteAuditPolicy, write_exposed_records
 from clients.site_data import SiteData
 from contracts.run_files import RunLayout, exposed_records_name
 from reporting import (
-    SITE_REPORT_SCHEMA_VERSION,
+    SCHEMA_VERSION,
     SweepPoint,
     build_sweep_report,
     plots,
     write_report,
     write_site_report,
 )
-from reporting.aggregate import build_report
-from reporting.formatting import fmt, fmt_two_sided
+from reporting.aggregate import build_report, two_sided_mean
+from reporting.formatting import fmt, fmt_est, fmt_two_sided
 from reporting.html_page import SORT_SCRIPT
 from reporting.inputs import load_run
 from reporting.manifest import PACKAGES
@@ -112,7 +112,7 @@ def test_aggregator_writes_one_report_per_audited_site(consortium: Path) -> None
     by_id = {s["site_id"]: s for s in report["sites"]}
     for site_id in range(4):
         data = _page_json(consortium, site_id)
-        assert data["schema_version"] == SITE_REPORT_SCHEMA_VERSION
+        assert data["schema_version"] == SCHEMA_VERSION
         assert data["source"] == "consortium"
         # The page's numbers are the consortium report's, copied.
         assert data["site"] == by_id[site_id]
@@ -120,11 +120,12 @@ def test_aggregator_writes_one_report_per_audited_site(consortium: Path) -> None
         assert _embedded(page) == data
         assert page.count('class="meaning"') == 1
         site = build_report(load_run(consortium)).sites[site_id]
-        assert fmt_two_sided(site) in page and fmt(site.eps_tilde) in page
+        assert site.audit is not None
+        assert fmt_two_sided(site) in page and fmt_est(site.audit.one_sided.eps_tilde) in page
         assert len(data["threat_model"]) == 3
         reading = data["reading"]
         assert reading["verdict"] == "evidence"
-        assert fmt(site.eps_tilde_two_sided) in reading["headline"]
+        assert fmt(two_sided_mean(site)) in reading["headline"]
         assert reading["measured"] and reading["meaning"] and reading["not_shown"]
         assert "not proof of privacy" in " ".join(reading["not_shown"])
     failed = _page_json(consortium, 4)
@@ -135,9 +136,9 @@ def test_aggregator_writes_one_report_per_audited_site(consortium: Path) -> None
 
 def test_standing_ranks_without_other_sites_numbers_or_ids(consortium: Path) -> None:
     values = {
-        s.site_id: s.eps_tilde_two_sided
+        s.site_id: v
         for s in build_report(load_run(consortium)).sites
-        if s.eps_tilde_two_sided is not None
+        if (v := two_sided_mean(s)) is not None
     }
     assert sorted(values) == [0, 1, 2, 3] and len(set(values.values())) == 4
     ranked = sorted(values.values(), reverse=True)
@@ -175,8 +176,8 @@ def test_two_sites_withhold_median_and_max(tmp_path: Path) -> None:
     assert st["median_eps_tilde_two_sided"] is None and st["max_eps_tilde_two_sided"] is None
     assert "withheld" in st["note"]
     page = site_report_paths(run, 1).html_path.read_text()
-    other = build_report(load_run(run)).sites[0].eps_tilde_two_sided
-    assert f"{other:.3f}" not in page
+    other = two_sided_mean(build_report(load_run(run)).sites[0])
+    assert other is not None and f"{other:.3f}" not in page
 
 
 def test_site_rebuilds_its_report_from_its_audit_file_alone(
@@ -194,8 +195,10 @@ def test_site_rebuilds_its_report_from_its_audit_file_alone(
     data = _page_json(alone, 2)
     full = _page_json(consortium, 2)
     assert data["source"] == "site"
-    # The same numbers from the file alone; delta is the config's, which is not there yet.
-    assert data["site"] == full["site"] | {"dp_delta": None}
+    # The same numbers from the file alone; delta and the accountant's name are the config's,
+    # which is not there yet.
+    alone_privacy = {"dp_delta": None, "record_accountant": "Opacus"}
+    assert data["site"] == full["site"] | {"privacy": full["site"]["privacy"] | alone_privacy}
     assert data["reading"] == full["reading"]
     assert data["standing"]["available"] is False and data["standing"]["rank"] is None
     assert "unavailable" in data["standing"]["note"].lower()
@@ -204,8 +207,8 @@ def test_site_rebuilds_its_report_from_its_audit_file_alone(
     assert fmt_two_sided(build_report(load_run(consortium)).sites[2]) in page
     assert "Unavailable" in page
     # The best one-run lower bound (O(1)'s f-DP mean here) is named on the site's own page.
-    assert data["site"]["best_eps_lb"] == pytest.approx(0.625)
-    assert data["site"]["best_eps_lb_method"].startswith("O(1): f-DP, Gaussian")
+    assert data["site"]["checks"]["best_eps_lb"] == pytest.approx(0.625)
+    assert data["site"]["checks"]["best_eps_lb_method"].startswith("O(1): f-DP, Gaussian")
     assert "best lower bound" in page and "0.625 (O(1): f-DP, Gaussian" in page
 
     # With config.yaml beside it, the manifest hashes it byte for byte.

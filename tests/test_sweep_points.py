@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 import yaml
-from test_privacy_ledger import QUALITY, _canary, _client_dp, _set_config, _with_quality
+from test_privacy_ledger import QUALITY, _canary, _client_dp, _set_config, _with_quality, flat
 from test_report import make_result, ok_audit, write_run
 
 from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
 from reporting import SweepPoint, plots, write_sweep_report
-from reporting.sweep_report import SITE_HEADERS, build_sweep_report
+from reporting.columns import SWEEP_SITE_COLUMNS
+from reporting.sweep_report import build_sweep_report
 from simulations.config import ConfigError
 from simulations.sweep import expand, load_sweep
 
@@ -131,17 +132,19 @@ def test_sweep_table_has_the_privacy_columns(sweep_runs: dict[str, Path]) -> Non
     files = write_sweep_report(sweep_runs["base"] / "out", _points(sweep_runs))
     sweep = json.loads(files.json_path.read_text())
     by_label = {p["label"]: p for p in sweep["points"]}
-    rec = by_label["record eps=2"]["sites"][0]
-    assert rec["dp_epsilon_record"] == 2.0 and rec["theoretical_eps"] == 2.0
+    rec_site = by_label["record eps=2"]["sites"][0]
+    rec = flat(rec_site)
+    assert rec["dp_epsilon"] == 2.0
     assert rec["canary_eps_lb"] == 0.875 and rec["canaries"] == 200
-    assert rec["global_accuracy"] == pytest.approx(0.7)
-    assert rec["accuracy_holdout"] == QUALITY["target_accuracy_nonmembers"]
+    assert by_label["record eps=2"]["global_accuracy"] == pytest.approx(0.7)
+    assert rec_site["audit"]["quality"] == QUALITY
     assert by_label["record eps=2"]["canaries"] == 200
     client = by_label["client z=1"]
     assert client["private"] is True and client["dp_level"] == "client"
-    assert client["sites"][0]["dp_epsilon_client"] == 1.5
-    assert client["sites"][0]["theoretical_eps"] == 6.0  # the record level it implies
-    assert client["sites"][0]["dp_epsilon_record"] is None
+    client_site = flat(client["sites"][0])
+    assert client_site["dp_epsilon_client"] == 1.5
+    assert client_site["dp_epsilon_client_record"] == 6.0  # the theoretical eps it implies
+    assert client_site["dp_epsilon"] is None
     assert by_label["no DP"]["private"] is False
 
     for header in (
@@ -153,11 +156,11 @@ def test_sweep_table_has_the_privacy_columns(sweep_runs: dict[str, Path]) -> Non
         "eps_tilde two-sided [95% CI] (side)",
         "O(1)",
     ):
-        assert header in SITE_HEADERS
+        assert header in [c.header for c in SWEEP_SITE_COLUMNS]
     page = files.html_path.read_text()
     md = files.md_path.read_text()  # type: ignore[union-attr]
     for text in (page, md):
-        for header in SITE_HEADERS:
+        for header in [c.header for c in SWEEP_SITE_COLUMNS]:
             assert header in text, header
         assert "0.875" in text and "0.810" in text  # canary eps lb, site holdout accuracy
         assert "1.500" in text  # client level, site-level epsilon
