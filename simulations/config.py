@@ -194,8 +194,12 @@ class AuditPhaseConfig(_Strict):
         "trainable parameters and inserts each by a fair coin as a virtual client whose update "
         "is that direction (times the clipping norm, or the median site update norm without "
         "DP); the cosines of the final model delta give a client-level epsilon estimate and a "
-        "lower bound (client_canaries.json). The run also trains its twin without canaries "
-        "to measure their accuracy cost.",
+        "lower bound (client_canaries.json).",
+    )
+    canary_twin: bool = Field(
+        True,
+        description="with canary_clients: train the run again without them (no-canary-twin/) "
+        "for the accuracy they cost; false skips that second training.",
     )
     settings: AuditConfig = Field(default_factory=AuditConfig)
 

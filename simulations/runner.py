@@ -185,7 +185,7 @@ def run_experiment(
             config, meta, run_dir, phases=names, num_cpus=cpus, num_gpus=gpus, verbose=verbose
         )
         outcome.timings["+".join(names) + "_s"] = time.time() - t
-    if config.audit.canary_clients > 0:
+    if config.audit.canary_clients > 0 and config.audit.canary_twin:
         t = time.time()
         twin_cpus, twin_gpus = train
         train_twin_and_record(
