@@ -66,5 +66,6 @@ format: venv
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# runs/ holds the user's results: never removed here.
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

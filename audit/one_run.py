@@ -45,13 +45,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 from scipy import optimize, special
 
 from audit.bounds import _check_beta, _check_inputs, _relaxed_p_lo, clopper_pearson_lower, logit
 from audit.o1 import GuessPairs, count_grid, guess_pairs
+from audit.one_run_methods import DEFAULT_DELTA, METHOD_LABELS, METHODS, Method
 
 __all__ = [
     "DEFAULT_DELTA",
@@ -68,17 +68,6 @@ __all__ = [
     "steinke_eps_lb",
 ]
 
-Method = Literal["steinke", "fdp"]
-METHODS: tuple[Method, ...] = ("steinke", "fdp")
-METHOD_LABELS: dict[Method, str] = {
-    "steinke": "Steinke et al. (2023)",
-    "fdp": "f-DP, Gaussian (Mahloujifar et al. 2025)",
-}
-"""How reports name each method."""
-
-DEFAULT_DELTA = 1e-5
-"""delta of the one-run bounds when nobody states one (the run config's ``dp.delta`` default
-and the f-DP paper's Table 1)."""
 
 _MU_MAX = 64.0
 """Largest mu searched: at delta = 1e-5 its eps exceeds 2,000, beyond any audit's reach."""

@@ -135,7 +135,7 @@ def canary_audit_of(
     None: :data:`audit.one_run.DEFAULT_DELTA`).
     """
     from audit.canary import canary_audit
-    from audit.one_run import DEFAULT_DELTA
+    from audit.one_run_methods import DEFAULT_DELTA
     from audit.pipeline import resolve_device
 
     canaries, coins = data.canary_records()

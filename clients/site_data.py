@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,8 @@ class SiteData:
         return replace(self, public_x=public.x, public_y=public.y, public_groups=public.groups)
 
     def save(self, path: Path) -> None:
-        arrays: dict[str, np.ndarray] = {"site_id": np.asarray(self.site_id)}
+        # Any, not ndarray: mypy would match ndarray values against savez's `allow_pickle: bool`.
+        arrays: dict[str, Any] = {"site_id": np.asarray(self.site_id)}
         for part in _PARTS:
             for axis in _AXES:
                 value = getattr(self, f"{part}_{axis}")
@@ -132,8 +134,7 @@ class SiteData:
             # A 0-d unicode array: loads without pickle.
             arrays[_CANARY_KIND] = np.asarray(self.canary_kind, dtype=np.str_)
         # A site's records: owner-only (0600 in a 0700 folder), durable, atomic.
-        # mypy matches **arrays against savez's `allow_pickle: bool` too (numpy < 2.1 lacks it).
-        atomic_write(path, lambda fh: np.savez(fh, **arrays), private=True)  # type: ignore[arg-type]
+        atomic_write(path, lambda fh: np.savez(fh, **arrays), private=True)
 
     @classmethod
     def load(cls, path: Path) -> SiteData:

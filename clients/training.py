@@ -13,6 +13,7 @@ from torch import nn
 
 from clients.noise import draw_noise_securely, entropy_generator, use_unpredictable_noise
 from clients.privacy import DPSettings, PrivacyLedger
+from ml.training import run_epoch
 
 
 class TrainableTask(Protocol):
@@ -34,30 +35,6 @@ class TrainableTask(Protocol):
     ) -> torch.utils.data.DataLoader: ...
 
     def batch_loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor: ...
-
-
-def run_epoch(
-    model: nn.Module,
-    loader: torch.utils.data.DataLoader,
-    optimizer: torch.optim.Optimizer,
-    loss_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
-    device: torch.device,
-) -> float:
-    """One pass over ``loader``; returns the mean training loss."""
-    total, count = 0.0, 0
-    for batch in loader:
-        # A no-op for the task's loaders (records already on the device); Opacus's empty
-        # Poisson batch is built on the host.
-        batch = tuple(t.to(device) for t in batch)
-        if len(batch[0]) == 0:  # Poisson sampling (Opacus) can draw an empty batch
-            continue
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(batch)
-        loss.backward()
-        optimizer.step()
-        total += float(loss.detach()) * len(batch[0])
-        count += len(batch[0])
-    return total / max(count, 1)
 
 
 @dataclass(frozen=True)
@@ -127,7 +104,9 @@ def train_locally(
         sample_rate = 1.0 / max(len(loader), 1)
         sigma = dp.noise_for(sample_rate)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            # Opacus's notices on wrapping (e.g. the RDP orders it tries): expected here.
+            # Deprecations are not silenced.
+            warnings.simplefilter("ignore", UserWarning)
             trained, optimizer, loader = engine.make_private(
                 module=model,
                 optimizer=optimizer,
@@ -145,7 +124,9 @@ def train_locally(
 
     losses = []
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        # torch's backward-hook notices, raised on every batch of Opacus's per-sample
+        # gradients. Deprecations are not silenced.
+        warnings.simplefilter("ignore", UserWarning)
         for _ in range(epochs):
             losses.append(run_epoch(trained, loader, optimizer, loss_fn, device))
 

@@ -308,12 +308,12 @@ def write_site_summary(run: DeploymentRun) -> Path:
     rounds = read_rounds(run.run_dir)
     sites = []
     for site in range(run.config.partition.num_sites):
-        trained = [r["sites"][str(site)] for r in rounds if str(site) in r.get("sites", {})]
+        trained = [r.sites[str(site)] for r in rounds if str(site) in r.sites]
         audit = read_site_audit(run.run_dir, site)
         members = None if audit is None else audit.n_members
         sites.append({
             "site_id": site,
-            "train": members or (trained[-1]["num_examples"] if trained else None),
+            "train": members or (trained[-1].num_examples if trained else None),
             "holdout": None if audit is None else audit.n_holdout,
             "test": None,
         })  # fmt: skip

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
+from contracts.checkpoint import Checkpoint, load_checkpoint
 from contracts.errors import UserError
 from contracts.run_files import CheckpointMeta
 from ml.tasks import TorchTask, build_task
-from server.checkpoint import Checkpoint, load_checkpoint
 
 
 def task_from_meta(meta: CheckpointMeta) -> TorchTask:

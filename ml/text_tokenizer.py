@@ -30,10 +30,14 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from contracts.errors import UserError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 GPT2_EOT_ID = 50256
 """GPT-2's ``<|endoftext|>`` id (one past the last BPE rank)."""
@@ -117,7 +121,7 @@ class Gpt2Bpe:
     """Bytes of every GPT-2 id below :data:`GPT2_EOT_ID`."""
     merges: tuple[tuple[int, int], ...]
     """For id ``256 + i``: the two ids it was merged from (``merges[i]``)."""
-    _fast: object = field(repr=False, compare=False)
+    _fast: Tokenizer = field(repr=False, compare=False)
 
     def encode(self, text: str) -> list[int]:
         return list(self._fast.encode(text, add_special_tokens=False).ids)
@@ -222,11 +226,11 @@ class CompactVocab:
             if set(new_keep) == kept:
                 break
             keep = new_keep
-        ids = np.array(
+        gpt2_ids = np.array(
             list(range(256)) + [GPT2_EOT_ID] + sorted(keep, key=lambda t: (-total[t], t)),
             dtype=np.int64,
         )
-        return cls(gpt2_ids=ids, bpe=bpe)
+        return cls(gpt2_ids=gpt2_ids, bpe=bpe)
 
     def from_gpt2(self, ids: Sequence[int]) -> list[int]:
         """GPT-2 ids -> compact ids (out-of-vocabulary tokens split into their parts)."""

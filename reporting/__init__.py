@@ -1,27 +1,22 @@
-"""Consortium report writer: report.json / .csv / .md / .html for a run, and sweep reports.
-
-Public API::
-
-    write_report(run_dir) -> ReportFiles      # .warnings: bound violations, for stderr
-    write_site_report(run_dir, site_id) -> ReportFiles
-    write_sweep_report(sweep_dir, points, *, write_point_reports=False) -> ReportFiles
-    SweepPoint(label, overrides, run_dir)
-"""
+"""Consortium report writer: report.json / .csv / .md / .html for a run, each site's own
+report, and sweep reports."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from contracts.files import atomic_write_text
+
 from .aggregate import build_report
 from .formatting import VIOLATION_TITLE
-from .html_report import write_html
+from .html_report import render_html
 from .inputs import ReportInputError, RunInputs, load_run
-from .markdown_report import write_markdown
+from .markdown_report import render_markdown
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport
 from .site_report import SITE_REPORTS_DIR, write_site_report, write_site_reports
 from .sweep_report import SweepPoint, build_sweep_report, write_sweep_report
-from .writers import write_csv, write_json, write_ledger_csv
+from .writers import ledger_csv_rows, report_to_json_text, site_rows, write_rows
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -68,43 +63,24 @@ def written_report_warnings(run_dir: Path) -> list[str]:
 
 
 def write_report(run_dir: Path) -> ReportFiles:
-    """Write report.json, .csv, .md, .html, ledger.csv and each site's own report into a run
-    directory.
+    """Write report.json, .csv, .md, .html, ledger.csv and each audited site's own report
+    into a run directory; ``warnings`` holds a line per bound violation (for stderr).
 
-    Parameters
-    ----------
-    run_dir
-        A run directory (config.yaml, partition.json, metrics.jsonl, audits/site-<id>.json).
-        Sites in partition.json without an audit file are reported as "missing"; failed
-        audits keep their error text; per-record scores in audits/ are never copied.
-
-    Returns
-    -------
-    ReportFiles
-        The paths written (``ledger.csv`` in ``ledger_csv_path``), each audited site's
-        ``site-reports/site-<id>.json`` / ``.html`` in ``site_reports``, and in ``warnings``
-        a line per bound violation, which the command line prints on stderr.
-
-    Raises
-    ------
-    ReportInputError
-        When config.yaml or partition.json is missing or malformed, or metrics.jsonl has a
-        bad line (the message names the file and line or key).
+    Sites in partition.json without an audit file are "missing"; failed audits keep their
+    error text; per-record scores in audits/ are never copied. Raises
+    :class:`ReportInputError` (naming the file, and line or key) for a missing or malformed
+    config.yaml, partition.json, metrics.jsonl line or client_dp.json.
     """
     run_dir = Path(run_dir)
     inputs = load_run(run_dir)
     report = build_report(inputs)
-    results = {
-        sid: a.result
-        for sid, a in inputs.audits.items()
-        if a.status == "ok" and a.result is not None
-    }
+    results = {sid: a.result for sid, a in inputs.audits.items() if a.result is not None}
     return ReportFiles(
-        json_path=write_json(report, run_dir / "report.json"),
-        csv_path=write_csv(report, run_dir / "report.csv"),
-        md_path=write_markdown(report, run_dir / "report.md"),
-        html_path=write_html(report, results, run_dir / "report.html"),
+        json_path=atomic_write_text(run_dir / "report.json", report_to_json_text(report)),
+        csv_path=write_rows(run_dir / "report.csv", site_rows(report.sites)),
+        md_path=atomic_write_text(run_dir / "report.md", render_markdown(report)),
+        html_path=atomic_write_text(run_dir / "report.html", render_html(report, results)),
         site_reports=write_site_reports(run_dir, inputs, report),
-        ledger_csv_path=write_ledger_csv(report, run_dir / "ledger.csv"),
+        ledger_csv_path=write_rows(run_dir / "ledger.csv", ledger_csv_rows(report)),
         warnings=report_warnings(report),
     )

@@ -8,40 +8,44 @@ ordering check (:mod:`.privacy_ledger`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable
+from typing import Any
 
 from audit.client_canaries import ClientCanaryResult
 from audit.result import (
     EPS_TILDE_MEANING,
     TWO_SIDED_MEANING,
     AuditResult,
-    Interval,
     RepeatResult,
     RocSummary,
     SideResult,
 )
 from audit.sides import SIDES
 from contracts.run_files import NOISE_NOTES
+from contracts.run_log import ClientDPLedgerFile, RoundRecord
 
 from .inputs import RunInputs, SiteAuditInput
 from .privacy_ledger import PrivacySettings, checks, privacy_settings, run_canaries, site_privacy
 from .schema import (
     FLAGS,
+    ONE,
     SCHEMA_VERSION,
     TPR_FPR_KEYS,
     AuditReport,
-    ClientDPReport,
+    ChecksReport,
     ConsortiumSummary,
     FlaggedSites,
     GameReport,
     RepeatReport,
-    RoundReport,
     RunReport,
     ScorerReport,
     SiteReport,
     TwoSidedReport,
+    at,
+    value_at,
 )
 
 
@@ -85,34 +89,22 @@ def noise_note(settings: PrivacySettings, inputs: RunInputs) -> str | None:
 def site_report(
     audit: SiteAuditInput,
     *,
-    rounds: list[RoundReport],
+    rounds: list[RoundRecord],
     settings: PrivacySettings,
-    client_dp: ClientDPReport | None,
+    client_dp: ClientDPLedgerFile | None,
     client_canaries: ClientCanaryResult | None = None,
 ) -> SiteReport:
     """One site's :class:`SiteReport`: the only place one is built (the consortium report,
-    a site's own report and the sweeps all read it).
-
-    Parameters
-    ----------
-    audit
-        The site's audit file as read.
-    rounds
-        metrics.jsonl (the accountant epsilons of a site whose audit file lacks them).
-    settings
-        The run config's DP level, accountant, delta and canaries.
-    client_dp
-        The server's client-level DP ledger, when the run has one.
-    client_canaries
-        The canary clients' measurement, when the run had them (run-wide).
-    """
-    result = audit.result if audit.status == "ok" else None
+    a site's own report and the sweeps all read it). ``rounds`` give the accountant epsilons
+    of a site whose audit file lacks them; ``client_canaries`` (run-wide) the canary
+    clients' client-level readings."""
+    result = audit.result  # set for an ok audit only
     report = None if result is None else audit_report(result)
     privacy = site_privacy(audit, rounds, settings, client_dp, client_canaries)
     fdp_delta = _finite(result.delta) if result is not None else None
     if fdp_delta is None and privacy.canary is not None:
         fdp_delta = privacy.canary.fdp_delta  # one delta for both f-DP bounds
-    return SiteReport(
+    site = SiteReport(
         site_id=audit.site_id,
         status=audit.status,
         error=None if result is not None else audit.error,
@@ -121,8 +113,9 @@ def site_report(
         elapsed_s=audit.elapsed_s,
         audit=report,
         privacy=privacy,
-        checks=checks(audit.site_id, report, privacy, fdp_delta),
+        checks=ChecksReport(),
     )
+    return dataclasses.replace(site, checks=checks(site, fdp_delta))
 
 
 def audit_report(result: AuditResult) -> AuditReport:
@@ -181,10 +174,10 @@ def _game(side: SideResult | AuditResult) -> GameReport:
     )
 
 
-def consortium_summary(sites: list[SiteReport], rounds: list[RoundReport]) -> ConsortiumSummary:
+def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> ConsortiumSummary:
     """Max / median eps_tilde over ok sites, the leakiest site, flagged sites and counts."""
     ok = [s for s in sites if s.audit is not None]
-    one = {s.site_id: mean(s.audit.one_sided.eps_tilde) for s in ok if s.audit}
+    one = {s.site_id: value_at(s, ONE + "eps_tilde") for s in ok}
     two = {s.site_id: two_sided_mean(s) for s in ok}
     leakiest, leakiest_two = _leakiest(one), _leakiest(two)
     scored = [v for v in one.values() if v is not None]
@@ -219,15 +212,9 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundReport]) -> Co
     )
 
 
-def mean(iv: Interval | None) -> float | None:
-    """An estimate's mean; None when it is absent or not finite."""
-    return None if iv is None else _finite(iv.mean)
-
-
 def two_sided_mean(site: SiteReport) -> float | None:
     """The site's two-sided eps_tilde (mean over repeats), None without one."""
-    two = None if site.audit is None else site.audit.two_sided
-    return None if two is None else mean(two.eps_tilde)
+    return value_at(site, "audit.two_sided.eps_tilde")
 
 
 def _leakiest(values: dict[int, float | None]) -> int | None:
@@ -253,26 +240,20 @@ def _flagged(
     )
 
 
+_REPEAT_TWO_SIDED = {
+    "eps_tilde_two_sided": "two_sided.eps_tilde",
+    "rm_rn_eps_lb_two_sided": "two_sided.rm_rn_eps_lb",
+    **{f"{side}_{b}": f"two_sided.{side}.{b}" for side in SIDES for b in ("c_lb", "c_eps_lb")},
+}
+"""Path on a RepeatResult of each :class:`RepeatReport` field not named as on it."""
+
+
 def _repeat(r: RepeatResult) -> RepeatReport:
-    two = r.two_sided
-    return RepeatReport(
-        seed=int(r.seed),
-        m=int(r.m),
-        c_lb=_finite(r.c_lb),
-        c_eps_lb=_finite(r.c_eps_lb),
-        eps_tilde=_finite(r.eps_tilde),
-        ceiling=_finite(r.ceiling),
-        baseline_auc=_finite(r.baseline_auc),
-        mia_auc=_finite(r.mia_auc),
-        rm_rn_eps_lb=_finite(r.rm_rn_eps_lb),
-        o1_eps_lb=_finite(r.o1_eps_lb),
-        eps_tilde_two_sided=None if two is None else _finite(two.eps_tilde),
-        member_c_lb=None if two is None else _finite(two.member.c_lb),
-        member_c_eps_lb=None if two is None else _finite(two.member.c_eps_lb),
-        nonmember_c_lb=None if two is None else _finite(two.nonmember.c_lb),
-        nonmember_c_eps_lb=None if two is None else _finite(two.nonmember.c_eps_lb),
-        rm_rn_eps_lb_two_sided=None if two is None else _finite(two.rm_rn_eps_lb),
-    )
+    values: dict[str, Any] = {
+        f.name: _finite(at(r, _REPEAT_TWO_SIDED.get(f.name, f.name)))
+        for f in dataclasses.fields(RepeatReport)
+    }
+    return RepeatReport(**{**values, "seed": int(r.seed), "m": int(r.m)})
 
 
 def _tpr_at_fpr(roc: RocSummary | None) -> dict[str, float | None] | None:

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from audit.result import Interval
 from audit.sides import SIDES
 
 from .formatting import (
@@ -21,7 +20,6 @@ from .formatting import (
     MISSING,
     SCORER_LABELS,
     SIDE_LABELS,
-    canary_value,
     flag_labels,
     fmt,
     fmt_best,
@@ -34,16 +32,24 @@ from .formatting import (
     fmt_side_c_lb,
     fmt_theoretical_eps,
     fmt_two_sided,
-    mean_of,
     ordering_text,
     quality,
     scoped_flag_labels,
     scorer_cells,
     scorer_headers,
 )
-from .html_page import badge, esc, flag_badges, td, th_row
+from .html_page import badge, esc, flag_badges, td
 from .privacy_ledger import released_model_epsilon
-from .schema import TPR_FPR_KEYS, AuditReport, GameReport, SiteReport, SweepPointReport
+from .schema import (
+    ONE,
+    TPR_FPR_KEYS,
+    GameReport,
+    SiteReport,
+    SweepPointReport,
+    at,
+    mean_of,
+    value_at,
+)
 
 Row = TypeVar("Row")
 
@@ -110,53 +116,46 @@ def html_table(
         return opened + "".join(cell(row) for _, cell in cols) + "</tr>"
 
     body = "".join(tr(row) for row in rows)
-    return f"<table{attrs}>" + th_row([h for h, _ in cols]) + body + "</table>"
+    head = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h, _ in cols) + "</tr>"
+    return f"<table{attrs}>{head}{body}</table>"
 
 
-def _one(site: SiteReport) -> GameReport | None:
-    return None if site.audit is None else site.audit.one_sided
+SITE_ONE = "site." + ONE
+"""The path of a row's site's one-sided game."""
 
 
-def _one_est(name: str) -> Callable[[SiteReport], Interval | None]:
-    """An estimate of the site's one-sided game (``c_lb``, ``eps_tilde``, ...)."""
-    return lambda s: None if (g := _one(s)) is None else getattr(g, name)
+def _estimate(header: str, path: str) -> Column[Any]:
+    """The estimate at ``path`` as ``mean [low, high]``, the unrounded mean as the tooltip."""
+    return column(header, lambda r: fmt_est(at(r, path)), title=lambda r: value_at(r, path))
 
 
-def _one_value(name: str) -> Callable[[SiteReport], float | None]:
-    """A number of the site's one-sided game (``ceiling``, ``headroom``)."""
-    return lambda s: None if (g := _one(s)) is None else getattr(g, name)
-
-
-def _estimate(header: str, of: Callable[[Row], Interval | None]) -> Column[Row]:
-    """An estimate as ``mean [low, high]``, the unrounded mean as the HTML tooltip."""
-    return column(header, lambda r: fmt_est(of(r)), title=lambda r: mean_of(of(r)))
-
-
-def _mean_only(header: str, of: Callable[[Row], Interval | None]) -> Column[Row]:
+def _mean_only(header: str, path: str) -> Column[Any]:
     """An estimate: ``mean [low, high]`` in Markdown, the mean alone in HTML (where a
     column of its own or the tooltip holds the rest)."""
     return Column(
         header,
-        md=lambda r: fmt_est(of(r)),
-        html=lambda r: td(fmt(mean_of(of(r))), title=mean_of(of(r))),
+        md=lambda r: fmt_est(at(r, path)),
+        html=lambda r: td(fmt(value_at(r, path)), title=value_at(r, path)),
     )
 
 
-def _audit_est(read: Callable[[AuditReport], Interval | None]) -> Callable[[SiteReport], Any]:
-    return lambda s: None if s.audit is None else read(s.audit)
+def _titled(header: str, of: Callable[[Row], float | None], off: bool = False) -> Column[Row]:
+    """A numeric column: rounded, its unrounded value as the tooltip; "off" for None when
+    ``off``."""
+    return column(header, lambda r: fmt(of(r)) if of(r) is not None or not off else "off", title=of)
 
 
-def _two_sided_rm_rn(a: AuditReport) -> Interval | None:
-    return None if a.two_sided is None else a.two_sided.rm_rn_eps_lb
+def _number(header: str, path: str, off: bool = False) -> Column[Any]:
+    """:func:`_titled` of the number at ``path``."""
+    return _titled(header, lambda r: value_at(r, path), off)
 
 
 def _eps_tilde_cell(site: SiteReport) -> str:
     """eps_tilde with a badge per raised one-sided flag (and the status when not ok)."""
-    game = _one(site)
-    badges = flag_badges(flag_labels(None if game is None else game.flags))
+    badges = flag_badges(_one_flags(site))
     if site.status != "ok":
         badges += badge(site.status, site.status)
-    value = mean_of(None if game is None else game.eps_tilde)
+    value = value_at(site, ONE + "eps_tilde")
     return td(esc(fmt(value)) + badges, title=value, raw=True)
 
 
@@ -176,13 +175,14 @@ def _dp_text(site: SiteReport) -> str:
     return fmt(eps, 2) if eps is not None else "off"
 
 
+def _check_badges(site: SiteReport) -> list[tuple[str, str]]:
+    """(label, badge kind) per bound violation and for eps_tilde above the guarantee."""
+    found = [(f"VIOLATION: {v.label}", "violation") for v in site.checks.bound_violations]
+    return found + [(ABOVE_LABEL, "above")] * bool(site.checks.eps_tilde_above_accountant)
+
+
 def _dp_cell(site: SiteReport) -> str:
-    """DP eps with a badge per bound violation and for eps_tilde above it."""
-    badges = "".join(
-        badge(f"VIOLATION: {v.label}", "violation") for v in site.checks.bound_violations
-    )
-    if site.checks.eps_tilde_above_accountant:
-        badges += badge(ABOVE_LABEL, "above")
+    badges = "".join(badge(label, kind) for label, kind in _check_badges(site))
     return td(esc(_dp_text(site)) + badges, title=site.privacy.dp_epsilon, raw=True)
 
 
@@ -196,11 +196,6 @@ def _flags_md(site: SiteReport) -> str:
     )
 
 
-def _accuracy(site: SiteReport) -> str:
-    members, holdout = (quality(site, f"target_accuracy_{k}") for k in ("members", "nonmembers"))
-    return f"{fmt(members)} / {fmt(holdout)}"
-
-
 def _side_c_lb(side: str) -> Callable[[SiteReport], str]:
     return lambda s: fmt_side_c_lb(s, side)
 
@@ -210,16 +205,15 @@ def _scorer(i: int) -> Callable[[SiteReport], str]:
 
 
 _SITE: Column[SiteReport] = column("site", lambda s: str(s.site_id))
-_O1 = _estimate("O(1)", _audit_est(lambda a: a.o1_eps_lb))
 _TWO_SIDED = Column("eps_tilde two-sided [95% CI] (side)", md=fmt_two_sided, html=_two_sided_cell)
 _DP = Column("DP eps (record-level guarantee)", md=_dp_text, html=_dp_cell)
 
 HEADLINE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _SITE,
     _TWO_SIDED,
-    _estimate("O(1) [95% CI]", _audit_est(lambda a: a.o1_eps_lb)),
+    _estimate("O(1) [95% CI]", "audit.o1_eps_lb"),
     _DP,
-    column("f accuracy members / holdout", _accuracy),
+    column("f accuracy members / holdout", lambda s: fmt_loss_gap(s, "accuracy")),
 )
 """The headline: what a reader needs first, narrow enough for a 1280-px window."""
 
@@ -227,19 +221,19 @@ SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _SITE,
     column("status", lambda s: s.status, cls="text", md=False),
     column("n_members", lambda s: fmt(s.n_members)),
-    _mean_only("c_lb", _one_est("c_lb")),
-    column("ceiling", lambda s: fmt(_one_value("ceiling")(s)), title=_one_value("ceiling")),
-    column("headroom", lambda s: fmt(_one_value("headroom")(s)), md=False),
-    _mean_only("{c+eps}_lb", _one_est("c_eps_lb")),
+    _mean_only("c_lb", ONE + "c_lb"),
+    _number("ceiling", ONE + "ceiling"),
+    column("headroom", lambda s: fmt(at(s, ONE + "headroom")), md=False),
+    _mean_only("{c+eps}_lb", ONE + "c_eps_lb"),
     Column(
-        "eps_tilde [95% CI]", md=lambda s: fmt_est(_one_est("eps_tilde")(s)), html=_eps_tilde_cell
+        "eps_tilde [95% CI]", md=lambda s: fmt_est(at(s, ONE + "eps_tilde")), html=_eps_tilde_cell
     ),
-    column("eps_tilde 95% CI", lambda s: fmt_interval(_one_est("eps_tilde")(s)), md=False),
+    column("eps_tilde 95% CI", lambda s: fmt_interval(at(s, ONE + "eps_tilde")), md=False),
     _TWO_SIDED,
     *(column(f"{SIDE_LABELS[side]} side c_lb / ceiling", _side_c_lb(side)) for side in SIDES),
-    _estimate("RM;RN", _one_est("rm_rn_eps_lb")),
-    _estimate("RM;RN two-sided", _audit_est(_two_sided_rm_rn)),
-    _O1,
+    _estimate("RM;RN", ONE + "rm_rn_eps_lb"),
+    _estimate("RM;RN two-sided", "audit.two_sided.rm_rn_eps_lb"),
+    _estimate("O(1)", "audit.o1_eps_lb"),
     *(column(h, _scorer(i)) for i, h in enumerate(scorer_headers())),
     column("f loss members / holdout", fmt_loss_gap),
     _DP,
@@ -261,6 +255,17 @@ class SiteRow(NamedTuple):
     point: SweepPointReport | None = None
 
 
+def _client_canaries(row: SiteRow) -> str:
+    p = row.site.privacy
+    if p.client_eps_estimate is None:
+        return MISSING
+    return (
+        f"{fmt(p.client_eps_estimate, 2)} [{fmt(p.client_eps_estimate_low, 2)}, "
+        f"{fmt(p.client_eps_estimate_high, 2)}] / {fmt(p.client_eps_estimate_two_variance, 2)}"
+        f" / {fmt(p.client_eps_lb, 2)}"
+    )
+
+
 def _client_eps(row: SiteRow) -> str:
     p = row.site.privacy
     what = "; ".join(
@@ -276,37 +281,11 @@ def _client_eps(row: SiteRow) -> str:
     return fmt_dp(p.client_epsilon, p.client_delta, what or None)
 
 
-def _client_canaries(row: SiteRow) -> str:
-    p = row.site.privacy
-    if p.client_eps_estimate is None:
-        return MISSING
-    return (
-        f"{fmt(p.client_eps_estimate, 2)} [{fmt(p.client_eps_estimate_low, 2)}, "
-        f"{fmt(p.client_eps_estimate_high, 2)}] / {fmt(p.client_eps_estimate_two_variance, 2)}"
-        f" / {fmt(p.client_eps_lb, 2)}"
-    )
-
-
-def _fdp(row: SiteRow, of: str) -> str:
-    site = row.site
-    if of == "canary":
-        return fmt_fdp(
-            canary_value(site, "eps_lb_fdp"), canary_value(site, "fdp_mu"), site.checks.fdp_delta
-        )
-    a = site.audit
-    if a is None:
-        return fmt_fdp(None, None, None)
-    return fmt_fdp(mean_of(a.o1_eps_lb_fdp), a.o1_fdp_mu, None)
-
-
 def _rm_rn_pair(row: SiteRow) -> str:
-    game, a = _one(row.site), row.site.audit
-    one = mean_of(None if game is None else game.rm_rn_eps_lb)
-    return f"{fmt(one)} / {fmt(None if a is None else mean_of(_two_sided_rm_rn(a)))}"
-
-
-def _mean_cell(of: Callable[[SiteReport], Interval | None]) -> Callable[[SiteRow], str]:
-    return lambda r: fmt(mean_of(of(r.site)))
+    one, two = (
+        value_at(row.site, p) for p in (ONE + "rm_rn_eps_lb", "audit.two_sided.rm_rn_eps_lb")
+    )
+    return f"{fmt(one)} / {fmt(two)}"
 
 
 LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
@@ -342,12 +321,24 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
         "canary_eps_lb [interval] (canaries)",
         lambda r: fmt_canary(r.site.privacy.canary, r.site.privacy.canaries),
     ),
-    column("eps_tilde one-sided", _mean_cell(_one_est("eps_tilde"))),
+    column("eps_tilde one-sided", lambda r: fmt(value_at(r, SITE_ONE + "eps_tilde"))),
     column("eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)),
     column("RM;RN one-sided / two-sided", _rm_rn_pair),
-    column("O(1)", _mean_cell(_audit_est(lambda a: a.o1_eps_lb))),
-    column("canary f-DP eps_lb (GDP mu, delta)", lambda r: _fdp(r, "canary")),
-    column("O(1) f-DP (GDP mu)", lambda r: _fdp(r, "o1")),
+    column("O(1)", lambda r: fmt(value_at(r, "site.audit.o1_eps_lb"))),
+    column(
+        "canary f-DP eps_lb (GDP mu, delta)",
+        lambda r: fmt_fdp(
+            at(r, "site.privacy.canary.eps_lb_fdp"),
+            at(r, "site.privacy.canary.fdp_mu"),
+            r.site.checks.fdp_delta,
+        ),
+    ),
+    column(
+        "O(1) f-DP (GDP mu)",
+        lambda r: fmt_fdp(
+            value_at(r, "site.audit.o1_eps_lb_fdp"), at(r, "site.audit.o1_fdp_mu"), None
+        ),
+    ),
     column(
         "best lower bound (method)",
         lambda r: fmt_best(r.site.checks.best_eps_lb, r.site.checks.best_eps_lb_method),
@@ -365,24 +356,14 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
 """The "Privacy ledger" table (md and html; the run's DP level stands above it)."""
 
 
-def _sweep_flag_labels(s: SiteReport) -> list[str]:
-    game = _one(s)
-    labels = flag_labels(None if game is None else game.flags)
-    labels += [f"VIOLATION: {v.label}" for v in s.checks.bound_violations]
-    if s.checks.eps_tilde_above_accountant:
-        labels.append(ABOVE_LABEL)
-    return labels
+def _one_flags(s: SiteReport) -> list[str]:
+    return flag_labels(at(s, ONE + "flags"))
 
 
 def _sweep_flags_cell(r: SiteRow) -> str:
     s = r.site
-    game = _one(s)
-    badges = flag_badges(flag_labels(None if game is None else game.flags))
-    badges += "".join(
-        badge(f"VIOLATION: {v.label}", "violation") for v in s.checks.bound_violations
-    )
-    if s.checks.eps_tilde_above_accountant:
-        badges += badge(ABOVE_LABEL, "above")
+    badges = flag_badges(_one_flags(s))
+    badges += "".join(badge(label, kind) for label, kind in _check_badges(s))
     if s.status != "ok":
         badges += badge(s.status, s.status)
         if s.error:
@@ -390,26 +371,9 @@ def _sweep_flags_cell(r: SiteRow) -> str:
     return td(badges or MISSING, raw=True, cls="text")
 
 
-def _titled(
-    header: str, of: Callable[[SiteRow], float | None], off: bool = False
-) -> Column[SiteRow]:
-    """A numeric column: rounded, its unrounded value as the tooltip; "off" for None when
-    ``off``."""
-    return column(header, lambda r: fmt(of(r)) if of(r) is not None or not off else "off", title=of)
-
-
 def _point(r: SiteRow) -> SweepPointReport:
     assert r.point is not None, "a sweep row names its point"
     return r.point
-
-
-def _game_value(name: str) -> Callable[[SiteRow], float | None]:
-    def of(r: SiteRow) -> float | None:
-        game = _one(r.site)
-        value = None if game is None else getattr(game, name)
-        return mean_of(value) if isinstance(value, Interval) else value
-
-    return of
 
 
 SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
@@ -421,24 +385,24 @@ SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
         lambda r: fmt_theoretical_eps(released_model_epsilon(r.site.privacy), _point(r).private),
         title=lambda r: released_model_epsilon(r.site.privacy),
     ),
-    _titled("accountant eps record", lambda r: r.site.privacy.dp_epsilon, off=True),
-    _titled(
-        "accountant eps client (site-level)", lambda r: r.site.privacy.client_epsilon, off=True
-    ),
-    _titled("accuracy (global)", lambda r: r.global_accuracy),
+    _number("accountant eps record", "site.privacy.dp_epsilon", off=True),
+    _number("accountant eps client (site-level)", "site.privacy.client_epsilon", off=True),
+    _number("accuracy (global)", "global_accuracy"),
     _titled("accuracy (site holdout)", lambda r: quality(r.site, "target_accuracy_nonmembers")),
-    _titled("canary_eps_lb", lambda r: canary_value(r.site, "eps_lb")),
-    _titled("eps_tilde", _game_value("eps_tilde")),
-    column("eps_tilde 95% CI", lambda r: fmt_interval(_one_est("eps_tilde")(r.site))),
+    _number("canary_eps_lb", "site.privacy.canary.eps_lb"),
+    _number("eps_tilde", SITE_ONE + "eps_tilde"),
+    column("eps_tilde 95% CI", lambda r: fmt_interval(at(r, SITE_ONE + "eps_tilde"))),
     column("eps_tilde two-sided [95% CI] (side)", lambda r: fmt_two_sided(r.site)),
-    _titled("c_lb", _game_value("c_lb")),
-    _titled("ceiling", _game_value("ceiling")),
-    _titled("RM;RN", _game_value("rm_rn_eps_lb")),
-    _titled("RM;RN two-sided", lambda r: mean_of(_audit_est(_two_sided_rm_rn)(r.site))),
-    _titled("O(1)", lambda r: mean_of(_audit_est(lambda a: a.o1_eps_lb)(r.site))),
+    _number("c_lb", SITE_ONE + "c_lb"),
+    _number("ceiling", SITE_ONE + "ceiling"),
+    _number("RM;RN", SITE_ONE + "rm_rn_eps_lb"),
+    _number("RM;RN two-sided", "site.audit.two_sided.rm_rn_eps_lb"),
+    _number("O(1)", "site.audit.o1_eps_lb"),
     Column(
         "flags",
-        md=lambda r: ", ".join(_sweep_flag_labels(r.site)) or MISSING,
+        md=lambda r: (
+            ", ".join(_one_flags(r.site) + [x for x, _ in _check_badges(r.site)]) or MISSING
+        ),
         html=_sweep_flags_cell,
     ),
 )
@@ -457,12 +421,6 @@ def _point_status_cell(p: SweepPointReport) -> str:
 def _report_link(p: SweepPointReport) -> str:
     link = f'<a href="{esc(p.report_html)}">report.html</a>' if p.report_html else MISSING
     return td(link, raw=True, cls="text")
-
-
-def _point_number(
-    header: str, of: Callable[[SweepPointReport], float | None]
-) -> Column[SweepPointReport]:
-    return column(header, lambda p: fmt(of(p)), title=of)
 
 
 POINT_COLUMNS: tuple[Column[SweepPointReport], ...] = (
@@ -484,9 +442,9 @@ POINT_COLUMNS: tuple[Column[SweepPointReport], ...] = (
         lambda p: fmt_theoretical_eps(p.theoretical_eps, p.private),
         title=lambda p: p.theoretical_eps,
     ),
-    _point_number("global accuracy", lambda p: p.global_accuracy),
-    _point_number("max eps_tilde", lambda p: p.max_eps_tilde),
-    _point_number("max eps_tilde two-sided", lambda p: p.max_eps_tilde_two_sided),
+    _titled("global accuracy", lambda p: p.global_accuracy),
+    _titled("max eps_tilde", lambda p: p.max_eps_tilde),
+    _titled("max eps_tilde two-sided", lambda p: p.max_eps_tilde_two_sided),
     column("rounds", lambda p: str(p.rounds_completed)),
     Column("report", html=_report_link),
 )

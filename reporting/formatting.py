@@ -20,6 +20,7 @@ from .schema import (
     ConsortiumSummary,
     FlaggedSites,
     SiteReport,
+    mean_of,
 )
 
 MISSING = "-"
@@ -125,17 +126,17 @@ def fmt_est(iv: Interval | None, digits: int = 3) -> str:
     return f"{fmt(iv.mean, digits)} {bounds}" if math.isfinite(iv.mean) and bounds else fmt(iv.mean)
 
 
-def mean_of(iv: Interval | None) -> float | None:
-    """An estimate's mean (None when absent or not finite): a cell's unrounded tooltip."""
-    return None if iv is None or not math.isfinite(iv.mean) else iv.mean
+def _detailed(value: float | None, details: list[str | None], sep: str, none: str) -> str:
+    """``value (detail; detail)`` with the details that are there; ``none`` without a value."""
+    if value is None:
+        return none
+    shown = [d for d in details if d]
+    return f"{fmt(value)} ({sep.join(shown)})" if shown else fmt(value)
 
 
 def fmt_dp(value: float | None, delta: float | None = None, what: str | None = None) -> str:
     """An accountant's epsilon with its delta and name, "off" without one."""
-    if value is None:
-        return "off"
-    details = [d for d in (what, None if delta is None else f"delta {delta:g}") if d]
-    return f"{fmt(value)} ({'; '.join(details)})" if details else fmt(value)
+    return _detailed(value, [what, None if delta is None else f"delta {delta:g}"], "; ", "off")
 
 
 def fmt_theoretical_eps(eps: float | None, private: bool | None) -> str:
@@ -160,24 +161,13 @@ def fmt_canary(canary: CanaryResult | None, count: int | None) -> str:
 
 def fmt_fdp(value: float | None, mu: float | None, delta: float | None) -> str:
     """``eps_lb (GDP mu 1.02, delta 1e-05)`` of an f-DP one-run bound."""
-    if value is None:
-        return MISSING
-    details = [f"GDP mu {fmt(mu)}" if mu is not None else "", f"delta {delta:g}" if delta else ""]
-    details = [d for d in details if d]
-    return f"{fmt(value)} ({', '.join(details)})" if details else fmt(value)
+    mu_text = None if mu is None else f"GDP mu {fmt(mu)}"
+    return _detailed(value, [mu_text, f"delta {delta:g}" if delta else None], ", ", MISSING)
 
 
 def fmt_best(value: float | None, method: str | None) -> str:
     """``value (method)`` of the best one-run lower bound."""
-    if value is None:
-        return MISSING
-    return f"{fmt(value)} ({method})" if method else fmt(value)
-
-
-def canary_value(site: SiteReport, name: str) -> float | None:
-    """A number of the site's canary audit (``eps_lb``, ``eps_lb_fdp``, ``fdp_mu``)."""
-    canary = site.privacy.canary
-    return None if canary is None else getattr(canary, name)
+    return _detailed(value, [method], "", MISSING)
 
 
 def quality(site: SiteReport, key: str) -> float | None:
@@ -185,9 +175,10 @@ def quality(site: SiteReport, key: str) -> float | None:
     return None if site.audit is None else site.audit.quality.get(key)
 
 
-def fmt_loss_gap(site: SiteReport) -> str:
-    """f's mean loss on the site's members / on its holdout (the generalization gap)."""
-    members, holdout = (quality(site, f"target_loss_{k}") for k in ("members", "nonmembers"))
+def fmt_loss_gap(site: SiteReport, of: str = "loss") -> str:
+    """f's mean loss (or ``of``: accuracy) on the site's members / on its holdout (the
+    generalization gap)."""
+    members, holdout = (quality(site, f"target_{of}_{k}") for k in ("members", "nonmembers"))
     return f"{fmt(members)} / {fmt(holdout)}"
 
 

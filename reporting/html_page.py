@@ -200,11 +200,6 @@ def td(text: str, *, title: Any = None, raw: bool = False, cls: str | None = Non
     return f"<td{attrs}>{text if raw else esc(text)}</td>"
 
 
-def th_row(headers: list[str] | tuple[str, ...]) -> str:
-    """A header row."""
-    return "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>"
-
-
 def violation_banner(lines: list[str]) -> str:
     """The red banner of bound violations (empty without any)."""
     if not lines:

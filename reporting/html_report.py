@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from audit.result import AuditResult
 from contracts.json_values import json_safe
 
@@ -44,10 +42,6 @@ def site_row_class(site: SiteReport) -> str:
     if flags and flags.c_lb_not_tight:
         return "not-tight"
     return "saturated" if flags and flags.saturated else "ok"
-
-
-def _row_title(site: SiteReport) -> str:
-    return "; ".join(f"{scope}: {r}" for scope, r in scoped_reasons(site))
 
 
 def banners(report: RunReport) -> list[str]:
@@ -122,15 +116,8 @@ def _roc_figures(report: RunReport, results: dict[int, AuditResult]) -> list[str
 
 
 def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
-    """The HTML text of ``report.html``.
-
-    Parameters
-    ----------
-    report
-        The aggregated report.
-    results
-        The ok sites' AuditResults by site id (for the curves; scores are never used).
-    """
+    """The HTML text of ``report.html``; ``results``: the ok sites' AuditResults by site id
+    (for the curves; scores are never used)."""
     run_name = report.run.get("name") if isinstance(report.run, dict) else None
     title = f"PANORAMIA consortium audit report{f' - {run_name}' if run_name else ''}"
     levels = levels_lines(report.sites)
@@ -150,7 +137,12 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         "(id report-data), report.json or report.csv.</p>",
         "<h2>Per-site audit</h2>",
         '<div class="wide">',
-        html_table(SITE_COLUMNS, report.sites, row_class=site_row_class, row_title=_row_title),
+        html_table(
+            SITE_COLUMNS,
+            report.sites,
+            row_class=site_row_class,
+            row_title=lambda s: "; ".join(f"{scope}: {r}" for scope, r in scoped_reasons(s)),
+        ),
         "</div>",
         "<p>Row colours: yellow = saturated (eps_tilde reads headroom, not leakage); red = "
         "c_lb not tight (eps_tilde may overstate); grey = failed or missing audit; dark red "
@@ -196,9 +188,3 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         ),
     ]
     return page(title, body, data=json_safe(report))
-
-
-def write_html(report: RunReport, results: dict[int, AuditResult], path: Path) -> Path:
-    """Write ``report.html``."""
-    path.write_text(render_html(report, results))
-    return path

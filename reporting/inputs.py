@@ -11,7 +11,6 @@ a malformed ``canary`` block in it only drops the canary numbers.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,9 @@ from audit.client_canaries import ClientCanaryResult
 from audit.result import AuditResult
 from contracts.errors import UserError
 from contracts.run_files import NOISE_NOTES, RunLayout, SiteAuditFile
+from contracts.run_log import ClientDPLedgerFile, RoundRecord, from_dict
 
-from .schema import ClientDPReport, ClientDPSiteReport, RoundReport, SiteRoundReport, SiteStatus
+from .schema import SiteStatus
 
 
 class ReportInputError(UserError, ValueError):
@@ -55,11 +55,11 @@ class RunInputs:
     run_dir: Path
     config: dict[str, Any]
     partition: dict[str, Any]
-    rounds: list[RoundReport]
+    rounds: list[RoundRecord]
     audits: dict[int, SiteAuditInput] = field(default_factory=dict)
     """One entry per site in partition.json or audits/ (status "missing" when no file)."""
     has_metrics: bool = True
-    client_dp: ClientDPReport | None = None
+    client_dp: ClientDPLedgerFile | None = None
     """``client_dp.json``, when the run has one (client-level DP)."""
     client_canaries: ClientCanaryResult | None = None
     """``client_canaries.json``, when the run had ``audit.canary_clients``."""
@@ -69,24 +69,10 @@ class RunInputs:
 
 
 def load_run(run_dir: Path) -> RunInputs:
-    """Read ``config.yaml``, ``partition.json``, ``metrics.jsonl`` and ``audits/`` of a run.
+    """Read ``config.yaml``, ``partition.json``, ``metrics.jsonl`` (no rounds and
+    ``has_metrics`` False without one), ``client_dp.json``, ``noise.json`` and ``audits/``.
 
-    Parameters
-    ----------
-    run_dir
-        A run directory written by the harness.
-
-    Returns
-    -------
-    RunInputs
-        ``rounds`` is empty and ``has_metrics`` False when ``metrics.jsonl`` is absent.
-
-    Raises
-    ------
-    ReportInputError
-        When the directory, ``config.yaml`` or ``partition.json`` is missing or malformed, or
-        a line of ``metrics.jsonl`` is not a valid round record, or ``client_dp.json`` is
-        malformed.
+    Raises :class:`ReportInputError` as the module says.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -96,11 +82,10 @@ def load_run(run_dir: Path) -> RunInputs:
     partition = _load_partition(layout.partition)
     metrics_path = layout.metrics
     rounds = _load_metrics(metrics_path) if metrics_path.exists() else []
-    site_ids = {int(s["site_id"]) for s in partition["sites"]}
     audit_files = layout.audit_files()
     partition_sites = {int(s["site_id"]): s for s in partition["sites"]}
     audits: dict[int, SiteAuditInput] = {}
-    for site_id in sorted(site_ids | set(audit_files)):
+    for site_id in sorted(set(partition_sites) | set(audit_files)):
         part = partition_sites.get(site_id, {})
         if site_id in audit_files:
             audits[site_id] = _load_site_audit(audit_files[site_id], site_id, part)
@@ -142,64 +127,20 @@ def _noise_source(path: Path) -> str | None:
     return str(source)
 
 
-def load_client_dp(run_dir: Path) -> ClientDPReport | None:
-    """The server's ``client_dp.json`` in ``run_dir``, or None when there is none.
-
-    Raises
-    ------
-    ReportInputError
-        When the file is not a JSON object, or a key holds the wrong type (named).
-    """
+def load_client_dp(run_dir: Path) -> ClientDPLedgerFile | None:
+    """The server's ``client_dp.json`` in ``run_dir``, or None when there is none."""
     path = RunLayout(run_dir).client_dp_ledger
     if not path.exists():
         return None
-    data = _read_json(path)
-    if not isinstance(data, dict):
-        raise ReportInputError(f"{path} must hold a JSON object")
-    sites_raw = data.get("sites") or {}
-    if not isinstance(sites_raw, dict):
-        raise ReportInputError(f"{path}: key 'sites' must map site id to its epsilons")
-    sites: dict[str, ClientDPSiteReport] = {}
-    for sid, entry in sorted(sites_raw.items(), key=lambda kv: _site_sort_key(kv[0])):
-        where = f"{path} sites.{sid}"
-        if not isinstance(entry, dict):
-            raise ReportInputError(f"{where} must be an object")
-        rounds = entry.get("rounds") or []
-        if not isinstance(rounds, list) or not all(_opt_int(r) is not None for r in rounds):
-            raise ReportInputError(f"{where}.rounds must be a list of round numbers")
-        sites[str(sid)] = ClientDPSiteReport(
-            rounds=[int(r) for r in rounds],
-            epsilon=_finite_or_none(_opt_float(entry.get("epsilon"), f"{where}.epsilon")),
-            epsilon_record=_finite_or_none(
-                _opt_float(entry.get("epsilon_record"), f"{where}.epsilon_record")
-            ),
-        )
-    return ClientDPReport(
-        schema_version=_opt_int(data.get("schema_version")),
-        accountant=_opt_str(data.get("accountant")),
-        noise_multiplier=_opt_float(data.get("noise_multiplier"), f"{path} noise_multiplier"),
-        clipping=_opt_str(data.get("clipping")),
-        clipping_side=_opt_str(data.get("clipping_side")),
-        clipping_norm=_opt_float(data.get("clipping_norm"), f"{path} clipping_norm"),
-        delta=_opt_float(data.get("delta"), f"{path} delta"),
-        population_size=_opt_int(data.get("population_size")),
-        sites_per_round=_opt_int(data.get("sites_per_round")),
-        sampling=_opt_str(data.get("sampling")),
-        neighboring_relation=_opt_str(data.get("neighboring_relation")),
-        rounds_done=_opt_int(data.get("rounds_done")),
-        sites=sites,
-    )
+    try:
+        return from_dict(ClientDPLedgerFile, _read_json(path))
+    except ValueError as exc:
+        raise ReportInputError(f"{path}: {exc}") from exc
 
 
 def load_site_audit(run_dir: Path, site_id: int) -> SiteAuditInput:
-    """One site's audit file alone (no partition.json, metrics or other sites needed).
-
-    Raises
-    ------
-    ReportInputError
-        When the site's audit file does not exist. An unreadable or failed one gives a
-        "failed" input with the reason, as in :func:`load_run`.
-    """
+    """One site's audit file alone (no partition.json, metrics or other sites needed); a
+    :class:`ReportInputError` when it does not exist, a "failed" input when unreadable."""
     path = RunLayout(run_dir).audit(site_id)
     if not path.exists():
         raise ReportInputError(f"{path} is missing (site {site_id}'s audit file)")
@@ -244,44 +185,16 @@ def _load_partition(path: Path) -> dict[str, Any]:
     return data
 
 
-def _load_metrics(path: Path) -> list[RoundReport]:
-    rounds: list[RoundReport] = []
+def _load_metrics(path: Path) -> list[RoundRecord]:
+    rounds: list[RoundRecord] = []
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
-        where = f"{path}:{lineno}"
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ReportInputError(f"{where} is not valid JSON: {exc}") from exc
-        if not isinstance(rec, dict) or "round" not in rec:
-            raise ReportInputError(f"{where}: a round record needs key 'round'")
-        sites_raw = rec.get("sites") or {}
-        if not isinstance(sites_raw, dict):
-            raise ReportInputError(f"{where}: key 'sites' must map site id to metrics")
-        sites: dict[str, SiteRoundReport] = {}
-        for sid, m in sorted(sites_raw.items(), key=lambda kv: _site_sort_key(kv[0])):
-            if not isinstance(m, dict):
-                raise ReportInputError(f"{where}: sites[{sid!r}] must be an object")
-            sites[str(sid)] = SiteRoundReport(
-                train_loss=_opt_float(m.get("train_loss"), f"{where} sites.{sid}.train_loss"),
-                dp_epsilon=_opt_float(m.get("dp_epsilon"), f"{where} sites.{sid}.dp_epsilon"),
-                num_examples=_opt_int(m.get("num_examples")),
-                dp_epsilon_client=_opt_float(
-                    m.get("dp_epsilon_client"), f"{where} sites.{sid}.dp_epsilon_client"
-                ),
-            )
-        rounds.append(
-            RoundReport(
-                round=int(rec["round"]),
-                global_loss=_opt_float(rec.get("global_loss"), f"{where} global_loss"),
-                global_accuracy=_opt_float(rec.get("global_accuracy"), f"{where} global_accuracy"),
-                elapsed_s=_opt_float(rec.get("elapsed_s"), f"{where} elapsed_s"),
-                sites=sites,
-            )
-        )
-    rounds.sort(key=lambda r: r.round)
-    return rounds
+            rounds.append(from_dict(RoundRecord, json.loads(line)))
+        except ValueError as exc:  # JSONDecodeError included
+            raise ReportInputError(f"{path}:{lineno}: {exc}") from exc
+    return sorted(rounds, key=lambda r: r.round)
 
 
 def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAuditInput:
@@ -331,29 +244,6 @@ def _read_json(path: Path) -> Any:
         raise ReportInputError(f"{path} is not valid JSON: {exc}") from exc
     except OSError as exc:
         raise ReportInputError(f"{path} cannot be read: {exc}") from exc
-
-
-def _site_sort_key(sid: Any) -> tuple[int, Any]:
-    try:
-        return (0, int(sid))
-    except (TypeError, ValueError):
-        return (1, str(sid))
-
-
-def _opt_float(value: Any, where: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ReportInputError(f"{where} must be a number or null, got {value!r}")
-    return float(value)
-
-
-def _finite_or_none(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _opt_int(value: Any) -> int | None:

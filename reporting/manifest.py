@@ -28,35 +28,23 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 def build_manifest(
     config_path: Path | None, config: dict[str, Any], result: AuditResult | None
 ) -> ReproManifest:
-    """The manifest of one site's audit.
-
-    Parameters
-    ----------
-    config_path
-        The run's ``config.yaml`` (hashed byte for byte), or None when there is none.
-    config
-        Its parsed content (empty without one): the run and audit seeds.
-    result
-        The site's audit result (repeat seeds and data sizes); None for a failed audit.
-    """
+    """The manifest of one site's audit: ``config_path`` hashed byte for byte, ``config``'s
+    seeds, ``result``'s repeat seeds and data sizes (None for a failed audit)."""
     path = config_path if config_path is not None and config_path.exists() else None
+    commit, dirty = git_state()
     settings = _section(_section(config, "audit"), "settings")
     return ReproManifest(
         config_file=None if path is None else path.name,
-        config_sha256=None if path is None else file_sha256(path),
+        config_sha256=None if path is None else hashlib.sha256(path.read_bytes()).hexdigest(),
         run_seed=_int(config.get("seed")),
         audit_seed=_int(settings.get("seed")),
         repeat_seeds=[] if result is None else [int(r.seed) for r in result.repeats],
         packages=package_versions(),
         python=platform.python_version(),
-        git_commit=git_commit(),
-        git_dirty=git_dirty(),
+        git_commit=commit,
+        git_dirty=dirty,
         data_sizes={} if result is None else {str(k): int(v) for k, v in result.sizes.items()},
     )
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def package_versions() -> dict[str, str | None]:
@@ -70,40 +58,26 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
-def git_commit(root: Path = _PROJECT_ROOT) -> str | None:
-    """``git rev-parse HEAD`` of the project's checkout; None without git or a checkout.
+def _git(*args: str, root: Path) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_state(root: Path = _PROJECT_ROOT) -> tuple[str | None, bool | None]:
+    """``git rev-parse HEAD`` of the project's checkout and whether tracked files differ
+    from it; None for what cannot be told (no git, no checkout).
 
     An installed copy may sit inside some other repository (a venv in a checkout): only a
     repository whose top level is ``root`` itself counts.
     """
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = out.stdout.split()
+    out = _git("rev-parse", "--show-toplevel", "HEAD", root=root)
+    lines = [] if out is None or out.returncode else out.stdout.split()
     if len(lines) != 2 or Path(lines[0]).resolve() != root.resolve():
-        return None
-    return lines[1]
-
-
-def git_dirty(root: Path = _PROJECT_ROOT) -> bool | None:
-    """Whether tracked files differ from the commit (None when that cannot be told)."""
-    if git_commit(root) is None:
-        return None
-    try:
-        code = subprocess.run(
-            ["git", "diff", "--quiet", "HEAD", "--"], cwd=root, capture_output=True, timeout=30
-        ).returncode
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return {0: False, 1: True}.get(code)
+        return None, None
+    diff = _git("diff", "--quiet", "HEAD", "--", root=root)
+    return lines[1], None if diff is None else {0: False, 1: True}.get(diff.returncode)
 
 
 def _section(config: dict[str, Any], key: str) -> dict[str, Any]:

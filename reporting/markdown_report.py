@@ -3,8 +3,6 @@ means, the per-site table and the privacy ledger."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from .columns import HEADLINE_COLUMNS, LEDGER_COLUMNS, SITE_COLUMNS, md_table, md_text
 from .formatting import (
     FLAG_LEGEND,
@@ -98,9 +96,3 @@ def render_markdown(report: RunReport) -> str:
         lines += [f"- {md_text(x)}" for x in client_canary_lines(report.client_canaries)]
     lines += ["", f"> {md_text(report.meaning)}", ""]
     return "\n".join(lines)
-
-
-def write_markdown(report: RunReport, path: Path) -> Path:
-    """Write ``report.md``."""
-    path.write_text(render_markdown(report))
-    return path

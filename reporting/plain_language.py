@@ -10,8 +10,8 @@ import math
 
 from audit.result import AuditFlags, Interval
 
-from .formatting import NOT_A_BOUND, SIDE_LABELS, fmt, mean_of, scorer_values
-from .schema import FLAGS, AuditReport, PlainReading, SiteReport, Verdict
+from .formatting import NOT_A_BOUND, SIDE_LABELS, fmt, scorer_values
+from .schema import FLAGS, AuditReport, PlainReading, SiteReport, Verdict, mean_of
 
 THREAT_MODEL: tuple[str, str, str] = (
     "Who: anyone who holds the final shared model (every site of the consortium, and "
@@ -25,15 +25,8 @@ THREAT_MODEL: tuple[str, str, str] = (
 
 
 def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
-    """The headline and the three plain-language lists of a site's report.
-
-    Parameters
-    ----------
-    site
-        The site's numbers.
-    exposed_records
-        Whether the site keeps its own list of most exposed records (linked on the page).
-    """
+    """The headline and the three plain-language lists of a site's report;
+    ``exposed_records``: whether the site keeps its own list of most exposed records."""
     audit = site.audit
     if audit is None:
         why = site.error or "no audit file"

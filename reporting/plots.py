@@ -1,4 +1,4 @@
-"""Report plots as inline SVG markup (:mod:`.svg_chart`), drawn in milliseconds each.
+"""Report plots as inline SVG markup (:mod:`.chart`), drawn in milliseconds each.
 
 Each function returns None when it has nothing to draw, so the HTML can say so instead.
 """
@@ -9,13 +9,13 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from audit.result import AuditResult, Curve, Interval, RocSummary
+from audit.result import AuditResult, Interval, RocSummary
+from contracts.run_log import RoundRecord, site_order
 
-from .formatting import mean_of, quality
+from .chart import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
+from .formatting import quality
 from .privacy_ledger import released_model_epsilon
-from .schema import SCORERS, RoundReport, SiteReport, SweepPointReport
-from .svg_axes import Axes, Bar, LegendEntry, Marker, Style, Text
-from .svg_chart import render_figure
+from .schema import ONE, SCORERS, SiteReport, SweepPointReport, at, mean_of
 
 _BASELINE = "#1f77b4"
 _MIA = "#d62728"
@@ -24,45 +24,22 @@ _RMRN = "#2ca02c"
 _O1 = "#9467bd"
 _CANARY = "#ff7f0e"
 _GREY = "#666666"
-_CYCLE = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-)
+_TAB10 = "#1f77b4 #ff7f0e #2ca02c #d62728 #9467bd #8c564b #e377c2 #7f7f7f #bcbd22 #17becf"
+_CYCLE = _TAB10.split()
 """One colour per site in the training panels (matplotlib's tab10)."""
 _DOTTED = "2 3"
 _DASHED = "6 3"
 
-Estimate = Callable[[SiteReport], Interval | None]
+Series = tuple[str | Callable[[SiteReport], Any], str, Marker, str]
+"""(the path of a site's number or estimate (:func:`~.formatting.at`) or a function giving
+it, colour, marker, legend) of a measurement drawn per site."""
 
-
-def _two_sided(site: SiteReport) -> Interval | None:
-    two = None if site.audit is None else site.audit.two_sided
-    return None if two is None else two.eps_tilde
-
-
-def _one_sided(name: str) -> Estimate:
-    return lambda s: None if s.audit is None else getattr(s.audit.one_sided, name)
-
-
-def _o1(site: SiteReport) -> Interval | None:
-    return None if site.audit is None else site.audit.o1_eps_lb
-
-
-_EPS_SERIES: tuple[tuple[Estimate, str, Marker, str], ...] = (
-    (_one_sided("eps_tilde"), _MIA, "o", "eps_tilde one-sided (95% CI)"),
-    (_two_sided, _TWO_SIDED, "D", "eps_tilde two-sided (95% CI)"),
-    (_one_sided("rm_rn_eps_lb"), _RMRN, "s", "RM;RN eps lower bound"),
-    (_o1, _O1, "^", "O(1) eps lower bound"),
+_EPS_SERIES: tuple[Series, ...] = (
+    (ONE + "eps_tilde", _MIA, "o", "eps_tilde one-sided (95% CI)"),
+    ("audit.two_sided.eps_tilde", _TWO_SIDED, "D", "eps_tilde two-sided (95% CI)"),
+    (ONE + "rm_rn_eps_lb", _RMRN, "s", "RM;RN eps lower bound"),
+    ("audit.o1_eps_lb", _O1, "^", "O(1) eps lower bound"),
 )
-"""(estimate, colour, marker, legend) of each epsilon drawn per site."""
 
 _SCORER_STYLE: dict[str, tuple[str, str]] = {
     "baseline": (_BASELINE, "baseline b"),
@@ -77,32 +54,17 @@ _MIN_GRID_WIDTH = 450.0
 """A one-site grid is widened to this, so that its title has room."""
 
 
-def _svg(
-    panels: list[Axes],
-    *,
-    size: tuple[float, float],
-    cols: int = 1,
-    title: str = "",
-    legend: list[LegendEntry] | None = None,
-) -> str:
+def _svg(panels: list[Axes], *, size: tuple[float, float], **kw: Any) -> str:
     """The figure's markup (one place, so that tests can look at the panels instead)."""
-    return render_figure(
-        panels,
-        panel_width=size[0],
-        panel_height=size[1],
-        cols=cols,
-        title=title,
-        legend=legend or (),
-    )
+    return render_figure(panels, panel_width=size[0], panel_height=size[1], **kw)
 
 
 def _nan(values: Any) -> list[float]:
     return [math.nan if v is None else float(v) for v in values]
 
 
-def _grid(n: int, *, ncols: int = 4) -> tuple[int, int]:
-    cols = max(1, min(ncols, n))
-    return math.ceil(n / cols), cols
+def _cols(n: int, most: int) -> int:
+    return max(1, min(most, n))
 
 
 def site_eps_plot(sites: list[SiteReport]) -> str | None:
@@ -132,7 +94,7 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
             ax.texts.append(Text(x + offsets[0], y, label, "darkorange", size=9, dy=10))
     ax.hlines.append((0.0, Style("#808080", width=0.8)))
     ax.legend = [
-        *_eps_legend(),
+        *_legend(_EPS_SERIES),
         LegendEntry("headroom: ceiling - c_lb", Style("#999999"), "patch", fill="#e6e6e6"),
     ]
     # Beside the plot: inside, it would cover the first sites' bars.
@@ -142,23 +104,26 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
 
 def _eps_points(ax: Axes, site: SiteReport, xs: list[float]) -> None:
     """One marker (with its interval) per :data:`_EPS_SERIES` entry, at ``xs``."""
-    for x, (of, color, shape, _) in zip(xs, _EPS_SERIES):
-        iv = of(site)
-        _errpoint(ax, x, mean_of(iv), iv, color, shape)
+    for x, series in zip(xs, _EPS_SERIES):
+        _errpoint(ax, x, site, series)
 
 
-def _eps_legend() -> list[LegendEntry]:
+def _legend(series: tuple[Series, ...]) -> list[LegendEntry]:
     return [
         LegendEntry(label, Style(color, marker=shape), "marker")
-        for _, color, shape, label in _EPS_SERIES
+        for _, color, shape, label in series
     ]
 
 
-def _errpoint(ax: Axes, x: float, value: float | None, iv: Any, color: str, shape: Marker) -> None:
+def _errpoint(ax: Axes, x: float, site: SiteReport, series: Series) -> None:
+    """The series' marker for the site at ``x``, with the estimate's interval."""
+    of, color, shape, _ = series
+    iv = at(site, of) if isinstance(of, str) else of(site)
+    value = mean_of(iv) if isinstance(iv, Interval) else iv
     if value is None:
         return
     low = high = None
-    if iv is not None and math.isfinite(iv.low) and math.isfinite(iv.high):
+    if isinstance(iv, Interval) and math.isfinite(iv.low) and math.isfinite(iv.high):
         # An interval that does not hold its own point is drawn from the point (as matplotlib
         # clipped negative error-bar lengths to 0).
         low, high = min(value, iv.low), max(value, iv.high)
@@ -166,17 +131,8 @@ def _errpoint(ax: Axes, x: float, value: float | None, iv: Any, color: str, shap
 
 
 def roc_plot(site_id: int, roc: dict[str, RocSummary], n_repeats: int) -> str | None:
-    """Log-log ROC of one site: b, the MIA and RM;RN (when present) against chance.
-
-    Parameters
-    ----------
-    site_id
-        Named in the title.
-    roc
-        The audit's mean ROC per scorer (``baseline``, ``mia``, ``rm_rn``).
-    n_repeats
-        Repeats the curves average over (named in the title).
-    """
+    """Log-log ROC of one site (mean over ``n_repeats``): b, the MIA and RM;RN (when present)
+    against chance."""
     drawn = [(name, roc[name]) for name in SCORERS if name in roc]
     if not drawn:
         return None
@@ -240,24 +196,17 @@ def _curve_grid(
         opacity = 0.8 if len(result.repeats) == 1 else 0.55
         for rep in result.repeats:
             for curve, color in ((rep.baseline_curve, _BASELINE), (rep.mia_curve, _MIA)):
-                ax.plot(
-                    _nan(curve.recall),
-                    _nan(_series(curve, y_of)),
-                    Style(color, width=1.2, opacity=opacity),
-                )
+                ys = curve.precision if y_of == "precision" else curve.bound
+                ax.plot(_nan(curve.recall), _nan(ys), Style(color, width=1.2, opacity=opacity))
         top = None if site.audit is None else site.audit.one_sided.ceiling
         if ceiling_line and top is not None:
             ax.hlines.append((top, ceiling))
         panels.append(ax)
     if ceiling_line and any(ax.hlines for ax in panels):
         legend.append(LegendEntry("ceiling", ceiling))
-    _, cols = _grid(len(drawn))
+    cols = _cols(len(drawn), 4)
     width = max(_GRID_PANEL[0], _MIN_GRID_WIDTH / cols)
     return _svg(panels, size=(width, _GRID_PANEL[1]), cols=cols, title=title, legend=legend)
-
-
-def _series(curve: Curve, y_of: str) -> list[float | None]:
-    return list(curve.precision if y_of == "precision" else curve.bound)
 
 
 def precision_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) -> str | None:
@@ -284,11 +233,11 @@ def bound_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) 
     )
 
 
-def training_plot(rounds: list[RoundReport]) -> str | None:
+def training_plot(rounds: list[RoundRecord]) -> str | None:
     """Global loss and accuracy per round, each site's train loss and DP epsilon per round."""
     if not rounds:
         return None
-    site_ids = sorted({sid for r in rounds for sid in r.sites}, key=_sid_key)
+    site_ids = sorted({sid for r in rounds for sid in r.sites}, key=site_order)
     has_dp = any(
         s.dp_epsilon is not None or s.dp_epsilon_client is not None
         for r in rounds
@@ -316,19 +265,12 @@ def training_plot(rounds: list[RoundReport]) -> str | None:
         px = [p[0] for p in pts]
         train.plot(px, _nan(p[1].train_loss for p in pts), Style(color, marker="o"), f"site {sid}")
         if has_dp:
-            dp.plot(
-                px,
-                _nan(p[1].dp_epsilon for p in pts),
-                Style(color, marker="o"),
-                f"site {sid}, record level",
-            )
+            record = _nan(p[1].dp_epsilon for p in pts)
+            dp.plot(px, record, Style(color, marker="o"), f"site {sid}, record level")
             if any(p[1].dp_epsilon_client is not None for p in pts):
-                dp.plot(
-                    px,
-                    _nan(p[1].dp_epsilon_client for p in pts),
-                    Style(color, dash=_DASHED, marker="s"),
-                    f"site {sid}, client level (site-level)",
-                )
+                client = _nan(p[1].dp_epsilon_client for p in pts)
+                style = Style(color, dash=_DASHED, marker="s")
+                dp.plot(px, client, style, f"site {sid}, client level (site-level)")
     # Legends only while they fit beside the lines.
     train.legend_loc = "upper right" if site_ids and len(site_ids) <= 12 else None
     dp.legend_loc = "upper left" if site_ids and len(site_ids) <= 6 else None
@@ -336,13 +278,6 @@ def training_plot(rounds: list[RoundReport]) -> str | None:
     for panel in panels:
         panel.xticks = round_ticks
     return _svg(panels, size=(300.0, 290.0), cols=len(panels))
-
-
-def _sid_key(sid: str) -> tuple[int, Any]:
-    try:
-        return (0, int(sid))
-    except ValueError:
-        return (1, sid)
 
 
 def _eps_positions(points: list[SweepPointReport]) -> tuple[dict[str, float], float, bool]:
@@ -397,7 +332,7 @@ def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
     if finite:
         lo, hi = min(finite), max(finite)
         ax.plot([lo, hi], [lo, hi], diagonal)
-    ax.legend = [*_eps_legend(), LegendEntry("y = theoretical eps", diagonal)]
+    ax.legend = [*_legend(_EPS_SERIES), LegendEntry("y = theoretical eps", diagonal)]
     _eps_axis(ax, pos, inf_x, log)
     return _svg([ax], size=(675.0, 380.0))
 
@@ -462,12 +397,8 @@ def _site_eps_axis(ax: Axes, pos: dict[str, float], no_dp_x: float, finite: list
     ax.xlabel = "accountant eps (record-level guarantee, log scale)"
 
 
-Draw = Any
-"""``draw(ax, rows, pos, finite)``: plots one site's points (a callable)."""
-
-
 def _site_grid(
-    points: list[SweepPointReport], *, title: str, draw: Draw, legend: list[LegendEntry]
+    points: list[SweepPointReport], *, title: str, draw: Any, legend: list[LegendEntry]
 ) -> str | None:
     """One panel per site; ``draw(ax, rows, pos, finite)`` plots a site's points at ``pos``."""
     panels = []
@@ -482,7 +413,7 @@ def _site_grid(
         panels.append(ax)
     if not panels:
         return None
-    _, cols = _grid(len(panels), ncols=3)
+    cols = _cols(len(panels), 3)
     width = max(360.0, _MIN_GRID_WIDTH / cols)
     return _svg(panels, size=(width, 300.0), cols=cols, title=title, legend=legend)
 
@@ -516,23 +447,17 @@ def sweep_site_accuracy_plot(points: list[SweepPointReport]) -> str | None:
     )
 
 
-def _canary(site: SiteReport) -> tuple[float | None, Interval | None]:
-    return (None if site.privacy.canary is None else site.privacy.canary.eps_lb), None
-
-
-def _eps_tilde(site: SiteReport) -> tuple[float | None, Interval | None]:
+def _eps_tilde(site: SiteReport) -> Interval | None:
     """eps_tilde, the two-sided one where there is one."""
-    iv = _two_sided(site) or _one_sided("eps_tilde")(site)
-    return mean_of(iv), iv
+    return at(site, "audit.two_sided.eps_tilde") or at(site, ONE + "eps_tilde")
 
 
-_BOUND_SERIES: tuple[tuple[Callable[[SiteReport], Any], str, Marker, str], ...] = (
-    (_canary, _CANARY, "*", "canary eps lower bound"),
+_BOUND_SERIES: tuple[Series, ...] = (
+    ("privacy.canary.eps_lb", _CANARY, "*", "canary eps lower bound"),
     (_eps_tilde, _TWO_SIDED, "D", "eps_tilde, two-sided where measured (95% CI)"),
-    (lambda s: (mean_of(_o1(s)), _o1(s)), _O1, "^", "O(1) eps lower bound (95% CI)"),
+    ("audit.o1_eps_lb", _O1, "^", "O(1) eps lower bound (95% CI)"),
 )
-"""(value and interval, colour, marker, legend) of each measurement against the
-accountant's eps."""
+"""The measurements drawn against the accountant's eps."""
 
 
 def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
@@ -543,11 +468,9 @@ def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
     def draw(ax: Axes, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
         n = len(_BOUND_SERIES)
         for p, s in rows:
-            for j, (of, color, shape, _) in enumerate(_BOUND_SERIES):
-                value, iv = of(s)
+            for j, series in enumerate(_BOUND_SERIES):
                 # Side by side around the point's x, evenly on the log axis.
-                x = pos[p.label] * math.exp(0.08 * (j - (n - 1) / 2))
-                _errpoint(ax, x, value, iv, color, shape)
+                _errpoint(ax, pos[p.label] * math.exp(0.08 * (j - (n - 1) / 2)), s, series)
         _measured_ylim(ax)
         if finite:
             lo, hi = finite[0] / 1.5, finite[-1] * 1.5
@@ -559,11 +482,5 @@ def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
         points,
         title="How tight each audit is: measured epsilon against the DP guarantee, per site",
         draw=draw,
-        legend=[
-            *(
-                LegendEntry(label, Style(color, marker=shape), "marker")
-                for _, color, shape, label in _BOUND_SERIES
-            ),
-            LegendEntry("y = x (accountant eps)", diagonal),
-        ],
+        legend=[*_legend(_BOUND_SERIES), LegendEntry("y = x (accountant eps)", diagonal)],
     )

@@ -23,24 +23,24 @@ is a reading aid, not a new test.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from audit.client_canaries import ClientCanaryResult, ThreatModel
 from audit.one_run import METHOD_LABELS, Method
 from contracts.dp_level import DPLevel, resolve_dp_level
+from contracts.run_log import ClientDPLedgerFile, RoundRecord
 
 from .inputs import ReportInputError, SiteAuditInput
 from .schema import (
-    AuditReport,
+    ONE,
     BoundViolation,
     ChecksReport,
-    ClientDPReport,
     DPSource,
     PrivacyReport,
-    RoundReport,
     SiteReport,
+    at,
+    value_at,
 )
 
 RECORD_ACCOUNTANTS: dict[str, str] = {"rdp": "Opacus RDP", "prv": "Opacus PRV"}
@@ -89,13 +89,8 @@ class PrivacySettings:
 
 def privacy_settings(config: dict[str, Any]) -> PrivacySettings:
     """The DP level (:func:`contracts.dp_level.resolve_dp_level`), the record-level
-    accountant's name, delta and canaries of a run config read as plain data.
-
-    Raises
-    ------
-    ReportInputError
-        When ``dp.level`` is not a DP level.
-    """
+    accountant's name, delta and canaries of a run config read as plain data
+    (:class:`ReportInputError` when ``dp.level`` is not a DP level)."""
     dp = config.get("dp")
     section: dict[str, Any] = dp if isinstance(dp, dict) else {}
     level: DPLevel | None = None
@@ -126,9 +121,9 @@ def privacy_settings(config: dict[str, Any]) -> PrivacySettings:
 
 def site_privacy(
     audit: SiteAuditInput,
-    rounds: list[RoundReport],
+    rounds: list[RoundRecord],
     settings: PrivacySettings,
-    client_dp: ClientDPReport | None,
+    client_dp: ClientDPLedgerFile | None,
     client_canaries: ClientCanaryResult | None = None,
 ) -> PrivacyReport:
     """The site's guarantees with their accountants, delta and canaries, and the canary
@@ -182,7 +177,7 @@ def site_privacy(
 
 
 def _record_epsilon(
-    audit: SiteAuditInput, rounds: list[RoundReport]
+    audit: SiteAuditInput, rounds: list[RoundRecord]
 ) -> tuple[float | None, DPSource | None]:
     """The audit's dp_epsilon, else the last metrics round's (a failed audit may lack it)."""
     if audit.dp_epsilon is not None and math.isfinite(audit.dp_epsilon):
@@ -202,7 +197,7 @@ def released_model_epsilon(privacy: PrivacyReport) -> float | None:
     return min(present) if present else None
 
 
-def _last_round(site_id: int, rounds: list[RoundReport], name: str) -> float | None:
+def _last_round(site_id: int, rounds: list[RoundRecord], name: str) -> float | None:
     """The site's ``name`` in the last metrics round that reported one."""
     for rnd in reversed(rounds):
         site = rnd.sites.get(str(site_id))
@@ -212,116 +207,62 @@ def _last_round(site_id: int, rounds: list[RoundReport], name: str) -> float | N
     return None
 
 
-Reading = Callable[[AuditReport | None, PrivacyReport], float | None]
-
-
-def _privacy(read: Callable[[PrivacyReport], float | None]) -> Reading:
-    return lambda _audit, privacy: read(privacy)
-
-
-def _audit(read: Callable[[AuditReport], float | None]) -> Reading:
-    return lambda audit, _privacy: None if audit is None else read(audit)
-
-
-def _canary(read: Callable[[Any], float | None]) -> Reading:
-    return lambda _audit, privacy: None if privacy.canary is None else read(privacy.canary)
-
-
-def _mean(iv: Any) -> float | None:
-    return None if iv is None or not math.isfinite(iv.mean) else float(iv.mean)
-
-
-def _side_rm_rn(side: str) -> Reading:
-    return _audit(
-        lambda a: None if a.two_sided is None else _mean(getattr(a.two_sided, side).rm_rn_eps_lb)
-    )
-
-
-_LOWER_BOUNDS: tuple[tuple[str, str, str, Reading], ...] = (
-    ("canary_eps_lb", "canary audit eps lower bound", "canary", _canary(lambda c: c.eps_lb)),
-    (
-        "canary_eps_lb_fdp",
+_LOWER_BOUNDS: dict[str, tuple[str, str, str]] = {
+    "canary_eps_lb": ("canary audit eps lower bound", "privacy.canary.eps_lb", "canary"),
+    "canary_eps_lb_fdp": (
         "canary audit f-DP eps lower bound",
+        "privacy.canary.eps_lb_fdp",
         "canary",
-        _canary(lambda c: c.eps_lb_fdp),
     ),
-    ("o1_eps_lb", "O(1) eps lower bound", "o1", _audit(lambda a: _mean(a.o1_eps_lb))),
-    (
-        "o1_eps_lb_fdp",
-        "O(1) f-DP eps lower bound",
-        "o1_fdp",
-        _audit(lambda a: _mean(a.o1_eps_lb_fdp)),
-    ),
-    (
-        "rm_rn_eps_lb",
-        "RM;RN eps lower bound (one-sided)",
-        "rm_rn",
-        _audit(lambda a: _mean(a.one_sided.rm_rn_eps_lb)),
-    ),
-    (
-        "rm_rn_eps_lb_two_sided",
+    "o1_eps_lb": ("O(1) eps lower bound", "audit.o1_eps_lb", "o1"),
+    "o1_eps_lb_fdp": ("O(1) f-DP eps lower bound", "audit.o1_eps_lb_fdp", "o1_fdp"),
+    "rm_rn_eps_lb": ("RM;RN eps lower bound (one-sided)", ONE + "rm_rn_eps_lb", "rm_rn"),
+    "rm_rn_eps_lb_two_sided": (
         "RM;RN eps lower bound (two-sided)",
+        "audit.two_sided.rm_rn_eps_lb",
         "rm_rn_two_sided_each",
-        _audit(lambda a: None if a.two_sided is None else _mean(a.two_sided.rm_rn_eps_lb)),
     ),
-    (
-        "rm_rn_eps_lb_member",
+    "rm_rn_eps_lb_member": (
         "RM;RN eps lower bound (member side)",
+        "audit.two_sided.member.rm_rn_eps_lb",
         "rm_rn_two_sided_each",
-        _side_rm_rn("member"),
     ),
-    (
-        "rm_rn_eps_lb_nonmember",
+    "rm_rn_eps_lb_nonmember": (
         "RM;RN eps lower bound (non-member side)",
+        "audit.two_sided.nonmember.rm_rn_eps_lb",
         "rm_rn_two_sided_each",
-        _side_rm_rn("nonmember"),
     ),
-    (
-        "client_eps_lb",
+    "client_eps_lb": (
         "canary clients' client-level f-DP eps lower bound",
+        "privacy.client_eps_lb",
         "client_canaries",
-        _privacy(lambda p: p.client_eps_lb),
     ),
-)
-"""(name, label, key of its level, value) of each measured lower bound on epsilon."""
+}
+"""name -> (label, path on the site (:func:`~.schema.at`), key of its level in the audit's
+levels) of each measured lower bound on epsilon (O(1) and RM;RN: means over repeats)."""
 
 
-def bound_violations(
-    site_id: int, audit: AuditReport | None, privacy: PrivacyReport
-) -> list[BoundViolation]:
+def bound_violations(site: SiteReport) -> list[BoundViolation]:
     """The measured lower bounds above the guarantee they measure: that of the site's
     records in the released model (:func:`released_model_epsilon`), or for the canary
-    clients' bound the site-level client epsilon.
-
-    The reported values (means over repeats for O(1) and RM;RN) are compared; nothing is
-    checked without DP.
-    """
-    record = released_model_epsilon(privacy)
+    clients' bound the site-level client epsilon; nothing is checked without DP."""
+    record = released_model_epsilon(site.privacy)
     found = []
-    for name, label, level_key, read in _LOWER_BOUNDS:
+    for name, (label, path, level_key) in _LOWER_BOUNDS.items():
         client = level_key == "client_canaries"
-        dp = privacy.client_epsilon if client else record
-        value = read(audit, privacy)
+        dp = site.privacy.client_epsilon if client else record
+        value = value_at(site, path)
         if dp is None or value is None or not value > dp + _TOLERANCE:
             continue
         if client:
-            level = privacy.client_eps_lb_beta
+            level = site.privacy.client_eps_lb_beta
         elif level_key == "canary":
-            level = None if privacy.canary is None else privacy.canary.beta
+            level = at(site, "privacy.canary.beta")
         else:
-            level = None if audit is None else audit.levels.get(level_key)
-        found.append(
-            BoundViolation(
-                bound=name,
-                label=label,
-                value=value,
-                dp_epsilon=dp,
-                level=level,
-                message=violation_message(
-                    site_id, label, value, dp, level, of=_CLIENT_SCOPE if client else _RECORD_SCOPE
-                ),
-            )
-        )
+            level = None if site.audit is None else site.audit.levels.get(level_key)
+        scope = _CLIENT_SCOPE if client else _RECORD_SCOPE
+        message = violation_message(site.site_id, label, value, dp, level, of=scope)
+        found.append(BoundViolation(name, label, value, dp, level, message))
     return found
 
 
@@ -335,24 +276,21 @@ _ONE_RUN_BOUNDS: tuple[tuple[str, Method, str], ...] = (
 named."""
 
 
-def best_lower_bound(
-    audit: AuditReport | None, privacy: PrivacyReport, fdp_delta: float | None
-) -> tuple[float | None, str | None]:
+def best_lower_bound(site: SiteReport, fdp_delta: float | None) -> tuple[float | None, str | None]:
     """The largest one-run lower bound of the site and its name, e.g. ``"canary audit:
     f-DP, Gaussian (Mahloujifar et al. 2025), delta = 1e-05"``; ``(None, None)`` without
     any."""
-    read = {name: of for name, _, _, of in _LOWER_BOUNDS}
     found = [
         (value, name, method)
         for name, method, bound in _ONE_RUN_BOUNDS
-        if (value := read[bound](audit, privacy)) is not None
+        if (value := value_at(site, _LOWER_BOUNDS[bound][1])) is not None
     ]
     if not found:
         return None, None
     value, name, method = max(found, key=lambda x: x[0])
     delta = 0.0 if method == "steinke" else fdp_delta
-    at = "" if delta is None else f", delta = {delta:g}"
-    return value, f"{name}: {METHOD_LABELS[method]}{at}"
+    at_delta = "" if delta is None else f", delta = {delta:g}"
+    return value, f"{name}: {METHOD_LABELS[method]}{at_delta}"
 
 
 def violation_message(
@@ -378,35 +316,29 @@ def violation_message(
     )
 
 
-def eps_tilde_above(audit: AuditReport | None, privacy: PrivacyReport) -> str | None:
+def eps_tilde_above(site: SiteReport) -> str | None:
     """Why eps_tilde (one- or two-sided) is above the released model's epsilon
     (:func:`released_model_epsilon`), or None when it is not."""
-    dp = released_model_epsilon(privacy)
-    if dp is None or audit is None:
+    dp = released_model_epsilon(site.privacy)
+    if dp is None:
         return None
-    two = None if audit.two_sided is None else _mean(audit.two_sided.eps_tilde)
     above = [
         f"{name} {value:.3f}"
-        for name, value in (
-            ("eps_tilde", _mean(audit.one_sided.eps_tilde)),
-            ("eps_tilde two-sided", two),
-        )
-        if value is not None and value > dp + _TOLERANCE
+        for name, path in (("eps_tilde", ONE), ("eps_tilde two-sided", "audit.two_sided."))
+        if (value := value_at(site, path + "eps_tilde")) is not None and value > dp + _TOLERANCE
     ]
     if not above:
         return None
     return f"{EPS_TILDE_ABOVE_NOTE} ({', '.join(above)} > DP eps {dp:.3f})"
 
 
-def checks(
-    site_id: int, audit: AuditReport | None, privacy: PrivacyReport, fdp_delta: float | None
-) -> ChecksReport:
+def checks(site: SiteReport, fdp_delta: float | None) -> ChecksReport:
     """The site's ordering check (violations and the eps_tilde flag) and its best one-run
     lower bound."""
-    best, method = best_lower_bound(audit, privacy, fdp_delta)
+    best, method = best_lower_bound(site, fdp_delta)
     return ChecksReport(
-        bound_violations=bound_violations(site_id, audit, privacy),
-        eps_tilde_above_accountant=eps_tilde_above(audit, privacy),
+        bound_violations=bound_violations(site),
+        eps_tilde_above_accountant=eps_tilde_above(site),
         best_eps_lb=best,
         best_eps_lb_method=method,
         fdp_delta=fdp_delta,

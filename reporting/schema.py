@@ -10,6 +10,7 @@ numbers from ``audits/``, ``metrics.jsonl``, ``partition.json`` and ``client_dp.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +20,7 @@ from audit.client_canaries import ClientCanaryResult
 from audit.result import AuditFlags, Interval
 from audit.sides import Side
 from contracts.dp_level import DPLevel
+from contracts.run_log import ClientDPLedgerFile, RoundRecord
 
 SCHEMA_VERSION = 4
 """The version of report.json, sweep.json and ``site-reports/site-<id>.json`` (one shape of
@@ -33,6 +35,29 @@ SCORERS: tuple[str, ...] = ("baseline", "mia", "rm_rn")
 
 TPR_FPR_KEYS: tuple[str, ...] = ("0.01", "0.001")
 """FPR levels of ``tpr_at_fpr``; the audit's ``audit.roc.LOW_FPRS`` formatted ``:g``."""
+
+
+def mean_of(iv: Interval | None) -> float | None:
+    """An estimate's mean (None when absent or not finite): a cell's unrounded tooltip."""
+    return None if iv is None or not math.isfinite(iv.mean) else iv.mean
+
+
+ONE = "audit.one_sided."
+"""The path (:func:`at`) of a site's one-sided game."""
+
+
+def at(obj: Any, path: str) -> Any:
+    """The attribute at a dotted ``path`` (``"audit.one_sided.c_lb"``); None past a None
+    (a failed site has no audit, an old one no two-sided game)."""
+    for name in path.split("."):
+        obj = None if obj is None else getattr(obj, name)
+    return obj
+
+
+def value_at(obj: Any, path: str) -> float | None:
+    """The number at ``path`` (:func:`at`); an estimate's mean."""
+    value = at(obj, path)
+    return mean_of(value) if isinstance(value, Interval) else value
 
 
 @dataclass(frozen=True)
@@ -270,57 +295,6 @@ class SiteReport:
 
 
 @dataclass(frozen=True)
-class ClientDPSiteReport:
-    """One site in the server's client-level DP ledger (``client_dp.json``)."""
-
-    rounds: list[int]
-    epsilon: float | None
-    epsilon_record: float | None
-
-
-@dataclass(frozen=True)
-class ClientDPReport:
-    """The server's client-level DP ledger (``client_dp.json``), when client-level DP is on."""
-
-    schema_version: int | None
-    accountant: str | None
-    noise_multiplier: float | None
-    clipping: str | None
-    clipping_side: str | None
-    clipping_norm: float | None
-    delta: float | None
-    population_size: int | None
-    sites_per_round: int | None
-    sampling: str | None
-    neighboring_relation: str | None
-    rounds_done: int | None
-    sites: dict[str, ClientDPSiteReport] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SiteRoundReport:
-    """One site's numbers in one round of ``metrics.jsonl``."""
-
-    train_loss: float | None
-    dp_epsilon: float | None
-    """Record-level accountant epsilon so far (DP-SGD at the site)."""
-    num_examples: int | None
-    dp_epsilon_client: float | None
-    """Site-level epsilon of client-level DP so far."""
-
-
-@dataclass(frozen=True)
-class RoundReport:
-    """One line of ``metrics.jsonl``."""
-
-    round: int
-    global_loss: float | None
-    global_accuracy: float | None
-    elapsed_s: float | None
-    sites: dict[str, SiteRoundReport] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class FlaggedSites:
     """Ids of the ok sites with each flag raised in one game (or one side of it)."""
 
@@ -364,14 +338,14 @@ class RunReport:
     schema_version: int
     run: dict[str, Any]
     partition: dict[str, Any]
-    rounds: list[RoundReport]
+    rounds: list[RoundRecord]
     sites: list[SiteReport]
     consortium: ConsortiumSummary
     dp_level: DPLevel | None
     """The run's ``dp.level``; None: the config says nothing about DP."""
     canaries: int | None
     """Canary records per site the model was trained with; None when it had none."""
-    client_dp: ClientDPReport | None
+    client_dp: ClientDPLedgerFile | None
     client_canaries: ClientCanaryResult | None
     """What the canary clients measured (``client_canaries.json``), both threat models."""
     noise: str | None
@@ -383,27 +357,28 @@ class RunReport:
 
 @dataclass(frozen=True)
 class SweepPointReport:
-    """One point of a sweep: a run with some config overrides."""
+    """One point of a sweep: a run with some config overrides (an unreadable run: the
+    defaults)."""
 
     label: str
     overrides: dict[str, Any]
     run_dir: str
     status: Literal["complete", "incomplete"]
     problems: list[str]
-    private: bool | None
+    private: bool | None = None
     """True when DP is on at any level, False when off, None when the run says neither."""
-    theoretical_eps: float | None
+    theoretical_eps: float | None = None
     """Largest site accountant epsilon (the consortium's weakest guarantee)."""
-    global_accuracy: float | None
-    global_loss: float | None
-    rounds_completed: int
-    max_eps_tilde: float | None
-    max_eps_tilde_two_sided: float | None
-    sites: list[SiteReport]
-    report_html: str | None
+    global_accuracy: float | None = None
+    global_loss: float | None = None
+    rounds_completed: int = 0
+    max_eps_tilde: float | None = None
+    max_eps_tilde_two_sided: float | None = None
+    sites: list[SiteReport] = field(default_factory=list)
+    report_html: str | None = None
     """Relative path of the point's own report.html, when one exists."""
-    dp_level: DPLevel | None
-    canaries: int | None
+    dp_level: DPLevel | None = None
+    canaries: int | None = None
 
 
 @dataclass(frozen=True)

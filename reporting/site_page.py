@@ -29,7 +29,6 @@ from .formatting import (
     NOT_A_BOUND,
     SIDE_LABELS,
     canary_banner,
-    canary_value,
     fmt,
     fmt_best,
     fmt_canary,
@@ -39,7 +38,6 @@ from .formatting import (
     fmt_loss_gap,
     fmt_two_sided,
     levels_lines,
-    mean_of,
     ordering_text,
     scoped_reasons,
     scorer_values,
@@ -54,7 +52,7 @@ from .html_page import (
     page,
     violation_banner,
 )
-from .schema import SCORERS, AuditReport, SitePageReport, SiteReport
+from .schema import SCORERS, AuditReport, SitePageReport, SiteReport, at, mean_of
 
 _VERDICT_LABELS = {
     "evidence": "leakage measured",
@@ -66,15 +64,7 @@ _VERDICT_LABELS = {
 
 def render_site_page(report: SitePageReport, result: AuditResult | None) -> str:
     """The HTML text of a site's report: a sequence of sections, each a small function.
-
-    Parameters
-    ----------
-    report
-        The site's report (everything the page shows).
-    result
-        The site's AuditResult, for the curves (None for a failed audit); its per-record
-        scores, if any, are never used.
-    """
+    ``result`` gives the curves (None for a failed audit); its scores are never used."""
     site = report.site
     title = f"Leakage report for site {site.site_id}" + (
         f" - {report.run_name}" if report.run_name else ""
@@ -235,7 +225,7 @@ def _privacy_table(site: SiteReport) -> str:
         ),
         Item(
             "canary audit f-DP eps lower bound",
-            fmt_fdp(canary_value(site, "eps_lb_fdp"), canary_value(site, "fdp_mu"), c.fdp_delta),
+            fmt_fdp(at(site, "privacy.canary.eps_lb_fdp"), at(p, "canary.fdp_mu"), c.fdp_delta),
             "the same guesses read against a Gaussian trade-off curve (Mahloujifar et al. "
             "2025): the largest Gaussian-DP mu they reject, as epsilon at delta",
         ),

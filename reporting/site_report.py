@@ -9,20 +9,18 @@ the site's standing in the consortium. A site rebuilds its own from its audit fi
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 from audit.result import AuditResult
-from contracts.json_values import json_safe
+from contracts.files import atomic_write_text
 from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR, exposed_records_name
 
 from .aggregate import site_report
 from .formatting import VIOLATION_TITLE
 from .inputs import (
     RunInputs,
-    SiteAuditInput,
     load_client_dp,
     load_optional_config,
     load_site_audit,
@@ -40,6 +38,7 @@ from .schema import (
 )
 from .site_page import render_site_page
 from .standing import consortium_standing, standing_unavailable
+from .writers import report_to_json_text
 
 SITE_REPORTS_DIR = "site-reports"
 
@@ -91,7 +90,7 @@ def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> l
         audit = inputs.audits.get(site.site_id)
         if audit is None or site.status == "missing":
             continue
-        result = _ok_result(audit)
+        result = audit.result
         page = build_site_page_report(
             run_dir,
             site,
@@ -106,24 +105,11 @@ def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> l
 
 def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
     """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus config.yaml and
-    the server's client_dp.json, when the run directory has them).
-
-    Parameters
-    ----------
-    run_dir
-        The run directory (only ``audits/site-<id>.json`` is required).
-    site_id
-        The site.
-
-    Raises
-    ------
-    ReportInputError
-        When the site's audit file is missing, or config.yaml / client_dp.json exists but is
-        malformed.
-    """
+    the server's client_dp.json, when the run directory has them); a
+    :class:`ReportInputError` when the audit file is missing or either of those malformed."""
     run_dir = Path(run_dir)
     audit = load_site_audit(run_dir, site_id)
-    result = _ok_result(audit)
+    result = audit.result
     config = load_optional_config(run_dir)
     site = site_report(
         audit, rounds=[], settings=privacy_settings(config), client_dp=load_client_dp(run_dir)
@@ -139,14 +125,10 @@ def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
     return _write(run_dir, page, result)
 
 
-def _ok_result(audit: SiteAuditInput) -> AuditResult | None:
-    return audit.result if audit.status == "ok" else None
-
-
 def _write(run_dir: Path, page: SitePageReport, result: AuditResult | None) -> ReportFiles:
     paths = site_report_paths(run_dir, page.site.site_id)
     paths.json_path.parent.mkdir(parents=True, exist_ok=True)
-    paths.json_path.write_text(json.dumps(json_safe(page), indent=2, allow_nan=False) + "\n")
-    paths.html_path.write_text(render_site_page(page, result))
+    atomic_write_text(paths.json_path, report_to_json_text(page))
+    atomic_write_text(paths.html_path, render_site_page(page, result))
     warnings = [f"{VIOLATION_TITLE}: {v.message}" for v in page.site.checks.bound_violations]
     return dataclasses.replace(paths, warnings=warnings)

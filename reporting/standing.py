@@ -18,21 +18,8 @@ UNAVAILABLE_ALONE = (
 
 
 def consortium_standing(site_id: int, sites: list[SiteReport]) -> ConsortiumStanding:
-    """The site's rank by the two-sided eps_tilde among the ok sites that have one.
-
-    Parameters
-    ----------
-    site_id
-        The site the page is for.
-    sites
-        Every site of the consortium report (only their two-sided eps_tilde is read).
-
-    Returns
-    -------
-    ConsortiumStanding
-        Rank 1 = the largest value; tied sites share the better rank. Not available when
-        the site itself has no two-sided value.
-    """
+    """The site's rank by the two-sided eps_tilde among the ok sites that have one (only
+    their two-sided eps_tilde is read): 1 = the largest, ties share the better rank."""
     two_sided = {s.site_id: two_sided_mean(s) for s in sites}
     values = {sid: v for sid, v in two_sided.items() if v is not None}
     own = values.get(site_id)

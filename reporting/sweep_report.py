@@ -8,13 +8,13 @@ each audit is.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
+from contracts.files import atomic_write_text
 from contracts.json_values import json_safe
 
 from . import plots
@@ -32,21 +32,13 @@ from .html_report import site_row_class
 from .inputs import ReportInputError, load_run
 from .privacy_ledger import privacy_settings
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SweepPointReport, SweepReport
+from .writers import report_to_json_text
 
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One point of a sweep.
-
-    Parameters
-    ----------
-    label
-        Short name shown in tables and plots, e.g. ``"eps=4"``.
-    overrides
-        Dotted config key -> value applied to the base config for this point.
-    run_dir
-        The point's run directory (it may be incomplete or absent).
-    """
+    """One point of a sweep: its label in tables and plots (``"eps=4"``), its dotted config
+    overrides, and its run directory (it may be incomplete or absent)."""
 
     label: str
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -79,24 +71,7 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
     try:
         inputs = load_run(run_dir)
     except ReportInputError as exc:
-        return SweepPointReport(
-            label=point.label,
-            overrides=dict(point.overrides),
-            run_dir=rel,
-            status="incomplete",
-            problems=[str(exc)],
-            private=None,
-            theoretical_eps=None,
-            global_accuracy=None,
-            global_loss=None,
-            rounds_completed=0,
-            max_eps_tilde=None,
-            max_eps_tilde_two_sided=None,
-            sites=[],
-            report_html=None,
-            dp_level=None,
-            canaries=None,
-        )
+        return SweepPointReport(point.label, dict(point.overrides), rel, "incomplete", [str(exc)])
     report = build_report(inputs)
     if write_point_reports:
         # Imported here: the package's __init__ imports this module.
@@ -233,42 +208,24 @@ def render_sweep_html(report: SweepReport) -> str:
 def write_sweep_report(
     sweep_dir: Path, points: list[SweepPoint], *, write_point_reports: bool = False
 ) -> ReportFiles:
-    """Write ``sweep.json`` and a self-contained ``sweep.html`` comparing the points.
-
-    Parameters
-    ----------
-    sweep_dir
-        Where to write (created if absent).
-    points
-        The sweep's points, in display order; labels must be unique.
-    write_point_reports
-        Also write each readable point's own report files into its run directory
-        (``sweep.html`` links to them).
-
-    Returns
-    -------
-    ReportFiles
-        ``json_path``, ``html_path`` and ``md_path`` (``csv_path`` is None), and in
-        ``warnings`` a line per bound violation of any point.
-    """
+    """Write ``sweep.json``, ``sweep.md`` and a self-contained ``sweep.html`` comparing the
+    points (labels unique, in display order) into ``sweep_dir``; ``warnings``: a line per bound
+    violation. ``write_point_reports``: also write each readable point's own report (linked)."""
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     report = build_sweep_report(sweep_dir, points, write_point_reports=write_point_reports)
-    json_path = sweep_dir / "sweep.json"
-    json_path.write_text(
-        json.dumps(json_safe(report), indent=2, allow_nan=False, default=str) + "\n"
-    )
-    html_path = sweep_dir / "sweep.html"
-    html_path.write_text(render_sweep_html(report))
-    md_path = sweep_dir / "sweep.md"
-    md_path.write_text(render_sweep_markdown(report))
     warnings = [
         f"{VIOLATION_TITLE}: point {p.label}: {v.message}"
         for p in report.points
         for s in p.sites
         for v in s.checks.bound_violations
     ]
-    return ReportFiles(json_path=json_path, html_path=html_path, md_path=md_path, warnings=warnings)
+    return ReportFiles(
+        json_path=atomic_write_text(sweep_dir / "sweep.json", report_to_json_text(report)),
+        html_path=atomic_write_text(sweep_dir / "sweep.html", render_sweep_html(report)),
+        md_path=atomic_write_text(sweep_dir / "sweep.md", render_sweep_markdown(report)),
+        warnings=warnings,
+    )
 
 
 def render_sweep_markdown(report: SweepReport) -> str:

@@ -24,13 +24,7 @@ from .schema import BoundViolation, PrivacyReport, RunReport, SiteReport
 
 def report_to_json_text(report: Any) -> str:
     """Deterministic JSON text of a report (sorted by construction, not by key)."""
-    return json.dumps(json_safe(report), indent=2, allow_nan=False) + "\n"
-
-
-def write_json(report: RunReport, path: Path) -> Path:
-    """Write ``report.json``."""
-    path.write_text(report_to_json_text(report))
-    return path
+    return json.dumps(json_safe(report), indent=2, allow_nan=False, default=str) + "\n"
 
 
 def flatten(obj: Any, cls: Any, prefix: str = "") -> dict[str, Any]:
@@ -146,13 +140,3 @@ def csv_cell(value: Any) -> str:
         return str(value)
     text = str(value)
     return "'" + text if text.startswith(FORMULA_STARTS) else text
-
-
-def write_csv(report: RunReport, path: Path) -> Path:
-    """Write ``report.csv``: one row per site (:func:`flatten`)."""
-    return write_rows(path, site_rows(report.sites))
-
-
-def write_ledger_csv(report: RunReport, path: Path) -> Path:
-    """Write ``ledger.csv``: the privacy ledger, one row per site."""
-    return write_rows(path, ledger_csv_rows(report))

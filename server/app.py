@@ -21,8 +21,15 @@ from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
+from contracts.checkpoint import (
+    Checkpoint,
+    latest_round_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from contracts.files import atomic_write_text
 from contracts.run_files import NOISE_NOTES, CheckpointMeta, NoiseSource, RunLayout, SiteAuditFile
+from contracts.run_log import RoundRecord, SiteRound
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -34,17 +41,10 @@ from contracts.wire import (
     AuditInstructions,
     AuditReply,
     TrainInstructions,
-    TrainReply,
     WhoamiReply,
     WireError,
 )
 from server.canary_clients import CanaryClients, CanaryClientSettings, measure_canaries
-from server.checkpoint import (
-    Checkpoint,
-    latest_round_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
 from server.client_dp import (
     ClientDPLedger,
     ClientDPSettings,
@@ -188,10 +188,7 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
             return None
         global_round = done + server_round
         weights = arrays.to_torch_state_dict()
-        entry: dict[str, Any] = {"round": global_round}
-        if settings.central_eval is not None:
-            scores = settings.central_eval(weights)
-            entry.update({f"global_{k}": v for k, v in scores.items()})
+        scores = {} if settings.central_eval is None else settings.central_eval(weights)
         record = sites.rounds.get(server_round)
         if ledger is not None:
             # The noise was sized for every sampled site; fewer may have been averaged.
@@ -200,30 +197,32 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
                 global_round, sites.sites_for_round(server_round), aggregated=aggregated
             )
             ledger.save(run_dir)
-        entry["sites"] = (
-            {}
-            if record is None
-            else {
-                str(site): _site_round_entry(m, None if ledger is None else ledger.epsilon(site))
+        entry = RoundRecord(
+            round=global_round,
+            global_loss=scores.get("loss"),
+            global_accuracy=scores.get("accuracy"),
+            global_perplexity=scores.get("perplexity"),
+            elapsed_s=time.time() - started,
+            sites={
+                str(site): SiteRound(
+                    train_loss=m.train_loss,
+                    dp_epsilon=m.dp_epsilon,
+                    num_examples=m.num_examples,
+                    dp_epsilon_client=None if ledger is None else ledger.epsilon(site),
+                )
                 for site, m in sorted(record.sites.items())
             }
+            if record is not None
+            else {},
+            failures={} if record is None else {str(s): r for s, r in record.failures.items()},
         )
-        if record is not None and record.failures:
-            entry["failures"] = {str(s): r for s, r in record.failures.items()}
-        entry["elapsed_s"] = time.time() - started
         append_round(run_dir, entry)
         save_checkpoint(
             layout.round_checkpoint(global_round),
             Checkpoint(round=global_round, state_dict=weights, meta=meta),
         )
         bar.update(1)
-        bar.set_postfix(
-            {
-                k: round(v, 3)
-                for k, v in entry.items()
-                if k.startswith("global_") and isinstance(v, float)
-            }
-        )
+        bar.set_postfix({f"global_{k}": round(v, 3) for k, v in scores.items()})
         return None
 
     seed_server_noise(settings.noise_source)
@@ -275,18 +274,6 @@ def seed_server_noise(source: NoiseSource) -> None:
     """
     if source == "os-entropy":
         np.random.seed(np.frombuffer(os.urandom(32), dtype=np.uint32))
-
-
-def _site_round_entry(reply: TrainReply, client_epsilon: float | None) -> dict[str, Any]:
-    """One site's line in a round: its training loss and the DP it has spent so far."""
-    entry: dict[str, Any] = {
-        "train_loss": reply.train_loss,
-        "dp_epsilon": reply.dp_epsilon,
-        "num_examples": reply.num_examples,
-    }
-    if client_epsilon is not None:
-        entry["dp_epsilon_client"] = client_epsilon
-    return entry
 
 
 def run_audits(

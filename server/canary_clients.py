@@ -42,10 +42,10 @@ from audit.client_canaries import (
     ClientCanaryResult,
     estimate_threat,
 )
+from contracts.checkpoint import load_checkpoint
 from contracts.files import atomic_write_text
 from contracts.run_files import RunLayout
 from contracts.wire import ARRAYS, METRICS
-from server.checkpoint import load_checkpoint
 from server.client_dp import gaussian_epsilon
 from server.strategy import DelegatingStrategy
 

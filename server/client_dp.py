@@ -47,6 +47,7 @@ from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedCl
 from contracts.files import atomic_write_text
 from contracts.registry import Registry
 from contracts.run_files import RunLayout
+from contracts.run_log import ClientDPLedgerFile, ClientDPSite, ShortRound, from_dict
 from contracts.wire import ClientClipping
 
 LEDGER_SCHEMA_VERSION = 1
@@ -259,33 +260,27 @@ class ClientDPLedger:
         return mixed_gaussian_epsilon(self._releases(site, 0.5), delta=self.settings.delta)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": LEDGER_SCHEMA_VERSION,
-            "accountant": ACCOUNTANT,
+        return ClientDPLedgerFile(
+            schema_version=LEDGER_SCHEMA_VERSION,
+            accountant=ACCOUNTANT,
             **asdict(self.settings),
-            "population_size": self.population_size,
-            "sites_per_round": self.sites_per_round,
-            "sampling": SAMPLING,
-            "neighboring_relation": NEIGHBOURING,
-            "rounds_done": max((r for rs in self.rounds.values() for r in rs), default=0),
-            "short_rounds": {
-                str(r): {
-                    "sampled": self.sites_per_round,
-                    "aggregated": n,
-                    "noise_multiplier": self.round_multiplier(r),
-                }
+            population_size=self.population_size,
+            sites_per_round=self.sites_per_round,
+            sampling=SAMPLING,
+            neighboring_relation=NEIGHBOURING,
+            rounds_done=max((r for rs in self.rounds.values() for r in rs), default=0),
+            short_rounds={
+                str(r): ShortRound(self.sites_per_round, n, self.round_multiplier(r))
                 for r, n in sorted(self.short_rounds.items())
             },
-            "noise": self.noise_note,
-            "sites": {
-                str(site): {
-                    "rounds": sorted(rounds),
-                    "epsilon": self.epsilon(site),
-                    "epsilon_record": self.epsilon_record(site),
-                }
+            noise=self.noise_note,
+            sites={
+                str(site): ClientDPSite(
+                    sorted(rounds), self.epsilon(site), self.epsilon_record(site)
+                )
                 for site, rounds in sorted(self.rounds.items())
             },
-        }
+        ).to_dict()
 
     def save(self, run_dir: Path) -> Path:
         path = RunLayout(run_dir).client_dp_ledger
@@ -305,15 +300,16 @@ class ClientDPLedger:
         path = RunLayout(run_dir).client_dp_ledger
         if not path.exists():
             return ledger
-        data = json.loads(path.read_text())
-        kept = {k: data.get(k) for k in asdict(settings)}
+        try:
+            file = from_dict(ClientDPLedgerFile, json.loads(path.read_text()))
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+        kept = {k: getattr(file, k) for k in asdict(settings)}
         if kept != asdict(settings):
             raise ValueError(
                 f"{path}: written under other client-level DP settings ({kept}); "
                 "a resumed run must keep dp.client"
             )
-        ledger.rounds = {int(s): list(v["rounds"]) for s, v in data.get("sites", {}).items()}
-        ledger.short_rounds = {
-            int(r): int(v["aggregated"]) for r, v in (data.get("short_rounds") or {}).items()
-        }
+        ledger.rounds = {int(s): list(v.rounds) for s, v in file.sites.items()}
+        ledger.short_rounds = {int(r): v.aggregated for r, v in file.short_rounds.items()}
         return ledger

@@ -1,27 +1,28 @@
-"""The run directory's per-round log (``metrics.jsonl``) and per-site audit files
-(:class:`contracts.run_files.SiteAuditFile`)."""
+"""The run directory's per-round log (``metrics.jsonl``, :class:`contracts.run_log.RoundRecord`)
+and per-site audit files (:class:`contracts.run_files.SiteAuditFile`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from contracts.files import atomic_write_text
 from contracts.json_values import json_safe
 from contracts.run_files import RunLayout, SiteAuditFile
+from contracts.run_log import RoundRecord, from_dict
 
 
-def append_round(run_dir: Path, entry: dict[str, Any]) -> None:
+def append_round(run_dir: Path, record: RoundRecord) -> None:
     with open(RunLayout(run_dir).metrics, "a") as fh:
-        fh.write(json.dumps(json_safe(entry)) + "\n")
+        fh.write(json.dumps(record.to_dict()) + "\n")
 
 
-def read_rounds(run_dir: Path) -> list[dict[str, Any]]:
+def read_rounds(run_dir: Path) -> list[RoundRecord]:
     path = RunLayout(run_dir).metrics
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    return [from_dict(RoundRecord, json.loads(line)) for line in lines]
 
 
 def truncate_rounds(run_dir: Path, last_round: int) -> None:

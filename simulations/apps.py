@@ -18,8 +18,7 @@ from contracts.run_files import (
     exposed_records_name,
     site_dp_ledger_name,
 )
-from ml.tasks import TorchTask, build_task
-from ml.tasks.base import OptimizerSpec
+from ml.tasks import TorchTask
 from server.app import ServerSettings, build_server_app
 from server.canary_clients import CanaryClientSettings
 from server.client_dp import ClientDPSettings, calibrate_noise_multiplier
@@ -27,34 +26,7 @@ from server.strategy import StrategySettings
 from simulations.config import ExperimentConfig
 from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import DatasetMeta, load_public
-
-
-def pick_device(resources_gpus: float | str) -> torch.device:
-    if resources_gpus == 0 or not torch.cuda.is_available():
-        return torch.device("cpu")
-    return torch.device("cuda")
-
-
-def make_task(config: ExperimentConfig, meta: DatasetMeta) -> TorchTask:
-    """The run's task; a tabular one carries the dataset's schema, so every audit of the
-    run (site, standalone, reference models) reads the encoding instead of inferring it."""
-    encoding = {} if meta.schema is None else {"schema": meta.schema}
-    return build_task(
-        meta.modality,
-        model_name=config.model.name,
-        num_classes=meta.num_classes,
-        input_shape=meta.input_shape,
-        # Any DP level: no BatchNorm (per-sample gradients; no noised running statistics).
-        dp=config.dp.any_level,
-        batch_size=config.fl.batch_size,
-        optimizer=OptimizerSpec(
-            name=config.fl.optimizer,
-            learning_rate=config.fl.learning_rate,
-            weight_decay=config.fl.weight_decay,
-        ),
-        model_options=dict(config.model.options),
-        **encoding,
-    )
+from simulations.run_task import make_task, pick_device
 
 
 def dp_settings(config: ExperimentConfig) -> DPSettings | None:

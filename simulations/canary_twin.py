@@ -34,9 +34,8 @@ def twin_config(config: ExperimentConfig) -> ExperimentConfig:
 def final_accuracy(run_dir: Path) -> float | None:
     """The last round's global accuracy in ``metrics.jsonl`` (None without one)."""
     for entry in reversed(read_rounds(run_dir)):
-        value = entry.get("global_accuracy")
-        if isinstance(value, int | float):
-            return float(value)
+        if entry.global_accuracy is not None:
+            return float(entry.global_accuracy)
     return None
 
 

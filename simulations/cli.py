@@ -10,14 +10,13 @@ from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.run_files import CONFIG_FILE, RunLayout
-from simulations.config import ConfigError, ExperimentConfig, load_config
 
-
-def _run_dir(config: ExperimentConfig, out: Path | None) -> Path:
-    return out if out is not None else config.output_dir / config.name
+# Each command imports what it runs (config, Flower, torch ...) when it runs: ``--help`` and
+# argument errors stay instant.
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from simulations.config import ConfigError, load_config
     from simulations.runner import run_experiment
 
     if args.resume is not None:
@@ -34,7 +33,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("give a CONFIG file, or --resume RUN_DIR")
     else:
         config = load_config(Path(args.config), args.set)
-        run_dir = _run_dir(config, args.out)
+        run_dir = args.out if args.out is not None else config.output_dir / config.name
         existing = RunLayout(run_dir).config
         if existing.exists() and load_config(existing) != config:
             raise ConfigError(
@@ -134,8 +133,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from simulations import cmd_bounds
 
-    parser = argparse.ArgumentParser(prog="panoramia-fl", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="panoramia-fl",
+        description="Federated training with per-site PANORAMIA privacy audits: run, resume, "
+        "report, sweep, audit and bounds. 'panoramia-fl COMMAND --help' describes each.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
 
     run = sub.add_parser("run", help="federated training, per-site audits and the report")
     run.add_argument("config", nargs="?", help="YAML experiment config")
@@ -158,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser(
         "report", help="regenerate report.* and site-reports/ from a run's saved results"
     )
-    report.add_argument("run_dir")
+    report.add_argument("run_dir", help="the run directory (holds config.yaml and audits/)")
     report.add_argument(
         "--site",
         type=int,
@@ -170,14 +173,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep = sub.add_parser("sweep", help="run a grid of configs and compare them")
     sweep.add_argument("sweep", help="sweep YAML (base config + grid)")
-    sweep.add_argument("--verbose", action="store_true")
+    sweep.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
     sweep.set_defaults(func=cmd_sweep)
 
     audit = sub.add_parser("audit", help="audit a saved global model on one site's data")
     audit.add_argument("checkpoint", help="global_model.pt (or a round checkpoint)")
     audit.add_argument("--config", required=True, help="the run's config.yaml")
-    audit.add_argument("--site", type=int, default=0, help="whose members to audit")
-    audit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    audit.add_argument("--site", type=int, required=True, help="whose members to audit (site ID)")
+    audit.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of that config, e.g. --set audit.settings.repeats=1",
+    )
     audit.add_argument("--out", help="write the full AuditResult JSON here")
     audit.set_defaults(func=cmd_audit)
 

@@ -28,10 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from audit.bounds import ceiling, lower_bound, thresholds_tried
-from audit.o1 import o1_lower_bound
-from audit.one_run import DEFAULT_DELTA, METHOD_LABELS, METHODS, one_run_bound
-from audit.sides import SIDES, oriented
+# The bounds (scipy) are imported where they are computed: the CLI's parser stays light.
+from audit.one_run_methods import DEFAULT_DELTA, METHOD_LABELS, METHODS
 from contracts.errors import UserError
 from contracts.json_values import json_safe
 
@@ -208,6 +206,8 @@ def _clopper_pearson(
     path: Path, scores: np.ndarray, labels: np.ndarray, beta: float, grid: int | None
 ) -> dict[str, Any]:
     """The PANORAMIA-style bound's JSON fields for one (already oriented) score vector."""
+    from audit.bounds import ceiling, lower_bound, thresholds_tried
+
     summary = lower_bound(scores, labels, beta=beta, threshold_grid=grid)
     return {
         "bound": "clopper_pearson",
@@ -224,8 +224,10 @@ def _two_sided(
     path: Path, scores: np.ndarray, labels: np.ndarray, beta: float, grid: int | None
 ) -> dict[str, Any]:
     """Member and non-member sides, each at ``beta / 2``; ``max_bound`` holds at ``beta``."""
+    from audit.sides import SIDES, oriented
+
     half = _check_beta(beta) / 2
-    sides = {
+    sides: dict[str, dict[str, Any]] = {
         side: _clopper_pearson(path, *oriented(scores, labels, side), half, grid) for side in SIDES
     }
     return {
@@ -246,6 +248,8 @@ def _one_run(
 ) -> dict[str, Any]:
     """The one-run bound's JSON fields; ``idealised`` says whether the level pays for the
     search over guess counts."""
+    from audit.one_run import one_run_bound
+
     kwargs = {} if args.grid is None else {"grid_size": args.grid}
     bound = one_run_bound(
         scores,
@@ -303,6 +307,8 @@ def run(args: argparse.Namespace) -> int:
         if one_run is not None:
             out = _one_run(path, scores, labels, args)
         elif args.o1:
+            from audit.o1 import o1_lower_bound
+
             kwargs = {} if args.grid is None else {"grid_size": args.grid}
             o1 = o1_lower_bound(scores, labels, beta=args.beta, **kwargs)
             extra = {"file": str(path), "n": int(labels.size), "n_members": int(labels.sum())}

@@ -24,6 +24,7 @@ from audit.splits import cut_at, shuffled_groups
 from contracts.run_files import RunLayout
 from simulations.config import ExperimentConfig
 from simulations.run_dir import DatasetMeta, load_public
+from simulations.run_task import make_task, pick_device
 
 log = logging.getLogger("panoramia_fl")
 
@@ -77,8 +78,6 @@ def _train_state(
     config: ExperimentConfig, meta: DatasetMeta, records: Records, index: int
 ) -> dict[str, torch.Tensor]:
     """One reference model's weights (runs in a Ray worker)."""
-    from simulations.apps import make_task, pick_device
-
     torch.set_num_threads(config.resources.torch_threads)
     cal = config.audit.settings.calibration
     model = train_reference_model(

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
 from contracts.run_files import RunLayout
-from server.checkpoint import latest_round_checkpoint, readable_checkpoint
 from simulations.config import ConfigError, ExperimentConfig
 
 

@@ -170,11 +170,10 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
         data.save(layout.site_file(split.site_id))
     if dataset.public_x is not None:
         optional = {"y": dataset.public_y, "groups": dataset.public_groups}
-        np.savez(
-            layout.public,
-            x=dataset.public_x,
-            **{key: value for key, value in optional.items() if value is not None},
-        )
+        # Any, not ndarray: mypy would match ndarray values against savez's `allow_pickle: bool`.
+        arrays: dict[str, Any] = {"x": dataset.public_x}
+        arrays.update((key, value) for key, value in optional.items() if value is not None)
+        np.savez(layout.public, **arrays)
     meta = DatasetMeta.of(dataset)
     meta.write(run_dir)
     return meta

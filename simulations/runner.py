@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
+from contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
 from contracts.run_files import RunLayout
-from server.checkpoint import latest_round_checkpoint, readable_checkpoint
 from server.run_log import sites_needing_audit
 from simulations.apps import build_apps
 from simulations.canary_twin import train_twin_and_record
@@ -43,8 +43,9 @@ def quiet_logs(verbose: bool) -> None:
         return
     for name in ("flwr", "ray", "opacus"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module="opacus")
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    # Opacus's notices (secure RNG off in a seeded simulation, the RDP orders it tries):
+    # expected in a simulation. Its deprecations still show.
+    warnings.filterwarnings("ignore", category=UserWarning, module="opacus")
     os.environ.setdefault("RAY_LOG_TO_STDERR", "0")
 
 

@@ -10,10 +10,10 @@ from contracts.errors import UserError
 from ml.datasets import load_dataset
 from ml.partition import partition
 from ml.saved_models import load_global_model
-from simulations.apps import make_task
 from simulations.config import load_config
 from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import DatasetMeta, site_data
+from simulations.run_task import make_task
 
 
 def audit_saved_model(

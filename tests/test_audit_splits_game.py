@@ -148,7 +148,7 @@ def test_reference_pool_draws_are_disjoint_and_follow_site_labels() -> None:
     pool = _pool()
     gen = make_reference_pool(
         AuditConfig(generator={"kind": "reference_pool"}),
-        AuditContext(task=_Task(), device=None, public_pool=pool),  # type: ignore[arg-type]
+        AuditContext(task=_Task(), device=None, public_pool=pool),  # type: ignore[arg-type]  # stand-in
     )
     site = Records(np.zeros((100, 1, 4, 4), np.uint8), np.array([0] * 80 + [1] * 20))
     gen.fit(site, seed=0)

@@ -121,8 +121,8 @@ def test_perfect_scorer_and_ceiling() -> None:
     )
 
 
-def test_ceiling_facts_number() -> None:
-    # FACTS.md: m = 1,500 slots, ~750 members, beta = 0.025 -> ~4.2.
+def test_ceiling_at_the_papers_game_size() -> None:
+    # m = 1,500 slots, ~750 members, beta = 0.025 (a PANORAMIA-sized game) -> ~4.2.
     s = np.zeros(1500, dtype=int)
     s[:750] = 1
     value = ceiling(s, beta=0.025)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -13,12 +14,13 @@ import yaml
 
 import reporting
 import simulations.runner
+from contracts.checkpoint import Checkpoint, save_checkpoint
 from contracts.errors import MissingFileError, UnknownNameError, UserError
 from contracts.run_files import RunLayout
 from ml.datasets import DataError
 from ml.partition import PartitionError
 from reporting import ReportInputError
-from server.checkpoint import Checkpoint, save_checkpoint
+from simulations.cli import build_parser
 from simulations.cli import main as cli_main
 from simulations.config import ConfigError, validate_config
 from simulations.resume import check_resume
@@ -74,6 +76,65 @@ def _error_line(capsys) -> str:
     lines = [line for line in err.splitlines() if not line.startswith("run directory: ")]
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_every_argument_of_every_command_has_help():
+    parser = build_parser()
+    commands = _subcommands(parser)
+    assert set(commands) == {"run", "report", "sweep", "audit", "bounds"}
+    missing = [
+        f"{name} {action.option_strings or action.dest}"
+        for name, command in [("panoramia-fl", parser), *commands.items()]
+        for action in command._actions
+        if not (action.help or "").strip()
+    ]
+    assert missing == []
+    # Plain text: no reStructuredText markup in what --help prints.
+    for text in [parser.format_help(), *(c.format_help() for c in commands.values())]:
+        assert "``" not in text and ":func:" not in text and ":mod:" not in text
+
+
+def test_audit_needs_a_site(run_dir, capsys):
+    """No silent default: which site's members are audited is the user's choice."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["audit", str(run_dir / "global_model.pt"), "--config", "c.yaml"])
+    assert exit_info.value.code == 2
+    assert "--site" in capsys.readouterr().err
+
+
+def test_help_loads_neither_torch_nor_flower():
+    """``--help`` (of the CLI and of each command) stays instant: heavy imports wait for the
+    command that needs them."""
+    code = (
+        "import sys\n"
+        "from simulations.cli import main\n"
+        "for argv in [['--help'], *([c, '--help'] for c in sys.argv[1:])]:\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as exit:\n"
+        "        assert exit.code == 0, argv\n"
+        "heavy = sorted({'torch', 'flwr', 'ray', 'scipy', 'opacus'} & set(sys.modules))\n"
+        "print(heavy)\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    commands = ["run", "report", "sweep", "audit", "bounds"]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *commands],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_user_errors_share_one_base_and_keep_their_builtin_bases():

@@ -19,11 +19,11 @@ from audit.client_canaries import (
     pooled_gaussian_epsilon,
 )
 from audit.one_run import gdp_delta, gdp_eps
+from contracts.checkpoint import load_checkpoint
 from contracts.run_files import RunLayout
 from deployment.flower_apps import DeploymentConfigError, read_run
 from reporting import build_report, load_run
 from reporting.markdown_report import render_markdown
-from server.checkpoint import load_checkpoint
 from simulations.config import ConfigError, validate_config
 from simulations.runner import run_experiment
 

@@ -20,7 +20,9 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditOutput
+from contracts.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from contracts.run_files import CheckpointMeta, RunLayout, SiteAuditFile
+from contracts.run_log import ClientDPLedgerFile, ClientDPSite, RoundRecord, SiteRound, from_dict
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -39,8 +41,13 @@ from contracts.wire import (
     WireError,
 )
 from server.app import site_audit_file
-from server.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from server.run_log import read_site_audit, sites_needing_audit, write_site_audit
+from server.run_log import (
+    append_round,
+    read_rounds,
+    read_site_audit,
+    sites_needing_audit,
+    write_site_audit,
+)
 
 
 @pytest.fixture
@@ -395,3 +402,36 @@ def test_checkpoint_without_meta_and_older_meta(tmp_path):
     assert (meta.dp, meta.dp_level, meta.model_options, meta.input_shape) == (False, None, {}, (5,))
     with pytest.raises(ValueError, match="'model' is missing"):
         CheckpointMeta.from_dict({"modality": "image"})
+
+
+def test_round_log_is_one_record_for_writer_and_reader(tmp_path: Path) -> None:
+    first = RoundRecord(
+        round=1,
+        global_loss=0.9,
+        elapsed_s=2.5,
+        sites={"10": SiteRound(0.3, None, 100), "2": SiteRound(0.4, 1.5, 90, 2.0)},
+        failures={"3": "timeout"},
+    )
+    append_round(tmp_path, first)
+    append_round(tmp_path, RoundRecord(round=2))
+    line = json.loads(RunLayout(tmp_path).metrics.read_text().splitlines()[0])
+    # Top-level nulls and empties are left out; a site's numbers are all there.
+    assert "global_accuracy" not in line and line["sites"]["10"]["dp_epsilon"] is None
+    back = read_rounds(tmp_path)
+    assert back[0] == first  # the same record (dicts compare without order)
+    assert list(back[0].sites) == ["2", "10"]  # numeric order
+    assert back[1] == RoundRecord(round=2)
+
+
+def test_run_log_records_name_the_bad_key() -> None:
+    with pytest.raises(ValueError, match=r"key 'sites\.0\.train_loss' must be a number"):
+        from_dict(RoundRecord, {"round": 1, "sites": {"0": {"train_loss": "low"}}})
+    with pytest.raises(ValueError, match="key 'round' is missing"):
+        from_dict(RoundRecord, {"sites": {}})
+    with pytest.raises(ValueError, match=r"key 'sites\.1\.rounds' must be a list"):
+        from_dict(ClientDPLedgerFile, {"sites": {"1": {"rounds": 3}}})
+    ledger = ClientDPLedgerFile(delta=1e-5, sites={"1": ClientDPSite([1, 2], float("inf"), 0.5)})
+    # A non-finite epsilon is written as null and read back as None.
+    assert from_dict(ClientDPLedgerFile, json.loads(json.dumps(ledger.to_dict()))).sites["1"] == (
+        ClientDPSite([1, 2], None, 0.5)
+    )

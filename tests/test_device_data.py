@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from clients.training import run_epoch, train_locally
+from clients.training import train_locally
 from ml.datasets import load_dataset
 from ml.tasks import build_task
+from ml.training import run_epoch
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device on this machine"))]  # fmt: skip

@@ -11,13 +11,13 @@ import torch
 
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.training import train_locally
+from contracts.checkpoint import load_checkpoint
 from contracts.run_files import RunLayout
 from ml.datasets import load_dataset
 from ml.saved_models import load_global_model
-from server.checkpoint import load_checkpoint
-from simulations.apps import make_task
 from simulations.config import validate_config
 from simulations.run_dir import DatasetMeta
+from simulations.run_task import make_task
 from simulations.runner import run_experiment
 
 

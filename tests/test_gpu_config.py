@@ -11,9 +11,9 @@ import torch
 from test_datasets_image import make_idx_folder
 from torch import nn
 
+from contracts.checkpoint import load_checkpoint
 from contracts.run_files import RunLayout
 from ml.models import MODELS
-from server.checkpoint import load_checkpoint
 from simulations.cli import main as cli_main
 from simulations.config import load_config
 

@@ -1,17 +1,18 @@
 """``kill -9`` of a real run (digits, 3 sites, 3 rounds on Ray) at several moments, then
 ``run --resume``: every round is logged exactly once, every checkpoint and the final model
-are there, and nothing finished before the kill is redone."""
+are there, and nothing finished before the kill is redone.
+
+Every run of the module joins one Ray head (``ray.address``): a kill ends the run's driver
+and, with it, the site actors it owns; Ray starts once instead of twice per case."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,9 +21,10 @@ import pytest
 import torch
 import yaml
 
+from contracts.checkpoint import load_checkpoint
 from contracts.run_files import RunLayout
+from deployment.local_ray import LocalRayHead
 from deployment.processes import is_alive
-from server.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -48,14 +50,13 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.fixture(scope="module")
-def ray_temp():
-    """Ray's session files: a short path (AF_UNIX), removed with whatever a kill left."""
-    path = Path(tempfile.mkdtemp(prefix="pfl-kill-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def ray_head():
+    """The module's Ray cluster; on exit its processes and session files are removed."""
+    with LocalRayHead(num_cpus=2) as head:
+        yield head
 
 
-def _config(path: Path, ray_temp: Path) -> Path:
+def _config(path: Path, ray_head: LocalRayHead) -> Path:
     raw = {
         "name": "kill",
         "seed": 11,
@@ -63,7 +64,7 @@ def _config(path: Path, ray_temp: Path) -> Path:
         "partition": {"scheme": "iid", "num_sites": 3},
         "fl": {"rounds": ROUNDS, "local_epochs": 1, "batch_size": 32},
         "resources": {"num_gpus": 0, "audit_num_gpus": 0},
-        "ray": {"num_cpus": 2, "temp_dir": str(ray_temp)},
+        "ray": {"address": ray_head.address},
         "audit": {"enabled": False},
     }
     path.write_text(yaml.safe_dump(raw))
@@ -183,11 +184,11 @@ def _assert_complete(run_dir: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, ray_temp) -> Path:
+def reference(tmp_path_factory, ray_head) -> Path:
     """A run killed only once its final model is written: resume redoes nothing."""
     base = tmp_path_factory.mktemp("reference")
     run_dir, log = base / "run", base / "log.txt"
-    config = _config(base / "config.yaml", ray_temp)
+    config = _config(base / "config.yaml", ray_head)
     _kill_when(_cli(str(config), "--out", str(run_dir)), log, (run_dir / "global_model.pt").exists)
     before, lines = _snapshot(run_dir), _lines(run_dir)
     final = (run_dir / "global_model.pt").read_bytes()
@@ -206,9 +207,9 @@ def test_kill_after_the_final_model_redoes_nothing(reference):
     "moment",
     ["round 2 checkpointed", "round 2 logged, its checkpoint not yet written"],
 )
-def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path, ray_temp, reference, moment):
+def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path, ray_head, reference, moment):
     run_dir, log = tmp_path / "run", tmp_path / "log.txt"
-    config = str(_config(tmp_path / "config.yaml", ray_temp))
+    config = str(_config(tmp_path / "config.yaml", ray_head))
     if moment == "round 2 checkpointed":
         ready = RunLayout(run_dir).round_checkpoint(2).exists
         _kill_when(_cli(config, "--out", str(run_dir)), log, ready)

@@ -5,7 +5,10 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,6 +23,20 @@ def test_readme_opens_with_run_and_test_commands():
 def test_ci_runs_readme_test_command_from_scratch():
     ci = (REPO / ".ci" / "run").read_text()
     assert "rm -rf .venv" in ci and re.search(r"^make test$", ci, re.M)
+
+
+def test_licence_is_spdx_with_its_text():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"  # an SPDX expression, not the deprecated table
+    assert project["license-files"] == ["LICENSE"]
+    assert "Apache License" in (REPO / "LICENSE").read_text()[:200]
+
+
+def test_make_clean_keeps_the_users_runs():
+    dry = subprocess.run(
+        ["make", "-n", "clean"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    assert "rm -rf" in dry and "runs" not in dry.split()
 
 
 def test_makefile_targets_create_venv_and_run_default():
@@ -45,10 +62,19 @@ def test_makefile_targets_create_venv_and_run_default():
     assert "apt-get install -y -q chromium" in test
 
 
+def _pin(deps: list[str], name: str) -> tuple[int, ...]:
+    (version,) = (d.split("==")[1] for d in deps if d.split("==")[0] == name)
+    return tuple(int(part) for part in version.split("."))
+
+
 def test_pins_and_console_script():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     deps = project["dependencies"]
-    assert "torch==2.14.1" in deps and "torchvision==0.29.1" in deps
+    # torch and torchvision are pinned exactly, to a matching pair: torchvision 0.(N+15)
+    # is built against torch 2.N (a mismatched pair fails to import its C++ ops).
+    torch_version, vision_version = _pin(deps, "torch"), _pin(deps, "torchvision")
+    assert torch_version[0] == 2 and vision_version[0] == 0
+    assert vision_version[1] == torch_version[1] + 15, (torch_version, vision_version)
     assert any(d.startswith("flwr[simulation]>=1.42,<1.43") for d in deps)
     assert any(d.startswith("opacus>=1.6,<1.7") for d in deps)
     assert project["scripts"]["panoramia-fl"] == "simulations.cli:main"
@@ -58,16 +84,16 @@ def test_pins_and_console_script():
 # A layering (no cycles): the hospitals' side (server, clients) never sees the harness, the
 # report reads result files only, and deployment sits on top of everything.
 ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
-    "contracts": frozenset(),  # names and keys both sides agree on, errors, the registry
+    # names, files and formats both sides agree on (the checkpoint's included), errors, the
+    # registry
+    "contracts": frozenset(),
     # PANORAMIA as a library: stands alone but for the user errors and the registry
-    # (contracts imports neither Flower nor torch)
+    # (contracts imports neither Flower nor torch at import time)
     "audit": frozenset({"contracts"}),
-    "server": frozenset({"contracts"}),
-    "clients": frozenset({"contracts", "audit"}),
-    # audit.tabular.attributes (tabular encoding), clients.training.run_epoch (one local
-    # epoch, shared by every trainer), server.checkpoint (the saved global model's format) and
-    # contracts.errors (user errors)
-    "ml": frozenset({"audit", "clients", "contracts", "server"}),
+    # audit.tabular.attributes (tabular encoding) and contracts (errors, the checkpoint)
+    "ml": frozenset({"audit", "contracts"}),
+    "server": frozenset({"contracts"}),  # generic: weights and evaluation come as arguments
+    "clients": frozenset({"contracts", "audit", "ml"}),
     "reporting": frozenset({"audit", "contracts"}),  # result types and file names only
     "simulations": frozenset({"audit", "contracts", "server", "clients", "ml", "reporting"}),
     "deployment": frozenset(
@@ -127,31 +153,119 @@ def test_imports_follow_the_table():
     assert violations == []
 
 
-def test_contracts_stay_light_and_audit_needs_no_flower():
-    """Both sides of a run import ``contracts``: no torch, no numpy; only ``contracts.wire``
-    imports Flower's records, and ``audit`` (usable without Flower) imports only the
-    standard-library modules of ``contracts`` (errors, registry)."""
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
-    outside = [
-        f"{path.relative_to(REPO)}:{node.lineno} imports {name}"
+
+def _import_time_nodes(
+    body: list[ast.stmt], *, lazy: bool = False
+) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it is imported (with ``lazy``, also those inside its
+    functions); never those under ``if TYPE_CHECKING:`` (read by type checkers only)."""
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If):
+            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                yield from _import_time_nodes(node.body, lazy=lazy)
+            yield from _import_time_nodes(node.orelse, lazy=lazy)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                yield from _import_time_nodes(block, lazy=lazy)
+        elif isinstance(node, ast.With | ast.ClassDef) or (
+            lazy and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        ):
+            yield from _import_time_nodes(node.body, lazy=lazy)
+
+
+def _import_graph(*, lazy: bool) -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports (``from a import b`` counts as importing
+    ``a.b`` when that is a module)."""
+    modules = {_module_name(p): p for package in PACKAGES for p in _package_files(package)}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for node in _import_time_nodes(ast.parse(path.read_text()).body, lazy=lazy):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif node.level == 0 and node.module:
+                targets.add(node.module)
+                targets.update(f"{node.module}.{alias.name}" for alias in node.names)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, str] = {}  # "open" while on the DFS stack, then "done"
+    cycles: list[list[str]] = []
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                cycles.append(stack[stack.index(target) :] + [target])
+            elif target not in state:
+                visit(target, [*stack, target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return cycles
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["at import time", "lazy ones included"])
+def test_no_module_import_cycle(lazy):
+    """No module imports one that imports it back, directly or through others: at import
+    time a cycle makes the import order decide which names exist, and a lazy import back
+    is the same tangle, deferred."""
+    assert _cycles(_import_graph(lazy=lazy)) == []
+
+
+def test_contracts_stay_light_and_audit_needs_no_flower():
+    """Both sides of a run import ``contracts``: no torch, no numpy at import time; only
+    ``contracts.wire`` imports Flower's records, and only ``contracts.checkpoint`` uses torch
+    (inside its functions: a checkpoint is a torch file). ``audit`` (usable without Flower)
+    imports only the standard-library modules of ``contracts``."""
+
+    def third_party(path: Path, nodes: Iterable[ast.stmt | ast.AST]) -> list[str]:
+        return [
+            f"{path.relative_to(REPO)}:{node.lineno} imports {name}"
+            for node in nodes
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for name in (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            if name.split(".")[0] not in sys.stdlib_module_names
+            and name.split(".")[0] != "contracts"
+            and not (name == "flwr.app" and path.name == "wire.py")
+        ]
+
+    at_import = [
+        line
         for path in _package_files("contracts")
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Import | ast.ImportFrom)
-        for name in (
-            [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-        )
-        if name.split(".")[0] not in sys.stdlib_module_names
-        and name.split(".")[0] != "contracts"
-        and not (name == "flwr.app" and path.name == "wire.py")
+        for line in third_party(path, _import_time_nodes(ast.parse(path.read_text()).body))
     ]
-    assert outside == []
+    assert at_import == []
+    anywhere = [
+        line
+        for path in _package_files("contracts")
+        if path.name != "checkpoint.py"
+        for line in third_party(path, ast.walk(ast.parse(path.read_text())))
+    ]
+    assert anywhere == []
     audit_uses = {
         node.module
         for path in _package_files("audit")
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("contracts")
     }
-    assert audit_uses <= {"contracts.errors", "contracts.registry"}, audit_uses
+    assert audit_uses <= {"contracts.errors", "contracts.json_values", "contracts.registry"}, (
+        audit_uses
+    )
 
 
 def test_no_package_holds_most_of_the_code():

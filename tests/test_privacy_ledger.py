@@ -16,6 +16,7 @@ from test_report import make_result, ok_audit, write_run
 from audit.result import AuditResult
 from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
 from contracts.run_files import NOISE_NOTES
+from contracts.run_log import ClientDPLedgerFile, ClientDPSite, RoundRecord, SiteRound
 from reporting import (
     SCHEMA_VERSION,
     SweepPoint,
@@ -29,12 +30,6 @@ from reporting.privacy_ledger import (
     privacy_settings,
     released_model_epsilon,
     site_privacy,
-)
-from reporting.schema import (
-    ClientDPReport,
-    ClientDPSiteReport,
-    RoundReport,
-    SiteRoundReport,
 )
 from reporting.site_report import site_report_paths
 from simulations.cli import main as cli_main
@@ -386,7 +381,7 @@ def test_dp_epsilon_against_the_server_is_the_record_level_one_alone(
     """The server sees each site's update before client-level noise: only the site's own
     DP-SGD protects its records against it. The smaller of the two holds only against
     readers of the released model (what the measured bounds are checked against)."""
-    ledger = ClientDPReport(
+    ledger = ClientDPLedgerFile(
         schema_version=1,
         accountant=LEDGER_ACCOUNTANT,
         noise_multiplier=1.0,
@@ -399,7 +394,7 @@ def test_dp_epsilon_against_the_server_is_the_record_level_one_alone(
         sampling="no-amplification",
         neighboring_relation="add-or-remove-one site",
         rounds_done=2,
-        sites={"0": ClientDPSiteReport(rounds=[1, 2], epsilon=9.0, epsilon_record=client_record)},
+        sites={"0": ClientDPSite(rounds=[1, 2], epsilon=9.0, epsilon_record=client_record)},
     )
     settings = privacy_settings({"dp": {"level": "both", "delta": 1e-5}})
     got = site_privacy(_audit(0, record), [], settings, ledger)
@@ -412,13 +407,13 @@ def test_dp_epsilon_against_the_server_is_the_record_level_one_alone(
 
 def test_record_and_client_epsilons_from_metrics_when_files_lack_them() -> None:
     rounds = [
-        RoundReport(
+        RoundRecord(
             round=r,
             global_loss=None,
             global_accuracy=None,
             elapsed_s=None,
             sites={
-                "0": SiteRoundReport(
+                "0": SiteRound(
                     train_loss=1.0, dp_epsilon=0.5 * r, num_examples=10, dp_epsilon_client=2.0 * r
                 )
             },

@@ -65,7 +65,7 @@ def test_register_get_meta_and_names() -> None:
     assert reg.get("square") is Square
     assert reg.meta("square") == {"corners": 4}
     with pytest.raises(TypeError):
-        reg.meta("square")["corners"] = 5  # type: ignore[index]
+        reg.meta("square")["corners"] = 5  # type: ignore[index]  # the write must fail
     assert reg.names() == ["square"]
 
 
@@ -175,7 +175,7 @@ def test_a_generator_for_another_modality_is_refused() -> None:
     from audit.config import AuditConfig
 
     image_task = SimpleNamespace(modality="image")
-    context = AuditContext(task=image_task, device=torch.device("cpu"))  # type: ignore[arg-type]
+    context = AuditContext(task=image_task, device=torch.device("cpu"))  # type: ignore[arg-type]  # a stand-in task
     with pytest.raises(UnknownNameError, match="'mst' makes tabular records, not image"):
         make_generator(AuditConfig(generator={"kind": "mst"}), context)
 

@@ -23,6 +23,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.clientapp import ClientApp
 from flwr.simulation import run_simulation
 
+from contracts.checkpoint import load_checkpoint
 from contracts.run_files import RunLayout
 from contracts.wire import (
     ARRAYS,
@@ -40,7 +41,6 @@ from contracts.wire import (
     WhoamiReply,
 )
 from server.app import ServerSettings, build_server_app
-from server.checkpoint import load_checkpoint
 from server.client_dp import ClientDPSettings, gaussian_epsilon
 from server.strategy import StrategySettings
 
@@ -135,7 +135,7 @@ def fuzz_client_app() -> ClientApp:
         arrays, metrics = _good_train(site, msg)
         rnd = int(msg.content.config_records["config"]["server-round"])
         if site >= 2:
-            arrays, metrics = _bad_train(site, rnd, arrays, metrics)  # type: ignore[assignment]
+            arrays, metrics = _bad_train(site, rnd, arrays, metrics)  # type: ignore[assignment]  # malformed on purpose
         content = RecordDict({METRICS: MetricRecord(metrics)})
         if arrays is not None:
             content[ARRAYS] = ArrayRecord(arrays)
@@ -194,7 +194,12 @@ def test_bad_train_replies_fail_their_site_and_the_run_goes_on(fuzzed):
     for entry in rounds:
         # The good sites' own numbers, by the node map (site 2 posing as 0 changed nothing).
         assert entry["sites"] == {
-            str(s): {"train_loss": 0.5 + s, "dp_epsilon": None, "num_examples": EXAMPLES[s]}
+            str(s): {
+                "train_loss": 0.5 + s,
+                "dp_epsilon": None,
+                "num_examples": EXAMPLES[s],
+                "dp_epsilon_client": None,  # no client-level DP in this run
+            }
             for s in (0, 1)
         }
         failures = entry["failures"]

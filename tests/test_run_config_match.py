@@ -10,9 +10,9 @@ import pytest
 import torch
 import yaml
 
+from contracts.checkpoint import Checkpoint, save_checkpoint
 from contracts.run_files import RunLayout, SiteAuditFile
 from deployment.files import prepare_deployment
-from server.checkpoint import Checkpoint, save_checkpoint
 from server.run_log import sites_needing_audit, write_site_audit
 from simulations.cli import main as cli_main
 from simulations.config import validate_config

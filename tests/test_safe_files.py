@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from clients.privacy import PrivacyLedger
+from contracts.checkpoint import Checkpoint, latest_round_checkpoint, save_checkpoint
 from contracts.run_files import RunLayout
 from reporting.writers import csv_cell
-from server.checkpoint import Checkpoint, latest_round_checkpoint, save_checkpoint
 from simulations.config import ConfigError, validate_config
 from simulations.resume import rounds_done
 from simulations.run_dir import prepare_run_dir

@@ -11,7 +11,8 @@ from transformers.pytorch_utils import Conv1D
 
 from ml.models import MODELS
 from ml.tasks import build_task
-from ml.tasks.base import OptimizerSpec, run_epoch
+from ml.tasks.base import OptimizerSpec
+from ml.training import run_epoch
 
 CPU = torch.device("cpu")
 VOCAB = 64

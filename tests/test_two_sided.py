@@ -26,7 +26,7 @@ def test_nonmember_side_is_the_member_side_on_flipped_data() -> None:
     assert rule.bound(scored, s, "nonmember") == rule.bound(flipped, 1 - s, "member")
     assert rule.ceiling(s, "nonmember") == rule.ceiling(1 - s, "member")
     with pytest.raises(ValueError, match="side must be"):
-        oriented(t, s, "both")  # type: ignore[arg-type]
+        oriented(t, s, "both")  # type: ignore[arg-type]  # a bad side on purpose
 
 
 def test_low_scores_all_nonmembers_show_on_the_nonmember_side_only() -> None:

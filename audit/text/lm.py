@@ -105,7 +105,7 @@ def train_lm(
     """
     # transformers declares PreTrainedModel.to with @wraps(nn.Module.to): typed unbound, so
     # mypy takes `device` for `self` (here and below).
-    model.to(device)  # type: ignore[arg-type]
+    model.to(device)  # type: ignore[arg-type]  # transformers types .to unbound
     if epochs <= 0 or len(x) == 0:
         v = mean_loss(model, val, device=device) if val is not None and len(val) else math.nan
         return TrainReport(0, 0, math.nan, v)

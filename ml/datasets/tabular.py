@@ -18,6 +18,7 @@ Appendix D.6), see :func:`audit.tabular.attributes.rare_value_summary`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -353,7 +354,7 @@ def csv_table(root: Path | None, options: CsvOptions) -> Dataset:
     if not path.is_absolute() and root is not None:
         path = root / path
     frame = _read_table(path, sep=options.sep)
-    named = {
+    named: dict[str, Sequence[str | None]] = {
         "target": [options.target],
         "categorical": options.categorical,
         "drop": options.drop,

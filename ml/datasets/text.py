@@ -137,7 +137,7 @@ def build_text_dataset(
     doc_ids = np.arange(len(texts))
     if options.max_documents is not None and options.max_documents < len(texts):
         doc_ids = np.sort(rng.choice(len(texts), size=options.max_documents, replace=False))
-    gpt2_lists = [bpe.encode(texts[d]) for d in doc_ids]
+    gpt2_lists = [bpe.encode(texts[int(d)]) for d in doc_ids]
     vocab = CompactVocab.fit(bpe, gpt2_lists, max_size=options.vocab_size)
     token_lists = [vocab.from_gpt2(ids) for ids in gpt2_lists]
     x, doc, _ = chunk_documents(

@@ -17,10 +17,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from clients.training import run_epoch
 from contracts.errors import UserError
 from contracts.registry import Registry
 from ml.models import MODELS
+from ml.training import run_epoch
 
 
 @dataclass(frozen=True)

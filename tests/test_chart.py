@@ -8,8 +8,16 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from reporting.svg_axes import Axes, LegendEntry, Style, linear_ticks, log_ticks
-from reporting.svg_chart import MARGIN_LEFT, MARGIN_RIGHT, render_figure
+from reporting.chart import (
+    MARGIN_LEFT,
+    MARGIN_RIGHT,
+    Axes,
+    LegendEntry,
+    Style,
+    linear_ticks,
+    log_ticks,
+    render_figure,
+)
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -1,5 +1,6 @@
-"""Global-model checkpoints: ``checkpoints/round-XXXX.pt`` each round, ``global_model.pt``
-(paths: :class:`contracts.run_files.RunLayout`).
+"""The checkpoint format: ``checkpoints/round-XXXX.pt`` each round, ``global_model.pt``
+(paths: :class:`contracts.run_files.RunLayout`). The server writes them; resume, the
+standalone audit and :mod:`ml.saved_models` read them.
 
 A checkpoint is a ``torch.save`` of a plain dict: ``round``, ``state_dict`` (clean keys, no
 Opacus prefix) and ``meta`` (:class:`contracts.run_files.CheckpointMeta` as a dict, ``{}``
@@ -12,12 +13,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from contracts.errors import MissingFileError
 from contracts.files import atomic_write
 from contracts.run_files import CheckpointMeta, RunLayout
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,8 @@ class Checkpoint:
 
 def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
     """Write atomically, so an interrupted run never leaves a half-written file."""
+    import torch  # here, not at the top: ``contracts`` stays light for every process
+
     meta = {} if checkpoint.meta is None else checkpoint.meta.to_dict()
     data = {"round": checkpoint.round, "state_dict": checkpoint.state_dict, "meta": meta}
     atomic_write(path, lambda fh: torch.save(data, fh))
@@ -40,6 +45,8 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
 def load_checkpoint(path: Path) -> Checkpoint:
     if not path.exists():
         raise MissingFileError(f"checkpoint not found: {path}")
+    import torch
+
     data = torch.load(path, map_location="cpu", weights_only=True)
     meta = data.get("meta") or {}
     return Checkpoint(

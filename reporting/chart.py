@@ -1,12 +1,9 @@
-"""Small charts written as inline SVG markup, straight from the numbers.
+"""Small charts as inline SVG markup: a plot fills panels (:class:`Axes`) in data units, and
+:func:`render_figure` draws them.
 
-Matplotlib spent 0.13-0.35 s of CPU on each report figure (its layout engine and the Agg
-rasteriser), and a 16-site report has about 68 figures: the report stage grew by a second a
-site. These charts are strings built in milliseconds; they stay sharp when zoomed and go in
-the page as they are (no base64 image).
-
-Drawing is deterministic: the same inputs give the same markup. What is drawn (panels and
-their contents) is :mod:`.svg_axes`.
+Matplotlib spent 0.13-0.35 s of CPU on each report figure, and a 16-site report has about 68
+figures; these strings are built in milliseconds, stay sharp when zoomed and go in the page as
+they are. Same inputs, same markup.
 """
 
 from __future__ import annotations
@@ -15,31 +12,180 @@ import html
 import math
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
-from .svg_axes import Axes, LegendEntry, Loc, Style, limits, linear_ticks, log_ticks, tick_label
+Loc = Literal["upper left", "upper right", "lower right", "outside right"]
+"""Where a legend goes: inside the plot area, or to its right (never over the data)."""
+Marker = Literal["o", "s", "D", "^", "*"]
 
-MARGIN_LEFT = 68
-MARGIN_RIGHT = 12
-MARGIN_TOP = 24
-MARGIN_BOTTOM = 48
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 68, 12, 24, 48
 TITLE_LINE = 17
 """Pixels per line of a figure title."""
-TICK_FONT = 11
-LABEL_FONT = 12
-TITLE_FONT = 13
+TICK_FONT, LABEL_FONT, TITLE_FONT = 11, 12, 13
 _CHAR_WIDTH = 0.58
 """Mean glyph width over font size of a sans-serif face: sizes legend boxes without fonts."""
+
+
+@dataclass(frozen=True)
+class Style:
+    color: str
+    width: float = 1.5
+    dash: str | None = None
+    """SVG stroke-dasharray, e.g. "2 3" (dotted) or "6 3" (dashed); None: solid."""
+    opacity: float = 1.0
+    marker: Marker | None = None
+    filled: bool = True
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    label: str
+    style: Style
+    kind: Literal["line", "marker", "patch"] = "line"
+    fill: str | None = None
+    """The patch's fill colour (``style.color`` is its edge)."""
+
+
+@dataclass(frozen=True)
+class Line:
+    xs: np.ndarray
+    ys: np.ndarray
+    style: Style
+
+
+@dataclass(frozen=True)
+class Point:
+    x: float
+    y: float
+    style: Style
+    low: float | None = None
+    high: float | None = None
+    """The error bar's ends (None: no bar)."""
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    height: float
+    width: float
+    fill: str
+    edge: str
+
+
+@dataclass(frozen=True)
+class Text:
+    x: float
+    y: float
+    text: str
+    color: str
+    size: int = 9
+    dy: float = 0.0
+    """Offset in pixels, upwards, from the data point."""
+    dx: float = 0.0
+    vertical: bool = False
+
+
+@dataclass
+class Axes:
+    """One panel, in data units."""
+
+    title: str = ""
+    xlabel: str = ""
+    ylabel: str = ""
+    xlog: bool = False
+    ylog: bool = False
+    xlim: tuple[float, float] | None = None
+    ylim: tuple[float, float] | None = None
+    xticks: list[tuple[float, str]] | None = None
+    """Fixed ticks and their labels (None: chosen from the limits)."""
+    lines: list[Line] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
+    bars: list[Bar] = field(default_factory=list)
+    hlines: list[tuple[float, Style]] = field(default_factory=list)
+    vlines: list[tuple[float, Style]] = field(default_factory=list)
+    texts: list[Text] = field(default_factory=list)
+    legend: list[LegendEntry] = field(default_factory=list)
+    legend_loc: Loc | None = None
+    """Where the legend goes (None: no legend drawn)."""
+
+    def plot(self, xs: Sequence[float], ys: Sequence[float], style: Style, label: str = "") -> None:
+        """A line through the points; NaN breaks it (a gap)."""
+        self.lines.append(Line(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), style))
+        if label:
+            self.legend.append(LegendEntry(label, style, "line"))
+
+    def point(
+        self,
+        x: float,
+        y: float,
+        style: Style,
+        *,
+        low: float | None = None,
+        high: float | None = None,
+    ) -> None:
+        """A marker, with an error bar from ``low`` to ``high`` when both are given."""
+        self.points.append(Point(float(x), float(y), style, low, high))
+
+    def data_x(self) -> np.ndarray:
+        xs = [p.x for p in self.points] + [b.x for b in self.bars] + [t.x for t in self.texts]
+        # Fixed ticks are in view (as matplotlib's set_xticks widens the limits to them).
+        xs += [x for x, _ in self.vlines] + [x for x, _ in self.xticks or []]
+        return np.concatenate([*(line.xs for line in self.lines), np.array(xs)])
+
+    def data_y(self) -> np.ndarray:
+        ys = [v for p in self.points for v in (p.y, p.low, p.high) if v is not None]
+        ys += [b.height for b in self.bars] + [t.y for t in self.texts]
+        ys += [y for y, _ in self.hlines] + [0.0] * bool(self.bars)
+        return np.concatenate([*(line.ys for line in self.lines), np.array(ys)])
+
+
+def limits(values: np.ndarray, log: bool, margin: float = 0.05) -> tuple[float, float]:
+    """The data's range with a margin on each side (in log space on a log axis)."""
+    v = values[np.isfinite(values)]
+    if log:
+        v = np.log10(v[v > 0])
+    lo, hi = (float(v.min()), float(v.max())) if v.size else (-1.0, 0.0) if log else (0.0, 1.0)
+    if hi - lo < 1e-12:
+        lo, hi = lo - 0.5, hi + 0.5
+    lo, hi = lo - margin * (hi - lo), hi + margin * (hi - lo)
+    return (10**lo, 10**hi) if log else (lo, hi)
+
+
+def linear_ticks(lo: float, hi: float, target: int = 6) -> list[float]:
+    """Round-numbered ticks (steps of 1, 2, 2.5 or 5 times a power of ten) within the limits."""
+    raw = (hi - lo) / target
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    first = math.ceil(lo / step - 1e-9)
+    ticks = [(first + i) * step for i in range(int((hi - lo) / step) + 2)]
+    # Snap float noise (0.30000000000000004, -1e-17) to the round value it stands for.
+    return [round(t, 12) + 0.0 for t in ticks if lo - 1e-9 * step <= t <= hi + 1e-9 * step]
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Powers of ten within the limits; 1-2-5 multiples where that gives fewer than three."""
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    for multiples in ((1.0,), (1.0, 2.0, 5.0), tuple(range(1, 10))):
+        ticks = [
+            m * 10.0**k
+            for k in range(first, last + 1)
+            for m in multiples
+            if lo * (1 - 1e-9) <= m * 10.0**k <= hi * (1 + 1e-9)
+        ]
+        if len(ticks) >= 3:
+            break
+    return ticks
 
 
 class _Scale:
     """Data to pixels along one axis, linear or log; ``flip`` for y (pixels grow down)."""
 
-    def __init__(self, lo: float, hi: float, log: bool, size: float, flip: bool) -> None:
-        self.log = log
-        self.lo, self.hi = (math.log10(lo), math.log10(hi)) if log else (lo, hi)
-        self.size, self.flip = size, flip
+    def __init__(self, lim: tuple[float, float], log: bool, size: float, flip: bool) -> None:
+        self.log, self.size, self.flip = log, size, flip
+        self.lo, self.hi = (math.log10(lim[0]), math.log10(lim[1])) if log else lim
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         v = np.asarray(values, dtype=float)
@@ -53,17 +199,15 @@ class _Scale:
         return float(self(np.array([value]))[0])
 
 
-def esc(text: str) -> str:
-    return html.escape(text, quote=True)
-
-
 def _attrs(style: Style, *, fill: str = "none") -> str:
     out = f'stroke="{style.color}" stroke-width="{style.width:g}" fill="{fill}"'
     if style.dash:
         out += f' stroke-dasharray="{style.dash}"'
-    if style.opacity < 1:
-        out += f' stroke-opacity="{style.opacity:g}"'
-    return out
+    return out + (f' stroke-opacity="{style.opacity:g}"' if style.opacity < 1 else "")
+
+
+def _line(x1: float, y1: float, x2: float, y2: float, paint: str) -> str:
+    return f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" {paint}/>'
 
 
 def _polylines(px: np.ndarray, py: np.ndarray, style: Style) -> list[str]:
@@ -73,9 +217,8 @@ def _polylines(px: np.ndarray, py: np.ndarray, style: Style) -> list[str]:
     ok = np.isfinite(px) & np.isfinite(py)
     x, y = np.round(px * 2) / 2, np.round(py * 2) / 2
     out = []
-    # Runs of finite points, split at each NaN.
     edges = np.flatnonzero(np.diff(np.concatenate(([0], ok.astype(np.int8), [0]))))
-    for start, stop in zip(edges[::2], edges[1::2]):
+    for start, stop in zip(edges[::2], edges[1::2]):  # runs of finite points
         xs, ys = x[start:stop], y[start:stop]
         keep = np.ones(xs.size, dtype=bool)
         keep[1:] = (xs[1:] != xs[:-1]) | (ys[1:] != ys[:-1])
@@ -93,28 +236,28 @@ def _polylines(px: np.ndarray, py: np.ndarray, style: Style) -> list[str]:
     return out
 
 
+def _star(r: float) -> list[tuple[float, float]]:
+    radius = [r * 1.4 if k % 2 == 0 else r * 0.6 for k in range(10)]
+    return [
+        (s * math.sin(k * math.pi / 5), -s * math.cos(k * math.pi / 5))
+        for k, s in enumerate(radius)
+    ]
+
+
 def marker(x: float, y: float, style: Style, size: float = 4.5) -> str:
     """One marker centred on pixel (x, y)."""
-    fill = style.color if style.filled else "white"
+    r, fill = size, style.color if style.filled else "white"
     paint = f'fill="{fill}" stroke="{style.color}" stroke-width="1"'
-    r = size
     if style.marker == "s":
         return (
             f'<rect x="{x - r:.1f}" y="{y - r:.1f}" width="{2 * r:g}" height="{2 * r:g}" {paint}/>'
         )
+    shapes = {
+        "D": [(0, -r * 1.2), (r, 0), (0, r * 1.2), (-r, 0)],
+        "^": [(0, -r * 1.2), (r * 1.1, r * 0.8), (-r * 1.1, r * 0.8)],
+    }
     if style.marker in ("D", "^", "*"):
-        if style.marker == "D":
-            pts = [(0, -r * 1.2), (r, 0), (0, r * 1.2), (-r, 0)]
-        elif style.marker == "^":
-            pts = [(0, -r * 1.2), (r * 1.1, r * 0.8), (-r * 1.1, r * 0.8)]
-        else:  # a five-pointed star
-            pts = [
-                (
-                    (r * 1.4 if k % 2 == 0 else r * 0.6) * math.sin(k * math.pi / 5),
-                    -(r * 1.4 if k % 2 == 0 else r * 0.6) * math.cos(k * math.pi / 5),
-                )
-                for k in range(10)
-            ]
+        pts = shapes[style.marker] if style.marker in shapes else _star(r)
         coords = " ".join(f"{x + dx:.1f},{y + dy:.1f}" for dx, dy in pts)
         return f'<polygon points="{coords}" {paint}/>'
     return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:g}" {paint}/>'
@@ -135,20 +278,18 @@ def _text(
     weight = ' font-weight="bold"' if bold else ""
     return (
         f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" '
-        f'fill="{color}"{weight}{turn}>{esc(text)}</text>'
+        f'fill="{color}"{weight}{turn}>{html.escape(text, quote=True)}</text>'
     )
 
 
-def _legend_width(entries: list[LegendEntry]) -> float:
+def _legend_width(entries: Sequence[LegendEntry]) -> float:
     return 34 + _CHAR_WIDTH * TICK_FONT * max(len(e.label) for e in entries)
 
 
 def _legend(entries: list[LegendEntry], loc: Loc, width: float, height: float) -> list[str]:
     """The legend box for a plot area ``width`` by ``height`` pixels."""
-    size = TICK_FONT
-    row = size + 5
-    box_w = _legend_width(entries)
-    box_h = row * len(entries) + 6
+    row = TICK_FONT + 5
+    box_w, box_h = _legend_width(entries), row * len(entries) + 6
     left = {"upper left": 8.0, "outside right": width + 12}.get(loc, width - box_w - 8)
     top = height - box_h - 8 if loc == "lower right" else 0.0 if loc == "outside right" else 8.0
     out = [
@@ -161,8 +302,7 @@ def _legend(entries: list[LegendEntry], loc: Loc, width: float, height: float) -
 
 
 def _legend_entry(entry: LegendEntry, x0: float, cy: float) -> list[str]:
-    """An entry's key (line, marker or patch) at ``x0`` and its label after it, centred on
-    ``cy``."""
+    """An entry's key (line, marker or patch) at ``x0`` and its label after it."""
     out = []
     if entry.kind == "patch":
         out.append(
@@ -171,10 +311,7 @@ def _legend_entry(entry: LegendEntry, x0: float, cy: float) -> list[str]:
         )
     else:
         if entry.kind == "line":
-            out.append(
-                f'<line x1="{x0:.1f}" y1="{cy:.1f}" x2="{x0 + 20:.1f}" y2="{cy:.1f}" '
-                f"{_attrs(entry.style)}/>"
-            )
+            out.append(_line(x0, cy, x0 + 20, cy, _attrs(entry.style)))
         if entry.style.marker:
             out.append(marker(x0 + 10, cy, entry.style, size=3.5))
     out.append(_text(x0 + 26, cy + TICK_FONT * 0.35, entry.label, size=TICK_FONT, anchor="start"))
@@ -186,36 +323,33 @@ def _fitting(text: str, room: float) -> int:
     return max(8, min(LABEL_FONT, int(room / (_CHAR_WIDTH * max(1, len(text))))))
 
 
+def _ticks(lim: tuple[float, float], log: bool) -> list[tuple[float, str]]:
+    return [(t, f"{t:.4g}") for t in (log_ticks if log else linear_ticks)(*lim)]
+
+
 def render_axes(ax: Axes, left: float, top: float, width: float, height: float) -> list[str]:
     """The panel ``ax`` in the box (``left``, ``top``, ``width``, ``height``) in pixels."""
     pw = width - MARGIN_LEFT - MARGIN_RIGHT
     if ax.legend and ax.legend_loc == "outside right":
         pw -= _legend_width(ax.legend) + 12
     ph = height - MARGIN_TOP - MARGIN_BOTTOM
-    x0, y0 = left + MARGIN_LEFT, top + MARGIN_TOP
     xlim = ax.xlim or limits(ax.data_x(), ax.xlog)
     ylim = ax.ylim or limits(ax.data_y(), ax.ylog)
-    sx = _Scale(*xlim, ax.xlog, pw, flip=False)
-    sy = _Scale(*ylim, ax.ylog, ph, flip=True)
-    out = [f'<g transform="translate({x0:.1f},{y0:.1f})">']
-    out.append(f'<rect width="{pw:.1f}" height="{ph:.1f}" fill="white" stroke="none"/>')
-    xticks = ax.xticks or [
-        (t, tick_label(t)) for t in (log_ticks if ax.xlog else linear_ticks)(*xlim)
+    sx, sy = _Scale(xlim, ax.xlog, pw, flip=False), _Scale(ylim, ax.ylog, ph, flip=True)
+    out = [
+        f'<g transform="translate({left + MARGIN_LEFT:.1f},{top + MARGIN_TOP:.1f})">',
+        f'<rect width="{pw:.1f}" height="{ph:.1f}" fill="white" stroke="none"/>',
     ]
-    yticks = [(t, tick_label(t)) for t in (log_ticks if ax.ylog else linear_ticks)(*ylim)]
-    for value, label in xticks:
+    for value, label in ax.xticks or _ticks(xlim, ax.xlog):
         px = sx.one(value)
-        if not -0.5 <= px <= pw + 0.5:
-            continue
-        out.append(f'<line x1="{px:.1f}" y1="0" x2="{px:.1f}" y2="{ph:.1f}" stroke="#eee"/>')
-        out.append(
-            f'<line x1="{px:.1f}" y1="{ph:.1f}" x2="{px:.1f}" y2="{ph + 4:.1f}" stroke="#444"/>'
-        )
-        out.append(_text(px, ph + 6 + TICK_FONT, label, size=TICK_FONT))
-    for value, label in yticks:
+        if -0.5 <= px <= pw + 0.5:
+            out.append(_line(px, 0, px, ph, 'stroke="#eee"'))
+            out.append(_line(px, ph, px, ph + 4, 'stroke="#444"'))
+            out.append(_text(px, ph + 6 + TICK_FONT, label, size=TICK_FONT))
+    for value, label in _ticks(ylim, ax.ylog):
         py = sy.one(value)
-        out.append(f'<line x1="0" y1="{py:.1f}" x2="{pw:.1f}" y2="{py:.1f}" stroke="#eee"/>')
-        out.append(f'<line x1="-4" y1="{py:.1f}" x2="0" y2="{py:.1f}" stroke="#444"/>')
+        out.append(_line(0, py, pw, py, 'stroke="#eee"'))
+        out.append(_line(-4, py, 0, py, 'stroke="#444"'))
         out.append(_text(-6, py + TICK_FONT * 0.35, label, size=TICK_FONT, anchor="end"))
     # The data, clipped to the plot area: a nested <svg> clips to its own viewport (no ids,
     # which would have to be unique over a page of many figures).
@@ -227,12 +361,8 @@ def render_axes(ax: Axes, left: float, top: float, width: float, height: float) 
             f'<rect x="{xa:.1f}" y="{min(ya, yb):.1f}" width="{xb - xa:.1f}" '
             f'height="{abs(yb - ya):.1f}" fill="{bar.fill}" stroke="{bar.edge}"/>'
         )
-    for y, style in ax.hlines:
-        py = sy.one(y)
-        out.append(f'<line x1="0" y1="{py:.1f}" x2="{pw:.1f}" y2="{py:.1f}" {_attrs(style)}/>')
-    for x, style in ax.vlines:
-        px = sx.one(x)
-        out.append(f'<line x1="{px:.1f}" y1="0" x2="{px:.1f}" y2="{ph:.1f}" {_attrs(style)}/>')
+    out += [_line(0, sy.one(y), pw, sy.one(y), _attrs(style)) for y, style in ax.hlines]
+    out += [_line(sx.one(x), 0, sx.one(x), ph, _attrs(style)) for x, style in ax.vlines]
     for line in ax.lines:
         lx, ly = sx(line.xs), sy(line.ys)
         out.extend(_polylines(lx, ly, line.style))
@@ -244,11 +374,8 @@ def render_axes(ax: Axes, left: float, top: float, width: float, height: float) 
         if p.low is not None and p.high is not None:
             ya, yb = sy.one(p.low), sy.one(p.high)
             ink = f'stroke="{p.style.color}" stroke-width="1.2"'
-            out.append(f'<line x1="{px:.1f}" y1="{ya:.1f}" x2="{px:.1f}" y2="{yb:.1f}" {ink}/>')
-            for yc in (ya, yb):
-                out.append(
-                    f'<line x1="{px - 3:.1f}" y1="{yc:.1f}" x2="{px + 3:.1f}" y2="{yc:.1f}" {ink}/>'
-                )
+            out.append(_line(px, ya, px, yb, ink))
+            out.extend(_line(px - 3, yc, px + 3, yc, ink) for yc in (ya, yb))
         if math.isfinite(px) and math.isfinite(py):
             out.append(marker(px, py, p.style))
     out.append("</svg>")
@@ -279,22 +406,6 @@ def render_axes(ax: Axes, left: float, top: float, width: float, height: float) 
     return out
 
 
-def _legend_rows(
-    entries: Sequence[LegendEntry], width: float
-) -> list[list[tuple[LegendEntry, float]]]:
-    """Entries with their widths, flowed into rows no wider than ``width``."""
-    rows: list[list[tuple[LegendEntry, float]]] = []
-    used = width
-    for entry in entries:
-        span = _legend_width([entry]) + 10
-        if used + span > width - 8:
-            rows.append([])
-            used = 0.0
-        rows[-1].append((entry, span))
-        used += span
-    return rows
-
-
 def render_figure(
     panels: list[Axes],
     *,
@@ -305,15 +416,24 @@ def render_figure(
     legend: Sequence[LegendEntry] = (),
 ) -> str:
     """The panels on a grid of ``cols`` columns (row by row) under a wrapped title and a
-    ``legend`` shared by every panel (one row, over no data), as one ``<svg>`` element sized
-    in pixels (the page's CSS lets it shrink to the column)."""
+    ``legend`` shared by every panel (flowed in rows, over no data), as one ``<svg>`` element
+    sized in pixels (the page's CSS lets it shrink to the column)."""
     rows = math.ceil(len(panels) / cols)
     width = panel_width * cols
     chars = max(20, int(width / (_CHAR_WIDTH * TITLE_FONT)))
     title_lines = textwrap.wrap(title, chars) if title else []
     head = TITLE_LINE * len(title_lines) + (6 if title_lines else 0)
-    keys = []
-    for line in _legend_rows(legend, width):
+    keys: list[str] = []
+    flowed: list[list[tuple[LegendEntry, float]]] = []
+    used = width
+    for entry in legend:
+        span = _legend_width([entry]) + 10
+        if used + span > width - 8:
+            flowed.append([])
+            used = 0.0
+        flowed[-1].append((entry, span))
+        used += span
+    for line in flowed:
         x = max(4.0, (width - sum(span for _, span in line)) / 2)
         for entry, span in line:
             keys.extend(_legend_entry(entry, x, head + TITLE_LINE / 2))

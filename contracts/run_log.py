@@ -1,0 +1,159 @@
+"""The server's run logs, each one typed record that the writer (``server``) and the reader
+(``reporting``) share: a line of ``metrics.jsonl`` (:class:`RoundRecord`) and the client-level
+DP ledger ``client_dp.json`` (:class:`ClientDPLedgerFile`).
+
+:func:`from_dict` reads any of them by its fields' types: absent keys take the field's
+default (older files), a value of the wrong type is a ``ValueError`` naming its key. Their
+``to_dict`` leaves out top-level keys that are None or empty (a round without central
+evaluation or failures); a site's numbers are always all there (null when unknown).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from contracts.json_values import json_safe
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class SiteRound:
+    """One site's numbers in one round."""
+
+    train_loss: float | None = None
+    dp_epsilon: float | None = None
+    """Record-level accountant epsilon so far (DP-SGD at the site)."""
+    num_examples: int | None = None
+    dp_epsilon_client: float | None = None
+    """Site-level epsilon of client-level DP so far."""
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One line of ``metrics.jsonl``: a round's global evaluation (on the public split, when
+    the run has one) and each trained site's numbers."""
+
+    round: int
+    global_loss: float | None = None
+    global_accuracy: float | None = None
+    global_perplexity: float | None = None
+    """Text tasks only."""
+    elapsed_s: float | None = None
+    sites: dict[str, SiteRound] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    """site id -> why its update was lost this round."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _compact(json_safe(self))
+
+
+@dataclass(frozen=True)
+class ClientDPSite:
+    rounds: list[int] = field(default_factory=list)
+    """The global rounds the site's update was aggregated in."""
+    epsilon: float | None = None
+    """Site level: add or remove the whole site."""
+    epsilon_record: float | None = None
+    """The record-level epsilon it implies (one record moves the clipped update by at most
+    twice the clipping norm)."""
+
+
+@dataclass(frozen=True)
+class ShortRound:
+    """A round that averaged fewer updates than it sampled (its noise was sized for all)."""
+
+    sampled: int
+    aggregated: int
+    noise_multiplier: float
+
+
+@dataclass(frozen=True)
+class ClientDPLedgerFile:
+    """``client_dp.json``: which rounds each site's update took part in under client-level
+    DP, and its epsilons (written by ``server.client_dp`` each round)."""
+
+    schema_version: int | None = None
+    accountant: str | None = None
+    noise_multiplier: float | None = None
+    clipping: str | None = None
+    clipping_side: str | None = None
+    clipping_norm: float | None = None
+    target_clipped_quantile: float | None = None
+    clip_norm_lr: float | None = None
+    clipped_count_stddev: float | None = None
+    """The last three: adaptive clipping's settings."""
+    delta: float | None = None
+    population_size: int | None = None
+    sites_per_round: int | None = None
+    sampling: str | None = None
+    neighboring_relation: str | None = None
+    rounds_done: int | None = None
+    short_rounds: dict[str, ShortRound] = field(default_factory=dict)
+    noise: str | None = None
+    """How the noise was drawn (``contracts.run_files.NOISE_NOTES``)."""
+    sites: dict[str, ClientDPSite] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _compact(json_safe(self))
+
+
+def from_dict(cls: type[R], data: Any, where: str = "") -> R:
+    """The record ``cls`` (a dataclass of the types above) from its JSON object.
+
+    Raises
+    ------
+    ValueError
+        When ``data`` or a value in it has the wrong type, or a key without a default is
+        absent; the message names the key (after ``where``).
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"{where or 'the record'} must be a JSON object")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        key = f"{where}.{f.name}" if where else f.name
+        if f.name in data:
+            values[f.name] = _value(hints[f.name], data[f.name], key)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ValueError(f"key '{key}' is missing")
+    return cls(**values)
+
+
+def _value(hint: Any, value: Any, key: str) -> Any:
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
+        return None if value is None else _value(args[0], value, key)
+    if typing.get_origin(hint) is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"key '{key}' must map site or round to its values")
+        # Site ids in numeric order, as the server writes them.
+        items = sorted(value.items(), key=lambda kv: site_order(str(kv[0])))
+        return {str(k): _value(args[1], v, f"{key}.{k}") for k, v in items}
+    if typing.get_origin(hint) is list:
+        if not isinstance(value, list):
+            raise ValueError(f"key '{key}' must be a list")
+        return [_value(args[0], v, key) for v in value]
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value, key)  # type: ignore[arg-type]
+    if hint is str:
+        return str(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"key '{key}' must be a number or null, got {value!r}")
+    if hint is int:
+        return int(value)
+    return float(value) if math.isfinite(value) else None
+
+
+def site_order(key: str) -> tuple[int, int, str]:
+    """Sort key of a site id as a string: numbers in numeric order, then any other name."""
+    return (0, int(key), "") if key.isdigit() else (1, 0, key)
+
+
+def _compact(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if v is not None and v != {}}

@@ -1,0 +1,33 @@
+"""One local epoch: the training loop every trainer shares (a site's round, the helper and
+reference models, the text generator)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+
+def run_epoch(
+    model: nn.Module,
+    loader: torch.utils.data.DataLoader,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
+    device: torch.device,
+) -> float:
+    """One pass over ``loader``; returns the mean training loss."""
+    total, count = 0.0, 0
+    for batch in loader:
+        # A no-op for the task's loaders (records already on the device); Opacus's empty
+        # Poisson batch is built on the host.
+        batch = tuple(t.to(device) for t in batch)
+        if len(batch[0]) == 0:  # Poisson sampling (Opacus) can draw an empty batch
+            continue
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(batch)
+        loss.backward()
+        optimizer.step()
+        total += float(loss.detach()) * len(batch[0])
+        count += len(batch[0])
+    return total / max(count, 1)

@@ -1,0 +1,39 @@
+"""The run's model task and device, built from its config (one place for the apps, the
+reference models and the standalone audit)."""
+
+from __future__ import annotations
+
+import torch
+
+from ml.tasks import TorchTask, build_task
+from ml.tasks.base import OptimizerSpec
+from simulations.config import ExperimentConfig
+from simulations.run_dir import DatasetMeta
+
+
+def pick_device(resources_gpus: float | str) -> torch.device:
+    if resources_gpus == 0 or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda")
+
+
+def make_task(config: ExperimentConfig, meta: DatasetMeta) -> TorchTask:
+    """The run's task; a tabular one carries the dataset's schema, so every audit of the
+    run (site, standalone, reference models) reads the encoding instead of inferring it."""
+    encoding = {} if meta.schema is None else {"schema": meta.schema}
+    return build_task(
+        meta.modality,
+        model_name=config.model.name,
+        num_classes=meta.num_classes,
+        input_shape=meta.input_shape,
+        # Any DP level: no BatchNorm (per-sample gradients; no noised running statistics).
+        dp=config.dp.any_level,
+        batch_size=config.fl.batch_size,
+        optimizer=OptimizerSpec(
+            name=config.fl.optimizer,
+            learning_rate=config.fl.learning_rate,
+            weight_decay=config.fl.weight_decay,
+        ),
+        model_options=dict(config.model.options),
+        **encoding,
+    )
