@@ -26,6 +26,8 @@ CHECKPOINTS_DIR = "checkpoints"
 FINAL_MODEL_FILE = "global_model.pt"
 CLIENT_DP_LEDGER = "client_dp.json"
 """The server's client-level DP ledger (``server.client_dp``), read by the report."""
+CLIENT_CANARIES_FILE = "client_canaries.json"
+"""What the canary clients measured (``server.canary_clients``), read by the report."""
 SITES_DIR = "sites"
 """Simulated sites' data files and the public split."""
 SITE_STATE_DIR = "site_state"
@@ -34,6 +36,8 @@ REFERENCE_MODELS_DIR = "reference_models"
 """The run's shared reference models (public records only) and their manifest."""
 DEPLOYMENT_DIR = "deployment"
 """``flwr run``'s app folder, run config and logs."""
+NO_CANARY_TWIN_DIR = "no-canary-twin"
+"""The run trained again without its canary clients (``audit.canary_clients``)."""
 NOISE_FILE = "noise.json"
 """Where the run's DP randomness came from (:data:`NoiseSource`), written by the server."""
 
@@ -144,6 +148,15 @@ class RunLayout:
     @property
     def client_dp_ledger(self) -> Path:
         return self.root / CLIENT_DP_LEDGER
+
+    @property
+    def client_canaries(self) -> Path:
+        return self.root / CLIENT_CANARIES_FILE
+
+    @property
+    def no_canary_twin(self) -> Path:
+        """The same run without its canary clients (the canaries' accuracy cost)."""
+        return self.root / NO_CANARY_TWIN_DIR
 
     @property
     def sites(self) -> Path:

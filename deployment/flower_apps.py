@@ -194,6 +194,13 @@ def read_run(run_config: dict[str, Any]) -> DeploymentRun:
     except ConfigError as err:
         source = f"run config {EXPERIMENT_KEY!r}" if text else str(RunLayout(run_dir).config)
         raise DeploymentConfigError(f"{source}: {err}") from None
+    if config.audit.canary_clients > 0:
+        # Virtual clients the server adds itself: a measurement of a simulated run, never
+        # something to put into a real consortium's model.
+        raise DeploymentConfigError(
+            f"audit.canary_clients: {config.audit.canary_clients} canary clients are for "
+            "simulations only; set it to 0 under the Deployment Engine"
+        )
     meta_text = str(run_config.get(DATASET_KEY, "") or "")
     if meta_text:
         meta = DatasetMeta.from_dict(json.loads(meta_text))

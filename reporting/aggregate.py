@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from audit.client_canaries import ClientCanaryResult
 from audit.over_rounds import first_leaking_round
 from audit.result import (
     EPS_TILDE_MEANING,
@@ -53,7 +54,13 @@ def build_report(inputs: RunInputs) -> RunReport:
     """Aggregate one run's inputs into a report (pure: writes nothing)."""
     settings = privacy_settings(inputs.config)
     sites = [
-        site_report(audit, rounds=inputs.rounds, settings=settings, client_dp=inputs.client_dp)
+        site_report(
+            audit,
+            rounds=inputs.rounds,
+            settings=settings,
+            client_dp=inputs.client_dp,
+            client_canaries=inputs.client_canaries,
+        )
         for _, audit in sorted(inputs.audits.items())
     ]
     return RunReport(
@@ -66,6 +73,7 @@ def build_report(inputs: RunInputs) -> RunReport:
         dp_level=settings.dp_level,
         canaries=run_canaries(settings, sites),
         client_dp=inputs.client_dp,
+        client_canaries=inputs.client_canaries,
         noise=noise_note(settings, inputs),
         meaning=EPS_TILDE_MEANING,
         two_sided_meaning=TWO_SIDED_MEANING,
@@ -85,13 +93,15 @@ def site_report(
     rounds: list[RoundRecord],
     settings: PrivacySettings,
     client_dp: ClientDPLedgerFile | None,
+    client_canaries: ClientCanaryResult | None = None,
 ) -> SiteReport:
     """One site's :class:`SiteReport`: the only place one is built (the consortium report,
     a site's own report and the sweeps all read it). ``rounds`` give the accountant epsilons
-    of a site whose audit file lacks them."""
+    of a site whose audit file lacks them; ``client_canaries`` (run-wide) the canary
+    clients' client-level readings."""
     result = audit.result  # set for an ok audit only
     report = None if result is None else audit_report(result)
-    privacy = site_privacy(audit, rounds, settings, client_dp)
+    privacy = site_privacy(audit, rounds, settings, client_dp, client_canaries)
     fdp_delta = _finite(result.delta) if result is not None else None
     if fdp_delta is None and privacy.canary is not None:
         fdp_delta = privacy.canary.fdp_delta  # one delta for both f-DP bounds

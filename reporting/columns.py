@@ -258,6 +258,17 @@ class SiteRow(NamedTuple):
     point: SweepPointReport | None = None
 
 
+def _client_canaries(row: SiteRow) -> str:
+    p = row.site.privacy
+    if p.client_eps_estimate is None:
+        return MISSING
+    return (
+        f"{fmt(p.client_eps_estimate, 2)} [{fmt(p.client_eps_estimate_low, 2)}, "
+        f"{fmt(p.client_eps_estimate_high, 2)}] / {fmt(p.client_eps_estimate_two_variance, 2)}"
+        f" / {fmt(p.client_eps_lb, 2)}"
+    )
+
+
 def _client_eps(row: SiteRow) -> str:
     p = row.site.privacy
     what = "; ".join(
@@ -300,6 +311,10 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
             if r.site.privacy.client_epsilon_record is not None
             else "off"
         ),
+    ),
+    column(
+        "canary clients' client-level eps: estimate [95% CI] / two-variance / lower bound",
+        _client_canaries,
     ),
     column(
         "DP eps for the site's records against the server (record-level only)",

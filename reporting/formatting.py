@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from audit.canary import CanaryResult
+from audit.client_canaries import ClientCanaryResult
 from audit.over_rounds import RoundLeakage, first_leaking_round
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, Interval
 from audit.sides import SIDES
@@ -40,8 +41,8 @@ HEADLINE_NOTE = (
 )
 BOUNDS_BELOW_DP = (
     "Every lower bound (canary, O(1), their f-DP readings, RM;RN) must be at most DP eps, "
-    "the record-level "
-    "guarantee that applies to the site's records"
+    "the record-level guarantee that applies to the site's records (the canary clients' "
+    "bound: at most the site-level client epsilon)"
 )
 LEDGER_INTRO = (
     "Each site's guarantees (accountant, delta) beside its measured lower bounds and "
@@ -338,7 +339,7 @@ def consortium_lines(c: ConsortiumSummary) -> list[str]:
 
 
 VIOLATION_TITLE = "BOUND VIOLATION"
-"""The banner's title: a measured lower bound above the record-level guarantee."""
+"""The banner's title: a measured lower bound above the guarantee it measures."""
 
 
 def canary_banner(canaries: int) -> str:
@@ -349,6 +350,56 @@ def canary_banner(canaries: int) -> str:
         "the canary audit); the accuracy and every audit number shown are this "
         "canary-trained model's."
     )
+
+
+CLIENT_CANARY_NOTE = (
+    "Canary clients (simulation only, docs/client_canaries.md): the estimate reads the "
+    "client-level epsilon as a Gaussian mechanism (one pooled variance), with an approximate "
+    "95% interval; it is an estimate, not a bound. The two-variance fit is a sensitivity "
+    "reading: with few canaries it drifts upwards. The lower bound must stay at or below "
+    "the site-level client epsilon."
+)
+CANARIES_OUTNUMBER = (
+    "The canaries outnumber the real sites ({canaries:.0f} canary clients against {sites} "
+    "sites a round): the model measured is not the one this consortium trains without them."
+)
+
+
+def client_canary_lines(result: ClientCanaryResult) -> list[str]:
+    """The "Canary clients" section of report.md / report.html, one sentence a line."""
+    total = 2 * result.canary_clients
+    acc = result.accountant_epsilon
+    lines = [
+        f"{result.inserted} of {total} canary directions were inserted as clients (scaled to "
+        f"the {result.scale}); the other {total - result.inserted} are the null. Epsilon at "
+        f"delta = {result.delta:g}:",
+        *(
+            f"{threat.replace('_', '-')}: estimate {fmt(e.eps_estimate, 2)} "
+            f"[{fmt(e.eps_estimate_low, 2)}, {fmt(e.eps_estimate_high, 2)}]"
+            + (f" ({e.eps_estimate / acc:.2f} x the accountant's)" if acc else "")
+            + f"; two-variance {fmt(e.eps_estimate_two_variance, 2)}; lower bound "
+            f"{fmt(e.eps_lb, 2)} (f-DP, beta = {result.beta:g})."
+            for threat, e in result.estimates.items()
+        ),
+    ]
+    if acc is not None:
+        lines.append(
+            f"Client-level accountant: {acc:.2f} for a client in all {result.rounds} rounds."
+        )
+    cost = result.accuracy_cost
+    if cost is not None:
+        lines.append(
+            f"Global accuracy {fmt(result.accuracy_with_canaries)} with the canaries, "
+            f"{fmt(result.accuracy_without_canaries)} without (the run trained again): "
+            f"cost {cost:+.3f}."
+        )
+    if result.outweighed:
+        lines.append(
+            CANARIES_OUTNUMBER.format(
+                canaries=result.mean_canaries_per_round, sites=result.sites_per_round
+            )
+        )
+    return [*lines, CLIENT_CANARY_NOTE]
 
 
 def violation_banner_lines(violations: list[BoundViolation]) -> list[str]:
@@ -369,7 +420,7 @@ def ordering_text(site: SiteReport) -> str:
         return "VIOLATION: " + "; ".join(
             f"{v.label} {fmt(v.value)} > {fmt(v.dp_epsilon)}" for v in violations
         )
-    if site.privacy.dp_epsilon is None:
+    if site.privacy.dp_epsilon is None and site.privacy.client_epsilon is None:
         return "no DP (nothing to check)"
     if site.checks.eps_tilde_above_accountant:
         return f"ok; eps_tilde above DP eps ({EPS_TILDE_ABOVE_NOTE})"

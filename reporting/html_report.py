@@ -13,6 +13,7 @@ from .formatting import (
     LEDGER_INTRO,
     MISSING,
     canary_banner,
+    client_canary_lines,
     consortium_lines,
     levels_lines,
     scoped_reasons,
@@ -152,6 +153,11 @@ def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
         html_list(levels) if levels else "",
         *_problems(report),
         *_ledger_table(report),
+        *(
+            ["<h2>Canary clients</h2>", html_list(client_canary_lines(report.client_canaries))]
+            if report.client_canaries is not None
+            else []
+        ),
         "<h2>eps_tilde per site</h2>",
         figure(plots.site_eps_plot(report.sites), EPS_PLOT_CAPTION, alt="eps_tilde per site"),
         "<h2>Low-FPR ROC per site (log-log)</h2>",

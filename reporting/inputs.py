@@ -1,7 +1,8 @@
 """Read a run directory (layout in the team contract) into typed inputs for the report.
 
 Missing or malformed ``config.yaml`` / ``partition.json`` / ``metrics.jsonl`` lines, and a
-malformed ``client_dp.json`` (absent unless client-level DP is on), raise
+malformed ``client_dp.json`` (absent unless client-level DP is on) or ``client_canaries.json``
+(absent unless the run had canary clients), raise
 :class:`ReportInputError` naming the file (and line or key). A site's audit file that is
 missing or unreadable does not: that site becomes "missing" / "failed" and the others stay;
 a malformed ``canary`` block in it only drops the canary numbers.
@@ -18,6 +19,7 @@ from typing import Any
 import yaml
 
 from audit.canary import CanaryResult
+from audit.client_canaries import ClientCanaryResult
 from audit.over_rounds import RoundLeakage
 from audit.result import AuditResult
 from contracts.errors import UserError
@@ -65,6 +67,8 @@ class RunInputs:
     has_metrics: bool = True
     client_dp: ClientDPLedgerFile | None = None
     """``client_dp.json``, when the run has one (client-level DP)."""
+    client_canaries: ClientCanaryResult | None = None
+    """``client_canaries.json``, when the run had ``audit.canary_clients``."""
     noise_source: str | None = None
     """``noise.json``'s ``source`` (``contracts.run_files.NoiseSource``); None: no file
     (runs older than it, all simulated, so seeded)."""
@@ -103,8 +107,19 @@ def load_run(run_dir: Path) -> RunInputs:
         audits=audits,
         has_metrics=metrics_path.exists(),
         client_dp=load_client_dp(run_dir),
+        client_canaries=load_client_canaries(layout.client_canaries),
         noise_source=_noise_source(layout.noise),
     )
+
+
+def load_client_canaries(path: Path) -> ClientCanaryResult | None:
+    """``client_canaries.json`` (what the canary clients measured), or None without one."""
+    if not path.exists():
+        return None
+    try:
+        return ClientCanaryResult.from_dict(_read_json(path))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReportInputError(f"{path}: not a canary-clients result ({exc})") from None
 
 
 def _noise_source(path: Path) -> str | None:

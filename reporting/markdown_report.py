@@ -19,6 +19,7 @@ from .formatting import (
     MISSING,
     VIOLATION_TITLE,
     canary_banner,
+    client_canary_lines,
     consortium_lines,
     first_leaking_text,
     levels_lines,
@@ -98,13 +99,13 @@ def render_markdown(report: RunReport) -> str:
     lines += [
         f"- site {s.site_id}: {md_text(s.checks.eps_tilde_above_accountant or '')}" for s in above
     ]
-    for s in (s for s in report.sites if s.by_round):
-        lines += [
-            "",
-            f"### Leakage over rounds, site {s.site_id}",
-            "",
-            first_leaking_text(s.by_round),
-        ]
-        lines += ["", *md_table(BY_ROUND_COLUMNS, s.by_round), ""]
+    if report.client_canaries is not None:
+        lines += ["", "## Canary clients", ""]
+        lines += [f"- {md_text(x)}" for x in client_canary_lines(report.client_canaries)]
+    over_rounds = [s for s in report.sites if s.by_round]
+    lines += ["", "## Leakage over rounds"] if over_rounds else []
+    for s in over_rounds:
+        lines += ["", f"### Site {s.site_id}", "", first_leaking_text(s.by_round), ""]
+        lines += md_table(BY_ROUND_COLUMNS, s.by_round)
     lines += ["", f"> {md_text(report.meaning)}", ""]
     return "\n".join(lines)

@@ -10,7 +10,9 @@ applies (:func:`released_model_epsilon`), and the measured bounds, which read th
 checked against it.
 
 Each measured lower bound (canary, O(1), RM;RN, their f-DP readings) exceeds a correct
-guarantee with probability at most its level: above it is a bug or a 1-in-1/beta event.
+guarantee with probability at most its level: above it is a bug or a 1-in-1/beta event. The
+canary clients' bound (``client_eps_lb``) measures the client level and is checked against the
+site-level client epsilon.
 Steinke's bounds are pure-epsilon (delta = 0), so they are loud only as far as the
 mechanism's delta part is negligible; the f-DP readings state epsilon at the run's delta for a
 Gaussian trade-off curve (docs/one_run_bounds.md). eps_tilde is not a bound: above the
@@ -24,6 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from audit.client_canaries import ClientCanaryResult, ThreatModel
 from audit.one_run import METHOD_LABELS, Method
 from contracts.dp_level import DPLevel, resolve_dp_level
 from contracts.run_log import ClientDPLedgerFile, RoundRecord
@@ -43,9 +46,16 @@ from .schema import (
 RECORD_ACCOUNTANTS: dict[str, str] = {"rdp": "Opacus RDP", "prv": "Opacus PRV"}
 """``dp.accountant`` -> the name the ledger shows."""
 
+CLIENT_CANARY_THREAT: ThreatModel = "final"
+"""The canary clients' threat model the ledger shows (who sees the released model, as every
+other audit of the report); report.json's ``client_canaries`` holds both."""
+
 EPS_TILDE_ABOVE_NOTE = "c_lb not tight; eps_tilde is a measurement, not a bound"
 """Why eps_tilde above the accountant's epsilon is a flag, not a violation."""
 
+_RECORD_SCOPE = "one record in the released model"
+_CLIENT_SCOPE = "the whole site (client level)"
+"""What a violated guarantee covers, in its message."""
 _TOLERANCE = 1e-9
 """Bounds equal to the guarantee up to rounding are not violations."""
 
@@ -114,8 +124,10 @@ def site_privacy(
     rounds: list[RoundRecord],
     settings: PrivacySettings,
     client_dp: ClientDPLedgerFile | None,
+    client_canaries: ClientCanaryResult | None = None,
 ) -> PrivacyReport:
-    """The site's guarantees with their accountants, delta and canaries.
+    """The site's guarantees with their accountants, delta and canaries, and the canary
+    clients' client-level readings (run-wide, final model: :data:`CLIENT_CANARY_THREAT`).
 
     Record level: the audit file's ``dp_epsilon``, else the last metrics round's. Client
     level: the server ledger's, else (site level only) the last metrics round's
@@ -132,6 +144,7 @@ def site_privacy(
     delta = settings.delta if record is not None or settings.private or client is not None else None
     client_on = settings.client_level or client is not None or client_dp is not None
     canary = audit.canary
+    est = None if client_canaries is None else client_canaries.estimates.get(CLIENT_CANARY_THREAT)
     return PrivacyReport(
         dp_epsilon=record,
         dp_epsilon_source=source,
@@ -148,6 +161,14 @@ def site_privacy(
         client_neighboring_relation=None if client_dp is None else client_dp.neighboring_relation,
         client_delta=((client_dp and client_dp.delta) or settings.delta) if client_on else None,
         client_rounds=None if ledger_site is None else len(ledger_site.rounds),
+        client_eps_estimate=None if est is None else est.eps_estimate,
+        client_eps_estimate_low=None if est is None else est.eps_estimate_low,
+        client_eps_estimate_high=None if est is None else est.eps_estimate_high,
+        client_eps_estimate_two_variance=(
+            None if est is None else _number(est.eps_estimate_two_variance)
+        ),
+        client_eps_lb=None if est is None else est.eps_lb,
+        client_eps_lb_beta=None if client_canaries is None else client_canaries.beta,
         canaries=canary.n_canaries
         if canary is not None and canary.n_canaries
         else settings.canaries,
@@ -211,27 +232,36 @@ _LOWER_BOUNDS: dict[str, tuple[str, str, str]] = {
         "audit.two_sided.nonmember.rm_rn_eps_lb",
         "rm_rn_two_sided_each",
     ),
+    "client_eps_lb": (
+        "canary clients' client-level f-DP eps lower bound",
+        "privacy.client_eps_lb",
+        "client_canaries",
+    ),
 }
 """name -> (label, path on the site (:func:`~.schema.at`), key of its level in the audit's
 levels) of each measured lower bound on epsilon (O(1) and RM;RN: means over repeats)."""
 
 
 def bound_violations(site: SiteReport) -> list[BoundViolation]:
-    """The measured lower bounds above the guarantee of the site's records in the released
-    model (:func:`released_model_epsilon`); nothing is checked without DP."""
-    dp = released_model_epsilon(site.privacy)
-    if dp is None:
-        return []
+    """The measured lower bounds above the guarantee they measure: that of the site's
+    records in the released model (:func:`released_model_epsilon`), or for the canary
+    clients' bound the site-level client epsilon; nothing is checked without DP."""
+    record = released_model_epsilon(site.privacy)
     found = []
     for name, (label, path, level_key) in _LOWER_BOUNDS.items():
+        client = level_key == "client_canaries"
+        dp = site.privacy.client_epsilon if client else record
         value = value_at(site, path)
-        if value is None or not value > dp + _TOLERANCE:
+        if dp is None or value is None or not value > dp + _TOLERANCE:
             continue
-        if level_key == "canary":
+        if client:
+            level = site.privacy.client_eps_lb_beta
+        elif level_key == "canary":
             level = at(site, "privacy.canary.beta")
         else:
             level = None if site.audit is None else site.audit.levels.get(level_key)
-        message = violation_message(site.site_id, label, value, dp, level)
+        scope = _CLIENT_SCOPE if client else _RECORD_SCOPE
+        message = violation_message(site.site_id, label, value, dp, level, of=scope)
         found.append(BoundViolation(name, label, value, dp, level, message))
     return found
 
@@ -264,7 +294,13 @@ def best_lower_bound(site: SiteReport, fdp_delta: float | None) -> tuple[float |
 
 
 def violation_message(
-    site_id: int, label: str, value: float, dp_epsilon: float, level: float | None
+    site_id: int,
+    label: str,
+    value: float,
+    dp_epsilon: float,
+    level: float | None,
+    *,
+    of: str = _RECORD_SCOPE,
 ) -> str:
     """The loud sentence of one violation (report banners and stderr)."""
     chance = (
@@ -274,7 +310,7 @@ def violation_message(
     )
     return (
         f"site {site_id}: {label} = {value:.3f} is above the DP accountants' epsilon "
-        f"{dp_epsilon:.3f} for one record in the released model. A measured lower bound "
+        f"{dp_epsilon:.3f} for {of}. A measured lower bound "
         "cannot exceed a correct guarantee: "
         f"this is a bug (in the accounting, the DP training or the audit) or {chance}."
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from audit.canary import CanaryResult
+from audit.client_canaries import ClientCanaryResult
 from audit.over_rounds import RoundLeakage
 from audit.result import AuditFlags, ClassSliceResult, Interval
 from audit.sides import Side
@@ -221,6 +222,20 @@ class PrivacyReport:
     client_delta: float | None
     client_rounds: int | None
     """Rounds the site's update was aggregated in under client-level DP."""
+    client_eps_estimate: float | None
+    """The canary clients' Gaussian-mechanism estimate of the client-level epsilon (final
+    model, pooled variance; run-wide, the same for every site), beside ``client_epsilon``.
+    An estimate, not a bound; None without ``audit.canary_clients``."""
+    client_eps_estimate_low: float | None
+    client_eps_estimate_high: float | None
+    """Its approximate 95% interval."""
+    client_eps_estimate_two_variance: float | None
+    """The sensitivity reading with one variance per side (drifts upwards with few
+    canaries); None when unbounded or absent."""
+    client_eps_lb: float | None
+    """The canary clients' f-DP lower bound on the client-level epsilon (final model)."""
+    client_eps_lb_beta: float | None
+    """Its level."""
     canaries: int | None
     """Canary records trained with at the site; None when the run had none."""
     canary: CanaryResult | None
@@ -228,7 +243,8 @@ class PrivacyReport:
 
 @dataclass(frozen=True)
 class BoundViolation:
-    """A measured lower bound on epsilon above the site's record-level guarantee.
+    """A measured lower bound on epsilon above the guarantee it measures (record level;
+    client level for the canary clients' bound).
 
     Under correct DP training and accounting a lower bound exceeds the guarantee with
     probability at most its level: a violation is a bug (accounting, training or audit) or
@@ -237,10 +253,12 @@ class BoundViolation:
 
     bound: str
     """canary_eps_lb, canary_eps_lb_fdp, o1_eps_lb, o1_eps_lb_fdp, rm_rn_eps_lb,
-    rm_rn_eps_lb_two_sided, rm_rn_eps_lb_member or rm_rn_eps_lb_nonmember."""
+    rm_rn_eps_lb_two_sided, rm_rn_eps_lb_member, rm_rn_eps_lb_nonmember or client_eps_lb."""
     label: str
     value: float
     dp_epsilon: float
+    """The guarantee it was checked against: the record-level one in the released model,
+    or the site-level client epsilon for ``client_eps_lb``."""
     level: float | None
     """The bound's level beta, when the audit states it."""
     message: str
@@ -337,6 +355,8 @@ class RunReport:
     canaries: int | None
     """Canary records per site the model was trained with; None when it had none."""
     client_dp: ClientDPLedgerFile | None
+    client_canaries: ClientCanaryResult | None
+    """What the canary clients measured (``client_canaries.json``), both threat models."""
     noise: str | None
     """How the run's DP noise was drawn (``contracts.run_files.NOISE_NOTES``); None
     without DP."""

@@ -45,6 +45,7 @@ from contracts.wire import (
     WireError,
     round_arrays,
 )
+from server.canary_clients import CanaryClients, CanaryClientSettings, measure_canaries
 from server.client_dp import (
     ClientDPLedger,
     ClientDPSettings,
@@ -78,6 +79,8 @@ class ServerSettings:
     client_dp: ClientDPSettings | None
     """Client-level DP (Flower's wrappers and the run's ledger); ``None``: off."""
     initial_state: Callable[[], StateDict]
+    canary_clients: CanaryClientSettings | None = None
+    """Canary clients in the rounds (simulation only); ``None``: none."""
     central_eval: Callable[[StateDict], dict[str, float]] | None = None
     checkpoint_meta: CheckpointMeta | None = None
     phases: tuple[str, ...] = ("train", "audit")
@@ -152,18 +155,30 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
     else:
         done, state = 0, settings.initial_state()
     truncate_rounds(run_dir, done)
-    if done >= settings.rounds:
-        return state
     sites = make_strategy(
         settings.strategy,
         num_sites=settings.num_sites,
         site_of_node=site_of_node,
         round_offset=done,
     )
+    if done >= settings.rounds:
+        if not layout.client_canaries.exists():  # stopped between the last round and this
+            _measure_canaries(settings, sites.sites_per_round)
+        return state
     strategy: Strategy = sites
     ledger = None
     if settings.client_dp is not None:
         strategy = wrap_strategy(sites, settings.client_dp, sites_per_round=sites.sites_per_round)
+    if settings.canary_clients is not None:
+        # Outside the DP wrapper: the canaries' replies are clipped and noised with the sites'.
+        strategy = CanaryClients(
+            strategy,
+            settings.canary_clients,
+            weighted_by_key=sites.weighted_by_key,
+            sites_per_round=sites.sites_per_round,
+            round_offset=done,
+            dp_wrapper=None if settings.client_dp is None else strategy,
+        )
     # Outermost: no strategy, Flower's DP wrappers included, reads an unchecked reply.
     strategy = ScreenedStrategy(strategy, sites)
     if settings.client_dp is not None:
@@ -238,7 +253,25 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         timeout=settings.timeout_s,
     )
     bar.close()
+    _measure_canaries(settings, sites.sites_per_round)
     return result.arrays.to_torch_state_dict()
+
+
+def _measure_canaries(settings: ServerSettings, sites_per_round: int) -> None:
+    """``client_canaries.json`` from the round checkpoints, when the run has canaries."""
+    if settings.canary_clients is None:
+        return
+    dp = settings.client_dp
+    measure_canaries(
+        settings.run_dir,
+        settings.canary_clients,
+        initial_state=settings.initial_state,
+        rounds=settings.rounds,
+        real_sites=settings.num_sites,
+        sites_per_round=sites_per_round,
+        noise_multiplier=None if dp is None else dp.noise_multiplier,
+        clipping=None if dp is None else dp.clipping,
+    )
 
 
 def seed_server_noise(source: NoiseSource) -> None:

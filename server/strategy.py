@@ -161,12 +161,12 @@ class SiteAwareMixin(FedAvg):
         return None
 
 
-class ScreenedStrategy(Strategy):
-    """The outermost strategy: every train reply passes :meth:`SiteAwareMixin.screen`
-    before any strategy (Flower's DP wrappers included) reads it."""
+class DelegatingStrategy(Strategy):
+    """A strategy that hands every step to ``inner``; wrappers override the steps they
+    change."""
 
-    def __init__(self, inner: Strategy, sites: SiteAwareMixin) -> None:
-        self.inner, self.sites = inner, sites
+    def __init__(self, inner: Strategy) -> None:
+        self.inner = inner
 
     def summary(self) -> None:
         self.inner.summary()
@@ -179,7 +179,7 @@ class ScreenedStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        return self.inner.aggregate_train(server_round, self.sites.screen(server_round, replies))
+        return self.inner.aggregate_train(server_round, replies)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -190,6 +190,20 @@ class ScreenedStrategy(Strategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         return self.inner.aggregate_evaluate(server_round, replies)
+
+
+class ScreenedStrategy(DelegatingStrategy):
+    """The outermost strategy: every train reply passes :meth:`SiteAwareMixin.screen`
+    before any strategy (Flower's DP wrappers included) reads it."""
+
+    def __init__(self, inner: Strategy, sites: SiteAwareMixin) -> None:
+        super().__init__(inner)
+        self.sites = sites
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        return self.inner.aggregate_train(server_round, self.sites.screen(server_round, replies))
 
 
 STRATEGIES: Registry[type[SiteAwareMixin]] = Registry("strategy", config_key="fl.strategy")

@@ -18,7 +18,9 @@ from contracts.run_files import (
     exposed_records_name,
     site_dp_ledger_name,
 )
+from ml.tasks import TorchTask
 from server.app import ServerSettings, build_server_app
+from server.canary_clients import CanaryClientSettings
 from server.client_dp import ClientDPSettings, calibrate_noise_multiplier
 from server.strategy import StrategySettings
 from simulations.config import ExperimentConfig
@@ -62,6 +64,24 @@ def client_dp_settings(config: ExperimentConfig) -> ClientDPSettings | None:
         target_clipped_quantile=client.target_clipped_quantile,
         clip_norm_lr=client.clip_norm_lr,
         clipped_count_stddev=client.clipped_count_stddev,
+    )
+
+
+def canary_client_settings(
+    config: ExperimentConfig, task: TorchTask
+) -> CanaryClientSettings | None:
+    """The run's canary clients (``audit.canary_clients``), over the model's trainable
+    parameters (buffers such as BatchNorm statistics are left alone)."""
+    if config.audit.canary_clients == 0:
+        return None
+    keys = tuple(k for k, p in task.make_model().named_parameters() if p.requires_grad)
+    return CanaryClientSettings(
+        count=config.audit.canary_clients,
+        seed=config.seed,
+        fraction=config.fl.fraction_train,
+        keys=keys,
+        delta=config.dp.delta,
+        beta=config.audit.settings.beta,
     )
 
 
@@ -172,6 +192,7 @@ def server_settings(
             uniform_weights=config.dp.client_level,
         ),
         client_dp=client_dp_settings(config),
+        canary_clients=canary_client_settings(config, task),
         initial_state=initial_state,
         central_eval=central_evaluator(config, meta, run_dir),
         checkpoint_meta=CheckpointMeta(

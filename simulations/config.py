@@ -154,6 +154,7 @@ class RayConfig(_Strict):
 
 
 MIN_CANARIES = 20
+MIN_CANARY_CLIENTS = 10
 
 
 class AuditPhaseConfig(_Strict):
@@ -186,6 +187,20 @@ class AuditPhaseConfig(_Strict):
         "independent fair coin and audited one-run (Steinke et al. 2023) after training; never "
         "part of PANORAMIA's members, RM;RN or O(1). The trained model is not the plain one.",
     )
+    canary_clients: int = Field(
+        0,
+        ge=0,
+        description="simulation only: K > 0 draws 2K random unit directions over the model's "
+        "trainable parameters and inserts each by a fair coin as a virtual client whose update "
+        "is that direction (times the clipping norm, or the median site update norm without "
+        "DP); the cosines of the final model delta give a client-level epsilon estimate and a "
+        "lower bound (client_canaries.json).",
+    )
+    canary_twin: bool = Field(
+        True,
+        description="with canary_clients: train the run again without them (no-canary-twin/) "
+        "for the accuracy they cost; false skips that second training.",
+    )
     rounds: list[int] | None = Field(
         None,
         description="also audit these rounds' global checkpoints (1..fl.rounds), each with "
@@ -195,6 +210,14 @@ class AuditPhaseConfig(_Strict):
         None, ge=1, description="also audit every k-th round's checkpoint (k, 2k, ...)"
     )
     settings: AuditConfig = Field(default_factory=AuditConfig)
+
+    @field_validator("canary_clients")
+    @classmethod
+    def _enough_canary_clients(cls, n: int) -> int:
+        # A Gaussian fit needs a few cosines on each side of the coins.
+        if 0 < n < MIN_CANARY_CLIENTS:
+            raise ValueError(f"0 (off) or at least {MIN_CANARY_CLIENTS}, not {n}")
+        return n
 
     def audited_rounds(self, num_rounds: int) -> tuple[int, ...]:
         """The rounds each site audits (the final one included), or () when only the final

@@ -36,9 +36,10 @@ _TRAINED = {
     "dp": "the rounds already trained, and their privacy ledgers, used it",
 }
 _CANARIES = "audit.canaries"
+_CANARY_CLIENTS = "audit.canary_clients"
 _ALLOWED = (
-    "resources.*, ray.*, audit.* (but audit.canaries), name, output_dir, and fl.rounds "
-    "no lower than the rounds done"
+    "resources.*, ray.*, audit.* (but audit.canaries and audit.canary_clients), name, "
+    "output_dir, and fl.rounds no lower than the rounds done"
 )
 
 
@@ -74,6 +75,8 @@ def _refusal(key: str, old: ExperimentConfig, new: ExperimentConfig, done: int) 
     top = key.split(".", 1)[0]
     if key == _CANARIES or key.startswith(_CANARIES + "."):
         return "the canaries are in the sites' data files and were trained on"
+    if key == _CANARY_CLIENTS:
+        return "the canary clients were averaged into the rounds already trained"
     if top in RESUMABLE:
         return None
     if key == "fl.rounds":

@@ -19,6 +19,7 @@ from contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
 from contracts.run_files import RunLayout
 from server.round_audits import plan_audits
 from simulations.apps import build_apps
+from simulations.canary_twin import train_twin_and_record
 from simulations.config import ExperimentConfig, ResourcesConfig
 from simulations.reference_models import ensure_reference_models, reference_count
 from simulations.run_dir import DatasetMeta, prepare_run_dir
@@ -186,6 +187,17 @@ def run_experiment(
             config, meta, run_dir, phases=names, num_cpus=cpus, num_gpus=gpus, verbose=verbose
         )
         outcome.timings["+".join(names) + "_s"] = time.time() - t
+    if config.audit.canary_clients > 0 and config.audit.canary_twin:
+        t = time.time()
+        twin_cpus, twin_gpus = train
+        train_twin_and_record(
+            config,
+            run_dir,
+            train=lambda c, m, d: _simulate(
+                c, m, d, phases=("train",), num_cpus=twin_cpus, num_gpus=twin_gpus, verbose=verbose
+            ),
+        )
+        outcome.timings["no_canary_twin_s"] = time.time() - t
     if write_report:
         t = time.time()
         from reporting import write_report as write

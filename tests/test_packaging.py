@@ -92,7 +92,8 @@ ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
     "audit": frozenset({"contracts"}),
     # audit.tabular.attributes (tabular encoding) and contracts (errors, the checkpoint)
     "ml": frozenset({"audit", "contracts"}),
-    "server": frozenset({"contracts"}),  # generic: weights and evaluation come as arguments
+    # generic: weights and evaluation come as arguments; audit for the canary clients' math
+    "server": frozenset({"contracts", "audit"}),
     "clients": frozenset({"contracts", "audit", "ml"}),
     "reporting": frozenset({"audit", "contracts"}),  # result types and file names only
     "simulations": frozenset({"audit", "contracts", "server", "clients", "ml", "reporting"}),

@@ -1,0 +1,60 @@
+"""What the canary clients cost the model: the same run trained again without them.
+
+With ``audit.canary_clients`` > 0 the run's folder gets a twin (``no-canary-twin/``): the
+same config, seed, data and rounds, no canary clients, training only. Its final global
+accuracy beside the run's goes into ``client_canaries.json``; the difference is the accuracy
+the canaries cost (negative: they helped, e.g. by shrinking the client-level noise that is
+divided by the number of clients averaged).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from audit.client_canaries import ClientCanaryResult
+from contracts.run_files import RunLayout
+from server.canary_clients import write_result
+from server.run_log import read_rounds
+from simulations.config import ExperimentConfig, apply_overrides, validate_config
+from simulations.run_dir import DatasetMeta, prepare_run_dir
+
+Train = Callable[[ExperimentConfig, DatasetMeta, Path], None]
+"""``train(config, meta, run_dir)``: the training phase of a run directory."""
+
+
+def twin_config(config: ExperimentConfig) -> ExperimentConfig:
+    """``config`` without canary clients."""
+    raw = apply_overrides(config.model_dump(mode="json"), {"audit.canary_clients": 0})
+    return validate_config(raw)
+
+
+def final_accuracy(run_dir: Path) -> float | None:
+    """The last round's global accuracy in ``metrics.jsonl`` (None without one)."""
+    for entry in reversed(read_rounds(run_dir)):
+        if entry.global_accuracy is not None:
+            return float(entry.global_accuracy)
+    return None
+
+
+def train_twin_and_record(config: ExperimentConfig, run_dir: Path, *, train: Train) -> None:
+    """Train the twin (unless done) and put both accuracies into ``client_canaries.json``."""
+    layout = RunLayout(run_dir)
+    if not layout.client_canaries.exists():
+        return  # the canaries were not measured (training did not finish)
+    twin_dir = layout.no_canary_twin
+    twin = twin_config(config)
+    meta = prepare_run_dir(twin, twin_dir)
+    if len(read_rounds(twin_dir)) < config.fl.rounds:
+        train(twin, meta, twin_dir)
+    result = ClientCanaryResult.from_dict(json.loads(layout.client_canaries.read_text()))
+    write_result(
+        run_dir,
+        dataclasses.replace(
+            result,
+            accuracy_with_canaries=final_accuracy(run_dir),
+            accuracy_without_canaries=final_accuracy(twin_dir),
+        ),
+    )
