@@ -53,9 +53,24 @@ def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
             "baseline is as good as any attacker without the model can be; it is never an "
             "upper bound: a stronger attack could find more.",
             _not_shown_records(exposed_records),
-            "It covers the final shared model and your own training records only: not "
-            "earlier rounds, not the updates exchanged during training, not other sites' data.",
+            _coverage(site),
         ],
+    )
+
+
+def _coverage(site: SiteReport) -> str:
+    """What the audit covered: the final model, plus the earlier rounds audited, if any."""
+    earlier = sorted(line.round for line in site.by_round)[:-1]
+    models = (
+        "the final shared model"
+        if not earlier
+        else f"the shared model after round{'s' if len(earlier) > 1 else ''} "
+        f"{', '.join(map(str, earlier))} and the final one"
+    )
+    rounds = "" if earlier else "not earlier rounds, "
+    return (
+        f"It covers {models} and your own training records only: {rounds}not the updates "
+        "exchanged during training, not other sites' data."
     )
 
 

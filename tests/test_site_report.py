@@ -284,11 +284,17 @@ def test_verdicts_in_plain_language(tmp_path: Path) -> None:
         # Reads 0 on every side: none.
         1: ok_audit(1, make_result([2.0, 2.0], [1.0, 1.0], nonmember_gain=-5.0)),
         # Mean above 0, interval reaching below 0: inconclusive.
-        2: ok_audit(2, make_result([1.0, 1.0], [0.5, 1.5], nonmember_gain=-5.0)),
+        2: ok_audit(2, make_result([1.0, 1.0], [0.5, 1.5], nonmember_gain=-5.0))
+        | {"by_round": by_round_lines([1, 2, 4])},
     }
     run = write_run(tmp_path / "v", n_sites=3, audits=audits)
     write_report(run)
     verdicts = {i: _page_json(run, i)["reading"]["verdict"] for i in range(3)}
+    # What the reading covers: the final model, plus the earlier rounds a site audited.
+    coverage = {i: _page_json(run, i)["reading"]["not_shown"][-1] for i in (0, 2)}
+    assert "final shared model" in coverage[0] and "not earlier rounds" in coverage[0]
+    assert "after rounds 1, 2 and the final one" in coverage[2]
+    assert "not earlier rounds" not in coverage[2]
     assert verdicts == {0: "evidence", 1: "none", 2: "inconclusive"}
     assert "member' guesses" in _page_json(run, 0)["reading"]["headline"]
     none = _page_json(run, 1)["reading"]["headline"]
