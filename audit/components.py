@@ -107,6 +107,18 @@ class Generator(Protocol):
         ...
 
 
+class TrainedGenerator:
+    """What every trained generator shares: it samples without end and, unless it filters its
+    draws, has nothing to report about them."""
+
+    @property
+    def remaining(self) -> int | None:
+        return None
+
+    def sampling_quality(self) -> dict[str, float]:
+        return {}
+
+
 class MembershipClassifier(Protocol):
     """Baseline b or MIA: one design, the two differ only in h vs f features."""
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from audit.components import GENERATORS, AuditContext, Records
+from audit.components import GENERATORS, AuditContext, Records, TrainedGenerator
 from audit.config import AuditConfig
 from audit.pairing import PairedDraw
 
@@ -84,7 +85,7 @@ class _Encoder(nn.Module):
         return self.net(torch.cat([x, maps], 1))
 
 
-class _ConditionalImageGenerator:
+class _ConditionalImageGenerator(TrainedGenerator):
     """Shared plumbing: label distribution, batching, sampling."""
 
     kind = "base"
@@ -115,12 +116,16 @@ class _ConditionalImageGenerator:
     def _hot(self, y: torch.Tensor) -> torch.Tensor:
         return F.one_hot(y, self.num_classes).float()
 
-    @property
-    def remaining(self) -> int | None:
-        return None
-
-    def sampling_quality(self) -> dict[str, float]:
-        return {}
+    def _batches(
+        self, x: torch.Tensor, y: torch.Tensor, shuffle: torch.Generator
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Every epoch's shuffled batches of images and one-hot labels; a batch of one record
+        is skipped (batch statistics need two)."""
+        for _ in range(self.epochs):
+            order = torch.randperm(len(x), generator=shuffle).to(self.device)
+            for idx in order.split(self.batch_size):
+                if len(idx) >= 2:
+                    yield x[idx], self._hot(y[idx])
 
     def sample(self, n: int, *, seed: int) -> Records:
         if self.label_p is None:
@@ -168,30 +173,25 @@ class ConditionalGan(_ConditionalImageGenerator):
         shuffle = torch.Generator().manual_seed(seed)
         g_losses, d_losses = [], []
         start = time.perf_counter()
-        for _ in range(self.epochs):
-            order = torch.randperm(len(x), generator=shuffle).to(self.device)
-            for idx in order.split(self.batch_size):
-                if len(idx) < 2:
-                    continue
-                real, hot = x[idx], self._hot(y[idx])
-                z = torch.randn(len(idx), self.latent, generator=shuffle).to(self.device)
-                fake = gen_net(z, hot)
-                # Discriminator: real -> 1 (one-sided smoothing 0.9), fake -> 0.
-                d_real = disc_head(disc_body(real, hot)).squeeze(1)
-                d_fake = disc_head(disc_body(fake.detach(), hot)).squeeze(1)
-                d_loss = F.binary_cross_entropy_with_logits(
-                    d_real, torch.full_like(d_real, 0.9)
-                ) + F.binary_cross_entropy_with_logits(d_fake, torch.zeros_like(d_fake))
-                opt_d.zero_grad(set_to_none=True)
-                d_loss.backward()
-                opt_d.step()
-                g_out = disc_head(disc_body(fake, hot)).squeeze(1)
-                g_loss = F.binary_cross_entropy_with_logits(g_out, torch.ones_like(g_out))
-                opt_g.zero_grad(set_to_none=True)
-                g_loss.backward()
-                opt_g.step()
-                g_losses.append(float(g_loss.detach()))
-                d_losses.append(float(d_loss.detach()))
+        for real, hot in self._batches(x, y, shuffle):
+            z = torch.randn(len(real), self.latent, generator=shuffle).to(self.device)
+            fake = gen_net(z, hot)
+            # Discriminator: real -> 1 (one-sided smoothing 0.9), fake -> 0.
+            d_real = disc_head(disc_body(real, hot)).squeeze(1)
+            d_fake = disc_head(disc_body(fake.detach(), hot)).squeeze(1)
+            d_loss = F.binary_cross_entropy_with_logits(
+                d_real, torch.full_like(d_real, 0.9)
+            ) + F.binary_cross_entropy_with_logits(d_fake, torch.zeros_like(d_fake))
+            opt_d.zero_grad(set_to_none=True)
+            d_loss.backward()
+            opt_d.step()
+            g_out = disc_head(disc_body(fake, hot)).squeeze(1)
+            g_loss = F.binary_cross_entropy_with_logits(g_out, torch.ones_like(g_out))
+            opt_g.zero_grad(set_to_none=True)
+            g_loss.backward()
+            opt_g.step()
+            g_losses.append(float(g_loss.detach()))
+            d_losses.append(float(d_loss.detach()))
         self.decoder = gen_net
         tail = max(1, len(g_losses) // 10)
         return {
@@ -221,25 +221,20 @@ class ConditionalVae(_ConditionalImageGenerator):
         shuffle = torch.Generator().manual_seed(seed)
         losses = []
         start = time.perf_counter()
-        for _ in range(self.epochs):
-            order = torch.randperm(len(x), generator=shuffle).to(self.device)
-            for idx in order.split(self.batch_size):
-                if len(idx) < 2:
-                    continue
-                real, hot = x[idx], self._hot(y[idx])
-                mu, logvar = head(enc(real, hot)).chunk(2, dim=1)
-                eps = torch.randn(mu.shape, generator=shuffle).to(self.device)
-                recon = dec(mu + eps * torch.exp(0.5 * logvar), hot)
-                # Pixels in [0, 1] under a Bernoulli likelihood, summed per image.
-                rec = F.binary_cross_entropy(
-                    (recon + 1) / 2, (real + 1) / 2, reduction="sum"
-                ) / len(idx)
-                kl = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) / len(idx)
-                loss = rec + kl
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                losses.append(float(loss.detach()) / float(np.prod(self.shape)))
+        for real, hot in self._batches(x, y, shuffle):
+            mu, logvar = head(enc(real, hot)).chunk(2, dim=1)
+            eps = torch.randn(mu.shape, generator=shuffle).to(self.device)
+            recon = dec(mu + eps * torch.exp(0.5 * logvar), hot)
+            # Pixels in [0, 1] under a Bernoulli likelihood, summed per image.
+            rec = F.binary_cross_entropy((recon + 1) / 2, (real + 1) / 2, reduction="sum") / len(
+                real
+            )
+            kl = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) / len(real)
+            loss = rec + kl
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()) / float(np.prod(self.shape)))
         self.decoder = dec
         tail = max(1, len(losses) // 10)
         return {

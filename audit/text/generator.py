@@ -32,7 +32,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from transformers import GPT2LMHeadModel
 
-from audit.components import GENERATORS, AuditContext, Records
+from audit.components import GENERATORS, AuditContext, Records, TrainedGenerator
 from audit.config import AuditConfig
 from audit.text.lm import LMShape, build_lm, mean_loss, sample_lm, train_lm
 
@@ -125,7 +125,7 @@ def _store(key: str, state: dict[str, torch.Tensor]) -> None:
         _CACHE.popitem(last=False)
 
 
-class Gpt2Generator:
+class Gpt2Generator(TrainedGenerator):
     """See the module docstring."""
 
     kind = "gpt2"
@@ -274,13 +274,6 @@ class Gpt2Generator:
         model.to(self.device)  # type: ignore[arg-type]  # transformers types .to unbound
         self.model = model.eval()
         return {k: float(v) for k, v in quality.items() if not math.isnan(float(v))}
-
-    @property
-    def remaining(self) -> int | None:
-        return None
-
-    def sampling_quality(self) -> dict[str, float]:
-        return {}
 
     def sample(self, n: int, *, seed: int) -> Records:
         if self.model is None or self.prompts is None or self.first_tokens is None:
