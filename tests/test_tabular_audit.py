@@ -103,11 +103,12 @@ def test_run_audit_on_tabular_mlp_with_nonmembers(randhie) -> None:
         schema=randhie.info["schema"],
         model_options={"hidden": [64, 32]},
     )
+    torch.manual_seed(0)  # the initial weights too: the same target on every run
     model = task.make_model()
-    task.train_model(model, members.x, members.y, epochs=40, seed=0, device=CPU)
+    task.train_model(model, members.x, members.y, epochs=100, seed=0, device=CPU)
     acc_in = task.evaluate(model, members.x, members.y, device=CPU)["accuracy"]
     acc_out = task.evaluate(model, nonmembers.x, nonmembers.y, device=CPU)["accuracy"]
-    assert acc_in > acc_out + 0.1  # over-fitted: there is something to find
+    assert acc_in > acc_out + 0.2  # over-fitted: there is something to find
 
     config = AuditConfig(
         quick=True,
