@@ -11,6 +11,8 @@ at the audit's beta.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from audit.result import ClassSlice, ClassSliceResult, Interval
@@ -44,9 +46,7 @@ def class_slices(
     slots, ``labels`` each slot's label, ``rule`` the two-sided rule (its level is divided
     by the number of labels)."""
     classes = np.unique(labels)
-    level_rule = BoundRule(
-        rule.beta / len(classes), rule.selection, rule.threshold_grid, rule.spacing
-    )
+    level_rule = replace(rule, beta=rule.beta / len(classes))
     slices = []
     for label in classes:
         mask = labels == label

@@ -24,11 +24,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+StateDict = dict[str, "torch.Tensor"]
+"""A model's weights by name, as checkpoints hold them."""
+
 
 @dataclass(frozen=True)
 class Checkpoint:
     round: int
-    state_dict: dict[str, torch.Tensor]
+    state_dict: StateDict
     meta: CheckpointMeta | None
     """None in a checkpoint written without one."""
 

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
 from contracts.checkpoint import (
     Checkpoint,
+    StateDict,
     latest_round_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -63,7 +63,6 @@ from server.run_log import append_round, read_site_audit, truncate_rounds, write
 from server.strategy import ScreenedStrategy, StrategySettings, make_strategy
 
 log = logging.getLogger(__name__)
-StateDict = dict[str, torch.Tensor]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import cast
 
 import numpy as np
-import torch
 from flwr.app import (
     Array,
     ArrayRecord,
@@ -42,14 +41,12 @@ from audit.client_canaries import (
     ClientCanaryResult,
     estimate_threat,
 )
-from contracts.checkpoint import load_checkpoint
+from contracts.checkpoint import StateDict, load_checkpoint
 from contracts.files import atomic_write_text
 from contracts.run_files import RunLayout
 from contracts.wire import ARRAYS, METRICS
 from server.client_dp import gaussian_epsilon
 from server.strategy import DelegatingStrategy
-
-StateDict = dict[str, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -193,14 +190,16 @@ def measure_canaries(
     layout = RunLayout(run_dir)
     keys, delta = settings.keys, settings.delta
 
+    initial = flat(initial_state(), keys)
+
     def deltas() -> Iterator[np.ndarray]:
-        before = flat(initial_state(), keys)
+        before = initial
         for r in range(1, rounds + 1):
             after = flat(load_checkpoint(layout.round_checkpoint(r)).state_dict, keys)
             yield after - before
             before = after
 
-    design = settings.design(flat(initial_state(), keys).size)
+    design = settings.design(initial.size)
     included = design.included()
     values = CanaryCosines.from_deltas(design.directions(), deltas())
     per_round = [settings.in_round(included, r).size for r in range(1, rounds + 1)]
