@@ -8,7 +8,7 @@ statistics once. A resumed run asks a site only for the rounds its audit file la
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from flwr.app import ArrayRecord
@@ -101,4 +101,4 @@ def with_rounds(
         for r in sorted(lines)
         if r in rounds or r == audit.model_round
     ]
-    return SiteAuditFile(**{**audit.__dict__, "by_round": by_round})
+    return replace(audit, by_round=by_round)
