@@ -59,8 +59,10 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
+# One worker per core, each taking whole test files (a module's shared run stays in one
+# worker); each worker starts one Ray head that its experiments join.
 test: venv data browser lint typecheck
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 format: venv
 	$(VENV)/bin/ruff check --fix .

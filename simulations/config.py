@@ -148,7 +148,9 @@ class ResourcesConfig(_Strict):
 
 
 class RayConfig(_Strict):
-    address: str | None = Field(None, description="join an existing Ray cluster (HOST:PORT)")
+    address: str | None = Field(
+        None, description="join an existing Ray cluster (HOST:PORT); default: $RAY_ADDRESS"
+    )
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray instance")
     temp_dir: Path | None = Field(None, description="Ray session files (default: run dir)")
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -58,20 +59,38 @@ def _gpus(value: float | str, num_sites: int) -> float:
     return float(value)
 
 
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+"""Ray's own variable naming a cluster to join: the default of ``ray.address``."""
+
+
+def ray_address(config: ExperimentConfig) -> str | None:
+    """The cluster a run joins: ``ray.address``, else ``$RAY_ADDRESS`` (as ``ray.init``
+    reads it); None: a private local Ray for the run."""
+    return config.ray.address or os.environ.get(RAY_ADDRESS_ENV) or None
+
+
+def ray_init_args(config: ExperimentConfig, *, temp_dir: Path, verbose: bool) -> dict[str, Any]:
+    """``ray.init``'s arguments: join the cluster of :func:`ray_address`, or start a local
+    Ray with ``ray.num_cpus`` (default: every CPU) and its session files in ``temp_dir``."""
+    init_args: dict[str, Any] = {"include_dashboard": False, "log_to_driver": verbose}
+    address = ray_address(config)
+    if address:
+        # A cluster's own resources decide; num_cpus beside an address is an error in Ray.
+        init_args["address"] = address
+        return init_args
+    init_args["num_cpus"] = config.ray.num_cpus or os.cpu_count() or 1
+    init_args["_temp_dir"] = str(temp_dir)
+    if not verbose:
+        init_args["logging_level"] = logging.ERROR
+    return init_args
+
+
 def _backend_config(
     config: ExperimentConfig, *, num_cpus: float, num_gpus: float, temp_dir: Path, verbose: bool
 ) -> dict:
-    init_args: dict = {"include_dashboard": False, "log_to_driver": verbose}
-    if config.ray.address:
-        init_args["address"] = config.ray.address
-    else:
-        init_args["num_cpus"] = config.ray.num_cpus or os.cpu_count() or 1
-        init_args["_temp_dir"] = str(temp_dir)
-        if not verbose:
-            init_args["logging_level"] = logging.ERROR
     return {
         "client_resources": {"num_cpus": num_cpus, "num_gpus": num_gpus},
-        "init_args": init_args,
+        "init_args": ray_init_args(config, temp_dir=temp_dir, verbose=verbose),
     }
 
 
@@ -102,9 +121,7 @@ def _train_reference_models(
     if reference_count(config) == 0:
         return False
     with _ray_temp_dir(config) as temp_dir:
-        init_args = _backend_config(
-            config, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=temp_dir, verbose=verbose
-        )["init_args"]
+        init_args = ray_init_args(config, temp_dir=temp_dir, verbose=verbose)
         return ensure_reference_models(
             config, meta, run_dir, num_cpus=num_cpus, num_gpus=num_gpus, ray_init_args=init_args
         )

@@ -23,6 +23,8 @@ from simulations.config import validate_config
 from simulations.run_dir import DatasetMeta, prepare_run_dir
 from simulations.run_task import make_task
 
+pytestmark = pytest.mark.ray
+
 TINY_AUDIT = {
     "quick": True,
     "helper_epochs": 2,

@@ -26,6 +26,8 @@ from simulations.config import ConfigError, validate_config
 from simulations.resume import check_resume
 from simulations.run_dir import prepare_run_dir
 
+pytestmark = pytest.mark.ray
+
 REPO = Path(__file__).resolve().parents[1]
 
 RAW = {

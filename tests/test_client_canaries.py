@@ -27,6 +27,8 @@ from reporting.markdown_report import render_markdown
 from simulations.config import ConfigError, validate_config
 from simulations.runner import run_experiment
 
+pytestmark = pytest.mark.ray
+
 # -- the math, no FL -----------------------------------------------------------------------
 
 

@@ -19,6 +19,8 @@ from simulations.apps import client_dp_settings
 from simulations.config import ConfigError, validate_config
 from simulations.runner import run_experiment
 
+pytestmark = pytest.mark.ray
+
 
 def _config(dp: dict, *, rounds: int = 1, sites: int = 2, **fl) -> object:
     return validate_config(

@@ -14,6 +14,8 @@ from ml.datasets import DataError, load_dataset
 from ml.partition import PartitionConfig, partition
 from simulations.cli import main as cli_main
 
+pytestmark = pytest.mark.ray
+
 CLASSES = ("benign", "malignant", "normal")
 
 

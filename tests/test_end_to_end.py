@@ -15,7 +15,7 @@ from simulations.cli import main as cli_main
 from simulations.config import validate_config
 from simulations.runner import run_experiment
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 TINY_AUDIT = {
     "quick": True,

@@ -20,6 +20,8 @@ from simulations.run_dir import DatasetMeta
 from simulations.run_task import make_task
 from simulations.runner import run_experiment
 
+pytestmark = pytest.mark.ray
+
 
 def _config(**sections):
     raw = {

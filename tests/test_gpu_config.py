@@ -17,6 +17,8 @@ from ml.models import MODELS
 from simulations.cli import main as cli_main
 from simulations.config import load_config
 
+pytestmark = pytest.mark.ray
+
 GPU_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "gpu.yaml"
 
 SHORT = [

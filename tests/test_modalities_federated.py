@@ -10,7 +10,7 @@ import pytest
 from simulations.config import load_config
 from simulations.runner import run_experiment
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 SMALL = {

@@ -14,7 +14,7 @@ from reporting import SITE_REPORTS_DIR
 from simulations.config import load_config
 from simulations.runner import run_experiment
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 ROOT = Path(__file__).resolve().parents[1]
 

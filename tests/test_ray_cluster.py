@@ -10,7 +10,7 @@ import pytest
 from deployment.local_ray import LocalRayHead
 from deployment.processes import descendants, is_alive
 from simulations.config import validate_config
-from simulations.runner import run_experiment
+from simulations.runner import ray_init_args, run_experiment
 
 TINY_AUDIT = {
     "quick": True,
@@ -74,3 +74,19 @@ def test_experiment_runs_on_an_existing_ray_cluster(tmp_path):
         for rep in result["repeats"]:
             assert rep["eps_tilde"] == pytest.approx(max(0.0, rep["c_eps_lb"] - rep["c_lb"]))
     assert (run_dir / "report.json").exists()
+
+
+def test_ray_address_defaults_to_the_environment(monkeypatch, tmp_path):
+    """``$RAY_ADDRESS`` (Ray's own variable) names the cluster to join when the config does
+    not; the config's ``ray.address`` wins; without either a run starts a private Ray."""
+    config = validate_config({"name": "x", "ray": {"num_cpus": 3}})
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    local = ray_init_args(config, temp_dir=tmp_path, verbose=False)
+    assert local["num_cpus"] == 3 and local["_temp_dir"] == str(tmp_path)
+    assert "address" not in local
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    joined = ray_init_args(config, temp_dir=tmp_path, verbose=False)
+    # Ray refuses num_cpus beside an address: the cluster's resources decide.
+    assert joined["address"] == "10.0.0.1:6379" and "num_cpus" not in joined
+    named = validate_config({"name": "x", "ray": {"address": "127.0.0.1:7000"}})
+    assert ray_init_args(named, temp_dir=tmp_path, verbose=False)["address"] == "127.0.0.1:7000"

@@ -14,7 +14,7 @@ from simulations.reference_models import site_pool, split_public
 from simulations.run_dir import load_public
 from simulations.runner import run_experiment
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 AUDIT = {
     "quick": True,

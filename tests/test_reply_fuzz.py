@@ -44,6 +44,8 @@ from server.app import ServerSettings, build_server_app
 from server.client_dp import ClientDPSettings, gaussian_epsilon
 from server.strategy import StrategySettings
 
+pytestmark = pytest.mark.ray
+
 SITES = 5
 ROUNDS = 3
 STEP = {0: 1.0, 1: 3.0}
@@ -154,7 +156,9 @@ def fuzz_client_app() -> ClientApp:
     return app
 
 
-def _simulate(run_dir: Path, *, sites: int, client_dp: ClientDPSettings | None) -> None:
+def _simulate(
+    run_dir: Path, *, sites: int, client_dp: ClientDPSettings | None, init_args: dict
+) -> None:
     logging.getLogger("flwr").setLevel(logging.ERROR)
     settings = ServerSettings(
         run_dir=run_dir,
@@ -176,15 +180,15 @@ def _simulate(run_dir: Path, *, sites: int, client_dp: ClientDPSettings | None) 
         num_supernodes=sites,
         backend_config={
             "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-            "init_args": {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False},
+            "init_args": init_args,
         },
     )
 
 
 @pytest.fixture(scope="module")
-def fuzzed(tmp_path_factory) -> Path:
+def fuzzed(tmp_path_factory, ray_init_args) -> Path:
     run_dir = tmp_path_factory.mktemp("fuzz") / "run"
-    _simulate(run_dir, sites=SITES, client_dp=None)
+    _simulate(run_dir, sites=SITES, client_dp=None, init_args=ray_init_args)
     return run_dir
 
 
@@ -222,13 +226,13 @@ def test_bad_audit_replies_fail_their_site_only(fuzzed):
         assert audit["status"] == "failed" and reason in audit["error"], audit["error"]
 
 
-def test_sampled_sites_that_drop_out_are_accounted(tmp_path):
+def test_sampled_sites_that_drop_out_are_accounted(tmp_path, ray_init_args):
     """Client-level DP, 3 sites sampled per round, site 2 always rejected: the noise was
     sized for 3 while the mean has 2, so each round's release is accounted at z * 2 / 3."""
     z = 2.0
     settings = ClientDPSettings(noise_multiplier=z, delta=1e-5, clipping_norm=100.0)
     run_dir = tmp_path / "run"
-    _simulate(run_dir, sites=3, client_dp=settings)
+    _simulate(run_dir, sites=3, client_dp=settings, init_args=ray_init_args)
     ledger = json.loads(RunLayout(run_dir).client_dp_ledger.read_text())
     assert ledger["short_rounds"] == {
         str(r): {"sampled": 3, "aggregated": 2, "noise_multiplier": z * 2 / 3}

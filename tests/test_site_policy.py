@@ -32,6 +32,8 @@ from simulations.apps import SiteResolver, server_settings
 from simulations.config import validate_config
 from simulations.run_dir import prepare_run_dir
 
+pytestmark = pytest.mark.ray
+
 NODE_POLICIES = {
     0: {MAX_EPSILON_KEY: 4.0},  # trains only under DP-SGD at epsilon <= 4
     1: {},  # the defaults: no per-record scores, no tracebacks
@@ -65,7 +67,7 @@ def test_tracebacks_leave_only_when_the_policy_allows():
 
 
 @pytest.fixture(scope="module")
-def refused_run(tmp_path_factory) -> Path:
+def refused_run(tmp_path_factory, ray_init_args) -> Path:
     logging.getLogger("flwr").setLevel(logging.ERROR)
     config = validate_config(
         {
@@ -97,7 +99,7 @@ def refused_run(tmp_path_factory) -> Path:
         num_supernodes=2,
         backend_config={
             "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-            "init_args": {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False},
+            "init_args": ray_init_args,
         },
     )
     return run_dir
