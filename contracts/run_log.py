@@ -116,7 +116,7 @@ def from_dict(cls: type[R], data: Any, where: str = "") -> R:
         raise ValueError(f"{where or 'the record'} must be a JSON object")
     hints = typing.get_type_hints(cls)
     values = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]  # R: a dataclass, unsayable
         key = f"{where}.{f.name}" if where else f.name
         if f.name in data:
             values[f.name] = _value(hints[f.name], data[f.name], key)
@@ -140,7 +140,7 @@ def _value(hint: Any, value: Any, key: str) -> Any:
             raise ValueError(f"key '{key}' must be a list")
         return [_value(args[0], v, key) for v in value]
     if dataclasses.is_dataclass(hint):
-        return from_dict(hint, value, key)  # type: ignore[arg-type]
+        return from_dict(hint, value, key)  # type: ignore[arg-type]  # hint: a dataclass
     if hint is str:
         return str(value)
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import (
@@ -131,8 +131,13 @@ class CanaryClients(DelegatingStrategy):
         canaries = list(self._canary_replies(server_round, ok))
         if self.dp_wrapper is not None:
             # Flower sizes the noise (z C / k) for k clients averaged: canaries count.
-            self.dp_wrapper.num_sampled_clients = self.sites_per_round + len(canaries)  # type: ignore[attr-defined]
+            self._dp_fields().num_sampled_clients = self.sites_per_round + len(canaries)
         return self.inner.aggregate_train(server_round, real + canaries)
+
+    def _dp_fields(self) -> Any:
+        """The Flower DP wrapper, whose noise fields (``clipping_norm``,
+        ``num_sampled_clients``) its declared type, ``Strategy``, does not name."""
+        return self.dp_wrapper
 
     def _canary_replies(self, server_round: int, real: list[Message]) -> Iterator[Message]:
         assert self._current is not None
@@ -146,7 +151,7 @@ class CanaryClients(DelegatingStrategy):
             cast(float, m.content.metric_records[METRICS][self.weighted_by_key]) for m in real
         ]
         if self.dp_wrapper is not None:
-            scale = float(self.dp_wrapper.clipping_norm)  # type: ignore[attr-defined]
+            scale = float(self._dp_fields().clipping_norm)
             weight = 1.0
         else:
             norms = [

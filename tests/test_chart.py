@@ -46,7 +46,7 @@ def _texts(root: ET.Element) -> list[str]:
 
 def _polylines(root: ET.Element) -> list[list[tuple[float, float]]]:
     return [
-        [tuple(map(float, p.split(","))) for p in line.get("points", "").split()]  # type: ignore[misc]
+        [(float(x), float(y)) for x, y in (p.split(",") for p in line.get("points", "").split())]
         for line in root.iter(f"{SVG}polyline")
     ]
 

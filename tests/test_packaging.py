@@ -278,3 +278,17 @@ def test_no_package_holds_most_of_the_code():
     print(f"{'total':<12} {total:>6} lines")
     biggest = max(lines, key=lines.get)
     assert lines[biggest] / total <= MAX_PACKAGE_SHARE, biggest
+
+
+def test_every_type_ignore_names_its_code_and_reason():
+    """``# type: ignore[code]  # why`` on its line: a bare ignore hides every future error."""
+    pattern = re.compile(r"#\s*type:\s*ignore(?!\[[\w\-, ]+\]\s+#\s*\S)")
+    folders = (*PACKAGES, "tests", "benchmarks")
+    bare = [
+        f"{path.relative_to(REPO)}:{n}"
+        for folder in folders
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), start=1)
+        if pattern.search(line)
+    ]
+    assert not bare, bare

@@ -547,7 +547,7 @@ def test_canary_banner_iff_canaries(ledger_run: Path, tmp_path: Path) -> None:
     # The ledger run's violation is loud on the sweep page too.
     assert text.index('<div class="violation" role="alert">') < text.index("<h2>Points</h2>")
     assert sweep.warnings == ["BOUND VIOLATION: point canaries: " + _violation_message(ledger_run)]
-    assert CANARY_BANNER in sweep.md_path.read_text()  # type: ignore[union-attr]
+    assert sweep.md_path is not None and CANARY_BANNER in sweep.md_path.read_text()
     plain_sweep = write_sweep_report(tmp_path / "sweep2", [SweepPoint("plain", {}, old)])
     assert "canaries per site" not in plain_sweep.html_path.read_text()
 

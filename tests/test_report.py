@@ -117,8 +117,14 @@ def _two_sided_repeat(
         member=member,
         nonmember=nonmember,
         eps_tilde=max(member.eps_tilde, nonmember.eps_tilde),
-        rm_rn_eps_lb=None if rm_rn is None else max(member.rm_rn_eps_lb, nonmember.rm_rn_eps_lb),  # type: ignore[type-var]
+        rm_rn_eps_lb=nonmember.rm_rn_eps_lb,  # the larger side's (0.25 above the member's)
     )
+
+
+def _interval_or_none(values: list[float | None]) -> Interval | None:
+    """The repeats' interval of a bound every repeat has, None when none has it."""
+    present = [v for v in values if v is not None]
+    return Interval.of(present) if present else None
 
 
 def _side_result(sides: list[SideRepeat], flags: AuditFlags) -> SideResult:
@@ -129,7 +135,7 @@ def _side_result(sides: list[SideRepeat], flags: AuditFlags) -> SideResult:
         eps_tilde=Interval.of([s.eps_tilde for s in sides]),
         ceiling=sides[0].ceiling,
         flags=flags,
-        rm_rn_eps_lb=None if rm_rn[0] is None else Interval.of(rm_rn),  # type: ignore[arg-type]
+        rm_rn_eps_lb=_interval_or_none(rm_rn),
         rm_rn_ceiling=sides[0].rm_rn_ceiling,
     )
 
@@ -143,7 +149,7 @@ def _two_sided_result(
         eps_tilde=Interval.of([g.eps_tilde for g in games]),
         member=_side_result([g.member for g in games], side_flags.get("member", NO_FLAGS)),
         nonmember=_side_result([g.nonmember for g in games], side_flags.get("nonmember", NO_FLAGS)),
-        rm_rn_eps_lb=None if rm_rn[0] is None else Interval.of(rm_rn),  # type: ignore[arg-type]
+        rm_rn_eps_lb=_interval_or_none(rm_rn),
     )
 
 

@@ -158,7 +158,8 @@ def test_sweep_table_has_the_privacy_columns(sweep_runs: dict[str, Path]) -> Non
     ):
         assert header in [c.header for c in SWEEP_SITE_COLUMNS]
     page = files.html_path.read_text()
-    md = files.md_path.read_text()  # type: ignore[union-attr]
+    assert files.md_path is not None
+    md = files.md_path.read_text()
     for text in (page, md):
         for header in [c.header for c in SWEEP_SITE_COLUMNS]:
             assert header in text, header
