@@ -10,9 +10,8 @@ from contracts.files import atomic_write_text
 
 from .aggregate import build_report
 from .formatting import VIOLATION_TITLE
-from .html_report import render_html
 from .inputs import ReportInputError, RunInputs, load_run
-from .markdown_report import render_markdown
+from .run_report import render_html, render_markdown
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport
 from .site_report import SITE_REPORTS_DIR, write_site_report, write_site_reports
 from .sweep_report import SweepPoint, build_sweep_report, write_sweep_report

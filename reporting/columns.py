@@ -207,6 +207,18 @@ def _scorer(i: int) -> Callable[[SiteReport], str]:
     return lambda s: scorer_cells(s)[i]
 
 
+def site_row_class(site: SiteReport) -> str:
+    """A site's row colour (:data:`~.formatting.ROW_COLOURS`): its worst one-sided state."""
+    flags = None if site.audit is None else site.audit.one_sided.flags
+    if site.checks.bound_violations:
+        return "violation"
+    if site.status != "ok":
+        return site.status
+    if flags and flags.c_lb_not_tight:
+        return "not-tight"
+    return "saturated" if flags and flags.saturated else "ok"
+
+
 _SITE: Column[SiteReport] = column("site", lambda s: str(s.site_id))
 _TWO_SIDED = Column("eps_tilde two-sided [95% CI] (side)", md=fmt_two_sided, html=_two_sided_cell)
 _DP = Column("DP eps (record-level guarantee)", md=_dp_text, html=_dp_cell)

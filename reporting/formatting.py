@@ -48,6 +48,14 @@ LEDGER_INTRO = (
     "Each site's guarantees (accountant, delta) beside its measured lower bounds and "
     f"eps_tilde. {BOUNDS_BELOW_DP}; {NOT_A_BOUND}."
 )
+ROW_COLOURS = (
+    "Row colours: yellow = saturated (eps_tilde reads headroom, not leakage); red = c_lb not "
+    "tight (eps_tilde may overstate); grey = failed or missing audit; dark red border = a bound "
+    "violation (see the banner at the top). Row colours and the badges beside eps_tilde are the "
+    "one-sided game's; the badges beside the two-sided eps_tilde are its sides' (hover a row "
+    "for the reasons)."
+)
+"""The per-site table's legend in HTML (its rows are coloured by :func:`site_row_class`)."""
 FLAG_LEGEND = (
     f"{TIGHT_ONLY}; sites flagged saturated read headroom (ceiling - c_lb), not leakage; "
     "sites flagged c_lb not tight may overstate it. Flags are per game: the one-sided game "

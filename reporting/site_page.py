@@ -15,6 +15,7 @@ from audit.sides import SIDES
 from contracts.json_values import json_safe
 
 from . import plots
+from .blocks import Block, Figure, Heading, Para, Table, to_html
 from .columns import (
     BOUNDS_COLUMNS,
     BY_ROUND_COLUMNS,
@@ -86,7 +87,7 @@ def render_site_page(report: SitePageReport, result: AuditResult | None) -> str:
         *_standing(report),
         "<h2>Threat model</h2>",
         html_list(report.threat_model, ordered=True),
-        *by_round_section(site),
+        *to_html(by_round_blocks(site)),
         *_per_class(site.audit),
         "<h2>Detail</h2>",
         *(_detail(site, site.audit, result) if site.audit is not None else [_failed(site)]),
@@ -175,22 +176,22 @@ def _standing(report: SitePageReport) -> list[str]:
     return ["<h2>Where your site stands in the consortium</h2>", html_list(lines)]
 
 
-def by_round_section(
-    site: SiteReport, *, heading: str = "h2", title: str = "Leakage over rounds"
-) -> list[str]:
+def by_round_blocks(
+    site: SiteReport, *, level: int = 2, title: str = "Leakage over rounds"
+) -> list[Block]:
     """Leakage over rounds: when it first shows, the plot and the table; empty when only
-    the final model was audited (report.html shows it per site too, one level down)."""
+    the final model was audited (the consortium report shows it per site, one level down)."""
     if not site.by_round:
         return []
     return [
-        f"<{heading}>{esc(title)}</{heading}>",
-        f"<p>{esc(first_leaking_text(site.by_round))} {esc(BY_ROUND_NOTE)}</p>",
-        figure(
+        Heading(title, level),
+        Para(f"{first_leaking_text(site.by_round)} {BY_ROUND_NOTE}"),
+        Figure(
             plots.by_round_plot(site.by_round),
             BY_ROUND_CAPTION,
             alt=f"leakage against round, site {site.site_id}",
         ),
-        html_table(BY_ROUND_COLUMNS, site.by_round, attrs=f' id="by-round-{site.site_id}"'),
+        Table(BY_ROUND_COLUMNS, site.by_round, attrs=f' id="by-round-{site.site_id}"'),
     ]
 
 

@@ -19,7 +19,8 @@ from contracts.json_values import json_safe
 
 from . import plots
 from .aggregate import build_report
-from .columns import POINT_COLUMNS, SWEEP_SITE_COLUMNS, SiteRow, html_table, md_table, md_text
+from .blocks import Banner, Block, Figure, Heading, Meaning, Para, Table, to_html, to_markdown
+from .columns import POINT_COLUMNS, SWEEP_SITE_COLUMNS, SiteRow, site_row_class
 from .formatting import (
     NOT_A_BOUND,
     TIGHT_ONLY,
@@ -27,8 +28,7 @@ from .formatting import (
     canary_banner,
     violation_banner_lines,
 )
-from .html_page import SORT_SCRIPT, canary_block, esc, figure, meaning_block, page, violation_banner
-from .html_report import site_row_class
+from .html_page import SORT_SCRIPT, page
 from .inputs import ReportInputError, load_run
 from .privacy_ledger import privacy_settings
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SweepPointReport, SweepReport
@@ -119,16 +119,6 @@ def _problems(report: RunReport, *, has_metrics: bool) -> list[str]:
     return problems
 
 
-def _site_rows(report: SweepReport) -> list[SiteRow]:
-    return [SiteRow(s, p.global_accuracy, p) for p in report.points for s in p.sites]
-
-
-def _violations(report: SweepReport) -> list[str]:
-    return violation_banner_lines(
-        [v for p in report.points for s in p.sites for v in s.checks.bound_violations]
-    )
-
-
 def _canary_lines(report: SweepReport) -> list[str]:
     """One banner per canary count (usually one for the whole sweep), naming its points."""
     by_count: dict[int, list[str]] = {}
@@ -142,58 +132,66 @@ def _canary_lines(report: SweepReport) -> list[str]:
     return lines
 
 
-def render_sweep_html(report: SweepReport) -> str:
-    """The HTML text of ``sweep.html``."""
-    canaries = _canary_lines(report)
-    body = [
-        "<h1>PANORAMIA sweep comparison</h1>",
-        violation_banner(_violations(report)),
-        *(canary_block(line) for line in canaries),
-        f"<p>Sweep schema version {esc(report.schema_version)}; {len(report.points)} points. "
-        "Incomplete points are listed with what is missing; their available numbers are "
-        "still shown.</p>",
-        meaning_block(),
-        "<h2>Points</h2>",
-        "<p>Click a column header to sort a table by it (again to reverse).</p>",
-        html_table(
+TITLE = "PANORAMIA sweep comparison"
+
+
+def sweep_blocks(report: SweepReport) -> list[Block]:
+    """The sweep, section by section: banners, the points, each point's sites, the plots."""
+    points = report.points
+    violations = [v for p in points for s in p.sites for v in s.checks.bound_violations]
+    intro = f"Sweep schema version {report.schema_version}; {len(points)} points. "
+    return [
+        Heading(TITLE, 1),
+        Banner("violation", violation_banner_lines(violations)),
+        Banner("canaries", _canary_lines(report)),
+        Para(
+            intro + "Incomplete points are listed with what is missing; their available "
+            "numbers are still shown.",
+            only="html",
+        ),
+        Para(intro + "Plots are in sweep.html; sweep.json holds the numbers in full.", only="md"),
+        Meaning(),
+        Heading("Points"),
+        Para("Click a column header to sort a table by it (again to reverse).", only="html"),
+        Table(
             POINT_COLUMNS,
-            report.points,
+            points,
             attrs=' class="sortable"',
             row_class=lambda p: "incomplete" if p.status == "incomplete" else "ok",
         ),
-        "<h2>Per point and site</h2>",
-        html_table(
+        Heading("Per point and site"),
+        Table(
             SWEEP_SITE_COLUMNS,
-            _site_rows(report),
+            [SiteRow(s, p.global_accuracy, p) for p in points for s in p.sites],
             attrs=' class="sortable"',
             row_class=lambda r: site_row_class(r.site),
         ),
-        "<h2>Measured epsilon against the theoretical epsilon</h2>",
-        figure(
-            plots.sweep_eps_plot(report.points),
+        Heading("Measured epsilon against the theoretical epsilon", only="html"),
+        Figure(
+            plots.sweep_eps_plot(points),
             "One marker per site and point: eps_tilde one-sided and two-sided with their 95% "
             "intervals, RM;RN and O(1) lower bounds. Non-private points sit at the 'inf' "
             f"position. Lower bounds should stay below the dotted y = eps line; {TIGHT_ONLY}.",
             alt="measured vs theoretical epsilon",
         ),
-        "<h2>Accuracy against privacy</h2>",
-        figure(
-            plots.sweep_accuracy_plot(report.points),
+        Heading("Accuracy against privacy", only="html"),
+        Figure(
+            plots.sweep_accuracy_plot(points),
             "Final-round global accuracy of each point against its theoretical eps "
             "(max over sites); non-private points at 'inf'.",
             alt="accuracy vs privacy",
         ),
-        "<h2>Per site: accuracy against the accountant's epsilon</h2>",
-        figure(
-            plots.sweep_site_accuracy_plot(report.points),
+        Heading("Per site: accuracy against the accountant's epsilon", only="html"),
+        Figure(
+            plots.sweep_site_accuracy_plot(points),
             "One panel per site: the final global accuracy (squares) and the model's accuracy "
             "on the site's held-out records (circles) at each point, against the site's "
             "record-level DP guarantee (log scale); points without DP at 'no DP', right.",
             alt="accuracy vs accountant epsilon per site",
         ),
-        "<h2>Per site: measured lower bounds against the accountant's epsilon</h2>",
-        figure(
-            plots.sweep_site_bounds_plot(report.points),
+        Heading("Per site: measured lower bounds against the accountant's epsilon", only="html"),
+        Figure(
+            plots.sweep_site_bounds_plot(points),
             "One panel per site: the canary audit's and O(1)'s lower bounds and eps_tilde "
             "(two-sided where measured) against the site's record-level DP guarantee (log "
             "scale), with the y = x line; points without DP at 'no DP', right. A lower bound "
@@ -202,7 +200,17 @@ def render_sweep_html(report: SweepReport) -> str:
             alt="measured lower bounds vs accountant epsilon per site",
         ),
     ]
-    return page("PANORAMIA sweep comparison", body, data=json_safe(report), script=SORT_SCRIPT)
+
+
+def render_sweep_html(report: SweepReport) -> str:
+    """The HTML text of ``sweep.html``."""
+    body = to_html(sweep_blocks(report))
+    return page(TITLE, body, data=json_safe(report), script=SORT_SCRIPT)
+
+
+def render_sweep_markdown(report: SweepReport) -> str:
+    """The Markdown text of ``sweep.md``: banners and the two tables (plots: sweep.html)."""
+    return to_markdown(sweep_blocks(report))
 
 
 def write_sweep_report(
@@ -226,30 +234,3 @@ def write_sweep_report(
         md_path=atomic_write_text(sweep_dir / "sweep.md", render_sweep_markdown(report)),
         warnings=warnings,
     )
-
-
-def render_sweep_markdown(report: SweepReport) -> str:
-    """The Markdown text of ``sweep.md``: banners and the two tables (plots: sweep.html)."""
-    lines = ["# PANORAMIA sweep comparison", ""]
-    violations = _violations(report)
-    if violations:
-        lines += [f"> **{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee**"]
-        lines += [">", *[f"> - {md_text(x)}" for x in violations], ""]
-    lines += [f"> **Canaries.** {md_text(x)}" for x in _canary_lines(report)]
-    lines += [
-        "",
-        f"Sweep schema version {report.schema_version}; {len(report.points)} points. "
-        "Plots are in sweep.html; sweep.json holds the numbers in full.",
-        "",
-        f"> {md_text(report.meaning)}",
-        "",
-        "## Points",
-        "",
-        *md_table(POINT_COLUMNS, report.points),
-        "",
-        "## Per point and site",
-        "",
-        *md_table(SWEEP_SITE_COLUMNS, _site_rows(report)),
-    ]
-    lines.append("")
-    return "\n".join(lines)

@@ -23,7 +23,7 @@ from contracts.checkpoint import load_checkpoint
 from contracts.run_files import RunLayout
 from deployment.flower_apps import DeploymentConfigError, read_run
 from reporting import build_report, load_run
-from reporting.markdown_report import render_markdown
+from reporting.run_report import render_markdown
 from simulations.config import ConfigError, validate_config
 from simulations.runner import run_experiment
 

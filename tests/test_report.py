@@ -40,8 +40,8 @@ from reporting import (
     write_report,
     write_sweep_report,
 )
-from reporting.markdown_report import render_markdown
 from reporting.plots import roc_plot
+from reporting.run_report import render_markdown
 from reporting.schema import TPR_FPR_KEYS
 from reporting.writers import report_to_json_text, site_rows, write_rows
 

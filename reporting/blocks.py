@@ -1,0 +1,159 @@
+"""A report's sections as blocks, laid out once and rendered to Markdown (:func:`to_markdown`)
+and to HTML (:func:`to_html`): a section added to a report shows in both formats.
+
+A block marked ``only="html"`` (a figure, a note on hovering) or ``only="md"`` is left out
+of the other format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .columns import Column, html_table, md_table, md_text
+from .formatting import MEANING_POINTS, VIOLATION_TITLE
+from .html_page import canary_block, esc, figure, html_list, meaning_block, violation_banner
+
+Format = Literal["md", "html"]
+
+
+@dataclass(frozen=True)
+class Heading:
+    text: str
+    level: int = 2
+    only: Format | None = None
+
+
+@dataclass(frozen=True)
+class Para:
+    text: str
+    only: Format | None = None
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: Sequence[str]
+    only: Format | None = None
+
+
+@dataclass(frozen=True)
+class Errors:
+    """Items ``label: error text``; the error text is set as code in HTML."""
+
+    items: Sequence[tuple[str, str]]
+    only: Format | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    columns: Sequence[Column[Any]]
+    rows: Sequence[Any]
+    attrs: str = ""
+    """On ``<table>`` (an id, a class)."""
+    row_class: Callable[[Any], str | None] | None = None
+    row_title: Callable[[Any], str | None] | None = None
+    wide: bool = False
+    """Scrolls sideways in HTML instead of widening the page."""
+    only: Format | None = None
+
+
+@dataclass(frozen=True)
+class Figure:
+    """An inline SVG plot with its caption (HTML only: Markdown has no plots)."""
+
+    svg: str | None
+    caption: str
+    alt: str
+    only: Format | None = "html"
+
+
+@dataclass(frozen=True)
+class Banner:
+    """Loud lines at the top: bound violations, or the canaries a model trained with."""
+
+    kind: Literal["violation", "canaries"]
+    lines: Sequence[str]
+    only: Format | None = None
+
+
+@dataclass(frozen=True)
+class Meaning:
+    """What eps_tilde means and does not mean (folded in HTML)."""
+
+    only: Format | None = None
+
+
+Block = Heading | Para | Bullets | Errors | Table | Figure | Banner | Meaning
+
+MEANING_HEADING = "What eps_tilde means (read before drawing conclusions)"
+
+
+def to_markdown(blocks: Sequence[Block]) -> str:
+    """The Markdown text of the blocks (``only="html"`` ones left out)."""
+    lines: list[str] = []
+    for block in blocks:
+        if block.only != "html":
+            lines += _markdown(block)
+    return "\n".join(lines)
+
+
+def _markdown(block: Block) -> list[str]:
+    match block:
+        case Heading(text, level):
+            return ["#" * level + " " + text, ""]
+        case Para(text):
+            return [md_text(text), ""]
+        case Bullets(items):
+            return [*(f"- {md_text(x)}" for x in items), ""] if items else []
+        case Errors(items):
+            return [*(f"- {label}: {md_text(text)}" for label, text in items), ""] if items else []
+        case Table(columns, rows):
+            return [*md_table(columns, rows), ""]
+        case Banner("violation", lines) if lines:
+            title = f"{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee"
+            return [f"> **{title}**", ">", *(f"> - {md_text(x)}" for x in lines), ""]
+        case Banner("canaries", lines) if lines:
+            return [*(f"> **Canaries.** {md_text(x)}" for x in lines), ""]
+        case Meaning():
+            return ["## " + MEANING_HEADING, "", *_markdown(Bullets(MEANING_POINTS))]
+    return []
+
+
+def to_html(blocks: Sequence[Block]) -> list[str]:
+    """The HTML body parts of the blocks (``only="md"`` ones left out)."""
+    return [_html(block) for block in blocks if block.only != "md"]
+
+
+def _html(block: Block) -> str:
+    match block:
+        case Heading(text, level):
+            return f"<h{level}>{esc(text)}</h{level}>"
+        case Para(text):
+            return f"<p>{esc(text)}</p>"
+        case Bullets(items):
+            return html_list(list(items)) if items else ""
+        case Errors(items):
+            lis = "".join(
+                f'<li>{esc(label)}: <span class="error">{esc(text)}</span></li>'
+                for label, text in items
+            )
+            return f"<ul>{lis}</ul>" if items else ""
+        case Table(columns, rows, attrs, row_class, row_title, wide):
+            table = html_table(
+                columns,
+                rows,
+                attrs=attrs,
+                row_class=row_class or (lambda row: None),
+                row_title=row_title or (lambda row: None),
+            )
+            return f'<div class="wide">{table}</div>' if wide else table
+        case Figure(svg, caption, alt):
+            return figure(svg, caption, alt=alt)
+        case Banner("violation", lines):
+            return violation_banner(list(lines))
+        case Banner("canaries", lines):
+            return "".join(canary_block(line) for line in lines)
+        case Meaning():
+            return meaning_block()
+    return ""

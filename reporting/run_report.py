@@ -1,0 +1,221 @@
+"""report.md and report.html of one run: one layout (:func:`report_blocks`), two formats."""
+
+from __future__ import annotations
+
+from audit.result import AuditResult
+from contracts.json_values import json_safe
+
+from . import plots
+from .blocks import (
+    Banner,
+    Block,
+    Bullets,
+    Errors,
+    Figure,
+    Heading,
+    Meaning,
+    Para,
+    Table,
+    to_html,
+    to_markdown,
+)
+from .columns import HEADLINE_COLUMNS, LEDGER_COLUMNS, SITE_COLUMNS, SiteRow, site_row_class
+from .formatting import (
+    EPS_PLOT_CAPTION,
+    FLAG_LEGEND,
+    HEADLINE_NOTE,
+    LEDGER_INTRO,
+    MISSING,
+    ROW_COLOURS,
+    canary_banner,
+    client_canary_lines,
+    consortium_lines,
+    levels_lines,
+    scoped_reasons,
+    scorer_cells,
+    scorer_headers,
+    violation_banner_lines,
+)
+from .html_page import page
+from .schema import RunReport, SiteReport
+from .site_page import by_round_blocks
+
+
+def title(report: RunReport) -> str:
+    run_name = report.run.get("name") if isinstance(report.run, dict) else None
+    return "PANORAMIA consortium audit report" + (f" - {run_name}" if run_name else "")
+
+
+def render_markdown(report: RunReport) -> str:
+    """The Markdown text of ``report.md`` (the tables; the plots are in report.html)."""
+    return to_markdown(report_blocks(report, {}))
+
+
+def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
+    """The HTML text of ``report.html``; ``results``: the ok sites' AuditResults by site id
+    (for the curves; scores are never used)."""
+    body = to_html(report_blocks(report, results))
+    return page(title(report), body, data=json_safe(report))
+
+
+def report_blocks(report: RunReport, results: dict[int, AuditResult]) -> list[Block]:
+    """The report, section by section: the headline first, the explanation folded under it,
+    then the full tables, the ledger, the plots and the rounds."""
+    sites = report.sites
+    violations = [v for s in sites for v in s.checks.bound_violations]
+    return [
+        Heading(title(report), 1),
+        Banner("violation", violation_banner_lines(violations)),
+        Banner("canaries", [canary_banner(report.canaries)] if report.canaries else []),
+        Heading("Headline"),
+        Table(HEADLINE_COLUMNS, sites, attrs=' id="headline"', row_class=site_row_class),
+        Para(HEADLINE_NOTE, only="md"),
+        Para(f"{HEADLINE_NOTE} Hover a cell for the full value.", only="html"),
+        Heading("Consortium summary", 3),
+        Bullets(consortium_lines(report.consortium)),
+        Meaning(),
+        Para(
+            f"Report schema version {report.schema_version}. Numbers are rounded for display; "
+            "hover a cell for the full value, or read the embedded JSON (id report-data), "
+            "report.json or report.csv.",
+            only="html",
+        ),
+        Para(
+            f"Report schema version {report.schema_version}. Numbers are rounded for display; "
+            "report.json and report.csv hold them in full.",
+            only="md",
+        ),
+        Heading("Per-site audit"),
+        Table(
+            SITE_COLUMNS,
+            sites,
+            row_class=site_row_class,
+            row_title=lambda s: "; ".join(f"{scope}: {r}" for scope, r in scoped_reasons(s)),
+            wide=True,
+        ),
+        Para(ROW_COLOURS, only="html"),
+        Para(FLAG_LEGEND, only="md"),
+        Bullets(levels_lines(sites)),
+        *_problems(report),
+        *_ledger(report),
+        *_client_canaries(report),
+        *_figures(report, results),
+        *_over_rounds(report),
+        Heading("Training", only="html"),
+        Figure(
+            plots.training_plot(report.rounds),
+            "Global loss and accuracy per round; each site's local train loss and its "
+            "accountant epsilon per round (when DP is on).",
+            alt="training curves",
+        ),
+    ]
+
+
+def _client_canaries(report: RunReport) -> list[Block]:
+    if report.client_canaries is None:
+        return []
+    return [Heading("Canary clients"), Bullets(client_canary_lines(report.client_canaries))]
+
+
+def _over_rounds(report: RunReport) -> list[Block]:
+    """Each site's leakage over rounds, when any site was audited over rounds."""
+    if not report.consortium.first_leaking_round:
+        return []
+    per_site = (by_round_blocks(s, level=3, title=f"Site {s.site_id}") for s in report.sites)
+    return [Heading("Leakage over rounds"), *(b for blocks in per_site for b in blocks)]
+
+
+def ledger_rows(report: RunReport) -> list[SiteRow]:
+    """The privacy ledger's rows: each site with the run's final global accuracy."""
+    return [SiteRow(s, report.consortium.final_global_accuracy) for s in report.sites]
+
+
+def _problems(report: RunReport) -> list[Block]:
+    blocks: list[Block] = []
+    flagged = [(s.site_id, *sr) for s in report.sites for sr in scoped_reasons(s)]
+    if flagged:
+        blocks += [
+            Heading("Flag reasons", 3),
+            Bullets([f"site {sid} ({scope}): {r}" for sid, scope, r in flagged]),
+        ]
+    bad = [s for s in report.sites if s.status != "ok"]
+    if bad:
+        blocks += [
+            Heading("Sites without an audit", 3),
+            Errors([(f"site {s.site_id} ({s.status})", _why_missing(s)) for s in bad]),
+        ]
+    return blocks
+
+
+def _why_missing(site: SiteReport) -> str:
+    """Why a site has no audit: its error, or no audit file."""
+    why = site.error if site.status == "failed" else "no audit file in audits/"
+    return why or MISSING
+
+
+def _ledger(report: RunReport) -> list[Block]:
+    if not report.sites:
+        return []
+    above = [s for s in report.sites if s.checks.eps_tilde_above_accountant]
+    return [
+        Heading("Privacy ledger"),
+        Para(f"{LEDGER_INTRO} DP level of the run: {report.dp_level or MISSING}."),
+        *([Para(f"DP {report.noise}.")] if report.noise else []),
+        Table(
+            LEDGER_COLUMNS,
+            ledger_rows(report),
+            attrs=' id="ledger"',
+            row_class=lambda r: "violation" if r.site.checks.bound_violations else r.site.status,
+            wide=True,
+        ),
+        Bullets([f"site {s.site_id}: {s.checks.eps_tilde_above_accountant}" for s in above]),
+    ]
+
+
+def _figures(report: RunReport, results: dict[int, AuditResult]) -> list[Block]:
+    """The plots of report.html (Markdown has none)."""
+    sites = report.sites
+    return [
+        Heading("eps_tilde per site", only="html"),
+        Figure(plots.site_eps_plot(sites), EPS_PLOT_CAPTION, alt="eps_tilde per site"),
+        Heading("Low-FPR ROC per site (log-log)", only="html"),
+        Para(
+            "True-positive rate against false-positive rate on log axes, mean over repeats: "
+            "b (blue) and the MIA (red) in the privacy game (members against generated "
+            "records), RM;RN (green) against real held-out non-members; dotted: chance (TPR = "
+            "FPR). A curve far above the diagonal at the left exposes a few records with high "
+            "confidence.",
+            only="html",
+        ),
+        *_roc_figures(report, results),
+        Heading("Precision-recall: baseline b vs MIA", only="html"),
+        Figure(
+            plots.precision_recall_plot(sites, results),
+            "Per site, precision against recall of b (blue, no access to the model) and of "
+            "the MIA (red, sees the target model) in the privacy game, one line per repeat.",
+            alt="precision-recall per site",
+        ),
+        Heading("Lower bound against recall", only="html"),
+        Figure(
+            plots.bound_recall_plot(sites, results),
+            "Per site, the bound at each recall level: c for b (blue) and c+eps for the MIA "
+            "(red); the dashed line is the ceiling, the bound of a perfect scorer.",
+            alt="bound against recall per site",
+        ),
+    ]
+
+
+def _roc_figures(report: RunReport, results: dict[int, AuditResult]) -> list[Block]:
+    """One log-log ROC figure per ok site whose audit has ROC summaries."""
+    drawn = [s for s in report.sites if s.site_id in results and results[s.site_id].roc]
+    if not drawn:
+        return [Figure(None, "", alt="log-scale ROC (the audits carry no ROC summaries)")]
+    return [
+        Figure(
+            plots.roc_plot(s.site_id, results[s.site_id].roc, len(results[s.site_id].repeats)),
+            f"site {s.site_id}: "
+            + "; ".join(f"{h} = {c}" for h, c in zip(scorer_headers(), scorer_cells(s))),
+            alt=f"log-scale ROC, site {s.site_id}",
+        )
+        for s in drawn
+    ]
