@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,6 +17,16 @@ os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def seeded_rngs() -> None:
+    """Every test starts from the same global RNG state (torch, numpy, random), whatever ran
+    before it in its worker: a model made without a seed of its own starts from the same
+    weights in every run, in any order the workers take the tests."""
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
 
 
 @pytest.fixture(scope="session", autouse=True)
