@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from deployment.local_ray import LocalRayHead
+from simulations import runner
+from simulations.config import validate_config
 from simulations.runner import RAY_ADDRESS_ENV
 
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
@@ -48,12 +53,16 @@ def shared_ray_head(request: pytest.FixtureRequest) -> Iterator[LocalRayHead | N
 
 
 @pytest.fixture(scope="session")
-def ray_init_args(shared_ray_head: LocalRayHead | None) -> dict:
-    """``ray.init`` arguments for a test that calls Flower's ``run_simulation`` itself."""
-    common = {"include_dashboard": False, "log_to_driver": False}
-    if shared_ray_head is None:
-        return {**common, "num_cpus": 2}
-    return {**common, "address": shared_ray_head.address}
+def ray_init_args(shared_ray_head: LocalRayHead | None) -> Iterator[dict]:
+    """``ray.init`` arguments for a test that calls Flower's ``run_simulation`` itself: the
+    runner's own, so such a test joins the cluster a run would join (``RAY_ADDRESS``)."""
+    config = validate_config({"name": "direct", "ray": {"num_cpus": 2}})
+    # Short, like the runner's: Ray's socket paths must fit AF_UNIX's limit.
+    temp_dir = Path(tempfile.mkdtemp(prefix="pfl-ray-"))
+    try:
+        yield runner.ray_init_args(config, temp_dir=temp_dir, verbose=False)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture
