@@ -23,3 +23,8 @@ class UnknownNameError(UserError, KeyError):
 
 class MissingFileError(UserError, FileNotFoundError):
     """A file the user named (or a run directory should hold) does not exist."""
+
+
+class RunFileError(UserError, ValueError):
+    """A run directory's file is missing or malformed; the message names it (and the line
+    or key)."""

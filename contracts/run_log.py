@@ -11,13 +11,17 @@ evaluation or failures); a site's numbers are always all there (null when unknow
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import types
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
+from contracts.errors import RunFileError
 from contracts.json_values import json_safe
+from contracts.run_files import RunLayout
 
 R = TypeVar("R")
 
@@ -123,6 +127,46 @@ def from_dict(cls: type[R], data: Any, where: str = "") -> R:
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ValueError(f"key '{key}' is missing")
     return cls(**values)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON of a run file; a :class:`~contracts.errors.RunFileError` naming the file
+    when it cannot be read or is not JSON."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise RunFileError(f"{path} is not valid JSON: {exc}") from exc
+    except OSError as exc:
+        raise RunFileError(f"{path} cannot be read: {exc}") from exc
+
+
+def read_record(cls: type[R], path: Path) -> R | None:
+    """The record ``cls`` in the JSON file ``path`` (:func:`from_dict`); None without the
+    file, a :class:`~contracts.errors.RunFileError` naming it when malformed."""
+    if not path.exists():
+        return None
+    try:
+        return from_dict(cls, read_json(path))
+    except RunFileError:
+        raise
+    except ValueError as exc:
+        raise RunFileError(f"{path}: {exc}") from exc
+
+
+def read_rounds(run_dir: Path) -> list[RoundRecord]:
+    """``metrics.jsonl``'s rounds in round order (none without the file); a
+    :class:`~contracts.errors.RunFileError` naming the file and line of a malformed one."""
+    path = RunLayout(run_dir).metrics
+    if not path.exists():
+        return []
+    rounds = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                rounds.append(from_dict(RoundRecord, json.loads(line)))
+            except ValueError as exc:  # JSONDecodeError included
+                raise RunFileError(f"{path}:{lineno}: {exc}") from exc
+    return sorted(rounds, key=lambda r: r.round)
 
 
 def _value(hint: Any, value: Any, key: str) -> Any:

@@ -303,7 +303,8 @@ class DeploymentResolver:
 def write_site_summary(run: DeploymentRun) -> Path:
     """``partition.json`` from what the sites reported, for runs whose data never was on
     the server (real sites): members from the audits or the last round's example counts."""
-    from server.run_log import read_rounds, read_site_audit
+    from contracts.run_log import read_rounds
+    from server.run_log import read_site_audit
 
     rounds = read_rounds(run.run_dir)
     sites = []

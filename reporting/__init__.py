@@ -10,7 +10,7 @@ from contracts.files import atomic_write_text
 
 from .aggregate import build_report
 from .formatting import VIOLATION_TITLE
-from .inputs import ReportInputError, RunInputs, load_run
+from .inputs import RunInputs, load_run
 from .run_report import render_html, render_markdown
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport
 from .site_report import SITE_REPORTS_DIR, write_site_report, write_site_reports
@@ -21,7 +21,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "SITE_REPORTS_DIR",
     "ReportFiles",
-    "ReportInputError",
     "RunInputs",
     "RunReport",
     "SitePageReport",
@@ -67,7 +66,7 @@ def write_report(run_dir: Path) -> ReportFiles:
 
     Sites in partition.json without an audit file are "missing"; failed audits keep their
     error text; per-record scores in audits/ are never copied. Raises
-    :class:`ReportInputError` (naming the file, and line or key) for a missing or malformed
+    :class:`RunFileError` (naming the file, and line or key) for a missing or malformed
     config.yaml, partition.json, metrics.jsonl line or client_dp.json.
     """
     run_dir = Path(run_dir)

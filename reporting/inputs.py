@@ -1,16 +1,16 @@
-"""Read a run directory (layout in the team contract) into typed inputs for the report.
+"""Read a run directory (:class:`contracts.run_files.RunLayout`) into typed inputs for the
+report.
 
 Missing or malformed ``config.yaml`` / ``partition.json`` / ``metrics.jsonl`` lines, and a
 malformed ``client_dp.json`` (absent unless client-level DP is on) or ``client_canaries.json``
-(absent unless the run had canary clients), raise
-:class:`ReportInputError` naming the file (and line or key). A site's audit file that is
-missing or unreadable does not: that site becomes "missing" / "failed" and the others stay;
-a malformed ``canary`` block in it only drops the canary numbers.
+(absent unless the run had canary clients), raise :class:`~contracts.errors.RunFileError`
+naming the file (and line or key). A site's audit file that is missing or unreadable does
+not: that site becomes "missing" / "failed" and the others stay; a malformed ``canary``
+block in it only drops the canary numbers.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,17 +22,13 @@ from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
 from audit.over_rounds import RoundLeakage
 from audit.result import AuditResult
-from contracts.errors import UserError
+from contracts.errors import RunFileError
 from contracts.run_files import NOISE_NOTES, RunLayout, SiteAuditFile
-from contracts.run_log import ClientDPLedgerFile, RoundRecord, from_dict
+from contracts.run_log import ClientDPLedgerFile, RoundRecord, read_json, read_record, read_rounds
 
 from .schema import SiteStatus
 
 log = logging.getLogger(__name__)
-
-
-class ReportInputError(UserError, ValueError):
-    """A run directory's file is missing or malformed (the message names it)."""
 
 
 @dataclass(frozen=True)
@@ -78,16 +74,14 @@ def load_run(run_dir: Path) -> RunInputs:
     """Read ``config.yaml``, ``partition.json``, ``metrics.jsonl`` (no rounds and
     ``has_metrics`` False without one), ``client_dp.json``, ``noise.json`` and ``audits/``.
 
-    Raises :class:`ReportInputError` as the module says.
+    Raises :class:`RunFileError` as the module says.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ReportInputError(f"run directory {run_dir} does not exist")
+        raise RunFileError(f"run directory {run_dir} does not exist")
     layout = RunLayout(run_dir)
     config = _load_config(layout.config)
     partition = _load_partition(layout.partition)
-    metrics_path = layout.metrics
-    rounds = _load_metrics(metrics_path) if metrics_path.exists() else []
     audit_files = layout.audit_files()
     partition_sites = {int(s["site_id"]): s for s in partition["sites"]}
     audits: dict[int, SiteAuditInput] = {}
@@ -103,10 +97,10 @@ def load_run(run_dir: Path) -> RunInputs:
         run_dir=run_dir,
         config=config,
         partition=partition,
-        rounds=rounds,
+        rounds=read_rounds(run_dir),
         audits=audits,
-        has_metrics=metrics_path.exists(),
-        client_dp=load_client_dp(run_dir),
+        has_metrics=layout.metrics.exists(),
+        client_dp=read_record(ClientDPLedgerFile, layout.client_dp_ledger),
         client_canaries=load_client_canaries(layout.client_canaries),
         noise_source=_noise_source(layout.noise),
     )
@@ -117,39 +111,28 @@ def load_client_canaries(path: Path) -> ClientCanaryResult | None:
     if not path.exists():
         return None
     try:
-        return ClientCanaryResult.from_dict(_read_json(path))
+        return ClientCanaryResult.from_dict(read_json(path))
     except (KeyError, TypeError, ValueError) as exc:
-        raise ReportInputError(f"{path}: not a canary-clients result ({exc})") from None
+        raise RunFileError(f"{path}: not a canary-clients result ({exc})") from None
 
 
 def _noise_source(path: Path) -> str | None:
     """Where the run's DP noise came from, by ``noise.json``; None when it has none."""
     if not path.exists():
         return None
-    data = _read_json(path)
+    data = read_json(path)
     source = data.get("source") if isinstance(data, dict) else None
     if source not in NOISE_NOTES:
-        raise ReportInputError(f"{path}: key 'source' must be one of {sorted(NOISE_NOTES)}")
+        raise RunFileError(f"{path}: key 'source' must be one of {sorted(NOISE_NOTES)}")
     return str(source)
-
-
-def load_client_dp(run_dir: Path) -> ClientDPLedgerFile | None:
-    """The server's ``client_dp.json`` in ``run_dir``, or None when there is none."""
-    path = RunLayout(run_dir).client_dp_ledger
-    if not path.exists():
-        return None
-    try:
-        return from_dict(ClientDPLedgerFile, _read_json(path))
-    except ValueError as exc:
-        raise ReportInputError(f"{path}: {exc}") from exc
 
 
 def load_site_audit(run_dir: Path, site_id: int) -> SiteAuditInput:
     """One site's audit file alone (no partition.json, metrics or other sites needed); a
-    :class:`ReportInputError` when it does not exist, a "failed" input when unreadable."""
+    :class:`RunFileError` when it does not exist, a "failed" input when unreadable."""
     path = RunLayout(run_dir).audit(site_id)
     if not path.exists():
-        raise ReportInputError(f"{path} is missing (site {site_id}'s audit file)")
+        raise RunFileError(f"{path} is missing (site {site_id}'s audit file)")
     return _load_site_audit(path, site_id, {})
 
 
@@ -161,46 +144,34 @@ def load_optional_config(run_dir: Path) -> dict[str, Any]:
 
 def _load_config(path: Path) -> dict[str, Any]:
     if not path.exists():
-        raise ReportInputError(f"{path} is missing (the run's resolved config)")
+        raise RunFileError(f"{path} is missing (the run's resolved config)")
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise ReportInputError(f"{path} is not valid YAML: {exc}") from exc
+        raise RunFileError(f"{path} is not valid YAML: {exc}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ReportInputError(f"{path} must hold a mapping, got {type(data).__name__}")
+        raise RunFileError(f"{path} must hold a mapping, got {type(data).__name__}")
     return data
 
 
 def _load_partition(path: Path) -> dict[str, Any]:
     if not path.exists():
-        raise ReportInputError(f"{path} is missing (the partition summary)")
-    data = _read_json(path)
+        raise RunFileError(f"{path} is missing (the partition summary)")
+    data = read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("sites"), list):
-        raise ReportInputError(f"{path}: key 'sites' must be a list of site summaries")
+        raise RunFileError(f"{path}: key 'sites' must be a list of site summaries")
     for i, site in enumerate(data["sites"]):
         if not isinstance(site, dict) or "site_id" not in site:
-            raise ReportInputError(f"{path}: sites[{i}] has no 'site_id'")
+            raise RunFileError(f"{path}: sites[{i}] has no 'site_id'")
         try:
             int(site["site_id"])
         except (TypeError, ValueError) as exc:
-            raise ReportInputError(
+            raise RunFileError(
                 f"{path}: sites[{i}].site_id must be an integer, got {site['site_id']!r}"
             ) from exc
     return data
-
-
-def _load_metrics(path: Path) -> list[RoundRecord]:
-    rounds: list[RoundRecord] = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rounds.append(from_dict(RoundRecord, json.loads(line)))
-        except ValueError as exc:  # JSONDecodeError included
-            raise ReportInputError(f"{path}:{lineno}: {exc}") from exc
-    return sorted(rounds, key=lambda r: r.round)
 
 
 def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAuditInput:
@@ -208,8 +179,8 @@ def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAudi
     makes the site "failed", with the reason. Sizes the file lacks come from partition.json."""
     members, holdout = _opt_int(part.get("train")), _opt_int(part.get("holdout"))
     try:
-        file = SiteAuditFile.from_dict(_read_json(path))
-    except (ReportInputError, ValueError) as exc:
+        file = SiteAuditFile.from_dict(read_json(path))
+    except (RunFileError, ValueError) as exc:
         error = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
         return SiteAuditInput(site_id, "failed", members, holdout, error=error)
 
@@ -255,15 +226,6 @@ def _by_round(path: Path, lines: list[dict[str, Any]] | None) -> list[RoundLeaka
     except ValueError as err:
         log.warning("%s: key 'by_round' dropped: %s", path, err)
         return []
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ReportInputError(f"{path} is not valid JSON: {exc}") from exc
-    except OSError as exc:
-        raise ReportInputError(f"{path} cannot be read: {exc}") from exc
 
 
 def _opt_int(value: Any) -> int | None:

@@ -1,4 +1,4 @@
-"""Report plots as inline SVG markup (:mod:`.chart`), drawn in milliseconds each.
+"""Report plots as inline SVG markup (:mod:`charts.svg`), drawn in milliseconds each.
 
 Each function returns None when it has nothing to draw, so the HTML can say so instead.
 """
@@ -11,9 +11,9 @@ from typing import Any
 
 from audit.over_rounds import RoundLeakage
 from audit.result import AuditResult, Interval, RocSummary
+from charts.svg import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
 from contracts.run_log import RoundRecord, site_order
 
-from .chart import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
 from .formatting import quality
 from .privacy_ledger import released_model_epsilon
 from .schema import ONE, SCORERS, SiteReport, SweepPointReport, at, mean_of

@@ -29,9 +29,10 @@ from typing import Any
 from audit.client_canaries import ClientCanaryResult, ThreatModel
 from audit.one_run import METHOD_LABELS, Method
 from contracts.dp_level import DPLevel, resolve_dp_level
+from contracts.errors import RunFileError
 from contracts.run_log import ClientDPLedgerFile, RoundRecord
 
-from .inputs import ReportInputError, SiteAuditInput
+from .inputs import SiteAuditInput
 from .schema import (
     ONE,
     BoundViolation,
@@ -90,7 +91,7 @@ class PrivacySettings:
 def privacy_settings(config: dict[str, Any]) -> PrivacySettings:
     """The DP level (:func:`contracts.dp_level.resolve_dp_level`), the record-level
     accountant's name, delta and canaries of a run config read as plain data
-    (:class:`ReportInputError` when ``dp.level`` is not a DP level)."""
+    (:class:`RunFileError` when ``dp.level`` is not a DP level)."""
     dp = config.get("dp")
     section: dict[str, Any] = dp if isinstance(dp, dict) else {}
     level: DPLevel | None = None
@@ -103,7 +104,7 @@ def privacy_settings(config: dict[str, Any]) -> PrivacySettings:
                 record_epsilon_inf=isinstance(target, int | float) and math.isinf(target),
             )
         except ValueError as exc:
-            raise ReportInputError(f"config.yaml: {exc}") from exc
+            raise RunFileError(f"config.yaml: {exc}") from exc
     audit = config.get("audit")
     canaries = _number(audit.get("canaries")) if isinstance(audit, dict) else None
     accountant = str(section.get("accountant") or "rdp")

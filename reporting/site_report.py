@@ -15,16 +15,12 @@ from typing import Any, Literal
 
 from audit.result import AuditResult
 from contracts.files import atomic_write_text
-from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR, exposed_records_name
+from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR, RunLayout, exposed_records_name
+from contracts.run_log import ClientDPLedgerFile, read_record
 
 from .aggregate import site_report
 from .formatting import VIOLATION_TITLE
-from .inputs import (
-    RunInputs,
-    load_client_dp,
-    load_optional_config,
-    load_site_audit,
-)
+from .inputs import RunInputs, load_optional_config, load_site_audit
 from .manifest import build_manifest
 from .plain_language import THREAT_MODEL, plain_reading
 from .privacy_ledger import privacy_settings
@@ -106,13 +102,16 @@ def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> l
 def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
     """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus config.yaml and
     the server's client_dp.json, when the run directory has them); a
-    :class:`ReportInputError` when the audit file is missing or either of those malformed."""
+    :class:`RunFileError` when the audit file is missing or either of those malformed."""
     run_dir = Path(run_dir)
     audit = load_site_audit(run_dir, site_id)
     result = audit.result
     config = load_optional_config(run_dir)
     site = site_report(
-        audit, rounds=[], settings=privacy_settings(config), client_dp=load_client_dp(run_dir)
+        audit,
+        rounds=[],
+        settings=privacy_settings(config),
+        client_dp=read_record(ClientDPLedgerFile, RunLayout(run_dir).client_dp_ledger),
     )
     page = build_site_page_report(
         run_dir,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
+from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
 from contracts.json_values import json_safe
 
@@ -29,7 +30,7 @@ from .formatting import (
     violation_banner_lines,
 )
 from .html_page import SORT_SCRIPT, page
-from .inputs import ReportInputError, load_run
+from .inputs import load_run
 from .privacy_ledger import privacy_settings
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SweepPointReport, SweepReport
 from .writers import report_to_json_text
@@ -70,7 +71,7 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
     )
     try:
         inputs = load_run(run_dir)
-    except ReportInputError as exc:
+    except RunFileError as exc:
         return SweepPointReport(point.label, dict(point.overrides), rel, "incomplete", [str(exc)])
     report = build_report(inputs)
     if write_point_reports:

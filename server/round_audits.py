@@ -17,8 +17,9 @@ from audit.over_rounds import RoundLeakage, round_leakage
 from audit.result import AuditResult
 from contracts.checkpoint import load_checkpoint
 from contracts.run_files import RunLayout, SiteAuditFile
+from contracts.run_log import read_rounds
 from contracts.wire import round_arrays
-from server.run_log import read_rounds, read_site_audit, sites_needing_audit
+from server.run_log import read_site_audit, sites_needing_audit
 
 log = logging.getLogger(__name__)
 

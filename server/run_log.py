@@ -9,20 +9,12 @@ from pathlib import Path
 from contracts.files import atomic_write_text
 from contracts.json_values import json_safe
 from contracts.run_files import RunLayout, SiteAuditFile
-from contracts.run_log import RoundRecord, from_dict
+from contracts.run_log import RoundRecord
 
 
 def append_round(run_dir: Path, record: RoundRecord) -> None:
     with open(RunLayout(run_dir).metrics, "a") as fh:
         fh.write(json.dumps(record.to_dict()) + "\n")
-
-
-def read_rounds(run_dir: Path) -> list[RoundRecord]:
-    path = RunLayout(run_dir).metrics
-    if not path.exists():
-        return []
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    return [from_dict(RoundRecord, json.loads(line)) for line in lines]
 
 
 def truncate_rounds(run_dir: Path, last_round: int) -> None:

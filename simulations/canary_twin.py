@@ -16,8 +16,8 @@ from pathlib import Path
 
 from audit.client_canaries import ClientCanaryResult
 from contracts.run_files import RunLayout
+from contracts.run_log import read_rounds
 from server.canary_clients import write_result
-from server.run_log import read_rounds
 from simulations.config import ExperimentConfig, apply_overrides, validate_config
 from simulations.run_dir import DatasetMeta, prepare_run_dir
 

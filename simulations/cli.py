@@ -59,14 +59,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from reporting import ReportInputError, write_report, write_site_report
+    from contracts.errors import RunFileError
+    from reporting import write_report, write_site_report
 
     try:
         if args.site is not None:
             files = write_site_report(Path(args.run_dir), args.site)
         else:
             files = write_report(Path(args.run_dir))
-    except ReportInputError as err:
+    except RunFileError as err:
         print(f"panoramia-fl: error: {err}", file=sys.stderr)
         return 2
     _print_warnings(files.warnings)

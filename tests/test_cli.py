@@ -15,11 +15,10 @@ import yaml
 import reporting
 import simulations.runner
 from contracts.checkpoint import Checkpoint, save_checkpoint
-from contracts.errors import MissingFileError, UnknownNameError, UserError
+from contracts.errors import MissingFileError, RunFileError, UnknownNameError, UserError
 from contracts.run_files import RunLayout
 from ml.datasets import DataError
 from ml.partition import PartitionError
-from reporting import ReportInputError
 from simulations.cli import build_parser
 from simulations.cli import main as cli_main
 from simulations.config import ConfigError, validate_config
@@ -140,7 +139,7 @@ def test_help_loads_neither_torch_nor_flower():
 
 
 def test_user_errors_share_one_base_and_keep_their_builtin_bases():
-    for cls in (ConfigError, DataError, PartitionError, ReportInputError):
+    for cls in (ConfigError, DataError, PartitionError, RunFileError):
         assert issubclass(cls, UserError) and issubclass(cls, ValueError)
     assert issubclass(UnknownNameError, KeyError) and issubclass(MissingFileError, OSError)
     # A KeyError quotes its message; the registry's error reads as written.

@@ -22,7 +22,14 @@ from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditOutput
 from contracts.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from contracts.run_files import CheckpointMeta, RunLayout, SiteAuditFile
-from contracts.run_log import ClientDPLedgerFile, ClientDPSite, RoundRecord, SiteRound, from_dict
+from contracts.run_log import (
+    ClientDPLedgerFile,
+    ClientDPSite,
+    RoundRecord,
+    SiteRound,
+    from_dict,
+    read_rounds,
+)
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -43,7 +50,6 @@ from contracts.wire import (
 from server.app import site_audit_file
 from server.run_log import (
     append_round,
-    read_rounds,
     read_site_audit,
     sites_needing_audit,
     write_site_audit,

@@ -87,6 +87,8 @@ ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
     # names, files and formats both sides agree on (the checkpoint's included), errors, the
     # registry
     "contracts": frozenset(),
+    # inline SVG charts in data units: nothing of ours (numpy only)
+    "charts": frozenset(),
     # PANORAMIA as a library: stands alone but for the user errors and the registry
     # (contracts imports neither Flower nor torch at import time)
     "audit": frozenset({"contracts"}),
@@ -95,10 +97,12 @@ ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
     # generic: weights and evaluation come as arguments; audit for the canary clients' math
     "server": frozenset({"contracts", "audit"}),
     "clients": frozenset({"contracts", "audit", "ml"}),
-    "reporting": frozenset({"audit", "contracts"}),  # result types and file names only
-    "simulations": frozenset({"audit", "contracts", "server", "clients", "ml", "reporting"}),
+    "reporting": frozenset({"audit", "contracts", "charts"}),  # result types, file names, charts
+    "simulations": frozenset(
+        {"audit", "charts", "contracts", "server", "clients", "ml", "reporting"}
+    ),
     "deployment": frozenset(
-        {"audit", "contracts", "server", "clients", "ml", "reporting", "simulations"}
+        {"audit", "charts", "contracts", "server", "clients", "ml", "reporting", "simulations"}
     ),
 }
 PACKAGES = tuple(ALLOWED_IMPORTS)

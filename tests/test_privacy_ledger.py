@@ -14,6 +14,7 @@ import yaml
 from test_report import make_result, ok_audit, write_run
 
 from audit.result import AuditResult
+from contracts.errors import RunFileError
 from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
 from contracts.run_files import NOISE_NOTES
 from contracts.run_log import ClientDPLedgerFile, ClientDPSite, RoundRecord, SiteRound
@@ -24,7 +25,7 @@ from reporting import (
     write_sweep_report,
     written_report_warnings,
 )
-from reporting.inputs import ReportInputError, SiteAuditInput
+from reporting.inputs import SiteAuditInput
 from reporting.privacy_ledger import (
     EPS_TILDE_ABOVE_NOTE,
     privacy_settings,
@@ -575,7 +576,7 @@ def test_dp_level_of_old_and_new_configs(dp: Any, want: str) -> None:
 
 
 def test_a_bad_dp_level_names_the_config_key() -> None:
-    with pytest.raises(ReportInputError, match=r"dp\.level must be one of"):
+    with pytest.raises(RunFileError, match=r"dp\.level must be one of"):
         privacy_settings({"dp": {"level": "records"}})
 
 

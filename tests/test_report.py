@@ -29,11 +29,11 @@ from audit.result import (
     TwoSidedResult,
 )
 from audit.roc import LOW_FPRS
+from contracts.errors import RunFileError
 from contracts.json_values import json_safe
 from reporting import (
     SCHEMA_VERSION,
     ReportFiles,
-    ReportInputError,
     SweepPoint,
     build_report,
     load_run,
@@ -731,10 +731,10 @@ def test_bad_run_inputs_name_the_file(tmp_path: Path) -> None:
     run = write_run(tmp_path / "r", n_sites=1, audits={})
     with (run / "metrics.jsonl").open("a") as fh:
         fh.write("{truncated\n")
-    with pytest.raises(ReportInputError, match=r"metrics\.jsonl:4"):
+    with pytest.raises(RunFileError, match=r"metrics\.jsonl:4"):
         write_report(run)
     (run / "partition.json").unlink()
-    with pytest.raises(ReportInputError, match=r"partition\.json"):
+    with pytest.raises(RunFileError, match=r"partition\.json"):
         write_report(run)
 
 
