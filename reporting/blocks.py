@@ -35,6 +35,7 @@ class Para:
 class Bullets:
     items: Sequence[str]
     only: Format | None = None
+    ordered: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,15 @@ class Meaning:
     only: Format | None = None
 
 
-Block = Heading | Para | Bullets | Errors | Table | Figure | Banner | Meaning
+@dataclass(frozen=True)
+class Raw:
+    """Markup a renderer built itself, its input text escaped (HTML only)."""
+
+    html: str
+    only: Format | None = "html"
+
+
+Block = Heading | Para | Bullets | Errors | Table | Figure | Banner | Meaning | Raw
 
 MEANING_HEADING = "What eps_tilde means (read before drawing conclusions)"
 
@@ -131,8 +140,8 @@ def _html(block: Block) -> str:
             return f"<h{level}>{esc(text)}</h{level}>"
         case Para(text):
             return f"<p>{esc(text)}</p>"
-        case Bullets(items):
-            return html_list(list(items)) if items else ""
+        case Bullets(items, _, ordered):
+            return html_list(list(items), ordered=ordered) if items else ""
         case Errors(items):
             lis = "".join(
                 f'<li>{esc(label)}: <span class="error">{esc(text)}</span></li>'
@@ -156,4 +165,6 @@ def _html(block: Block) -> str:
             return "".join(canary_block(line) for line in lines)
         case Meaning():
             return meaning_block()
+        case Raw(markup):
+            return markup
     return ""

@@ -1,11 +1,10 @@
 """Typed models of the consortium report (``report.json``), a site's own report and the sweep
-report (``sweep.json``).
+report (``sweep.json``); docs/run_outputs.md says what each key holds.
 
 Plain frozen dataclasses, nested like :class:`audit.result.AuditResult`: each number is held
 once, where it belongs (an estimate with its interval, a game with its flags, a guarantee
-with its accountant). The writers render them; :func:`contracts.json_values.json_safe`
-serialises them. The report never carries raw records or per-record scores: only summary
-numbers from ``audits/``, ``metrics.jsonl``, ``partition.json`` and ``client_dp.json``.
+with its accountant). :func:`contracts.json_values.json_safe` serialises them. The report
+never carries raw records or per-record scores: only summary numbers of the run's files.
 """
 
 from __future__ import annotations
@@ -115,7 +114,6 @@ class GameReport:
     c_lb: Interval
     c_eps_lb: Interval
     eps_tilde: Interval
-    """Copied from the AuditResult, never recomputed."""
     ceiling: float | None
     headroom: float | None
     """ceiling - c_lb: the most eps_tilde could read on this audit set."""
@@ -129,10 +127,8 @@ class TwoSidedReport:
     """The two-sided game: its eps_tilde (the larger side's, per repeat) and both sides."""
 
     beta: float | None
-    """The level of each of its four bounds."""
     eps_tilde: Interval
     side: Side
-    """The side whose mean eps_tilde is larger."""
     rm_rn_eps_lb: Interval | None
     member: GameReport
     nonmember: GameReport
@@ -143,7 +139,6 @@ class ScorerReport:
     """One score vector's ROC summary: AUC and TPR at the FPRs :data:`TPR_FPR_KEYS`."""
 
     auc: float | None
-    """Mean over repeats."""
     tpr_at_fpr: dict[str, float | None] | None
 
 
@@ -163,7 +158,6 @@ class RepeatReport:
     o1_eps_lb: float | None
     eps_tilde_two_sided: float | None
     member_c_lb: float | None
-    """The two-sided game's member side (level beta/4), not the one-sided c_lb (beta/2)."""
     member_c_eps_lb: float | None
     nonmember_c_lb: float | None
     nonmember_c_eps_lb: float | None
@@ -182,19 +176,14 @@ class AuditReport:
     two_sided: TwoSidedReport | None
     o1_eps_lb: Interval | None
     o1_eps_lb_fdp: Interval | None
-    """O(1)'s f-DP (Gaussian) lower bound at the audit's delta."""
     o1_fdp_mu: float | None
-    """The Gaussian-DP mu O(1)'s guesses reject (mean over repeats)."""
     scorers: dict[str, ScorerReport]
     """Per scorer of :data:`SCORERS` that the audit ran."""
     levels: dict[str, float]
-    """Level of each bound, as the audit states it."""
     sizes: dict[str, int]
     quality: dict[str, float]
-    """f's accuracy and loss on the site's members and held-out records, and more."""
     repeats: list[RepeatReport]
     per_class: list[ClassSliceResult] = field(default_factory=list)
-    """The two-sided game inside each label (label-paired audits; empty otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -208,9 +197,7 @@ class PrivacyReport:
     client-level noise; None without record-level DP (or when no accountant reported)."""
     dp_epsilon_source: DPSource | None
     dp_delta: float | None
-    """delta of ``dp_epsilon`` (None without DP)."""
     record_accountant: str | None
-    """"Opacus RDP" / "Opacus PRV" when the site trained with DP-SGD."""
     client_epsilon: float | None
     """Site-level epsilon of client-level DP (add or remove the whole site)."""
     client_epsilon_record: float | None
@@ -221,23 +208,18 @@ class PrivacyReport:
     client_neighboring_relation: str | None
     client_delta: float | None
     client_rounds: int | None
-    """Rounds the site's update was aggregated in under client-level DP."""
     client_eps_estimate: float | None
     """The canary clients' Gaussian-mechanism estimate of the client-level epsilon (final
     model, pooled variance; run-wide, the same for every site), beside ``client_epsilon``.
     An estimate, not a bound; None without ``audit.canary_clients``."""
     client_eps_estimate_low: float | None
     client_eps_estimate_high: float | None
-    """Its approximate 95% interval."""
     client_eps_estimate_two_variance: float | None
-    """The sensitivity reading with one variance per side (drifts upwards with few
-    canaries); None when unbounded or absent."""
+    """The sensitivity reading with one variance per side; None when unbounded or absent."""
     client_eps_lb: float | None
     """The canary clients' f-DP lower bound on the client-level epsilon (final model)."""
     client_eps_lb_beta: float | None
-    """Its level."""
     canaries: int | None
-    """Canary records trained with at the site; None when the run had none."""
     canary: CanaryResult | None
 
 
@@ -252,15 +234,13 @@ class BoundViolation:
     """
 
     bound: str
-    """canary_eps_lb, canary_eps_lb_fdp, o1_eps_lb, o1_eps_lb_fdp, rm_rn_eps_lb,
-    rm_rn_eps_lb_two_sided, rm_rn_eps_lb_member, rm_rn_eps_lb_nonmember or client_eps_lb."""
+    """A key of ``privacy_ledger._LOWER_BOUNDS``."""
     label: str
     value: float
     dp_epsilon: float
     """The guarantee it was checked against: the record-level one in the released model,
     or the site-level client epsilon for ``client_eps_lb``."""
     level: float | None
-    """The bound's level beta, when the audit states it."""
     message: str
 
 
@@ -277,7 +257,6 @@ class ChecksReport:
     """The largest one-run lower bound (canary or O(1); Steinke et al. or f-DP)."""
     best_eps_lb_method: str | None = None
     fdp_delta: float | None = None
-    """delta at which the f-DP bounds state epsilon (the audit's, else the canary's)."""
 
 
 @dataclass(frozen=True)
@@ -323,9 +302,7 @@ class ConsortiumSummary:
     median_eps_tilde: float | None
     leakiest_site_id: int | None
     flagged: FlaggedSites
-    """The one-sided game's flags."""
     two_sided_flagged: dict[str, FlaggedSites]
-    """Per side of the two-sided game; empty when no site has one."""
     failed_sites: list[int]
     missing_sites: list[int]
     max_dp_epsilon: float | None
@@ -333,7 +310,6 @@ class ConsortiumSummary:
     final_global_loss: float | None
     final_global_accuracy: float | None
     bound_violation_sites: list[int]
-    """Sites with a measured lower bound above their record-level guarantee."""
     eps_tilde_above_accountant_sites: list[int]
     first_leaking_round: dict[str, int | None] = field(default_factory=dict)
     """Per site audited over rounds (id as text): the first audited round whose two-sided
@@ -353,13 +329,10 @@ class RunReport:
     dp_level: DPLevel | None
     """The run's ``dp.level``; None: the config says nothing about DP."""
     canaries: int | None
-    """Canary records per site the model was trained with; None when it had none."""
     client_dp: ClientDPLedgerFile | None
     client_canaries: ClientCanaryResult | None
-    """What the canary clients measured (``client_canaries.json``), both threat models."""
     noise: str | None
-    """How the run's DP noise was drawn (``contracts.run_files.NOISE_NOTES``); None
-    without DP."""
+    """How the run's DP noise was drawn (``contracts.run_files.NOISE_NOTES``)."""
     meaning: str
     two_sided_meaning: str
 
@@ -377,7 +350,7 @@ class SweepPointReport:
     private: bool | None = None
     """True when DP is on at any level, False when off, None when the run says neither."""
     theoretical_eps: float | None = None
-    """Largest site accountant epsilon (the consortium's weakest guarantee)."""
+    """The largest site's record-level accountant epsilon (the weakest guarantee)."""
     global_accuracy: float | None = None
     global_loss: float | None = None
     rounds_completed: int = 0
@@ -385,7 +358,6 @@ class SweepPointReport:
     max_eps_tilde_two_sided: float | None = None
     sites: list[SiteReport] = field(default_factory=list)
     report_html: str | None = None
-    """Relative path of the point's own report.html, when one exists."""
     dp_level: DPLevel | None = None
     canaries: int | None = None
 
@@ -413,7 +385,6 @@ class PlainReading:
     headline: str
     measured: list[str]
     meaning: list[str]
-    """What it means for the site's records (flags included)."""
     not_shown: list[str]
 
 
@@ -439,7 +410,6 @@ class ReproManifest:
     """What it takes to reproduce a site's audit."""
 
     config_file: str | None
-    """The config read (relative to the run directory), or None when there was none."""
     config_sha256: str | None
     run_seed: int | None
     audit_seed: int | None
@@ -450,7 +420,6 @@ class ReproManifest:
     python: str
     git_commit: str | None
     git_dirty: bool | None
-    """True when tracked files differ from that commit (uncommitted changes)."""
     data_sizes: dict[str, int]
 
 

@@ -15,7 +15,7 @@ from audit.sides import SIDES
 from contracts.json_values import json_safe
 
 from . import plots
-from .blocks import Block, Figure, Heading, Para, Table, to_html
+from .blocks import Banner, Block, Bullets, Figure, Heading, Meaning, Para, Raw, Table, to_html
 from .columns import (
     BOUNDS_COLUMNS,
     BY_ROUND_COLUMNS,
@@ -23,7 +23,6 @@ from .columns import (
     PER_CLASS_COLUMNS,
     Game,
     Item,
-    html_table,
     item_columns,
 )
 from .formatting import (
@@ -51,13 +50,8 @@ from .formatting import (
     violation_banner_lines,
 )
 from .html_page import (
-    canary_block,
     esc,
-    figure,
-    html_list,
-    meaning_block,
     page,
-    violation_banner,
 )
 from .schema import SCORERS, AuditReport, SitePageReport, SiteReport, at, mean_of
 
@@ -70,46 +64,49 @@ _VERDICT_LABELS = {
 
 
 def render_site_page(report: SitePageReport, result: AuditResult | None) -> str:
-    """The HTML text of a site's report: a sequence of sections, each a small function.
-    ``result`` gives the curves (None for a failed audit); its scores are never used."""
-    site = report.site
+    """The HTML text of a site's report, section by section. ``result`` gives the curves
+    (None for a failed audit); its scores are never used."""
+    site, reading = report.site, report.reading
     title = f"Leakage report for site {site.site_id}" + (
         f" - {report.run_name}" if report.run_name else ""
     )
-    body = [
-        f"<h1>{esc(title)}</h1>",
-        violation_banner(violation_banner_lines(site.checks.bound_violations)),
-        canary_block(canary_banner(site.privacy.canaries) if site.privacy.canaries else None),
-        _intro(report),
-        _headline(report),
-        *_reading(report),
+    canaries = site.privacy.canaries
+    blocks: list[Block] = [
+        Heading(title, 1),
+        Banner("violation", violation_banner_lines(site.checks.bound_violations)),
+        Banner("canaries", [canary_banner(canaries)] if canaries else []),
+        Para(
+            "How much the consortium's final shared model reveals about this site's own "
+            "training records, measured at the site with PANORAMIA. "
+            + (
+                "Written by the consortium's report aggregator."
+                if report.source == "consortium"
+                else "Rebuilt by the site from its own audit file alone."
+            )
+        ),
+        Raw(_headline(report)),
+        Heading("What was measured"),
+        Bullets(reading.measured),
+        Heading("What it means for your records"),
+        Bullets(reading.meaning),
+        Heading("What it does not show"),
+        Bullets(reading.not_shown),
         *_exposed(report),
-        *_standing(report),
-        "<h2>Threat model</h2>",
-        html_list(report.threat_model, ordered=True),
-        *to_html(by_round_blocks(site)),
+        Heading("Where your site stands in the consortium"),
+        Bullets(_standing(report)),
+        Heading("Threat model"),
+        Bullets(report.threat_model, ordered=True),
+        *by_round_blocks(site),
         *_per_class(site.audit),
-        "<h2>Detail</h2>",
+        Heading("Detail"),
         *(_detail(site, site.audit, result) if site.audit is not None else [_failed(site)]),
-        "<h3>Privacy guarantees and the ordering check</h3>",
+        Heading("Privacy guarantees and the ordering check", 3),
         _privacy_table(site),
-        "<h2>Reproducibility</h2>",
+        Heading("Reproducibility"),
+        Para("Versions and commit are those of the environment that wrote this page."),
         _manifest(report),
     ]
-    return page(title, body, data=json_safe(report))
-
-
-def _intro(report: SitePageReport) -> str:
-    return (
-        "<p>How much the consortium's final shared model reveals about this site's own "
-        "training records, measured at the site with PANORAMIA. "
-        + (
-            "Written by the consortium's report aggregator."
-            if report.source == "consortium"
-            else "Rebuilt by the site from its own audit file alone."
-        )
-        + "</p>"
-    )
+    return page(title, to_html(blocks), data=json_safe(report))
 
 
 def _headline(report: SitePageReport) -> str:
@@ -135,28 +132,18 @@ def _headline(report: SitePageReport) -> str:
     )
 
 
-def _reading(report: SitePageReport) -> list[str]:
-    r = report.reading
-    return [
-        "<h2>What was measured</h2>",
-        html_list(r.measured),
-        "<h2>What it means for your records</h2>",
-        html_list(r.meaning),
-        "<h2>What it does not show</h2>",
-        html_list(r.not_shown),
-    ]
-
-
-def _exposed(report: SitePageReport) -> list[str]:
+def _exposed(report: SitePageReport) -> list[Block]:
     if report.exposed_records_link is None:
         return []
     link = esc(report.exposed_records_link)
     return [
-        "<h2>Your most exposed records (site-local)</h2>",
-        '<p class="site-local">Your site kept its own list of the members the model exposes '
-        f'most, with their scores: <a href="{link}">{link}</a>. It stays at your site: it is '
-        "never sent to the server, and neither this page nor the consortium report copies "
-        "its content.</p>",
+        Heading("Your most exposed records (site-local)"),
+        Raw(
+            '<p class="site-local">Your site kept its own list of the members the model '
+            f'exposes most, with their scores: <a href="{link}">{link}</a>. It stays at your '
+            "site: it is never sent to the server, and neither this page nor the consortium "
+            "report copies its content.</p>"
+        ),
     ]
 
 
@@ -172,8 +159,7 @@ def _standing(report: SitePageReport) -> list[str]:
         lines.append(f"Consortium median: {fmt(st.median_eps_tilde_two_sided)}.")
     if st.max_eps_tilde_two_sided is not None:
         lines.append(f"Consortium maximum: {fmt(st.max_eps_tilde_two_sided)}.")
-    lines.append(st.note)
-    return ["<h2>Where your site stands in the consortium</h2>", html_list(lines)]
+    return [*lines, st.note]
 
 
 def by_round_blocks(
@@ -195,17 +181,17 @@ def by_round_blocks(
     ]
 
 
-def _per_class(audit: AuditReport | None) -> list[str]:
+def _per_class(audit: AuditReport | None) -> list[Block]:
     if audit is None or not audit.per_class:
         return []
     return [
-        "<h2>Which of your classes are exposed</h2>",
-        f"<p>{esc(CLASS_SLICES_MEANING)}</p>",
-        html_table(PER_CLASS_COLUMNS, audit.per_class, attrs=' id="per-class"'),
+        Heading("Which of your classes are exposed"),
+        Para(CLASS_SLICES_MEANING),
+        Table(PER_CLASS_COLUMNS, audit.per_class, attrs=' id="per-class"'),
     ]
 
 
-def _bounds_table(audit: AuditReport) -> str:
+def _bounds_table(audit: AuditReport) -> Table:
     games = [Game("one-sided (the paper's)", audit.one_sided, audit.levels.get("c_lb"))]
     two = audit.two_sided
     if two is not None:
@@ -213,7 +199,7 @@ def _bounds_table(audit: AuditReport) -> str:
             Game(f"two-sided: {SIDE_LABELS[side]} side", getattr(two, side), two.beta)
             for side in SIDES
         ]
-    return html_table(BOUNDS_COLUMNS, games, attrs=' id="bounds"')
+    return Table(BOUNDS_COLUMNS, games, attrs=' id="bounds"')
 
 
 _DP_SOURCES = {
@@ -222,7 +208,7 @@ _DP_SOURCES = {
 }
 
 
-def _privacy_table(site: SiteReport) -> str:
+def _privacy_table(site: SiteReport) -> Table:
     """Every guarantee that speaks for the site's records, the canary audit and the check."""
     p, c = site.privacy, site.checks
     client_what = "; ".join(
@@ -276,7 +262,7 @@ def _privacy_table(site: SiteReport) -> str:
         Item("ordering check", ordering_text(site), f"{BOUNDS_BELOW_DP}; {NOT_A_BOUND}"),
     ]
     violated = bool(c.bound_violations)
-    return html_table(
+    return Table(
         item_columns("guarantee or check", "value"),
         items,
         attrs=' id="privacy"',
@@ -284,7 +270,7 @@ def _privacy_table(site: SiteReport) -> str:
     )
 
 
-def _comparisons_table(site: SiteReport, audit: AuditReport) -> str:
+def _comparisons_table(site: SiteReport, audit: AuditReport) -> Table:
     p = site.privacy
     two = audit.two_sided
     dp = (
@@ -325,51 +311,43 @@ def _comparisons_table(site: SiteReport, audit: AuditReport) -> str:
             "the model's mean loss on its members and on held-out records (generalization gap)",
         ),
     ]
-    return html_table(
-        item_columns("comparison", "value [95% CI]"), items, attrs=' id="comparisons"'
-    )
+    return Table(item_columns("comparison", "value [95% CI]"), items, attrs=' id="comparisons"')
 
 
-def _detail(site: SiteReport, audit: AuditReport, result: AuditResult | None) -> list[str]:
+def _detail(site: SiteReport, audit: AuditReport, result: AuditResult | None) -> list[Block]:
     results = {site.site_id: result} if result is not None else {}
-    reasons = scoped_reasons(site)
-    levels = levels_lines([site])
     roc = result.roc if result is not None else {}
     n_repeats = len(result.repeats) if result is not None else 0
     return [
-        meaning_block(),
-        "<h3>Bounds per game and side</h3>",
+        Meaning(),
+        Heading("Bounds per game and side", 3),
         _bounds_table(audit),
-        *([html_list([f"{s}: {r}" for s, r in reasons])] if reasons else []),
-        *([html_list(levels)] if levels else []),
-        figure(
+        Bullets([f"{s}: {r}" for s, r in scoped_reasons(site)]),
+        Bullets(levels_lines([site])),
+        Figure(
             plots.site_eps_plot([site]),
             "eps_tilde one-sided and two-sided with their 95% t-intervals over repeats, the "
             "RM;RN and O(1) lower bounds, and (grey bar) the one-sided headroom ceiling - c_lb.",
             alt=f"eps_tilde, site {site.site_id}",
         ),
-        "<h3>Comparisons</h3>",
+        Heading("Comparisons", 3),
         _comparisons_table(site, audit),
-        "<h3>Low false-positive rates</h3>",
-        f"<p>{esc(LOW_FPR_NOTE)}</p>",
-        html_table(
-            LOW_FPR_COLUMNS,
-            [(s, scorer_values(audit, s)) for s in SCORERS],
-            attrs=' id="low-fpr"',
-        ),
-        figure(
+        Heading("Low false-positive rates", 3),
+        Para(LOW_FPR_NOTE),
+        Table(LOW_FPR_COLUMNS, [(s, scorer_values(audit, s)) for s in SCORERS], ' id="low-fpr"'),
+        Figure(
             plots.roc_plot(site.site_id, roc, n_repeats),
             "True-positive rate against false-positive rate on log axes, mean over repeats; "
             "dotted: chance.",
             alt=f"log-scale ROC, site {site.site_id}",
         ),
-        figure(
+        Figure(
             plots.precision_recall_plot([site], results),
             "Precision against recall of b (blue, no access to the model) and of the MIA "
             "(red, sees the model), one line per repeat.",
             alt=f"precision-recall, site {site.site_id}",
         ),
-        figure(
+        Figure(
             plots.bound_recall_plot([site], results),
             "The bound at each recall level: c for b (blue), c+eps for the MIA (red); dashed: "
             "the ceiling.",
@@ -378,14 +356,14 @@ def _detail(site: SiteReport, audit: AuditReport, result: AuditResult | None) ->
     ]
 
 
-def _failed(site: SiteReport) -> str:
-    return (
+def _failed(site: SiteReport) -> Block:
+    return Raw(
         f"<p>The audit {esc(site.status)}: "
         f'<span class="error">{esc(site.error or MISSING)}</span></p>'
     )
 
 
-def _manifest(report: SitePageReport) -> str:
+def _manifest(report: SitePageReport) -> Table:
     m = report.manifest
     items = [
         Item("config file", m.config_file or "none (not found beside the audit)"),
@@ -402,7 +380,4 @@ def _manifest(report: SitePageReport) -> str:
         ),
         *(Item(f"size: {k}", str(v)) for k, v in m.data_sizes.items()),
     ]
-    return (
-        "<p>Versions and commit are those of the environment that wrote this page.</p>"
-        + html_table(item_columns("item", "value", what=None), items, attrs=' id="manifest"')
-    )
+    return Table(item_columns("item", "value", what=None), items, attrs=' id="manifest"')
