@@ -9,7 +9,7 @@ from pathlib import Path
 from contracts.files import atomic_write_text
 
 from .aggregate import build_report
-from .formatting import VIOLATION_TITLE
+from .formatting import VIOLATION_TITLE, violation_warnings
 from .inputs import RunInputs, load_run
 from .run_report import render_html, render_markdown
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport
@@ -38,9 +38,7 @@ __all__ = [
 
 def report_warnings(report: RunReport) -> list[str]:
     """One line per bound violation (a measured lower bound above the DP guarantee)."""
-    return [
-        f"{VIOLATION_TITLE}: {v.message}" for s in report.sites for v in s.checks.bound_violations
-    ]
+    return violation_warnings(report.sites)
 
 
 def written_report_warnings(run_dir: Path) -> list[str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .columns import Column, html_table, md_table, md_text
-from .formatting import MEANING_POINTS, VIOLATION_TITLE
+from .formatting import MEANING_POINTS, VIOLATION_HEADLINE
 from .html_page import canary_block, esc, figure, html_list, meaning_block, violation_banner
 
 Format = Literal["md", "html"]
@@ -120,8 +120,7 @@ def _markdown(block: Block) -> list[str]:
         case Table(columns, rows):
             return [*md_table(columns, rows), ""]
         case Banner("violation", lines) if lines:
-            title = f"{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee"
-            return [f"> **{title}**", ">", *(f"> - {md_text(x)}" for x in lines), ""]
+            return [f"> **{VIOLATION_HEADLINE}**", ">", *(f"> - {md_text(x)}" for x in lines), ""]
         case Banner("canaries", lines) if lines:
             return [*(f"> **Canaries.** {md_text(x)}" for x in lines), ""]
         case Meaning():

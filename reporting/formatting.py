@@ -67,6 +67,20 @@ EPS_PLOT_CAPTION = (
     "one-sided headroom ceiling - c_lb, the largest one-sided eps_tilde this audit set can "
     f"show. {TIGHT_ONLY}."
 )
+ROC_NOTE = (
+    "True-positive rate against false-positive rate on log axes, mean over repeats: b (blue) "
+    "and the MIA (red) in the privacy game (members against generated records), RM;RN (green) "
+    "against real held-out non-members; dotted: chance (TPR = FPR). A curve far above the "
+    "diagonal at the left exposes a few records with high confidence."
+)
+PR_CAPTION = (
+    "Precision against recall of b (blue, no access to the model) and of the MIA (red, sees "
+    "the target model) in the privacy game, one line per repeat."
+)
+BOUND_RECALL_CAPTION = (
+    "The bound at each recall level: c for b (blue) and c+eps for the MIA (red); the dashed "
+    "line is the ceiling, the bound of a perfect scorer."
+)
 LOW_FPR_NOTE = (
     "TPR at 1% / 0.1% FPR: the fraction of members a scorer flags while flagging at most "
     "1% / 0.1% of the non-members (generated records for b and the MIA, real held-out "
@@ -348,6 +362,14 @@ def consortium_lines(c: ConsortiumSummary) -> list[str]:
 
 VIOLATION_TITLE = "BOUND VIOLATION"
 """The banner's title: a measured lower bound above the guarantee it measures."""
+VIOLATION_HEADLINE = f"{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee"
+
+
+def violation_warnings(sites: list[SiteReport], prefix: str = "") -> list[str]:
+    """A line per bound violation of the sites, for stderr."""
+    return [
+        f"{VIOLATION_TITLE}: {prefix}{v.message}" for s in sites for v in s.checks.bound_violations
+    ]
 
 
 def canary_banner(canaries: int) -> str:

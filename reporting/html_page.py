@@ -11,7 +11,7 @@ import html
 import json
 from typing import Any
 
-from .formatting import MEANING_POINTS, VIOLATION_TITLE
+from .formatting import MEANING_POINTS, VIOLATION_HEADLINE
 from .schema import FLAGS
 
 CSS = """
@@ -206,8 +206,8 @@ def violation_banner(lines: list[str]) -> str:
         return ""
     items = "".join(f"<li>{esc(line)}</li>" for line in lines)
     return (
-        f'<div class="violation" role="alert"><strong>{esc(VIOLATION_TITLE)}: a measured '
-        f"lower bound is above the DP guarantee</strong><ul>{items}</ul></div>"
+        f'<div class="violation" role="alert"><strong>{esc(VIOLATION_HEADLINE)}</strong>'
+        f"<ul>{items}</ul></div>"
     )
 
 

@@ -21,11 +21,14 @@ from .blocks import (
 )
 from .columns import HEADLINE_COLUMNS, LEDGER_COLUMNS, SITE_COLUMNS, SiteRow, site_row_class
 from .formatting import (
+    BOUND_RECALL_CAPTION,
     EPS_PLOT_CAPTION,
     FLAG_LEGEND,
     HEADLINE_NOTE,
     LEDGER_INTRO,
     MISSING,
+    PR_CAPTION,
+    ROC_NOTE,
     ROW_COLOURS,
     canary_banner,
     client_canary_lines,
@@ -179,27 +182,18 @@ def _figures(report: RunReport, results: dict[int, AuditResult]) -> list[Block]:
         Heading("eps_tilde per site", only="html"),
         Figure(plots.site_eps_plot(sites), EPS_PLOT_CAPTION, alt="eps_tilde per site"),
         Heading("Low-FPR ROC per site (log-log)", only="html"),
-        Para(
-            "True-positive rate against false-positive rate on log axes, mean over repeats: "
-            "b (blue) and the MIA (red) in the privacy game (members against generated "
-            "records), RM;RN (green) against real held-out non-members; dotted: chance (TPR = "
-            "FPR). A curve far above the diagonal at the left exposes a few records with high "
-            "confidence.",
-            only="html",
-        ),
+        Para(ROC_NOTE, only="html"),
         *_roc_figures(report, results),
         Heading("Precision-recall: baseline b vs MIA", only="html"),
         Figure(
             plots.precision_recall_plot(sites, results),
-            "Per site, precision against recall of b (blue, no access to the model) and of "
-            "the MIA (red, sees the target model) in the privacy game, one line per repeat.",
+            PR_CAPTION,
             alt="precision-recall per site",
         ),
         Heading("Lower bound against recall", only="html"),
         Figure(
             plots.bound_recall_plot(sites, results),
-            "Per site, the bound at each recall level: c for b (blue) and c+eps for the MIA "
-            "(red); the dashed line is the ceiling, the bound of a perfect scorer.",
+            BOUND_RECALL_CAPTION,
             alt="bound against recall per site",
         ),
     ]

@@ -26,12 +26,16 @@ from .columns import (
     item_columns,
 )
 from .formatting import (
+    BOUND_RECALL_CAPTION,
     BOUNDS_BELOW_DP,
     BY_ROUND_CAPTION,
     BY_ROUND_NOTE,
+    EPS_PLOT_CAPTION,
     LOW_FPR_NOTE,
     MISSING,
     NOT_A_BOUND,
+    PR_CAPTION,
+    ROC_NOTE,
     SIDE_LABELS,
     canary_banner,
     first_leaking_text,
@@ -326,8 +330,7 @@ def _detail(site: SiteReport, audit: AuditReport, result: AuditResult | None) ->
         Bullets(levels_lines([site])),
         Figure(
             plots.site_eps_plot([site]),
-            "eps_tilde one-sided and two-sided with their 95% t-intervals over repeats, the "
-            "RM;RN and O(1) lower bounds, and (grey bar) the one-sided headroom ceiling - c_lb.",
+            EPS_PLOT_CAPTION,
             alt=f"eps_tilde, site {site.site_id}",
         ),
         Heading("Comparisons", 3),
@@ -337,20 +340,17 @@ def _detail(site: SiteReport, audit: AuditReport, result: AuditResult | None) ->
         Table(LOW_FPR_COLUMNS, [(s, scorer_values(audit, s)) for s in SCORERS], ' id="low-fpr"'),
         Figure(
             plots.roc_plot(site.site_id, roc, n_repeats),
-            "True-positive rate against false-positive rate on log axes, mean over repeats; "
-            "dotted: chance.",
+            ROC_NOTE,
             alt=f"log-scale ROC, site {site.site_id}",
         ),
         Figure(
             plots.precision_recall_plot([site], results),
-            "Precision against recall of b (blue, no access to the model) and of the MIA "
-            "(red, sees the model), one line per repeat.",
+            PR_CAPTION,
             alt=f"precision-recall, site {site.site_id}",
         ),
         Figure(
             plots.bound_recall_plot([site], results),
-            "The bound at each recall level: c for b (blue), c+eps for the MIA (red); dashed: "
-            "the ceiling.",
+            BOUND_RECALL_CAPTION,
             alt=f"bound against recall, site {site.site_id}",
         ),
     ]

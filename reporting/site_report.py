@@ -19,7 +19,7 @@ from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR, RunLayout, exposed_
 from contracts.run_log import ClientDPLedgerFile, read_record
 
 from .aggregate import site_report
-from .formatting import VIOLATION_TITLE
+from .formatting import violation_warnings
 from .inputs import RunInputs, load_optional_config, load_site_audit
 from .manifest import build_manifest
 from .plain_language import THREAT_MODEL, plain_reading
@@ -129,5 +129,4 @@ def _write(run_dir: Path, page: SitePageReport, result: AuditResult | None) -> R
     paths.json_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(paths.json_path, report_to_json_text(page))
     atomic_write_text(paths.html_path, render_site_page(page, result))
-    warnings = [f"{VIOLATION_TITLE}: {v.message}" for v in page.site.checks.bound_violations]
-    return dataclasses.replace(paths, warnings=warnings)
+    return dataclasses.replace(paths, warnings=violation_warnings([page.site]))

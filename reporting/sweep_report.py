@@ -25,9 +25,9 @@ from .columns import POINT_COLUMNS, SWEEP_SITE_COLUMNS, SiteRow, site_row_class
 from .formatting import (
     NOT_A_BOUND,
     TIGHT_ONLY,
-    VIOLATION_TITLE,
     canary_banner,
     violation_banner_lines,
+    violation_warnings,
 )
 from .html_page import SORT_SCRIPT, page
 from .inputs import load_run
@@ -223,12 +223,7 @@ def write_sweep_report(
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     report = build_sweep_report(sweep_dir, points, write_point_reports=write_point_reports)
-    warnings = [
-        f"{VIOLATION_TITLE}: point {p.label}: {v.message}"
-        for p in report.points
-        for s in p.sites
-        for v in s.checks.bound_violations
-    ]
+    warnings = [w for p in report.points for w in violation_warnings(p.sites, f"point {p.label}: ")]
     return ReportFiles(
         json_path=atomic_write_text(sweep_dir / "sweep.json", report_to_json_text(report)),
         html_path=atomic_write_text(sweep_dir / "sweep.html", render_sweep_html(report)),
