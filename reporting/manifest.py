@@ -22,7 +22,8 @@ PACKAGES: dict[str, str] = {
 }
 """Shown name -> distribution name of the packages whose versions decide the numbers."""
 
-_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_PROJECT_ROOT = Path(__file__).resolve().parents[1]
+"""The checkout holding this package (``<root>/reporting/manifest.py``)."""
 
 
 def build_manifest(

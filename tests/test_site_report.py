@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -249,8 +250,16 @@ def test_manifest_records_seeds_versions_and_sizes(consortium: Path) -> None:
     )
     assert manifest["packages"]["numpy"] == np.__version__
     assert manifest["data_sizes"] == result.sizes
-    commit = manifest["git_commit"]
-    assert commit is None or re.fullmatch(r"[0-9a-f]{40}", commit)
+    # The tests run from a checkout: the manifest names its commit and whether it is edited.
+    repo = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
+    edited = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=repo).returncode == 1
+    if (repo / ".git").exists():
+        assert manifest["git_commit"] == head.stdout.strip()
+        assert re.fullmatch(r"[0-9a-f]{40}", manifest["git_commit"])
+        assert manifest["git_dirty"] is edited
+    else:
+        assert manifest["git_commit"] is None and manifest["git_dirty"] is None
 
 
 def test_exposed_records_are_linked_never_copied(consortium: Path) -> None:
