@@ -145,10 +145,9 @@ def read_record(cls: type[R], path: Path) -> R | None:
     file, a :class:`~contracts.errors.RunFileError` naming it when malformed."""
     if not path.exists():
         return None
+    data = read_json(path)
     try:
-        return from_dict(cls, read_json(path))
-    except RunFileError:
-        raise
+        return from_dict(cls, data)
     except ValueError as exc:
         raise RunFileError(f"{path}: {exc}") from exc
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from contracts.files import atomic_write_text
 
 from .aggregate import build_report
-from .formatting import VIOLATION_TITLE, violation_warnings
+from .formatting import violation_warning, violation_warnings
 from .inputs import RunInputs, load_run
 from .run_report import render_html, render_markdown
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport
@@ -51,7 +51,7 @@ def written_report_warnings(run_dir: Path) -> list[str]:
     except (OSError, ValueError, AttributeError):
         return []
     return [
-        f"{VIOLATION_TITLE}: {v['message']}"
+        violation_warning(v["message"])
         for site in sites
         for v in ((site.get("checks") or {}).get("bound_violations") or [])
         if isinstance(v, dict) and "message" in v

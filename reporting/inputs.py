@@ -110,8 +110,9 @@ def load_client_canaries(path: Path) -> ClientCanaryResult | None:
     """``client_canaries.json`` (what the canary clients measured), or None without one."""
     if not path.exists():
         return None
+    data = read_json(path)
     try:
-        return ClientCanaryResult.from_dict(read_json(path))
+        return ClientCanaryResult.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise RunFileError(f"{path}: not a canary-clients result ({exc})") from None
 

@@ -10,13 +10,12 @@ divided by the number of clients averaged).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 from audit.client_canaries import ClientCanaryResult
 from contracts.run_files import RunLayout
-from contracts.run_log import read_rounds
+from contracts.run_log import read_json, read_rounds
 from server.canary_clients import write_result
 from simulations.config import ExperimentConfig, apply_overrides, validate_config
 from simulations.run_dir import DatasetMeta, prepare_run_dir
@@ -49,7 +48,7 @@ def train_twin_and_record(config: ExperimentConfig, run_dir: Path, *, train: Tra
     meta = prepare_run_dir(twin, twin_dir)
     if len(read_rounds(twin_dir)) < config.fl.rounds:
         train(twin, meta, twin_dir)
-    result = ClientCanaryResult.from_dict(json.loads(layout.client_canaries.read_text()))
+    result = ClientCanaryResult.from_dict(read_json(layout.client_canaries))
     write_result(
         run_dir,
         dataclasses.replace(
