@@ -32,6 +32,7 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 
 from clients.audit_handler import AuditRunner
+from clients.gradient_canaries import CanaryState, GradientCanarySettings
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData
 from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
@@ -79,6 +80,8 @@ class SiteRuntime:
     """The run's audit would put per-record scores in the reply."""
     refusal_log: Path | None = None
     """The site's own log of what its policy refused (None: the Python log only)."""
+    gradient_canaries: GradientCanarySettings | None = None
+    """Gradient canaries in the site's DP-SGD (record-level DP only), audited white-box."""
 
 
 Resolver = Callable[[Context], SiteRuntime]
@@ -167,6 +170,9 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     asked = TrainInstructions.from_record(msg.content.config_records[CONFIG])
     state = msg.content.array_records[ARRAYS].to_torch_state_dict()
     ledger = _ledger(runtime, context) if runtime.dp is not None else None
+    canaries = None
+    if runtime.gradient_canaries is not None and runtime.dp is not None:
+        canaries = runtime.gradient_canaries.load_or_new()
     result = train_locally(
         runtime.task,
         state,
@@ -179,11 +185,14 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         dp=runtime.dp,
         ledger=ledger,
         secure_noise=runtime.secure_noise,
+        canaries=canaries,
     )
     # An update above the site's maximum is not sent, so its steps are not spent.
     runtime.policy.check_release(result.dp_epsilon)
     if ledger is not None:
         _save_ledger(ledger, runtime, context)
+    if canaries is not None and runtime.gradient_canaries is not None:
+        canaries.save(runtime.gradient_canaries.state_path)
     reply = TrainReply(
         site_id=runtime.site_id,
         train_loss=result.train_loss,
@@ -216,6 +225,9 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
     dp_eps = None
     if runtime.dp is not None:
         dp_eps = _ledger(runtime, context).epsilon(runtime.dp.delta)
+    gradient = None
+    if asked.main:
+        gradient = _gradient_canary_audit(runtime, asked.seed)
     return AuditReply(
         site_id=runtime.site_id,
         result=output.result,
@@ -225,4 +237,22 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
         canary=output.canary,
         dp_epsilon=dp_eps,
         by_round=output.by_round,
+        gradient_canaries=gradient,
     )
+
+
+def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> dict | None:
+    """The site's white-box audit of its own DP-SGD from its canaries' statistics."""
+    settings = runtime.gradient_canaries
+    if settings is None or runtime.dp is None:
+        return None
+    if not settings.state_path.exists():
+        raise RuntimeError(
+            f"site {runtime.site_id}: no gradient-canary statistics at {settings.state_path} "
+            "(the site took part in no DP-SGD round)"
+        )
+    state = CanaryState.load(settings.state_path)
+    result = state.audit(
+        beta=settings.beta, delta=runtime.dp.delta, seed=seed * 31 + runtime.site_id
+    )
+    return result.to_dict()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from clients import gradient_canaries
+from clients.gradient_canaries import CanaryState
 from clients.noise import draw_noise_securely, entropy_generator, use_unpredictable_noise
 from clients.privacy import DPSettings, PrivacyLedger
 from ml.training import run_epoch
@@ -58,6 +60,27 @@ def _proximal(
     return term
 
 
+def _pull_after_noise(
+    optimizer: Any, params: Sequence[torch.Tensor], anchor: Sequence[torch.Tensor], mu: float
+) -> None:
+    """FedProx under DP-SGD: add the proximal gradient ``mu (w - anchor)`` after the noise.
+
+    Opacus rebuilds each gradient from the clipped per-sample ones, so a proximal term in the
+    loss would never reach the step. The anchor is the global model the server sent (public
+    to the server already), so adding its gradient after the noise costs no privacy.
+    """
+    scale_grad = optimizer.scale_grad
+
+    def scale_then_pull() -> None:
+        scale_grad()
+        with torch.no_grad():
+            for p, a in zip(params, anchor, strict=True):
+                if p.grad is not None:
+                    p.grad.add_(p - a, alpha=mu)
+
+    optimizer.scale_grad = scale_then_pull
+
+
 def train_locally(
     task: TrainableTask,
     global_state: dict[str, torch.Tensor],
@@ -71,6 +94,8 @@ def train_locally(
     dp: DPSettings | None = None,
     ledger: PrivacyLedger | None = None,
     secure_noise: bool = False,
+    canaries: CanaryState | None = None,
+    noise_scale: float = 1.0,
 ) -> LocalTrainResult:
     """Train a fresh copy of the global model on the site's members.
 
@@ -79,15 +104,24 @@ def train_locally(
     ``secure_noise`` (a real deployment): DP-SGD's noise and Poisson sampling come from the
     OS's entropy, not from ``seed`` (:mod:`clients.noise`); otherwise both follow ``seed``
     (a simulation, reproducible).
+
+    ``canaries`` (with ``dp``): the site's gradient canaries observe every noisy step and the
+    round's update (:mod:`clients.gradient_canaries`); updated in place. ``noise_scale`` below 1
+    is a fault for tests: the steps add that fraction of the noise the accountant records.
     """
+    if noise_scale != 1.0 and (dp is None or canaries is None):
+        raise ValueError("noise_scale (a test fault) needs dp and canaries")
     torch.manual_seed(seed)
     model = task.make_model()
     model.load_state_dict(global_state)
     model.to(device).train()
     optimizer = task.optimizer.build(model.parameters())
     loader = task.loader(x, y, shuffle=True, seed=seed, device=device)
-    anchor = [p.detach().clone() for p in model.parameters() if p.requires_grad]
-    prox = _proximal(model, anchor, proximal_mu) if proximal_mu > 0 else None
+    params = [p for p in model.parameters() if p.requires_grad]
+    anchor = [p.detach().clone() for p in params]
+    # Under DP the proximal gradient joins after the noise (_pull_after_noise), not the loss.
+    prox = _proximal(model, anchor, proximal_mu) if proximal_mu > 0 and dp is None else None
+    round_canaries = None
 
     trained: nn.Module = model
     engine = None
@@ -117,6 +151,19 @@ def train_locally(
             )
         if generator is not None:
             draw_noise_securely(optimizer, generator)
+        if proximal_mu > 0:
+            _pull_after_noise(optimizer, params, anchor, proximal_mu)
+        if canaries is not None:
+            round_canaries = gradient_canaries.attach(
+                optimizer,
+                canaries,
+                make_block_optimizer=task.optimizer.build,
+                sample_rate=sample_rate,
+                noise_multiplier=sigma,
+                max_grad_norm=dp.max_grad_norm,
+                seed=None if secure_noise else seed,
+                noise_scale=noise_scale,
+            )
 
     def loss_fn(batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         loss = task.batch_loss(trained, batch)
@@ -130,6 +177,8 @@ def train_locally(
         for _ in range(epochs):
             losses.append(run_epoch(trained, loader, optimizer, loss_fn, device))
 
+    if round_canaries is not None:
+        round_canaries.finish()
     epsilon = None
     if engine is not None and ledger is not None and dp is not None:
         ledger.history = [tuple(h) for h in engine.accountant.history]

@@ -61,6 +61,12 @@ def site_dp_ledger_name(site_id: int) -> str:
     return f"site-{site_id}-dp-ledger.json"
 
 
+def gradient_canaries_name(site_id: int) -> str:
+    """The site's gradient canaries: coins and statistics (``audit.gradient_canaries``), in
+    its state directory."""
+    return f"site-{site_id}-gradient-canaries.npz"
+
+
 def exposed_records_name(site_id: int) -> str:
     """The site's most exposed members (``audit.exposed_records``), in its state directory.
 
@@ -281,6 +287,9 @@ class SiteAuditFile:
     by_round: list[dict[str, Any]] | None = None
     """``audit.over_rounds.RoundLeakage.to_dict()`` of each audited round (the final one
     included), by round, with the global accuracy from the round log (ok only)."""
+    gradient_canaries: dict[str, Any] | None = None
+    """``audit.gradient_canaries.GradientCanaryResult.to_dict()`` when the site ran
+    gradient canaries in its DP-SGD (ok only; absent otherwise)."""
 
     def audited_rounds(self) -> set[int]:
         """The rounds ``by_round`` holds."""
@@ -309,6 +318,8 @@ class SiteAuditFile:
             )
             if self.by_round is not None:
                 data["by_round"] = self.by_round
+            if self.gradient_canaries is not None:
+                data["gradient_canaries"] = self.gradient_canaries
         else:
             data["traceback"] = self.traceback
         if self.model_round is not None:
@@ -340,6 +351,7 @@ class SiteAuditFile:
                 traceback=_opt(str, data.get("traceback")),
                 model_round=_opt(int, data.get("model_round")),
                 by_round=_by_round(data.get("by_round")),
+                gradient_canaries=_opt(dict, data.get("gradient_canaries")),
             )
         except KeyError:
             raise ValueError("key 'site_id' is missing") from None

@@ -81,6 +81,9 @@ kind on its update (client-level DP with ``dp.client.clipping_side: client``).""
 RESULT_JSON = "result-json"
 CANARY_JSON = "canary-json"
 """An audit reply's canary one-run audit (``audit.canary.CanaryResult.to_dict`` as JSON)."""
+GRADIENT_CANARIES_JSON = "gradient-canaries-json"
+"""An audit reply's white-box gradient-canary audit of the site's DP-SGD
+(``audit.gradient_canaries.GradientCanaryResult.to_dict`` as JSON)."""
 BY_ROUND_JSON = "by-round-json"
 """An audit reply's audits of earlier rounds: a JSON object, round (as text) -> that round's
 ``audit.over_rounds.RoundLeakage.to_dict``."""
@@ -422,6 +425,8 @@ class AuditReply:
     """The site's record-level (Opacus) epsilon; None without record-level DP."""
     by_round: dict[str, Any] | None = None
     """Earlier rounds' brief audits (see :data:`BY_ROUND_JSON`); None when none was asked."""
+    gradient_canaries: dict[str, Any] | None = None
+    """The white-box gradient-canary audit (:data:`GRADIENT_CANARIES_JSON`), when on."""
 
     def to_record(self) -> ConfigRecord:
         record = ConfigRecord(
@@ -440,6 +445,8 @@ class AuditReply:
             record[DP_EPSILON] = self.dp_epsilon
         if self.canary is not None:
             record[CANARY_JSON] = json.dumps(self.canary)
+        if self.gradient_canaries is not None:
+            record[GRADIENT_CANARIES_JSON] = json.dumps(self.gradient_canaries)
         return record
 
     @classmethod
@@ -455,6 +462,11 @@ class AuditReply:
             dp_epsilon=_opt_float(record, DP_EPSILON, what),
             by_round=(
                 _json_object(record, BY_ROUND_JSON, what) if BY_ROUND_JSON in record else None
+            ),
+            gradient_canaries=(
+                _json_object(record, GRADIENT_CANARIES_JSON, what)
+                if GRADIENT_CANARIES_JSON in record
+                else None
             ),
         )
         if reply.result is None and reply.by_round is None:

@@ -426,6 +426,7 @@ def _site_audit_file(
         n_holdout=outcome.n_holdout,
         dp_epsilon=outcome.dp_epsilon,
         canary=outcome.canary,
+        gradient_canaries=outcome.gradient_canaries,
         model_round=model_round,
     )
 

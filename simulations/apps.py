@@ -10,12 +10,14 @@ from flwr.app import Context
 
 from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
+from clients.gradient_canaries import GradientCanarySettings
 from clients.privacy import DPSettings
 from clients.site_data import SiteData
 from contracts.run_files import (
     CheckpointMeta,
     RunLayout,
     exposed_records_name,
+    gradient_canaries_name,
     site_dp_ledger_name,
 )
 from ml.tasks import TorchTask
@@ -85,6 +87,21 @@ def canary_client_settings(
     )
 
 
+def gradient_canary_settings(
+    config: ExperimentConfig, site_id: int, state_dir: Path, *, seeded: bool
+) -> GradientCanarySettings | None:
+    """The site's gradient canaries (``audit.gradient_canaries``); ``seeded``: coins from the
+    run's seed (a simulation), else from the site's OS entropy (a deployment)."""
+    if not config.audit.gradient_canaries:
+        return None
+    return GradientCanarySettings(
+        pairs=config.audit.gradient_canaries,
+        state_path=state_dir / gradient_canaries_name(site_id),
+        beta=config.audit.settings.beta,
+        seed=config.seed * 1_000 + site_id if seeded else None,
+    )
+
+
 class SiteResolver:
     """``context -> SiteRuntime``, cached per site within a worker process.
 
@@ -142,6 +159,9 @@ class SiteResolver:
             ledger_path=self.state_dir / site_dp_ledger_name(site_id),
             audit_runner=runner,
             return_scores=audit_cfg.enabled and audit_cfg.settings.return_scores,
+            gradient_canaries=gradient_canary_settings(
+                config, site_id, self.state_dir, seeded=True
+            ),
         )
 
 

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from audit.config import AuditConfig
+from audit.gradient_canaries import MIN_GRADIENT_CANARIES
 from contracts.dp_level import DPLevel, resolve_dp_level
 from contracts.errors import UserError
 from ml.partition import PartitionConfig
@@ -198,6 +199,15 @@ class AuditPhaseConfig(_Strict):
         "DP); the cosines of the final model delta give a client-level epsilon estimate and a "
         "lower bound (client_canaries.json).",
     )
+    gradient_canaries: int = Field(
+        0,
+        ge=0,
+        description="record-level DP only: K > 0 gives each site 2K gradient canaries, each "
+        "inserted by a fair coin into its DP-SGD as a phantom record (its own coordinate, "
+        "never touching the model); the site audits its own DP-SGD white-box from every noisy "
+        "step (mechanism level) and from its round updates (server level): one-run lower "
+        "bounds and an estimate of eps beside the accountant's (docs/white_box_audit.md)",
+    )
     canary_twin: bool = Field(
         True,
         description="with canary_clients: train the run again without them (no-canary-twin/) "
@@ -231,6 +241,13 @@ class AuditPhaseConfig(_Strict):
         else:
             return ()
         return tuple(sorted(asked | {num_rounds}))
+
+    @field_validator("gradient_canaries")
+    @classmethod
+    def _enough_gradient_canaries(cls, n: int) -> int:
+        if 0 < n < MIN_GRADIENT_CANARIES:
+            raise ValueError(f"0 (off) or at least {MIN_GRADIENT_CANARIES}, not {n}")
+        return n
 
     @field_validator("canaries")
     @classmethod
@@ -290,6 +307,15 @@ class ExperimentConfig(_Strict):
                 )
         if self.audit.canaries and not self.audit.enabled:
             raise ValueError("audit.canaries: canaries are audited in the audit phase (enabled)")
+        if self.audit.gradient_canaries and not self.dp.record_level:
+            raise ValueError(
+                "audit.gradient_canaries: gradient canaries audit a site's DP-SGD, so they need "
+                f"record-level DP (dp.level record or both; now {self.dp.level})"
+            )
+        if self.audit.gradient_canaries and not self.audit.enabled:
+            raise ValueError(
+                "audit.gradient_canaries: the canaries are audited in the audit phase (enabled)"
+            )
         rounds = self.audit.rounds
         if rounds is not None and self.audit.every is not None:
             raise ValueError("audit.rounds and audit.every: give one of them, not both")

@@ -1,0 +1,159 @@
+"""White-box gradient canaries in a site's DP-SGD: the statistics, their null, a faulty DP
+setup, the canaries' cost, FedProx under DP, and the config rules (real Opacus, digits)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from audit.gradient_canaries import GradientCanaryResult, gradient_canary_audit
+from clients.gradient_canaries import CanaryState
+from clients.privacy import DPSettings, PrivacyLedger
+from clients.training import train_locally
+from ml.datasets import load_dataset
+from simulations.config import ConfigError, validate_config
+from simulations.run_dir import DatasetMeta
+from simulations.run_task import make_task
+
+BETA = 0.05
+DELTA = 1e-5
+
+
+@pytest.fixture(scope="module")
+def digits():
+    dataset = load_dataset("digits")
+    config = validate_config(
+        {
+            "data": {"name": "digits"},
+            "fl": {"batch_size": 32, "optimizer": "sgd", "learning_rate": 0.05},
+            "dp": {"enabled": True, "target_epsilon": 2.0, "accountant": "prv"},
+            "audit": {"enabled": False},
+        }
+    )
+    task = make_task(config, DatasetMeta.of(dataset))
+    torch.manual_seed(0)
+    return dataset, task, task.make_model().state_dict()
+
+
+def _dp(epochs: int, **kw) -> DPSettings:
+    settings = {
+        "target_epsilon": 2.0,
+        "noise_multiplier": None,
+        "delta": DELTA,
+        "max_grad_norm": 1.0,
+        "accountant": "prv",
+        "total_epochs": epochs,
+    }
+    return DPSettings(**(settings | kw))
+
+
+def _train(digits, *, epochs, canaries=None, seed=0, dp=None, **kw):
+    dataset, task, start = digits
+    dp = dp or _dp(epochs)
+    ledger = PrivacyLedger(accountant=dp.accountant, history=[])
+    out = train_locally(
+        task,
+        start,
+        x=dataset.x[:320],
+        y=dataset.y[:320],
+        epochs=epochs,
+        seed=seed,
+        device=torch.device("cpu"),
+        dp=dp,
+        ledger=ledger,
+        canaries=canaries,
+        **kw,
+    )
+    return out, ledger
+
+
+def test_canaries_cost_no_accuracy_weights_are_bit_identical(digits):
+    plain, _ = _train(digits, epochs=2)
+    state = CanaryState.new(200, seed=1)
+    with_canaries, _ = _train(digits, epochs=2, canaries=state)
+    for key, value in plain.state_dict.items():
+        assert torch.equal(value, with_canaries.state_dict[key]), key
+    assert state.steps > 0 and state.rounds == 1
+    assert np.isfinite(state.mechanism).all() and state.mechanism.std() > 0
+
+
+def test_null_directions_never_inserted_stay_within_beta():
+    # 200 audits on canaries that never entered the mechanism: pure noise in, any coins out.
+    rng = np.random.default_rng(5)
+    q, sigma, steps = 0.1, 1.0, 100
+    trials, m = 200, 600
+    x = rng.standard_normal((steps, trials * m))
+    llr = np.log1p(q * np.expm1(x / sigma - 1 / (2 * sigma**2))).sum(axis=0)
+    positive = {"fdp": 0, "steinke": 0}
+    for t in range(trials):
+        coins = rng.integers(0, 2, m).astype(bool)
+        result = gradient_canary_audit(
+            {"mechanism": llr[t * m : (t + 1) * m]},
+            coins,
+            steps=steps,
+            rounds=1,
+            sample_rate=q,
+            noise_multiplier=sigma,
+            max_grad_norm=1.0,
+            beta=BETA,
+            delta=DELTA,
+            seed=t,
+        )
+        level = result.levels["mechanism"]
+        positive["fdp"] += level.eps_lb_fdp > 0
+        positive["steinke"] += level.eps_lb_steinke > 0
+    for count in positive.values():
+        assert count / trials <= BETA / 2
+        assert stats.binomtest(count, trials).proportion_ci(0.95, method="exact").high <= BETA
+
+
+def _audit(state: CanaryState) -> GradientCanaryResult:
+    return state.audit(beta=BETA, delta=DELTA, seed=0)
+
+
+def test_honest_dp_sgd_reads_below_and_near_its_accountant(digits):
+    state = CanaryState.new(10_000, seed=2)
+    _, ledger = _train(digits, epochs=10, canaries=state)
+    eps = ledger.epsilon(DELTA)
+    result = _audit(state)
+    mech = result.levels["mechanism"]
+    assert 0 < mech.eps_lb_fdp <= eps
+    assert mech.eps_lb_steinke <= eps
+    assert mech.eps_estimate_low <= eps * 1.2 and mech.eps_estimate_high >= eps * 0.8
+    server = result.levels["server"]
+    assert server.eps_lb_fdp <= eps
+    assert GradientCanaryResult.from_dict(result.to_dict()) == result
+
+
+def test_half_the_noise_is_caught_at_the_mechanism_level(digits):
+    state = CanaryState.new(10_000, seed=3)
+    _, ledger = _train(digits, epochs=10, canaries=state, noise_scale=0.5)
+    claimed = ledger.epsilon(DELTA)
+    assert claimed == pytest.approx(2.0, rel=0.05)  # the accountant saw the full noise
+    assert _audit(state).levels["mechanism"].eps_lb_fdp > claimed
+
+
+def test_fedprox_pulls_towards_the_anchor_under_dp(digits):
+    _, task, start = digits
+    names = [n for n, _ in task.make_model().named_parameters()]
+
+    def drift(mu: float) -> float:
+        out, _ = _train(digits, epochs=2, dp=_dp(2, target_epsilon=8.0), proximal_mu=mu)
+        return sum(float((out.state_dict[k] - start[k]).norm()) for k in names)
+
+    assert drift(5.0) < 0.5 * drift(0.0)
+
+
+@pytest.mark.parametrize(
+    ("dp", "gradient_canaries", "match"),
+    [
+        ({"enabled": False}, 1000, "audit.gradient_canaries: .*record-level DP"),
+        ({"level": "client", "client": {"noise_multiplier": 0.1}}, 1000, "record-level DP"),
+        ({"enabled": True, "target_epsilon": 2}, 50, "audit.gradient_canaries.*at least 100"),
+    ],
+)
+def test_config_rules_name_the_key(dp, gradient_canaries, match):
+    with pytest.raises(ConfigError, match=match):
+        validate_config({"dp": dp, "audit": {"gradient_canaries": gradient_canaries}})
