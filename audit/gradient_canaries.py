@@ -123,6 +123,9 @@ class GradientCanaryResult:
     steps: int
     """Noisy gradient steps observed (all rounds)."""
     rounds: int
+    overhead_s: float
+    """Training time the canaries added at the site (their accuracy cost is nil: they never
+    touch the model)."""
     sample_rate: float
     noise_multiplier: float
     """The noise multiplier the site's accountant assumed."""
@@ -131,8 +134,15 @@ class GradientCanaryResult:
     delta: float
     levels: dict[str, LevelAudit]
 
-    def level(self, name: ThreatLevel) -> LevelAudit | None:
-        return self.levels.get(name)
+    @property
+    def mechanism(self) -> LevelAudit | None:
+        """Every noisy summed gradient (what the DP guarantee covers)."""
+        return self.levels.get("mechanism")
+
+    @property
+    def server(self) -> LevelAudit | None:
+        """The round updates the site sends."""
+        return self.levels.get("server")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types (an open-ended threshold is ``null``)."""
@@ -245,6 +255,7 @@ def gradient_canary_audit(
     *,
     steps: int,
     rounds: int,
+    overhead_s: float,
     sample_rate: float,
     noise_multiplier: float,
     max_grad_norm: float,
@@ -264,6 +275,7 @@ def gradient_canary_audit(
         n_inserted=int(coins.sum()),
         steps=int(steps),
         rounds=int(rounds),
+        overhead_s=float(overhead_s),
         sample_rate=float(sample_rate),
         noise_multiplier=float(noise_multiplier),
         max_grad_norm=float(max_grad_norm),

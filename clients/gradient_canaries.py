@@ -22,6 +22,7 @@ cost no accuracy), and the phantom coordinates never leave the site.
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,8 @@ class CanaryState:
     """Per canary, the scaled round updates along ``-e_j`` summed over rounds."""
     steps: int = 0
     rounds: int = 0
+    seconds: float = 0.0
+    """Time the canaries added to the site's training (all rounds)."""
     sample_rate: float = 0.0
     noise_multiplier: float = 0.0
     max_grad_norm: float = 0.0
@@ -93,6 +96,7 @@ class CanaryState:
             "mechanism": self.mechanism,
             "server": self.server,
             "counters": np.array([self.steps, self.rounds]),
+            "seconds": np.array(self.seconds),
             "settings": np.array([self.sample_rate, self.noise_multiplier, self.max_grad_norm]),
         }
         # Site-local: the coins identify the inserted canaries; durable before the reply.
@@ -111,6 +115,7 @@ class CanaryState:
                 server=data["server"].astype(np.float64),
                 steps=steps,
                 rounds=rounds,
+                seconds=float(data["seconds"]),
                 sample_rate=q,
                 noise_multiplier=sigma,
                 max_grad_norm=clip,
@@ -128,6 +133,7 @@ class CanaryState:
             self.coins,
             steps=self.steps,
             rounds=self.rounds,
+            overhead_s=self.seconds,
             sample_rate=self.sample_rate,
             noise_multiplier=self.noise_multiplier,
             max_grad_norm=self.max_grad_norm,
@@ -165,6 +171,7 @@ class RoundCanaries:
         """One noisy step of ``optimizer`` (a ``DPOptimizer``), after the model's noise."""
         from opacus.optimizers.optimizer import _generate_noise
 
+        began = time.perf_counter()
         sampled = self.coins & (torch.rand(self.coins.shape, generator=self.generator) < self.q)
         # A canary's per-sample gradient has norm C (the accountant's); clipped as Opacus does.
         factor = min(1.0, float(optimizer.max_grad_norm) / (self.clip + 1e-6))
@@ -181,6 +188,7 @@ class RoundCanaries:
         # The block's own step, scaled like the model's (Opacus's scale_grad).
         self.block.grad = noisy / float(optimizer.expected_batch_size)
         self.block_optimizer.step()
+        self.state.seconds += time.perf_counter() - began
 
     def finish(self) -> None:
         """Add this round's update (what the server would receive) to the server statistic."""

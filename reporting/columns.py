@@ -35,6 +35,7 @@ from .formatting import (
     fmt_side_c_lb,
     fmt_theoretical_eps,
     fmt_two_sided,
+    fmt_white_box,
     ordering_text,
     quality,
     scoped_flag_labels,
@@ -125,6 +126,9 @@ def html_table(
 
 SITE_ONE = "site." + ONE
 """The path of a row's site's one-sided game."""
+_MECHANISM = "site.privacy.gradient_canaries.mechanism."
+_SERVER = "site.privacy.gradient_canaries.server."
+"""The paths of a row's site's white-box threat levels."""
 
 
 def _estimate(header: str, path: str) -> Column[Any]:
@@ -336,6 +340,14 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
         "canary_eps_lb [interval] (canaries)",
         lambda r: fmt_canary(r.site.privacy.canary, r.site.privacy.canaries),
     ),
+    column(
+        "white-box mechanism: f-DP eps_lb / estimate [95% CI]",
+        lambda r: fmt_white_box(at(r, "site.privacy.gradient_canaries.mechanism")),
+    ),
+    column(
+        "white-box server: f-DP eps_lb / estimate [95% CI]",
+        lambda r: fmt_white_box(at(r, "site.privacy.gradient_canaries.server")),
+    ),
     column("eps_tilde one-sided", lambda r: fmt(value_at(r, SITE_ONE + "eps_tilde"))),
     column("eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)),
     column("RM;RN one-sided / two-sided", _rm_rn_pair),
@@ -405,6 +417,9 @@ SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
     _number("accuracy (global)", "global_accuracy"),
     _titled("accuracy (site holdout)", lambda r: quality(r.site, "target_accuracy_nonmembers")),
     _number("canary_eps_lb", "site.privacy.canary.eps_lb"),
+    _number("white-box mechanism f-DP eps_lb", _MECHANISM + "eps_lb_fdp"),
+    _number("white-box mechanism estimate", _MECHANISM + "eps_estimate"),
+    _number("white-box server f-DP eps_lb", _SERVER + "eps_lb_fdp"),
     _number("eps_tilde", SITE_ONE + "eps_tilde"),
     column("eps_tilde 95% CI", lambda r: fmt_interval(at(r, SITE_ONE + "eps_tilde"))),
     column("eps_tilde two-sided [95% CI] (side)", lambda r: fmt_two_sided(r.site)),

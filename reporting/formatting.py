@@ -7,6 +7,7 @@ import math
 
 from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
+from audit.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.over_rounds import RoundLeakage, first_leaking_round
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, Interval
 from audit.sides import SIDES
@@ -197,6 +198,35 @@ def fmt_fdp(value: float | None, mu: float | None, delta: float | None) -> str:
     """``eps_lb (GDP mu 1.02, delta 1e-05)`` of an f-DP one-run bound."""
     mu_text = None if mu is None else f"GDP mu {fmt(mu)}"
     return _detailed(value, [mu_text, f"delta {delta:g}" if delta else None], ", ", MISSING)
+
+
+def fmt_white_box(level: LevelAudit | None) -> str:
+    """``bound / estimate [low, high]`` of one white-box threat level (f-DP bound)."""
+    if level is None:
+        return MISSING
+    estimate = f"{fmt(level.eps_estimate)} [{fmt(level.eps_estimate_low)}, "
+    return f"{fmt(level.eps_lb_fdp)} / {estimate}{fmt(level.eps_estimate_high)}]"
+
+
+def fmt_white_box_cost(result: GradientCanaryResult | None) -> str:
+    """How many canaries watched how many steps, and what they cost."""
+    if result is None:
+        return "off"
+    return (
+        f"{result.n_canaries:,} canaries ({result.n_inserted:,} inserted) over "
+        f"{result.steps:,} noisy steps in {result.rounds} rounds; +{result.overhead_s:.1f} s "
+        "of training, no accuracy cost (they never touch the model)"
+    )
+
+
+WHITE_BOX_MEANING = (
+    "what the server could learn about one of the site's records from what the site sends, "
+    "measured white-box by gradient canaries inside the site's own DP-SGD: the one-run f-DP "
+    "lower bound on epsilon / the Gaussian estimate [95% interval over the canaries]. "
+    "Mechanism: every noisy gradient step (what the DP guarantee covers; the check that the DP "
+    "setup does what the accountant assumes). Server: the round updates the site sends"
+)
+"""What the white-box numbers mean, for every place that shows them."""
 
 
 def fmt_best(value: float | None, method: str | None) -> str:

@@ -20,6 +20,7 @@ import yaml
 
 from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
+from audit.gradient_canaries import GradientCanaryResult
 from audit.over_rounds import RoundLeakage
 from audit.result import AuditResult
 from contracts.errors import RunFileError
@@ -48,6 +49,8 @@ class SiteAuditInput:
     """The site's canary audit, when the run trained with canaries."""
     by_round: list[RoundLeakage] = field(default_factory=list)
     """The file's ``by_round`` lines (an unreadable one is dropped with a warning)."""
+    gradient_canaries: GradientCanaryResult | None = None
+    """The site's white-box audit of its DP-SGD, when it ran gradient canaries."""
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,17 @@ def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAudi
         result=result,
         canary=_canary(file.canary),
         by_round=_by_round(path, file.by_round),
+        gradient_canaries=_gradient_canaries(path, file.gradient_canaries),
     )
+
+
+def _gradient_canaries(path: Path, data: dict[str, Any] | None) -> GradientCanaryResult | None:
+    """The file's white-box audit; a malformed block drops it alone, with a warning."""
+    try:
+        return None if data is None else GradientCanaryResult.from_dict(data)
+    except (KeyError, TypeError, ValueError) as err:
+        log.warning("%s: key 'gradient_canaries' dropped: %s", path, err)
+        return None
 
 
 def _canary(data: dict[str, Any] | None) -> CanaryResult | None:

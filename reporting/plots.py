@@ -24,6 +24,8 @@ _TWO_SIDED = "#800000"
 _RMRN = "#2ca02c"
 _O1 = "#9467bd"
 _CANARY = "#ff7f0e"
+_WHITE_BOX = "#1f77b4"
+_SERVER = "#17becf"
 _GREY = "#666666"
 _TAB10 = "#1f77b4 #ff7f0e #2ca02c #d62728 #9467bd #8c564b #e377c2 #7f7f7f #bcbd22 #17becf"
 _CYCLE = _TAB10.split()
@@ -479,7 +481,24 @@ def _eps_tilde(site: SiteReport) -> Interval | None:
     return at(site, "audit.two_sided.eps_tilde") or at(site, ONE + "eps_tilde")
 
 
+def _mechanism_estimate(site: SiteReport) -> Interval | None:
+    """The white-box mechanism-level estimate with its interval over the canaries."""
+    level = at(site, "privacy.gradient_canaries.mechanism")
+    if level is None:
+        return None
+    low, high = level.eps_estimate_low, level.eps_estimate_high
+    return Interval(mean=level.eps_estimate, std=0.0, low=low, high=high, n=0)
+
+
 _BOUND_SERIES: tuple[Series, ...] = (
+    (
+        "privacy.gradient_canaries.mechanism.eps_lb_fdp",
+        _WHITE_BOX,
+        "s",
+        "white-box mechanism f-DP eps lower bound",
+    ),
+    (_mechanism_estimate, _WHITE_BOX, "o", "white-box mechanism estimate (95% CI)"),
+    ("privacy.gradient_canaries.server.eps_lb_fdp", _SERVER, "s", "white-box server f-DP bound"),
     ("privacy.canary.eps_lb", _CANARY, "*", "canary eps lower bound"),
     (_eps_tilde, _TWO_SIDED, "D", "eps_tilde, two-sided where measured (95% CI)"),
     ("audit.o1_eps_lb", _O1, "^", "O(1) eps lower bound (95% CI)"),

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit.client_canaries import ClientCanaryResult, ThreatModel
+from audit.gradient_canaries import READINGS
 from audit.one_run import METHOD_LABELS, Method
 from contracts.dp_level import DPLevel, resolve_dp_level
 from contracts.errors import RunFileError
@@ -174,6 +175,7 @@ def site_privacy(
         if canary is not None and canary.n_canaries
         else settings.canaries,
         canary=canary,
+        gradient_canaries=audit.gradient_canaries,
     )
 
 
@@ -238,6 +240,26 @@ _LOWER_BOUNDS: dict[str, tuple[str, str, str]] = {
         "privacy.client_eps_lb",
         "client_canaries",
     ),
+    "mechanism_eps_lb_fdp": (
+        "white-box mechanism-level f-DP eps lower bound (gradient canaries)",
+        "privacy.gradient_canaries.mechanism.eps_lb_fdp",
+        "white_box",
+    ),
+    "mechanism_eps_lb_steinke": (
+        "white-box mechanism-level Steinke eps lower bound (gradient canaries)",
+        "privacy.gradient_canaries.mechanism.eps_lb_steinke",
+        "white_box",
+    ),
+    "server_eps_lb_fdp": (
+        "white-box server-level f-DP eps lower bound (gradient canaries)",
+        "privacy.gradient_canaries.server.eps_lb_fdp",
+        "white_box",
+    ),
+    "server_eps_lb_steinke": (
+        "white-box server-level Steinke eps lower bound (gradient canaries)",
+        "privacy.gradient_canaries.server.eps_lb_steinke",
+        "white_box",
+    ),
 }
 """name -> (label, path on the site (:func:`~.schema.at`), key of its level in the audit's
 levels) of each measured lower bound on epsilon (O(1) and RM;RN: means over repeats)."""
@@ -245,13 +267,20 @@ levels) of each measured lower bound on epsilon (O(1) and RM;RN: means over repe
 
 def bound_violations(site: SiteReport) -> list[BoundViolation]:
     """The measured lower bounds above the guarantee they measure: that of the site's
-    records in the released model (:func:`released_model_epsilon`), or for the canary
-    clients' bound the site-level client epsilon; nothing is checked without DP."""
+    records in the released model (:func:`released_model_epsilon`); for the canary clients'
+    bound the site-level client epsilon; for the white-box bounds the site's DP-SGD epsilon
+    (what holds against the server). Nothing is checked without DP."""
     record = released_model_epsilon(site.privacy)
     found = []
     for name, (label, path, level_key) in _LOWER_BOUNDS.items():
-        client = level_key == "client_canaries"
-        dp = site.privacy.client_epsilon if client else record
+        client, white_box = level_key == "client_canaries", level_key == "white_box"
+        dp = (
+            site.privacy.client_epsilon
+            if client
+            else site.privacy.dp_epsilon
+            if white_box
+            else record
+        )
         value = value_at(site, path)
         if dp is None or value is None or not value > dp + _TOLERANCE:
             continue
@@ -259,12 +288,32 @@ def bound_violations(site: SiteReport) -> list[BoundViolation]:
             level = site.privacy.client_eps_lb_beta
         elif level_key == "canary":
             level = at(site, "privacy.canary.beta")
+        elif white_box:
+            beta = at(site, "privacy.gradient_canaries.beta")
+            level = None if beta is None else beta / len(READINGS)
         else:
             level = None if site.audit is None else site.audit.levels.get(level_key)
-        scope = _CLIENT_SCOPE if client else _RECORD_SCOPE
-        message = violation_message(site.site_id, label, value, dp, level, of=scope)
+        if white_box:
+            message = white_box_violation_message(site.site_id, label, value, dp, level)
+        else:
+            scope = _CLIENT_SCOPE if client else _RECORD_SCOPE
+            message = violation_message(site.site_id, label, value, dp, level, of=scope)
         found.append(BoundViolation(name, label, value, dp, level, message))
     return found
+
+
+def white_box_violation_message(
+    site_id: int, label: str, value: float, dp_epsilon: float, level: float | None
+) -> str:
+    """The plain-words sentence of a white-box bound above the site's DP-SGD epsilon."""
+    odds = f" (or a 1-in-{1 / level:.0f} chance)" if level else ""
+    return (
+        f"site {site_id}: {label} = {value:.3f} is above the epsilon {dp_epsilon:.3f} its "
+        "DP-SGD accountant reports. The canaries watched the site's own noisy gradients, so "
+        "the training added less noise, clipped less or sampled more than the accountant "
+        f"assumes: a DP bug or a wrong accountant{odds}. The site's guarantee does not hold "
+        "as stated."
+    )
 
 
 _ONE_RUN_BOUNDS: tuple[tuple[str, Method, str], ...] = (

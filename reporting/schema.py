@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
+from audit.gradient_canaries import GradientCanaryResult
 from audit.over_rounds import RoundLeakage
 from audit.result import AuditFlags, ClassSliceResult, Interval
 from audit.sides import Side
@@ -221,6 +222,9 @@ class PrivacyReport:
     client_eps_lb_beta: float | None
     canaries: int | None
     canary: CanaryResult | None
+    gradient_canaries: GradientCanaryResult | None = None
+    """The site's white-box audit of its own DP-SGD (gradient canaries): what the server
+    could learn, at the mechanism and server levels; None when off."""
 
 
 @dataclass(frozen=True)

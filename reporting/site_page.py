@@ -37,6 +37,7 @@ from .formatting import (
     PR_CAPTION,
     ROC_NOTE,
     SIDE_LABELS,
+    WHITE_BOX_MEANING,
     canary_banner,
     first_leaking_text,
     fmt,
@@ -47,6 +48,8 @@ from .formatting import (
     fmt_fdp,
     fmt_loss_gap,
     fmt_two_sided,
+    fmt_white_box,
+    fmt_white_box_cost,
     levels_lines,
     ordering_text,
     scoped_reasons,
@@ -256,6 +259,22 @@ def _privacy_table(site: SiteReport) -> Table:
             fmt_fdp(at(site, "privacy.canary.eps_lb_fdp"), at(p, "canary.fdp_mu"), c.fdp_delta),
             "the same guesses read against a Gaussian trade-off curve (Mahloujifar et al. "
             "2025): the largest Gaussian-DP mu they reject, as epsilon at delta",
+        ),
+        Item(
+            "white-box, mechanism level: f-DP eps lower bound / estimate [95% interval]",
+            fmt_white_box(at(p, "gradient_canaries.mechanism")),
+            WHITE_BOX_MEANING,
+        ),
+        Item(
+            "white-box, server level: f-DP eps lower bound / estimate [95% interval]",
+            fmt_white_box(at(p, "gradient_canaries.server")),
+            "the same canaries read from your round updates only (local steps hidden)",
+        ),
+        Item(
+            "white-box canaries and their cost",
+            fmt_white_box_cost(p.gradient_canaries),
+            "gradient canaries inside your own DP-SGD (audit.gradient_canaries); the coins and "
+            "statistics stay at your site",
         ),
         Item(
             "best lower bound",

@@ -13,6 +13,9 @@ from clients.gradient_canaries import CanaryState
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.training import train_locally
 from ml.datasets import load_dataset
+from reporting.aggregate import site_report
+from reporting.inputs import SiteAuditInput
+from reporting.privacy_ledger import privacy_settings
 from simulations.config import ConfigError, validate_config
 from simulations.run_dir import DatasetMeta
 from simulations.run_task import make_task
@@ -94,6 +97,7 @@ def test_null_directions_never_inserted_stay_within_beta():
             coins,
             steps=steps,
             rounds=1,
+            overhead_s=0.0,
             sample_rate=q,
             noise_multiplier=sigma,
             max_grad_norm=1.0,
@@ -127,12 +131,38 @@ def test_honest_dp_sgd_reads_below_and_near_its_accountant(digits):
     assert GradientCanaryResult.from_dict(result.to_dict()) == result
 
 
+def _ledger_checks(result: GradientCanaryResult, dp_epsilon: float):
+    """The consortium report's ordering check of a site with this white-box audit."""
+    audit = SiteAuditInput(
+        site_id=4,
+        status="ok",
+        n_members=320,
+        n_holdout=0,
+        dp_epsilon=dp_epsilon,
+        gradient_canaries=GradientCanaryResult.from_dict(result.to_dict()),
+    )
+    settings = privacy_settings({"dp": {"level": "record", "delta": DELTA, "accountant": "prv"}})
+    return site_report(audit, rounds=[], settings=settings, client_dp=None).checks
+
+
 def test_half_the_noise_is_caught_at_the_mechanism_level(digits):
     state = CanaryState.new(10_000, seed=3)
     _, ledger = _train(digits, epochs=10, canaries=state, noise_scale=0.5)
     claimed = ledger.epsilon(DELTA)
     assert claimed == pytest.approx(2.0, rel=0.05)  # the accountant saw the full noise
-    assert _audit(state).levels["mechanism"].eps_lb_fdp > claimed
+    result = _audit(state)
+    assert result.levels["mechanism"].eps_lb_fdp > claimed
+    violations = _ledger_checks(result, claimed).bound_violations
+    assert "mechanism_eps_lb_fdp" in [v.bound for v in violations]
+    message = next(v.message for v in violations if v.bound == "mechanism_eps_lb_fdp")
+    assert message.startswith("site 4: white-box mechanism-level")
+    assert "a DP bug or a wrong accountant" in message
+
+
+def test_honest_site_passes_the_ordering_check(digits):
+    state = CanaryState.new(2_000, seed=4)
+    _, ledger = _train(digits, epochs=4, canaries=state)
+    assert _ledger_checks(_audit(state), ledger.epsilon(DELTA)).bound_violations == []
 
 
 def test_fedprox_pulls_towards_the_anchor_under_dp(digits):
