@@ -193,9 +193,11 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
         Heading("Per site: measured lower bounds against the accountant's epsilon", only="html"),
         Figure(
             plots.sweep_site_bounds_plot(points),
-            "One panel per site: the canary audit's and O(1)'s lower bounds and eps_tilde "
-            "(two-sided where measured) against the site's record-level DP guarantee (log "
-            "scale), with the y = x line; points without DP at 'no DP', right. A lower bound "
+            "One panel per site: with gradient canaries, the white-box mechanism-level f-DP "
+            "bound (blue square) and estimate with its interval (blue circle) and the "
+            "server-level bound (cyan square); the canary audit's and O(1)'s lower bounds and "
+            "eps_tilde (two-sided where measured); all against the site's record-level DP "
+            "guarantee (log scale), with the y = x line; points without DP at 'no DP', right. A lower bound "
             "above the line is a bound violation; the gap below it is how far the audit is "
             f"from tight. {NOT_A_BOUND}: above the line it is no contradiction.",
             alt="measured lower bounds vs accountant epsilon per site",

@@ -135,23 +135,47 @@ def test_two_point_sweep(tmp_path):
         "name": "s",
         "base": "base.yaml",
         "output_dir": str(tmp_path / "runs"),
-        "grid": {"dp.target_epsilon": [1, "inf"]},
+        "points": {
+            # The private point's sites also audit their DP-SGD white-box.
+            "eps=1": {"dp.target_epsilon": 1, "audit.gradient_canaries": 1000},
+            "no DP": {"dp.target_epsilon": "inf"},
+        },
         "overrides": {"dp.enabled": True},
     }
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep))
     assert cli_main(["sweep", str(tmp_path / "sweep.yaml")]) == 0
-    result = json.loads((tmp_path / "runs" / "s" / "sweep.json").read_text())
+    folder = tmp_path / "runs" / "s"
+    result = json.loads((folder / "sweep.json").read_text())
     assert len(result["points"]) == 2
-    assert (tmp_path / "runs" / "s" / "sweep.html").exists()
+    html = (folder / "sweep.html").read_text()
+    assert "white-box mechanism f-DP eps lower bound" in html
     eps = {p["label"]: p for p in result["points"]}
-    assert set(eps) == {"target_epsilon=1", "target_epsilon=inf"}
-    private, public = eps["target_epsilon=1"], eps["target_epsilon=inf"]
+    assert set(eps) == {"eps=1", "no_DP"}
+    private, public = eps["eps=1"], eps["no_DP"]
     assert private["private"] is True and public["private"] is False
     assert 0 < private["theoretical_eps"] <= 1.0 + 1e-6
     assert public["theoretical_eps"] is None
     for point in (private, public):
         assert point["global_accuracy"] is not None
         assert all(site["status"] == "ok" for site in point["sites"])
+    for site in private["sites"]:
+        white_box = site["privacy"]["gradient_canaries"]
+        assert white_box["n_canaries"] == 2000 and white_box["steps"] > 0
+        for level in ("mechanism", "server"):
+            bound = white_box["levels"][level]["eps_lb_fdp"]
+            assert 0 <= bound <= site["privacy"]["dp_epsilon"]
+        page = (folder / "eps=1" / "site-reports" / f"site-{site['site_id']}.html").read_text()
+        assert "white-box, mechanism level" in page
+    assert all(s["privacy"]["gradient_canaries"] is None for s in public["sites"])
+    # The coins and statistics stay at the site: the server's files hold only the summary.
+    run = folder / "eps=1"
+    assert sorted(p.name for p in (run / "site_state").glob("*gradient-canaries*")) == [
+        "site-0-gradient-canaries.npz",
+        "site-1-gradient-canaries.npz",
+    ]
+    assert all((p.stat().st_mode & 0o077) == 0 for p in (run / "site_state").glob("*.npz"))
+    for name in ("report.json", "audits/site-0.json"):
+        assert '"coins"' not in (run / name).read_text()
 
 
 def test_cli_config_error_names_key(tmp_path, capsys):

@@ -9,7 +9,7 @@ import torch
 from scipy import stats
 
 from audit.gradient_canaries import GradientCanaryResult, gradient_canary_audit
-from clients.gradient_canaries import CanaryState
+from clients.gradient_canaries import CanaryState, GradientCanarySettings
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.training import train_locally
 from ml.datasets import load_dataset
@@ -187,3 +187,15 @@ def test_fedprox_pulls_towards_the_anchor_under_dp(digits):
 def test_config_rules_name_the_key(dp, gradient_canaries, match):
     with pytest.raises(ConfigError, match=match):
         validate_config({"dp": dp, "audit": {"gradient_canaries": gradient_canaries}})
+
+
+def test_deployed_sites_draw_coins_the_server_cannot_replay(tmp_path):
+    def settings(seed):
+        return GradientCanarySettings(
+            pairs=100, state_path=tmp_path / "none.npz", beta=BETA, seed=seed
+        )
+
+    seeded = [settings(7).load_or_new().coins for _ in range(2)]
+    assert np.array_equal(*seeded)  # a simulation replays
+    deployed = [settings(None).load_or_new().coins for _ in range(2)]
+    assert not np.array_equal(*deployed)  # a deployment's coins come from the OS's entropy
