@@ -144,6 +144,22 @@ def _measured(site: SiteReport, audit: AuditReport) -> list[str]:
             f"of {fmt(None if canary is None else canary.eps_lb)}. The canaries changed the "
             "model: it is not the one the consortium would have trained without them."
         )
+    white_box = site.privacy.gradient_canaries
+    mechanism = None if white_box is None else white_box.mechanism
+    server = None if white_box is None else white_box.server
+    if mechanism is not None:
+        lines.append(
+            "What the server could learn: gradient canaries inside your own DP-SGD show that "
+            "an observer of every noisy training step could tell one of your records apart "
+            f"with epsilon at least {fmt(mechanism.eps_lb_fdp)} (estimate "
+            f"{fmt(mechanism.eps_estimate)}), against the {fmt(site.privacy.dp_epsilon)} your "
+            "accountant guarantees"
+            + (
+                f"; from your round updates alone, at least {fmt(server.eps_lb_fdp)}."
+                if server is not None
+                else "."
+            )
+        )
     rm_rn_two = None if audit.two_sided is None else audit.two_sided.rm_rn_eps_lb
     if audit.one_sided.rm_rn_eps_lb is not None or audit.o1_eps_lb is not None:
         lines.append(

@@ -197,9 +197,9 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
             "bound (blue square) and estimate with its interval (blue circle) and the "
             "server-level bound (cyan square); the canary audit's and O(1)'s lower bounds and "
             "eps_tilde (two-sided where measured); all against the site's record-level DP "
-            "guarantee (log scale), with the y = x line; points without DP at 'no DP', right. A lower bound "
-            "above the line is a bound violation; the gap below it is how far the audit is "
-            f"from tight. {NOT_A_BOUND}: above the line it is no contradiction.",
+            "guarantee (log scale), with the y = x line; points without DP at 'no DP', right. "
+            "A lower bound above the line is a bound violation; the gap below it is how far "
+            f"the audit is from tight. {NOT_A_BOUND}: above the line it is no contradiction.",
             alt="measured lower bounds vs accountant epsilon per site",
         ),
     ]
