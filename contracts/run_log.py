@@ -56,6 +56,35 @@ class RoundRecord:
     def to_dict(self) -> dict[str, Any]:
         return _compact(json_safe(self))
 
+    @property
+    def empty(self) -> bool:
+        """No site's update was aggregated: the global model was carried over unchanged."""
+        return not self.sites
+
+
+def empty_rounds(rounds: list[RoundRecord]) -> list[int]:
+    """The rounds in which no site's update was aggregated."""
+    return [r.round for r in rounds if r.empty]
+
+
+def untrained_reason(rounds: list[RoundRecord]) -> str | None:
+    """One line saying that no round aggregated any update (the global model is the
+    initial one), with the first lost update's reason; None when some round trained (or
+    there are no rounds yet)."""
+    if not rounds or not all(r.empty for r in rounds):
+        return None
+    first = next(((r.round, s, why) for r in rounds for s, why in r.failures.items()), None)
+    why = (
+        "no site replied"
+        if first is None
+        else f"e.g. round {first[0]}, site {first[1]}: {first[2].splitlines()[0][:200]}"
+    )
+    n = len(rounds)
+    return (
+        f"no site's update was aggregated in any of the {n} round{'s' * (n != 1)} ({why}): "
+        "the global model is the initial, untrained one"
+    )
+
 
 @dataclass(frozen=True)
 class ClientDPSite:
