@@ -162,9 +162,11 @@ def read_json(path: Path) -> Any:
     """The JSON of a run file; a :class:`~contracts.errors.RunFileError` naming the file
     when it cannot be read or is not JSON."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise RunFileError(f"{path} is not valid JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise RunFileError(f"{path} is not UTF-8 text (byte {exc.start})") from exc
     except OSError as exc:
         raise RunFileError(f"{path} cannot be read: {exc}") from exc
 
@@ -187,8 +189,12 @@ def read_rounds(run_dir: Path) -> list[RoundRecord]:
     path = RunLayout(run_dir).metrics
     if not path.exists():
         return []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunFileError(f"{path} cannot be read: {exc}") from exc
     rounds = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
                 rounds.append(from_dict(RoundRecord, json.loads(line)))

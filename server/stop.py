@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
+from flwr.supercore.run import Run
 
 
 class RunStopped(Exception):
@@ -55,11 +56,11 @@ class StoppableGrid(Grid):
         self._grid = grid
         self._switch = switch
 
-    def set_run(self, run):  # type: ignore[no-untyped-def]  # Flower's Run, internal
+    def set_run(self, run: Run) -> None:
         self._grid.set_run(run)
 
     @property
-    def run(self):  # type: ignore[no-untyped-def]  # Flower's Run, internal
+    def run(self) -> Run:
         return self._grid.run
 
     def create_message(

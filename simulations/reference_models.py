@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -134,10 +135,14 @@ def ensure_reference_models(
     # The models first, the manifest last: a run stopped in between trains them again.
     cached.unlink(missing_ok=True)
     for k, state in enumerate(states):
-        atomic_write(layout.reference_model(k), lambda fh, s=state: torch.save(s, fh))
+        atomic_write(layout.reference_model(k), partial(_save_state, state))
     atomic_write_text(cached, json.dumps(manifest, indent=1))
     log.info("reference models: trained %d on %d public records", count, len(records))
     return True
+
+
+def _save_state(state: dict[str, torch.Tensor], fh: BinaryIO) -> None:
+    torch.save(state, fh)
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:

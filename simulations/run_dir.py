@@ -155,6 +155,10 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     layout = RunLayout(run_dir)
+    written = (layout.config, layout.partition, layout.dataset, layout.metrics, layout.noise)
+    for path in (*written, layout.final_model, layout.client_dp_ledger, layout.client_canaries):
+        if path.is_dir():
+            raise RunFileError(f"{path} is a directory where the run writes a file: move it away")
     adopt_config(config, run_dir)
     text = dump_config(config)
     if _prepared(config, run_dir):
