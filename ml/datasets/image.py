@@ -148,12 +148,17 @@ CIFAR_GLOBALS = frozenset(
     {
         ("numpy.core.multiarray", "_reconstruct"),
         ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
+        ("_codecs", "encode"),
     }
 )
-"""The only callables a CIFAR batch may name: what a pickled numpy array needs. Dicts,
-lists, bytes, str and int need none."""
+"""The only callables a CIFAR batch may name: what a pickled numpy array needs (at any
+protocol), and
+``_codecs.encode``, bytes in a protocol-2 pickle). Dicts, lists, bytes, str and int need
+none."""
 
 
 class _CifarUnpickler(pickle.Unpickler):
