@@ -156,9 +156,8 @@ CIFAR_GLOBALS = frozenset(
     }
 )
 """The only callables a CIFAR batch may name: what a pickled numpy array needs (at any
-protocol), and
-``_codecs.encode``, bytes in a protocol-2 pickle). Dicts, lists, bytes, str and int need
-none."""
+protocol) and ``_codecs.encode`` (bytes in a protocol-2 pickle). Dicts, lists, bytes, str
+and int need none."""
 
 
 class _CifarUnpickler(pickle.Unpickler):
