@@ -202,15 +202,40 @@ def _start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, k
     if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
         signal.signal(signal.SIGTERM, on_sigterm)
     have = ray.cluster_resources()
-    cpus, gpus = float(have.get("CPU", 0.0)), float(have.get("GPU", 0.0))
-    if num_cpus > cpus or num_gpus > gpus:
+    try:
+        check_fits(
+            float(have.get("CPU", 0.0)), float(have.get("GPU", 0.0)), num_cpus, num_gpus, key
+        )
+    except ConfigError:
         ray.shutdown()
+        raise
+
+
+def check_fits(cpus: float, gpus: float, num_cpus: float, num_gpus: float, key: str) -> None:
+    """A :class:`ConfigError` naming ``key`` when one site's ``num_cpus`` / ``num_gpus``
+    exceed a cluster of ``cpus`` / ``gpus``: no site could ever start."""
+    if num_cpus > cpus or num_gpus > gpus:
         gpu_key = key.replace("cpus", "gpus")
         raise ConfigError(
             f"{key}={num_cpus:g}, {gpu_key}={num_gpus:g} per site, but the Ray cluster has "
             f"{cpus:g} CPUs and {gpus:g} GPUs: no site could start; lower {key} (or "
             f"{gpu_key}), or give Ray more (ray.num_cpus, ray.address)"
         )
+
+
+def check_local_resources(config: ExperimentConfig) -> None:
+    """Before anything runs: each phase's per-site request against the local Ray this run
+    would start (a cluster it joins is checked once joined, by :func:`_start_ray`)."""
+    if ray_address(config):
+        return
+    cpus = float(config.ray.num_cpus or os.cpu_count() or 1)
+    gpus = float(torch.cuda.device_count())
+    res = config.resources
+    sites = config.partition.num_sites
+    check_fits(cpus, gpus, res.num_cpus, _gpus(res.num_gpus, sites), "resources.num_cpus")
+    if config.audit.enabled:
+        audit_gpus = _gpus(res.audit_num_gpus, sites)
+        check_fits(cpus, gpus, res.audit_num_cpus, audit_gpus, "resources.audit_num_cpus")
 
 
 def training_done(config: ExperimentConfig, run_dir: Path) -> bool:
@@ -223,6 +248,7 @@ def run_experiment(
 ) -> RunOutcome:
     """Train (the rounds still missing), audit (the sites still missing), report."""
     quiet_logs(verbose)
+    check_local_resources(config)
     outcome = RunOutcome(run_dir=run_dir)
     t0 = time.time()
     meta = prepare_run_dir(config, run_dir)
