@@ -21,7 +21,6 @@ def audit_saved_model(
 ) -> dict:
     """Run the configured audit of ``site``'s members (and holdout) against the model."""
     config = load_config(config_path, overrides)
-    model, _ = load_global_model(checkpoint)  # first: a damaged checkpoint fails at once
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     sites = partition(dataset, config.partition, seed=config.seed)
     if not 0 <= site < len(sites):
@@ -32,6 +31,7 @@ def audit_saved_model(
     if dataset.public_x is not None:
         public = Records(dataset.public_x, dataset.public_y, dataset.public_groups)
         data = data.with_public(site_pool(config, public))
+    model, _ = load_global_model(checkpoint)
     # The run's shared reference models, when the checkpoint sits in its run directory.
     states = load_reference_states(checkpoint.parent)
     runner = make_audit_runner(
