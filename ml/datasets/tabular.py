@@ -79,10 +79,10 @@ def encode_frame(
             infinite = np.flatnonzero(np.isinf(col.to_numpy()))
             if len(infinite):
                 # One inf makes the column's mean and std inf, every value NaN after scaling.
-                rows = ", ".join(str(int(r)) for r in infinite[:3])
+                where = ", ".join(str(int(r)) for r in infinite[:3])
                 raise DataError(
-                    f"{source}: column {name!r} has {len(infinite)} infinite value(s) (data "
-                    f"rows {rows}); replace or drop them"
+                    f"{source}: column {name!r} has {len(infinite)} infinite value(s) (0-based "
+                    f"data rows {where}); replace or drop them"
                 )
             fit_col = col.iloc[fit_rows]
             if fit_col.notna().sum() == 0:
