@@ -233,6 +233,12 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
             failures={} if record is None else {str(s): r for s, r in record.failures.items()},
         )
         append_round(run_dir, entry)
+        if entry.empty:
+            log.warning(
+                "round %d: no site's update was aggregated; the model is carried over (%s)",
+                global_round,
+                "; ".join(f"site {s}: {why}" for s, why in entry.failures.items()) or "no reply",
+            )
         save_checkpoint(
             layout.round_checkpoint(global_round),
             Checkpoint(round=global_round, state_dict=weights, meta=meta),
