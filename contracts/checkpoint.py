@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from contracts.errors import MissingFileError
+from contracts.errors import MissingFileError, RunFileError
 from contracts.files import atomic_write
 from contracts.run_files import CheckpointMeta, RunLayout
 
@@ -46,17 +46,24 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
 
 
 def load_checkpoint(path: Path) -> Checkpoint:
+    """The checkpoint at ``path``: a :class:`MissingFileError` without one, a
+    :class:`RunFileError` naming it when it is damaged (truncated, not a checkpoint)."""
     if not path.exists():
         raise MissingFileError(f"checkpoint not found: {path}")
     import torch
 
-    data = torch.load(path, map_location="cpu", weights_only=True)
-    meta = data.get("meta") or {}
-    return Checkpoint(
-        round=int(data["round"]),
-        state_dict=data["state_dict"],
-        meta=CheckpointMeta.from_dict(meta) if meta else None,
-    )
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+        meta = data.get("meta") or {}
+        return Checkpoint(
+            round=int(data["round"]),
+            state_dict=dict(data["state_dict"]),
+            meta=CheckpointMeta.from_dict(meta) if meta else None,
+        )
+    except Exception as err:  # torch raises many kinds on a damaged file
+        raise RunFileError(
+            f"{path} is not a readable checkpoint ({type(err).__name__}: {err})"
+        ) from None
 
 
 def readable_checkpoint(path: Path) -> Checkpoint | None:
@@ -66,8 +73,8 @@ def readable_checkpoint(path: Path) -> Checkpoint | None:
         return load_checkpoint(path)
     except MissingFileError:
         return None
-    except Exception as err:  # torch raises many kinds on a damaged file
-        log.warning("checkpoint %s is unreadable (%s: %s); skipped", path, type(err).__name__, err)
+    except RunFileError as err:
+        log.warning("%s; skipped", err)
         return None
 
 

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from contracts.errors import RunFileError
+
 PRIVATE_FILE_MODE = 0o600
 """Site-local files: the site's own account only."""
 PRIVATE_DIR_MODE = 0o700
@@ -40,9 +42,11 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object], *, private: bo
 
     The temp file is fsynced before the rename and the folder after it. ``private``: the
     file is ``0600`` (created so, never readable by others even while written) and its
-    folder ``0700``.
+    folder ``0700``. A directory at ``path`` is a :class:`RunFileError` naming it.
     """
     path = Path(path)
+    if path.is_dir():
+        raise RunFileError(f"{path} is a directory; a file is written there: move it away")
     if private:
         private_dir(path.parent)
     else:

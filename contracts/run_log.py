@@ -56,6 +56,35 @@ class RoundRecord:
     def to_dict(self) -> dict[str, Any]:
         return _compact(json_safe(self))
 
+    @property
+    def empty(self) -> bool:
+        """No site's update was aggregated: the global model was carried over unchanged."""
+        return not self.sites
+
+
+def empty_rounds(rounds: list[RoundRecord]) -> list[int]:
+    """The rounds in which no site's update was aggregated."""
+    return [r.round for r in rounds if r.empty]
+
+
+def untrained_reason(rounds: list[RoundRecord]) -> str | None:
+    """One line saying that no round aggregated any update (the global model is the
+    initial one), with the first lost update's reason; None when some round trained (or
+    there are no rounds yet)."""
+    if not rounds or not all(r.empty for r in rounds):
+        return None
+    first = next(((r.round, s, why) for r in rounds for s, why in r.failures.items()), None)
+    why = (
+        "no site replied"
+        if first is None
+        else f"e.g. round {first[0]}, site {first[1]}: {first[2].splitlines()[0][:200]}"
+    )
+    n = len(rounds)
+    return (
+        f"no site's update was aggregated in any of the {n} round{'s' * (n != 1)} ({why}): "
+        "the global model is the initial, untrained one"
+    )
+
 
 @dataclass(frozen=True)
 class ClientDPSite:
@@ -133,9 +162,11 @@ def read_json(path: Path) -> Any:
     """The JSON of a run file; a :class:`~contracts.errors.RunFileError` naming the file
     when it cannot be read or is not JSON."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise RunFileError(f"{path} is not valid JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise RunFileError(f"{path} is not UTF-8 text (byte {exc.start})") from exc
     except OSError as exc:
         raise RunFileError(f"{path} cannot be read: {exc}") from exc
 
@@ -158,8 +189,12 @@ def read_rounds(run_dir: Path) -> list[RoundRecord]:
     path = RunLayout(run_dir).metrics
     if not path.exists():
         return []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunFileError(f"{path} cannot be read: {exc}") from exc
     rounds = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
                 rounds.append(from_dict(RoundRecord, json.loads(line)))

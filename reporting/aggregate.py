@@ -26,7 +26,7 @@ from audit.result import (
 )
 from audit.sides import SIDES
 from contracts.run_files import NOISE_NOTES
-from contracts.run_log import ClientDPLedgerFile, RoundRecord
+from contracts.run_log import ClientDPLedgerFile, RoundRecord, empty_rounds
 
 from .inputs import RunInputs, SiteAuditInput
 from .privacy_ledger import PrivacySettings, checks, privacy_settings, run_canaries, site_privacy
@@ -215,6 +215,7 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> Co
         first_leaking_round={
             str(s.site_id): first_leaking_round(s.by_round) for s in ok if s.by_round
         },
+        empty_rounds=empty_rounds(rounds),
     )
 
 

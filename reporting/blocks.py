@@ -12,8 +12,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .columns import Column, html_table, md_table, md_text
-from .formatting import MEANING_POINTS, VIOLATION_HEADLINE
-from .html_page import canary_block, esc, figure, html_list, meaning_block, violation_banner
+from .formatting import MEANING_POINTS, UNTRAINED_HEADLINE, VIOLATION_HEADLINE
+from .html_page import (
+    canary_block,
+    esc,
+    figure,
+    html_list,
+    meaning_block,
+    untrained_block,
+    violation_banner,
+)
 
 Format = Literal["md", "html"]
 
@@ -71,9 +79,10 @@ class Figure:
 
 @dataclass(frozen=True)
 class Banner:
-    """Loud lines at the top: bound violations, or the canaries a model trained with."""
+    """Loud lines at the top: rounds that aggregated nothing, bound violations, or the
+    canaries a model trained with."""
 
-    kind: Literal["violation", "canaries"]
+    kind: Literal["untrained", "violation", "canaries"]
     lines: Sequence[str]
     only: Format | None = None
 
@@ -119,6 +128,8 @@ def _markdown(block: Block) -> list[str]:
             return [*(f"- {label}: {md_text(text)}" for label, text in items), ""] if items else []
         case Table(columns, rows):
             return [*md_table(columns, rows), ""]
+        case Banner("untrained", lines) if lines:
+            return [*(f"> **{UNTRAINED_HEADLINE}** {md_text(x)}" for x in lines), ""]
         case Banner("violation", lines) if lines:
             return [f"> **{VIOLATION_HEADLINE}**", ">", *(f"> - {md_text(x)}" for x in lines), ""]
         case Banner("canaries", lines) if lines:
@@ -158,6 +169,8 @@ def _html(block: Block) -> str:
             return f'<div class="wide">{table}</div>' if wide else table
         case Figure(svg, caption, alt):
             return figure(svg, caption, alt=alt)
+        case Banner("untrained", lines):
+            return "".join(untrained_block(line) for line in lines)
         case Banner("violation", lines):
             return violation_banner(list(lines))
         case Banner("canaries", lines):

@@ -11,6 +11,7 @@ from audit.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.over_rounds import RoundLeakage, first_leaking_round
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, Interval
 from audit.sides import SIDES
+from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 
 from .privacy_ledger import EPS_TILDE_ABOVE_NOTE
 from .schema import (
@@ -392,6 +393,8 @@ def consortium_lines(c: ConsortiumSummary) -> list[str]:
 
 VIOLATION_TITLE = "BOUND VIOLATION"
 """The banner's title: a measured lower bound above the guarantee it measures."""
+UNTRAINED_HEADLINE = "Training did not happen as configured."
+"""The headline of rounds that aggregated no site's update."""
 VIOLATION_HEADLINE = f"{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee"
 
 
@@ -463,6 +466,23 @@ def client_canary_lines(result: ClientCanaryResult) -> list[str]:
             )
         )
     return [*lines, CLIENT_CANARY_NOTE]
+
+
+def training_banner_lines(rounds: list[RoundRecord]) -> list[str]:
+    """The banner's lines when rounds aggregated nothing: a run that never trained (every
+    number below is of the initial model), or the rounds that carried the model over."""
+    untrained = untrained_reason(rounds)
+    if untrained is not None:
+        return [f"{untrained[0].upper()}{untrained[1:]}; every number below is of that model."]
+    empty = empty_rounds(rounds)
+    if not empty:
+        return []
+    listed = ", ".join(str(r) for r in empty)
+    return [
+        f"Round{'s' * (len(empty) != 1)} {listed}: no site's update was aggregated; the "
+        "global model was carried over unchanged (each round's failures are in "
+        "metrics.jsonl)."
+    ]
 
 
 def violation_banner_lines(violations: list[BoundViolation]) -> list[str]:

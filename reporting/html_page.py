@@ -11,7 +11,7 @@ import html
 import json
 from typing import Any
 
-from .formatting import MEANING_POINTS, VIOLATION_HEADLINE
+from .formatting import MEANING_POINTS, UNTRAINED_HEADLINE, VIOLATION_HEADLINE
 from .schema import FLAGS
 
 CSS = """
@@ -208,6 +208,14 @@ def violation_banner(lines: list[str]) -> str:
     return (
         f'<div class="violation" role="alert"><strong>{esc(VIOLATION_HEADLINE)}</strong>'
         f"<ul>{items}</ul></div>"
+    )
+
+
+def untrained_block(text: str) -> str:
+    """The alert of rounds that aggregated no update."""
+    return (
+        f'<div class="violation" role="alert"><strong>{esc(UNTRAINED_HEADLINE)}</strong> '
+        f"{esc(text)}</div>"
     )
 
 

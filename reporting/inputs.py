@@ -198,8 +198,13 @@ def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAudi
             **kw,
         )
 
+    if file.site_id != site_id:
+        why = f"{path}: claims to be site {file.site_id}'s audit, but is site {site_id}'s file"
+        return SiteAuditInput(site_id, "failed", members, holdout, error=why)
     if not file.ok:
         return read(status="failed", error=file.error or "audit failed (no error text)")
+    if (wrong := _wrong_size(file, members, holdout)) is not None:
+        return SiteAuditInput(site_id, "failed", members, holdout, error=f"{path}: {wrong}")
     if file.result is None:
         return read(status="failed", error=f"{path}: status is 'ok' but key 'result' is null")
     try:
@@ -223,6 +228,20 @@ def _gradient_canaries(path: Path, data: dict[str, Any] | None) -> GradientCanar
     except (KeyError, TypeError, ValueError) as err:
         log.warning("%s: key 'gradient_canaries' dropped: %s", path, err)
         return None
+
+
+def _wrong_size(file: SiteAuditFile, members: int | None, holdout: int | None) -> str | None:
+    """Why the audit's sizes cannot be the site's (negative, or not partition.json's), or
+    None: an audit of other records than the site's is not reported as the site's."""
+    for key, claimed, cut in (
+        ("n_members", file.n_members, members),
+        ("n_holdout", file.n_holdout, holdout),
+    ):
+        if claimed is not None and claimed < 0:
+            return f"key {key!r} is {claimed}, not a number of records"
+        if claimed is not None and cut is not None and claimed != cut:
+            return f"key {key!r} is {claimed}, but partition.json gives the site {cut} records"
+    return None
 
 
 def _canary(data: dict[str, Any] | None) -> CanaryResult | None:

@@ -37,6 +37,7 @@ from .formatting import (
     scoped_reasons,
     scorer_cells,
     scorer_headers,
+    training_banner_lines,
     violation_banner_lines,
 )
 from .html_page import page
@@ -68,6 +69,7 @@ def report_blocks(report: RunReport, results: dict[int, AuditResult]) -> list[Bl
     violations = [v for s in sites for v in s.checks.bound_violations]
     return [
         Heading(title(report), 1),
+        Banner("untrained", training_banner_lines(report.rounds)),
         Banner("violation", violation_banner_lines(violations)),
         Banner("canaries", [canary_banner(report.canaries)] if report.canaries else []),
         Heading("Headline"),

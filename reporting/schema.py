@@ -318,6 +318,8 @@ class ConsortiumSummary:
     first_leaking_round: dict[str, int | None] = field(default_factory=dict)
     """Per site audited over rounds (id as text): the first audited round whose two-sided
     eps_tilde interval excludes 0 (None: none does)."""
+    empty_rounds: list[int] = field(default_factory=list)
+    """Rounds in which no site's update was aggregated (the model was carried over)."""
 
 
 @dataclass(frozen=True)
@@ -396,17 +398,15 @@ class PlainReading:
 class ConsortiumStanding:
     """Where a site stands among the consortium's audited sites, without naming any other.
 
-    Ranked by the two-sided eps_tilde (1 = the most leakage measured). The median and max
-    are withheld below :data:`~.standing.MIN_SITES_FOR_STATISTICS` ranked sites, where
-    they would give another site's own number away.
+    Ranked by the two-sided eps_tilde (1 = the most leakage measured), with the rank's
+    third (:func:`~.standing.rank_band`); no statistic of the other sites' values.
     """
 
     available: bool
     note: str
     rank: int | None = None
     n_ranked: int | None = None
-    median_eps_tilde_two_sided: float | None = None
-    max_eps_tilde_two_sided: float | None = None
+    band: str | None = None
 
 
 @dataclass(frozen=True)

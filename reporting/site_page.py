@@ -160,12 +160,8 @@ def _standing(report: SitePageReport) -> list[str]:
     if st.rank is not None and st.n_ranked is not None:
         lines.append(
             f"Your site ranks {st.rank} of {st.n_ranked} by two-sided eps_tilde "
-            "(1 = the most leakage measured)."
+            f"(1 = the most leakage measured): {st.band}."
         )
-    if st.median_eps_tilde_two_sided is not None:
-        lines.append(f"Consortium median: {fmt(st.median_eps_tilde_two_sided)}.")
-    if st.max_eps_tilde_two_sided is not None:
-        lines.append(f"Consortium maximum: {fmt(st.max_eps_tilde_two_sided)}.")
     return [*lines, st.note]
 
 

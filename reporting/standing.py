@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import statistics
-
 from .aggregate import two_sided_mean
 from .schema import ConsortiumStanding, SiteReport
 
-MIN_SITES_FOR_STATISTICS = 3
-"""Ranked sites needed before the median and max are shown. With two, the median and the
-site's own value give the other site's value away exactly."""
+BANDS = ("the highest third", "the middle third", "the lowest third")
+"""A site's band by its rank: coarse, so that no band or statistic of the others' values
+(a median or maximum of three sites is another site's own number) is ever shown."""
 
 UNAVAILABLE_ALONE = (
     "Unavailable: this page was rebuilt from this site's own audit file alone, without the "
@@ -17,9 +15,20 @@ UNAVAILABLE_ALONE = (
 )
 
 
+def rank_band(rank: int, n_ranked: int) -> str:
+    """The third of the ranking (1 = the most leakage) that ``rank`` falls in."""
+    if n_ranked == 1:
+        return "the only ranked site"
+    # (rank - 1) / (n_ranked - 1): 0 = the most leakage, 1 = the least; cut at 1/3 and 2/3.
+    steps, span = 3 * (rank - 1), n_ranked - 1
+    return BANDS[0] if steps < span else BANDS[2] if steps > 2 * span else BANDS[1]
+
+
 def consortium_standing(site_id: int, sites: list[SiteReport]) -> ConsortiumStanding:
     """The site's rank by the two-sided eps_tilde among the ok sites that have one (only
-    their two-sided eps_tilde is read): 1 = the largest, ties share the better rank."""
+    their two-sided eps_tilde is read): 1 = the largest, ties share the better rank; and its
+    band (:func:`rank_band`). No other site's value, nor any statistic of them, is shown:
+    the consortium report, the operator's, has the full table."""
     two_sided = {s.site_id: two_sided_mean(s) for s in sites}
     values = {sid: v for sid, v in two_sided.items() if v is not None}
     own = values.get(site_id)
@@ -31,23 +40,13 @@ def consortium_standing(site_id: int, sites: list[SiteReport]) -> ConsortiumStan
         )
     ranked = list(values.values())
     rank = 1 + sum(v > own for v in ranked)
-    if len(ranked) < MIN_SITES_FOR_STATISTICS:
-        return ConsortiumStanding(
-            available=True,
-            note=f"The consortium's median and maximum are withheld: with {len(ranked)} "
-            f"ranked site{'s' * (len(ranked) != 1)} they would reveal another site's own "
-            f"number (shown from {MIN_SITES_FOR_STATISTICS} sites on).",
-            rank=rank,
-            n_ranked=len(ranked),
-        )
     return ConsortiumStanding(
         available=True,
-        note="Consortium statistics over the sites with a two-sided eps_tilde; no other "
-        "site's own number or id is shown.",
+        note="Only your rank and band are shown: no other site's number or id, nor the "
+        "consortium's median or maximum (with few sites they are other sites' own numbers).",
         rank=rank,
         n_ranked=len(ranked),
-        median_eps_tilde_two_sided=float(statistics.median(ranked)),
-        max_eps_tilde_two_sided=max(ranked),
+        band=rank_band(rank, len(ranked)),
     )
 
 

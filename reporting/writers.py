@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import types
 import typing
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.result import Interval
+from contracts.files import atomic_write_text
 from contracts.json_values import json_safe
 
 from .schema import BoundViolation, PrivacyReport, RunReport, SiteReport
@@ -112,12 +114,12 @@ def write_rows(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
     """A CSV of the rows; its columns the union of their keys, in first-seen order."""
     rows = list(rows)
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow([csv_cell(row.get(c)) for c in columns])
-    return path
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([csv_cell(row.get(c)) for c in columns])
+    return atomic_write_text(path, text.getvalue())
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

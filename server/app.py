@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ from server.round_audits import (
     with_rounds,
 )
 from server.run_log import append_round, read_site_audit, truncate_rounds, write_site_audit
+from server.stop import StoppableGrid, StopSwitch
 from server.strategy import ScreenedStrategy, StrategySettings, make_strategy
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,8 @@ class ServerSettings:
     """``seeded`` (simulation): client-level noise follows numpy's global generator as the
     harness seeded it, reproducibly; ``os-entropy`` (a real deployment): that generator is
     reseeded from the OS's entropy before training, so nobody can replay the noise."""
+    stop: StopSwitch | None = None
+    """Lets the harness stop the ServerApp (Ctrl-C); ``None``: runs to the end."""
 
 
 def _wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
@@ -196,6 +200,8 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
     def on_round(server_round: int, arrays: ArrayRecord) -> None:
         if server_round == 0:
             return None
+        if settings.stop is not None:
+            settings.stop.check()  # a stopped run's round is abandoned, not written
         global_round = done + server_round
         weights = arrays.to_torch_state_dict()
         scores = {} if settings.central_eval is None else settings.central_eval(weights)
@@ -227,6 +233,12 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
             failures={} if record is None else {str(s): r for s, r in record.failures.items()},
         )
         append_round(run_dir, entry)
+        if entry.empty:
+            log.warning(
+                "round %d: no site's update was aggregated; the model is carried over (%s)",
+                global_round,
+                "; ".join(f"site {s}: {why}" for s, why in entry.failures.items()) or "no reply",
+            )
         save_checkpoint(
             layout.round_checkpoint(global_round),
             Checkpoint(round=global_round, state_dict=weights, meta=meta),
@@ -445,6 +457,9 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
+        if settings.stop is not None:
+            settings.stop.thread = threading.current_thread()
+            grid = StoppableGrid(grid, settings.stop)
         record_noise_source(settings)
         nodes = _wait_for_nodes(grid, settings.num_sites, settings.node_wait_s)
         site_of_node = _site_map(grid, nodes, settings.timeout_s)

@@ -24,6 +24,7 @@ from ml.tasks import TorchTask
 from server.app import ServerSettings, build_server_app
 from server.canary_clients import CanaryClientSettings
 from server.client_dp import ClientDPSettings, calibrate_noise_multiplier
+from server.stop import StopSwitch
 from server.strategy import StrategySettings
 from simulations.config import ExperimentConfig
 from simulations.reference_models import load_reference_states, site_pool
@@ -189,6 +190,7 @@ def server_settings(
     *,
     phases: tuple[str, ...],
     progress: bool,
+    stop: StopSwitch | None = None,
 ) -> ServerSettings:
     task = make_task(config, meta)
 
@@ -227,6 +229,7 @@ def server_settings(
         phases=phases,
         progress=progress,
         audit_rounds=config.audit.audited_rounds(config.fl.rounds),
+        stop=stop,
     )
 
 
@@ -237,10 +240,12 @@ def build_apps(
     *,
     phases: tuple[str, ...],
     progress: bool = True,
+    stop: StopSwitch | None = None,
 ):
-    """(ServerApp, ClientApp) for one run directory."""
+    """(ServerApp, ClientApp) for one run directory; ``stop`` lets the caller end the
+    ServerApp's thread (:class:`server.stop.StopSwitch`)."""
     server_app = build_server_app(
-        server_settings(config, meta, run_dir, phases=phases, progress=progress)
+        server_settings(config, meta, run_dir, phases=phases, progress=progress, stop=stop)
     )
     client_app = build_client_app(SiteResolver(config, meta, run_dir))
     return server_app, client_app

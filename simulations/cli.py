@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import signal
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from contracts.errors import UserError
+from contracts.files import atomic_write_text
 from contracts.run_files import CONFIG_FILE, RunLayout
 
 # Each command imports what it runs (config, Flower, torch ...) when it runs: ``--help`` and
@@ -43,19 +47,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"run directory: {run_dir}", file=sys.stderr)
     try:
         outcome = run_experiment(config, run_dir, verbose=args.verbose)
-    except KeyboardInterrupt:
-        print(
-            f"\ninterrupted: finished rounds and audits are kept in {run_dir}; continue "
-            f"with: panoramia-fl run --resume {run_dir}",
-            file=sys.stderr,
+    except KeyboardInterrupt as stop:
+        _exit_interrupted(
+            stop,
+            f"finished rounds and audits are kept in {run_dir}; the round in progress was "
+            f"abandoned; continue with: panoramia-fl run --resume {run_dir}",
         )
-        return 130
+    from contracts.run_log import read_rounds, untrained_reason
     from reporting import written_report_warnings
 
     _print_warnings(written_report_warnings(run_dir))
+    untrained = untrained_reason(read_rounds(run_dir))
+    if untrained is not None:
+        # Everything is written (report included); the exit status tells scripts and sweeps.
+        raise UserError(f"{run_dir}: {untrained}; report: {run_dir / 'report.html'}")
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
     print(f"done: {timings}\nreport: {run_dir / 'report.html'}")
     return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread: a run stops as on Ctrl-C."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _exit_interrupted(stop: KeyboardInterrupt, what_next: str) -> NoReturn:
+    """Say what is kept and how to continue, then exit 130 (SIGINT) or 143 (SIGTERM).
+
+    By now the ServerApp's thread has ended and Ray is shut down, but Flower's simulation
+    leaves worker threads blocked on replies of actors that are gone; Python's normal exit
+    would wait for them forever, so the process ends here, output flushed.
+    """
+    signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+    print(f"\ninterrupted ({signal.Signals(signum).name}): {what_next}", file=sys.stderr)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + signum)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -95,9 +126,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"sweep point {label}: {run_dir}", file=sys.stderr)
         try:
             run_experiment(config, run_dir, verbose=args.verbose)
-        except KeyboardInterrupt:
-            print(f"\ninterrupted; rerun the sweep to continue from {run_dir}", file=sys.stderr)
-            return 130
+        except KeyboardInterrupt as stop:
+            _exit_interrupted(stop, f"rerun the sweep to continue from {run_dir}")
         done.append(SweepPoint(label=label, overrides=overrides, run_dir=run_dir))
     files = write_sweep_report(sweep_dir, done)
     _print_warnings(files.warnings)
@@ -126,7 +156,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     }
     text = json.dumps(result, indent=1)
     if args.out:
-        Path(args.out).write_text(text)
+        atomic_write_text(Path(args.out), text)
     print(json.dumps(summary, indent=1))
     return 0
 
@@ -202,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if args.command in ("run", "sweep"):
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(args.func(args))
     except UserError as err:

@@ -164,21 +164,20 @@ def _read_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    from ml.npz import npz_headers, read_npz
+
+    files = npz_headers(path)
+    for key in ("scores", "labels"):
+        if key not in files:
+            raise InputError(
+                f"{path}: missing array '{key}' (file has: {', '.join(files) or 'none'})"
+            )
+    data = read_npz(path, ["scores", "labels"])
     try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read NPZ file: {exc}") from None
-    with data:
-        for key in ("scores", "labels"):
-            if key not in data.files:
-                raise InputError(
-                    f"{path}: missing array '{key}' (file has: {', '.join(data.files) or 'none'})"
-                )
-        try:
-            scores = np.asarray(data["scores"], dtype=float).ravel()
-        except (TypeError, ValueError):
-            raise InputError(f"{path}: array 'scores' is not numeric") from None
-        raw = np.asarray(data["labels"]).ravel()
+        scores = np.asarray(data["scores"], dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise InputError(f"{path}: array 'scores' is not numeric") from None
+    raw = np.asarray(data["labels"]).ravel()
     if np.isnan(scores).any():
         idx = int(np.flatnonzero(np.isnan(scores))[0])
         raise InputError(f"{path}: array 'scores': NaN score at index {idx}")

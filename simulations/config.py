@@ -264,7 +264,7 @@ RUN_NAME = re.compile(r"^(?!\.+$)[A-Za-z0-9_.=+,-]+$")
 
 class ExperimentConfig(_Strict):
     name: str = "default"
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32, description="seeds data, training and audits")
     output_dir: Path = Path("runs")
     data: DataConfig = Field(default_factory=DataConfig)
     partition: PartitionConfig = Field(default_factory=PartitionConfig)

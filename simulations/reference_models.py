@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -21,7 +22,10 @@ import torch
 from audit.calibration import train_reference_model
 from audit.components import Records
 from audit.splits import cut_at, shuffled_groups
+from contracts.errors import RunFileError
+from contracts.files import atomic_write, atomic_write_text
 from contracts.run_files import RunLayout
+from contracts.run_log import read_json
 from simulations.config import ExperimentConfig
 from simulations.run_dir import DatasetMeta, load_public
 from simulations.run_task import make_task, pick_device
@@ -110,8 +114,12 @@ def ensure_reference_models(
     manifest = _manifest(config, len(records))
     layout = RunLayout(run_dir)
     cached = layout.reference_manifest
-    if cached.exists() and json.loads(cached.read_text()) == manifest:
-        return False
+    if cached.exists():
+        try:
+            if _read_manifest(cached) == manifest:
+                return False
+        except RunFileError as err:
+            log.warning("%s; the reference models are trained again", err)
     import ray
 
     started = not ray.is_initialized()
@@ -124,12 +132,25 @@ def ensure_reference_models(
     finally:
         if started:
             ray.shutdown()
-    layout.reference_models.mkdir(parents=True, exist_ok=True)
+    # The models first, the manifest last: a run stopped in between trains them again.
+    cached.unlink(missing_ok=True)
     for k, state in enumerate(states):
-        torch.save(state, layout.reference_model(k))
-    cached.write_text(json.dumps(manifest, indent=1))
+        atomic_write(layout.reference_model(k), partial(_save_state, state))
+    atomic_write_text(cached, json.dumps(manifest, indent=1))
     log.info("reference models: trained %d on %d public records", count, len(records))
     return True
+
+
+def _save_state(state: dict[str, torch.Tensor], fh: BinaryIO) -> None:
+    torch.save(state, fh)
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """The reference models' manifest; a torn or foreign one is a :class:`RunFileError`."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise RunFileError(f"{path}: must hold a JSON object (the reference models' manifest)")
+    return data
 
 
 def load_reference_states(run_dir: Path) -> list[dict[str, torch.Tensor]] | None:
@@ -137,5 +158,7 @@ def load_reference_states(run_dir: Path) -> list[dict[str, torch.Tensor]] | None
     layout = RunLayout(run_dir)
     if not layout.reference_manifest.exists():
         return None
-    count = int(json.loads(layout.reference_manifest.read_text())["count"])
+    count = _read_manifest(layout.reference_manifest).get("count")
+    if not isinstance(count, int) or count < 0:
+        raise RunFileError(f"{layout.reference_manifest}: key 'count' must be a whole number")
     return [torch.load(layout.reference_model(k), weights_only=True) for k in range(count)]

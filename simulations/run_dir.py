@@ -12,8 +12,10 @@ import numpy as np
 
 from audit.components import Records
 from clients.site_data import SiteData
-from contracts.files import atomic_write_text
+from contracts.errors import RunFileError
+from contracts.files import atomic_write, atomic_write_text
 from contracts.run_files import RunLayout
+from contracts.run_log import read_json
 from ml.canaries import draw_canaries
 from ml.datasets import Dataset, load_dataset
 from ml.partition import SiteSplit, partition, partition_summary
@@ -57,10 +59,15 @@ class DatasetMeta:
 
     @classmethod
     def read(cls, run_dir: Path) -> DatasetMeta:
-        return cls.from_dict(json.loads(RunLayout(run_dir).dataset.read_text()))
+        path = RunLayout(run_dir).dataset
+        data = read_json(path)
+        try:
+            return cls.from_dict(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RunFileError(f"{path}: not a dataset description ({exc!r})") from None
 
     def write(self, run_dir: Path) -> None:
-        RunLayout(run_dir).dataset.write_text(json.dumps(asdict(self)))
+        atomic_write_text(RunLayout(run_dir).dataset, json.dumps(asdict(self)))
 
 
 def site_data(dataset: Dataset, split: SiteSplit) -> SiteData:
@@ -112,7 +119,8 @@ def adopt_config(config: ExperimentConfig, run_dir: Path) -> None:
     keys). A changed ``audit.*`` sets the audits on disk aside (``audits-superseded-<k>``),
     so every site audits again under the new settings. Then ``config.yaml`` is the new one.
     A directory without ``config.yaml`` is left as it is (its caller writes one once the
-    data loads, so a config whose data cannot be loaded leaves nothing behind).
+    set-up succeeded, so a config whose data cannot be loaded or partitioned leaves
+    nothing behind).
     """
     from simulations.resume import audit_changed, check_same_run
 
@@ -147,6 +155,10 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     layout = RunLayout(run_dir)
+    written = (layout.config, layout.partition, layout.dataset, layout.metrics, layout.noise)
+    for path in (*written, layout.final_model, layout.client_dp_ledger, layout.client_canaries):
+        if path.is_dir():
+            raise RunFileError(f"{path} is a directory where the run writes a file: move it away")
     adopt_config(config, run_dir)
     text = dump_config(config)
     if _prepared(config, run_dir):
@@ -154,10 +166,8 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     # The data first: a config whose data cannot be loaded leaves the directory as it was.
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     layout.dataset.unlink(missing_ok=True)
-    atomic_write_text(layout.config, text)
     sites = partition(dataset, config.partition, seed=config.seed)
     summary = partition_summary(dataset, sites, scheme=config.partition.scheme, seed=config.seed)
-    layout.partition.write_text(json.dumps(summary, indent=1))
 
     for split in sites:
         data = site_data(dataset, split)
@@ -173,7 +183,11 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
         # Any, not ndarray: mypy would match ndarray values against savez's `allow_pickle: bool`.
         arrays: dict[str, Any] = {"x": dataset.public_x}
         arrays.update((key, value) for key, value in optional.items() if value is not None)
-        np.savez(layout.public, **arrays)
+        atomic_write(layout.public, lambda fh: np.savez(fh, **arrays))
+    # The config only once the set-up succeeded: a partition that fails (too few records
+    # for the sites) leaves nothing that would refuse the corrected command as another run.
+    atomic_write_text(layout.partition, json.dumps(summary, indent=1))
+    atomic_write_text(layout.config, text)
     meta = DatasetMeta.of(dataset)
     meta.write(run_dir)
     return meta

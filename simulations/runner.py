@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
+import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -19,9 +22,10 @@ import torch
 from contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
 from contracts.run_files import RunLayout
 from server.round_audits import plan_audits
+from server.stop import StopSwitch
 from simulations.apps import build_apps
 from simulations.canary_twin import train_twin_and_record
-from simulations.config import ExperimentConfig, ResourcesConfig
+from simulations.config import ConfigError, ExperimentConfig, ResourcesConfig
 from simulations.reference_models import ensure_reference_models, reference_count
 from simulations.run_dir import DatasetMeta, prepare_run_dir
 
@@ -94,6 +98,10 @@ def _backend_config(
     }
 
 
+STOP_WAIT_S = 20.0
+"""How long an interrupted run waits for the round in progress to be abandoned."""
+
+
 @contextmanager
 def _ray_temp_dir(config: ExperimentConfig) -> Iterator[Path]:
     """Ray's socket paths must stay short (AF_UNIX limit), so its session files go to a
@@ -139,9 +147,17 @@ def _simulate(
 ) -> None:
     from flwr.simulation import run_simulation
 
-    server_app, client_app = build_apps(config, meta, run_dir, phases=phases)
+    switch = StopSwitch()
+    server_app, client_app = build_apps(config, meta, run_dir, phases=phases, stop=switch)
+    key = "resources.num_cpus" if "train" in phases else "resources.audit_num_cpus"
     with _ray_temp_dir(config) as temp_dir:
         try:
+            _start_ray(
+                ray_init_args(config, temp_dir=temp_dir, verbose=verbose),
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                key=key,
+            )
             run_simulation(
                 server_app=server_app,
                 client_app=client_app,
@@ -155,11 +171,71 @@ def _simulate(
                 ),
                 verbose_logging=verbose,
             )
+        except BaseException:
+            # Flower leaves its ServerApp thread waiting for replies (Ctrl-C, a failed
+            # Simulation Engine): end it, the round in progress abandoned, before going on.
+            if not switch.stop(timeout=STOP_WAIT_S):
+                log.warning("the server thread did not stop within %.0f s", STOP_WAIT_S)
+            raise
         finally:
             import ray
 
             if ray.is_initialized():
                 ray.shutdown()
+
+
+def _start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, key: str) -> None:
+    """Start (or join) Ray as Flower's Ray backend would, here, so that (1) SIGTERM stops the
+    run as Ctrl-C does (``ray.init`` installs handlers of its own that abort the driver and
+    leave its workers behind) and (2) a site's resource request the cluster cannot meet is
+    an error naming ``key`` before anything runs (Flower would wait forever on an empty
+    actor pool)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    on_sigterm = signal.getsignal(signal.SIGTERM)
+    # Ray's workers do not see this driver's sys.path changes; Flower passes them the same way.
+    pythonpath = os.pathsep.join(p for p in (*sys.path, os.environ.get("PYTHONPATH")) if p)
+    os.environ["PYTHONPATH"] = pythonpath
+    ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **init_args)
+    if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    have = ray.cluster_resources()
+    try:
+        check_fits(
+            float(have.get("CPU", 0.0)), float(have.get("GPU", 0.0)), num_cpus, num_gpus, key
+        )
+    except ConfigError:
+        ray.shutdown()
+        raise
+
+
+def check_fits(cpus: float, gpus: float, num_cpus: float, num_gpus: float, key: str) -> None:
+    """A :class:`ConfigError` naming ``key`` when one site's ``num_cpus`` / ``num_gpus``
+    exceed a cluster of ``cpus`` / ``gpus``: no site could ever start."""
+    if num_cpus > cpus or num_gpus > gpus:
+        gpu_key = key.replace("cpus", "gpus")
+        raise ConfigError(
+            f"{key}={num_cpus:g}, {gpu_key}={num_gpus:g} per site, but the Ray cluster has "
+            f"{cpus:g} CPUs and {gpus:g} GPUs: no site could start; lower {key} (or "
+            f"{gpu_key}), or give Ray more (ray.num_cpus, ray.address)"
+        )
+
+
+def check_local_resources(config: ExperimentConfig) -> None:
+    """Before anything runs: each phase's per-site request against the local Ray this run
+    would start (a cluster it joins is checked once joined, by :func:`_start_ray`)."""
+    if ray_address(config):
+        return
+    cpus = float(config.ray.num_cpus or os.cpu_count() or 1)
+    gpus = float(torch.cuda.device_count())
+    res = config.resources
+    sites = config.partition.num_sites
+    check_fits(cpus, gpus, res.num_cpus, _gpus(res.num_gpus, sites), "resources.num_cpus")
+    if config.audit.enabled:
+        audit_gpus = _gpus(res.audit_num_gpus, sites)
+        check_fits(cpus, gpus, res.audit_num_cpus, audit_gpus, "resources.audit_num_cpus")
 
 
 def training_done(config: ExperimentConfig, run_dir: Path) -> bool:
@@ -172,6 +248,7 @@ def run_experiment(
 ) -> RunOutcome:
     """Train (the rounds still missing), audit (the sites still missing), report."""
     quiet_logs(verbose)
+    check_local_resources(config)
     outcome = RunOutcome(run_dir=run_dir)
     t0 = time.time()
     meta = prepare_run_dir(config, run_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -318,3 +319,115 @@ def test_a_partly_prepared_run_dir_is_prepared_again(tmp_path):
     (run_dir / "dataset.json").unlink()
     prepare_run_dir(config, run_dir)
     assert site.read_bytes() == good and (run_dir / "dataset.json").exists()
+
+
+def test_a_failed_set_up_leaves_nothing_that_blocks_the_corrected_command(tmp_path, capsys):
+    """config.yaml is written once the partition succeeded: 500 sites on 1,437 digits fail,
+    and the corrected command then starts the run instead of calling it another config."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_raw(partition={"num_sites": 500})))
+    out = tmp_path / "run"
+    assert cli_main(["run", str(bad), "--out", str(out)]) == 2
+    capsys.readouterr()
+    assert not RunLayout(out).config.exists()
+    prepare_run_dir(validate_config(_raw()), out)  # what the corrected command does first
+    assert RunLayout(out).config.exists() and RunLayout(out).dataset.exists()
+
+
+@pytest.mark.parametrize(
+    "setting, key",
+    [("seed=-1", "seed"), ("data.options.encoding=bogus", "data.options.encoding")],
+)
+def test_bad_values_are_named_errors(tmp_path, capsys, setting, key):
+    config = tmp_path / "c.yaml"
+    raw = _raw(data={"name": "text_files", "root": str(tmp_path)}) if "encoding" in key else _raw()
+    config.write_text(yaml.safe_dump(raw))
+    argv = ["run", str(config), "--out", str(tmp_path / "o"), "--set", setting]
+    assert cli_main(argv) == 2
+    assert _error_line(capsys).startswith(f"panoramia-fl: error: {key}:")
+
+
+def test_torn_run_files_on_resume_are_named(run_dir, capsys):
+    layout = RunLayout(run_dir)
+    layout.dataset.write_text('{"name": "dig')
+    assert cli_main(["run", "--resume", str(run_dir)]) == 2
+    assert "dataset.json is not valid JSON" in _error_line(capsys)
+    layout.dataset.unlink()
+    prepare_run_dir(validate_config(_raw()), run_dir)
+    layout.metrics.mkdir()
+    assert cli_main(["run", "--resume", str(run_dir)]) == 2
+    assert "metrics.jsonl is a directory" in _error_line(capsys)
+
+
+def test_a_torn_reference_manifest_is_named(tmp_path):
+    from simulations.reference_models import load_reference_states
+
+    layout = RunLayout(tmp_path)
+    layout.reference_models.mkdir()
+    layout.reference_manifest.write_text('{"count": ')
+    with pytest.raises(RunFileError, match=r"manifest\.json is not valid JSON"):
+        load_reference_states(tmp_path)
+
+
+def test_audit_of_a_truncated_checkpoint_is_named(run_dir, capsys):
+    checkpoint = RunLayout(run_dir).round_checkpoint(2)
+    checkpoint.write_bytes(checkpoint.read_bytes()[:200])
+    config = str(RunLayout(run_dir).config)
+    assert cli_main(["audit", str(checkpoint), "--config", config, "--site", "0"]) == 2
+    assert f"{checkpoint} is not a readable checkpoint" in _error_line(capsys)
+
+
+def test_report_files_in_the_way_or_not_utf8_are_named(tmp_path, capsys):
+    from test_report import write_run
+
+    run = write_run(tmp_path / "r", n_sites=1, audits={})
+    (run / "report.csv").mkdir()
+    assert cli_main(["report", str(run)]) == 2
+    assert "report.csv is a directory" in _error_line(capsys)
+    (run / "report.csv").rmdir()
+    (run / "partition.json").write_bytes(b'{"sites": ["\xff"]}')
+    assert cli_main(["report", str(run)]) == 2
+    assert "partition.json is not UTF-8" in _error_line(capsys)
+
+
+def test_bounds_on_a_damaged_npz_is_named(tmp_path, capsys):
+    import numpy as np
+
+    np.savez(tmp_path / "s.npz", scores=np.arange(40.0), labels=np.arange(40) % 2)
+    raw = (tmp_path / "s.npz").read_bytes()
+    (tmp_path / "s.npz").write_bytes(raw[: len(raw) - 30])
+    assert cli_main(["bounds", str(tmp_path / "s.npz")]) == 2
+    assert "corrupt NPZ file" in _error_line(capsys)
+
+
+def test_a_resource_request_the_cluster_cannot_meet_is_an_error_first(
+    tmp_path, capsys, monkeypatch
+):
+    """The local Ray a run would start (no cluster to join) has this machine's CPUs: 64 per
+    site is refused before anything is prepared, not left waiting on an empty actor pool."""
+    monkeypatch.delenv(simulations.runner.RAY_ADDRESS_ENV, raising=False)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(_raw(resources={"num_cpus": 64})))
+    assert cli_main(["run", str(config), "--out", str(tmp_path / "run")]) == 2
+    assert "resources.num_cpus=64" in _error_line(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_whose_rounds_all_aggregated_nothing_exits_2(run_dir, capsys):
+    """Every site's update rejected in every round (as with fl.learning_rate=inf): the run
+    ends with its report written and one line saying so, exit 2."""
+    layout = RunLayout(run_dir)
+    save_checkpoint(
+        layout.round_checkpoint(3), Checkpoint(round=3, state_dict={"w": torch.zeros(1)}, meta=None)
+    )
+    save_checkpoint(
+        layout.final_model, Checkpoint(round=3, state_dict={"w": torch.zeros(1)}, meta=None)
+    )
+    lost = {"0": "rejected: train reply: non-finite weights", "1": "rejected: non-finite"}
+    lines = [{"round": r, "global_accuracy": 0.1, "failures": lost} for r in (1, 2, 3)]
+    layout.metrics.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert cli_main(["run", "--resume", str(run_dir)]) == 2
+    line = _error_line(capsys)
+    assert "no site's update was aggregated in any of the 3 rounds" in line
+    assert "round 1, site 0: rejected: train reply: non-finite weights" in line
+    assert (run_dir / "report.html").exists()

@@ -3,6 +3,7 @@
 import gzip
 import pickle
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -96,6 +97,36 @@ def test_cifar10_pickle_batches(tmp_path):
     (tmp_path / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
     with pytest.raises(DataError, match="corrupt data file .*data_batch_3"):
         load_dataset("cifar10", root=tmp_path)
+
+
+class _Payload:
+    """What a hostile batch would hold: unpickling it calls ``Path.touch(marker)``."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
+def test_cifar_batches_are_unpickled_with_numpy_arrays_only(tmp_path, protocol):
+    folder = tmp_path / "cifar-10-batches-py"
+    batches = write_cifar(folder)
+    real = {  # the real files' keys, at a protocol that pickles bytes through _codecs
+        b"batch_label": "training batch 1 of 5",
+        b"data": batches[0][0],
+        b"labels": batches[0][1],
+        b"filenames": [f"img_{i}.png" for i in range(6)],
+    }
+    (folder / "data_batch_1").write_bytes(pickle.dumps(real, protocol=protocol))
+    assert np.array_equal(load_dataset("cifar10", root=tmp_path).x[0].reshape(-1), real[b"data"][0])
+    marker = tmp_path / "ran"
+    hostile = {b"data": batches[1][0], b"labels": batches[1][1], b"x": _Payload(marker)}
+    (folder / "data_batch_2").write_bytes(pickle.dumps(hostile, protocol=protocol))
+    with pytest.raises(DataError, match=r"data_batch_2.*which a CIFAR batch never does"):
+        load_dataset("cifar10", root=tmp_path)
+    assert not marker.exists()
 
 
 def test_digits_is_always_there():

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from contracts.errors import UserError
 from ml.datasets import DataError, load_dataset
 from ml.partition import PartitionConfig, partition
 from simulations.cli import main as cli_main
@@ -174,6 +175,116 @@ def test_npz_named_errors(tmp_path):
         load_dataset("npz", root=tmp_path / "multi.npz")
     with pytest.raises(DataError, match=r"holds 2 \.npz files"):
         load_dataset("npz", root=tmp_path)
+
+
+def test_sixteen_bit_png_is_scaled_not_clipped(tmp_path):
+    """PIL's own conversion clips 16-bit grey at 255 (nearly every pixel white); the loader
+    scales by 255 / 65535."""
+    wide = (np.arange(100, dtype=np.uint32).reshape(10, 10) * 650).astype(np.uint16)
+    for cls in ("a", "b"):
+        (tmp_path / cls).mkdir()
+        Image.fromarray(wide).save(tmp_path / cls / "x.png")
+    assert Image.open(tmp_path / "a" / "x.png").mode == "I;16"
+    ds = load_dataset("image_folder", root=tmp_path, options={"public_fraction": 0})
+    want = np.rint(wide * (255 / 65535)).astype(np.uint8)
+    assert ds.x.dtype == np.uint8 and ds.x.shape == (2, 1, 10, 10)
+    np.testing.assert_array_equal(ds.x[0, 0], want)
+    assert (ds.x == 255).mean() < 0.05
+
+
+def test_symlinks_out_of_the_folder_or_dangling_are_refused_by_name(tmp_path):
+    root = tmp_path / "images"
+    write_image_folder(root)
+    outside = tmp_path / "elsewhere.png"
+    Image.fromarray(np.zeros((10, 10), np.uint8)).save(outside)
+    inside = root / CLASSES[0] / "inside.png"
+    inside.symlink_to(root / CLASSES[1] / "0000.png")  # within the folder: fine
+    assert len(load_dataset("image_folder", root=root, options={"public_fraction": 0})) == 13
+    link = root / CLASSES[0] / "link.png"
+    link.symlink_to(outside)
+    with pytest.raises(DataError, match=r"link\.png: a symlink out of data\.root"):
+        load_dataset("image_folder", root=root)
+    link.unlink()
+    dangling = root / CLASSES[1] / "gone.png"
+    dangling.symlink_to(tmp_path / "missing.png")
+    with pytest.raises(DataError, match=r"gone\.png: a dangling symlink"):
+        load_dataset("image_folder", root=root)
+
+
+def test_one_class_makes_no_task(tmp_path):
+    write_image_folder(tmp_path)
+    for cls in CLASSES[1:]:
+        for f in (tmp_path / cls).iterdir():
+            f.unlink()
+        (tmp_path / cls).rmdir()
+    with pytest.raises(DataError, match="1 class; a classifier needs at least two"):
+        load_dataset("image_folder", root=tmp_path)
+
+
+def _forge_png_size(src: Path, dst: Path, width: int, height: int) -> None:
+    """``src`` with its IHDR claiming ``width`` x ``height`` (CRC fixed): a huge image's
+    header on a file of a few bytes."""
+    import struct
+    import zlib
+
+    raw = bytearray(src.read_bytes())
+    raw[16:24] = struct.pack(">II", width, height)
+    raw[29:33] = struct.pack(">I", zlib.crc32(bytes(raw[12:29])))
+    dst.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("side", [5000, 20000])
+def test_huge_image_refused_before_decoding_naming_the_file(tmp_path, side):
+    write_image_folder(tmp_path)
+    src = tmp_path / CLASSES[0] / "0000.png"
+    _forge_png_size(src, tmp_path / CLASSES[0] / "huge.png", side, side)
+    with pytest.raises(DataError, match=r"huge\.png: .*pixels.*refused before decoding"):
+        load_dataset("image_folder", root=tmp_path)
+
+
+def test_npz_stray_label_refused_and_declared_range(tmp_path):
+    arrays = write_npz(tmp_path / "a.npz")
+    arrays["train_labels"][0, 0] = 10**7
+    np.savez(tmp_path / "a.npz", **arrays)
+    with pytest.raises(DataError, match=r"labels run to 10000000 but only 4 distinct"):
+        load_dataset("npz", root=tmp_path / "a.npz")
+    with pytest.raises(DataError, match=r"label 10000000, outside the 5 classes 0\.\.4"):
+        load_dataset("npz", root=tmp_path / "a.npz", options={"num_classes": 5})
+    arrays["train_labels"][0, 0] = 4  # classes 0-2 and 4 seen: 5 declared is fine
+    np.savez(tmp_path / "a.npz", **arrays)
+    assert load_dataset("npz", root=tmp_path / "a.npz", options={"num_classes": 5}).num_classes == 5
+
+
+def test_npz_damaged_or_expanding_is_named_before_decoding(tmp_path):
+    import tracemalloc
+    import zipfile
+
+    write_npz(tmp_path / "a.npz")
+    raw = (tmp_path / "a.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(UserError, match=r"corrupt NPZ file .*cut\.npz"):
+        load_dataset("npz", root=tmp_path / "cut.npz")
+    # 32 MB of zeros in a few kB, beside labels for 5 images: the lengths disagree.
+    n = 32 * 2**20 // 100
+    with zipfile.ZipFile(tmp_path / "bomb.npz", "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        for split in ("train", "val", "test"):
+            with zf.open(f"{split}_images.npy", "w") as fh:
+                shape = (n if split == "train" else 5, 10, 10)
+                header = {"descr": "|u1", "fortran_order": False, "shape": shape}
+                np.lib.format.write_array_header_1_0(fh, header)
+                for _ in range(32 if split == "train" else 0):
+                    fh.write(bytes(2**20))
+                fh.write(bytes(500 if split != "train" else 0))
+            with zf.open(f"{split}_labels.npy", "w") as fh:
+                np.lib.format.write_array(fh, np.zeros(5, np.int64))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match=r"train_images \(335544, 10, 10\) and train_labels"):
+            load_dataset("npz", root=tmp_path / "bomb.npz")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20, f"{peak / 2**20:.0f} MiB read before the check"
 
 
 # -- real federated runs through the CLI ---------------------------------------------------

@@ -56,7 +56,8 @@ def ray_head():
         yield head
 
 
-def _config(path: Path, ray_head: LocalRayHead) -> Path:
+def _config(path: Path, ray_head: LocalRayHead | None) -> Path:
+    """The module's run; ``ray_head`` None: the run starts a private Ray of its own."""
     raw = {
         "name": "kill",
         "seed": 11,
@@ -64,9 +65,10 @@ def _config(path: Path, ray_head: LocalRayHead) -> Path:
         "partition": {"scheme": "iid", "num_sites": 3},
         "fl": {"rounds": ROUNDS, "local_epochs": 1, "batch_size": 32},
         "resources": {"num_gpus": 0, "audit_num_gpus": 0},
-        "ray": {"address": ray_head.address},
         "audit": {"enabled": False},
     }
+    if ray_head is not None:
+        raw["ray"] = {"address": ray_head.address}
     path.write_text(yaml.safe_dump(raw))
     return path
 
@@ -243,3 +245,74 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path, ray_head, refere
         assert got["global_loss"] == pytest.approx(want["global_loss"], rel=2e-3)
         for site, entry in want["sites"].items():
             assert got["sites"][site]["train_loss"] == pytest.approx(entry["train_loss"], rel=2e-3)
+
+
+def _interruptible() -> None:
+    """A background job starts with SIGINT ignored; a terminal's Ctrl-C would not be."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_head, reference):
+    """SIGINT to the run's process group (as Ctrl-C sends it) after round 1: exit 130 within
+    seconds, the run's private Ray gone, nothing half-written; ``--resume`` then ends with
+    the model of a run never interrupted."""
+    run_dir, log = tmp_path / "run", tmp_path / "log.txt"
+    config = str(_config(tmp_path / "config.yaml", None))
+    env = {k: v for k, v in _env().items() if k != "RAY_ADDRESS"}
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(
+            _cli(config, "--out", str(run_dir)),
+            cwd=REPO,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_interruptible,
+        )
+    try:
+        deadline = time.time() + TIMEOUT_S
+        while not RunLayout(run_dir).round_checkpoint(1).exists():
+            assert proc.poll() is None, f"the run ended first:\n{log.read_text()[-4000:]}"
+            assert time.time() < deadline, log.read_text()[-4000:]
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=30)
+        assert rc == 130, log.read_text()[-4000:]
+        assert "--resume" in log.read_text()
+        deadline = time.time() + 30  # Ray's workers notice their raylet is gone
+        while left := _session(proc.pid):
+            assert time.time() < deadline, f"processes of the run survive: {left}"
+            time.sleep(0.2)
+    finally:
+        _kill_session(proc)
+    assert not [p for p in run_dir.rglob("*.tmp")], "a half-written file remains"
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))
+    assert len(checkpoints) < ROUNDS and not (run_dir / "global_model.pt").exists()
+
+    env["RAY_ADDRESS"] = ray_head.address
+    proc = subprocess.Popen(
+        _cli("--resume", str(run_dir)),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        _kill_session(proc)
+    assert proc.returncode == 0, err.decode()[-4000:]
+    rounds = _assert_complete(run_dir)
+    # The model of a run never interrupted, up to the float noise of the order in which
+    # site updates arrive (as in the kill -9 cases above; Adam turns it into differences of
+    # about one step on weights whose gradient is near 0, so the whole model is compared).
+    expected = [json.loads(line) for line in _lines(reference)]
+    for got_round, want_round in zip(rounds, expected, strict=True):
+        assert got_round["global_loss"] == pytest.approx(want_round["global_loss"], rel=2e-3)
+    got = load_checkpoint(run_dir / "global_model.pt").state_dict
+    want = load_checkpoint(reference / "global_model.pt").state_dict
+    assert got.keys() == want.keys()
+    diff = torch.cat([(got[k].double() - v.double()).flatten() for k, v in want.items()])
+    norm = torch.cat([v.double().flatten() for v in want.values()]).norm()
+    assert diff.norm() <= 1e-2 * norm, f"{diff.norm() / norm:.2e} of the model's norm"

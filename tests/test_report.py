@@ -727,6 +727,61 @@ def test_malformed_audit_file_is_read_through_its_contract(tmp_path: Path) -> No
     )
 
 
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"site_id": 0}, "claims to be site 0's audit, but is site 1's file"),
+        ({"n_members": -5}, "key 'n_members' is -5, not a number of records"),
+        ({"n_members": 9000}, "key 'n_members' is 9000, but partition.json gives the site 601"),
+        ({"n_holdout": 3}, "key 'n_holdout' is 3, but partition.json gives the site 100"),
+    ],
+)
+def test_audit_file_site_and_sizes_are_checked_against_the_partition(
+    tmp_path: Path, change: dict[str, Any], why: str
+) -> None:
+    result = make_result([1.0, 1.5], [2.0, 2.5])
+    run = write_run(
+        tmp_path / "r",
+        n_sites=2,
+        audits={0: ok_audit(0, result), 1: ok_audit(1, result) | change},
+    )
+    sites = json_safe(build_report(load_run(run)))["sites"]
+    assert sites[0]["status"] == "ok"
+    assert sites[1]["status"] == "failed" and why in sites[1]["error"]
+    assert "site-1.json" in sites[1]["error"]
+
+
+def _empty_rounds(run: Path, rounds: list[int]) -> None:
+    """metrics.jsonl with ``rounds`` aggregating nothing (every site's update rejected)."""
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for line in lines:
+        if line["round"] in rounds:
+            line["failures"] = {
+                s: "rejected: train reply: non-finite weights" for s in line["sites"]
+            }
+            line["sites"] = {}
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_rounds_that_aggregated_nothing_are_reported_first(tmp_path: Path) -> None:
+    result = make_result([1.0, 1.5], [2.0, 2.5])
+    run = write_run(tmp_path / "r", n_sites=2, audits={0: ok_audit(0, result)})
+    _empty_rounds(run, [2])
+    files = write_report(run)
+    report = json.loads(files.json_path.read_text())
+    assert report["consortium"]["empty_rounds"] == [2]
+    md = files.md_path.read_text()
+    first = md.split("\n## ")[0]
+    assert "Round 2: no site's update was aggregated" in first
+    _empty_rounds(run, [1, 3])
+    files = write_report(run)
+    first = files.md_path.read_text().split("\n## ")[0]
+    assert "No site's update was aggregated in any of the 3 rounds" in first
+    assert "non-finite weights" in first and "initial, untrained one" in first
+    html_first = files.html_path.read_text().split('id="headline"')[0]
+    assert "No site&#x27;s update was aggregated in any of the 3 rounds" in html_first
+
+
 def test_bad_run_inputs_name_the_file(tmp_path: Path) -> None:
     run = write_run(tmp_path / "r", n_sites=1, audits={})
     with (run / "metrics.jsonl").open("a") as fh:

@@ -38,7 +38,7 @@ from reporting.html_page import SORT_SCRIPT
 from reporting.inputs import load_run
 from reporting.manifest import PACKAGES
 from reporting.site_report import site_report_paths
-from reporting.standing import MIN_SITES_FOR_STATISTICS
+from reporting.standing import BANDS, rank_band
 from reporting.sweep_report import render_sweep_html
 from simulations.cli import main as cli_main
 from simulations.config import ConfigError, validate_config
@@ -137,6 +137,17 @@ def test_aggregator_writes_one_report_per_audited_site(consortium: Path) -> None
     assert failed["standing"]["available"] is False
 
 
+def _numbers(text: str) -> list[tuple[float, int]]:
+    """Every decimal number in ``text``, with its number of decimals."""
+    return [(float(m), len(m.split(".")[1])) for m in re.findall(r"\d+\.\d+", text)]
+
+
+def _eps_tildes(site: Any) -> list[float]:
+    """A site's eps_tilde values as its page would show them: two-sided and one-sided."""
+    assert site.audit is not None
+    return [v for v in (two_sided_mean(site), site.audit.one_sided.eps_tilde.mean) if v]
+
+
 def test_standing_ranks_without_other_sites_numbers_or_ids(consortium: Path) -> None:
     values = {
         s.site_id: v
@@ -145,42 +156,44 @@ def test_standing_ranks_without_other_sites_numbers_or_ids(consortium: Path) -> 
     }
     assert sorted(values) == [0, 1, 2, 3] and len(set(values.values())) == 4
     ranked = sorted(values.values(), reverse=True)
-    median = (ranked[1] + ranked[2]) / 2
     for site_id, own in values.items():
         data = _page_json(consortium, site_id)
         st = data["standing"]
         assert st["available"] is True and st["n_ranked"] == 4
         assert st["rank"] == ranked.index(own) + 1
-        assert st["median_eps_tilde_two_sided"] == pytest.approx(median)
-        assert st["max_eps_tilde_two_sided"] == ranked[0]
+        assert st["band"] == rank_band(st["rank"], 4)
         page = site_report_paths(consortium, site_id).html_path.read_text()
-        texts = {"page": page, "json": json.dumps(data)}
-        for other, value in values.items():
-            if other == site_id or value == ranked[0]:
-                continue  # the consortium max is some site's value, shown without its id
-            for name, text in texts.items():
-                assert repr(value) not in text, (site_id, other, name)
-                assert f"{value:.3f}" not in text, (site_id, other, name)
+        assert st["band"] in page
         ids = {int(i) for i in re.findall(r"\bsite[ _-]?(\d+)", page)}
         assert ids == {site_id}, ids
         assert FAILED_ERROR not in page
+    assert [rank_band(r, 4) for r in (1, 2, 3, 4)] == [BANDS[0], BANDS[1], BANDS[1], BANDS[2]]
+    assert [rank_band(r, 2) for r in (1, 2)] == [BANDS[0], BANDS[2]]
+    assert rank_band(1, 1) == "the only ranked site"
 
 
-def test_two_sites_withhold_median_and_max(tmp_path: Path) -> None:
+@pytest.mark.parametrize("n_sites", [2, 3, 4])
+def test_site_pages_show_no_other_sites_eps_tilde(tmp_path: Path, n_sites: int) -> None:
+    """Every number on a site's page (HTML and JSON) against every other site's eps_tilde:
+    with 3 sites a consortium median or maximum would be another site's own value."""
     results = _results()
     run = write_run(
-        tmp_path / "two", n_sites=2, audits={i: ok_audit(i, results[i]) for i in (0, 1)}
+        tmp_path / "run",
+        n_sites=n_sites,
+        audits={i: ok_audit(i, results[i]) for i in range(n_sites)},
     )
-    files = write_report(run)
-    assert [f.json_path.name for f in files.site_reports] == ["site-0.json", "site-1.json"]
-    st = _page_json(run, 1)["standing"]
-    assert MIN_SITES_FOR_STATISTICS == 3
-    assert st["rank"] == 1 and st["n_ranked"] == 2
-    assert st["median_eps_tilde_two_sided"] is None and st["max_eps_tilde_two_sided"] is None
-    assert "withheld" in st["note"]
-    page = site_report_paths(run, 1).html_path.read_text()
-    other = two_sided_mean(build_report(load_run(run)).sites[0])
-    assert other is not None and f"{other:.3f}" not in page
+    write_report(run)
+    sites = build_report(load_run(run)).sites
+    for site_id in range(n_sites):
+        page = site_report_paths(run, site_id).html_path.read_text()
+        shown = _numbers(page) + _numbers(json.dumps(_page_json(run, site_id)))
+        assert fmt_two_sided(sites[site_id]) in page
+        for other in sites:
+            if other.site_id == site_id:
+                continue
+            for value in _eps_tildes(other):
+                leaked = [x for x, d in shown if d >= 3 and abs(x - value) < 0.5 * 10**-d]
+                assert not leaked, (site_id, other.site_id, value, leaked)
 
 
 def test_site_rebuilds_its_report_from_its_audit_file_alone(

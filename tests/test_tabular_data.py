@@ -98,6 +98,21 @@ def test_csv_loader_errors_name_file_and_column(tmp_path: Path) -> None:
         load_dataset("csv", options={"path": str(tmp_path / "bad.csv"), "target": "b"})
 
 
+def test_csv_infinite_cells_are_refused_by_column(tmp_path: Path) -> None:
+    """Two inf cells would make the column NaN after scaling: every site's update is then
+    non-finite and rejected, and the run trains nothing."""
+    path = write_csv(tmp_path / "p.csv")
+    lines = path.read_text().splitlines()
+    for row, value in ((3, "inf"), (9, "-inf")):
+        cells = lines[row].split(",")
+        cells[2] = value
+        lines[row] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    options = {"path": str(path), "target": "label", "categorical": ["city", "hospital"]}
+    with pytest.raises(DataError, match=r"p\.csv: column 'income' has 2 infinite value\(s\)"):
+        load_dataset("csv", options=options)
+
+
 def test_randhie_loader() -> None:
     ds = load_dataset("randhie", options={"unit": "person_year"})
     assert ds.name == "randhie" and ds.modality == "tabular" and ds.num_classes == 2

@@ -85,5 +85,29 @@ def parse_options(name: str, options: dict[str, Any]) -> LoaderOptions:
 def load_dataset(
     name: str, *, root: Path | None = None, options: dict[str, Any] | None = None
 ) -> Dataset:
-    """Load a registered dataset from local files."""
-    return DATASETS.get(name)(root, parse_options(name, options or {}))
+    """Load a registered dataset from local files (its labels checked: :func:`check_labels`)."""
+    dataset = DATASETS.get(name)(root, parse_options(name, options or {}))
+    check_labels(dataset)
+    return dataset
+
+
+def check_labels(dataset: Dataset) -> None:
+    """A labelled dataset must make a task: at least two classes among the records the sites
+    train on, and every label (pool and public) in ``0 .. num_classes - 1``."""
+    if dataset.y is None:
+        return  # language modelling: the next token is the label
+    where = f"data: {dataset.name} ({dataset.info.get('source', 'built in')})"
+    for part, y in (("record", dataset.y), ("public record", dataset.public_y)):
+        if y is not None and len(y) and (y.min() < 0 or y.max() >= dataset.num_classes):
+            bad = y[(y < 0) | (y >= dataset.num_classes)]
+            raise DataError(
+                f"{where}: a {part} has label {int(bad[0])}, outside the {dataset.num_classes} "
+                f"classes 0..{dataset.num_classes - 1}"
+            )
+    present = np.unique(dataset.y)
+    if dataset.num_classes < 2 or len(present) < 2:
+        raise DataError(
+            f"{where}: the records sites train on hold {len(present)} class"
+            f"{'es' * (len(present) != 1)}; a classifier needs at least two (one class "
+            "trains to accuracy 1.0 and leaves nothing to audit)"
+        )

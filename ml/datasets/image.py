@@ -16,6 +16,7 @@ import gzip
 import pickle
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import Field
@@ -143,6 +144,34 @@ class CifarOptions(LoaderOptions):
     max_test: int | None = Field(None, ge=1)
 
 
+CIFAR_GLOBALS = frozenset(
+    {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+    }
+)
+"""The only callables a CIFAR batch may name: what a pickled numpy array needs (at any
+protocol) and ``_codecs.encode`` (bytes in a protocol-2 pickle). Dicts, lists, bytes, str
+and int need none."""
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Unpickles CIFAR's batches and nothing else: a pickle runs whatever callable it names,
+    so any other global (``os.system``, ``builtins.eval`` ...) is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in CIFAR_GLOBALS:
+            raise pickle.UnpicklingError(
+                f"it names {module}.{name}, which a CIFAR batch never does (refused unread)"
+            )
+        return super().find_class(module, name)
+
+
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if not path.exists():
         raise DataError(
@@ -151,10 +180,10 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
         )
     try:
         with open(path, "rb") as fh:
-            batch = pickle.load(fh, encoding="bytes")
+            batch = _CifarUnpickler(fh, encoding="bytes").load()
         data = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
         labels = np.asarray(batch[b"labels"], dtype=np.int64)
-    except (pickle.UnpicklingError, KeyError, ValueError, EOFError) as err:
+    except (pickle.UnpicklingError, KeyError, TypeError, ValueError, EOFError) as err:
         raise DataError(f"corrupt data file {path}: {err!r}") from None
     return data, labels
 

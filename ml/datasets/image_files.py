@@ -15,12 +15,13 @@ Records are uint8 arrays of shape ``(n, C, H, W)``, as for the other image loade
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Field
 
 from ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
+from ml.npz import NpzArray, npz_headers, read_npz
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 PUBLIC_SPLIT_SEED = 12345
@@ -28,6 +29,12 @@ PUBLIC_SPLIT_SEED = 12345
 run, whatever the experiment's seed (as for ``digits``)."""
 
 Side = Annotated[int, Field(ge=4, le=1024)]
+
+MAX_IMAGE_PIXELS = 4096 * 4096
+"""The most pixels an image file may have: its header is checked before any decoding (a
+huge or forged image would otherwise fill the memory)."""
+SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N"})
+"""PIL's modes of 16-bit grey images (PNG, TIFF): scaled to 8 bits, not clipped."""
 
 
 class ImageFolderOptions(LoaderOptions):
@@ -40,23 +47,43 @@ class ImageFolderOptions(LoaderOptions):
     )
 
 
-def _images_in(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+def _entries(folder: Path, root: Path) -> list[Path]:
+    """``folder``'s entries; a symlink must lead to something inside ``root`` (a dangling
+    one, or one out of the folder, is refused by name rather than skipped or followed)."""
+    entries = []
+    for path in folder.iterdir():
+        if path.is_symlink():
+            target = path.resolve()
+            if not target.exists():
+                raise DataError(f"{path}: a dangling symlink (to {target}); remove or fix it")
+            if not target.is_relative_to(root.resolve()):
+                raise DataError(
+                    f"{path}: a symlink out of data.root {root} (to {target}); links out of "
+                    "the folder are refused"
+                )
+        entries.append(path)
+    return entries
 
 
-def _subfolders(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+def _images_in(folder: Path, root: Path) -> list[Path]:
+    return sorted(
+        p for p in _entries(folder, root) if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+    )
 
 
-def _class_folders(folder: Path) -> dict[str, list[Path]]:
+def _subfolders(folder: Path, root: Path) -> list[Path]:
+    return sorted(p for p in _entries(folder, root) if p.is_dir() and not p.name.startswith("."))
+
+
+def _class_folders(folder: Path, root: Path) -> dict[str, list[Path]]:
     """Class name -> its image files, for one ``<class>/*.png`` folder; empty classes refused."""
-    classes = _subfolders(folder)
+    classes = _subfolders(folder, root)
     if not classes:
         raise DataError(
             f"{folder}: no class sub-folders; expected {folder}/<class>/*.png|jpg "
             f"(or {folder}/<site>/<class>/... for natural sites)"
         )
-    files = {c.name: _images_in(c) for c in classes}
+    files = {c.name: _images_in(c, root) for c in classes}
     empty = [name for name, paths in files.items() if not paths]
     if empty:
         raise DataError(
@@ -73,52 +100,76 @@ def scan_image_folder(root: Path) -> dict[str | None, dict[str, list[Path]]]:
     """
     if not root.is_dir():
         raise DataError(f"data.root: image folder {root} does not exist (or is not a folder)")
-    tops = _subfolders(root)
+    tops = _subfolders(root, root)
     if not tops:
         raise DataError(f"data.root: {root} has no sub-folders; expected {root}/<class>/*.png")
     # Sites when the first level holds folders and no images at all.
-    nested = [t for t in tops if _subfolders(t) and not _images_in(t)]
+    nested = [t for t in tops if _subfolders(t, root) and not _images_in(t, root)]
     if not nested:
-        return {None: _class_folders(root)}
+        return {None: _class_folders(root, root)}
     if len(nested) != len(tops):
         flat = sorted(t.name for t in tops if t not in nested)
         raise DataError(
             f"{root}: mixes site folders ({[t.name for t in nested]}) with class folders "
             f"holding images directly ({flat}); use one layout"
         )
-    return {t.name: _class_folders(t) for t in tops}
+    return {t.name: _class_folders(t, root) for t in tops}
+
+
+def _open_image(path: Path) -> Any:
+    """``path`` opened (its header read, nothing decoded); too many pixels refused first."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        img = Image.open(path)
+    except Image.DecompressionBombError as err:  # PIL's own, far larger limit
+        raise DataError(f"image file {path}: {err} (refused before decoding)") from None
+    except (OSError, UnidentifiedImageError) as err:
+        raise DataError(f"corrupt image file {path}: {err}") from None
+    width, height = img.size
+    if width * height > MAX_IMAGE_PIXELS:
+        img.close()
+        raise DataError(
+            f"image file {path}: {width}x{height} pixels, more than {MAX_IMAGE_PIXELS:,} "
+            "(refused before decoding: shrink the images first)"
+        )
+    return img
+
+
+def _to_8bit(img: Any) -> Any:
+    """A 16-bit grey image scaled to 8 bits (``v * 255 / 65535``, rounded); PIL's own
+    conversion clips at 255 instead, which whitens almost every pixel."""
+    from PIL import Image
+
+    if img.mode not in SIXTEEN_BIT_MODES:
+        return img
+    wide = np.asarray(img, dtype=np.float64)
+    return Image.fromarray(np.rint(wide * (255 / 65535)).clip(0, 255).astype(np.uint8), "L")
 
 
 def _read_image(path: Path, mode: str, size: tuple[int, int] | None) -> np.ndarray:
     """One image as uint8 ``(C, H, W)`` in ``mode`` (``"L"`` or ``"RGB"``), resized if asked."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
-    try:
-        with Image.open(path) as opened:
-            img = opened.convert(mode)
+    with _open_image(path) as opened:
+        try:
+            img = _to_8bit(opened).convert(mode)
             if size is not None and img.size != (size[1], size[0]):
                 img = img.resize((size[1], size[0]), Image.Resampling.BILINEAR)
             array = np.asarray(img, dtype=np.uint8)
-    except (OSError, UnidentifiedImageError) as err:
-        raise DataError(f"corrupt image file {path}: {err}") from None
+        except (OSError, ValueError) as err:
+            raise DataError(f"corrupt image file {path}: {err}") from None
     return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
 
 
 def _colour_mode(paths: list[Path], grayscale: bool) -> str:
     """``"L"`` when asked or when every image is grey already; ``"RGB"`` otherwise."""
-    if grayscale:
-        return "L"
-    from PIL import Image
-
-    grey = {"1", "L", "LA", "I", "I;16", "F"}
+    grey = {"1", "L", "LA", "I", "F", *SIXTEEN_BIT_MODES}
+    colour = False
     for path in paths:
-        try:
-            with Image.open(path) as img:  # reads the header only
-                if img.mode not in grey:
-                    return "RGB"
-        except OSError as err:
-            raise DataError(f"corrupt image file {path}: {err}") from None
-    return "L"
+        with _open_image(path) as img:  # reads the header only: sizes checked up front
+            colour = colour or img.mode not in grey
+    return "RGB" if colour and not grayscale else "L"
 
 
 def _stack(arrays: list[np.ndarray], paths: list[Path]) -> np.ndarray:
@@ -187,6 +238,12 @@ class NpzOptions(LoaderOptions):
     grayscale: bool = Field(False, description="convert RGB images to one grey channel")
     max_train: int | None = Field(None, ge=1, description="use the first N pool images")
     max_test: int | None = Field(None, ge=1, description="use the first N public images")
+    num_classes: int | None = Field(
+        None,
+        ge=2,
+        description="the labels' range 0..N-1 (default: the labels seen, which must then be "
+        "0..K-1 with none missing)",
+    )
 
 
 def _npz_file(root: Path) -> Path:
@@ -230,6 +287,38 @@ def _npz_split(arrays: dict[str, np.ndarray], split: str, path: Path) -> tuple[n
     return images, labels.astype(np.int64)
 
 
+def _check_npz_sizes(path: Path, headers: dict[str, NpzArray]) -> None:
+    """Each split's images and labels agree in length, by the headers: checked before
+    anything is decompressed."""
+    for split in NPZ_SPLITS:
+        images, labels = headers.get(f"{split}_images"), headers.get(f"{split}_labels")
+        if images is None or labels is None:
+            continue
+        if not images.shape or not labels.shape or images.shape[0] != labels.shape[0]:
+            raise DataError(
+                f"{path}: {split}_images {images.shape} and {split}_labels {labels.shape} "
+                "disagree in length"
+            )
+
+
+def _npz_classes(path: Path, labels: np.ndarray, declared: int | None) -> int:
+    """The number of classes: ``declared`` (labels beyond it are refused by
+    :func:`ml.datasets.check_labels`), else the labels seen, which must be 0..K-1 with
+    none missing: one stray label (10**7 among 0..9) would otherwise make K = 10**7 + 1."""
+    if declared is not None:
+        return declared
+    seen = np.unique(labels)
+    count = int(seen[-1]) + 1 if len(seen) else 0
+    if len(seen) != count:
+        absent = sorted(set(range(min(count, len(seen) + 3))) - {int(v) for v in seen})
+        raise DataError(
+            f"{path}: the labels run to {count - 1} but only {len(seen)} distinct values "
+            f"occur (e.g. no {absent[:3]}); a stray label? Fix it, or declare the classes "
+            "with data.options.num_classes"
+        )
+    return count
+
+
 def _to_grey(images: np.ndarray) -> np.ndarray:
     if images.shape[1] == 1:
         return images
@@ -244,14 +333,12 @@ def npz(root: Path | None, options: NpzOptions) -> Dataset:
     if root is None:
         raise DataError("data.root: set it to the .npz file (MedMNIST layout)")
     path = _npz_file(root)
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {k: archive[k] for k in archive.files}
-    except (OSError, ValueError) as err:
-        raise DataError(f"corrupt NPZ file {path}: {err}") from None
     needed = ["train_images", "train_labels", "test_images", "test_labels"]
     if options.include_val:
         needed += ["val_images", "val_labels"]
+    headers = npz_headers(path)
+    _check_npz_sizes(path, {k: v for k, v in headers.items() if k in needed})
+    arrays = read_npz(path, [k for k in needed if k in headers])
     missing = [k for k in needed if k not in arrays]
     if missing:
         raise DataError(
@@ -276,7 +363,7 @@ def npz(root: Path | None, options: NpzOptions) -> Dataset:
         modality="image",
         x=x,
         y=y,
-        num_classes=int(max(y.max(initial=0), ty.max(initial=0))) + 1,
+        num_classes=_npz_classes(path, np.concatenate([y, ty]), options.num_classes),
         input_shape=tuple(int(d) for d in x.shape[1:]),
         public_x=tx,
         public_y=ty,

@@ -76,6 +76,14 @@ def encode_frame(
             )
         elif name in numeric:
             col = pd.to_numeric(frame[name], errors="coerce").astype(np.float64)
+            infinite = np.flatnonzero(np.isinf(col.to_numpy()))
+            if len(infinite):
+                # One inf makes the column's mean and std inf, every value NaN after scaling.
+                where = ", ".join(str(int(r)) for r in infinite[:3])
+                raise DataError(
+                    f"{source}: column {name!r} has {len(infinite)} infinite value(s) (0-based "
+                    f"data rows {where}); replace or drop them"
+                )
             fit_col = col.iloc[fit_rows]
             if fit_col.notna().sum() == 0:
                 raise DataError(f"{source}: column {name!r} has no values in the site pool")

@@ -22,6 +22,7 @@ Loaders
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import importlib.util
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
 from ml.text_tokenizer import GPT2_EOT_ID, CompactVocab, TokenizerError, gpt2_bpe
@@ -72,7 +73,16 @@ class BibleOptions(TextOptions):
 
 class TextFilesOptions(TextOptions):
     text_field: str = Field("text", description="JSONL: the field holding the document")
-    encoding: str = "utf-8"
+    encoding: str = Field("utf-8", description="the files' text encoding (a Python codec name)")
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_codec(cls, value: str) -> str:
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, latin-1)") from None
+        return value
 
 
 def chunk_documents(
