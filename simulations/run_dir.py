@@ -155,8 +155,9 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     layout.dataset.unlink(missing_ok=True)
     atomic_write_text(layout.config, text)
-    sites = partition(dataset, config.partition, seed=config.seed)
-    summary = partition_summary(dataset, sites, scheme=config.partition.scheme, seed=config.seed)
+    seed = config.partition.seed_for(config.seed)
+    sites = partition(dataset, config.partition, seed=seed)
+    summary = partition_summary(dataset, sites, scheme=config.partition.scheme, seed=seed)
     layout.partition.write_text(json.dumps(summary, indent=1))
 
     for split in sites:
