@@ -20,7 +20,7 @@ from scipy import stats
 from audit.result import Interval
 
 from .columns import SiteRow
-from .formatting import ONE_MODEL_INTERVAL, fmt
+from .formatting import fmt
 from .schema import (
     OverRuns,
     PointComparison,
@@ -38,7 +38,8 @@ BETWEEN_RUNS_NOTE = (
     "Mean: over the runs. Between-run 95% interval: where another training run of this "
     "config on the same data would read (a Student-t prediction interval over the runs). "
     "Mean's 95% interval: how well the runs pin the config's mean. Range: the lowest and "
-    f"highest run. {ONE_MODEL_INTERVAL}."
+    "highest run. Each run's own report gives intervals over audit repeats of its one "
+    "trained model, which leave out the spread between training runs."
 )
 COMPARISONS_NOTE = (
     "Each pair of neighbouring points is compared site by site on the two-sided eps_tilde "

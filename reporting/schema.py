@@ -440,7 +440,8 @@ class SweepPointReport:
     dp_level: DPLevel | None = None
     canaries: int | None = None
     replicates: ReplicateReport | None = None
-    """The point's runs over seeds (``replicates: N``); the fields above are its first run's."""
+    """The point's runs over seeds (``replicates: N``): the replicate set of ``run_dir``,
+    whose numbers the fields above are."""
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,6 @@ from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
 from contracts.json_values import json_safe
-from contracts.run_files import REPLICATES_FILE
-from contracts.run_log import read_record
 
 from . import plots
 from .aggregate import build_report
@@ -63,7 +61,6 @@ from .inputs import load_run
 from .privacy_ledger import privacy_settings
 from .schema import (
     SCHEMA_VERSION,
-    ReplicateReport,
     ReportFiles,
     RunReport,
     SweepPointReport,
@@ -75,14 +72,12 @@ from .writers import report_to_json_text
 @dataclass(frozen=True)
 class SweepPoint:
     """One point of a sweep: its label in tables and plots (``"eps=4"``), its dotted config
-    overrides, and its run directory (it may be incomplete or absent)."""
+    overrides, and its run directory (it may be incomplete or absent; for a point run over
+    seeds, the first run of its replicate set, whose report the point then pools)."""
 
     label: str
     overrides: dict[str, Any] = field(default_factory=dict)
     run_dir: Path = Path(".")
-    replicates: Path | None = None
-    """The point's replicate set (its ``replicates.json``), when it ran over several seeds;
-    ``run_dir`` is then the set's first run."""
 
 
 def build_sweep_report(
@@ -110,13 +105,10 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
         if run_dir.is_absolute() == sweep_dir.is_absolute()
         else str(run_dir)
     )
-    replicates = _replicates(point)
     try:
         inputs = load_run(run_dir)
     except RunFileError as exc:
-        return SweepPointReport(
-            point.label, dict(point.overrides), rel, "incomplete", [str(exc)], replicates=replicates
-        )
+        return SweepPointReport(point.label, dict(point.overrides), rel, "incomplete", [str(exc)])
     report = build_report(inputs)
     if write_point_reports:
         # Imported here: the package's __init__ imports this module.
@@ -145,18 +137,8 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
         report_html=os.path.join(rel, "report.html") if html_path.exists() else None,
         dp_level=report.dp_level,
         canaries=report.canaries,
-        replicates=replicates,
+        replicates=report.replicates,
     )
-
-
-def _replicates(point: SweepPoint) -> ReplicateReport | None:
-    """The point's replicate report; None without a set (or when it was not written)."""
-    if point.replicates is None:
-        return None
-    try:
-        return read_record(ReplicateReport, Path(point.replicates) / REPLICATES_FILE)
-    except RunFileError:
-        return None
 
 
 def run_problems(report: RunReport, *, has_metrics: bool) -> list[str]:

@@ -129,7 +129,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         try:
             if sweep.replicates > 1:
                 runs = run_replicates(config, run_dir, sweep.replicates, verbose=args.verbose).runs
-                point = SweepPoint(label, overrides, run_dir=runs[0][1], replicates=run_dir)
+                point = SweepPoint(label, overrides, run_dir=runs[0][1])
             else:
                 run_experiment(config, run_dir, verbose=args.verbose)
                 point = SweepPoint(label=label, overrides=overrides, run_dir=run_dir)
