@@ -153,16 +153,6 @@ def paired_p_value(first: Sequence[float], second: Sequence[float]) -> float | N
     return float(stats.ttest_rel(first, second).pvalue)
 
 
-def over_runs_text(numbers: OverRuns, digits: int = 3) -> str:
-    """``mean [low, high] (n runs)``: the mean and the between-run interval."""
-    if numbers.mean is None:
-        return fmt(None)
-    if numbers.low is None:
-        return f"{fmt(numbers.mean, digits)} (1 run)"
-    interval = f"[{fmt(numbers.low, digits)}, {fmt(numbers.high, digits)}]"
-    return f"{fmt(numbers.mean, digits)} {interval} ({numbers.n} runs)"
-
-
 def another_run_line(numbers: OverRuns) -> str | None:
     """The sentence on where another training run of the config would read the headline
     number; None below 2 runs (no spread to tell)."""
