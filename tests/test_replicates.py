@@ -184,3 +184,12 @@ def test_sweep_set_replicates(tmp_path: Path) -> None:
     assert loaded.replicates == 3 and len(expand(loaded)) == 2
     with pytest.raises(ConfigError, match="replicates"):
         load_sweep(tmp_path / "sweep.yaml", ["replicates=0"])
+
+
+def test_seeds_needs_a_config_and_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    assert cli_main(["run", str(tmp_path / "tiny.yaml"), "--seeds", "0"]) == 2
+    assert "--seeds: at least 1 run" in capsys.readouterr().err
+    assert cli_main(["run", "--resume", str(tmp_path), "--seeds", "2"]) == 2
+    assert "--seeds: give a CONFIG" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
