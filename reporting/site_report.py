@@ -120,9 +120,10 @@ def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> l
 
 
 def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
-    """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus config.yaml and
-    the server's client_dp.json, when the run directory has them); a
-    :class:`RunFileError` when the audit file is missing or either of those malformed."""
+    """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus config.yaml,
+    the server's client_dp.json, platform.json and the site's entry of the replicate set's
+    replicates.json, when there); a :class:`RunFileError` when the audit file is missing or
+    config.yaml or client_dp.json malformed."""
     run_dir = Path(run_dir)
     audit = load_site_audit(run_dir, site_id)
     result = audit.result
