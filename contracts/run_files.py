@@ -41,6 +41,12 @@ NO_CANARY_TWIN_DIR = "no-canary-twin"
 NOISE_FILE = "noise.json"
 """Where the run's DP randomness came from (:data:`NoiseSource`), written by the server."""
 
+PLATFORM_FILE = "platform.json"
+"""The machine that trained the run (``contracts.run_log.PlatformInfo``), written by the
+harness when it trains; read by a site report's manifest."""
+REPLICATES_FILE = "replicates.json"
+"""A replicate set's report, in the folder that holds its runs (:func:`replicate_run_dir`)."""
+
 NoiseSource = Literal["seeded", "os-entropy"]
 """``seeded``: from the run's seed (simulation, reproducible); ``os-entropy``: each site and
 the server seed their noise from the operating system's entropy (a real deployment)."""
@@ -79,6 +85,11 @@ def site_refusals_name(site_id: int) -> str:
     """The site's log of what its policy refused (``clients.site_policy``), in its state
     directory; never sent to the server."""
     return f"site-{site_id}-refusals.jsonl"
+
+
+def replicate_run_dir(set_dir: Path, seed: int) -> Path:
+    """``<set>/seed-<seed>``: one run of a replicate set (the same config, another seed)."""
+    return Path(set_dir) / f"seed-{seed}"
 
 
 @dataclass(frozen=True)
@@ -206,6 +217,15 @@ class RunLayout:
     @property
     def noise(self) -> Path:
         return self.root / NOISE_FILE
+
+    @property
+    def platform(self) -> Path:
+        return self.root / PLATFORM_FILE
+
+    @property
+    def replicates(self) -> Path:
+        """The report of the replicate set the run may belong to (beside its folder)."""
+        return self.root.parent / REPLICATES_FILE
 
 
 @dataclass(frozen=True)

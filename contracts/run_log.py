@@ -136,6 +136,38 @@ class ClientDPLedgerFile:
         return _compact(json_safe(self))
 
 
+@dataclass(frozen=True)
+class PlatformInfo:
+    """``platform.json``: the machine and build that trained a run. Floating-point results
+    differ between CPUs and builds, so the same config and seed may train elsewhere to
+    another model; on one machine a run is reproduced number for number."""
+
+    cpu_model: str | None = None
+    cpu_capability: str | None = None
+    """The vector instructions torch's CPU kernels use (``AVX2``, ``AVX512`` ...)."""
+    cpu_count: int | None = None
+    machine: str | None = None
+    system: str | None = None
+    python: str | None = None
+    torch: str | None = None
+    """torch's version, with its build tag (``+cpu``, ``+cu128`` ...)."""
+    torch_git: str | None = None
+    torch_cuda_build: str | None = None
+    """The CUDA version torch was built with (None: a CPU-only build)."""
+    torch_threads: int | None = None
+    """torch's intra-op threads in the harness's process."""
+    torch_interop_threads: int | None = None
+    site_torch_threads: int | None = None
+    """``resources.torch_threads``: what each site sets in its own process."""
+    omp_num_threads: str | None = None
+    """``$OMP_NUM_THREADS`` (None: unset)."""
+    cuda_device: str | None = None
+    """The GPU the run trained on; None: CUDA was not used (the CPU trained it)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(json_safe(self))
+
+
 def from_dict(cls: type[R], data: Any, where: str = "") -> R:
     """The record ``cls`` (a dataclass of the types above) from its JSON object.
 

@@ -33,6 +33,11 @@ class PartitionConfig(BaseModel):
     holdout_fraction: float = Field(0.2, ge=0, lt=1, description="real non-members per site")
     test_fraction: float = Field(0.1, ge=0, lt=1, description="per-site test split")
     min_train: int = Field(20, ge=1, description="smallest acceptable train split")
+    seed: int | None = Field(
+        None,
+        description="draws the sites' records and their splits (None: the run's seed); "
+        "replicate runs keep it while their own seeds vary the training",
+    )
 
     @model_validator(mode="after")
     def _fractions(self) -> PartitionConfig:
@@ -41,6 +46,10 @@ class PartitionConfig(BaseModel):
         if self.sizes is not None and len(self.sizes) != self.num_sites:
             raise ValueError(f"sizes has {len(self.sizes)} entries for {self.num_sites} sites")
         return self
+
+    def seed_for(self, run_seed: int) -> int:
+        """The seed that draws the partition: ``seed``, else the run's ``run_seed``."""
+        return run_seed if self.seed is None else self.seed
 
 
 class PartitionError(UserError, ValueError):

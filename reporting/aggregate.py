@@ -77,6 +77,7 @@ def build_report(inputs: RunInputs) -> RunReport:
         noise=noise_note(settings, inputs),
         meaning=EPS_TILDE_MEANING,
         two_sided_meaning=TWO_SIDED_MEANING,
+        replicates=inputs.replicates,
     )
 
 

@@ -48,6 +48,9 @@ from .schema import (
     ONE,
     TPR_FPR_KEYS,
     GameReport,
+    OverRuns,
+    ReplicateRun,
+    ReplicateSite,
     SiteReport,
     SweepPointReport,
     at,
@@ -564,3 +567,69 @@ PER_CLASS_COLUMNS: tuple[Column[ClassSliceResult], ...] = (
     column("", lambda c: TOO_FEW_FOR_CLASS if c.too_few else "", cls="text"),
 )
 """A site's two-sided game per label (its own report)."""
+
+
+def _pair(low: float | None, high: float | None) -> str:
+    return MISSING if low is None else f"[{fmt(low)}, {fmt(high)}]"
+
+
+ReplicateRow = tuple[str, OverRuns]
+"""A number's label and its values over a replicate set's runs."""
+
+
+def replicate_columns(seeds: Sequence[int]) -> tuple[Column[ReplicateRow], ...]:
+    """A site's numbers over a replicate set: the mean, the between-run interval, the mean's
+    interval, the range, and each seed's own value."""
+    return (
+        column("number", lambda r: r[0], cls="text"),
+        _titled("mean", lambda r: r[1].mean),
+        column("between-run 95% interval", lambda r: _pair(r[1].low, r[1].high)),
+        column("mean's 95% interval", lambda r: _pair(r[1].mean_low, r[1].mean_high)),
+        column("range", lambda r: _pair(r[1].lowest, r[1].highest)),
+        *(_titled(f"seed {seed}", _nth_value(i)) for i, seed in enumerate(seeds)),
+    )
+
+
+def _nth_value(i: int) -> Callable[[ReplicateRow], float | None]:
+    return lambda r: r[1].values[i] if i < len(r[1].values) else None
+
+
+REPLICATE_RUN_COLUMNS: tuple[Column[ReplicateRun], ...] = (
+    column("seed", lambda r: str(r.seed)),
+    column("run directory", lambda r: r.run_dir, cls="text"),
+    column("status", lambda r: r.status + "".join(f"; {x}" for x in r.problems), cls="text"),
+    column("CPU", lambda r: r.cpu or MISSING, cls="text"),
+    Column(
+        "report",
+        html=lambda r: td(
+            f'<a href="{esc(r.run_dir)}/report.html">report.html</a>', raw=True, cls="text"
+        ),
+    ),
+)
+"""A replicate set's runs."""
+
+
+class PointSite(NamedTuple):
+    """A site of a sweep point run over seeds."""
+
+    point: SweepPointReport
+    site: ReplicateSite
+
+
+def _over(key: str, what: Callable[[OverRuns], str]) -> Callable[[PointSite], str]:
+    return lambda r: what(r.site.numbers[key]) if key in r.site.numbers else MISSING
+
+
+def sweep_replicate_columns(headline: str, accuracy: str) -> tuple[Column[PointSite], ...]:
+    """Each point's sites over seeds: the ``headline`` number's and the ``accuracy``'s mean
+    and between-run interval (keys of ``between_runs.METRICS``)."""
+    return (
+        column("point", lambda r: r.point.label, cls="text"),
+        column("site", lambda r: str(r.site.site_id)),
+        column("runs", _over(headline, lambda o: str(o.n))),
+        column("eps_tilde two-sided: mean", _over(headline, lambda o: fmt(o.mean))),
+        column("between-run 95% interval", _over(headline, lambda o: _pair(o.low, o.high))),
+        column("range", _over(headline, lambda o: _pair(o.lowest, o.highest))),
+        column("global accuracy: mean", _over(accuracy, lambda o: fmt(o.mean))),
+        column("between-run 95% interval", _over(accuracy, lambda o: _pair(o.low, o.high))),
+    )

@@ -37,9 +37,15 @@ TIGHT_ONLY = "eps_tilde is a lower bound on epsilon only where c_lb is tight"
 NOT_A_BOUND = "eps_tilde is a measurement, not a bound"
 ABOVE_LABEL = "eps_tilde above DP eps (not a bound)"
 """The badge and flag of eps_tilde above the guarantee (never a violation)."""
+ONE_MODEL_INTERVAL = (
+    "Each 95% interval here is over audit repeats of this one trained model: another "
+    "training run of the same config (another seed, or the same seed on another CPU) trains "
+    "another model, whose number may fall outside it"
+)
 HEADLINE_NOTE = (
     "eps_tilde two-sided: the larger side's leakage with its 95% interval; "
-    f"{TIGHT_ONLY}. O(1): a lower bound on epsilon from real records. The full tables follow."
+    f"{TIGHT_ONLY}. O(1): a lower bound on epsilon from real records. {ONE_MODEL_INTERVAL}. "
+    "The full tables follow."
 )
 BOUNDS_BELOW_DP = (
     "Every lower bound (canary, O(1), their f-DP readings, RM;RN) must be at most DP eps, "

@@ -27,7 +27,7 @@ from contracts.errors import RunFileError
 from contracts.run_files import NOISE_NOTES, RunLayout, SiteAuditFile
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, read_json, read_record, read_rounds
 
-from .schema import SiteStatus
+from .schema import ReplicateReport, SiteStatus
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,8 @@ class RunInputs:
     noise_source: str | None = None
     """``noise.json``'s ``source`` (``contracts.run_files.NoiseSource``); None: no file
     (runs older than it, all simulated, so seeded)."""
+    replicates: ReplicateReport | None = None
+    """The replicate set the run belongs to (:func:`load_replicates`)."""
 
 
 def load_run(run_dir: Path) -> RunInputs:
@@ -106,7 +108,24 @@ def load_run(run_dir: Path) -> RunInputs:
         client_dp=read_record(ClientDPLedgerFile, layout.client_dp_ledger),
         client_canaries=load_client_canaries(layout.client_canaries),
         noise_source=_noise_source(layout.noise),
+        replicates=load_replicates(run_dir),
     )
+
+
+def load_replicates(run_dir: Path) -> ReplicateReport | None:
+    """The report of the replicate set that lists ``run_dir`` (``replicates.json`` beside
+    its folder), or None. An unreadable one is left out with a warning: the run's own
+    report does not depend on it."""
+    path = RunLayout(run_dir).replicates
+    if not path.exists():
+        return None
+    try:
+        report = read_record(ReplicateReport, path)
+    except RunFileError as err:
+        log.warning("replicate numbers left out: %s", err)
+        return None
+    listed = report is not None and Path(run_dir).name in {r.run_dir for r in report.runs}
+    return report if listed else None
 
 
 def load_client_canaries(path: Path) -> ClientCanaryResult | None:

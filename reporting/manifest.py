@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.result import AuditResult
+from contracts.run_log import PlatformInfo
 
 from .schema import ReproManifest
 
@@ -27,10 +28,14 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_manifest(
-    config_path: Path | None, config: dict[str, Any], result: AuditResult | None
+    config_path: Path | None,
+    config: dict[str, Any],
+    result: AuditResult | None,
+    platform_info: PlatformInfo | None = None,
 ) -> ReproManifest:
     """The manifest of one site's audit: ``config_path`` hashed byte for byte, ``config``'s
-    seeds, ``result``'s repeat seeds and data sizes (None for a failed audit)."""
+    seeds, ``result``'s repeat seeds and data sizes (None for a failed audit), and the
+    machine that trained the run (``platform_info``, from its ``platform.json``)."""
     path = config_path if config_path is not None and config_path.exists() else None
     commit, dirty = git_state()
     settings = _section(_section(config, "audit"), "settings")
@@ -45,6 +50,7 @@ def build_manifest(
         git_commit=commit,
         git_dirty=dirty,
         data_sizes={} if result is None else {str(k): int(v) for k, v in result.sizes.items()},
+        platform=platform_info,
     )
 
 

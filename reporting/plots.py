@@ -14,9 +14,10 @@ from audit.result import AuditResult, Interval, RocSummary
 from charts.svg import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
 from contracts.run_log import RoundRecord, site_order
 
+from .between_runs import ACCURACY, HEADLINE
 from .formatting import quality
 from .privacy_ledger import released_model_epsilon
-from .schema import ONE, SCORERS, SiteReport, SweepPointReport, at, mean_of
+from .schema import ONE, SCORERS, OverRuns, SiteReport, SweepPointReport, at, mean_of
 
 _BASELINE = "#1f77b4"
 _MIA = "#d62728"
@@ -530,3 +531,60 @@ def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
         draw=draw,
         legend=[*_legend(_BOUND_SERIES), LegendEntry("y = x (accountant eps)", diagonal)],
     )
+
+
+def sweep_replicates_plot(points: list[SweepPointReport]) -> str | None:
+    """Per point run over seeds: each site's mean two-sided eps_tilde and the global
+    accuracy, with error bars from the between-run 95% interval."""
+    drawn = [(p.label, p.replicates) for p in points if p.replicates and p.replicates.sites]
+    if not drawn:
+        return None
+    ticks = [(float(x), label) for x, (label, _) in enumerate(drawn)]
+    xlim = (-0.6, len(drawn) - 0.4)
+    eps = Axes(
+        title="two-sided eps_tilde over training seeds",
+        xlabel="sweep point",
+        ylabel="eps_tilde (nats; mean over runs)",
+        xlim=xlim,
+        xticks=ticks,
+    )
+    accuracy = Axes(
+        title="global accuracy over training seeds",
+        xlabel="sweep point",
+        ylabel="accuracy (fraction; mean over runs)",
+        xlim=xlim,
+        xticks=ticks,
+    )
+    site_ids = sorted({s.site_id for _, replicates in drawn for s in replicates.sites})
+    width = 0.5 / max(1, len(site_ids))
+    for x, (_, replicates) in enumerate(drawn):
+        for s in replicates.sites:
+            k = site_ids.index(s.site_id)
+            style = Style(_CYCLE[k % len(_CYCLE)], marker="D")
+            _between_runs_point(
+                eps,
+                x + width * (k - (len(site_ids) - 1) / 2),
+                s.numbers.get(HEADLINE),
+                style,
+            )
+        first = replicates.sites[0].numbers.get(ACCURACY)
+        _between_runs_point(accuracy, x, first, Style(_CANARY, marker="s"))
+    eps.hlines.append((0.0, Style("#808080", width=0.8)))
+    legend = [
+        LegendEntry(f"site {sid}", Style(_CYCLE[k % len(_CYCLE)], marker="D"), "marker")
+        for k, sid in enumerate(site_ids)
+    ]
+    return _svg(
+        [eps, accuracy],
+        size=(max(360.0, 90.0 * len(drawn) + 160.0), 320.0),
+        cols=2,
+        legend=legend,
+        title="Error bars: the between-run 95% interval (where another training run of the "
+        "point's config would read)",
+    )
+
+
+def _between_runs_point(ax: Axes, x: float, numbers: OverRuns | None, style: Style) -> None:
+    if numbers is None or numbers.mean is None:
+        return
+    ax.point(x, numbers.mean, style, low=numbers.low, high=numbers.high)

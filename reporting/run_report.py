@@ -6,6 +6,7 @@ from audit.result import AuditResult
 from contracts.json_values import json_safe
 
 from . import plots
+from .between_runs import run_lines
 from .blocks import (
     Banner,
     Block,
@@ -76,6 +77,7 @@ def report_blocks(report: RunReport, results: dict[int, AuditResult]) -> list[Bl
         Table(HEADLINE_COLUMNS, sites, attrs=' id="headline"', row_class=site_row_class),
         Para(HEADLINE_NOTE, only="md"),
         Para(f"{HEADLINE_NOTE} Hover a cell for the full value.", only="html"),
+        Bullets(run_lines(report)),
         Heading("Consortium summary", 3),
         Bullets(consortium_lines(report.consortium)),
         Meaning(),

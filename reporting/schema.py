@@ -21,7 +21,7 @@ from audit.over_rounds import RoundLeakage
 from audit.result import AuditFlags, ClassSliceResult, Interval
 from audit.sides import Side
 from contracts.dp_level import DPLevel
-from contracts.run_log import ClientDPLedgerFile, RoundRecord
+from contracts.run_log import ClientDPLedgerFile, PlatformInfo, RoundRecord
 
 SCHEMA_VERSION = 4
 """The version of report.json, sweep.json and ``site-reports/site-<id>.json`` (one shape of
@@ -341,6 +341,85 @@ class RunReport:
     """How the run's DP noise was drawn (``contracts.run_files.NOISE_NOTES``)."""
     meaning: str
     two_sided_meaning: str
+    replicates: ReplicateReport | None = None
+    """The replicate set this run belongs to (``replicates.json`` beside its folder)."""
+
+
+@dataclass(frozen=True)
+class OverRuns:
+    """One number over a replicate set's training runs (one seed each): the spread that
+    training, DP noise and audit randomness give on the same consortium's data."""
+
+    values: list[float | None]
+    """Each run's own value, in the order of the set's seeds (None: that run has none)."""
+    n: int
+    """Runs with a value."""
+    mean: float | None
+    sd: float | None
+    """Sample standard deviation over the runs (None below 2 runs)."""
+    low: float | None
+    high: float | None
+    """The between-run 95% interval: where another training run of the same config would
+    read (Student-t prediction interval, clipped to the number's range; None below 2 runs)."""
+    mean_low: float | None
+    mean_high: float | None
+    """The 95% interval of the mean over training runs (Student t)."""
+    lowest: float | None
+    highest: float | None
+    """The range of the runs' values."""
+
+
+@dataclass(frozen=True)
+class ReplicateSite:
+    """A site's headline numbers over a replicate set (keys: ``between_runs.METRICS``)."""
+
+    site_id: int
+    numbers: dict[str, OverRuns]
+
+
+@dataclass(frozen=True)
+class ReplicateRun:
+    """One run of a replicate set."""
+
+    seed: int
+    run_dir: str
+    """Relative to the set's folder."""
+    status: str
+    """``complete`` or ``incomplete`` (then ``problems`` says what is missing)."""
+    problems: list[str]
+    cpu: str | None
+    """The CPU that trained it (``platform.json``), None when unknown."""
+
+
+@dataclass(frozen=True)
+class ReplicateReport:
+    """Everything ``replicates.json`` holds: one config trained and audited once per seed on
+    the same partition (``partition_seed``)."""
+
+    schema_version: int
+    name: str | None
+    partition_seed: int | None
+    runs: list[ReplicateRun]
+    sites: list[ReplicateSite]
+
+
+@dataclass(frozen=True)
+class PointComparison:
+    """Two sweep points compared on one site's number by a paired test over their seeds."""
+
+    site_id: int
+    metric: str
+    first: str
+    second: str
+    """The points' labels."""
+    n_pairs: int
+    """Seeds that both points have a value for."""
+    mean_first: float | None
+    mean_second: float | None
+    p_value: float | None
+    """Two-sided paired t-test over the seeds (None below 2 pairs)."""
+    alpha: float
+    """The level each comparison is held to (0.05 over all the sweep's comparisons)."""
 
 
 @dataclass(frozen=True)
@@ -366,6 +445,9 @@ class SweepPointReport:
     report_html: str | None = None
     dp_level: DPLevel | None = None
     canaries: int | None = None
+    replicates: ReplicateReport | None = None
+    """The point's runs over seeds (``replicates: N``): the replicate set of ``run_dir``,
+    whose numbers the fields above are."""
 
 
 @dataclass(frozen=True)
@@ -376,6 +458,8 @@ class SweepReport:
     points: list[SweepPointReport]
     meaning: str
     two_sided_meaning: str
+    comparisons: list[PointComparison] = field(default_factory=list)
+    """Neighbouring points with replicates, compared site by site (paired over seeds)."""
 
 
 Verdict = Literal["evidence", "inconclusive", "none", "no result"]
@@ -425,6 +509,8 @@ class ReproManifest:
     git_commit: str | None
     git_dirty: bool | None
     data_sizes: dict[str, int]
+    platform: PlatformInfo | None = None
+    """The machine that trained the run (``platform.json``); None for runs older than it."""
 
 
 @dataclass(frozen=True)
@@ -446,6 +532,8 @@ class SitePageReport:
     source: Literal["consortium", "site"]
     """"consortium": written by the report aggregator; "site": rebuilt by the site from its
     own audit file alone (``panoramia-fl report RUN_DIR --site ID``)."""
+    between_runs: ReplicateSite | None = None
+    """This site's numbers over the replicate set the run belongs to, when it has one."""
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,10 @@ from audit.class_slices import CLASS_SLICES_MEANING
 from audit.result import AuditResult
 from audit.sides import SIDES
 from contracts.json_values import json_safe
+from contracts.run_log import PlatformInfo
 
 from . import plots
+from .between_runs import HEADLINE, another_run_line
 from .blocks import Banner, Block, Bullets, Figure, Heading, Meaning, Para, Raw, Table, to_html
 from .columns import (
     BOUNDS_COLUMNS,
@@ -34,6 +36,7 @@ from .formatting import (
     LOW_FPR_NOTE,
     MISSING,
     NOT_A_BOUND,
+    ONE_MODEL_INTERVAL,
     PR_CAPTION,
     ROC_NOTE,
     SIDE_LABELS,
@@ -92,6 +95,7 @@ def render_site_page(report: SitePageReport, result: AuditResult | None) -> str:
             )
         ),
         Raw(_headline(report)),
+        *_between_runs(report),
         Heading("What was measured"),
         Bullets(reading.measured),
         Heading("What it means for your records"),
@@ -137,6 +141,15 @@ def _headline(report: SitePageReport) -> str:
         f"{esc(_VERDICT_LABELS[verdict])}</span>"
         f"{numbers}<p>{esc(reading.headline)}</p></div>"
     )
+
+
+def _between_runs(report: SitePageReport) -> list[Block]:
+    """Which interval is which: this model's, and (with replicates) another run's."""
+    if report.site.audit is None:
+        return []
+    numbers = report.between_runs.numbers if report.between_runs is not None else {}
+    another = another_run_line(numbers[HEADLINE]) if HEADLINE in numbers else None
+    return [Para(f"{ONE_MODEL_INTERVAL}."), *([Para(another)] if another else [])]
 
 
 def _exposed(report: SitePageReport) -> list[Block]:
@@ -394,5 +407,31 @@ def _manifest(report: SitePageReport) -> Table:
             + (" (with uncommitted changes)" if m.git_dirty else ""),
         ),
         *(Item(f"size: {k}", str(v)) for k, v in m.data_sizes.items()),
+        *_platform_items(m.platform),
     ]
     return Table(item_columns("item", "value", what=None), items, attrs=' id="manifest"')
+
+
+def _platform_items(p: PlatformInfo | None) -> list[Item]:
+    """The machine that trained the run: its numbers are reproduced exactly only there."""
+    if p is None:
+        return [Item("trained on", "unknown (the run predates platform.json)")]
+    return [
+        Item(
+            "trained on CPU",
+            f"{p.cpu_model or MISSING} ({p.cpu_count} cores, "
+            f"{p.cpu_capability or MISSING}); {p.system or MISSING}",
+        ),
+        Item(
+            "torch build",
+            f"{p.torch or MISSING} (git {p.torch_git or MISSING}; CUDA build "
+            f"{p.torch_cuda_build or 'none'})",
+        ),
+        Item(
+            "threads",
+            f"torch {fmt(p.torch_threads)} intra-op / "
+            f"{fmt(p.torch_interop_threads)} inter-op in the harness, {fmt(p.site_torch_threads)}"
+            f" per site; OMP_NUM_THREADS {p.omp_num_threads or 'unset'}",
+        ),
+        Item("CUDA used", p.cuda_device or "no (trained on the CPU)"),
+    ]

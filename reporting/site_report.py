@@ -14,19 +14,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 from audit.result import AuditResult
+from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
 from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR, RunLayout, exposed_records_name
-from contracts.run_log import ClientDPLedgerFile, read_record
+from contracts.run_log import ClientDPLedgerFile, PlatformInfo, read_record
 
 from .aggregate import site_report
 from .formatting import violation_warnings
-from .inputs import RunInputs, load_optional_config, load_site_audit
+from .inputs import RunInputs, load_optional_config, load_replicates, load_site_audit
 from .manifest import build_manifest
 from .plain_language import THREAT_MODEL, plain_reading
 from .privacy_ledger import privacy_settings
 from .schema import (
     SCHEMA_VERSION,
     ConsortiumStanding,
+    ReplicateSite,
     ReportFiles,
     RunReport,
     SitePageReport,
@@ -73,10 +75,28 @@ def build_site_page_report(
         reading=plain_reading(site, exposed_records=link is not None),
         threat_model=list(THREAT_MODEL),
         standing=standing,
-        manifest=build_manifest(config_path if config_path.exists() else None, config, result),
+        manifest=build_manifest(
+            config_path if config_path.exists() else None, config, result, _platform(run_dir)
+        ),
         exposed_records_link=link,
         source=source,
+        between_runs=_between_runs(run_dir, site.site_id),
     )
+
+
+def _platform(run_dir: Path) -> PlatformInfo | None:
+    """The run's ``platform.json``; None without one (or unreadable: the page still goes)."""
+    try:
+        return read_record(PlatformInfo, RunLayout(run_dir).platform)
+    except RunFileError:
+        return None
+
+
+def _between_runs(run_dir: Path, site_id: int) -> ReplicateSite | None:
+    """The site's numbers over the replicate set of the run, when it belongs to one."""
+    replicates = load_replicates(run_dir)
+    sites = [] if replicates is None else replicates.sites
+    return next((s for s in sites if s.site_id == site_id), None)
 
 
 def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> list[ReportFiles]:
@@ -100,9 +120,10 @@ def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> l
 
 
 def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
-    """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus config.yaml and
-    the server's client_dp.json, when the run directory has them); a
-    :class:`RunFileError` when the audit file is missing or either of those malformed."""
+    """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus config.yaml,
+    the server's client_dp.json, platform.json and the site's entry of the replicate set's
+    replicates.json, when there); a :class:`RunFileError` when the audit file is missing or
+    config.yaml or client_dp.json malformed."""
     run_dir = Path(run_dir)
     audit = load_site_audit(run_dir, site_id)
     result = audit.result

@@ -20,8 +20,35 @@ from contracts.json_values import json_safe
 
 from . import plots
 from .aggregate import build_report
-from .blocks import Banner, Block, Figure, Heading, Meaning, Para, Table, to_html, to_markdown
-from .columns import POINT_COLUMNS, SWEEP_SITE_COLUMNS, SiteRow, site_row_class
+from .between_runs import (
+    ACCURACY,
+    BETWEEN_RUNS_NOTE,
+    COMPARISONS_NOTE,
+    HEADLINE,
+    NO_COMPARISONS,
+    compare_neighbours,
+    comparison_line,
+)
+from .blocks import (
+    Banner,
+    Block,
+    Bullets,
+    Figure,
+    Heading,
+    Meaning,
+    Para,
+    Table,
+    to_html,
+    to_markdown,
+)
+from .columns import (
+    POINT_COLUMNS,
+    SWEEP_SITE_COLUMNS,
+    PointSite,
+    SiteRow,
+    site_row_class,
+    sweep_replicate_columns,
+)
 from .formatting import (
     NOT_A_BOUND,
     TIGHT_ONLY,
@@ -32,14 +59,21 @@ from .formatting import (
 from .html_page import SORT_SCRIPT, page
 from .inputs import load_run
 from .privacy_ledger import privacy_settings
-from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SweepPointReport, SweepReport
+from .schema import (
+    SCHEMA_VERSION,
+    ReportFiles,
+    RunReport,
+    SweepPointReport,
+    SweepReport,
+)
 from .writers import report_to_json_text
 
 
 @dataclass(frozen=True)
 class SweepPoint:
     """One point of a sweep: its label in tables and plots (``"eps=4"``), its dotted config
-    overrides, and its run directory (it may be incomplete or absent)."""
+    overrides, and its run directory (it may be incomplete or absent; for a point run over
+    seeds, the first run of its replicate set, whose report the point then pools)."""
 
     label: str
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -54,11 +88,13 @@ def build_sweep_report(
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
         raise ValueError(f"sweep point labels must be unique; repeated: {dupes}")
+    reports = [_point(Path(sweep_dir), p, write_point_reports) for p in points]
     return SweepReport(
         schema_version=SCHEMA_VERSION,
-        points=[_point(Path(sweep_dir), p, write_point_reports) for p in points],
+        points=reports,
         meaning=EPS_TILDE_MEANING,
         two_sided_meaning=TWO_SIDED_MEANING,
+        comparisons=compare_neighbours(reports),
     )
 
 
@@ -79,7 +115,7 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
         from . import write_report
 
         write_report(run_dir)
-    problems = _problems(report, has_metrics=inputs.has_metrics)
+    problems = run_problems(report, has_metrics=inputs.has_metrics)
     eps = [s.privacy.dp_epsilon for s in report.sites if s.privacy.dp_epsilon is not None]
     # Any level counts: client-level DP alone makes the point private too.
     config_dp = privacy_settings(report.run).private
@@ -101,10 +137,12 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
         report_html=os.path.join(rel, "report.html") if html_path.exists() else None,
         dp_level=report.dp_level,
         canaries=report.canaries,
+        replicates=report.replicates,
     )
 
 
-def _problems(report: RunReport, *, has_metrics: bool) -> list[str]:
+def run_problems(report: RunReport, *, has_metrics: bool) -> list[str]:
+    """What a run lacks for its report to be complete (empty: nothing)."""
     problems = []
     if not has_metrics:
         problems.append("metrics.jsonl is missing (training did not run or did not log)")
@@ -167,6 +205,7 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
             attrs=' class="sortable"',
             row_class=lambda r: site_row_class(r.site),
         ),
+        *_over_seeds(report),
         Heading("Measured epsilon against the theoretical epsilon", only="html"),
         Figure(
             plots.sweep_eps_plot(points),
@@ -202,6 +241,34 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
             f"the audit is from tight. {NOT_A_BOUND}: above the line it is no contradiction.",
             alt="measured lower bounds vs accountant epsilon per site",
         ),
+    ]
+
+
+def _over_seeds(report: SweepReport) -> list[Block]:
+    """The points run over several seeds: between-run intervals and the comparisons."""
+    rows = [
+        PointSite(p, s)
+        for p in report.points
+        if p.replicates is not None
+        for s in p.replicates.sites
+    ]
+    if not rows:
+        return []
+    return [
+        Heading("Over training seeds"),
+        Para(
+            "Each point below ran once per seed on the same partition; the tables above show "
+            f"its first seed's run. {BETWEEN_RUNS_NOTE}"
+        ),
+        Table(sweep_replicate_columns(HEADLINE, ACCURACY), rows, attrs=' class="sortable"'),
+        Figure(
+            plots.sweep_replicates_plot(report.points),
+            "Mean over each point's runs, with the between-run 95% interval as error bars.",
+            alt="eps_tilde and accuracy over training seeds",
+        ),
+        Heading("Do neighbouring points differ beyond run-to-run spread?", 3),
+        Para(COMPARISONS_NOTE),
+        Bullets([comparison_line(c) for c in report.comparisons] or [NO_COMPARISONS]),
     ]
 
 

@@ -23,6 +23,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from simulations.config import ConfigError, load_config
     from simulations.runner import run_experiment
 
+    if args.seeds is not None:
+        return _run_replicates(args)
     if args.resume is not None:
         run_dir = Path(args.resume)
         stored = RunLayout(run_dir).config
@@ -89,6 +91,35 @@ def _exit_interrupted(stop: KeyboardInterrupt, what_next: str) -> NoReturn:
     os._exit(128 + signum)
 
 
+def _run_replicates(args: argparse.Namespace) -> int:
+    """``run CONFIG --seeds N``: N runs of the config, one per seed, and their report."""
+    import time
+
+    from reporting import written_report_warnings
+    from simulations.config import ConfigError, load_config
+    from simulations.replicates import SET_SUFFIX, run_replicates
+
+    if args.resume is not None or args.config is None:
+        raise ConfigError("--seeds: give a CONFIG (to continue a set, run the same command again)")
+    config = load_config(Path(args.config), args.set)
+    set_dir = args.out if args.out is not None else config.output_dir / (config.name + SET_SUFFIX)
+    print(f"replicate set: {set_dir}", file=sys.stderr)
+    t0 = time.time()
+    try:
+        outcome = run_replicates(config, set_dir, args.seeds, verbose=args.verbose)
+    except KeyboardInterrupt as stop:
+        _exit_interrupted(
+            stop,
+            f"finished runs, rounds and audits are kept in {set_dir}; the round in progress "
+            "was abandoned; continue with the same command",
+        )
+    for _, run_dir in outcome.runs:
+        _print_warnings(written_report_warnings(run_dir))
+    timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
+    print(f"done: {timings}, total {time.time() - t0:.1f}s\nreport: {outcome.files.html_path}")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from contracts.errors import RunFileError
     from reporting import write_report, write_site_report
@@ -114,10 +145,11 @@ def _print_warnings(lines: list[str]) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from reporting import SweepPoint, write_sweep_report
+    from simulations.replicates import run_replicates
     from simulations.runner import run_experiment
     from simulations.sweep import expand, load_sweep
 
-    sweep = load_sweep(Path(args.sweep))
+    sweep = load_sweep(Path(args.sweep), args.set)
     points = expand(sweep)
     sweep_dir = sweep.output_dir / sweep.name
     done = []
@@ -125,10 +157,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         run_dir = sweep_dir / label
         print(f"sweep point {label}: {run_dir}", file=sys.stderr)
         try:
-            run_experiment(config, run_dir, verbose=args.verbose)
+            if sweep.replicates > 1:
+                runs = run_replicates(config, run_dir, sweep.replicates, verbose=args.verbose).runs
+                point = SweepPoint(label, overrides, run_dir=runs[0][1])
+            else:
+                run_experiment(config, run_dir, verbose=args.verbose)
+                point = SweepPoint(label=label, overrides=overrides, run_dir=run_dir)
         except KeyboardInterrupt as stop:
             _exit_interrupted(stop, f"rerun the sweep to continue from {run_dir}")
-        done.append(SweepPoint(label=label, overrides=overrides, run_dir=run_dir))
+        done.append(point)
     files = write_sweep_report(sweep_dir, done)
     _print_warnings(files.warnings)
     print(files.html_path)
@@ -186,6 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         help="continue an interrupted run: missing rounds, then missing audits",
     )
+    run.add_argument(
+        "--seeds",
+        type=int,
+        metavar="N",
+        help="N runs (seed, seed+1, ...) on the same partition in OUT/seed-<s>/ (default "
+        "OUT: output_dir/NAME-replicates), pooled in replicates.html; the same command "
+        "again continues them",
+    )
     run.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
     run.set_defaults(func=cmd_run)
 
@@ -204,6 +249,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep = sub.add_parser("sweep", help="run a grid of configs and compare them")
     sweep.add_argument("sweep", help="sweep YAML (base config + grid)")
+    sweep.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of the sweep file, e.g. --set replicates=3 (each point over 3 "
+        "seeds, with between-run error bars)",
+    )
     sweep.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
     sweep.set_defaults(func=cmd_sweep)
 

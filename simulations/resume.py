@@ -28,7 +28,8 @@ RESUMABLE = ("name", "output_dir", "resources", "ray", "audit")
 """Top-level keys (and sections) a resumed run may change."""
 
 _TRAINED = {
-    "seed": "it drew the partition, the sites' data files and the training",
+    "seed": "it seeded the training and the sites' data files (and drew the partition "
+    "unless partition.seed is set)",
     "data": "the sites' data files were cut from this dataset",
     "partition": "the sites' data files were cut by this partition",
     "model": "the checkpoints hold this model",

@@ -166,8 +166,9 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     # The data first: a config whose data cannot be loaded leaves the directory as it was.
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     layout.dataset.unlink(missing_ok=True)
-    sites = partition(dataset, config.partition, seed=config.seed)
-    summary = partition_summary(dataset, sites, scheme=config.partition.scheme, seed=config.seed)
+    seed = config.partition.seed_for(config.seed)
+    sites = partition(dataset, config.partition, seed=seed)
+    summary = partition_summary(dataset, sites, scheme=config.partition.scheme, seed=seed)
 
     for split in sites:
         data = site_data(dataset, split)

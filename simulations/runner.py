@@ -26,6 +26,7 @@ from server.stop import StopSwitch
 from simulations.apps import build_apps
 from simulations.canary_twin import train_twin_and_record
 from simulations.config import ConfigError, ExperimentConfig, ResourcesConfig
+from simulations.platform_info import collect_platform, write_platform
 from simulations.reference_models import ensure_reference_models, reference_count
 from simulations.run_dir import DatasetMeta, prepare_run_dir
 
@@ -258,6 +259,8 @@ def run_experiment(
     audit = (res.audit_num_cpus, _gpus(res.audit_num_gpus, config.partition.num_sites))
     phases: list[tuple[tuple[str, ...], tuple[float, float]]] = []
     if not training_done(config, run_dir):
+        info = collect_platform(site_torch_threads=res.torch_threads, cuda_used=train[1] > 0)
+        write_platform(run_dir, info)
         last = latest_round_checkpoint(run_dir)
         if last is not None:
             log.info("resuming after round %d", last.round)

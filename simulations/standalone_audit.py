@@ -22,7 +22,7 @@ def audit_saved_model(
     """Run the configured audit of ``site``'s members (and holdout) against the model."""
     config = load_config(config_path, overrides)
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
-    sites = partition(dataset, config.partition, seed=config.seed)
+    sites = partition(dataset, config.partition, seed=config.partition.seed_for(config.seed))
     if not 0 <= site < len(sites):
         raise UserError(f"--site: {site} is not one of the run's sites 0..{len(sites) - 1}")
     split = sites[site]

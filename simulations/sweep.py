@@ -23,6 +23,10 @@ cannot express, such as DP levels with their own keys)::
 
 Exactly one of ``grid`` and ``points``. Labels become run directory names, made
 filesystem-safe (``record eps=4`` -> ``record_eps=4``); they must stay distinct.
+
+``replicates: N`` (or ``panoramia-fl sweep FILE --set replicates=N``) runs every point once
+per seed on the same partition (``simulations.replicates``): ``<label>/seed-<s>/``, and the
+sweep report shows each point's between-run interval and compares neighbouring points.
 """
 
 from __future__ import annotations
@@ -36,7 +40,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from simulations.config import ConfigError, ExperimentConfig, apply_overrides, validate_config
+from simulations.config import (
+    ConfigError,
+    ExperimentConfig,
+    apply_overrides,
+    parse_override,
+    validate_config,
+)
 
 _ONE_OF = "give exactly one of grid (a product of values) or points (label -> overrides)"
 
@@ -51,6 +61,8 @@ class SweepConfig(BaseModel):
     grid: dict[str, list[Any]] | None = None
     points: dict[str, dict[str, Any]] | None = None
     """Label -> dotted config key -> value, one run per label."""
+    replicates: int = Field(1, ge=1)
+    """Runs per point, seeds ``seed`` onwards on the point's partition (1: one run)."""
 
     @model_validator(mode="after")
     def _grid_or_points(self) -> SweepConfig:
@@ -80,10 +92,14 @@ def _label(point: dict[str, Any]) -> str:
     return _safe(",".join(parts))
 
 
-def load_sweep(path: Path) -> SweepConfig:
+def load_sweep(path: Path, overrides: list[str] | None = None) -> SweepConfig:
+    """Read and validate a sweep file; ``overrides`` (``key=value``) set its own keys
+    (``replicates=3``), as ``run --set`` sets a config's."""
     if not path.exists():
         raise ConfigError(f"sweep file not found: {path}")
     raw = yaml.safe_load(path.read_text()) or {}
+    if overrides:
+        raw = apply_overrides(raw, dict(parse_override(item) for item in overrides))
     try:
         sweep = SweepConfig.model_validate(raw)
     except ValidationError as err:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -33,10 +34,12 @@ from reporting import (
     write_site_report,
 )
 from reporting.aggregate import build_report, two_sided_mean
+from reporting.between_runs import METRICS, over_runs
 from reporting.formatting import fmt, fmt_est, fmt_two_sided
 from reporting.html_page import SORT_SCRIPT
 from reporting.inputs import load_run
 from reporting.manifest import PACKAGES
+from reporting.schema import ReplicateReport, ReplicateRun, ReplicateSite
 from reporting.site_report import site_report_paths
 from reporting.standing import BANDS, rank_band
 from reporting.sweep_report import render_sweep_html
@@ -323,6 +326,13 @@ def test_verdicts_in_plain_language(tmp_path: Path) -> None:
     assert "no evidence" in none and "not proof" in none
 
 
+def _two_runs() -> ReplicateReport:
+    """A replicate set of two runs with one site (the plot's inputs only)."""
+    numbers = {m.key: over_runs([0.5, 0.75], m.bounds) for m in METRICS}
+    runs = [ReplicateRun(s, f"seed-{s}", "complete", [], None) for s in (0, 1)]
+    return ReplicateReport(SCHEMA_VERSION, None, 0, runs, [ReplicateSite(0, numbers)])
+
+
 def test_every_plot_has_axis_labels(
     consortium: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -346,6 +356,9 @@ def test_every_plot_has_axis_labels(
         "sweep_accuracy_plot": lambda: plots.sweep_accuracy_plot(sweep.points),
         "sweep_site_accuracy_plot": lambda: plots.sweep_site_accuracy_plot(sweep.points),
         "sweep_site_bounds_plot": lambda: plots.sweep_site_bounds_plot(sweep.points),
+        "sweep_replicates_plot": lambda: plots.sweep_replicates_plot(
+            [dataclasses.replace(p, replicates=_two_runs()) for p in sweep.points]
+        ),
     }
     public = {n for n in dir(plots) if n.endswith("_plot") and not n.startswith("_")}
     assert public == set(calls)

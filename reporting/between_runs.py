@@ -1,0 +1,245 @@
+"""Numbers over several training runs of one config (a replicate set): which numbers, and
+their between-run statistics.
+
+A single run's intervals are over audit repeats of *one* trained model. Training seeds, DP
+noise and floating-point differences between machines send training to other models, whose
+leakage differs more than one audit's interval: a claim about a training procedure (a DP
+setting, a strategy) needs several runs. :data:`METRICS` lists the per-site headline numbers
+a replicate report pools; a new one is one entry.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from audit.result import Interval
+
+from .columns import SiteRow
+from .formatting import fmt
+from .schema import (
+    OverRuns,
+    PointComparison,
+    ReplicateReport,
+    RunReport,
+    SweepPointReport,
+    mean_of,
+)
+
+LEVEL = 0.95
+"""The level of every between-run interval and of the sweep's comparisons (overall)."""
+
+
+BETWEEN_RUNS_NOTE = (
+    "Mean: over the runs. Between-run 95% interval: where another training run of this "
+    "config on the same data would read (a Student-t prediction interval over the runs). "
+    "Mean's 95% interval: how well the runs pin the config's mean. Range: the lowest and "
+    "highest run. Each run's own report gives intervals over audit repeats of its one "
+    "trained model, which leave out the spread between training runs."
+)
+COMPARISONS_NOTE = (
+    "Each pair of neighbouring points is compared site by site on the two-sided eps_tilde "
+    "by a paired t-test over the seeds both ran (seed k of one point against seed k of the "
+    "other: the same data and start). The level is 0.05 over all the comparisons listed "
+    "(Bonferroni). Few seeds give the test little power: 'no difference' is not evidence "
+    "of equal leakage."
+)
+NO_COMPARISONS = "No two neighbouring points both ran over seeds: nothing to compare."
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-site headline number pooled over runs."""
+
+    key: str
+    """Its key in ``replicates.json`` (``sites[].numbers``)."""
+    label: str
+    path: str
+    """Where a :class:`~.columns.SiteRow` holds it: dotted attributes or mapping keys
+    (an estimate gives its mean)."""
+    bounds: tuple[float, float] = (0.0, math.inf)
+    """The number's range: the between-run interval is clipped to it."""
+
+
+_FRACTION = (0.0, 1.0)
+METRICS: tuple[Metric, ...] = (
+    Metric("eps_tilde_two_sided", "eps_tilde two-sided", "site.audit.two_sided.eps_tilde"),
+    Metric("eps_tilde_member", "its member side", "site.audit.two_sided.member.eps_tilde"),
+    Metric(
+        "eps_tilde_nonmember", "its non-member side", "site.audit.two_sided.nonmember.eps_tilde"
+    ),
+    Metric("eps_tilde", "eps_tilde one-sided (paper)", "site.audit.one_sided.eps_tilde"),
+    Metric("rm_rn_two_sided", "RM;RN two-sided", "site.audit.two_sided.rm_rn_eps_lb"),
+    Metric("rm_rn", "RM;RN one-sided", "site.audit.one_sided.rm_rn_eps_lb"),
+    Metric("o1", "O(1) (Steinke)", "site.audit.o1_eps_lb"),
+    Metric("o1_fdp", "O(1) (f-DP)", "site.audit.o1_eps_lb_fdp"),
+    Metric("canary", "canary one-run bound (Steinke)", "site.privacy.canary.eps_lb"),
+    Metric("canary_fdp", "canary one-run bound (f-DP)", "site.privacy.canary.eps_lb_fdp"),
+    Metric("client_eps_lb", "canary clients' lower bound", "site.privacy.client_eps_lb"),
+    Metric("global_accuracy", "global accuracy", "global_accuracy", _FRACTION),
+    Metric(
+        "holdout_accuracy",
+        "accuracy on the site's holdout",
+        "site.audit.quality.target_accuracy_nonmembers",
+        _FRACTION,
+    ),
+    Metric("dp_epsilon", "record-level accountant eps", "site.privacy.dp_epsilon"),
+    Metric("client_epsilon", "client-level accountant eps", "site.privacy.client_epsilon"),
+)
+"""The per-site headline numbers of a replicate report, in display order."""
+
+METRIC_BY_KEY = {m.key: m for m in METRICS}
+HEADLINE = "eps_tilde_two_sided"
+"""The number the pages quote and the sweep compares."""
+ACCURACY = "global_accuracy"
+"""The utility a sweep's error bars show beside it."""
+
+
+def metric_value(row: SiteRow, metric: Metric) -> float | None:
+    """``metric``'s number in ``row`` (None where a step is missing or not finite)."""
+    value: object = row
+    for name in metric.path.split("."):
+        if value is None:
+            return None
+        value = value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+    if isinstance(value, Interval):
+        return mean_of(value)
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def over_runs(values: Sequence[float | None], bounds: tuple[float, float]) -> OverRuns:
+    """Mean, between-run interval, the mean's interval and range of the runs' ``values``."""
+    xs = np.array([v for v in values if v is not None], dtype=float)
+    n = len(xs)
+    if n == 0:
+        return OverRuns(list(values), 0, *(None,) * 8)
+    mean = float(xs.mean())
+    lowest, highest = float(xs.min()), float(xs.max())
+    if n < 2:
+        return OverRuns(list(values), n, mean, None, None, None, None, None, lowest, highest)
+    sd = float(xs.std(ddof=1))
+    t = float(stats.t.ppf(0.5 + LEVEL / 2, n - 1))
+    # Another run: its own spread plus the uncertainty of the mean (a prediction interval).
+    run_half, mean_half = t * sd * math.sqrt(1 + 1 / n), t * sd / math.sqrt(n)
+    lo, hi = bounds
+    return OverRuns(
+        values=list(values),
+        n=n,
+        mean=mean,
+        sd=sd,
+        low=max(lo, mean - run_half),
+        high=min(hi, mean + run_half),
+        mean_low=max(lo, mean - mean_half),
+        mean_high=min(hi, mean + mean_half),
+        lowest=lowest,
+        highest=highest,
+    )
+
+
+def paired_p_value(first: Sequence[float], second: Sequence[float]) -> float | None:
+    """Two-sided paired t-test of equal means over seeds (None below 2 pairs)."""
+    diffs = np.asarray(first, dtype=float) - np.asarray(second, dtype=float)
+    if len(diffs) < 2:
+        return None
+    if np.allclose(diffs, diffs[0], rtol=0, atol=1e-12):
+        # No spread in the differences: the t statistic is 0/0 or infinite.
+        return 1.0 if abs(diffs[0]) <= 1e-12 else 0.0
+    return float(stats.ttest_rel(first, second).pvalue)
+
+
+def another_run_line(numbers: OverRuns) -> str | None:
+    """The sentence on where another training run of the config would read the headline
+    number; None below 2 runs (no spread to tell)."""
+    if numbers.low is None or numbers.mean is None:
+        return None
+    return (
+        f"Over {numbers.n} training runs of this config (other seeds, the same data), the "
+        f"two-sided eps_tilde averaged {fmt(numbers.mean)} (runs read {fmt(numbers.lowest)} "
+        f"to {fmt(numbers.highest)}): another training run of this config would read between "
+        f"{fmt(numbers.low)} and {fmt(numbers.high)} (95%)."
+    )
+
+
+def run_lines(report: RunReport) -> list[str]:
+    """report.html's line per site of a run in a replicate set (none outside one)."""
+    sites = [] if report.replicates is None else report.replicates.sites
+    lines = []
+    for site in sites:
+        line = another_run_line(site.numbers[HEADLINE]) if HEADLINE in site.numbers else None
+        if line:
+            lines.append(f"site {site.site_id}: {line}")
+    return lines
+
+
+def comparison_line(c: PointComparison) -> str:
+    """One comparison in plain language, saying which test decided."""
+    label = METRIC_BY_KEY[c.metric].label if c.metric in METRIC_BY_KEY else c.metric
+    head = (
+        f"site {c.site_id}, {label}: {c.first} ({fmt(c.mean_first)}) vs {c.second} "
+        f"({fmt(c.mean_second)})"
+    )
+    if c.p_value is None:
+        return f"{head}: cannot tell, fewer than 2 seeds in common."
+    test = f"paired t-test over {c.n_pairs} seeds, p = {c.p_value:.3g}"
+    if c.p_value < c.alpha:
+        return f"{head}: differ beyond run-to-run spread ({test}, below the level {c.alpha:.3g})."
+    return f"{head}: no difference beyond run-to-run spread ({test}; the level is {c.alpha:.3g})."
+
+
+def compare_neighbours(
+    points: Sequence[SweepPointReport], metric: str = HEADLINE
+) -> list[PointComparison]:
+    """Neighbouring sweep points (of those run over seeds), site by site, on ``metric``: a
+    paired t-test over the seeds both points ran, each held to ``1 - LEVEL`` divided by the
+    number of comparisons (Bonferroni: the whole list holds at ``LEVEL``)."""
+    with_runs = [p for p in points if p.replicates is not None]
+    found = []
+    for a, b in zip(with_runs, with_runs[1:]):
+        assert a.replicates is not None and b.replicates is not None
+        sites_b = {s.site_id: s for s in b.replicates.sites}
+        for site_a in a.replicates.sites:
+            site_b = sites_b.get(site_a.site_id)
+            if site_b is None or metric not in site_a.numbers or metric not in site_b.numbers:
+                continue
+            by_seed_a = _by_seed(a.replicates, site_a.numbers[metric])
+            by_seed_b = _by_seed(b.replicates, site_b.numbers[metric])
+            common = [s for s in by_seed_a if s in by_seed_b]
+            found.append(
+                (
+                    site_a.site_id,
+                    a.label,
+                    b.label,
+                    [by_seed_a[s] for s in common],
+                    [by_seed_b[s] for s in common],
+                    site_a.numbers[metric].mean,
+                    site_b.numbers[metric].mean,
+                )
+            )
+    alpha = (1 - LEVEL) / max(1, len(found))
+    return [
+        PointComparison(
+            site_id=site_id,
+            metric=metric,
+            first=first,
+            second=second,
+            n_pairs=len(xs),
+            mean_first=mean_a,
+            mean_second=mean_b,
+            p_value=paired_p_value(xs, ys),
+            alpha=alpha,
+        )
+        for site_id, first, second, xs, ys, mean_a, mean_b in found
+    ]
+
+
+def _by_seed(replicates: ReplicateReport, numbers: OverRuns) -> dict[int, float]:
+    """A number's value per seed of the set (seeds without one left out)."""
+    return {
+        run.seed: value for run, value in zip(replicates.runs, numbers.values) if value is not None
+    }

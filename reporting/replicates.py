@@ -1,0 +1,149 @@
+"""A replicate set's report: one config trained and audited once per seed on the same data.
+
+``replicates.json`` / ``.md`` / ``.html`` in the set's folder give, per site and headline
+number (:data:`~.between_runs.METRICS`), each run's value, the mean, the between-run 95%
+interval and the mean's 95% interval. Each run's own report then quotes where another
+training run would read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from contracts.errors import RunFileError
+from contracts.files import atomic_write_text
+from contracts.json_values import json_safe
+from contracts.run_files import RunLayout
+from contracts.run_log import PlatformInfo, read_record
+
+from .aggregate import build_report
+from .between_runs import BETWEEN_RUNS_NOTE, METRICS, Metric, metric_value, over_runs
+from .blocks import Block, Heading, Para, Table, to_html, to_markdown
+from .columns import REPLICATE_RUN_COLUMNS, SiteRow, replicate_columns
+from .html_page import page
+from .inputs import load_run
+from .schema import (
+    SCHEMA_VERSION,
+    ReplicateReport,
+    ReplicateRun,
+    ReplicateSite,
+    ReportFiles,
+    RunReport,
+)
+from .sweep_report import run_problems
+from .writers import report_to_json_text
+
+
+def build_replicate_report(
+    set_dir: Path, runs: list[tuple[int, Path]], *, name: str | None, partition_seed: int | None
+) -> ReplicateReport:
+    """Pool the runs ``(seed, run directory)`` of a set; an unreadable run counts as
+    incomplete, with no values."""
+    reports: list[RunReport | None] = []
+    entries = []
+    for seed, run_dir in runs:
+        try:
+            inputs = load_run(run_dir)
+        except RunFileError as err:
+            reports.append(None)
+            entries.append(_run(set_dir, seed, run_dir, [str(err)]))
+            continue
+        report = build_report(inputs)
+        reports.append(report)
+        entries.append(
+            _run(set_dir, seed, run_dir, run_problems(report, has_metrics=inputs.has_metrics))
+        )
+    site_ids = sorted({s.site_id for r in reports if r is not None for s in r.sites})
+    return ReplicateReport(
+        schema_version=SCHEMA_VERSION,
+        name=name,
+        partition_seed=partition_seed,
+        runs=entries,
+        sites=[_site(site_id, reports) for site_id in site_ids],
+    )
+
+
+def _run(set_dir: Path, seed: int, run_dir: Path, problems: list[str]) -> ReplicateRun:
+    try:
+        info = read_record(PlatformInfo, RunLayout(run_dir).platform)
+    except RunFileError:
+        info = None
+    return ReplicateRun(
+        seed=seed,
+        run_dir=os.path.relpath(run_dir, set_dir),
+        status="incomplete" if problems else "complete",
+        problems=problems,
+        cpu=None if info is None else info.cpu_model,
+    )
+
+
+def _site(site_id: int, reports: list[RunReport | None]) -> ReplicateSite:
+    """The site's numbers over the runs (a number no run has is left out)."""
+
+    def values(metric: Metric) -> list[float | None]:
+        out: list[float | None] = []
+        for report in reports:
+            site = next((s for s in report.sites if s.site_id == site_id), None) if report else None
+            row = (
+                None
+                if site is None or report is None
+                else SiteRow(site, report.consortium.final_global_accuracy)
+            )
+            out.append(None if row is None else metric_value(row, metric))
+        return out
+
+    numbers = {m.key: over_runs(values(m), m.bounds) for m in METRICS}
+    return ReplicateSite(site_id, {k: v for k, v in numbers.items() if v.n > 0})
+
+
+def replicate_blocks(report: ReplicateReport) -> list[Block]:
+    """The set's page: its runs, then a table per site (one row per number)."""
+    seeds = [r.seed for r in report.runs]
+    blocks: list[Block] = [
+        Heading(replicate_title(report), 1),
+        Para(
+            f"{len(seeds)} training runs of one config, seeds {', '.join(map(str, seeds))}, "
+            f"on the same partition (partition seed {report.partition_seed}): training, DP "
+            "noise and audit randomness vary between them, the sites' data does not."
+        ),
+        Para(BETWEEN_RUNS_NOTE),
+        Heading("Runs"),
+        Table(REPLICATE_RUN_COLUMNS, report.runs, row_class=lambda r: r.status),
+    ]
+    labels = {m.key: m.label for m in METRICS}
+    for site in report.sites:
+        rows = [(labels[m.key], site.numbers[m.key]) for m in METRICS if m.key in site.numbers]
+        blocks += [Heading(f"Site {site.site_id}"), Table(replicate_columns(seeds), rows)]
+    return blocks
+
+
+def write_replicate_report(
+    set_dir: Path, runs: list[tuple[int, Path]], *, name: str | None, partition_seed: int | None
+) -> ReportFiles:
+    """Write ``replicates.json`` / ``.md`` / ``.html`` into ``set_dir``, then each run's own
+    report again, so that its pages quote the set."""
+    from . import write_report  # the package's __init__ imports this module
+
+    set_dir = Path(set_dir)
+    set_dir.mkdir(parents=True, exist_ok=True)
+    report = build_replicate_report(set_dir, runs, name=name, partition_seed=partition_seed)
+    blocks = replicate_blocks(report)
+    files = ReportFiles(
+        json_path=atomic_write_text(set_dir / "replicates.json", report_to_json_text(report)),
+        md_path=atomic_write_text(set_dir / "replicates.md", to_markdown(blocks)),
+        html_path=atomic_write_text(
+            set_dir / "replicates.html",
+            page(replicate_title(report), to_html(blocks), data=json_safe(report)),
+        ),
+    )
+    for _, run_dir in runs:
+        try:
+            write_report(run_dir)
+        except RunFileError:
+            continue  # listed as incomplete in the set's report, with the reason
+    return files
+
+
+def replicate_title(report: ReplicateReport) -> str:
+    return "Replicate runs" + (f" - {report.name}" if report.name else "")

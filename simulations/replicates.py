@@ -1,0 +1,77 @@
+"""Replicate runs: one config trained and audited once per seed (``seed``, ``seed + 1``, ...)
+on the same consortium's data, each a normal run directory ``<set>/seed-<s>/``, then pooled
+in the set's report (``reporting.replicates``).
+
+The partition is drawn once, by ``partition.seed`` (the config's run seed when unset), so
+only training, DP noise and audit randomness vary between the runs. Running the same set
+again continues each run where it stopped (missing rounds, then missing audits).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from contracts.run_files import replicate_run_dir
+from reporting.schema import ReportFiles
+from simulations.config import (
+    ConfigError,
+    ExperimentConfig,
+    apply_overrides,
+    dump_config,
+    validate_config,
+)
+from simulations.runner import run_experiment
+
+SET_SUFFIX = "-replicates"
+"""A set's default folder: ``output_dir / (name + SET_SUFFIX)``."""
+
+
+@dataclass
+class ReplicateOutcome:
+    files: ReportFiles
+    runs: list[tuple[int, Path]]
+    timings: dict[str, float] = field(default_factory=dict)
+    """Each run's total seconds (``seed-<s>_s``)."""
+
+
+def replicate_configs(config: ExperimentConfig, n: int) -> list[tuple[int, ExperimentConfig]]:
+    """``(seed, config)`` of the ``n`` runs: seeds ``config.seed`` onwards, the partition
+    seed fixed to the one ``config`` draws its partition with."""
+    if n < 1:
+        raise ConfigError(f"--seeds: at least 1 run, not {n}")
+    raw = yaml.safe_load(dump_config(config))
+    partition_seed = config.partition.seed_for(config.seed)
+    configs = []
+    for seed in range(config.seed, config.seed + n):
+        overrides = {
+            "seed": seed,
+            "partition.seed": partition_seed,
+            "name": f"{config.name}-seed-{seed}",
+        }
+        configs.append((seed, validate_config(apply_overrides(raw, overrides))))
+    return configs
+
+
+def run_replicates(
+    config: ExperimentConfig, set_dir: Path, n: int, *, verbose: bool = False
+) -> ReplicateOutcome:
+    """Train and audit the ``n`` runs still missing in ``set_dir``, then write the set's
+    report (and each run's own report again, quoting the set)."""
+    from reporting.replicates import write_replicate_report
+
+    runs: list[tuple[int, Path]] = []
+    timings: dict[str, float] = {}
+    for seed, replicate in replicate_configs(config, n):
+        run_dir = replicate_run_dir(set_dir, seed)
+        print(f"replicate seed {seed}: {run_dir}", file=sys.stderr)
+        outcome = run_experiment(replicate, run_dir, verbose=verbose)
+        timings[f"seed-{seed}_s"] = outcome.timings["total_s"]
+        runs.append((seed, run_dir))
+    files = write_replicate_report(
+        set_dir, runs, name=config.name, partition_seed=config.partition.seed_for(config.seed)
+    )
+    return ReplicateOutcome(files=files, runs=runs, timings=timings)
