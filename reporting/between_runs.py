@@ -80,6 +80,21 @@ METRICS: tuple[Metric, ...] = (
     Metric("canary", "canary one-run bound (Steinke)", "site.privacy.canary.eps_lb"),
     Metric("canary_fdp", "canary one-run bound (f-DP)", "site.privacy.canary.eps_lb_fdp"),
     Metric("client_eps_lb", "canary clients' lower bound", "site.privacy.client_eps_lb"),
+    Metric(
+        "mechanism_fdp",
+        "white-box mechanism bound (f-DP)",
+        "site.privacy.gradient_canaries.mechanism.eps_lb_fdp",
+    ),
+    Metric(
+        "mechanism_estimate",
+        "white-box mechanism estimate",
+        "site.privacy.gradient_canaries.mechanism.eps_estimate",
+    ),
+    Metric(
+        "server_fdp",
+        "white-box server bound (f-DP)",
+        "site.privacy.gradient_canaries.server.eps_lb_fdp",
+    ),
     Metric("global_accuracy", "global accuracy", "global_accuracy", _FRACTION),
     Metric(
         "holdout_accuracy",
