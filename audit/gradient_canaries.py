@@ -25,8 +25,8 @@ coins of the inserted ones are the only link between coin and statistic. Any sta
 site's outputs then gives a valid one-run bound (Steinke et al. 2023; Mahloujifar et al.
 2025), provided the guessing rule does not look at the coins it is tested on: the canaries
 are split in half at random, the rule (thresholds with abstention) is chosen on one half with
-its coins and tested once on the other (:func:`split_rule_bounds`); the f-DP and Steinke
-readings of that test share ``beta``, ``beta / 2`` each.
+its coins and tested once on the other (:func:`split_rule_bounds`); the site's four bounds
+(the f-DP and Steinke readings of each level) share ``beta``, ``beta / 4`` each.
 
 Beside the bounds, an estimate: a Gaussian fitted to each group's statistic (inserted, never
 inserted) and the Gaussian-DP epsilon of their standardised gap at ``delta``
@@ -49,6 +49,7 @@ from contracts.json_values import json_safe
 __all__ = [
     "MIN_GRADIENT_CANARIES",
     "READINGS",
+    "reading_level",
     "STATISTICS",
     "THREAT_LEVELS",
     "GradientCanaryResult",
@@ -73,10 +74,13 @@ MIN_GRADIENT_CANARIES = 100
 """Fewest canary pairs (``K``) an audit accepts: fewer give a one-run bound no power."""
 
 READINGS = ("fdp", "steinke")
-"""The one-run readings of each threat level's guesses (they share beta)."""
+"""The one-run readings of each threat level's guesses."""
 
-_SELECTION_GRID = 40
-"""Guess counts per side searched on the selection half (idealised there: it is free)."""
+
+def reading_level(beta: float) -> float:
+    """The level of each white-box bound: the site's four (two readings of each of the two
+    threat levels) share ``beta``, as the two-sided game's four bounds do."""
+    return beta / (len(READINGS) * len(THREAT_LEVELS))
 
 
 def llr_increment(x: np.ndarray, *, sample_rate: float, noise_multiplier: float) -> np.ndarray:
@@ -99,10 +103,10 @@ class LevelAudit:
     guesses: int
     correct: int
     eps_lb_fdp: float
-    """f-DP (Gaussian) lower bound on eps at ``delta``, level ``beta / 2``."""
+    """f-DP (Gaussian) lower bound on eps at ``delta``, level ``beta / 4``."""
     fdp_mu: float
     eps_lb_steinke: float
-    """Steinke et al.'s lower bound on eps at ``delta``, level ``beta / 2``."""
+    """Steinke et al.'s lower bound on eps at ``delta``, level ``beta / 4``."""
     eps_estimate: float
     """Gaussian-fit estimate of eps at ``delta`` over every canary (not a bound)."""
     eps_estimate_low: float
@@ -180,8 +184,14 @@ def split_rule_bounds(
 
     Returns ``(m_tested, guesses, correct, eps_fdp, mu, eps_steinke, low, high)``. The
     selection half's coins pick the thresholds; the test half's coins are independent of
-    them, so each bound is one test, at ``beta / 2`` (the f-DP and Steinke readings together
-    hold at ``beta``).
+    them, so each bound is one test, at :func:`reading_level` (``beta / 4``: the site's four
+    white-box bounds together hold at ``beta``).
+
+    The rule is the one the union-bound grid search (:func:`audit.one_run.one_run_bound`)
+    picks on the selection half: its penalty favours rules with enough guesses to hold up on
+    fresh canaries. The unpenalised best rule is often a lucky handful of guesses that the
+    test half does not repeat: on exact subsampled-Gaussian statistics at 10^5 canaries it
+    read 0.0-0.66 x eps at eps = 1 over five draws, the penalised choice 0.60-0.66 x.
     """
     order = rng.permutation(scores.size)
     pick, test = order[: scores.size // 2], order[scores.size // 2 :]
@@ -191,8 +201,6 @@ def split_rule_bounds(
         method="fdp",
         beta=beta,
         delta=delta,
-        idealised=True,
-        grid_size=_SELECTION_GRID,
     )
     low, high = chosen.threshold_low, chosen.threshold_high
     t, s = scores[test], coins[test]
@@ -201,8 +209,7 @@ def split_rule_bounds(
     correct = int((says_in & s).sum() + (says_out & ~s).sum())
     if guesses == 0:
         return test.size, 0, 0, 0.0, 0.0, 0.0, low, high
-    # The two readings of the same guesses share beta (a union bound): together a claim at beta.
-    level = beta / len(READINGS)
+    level = reading_level(beta)
     eps_fdp, mu = fdp_eps_lb(m=test.size, guesses=guesses, correct=correct, beta=level, delta=delta)
     eps_st = steinke_eps_lb(m=test.size, guesses=guesses, correct=correct, beta=level, delta=delta)
     return test.size, guesses, correct, eps_fdp, mu, eps_st, low, high
@@ -263,7 +270,11 @@ def gradient_canary_audit(
     delta: float,
     seed: int,
 ) -> GradientCanaryResult:
-    """Audit every threat level in ``statistics`` against the canaries' ``coins``."""
+    """Audit every threat level in ``statistics`` against the canaries' ``coins``.
+
+    Each level's rule is chosen and tested on its own random split (``seed``); the four
+    bounds share ``beta`` (:func:`reading_level`).
+    """
     coins = np.asarray(coins, dtype=bool)
     levels: dict[str, LevelAudit] = {
         name: audit_level(name, statistics[name], coins, beta=beta, delta=delta, seed=seed + i)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit.client_canaries import ClientCanaryResult, ThreatModel
-from audit.gradient_canaries import READINGS
+from audit.gradient_canaries import reading_level
 from audit.one_run import METHOD_LABELS, Method
 from contracts.dp_level import DPLevel, resolve_dp_level
 from contracts.errors import RunFileError
@@ -290,7 +290,7 @@ def bound_violations(site: SiteReport) -> list[BoundViolation]:
             level = at(site, "privacy.canary.beta")
         elif white_box:
             beta = at(site, "privacy.gradient_canaries.beta")
-            level = None if beta is None else beta / len(READINGS)
+            level = None if beta is None else reading_level(beta)
         else:
             level = None if site.audit is None else site.audit.levels.get(level_key)
         if white_box:
