@@ -94,8 +94,32 @@ class ServerSettings:
     harness seeded it, reproducibly; ``os-entropy`` (a real deployment): that generator is
     reseeded from the OS's entropy before training, so nobody can replay the noise."""
 
+    @property
+    def fanout(self) -> AuditFanout:
+        """The audit phase's settings."""
+        return AuditFanout(
+            run_dir=self.run_dir,
+            seed=self.seed,
+            audit_rounds=self.audit_rounds,
+            timeout_s=self.timeout_s,
+            progress=self.progress,
+        )
 
-def _wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
+
+@dataclass(frozen=True)
+class AuditFanout:
+    """What the audit phase needs: this ServerApp's and a user's own
+    (:mod:`deployment.site_audits`)."""
+
+    run_dir: Path
+    seed: int
+    audit_rounds: tuple[int, ...] = ()
+    timeout_s: float = 24 * 3600.0
+    progress: bool = True
+
+
+def wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
+    """The node ids once ``n`` nodes have connected (a TimeoutError after ``timeout`` s)."""
     deadline = time.time() + timeout
     while len(nodes := list(grid.get_node_ids())) < n:
         if time.time() > deadline:
@@ -104,7 +128,7 @@ def _wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
     return nodes
 
 
-def _site_map(grid: Grid, nodes: list[int], timeout: float) -> dict[int, int]:
+def site_map(grid: Grid, nodes: list[int], timeout: float) -> dict[int, int]:
     """node id -> site id, asked of every node (replies carry node ids only)."""
     messages = [
         Message(
@@ -288,7 +312,7 @@ def seed_server_noise(source: NoiseSource) -> None:
 
 def run_audits(
     grid: Grid,
-    settings: ServerSettings,
+    settings: AuditFanout,
     site_of_node: dict[int, int],
     state: StateDict,
     model_round: int,
@@ -340,7 +364,7 @@ def run_audits(
 
 
 def _write_reply(
-    settings: ServerSettings,
+    settings: AuditFanout,
     plan: SiteAuditPlan,
     reply: Message,
     model_round: int,
@@ -445,8 +469,8 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         record_noise_source(settings)
-        nodes = _wait_for_nodes(grid, settings.num_sites, settings.node_wait_s)
-        site_of_node = _site_map(grid, nodes, settings.timeout_s)
+        nodes = wait_for_nodes(grid, settings.num_sites, settings.node_wait_s)
+        site_of_node = site_map(grid, nodes, settings.timeout_s)
         state, model_round = None, settings.rounds
         if "train" in settings.phases:
             state = run_training(grid, settings, site_of_node)
@@ -458,6 +482,6 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
             if state is None:
                 final = load_checkpoint(RunLayout(settings.run_dir).final_model)
                 state, model_round = final.state_dict, final.round
-            run_audits(grid, settings, site_of_node, state, model_round)
+            run_audits(grid, settings.fanout, site_of_node, state, model_round)
 
     return app

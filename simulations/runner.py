@@ -24,6 +24,7 @@ from simulations.canary_twin import train_twin_and_record
 from simulations.config import ExperimentConfig, ResourcesConfig
 from simulations.reference_models import ensure_reference_models, reference_count
 from simulations.run_dir import DatasetMeta, prepare_run_dir
+from simulations.run_task import check_run_task
 
 log = logging.getLogger("panoramia_fl")
 
@@ -174,7 +175,7 @@ def run_experiment(
     quiet_logs(verbose)
     outcome = RunOutcome(run_dir=run_dir)
     t0 = time.time()
-    meta = prepare_run_dir(config, run_dir)
+    meta = prepare_run_dir(config, run_dir, check=lambda m: check_run_task(config, m))
     outcome.timings["data_s"] = time.time() - t0
     res: ResourcesConfig = config.resources
     train = (res.num_cpus, _gpus(res.num_gpus, config.partition.num_sites))
