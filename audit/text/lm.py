@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -53,11 +54,17 @@ def build_lm(shape: LMShape, *, seed: int) -> GPT2LMHeadModel:
 
 
 def load_lm(path: str) -> GPT2LMHeadModel:
-    """A saved causal LM (transformers' ``save_pretrained`` directory; nothing downloads)."""
+    """A saved causal LM (transformers' ``save_pretrained`` directory; nothing downloads).
+
+    Typed as GPT-2: what the generator calls (ids and positions in, ``.logits`` out, a
+    key/value cache) is what every transformers causal LM offers.
+    """
     from transformers import AutoModelForCausalLM
 
     try:
-        return AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        return cast(
+            GPT2LMHeadModel, AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        )
     except (OSError, ValueError) as err:
         raise ValueError(
             f"generator.options.pretrained: {path}: no saved causal LM ({err})"

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 from contracts.errors import UserError
 from ml.models import MODELS
@@ -39,7 +40,7 @@ class PretrainedCausalLM(nn.Module):
     """A transformers causal LM returning logits only (what training, Opacus and the audit
     use); ``lm`` is the transformers model."""
 
-    def __init__(self, lm: nn.Module) -> None:
+    def __init__(self, lm: PreTrainedModel) -> None:
         super().__init__()
         self.lm = lm
 
@@ -61,7 +62,7 @@ def context_length(config: object) -> int | None:
     return None
 
 
-def load_causal_lm(path: str | Path, *, key: str) -> nn.Module:
+def load_causal_lm(path: str | Path, *, key: str) -> PreTrainedModel:
     """``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)``; errors name
     ``key`` (the config key that gave ``path``)."""
     from transformers import AutoModelForCausalLM
@@ -93,7 +94,10 @@ def hf_causal_lm(
             f"under record-level DP here (DP-SGD: {', '.join(DP_ARCHITECTURES)}; without DP "
             "any causal LM)"
         )
-    vocab = lm.get_input_embeddings().num_embeddings
+    embeddings = lm.get_input_embeddings()
+    if not isinstance(embeddings, nn.Embedding):
+        raise UserError(f"{key}: the model in {path} has no token embedding (nn.Embedding)")
+    vocab = embeddings.num_embeddings
     if num_classes > vocab:
         raise UserError(
             f"{key}: the model in {path} has {vocab} token embeddings but the data has "
