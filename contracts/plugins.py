@@ -47,14 +47,14 @@ def _last_frame(err: BaseException) -> str:
 
 def import_plugins(modules: Iterable[str]) -> None:
     """Import each module once (a repeated import is free); the first that fails raises
-    :class:`PluginError` naming it, with its own error (a ``PluginError`` raised while it
-    registers is passed on as it is)."""
+    :class:`PluginError` naming it, with its own error or the contract its registration
+    breaks."""
     for name in modules:
         check_module_name(name)
         try:
             importlib.import_module(name)
-        except PluginError:
-            raise
+        except PluginError as err:  # what it registers breaks a contract
+            raise PluginError(f"{PLUGINS_KEY}: module {name!r}: {err}") from err
         except Exception as err:  # a plugin's own error, whatever it is, named as such
             raise PluginError(
                 f"{PLUGINS_KEY}: module {name!r} cannot be imported: "

@@ -69,7 +69,10 @@ def test_builders_and_loaders_with_the_wrong_signature_are_refused_as_they_regis
         "def bad_net(classes, *, dp):\n"
         "    raise AssertionError('never called')\n",
     )
-    with pytest.raises(PluginError, match=r"'bad_net': builder bad_model_plugin.bad_net .* lacks"):
+    with pytest.raises(
+        PluginError,
+        match=r"plugins: module 'bad_model_plugin': model 'bad_net': builder .* lacks num_classes",
+    ):
         validate_config({"plugins": [bad_model]})
     bad_loader = _module(
         outside,
