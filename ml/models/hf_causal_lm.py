@@ -8,12 +8,14 @@ the model from the same directory, so they all start from the pretrained weights
 federated run fine-tunes them; the audit's ``gpt2`` generator starts from them too (see
 :mod:`audit.text.generator`), the paper's generator.
 
-Record-level DP (Opacus): GPT-2 family models (``model_type`` ``gpt2``: GPT-2, DistilGPT2,
-GPT-2 medium/large/xl and models saved as such) are trained under DP-SGD, with
-transformers' ``Conv1D`` projections swapped for equal ``nn.Linear`` layers (Opacus' hooks
-cover Linear, Embedding and LayerNorm; see :mod:`ml.models.text`). Other architectures are
-refused under DP with a named error: their layers (rotary embeddings, RMSNorm, fused
-attention) are outside what this project has checked against Opacus's per-sample gradients.
+Record-level DP (Opacus): the architectures in :data:`DP_ARCHITECTURES` (``model_type``
+``gpt2``: GPT-2 of any size, DistilGPT2; ``gpt_neo``; ``gpt_neox``: Pythia; ``llama``: Llama
+and models saved as such), whose per-sample gradients under Opacus equal the gradients of
+each record alone (checked by tests/test_hf_causal_lm.py). GPT-2's ``Conv1D`` projections
+are swapped for equal ``nn.Linear`` layers, which Opacus' hooks cover (see
+:mod:`ml.models.text`); layers its hooks do not cover (Llama's RMSNorm) Opacus
+computes with functorch. Any other architecture is refused under DP with a named error (OPT, for one,
+fails inside Opacus: its position embedding takes a non-tensor argument).
 Without DP any ``AutoModelForCausalLM`` architecture loads.
 """
 
@@ -29,7 +31,7 @@ from contracts.errors import UserError
 from ml.models import MODELS
 from ml.models.text import conv1d_to_linear
 
-DP_ARCHITECTURES = ("gpt2",)
+DP_ARCHITECTURES = ("gpt2", "gpt_neo", "gpt_neox", "llama")
 """``config.model_type`` values trained under record-level DP (checked against Opacus)."""
 
 PATH_OPTION = "path"
@@ -91,8 +93,8 @@ def hf_causal_lm(
     if dp and config.model_type not in DP_ARCHITECTURES:
         raise UserError(
             f"model.name: hf_causal_lm's {config.model_type!r} model in {path} is not trained "
-            f"under record-level DP here (DP-SGD: {', '.join(DP_ARCHITECTURES)}; without DP "
-            "any causal LM)"
+            f"under record-level DP here (DP-SGD: {', '.join(DP_ARCHITECTURES)}, whose "
+            "per-sample gradients were checked against Opacus; without DP any causal LM)"
         )
     embeddings = lm.get_input_embeddings()
     if not isinstance(embeddings, nn.Embedding):
