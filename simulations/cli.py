@@ -28,6 +28,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         stored = RunLayout(run_dir).config
         if not stored.exists():
             raise ConfigError(f"--resume: {run_dir} has no {CONFIG_FILE}; not a run directory")
+        if args.plugin:
+            raise ConfigError(
+                f"--plugin: a resumed run imports the plugins its {CONFIG_FILE} lists"
+            )
         config = load_config(stored, args.set)
         if args.set:
             from simulations.resume import check_resume
