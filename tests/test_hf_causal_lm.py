@@ -35,6 +35,13 @@ from simulations.run_task import check_run_task
 
 CHUNK = 32
 
+pytestmark = [
+    # Opacus's notices, harmless in a seeded test: no secure RNG; a full backward hook on a
+    # first layer whose inputs (token ids) need no gradient.
+    pytest.mark.filterwarnings("ignore:Secure RNG turned off:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Full backward hook is firing:UserWarning"),
+]
+
 
 @pytest.fixture(autouse=True)
 def task_identity(monkeypatch):
