@@ -13,13 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from contracts.errors import UserError
 from contracts.plugins import PluginError, import_plugins
 from ml.datasets import DataError
 from simulations.cli import main as cli_main
 from simulations.config import validate_config
 from simulations.run_dir import prepare_run_dir
-from simulations.runner import run_experiment
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plugin"
 
@@ -119,24 +117,31 @@ def _config(outside: Path, tmp_path: Path, **overrides) -> dict:
     return raw
 
 
-def test_a_batchnorm_model_under_dp_names_the_layer_before_any_site_starts(outside, tmp_path):
-    raw = _config(outside, tmp_path)
+def test_a_batchnorm_model_under_dp_names_the_layer_before_any_site_starts(
+    outside, tmp_path, capsys
+):
+    # The plugin comes from --plugin here: without it clinic_cnn would be an unknown name.
+    raw = _config(outside, tmp_path, plugins=[])
     raw["model"]["options"]["norm"] = "batch"
-    raw["dp"] = {"enabled": True, "noise_multiplier": 1.0}
-    with pytest.raises(UserError, match=r"layer 'block.1' \(BatchNorm2d\): BatchNorm cannot"):
-        run_experiment(validate_config(raw), tmp_path / "run")
-    assert not (tmp_path / "run" / "config.yaml").exists()  # nothing written for it
+    config_file = tmp_path / "clinic.yaml"
+    config_file.write_text(yaml.safe_dump(raw))
+    dp = ["--set", "dp.enabled=true", "--set", "dp.noise_multiplier=1.0"]
+    run_dir = tmp_path / "run"
+    argv = ["run", str(config_file), "--plugin", "clinic_plugin", "--out", str(run_dir), *dp]
+    assert cli_main(argv) == 2
+    error = capsys.readouterr().err
+    assert "layer 'block.1' (BatchNorm2d): BatchNorm cannot support training" in error
+    assert not (run_dir / "config.yaml").exists()  # nothing written for it
 
 
 @pytest.mark.ray
 def test_a_run_with_the_plugin_under_dp_audits_every_site_in_ray_workers(outside, tmp_path):
-    raw = _config(outside, tmp_path, plugins=[])  # given on the command line instead
+    raw = _config(outside, tmp_path)  # plugins: [clinic_plugin], as in the example
+    raw["dp"] = {"enabled": True, "noise_multiplier": 1.0}
     config_file = tmp_path / "clinic.yaml"
     config_file.write_text(yaml.safe_dump(raw))
     run_dir = tmp_path / "run"
-    argv = ["run", str(config_file), "--plugin", "clinic_plugin", "--out", str(run_dir)]
-    dp = ["--set", "dp.enabled=true", "--set", "dp.noise_multiplier=1.0"]
-    assert cli_main([*argv, *dp]) == 0
+    assert cli_main(["run", str(config_file), "--out", str(run_dir)]) == 0
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["plugins"] == ["clinic_plugin"]
     report = json.loads((run_dir / "report.json").read_text())
     assert report["dp_level"] == "record"
