@@ -39,6 +39,11 @@ def check_module_name(name: str) -> str:
     return name
 
 
+def qualified_name(value: object) -> str:
+    """``module.qualname`` of a function or class (what a plugin registered), for messages."""
+    return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"
+
+
 def _last_frame(err: BaseException) -> str:
     """Where in the plugin the error was raised (file:line), for the one-line message."""
     frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith("<")]

@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contracts.errors import UserError
-from contracts.plugins import PluginError
+from contracts.plugins import PluginError, qualified_name
 from contracts.registry import Registry
 
 
@@ -66,8 +66,7 @@ def check_loader(name: str, loader: Loader) -> None:
         inspect.signature(loader).bind(None, LoaderOptions())
     except (TypeError, ValueError):
         raise PluginError(
-            f"dataset {name!r}: loader {getattr(loader, '__module__', '?')}."
-            f"{getattr(loader, '__qualname__', repr(loader))} must take (root, options) "
+            f"dataset {name!r}: loader {qualified_name(loader)} must take (root, options) "
             "and return ml.datasets.Dataset"
         ) from None
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from contracts.errors import UserError
-from contracts.plugins import PluginError
+from contracts.plugins import PluginError, qualified_name
 from contracts.registry import Registry
 
 ModelBuilder = Callable[..., torch.nn.Module]
@@ -22,11 +22,6 @@ ModelBuilder = Callable[..., torch.nn.Module]
 
 BUILDER_ARGUMENTS = ("num_classes", "dp", "input_shape")
 """What every model builder is called with, by keyword; ``model.options`` come beside them."""
-
-
-def qualified_name(value: Any) -> str:
-    """``module.qualname`` of a function or class, for messages."""
-    return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"
 
 
 def _keyword_parameters(fn: Callable[..., Any]) -> tuple[set[str], bool, set[str]]:

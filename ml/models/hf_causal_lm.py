@@ -14,8 +14,8 @@ and models saved as such), whose per-sample gradients under Opacus equal the gra
 each record alone (checked by tests/test_hf_causal_lm.py). GPT-2's ``Conv1D`` projections
 are swapped for equal ``nn.Linear`` layers, which Opacus' hooks cover (see
 :mod:`ml.models.text`); layers its hooks do not cover (Llama's RMSNorm) Opacus
-computes with functorch. Any other architecture is refused under DP with a named error (OPT, for one,
-fails inside Opacus: its position embedding takes a non-tensor argument).
+computes with functorch. Any other architecture is refused under DP with a named error
+(OPT, for one, fails inside Opacus: its position embedding takes a non-tensor argument).
 Without DP any ``AutoModelForCausalLM`` architecture loads.
 """
 
