@@ -113,5 +113,6 @@ def make_apps(
 if __name__ == "__main__":
     from flwr.simulation import run_simulation
 
-    server_app, client_app = make_apps(Path("runs/minimal_app").resolve())
+    quick = AuditConfig(quick=True)  # a minute or two on a laptop's CPU
+    server_app, client_app = make_apps(Path("runs/minimal_app").resolve(), settings=quick)
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=2)
