@@ -109,6 +109,31 @@ def test_a_dataset_without_a_public_split_when_the_audit_needs_one(outside: Path
         prepare_run_dir(config, tmp_path / "run")
 
 
+def test_a_plugin_strategy_is_checked_and_built_like_the_built_in_ones(outside: Path):
+    from server.strategy import StrategySettings, make_strategy
+    from simulations.run_dir import DatasetMeta
+    from simulations.run_task import check_run_task
+
+    plugin = _module(
+        outside,
+        "median_plugin",
+        "from flwr.serverapp.strategy import FedMedian\n"
+        "from server.strategy import STRATEGIES, SiteAwareMixin\n"
+        "@STRATEGIES.register('site_median')\n"
+        "class SiteFedMedian(SiteAwareMixin, FedMedian):\n"
+        "    pass\n",
+    )
+    raw = {"plugins": [plugin], "fl": {"strategy": "site_median"}, "data": {"name": "digits"}}
+    config = validate_config(raw)
+    check_run_task(config, DatasetMeta("digits", "image", 10, (1, 8, 8)))
+    strategy = make_strategy(
+        StrategySettings(name="site_median", fraction_train=1.0),
+        num_sites=2,
+        site_of_node={11: 0, 12: 1},
+    )
+    assert type(strategy).__name__ == "SiteFedMedian" and strategy.sites_per_round == 2
+
+
 def _config(outside: Path, tmp_path: Path, **overrides) -> dict:
     raw = yaml.safe_load((EXAMPLE / "clinic.yaml").read_text())
     raw["fl"]["rounds"] = 1
