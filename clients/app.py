@@ -124,6 +124,13 @@ def build_client_app(resolve: Resolver) -> ClientApp:
         except SiteRefusal as refusal:
             return _refuse(msg, context, runtime, refusal)
 
+    return add_site_queries(app, resolve)
+
+
+def add_site_queries(app: ClientApp, resolve: Resolver) -> ClientApp:
+    """Add ``query.whoami`` and ``query.audit`` to ``app`` (this project's ClientApp or a
+    user's own: :mod:`deployment.site_audits`); returns ``app``."""
+
     @app.query(WHOAMI)
     def whoami(msg: Message, context: Context) -> Message:
         reply = WhoamiReply(site_id=resolve(context).site_id)

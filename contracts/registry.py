@@ -20,6 +20,10 @@ that one module only (an image run never imports the text modality's transformer
 
 Imports nothing of ours but the errors, and neither Flower nor torch: the audit library
 uses it without them.
+
+A registry may check each value as it is registered (``check``), so a plugin's builder
+with the wrong signature is refused when the plugin is imported, naming it, not when a
+run first calls it.
 """
 
 from __future__ import annotations
@@ -45,14 +49,23 @@ class Registry(Generic[T]):
         The config key that holds such a name, in messages (``"data.name"``).
     builtins
         Built-in name -> the module that registers it (imported on first lookup).
+    check
+        ``check(name, value)`` raises when ``value`` breaks the registry's contract (e.g. a
+        builder's signature); called by :meth:`register`.
     """
 
     def __init__(
-        self, kind: str, *, config_key: str, builtins: Mapping[str, str] | None = None
+        self,
+        kind: str,
+        *,
+        config_key: str,
+        builtins: Mapping[str, str] | None = None,
+        check: Callable[[str, T], None] | None = None,
     ) -> None:
         self.kind = kind
         self.config_key = config_key
         self._builtins = dict(builtins or {})
+        self._check = check
         self._values: dict[str, T] = {}
         self._meta: dict[str, Mapping[str, Any]] = {}
 
@@ -64,6 +77,8 @@ class Registry(Generic[T]):
                 raise ValueError(
                     f"{self.kind} {name!r} is already registered ({self._values[name]!r})"
                 )
+            if self._check is not None:
+                self._check(name, value)
             self._values[name] = value
             self._meta[name] = MappingProxyType(dict(meta))
             return value

@@ -98,8 +98,32 @@ class ServerSettings:
     stop: StopSwitch | None = None
     """Lets the harness stop the ServerApp (Ctrl-C); ``None``: runs to the end."""
 
+    @property
+    def fanout(self) -> AuditFanout:
+        """The audit phase's settings."""
+        return AuditFanout(
+            run_dir=self.run_dir,
+            seed=self.seed,
+            audit_rounds=self.audit_rounds,
+            timeout_s=self.timeout_s,
+            progress=self.progress,
+        )
 
-def _wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
+
+@dataclass(frozen=True)
+class AuditFanout:
+    """What the audit phase needs: this ServerApp's and a user's own
+    (:mod:`deployment.site_audits`)."""
+
+    run_dir: Path
+    seed: int
+    audit_rounds: tuple[int, ...] = ()
+    timeout_s: float = 24 * 3600.0
+    progress: bool = True
+
+
+def wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
+    """The node ids once ``n`` nodes have connected (a TimeoutError after ``timeout`` s)."""
     deadline = time.time() + timeout
     while len(nodes := list(grid.get_node_ids())) < n:
         if time.time() > deadline:
@@ -108,7 +132,7 @@ def _wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
     return nodes
 
 
-def _site_map(grid: Grid, nodes: list[int], timeout: float) -> dict[int, int]:
+def site_map(grid: Grid, nodes: list[int], timeout: float) -> dict[int, int]:
     """node id -> site id, asked of every node (replies carry node ids only)."""
     messages = [
         Message(
@@ -300,7 +324,7 @@ def seed_server_noise(source: NoiseSource) -> None:
 
 def run_audits(
     grid: Grid,
-    settings: ServerSettings,
+    settings: AuditFanout,
     site_of_node: dict[int, int],
     state: StateDict,
     model_round: int,
@@ -352,7 +376,7 @@ def run_audits(
 
 
 def _write_reply(
-    settings: ServerSettings,
+    settings: AuditFanout,
     plan: SiteAuditPlan,
     reply: Message,
     model_round: int,
@@ -461,8 +485,8 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
             settings.stop.thread = threading.current_thread()
             grid = StoppableGrid(grid, settings.stop)
         record_noise_source(settings)
-        nodes = _wait_for_nodes(grid, settings.num_sites, settings.node_wait_s)
-        site_of_node = _site_map(grid, nodes, settings.timeout_s)
+        nodes = wait_for_nodes(grid, settings.num_sites, settings.node_wait_s)
+        site_of_node = site_map(grid, nodes, settings.timeout_s)
         state, model_round = None, settings.rounds
         if "train" in settings.phases:
             state = run_training(grid, settings, site_of_node)
@@ -474,6 +498,6 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
             if state is None:
                 final = load_checkpoint(RunLayout(settings.run_dir).final_model)
                 state, model_round = final.state_dict, final.round
-            run_audits(grid, settings, site_of_node, state, model_round)
+            run_audits(grid, settings.fanout, site_of_node, state, model_round)
 
     return app

@@ -9,11 +9,14 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from contracts.errors import UserError
 from contracts.files import atomic_write_text
 from contracts.run_files import CONFIG_FILE, RunLayout
+
+if TYPE_CHECKING:
+    from simulations.config import ExperimentConfig
 
 # Each command imports what it runs (config, Flower, torch ...) when it runs: ``--help`` and
 # argument errors stay instant.
@@ -30,6 +33,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         stored = RunLayout(run_dir).config
         if not stored.exists():
             raise ConfigError(f"--resume: {run_dir} has no {CONFIG_FILE}; not a run directory")
+        if args.plugin:
+            raise ConfigError(
+                f"--plugin: a resumed run imports the plugins its {CONFIG_FILE} lists"
+            )
         config = load_config(stored, args.set)
         if args.set:
             from simulations.resume import check_resume
@@ -38,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     elif args.config is None:
         raise ConfigError("give a CONFIG file, or --resume RUN_DIR")
     else:
-        config = load_config(Path(args.config), args.set)
+        config = _with_plugins(load_config(Path(args.config), args.set), args.plugin)
         run_dir = args.out if args.out is not None else config.output_dir / config.name
         existing = RunLayout(run_dir).config
         if existing.exists() and load_config(existing) != config:
@@ -101,7 +108,7 @@ def _run_replicates(args: argparse.Namespace) -> int:
 
     if args.resume is not None or args.config is None:
         raise ConfigError("--seeds: give a CONFIG (to continue a set, run the same command again)")
-    config = load_config(Path(args.config), args.set)
+    config = _with_plugins(load_config(Path(args.config), args.set), args.plugin)
     set_dir = args.out if args.out is not None else config.output_dir / (config.name + SET_SUFFIX)
     print(f"replicate set: {set_dir}", file=sys.stderr)
     t0 = time.time()
@@ -118,6 +125,17 @@ def _run_replicates(args: argparse.Namespace) -> int:
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
     print(f"done: {timings}, total {time.time() - t0:.1f}s\nreport: {outcome.files.html_path}")
     return 0
+
+
+def _with_plugins(config: ExperimentConfig, modules: list[str]) -> ExperimentConfig:
+    """``config`` with ``--plugin`` modules added to ``plugins`` (imported as it validates;
+    config.yaml then lists them, so a resumed run and every site import them too)."""
+    if not modules:
+        return config
+    from simulations.config import validate_config
+
+    plugins = list(dict.fromkeys([*config.plugins, *modules]))
+    return validate_config({**config.model_dump(mode="json"), "plugins": plugins})
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -218,6 +236,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a config key, e.g. --set fl.rounds=3",
     )
     run.add_argument("--out", type=Path, help="run directory (default output_dir/name)")
+    run.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE (registers your models, datasets ...) before anything is looked "
+        "up; added to the config's plugins (docs/plugins.md)",
+    )
     run.add_argument(
         "--resume",
         metavar="RUN_DIR",

@@ -25,6 +25,7 @@ from audit.config import AuditConfig
 from audit.gradient_canaries import MIN_GRADIENT_CANARIES
 from contracts.dp_level import DPLevel, resolve_dp_level
 from contracts.errors import UserError
+from contracts.plugins import PLUGINS_KEY, PluginError, import_plugins
 from ml.partition import PartitionConfig
 
 
@@ -50,7 +51,9 @@ class ModelConfig(_Strict):
 
 
 class FLConfig(_Strict):
-    strategy: Literal["fedavg", "fedprox", "fedadam"] = "fedavg"
+    strategy: str = Field(
+        "fedavg", description="registered strategy: fedavg, fedprox, fedadam or a plugin's"
+    )
     rounds: int = Field(5, ge=1)
     fraction_train: float = Field(1.0, gt=0, le=1)
     local_epochs: int = Field(1, ge=1)
@@ -266,6 +269,11 @@ class ExperimentConfig(_Strict):
     name: str = "default"
     seed: int = Field(0, ge=0, lt=2**32, description="seeds data, training and audits")
     output_dir: Path = Path("runs")
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="modules imported before any name is looked up (their registrations "
+        "add models, datasets, generators, strategies); see docs/plugins.md",
+    )
     data: DataConfig = Field(default_factory=DataConfig)
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -274,6 +282,14 @@ class ExperimentConfig(_Strict):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     audit: AuditPhaseConfig = Field(default_factory=AuditPhaseConfig)
+
+    @field_validator("plugins")
+    @classmethod
+    def _import_plugins(cls, plugins: list[str]) -> list[str]:
+        # Here, so that whoever holds a validated config (driver, ServerApp under
+        # `flwr run`) can look its names up; Ray workers import them in make_task.
+        import_plugins(plugins)
+        return plugins
 
     @field_validator("name")
     @classmethod
@@ -362,6 +378,15 @@ def _format_error(err: ValidationError) -> str:
     return "; ".join(lines)
 
 
+def _plugin_error(err: ValidationError) -> PluginError | None:
+    """A plugin's own error as it was raised (it names the module and the plugins key)."""
+    for e in err.errors():
+        cause = (e.get("ctx") or {}).get("error")
+        if e["loc"][:1] == (PLUGINS_KEY,) and isinstance(cause, PluginError):
+            return cause
+    return None
+
+
 def parse_override(item: str) -> tuple[str, Any]:
     """``"fl.rounds=3"`` -> ("fl.rounds", 3); the value is parsed as YAML."""
     if "=" not in item:
@@ -394,6 +419,9 @@ def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as err:
+        plugin = _plugin_error(err)
+        if plugin is not None:
+            raise plugin from None
         raise ConfigError(_format_error(err)) from None
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -124,7 +126,10 @@ def ensure_reference_models(
 
     started = not ray.is_initialized()
     if started:
-        ray.init(**ray_init_args)
+        # As Flower's Ray backend does for the sites: workers on this machine see the
+        # driver's sys.path, so a plugin found here is found there.
+        paths = os.pathsep.join(sys.path)
+        ray.init(runtime_env={"env_vars": {"PYTHONPATH": paths}}, **ray_init_args)
     try:
         train = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(_train_state)
         records_ref = ray.put(records)

@@ -28,6 +28,7 @@ RESUMABLE = ("name", "output_dir", "resources", "ray", "audit")
 """Top-level keys (and sections) a resumed run may change."""
 
 _TRAINED = {
+    "plugins": "the run's models and data were looked up with these modules imported",
     "seed": "it seeded the training and the sites' data files (and drew the partition "
     "unless partition.seed is set)",
     "data": "the sites' data files were cut from this dataset",

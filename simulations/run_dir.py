@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from contracts.files import atomic_write, atomic_write_text
 from contracts.run_files import RunLayout
 from contracts.run_log import read_json
 from ml.canaries import draw_canaries
-from ml.datasets import Dataset, load_dataset
+from ml.datasets import DataError, Dataset, load_dataset
 from ml.partition import SiteSplit, partition, partition_summary
 from simulations.config import ConfigError, ExperimentConfig, dump_config, load_config
 
@@ -144,8 +145,16 @@ def adopt_config(config: ExperimentConfig, run_dir: Path) -> None:
         atomic_write_text(layout.config, text)
 
 
-def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
+def prepare_run_dir(
+    config: ExperimentConfig,
+    run_dir: Path,
+    *,
+    check: Callable[[DatasetMeta], None] | None = None,
+) -> DatasetMeta:
     """Write config, partition summary and site files; idempotent for the same config.
+
+    ``check(meta)`` runs once the data is known and before anything is written for it (a
+    model that cannot be built leaves a new directory as it was).
 
     A run directory that already holds a run must hold one this config may continue
     (:func:`adopt_config`). A run directory already prepared from the same data keys (seed,
@@ -162,9 +171,20 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     adopt_config(config, run_dir)
     text = dump_config(config)
     if _prepared(config, run_dir):
-        return DatasetMeta.read(run_dir)
+        meta = DatasetMeta.read(run_dir)
+        if check is not None:
+            check(meta)
+        return meta
     # The data first: a config whose data cannot be loaded leaves the directory as it was.
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
+    if config.audit.enabled and config.audit.reference_pool and dataset.public_x is None:
+        raise DataError(
+            f"audit.reference_pool: dataset {config.data.name!r} has no public split "
+            "(Dataset.public_x), which the sites' reference pools are drawn from"
+        )
+    meta = DatasetMeta.of(dataset)
+    if check is not None:
+        check(meta)
     layout.dataset.unlink(missing_ok=True)
     seed = config.partition.seed_for(config.seed)
     sites = partition(dataset, config.partition, seed=seed)
@@ -189,7 +209,6 @@ def prepare_run_dir(config: ExperimentConfig, run_dir: Path) -> DatasetMeta:
     # for the sites) leaves nothing that would refuse the corrected command as another run.
     atomic_write_text(layout.partition, json.dumps(summary, indent=1))
     atomic_write_text(layout.config, text)
-    meta = DatasetMeta.of(dataset)
     meta.write(run_dir)
     return meta
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from contracts.plugins import import_plugins
+from ml.models import check_private
 from ml.tasks import TorchTask, build_task
 from ml.tasks.base import OptimizerSpec
 from simulations.config import ExperimentConfig
@@ -19,7 +21,12 @@ def pick_device(resources_gpus: float | str) -> torch.device:
 
 def make_task(config: ExperimentConfig, meta: DatasetMeta) -> TorchTask:
     """The run's task; a tabular one carries the dataset's schema, so every audit of the
-    run (site, standalone, reference models) reads the encoding instead of inferring it."""
+    run (site, standalone, reference models) reads the encoding instead of inferring it.
+
+    The run's plugins are imported first: this is where a Ray worker or a ClientApp
+    process (which holds an unpickled config, never validated there) first needs them.
+    """
+    import_plugins(config.plugins)
     encoding = {} if meta.schema is None else {"schema": meta.schema}
     return build_task(
         meta.modality,
@@ -37,3 +44,14 @@ def make_task(config: ExperimentConfig, meta: DatasetMeta) -> TorchTask:
         model_options=dict(config.model.options),
         **encoding,
     )
+
+
+def check_run_task(config: ExperimentConfig, meta: DatasetMeta) -> None:
+    """Before any site starts: the strategy is registered, the model builds from its
+    options and, with record-level DP, Opacus can train it (each error names its key)."""
+    from server.strategy import STRATEGIES
+
+    STRATEGIES.get(config.fl.strategy)
+    model = make_task(config, meta).make_model()
+    if config.dp.record_level:
+        check_private(model, config.model.name)

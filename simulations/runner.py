@@ -29,6 +29,7 @@ from simulations.config import ConfigError, ExperimentConfig, ResourcesConfig
 from simulations.platform_info import collect_platform, write_platform
 from simulations.reference_models import ensure_reference_models, reference_count
 from simulations.run_dir import DatasetMeta, prepare_run_dir
+from simulations.run_task import check_run_task
 
 log = logging.getLogger("panoramia_fl")
 
@@ -252,7 +253,7 @@ def run_experiment(
     check_local_resources(config)
     outcome = RunOutcome(run_dir=run_dir)
     t0 = time.time()
-    meta = prepare_run_dir(config, run_dir)
+    meta = prepare_run_dir(config, run_dir, check=lambda m: check_run_task(config, m))
     outcome.timings["data_s"] = time.time() - t0
     res: ResourcesConfig = config.resources
     train = (res.num_cpus, _gpus(res.num_gpus, config.partition.num_sites))

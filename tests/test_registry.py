@@ -135,15 +135,25 @@ def test_every_builtin_name_is_registered_by_its_module(key) -> None:
 
 def test_config_choices_are_the_registered_names() -> None:
     from server.client_dp import CLIPPING_SIDES, CLIPPINGS
-    from server.strategy import STRATEGIES
-    from simulations.config import ClientDPConfig, FLConfig
+    from simulations.config import ClientDPConfig
 
     def choices(model, field: str) -> list[str]:
         return sorted(get_args(model.model_fields[field].annotation))
 
-    assert choices(FLConfig, "strategy") == STRATEGIES.names()
     assert choices(ClientDPConfig, "clipping") == CLIPPINGS.names()
     assert choices(ClientDPConfig, "clipping_side") == sorted(CLIPPING_SIDES)
+
+
+def test_a_strategy_is_any_registered_name_and_an_unknown_one_stops_the_run_first() -> None:
+    # fl.strategy is free text (a plugin may register one); the run checks it before Ray.
+    from simulations.config import validate_config
+    from simulations.run_dir import DatasetMeta
+    from simulations.run_task import check_run_task
+
+    config = validate_config({"fl": {"strategy": "fedmedian"}, "data": {"name": "digits"}})
+    meta = DatasetMeta(name="digits", modality="image", num_classes=10, input_shape=(1, 8, 8))
+    with pytest.raises(UnknownNameError, match=r"fl.strategy: unknown strategy 'fedmedian'"):
+        check_run_task(config, meta)
 
 
 def test_an_image_run_never_imports_transformers() -> None:

@@ -1,5 +1,11 @@
 """Generator ``gpt2``: a small GPT-2 fitted on D_G that writes 64-token chunks (App. C.2).
 
+Pretrained
+    With ``options.pretrained`` (or a target that is itself a pretrained model, e.g.
+    ``model.name: hf_causal_lm``: the task's ``pretrained_dir``) the generator is that saved
+    model fine-tuned on D_G, as in the paper (GPT-2 fine-tuned on WikiText), not a small
+    GPT-2 from scratch; it is then not pre-trained on the public pool.
+
 Fit
     D_G is cut into D_G^train and D_G^prompt (``prompt_fraction``, the paper's 35% : 15% of
     D_f, i.e. 0.3). When a public pool is given the model is first pre-trained on it (public
@@ -34,7 +40,7 @@ from transformers import GPT2LMHeadModel
 
 from audit.components import GENERATORS, AuditContext, Records, TrainedGenerator
 from audit.config import AuditConfig
-from audit.text.lm import LMShape, build_lm, mean_loss, sample_lm, train_lm
+from audit.text.lm import LMShape, build_lm, load_lm, mean_loss, sample_lm, train_lm
 
 
 class TextGeneratorOptions(BaseModel):
@@ -66,6 +72,12 @@ class TextGeneratorOptions(BaseModel):
     )
     prompt_tokens: int = Field(
         32, ge=0, description="context taken from a prompt chunk (0: unprompted chunk sampling)"
+    )
+    pretrained: str | None = Field(
+        None,
+        description="a saved causal LM's directory to fine-tune on D_G instead of a GPT-2 "
+        "from scratch (None: the target's own pretrained directory when it is one, as "
+        "model.name hf_causal_lm; the paper's generator)",
     )
     top_k: int = Field(200, ge=1)
     temperature: float = Field(1.0, gt=0)
@@ -140,8 +152,10 @@ class Gpt2Generator(TrainedGenerator):
         learning_rate: float | None,
         device: torch.device,
         public_pool: Records | None,
+        pretrained: str | None = None,
     ) -> None:
         self.options = options
+        self.pretrained = pretrained
         self.vocab_size = vocab_size
         self.epochs = epochs
         self.batch_size = batch_size
@@ -187,7 +201,7 @@ class Gpt2Generator(TrainedGenerator):
         self.first_tokens = train[:, 0].copy()
 
         shape = self._shape(t)
-        model = build_lm(shape, seed=seed)
+        model = build_lm(shape, seed=seed) if self.pretrained is None else load_lm(self.pretrained)
         quality: dict[str, float] = {
             "generator_train_chunks": float(len(train)),
             "generator_prompt_chunks": float(n_prompt),
@@ -195,8 +209,9 @@ class Gpt2Generator(TrainedGenerator):
         }
         pool = None if self.public_pool is None else np.asarray(self.public_pool.x, np.int64)
         pretrain = o.pretrain_epochs
-        if pretrain is None:
-            pretrain = DEFAULT_PRETRAIN_EPOCHS if pool is not None and len(pool) else 0
+        if pretrain is None:  # a pretrained model is fine-tuned on D_G only, as in the paper
+            has_pool = pool is not None and len(pool) > 0
+            pretrain = DEFAULT_PRETRAIN_EPOCHS if has_pool and self.pretrained is None else 0
         if pretrain > 0:
             if pool is None or len(pool) == 0:
                 raise ValueError(
@@ -209,6 +224,7 @@ class Gpt2Generator(TrainedGenerator):
                 "pretrain",
                 pool,
                 shape,
+                self.pretrained,
                 pretrain,
                 o.pretrain_learning_rate,
                 self.batch_size,
@@ -233,7 +249,7 @@ class Gpt2Generator(TrainedGenerator):
             model.to(self.device)  # type: ignore[arg-type]  # transformers types .to unbound
             if len(val):
                 quality["generator_val_loss_pretrained"] = mean_loss(model, val, device=self.device)
-        lr = self.learning_rate or (5e-4 if pretrain > 0 else 1e-3)
+        lr = self.learning_rate or (5e-4 if pretrain > 0 or self.pretrained else 1e-3)
         key = _key(
             "finetune",
             x,
@@ -241,6 +257,7 @@ class Gpt2Generator(TrainedGenerator):
             pool if pretrain else None,
             pretrain,
             shape,
+            self.pretrained,
             o,
             self.epochs,
             lr,
@@ -341,4 +358,5 @@ def make_gpt2_generator(config: AuditConfig, context: AuditContext) -> Gpt2Gener
         learning_rate=lr,
         device=context.device,
         public_pool=context.public_pool,
+        pretrained=options.pretrained or getattr(context.task, "pretrained_dir", None),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -50,6 +51,31 @@ def build_lm(shape: LMShape, *, seed: int) -> GPT2LMHeadModel:
     )
     torch.manual_seed(seed)
     return GPT2LMHeadModel(config)
+
+
+def load_lm(path: str) -> GPT2LMHeadModel:
+    """A saved causal LM (transformers' ``save_pretrained`` directory; nothing downloads).
+
+    Typed as GPT-2: what the generator calls (ids and positions in, ``.logits`` out, a
+    key/value cache) is what every transformers causal LM offers.
+    """
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return cast(
+            GPT2LMHeadModel, AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        )
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"generator.options.pretrained: {path}: no saved causal LM ({err})"
+        ) from None
+
+
+def positions_of(model: GPT2LMHeadModel) -> int:
+    """How many positions the model has (GPT-2's ``n_positions``, else
+    ``max_position_embeddings``)."""
+    config = model.config
+    return int(getattr(config, "n_positions", None) or config.max_position_embeddings)
 
 
 def chunk_loss(
@@ -198,10 +224,9 @@ def sample_lm(
     if prompts.ndim != 2 or prompts.shape[1] < 1:
         raise ValueError(f"prompts must be (n, p>=1) token ids, got shape {prompts.shape}")
     p = prompts.shape[1]
-    if p + length - 1 > model.config.n_positions:
+    if p + length - 1 > positions_of(model):
         raise ValueError(
-            f"prompt {p} + {length} tokens exceed the generator's "
-            f"{model.config.n_positions} positions"
+            f"prompt {p} + {length} tokens exceed the generator's {positions_of(model)} positions"
         )
     model.to(device).eval()  # type: ignore[arg-type]  # transformers types .to unbound
     gen = torch.Generator(device=device).manual_seed(seed)

@@ -6,6 +6,7 @@ so a bad option is an error that names ``data.options.<key>``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contracts.errors import UserError
+from contracts.plugins import PluginError, qualified_name
 from contracts.registry import Registry
 
 
@@ -57,6 +59,18 @@ class LoaderOptions(BaseModel):
 
 Loader = Callable[[Path | None, Any], Dataset]
 
+
+def check_loader(name: str, loader: Loader) -> None:
+    """Refuse a loader that cannot be called as ``loader(root, options)``."""
+    try:
+        inspect.signature(loader).bind(None, LoaderOptions())
+    except (TypeError, ValueError):
+        raise PluginError(
+            f"dataset {name!r}: loader {qualified_name(loader)} must take (root, options) "
+            "and return ml.datasets.Dataset"
+        ) from None
+
+
 DATASETS: Registry[Loader] = Registry(
     "dataset",
     config_key="data.name",
@@ -66,6 +80,7 @@ DATASETS: Registry[Loader] = Registry(
         **dict.fromkeys(("randhie", "csv"), "ml.datasets.tabular"),
         **dict.fromkeys(("bible", "text_files"), "ml.datasets.text"),
     },
+    check=check_loader,
 )
 """``load(root, options) -> Dataset`` by ``data.name``, registered with the pydantic model
 of its options: ``@DATASETS.register(name, options=...)``."""
@@ -85,8 +100,13 @@ def parse_options(name: str, options: dict[str, Any]) -> LoaderOptions:
 def load_dataset(
     name: str, *, root: Path | None = None, options: dict[str, Any] | None = None
 ) -> Dataset:
-    """Load a registered dataset from local files (its labels checked: :func:`check_labels`)."""
+    """Load a registered dataset from local files (a loader that returns anything but a
+    :class:`Dataset` is an error naming it; its labels checked: :func:`check_labels`)."""
     dataset = DATASETS.get(name)(root, parse_options(name, options or {}))
+    if not isinstance(dataset, Dataset):
+        raise DataError(
+            f"data.name: loader {name!r} returned {type(dataset).__name__}, not ml.datasets.Dataset"
+        )
     check_labels(dataset)
     return dataset
 

@@ -65,6 +65,12 @@ class TextOptions(LoaderOptions):
     bpe_file: Path | None = Field(
         None, description="a gpt2.tiktoken file (default: the one in the openai-whisper package)"
     )
+    tokenizer: Path | None = Field(
+        None,
+        description="a local transformers tokenizer directory (a pretrained model's, for "
+        "model.name hf_causal_lm): its own token ids and full vocabulary, its end-of-text "
+        "token as the document marker; vocab_size and bpe_file are then unused",
+    )
 
 
 class BibleOptions(TextOptions):
@@ -139,22 +145,28 @@ def build_text_dataset(
     site_names: Sequence[str] | None = None,
 ) -> Dataset:
     """Tokenize ``texts`` (one document each), chunk them and hold out public documents."""
-    try:
-        bpe = gpt2_bpe(str(options.bpe_file) if options.bpe_file else None)
-    except TokenizerError as err:
-        raise DataError(str(err)) from None
     rng = np.random.default_rng(options.split_seed)
     doc_ids = np.arange(len(texts))
     if options.max_documents is not None and options.max_documents < len(texts):
         doc_ids = np.sort(rng.choice(len(texts), size=options.max_documents, replace=False))
-    gpt2_lists = [bpe.encode(texts[int(d)]) for d in doc_ids]
-    vocab = CompactVocab.fit(bpe, gpt2_lists, max_size=options.vocab_size)
-    token_lists = [vocab.from_gpt2(ids) for ids in gpt2_lists]
+    documents = [texts[int(d)] for d in doc_ids]
+    if options.tokenizer is not None:
+        token_lists, vocab_size, eot, vocab_info = _pretrained_tokens(documents, options.tokenizer)
+    else:
+        try:
+            bpe = gpt2_bpe(str(options.bpe_file) if options.bpe_file else None)
+        except TokenizerError as err:
+            raise DataError(str(err)) from None
+        gpt2_lists = [bpe.encode(text) for text in documents]
+        vocab = CompactVocab.fit(bpe, gpt2_lists, max_size=options.vocab_size)
+        token_lists = [vocab.from_gpt2(ids) for ids in gpt2_lists]
+        vocab_size, eot = vocab.size, vocab.eot
+        vocab_info = {"vocab_gpt2_ids": vocab.gpt2_ids.tolist()}
     x, doc, _ = chunk_documents(
         token_lists,
         chunk_tokens=options.chunk_tokens,
         max_chunks=options.max_chunks_per_document,
-        bos=vocab.eot,
+        bos=eot,
     )
     with_chunks = np.unique(doc)
     if len(with_chunks) < 2:
@@ -174,7 +186,7 @@ def build_text_dataset(
         modality="text",
         x=x[~is_public],
         y=None,
-        num_classes=vocab.size,
+        num_classes=vocab_size,
         input_shape=(options.chunk_tokens,),
         public_x=x[is_public] if n_public else None,
         public_y=None,
@@ -188,9 +200,34 @@ def build_text_dataset(
             "chunk_tokens": options.chunk_tokens,
             "tokens": int(sum(len(t) for t in token_lists)),
             "site_names": list(site_names or []),
-            "vocab_gpt2_ids": vocab.gpt2_ids.tolist(),
+            **vocab_info,
         },
     )
+
+
+def _pretrained_tokens(
+    documents: Sequence[str], directory: Path
+) -> tuple[list[list[int]], int, int, dict[str, str]]:
+    """``documents`` as a local transformers tokenizer's ids: (token lists, vocabulary size,
+    end-of-text id, what the dataset's info records)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise DataError(
+            f"data.options.tokenizer: {directory} holds no transformers tokenizer ({err})"
+        ) from None
+    eot = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.bos_token_id
+    if eot is None:
+        raise DataError(
+            f"data.options.tokenizer: {directory}: the tokenizer has no end-of-text (eos) "
+            "or bos token to mark document starts"
+        )
+    # Whole documents are tokenized, then chunked: the model's context length is no limit.
+    tokenizer.model_max_length = 1 << 62
+    lists = [tokenizer.encode(text, add_special_tokens=False) for text in documents]
+    return lists, len(tokenizer), int(eot), {"tokenizer": str(directory)}
 
 
 def vocab_of(dataset: Dataset) -> CompactVocab:

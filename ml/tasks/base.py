@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 from contracts.errors import UserError
 from contracts.registry import Registry
-from ml.models import MODELS
+from ml.models import MODELS, build_model
 from ml.training import run_epoch
 
 
@@ -97,7 +97,8 @@ class TorchTask(ABC):
                 f"model.name: {self.model_name!r} is a model for {modality} records, "
                 f"not {self.modality}"
             )
-        return MODELS.get(self.model_name)(
+        return build_model(
+            self.model_name,
             num_classes=self.num_classes,
             dp=self.dp,
             input_shape=self.input_shape,

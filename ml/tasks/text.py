@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ml.models import MODELS
 from ml.tasks.base import TASKS, TorchTask
 
 EVAL_BATCH = 128
@@ -33,6 +34,14 @@ def token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 @dataclass
 class TextLMTask(TorchTask):
     """Next-token prediction with a causal LM that maps ids ``(B, T)`` to logits."""
+
+    @property
+    def pretrained_dir(self) -> str | None:
+        """The saved model the target starts from (a model registered with
+        ``pretrained_option``, e.g. hf_causal_lm's ``path``), or None: the audit's text
+        generator then starts from it too."""
+        option = MODELS.meta(self.model_name).get("pretrained_option")
+        return None if option is None else self.model_options.get(option)
 
     def tensors(self, x: np.ndarray, y: np.ndarray | None) -> tuple[torch.Tensor, ...]:
         x = np.asarray(x)
