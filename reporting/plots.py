@@ -119,6 +119,13 @@ def _legend(series: tuple[Series, ...]) -> list[LegendEntry]:
     ]
 
 
+def _identity(ax: Axes, lo: float, hi: float, style: Style) -> None:
+    """The line y = x from ``lo`` to ``hi``, traced point by point: on a log x-axis a straight
+    segment between its ends is not y = x."""
+    xs = [lo * (hi / lo) ** (i / 64) for i in range(65)]
+    ax.plot(xs, xs, style)
+
+
 def _errpoint(ax: Axes, x: float, site: SiteReport, series: Series) -> None:
     """The series' marker for the site at ``x``, with the estimate's interval."""
     of, color, shape, _ = series
@@ -360,8 +367,7 @@ def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
     _measured_ylim(ax)
     diagonal = Style("#666666", width=1, dash=_DOTTED)
     if finite:
-        lo, hi = min(finite), max(finite)
-        ax.plot([lo, hi], [lo, hi], diagonal)
+        _identity(ax, min(finite), max(finite), diagonal)
     ax.legend = [*_legend(_EPS_SERIES), LegendEntry("y = theoretical eps", diagonal)]
     _eps_axis(ax, pos, inf_x, log)
     return _svg([ax], size=(675.0, 380.0))
@@ -520,8 +526,7 @@ def sweep_site_bounds_plot(points: list[SweepPointReport]) -> str | None:
                 _errpoint(ax, pos[p.label] * math.exp(0.08 * (j - (n - 1) / 2)), s, series)
         _measured_ylim(ax)
         if finite:
-            lo, hi = finite[0] / 1.5, finite[-1] * 1.5
-            ax.plot([lo, hi], [lo, hi], diagonal)
+            _identity(ax, finite[0] / 1.5, finite[-1] * 1.5, diagonal)
         ax.hlines.append((0.0, Style("#999999", width=0.6)))
         ax.ylabel = "measured epsilon (nats)"
 
