@@ -21,8 +21,7 @@ import warnings
 import numpy as np
 
 from audit.client_canaries import pooled_gaussian_epsilon
-from audit.gradient_canaries import llr_increment, reading_level
-from audit.one_run import fdp_eps_lb, one_run_bound
+from audit.gradient_canaries import llr_increment, split_rule_bounds
 
 DELTA = 1e-5
 BETA = 0.05
@@ -39,30 +38,6 @@ def statistics(
         x[coins & (rng.random(m) < q)] += 1.0 / sigma
         llr += llr_increment(x, sample_rate=q, noise_multiplier=sigma)
     return llr, coins
-
-
-def split_bound(
-    scores: np.ndarray, coins: np.ndarray, *, penalised: bool, rng: np.random.Generator
-) -> float:
-    """The f-DP bound of a rule chosen on one half and tested once on the other."""
-    order = rng.permutation(scores.size)
-    pick, test = order[: scores.size // 2], order[scores.size // 2 :]
-    level = reading_level(BETA)
-    rule = one_run_bound(
-        scores[pick],
-        coins[pick].astype(int),
-        method="fdp",
-        beta=level,
-        delta=DELTA,
-        idealised=not penalised,
-    )
-    t, s = scores[test], coins[test]
-    says_in, says_out = t >= rule.threshold_high, t < rule.threshold_low
-    guesses = int(says_in.sum() + says_out.sum())
-    correct = int((says_in & s).sum() + (says_out & ~s).sum())
-    if guesses == 0:
-        return 0.0
-    return fdp_eps_lb(m=test.size, guesses=guesses, correct=correct, beta=level, delta=DELTA)[0]
 
 
 def main() -> None:
@@ -93,9 +68,14 @@ def main() -> None:
                 rng = np.random.default_rng(1_000 * draw + m)
                 llr, coins = statistics(m, q=args.q, steps=args.steps, sigma=sigma, rng=rng)
                 for name, penalised in (("penalised (product)", True), ("unpenalised best", False)):
-                    bound = split_bound(
-                        llr, coins, penalised=penalised, rng=np.random.default_rng(draw)
-                    )
+                    bound = split_rule_bounds(
+                        llr,
+                        coins,
+                        beta=BETA,
+                        delta=DELTA,
+                        rng=np.random.default_rng(draw),
+                        penalised=penalised,
+                    )[3]
                     found[name].append(bound / eps)
                 estimates.append(
                     pooled_gaussian_epsilon(llr[coins], llr[~coins], delta=DELTA)[0] / eps
