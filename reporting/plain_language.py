@@ -68,9 +68,14 @@ def _coverage(site: SiteReport) -> str:
         f"{', '.join(map(str, earlier))} and the final one"
     )
     rounds = "" if earlier else "not earlier rounds, "
+    updates = (
+        "the updates exchanged during training only through the gradient canaries above"
+        if site.privacy.gradient_canaries is not None
+        else "not the updates exchanged during training"
+    )
     return (
-        f"It covers {models} and your own training records only: {rounds}not the updates "
-        "exchanged during training, not other sites' data."
+        f"It covers {models} and your own training records only: {rounds}{updates}, not "
+        "other sites' data."
     )
 
 
