@@ -17,8 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from audit.result import Interval
-
 from .columns import SiteRow
 from .formatting import fmt
 from .schema import (
@@ -27,7 +25,7 @@ from .schema import (
     ReplicateReport,
     RunReport,
     SweepPointReport,
-    mean_of,
+    value_at,
 )
 
 LEVEL = 0.95
@@ -116,13 +114,7 @@ ACCURACY = "global_accuracy"
 
 def metric_value(row: SiteRow, metric: Metric) -> float | None:
     """``metric``'s number in ``row`` (None where a step is missing or not finite)."""
-    value: object = row
-    for name in metric.path.split("."):
-        if value is None:
-            return None
-        value = value.get(name) if isinstance(value, dict) else getattr(value, name, None)
-    if isinstance(value, Interval):
-        return mean_of(value)
+    value = value_at(row, metric.path)
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None

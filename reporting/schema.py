@@ -48,10 +48,14 @@ ONE = "audit.one_sided."
 
 
 def at(obj: Any, path: str) -> Any:
-    """The attribute at a dotted ``path`` (``"audit.one_sided.c_lb"``); None past a None
-    (a failed site has no audit, an old one no two-sided game)."""
+    """The attribute at a dotted ``path`` (``"audit.one_sided.c_lb"``; a mapping's step is
+    its key, ``"audit.quality.target_accuracy_nonmembers"``); None past a None (a failed
+    site has no audit, an old one no two-sided game) or a missing key."""
     for name in path.split("."):
-        obj = None if obj is None else getattr(obj, name)
+        if isinstance(obj, dict):
+            obj = obj.get(name)
+        else:
+            obj = None if obj is None else getattr(obj, name)
     return obj
 
 
