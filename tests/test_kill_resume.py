@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -185,24 +186,49 @@ def _assert_complete(run_dir: Path) -> list[dict]:
     return rounds
 
 
+@dataclass(frozen=True)
+class KilledAtTheEnd:
+    """A run killed once its final model is written, and what it held then."""
+
+    run_dir: Path
+    snapshot: dict[str, int]
+    lines: list[str]
+    final_model: bytes
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, ray_head) -> Path:
-    """A run killed only once its final model is written: resume redoes nothing."""
+def killed_at_the_end(tmp_path_factory, ray_head) -> KilledAtTheEnd:
     base = tmp_path_factory.mktemp("reference")
     run_dir, log = base / "run", base / "log.txt"
     config = _config(base / "config.yaml", ray_head)
     _kill_when(_cli(str(config), "--out", str(run_dir)), log, (run_dir / "global_model.pt").exists)
-    before, lines = _snapshot(run_dir), _lines(run_dir)
-    final = (run_dir / "global_model.pt").read_bytes()
+    killed = KilledAtTheEnd(
+        run_dir, _snapshot(run_dir), _lines(run_dir), (run_dir / "global_model.pt").read_bytes()
+    )
     _run_to_end(_cli("--resume", str(run_dir)), log)
-    assert _snapshot(run_dir) == before and _lines(run_dir) == lines
-    assert (run_dir / "global_model.pt").read_bytes() == final
+    return killed
+
+
+@pytest.fixture(scope="module")
+def reference(killed_at_the_end) -> Path:
+    """The complete run the other tests compare with: the resumed one above."""
+    return killed_at_the_end.run_dir
+
+
+def test_kill_after_the_final_model_redoes_nothing(killed_at_the_end):
+    run_dir = killed_at_the_end.run_dir
+    # No round re-trained, no site re-cut, no metrics line added, the model untouched...
+    assert _snapshot(run_dir) == killed_at_the_end.snapshot
+    assert _lines(run_dir) == killed_at_the_end.lines
+    assert (run_dir / "global_model.pt").read_bytes() == killed_at_the_end.final_model
     _assert_complete(run_dir)
-    return run_dir
-
-
-def test_kill_after_the_final_model_redoes_nothing(reference):
-    assert (reference / "report.html").exists()
+    # ...and what was left to do, the report, was written from the finished rounds.
+    report = json.loads((run_dir / "report.json").read_text())
+    logged = [json.loads(line) for line in killed_at_the_end.lines]
+    assert [(r["round"], r["global_loss"]) for r in report["rounds"]] == [
+        (r["round"], r["global_loss"]) for r in logged
+    ]
+    assert (run_dir / "report.html").exists()
 
 
 @pytest.mark.parametrize(

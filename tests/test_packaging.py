@@ -21,8 +21,14 @@ def test_readme_opens_with_run_and_test_commands():
 
 
 def test_ci_runs_readme_test_command_from_scratch():
-    ci = (REPO / ".ci" / "run").read_text()
-    assert "rm -rf .venv" in ci and re.search(r"^make test$", ci, re.M)
+    """CI's commands, in order: the environment is removed, then README's test command is the
+    one command that runs (whatever README says it is)."""
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", readme, re.S).group(1)
+    readme_test = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()][1]
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    commands = [line for line in ci if line and not line.startswith(("#", "set ", "trap "))]
+    assert commands[-2:] == ["rm -rf .venv", readme_test]
 
 
 def test_licence_is_spdx_with_its_text():
@@ -32,11 +38,17 @@ def test_licence_is_spdx_with_its_text():
     assert "Apache License" in (REPO / "LICENSE").read_text()[:200]
 
 
-def test_make_clean_keeps_the_users_runs():
-    dry = subprocess.run(
-        ["make", "-n", "clean"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout
-    assert "rm -rf" in dry and "runs" not in dry.split()
+def test_make_clean_keeps_the_users_runs(tmp_path):
+    """`make clean` in a copy of the checkout: the environment and caches go, runs/ stays."""
+    (tmp_path / "Makefile").write_text((REPO / "Makefile").read_text())
+    kept = tmp_path / "runs" / "default" / "report.json"
+    removed = [tmp_path / d / "x" for d in (".venv", ".pytest_cache", ".ruff_cache", ".mypy_cache")]
+    for path in [kept, *removed]:
+        path.parent.mkdir(parents=True)
+        path.write_text("{}")
+    subprocess.run(["make", "clean"], cwd=tmp_path, capture_output=True, check=True)
+    assert kept.read_text() == "{}"
+    assert [p.parent.name for p in removed if p.parent.exists()] == []
 
 
 def test_makefile_targets_create_venv_and_run_default():
@@ -136,6 +148,26 @@ def test_every_package_is_in_the_import_table():
     }
     # `flwr run .` ships the code of every package the apps import.
     assert set(config["tool"]["flwr"]["app"]["fab-include"]) == {f"{p}/**/*.py" for p in PACKAGES}
+
+
+def _readme_layout_table() -> dict[str, frozenset[str]]:
+    """README's Layout table: package -> the packages of ours its row says it may import
+    ("all above" = every package in an earlier row)."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Layout", 1)[1]
+    rows = re.findall(r"^\| `(\w+)/` \|[^|]*\| (.*) \|$", section, re.M)
+    table: dict[str, frozenset[str]] = {}
+    for package, may_import in rows:
+        if may_import.startswith("all above"):
+            table[package] = frozenset(table)
+        else:
+            named = set(re.findall(r"`(\w+)`", may_import)) & set(PACKAGES)
+            table[package] = frozenset(named - {package})
+    return table
+
+
+def test_readme_layout_table_matches_the_import_table():
+    assert _readme_layout_table() == ALLOWED_IMPORTS
 
 
 def test_import_table_is_a_layering():

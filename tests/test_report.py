@@ -514,7 +514,13 @@ def test_markdown_and_html_show_numbers_flags_and_meaning(
     iv = report["sites"][0]["audit"]["one_sided"]["eps_tilde"]
     assert f"{iv['mean']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]" in md
     assert EPS_TILDE_MEANING in md
-    assert "**saturated**" in md and "missing" in md
+    assert "- sites: 4 (2 ok, 1 failed, 1 missing)" in md
+    # The saturated site's flags and the missing site's status sit in their own rows.
+    rows = md.splitlines()
+    flags = "| one-sided: **saturated**; non-member side: **saturated** | ok |"
+    assert any(row.startswith("| 1 |") and row.endswith(flags) for row in rows)
+    assert any(row.startswith("| 3 |") and row.endswith("| - | missing |") for row in rows)
+    assert "- site 3 (missing): no audit file in audits/" in md
     assert "\\|" in md  # the pipe in the error text is escaped in the table/list
     # HTML: exact numbers embedded, equal to report.json; the meaning sits in the page.
     assert _embedded_json(page) == report
