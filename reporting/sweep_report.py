@@ -59,6 +59,7 @@ from .formatting import (
 from .html_page import SORT_SCRIPT, page
 from .inputs import load_run
 from .privacy_ledger import privacy_settings
+from .report_writer import write_report
 from .schema import (
     SCHEMA_VERSION,
     ReportFiles,
@@ -111,9 +112,6 @@ def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> Swe
         return SweepPointReport(point.label, dict(point.overrides), rel, "incomplete", [str(exc)])
     report = build_report(inputs)
     if write_point_reports:
-        # Imported here: the package's __init__ imports this module.
-        from . import write_report
-
         write_report(run_dir)
     problems = run_problems(report, has_metrics=inputs.has_metrics)
     eps = [s.privacy.dp_epsilon for s in report.sites if s.privacy.dp_epsilon is not None]
