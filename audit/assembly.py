@@ -116,14 +116,14 @@ def assemble(
     quality["mia_auc"] = float(np.mean([x.mia_auc for x in repeats]))
     roc = {name: mean_roc([x.roc[name] for x in repeats]) for name in repeats[0].roc}
     levels = {
-        "c_lb": config.beta / 2,
-        "c_eps_lb": config.beta / 2,
-        "two_sided_each": config.beta / 4,
+        "c_lb": config.one_sided_level,
+        "c_eps_lb": config.one_sided_level,
+        "two_sided_each": config.two_sided_level,
     }
     if paper.rm_rn_eps_lb is not None:
         levels.update(
-            rm_rn=config.beta / 2,
-            rm_rn_two_sided_each=config.beta / 4,
+            rm_rn=config.one_sided_level,
+            rm_rn_two_sided_each=config.two_sided_level,
             o1=config.beta,
             o1_fdp=config.beta,
         )

@@ -16,11 +16,19 @@ def _all_feature_sets() -> list[GbmFeatures]:
     return ["loss", "loss+pixels"]
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
+    """A settings block: unknown keys are errors, values are frozen once validated."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SplitConfig(_Strict):
+ONE_SIDED_SHARES = 2
+"""The one-sided game's two bounds (c_lb and {c+eps}_lb) share beta: beta/2 each."""
+TWO_SIDED_SHARES = 4
+"""The two-sided game's four bounds (b and the MIA on each side) share beta: beta/4 each."""
+
+
+class SplitConfig(StrictModel):
     """How the member set D_f is cut (Algorithm 1, step 1).
 
     Each value is a fraction of D_f (``0 < v < 1``) or a record count (``v >= 1``). The
@@ -38,7 +46,7 @@ class SplitConfig(_Strict):
     val: float = Field(0.1, gt=0, description="D_in^val: members for model selection")
 
 
-class GeneratorConfig(_Strict):
+class GeneratorConfig(StrictModel):
     """The generator G that supplies non-members."""
 
     options: dict[str, Any] = Field(
@@ -68,7 +76,7 @@ class GeneratorConfig(_Strict):
     latent_dim: int = Field(64, ge=1, description="noise / latent dimension")
 
 
-class ClassifierConfig(_Strict):
+class ClassifierConfig(StrictModel):
     """Baseline b and MIA share this design; only h vs f differs.
 
     ``design`` picks how b and the MIA score records: ``"score"`` trains nothing and scores
@@ -121,7 +129,7 @@ class ClassifierConfig(_Strict):
     )
 
 
-class CalibrationConfig(_Strict):
+class CalibrationConfig(StrictModel):
     """Reference models for the calibrated MIA (offline LiRA / RMIA statistics).
 
     Models of the target's architecture trained on records that are never game records
@@ -143,10 +151,12 @@ class CalibrationConfig(_Strict):
     )
 
 
-class AuditConfig(_Strict):
+class AuditConfig(StrictModel):
     """Settings of :func:`audit.run_audit`."""
 
-    beta: float = Field(0.05, gt=0, lt=1, description="overall level; b and MIA get beta/2")
+    beta: float = Field(
+        0.05, gt=0, lt=1, description="overall level, shared among the game's bounds"
+    )
     repeats: int = Field(5, ge=1, description="re-split b/MIA training data and redraw the game")
     quick: bool = Field(
         False,
@@ -196,6 +206,16 @@ class AuditConfig(_Strict):
     return_scores: bool = Field(False, description="keep per-record scores in the result")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int = 0
+
+    @property
+    def one_sided_level(self) -> float:
+        """The level of each of the one-sided game's bounds (and RM;RN's one-sided ones)."""
+        return self.beta / ONE_SIDED_SHARES
+
+    @property
+    def two_sided_level(self) -> float:
+        """The level of each of the two-sided game's bounds (and RM;RN's two-sided ones)."""
+        return self.beta / TWO_SIDED_SHARES
 
     @model_validator(mode="after")
     def _quick_means_one_repeat(self) -> AuditConfig:

@@ -49,9 +49,9 @@ class BoundRules:
         two_sided_k = candidates if config.threshold_selection == "union" else 1
         grid, spacing = config.threshold_grid, config.threshold_spacing
         return cls(
-            paper=BoundRule(config.beta / 2 / candidates, "union", grid, spacing),
+            paper=BoundRule(config.one_sided_level / candidates, "union", grid, spacing),
             two_sided=BoundRule(
-                config.beta / 4 / two_sided_k, config.threshold_selection, grid, spacing
+                config.two_sided_level / two_sided_k, config.threshold_selection, grid, spacing
             ),
         )
 

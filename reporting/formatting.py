@@ -7,6 +7,7 @@ import math
 
 from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
+from audit.config import ONE_SIDED_SHARES, TWO_SIDED_SHARES
 from audit.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.over_rounds import RoundLeakage, first_leaking_round
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, Interval
@@ -127,9 +128,10 @@ MEANING_POINTS: tuple[str, ...] = (
     "not tight against that side's RM;RN, RM;RN capped), diagnosed as above; side names the "
     "side whose eps_tilde is larger. The one-sided eps_tilde (the paper's) is reported "
     "unchanged beside it.",
-    "Levels: the one-sided c_lb and {c+eps}_lb are each at beta/2 (so eps_tilde holds at "
-    "beta), as are RM;RN's two; the two-sided game's four bounds (b and MIA on each side) "
-    "are at beta/4 each, as are RM;RN's two-sided ones; O(1) is at beta.",
+    f"Levels: the one-sided c_lb and {{c+eps}}_lb are each at beta/{ONE_SIDED_SHARES} (so "
+    "eps_tilde holds at beta), as are RM;RN's two; the two-sided game's four bounds (b and "
+    f"MIA on each side) are at beta/{TWO_SIDED_SHARES} each, as are RM;RN's two-sided ones; "
+    "O(1) is at beta.",
     LOW_FPR_NOTE,
     "O(1) > 0 with the one-sided eps_tilde = RM;RN = 0: O(1) also guesses 'non-member' (for "
     "records of high loss), while the one-sided PANORAMIA and RM;RN count only 'member' "

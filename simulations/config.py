@@ -13,15 +13,13 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from audit.config import AuditConfig
+from audit.config import AuditConfig, StrictModel
 from audit.gradient_canaries import MIN_GRADIENT_CANARIES
 from contracts.dp_level import DPLevel, resolve_dp_level
 from contracts.errors import UserError
@@ -33,11 +31,7 @@ class ConfigError(UserError, ValueError):
     """A config file or override is invalid; the message names the key."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class DataConfig(_Strict):
+class DataConfig(StrictModel):
     name: str = Field("fashion_mnist", description="registered dataset loader")
     root: Path | None = Field(
         None, description="folder with the dataset's files (None: the loader's default location)"
@@ -45,12 +39,12 @@ class DataConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict, description="loader options")
 
 
-class ModelConfig(_Strict):
+class ModelConfig(StrictModel):
     name: str = "small_cnn"
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-class FLConfig(_Strict):
+class FLConfig(StrictModel):
     strategy: str = Field(
         "fedavg", description="registered strategy: fedavg, fedprox, fedadam or a plugin's"
     )
@@ -66,7 +60,7 @@ class FLConfig(_Strict):
     central_evaluation: bool = True
 
 
-class ClientDPConfig(_Strict):
+class ClientDPConfig(StrictModel):
     """Client-level DP through Flower's strategy wrappers: each sampled site's update is
     clipped (on the server or by a client mod) and Gaussian noise is added to the mean."""
 
@@ -90,7 +84,7 @@ class ClientDPConfig(_Strict):
     )
 
 
-class DPConfig(_Strict):
+class DPConfig(StrictModel):
     """Record-level DP-SGD at each site (Opacus) and/or client-level DP (Flower).
 
     ``level`` says which; when it is not set, ``enabled: true`` means ``record`` (the
@@ -141,7 +135,7 @@ class DPConfig(_Strict):
         return self.level != "none"
 
 
-class ResourcesConfig(_Strict):
+class ResourcesConfig(StrictModel):
     num_cpus: float = Field(1, gt=0, description="CPUs per site process (training)")
     num_gpus: float | Literal["auto"] = Field(
         "auto", description="GPU fraction per site; auto: 0 without CUDA"
@@ -151,7 +145,7 @@ class ResourcesConfig(_Strict):
     torch_threads: int = Field(1, ge=1, description="torch.set_num_threads in each site")
 
 
-class RayConfig(_Strict):
+class RayConfig(StrictModel):
     address: str | None = Field(
         None, description="join an existing Ray cluster (HOST:PORT); default: $RAY_ADDRESS"
     )
@@ -163,7 +157,7 @@ MIN_CANARIES = 20
 MIN_CANARY_CLIENTS = 10
 
 
-class AuditPhaseConfig(_Strict):
+class AuditPhaseConfig(StrictModel):
     enabled: bool = True
     use_holdout: bool = Field(True, description="RM;RN and O(1) with the site's holdout")
     reference_pool: bool = Field(
@@ -265,7 +259,7 @@ RUN_NAME = re.compile(r"^(?!\.+$)[A-Za-z0-9_.=+,-]+$")
 """A run's name is one folder inside ``output_dir``: no separators, not ``.`` or ``..``."""
 
 
-class ExperimentConfig(_Strict):
+class ExperimentConfig(StrictModel):
     name: str = "default"
     seed: int = Field(0, ge=0, lt=2**32, description="seeds data, training and audits")
     output_dir: Path = Path("runs")
