@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
 from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -29,6 +27,7 @@ from contracts.files import atomic_write, atomic_write_text
 from contracts.run_files import RunLayout
 from contracts.run_log import read_json
 from simulations.config import ExperimentConfig
+from simulations.ray_start import start_ray
 from simulations.run_dir import DatasetMeta, load_public
 from simulations.run_task import make_task, pick_device
 
@@ -126,10 +125,7 @@ def ensure_reference_models(
 
     started = not ray.is_initialized()
     if started:
-        # As Flower's Ray backend does for the sites: workers on this machine see the
-        # driver's sys.path, so a plugin found here is found there.
-        paths = os.pathsep.join(sys.path)
-        ray.init(runtime_env={"env_vars": {"PYTHONPATH": paths}}, **ray_init_args)
+        start_ray(ray_init_args, num_cpus=num_cpus, num_gpus=num_gpus, key="resources.num_cpus")
     try:
         train = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(_train_state)
         records_ref = ray.put(records)

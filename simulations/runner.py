@@ -5,10 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
-import sys
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -25,8 +22,9 @@ from server.round_audits import plan_audits
 from server.stop import StopSwitch
 from simulations.apps import build_apps
 from simulations.canary_twin import train_twin_and_record
-from simulations.config import ConfigError, ExperimentConfig, ResourcesConfig
+from simulations.config import ExperimentConfig, ResourcesConfig
 from simulations.platform_info import collect_platform, write_platform
+from simulations.ray_start import check_fits, start_ray
 from simulations.reference_models import ensure_reference_models, reference_count
 from simulations.run_dir import DatasetMeta, prepare_run_dir
 from simulations.run_task import check_run_task
@@ -154,7 +152,7 @@ def _simulate(
     key = "resources.num_cpus" if "train" in phases else "resources.audit_num_cpus"
     with _ray_temp_dir(config) as temp_dir:
         try:
-            _start_ray(
+            start_ray(
                 ray_init_args(config, temp_dir=temp_dir, verbose=verbose),
                 num_cpus=num_cpus,
                 num_gpus=num_gpus,
@@ -186,48 +184,10 @@ def _simulate(
                 ray.shutdown()
 
 
-def _start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, key: str) -> None:
-    """Start (or join) Ray as Flower's Ray backend would, here, so that (1) SIGTERM stops the
-    run as Ctrl-C does (``ray.init`` installs handlers of its own that abort the driver and
-    leave its workers behind) and (2) a site's resource request the cluster cannot meet is
-    an error naming ``key`` before anything runs (Flower would wait forever on an empty
-    actor pool)."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    on_sigterm = signal.getsignal(signal.SIGTERM)
-    # Ray's workers do not see this driver's sys.path changes; Flower passes them the same way.
-    pythonpath = os.pathsep.join(p for p in (*sys.path, os.environ.get("PYTHONPATH")) if p)
-    os.environ["PYTHONPATH"] = pythonpath
-    ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **init_args)
-    if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
-        signal.signal(signal.SIGTERM, on_sigterm)
-    have = ray.cluster_resources()
-    try:
-        check_fits(
-            float(have.get("CPU", 0.0)), float(have.get("GPU", 0.0)), num_cpus, num_gpus, key
-        )
-    except ConfigError:
-        ray.shutdown()
-        raise
-
-
-def check_fits(cpus: float, gpus: float, num_cpus: float, num_gpus: float, key: str) -> None:
-    """A :class:`ConfigError` naming ``key`` when one site's ``num_cpus`` / ``num_gpus``
-    exceed a cluster of ``cpus`` / ``gpus``: no site could ever start."""
-    if num_cpus > cpus or num_gpus > gpus:
-        gpu_key = key.replace("cpus", "gpus")
-        raise ConfigError(
-            f"{key}={num_cpus:g}, {gpu_key}={num_gpus:g} per site, but the Ray cluster has "
-            f"{cpus:g} CPUs and {gpus:g} GPUs: no site could start; lower {key} (or "
-            f"{gpu_key}), or give Ray more (ray.num_cpus, ray.address)"
-        )
-
-
 def check_local_resources(config: ExperimentConfig) -> None:
     """Before anything runs: each phase's per-site request against the local Ray this run
-    would start (a cluster it joins is checked once joined, by :func:`_start_ray`)."""
+    would start (a cluster it joins is checked once joined, by
+    :func:`~simulations.ray_start.start_ray`)."""
     if ray_address(config):
         return
     cpus = float(config.ray.num_cpus or os.cpu_count() or 1)

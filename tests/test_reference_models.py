@@ -4,6 +4,7 @@ public records no site pool holds, cached, used by every site, not retrained on 
 from __future__ import annotations
 
 import json
+import signal
 
 import numpy as np
 import pytest
@@ -38,16 +39,25 @@ def _config():
     )
 
 
+def _on_sigterm(signum: int, frame: object) -> None:
+    """The harness's own SIGTERM handler stands in here (the CLI's stops the run)."""
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     path = tmp_path_factory.mktemp("refs") / "run"
     config = _config()
-    outcome = run_experiment(config, path, write_report=False)
-    return config, path, outcome
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        outcome = run_experiment(config, path, write_report=False)
+        handler_after = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return config, path, outcome, handler_after
 
 
 def test_reference_models_are_trained_once_and_every_site_uses_them(run) -> None:
-    config, path, outcome = run
+    config, path, outcome, _ = run
     cache = RunLayout(path).reference_models
     manifest = json.loads((cache / "manifest.json").read_text())
     assert manifest["count"] == 2 and sorted(p.name for p in cache.glob("ref-*.pt")) == [
@@ -63,7 +73,7 @@ def test_reference_models_are_trained_once_and_every_site_uses_them(run) -> None
 
 
 def test_reference_records_never_reach_a_site_pool(run) -> None:
-    config, path, _ = run
+    config, path, _, _ = run
     public = load_public(path)
     refs, pool = split_public(public, share=0.3, seed=config.seed)
 
@@ -77,7 +87,7 @@ def test_reference_records_never_reach_a_site_pool(run) -> None:
 
 
 def test_resume_reuses_the_cache(run) -> None:
-    config, path, _ = run
+    config, path, _, _ = run
     cache = RunLayout(path).reference_models
     stamp = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
     (path / "audits" / "site-1.json").unlink()
@@ -85,3 +95,11 @@ def test_resume_reuses_the_cache(run) -> None:
     assert "reference_models_s" not in outcome.timings
     assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == stamp
     assert json.loads((path / "audits" / "site-1.json").read_text())["status"] == "ok"
+
+
+def test_training_them_on_ray_keeps_the_harness_sigterm_handler(run) -> None:
+    """ray.init puts in a SIGTERM handler of its own (sys.exit), with which a terminated run
+    waits forever on Flower's threads: after the reference models the harness's is back."""
+    _, _, outcome, handler_after = run
+    assert "reference_models_s" in outcome.timings
+    assert handler_after is _on_sigterm

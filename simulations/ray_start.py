@@ -1,0 +1,52 @@
+"""Starting Ray in the harness's process: one way, for the simulation and the reference
+models alike."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from simulations.config import ConfigError
+
+
+def start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, key: str) -> None:
+    """Start (or join) Ray as Flower's Ray backend would, here, so that (1) SIGTERM stops the
+    run as Ctrl-C does (``ray.init`` installs a SIGTERM handler of its own, ``sys.exit``,
+    which leaves the driver waiting forever on Flower's threads: the caller's is put back)
+    and (2) a request of ``num_cpus`` / ``num_gpus`` the cluster cannot meet is an error
+    naming ``key`` before anything runs (Flower would wait forever on an empty actor pool).
+    Every ``ray.init`` of the harness goes through here."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    on_sigterm = signal.getsignal(signal.SIGTERM)
+    # Ray's workers do not see this driver's sys.path changes; Flower passes them the same way.
+    pythonpath = os.pathsep.join(p for p in (*sys.path, os.environ.get("PYTHONPATH")) if p)
+    os.environ["PYTHONPATH"] = pythonpath
+    ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **init_args)
+    if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    have = ray.cluster_resources()
+    try:
+        check_fits(
+            float(have.get("CPU", 0.0)), float(have.get("GPU", 0.0)), num_cpus, num_gpus, key
+        )
+    except ConfigError:
+        ray.shutdown()
+        raise
+
+
+def check_fits(cpus: float, gpus: float, num_cpus: float, num_gpus: float, key: str) -> None:
+    """A :class:`ConfigError` naming ``key`` when one site's ``num_cpus`` / ``num_gpus``
+    exceed a cluster of ``cpus`` / ``gpus``: no site could ever start."""
+    if num_cpus > cpus or num_gpus > gpus:
+        gpu_key = key.replace("cpus", "gpus")
+        raise ConfigError(
+            f"{key}={num_cpus:g}, {gpu_key}={num_gpus:g} per site, but the Ray cluster has "
+            f"{cpus:g} CPUs and {gpus:g} GPUs: no site could start; lower {key} (or "
+            f"{gpu_key}), or give Ray more (ray.num_cpus, ray.address)"
+        )
