@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from builders import write_run
 
 import reporting
 import simulations.runner
@@ -378,8 +379,6 @@ def test_audit_of_a_truncated_checkpoint_is_named(run_dir, capsys):
 
 
 def test_report_files_in_the_way_or_not_utf8_are_named(tmp_path, capsys):
-    from test_report import write_run
-
     run = write_run(tmp_path / "r", n_sites=1, audits={})
     (run / "report.csv").mkdir()
     assert cli_main(["report", str(run)]) == 2

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_datasets_image import make_idx_folder
+from builders import make_idx_folder
 from torch import nn
 
 from contracts.checkpoint import load_checkpoint

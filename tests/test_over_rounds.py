@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import by_round_lines, make_result, with_class_slices
 from flwr.app import ConfigRecord
-from test_report import make_result
 
 from audit.over_rounds import RoundLeakage, first_leaking_round
-from audit.result import AuditResult, ClassSliceResult, Interval
+from audit.result import AuditResult
 from contracts.run_files import SiteAuditFile
 from contracts.run_log import RoundRecord
 from contracts.wire import AuditInstructions, AuditReply, WireError
@@ -24,29 +24,6 @@ from reporting.formatting import FIRST_LEAK, first_leaking_text, first_leaks_lin
 from server.round_audits import plan_audits, with_rounds
 from server.run_log import append_round, write_site_audit
 from simulations.config import ConfigError, validate_config
-
-
-def by_round_lines(rounds: list[int]) -> list[dict[str, Any]]:
-    """Lines whose interval excludes 0 from the second round on."""
-    lines = []
-    for k, r in enumerate(rounds):
-        mean = 0.4 * k
-        iv = Interval(mean=mean, std=0.1, low=mean - 0.3, high=mean + 0.3, n=5)
-        line = RoundLeakage(r, iv, "nonmember", iv, 0.5 + 0.05 * k, 0.01 * k, 0.0, 0.6 + 0.1 * k)
-        lines.append(line.to_dict())
-    return lines
-
-
-def with_class_slices(result: AuditResult) -> AuditResult:
-    """``result`` with two label slices, the second one exposed."""
-    slices = [
-        ClassSliceResult(0, 120, Interval(0.0, 0.0, 0.0, 0.0, 2), None, 0.006, False),
-        ClassSliceResult(
-            1, 110, Interval(1.5, 0.1, 0.6, 2.4, 2), Interval(0.2, 0.0, 0.2, 0.2, 2), 0.006, False
-        ),
-    ]
-    return dataclasses.replace(result, per_class=slices)
-
 
 # --- config -------------------------------------------------------------------------------
 

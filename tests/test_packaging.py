@@ -328,3 +328,20 @@ def test_every_type_ignore_names_its_code_and_reason():
         if pattern.search(line)
     ]
     assert not bare, bare
+
+
+def test_test_modules_share_builders_not_each_other():
+    """Shared builders live in tests/builders.py; a test module importing another would run
+    or break with it."""
+    modules = {p.stem for p in (REPO / "tests").glob("test_*.py")}
+    crossed = [
+        f"{path.name}:{node.lineno} imports {name}"
+        for path in sorted((REPO / "tests").glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        )
+        if name.split(".")[0] in modules
+    ]
+    assert crossed == []

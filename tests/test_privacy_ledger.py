@@ -4,16 +4,24 @@ accountant epsilons, canaries, the ordering check and the canary banner."""
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from test_report import make_result, ok_audit, write_run
+from builders import (
+    LEDGER_ACCOUNTANT,
+    QUALITY,
+    canary_block,
+    client_dp_ledger,
+    flat,
+    make_result,
+    ok_audit,
+    set_config,
+    with_quality,
+    write_run,
+)
 
-from audit.result import AuditResult
 from contracts.errors import RunFileError
 from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
 from contracts.run_files import NOISE_NOTES
@@ -37,76 +45,6 @@ from simulations.cli import main as cli_main
 from simulations.config import DPConfig
 
 CANARY_BANNER = "trained with 200 canaries per site: this model is not the plain model"
-LEDGER_ACCOUNTANT = "Flower RdpAccountant (dp-accounting RDP)"
-QUALITY = {
-    "target_accuracy_members": 0.97,
-    "target_accuracy_nonmembers": 0.81,
-    "target_loss_members": 0.125,
-    "target_loss_nonmembers": 0.5625,
-}
-
-
-def _canary(eps_lb: float, high: float, fdp: tuple[float, float] | None = None) -> dict[str, Any]:
-    """A canary block; ``fdp``: its f-DP ``(eps, mu)`` at delta 1e-5 (None: an older file)."""
-    fdp_fields = (
-        {}
-        if fdp is None
-        else {"eps_lb_fdp": fdp[0], "fdp_mu": fdp[1], "fdp_delta": 1e-5, "fdp_guesses": 60}
-    )
-    return fdp_fields | {
-        "n_canaries": 200,
-        "n_included": 97,
-        "eps_lb": eps_lb,
-        "eps_interval": [eps_lb, high],
-        "guesses": 60,
-        "correct": 58,
-        "member_guesses": 30,
-        "nonmember_guesses": 30,
-        "n_pairs_tried": 323,
-        "beta": 0.05,
-        "score": "loss",
-        "kind": "noise_image",
-    }
-
-
-def _with_quality(result: AuditResult) -> AuditResult:
-    return dataclasses.replace(result, quality=dict(QUALITY))
-
-
-def _client_dp(sites: dict[int, tuple[float, float]], *, delta: float = 1e-5) -> dict[str, Any]:
-    return {
-        "schema_version": 1,
-        "accountant": LEDGER_ACCOUNTANT,
-        "noise_multiplier": 1.0,
-        "clipping": "fixed",
-        "clipping_side": "server",
-        "clipping_norm": 1.0,
-        "delta": delta,
-        "population_size": len(sites),
-        "sites_per_round": len(sites),
-        "sampling": "no-amplification",
-        "neighboring_relation": "add-or-remove-one site",
-        "rounds_done": 3,
-        "sites": {
-            str(sid): {"rounds": [1, 2, 3], "epsilon": eps, "epsilon_record": eps_rec}
-            for sid, (eps, eps_rec) in sites.items()
-        },
-    }
-
-
-def _set_config(run: Path, **dp: Any) -> None:
-    """Rewrite config.yaml as the new harness resolves it (dp.level, audit.canaries)."""
-    config = yaml.safe_load((run / "config.yaml").read_text())
-    canaries = dp.pop("canaries", 0)
-    config["dp"] = {
-        "level": "none",
-        "enabled": False,
-        "delta": 1e-5,
-        "accountant": "rdp",
-        "client": {"noise_multiplier": None, "clipping": "fixed", "clipping_norm": 1.0},
-    } | dp
-    config["audit"] = {"enabled": True, "canaries": canaries}
-    (run / "config.yaml").write_text(yaml.safe_dump(config))
 
 
 def _add_client_metrics(run: Path, eps: dict[int, float]) -> None:
@@ -151,20 +89,20 @@ def ledger_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     }
     record_eps = {0: 4.0, 1: 50.0, 2: 1.0}
     canaries = {
-        0: _canary(1.9, 4.2, fdp=(2.4, 0.6)),
-        1: _canary(1.0, 2.5, fdp=(0.9, 0.25)),
-        2: _canary(3.0, 5.0),
+        0: canary_block(1.9, 4.2, fdp=(2.4, 0.6)),
+        1: canary_block(1.0, 2.5, fdp=(0.9, 0.25)),
+        2: canary_block(3.0, 5.0),
     }
     run = write_run(
         tmp_path_factory.mktemp("ledger") / "run",
         n_sites=3,
         dp=4.0,
         audits={
-            sid: ok_audit(sid, _with_quality(r), dp=record_eps[sid]) | {"canary": canaries[sid]}
+            sid: ok_audit(sid, with_quality(r), dp=record_eps[sid]) | {"canary": canaries[sid]}
             for sid, r in results.items()
         },
     )
-    _set_config(
+    set_config(
         run,
         level="both",
         enabled=True,
@@ -174,47 +112,10 @@ def ledger_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     _add_client_metrics(run, {0: 31.2, 1: 30.0, 2: 29.0})
     (run / CLIENT_DP_FILE).write_text(
-        json.dumps(_client_dp({0: (31.2, 118.0), 1: (1.5, 3.0), 2: (29.0, 110.0)}))
+        json.dumps(client_dp_ledger({0: (31.2, 118.0), 1: (1.5, 3.0), 2: (29.0, 110.0)}))
     )
     write_report(run)
     return run
-
-
-def _mean(estimate: dict[str, Any] | None) -> float | None:
-    return None if estimate is None else estimate["mean"]
-
-
-def flat(site: dict[str, Any]) -> dict[str, Any]:
-    """The numbers these tests check, read from a site of report.json at their nested paths."""
-    p, c, a = site["privacy"], site["checks"], site["audit"]
-    canary = p["canary"] or {}
-    one = a and a["one_sided"]
-    two = a and a["two_sided"]
-    return {
-        "dp_epsilon": p["dp_epsilon"],
-        "dp_epsilon_source": p["dp_epsilon_source"],
-        "dp_delta": p["dp_delta"],
-        "dp_epsilon_client": p["client_epsilon"],
-        "dp_epsilon_client_record": p["client_epsilon_record"],
-        "canaries": p["canaries"],
-        "canary": p["canary"],
-        "canary_eps_lb": canary.get("eps_lb"),
-        "canary_eps_interval": canary.get("eps_interval"),
-        "canary_eps_lb_fdp": canary.get("eps_lb_fdp"),
-        "canary_fdp_mu": canary.get("fdp_mu"),
-        "bound_violations": c["bound_violations"],
-        "eps_tilde_above_accountant": c["eps_tilde_above_accountant"] is not None,
-        "eps_tilde_above_accountant_reason": c["eps_tilde_above_accountant"],
-        "best_eps_lb": c["best_eps_lb"],
-        "best_eps_lb_method": c["best_eps_lb_method"],
-        "fdp_delta": c["fdp_delta"],
-        "eps_tilde": _mean(one and one["eps_tilde"]),
-        "eps_tilde_two_sided": _mean(two and two["eps_tilde"]),
-        "o1_eps_lb": _mean(a and a["o1_eps_lb"]),
-        "o1_eps_lb_fdp": _mean(a and a["o1_eps_lb_fdp"]),
-        "o1_fdp_mu": a and a["o1_fdp_mu"],
-        "rm_rn_eps_lb": _mean(one and one["rm_rn_eps_lb"]),
-    }
 
 
 def _report(run: Path) -> dict[str, Any]:
@@ -584,7 +485,7 @@ def test_client_level_only_counts_as_private_in_a_sweep(tmp_path: Path) -> None:
     result = make_result([1.0, 1.25], [1.5, 1.75])
     run = write_run(tmp_path / "client", n_sites=1, audits={0: ok_audit(0, result)})
     # Client-level DP on, but no accountant number anywhere (no client_dp.json yet).
-    _set_config(run, level="client", enabled=False)
+    set_config(run, level="client", enabled=False)
     sweep = write_sweep_report(tmp_path / "sweep", [SweepPoint("client", {}, run)])
     point = json.loads(sweep.json_path.read_text())["points"][0]
     assert point["private"] is True and point["dp_level"] == "client"

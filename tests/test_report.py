@@ -12,21 +12,22 @@ from typing import Any
 
 import pytest
 import yaml
+from builders import (
+    ERROR_TEXT,
+    SECRET_SCORES,
+    failed_audit,
+    make_result,
+    ok_audit,
+    power_roc,
+    write_run,
+)
 
 from audit.result import (
     EPS_TILDE_MEANING,
     TWO_SIDED_MEANING,
     AuditFlags,
     AuditResult,
-    BoundSummary,
-    Curve,
     Interval,
-    RepeatResult,
-    RocSummary,
-    SideRepeat,
-    SideResult,
-    TwoSidedRepeat,
-    TwoSidedResult,
 )
 from audit.roc import LOW_FPRS
 from contracts.errors import RunFileError
@@ -44,295 +45,6 @@ from reporting.plots import roc_plot
 from reporting.run_report import render_markdown
 from reporting.schema import TPR_FPR_KEYS
 from reporting.writers import report_to_json_text, site_rows, write_rows
-
-# Per-record scores that must never leave audits/ (distinctive digits to search for).
-SECRET_SCORES = [0.918273645512, 0.127364554321, 0.564738291023]
-ERROR_TEXT = 'CUDA OOM in <script>alert("x")</script> | step 3\nTraceback & more'
-
-
-def _summary(lb: float, beta: float) -> BoundSummary:
-    return BoundSummary(
-        lower_bound=lb,
-        threshold=0.5,
-        predictions=40,
-        true_positives=30,
-        precision=0.75,
-        recall=0.6,
-        beta=beta,
-    )
-
-
-def _curve(scale: float) -> Curve:
-    recall = [0.1, 0.3, 0.5, 0.7, 0.9]
-    precision = [min(1.0, 0.55 + scale * (1 - r)) for r in recall]
-    bound = [scale * 3 * (1 - r) for r in recall]
-    return Curve(recall=recall, precision=precision, bound=bound)
-
-
-FPR_GRID = [10.0 ** (-3 + 3 * i / 10) for i in range(11)]
-NO_FLAGS = AuditFlags(saturated=False, c_lb_not_tight=False)
-
-
-def _roc(power: float) -> RocSummary:
-    """A concave log-log ROC (TPR = FPR**power) whose lowest point found no member."""
-    tpr = [0.0] + [fpr**power for fpr in FPR_GRID[1:]]
-    return RocSummary(
-        auc=round(1 - 0.5 * power, 6),
-        tpr_at_fpr={"0.01": 0.01**power, "0.001": 0.0},
-        fpr=FPR_GRID,
-        tpr=tpr,
-    )
-
-
-def _rocs(with_rm_rn: bool) -> dict[str, RocSummary]:
-    rocs = {"baseline": _roc(0.9), "mia": _roc(0.5)}
-    return rocs | {"rm_rn": _roc(0.7)} if with_rm_rn else rocs
-
-
-def _side_repeat(
-    c: float, ce: float, *, ceiling: float, beta: float, rm_rn: float | None
-) -> SideRepeat:
-    return SideRepeat(
-        c_lb=c,
-        c_eps_lb=ce,
-        eps_tilde=max(0.0, ce - c),
-        ceiling=ceiling,
-        baseline=_summary(c, beta),
-        mia=_summary(ce, beta),
-        rm_rn_eps_lb=rm_rn,
-        rm_rn_ceiling=None if rm_rn is None else ceiling - 0.5,
-    )
-
-
-def _two_sided_repeat(
-    c: float, ce: float, *, ceiling: float, beta: float, gain: float, rm_rn: float | None
-) -> TwoSidedRepeat:
-    """Member side 0.1 below the one-sided bounds (beta/4); non-member side ``gain`` above."""
-    member = _side_repeat(c - 0.1, ce - 0.1, ceiling=ceiling, beta=beta, rm_rn=rm_rn)
-    nonmember = _side_repeat(
-        c, ce + gain, ceiling=ceiling, beta=beta, rm_rn=None if rm_rn is None else rm_rn + 0.25
-    )
-    return TwoSidedRepeat(
-        beta=beta,
-        member=member,
-        nonmember=nonmember,
-        eps_tilde=max(member.eps_tilde, nonmember.eps_tilde),
-        rm_rn_eps_lb=nonmember.rm_rn_eps_lb,  # the larger side's (0.25 above the member's)
-    )
-
-
-def _interval_or_none(values: list[float | None]) -> Interval | None:
-    """The repeats' interval of a bound every repeat has, None when none has it."""
-    present = [v for v in values if v is not None]
-    return Interval.of(present) if present else None
-
-
-def _side_result(sides: list[SideRepeat], flags: AuditFlags) -> SideResult:
-    rm_rn = [s.rm_rn_eps_lb for s in sides]
-    return SideResult(
-        c_lb=Interval.of([s.c_lb for s in sides]),
-        c_eps_lb=Interval.of([s.c_eps_lb for s in sides]),
-        eps_tilde=Interval.of([s.eps_tilde for s in sides]),
-        ceiling=sides[0].ceiling,
-        flags=flags,
-        rm_rn_eps_lb=_interval_or_none(rm_rn),
-        rm_rn_ceiling=sides[0].rm_rn_ceiling,
-    )
-
-
-def _two_sided_result(
-    games: list[TwoSidedRepeat], side_flags: dict[str, AuditFlags]
-) -> TwoSidedResult:
-    rm_rn = [g.rm_rn_eps_lb for g in games]
-    return TwoSidedResult(
-        beta=games[0].beta,
-        eps_tilde=Interval.of([g.eps_tilde for g in games]),
-        member=_side_result([g.member for g in games], side_flags.get("member", NO_FLAGS)),
-        nonmember=_side_result([g.nonmember for g in games], side_flags.get("nonmember", NO_FLAGS)),
-        rm_rn_eps_lb=_interval_or_none(rm_rn),
-    )
-
-
-def make_result(
-    c_lbs: list[float],
-    c_eps_lbs: list[float],
-    *,
-    ceiling: float = 3.5,
-    saturated: bool = False,
-    not_tight: bool = False,
-    capped: bool = False,
-    rm_rn: list[float] | None = None,
-    o1: list[float] | None = None,
-    o1_fdp: list[tuple[float, float]] | None = None,
-    scores: bool = False,
-    generator_kind: str = "cgan",
-    two_sided: bool = True,
-    nonmember_gain: float = 0.5,
-    side_flags: dict[str, AuditFlags] | None = None,
-) -> AuditResult:
-    """A real AuditResult whose eps_tilde is max(0, c_eps_lb - c_lb) per repeat.
-
-    With ``two_sided`` (schema version 2) it also carries the two-sided game, whose
-    non-member side reads ``nonmember_gain`` more than the one-sided game, ROC summaries
-    (``rm_rn`` with ``rm_rn``) and the bound levels. ``o1_fdp``: O(1)'s f-DP ``(eps, mu)``
-    per repeat, at delta 1e-5.
-    """
-    beta = 0.05
-    eps = [max(0.0, ce - c) for c, ce in zip(c_lbs, c_eps_lbs)]
-    games = [
-        _two_sided_repeat(
-            c,
-            ce,
-            ceiling=ceiling,
-            beta=beta / 4,
-            gain=nonmember_gain,
-            rm_rn=None if rm_rn is None else rm_rn[i],
-        )
-        for i, (c, ce) in enumerate(zip(c_lbs, c_eps_lbs))
-    ]
-    rocs = _rocs(rm_rn is not None) if two_sided else {}
-    levels = {"c_lb": beta / 2, "c_eps_lb": beta / 2, "two_sided_each": beta / 4}
-    if rm_rn is not None:
-        levels |= {"rm_rn": beta / 2, "rm_rn_two_sided_each": beta / 4, "o1": beta}
-        levels |= {"o1_fdp": beta}
-    repeats = [
-        RepeatResult(
-            seed=i,
-            m=200,
-            c_lb=c,
-            c_eps_lb=ce,
-            eps_tilde=e,
-            ceiling=ceiling,
-            baseline=_summary(c, beta / 2),
-            mia=_summary(ce, beta / 2),
-            baseline_curve=_curve(0.2 + 0.05 * i),
-            mia_curve=_curve(0.4 + 0.05 * i),
-            baseline_auc=0.6 + 0.01 * i,
-            mia_auc=0.7 + 0.01 * i,
-            rm_rn_eps_lb=None if rm_rn is None else rm_rn[i],
-            o1_eps_lb=None if o1 is None else o1[i],
-            o1_eps_lb_fdp=None if o1_fdp is None else o1_fdp[i][0],
-            o1_fdp_mu=None if o1_fdp is None else o1_fdp[i][1],
-            selected={"baseline": {"epochs": 5}},
-            scores={"baseline": SECRET_SCORES, "mia": SECRET_SCORES} if scores else None,
-            two_sided=games[i] if two_sided else None,
-            roc=rocs,
-            members_shown=100 if two_sided else None,
-        )
-        for i, (c, ce, e) in enumerate(zip(c_lbs, c_eps_lbs, eps))
-    ]
-    reasons = []
-    if saturated:
-        reasons.append("c_lb within 0.3 of the ceiling")
-    if not_tight:
-        reasons.append("eps_tilde above the RM;RN interval")
-    if capped:
-        reasons.append("RM;RN's ceiling leaves no room for eps_tilde")
-    return AuditResult(
-        modality="image",
-        generator_kind=generator_kind,
-        beta=beta,
-        c_lb=Interval.of(c_lbs),
-        c_eps_lb=Interval.of(c_eps_lbs),
-        eps_tilde=Interval.of(eps),
-        ceiling=ceiling,
-        flags=AuditFlags(
-            saturated=saturated, c_lb_not_tight=not_tight, rm_rn_capped=capped, reasons=reasons
-        ),
-        repeats=repeats,
-        sizes={"m": 200, "generator": 300},
-        quality={"generator_fid_proxy": 0.4},
-        timings={"total": 12.5},
-        rm_rn_eps_lb=None if rm_rn is None else Interval.of(rm_rn),
-        o1_eps_lb=None if o1 is None else Interval.of(o1),
-        o1_eps_lb_fdp=None if o1_fdp is None else Interval.of([e for e, _ in o1_fdp]),
-        o1_fdp_mu=None if o1_fdp is None else Interval.of([mu for _, mu in o1_fdp]),
-        delta=None if o1_fdp is None else 1e-5,
-        two_sided=_two_sided_result(games, side_flags or {}) if two_sided else None,
-        roc=rocs,
-        levels=levels if two_sided else {},
-    )
-
-
-def write_run(
-    run_dir: Path,
-    *,
-    audits: dict[int, dict[str, Any]],
-    n_sites: int,
-    dp: float | None = None,
-    n_rounds: int = 3,
-    accuracy: float = 0.8,
-) -> Path:
-    """A run directory per the contract's layout."""
-    (run_dir / "audits").mkdir(parents=True)
-    dp_cfg = {"enabled": True, "epsilon": dp, "delta": 1e-5} if dp else {"enabled": False}
-    (run_dir / "config.yaml").write_text(
-        yaml.safe_dump({"name": run_dir.name, "seed": 0, "rounds": n_rounds, "dp": dp_cfg})
-    )
-    sites = [
-        {
-            "site_id": i,
-            "train": 600 + i,
-            "holdout": 100,
-            "test": 100,
-            "label_histogram": {"train": [60] * 10, "holdout": [10] * 10},
-        }
-        for i in range(n_sites)
-    ]
-    (run_dir / "partition.json").write_text(
-        json.dumps({"sites": sites, "scheme": "iid", "seed": 0})
-    )
-    lines = []
-    for r in range(1, n_rounds + 1):
-        lines.append(
-            json.dumps(
-                {
-                    "round": r,
-                    "global_loss": 2.0 / r,
-                    "global_accuracy": accuracy * r / n_rounds,
-                    "sites": {
-                        str(i): {
-                            "train_loss": 2.1 / r + 0.01 * i,
-                            "dp_epsilon": None if dp is None else dp * r / n_rounds,
-                            "num_examples": 600 + i,
-                        }
-                        for i in range(n_sites)
-                    },
-                    "elapsed_s": 1.5 * r,
-                }
-            )
-        )
-    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    for site_id, audit in audits.items():
-        (run_dir / "audits" / f"site-{site_id}.json").write_text(json.dumps(audit))
-    return run_dir
-
-
-def ok_audit(site_id: int, result: AuditResult, *, dp: float | None = None) -> dict[str, Any]:
-    return {
-        "site_id": site_id,
-        "status": "ok",
-        "error": None,
-        "n_members": 600 + site_id,
-        "n_holdout": 100,
-        "dp_epsilon": dp,
-        "elapsed_s": 20.0,
-        "result": result.to_dict(),
-    }
-
-
-def failed_audit(site_id: int) -> dict[str, Any]:
-    return {
-        "site_id": site_id,
-        "status": "failed",
-        "error": ERROR_TEXT,
-        "n_members": 600,
-        "n_holdout": 100,
-        "dp_epsilon": None,
-        "elapsed_s": 3.0,
-        "result": None,
-    }
-
 
 MEMBER_NOT_TIGHT = AuditFlags(
     saturated=False, c_lb_not_tight=True, reasons=["eps_tilde above its side's RM;RN"]
@@ -681,7 +393,7 @@ def test_markdown_shows_two_sided_flags_per_side_and_low_fpr(
 def test_tpr_keys_match_the_audit_and_empty_roc_draws_nothing() -> None:
     assert tuple(f"{level:g}" for level in LOW_FPRS) == TPR_FPR_KEYS == ("0.01", "0.001")
     assert roc_plot(0, {}, 1) is None
-    assert roc_plot(0, {"mia": _roc(0.5)}, 1) is not None
+    assert roc_plot(0, {"mia": power_roc(0.5)}, 1) is not None
 
 
 def test_per_record_scores_never_leave_audits(written: tuple[Path, ReportFiles]) -> None:

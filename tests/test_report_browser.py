@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_over_rounds import by_round_lines, with_class_slices
-from test_report import make_result, ok_audit, write_run
+from builders import by_round_lines, make_result, ok_audit, with_class_slices, write_run
 
 from reporting import SweepPoint, build_report, load_run, write_report, write_sweep_report
 from reporting.formatting import fmt_est, fmt_two_sided

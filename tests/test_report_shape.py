@@ -10,8 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from test_over_rounds import by_round_lines, with_class_slices
-from test_report import make_result, ok_audit, write_run
+from builders import by_round_lines, make_result, ok_audit, with_class_slices, write_run
 
 from audit.result import AuditFlags
 from reporting import write_report

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_over_rounds import by_round_lines
-from test_report import make_result, ok_audit, write_run
+from builders import by_round_lines, make_result, ok_audit, write_run
 
 from audit.calibration import calibrated_statistics, log_likelihood, reference_statistics
 from audit.components import Records

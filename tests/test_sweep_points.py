@@ -9,8 +9,17 @@ from typing import Any
 
 import pytest
 import yaml
-from test_privacy_ledger import QUALITY, _canary, _client_dp, _set_config, _with_quality, flat
-from test_report import make_result, ok_audit, write_run
+from builders import (
+    QUALITY,
+    canary_block,
+    client_dp_ledger,
+    flat,
+    make_result,
+    ok_audit,
+    set_config,
+    with_quality,
+    write_run,
+)
 
 from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
 from reporting import SweepPoint, plots, write_sweep_report
@@ -97,20 +106,20 @@ def sweep_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         accuracy=0.7,
         audits={
             0: ok_audit(
-                0, _with_quality(make_result([1.0, 1.0], [1.25, 1.5], o1=[0.25, 0.5])), dp=2.0
+                0, with_quality(make_result([1.0, 1.0], [1.25, 1.5], o1=[0.25, 0.5])), dp=2.0
             )
-            | {"canary": _canary(0.875, 3.0)}
+            | {"canary": canary_block(0.875, 3.0)}
         },
     )
-    _set_config(rec, level="record", enabled=True, target_epsilon=2.0, canaries=200)
+    set_config(rec, level="record", enabled=True, target_epsilon=2.0, canaries=200)
     client = write_run(
         base / "client",
         n_sites=1,
         accuracy=0.75,
         audits={0: ok_audit(0, make_result([1.0, 1.0], [1.5, 1.75], o1=[0.5, 0.75]))},
     )
-    _set_config(client, level="client", enabled=False)
-    (client / CLIENT_DP_FILE).write_text(json.dumps(_client_dp({0: (1.5, 6.0)})))
+    set_config(client, level="client", enabled=False)
+    (client / CLIENT_DP_FILE).write_text(json.dumps(client_dp_ledger({0: (1.5, 6.0)})))
     nodp = write_run(
         base / "nodp",
         n_sites=1,
