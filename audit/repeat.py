@@ -1,10 +1,10 @@
-"""One repeat of Algorithm 1's second phase: fresh b / MIA splits, a fresh game, both sides.
+"""One repeat of Algorithm 1's second phase: fresh b / MIA splits, a fresh game, both games.
 
 The paper's one-sided game is computed exactly as the paper states it (member guesses only,
-b and the MIA selected on validation by the member-side bound, each bound at beta/2). The
-two-sided game adds the non-member side: b and the MIA selected on validation by the
-non-member-side bound, and all four bounds at beta/4 (docs/two_sided_game.md). The game's
-test split only ever reaches ``score`` (never ``fit``), and only after selection.
+b and the MIA selected on validation by the member-side bound, each bound at the one-sided
+level); the two-sided game (:mod:`audit.two_sided`) adds the non-member side. The game's
+test split only ever reaches ``score`` (never ``fit``), and only after selection. A repeat's
+steps: :func:`_cut`, :func:`_score`, :func:`_comparisons`, then the bounds.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from audit.comparisons import O1Outcome, RmRnOutcome, clip, o1_eps_lb, rm_rn
 from audit.components import AuditContext, ClassifierData, make_classifier
 from audit.config import AuditConfig
 from audit.game import PrivacyGame, draw_game
-from audit.result import RepeatResult, SideRepeat, TwoSidedRepeat
+from audit.result import RepeatResult
 from audit.roc import roc_summary
 from audit.score_attack import Candidates, candidate_count
 from audit.sides import SIDES, BoundRule, Scored, Side, break_ties
 from audit.splits import MemberSplits, resplit
 from audit.timing import StageTimer
+from audit.two_sided import ScoredGame, two_sided_repeat
 
 RECALL_GRID = [round(0.05 * k, 2) for k in range(1, 21)]
 """Recall levels of the reported precision / bound curves."""
@@ -141,15 +142,20 @@ def _side_scorer(
     return fit
 
 
-def play_repeat(
-    inputs: RepeatInputs, r: int, timer: StageTimer
-) -> tuple[RepeatResult, dict[str, int]]:
-    """Repeat ``r``: re-split D_in / D_out, draw the game, train, select and score b and the
-    MIA for each side, bound, and run the comparisons when real non-members exist.
+@dataclass(frozen=True)
+class RepeatGame:
+    """Repeat ``r``'s cut: its seed, the fresh b / MIA splits of members and generated
+    records, and the game drawn on their test splits."""
 
-    Returns the repeat and the comparison's split sizes (empty without non-members)."""
-    config = inputs.config
-    rseed = config.seed * 1009 + r
+    seed: int
+    ins: MemberSplits
+    outs: MemberSplits
+    game: PrivacyGame
+
+
+def _cut(inputs: RepeatInputs, r: int) -> RepeatGame:
+    """Re-split D_in / D_out (paired records are cut alike) and draw the game."""
+    rseed = inputs.config.seed * 1009 + r
     mem, gen = inputs.members, inputs.generated
     ins = resplit(
         np.arange(len(mem)), inputs.n_train, inputs.n_val, seed=rseed, groups=mem.records.groups
@@ -167,76 +173,94 @@ def play_repeat(
     )
     # Group-snapped cuts can leave the two test splits a few records apart.
     m = min(len(ins.test), len(outs.test))
-    game = draw_game(m, seed=rseed)
-    s = game.membership
-    rules = inputs.rules()
+    return RepeatGame(rseed, ins, outs, draw_game(m, seed=rseed))
 
-    scored: dict[tuple[str, Side], Scored] = {}
-    selected: dict[str, object] = {}
-    selected_nonmember: dict[str, object] = {}
+
+def _score(
+    inputs: RepeatInputs, cut: RepeatGame, rules: BoundRules, timer: StageTimer
+) -> tuple[ScoredGame, dict[Side, dict[str, object]]]:
+    """b's and the MIA's game scores for each side, and what each side selected."""
+    scored: ScoredGame = {}
+    selected: dict[Side, dict[str, object]] = {side: {} for side in SIDES}
     for name, view in CLASSIFIERS:
         with timer.stage(name):
-            score_side = _side_scorer(inputs, game, ins, outs, view=view, seed=rseed)
+            score_side = _side_scorer(inputs, cut.game, cut.ins, cut.outs, view=view, seed=cut.seed)
             for side in SIDES:
-                scored[name, side], choice = score_side(side, rules.for_side(side))
-                (selected if side == "member" else selected_nonmember)[name] = choice
+                scored[name, side], selected[side][name] = score_side(side, rules.for_side(side))
+    return scored, selected
+
+
+def _comparisons(
+    inputs: RepeatInputs, cut: RepeatGame, rules: BoundRules, timer: StageTimer
+) -> tuple[RmRnOutcome | None, O1Outcome | None]:
+    """RM;RN and O(1) on the site's real non-members (None, None without them)."""
+    if inputs.nonmembers is None:
+        return None, None
+    config = inputs.config
+    with timer.stage("rm_rn"):
+        comparison = rm_rn(
+            config,
+            inputs.context,
+            inputs.members,
+            inputs.nonmembers,
+            cut.ins,
+            rseed=cut.seed,
+            paper=rules.paper,
+            two_sided=rules.two_sided,
+        )
+    with timer.stage("o1"):
+        o1 = o1_eps_lb(
+            inputs.members.take(cut.ins.test),
+            inputs.nonmembers,
+            beta=config.beta,
+            delta=config.delta,
+            rseed=cut.seed,
+        )
+    return comparison, o1
+
+
+def _kept_scores(scored: ScoredGame, membership: np.ndarray) -> dict[str, list[float]]:
+    """The game's per-record scores (``return_scores``; they never leave the site)."""
+    kept = {name: [float(v) for v in scored[name, "member"].scores] for name, _ in CLASSIFIERS}
+    kept.update(
+        {
+            f"{name}_nonmember_side": [float(v) for v in scored[name, "nonmember"].scores]
+            for name, _ in CLASSIFIERS
+        }
+    )
+    kept["membership"] = [float(v) for v in membership]
+    return kept
+
+
+def play_repeat(
+    inputs: RepeatInputs, r: int, timer: StageTimer
+) -> tuple[RepeatResult, dict[str, int]]:
+    """Repeat ``r``: re-split D_in / D_out, draw the game, train, select and score b and the
+    MIA for each side, bound, and run the comparisons when real non-members exist.
+
+    Returns the repeat and the comparison's split sizes (empty without non-members)."""
+    config = inputs.config
+    rules = inputs.rules()
+    cut = _cut(inputs, r)
+    s = cut.game.membership
+    scored, selected = _score(inputs, cut, rules, timer)
+    comparison, o1 = _comparisons(inputs, cut, rules, timer)
 
     b_sum = rules.paper.bound(scored["baseline", "member"], s, "member")
     a_sum = rules.paper.bound(scored["mia", "member"], s, "member")
     c_lb, c_eps_lb = clip(b_sum.lower_bound), clip(a_sum.lower_bound)
-
-    comparison: RmRnOutcome | None = None
-    o1: O1Outcome | None = None
-    if inputs.nonmembers is not None:
-        with timer.stage("rm_rn"):
-            comparison = rm_rn(
-                config,
-                inputs.context,
-                mem,
-                inputs.nonmembers,
-                ins,
-                rseed=rseed,
-                paper=rules.paper,
-                two_sided=rules.two_sided,
-            )
-        with timer.stage("o1"):
-            o1 = o1_eps_lb(
-                mem.take(ins.test),
-                inputs.nonmembers,
-                beta=config.beta,
-                delta=config.delta,
-                rseed=rseed,
-            )
-
-    sides = {side: _side_repeat(scored, s, side, rules.two_sided, comparison) for side in SIDES}
-    two_sided = TwoSidedRepeat(
-        beta=rules.two_sided.beta,
-        member=sides["member"],
-        nonmember=sides["nonmember"],
-        eps_tilde=max(x.eps_tilde for x in sides.values()),
-        rm_rn_eps_lb=None if comparison is None else max(comparison.side_eps_lb.values()),
-        selected=selected_nonmember,
+    two_sided = two_sided_repeat(
+        scored, s, rules.two_sided, comparison, selected=selected["nonmember"]
     )
     roc = {name: roc_summary(scored[name, "member"].scores, s) for name, _ in CLASSIFIERS}
-    labels = mem.records.y
+    labels = inputs.members.records.y
     per_class = (
-        class_slices(scored, s, labels[ins.test[: game.m]], rules.two_sided)
+        class_slices(scored, s, labels[cut.ins.test[: cut.game.m]], rules.two_sided)
         if inputs.paired and labels is not None
         else []
     )
     if comparison is not None:
         roc["rm_rn"] = comparison.roc
-
-    kept = None
-    if config.return_scores:
-        kept = {name: [float(v) for v in scored[name, "member"].scores] for name, _ in CLASSIFIERS}
-        kept.update(
-            {
-                f"{name}_nonmember_side": [float(v) for v in scored[name, "nonmember"].scores]
-                for name, _ in CLASSIFIERS
-            }
-        )
-        kept["membership"] = [float(v) for v in s]
 
     def curve(name: str):
         return bounds.bound_curve(
@@ -249,9 +273,9 @@ def play_repeat(
         )
 
     result = RepeatResult(
-        seed=rseed,
-        m=game.m,
-        members_shown=game.members_shown,
+        seed=cut.seed,
+        m=cut.game.m,
+        members_shown=cut.game.members_shown,
         c_lb=c_lb,
         c_eps_lb=c_eps_lb,
         eps_tilde=max(0.0, c_eps_lb - c_lb),
@@ -267,32 +291,10 @@ def play_repeat(
         o1_eps_lb_fdp=None if o1 is None else o1.eps_lb_fdp,
         o1_fdp_mu=None if o1 is None else o1.fdp_mu,
         rm_rn_ceiling=None if comparison is None else comparison.ceiling,
-        selected=selected,
-        scores=kept,
+        selected=selected["member"],
+        scores=_kept_scores(scored, s) if config.return_scores else None,
         two_sided=two_sided,
         roc=roc,
         per_class=per_class,
     )
     return result, ({} if comparison is None else comparison.sizes)
-
-
-def _side_repeat(
-    scored: dict[tuple[str, Side], Scored],
-    s: np.ndarray,
-    side: Side,
-    rule: BoundRule,
-    comparison: RmRnOutcome | None,
-) -> SideRepeat:
-    b = rule.bound(scored["baseline", side], s, side)
-    a = rule.bound(scored["mia", side], s, side)
-    c_lb, c_eps_lb = clip(b.lower_bound), clip(a.lower_bound)
-    return SideRepeat(
-        c_lb=c_lb,
-        c_eps_lb=c_eps_lb,
-        eps_tilde=max(0.0, c_eps_lb - c_lb),
-        ceiling=rule.ceiling(s, side),
-        baseline=b,
-        mia=a,
-        rm_rn_eps_lb=None if comparison is None else comparison.side_eps_lb[side],
-        rm_rn_ceiling=None if comparison is None else comparison.side_ceiling[side],
-    )
