@@ -55,6 +55,7 @@ __all__ = [
     "LocalTraining",
     "Reconstruction",
     "RecordScores",
+    "RecordSpec",
     "image_scores",
     "invert",
     "label_counts",
@@ -260,9 +261,9 @@ def _tv(x: torch.Tensor) -> torch.Tensor:
 
 
 def _cosine_distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> torch.Tensor:
-    dot = sum((a[k] * b[k]).sum() for k in b)
-    na = torch.sqrt(sum(a[k].pow(2).sum() for k in b))
-    nb = torch.sqrt(sum(b[k].pow(2).sum() for k in b))
+    dot = torch.stack([(a[k] * b[k]).sum() for k in b]).sum()
+    na = torch.stack([a[k].pow(2).sum() for k in b]).sum().sqrt()
+    nb = torch.stack([b[k].pow(2).sum() for k in b]).sum().sqrt()
     return 1 - dot / (na * nb + 1e-12)
 
 
@@ -290,20 +291,30 @@ class Fields:
     categorical: bool
 
 
+@dataclass(frozen=True)
+class RecordSpec:
+    """What the server knows of a site's records: their kind, shape and labels' range."""
+
+    modality: str
+    shape: tuple[int, ...]
+    """One record's shape as the model reads it."""
+    num_classes: int
+    fields: tuple[Fields, ...] | None = None
+    """Tabular: the encoded columns of each field (the dataset's schema)."""
+
+
 def invert(
     model: nn.Module,
     global_state: dict[str, torch.Tensor],
     update: dict[str, torch.Tensor],
     training: LocalTraining,
     *,
-    modality: str,
-    record_shape: Sequence[int],
-    num_classes: int,
+    spec: RecordSpec,
     config: InversionConfig,
     seed: int,
-    fields: Sequence[Fields] | None = None,
 ) -> Reconstruction:
     """Rebuild the records of ``update`` from what the server has (see the module text)."""
+    modality, fields, num_classes = spec.modality, spec.fields, spec.num_classes
     if modality not in ("image", "tabular"):
         raise InversionUnsupported(
             f"audit.inversion: {modality} records are not supported (images and tabular rows)"
@@ -326,7 +337,7 @@ def invert(
     for _ in range(config.restarts):
         if results and time.perf_counter() > deadline:
             break
-        latent = torch.randn((n, *record_shape), generator=gen).requires_grad_(True)
+        latent = torch.randn((n, *spec.shape), generator=gen).requires_grad_(True)
         opt = torch.optim.Adam([latent], lr=config.learning_rate)
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config.iterations)
         loss_value = math.inf

@@ -16,7 +16,13 @@ from typing import Any, Literal
 from audit.result import AuditResult
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
-from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR, RunLayout, exposed_records_name
+from contracts.run_files import (
+    CONFIG_FILE,
+    SITE_STATE_DIR,
+    RunLayout,
+    exposed_records_name,
+    inversion_gallery_name,
+)
 from contracts.run_log import ClientDPLedgerFile, PlatformInfo, read_record
 
 from .aggregate import site_report
@@ -49,7 +55,12 @@ def site_report_paths(run_dir: Path, site_id: int) -> ReportFiles:
 
 def exposed_records_link(run_dir: Path, site_id: int) -> str | None:
     """The site's exposed-records file relative to its report, when the file exists."""
-    path = Path(run_dir) / SITE_STATE_DIR / exposed_records_name(site_id)
+    return _site_local_link(run_dir, exposed_records_name(site_id))
+
+
+def _site_local_link(run_dir: Path, name: str) -> str | None:
+    """A file of the site's state directory relative to its report, when it exists."""
+    path = Path(run_dir) / SITE_STATE_DIR / name
     if not path.exists():
         return None
     return Path(os.path.relpath(path, Path(run_dir) / SITE_REPORTS_DIR)).as_posix()
@@ -81,6 +92,7 @@ def build_site_page_report(
         exposed_records_link=link,
         source=source,
         between_runs=_between_runs(run_dir, site.site_id),
+        inversion_gallery_link=_site_local_link(run_dir, inversion_gallery_name(site.site_id)),
     )
 
 
