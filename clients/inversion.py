@@ -230,21 +230,26 @@ def _gallery_rows(
     scores: RecordScores,
     base_scores: RecordScores,
 ) -> list[torch.Tensor]:
-    """The best and the typical (median) record: original, reconstruction, baseline's."""
+    """The best and the typical (median) record: original, reconstruction, baseline's,
+    a white line between them."""
     order = np.argsort(scores.quality)
     picks = [int(order[-1]), int(order[len(order) // 2])]
+    gap = torch.ones((*truth.shape[1:-1], 1))
     return [
-        torch.cat([truth[i], recon[scores.match[i]], base[base_scores.match[i]]], dim=-1)
+        torch.cat([truth[i], gap, recon[scores.match[i]], gap, base[base_scores.match[i]]], -1)
         for i in picks
     ]
 
 
-def _write_gallery(path: Path, rows: list[torch.Tensor], scale: int = 4) -> None:
+def _write_gallery(path: Path, rows: list[torch.Tensor]) -> None:
     from PIL import Image
 
-    grid = torch.cat(rows, dim=-2)  # (C, H, W): rows stacked
+    gap = torch.ones((*rows[0].shape[:-2], 1, rows[0].shape[-1]))
+    grid = torch.cat([rows[0], gap, *rows[1:]], dim=-2)  # (C, H, W): rows stacked
     pixels = ((grid.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
     array = pixels.permute(1, 2, 0).numpy()
     image = Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
-    image = image.resize((image.width * scale, image.height * scale), Image.Resampling.NEAREST)
+    scale = max(4, 96 // rows[0].shape[-2])  # a record at least ~48 pixels high
+    size = (image.width * scale, image.height * scale)
+    image = image.resize(size, Image.Resampling.NEAREST)
     atomic_write(path, lambda f: image.save(f, format="PNG"), private=True)

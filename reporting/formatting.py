@@ -250,8 +250,10 @@ def inversion_sentence(result: InversionResult) -> str:
         f"{fmt(result.threshold, 2)}, against {result.baseline_share_rebuilt:.0%} for an "
         "update from public records"
     )
-    if result.share_rebuilt > result.baseline_share_rebuilt and gap > 0.1:
-        return head + ": your records can be rebuilt from what you send."
+    if gap >= 0.1 and result.share_rebuilt > result.baseline_share_rebuilt:
+        return head + ": well above chance, so your records can be rebuilt from what you send."
+    if gap > 0.02:
+        return head + ": a little above chance; no record is clearly rebuilt."
     return head + ": no better than chance, so no record could be rebuilt this way."
 
 
