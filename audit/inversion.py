@@ -88,6 +88,18 @@ class InversionConfig(BaseModel):
     max_records: int = Field(
         64, ge=1, description="attacked records scored (a random sample when more were used)"
     )
+    max_dummies: int = Field(
+        64,
+        ge=1,
+        description="the attack rebuilds at most this many records; an update of more "
+        "stands in for them with its batches shrunk in proportion (its cost budget)",
+    )
+    max_steps: int = Field(
+        16,
+        ge=1,
+        description="the attack simulates at most this many local steps; more are merged, "
+        "consecutive ones into one (batches joined, step size multiplied)",
+    )
     time_limit_s: float = Field(
         60.0, gt=0, description="wall-clock limit of one attack (the baseline gets the same)"
     )
@@ -127,16 +139,39 @@ class LocalTraining:
     def attack(self) -> AttackKind:
         return "fedsgd" if self.steps == 1 else "fedavg"
 
-    def batches(self) -> tuple[int, list[slice]]:
-        """(dummy records, the simulated steps' batches over them)."""
+    @property
+    def records(self) -> int:
+        """Records the round's steps used (all of them over epochs; the first batches'
+        with ``steps``)."""
         b = max(1, min(self.batch_size, self.num_examples))
-        if self.steps is not None:
-            n = min(self.num_examples, self.steps * b)
-            per_epoch = [slice(s, min(s + b, n)) for s in range(0, n, b)]
-            return n, per_epoch[: self.steps]
-        n = self.num_examples
-        per_epoch = [slice(s, min(s + b, n)) for s in range(0, n, b)]
-        return n, per_epoch * self.epochs
+        return self.num_examples if self.steps is None else min(self.num_examples, self.steps * b)
+
+    def batches(
+        self, limit: int | None = None, max_steps: int | None = None
+    ) -> tuple[int, list[tuple[torch.Tensor, int]]]:
+        """(records simulated, the simulated steps in order: each step's record indices
+        and how many of the site's steps it stands for).
+
+        The attack's cost budget: with ``limit`` below :attr:`records`, ``limit`` records
+        stand in for all, the same number of steps each with its batch shrunk in proportion;
+        with ``max_steps`` below the number of steps, consecutive steps are merged into one
+        (their batches joined, the step size multiplied by their number)."""
+        n = self.records
+        b = max(1, min(self.batch_size, self.num_examples))
+        steps = self.steps if self.steps is not None else self.epochs * math.ceil(n / b)
+        if limit is not None and n > limit:
+            b, n = max(1, round(b * limit / n)), limit
+        order = torch.arange(n).repeat(math.ceil(steps * b / n) + 1)
+        per_step = [order[i * b : i * b + b] for i in range(steps)]
+        if self.steps is None:  # each epoch restarts at the first record
+            per_epoch = math.ceil(n / b)
+            per_step = [torch.arange(n)[(i % per_epoch) * b :][:b] for i in range(steps)]
+        merge = 1 if max_steps is None else math.ceil(steps / max_steps)
+        merged = [
+            (torch.cat(per_step[i : i + merge]), len(per_step[i : i + merge]))
+            for i in range(0, steps, merge)
+        ]
+        return n, merged
 
 
 def _trainable(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -151,6 +186,8 @@ def simulate_update(
     training: LocalTraining,
     *,
     differentiable: bool,
+    limit: int | None = None,
+    max_steps: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """The change of the trainable weights after ``training`` on ``(x, y)`` from
     ``global_state`` (batches in order, the optimizer written out functionally).
@@ -158,7 +195,7 @@ def simulate_update(
     With ``differentiable`` the change is a function of ``x`` (the attacker's simulation);
     an Adam step's ``eps`` is then raised to a tenth of the gradient's RMS, so that the
     simulated step stays a smooth function of the records (a first Adam step is otherwise a
-    sign, whose derivative is zero).
+    sign, whose derivative is zero). ``limit``, ``max_steps``: see :meth:`LocalTraining.batches`.
     """
     model.train()
     names = [k for k, p in model.named_parameters() if p.requires_grad]
@@ -166,8 +203,10 @@ def simulate_update(
     params = {k: v.clone().requires_grad_(True) for k, v in start.items()}
     buffers = {k: global_state[k].clone() for k, _ in model.named_buffers()}
     state: dict[str, dict[str, torch.Tensor]] = {}
-    _, batches = training.batches()
-    for t, batch in enumerate(batches, start=1):
+    _, batches = training.batches(limit, max_steps)
+    t = 0
+    for batch, merged in batches:
+        t += merged
         logits = functional_call(model, {**params, **buffers}, (x[batch],))
         loss = F.cross_entropy(logits, y[batch])
         grads = torch.autograd.grad(
@@ -175,7 +214,7 @@ def simulate_update(
         )
         with torch.set_grad_enabled(differentiable):
             stepped = {
-                k: _step(k, p, g, state, t, training, smooth=differentiable)
+                k: _step(k, p, g, state, t, training, scale=merged, smooth=differentiable)
                 for (k, p), g in zip(params.items(), grads, strict=True)
             }
         params = (
@@ -195,11 +234,13 @@ def _step(
     t: int,
     training: LocalTraining,
     *,
+    scale: int,
     smooth: bool,
 ) -> torch.Tensor:
-    """One optimizer step of one tensor, as torch's SGD (momentum), Adam and AdamW take it;
+    """One optimizer step of one tensor, as torch's SGD (momentum), Adam and AdamW take it
+    (``t``: the site's step count; ``scale``: the site's steps this one stands for);
     ``state`` holds the moments (updated in place)."""
-    lr, wd = training.learning_rate, training.weight_decay
+    lr, wd = training.learning_rate * scale, training.weight_decay
     g = torch.zeros_like(p) if g is None else g
     moments = state.setdefault(key, {})
     if training.optimizer == "sgd":
@@ -322,7 +363,7 @@ def invert(
     began = time.perf_counter()
     names = list(_trainable(model))
     target = {k: update[k].detach().to(torch.float32) for k in names}
-    n, _ = training.batches()
+    n, _ = training.batches(config.max_dummies, config.max_steps)
     sgd_step = training.optimizer == "sgd" and training.steps == 1
     counts = label_counts(
         target[_bias_key(target, num_classes)],
@@ -344,7 +385,16 @@ def invert(
         for _ in range(config.iterations):
             opt.zero_grad()
             x = _decode(latent, modality, fields)
-            delta = simulate_update(model, global_state, x, y, training, differentiable=True)
+            delta = simulate_update(
+                model,
+                global_state,
+                x,
+                y,
+                training,
+                differentiable=True,
+                limit=n,
+                max_steps=config.max_steps,
+            )
             loss = _cosine_distance(delta, target)
             loss_value = float(loss.detach())
             if modality == "image" and config.tv_weight > 0:
@@ -510,7 +560,9 @@ class InversionResult:
     threshold: float
     """A record counts as rebuilt at this quality or above."""
     n_records: int
-    """Records in the attacked update (the simulated dummies)."""
+    """Records the attacked update came from."""
+    n_dummies: int
+    """Records the attack rebuilt (``max_dummies`` standing in for more)."""
     n_scored: int
     """Attacked records compared with their reconstruction."""
     quality_mean: float
@@ -559,7 +611,8 @@ def summarise(
         modality=modality,
         measure="ssim" if modality == "image" else "fields",
         threshold=threshold,
-        n_records=training.batches()[0],
+        n_records=training.records,
+        n_dummies=reconstruction.x.shape[0],
         n_scored=int(q.size),
         quality_mean=float(q.mean()),
         quality_median=float(np.median(q)),

@@ -171,7 +171,7 @@ def _attack_round(
     )
     # The baseline: the same attack on an update of the same shape from public records.
     public_x, public_y = _public(data)
-    n = training.batches()[0]
+    n = training.records
     pick = rng.choice(len(public_x), size=n, replace=n > len(public_x))
     px, py = task.tensors(public_x[pick], public_y[pick])[:2]
     base_update = simulate_update(model, kept["global"], px, py, training, differentiable=False)
