@@ -95,7 +95,7 @@ class InversionConfig(BaseModel):
         "stands in for them with its batches shrunk in proportion (its cost budget)",
     )
     max_steps: int = Field(
-        16,
+        8,
         ge=1,
         description="the attack simulates at most this many local steps; more are merged, "
         "consecutive ones into one (batches joined, step size multiplied)",

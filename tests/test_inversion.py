@@ -204,3 +204,56 @@ def test_inversion_is_off_by_default_and_text_is_refused():
             config=InversionConfig(),
             seed=0,
         )
+
+
+def _entry(round_: int, quality: float, baseline: float) -> dict:
+    return InversionResult(
+        round=round_,
+        attack="fedsgd",
+        modality="image",
+        measure="ssim",
+        threshold=0.6,
+        n_records=64,
+        n_dummies=64,
+        n_scored=64,
+        quality_mean=quality,
+        quality_median=quality,
+        quality_max=min(1.0, quality + 0.1),
+        share_rebuilt=1.0 if quality >= 0.6 else 0.0,
+        psnr_mean=20.0,
+        baseline_quality_mean=baseline,
+        baseline_quality_max=baseline + 0.1,
+        baseline_share_rebuilt=0.0,
+        baseline_psnr_mean=9.0,
+        match_loss=0.01,
+        iterations=300,
+        seconds=42.0,
+        dp_epsilon=None,
+    ).to_dict()
+
+
+def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
+    """The summary numbers reach the site's page (its sentence, its table, the link to its
+    own gallery) and the sweep's table and plot; the gallery is linked, never copied."""
+    from test_report import make_result, ok_audit, write_run
+
+    from contracts.run_files import RunLayout, inversion_gallery_name
+    from reporting import SweepPoint, write_sweep_report
+    from reporting.site_report import write_site_report
+
+    result = make_result([1.0, 1.0], [1.25, 1.5], o1=[0.25, 0.5])
+    audit = ok_audit(0, result) | {"inversion": [_entry(1, 0.912, 0.301)]}
+    run = write_run(tmp_path / "run", n_sites=1, audits={0: audit})
+    gallery = RunLayout(run).site_state / inversion_gallery_name(0)
+    gallery.parent.mkdir(parents=True)
+    gallery.write_bytes(b"\x89PNG site-local")
+    page = write_site_report(run, 0).html_path.read_text()
+    assert "Can the server rebuild your records" in page
+    assert "well above chance, so your records can be rebuilt" in page
+    assert "0.912" in page and "0.301" in page
+    assert 'src="../site_state/site-0-inversion.png"' in page
+    assert "\x89PNG" not in page
+    files = write_sweep_report(tmp_path / "sweep", [SweepPoint("fedsgd", {}, run)])
+    sweep_page = files.html_path.read_text()
+    assert "SSIM 0.91 (baseline 0.30); 100% &gt;= 0.60" in sweep_page
+    assert 'aria-label="reconstruction quality vs accountant epsilon per site"' in sweep_page
