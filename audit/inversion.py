@@ -52,6 +52,7 @@ __all__ = [
     "InversionConfig",
     "InversionResult",
     "InversionUnsupported",
+    "MODALITIES",
     "LocalTraining",
     "Reconstruction",
     "RecordScores",
@@ -64,7 +65,8 @@ __all__ = [
 ]
 
 AttackKind = Literal["fedsgd", "fedavg"]
-Modality = Literal["image", "tabular"]
+MODALITIES = ("image", "tabular")
+"""The record kinds the attacks rebuild."""
 
 
 class InversionUnsupported(UserError, ValueError):
@@ -356,9 +358,9 @@ def invert(
 ) -> Reconstruction:
     """Rebuild the records of ``update`` from what the server has (see the module text)."""
     modality, fields, num_classes = spec.modality, spec.fields, spec.num_classes
-    if modality not in ("image", "tabular"):
+    if modality not in MODALITIES:
         raise InversionUnsupported(
-            f"audit.inversion: {modality} records are not supported (images and tabular rows)"
+            f"audit.inversion: {modality} records are not supported ({', '.join(MODALITIES)})"
         )
     began = time.perf_counter()
     names = list(_trainable(model))

@@ -488,6 +488,11 @@ class AuditReply:
         )
         if reply.result is None and reply.by_round is None:
             raise WireError(f"{what}: holds neither {RESULT_JSON!r} nor {BY_ROUND_JSON!r}")
+        for key, entry in (reply.inversion or {}).items():
+            if not isinstance(entry, dict) or entry.get("round") != _round_key(key):
+                raise WireError(
+                    f"{what}: {INVERSION_JSON}: entry {key!r} must be an object of that round"
+                )
         for key, value in (
             (SITE_ID, reply.site_id),
             (N_MEMBERS, reply.n_members),
@@ -498,6 +503,10 @@ class AuditReply:
             if value is not None:
                 _at_least(value, 0, key, what)
         return reply
+
+
+def _round_key(key: str) -> int | None:
+    return int(key) if key.isdigit() else None
 
 
 AUDIT_FAILED_CODE = 4001

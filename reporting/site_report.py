@@ -29,7 +29,7 @@ from .aggregate import site_report
 from .formatting import violation_warnings
 from .inputs import RunInputs, load_optional_config, load_replicates, load_site_audit
 from .manifest import build_manifest
-from .plain_language import THREAT_MODEL, plain_reading
+from .plain_language import INVERSION_THREAT, THREAT_MODEL, plain_reading
 from .privacy_ledger import privacy_settings
 from .schema import (
     SCHEMA_VERSION,
@@ -84,7 +84,7 @@ def build_site_page_report(
         run_name=str(name) if name is not None else None,
         site=site,
         reading=plain_reading(site, exposed_records=link is not None),
-        threat_model=list(THREAT_MODEL),
+        threat_model=[*THREAT_MODEL, *([INVERSION_THREAT] if site.privacy.inversion else [])],
         standing=standing,
         manifest=build_manifest(
             config_path if config_path.exists() else None, config, result, _platform(run_dir)

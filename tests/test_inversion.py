@@ -214,6 +214,14 @@ def test_config_rules_name_the_key(raw, match):
 
 def test_inversion_is_off_by_default_and_text_is_refused():
     assert validate_config({}).audit.inversion is None
+    from simulations.run_dir import DatasetMeta
+    from simulations.run_task import check_run_task
+
+    text = validate_config({"model": {"name": "gpt2_small"}, "audit": {"inversion": {}}})
+    meta = DatasetMeta("bible", "text", 100, (16,))
+    # Before any site starts, so the run's membership audit is never lost to it.
+    with pytest.raises(ConfigError, match=r"audit\.inversion: text records are not supported"):
+        check_run_task(text, meta)
     from audit.inversion import InversionUnsupported
 
     model = torch.nn.Linear(2, 2)
@@ -281,3 +289,14 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
     sweep_page = files.html_path.read_text()
     assert "SSIM 0.91 (baseline 0.30); 100% &gt;= 0.60" in sweep_page
     assert 'aria-label="reconstruction quality vs accountant epsilon per site"' in sweep_page
+
+
+def test_the_reply_carries_summary_numbers_checked_by_round():
+    from contracts.wire import AuditReply, WireError
+
+    entry = _entry(1, 0.5, 0.4)
+    reply = AuditReply(0, {"k": 1}, 10, 5, 1.0, inversion={"1": entry})
+    assert AuditReply.from_record(reply.to_record()).inversion == {"1": entry}
+    wrong = AuditReply(0, {"k": 1}, 10, 5, 1.0, inversion={"2": entry})
+    with pytest.raises(WireError, match="inversion-json: entry '2'"):
+        AuditReply.from_record(wrong.to_record())
