@@ -30,7 +30,9 @@ from ml.tasks.base import OptimizerSpec
 from simulations.config import ConfigError, validate_config
 
 BATCH = 4
-ATTACK = InversionConfig(iterations=300, restarts=1, max_records=BATCH)
+# A time limit no busy machine reaches: the tests run a fixed number of attack steps.
+UNTIMED = 3_600.0
+ATTACK = InversionConfig(iterations=300, restarts=1, max_records=BATCH, time_limit_s=UNTIMED)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +123,7 @@ def test_fedsgd_update_rebuilds_a_batch_of_digits(digits, tmp_path):
 def test_fedavg_update_of_two_epochs_rebuilds_the_records(digits, tmp_path):
     """FedAvg: 6 records, 2 local epochs of 2 shuffled batches; the attack simulates the
     epochs on the same dummy records in a fixed order."""
-    config = InversionConfig(iterations=150, restarts=1, max_records=6)
+    config = InversionConfig(iterations=150, restarts=1, max_records=6, time_limit_s=UNTIMED)
     result = _audit_one_step(
         digits, tmp_path, dp=None, n=6, steps=None, epochs=2, batch=3, config=config
     )
@@ -185,7 +187,7 @@ def test_tabular_fedsgd_update_gives_back_most_fields():
     tx, ty = task.tensors(x, y)
     update = simulate_update(model, start, tx, ty, training, differentiable=False)
     spec = RecordSpec("tabular", (x.shape[1],), 2, tuple(fields))
-    config = InversionConfig(iterations=300, restarts=3)
+    config = InversionConfig(iterations=300, restarts=3, time_limit_s=UNTIMED)
     recon = invert(model, start, update, training, spec=spec, config=config, seed=0)
     assert recon.confidence is not None and recon.confidence.shape == (4, len(fields))
     scores = tabular_scores(tx, recon.x, fields, tolerance=config.numeric_tolerance)
