@@ -47,7 +47,7 @@ def main() -> None:
     task = make_task(config, DatasetMeta.of(dataset))
     rng = np.random.default_rng(0)
     members = rng.choice(len(dataset.x), args.members, replace=False)
-    assert dataset.public_x is not None and dataset.public_y is not None
+    assert dataset.y is not None and dataset.public_x is not None and dataset.public_y is not None
     data = SiteData(
         site_id=0,
         train_x=dataset.x[members],
