@@ -12,6 +12,7 @@ reconstruction with its true records, and replies with summary numbers only
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from contracts.files import atomic_write
 from contracts.run_files import inversion_gallery_name, inversion_state_name
 
 _STATE_VERSION = 1
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,9 @@ def inversion_audit(
     seed: int,
 ) -> dict[str, dict[str, Any]]:
     """Attack every kept round's update and its public-record baseline; round (as text) ->
-    :class:`~audit.inversion.InversionResult` as a dict. Writes the gallery of the first
-    attacked round (images) to the site's own folder."""
+    :class:`~audit.inversion.InversionResult` as a dict (empty when the site kept no such
+    round). Writes the gallery of the first attacked round (images) to the site's own
+    folder."""
     out: dict[str, dict[str, Any]] = {}
     for server_round in settings.config.rounds:
         path = settings.state_path(server_round)
@@ -132,9 +135,13 @@ def inversion_audit(
         if gallery is not None and len(out) == 1:
             _write_gallery(settings.gallery_path, gallery)
     if not out:
-        raise RuntimeError(
-            f"site {settings.site_id}: audit.inversion: no update kept for rounds "
-            f"{settings.config.rounds} (the site trained in none of them)"
+        # Not sampled in those rounds (fraction_train < 1), or a resumed run that trained them
+        # before audit.inversion was set: nothing to attack, and the rest of the audit stands.
+        log.warning(
+            "site %d: audit.inversion: no update kept for rounds %s (the site trained in none "
+            "of them here)",
+            settings.site_id,
+            settings.config.rounds,
         )
     return out
 

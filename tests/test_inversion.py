@@ -302,3 +302,9 @@ def test_the_reply_carries_summary_numbers_checked_by_round():
     wrong = AuditReply(0, {"k": 1}, 10, 5, 1.0, inversion={"2": entry})
     with pytest.raises(WireError, match="inversion-json: entry '2'"):
         AuditReply.from_record(wrong.to_record())
+
+
+def test_a_site_that_kept_no_round_reports_no_inversion(digits, tmp_path):
+    """Not sampled in the chosen rounds: nothing to attack, and nothing fails."""
+    settings = InversionSettings(config=ATTACK, site_id=0, state_dir=tmp_path)
+    assert inversion_audit(settings, _task(dp=False), _site(digits, 8), seed=0) == {}
