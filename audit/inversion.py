@@ -584,6 +584,9 @@ class InversionResult:
     """Wall time of attack and baseline together."""
     dp_epsilon: float | None = None
     """The site's record-level epsilon spent by the end of the attacked round, if DP."""
+    agreement: float | None = None
+    """Tabular: the mean share of restarts agreeing with each pooled field, the attacker's
+    own confidence (it needs no true row); None for images."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -629,4 +632,7 @@ def summarise(
         iterations=reconstruction.iterations,
         seconds=seconds,
         dp_epsilon=dp_epsilon,
+        agreement=(
+            None if reconstruction.confidence is None else float(reconstruction.confidence.mean())
+        ),
     )

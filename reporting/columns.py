@@ -432,6 +432,7 @@ INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
             f"{_pct(r.baseline_share_rebuilt)} / {fmt(r.baseline_psnr_mean, 1)}"
         ),
     ),
+    column("restarts' agreement (rows)", lambda r: fmt(r.agreement, 2)),
     column("record-level DP eps", lambda r: fmt(r.dp_epsilon)),
     column(
         "attack: match loss / steps / s",

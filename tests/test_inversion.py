@@ -194,8 +194,10 @@ def test_tabular_fedsgd_update_gives_back_most_fields():
     # Against rows drawn at random from the same encoding (what chance gives).
     chance, _ = _rows(4, np.random.default_rng(1))
     base = tabular_scores(tx, torch.as_tensor(chance), fields, tolerance=0.25)
-    print(scores.quality, base.quality)
+    print(scores.quality, base.quality, recon.confidence.mean())
     assert scores.quality.mean() > 0.5 > base.quality.mean()
+    # The restarts agree where the attack is right: the attacker's own confidence.
+    assert float(recon.confidence.mean()) > 0.5
 
 
 @pytest.mark.parametrize(
