@@ -159,10 +159,11 @@ def _attack_round(
     training = _training(task, kept)
     model = task.make_model()
     modality = str(task.modality)
+    # The records the round's steps used (with fl.local_steps), else all the site trained on.
     if kept["used"] is not None:
-        truth_x, truth_y = kept["used"][0], kept["used"][1]
+        truth_x = kept["used"][0]
     else:
-        truth_x, truth_y = task.tensors(data.training_x, data.training_y)[:2]
+        truth_x = task.tensors(data.training_x, data.training_y)[0]
     fields = None
     if modality == "tabular":
         fields = _fields(truth_x.numpy(), getattr(task, "schema", None))
