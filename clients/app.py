@@ -33,6 +33,7 @@ from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 
 from clients.audit_handler import AuditRunner
 from clients.gradient_canaries import CanaryState, GradientCanarySettings
+from clients.inversion import InversionSettings, inversion_audit, keep_round
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData
 from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
@@ -82,6 +83,8 @@ class SiteRuntime:
     """The site's own log of what its policy refused (None: the Python log only)."""
     gradient_canaries: GradientCanarySettings | None = None
     """Gradient canaries in the site's DP-SGD (record-level DP only), audited white-box."""
+    inversion: InversionSettings | None = None
+    """The site keeps its chosen rounds' updates and attacks them at audit time."""
 
 
 Resolver = Callable[[Context], SiteRuntime]
@@ -193,6 +196,7 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         ledger=ledger,
         secure_noise=runtime.secure_noise,
         canaries=canaries,
+        local_steps=asked.local_steps,
     )
     # An update above the site's maximum is not sent, so its steps are not spent.
     runtime.policy.check_release(result.dp_epsilon)
@@ -200,6 +204,15 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         _save_ledger(ledger, runtime, context)
     if canaries is not None and runtime.gradient_canaries is not None:
         canaries.save(runtime.gradient_canaries.state_path)
+    if runtime.inversion is not None and runtime.inversion.wants(asked.server_round):
+        keep_round(
+            runtime.inversion,
+            asked.server_round,
+            state,
+            result,
+            epochs=asked.local_epochs,
+            steps=asked.local_steps,
+        )
     reply = TrainReply(
         site_id=runtime.site_id,
         train_loss=result.train_loss,
@@ -232,9 +245,16 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
     dp_eps = None
     if runtime.dp is not None:
         dp_eps = _ledger(runtime, context).epsilon(runtime.dp.delta)
-    gradient = None
+    gradient = inversion = None
     if asked.main:
         gradient = _gradient_canary_audit(runtime, asked.seed)
+        if runtime.inversion is not None:
+            inversion = inversion_audit(
+                runtime.inversion,
+                runtime.task,
+                runtime.data,
+                seed=asked.seed * 31 + runtime.site_id,
+            )
     return AuditReply(
         site_id=runtime.site_id,
         result=output.result,
@@ -245,6 +265,7 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
         dp_epsilon=dp_eps,
         by_round=output.by_round,
         gradient_canaries=gradient,
+        inversion=inversion,
     )
 
 

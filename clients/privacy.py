@@ -25,11 +25,19 @@ class DPSettings:
     accountant: str
     total_epochs: int
     """Local epochs over all rounds the site may take part in (calibration horizon)."""
+    total_steps: int | None = None
+    """Local steps over all rounds (``fl.local_steps``), in place of ``total_epochs``."""
 
     def noise_for(self, sample_rate: float) -> float:
-        """sigma such that ``total_epochs`` at ``sample_rate`` meet the target epsilon."""
+        """sigma such that ``total_epochs`` (or ``total_steps``) at ``sample_rate`` meet the
+        target epsilon."""
         if self.noise_multiplier is not None:
             return self.noise_multiplier
+        horizon = (
+            {"epochs": self.total_epochs}
+            if self.total_steps is None
+            else {"steps": self.total_steps}
+        )
         from opacus.accountants.utils import get_noise_multiplier  # heavy; DP sites only
 
         assert self.target_epsilon is not None
@@ -38,7 +46,7 @@ class DPSettings:
                 target_epsilon=self.target_epsilon,
                 target_delta=self.delta,
                 sample_rate=sample_rate,
-                epochs=self.total_epochs,
+                **horizon,
                 accountant=self.accountant,
             )
         )

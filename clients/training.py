@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,6 +46,8 @@ class LocalTrainResult:
     num_examples: int
     dp_epsilon: float | None
     noise_multiplier: float | None
+    used: tuple[torch.Tensor, ...] | None = None
+    """With ``local_steps``: the records (inputs, targets) of the steps taken, in order."""
 
 
 def _proximal(
@@ -96,6 +98,7 @@ def train_locally(
     secure_noise: bool = False,
     canaries: CanaryState | None = None,
     noise_scale: float = 1.0,
+    local_steps: int | None = None,
 ) -> LocalTrainResult:
     """Train a fresh copy of the global model on the site's members.
 
@@ -108,6 +111,9 @@ def train_locally(
     ``canaries`` (with ``dp``): the site's gradient canaries observe every noisy step and the
     round's update (:mod:`clients.gradient_canaries`); updated in place. ``noise_scale`` below 1
     is a fault for tests: the steps add that fraction of the noise the accountant records.
+
+    ``local_steps``: that many batches (one step each, over as many epochs as they take)
+    instead of ``epochs`` epochs; the result then holds the records those steps used.
     """
     if noise_scale != 1.0 and (dp is None or canaries is None):
         raise ValueError("noise_scale (a test fault) needs dp and canaries")
@@ -170,12 +176,17 @@ def train_locally(
         return loss + prox() if prox is not None else loss
 
     losses = []
+    used: list[tuple[torch.Tensor, ...]] = []
     with warnings.catch_warnings():
         # torch's backward-hook notices, raised on every batch of Opacus's per-sample
         # gradients. Deprecations are not silenced.
         warnings.simplefilter("ignore", UserWarning)
-        for _ in range(epochs):
-            losses.append(run_epoch(trained, loader, optimizer, loss_fn, device))
+        if local_steps is None:
+            for _ in range(epochs):
+                losses.append(run_epoch(trained, loader, optimizer, loss_fn, device))
+        else:
+            batches = _first_batches(loader, local_steps, used)
+            losses.append(run_epoch(trained, batches, optimizer, loss_fn, device))
 
     if round_canaries is not None:
         round_canaries.finish()
@@ -191,4 +202,24 @@ def train_locally(
         num_examples=int(len(x)),
         dp_epsilon=epsilon,
         noise_multiplier=sigma,
+        used=None if local_steps is None else _concat(used),
     )
+
+
+def _first_batches(
+    loader: Iterable[tuple[torch.Tensor, ...]], steps: int, used: list[tuple[torch.Tensor, ...]]
+) -> Iterator[tuple[torch.Tensor, ...]]:
+    """The loader's first ``steps`` batches (epoch after epoch), each kept in ``used``."""
+    taken, before = 0, -1
+    while before < taken < steps:  # an empty loader ends it
+        before = taken
+        for batch in loader:
+            if taken == steps:
+                return
+            used.append(tuple(t.detach().cpu() for t in batch))
+            taken += 1
+            yield batch
+
+
+def _concat(batches: list[tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.cat(parts) for parts in zip(*batches, strict=True))

@@ -73,6 +73,19 @@ def gradient_canaries_name(site_id: int) -> str:
     return f"site-{site_id}-gradient-canaries.npz"
 
 
+def inversion_state_name(site_id: int, server_round: int) -> str:
+    """What the site keeps of one round for its gradient-inversion audit
+    (``audit.inversion``): the global weights it received, its update and the records its
+    steps used, in its state directory; never sent."""
+    return f"site-{site_id}-inversion-round-{server_round}.pt"
+
+
+def inversion_gallery_name(site_id: int) -> str:
+    """The site's gallery of its records beside their reconstructions (a PNG), in its
+    state directory; the site's report only links it, never reads it."""
+    return f"site-{site_id}-inversion.png"
+
+
 def exposed_records_name(site_id: int) -> str:
     """The site's most exposed members (``audit.exposed_records``), in its state directory.
 
@@ -310,6 +323,9 @@ class SiteAuditFile:
     gradient_canaries: dict[str, Any] | None = None
     """``audit.gradient_canaries.GradientCanaryResult.to_dict()`` when the site ran
     gradient canaries in its DP-SGD (ok only; absent otherwise)."""
+    inversion: list[dict[str, Any]] | None = None
+    """``audit.inversion.InversionResult.to_dict()`` of each attacked round, by round, when
+    the site ran the gradient-inversion audit (ok only; absent otherwise)."""
 
     def audited_rounds(self) -> set[int]:
         """The rounds ``by_round`` holds."""
@@ -340,6 +356,8 @@ class SiteAuditFile:
                 data["by_round"] = self.by_round
             if self.gradient_canaries is not None:
                 data["gradient_canaries"] = self.gradient_canaries
+            if self.inversion is not None:
+                data["inversion"] = self.inversion
         else:
             data["traceback"] = self.traceback
         if self.model_round is not None:
@@ -372,6 +390,7 @@ class SiteAuditFile:
                 model_round=_opt(int, data.get("model_round")),
                 by_round=_by_round(data.get("by_round")),
                 gradient_canaries=_opt(dict, data.get("gradient_canaries")),
+                inversion=_by_round(data.get("inversion"), "inversion"),
             )
         except KeyError:
             raise ValueError("key 'site_id' is missing") from None
@@ -379,13 +398,13 @@ class SiteAuditFile:
             raise ValueError(f"a site audit file is malformed: {err}") from err
 
 
-def _by_round(value: Any) -> list[dict[str, Any]] | None:
+def _by_round(value: Any, key: str = "by_round") -> list[dict[str, Any]] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(
         isinstance(e, dict) and isinstance(e.get("round"), int) for e in value
     ):
-        raise ValueError("key 'by_round' must be a list of objects, each with an integer 'round'")
+        raise ValueError(f"key {key!r} must be a list of objects, each with an integer 'round'")
     return value
 
 

@@ -84,6 +84,11 @@ CANARY_JSON = "canary-json"
 GRADIENT_CANARIES_JSON = "gradient-canaries-json"
 """An audit reply's white-box gradient-canary audit of the site's DP-SGD
 (``audit.gradient_canaries.GradientCanaryResult.to_dict`` as JSON)."""
+INVERSION_JSON = "inversion-json"
+"""An audit reply's gradient-inversion audit of the site's own updates: a JSON object,
+round (as text) -> ``audit.inversion.InversionResult.to_dict`` (summary numbers only)."""
+LOCAL_STEPS = "local-steps"
+"""A train config's number of local steps (batches), in place of its local epochs."""
 BY_ROUND_JSON = "by-round-json"
 """An audit reply's audits of earlier rounds: a JSON object, round (as text) -> that round's
 ``audit.over_rounds.RoundLeakage.to_dict``."""
@@ -267,11 +272,15 @@ class TrainInstructions:
     """Client-level DP clipped at the site: the kind of Flower mod to run; None: no mod."""
     proximal_mu: float | None = None
     """FedProx's proximal term (set by Flower's FedProx); None: plain local training."""
+    local_steps: int | None = None
+    """That many local steps (batches) instead of ``local_epochs`` epochs (FedSGD: 1)."""
 
     def to_record(self) -> ConfigRecord:
         record = ConfigRecord(
             {LOCAL_EPOCHS: self.local_epochs, SEED: self.seed, SERVER_ROUND: self.server_round}
         )
+        if self.local_steps is not None:
+            record[LOCAL_STEPS] = self.local_steps
         if self.client_clipping is not None:
             record[CLIENT_CLIPPING] = self.client_clipping
         if self.proximal_mu is not None:
@@ -293,6 +302,7 @@ class TrainInstructions:
             server_round=_int(record, SERVER_ROUND, what),
             client_clipping=clipping,
             proximal_mu=_opt_float(record, PROXIMAL_MU, what),
+            local_steps=_int(record, LOCAL_STEPS, what) if LOCAL_STEPS in record else None,
         )
 
     @staticmethod
@@ -427,6 +437,8 @@ class AuditReply:
     """Earlier rounds' brief audits (see :data:`BY_ROUND_JSON`); None when none was asked."""
     gradient_canaries: dict[str, Any] | None = None
     """The white-box gradient-canary audit (:data:`GRADIENT_CANARIES_JSON`), when on."""
+    inversion: dict[str, Any] | None = None
+    """The gradient-inversion audit of the site's updates (:data:`INVERSION_JSON`), when on."""
 
     def to_record(self) -> ConfigRecord:
         record = ConfigRecord(
@@ -447,6 +459,8 @@ class AuditReply:
             record[CANARY_JSON] = json.dumps(self.canary)
         if self.gradient_canaries is not None:
             record[GRADIENT_CANARIES_JSON] = json.dumps(self.gradient_canaries)
+        if self.inversion is not None:
+            record[INVERSION_JSON] = json.dumps(self.inversion)
         return record
 
     @classmethod
@@ -468,9 +482,17 @@ class AuditReply:
                 if GRADIENT_CANARIES_JSON in record
                 else None
             ),
+            inversion=(
+                _json_object(record, INVERSION_JSON, what) if INVERSION_JSON in record else None
+            ),
         )
         if reply.result is None and reply.by_round is None:
             raise WireError(f"{what}: holds neither {RESULT_JSON!r} nor {BY_ROUND_JSON!r}")
+        for key, entry in (reply.inversion or {}).items():
+            if not isinstance(entry, dict) or entry.get("round") != _round_key(key):
+                raise WireError(
+                    f"{what}: {INVERSION_JSON}: entry {key!r} must be an object of that round"
+                )
         for key, value in (
             (SITE_ID, reply.site_id),
             (N_MEMBERS, reply.n_members),
@@ -481,6 +503,10 @@ class AuditReply:
             if value is not None:
                 _at_least(value, 0, key, what)
         return reply
+
+
+def _round_key(key: str) -> int | None:
+    return int(key) if key.isdigit() else None
 
 
 AUDIT_FAILED_CODE = 4001

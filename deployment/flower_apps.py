@@ -49,7 +49,12 @@ from contracts.errors import UserError
 from contracts.files import private_dir
 from contracts.run_files import RunLayout, site_refusals_name
 from server.app import ServerSettings, build_server_app
-from simulations.apps import SiteResolver, gradient_canary_settings, server_settings
+from simulations.apps import (
+    SiteResolver,
+    gradient_canary_settings,
+    inversion_settings,
+    server_settings,
+)
 from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
 from simulations.reference_models import site_pool
 from simulations.run_dir import DatasetMeta, read_public
@@ -300,6 +305,7 @@ class DeploymentResolver:
             gradient_canaries=gradient_canary_settings(
                 run.config, node.partition_id, state, seeded=False
             ),
+            inversion=inversion_settings(run.config, node.partition_id, state),
         )
 
 

@@ -3,7 +3,7 @@ reference models, the text generator)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -11,7 +11,7 @@ from torch import nn
 
 def run_epoch(
     model: nn.Module,
-    loader: torch.utils.data.DataLoader,
+    loader: Iterable[tuple[torch.Tensor, ...]],
     optimizer: torch.optim.Optimizer,
     loss_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
     device: torch.device,

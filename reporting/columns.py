@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage
 from audit.result import ClassSliceResult
 from audit.sides import SIDES
@@ -31,6 +32,7 @@ from .formatting import (
     fmt_est,
     fmt_fdp,
     fmt_interval,
+    fmt_inversion,
     fmt_loss_gap,
     fmt_side_c_lb,
     fmt_theoretical_eps,
@@ -401,6 +403,45 @@ def _sweep_flags_cell(r: SiteRow) -> str:
     return td(badges or MISSING, raw=True, cls="text")
 
 
+def _first_inversion(site: SiteReport) -> InversionResult | None:
+    return site.privacy.inversion[0] if site.privacy.inversion else None
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}"
+
+
+INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
+    column("round", lambda r: str(r.round)),
+    column("attack", lambda r: r.attack, cls="text"),
+    column("records in the update / scored", lambda r: f"{r.n_records:,} / {r.n_scored:,}"),
+    column(
+        "quality mean / median / max",
+        lambda r: (
+            f"{fmt(r.quality_mean, 3)} / {fmt(r.quality_median, 3)} / {fmt(r.quality_max, 3)}"
+        ),
+    ),
+    column(
+        "rebuilt (>= threshold)", lambda r: f"{_pct(r.share_rebuilt)} (>= {fmt(r.threshold, 2)})"
+    ),
+    column("PSNR dB", lambda r: fmt(r.psnr_mean, 1)),
+    column(
+        "baseline: quality mean / max / rebuilt / PSNR",
+        lambda r: (
+            f"{fmt(r.baseline_quality_mean, 3)} / {fmt(r.baseline_quality_max, 3)} / "
+            f"{_pct(r.baseline_share_rebuilt)} / {fmt(r.baseline_psnr_mean, 1)}"
+        ),
+    ),
+    column("restarts' agreement (rows)", lambda r: fmt(r.agreement, 2)),
+    column("record-level DP eps", lambda r: fmt(r.dp_epsilon)),
+    column(
+        "attack: match loss / steps / s",
+        lambda r: f"{fmt(r.match_loss, 3)} / {r.iterations:,} / {r.seconds:.0f}",
+    ),
+)
+"""A site's inversion audit, one row per attacked round (its own page)."""
+
+
 def _point(r: SiteRow) -> SweepPointReport:
     assert r.point is not None, "a sweep row names its point"
     return r.point
@@ -423,6 +464,7 @@ SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
     _number("white-box mechanism f-DP eps_lb", _MECHANISM + "eps_lb_fdp"),
     _number("white-box mechanism estimate", _MECHANISM + "eps_estimate"),
     _number("white-box server f-DP eps_lb", _SERVER + "eps_lb_fdp"),
+    column("inversion, first attacked round", lambda r: fmt_inversion(_first_inversion(r.site))),
     _number("eps_tilde", SITE_ONE + "eps_tilde"),
     column("eps_tilde 95% CI", lambda r: fmt_interval(at(r, SITE_ONE + "eps_tilde"))),
     column("eps_tilde two-sided [95% CI] (side)", lambda r: fmt_two_sided(r.site)),

@@ -9,6 +9,7 @@ from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
 from audit.config import ONE_SIDED_SHARES, TWO_SIDED_SHARES
 from audit.gradient_canaries import GradientCanaryResult, LevelAudit
+from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage, first_leaking_round
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, Interval
 from audit.sides import SIDES
@@ -226,6 +227,46 @@ def fmt_white_box_cost(result: GradientCanaryResult | None) -> str:
         f"{result.steps:,} noisy steps in {result.rounds} rounds; +{result.overhead_s:.1f} s "
         "of training, no accuracy cost (they never touch the model)"
     )
+
+
+def fmt_inversion(result: InversionResult | None) -> str:
+    """``mean (baseline mean)`` of an inversion audit's quality measure, with the share
+    rebuilt: e.g. ``SSIM 0.85 (baseline 0.31); 100% >= 0.6``."""
+    if result is None:
+        return MISSING
+    name = "SSIM" if result.measure == "ssim" else "fields"
+    return (
+        f"{name} {fmt(result.quality_mean, 2)} (baseline {fmt(result.baseline_quality_mean, 2)})"
+        f"; {result.share_rebuilt:.0%} >= {fmt(result.threshold, 2)}"
+    )
+
+
+def inversion_sentence(result: InversionResult) -> str:
+    """One plain sentence: could the server rebuild the site's records in that round?"""
+    what = "images" if result.measure == "ssim" else "rows"
+    gap = result.quality_mean - result.baseline_quality_mean
+    head = (
+        f"From your round-{result.round} update ({result.attack}, {result.n_records:,} "
+        f"records), a curious server rebuilt {result.share_rebuilt:.0%} of the {what} scored "
+        f"at {'SSIM' if result.measure == 'ssim' else 'a share of fields right'} >= "
+        f"{fmt(result.threshold, 2)}, against {result.baseline_share_rebuilt:.0%} for an "
+        "update from public records"
+    )
+    if gap >= 0.1 and result.share_rebuilt > result.baseline_share_rebuilt:
+        return head + ": well above chance, so your records can be rebuilt from what you send."
+    if gap > 0.02:
+        return head + ": a little above chance; no record is clearly rebuilt."
+    return head + ": no better than chance, so no record could be rebuilt this way."
+
+
+INVERSION_MEANING = (
+    "the attack a curious server can run from what it holds (the global weights it sent, "
+    "your update, your record count, the run's batch size, local epochs or steps and "
+    "optimizer): dummy records optimised until their simulated update matches yours. Each "
+    "of your records is scored against its best-matching reconstruction (SSIM for images, "
+    "1 = identical; the share of fields right for rows); the baseline is the same attack on "
+    "an update from public records, so it reads what chance gives"
+)
 
 
 WHITE_BOX_MEANING = (

@@ -21,6 +21,7 @@ import yaml
 from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
 from audit.gradient_canaries import GradientCanaryResult
+from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage
 from audit.result import AuditResult
 from contracts.errors import RunFileError
@@ -51,6 +52,8 @@ class SiteAuditInput:
     """The file's ``by_round`` lines (an unreadable one is dropped with a warning)."""
     gradient_canaries: GradientCanaryResult | None = None
     """The site's white-box audit of its DP-SGD, when it ran gradient canaries."""
+    inversion: list[InversionResult] = field(default_factory=list)
+    """The site's gradient-inversion audit of its updates, one per attacked round."""
 
 
 @dataclass(frozen=True)
@@ -237,7 +240,17 @@ def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAudi
         canary=_canary(file.canary),
         by_round=_by_round(path, file.by_round),
         gradient_canaries=_gradient_canaries(path, file.gradient_canaries),
+        inversion=_inversion(path, file.inversion),
     )
+
+
+def _inversion(path: Path, data: list[dict[str, Any]] | None) -> list[InversionResult]:
+    """The file's inversion audit; a malformed block drops it alone, with a warning."""
+    try:
+        return [InversionResult.from_dict(e) for e in data or []]
+    except (KeyError, TypeError, ValueError) as err:
+        log.warning("%s: key 'inversion' dropped: %s", path, err)
+        return []
 
 
 def _gradient_canaries(path: Path, data: dict[str, Any] | None) -> GradientCanaryResult | None:

@@ -24,6 +24,13 @@ THREAT_MODEL: tuple[str, str, str] = (
 )
 
 
+INVERSION_THREAT = (
+    "Rebuilding records (audit.inversion, its own section): the server, which sees each of "
+    "your updates with the weights it sent, tries to rebuild your records from them; your "
+    "site ran that attack on its own updates and compared the result with its records."
+)
+
+
 def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
     """The headline and the three plain-language lists of a site's report;
     ``exposed_records``: whether the site keeps its own list of most exposed records."""

@@ -483,6 +483,35 @@ def sweep_site_accuracy_plot(points: list[SweepPointReport]) -> str | None:
     )
 
 
+def sweep_site_inversion_plot(points: list[SweepPointReport]) -> str | None:
+    """Per site: the gradient-inversion audit's mean quality (SSIM, or the share of fields
+    recovered) of its first attacked round and its baseline's, against its accountant eps."""
+    if not any(s.privacy.inversion for p in points for s in p.sites):
+        return None
+    attack_style = Style(_TWO_SIDED, marker="D")
+    base_style = Style(_BASELINE, marker="o", filled=False)
+
+    def draw(ax: Axes, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
+        for p, s in rows:
+            if not s.privacy.inversion:
+                continue
+            first, x = s.privacy.inversion[0], pos[p.label]
+            ax.point(x, first.quality_mean, attack_style)
+            ax.point(x, first.baseline_quality_mean, base_style)
+            ax.texts.append(Text(x, first.quality_mean, p.label, "#222", size=8, dx=5, dy=5))
+        ax.ylabel = "reconstruction quality (fraction: SSIM, or fields right)"
+
+    return _site_grid(
+        points,
+        title="Can the server rebuild the records? Inversion against the DP guarantee, per site",
+        draw=draw,
+        legend=[
+            LegendEntry("attack on the site's update (mean)", attack_style, "marker"),
+            LegendEntry("baseline: public records' update", base_style, "marker"),
+        ],
+    )
+
+
 def _eps_tilde(site: SiteReport) -> Interval | None:
     """eps_tilde, the two-sided one where there is one."""
     return at(site, "audit.two_sided.eps_tilde") or at(site, ONE + "eps_tilde")

@@ -176,6 +176,7 @@ def site_privacy(
         else settings.canaries,
         canary=canary,
         gradient_canaries=audit.gradient_canaries,
+        inversion=list(audit.inversion),
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
 from audit.gradient_canaries import GradientCanaryResult
+from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage
 from audit.result import AuditFlags, ClassSliceResult, Interval
 from audit.sides import Side
@@ -229,6 +230,10 @@ class PrivacyReport:
     gradient_canaries: GradientCanaryResult | None = None
     """The site's white-box audit of its own DP-SGD (gradient canaries): what the server
     could learn, at the mechanism and server levels; None when off."""
+    inversion: list[InversionResult] = field(default_factory=list)
+    """The site's gradient-inversion audit: how well the server could rebuild its records
+    from its updates, per attacked round, beside the public-record baseline (summary
+    numbers only); empty when off."""
 
 
 @dataclass(frozen=True)
@@ -538,6 +543,9 @@ class SitePageReport:
     own audit file alone (``panoramia-fl report RUN_DIR --site ID``)."""
     between_runs: ReplicateSite | None = None
     """This site's numbers over the replicate set the run belongs to, when it has one."""
+    inversion_gallery_link: str | None = None
+    """The site-local gallery of its records beside their reconstructions, relative to the
+    page (linked, never copied); None when the site wrote none."""
 
 
 @dataclass(frozen=True)

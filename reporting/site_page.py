@@ -21,6 +21,7 @@ from .blocks import Banner, Block, Bullets, Figure, Heading, Meaning, Para, Raw,
 from .columns import (
     BOUNDS_COLUMNS,
     BY_ROUND_COLUMNS,
+    INVERSION_COLUMNS,
     LOW_FPR_COLUMNS,
     PER_CLASS_COLUMNS,
     Game,
@@ -33,6 +34,7 @@ from .formatting import (
     BY_ROUND_CAPTION,
     BY_ROUND_NOTE,
     EPS_PLOT_CAPTION,
+    INVERSION_MEANING,
     LOW_FPR_NOTE,
     MISSING,
     NOT_A_BOUND,
@@ -53,6 +55,7 @@ from .formatting import (
     fmt_two_sided,
     fmt_white_box,
     fmt_white_box_cost,
+    inversion_sentence,
     levels_lines,
     ordering_text,
     scoped_reasons,
@@ -103,6 +106,7 @@ def render_site_page(report: SitePageReport, result: AuditResult | None) -> str:
         Heading("What it does not show"),
         Bullets(reading.not_shown),
         *_exposed(report),
+        *_inversion(report),
         Heading("Where your site stands in the consortium"),
         Bullets(_standing(report)),
         Heading("Threat model"),
@@ -165,6 +169,32 @@ def _exposed(report: SitePageReport) -> list[Block]:
             "report copies its content.</p>"
         ),
     ]
+
+
+def _inversion(report: SitePageReport) -> list[Block]:
+    """Could the server rebuild the site's records from its updates (audit.inversion)?"""
+    results = report.site.privacy.inversion
+    if not results:
+        return []
+    blocks: list[Block] = [
+        Heading("Can the server rebuild your records from your updates?"),
+        Para(" ".join(inversion_sentence(r) for r in results)),
+        Para(f"How to read it: {INVERSION_MEANING}."),
+        Table(INVERSION_COLUMNS, results, attrs=' id="inversion"'),
+    ]
+    if report.inversion_gallery_link is not None:
+        link = esc(report.inversion_gallery_link)
+        blocks.append(
+            Raw(
+                '<figure class="site-local"><img src="'
+                f'{link}" alt="your records beside their reconstructions">'
+                "<figcaption>Your site's own gallery (site-local, linked, never sent): "
+                "the best-rebuilt and a typical record of the first attacked round, each "
+                "as original | the attack's reconstruction | the baseline's (public "
+                f'records) best match. <a href="{link}">{link}</a></figcaption></figure>'
+            )
+        )
+    return blocks
 
 
 def _standing(report: SitePageReport) -> list[str]:

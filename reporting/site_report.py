@@ -16,14 +16,20 @@ from typing import Any, Literal
 from audit.result import AuditResult
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
-from contracts.run_files import CONFIG_FILE, SITE_STATE_DIR, RunLayout, exposed_records_name
+from contracts.run_files import (
+    CONFIG_FILE,
+    SITE_STATE_DIR,
+    RunLayout,
+    exposed_records_name,
+    inversion_gallery_name,
+)
 from contracts.run_log import ClientDPLedgerFile, PlatformInfo, read_record
 
 from .aggregate import site_report
 from .formatting import violation_warnings
 from .inputs import RunInputs, load_optional_config, load_replicates, load_site_audit
 from .manifest import build_manifest
-from .plain_language import THREAT_MODEL, plain_reading
+from .plain_language import INVERSION_THREAT, THREAT_MODEL, plain_reading
 from .privacy_ledger import privacy_settings
 from .schema import (
     SCHEMA_VERSION,
@@ -49,7 +55,12 @@ def site_report_paths(run_dir: Path, site_id: int) -> ReportFiles:
 
 def exposed_records_link(run_dir: Path, site_id: int) -> str | None:
     """The site's exposed-records file relative to its report, when the file exists."""
-    path = Path(run_dir) / SITE_STATE_DIR / exposed_records_name(site_id)
+    return _site_local_link(run_dir, exposed_records_name(site_id))
+
+
+def _site_local_link(run_dir: Path, name: str) -> str | None:
+    """A file of the site's state directory relative to its report, when it exists."""
+    path = Path(run_dir) / SITE_STATE_DIR / name
     if not path.exists():
         return None
     return Path(os.path.relpath(path, Path(run_dir) / SITE_REPORTS_DIR)).as_posix()
@@ -73,7 +84,7 @@ def build_site_page_report(
         run_name=str(name) if name is not None else None,
         site=site,
         reading=plain_reading(site, exposed_records=link is not None),
-        threat_model=list(THREAT_MODEL),
+        threat_model=[*THREAT_MODEL, *([INVERSION_THREAT] if site.privacy.inversion else [])],
         standing=standing,
         manifest=build_manifest(
             config_path if config_path.exists() else None, config, result, _platform(run_dir)
@@ -81,6 +92,7 @@ def build_site_page_report(
         exposed_records_link=link,
         source=source,
         between_runs=_between_runs(run_dir, site.site_id),
+        inversion_gallery_link=_site_local_link(run_dir, inversion_gallery_name(site.site_id)),
     )
 
 

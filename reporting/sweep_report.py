@@ -239,6 +239,27 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
             f"the audit is from tight. {NOT_A_BOUND}: above the line it is no contradiction.",
             alt="measured lower bounds vs accountant epsilon per site",
         ),
+        *_inversion(points),
+    ]
+
+
+def _inversion(points: list[SweepPointReport]) -> list[Block]:
+    """The inversion audit's quality against the accountant eps, when a point ran it."""
+    svg = plots.sweep_site_inversion_plot(points)
+    if svg is None:
+        return []
+    return [
+        Heading("Per site: can the server rebuild the records?", only="html"),
+        Figure(
+            svg,
+            "One panel per site, with audit.inversion: the mean quality of the records the "
+            "server's gradient-inversion attack rebuilt from the site's update in its first "
+            "attacked round (SSIM for images, 1 = identical; rows: the share of fields right; "
+            "diamonds) and the same attack's on an update from public records (circles: what "
+            "chance gives), against the site's record-level DP guarantee (log scale); points "
+            "without record-level DP at 'no DP', right (docs/inversion.md).",
+            alt="reconstruction quality vs accountant epsilon per site",
+        ),
     ]
 
 

@@ -91,6 +91,8 @@ class ServerSettings:
     audit_rounds: tuple[int, ...] = ()
     """Global rounds whose checkpoints each site audits too (``audit.rounds`` /
     ``audit.every``); empty: the final model only."""
+    local_steps: int | None = None
+    """``fl.local_steps``: each site takes that many local steps a round, not epochs."""
     noise_source: NoiseSource = "seeded"
     """``seeded`` (simulation): client-level noise follows numpy's global generator as the
     harness seeded it, reproducibly; ``os-entropy`` (a real deployment): that generator is
@@ -275,6 +277,7 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
     # The run's settings; the strategy stamps each message's (global) round.
     train_config = TrainInstructions(
         local_epochs=settings.local_epochs,
+        local_steps=settings.local_steps,
         seed=settings.seed,
         server_round=done + 1,
         client_clipping=client_clipping(settings.client_dp),
@@ -463,6 +466,11 @@ def _site_audit_file(
         dp_epsilon=outcome.dp_epsilon,
         canary=outcome.canary,
         gradient_canaries=outcome.gradient_canaries,
+        inversion=(
+            None
+            if outcome.inversion is None
+            else sorted(outcome.inversion.values(), key=lambda e: int(e["round"]))
+        ),
         model_round=model_round,
     )
 

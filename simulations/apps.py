@@ -11,6 +11,7 @@ from flwr.app import Context
 from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
 from clients.gradient_canaries import GradientCanarySettings
+from clients.inversion import InversionSettings
 from clients.privacy import DPSettings
 from clients.site_data import SiteData
 from contracts.run_files import (
@@ -43,6 +44,9 @@ def dp_settings(config: ExperimentConfig) -> DPSettings | None:
         accountant=config.dp.accountant,
         # A site may be sampled in every round: calibrate for all of them.
         total_epochs=config.fl.local_epochs * config.fl.rounds,
+        total_steps=(
+            None if config.fl.local_steps is None else config.fl.local_steps * config.fl.rounds
+        ),
     )
 
 
@@ -101,6 +105,15 @@ def gradient_canary_settings(
         beta=config.audit.settings.beta,
         seed=config.seed * 1_000 + site_id if seeded else None,
     )
+
+
+def inversion_settings(
+    config: ExperimentConfig, site_id: int, state_dir: Path
+) -> InversionSettings | None:
+    """The site's gradient-inversion audit (``audit.inversion``), kept in its own folder."""
+    if config.audit.inversion is None:
+        return None
+    return InversionSettings(config=config.audit.inversion, site_id=site_id, state_dir=state_dir)
 
 
 class SiteResolver:
@@ -163,6 +176,7 @@ class SiteResolver:
             gradient_canaries=gradient_canary_settings(
                 config, site_id, self.state_dir, seeded=True
             ),
+            inversion=inversion_settings(config, site_id, self.state_dir),
         )
 
 
@@ -204,6 +218,7 @@ def server_settings(
         num_sites=config.partition.num_sites,
         rounds=config.fl.rounds,
         local_epochs=config.fl.local_epochs,
+        local_steps=config.fl.local_steps,
         seed=config.seed,
         strategy=StrategySettings(
             name=config.fl.strategy,

@@ -21,6 +21,7 @@ from pydantic import (
 
 from audit.config import AuditConfig, StrictModel
 from audit.gradient_canaries import MIN_GRADIENT_CANARIES
+from audit.inversion import InversionConfig
 from contracts.dp_level import DPLevel, resolve_dp_level
 from contracts.errors import UserError
 from contracts.plugins import PLUGINS_KEY, PluginError, import_plugins
@@ -51,6 +52,12 @@ class FLConfig(StrictModel):
     rounds: int = Field(5, ge=1)
     fraction_train: float = Field(1.0, gt=0, le=1)
     local_epochs: int = Field(1, ge=1)
+    local_steps: int | None = Field(
+        None,
+        ge=1,
+        description="each site takes this many local steps (batches) a round instead of "
+        "local_epochs epochs; 1 is FedSGD (one gradient of one batch)",
+    )
     batch_size: int = Field(64, ge=1)
     optimizer: Literal["sgd", "adam", "adamw"] = "adam"
     learning_rate: float = Field(1e-3, gt=0)
@@ -205,6 +212,13 @@ class AuditPhaseConfig(StrictModel):
         "step (mechanism level) and from its round updates (server level): one-run lower "
         "bounds and an estimate of eps beside the accountant's (docs/white_box_audit.md)",
     )
+    inversion: InversionConfig | None = Field(
+        None,
+        description="each site attacks its own update of these rounds as a curious server "
+        "would (gradient inversion: FedSGD or FedAvg, images or tabular rows) and compares "
+        "the reconstruction with its records; only summary numbers leave it "
+        "(docs/inversion.md). Off (null) by default; {} takes the defaults (round 1)",
+    )
     canary_twin: bool = Field(
         True,
         description="with canary_clients: train the run again without them (no-canary-twin/) "
@@ -326,6 +340,17 @@ class ExperimentConfig(StrictModel):
             raise ValueError(
                 "audit.gradient_canaries: the canaries are audited in the audit phase (enabled)"
             )
+        inversion = self.audit.inversion
+        if inversion is not None:
+            if not self.audit.enabled:
+                raise ValueError(
+                    "audit.inversion: the inversion audit runs in the audit phase (enabled)"
+                )
+            late = [r for r in inversion.rounds if r > self.fl.rounds]
+            if late:
+                raise ValueError(
+                    f"audit.inversion.rounds: {late} outside 1..fl.rounds ({self.fl.rounds})"
+                )
         rounds = self.audit.rounds
         if rounds is not None and self.audit.every is not None:
             raise ValueError("audit.rounds and audit.every: give one of them, not both")

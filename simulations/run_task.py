@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import torch
 
+from audit.inversion import MODALITIES
 from contracts.plugins import import_plugins
 from ml.models import check_private
 from ml.tasks import TorchTask, build_task
 from ml.tasks.base import OptimizerSpec
-from simulations.config import ExperimentConfig
+from simulations.config import ConfigError, ExperimentConfig
 from simulations.run_dir import DatasetMeta
 
 
@@ -52,6 +53,11 @@ def check_run_task(config: ExperimentConfig, meta: DatasetMeta) -> None:
     from server.strategy import STRATEGIES
 
     STRATEGIES.get(config.fl.strategy)
+    if config.audit.inversion is not None and meta.modality not in MODALITIES:
+        raise ConfigError(
+            f"audit.inversion: {meta.modality} records are not supported "
+            f"({', '.join(MODALITIES)}); set it to null"
+        )
     model = make_task(config, meta).make_model()
     if config.dp.record_level:
         check_private(model, config.model.name)

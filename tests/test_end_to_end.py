@@ -41,10 +41,16 @@ def _raw(name: str) -> dict:
     }
 
 
+# A few steps of the inversion attack: what is checked here is where its outputs go.
+TINY_INVERSION = {"rounds": [1], "iterations": 5, "restarts": 1, "max_records": 8}
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("e2e") / "run"
-    run_experiment(validate_config(_raw("e2e")), path)
+    raw = _raw("e2e")
+    raw["audit"]["inversion"] = TINY_INVERSION
+    run_experiment(validate_config(raw), path)
     return path
 
 
@@ -103,6 +109,49 @@ def test_report_holds_no_raw_records(run_dir):
         assert needle not in text
     report = json.loads((run_dir / "report.json").read_text())
     assert "scores" not in json.dumps(report["sites"])
+
+
+def test_server_files_hold_no_reconstruction_or_raw_record(run_dir):
+    """The inversion audit's numbers reach the server; its reconstructions, the kept
+    updates and the records they came from stay in the sites' own folders."""
+    layout = RunLayout(run_dir)
+    site_local = (layout.sites, layout.site_state)
+    galleries = [p.read_bytes() for p in layout.site_state.glob("site-*-inversion.png")]
+    kept = sorted(p.name for p in layout.site_state.glob("site-*-inversion-round-*.pt"))
+    assert len(galleries) == 2 and kept == [
+        "site-0-inversion-round-1.pt",
+        "site-1-inversion-round-1.pt",
+        "site-2-inversion-round-1.pt",
+    ]
+    records = []
+    for site in (0, 1, 2):
+        data = SiteData.load(layout.site_file(site))
+        records += [x.tobytes() for x in data.train_x[:20]]
+        records += [",".join(str(int(v)) for v in x.reshape(-1)[:16]) for x in data.train_x[:20]]
+    server_files = [
+        p
+        for p in run_dir.rglob("*")
+        if p.is_file() and not any(p.is_relative_to(d) for d in site_local)
+    ]
+    assert len(server_files) > 10
+    for path in server_files:
+        content = path.read_bytes()
+        assert not path.name.endswith(".png") and b"\x89PNG" not in content, path
+        assert not any(g[100:400] in content for g in galleries), path
+        flat = content.replace(b" ", b"")
+        for record in records:
+            needle = record.encode() if isinstance(record, str) else record
+            assert needle not in flat, path
+    for name in ("site-0", "site-1"):
+        (entry,) = _audits(run_dir)[name]["inversion"]
+        assert entry["round"] == 1 and entry["measure"] == "ssim"
+        assert all(isinstance(v, int | float | str) or v is None for v in entry.values())
+    report = json.loads((run_dir / "report.json").read_text())
+    sites = {s["site_id"]: s for s in report["sites"]}
+    assert [e["round"] for e in sites[0]["privacy"]["inversion"]] == [1]
+    page = (run_dir / "site-reports" / "site-0.html").read_text()
+    assert "Can the server rebuild your records" in page
+    assert 'src="../site_state/site-0-inversion.png"' in page
 
 
 def test_resume_reruns_only_missing_audits(run_dir):

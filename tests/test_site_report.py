@@ -20,6 +20,7 @@ from builders import by_round_lines, make_result, ok_audit, write_run
 from audit.calibration import calibrated_statistics, log_likelihood, reference_statistics
 from audit.components import Records
 from audit.exposure import SCORE_MEANINGS, most_exposed
+from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage
 from clients.audit_handler import SiteAuditPolicy, write_exposed_records
 from clients.site_data import SiteData
@@ -332,6 +333,28 @@ def _two_runs() -> ReplicateReport:
     return ReplicateReport(SCHEMA_VERSION, None, 0, runs, [ReplicateSite(0, numbers)])
 
 
+def _with_inversion(point: Any) -> Any:
+    """The point with an inversion audit at every site (the plot's inputs only)."""
+    entry = InversionResult.from_dict(
+        {
+            **dict.fromkeys(("round", "n_records", "n_dummies", "n_scored", "iterations"), 1),
+            **dict.fromkeys(("quality_mean", "quality_median", "quality_max"), 0.5),
+            **dict.fromkeys(("baseline_quality_mean", "baseline_quality_max"), 0.4),
+            **dict.fromkeys(("share_rebuilt", "baseline_share_rebuilt", "match_loss"), 0.0),
+            **dict.fromkeys(("psnr_mean", "baseline_psnr_mean", "seconds"), 10.0),
+            "attack": "fedavg",
+            "modality": "image",
+            "measure": "ssim",
+            "threshold": 0.6,
+        }
+    )
+    sites = [
+        dataclasses.replace(s, privacy=dataclasses.replace(s.privacy, inversion=[entry]))
+        for s in point.sites
+    ]
+    return dataclasses.replace(point, sites=sites)
+
+
 def test_every_plot_has_axis_labels(
     consortium: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -357,6 +380,9 @@ def test_every_plot_has_axis_labels(
         "sweep_site_bounds_plot": lambda: plots.sweep_site_bounds_plot(sweep.points),
         "sweep_replicates_plot": lambda: plots.sweep_replicates_plot(
             [dataclasses.replace(p, replicates=_two_runs()) for p in sweep.points]
+        ),
+        "sweep_site_inversion_plot": lambda: plots.sweep_site_inversion_plot(
+            [_with_inversion(p) for p in sweep.points]
         ),
     }
     public = {n for n in dir(plots) if n.endswith("_plot") and not n.startswith("_")}

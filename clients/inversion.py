@@ -1,0 +1,263 @@
+"""A site's gradient-inversion audit of its own updates (``audit.inversion``).
+
+In each chosen round the site keeps, in its own state directory, what the server then
+holds of it: the global weights it received, the update it sent, and what the run's config
+tells the server of its local training (:func:`keep_round`); with ``fl.local_steps`` also
+the records its steps used (only the site knows which). At audit time it runs the attack a
+curious server would (:mod:`audit.inversion`) from the first three alone, compares the
+reconstruction with its true records, and replies with summary numbers only
+(:func:`inversion_audit`). A gallery of its own records beside their reconstructions
+(images) stays in its state directory, for its own page to link.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from audit.inversion import (
+    Fields,
+    InversionConfig,
+    InversionResult,
+    LocalTraining,
+    RecordScores,
+    RecordSpec,
+    image_scores,
+    invert,
+    simulate_update,
+    summarise,
+    tabular_scores,
+)
+from audit.tabular.attributes import resolve_attributes
+from clients.site_data import SiteData
+from clients.training import LocalTrainResult
+from contracts.files import atomic_write
+from contracts.run_files import inversion_gallery_name, inversion_state_name
+
+_STATE_VERSION = 1
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InversionSettings:
+    """A site's inversion audit: what to attack and what the server knows of training."""
+
+    config: InversionConfig
+    site_id: int
+    state_dir: Path
+    """The site's own folder (never sent)."""
+
+    def wants(self, server_round: int) -> bool:
+        return server_round in self.config.rounds
+
+    def state_path(self, server_round: int) -> Path:
+        return self.state_dir / inversion_state_name(self.site_id, server_round)
+
+    @property
+    def gallery_path(self) -> Path:
+        return self.state_dir / inversion_gallery_name(self.site_id)
+
+
+def _training(task: Any, kept: dict[str, Any]) -> LocalTraining:
+    """A kept round's local training as the server knows it: the record count the site
+    reported, the epochs or steps it asked for, the run's batch size and optimizer."""
+    spec = task.optimizer
+    return LocalTraining(
+        num_examples=int(kept["num_examples"]),
+        batch_size=int(task.batch_size),
+        epochs=int(kept["epochs"]),
+        steps=None if kept["steps"] is None else int(kept["steps"]),
+        optimizer=str(spec.name),
+        learning_rate=float(spec.learning_rate),
+        momentum=float(spec.momentum),
+        weight_decay=float(spec.weight_decay),
+    )
+
+
+def keep_round(
+    settings: InversionSettings,
+    server_round: int,
+    global_state: dict[str, torch.Tensor],
+    result: LocalTrainResult,
+    *,
+    epochs: int,
+    steps: int | None,
+) -> None:
+    """Keep what the server holds of this round (and the records the steps used)."""
+    update = {
+        k: result.state_dict[k].float() - v.float()
+        for k, v in global_state.items()
+        if v.is_floating_point()
+    }
+    kept = {
+        "version": _STATE_VERSION,
+        "global": {k: v.detach().cpu() for k, v in global_state.items()},
+        "update": update,
+        "num_examples": result.num_examples,
+        "epochs": epochs,
+        "steps": steps,
+        "used": result.used,
+        "dp_epsilon": result.dp_epsilon,
+    }
+    # Site-local: the records the steps used, durable before the reply leaves.
+    atomic_write(settings.state_path(server_round), lambda f: torch.save(kept, f), private=True)
+
+
+def _fields(x: np.ndarray, schema: dict[str, Any] | None) -> list[Fields]:
+    return [Fields(a.start, a.width, a.kind == "onehot") for a in resolve_attributes(x, schema)]
+
+
+def inversion_audit(
+    settings: InversionSettings,
+    task: Any,
+    data: SiteData,
+    *,
+    seed: int,
+) -> dict[str, dict[str, Any]]:
+    """Attack every kept round's update and its public-record baseline; round (as text) ->
+    :class:`~audit.inversion.InversionResult` as a dict (empty when the site kept no such
+    round). Writes the gallery of the first attacked round (images) to the site's own
+    folder."""
+    out: dict[str, dict[str, Any]] = {}
+    for server_round in settings.config.rounds:
+        path = settings.state_path(server_round)
+        if not path.exists():
+            continue  # the site was not sampled in that round
+        kept = torch.load(path, weights_only=True)
+        result, gallery = _attack_round(settings, task, data, kept, server_round, seed)
+        out[str(server_round)] = result.to_dict()
+        if gallery is not None and len(out) == 1:
+            _write_gallery(settings.gallery_path, gallery)
+    if not out:
+        # Not sampled in those rounds (fraction_train < 1), or a resumed run that trained them
+        # before audit.inversion was set: nothing to attack, and the rest of the audit stands.
+        log.warning(
+            "site %d: audit.inversion: no update kept for rounds %s (the site trained in none "
+            "of them here)",
+            settings.site_id,
+            settings.config.rounds,
+        )
+    return out
+
+
+def _attack_round(
+    settings: InversionSettings,
+    task: Any,
+    data: SiteData,
+    kept: dict[str, Any],
+    server_round: int,
+    seed: int,
+) -> tuple[InversionResult, list[torch.Tensor] | None]:
+    began = time.perf_counter()
+    config = settings.config
+    training = _training(task, kept)
+    model = task.make_model()
+    modality = str(task.modality)
+    # The records the round's steps used (with fl.local_steps), else all the site trained on.
+    if kept["used"] is not None:
+        truth_x = kept["used"][0]
+    else:
+        truth_x = task.tensors(data.training_x, data.training_y)[0]
+    fields = None
+    if modality == "tabular":
+        fields = _fields(truth_x.numpy(), getattr(task, "schema", None))
+    spec = RecordSpec(
+        modality=modality,
+        shape=tuple(truth_x.shape[1:]),
+        num_classes=int(task.num_classes),
+        fields=None if fields is None else tuple(fields),
+    )
+    rng = np.random.default_rng([seed, settings.site_id, server_round])
+    recon = invert(
+        model, kept["global"], kept["update"], training, spec=spec, config=config, seed=seed
+    )
+    # The baseline: the same attack on an update of the same shape from public records.
+    public_x, public_y = _public(data)
+    n = training.records
+    pick = rng.choice(len(public_x), size=n, replace=n > len(public_x))
+    px, py = task.tensors(public_x[pick], public_y[pick])[:2]
+    base_update = simulate_update(model, kept["global"], px, py, training, differentiable=False)
+    base = invert(
+        model, kept["global"], base_update, training, spec=spec, config=config, seed=seed + 1
+    )
+    scored = np.sort(
+        rng.choice(len(truth_x), size=min(config.max_records, len(truth_x)), replace=False)
+    )
+    truth = truth_x[torch.as_tensor(scored)]
+    scores, base_scores = (
+        _score(truth, recon.x, fields, config),
+        _score(truth, base.x, fields, config),
+    )
+    result = summarise(
+        scores,
+        base_scores,
+        round=server_round,
+        training=training,
+        modality=modality,
+        threshold=config.ssim_threshold if modality == "image" else config.field_threshold,
+        reconstruction=recon,
+        seconds=time.perf_counter() - began,
+        dp_epsilon=kept["dp_epsilon"],
+    )
+    gallery = None
+    if modality == "image":
+        gallery = _gallery_rows(truth, recon.x, base.x, scores, base_scores)
+    return result, gallery
+
+
+def _public(data: SiteData) -> tuple[np.ndarray, np.ndarray]:
+    """Records the model never trained on: the public pool, else the site's holdout."""
+    if data.public_x is not None and data.public_y is not None and len(data.public_x):
+        return data.public_x, data.public_y
+    if data.holdout_y is None:
+        raise ValueError("audit.inversion: the baseline needs labelled non-member records")
+    return data.holdout_x, data.holdout_y
+
+
+def _score(
+    truth: torch.Tensor,
+    recon: torch.Tensor,
+    fields: list[Fields] | None,
+    config: InversionConfig,
+) -> RecordScores:
+    if fields is None:
+        return image_scores(truth, recon)
+    return tabular_scores(truth, recon, fields, tolerance=config.numeric_tolerance)
+
+
+def _gallery_rows(
+    truth: torch.Tensor,
+    recon: torch.Tensor,
+    base: torch.Tensor,
+    scores: RecordScores,
+    base_scores: RecordScores,
+) -> list[torch.Tensor]:
+    """The best and the typical (median) record: original, reconstruction, baseline's,
+    a white line between them."""
+    order = np.argsort(scores.quality)
+    picks = [int(order[-1]), int(order[len(order) // 2])]
+    gap = torch.ones((*truth.shape[1:-1], 1))
+    return [
+        torch.cat([truth[i], gap, recon[scores.match[i]], gap, base[base_scores.match[i]]], -1)
+        for i in picks
+    ]
+
+
+def _write_gallery(path: Path, rows: list[torch.Tensor]) -> None:
+    from PIL import Image
+
+    gap = torch.ones((*rows[0].shape[:-2], 1, rows[0].shape[-1]))
+    grid = torch.cat([rows[0], gap, *rows[1:]], dim=-2)  # (C, H, W): rows stacked
+    pixels = ((grid.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    array = pixels.permute(1, 2, 0).numpy()
+    image = Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
+    scale = max(4, 96 // rows[0].shape[-2])  # a record at least ~48 pixels high
+    size = (image.width * scale, image.height * scale)
+    image = image.resize(size, Image.Resampling.NEAREST)
+    atomic_write(path, lambda f: image.save(f, format="PNG"), private=True)
