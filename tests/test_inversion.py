@@ -271,7 +271,7 @@ def _entry(round_: int, quality: float, baseline: float) -> dict:
 def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
     """The summary numbers reach the site's page (its sentence, its table, the link to its
     own gallery) and the sweep's table and plot; the gallery is linked, never copied."""
-    from test_report import make_result, ok_audit, write_run
+    from builders import make_result, ok_audit, write_run
 
     from contracts.run_files import RunLayout, inversion_gallery_name
     from reporting import SweepPoint, write_sweep_report
