@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .columns import Column, html_table, md_table, md_text
+from .columns import Column, ColumnGroup, html_table, md_table, md_text
 from .formatting import MEANING_POINTS, UNTRAINED_HEADLINE, VIOLATION_HEADLINE
 from .html_page import (
     canary_block,
@@ -102,7 +102,35 @@ class Raw:
     only: Format | None = "html"
 
 
-Block = Heading | Para | Bullets | Errors | Table | Figure | Banner | Meaning | Raw
+@dataclass(frozen=True)
+class Fold:
+    """Blocks folded under a one-line summary (HTML only)."""
+
+    summary: str
+    blocks: Sequence[Block]
+    only: Format | None = "html"
+
+
+Block = Heading | Para | Bullets | Errors | Table | Figure | Banner | Meaning | Raw | Fold
+
+
+def grouped_table(
+    groups: Sequence[ColumnGroup[Any]],
+    rows: Sequence[Any],
+    *,
+    attrs: str = "",
+    row_class: Callable[[Any], str | None] | None = None,
+    row_title: Callable[[Any], str | None] | None = None,
+) -> list[Block]:
+    """A wide table in HTML: its first group as a table, each further group folded under
+    its title (``attrs`` go on the first)."""
+    lead, *rest = groups
+
+    def table(columns: Sequence[Column[Any]], table_attrs: str = "") -> Table:
+        return Table(columns, rows, table_attrs, row_class, row_title, wide=True, only="html")
+
+    return [table(lead.columns, attrs), *(Fold(g.title, [table(g.columns)]) for g in rest)]
+
 
 MEANING_HEADING = "What eps_tilde means (read before drawing conclusions)"
 
@@ -179,4 +207,7 @@ def _html(block: Block) -> str:
             return meaning_block()
         case Raw(markup):
             return markup
+        case Fold(summary, blocks):
+            inner = "".join(_html(b) for b in blocks)
+            return f'<details class="fold"><summary>{esc(summary)}</summary>{inner}</details>'
     return ""

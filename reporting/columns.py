@@ -241,33 +241,87 @@ HEADLINE_COLUMNS: tuple[Column[SiteReport], ...] = (
 )
 """The headline: what a reader needs first, narrow enough for a 1280-px window."""
 
+
+class ColumnGroup(NamedTuple, Generic[Row]):
+    """Some of a wide table's columns, shown together in HTML: the first group leads, the
+    others are folded under their title, each with the row's key column first."""
+
+    title: str
+    columns: tuple[Column[Row], ...]
+
+
+_STATUS_HTML: Column[SiteReport] = column("status", lambda s: s.status, cls="text", md=False)
+_N_MEMBERS: Column[SiteReport] = column("n_members", lambda s: fmt(s.n_members))
+_C_LB = _mean_only("c_lb", ONE + "c_lb")
+_CEILING = _number("ceiling", ONE + "ceiling")
+_HEADROOM: Column[SiteReport] = column("headroom", lambda s: fmt(at(s, ONE + "headroom")), md=False)
+_C_EPS_LB = _mean_only("{c+eps}_lb", ONE + "c_eps_lb")
+_EPS_TILDE: Column[SiteReport] = Column(
+    "eps_tilde [95% CI]", md=lambda s: fmt_est(at(s, ONE + "eps_tilde")), html=_eps_tilde_cell
+)
+_EPS_TILDE_CI: Column[SiteReport] = column(
+    "eps_tilde 95% CI", lambda s: fmt_interval(at(s, ONE + "eps_tilde")), md=False
+)
+_SIDE_C_LBS: tuple[Column[SiteReport], ...] = tuple(
+    column(f"{SIDE_LABELS[side]} side c_lb / ceiling", _side_c_lb(side)) for side in SIDES
+)
+_RM_RN = _estimate("RM;RN", ONE + "rm_rn_eps_lb")
+_RM_RN_TWO = _estimate("RM;RN two-sided", "audit.two_sided.rm_rn_eps_lb")
+_O1 = _estimate("O(1)", "audit.o1_eps_lb")
+_SCORERS: tuple[Column[SiteReport], ...] = tuple(
+    column(h, _scorer(i)) for i, h in enumerate(scorer_headers())
+)
+_F_LOSS: Column[SiteReport] = column("f loss members / holdout", fmt_loss_gap)
+_GENERATOR: Column[SiteReport] = column(
+    "generator", lambda s: s.audit.generator_kind if s.audit else MISSING, cls="text", md=False
+)
+
 SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _SITE,
-    column("status", lambda s: s.status, cls="text", md=False),
-    column("n_members", lambda s: fmt(s.n_members)),
-    _mean_only("c_lb", ONE + "c_lb"),
-    _number("ceiling", ONE + "ceiling"),
-    column("headroom", lambda s: fmt(at(s, ONE + "headroom")), md=False),
-    _mean_only("{c+eps}_lb", ONE + "c_eps_lb"),
-    Column(
-        "eps_tilde [95% CI]", md=lambda s: fmt_est(at(s, ONE + "eps_tilde")), html=_eps_tilde_cell
-    ),
-    column("eps_tilde 95% CI", lambda s: fmt_interval(at(s, ONE + "eps_tilde")), md=False),
+    _STATUS_HTML,
+    _N_MEMBERS,
+    _C_LB,
+    _CEILING,
+    _HEADROOM,
+    _C_EPS_LB,
+    _EPS_TILDE,
+    _EPS_TILDE_CI,
     _TWO_SIDED,
-    *(column(f"{SIDE_LABELS[side]} side c_lb / ceiling", _side_c_lb(side)) for side in SIDES),
-    _estimate("RM;RN", ONE + "rm_rn_eps_lb"),
-    _estimate("RM;RN two-sided", "audit.two_sided.rm_rn_eps_lb"),
-    _estimate("O(1)", "audit.o1_eps_lb"),
-    *(column(h, _scorer(i)) for i, h in enumerate(scorer_headers())),
-    column("f loss members / holdout", fmt_loss_gap),
+    *_SIDE_C_LBS,
+    _RM_RN,
+    _RM_RN_TWO,
+    _O1,
+    *_SCORERS,
+    _F_LOSS,
     _DP,
-    column(
-        "generator", lambda s: s.audit.generator_kind if s.audit else MISSING, cls="text", md=False
-    ),
+    _GENERATOR,
     column("flags", _flags_md, html=False),
     column("status", lambda s: s.status, html=False),
 )
-"""The per-site table of report.md and report.html (each keeps its own columns)."""
+"""The per-site table of report.md (one table) and report.html (:data:`SITE_GROUPS`)."""
+
+SITE_GROUPS: tuple[ColumnGroup[SiteReport], ...] = (
+    ColumnGroup("", (_SITE, _STATUS_HTML, _TWO_SIDED, *_SIDE_C_LBS, _RM_RN_TWO, _O1, _DP)),
+    ColumnGroup(
+        "The paper's one-sided game",
+        (
+            _SITE,
+            _N_MEMBERS,
+            _C_LB,
+            _CEILING,
+            _HEADROOM,
+            _C_EPS_LB,
+            _EPS_TILDE,
+            _EPS_TILDE_CI,
+            _RM_RN,
+        ),
+    ),
+    ColumnGroup(
+        "Scorers, the model's loss, the generator", (_SITE, *_SCORERS, _F_LOSS, _GENERATOR)
+    ),
+)
+""":data:`SITE_COLUMNS` in report.html: the two-sided game against real non-members and the
+guarantee first, the rest folded (each group narrow enough for a 1,400-px window)."""
 
 
 class SiteRow(NamedTuple):
@@ -312,80 +366,128 @@ def _rm_rn_pair(row: SiteRow) -> str:
     return f"{fmt(one)} / {fmt(two)}"
 
 
-LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
-    column("site", lambda r: str(r.site.site_id)),
-    column(
-        "record-level eps (accountant, delta)",
-        lambda r: fmt_dp(
-            r.site.privacy.dp_epsilon, r.site.privacy.dp_delta, r.site.privacy.record_accountant
-        ),
+_L_SITE: Column[SiteRow] = column("site", lambda r: str(r.site.site_id))
+_L_RECORD: Column[SiteRow] = column(
+    "record-level eps (accountant, delta)",
+    lambda r: fmt_dp(
+        r.site.privacy.dp_epsilon, r.site.privacy.dp_delta, r.site.privacy.record_accountant
     ),
-    column(
-        "client-level eps, site-level (accountant; sampling; neighbouring relation; delta)",
-        _client_eps,
-        cls="text",
-    ),
-    column(
-        "client-level eps implied per record (vs. global-model readers, not the server)",
-        lambda r: (
-            fmt(r.site.privacy.client_epsilon_record)
-            if r.site.privacy.client_epsilon_record is not None
-            else "off"
-        ),
-    ),
-    column(
-        "canary clients' client-level eps: estimate [95% CI] / two-variance / lower bound",
-        _client_canaries,
-    ),
-    column(
-        "DP eps for the site's records against the server (record-level only)",
-        lambda r: fmt_dp(r.site.privacy.dp_epsilon, r.site.privacy.dp_delta),
-    ),
-    column(
-        "canary_eps_lb [interval] (canaries)",
-        lambda r: fmt_canary(r.site.privacy.canary, r.site.privacy.canaries),
-    ),
-    column(
-        "white-box mechanism: f-DP eps_lb / estimate [95% CI]",
-        lambda r: fmt_white_box(at(r, "site.privacy.gradient_canaries.mechanism")),
-    ),
-    column(
-        "white-box server: f-DP eps_lb / estimate [95% CI]",
-        lambda r: fmt_white_box(at(r, "site.privacy.gradient_canaries.server")),
-    ),
-    column("eps_tilde one-sided", lambda r: fmt(value_at(r, SITE_ONE + "eps_tilde"))),
-    column("eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)),
-    column("RM;RN one-sided / two-sided", _rm_rn_pair),
-    column("O(1)", lambda r: fmt(value_at(r, "site.audit.o1_eps_lb"))),
-    column(
-        "canary f-DP eps_lb (GDP mu, delta)",
-        lambda r: fmt_fdp(
-            at(r, "site.privacy.canary.eps_lb_fdp"),
-            at(r, "site.privacy.canary.fdp_mu"),
-            r.site.checks.fdp_delta,
-        ),
-    ),
-    column(
-        "O(1) f-DP (GDP mu)",
-        lambda r: fmt_fdp(
-            value_at(r, "site.audit.o1_eps_lb_fdp"), at(r, "site.audit.o1_fdp_mu"), None
-        ),
-    ),
-    column(
-        "best lower bound (method)",
-        lambda r: fmt_best(r.site.checks.best_eps_lb, r.site.checks.best_eps_lb_method),
-        cls="text",
-    ),
-    column(
-        "accuracy global / site holdout",
-        lambda r: (
-            f"{fmt(r.global_accuracy)} / {fmt(quality(r.site, 'target_accuracy_nonmembers'))}"
-        ),
-    ),
-    column("f loss members / holdout", lambda r: fmt_loss_gap(r.site)),
-    column("ordering check", lambda r: ordering_text(r.site), cls="text"),
 )
-"""The "Privacy ledger" table (md and html; the run's DP level stands above it)."""
+_L_CLIENT: Column[SiteRow] = column(
+    "client-level eps, site-level (accountant; sampling; neighbouring relation; delta)",
+    _client_eps,
+    cls="text",
+)
+_L_CLIENT_RECORD: Column[SiteRow] = column(
+    "client-level eps implied per record (vs. global-model readers, not the server)",
+    lambda r: (
+        fmt(r.site.privacy.client_epsilon_record)
+        if r.site.privacy.client_epsilon_record is not None
+        else "off"
+    ),
+)
+_L_CANARY_CLIENTS: Column[SiteRow] = column(
+    "canary clients' client-level eps: estimate [95% CI] / two-variance / lower bound",
+    _client_canaries,
+)
+_L_SERVER: Column[SiteRow] = column(
+    "DP eps for the site's records against the server (record-level only)",
+    lambda r: fmt_dp(r.site.privacy.dp_epsilon, r.site.privacy.dp_delta),
+)
+_L_CANARY: Column[SiteRow] = column(
+    "canary_eps_lb [interval] (canaries)",
+    lambda r: fmt_canary(r.site.privacy.canary, r.site.privacy.canaries),
+)
+_L_MECHANISM: Column[SiteRow] = column(
+    "white-box mechanism: f-DP eps_lb / estimate [95% CI]",
+    lambda r: fmt_white_box(at(r, "site.privacy.gradient_canaries.mechanism")),
+)
+_L_WB_SERVER: Column[SiteRow] = column(
+    "white-box server: f-DP eps_lb / estimate [95% CI]",
+    lambda r: fmt_white_box(at(r, "site.privacy.gradient_canaries.server")),
+)
+_L_ONE: Column[SiteRow] = column(
+    "eps_tilde one-sided", lambda r: fmt(value_at(r, SITE_ONE + "eps_tilde"))
+)
+_L_TWO: Column[SiteRow] = column(
+    "eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)
+)
+_L_RM_RN: Column[SiteRow] = column("RM;RN one-sided / two-sided", _rm_rn_pair)
+_L_O1: Column[SiteRow] = column("O(1)", lambda r: fmt(value_at(r, "site.audit.o1_eps_lb")))
+_L_CANARY_FDP: Column[SiteRow] = column(
+    "canary f-DP eps_lb (GDP mu, delta)",
+    lambda r: fmt_fdp(
+        at(r, "site.privacy.canary.eps_lb_fdp"),
+        at(r, "site.privacy.canary.fdp_mu"),
+        r.site.checks.fdp_delta,
+    ),
+)
+_L_O1_FDP: Column[SiteRow] = column(
+    "O(1) f-DP (GDP mu)",
+    lambda r: fmt_fdp(value_at(r, "site.audit.o1_eps_lb_fdp"), at(r, "site.audit.o1_fdp_mu"), None),
+)
+_L_BEST: Column[SiteRow] = column(
+    "best lower bound (method)",
+    lambda r: fmt_best(r.site.checks.best_eps_lb, r.site.checks.best_eps_lb_method),
+    cls="text",
+)
+_L_ACCURACY: Column[SiteRow] = column(
+    "accuracy global / site holdout",
+    lambda r: f"{fmt(r.global_accuracy)} / {fmt(quality(r.site, 'target_accuracy_nonmembers'))}",
+)
+_L_F_LOSS: Column[SiteRow] = column("f loss members / holdout", lambda r: fmt_loss_gap(r.site))
+_L_ORDERING: Column[SiteRow] = column("ordering check", lambda r: ordering_text(r.site), cls="text")
+
+LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
+    _L_SITE,
+    _L_RECORD,
+    _L_CLIENT,
+    _L_CLIENT_RECORD,
+    _L_CANARY_CLIENTS,
+    _L_SERVER,
+    _L_CANARY,
+    _L_MECHANISM,
+    _L_WB_SERVER,
+    _L_ONE,
+    _L_TWO,
+    _L_RM_RN,
+    _L_O1,
+    _L_CANARY_FDP,
+    _L_O1_FDP,
+    _L_BEST,
+    _L_ACCURACY,
+    _L_F_LOSS,
+    _L_ORDERING,
+)
+"""The "Privacy ledger" table of report.md (one table) and report.html (:data:`LEDGER_GROUPS`;
+the run's DP level stands above it)."""
+
+LEDGER_GROUPS: tuple[ColumnGroup[SiteRow], ...] = (
+    ColumnGroup(
+        "",
+        (
+            _L_SITE,
+            _L_RECORD,
+            _L_SERVER,
+            _L_MECHANISM,
+            _L_WB_SERVER,
+            _L_TWO,
+            _L_RM_RN,
+            _L_O1,
+            _L_ORDERING,
+        ),
+    ),
+    ColumnGroup(
+        "Client-level DP and canaries",
+        (_L_SITE, _L_CLIENT, _L_CLIENT_RECORD, _L_CANARY_CLIENTS, _L_CANARY, _L_CANARY_FDP),
+    ),
+    ColumnGroup(
+        "Other readings",
+        (_L_SITE, _L_ONE, _L_O1_FDP, _L_BEST, _L_ACCURACY, _L_F_LOSS),
+    ),
+)
+""":data:`LEDGER_COLUMNS` in report.html: the guarantees beside what was measured against
+them first, the rest folded."""
 
 
 def _one_flags(s: SiteReport) -> list[str]:

@@ -32,6 +32,8 @@ tr.failed td, tr.missing td, tr.incomplete td { background: #eeeeee; color: #555
 .badge.failed, .badge.missing, .badge.incomplete { background: #777; color: #fff; }
 .meaning { border-left: 4px solid #d63c3c; background: #fafafa; padding: 0.5em 1em; }
 .meaning summary { cursor: pointer; }
+details.fold { margin: 0.4em 0 1em; }
+details.fold summary { cursor: pointer; color: #333; }
 .error { font-family: monospace; white-space: pre-wrap; }
 figure { margin: 1em 0; }
 figcaption { font-size: 0.85em; color: #444; }

@@ -17,10 +17,19 @@ from .blocks import (
     Meaning,
     Para,
     Table,
+    grouped_table,
     to_html,
     to_markdown,
 )
-from .columns import HEADLINE_COLUMNS, LEDGER_COLUMNS, SITE_COLUMNS, SiteRow, site_row_class
+from .columns import (
+    HEADLINE_COLUMNS,
+    LEDGER_COLUMNS,
+    LEDGER_GROUPS,
+    SITE_COLUMNS,
+    SITE_GROUPS,
+    SiteRow,
+    site_row_class,
+)
 from .formatting import (
     BOUND_RECALL_CAPTION,
     EPS_PLOT_CAPTION,
@@ -93,12 +102,12 @@ def report_blocks(report: RunReport, results: dict[int, AuditResult]) -> list[Bl
             only="md",
         ),
         Heading("Per-site audit"),
-        Table(
-            SITE_COLUMNS,
+        Table(SITE_COLUMNS, sites, only="md"),
+        *grouped_table(
+            SITE_GROUPS,
             sites,
             row_class=site_row_class,
             row_title=lambda s: "; ".join(f"{scope}: {r}" for scope, r in scoped_reasons(s)),
-            wide=True,
         ),
         Para(ROW_COLOURS, only="html"),
         Para(FLAG_LEGEND, only="md"),
@@ -168,12 +177,12 @@ def _ledger(report: RunReport) -> list[Block]:
         Heading("Privacy ledger"),
         Para(f"{LEDGER_INTRO} DP level of the run: {report.dp_level or MISSING}."),
         *([Para(f"DP {report.noise}.")] if report.noise else []),
-        Table(
-            LEDGER_COLUMNS,
+        Table(LEDGER_COLUMNS, ledger_rows(report), only="md"),
+        *grouped_table(
+            LEDGER_GROUPS,
             ledger_rows(report),
             attrs=' id="ledger"',
             row_class=lambda r: "violation" if r.site.checks.bound_violations else r.site.status,
-            wide=True,
         ),
         Bullets([f"site {s.site_id}: {s.checks.eps_tilde_above_accountant}" for s in above]),
     ]

@@ -29,6 +29,8 @@ from reporting.site_report import site_report_paths
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 TIMEOUT_S = 180
+WINDOW = (1400, 3000)
+"""The window the pages are read in: a 1,400-pixel-wide laptop screen."""
 
 CHECKER = r"""
 <script>
@@ -104,6 +106,17 @@ CHECKER = r"""
                     title: document.title,
                     text: document.body.innerText, tables: tables()};
       report.sorts = sorts();
+      // Every table as laid out with every fold opened: none may reach past the window.
+      Array.prototype.forEach.call(document.querySelectorAll("details"), function (d) {
+        d.open = true;
+      });
+      report.windowWidth = window.innerWidth;
+      report.tableBoxes = Array.prototype.map.call(document.querySelectorAll("table"),
+        function (t) {
+          var box = t.getBoundingClientRect();
+          return {headers: t.rows.length ? cells(t.rows[0]).slice(0, 3) : [],
+                  width: box.width, right: box.right};
+        });
       report.problems = problems;
       var pre = document.createElement("pre");
       pre.id = "__page_check__";
@@ -129,6 +142,14 @@ class PageCheck:
     text: str
     tables: list[dict[str, Any]]
     sorts: list[dict[str, Any]]
+    window_width: float
+    table_boxes: list[dict[str, Any]]
+    """Each table's width and right edge (px) with every fold opened."""
+
+    @property
+    def tables_past_the_window(self) -> list[list[str]]:
+        """The first headers of the tables reaching past the window's right edge."""
+        return [t["headers"] for t in self.table_boxes if t["right"] > self.window_width]
 
     @property
     def broken_images(self) -> list[str]:
@@ -191,7 +212,10 @@ def check_page(page: Path, work: Path) -> PageCheck:
     copy = page.with_name(f"{page.stem}.checked{page.suffix}")
     copy.write_text(source[: head.end()] + CHECKER + source[head.end() :])
     try:
-        done = _run(["--dump-dom", copy.resolve().as_uri()], work / f"profile-{page.stem}")
+        done = _run(
+            [f"--window-size={WINDOW[0]},{WINDOW[1]}", "--dump-dom", copy.resolve().as_uri()],
+            work / f"profile-{page.stem}",
+        )
     finally:
         copy.unlink()
     match = _RESULT.search(done.stdout)
@@ -208,6 +232,8 @@ def check_page(page: Path, work: Path) -> PageCheck:
         text=data["text"],
         tables=data["tables"],
         sorts=data["sorts"],
+        window_width=data["windowWidth"],
+        table_boxes=data["tableBoxes"],
     )
 
 
@@ -222,7 +248,7 @@ def assert_page_ok(check: PageCheck, *, min_plots: int = 1) -> None:
 def screenshot(page: Path, out: Path, work: Path) -> Path:
     """A screenshot of the product page itself (unchanged)."""
     _run(
-        [f"--screenshot={out}", "--window-size=1400,3000", page.resolve().as_uri()],
+        [f"--screenshot={out}", f"--window-size={WINDOW[0]},{WINDOW[1]}", page.resolve().as_uri()],
         work / f"profile-shot-{page.stem}",
     )
     assert out.exists() and out.stat().st_size > 10_000, f"no screenshot of {page.name}"
@@ -295,6 +321,9 @@ def test_report_html_in_the_browser(pages: dict[str, Path], tmp_path: Path) -> N
     assert [row[0] for row in table["rows"]] == ["0", "1", "2", "3"]  # one row per site
     assert [row[1] for row in table["rows"]] == ["ok", "ok", "failed", "missing"]
     assert check.text.count("What eps_tilde means and does not mean") == 1
+    # Every table, folded ones opened, reads without scrolling sideways.
+    assert check.window_width == WINDOW[0]
+    assert len(check.table_boxes) >= 8 and check.tables_past_the_window == []
     screenshot(pages["report"], tmp_path / "report.png", tmp_path)
 
 
@@ -312,6 +341,7 @@ def test_site_page_in_the_browser(pages: dict[str, Path], tmp_path: Path, site_i
         assert fmt_est(site.audit.one_sided.eps_tilde) in check.text
         ids = {"bounds", "comparisons", "low-fpr", "manifest", "by-round-1", "per-class"}
         assert ids <= {t["id"] for t in check.tables}
+        assert check.tables_past_the_window == []
     else:  # a failed audit: the reason, no plots, no error from the hostile error text
         assert_page_ok(check, min_plots=0)
         assert 'console.error("x")' in check.text and not check.plots

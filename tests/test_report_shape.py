@@ -10,11 +10,20 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
 from builders import by_round_lines, make_result, ok_audit, with_class_slices, write_run
 
 from audit.result import AuditFlags
 from reporting import write_report
-from reporting.columns import HEADLINE_COLUMNS, LEDGER_COLUMNS, SITE_COLUMNS, SiteRow, md_table
+from reporting.columns import (
+    HEADLINE_COLUMNS,
+    LEDGER_COLUMNS,
+    LEDGER_GROUPS,
+    SITE_COLUMNS,
+    SITE_GROUPS,
+    SiteRow,
+    md_table,
+)
 from reporting.formatting import MEANING_POINTS, flag_labels
 from reporting.html_page import _FLAG_BADGE_KIND
 from reporting.schema import FLAGS, FlaggedSites
@@ -107,3 +116,19 @@ def test_tables_have_a_cell_per_header_and_the_headline_is_narrow(tmp_path: Path
         assert all(line.count(" | ") == header.count(" | ") for line in lines)
     headers = [c.header for c in HEADLINE_COLUMNS]
     assert headers[:2] == ["site", "eps_tilde two-sided [95% CI] (side)"] and len(headers) == 5
+
+
+@pytest.mark.parametrize(
+    ("full", "groups"),
+    [(SITE_COLUMNS, SITE_GROUPS), (LEDGER_COLUMNS, LEDGER_GROUPS)],
+    ids=["per-site", "ledger"],
+)
+def test_html_groups_show_every_column_once(full, groups) -> None:
+    """report.html splits a wide table into a leading group and folds: together they hold
+    every HTML column of the Markdown table, each once but the key column, which leads each
+    group."""
+    key = full[0]
+    shown = [c for g in groups for c in g.columns if c is not key]
+    assert all(g.columns[0] is key for g in groups)
+    assert len(shown) == len(set(map(id, shown)))
+    assert {id(c) for c in shown} == {id(c) for c in full[1:] if c.html is not None}
