@@ -102,7 +102,7 @@ def _two_sided(config: AuditConfig, repeats: list[RepeatResult]) -> TwoSidedResu
     )
     # The headline itself against RM;RN's two-sided reading: a side can pass its own check
     # and still carry the headline above what real non-members read.
-    named = sides[result.side]  # type: ignore[index]
+    named = sides["nonmember" if result.side == "nonmember" else "member"]
     flags = diagnose(
         c_lb=named.c_lb,
         eps_tilde=eps,

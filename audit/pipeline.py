@@ -194,10 +194,10 @@ class HelperReal:
 
 
 def _concat(parts: Sequence[Records]) -> Records:
-    ys = [p.y for p in parts]
+    ys = [p.y for p in parts if p.y is not None]
     return Records(
         np.concatenate([p.x for p in parts]),
-        None if any(y is None for y in ys) else np.concatenate(ys),  # type: ignore[arg-type]
+        np.concatenate(ys) if len(ys) == len(parts) else None,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
+from audit.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.gradient_canaries import GradientCanaryResult
 from audit.over_rounds import RoundLeakage
 from audit.result import AuditFlags, ClassSliceResult, Interval
@@ -112,7 +113,7 @@ FLAGS: dict[str, Flag] = {
         "above real non-members",
         badge="not-tight",
         meaning="above_real_nonmembers: eps_tilde's mean exceeds RM;RN's (the same attack with "
-        "the site's real held-out records as non-members) by more than the tolerance (0.05), "
+        f"the site's real held-out records as non-members) by more than {NOT_TIGHT_TOLERANCE}, "
         "intervals overlapping or not. Part of eps_tilde may then be the model telling the "
         "game's non-members (generated records) from real ones rather than recognising its "
         "members.",

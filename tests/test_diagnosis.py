@@ -76,7 +76,7 @@ def test_the_headline_is_compared_with_real_nonmembers_too() -> None:
         TwoSidedRepeat(0.0125, _side(a), _side(b), max(a, b), rm_rn_eps_lb=0.0)
         for a, b in [(0.4, 0.0), (0.0, 0.4)] * 3
     ]
-    two = _two_sided(AuditConfig(), [SimpleNamespace(two_sided=g) for g in games])  # type: ignore[misc]
+    two = _two_sided(AuditConfig(), [SimpleNamespace(two_sided=g) for g in games])  # type: ignore[misc]  # only .two_sided is read
     for side in (two.member, two.nonmember):
         assert not side.flags.c_lb_not_tight and side.eps_tilde.low <= 0.0
     assert two.flags is not None and two.flags.c_lb_not_tight
