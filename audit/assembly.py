@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -90,13 +91,27 @@ def _two_sided(config: AuditConfig, repeats: list[RepeatResult]) -> TwoSidedResu
     sides: dict[Side, SideResult] = {
         side: _side(config, [getattr(g, side) for g in games]) for side in SIDES
     }
-    return TwoSidedResult(
+    eps = Interval.of([g.eps_tilde for g in games])
+    rm_rn = _interval([g.rm_rn_eps_lb for g in games])
+    result = TwoSidedResult(
         beta=games[0].beta,
-        eps_tilde=Interval.of([g.eps_tilde for g in games]),
+        eps_tilde=eps,
         member=sides["member"],
         nonmember=sides["nonmember"],
-        rm_rn_eps_lb=_interval([g.rm_rn_eps_lb for g in games]),
+        rm_rn_eps_lb=rm_rn,
     )
+    # The headline itself against RM;RN's two-sided reading: a side can pass its own check
+    # and still carry the headline above what real non-members read.
+    named = sides["nonmember" if result.side == "nonmember" else "member"]
+    flags = diagnose(
+        c_lb=named.c_lb,
+        eps_tilde=eps,
+        ceiling=named.ceiling,
+        rm_rn=rm_rn,
+        rm_rn_ceiling=named.rm_rn_ceiling,
+        saturation_margin=config.saturation_margin,
+    )
+    return replace(result, flags=flags)
 
 
 def assemble(

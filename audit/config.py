@@ -189,6 +189,14 @@ class AuditConfig(StrictModel):
     splits: SplitConfig = Field(default_factory=SplitConfig)
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
     helper_epochs: int = Field(10, ge=1)
+    helper_real_records: bool = Field(
+        True,
+        description="with a trained generator, the helper h (and the reference models trained "
+        "on its records) also trains on the real records the audit may use: the public pool "
+        "when one is given, and D_G (the members spent on the generator, never game records). "
+        "b then knows what real records look like, as f does; false: synthetic records only "
+        "(the paper's helper). A reference pool's records are real already",
+    )
     synthetic_multiplier: float = Field(
         1.0, gt=0, description="helper training set size relative to the member train split"
     )

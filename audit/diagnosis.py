@@ -5,8 +5,9 @@ from __future__ import annotations
 from audit.result import AuditFlags, Interval
 
 NOT_TIGHT_TOLERANCE = 0.05
-"""eps_tilde's interval may clear RM;RN's by this much before it is flagged: a single repeat
-(no interval) or an all-zero RM;RN would otherwise flag noise of a few hundredths."""
+"""eps_tilde may clear RM;RN by this much before it is flagged (``c_lb_not_tight``: the
+intervals; ``above_real_nonmembers``: the means): a single repeat (no interval) or an
+all-zero RM;RN would otherwise flag noise of a few hundredths."""
 
 
 def diagnose(
@@ -57,6 +58,11 @@ def diagnose(
         and eps_tilde.mean >= rm_rn_ceiling - saturation_margin
     )
     not_tight = above_rm_rn and not capped
+    # The means, not the intervals: a wide interval can hide a reading far above RM;RN's
+    # (0.42 [0.07, 0.77] against 0.03), and a user reads the mean.
+    above_real = (
+        rm_rn is not None and eps_tilde.mean > rm_rn.mean + NOT_TIGHT_TOLERANCE and not capped
+    )
     if capped:
         assert rm_rn is not None and rm_rn_ceiling is not None
         reasons.append(
@@ -69,12 +75,26 @@ def diagnose(
         assert rm_rn is not None
         reasons.append(
             f"c_lb may not be tight: eps_tilde's interval [{eps_tilde.low:.2f}, "
-            f"{eps_tilde.high:.2f}] lies above RM;RN's [{rm_rn.low:.2f}, {rm_rn.high:.2f}], "
-            "measured with real non-members. RM;RN is itself only a lower bound, so this does "
-            "not prove an error, but eps_tilde may overstate the leakage if the baseline is "
+            f"{eps_tilde.high:.2f}] lies above RM;RN's [{rm_rn.low:.2f}, {rm_rn.high:.2f}] "
+            f"by more than {NOT_TIGHT_TOLERANCE:.2f}, measured with real non-members. RM;RN "
+            "is itself only a lower bound, so this does not prove an error, but eps_tilde may "
+            "overstate the leakage if the baseline is "
             "weaker than it should be; strengthen the baseline (features, training data) or "
             "the generator to check."
         )
+    if above_real:
+        assert rm_rn is not None
+        reasons.append(
+            f"reads above real non-members: eps_tilde {eps_tilde.mean:.2f} exceeds RM;RN "
+            f"{rm_rn.mean:.2f} (the same attack with the site's real held-out records as "
+            f"non-members) by more than {NOT_TIGHT_TOLERANCE:.2f}. Part of it may be the model "
+            "telling the game's non-members from real records rather than recognising its "
+            "members."
+        )
     return AuditFlags(
-        saturated=saturated, c_lb_not_tight=not_tight, rm_rn_capped=capped, reasons=reasons
+        saturated=saturated,
+        c_lb_not_tight=not_tight,
+        rm_rn_capped=capped,
+        reasons=reasons,
+        above_real_nonmembers=above_real,
     )

@@ -165,6 +165,61 @@ class _Sources:
     quality: dict[str, float]
     paired: bool
     """Row ``i`` of ``d_out`` is the same-label alternative of row ``i`` of ``d_in``."""
+    real: HelperReal | None = None
+    """Real records the helper also trains on (trained generators only)."""
+
+
+@dataclass(frozen=True)
+class HelperReal:
+    """Real records beside the helper's synthetic ones, cut as the helper's own sets are.
+
+    With a trained generator f has learnt what real records look like from every site's
+    records and b's synthetic-only helper has not, so f's "not a member" guesses on
+    unrealistic generated records would pass for leakage (docs/reading_the_numbers.md).
+    """
+
+    train: Records
+    val: Records
+    public: int
+    """How many of them are public records (the pool); the rest are D_G's."""
+
+    @property
+    def total(self) -> int:
+        return len(self.train) + len(self.val)
+
+    @property
+    def site(self) -> int:
+        """How many are the site's own D_G records."""
+        return self.total - self.public
+
+
+def _concat(parts: Sequence[Records]) -> Records:
+    ys = [p.y for p in parts if p.y is not None]
+    return Records(
+        np.concatenate([p.x for p in parts]),
+        np.concatenate(ys) if len(ys) == len(parts) else None,
+    )
+
+
+def _helper_real(
+    config: AuditConfig, generator: Generator, d_g: Records, public_pool: Records | None
+) -> HelperReal | None:
+    """The public pool and D_G, neither ever a game record, for a trained generator's helper;
+    ``None`` for a finite source (a reference pool: its records are real already) or when
+    ``helper_real_records`` is off."""
+    if not config.helper_real_records or generator.remaining is not None:
+        return None
+    parts = [r for r in (public_pool, d_g) if r is not None and len(r) > 0]
+    if not parts:
+        return None
+    real = _concat(parts)
+    order = np.random.default_rng([config.seed, 0x4EA1]).permutation(len(real))
+    n_train, _ = _helper_split(len(real))
+    return HelperReal(
+        real.take(order[:n_train]),
+        real.take(order[n_train:]),
+        public=0 if public_pool is None else len(public_pool),
+    )
 
 
 def _helper_split(total: int) -> tuple[int, int]:
@@ -240,6 +295,12 @@ def _draw_sources(
         helper_train, helper_val = helper
     if len(d_out) != n_in or len(helper_train) != n_helper:
         raise RuntimeError(f"generator {generator.kind!r} returned the wrong number of records")
+    real = _helper_real(config, generator, d_g, context.public_pool)
+    if real is not None:
+        say(
+            f"helper: also trains on {real.total} real records ({real.public} public, "
+            f"{real.site} of D_G)"
+        )
     return _Sources(
         cut,
         generator,
@@ -249,6 +310,7 @@ def _draw_sources(
         helper_val,
         {k: float(v) for k, v in quality.items()},
         paired=config.pairing == "label",
+        real=real,
     )
 
 
@@ -268,18 +330,23 @@ def _fit_models(
     timer: StageTimer,
     say: ProgressFn,
 ) -> _Models:
+    train, val, real = sources.helper_train, sources.helper_val, sources.real
+    if real is not None:
+        train, val = _concat([train, real.train]), _concat([val, real.val])
     with timer.stage("helper"):
         helper, quality = _train_helper(
             task,
-            sources.helper_train,
-            sources.helper_val,
+            train,
+            val,
             epochs=config.helper_epochs,
             seed=config.seed + 17,
             device=device,
         )
     say(
         f"helper: trained {quality['helper_epochs']:.0f} epochs on "
-        f"{len(sources.helper_train)} synthetic records"
+        f"{len(sources.helper_train)} synthetic"
+        + ("" if real is None else f" and {len(real.train)} real")
+        + " records"
     )
     quality["helper_accuracy_synthetic_val"] = _accuracy(
         task.loss_features(helper, sources.helper_val.x, sources.helper_val.y, device=device),
@@ -290,12 +357,7 @@ def _fit_models(
         references = list(reference_models)
     else:
         # The helper's records are never game records: the reference models train on them.
-        pool = Records(
-            np.concatenate([sources.helper_train.x, sources.helper_val.x]),
-            None
-            if sources.helper_train.y is None or sources.helper_val.y is None
-            else np.concatenate([sources.helper_train.y, sources.helper_val.y]),
-        )
+        pool = _concat([train, val])
         with timer.stage("reference_models"):
             references = train_reference_models(
                 task,
@@ -564,6 +626,8 @@ def _audit_target(
             members_in_game_max=max(shown),
             synthetic_helper_train=len(sources.helper_train),
             synthetic_helper_val=len(sources.helper_val),
+            helper_real_public=0 if sources.real is None else sources.real.public,
+            helper_real_site=0 if sources.real is None else sources.real.site,
             synthetic_out=len(sources.d_out),
             nonmembers=0 if nonmembers is None else len(nonmembers),
             reference_models=len(models.references),

@@ -90,6 +90,9 @@ class AuditFlags:
     reasons: list[str] = field(default_factory=list)
     rm_rn_capped: bool = False
     """RM;RN's ceiling (few real non-members) leaves no room to check eps_tilde."""
+    above_real_nonmembers: bool = False
+    """eps_tilde's mean exceeds RM;RN's by more than the tolerance, intervals overlapping or
+    not: the game's non-members read above real ones (:mod:`audit.diagnosis`)."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,9 @@ class TwoSidedResult:
     nonmember: SideResult
     rm_rn_eps_lb: Interval | None = None
     meaning: str = TWO_SIDED_MEANING
+    flags: AuditFlags | None = None
+    """The headline's own flags: its interval against RM;RN's two-sided one (None in files
+    written before they existed)."""
 
     @property
     def side(self) -> str:
@@ -327,6 +333,8 @@ class AuditResult:
             d["rm_rn_eps_lb"] = interval(d.get("rm_rn_eps_lb"))
             for key in ("member", "nonmember"):
                 d[key] = side(d[key])
+            if d.get("flags") is not None:
+                d["flags"] = AuditFlags(**d["flags"])
             return TwoSidedResult(**d)
 
         d = dict(data)

@@ -208,9 +208,16 @@ def audit_config(
 
 
 def null_tally(
-    mod: Modality, *, targets: int, repeats: int, seed: int = 0, protocol: str = "paired-score"
+    mod: Modality,
+    *,
+    targets: int,
+    repeats: int,
+    seed: int = 0,
+    protocol: str = "paired-score",
+    generator: str = "reference_pool",
 ) -> Tally:
-    """Audit ``targets`` null targets, ``repeats`` games each."""
+    """Audit ``targets`` null targets, ``repeats`` games each, non-members from
+    ``generator`` (``generator.kind``)."""
     tally = Tally()
     for t in range(targets):
         data = _draw(mod, seed * 1000 + t)
@@ -220,7 +227,11 @@ def null_tally(
             target,
             data["members"],
             audit_config(
-                repeats=repeats, seed=seed * 1000 + t, modality=mod.name, protocol=protocol
+                repeats=repeats,
+                seed=seed * 1000 + t,
+                modality=mod.name,
+                protocol=protocol,
+                generator={"kind": generator},
             ),
             nonmembers=data["nonmembers"],
             public_pool=data["pool"],
@@ -309,7 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--controls", default="union,split", help="threshold selections of the over-fit control"
     )
+    parser.add_argument(
+        "--generator",
+        default="reference_pool",
+        help="the non-members' source (generator.kind), e.g. mst for tabular: generated "
+        "non-members, and a helper that also learns the public pool and D_G",
+    )
     args = parser.parse_args(argv)
+
     torch.set_num_threads(args.threads)
     beta = audit_config(repeats=1, seed=0).beta
     all_ok = True
@@ -317,9 +335,14 @@ def main(argv: list[str] | None = None) -> int:
         mod = load_modality(name, args.image_data)
         start = time.perf_counter()
         tally = null_tally(
-            mod, targets=args.targets, repeats=args.repeats, seed=args.seed, protocol=args.protocol
+            mod,
+            targets=args.targets,
+            repeats=args.repeats,
+            seed=args.seed,
+            protocol=args.protocol,
+            generator=args.generator,
         )
-        all_ok &= print_tally(f"{name} ({args.protocol})", tally, beta)
+        all_ok &= print_tally(f"{name} ({args.protocol}, {args.generator})", tally, beta)
         for selection in args.controls.split(","):
             result = positive_control(
                 mod,
@@ -327,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
                 seed=args.seed,
                 protocol=args.protocol,
                 threshold_selection=selection,
+                generator={"kind": args.generator},
             )
             all_ok &= print_control(name, selection, result)
         print(f"{name}: {time.perf_counter() - start:.0f} s")

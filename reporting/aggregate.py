@@ -19,6 +19,7 @@ from audit.over_rounds import first_leaking_round
 from audit.result import (
     EPS_TILDE_MEANING,
     TWO_SIDED_MEANING,
+    AuditFlags,
     AuditResult,
     RepeatResult,
     RocSummary,
@@ -32,6 +33,7 @@ from .inputs import RunInputs, SiteAuditInput
 from .privacy_ledger import PrivacySettings, checks, privacy_settings, run_canaries, site_privacy
 from .schema import (
     FLAGS,
+    HEADLINE,
     ONE,
     SCHEMA_VERSION,
     TPR_FPR_KEYS,
@@ -145,6 +147,7 @@ def audit_report(result: AuditResult) -> AuditReport:
             rm_rn_eps_lb=two.rm_rn_eps_lb,
             member=_game(two.member),
             nonmember=_game(two.nonmember),
+            flags=two.flags,
         ),
         o1_eps_lb=result.o1_eps_lb,
         o1_eps_lb_fdp=result.o1_eps_lb_fdp,
@@ -197,9 +200,9 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> Co
         max_eps_tilde=None if leakiest is None else one[leakiest],
         median_eps_tilde=float(statistics.median(scored)) if scored else None,
         leakiest_site_id=leakiest,
-        flagged=_flagged(ok, lambda a: a.one_sided),
+        flagged=_flagged(ok, lambda a: a.one_sided.flags),
         two_sided_flagged=(
-            {side: _flagged(ok, _side(side)) for side in SIDES}
+            {key: _flagged(ok, _two_sided_flags(key)) for key in (HEADLINE, *SIDES)}
             if any(s.audit and s.audit.two_sided for s in ok)
             else {}
         ),
@@ -231,20 +234,25 @@ def _leakiest(values: dict[int, float | None]) -> int | None:
     return min(scored)[1] if scored else None
 
 
-def _side(side: str) -> Callable[[AuditReport], GameReport | None]:
-    return lambda a: None if a.two_sided is None else getattr(a.two_sided, side)
+def _two_sided_flags(key: str) -> Callable[[AuditReport], AuditFlags | None]:
+    """The flags of the two-sided headline (``HEADLINE``) or of one side."""
+
+    def flags(a: AuditReport) -> AuditFlags | None:
+        two = a.two_sided
+        if two is None:
+            return None
+        return two.flags if key == HEADLINE else getattr(two, key).flags
+
+    return flags
 
 
 def _flagged(
-    sites: list[SiteReport], game_of: Callable[[AuditReport], GameReport | None]
+    sites: list[SiteReport], flags_of: Callable[[AuditReport], AuditFlags | None]
 ) -> FlaggedSites:
-    """Ids of the sites whose flags (in the game ``game_of`` picks) are raised."""
-    games = [(s.site_id, game_of(s.audit)) for s in sites if s.audit is not None]
+    """Ids of the sites whose flags (of the game or headline ``flags_of`` picks) are raised."""
+    games = [(s.site_id, flags_of(s.audit)) for s in sites if s.audit is not None]
     return FlaggedSites(
-        **{
-            name: [sid for sid, g in games if g is not None and getattr(g.flags, name)]
-            for name in FLAGS
-        }
+        **{name: [sid for sid, f in games if f is not None and getattr(f, name)] for name in FLAGS}
     )
 
 

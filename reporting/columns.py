@@ -172,12 +172,15 @@ def _eps_tilde_cell(site: SiteReport) -> str:
 
 
 def _two_sided_cell(site: SiteReport) -> str:
-    """The two-sided eps_tilde [interval] (side) with a badge per raised flag of each side."""
+    """The two-sided eps_tilde [interval] (side) with a badge per raised flag of the headline
+    and of each side."""
     two = None if site.audit is None else site.audit.two_sided
     side_badges = "".join(
         flag_badges(flag_labels(getattr(two, side).flags), prefix=f"{SIDE_LABELS[side]}: ")
         for side in (SIDES if two is not None else ())
     )
+    if two is not None and two.flags is not None:
+        side_badges = flag_badges(flag_labels(two.flags), prefix="headline: ") + side_badges
     value = None if two is None else mean_of(two.eps_tilde)
     return td(esc(fmt_two_sided(site)) + side_badges, title=value, raw=True)
 

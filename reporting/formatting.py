@@ -8,6 +8,7 @@ import math
 from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
 from audit.config import ONE_SIDED_SHARES, TWO_SIDED_SHARES
+from audit.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage, first_leaking_round
@@ -18,6 +19,7 @@ from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 from .privacy_ledger import EPS_TILDE_ABOVE_NOTE
 from .schema import (
     FLAGS,
+    HEADLINE,
     SCORERS,
     TPR_FPR_KEYS,
     AuditReport,
@@ -126,8 +128,10 @@ MEANING_POINTS: tuple[str, ...] = (
     f"at or below DP eps; eps_tilde may exceed it without contradiction, as {NOT_A_BOUND}.",
     TWO_SIDED_MEANING,
     "Each side of the two-sided game has its own c_lb, ceiling and flags (saturated, c_lb "
-    "not tight against that side's RM;RN, RM;RN capped), diagnosed as above; side names the "
-    "side whose eps_tilde is larger. The one-sided eps_tilde (the paper's) is reported "
+    "not tight against that side's RM;RN, RM;RN capped, above real non-members), diagnosed as "
+    "above; side names the side whose eps_tilde is larger. The headline (two-sided "
+    "eps_tilde) is diagnosed against RM;RN's two-sided reading too, with the same "
+    f"{NOT_TIGHT_TOLERANCE} tolerance. The one-sided eps_tilde (the paper's) is reported "
     "unchanged beside it.",
     f"Levels: the one-sided c_lb and {{c+eps}}_lb are each at beta/{ONE_SIDED_SHARES} (so "
     "eps_tilde holds at beta), as are RM;RN's two; the two-sided game's four bounds (b and "
@@ -301,15 +305,21 @@ def flag_labels(flags: AuditFlags | None) -> list[str]:
     return [] if flags is None else [f.label for n, f in FLAGS.items() if getattr(flags, n)]
 
 
+def _scope(key: str) -> str:
+    """``two_sided_flagged``'s key in words: a side, or the two-sided headline."""
+    return f"{SIDE_LABELS[key]} side" if key in SIDE_LABELS else key
+
+
 def flag_scopes(site: SiteReport) -> list[tuple[str, AuditFlags]]:
-    """The site's flags per game: the one-sided game, then each side of the two-sided one."""
+    """The site's flags per game: the one-sided game, the two-sided headline, then each side
+    of the two-sided game."""
     a = site.audit
     if a is None:
         return []
-    two = [] if a.two_sided is None else [(s, getattr(a.two_sided, s)) for s in SIDES]
-    return [("one-sided", a.one_sided.flags)] + [
-        (f"{SIDE_LABELS[s]} side", g.flags) for s, g in two
-    ]
+    two = a.two_sided
+    headline = [] if two is None or two.flags is None else [(_scope(HEADLINE), two.flags)]
+    sides = [] if two is None else [(_scope(s), getattr(two, s).flags) for s in SIDES]
+    return [("one-sided", a.one_sided.flags), *headline, *sides]
 
 
 def scoped_flag_labels(site: SiteReport) -> list[tuple[str, list[str]]]:
@@ -418,7 +428,7 @@ def consortium_lines(c: ConsortiumSummary) -> list[str]:
         f"median eps_tilde (one-sided) over ok sites: {fmt(c.median_eps_tilde)}",
         f"one-sided game: {flagged_text(c.flagged)}",
         *[
-            f"two-sided game, {SIDE_LABELS[side]} side: {flagged_text(flagged)}"
+            f"two-sided game, {_scope(side)}: {flagged_text(flagged)}"
             for side, flagged in c.two_sided_flagged.items()
         ],
         "largest DP eps (record-level guarantee, accountant): "

@@ -219,13 +219,22 @@ def _meaning(site: SiteReport, audit: AuditReport, verdict: str, value: float | 
 
 
 def _flag_lines(audit: AuditReport) -> list[str]:
-    """One sentence per raised flag, for the headline's game (the larger side if two-sided)."""
-    flags: AuditFlags = audit.one_sided.flags
-    where = ""
-    if audit.two_sided is not None:
-        flags = getattr(audit.two_sided, audit.two_sided.side).flags
-        where = f"On the {SIDE_LABELS[audit.two_sided.side]} side: "
-    return [where + flag.plain for name, flag in FLAGS.items() if getattr(flags, name)]
+    """One sentence per raised flag, for the headline (its own flags and those of the side
+    it comes from, once each), then what the baseline knew about real records."""
+    scopes: list[tuple[str, AuditFlags]] = [("", audit.one_sided.flags)]
+    two = audit.two_sided
+    if two is not None:
+        side = f"On the {SIDE_LABELS[two.side]} side: "
+        scopes = [(side, getattr(two, two.side).flags)]
+        if two.flags is not None:
+            scopes.insert(0, ("", two.flags))
+    lines, said = [], set()
+    for where, flags in scopes:
+        for name, flag in FLAGS.items():
+            if getattr(flags, name) and name not in said:
+                said.add(name)
+                lines.append(where + flag.plain)
+    return lines + [realness_line(audit)]
 
 
 def _low_fpr_line(audit: AuditReport) -> str:
@@ -280,3 +289,26 @@ def _not_shown_records(exposed_records: bool) -> str:
 
 def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
+
+
+def realness_line(audit: AuditReport) -> str:
+    """What the baseline could know about real records, where its non-members are generated
+    and it knew less than the model (``helper_real_*`` in the audit's sizes)."""
+    public = audit.sizes.get("helper_real_public")
+    own = audit.sizes.get("helper_real_site")
+    if audit.generator_kind == "reference_pool" or public is None or own is None or public:
+        return ""
+    if own:
+        return (
+            "No public records of your kind were given to the audit, so the baseline learnt "
+            f"what real records look like only from {own} of your own records (those spent on "
+            "the look-alike generator), where the model learnt it from every site's records. "
+            "A reading above the cross-check with real records may then come from the model "
+            "telling look-alike records from real ones, not from recognising yours."
+        )
+    return (
+        "The baseline never saw a real record (its helper trained on look-alike records "
+        "only), so it cannot know what real records look like as the model does: a reading "
+        "above the cross-check with real records may come from the model telling look-alike "
+        "records from real ones, not from recognising yours."
+    )

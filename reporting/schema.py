@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
+from audit.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.gradient_canaries import GradientCanaryResult
 from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage
@@ -109,6 +110,18 @@ FLAGS: dict[str, Flag] = {
         plain="The cross-check against real records the model never saw had too few "
         "records to confirm or refute the number.",
     ),
+    "above_real_nonmembers": Flag(
+        "above real non-members",
+        badge="not-tight",
+        meaning="above_real_nonmembers: eps_tilde's mean exceeds RM;RN's (the same attack with "
+        f"the site's real held-out records as non-members) by more than {NOT_TIGHT_TOLERANCE}, "
+        "intervals overlapping or not. Part of eps_tilde may then be the model telling the "
+        "game's non-members (generated records) from real ones rather than recognising its "
+        "members.",
+        plain="The same attack reads less when the records the model never saw are real ones "
+        "rather than look-alikes: part of the number may come from the model telling "
+        "look-alike records from real ones, not from recognising your records.",
+    ),
 }
 """Each flag of :class:`audit.result.AuditFlags` (by field name), in display order."""
 
@@ -138,6 +151,8 @@ class TwoSidedReport:
     rm_rn_eps_lb: Interval | None
     member: GameReport
     nonmember: GameReport
+    flags: AuditFlags | None = None
+    """The headline's own flags (its interval against RM;RN's two-sided one)."""
 
 
 @dataclass(frozen=True)
@@ -292,6 +307,11 @@ class SiteReport:
     / ``audit.every``), by round; empty when only the final model was audited."""
 
 
+HEADLINE = "headline"
+"""``ConsortiumSummary.two_sided_flagged``'s key of the two-sided headline's own flags (the
+others are the sides)."""
+
+
 @dataclass(frozen=True)
 class FlaggedSites:
     """Ids of the ok sites with each flag raised in one game (or one side of it)."""
@@ -299,6 +319,7 @@ class FlaggedSites:
     saturated: list[int]
     c_lb_not_tight: list[int]
     rm_rn_capped: list[int]
+    above_real_nonmembers: list[int]
 
 
 @dataclass(frozen=True)

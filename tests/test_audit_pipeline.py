@@ -276,3 +276,36 @@ def test_input_errors_name_the_problem(site) -> None:
     tiny = Records(site["members"].x[:8], site["members"].y[:8])
     with pytest.raises(ValueError, match="splits"):
         run_audit(task, model, tiny, cfg, public_pool=site["pool"])
+
+
+def test_a_trained_generators_helper_learns_real_records_but_no_game_record(
+    site, monkeypatch
+) -> None:
+    """With generated non-members the helper (hence b, and the MIA's reference view) also
+    trains on the public pool and D_G: real records, none of them ever in a game."""
+    from audit.splits import split_members
+
+    trained: list[set[bytes]] = []
+    task = site["task"]
+    real_train = task.train_model
+
+    def spy(model, x, y, **kw):
+        trained.append({r.tobytes() for r in x})
+        return real_train(model, x, y, **kw)
+
+    monkeypatch.setattr(task, "train_model", spy)
+    cfg = {"generator": {"kind": "cgan", "epochs": 1}, "quick": True, "seed": 5}
+    res = _audit(site, reference_models=[], **cfg)
+    helper = trained[0]  # the helper's first epoch (the cGAN has a loop of its own)
+    members = site["members"]
+    d_g = split_members(len(members), AuditConfig(**{**TINY, **cfg}).splits, seed=5).generator
+    d_g_keys = {members.x[i].tobytes() for i in d_g}
+    member_keys = {r.tobytes() for r in members.x}
+    real_keys = {r.tobytes() for r in site["pool"].x} | d_g_keys
+    # Five sixths of the real records train it (the rest select its epoch), ...
+    assert len(helper & real_keys) >= 0.8 * len(real_keys)
+    # ... and of the members only D_G's: no game member
+    assert helper & member_keys <= d_g_keys
+    assert not helper & {r.tobytes() for r in site["nonmembers"].x}
+    assert res.sizes["helper_real_public"] == len(site["pool"])
+    assert res.sizes["helper_real_site"] == len(d_g)

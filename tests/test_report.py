@@ -129,6 +129,7 @@ def _flags(flags: AuditFlags) -> dict[str, Any]:
         "c_lb_not_tight": flags.c_lb_not_tight,
         "reasons": flags.reasons,
         "rm_rn_capped": flags.rm_rn_capped,
+        "above_real_nonmembers": flags.above_real_nonmembers,
     }
 
 
@@ -319,9 +320,12 @@ def test_two_sided_roc_and_levels_in_json(written: tuple[Path, ReportFiles]) -> 
     two0 = sites[0]["audit"]["two_sided"]["eps_tilde"]["mean"]
     assert c["max_eps_tilde_two_sided"] == two0
     assert c["leakiest_site_id_two_sided"] == 0
+    none = {"saturated": [], "c_lb_not_tight": [], "rm_rn_capped": [], "above_real_nonmembers": []}
     assert c["two_sided_flagged"] == {
-        "member": {"saturated": [], "c_lb_not_tight": [0], "rm_rn_capped": []},
-        "nonmember": {"saturated": [1], "c_lb_not_tight": [], "rm_rn_capped": []},
+        # results written without the headline's own flags (before they existed)
+        "headline": none,
+        "member": none | {"c_lb_not_tight": [0]},
+        "nonmember": none | {"saturated": [1]},
     }
     assert c["flagged"]["saturated"] == [1] and c["flagged"]["c_lb_not_tight"] == []
     assert report["two_sided_meaning"] == TWO_SIDED_MEANING

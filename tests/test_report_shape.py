@@ -97,7 +97,9 @@ def test_flags_are_declared_once() -> None:
     for flag in FLAGS.values():
         assert flag.meaning in MEANING_POINTS
         assert _FLAG_BADGE_KIND[flag.label] == flag.badge
-    raised = AuditFlags(saturated=True, c_lb_not_tight=True, rm_rn_capped=True)
+    raised = AuditFlags(
+        saturated=True, c_lb_not_tight=True, rm_rn_capped=True, above_real_nonmembers=True
+    )
     assert flag_labels(raised) == [f.label for f in FLAGS.values()]
 
 

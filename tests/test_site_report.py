@@ -22,6 +22,7 @@ from audit.components import Records
 from audit.exposure import SCORE_MEANINGS, most_exposed
 from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage
+from audit.result import AuditFlags, AuditResult
 from clients.audit_handler import SiteAuditPolicy, write_exposed_records
 from clients.site_data import SiteData
 from contracts.run_files import RunLayout, exposed_records_name
@@ -39,7 +40,7 @@ from reporting.formatting import fmt, fmt_est, fmt_two_sided
 from reporting.html_page import SORT_SCRIPT
 from reporting.inputs import load_run
 from reporting.manifest import PACKAGES
-from reporting.schema import ReplicateReport, ReplicateRun, ReplicateSite
+from reporting.schema import FLAGS, ReplicateReport, ReplicateRun, ReplicateSite
 from reporting.site_report import site_report_paths
 from reporting.standing import BANDS, rank_band
 from reporting.sweep_report import render_sweep_html
@@ -485,3 +486,32 @@ def test_exposed_records_config_and_policy() -> None:
 
     with pytest.raises(ValueError, match="exposed_records_path"):
         SiteAuditPolicy(settings=AuditConfig(), exposed_records=3)
+
+
+def test_the_reading_says_what_the_baseline_knew_of_real_records(tmp_path: Path) -> None:
+    """A trained generator's audit whose helper saw no public records says so in plain words
+    (and one that saw none at all says that); a headline above real non-members is said
+    once, with the side's flags."""
+    result = make_result([1.0, 1.25], [1.5, 1.75], nonmember_gain=0.5, generator_kind="mst")
+    two = result.two_sided
+    assert two is not None
+    above = AuditFlags(saturated=False, c_lb_not_tight=False, above_real_nonmembers=True)
+    flagged = dataclasses.replace(result, two_sided=dataclasses.replace(two, flags=above))
+
+    def sized(r: AuditResult, public: int, own: int) -> AuditResult:
+        return dataclasses.replace(
+            r, sizes=r.sizes | {"helper_real_public": public, "helper_real_site": own}
+        )
+
+    audits = {
+        0: ok_audit(0, sized(flagged, 0, 123)),
+        1: ok_audit(1, sized(result, 0, 0)),
+        2: ok_audit(2, sized(result, 400, 123)),
+    }
+    run = write_run(tmp_path / "r", n_sites=3, audits=audits)
+    write_report(run)
+    meaning = {i: " ".join(_page_json(run, i)["reading"]["meaning"]) for i in range(3)}
+    assert "only from 123 of your own records" in meaning[0]
+    assert meaning[0].count(FLAGS["above_real_nonmembers"].plain) == 1
+    assert "never saw a real record" in meaning[1]
+    assert "only from 123" not in meaning[2] and "never saw a real record" not in meaning[2]
