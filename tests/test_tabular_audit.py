@@ -155,6 +155,7 @@ def test_a_sites_audit_gets_the_datasets_schema(tmp_path, monkeypatch) -> None:
             "partition.num_sites=2",
             "audit.settings.helper_epochs=1",
             "audit.settings.calibration.reference_models=0",
+            "audit.settings.generator.kind=mst",
             "audit.settings.generator.filter=false",
         ],
     )
