@@ -25,9 +25,11 @@ from audit.sides import Side
 from contracts.dp_level import DPLevel
 from contracts.run_log import ClientDPLedgerFile, PlatformInfo, RoundRecord
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version of report.json, sweep.json and ``site-reports/site-<id>.json`` (one shape of
-a site, :class:`SiteReport`, in all three)."""
+a site, :class:`SiteReport`, in all three). 5: ``privacy.inversion``, the two-sided
+headline's own ``flags``, the ``above_real_nonmembers`` flag (and ``two_sided_flagged``'s
+``headline`` entry), the site page's ``standing`` as a rank and a band."""
 
 SiteStatus = Literal["ok", "failed", "missing"]
 DPSource = Literal["audit", "metrics"]
