@@ -151,8 +151,8 @@ def test_two_sided_game_is_consistent(result: AuditResult) -> None:
     )
 
 
-def test_reference_models_train_on_no_game_record(site, monkeypatch) -> None:
-    """Calibration's reference models (and h) train only on records no game ever shows."""
+def _records_trained_on(site, monkeypatch) -> list[set[bytes]]:
+    """Each model the site's task trains from now on: the set of its training rows (bytes)."""
     trained: list[set[bytes]] = []
     task = site["task"]
     real_train = task.train_model
@@ -162,6 +162,12 @@ def test_reference_models_train_on_no_game_record(site, monkeypatch) -> None:
         return real_train(model, x, y, **kw)
 
     monkeypatch.setattr(task, "train_model", spy)
+    return trained
+
+
+def test_reference_models_train_on_no_game_record(site, monkeypatch) -> None:
+    """Calibration's reference models (and h) train only on records no game ever shows."""
+    trained = _records_trained_on(site, monkeypatch)
     res = _audit(site, quick=True, calibration={"reference_models": 3, "epochs": 1})
     assert res.sizes["reference_models"] == 3
     shown = {r.tobytes() for rec in (site["members"], site["nonmembers"]) for r in rec.x}
@@ -285,15 +291,7 @@ def test_a_trained_generators_helper_learns_real_records_but_no_game_record(
     trains on the public pool and D_G: real records, none of them ever in a game."""
     from audit.splits import split_members
 
-    trained: list[set[bytes]] = []
-    task = site["task"]
-    real_train = task.train_model
-
-    def spy(model, x, y, **kw):
-        trained.append({r.tobytes() for r in x})
-        return real_train(model, x, y, **kw)
-
-    monkeypatch.setattr(task, "train_model", spy)
+    trained = _records_trained_on(site, monkeypatch)
     cfg = {"generator": {"kind": "cgan", "epochs": 1}, "quick": True, "seed": 5}
     res = _audit(site, reference_models=[], **cfg)
     helper = trained[0]  # the helper's first epoch (the cGAN has a loop of its own)
