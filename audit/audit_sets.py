@@ -51,11 +51,6 @@ class FeatureSet:
         return self.calibrated_f if view == "f" else self.calibrated_h
 
 
-def _concat(a: Records, b: Records) -> Records:
-    y = None if a.y is None or b.y is None else np.concatenate([a.y, b.y])
-    return Records(np.concatenate([a.x, b.x]), y)  # groups matter for splits only
-
-
 def _stack(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
     return None if a is None or b is None else np.concatenate([a, b])
 
@@ -66,7 +61,7 @@ def classifier_data(
     """Members (label 1) and non-members (label 0) seen through h (b) or f (the MIA)."""
     membership = np.concatenate([np.ones(len(members)), np.zeros(len(others))])
     return ClassifierData(
-        _concat(members.records, others.records),
+        Records.concat([members.records, others.records]),
         np.concatenate([members.features(view), others.features(view)]),
         membership.astype(np.int64),
         np.concatenate([members.h, others.h]) if reference else None,

@@ -9,7 +9,7 @@ tabular and text plug in without touching it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,6 +42,16 @@ class Records:
             self.x[idx],
             None if self.y is None else self.y[idx],
             None if self.groups is None else self.groups[idx],
+        )
+
+    @staticmethod
+    def concat(parts: Sequence[Records]) -> Records:
+        """The parts one after another; labels when every part has them. Groups are left
+        out: they matter only to the cuts, made before records are pooled."""
+        ys = [p.y for p in parts if p.y is not None]
+        return Records(
+            np.concatenate([p.x for p in parts]),
+            np.concatenate(ys) if len(ys) == len(parts) else None,
         )
 
 

@@ -193,14 +193,6 @@ class HelperReal:
         return self.total - self.public
 
 
-def _concat(parts: Sequence[Records]) -> Records:
-    ys = [p.y for p in parts if p.y is not None]
-    return Records(
-        np.concatenate([p.x for p in parts]),
-        np.concatenate(ys) if len(ys) == len(parts) else None,
-    )
-
-
 def _helper_real(
     config: AuditConfig, generator: Generator, d_g: Records, public_pool: Records | None
 ) -> HelperReal | None:
@@ -212,7 +204,7 @@ def _helper_real(
     parts = [r for r in (public_pool, d_g) if r is not None and len(r) > 0]
     if not parts:
         return None
-    real = _concat(parts)
+    real = Records.concat(parts)
     order = np.random.default_rng([config.seed, 0x4EA1]).permutation(len(real))
     n_train, _ = _helper_split(len(real))
     return HelperReal(
@@ -332,7 +324,7 @@ def _fit_models(
 ) -> _Models:
     train, val, real = sources.helper_train, sources.helper_val, sources.real
     if real is not None:
-        train, val = _concat([train, real.train]), _concat([val, real.val])
+        train, val = Records.concat([train, real.train]), Records.concat([val, real.val])
     with timer.stage("helper"):
         helper, quality = _train_helper(
             task,
@@ -357,7 +349,7 @@ def _fit_models(
         references = list(reference_models)
     else:
         # The helper's records are never game records: the reference models train on them.
-        pool = _concat([train, val])
+        pool = Records.concat([train, val])
         with timer.stage("reference_models"):
             references = train_reference_models(
                 task,
