@@ -183,6 +183,7 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     canaries = None
     if runtime.gradient_canaries is not None and runtime.dp is not None:
         canaries = runtime.gradient_canaries.load_or_new()
+    keeps_round = runtime.inversion is not None and runtime.inversion.wants(asked.server_round)
     result = train_locally(
         runtime.task,
         state,
@@ -197,6 +198,7 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         secure_noise=runtime.secure_noise,
         canaries=canaries,
         local_steps=asked.local_steps,
+        keep_used=keeps_round,
     )
     # An update above the site's maximum is not sent, so its steps are not spent.
     runtime.policy.check_release(result.dp_epsilon)
@@ -204,7 +206,7 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         _save_ledger(ledger, runtime, context)
     if canaries is not None and runtime.gradient_canaries is not None:
         canaries.save(runtime.gradient_canaries.state_path)
-    if runtime.inversion is not None and runtime.inversion.wants(asked.server_round):
+    if keeps_round and runtime.inversion is not None:
         keep_round(
             runtime.inversion,
             asked.server_round,

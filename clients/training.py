@@ -99,6 +99,7 @@ def train_locally(
     canaries: CanaryState | None = None,
     noise_scale: float = 1.0,
     local_steps: int | None = None,
+    keep_used: bool = True,
 ) -> LocalTrainResult:
     """Train a fresh copy of the global model on the site's members.
 
@@ -113,7 +114,8 @@ def train_locally(
     is a fault for tests: the steps add that fraction of the noise the accountant records.
 
     ``local_steps``: that many batches (one step each, over as many epochs as they take)
-    instead of ``epochs`` epochs; the result then holds the records those steps used.
+    instead of ``epochs`` epochs; the result then holds the records those steps used, unless
+    ``keep_used`` is off (no copy of each batch to the CPU when nobody will read them).
     """
     if noise_scale != 1.0 and (dp is None or canaries is None):
         raise ValueError("noise_scale (a test fault) needs dp and canaries")
@@ -185,7 +187,7 @@ def train_locally(
             for _ in range(epochs):
                 losses.append(run_epoch(trained, loader, optimizer, loss_fn, device))
         else:
-            batches = _first_batches(loader, local_steps, used)
+            batches = _first_batches(loader, local_steps, used if keep_used else None)
             losses.append(run_epoch(trained, batches, optimizer, loss_fn, device))
 
     if round_canaries is not None:
@@ -202,21 +204,25 @@ def train_locally(
         num_examples=int(len(x)),
         dp_epsilon=epsilon,
         noise_multiplier=sigma,
-        used=None if local_steps is None else _concat(used),
+        used=None if local_steps is None or not keep_used else _concat(used),
     )
 
 
 def _first_batches(
-    loader: Iterable[tuple[torch.Tensor, ...]], steps: int, used: list[tuple[torch.Tensor, ...]]
+    loader: Iterable[tuple[torch.Tensor, ...]],
+    steps: int,
+    used: list[tuple[torch.Tensor, ...]] | None,
 ) -> Iterator[tuple[torch.Tensor, ...]]:
-    """The loader's first ``steps`` batches (epoch after epoch), each kept in ``used``."""
+    """The loader's first ``steps`` batches (epoch after epoch), each kept in ``used`` (when
+    given)."""
     taken, before = 0, -1
     while before < taken < steps:  # an empty loader ends it
         before = taken
         for batch in loader:
             if taken == steps:
                 return
-            used.append(tuple(t.detach().cpu() for t in batch))
+            if used is not None:
+                used.append(tuple(t.detach().cpu() for t in batch))
             taken += 1
             yield batch
 
