@@ -127,7 +127,9 @@ class SiteAwareMixin(FedAvg):
                 kept.append(msg)
             else:
                 record.failures[site] = why
-        return kept
+        # In site order, not arrival order: the aggregate's float sums then do not depend on
+        # which site finished first, so a rerun or a resumed run gets the same model.
+        return sorted(kept, key=lambda msg: self.site_of_node[msg.metadata.src_node_id])
 
     def _rejection(
         self, server_round: int, site: int, msg: Message, record: RoundRecord
