@@ -61,7 +61,7 @@ class _Game(Protocol):
     def rm_rn_ceiling(self) -> float | None: ...
 
 
-def _side(config: AuditConfig, per_repeat: Sequence[_Game]) -> SideResult:
+def _side(config: AuditConfig, per_repeat: Sequence[_Game], *, generated: bool) -> SideResult:
     """Intervals over repeats, the mean ceilings and the diagnosis of one game or side."""
     c_lb = Interval.of([x.c_lb for x in per_repeat])
     eps = Interval.of([x.eps_tilde for x in per_repeat])
@@ -80,16 +80,20 @@ def _side(config: AuditConfig, per_repeat: Sequence[_Game]) -> SideResult:
             rm_rn=rm_rn,
             rm_rn_ceiling=rm_rn_ceiling,
             saturation_margin=config.saturation_margin,
+            generated=generated,
         ),
         rm_rn_eps_lb=rm_rn,
         rm_rn_ceiling=rm_rn_ceiling,
     )
 
 
-def _two_sided(config: AuditConfig, repeats: list[RepeatResult]) -> TwoSidedResult:
+def _two_sided(
+    config: AuditConfig, repeats: list[RepeatResult], *, generated: bool
+) -> TwoSidedResult:
     games = [r.two_sided for r in repeats if r.two_sided is not None]
     sides: dict[Side, SideResult] = {
-        side: _side(config, [getattr(g, side) for g in games]) for side in SIDES
+        side: _side(config, [getattr(g, side) for g in games], generated=generated)
+        for side in SIDES
     }
     eps = Interval.of([g.eps_tilde for g in games])
     rm_rn = _interval([g.rm_rn_eps_lb for g in games])
@@ -110,6 +114,7 @@ def _two_sided(config: AuditConfig, repeats: list[RepeatResult]) -> TwoSidedResu
         rm_rn=rm_rn,
         rm_rn_ceiling=named.rm_rn_ceiling,
         saturation_margin=config.saturation_margin,
+        generated=generated,
     )
     return replace(result, flags=flags)
 
@@ -118,14 +123,20 @@ def assemble(
     config: AuditConfig,
     *,
     generator_kind: str,
+    generated: bool,
     modality: str,
     repeats: list[RepeatResult],
     sizes: dict[str, int],
     quality: dict[str, float],
     timer: StageTimer,
 ) -> AuditResult:
-    """Intervals over repeats, the mean ceiling, per-side diagnosis, mean ROC and levels."""
-    paper = _side(config, repeats)
+    """Intervals over repeats, the mean ceiling, per-side diagnosis, mean ROC and levels.
+
+    ``generated`` says whether the game's non-members are generated records (a trained
+    generator's draws) rather than a reference pool's real ones; it decides whether a
+    reading above RM;RN's can mean "unreal records" (:func:`audit.diagnosis.diagnose`).
+    """
+    paper = _side(config, repeats, generated=generated)
     quality = dict(quality)
     quality["baseline_auc"] = float(np.mean([x.baseline_auc for x in repeats]))
     quality["mia_auc"] = float(np.mean([x.mia_auc for x in repeats]))
@@ -158,7 +169,7 @@ def assemble(
         rm_rn_eps_lb=paper.rm_rn_eps_lb,
         o1_eps_lb=_interval([x.o1_eps_lb for x in repeats]),
         rm_rn_ceiling=paper.rm_rn_ceiling,
-        two_sided=_two_sided(config, repeats),
+        two_sided=_two_sided(config, repeats, generated=generated),
         roc=roc,
         levels=levels,
         o1_eps_lb_fdp=_interval([x.o1_eps_lb_fdp for x in repeats]),

@@ -606,6 +606,7 @@ def _audit_target(
     return assemble(
         config,
         generator_kind=sources.generator.kind,
+        generated=sources.generator.remaining is None,
         modality=task.modality,
         repeats=repeats,
         sizes=dict(

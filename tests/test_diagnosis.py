@@ -13,7 +13,7 @@ from audit.result import BoundSummary, Interval, SideRepeat, TwoSidedRepeat
 
 
 @pytest.mark.parametrize(
-    ("eps_tilde", "rm_rn", "rm_rn_ceiling", "raised", "reasons"),
+    ("eps_tilde", "rm_rn", "rm_rn_ceiling", "generated", "raised", "reasons"),
     [
         # eps_tilde's interval above an RM;RN that had room to read more: the baseline may
         # be too weak (RM;RN is itself a lower bound, so the flag says "may"); the mean is
@@ -22,6 +22,7 @@ from audit.result import BoundSummary, Interval, SideRepeat, TwoSidedRepeat
             (1.0, 1.02, 1.04),
             (0.3, 0.32, 0.34),
             2.5,
+            True,
             {"c_lb_not_tight", "above_real_nonmembers"},
             ["c_lb may not be tight", "reads above real non-members"],
         ),
@@ -31,18 +32,24 @@ from audit.result import BoundSummary, Interval, SideRepeat, TwoSidedRepeat
             (-0.02, 0.07, 0.16),
             (0.0, 0.0, 0.0),
             2.5,
+            True,
             {"above_real_nonmembers"},
             ["reads above real non-members"],
         ),
+        # the same readings with a reference pool's real non-members: the pool cannot read
+        # "unreal", and RM;RN's smaller game reads lower on the same distribution; the
+        # interval flag alone still applies
+        ((1.0, 1.02, 1.04), (0.3, 0.32, 0.34), 2.5, False, {"c_lb_not_tight"}, ["c_lb may"]),
+        ((-0.02, 0.07, 0.16), (0.0, 0.0, 0.0), 2.5, False, set(), []),
         # a mean within the tolerance of RM;RN's: nothing to say
-        ((-0.02, 0.04, 0.1), (0.0, 0.0, 0.0), 2.5, set(), []),
+        ((-0.02, 0.04, 0.1), (0.0, 0.0, 0.0), 2.5, True, set(), []),
         # RM;RN's ceiling leaves no room to show eps_tilde's value: no verdict
-        ((2.55, 2.6, 2.65), (1.9, 2.0, 2.1), 2.3, {"rm_rn_capped"}, ["RM;RN capped"]),
+        ((2.55, 2.6, 2.65), (1.9, 2.0, 2.1), 2.3, True, {"rm_rn_capped"}, ["RM;RN capped"]),
         # eps_tilde within RM;RN's interval: nothing to say
-        ((0.4, 0.5), (0.4, 0.6), 1.3, set(), []),
+        ((0.4, 0.5), (0.4, 0.6), 1.3, True, set(), []),
     ],
 )
-def test_rm_rn_comparison(eps_tilde, rm_rn, rm_rn_ceiling, raised, reasons) -> None:
+def test_rm_rn_comparison(eps_tilde, rm_rn, rm_rn_ceiling, generated, raised, reasons) -> None:
     flags = diagnose(
         c_lb=Interval.of([0.0, 0.1]),
         eps_tilde=Interval.of(list(eps_tilde)),
@@ -50,6 +57,7 @@ def test_rm_rn_comparison(eps_tilde, rm_rn, rm_rn_ceiling, raised, reasons) -> N
         rm_rn=Interval.of(list(rm_rn)),
         rm_rn_ceiling=rm_rn_ceiling,
         saturation_margin=0.3,
+        generated=generated,
     )
     assert not flags.saturated
     for name in ("c_lb_not_tight", "rm_rn_capped", "above_real_nonmembers"):
@@ -76,7 +84,7 @@ def test_the_headline_is_compared_with_real_nonmembers_too() -> None:
         TwoSidedRepeat(0.0125, _side(a), _side(b), max(a, b), rm_rn_eps_lb=0.0)
         for a, b in [(0.4, 0.0), (0.0, 0.4)] * 3
     ]
-    two = _two_sided(AuditConfig(), [SimpleNamespace(two_sided=g) for g in games])  # type: ignore[misc]  # only .two_sided is read
+    two = _two_sided(AuditConfig(), [SimpleNamespace(two_sided=g) for g in games], generated=True)  # type: ignore[misc]  # only .two_sided is read
     for side in (two.member, two.nonmember):
         assert not side.flags.c_lb_not_tight and side.eps_tilde.low <= 0.0
     assert two.flags is not None and two.flags.c_lb_not_tight
