@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 import torch
+from builders import run_files
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.simulation import run_simulation
 
 from contracts.checkpoint import load_checkpoint
-from contracts.run_files import RunLayout
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -161,7 +161,7 @@ def _simulate(
 ) -> None:
     logging.getLogger("flwr").setLevel(logging.ERROR)
     settings = ServerSettings(
-        run_dir=run_dir,
+        layout=run_files(run_dir),
         num_sites=sites,
         rounds=ROUNDS,
         local_epochs=1,
@@ -193,7 +193,7 @@ def fuzzed(tmp_path_factory, ray_init_args) -> Path:
 
 
 def test_bad_train_replies_fail_their_site_and_the_run_goes_on(fuzzed):
-    rounds = [json.loads(line) for line in RunLayout(fuzzed).metrics.read_text().splitlines()]
+    rounds = [json.loads(line) for line in run_files(fuzzed).metrics.read_text().splitlines()]
     assert [r["round"] for r in rounds] == [1, 2, 3]
     for entry in rounds:
         # The good sites' own numbers, by the node map (site 2 posing as 0 changed nothing).
@@ -212,12 +212,12 @@ def test_bad_train_replies_fail_their_site_and_the_run_goes_on(fuzzed):
             assert BAD_TRAIN_REASONS[(entry["round"], site)] in failures[str(site)], failures
     # The weights are the good sites' weighted mean, round after round: no poison, no NaN.
     step = (EXAMPLES[0] * STEP[0] + EXAMPLES[1] * STEP[1]) / (EXAMPLES[0] + EXAMPLES[1])
-    final = load_checkpoint(RunLayout(fuzzed).final_model).state_dict["w"]
+    final = load_checkpoint(run_files(fuzzed).final_model).state_dict["w"]
     assert torch.equal(final, torch.full((4,), ROUNDS * step))
 
 
 def test_bad_audit_replies_fail_their_site_only(fuzzed):
-    layout = RunLayout(fuzzed)
+    layout = run_files(fuzzed)
     for site in (0, 1):
         audit = json.loads(layout.audit(site).read_text())
         assert audit["status"] == "ok" and audit["result"]["eps_tilde"]["mean"] == 0.25
@@ -233,7 +233,7 @@ def test_sampled_sites_that_drop_out_are_accounted(tmp_path, ray_init_args):
     settings = ClientDPSettings(noise_multiplier=z, delta=1e-5, clipping_norm=100.0)
     run_dir = tmp_path / "run"
     _simulate(run_dir, sites=3, client_dp=settings, init_args=ray_init_args)
-    ledger = json.loads(RunLayout(run_dir).client_dp_ledger.read_text())
+    ledger = json.loads(run_files(run_dir).client_dp_ledger.read_text())
     assert ledger["short_rounds"] == {
         str(r): {"sampled": 3, "aggregated": 2, "noise_multiplier": z * 2 / 3}
         for r in range(1, ROUNDS + 1)

@@ -25,7 +25,7 @@ from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
 from reporting import SweepPoint, plots, write_sweep_report
 from reporting.columns import SWEEP_SITE_COLUMNS
 from reporting.sweep_report import build_sweep_report
-from simulations.config import ConfigError
+from simulations.config import ConfigError, report_config
 from simulations.sweep import expand, load_sweep
 
 
@@ -138,7 +138,7 @@ def _points(runs: dict[str, Path]) -> list[SweepPoint]:
 
 
 def test_sweep_table_has_the_privacy_columns(sweep_runs: dict[str, Path]) -> None:
-    files = write_sweep_report(sweep_runs["base"] / "out", _points(sweep_runs))
+    files = write_sweep_report(sweep_runs["base"] / "out", _points(sweep_runs), report_config)
     sweep = json.loads(files.json_path.read_text())
     by_label = {p["label"]: p for p in sweep["points"]}
     rec_site = by_label["record eps=2"]["sites"][0]
@@ -186,7 +186,7 @@ def test_site_plots_draw_against_the_accountant_eps(
 ) -> None:
     figures: list[Any] = []
     monkeypatch.setattr(plots, "_svg", lambda panels, **_: figures.append(panels) or "svg")
-    report = build_sweep_report(tmp_path, _points(sweep_runs))
+    report = build_sweep_report(tmp_path, _points(sweep_runs), report_config)
 
     assert plots.sweep_site_bounds_plot(report.points) == "svg"
     (ax,) = figures[-1]
