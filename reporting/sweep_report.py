@@ -9,7 +9,7 @@ each audit is.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +78,8 @@ class SweepPoint:
     seeds, the first run of its replicate set, whose report the point then pools)."""
 
     label: str
-    overrides: dict[str, Any] = field(default_factory=dict)
-    run_dir: Path = Path(".")
-
-    @property
-    def layout(self) -> RunLayout:
-        return RunLayout(self.run_dir)
+    overrides: dict[str, Any]
+    layout: RunLayout
 
 
 def build_sweep_report(
@@ -112,7 +108,8 @@ def build_sweep_report(
 def _point(
     sweep_dir: Path, point: SweepPoint, read_config: ConfigReader, write_point_reports: bool
 ) -> SweepPointReport:
-    run_dir, layout = Path(point.run_dir), point.layout
+    layout = point.layout
+    run_dir = layout.root
     rel = (
         os.path.relpath(run_dir, sweep_dir)
         if run_dir.is_absolute() == sweep_dir.is_absolute()

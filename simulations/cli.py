@@ -184,10 +184,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         try:
             if sweep.replicates > 1:
                 runs = run_replicates(config, run_dir, sweep.replicates, verbose=args.verbose).runs
-                point = SweepPoint(label, overrides, run_dir=runs[0][1].root)
+                point = SweepPoint(label, overrides, layout=runs[0][1])
             else:
-                run_experiment(config, run_dir, verbose=args.verbose)
-                point = SweepPoint(label=label, overrides=overrides, run_dir=run_dir)
+                outcome = run_experiment(config, run_dir, verbose=args.verbose)
+                point = SweepPoint(label, overrides, layout=outcome.layout)
         except KeyboardInterrupt as stop:
             _exit_interrupted(stop, f"rerun the sweep to continue from {run_dir}")
         done.append(point)

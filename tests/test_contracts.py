@@ -22,7 +22,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditOutput
 from contracts.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from contracts.run_files import CheckpointMeta, RunLayout, SiteAuditFile
+from contracts.run_files import CheckpointMeta, SiteAuditFile
 from contracts.run_log import (
     ClientDPLedgerFile,
     ClientDPSite,
@@ -302,7 +302,7 @@ def test_a_reply_without_an_audit_is_a_failure(task_identity):
 
 
 def test_run_layout_keeps_todays_names(tmp_path):
-    layout = RunLayout(tmp_path)
+    layout = run_files(tmp_path)
     expected = {
         layout.config: "config.yaml",
         layout.partition: "partition.json",
@@ -328,7 +328,7 @@ def test_run_layout_keeps_todays_names(tmp_path):
 
 
 def test_run_layout_finds_checkpoints_and_audit_files(tmp_path):
-    layout = RunLayout(str(tmp_path))  # a str is taken as a path
+    layout = run_files(str(tmp_path))  # a str is taken as a path
     assert layout.round_checkpoints() == {} and layout.audit_files() == {}
     for n in (1, 2, 10):
         layout.round_checkpoint(n).parent.mkdir(exist_ok=True)

@@ -290,7 +290,9 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
     assert "0.912" in page and "0.301" in page
     assert 'src="../site_state/site-0-inversion.png"' in page
     assert "\x89PNG" not in page
-    files = write_sweep_report(tmp_path / "sweep", [SweepPoint("fedsgd", {}, run)], report_config)
+    files = write_sweep_report(
+        tmp_path / "sweep", [SweepPoint("fedsgd", {}, run_files(run))], report_config
+    )
     sweep_page = files.html_path.read_text()
     assert "SSIM 0.91 (baseline 0.30); 100% &gt;= 0.60" in sweep_page
     assert 'aria-label="reconstruction quality vs accountant epsilon per site"' in sweep_page

@@ -443,7 +443,10 @@ def test_canary_banner_iff_canaries(ledger_run: Path, tmp_path: Path) -> None:
 
     sweep = write_sweep_report(
         tmp_path / "sweep",
-        [SweepPoint("canaries", {}, ledger_run), SweepPoint("plain", {}, old)],
+        [
+            SweepPoint("canaries", {}, run_files(ledger_run)),
+            SweepPoint("plain", {}, run_files(old)),
+        ],
         report_config,
     )
     text = sweep.html_path.read_text()
@@ -453,7 +456,7 @@ def test_canary_banner_iff_canaries(ledger_run: Path, tmp_path: Path) -> None:
     assert sweep.warnings == ["BOUND VIOLATION: point canaries: " + _violation_message(ledger_run)]
     assert sweep.md_path is not None and CANARY_BANNER in sweep.md_path.read_text()
     plain_sweep = write_sweep_report(
-        tmp_path / "sweep2", [SweepPoint("plain", {}, old)], report_config
+        tmp_path / "sweep2", [SweepPoint("plain", {}, run_files(old))], report_config
     )
     assert "canaries per site" not in plain_sweep.html_path.read_text()
 
@@ -490,7 +493,9 @@ def test_client_level_only_counts_as_private_in_a_sweep(tmp_path: Path) -> None:
     run = write_run(tmp_path / "client", n_sites=1, audits={0: ok_audit(0, result)})
     # Client-level DP on, but no accountant number anywhere (no client_dp.json yet).
     set_config(run, level="client", enabled=False)
-    sweep = write_sweep_report(tmp_path / "sweep", [SweepPoint("client", {}, run)], report_config)
+    sweep = write_sweep_report(
+        tmp_path / "sweep", [SweepPoint("client", {}, run_files(run))], report_config
+    )
     point = json.loads(sweep.json_path.read_text())["points"][0]
     assert point["private"] is True and point["dp_level"] == "client"
     assert point["theoretical_eps"] is None

@@ -141,7 +141,7 @@ def test_sweep_draws_between_run_error_bars_and_compares_points(
 ) -> None:
     # The same set as two points: no difference can be beyond run-to-run spread.
     first = replicate_run_dir(replicate_set, 0)
-    points = [SweepPoint(x, {}, first) for x in ("a", "b")]
+    points = [SweepPoint(x, {}, run_files(first)) for x in ("a", "b")]
     files = write_sweep_report(tmp_path, points, report_config)
     report = build_sweep_report(tmp_path, points, report_config)
     assert [(c.site_id, c.first, c.second) for c in report.comparisons] == [

@@ -25,6 +25,7 @@ from flwr.clientapp import ClientApp
 from flwr.simulation import run_simulation
 
 from contracts.checkpoint import load_checkpoint
+from contracts.run_log import read_rounds
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -41,8 +42,8 @@ from contracts.wire import (
     WhoamiReply,
 )
 from server.app import ServerSettings, build_server_app
-from server.client_dp import ClientDPSettings, gaussian_epsilon
-from server.strategy import StrategySettings
+from server.client_dp import ClientDPLedger, ClientDPSettings, gaussian_epsilon
+from server.strategy import RoundRecord, RoundWriter, StrategySettings, make_strategy
 
 pytestmark = pytest.mark.ray
 
@@ -242,3 +243,38 @@ def test_sampled_sites_that_drop_out_are_accounted(tmp_path, ray_init_args):
     assert ledger["sites"]["0"]["epsilon"] == pytest.approx(honest)
     assert ledger["sites"]["0"]["epsilon"] > gaussian_epsilon(z, releases=ROUNDS, delta=1e-5)
     assert ledger["noise"].startswith("noise seeded for reproducibility")
+
+
+def test_the_round_writer_writes_a_resumed_round_under_its_global_number(tmp_path: Path) -> None:
+    """The strategy wrapper, not ``evaluate_fn``, writes a round: the ledger, one metrics
+    line with the central scores, then the checkpoint; a resumed start's first round is
+    global round 3."""
+    layout = run_files(tmp_path)
+    sites = make_strategy(
+        StrategySettings(), num_sites=2, site_of_node={7: 0, 8: 1}, round_offset=2
+    )
+    sites.rounds[1] = RoundRecord(
+        sites={0: TrainReply(site_id=0, train_loss=0.25, num_examples=10)},
+        failures={1: "rejected: wrong shape"},
+        sampled=[0, 1],
+    )
+    dp = ClientDPSettings(noise_multiplier=1.0, delta=1e-5)
+    ledger = ClientDPLedger(dp, population_size=2, sites_per_round=2)
+    written: list[int] = []
+    writer = RoundWriter(
+        sites,
+        sites,
+        layout=layout,
+        round_offset=2,
+        ledger=ledger,
+        on_commit=lambda r, scores: written.append(r),
+    )
+    writer.write_round(1, ArrayRecord({"w": torch.ones(3)}), {"loss": 0.5, "accuracy": 0.75})
+    (line,) = read_rounds(layout)
+    assert (line.round, line.global_loss, line.global_accuracy) == (3, 0.5, 0.75)
+    assert list(line.sites) == ["0"] and line.failures == {"1": "rejected: wrong shape"}
+    assert line.sites["0"].dp_epsilon_client == ledger.epsilon(0) > 0
+    assert json.loads(layout.client_dp_ledger.read_text())["short_rounds"]["3"]["aggregated"] == 1
+    checkpoint = load_checkpoint(layout.round_checkpoint(3))
+    assert checkpoint.round == 3 and torch.equal(checkpoint.state_dict["w"], torch.ones(3))
+    assert list(layout.round_checkpoints()) == [3] and written == [3]

@@ -20,6 +20,7 @@ from builders import (
     make_result,
     ok_audit,
     power_roc,
+    run_files,
     write_report_of,
     write_run,
 )
@@ -548,9 +549,9 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
         audits={0: ok_audit(0, plain_result)},  # site 1 missing
     )
     points = [
-        SweepPoint("eps=4", {"dp.enabled": True, "dp.epsilon": 4.0}, dp_run),
-        SweepPoint("no DP", {"dp.enabled": False}, plain_run),
-        SweepPoint("eps=1", {"dp.epsilon": 1.0}, tmp_path / "runs" / "never-ran"),
+        SweepPoint("eps=4", {"dp.enabled": True, "dp.epsilon": 4.0}, run_files(dp_run)),
+        SweepPoint("no DP", {"dp.enabled": False}, run_files(plain_run)),
+        SweepPoint("eps=1", {"dp.epsilon": 1.0}, run_files(tmp_path / "runs" / "never-ran")),
     ]
     files = write_sweep_report(tmp_path / "sweep", points, report_config, write_point_reports=True)
     assert files.json_path.exists() and files.html_path.exists()

@@ -26,6 +26,7 @@ from builders import (
     load_run_of,
     make_result,
     ok_audit,
+    run_files,
     site_pages,
     with_class_slices,
     write_report_of,
@@ -303,10 +304,10 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     sweep = write_sweep_report(
         base / "sweep",
         [
-            SweepPoint("eps=8", {"dp.target_epsilon": 8}, run),
-            SweepPoint("eps=16", {"dp.target_epsilon": 16}, eps16),
-            SweepPoint("no DP", {"dp.enabled": False}, nodp),
-            SweepPoint("eps=2", {"dp.target_epsilon": 2}, base / "never-ran"),
+            SweepPoint("eps=8", {"dp.target_epsilon": 8}, run_files(run)),
+            SweepPoint("eps=16", {"dp.target_epsilon": 16}, run_files(eps16)),
+            SweepPoint("no DP", {"dp.enabled": False}, run_files(nodp)),
+            SweepPoint("eps=2", {"dp.target_epsilon": 2}, run_files(base / "never-ran")),
         ],
         report_config,
     )

@@ -368,7 +368,9 @@ def test_every_plot_has_axis_labels(
     report = build_report(load_run_of(consortium))
     results = {i: make_result([1.0, 1.25], [1.5, 1.75], rm_rn=[0.5, 0.75]) for i in range(4)}
     sweep = build_sweep_report(
-        tmp_path, [SweepPoint("eps=8", {"dp.target_epsilon": 8}, consortium)], report_config
+        tmp_path,
+        [SweepPoint("eps=8", {"dp.target_epsilon": 8}, run_files(consortium))],
+        report_config,
     )
     calls = {
         "site_eps_plot": lambda: plots.site_eps_plot(report.sites),
@@ -405,7 +407,9 @@ def test_every_plot_has_axis_labels(
 
 
 def test_sweep_tables_are_sortable_inline(consortium: Path, tmp_path: Path) -> None:
-    sweep = build_sweep_report(tmp_path, [SweepPoint("eps=8", {}, consortium)], report_config)
+    sweep = build_sweep_report(
+        tmp_path, [SweepPoint("eps=8", {}, run_files(consortium))], report_config
+    )
     page = render_sweep_html(sweep)
     assert page.count('<table class="sortable">') == 2
     assert SORT_SCRIPT in page and page.count("<script>") == 1

@@ -16,6 +16,7 @@ from builders import (
     flat,
     make_result,
     ok_audit,
+    run_files,
     set_config,
     with_quality,
     write_run,
@@ -131,9 +132,9 @@ def sweep_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _points(runs: dict[str, Path]) -> list[SweepPoint]:
     return [
-        SweepPoint("record eps=2", {"dp.target_epsilon": 2}, runs["rec"]),
-        SweepPoint("client z=1", {"dp.level": "client"}, runs["client"]),
-        SweepPoint("no DP", {"dp.level": "none"}, runs["nodp"]),
+        SweepPoint("record eps=2", {"dp.target_epsilon": 2}, run_files(runs["rec"])),
+        SweepPoint("client z=1", {"dp.level": "client"}, run_files(runs["client"])),
+        SweepPoint("no DP", {"dp.level": "none"}, run_files(runs["nodp"])),
     ]
 
 
