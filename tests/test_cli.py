@@ -63,7 +63,7 @@ def _mtimes(run_dir: Path) -> dict[str, int]:
 def run_dir(tmp_path) -> Path:
     """A prepared run directory with rounds 1 and 2 of 3 checkpointed (as after a kill)."""
     run_dir = tmp_path / "run"
-    prepare_run_dir(validate_config(_raw()), run_dir)
+    prepare_run_dir(validate_config(_raw()), run_files(run_dir))
     for r in (1, 2):
         save_checkpoint(
             run_files(run_dir).round_checkpoint(r),
@@ -183,16 +183,17 @@ def test_a_missing_checkpoint_is_one_line_and_exit_2(run_dir, capsys):
 def test_an_internal_error_is_not_dressed_as_a_user_error(tmp_path, monkeypatch):
     """A missing record key is a bug: it propagates (traceback, exit 1), not `error: ...`."""
 
-    def broken(run_dir):
+    def broken(layout, config):
         raise KeyError("dp-epsilon")
 
+    (tmp_path / "config.yaml").write_text("name: broken\n")
     monkeypatch.setattr(reporting, "write_report", broken)
     with pytest.raises(KeyError, match="dp-epsilon"):
         cli_main(["report", str(tmp_path)])
 
     code = (
         "import sys, reporting as r\n"
-        "def broken(run_dir):\n"
+        "def broken(layout, config):\n"
         "    raise KeyError('dp-epsilon')\n"
         "r.write_report = broken\n"
         "from simulations.cli import main\n"
@@ -254,11 +255,11 @@ def no_training(monkeypatch):
     """Run the CLI's resume path for real up to the simulation, which is recorded instead."""
     calls: list[tuple[str, ...]] = []
 
-    def simulate(config, meta, run_dir, *, phases, **_):
+    def simulate(config, meta, layout, *, phases, **_):
         calls.append(phases)
 
     monkeypatch.setattr(simulations.runner, "_simulate", simulate)
-    monkeypatch.setattr(reporting, "write_report", lambda run_dir: None)
+    monkeypatch.setattr(reporting, "write_report", lambda layout, config: None)
     return calls
 
 
@@ -337,7 +338,9 @@ def test_a_failed_set_up_leaves_nothing_that_blocks_the_corrected_command(tmp_pa
     assert cli_main(["run", str(bad), "--out", str(out)]) == 2
     capsys.readouterr()
     assert not run_files(out).config.exists()
-    prepare_run_dir(validate_config(_raw()), out)  # what the corrected command does first
+    prepare_run_dir(
+        validate_config(_raw()), run_files(out)
+    )  # what the corrected command does first
     assert run_files(out).config.exists() and run_files(out).dataset.exists()
 
 
@@ -360,7 +363,7 @@ def test_torn_run_files_on_resume_are_named(run_dir, capsys):
     assert cli_main(["run", "--resume", str(run_dir)]) == 2
     assert "dataset.json is not valid JSON" in _error_line(capsys)
     layout.dataset.unlink()
-    prepare_run_dir(validate_config(_raw()), run_dir)
+    prepare_run_dir(validate_config(_raw()), run_files(run_dir))
     layout.metrics.mkdir()
     assert cli_main(["run", "--resume", str(run_dir)]) == 2
     assert "metrics.jsonl is a directory" in _error_line(capsys)
