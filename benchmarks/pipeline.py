@@ -43,9 +43,9 @@ def config_for(num_sites: int, args: argparse.Namespace) -> dict:
     }
 
 
-def audit_stage_means(run_dir: Path) -> dict[str, float]:
+def audit_stage_means(layout: RunLayout) -> dict[str, float]:
     stages: dict[str, list[float]] = {}
-    for path in sorted(RunLayout(run_dir).audit_files().values()):
+    for path in sorted(layout.audit_files().values()):
         result = json.loads(path.read_text()).get("result") or {}
         for stage, seconds in (result.get("timings") or {}).items():
             stages.setdefault(stage, []).append(seconds)
@@ -72,7 +72,7 @@ def main() -> None:
             t0 = time.time()
             outcome = run_experiment(validate_config(config_for(n, args)), run_dir)
             wall = time.time() - t0
-            rows.append((n, outcome.timings, audit_stage_means(run_dir), wall))
+            rows.append((n, outcome.timings, audit_stage_means(outcome.layout), wall))
     # Every stage the runner timed (data, reference models, FL + audit phases, report), in
     # the runner's order, then the audit's own stages (mean per site).
     run_stages = [k for k in rows[0][1] if k != "total_s"] if rows else []

@@ -17,7 +17,9 @@ import statistics
 import time
 from pathlib import Path
 
+from contracts.run_files import RunLayout
 from reporting import write_report
+from simulations.config import report_config
 
 
 def cpu_seconds() -> float:
@@ -34,11 +36,12 @@ def main() -> None:
     args = parser.parse_args()
     print("run_dir\tsites\twall_s_median\tcpu_s_median\tload_average")
     for run_dir in args.run_dirs:
-        files = write_report(run_dir)
+        layout = RunLayout(run_dir)
+        files = write_report(layout, report_config(layout))
         walls, cpus = [], []
         for _ in range(args.repeats):
             wall, cpu = time.perf_counter(), cpu_seconds()
-            write_report(run_dir)
+            write_report(layout, report_config(layout))
             walls.append(time.perf_counter() - wall)
             cpus.append(cpu_seconds() - cpu)
         print(

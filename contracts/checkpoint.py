@@ -78,10 +78,10 @@ def readable_checkpoint(path: Path) -> Checkpoint | None:
         return None
 
 
-def latest_round_checkpoint(run_dir: Path) -> Checkpoint | None:
+def latest_round_checkpoint(layout: RunLayout) -> Checkpoint | None:
     """The last round's checkpoint that can be read, if any: an unreadable latest one falls
     back to the one before (its round is redone), so ``--resume`` is never blocked."""
-    rounds = RunLayout(run_dir).round_checkpoints()
+    rounds = layout.round_checkpoints()
     for server_round in sorted(rounds, reverse=True):
         checkpoint = readable_checkpoint(rounds[server_round])
         if checkpoint is not None:

@@ -189,6 +189,11 @@ class RunLayout:
         return self.root / NO_CANARY_TWIN_DIR
 
     @property
+    def twin(self) -> RunLayout:
+        """The run directory of :attr:`no_canary_twin`."""
+        return RunLayout(self.no_canary_twin)
+
+    @property
     def sites(self) -> Path:
         return self.root / SITES_DIR
 

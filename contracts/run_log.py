@@ -215,10 +215,10 @@ def read_record(cls: type[R], path: Path) -> R | None:
         raise RunFileError(f"{path}: {exc}") from exc
 
 
-def read_rounds(run_dir: Path) -> list[RoundRecord]:
+def read_rounds(layout: RunLayout) -> list[RoundRecord]:
     """``metrics.jsonl``'s rounds in round order (none without the file); a
     :class:`~contracts.errors.RunFileError` naming the file and line of a malformed one."""
-    path = RunLayout(run_dir).metrics
+    path = layout.metrics
     if not path.exists():
         return []
     try:

@@ -69,7 +69,7 @@ def write_app_dir(app_dir: Path) -> Path:
 
 def run_config_values(
     config: ExperimentConfig,
-    run_dir: Path,
+    layout: RunLayout,
     *,
     phases: tuple[str, ...] = ("train", "audit"),
     write_report: bool = True,
@@ -79,11 +79,10 @@ def run_config_values(
     The experiment config and the dataset metadata travel in the run config, so a SuperNode
     on another machine needs nothing from the server's disk.
     """
-    run_dir = run_dir.resolve()
     return {
-        RUN_DIR_KEY: str(run_dir),
+        RUN_DIR_KEY: str(layout.root.resolve()),
         EXPERIMENT_KEY: dump_config(config),
-        DATASET_KEY: RunLayout(run_dir).dataset.read_text(),
+        DATASET_KEY: layout.dataset.read_text(),
         PHASES_KEY: ",".join(phases),
         REPORT_KEY: write_report,
     }
@@ -109,12 +108,16 @@ def node_config_arg(values: dict[str, Any]) -> str:
 class DeploymentFiles:
     """A run directory prepared for ``flwr run``."""
 
-    run_dir: Path
+    layout: RunLayout
     app_dir: Path
     run_config: Path
     node_configs: list[dict[str, Any]]
     """One ``--node-config`` mapping per site (partition-id, num-partitions, data-path,
     state-dir)."""
+
+    @property
+    def run_dir(self) -> Path:
+        return self.layout.root
 
 
 def prepare_deployment(
@@ -138,26 +141,25 @@ def prepare_deployment(
     Both write ``<run_dir>/deployment/app/pyproject.toml`` (a code-less Flower App) and
     ``<run_dir>/deployment/run-config.toml`` (``flwr run --run-config`` values).
     """
-    run_dir = run_dir.resolve()
-    layout = RunLayout(run_dir)
+    layout = RunLayout(run_dir.resolve())
     n = config.partition.num_sites
     nodes: list[dict[str, Any]] = [{"partition-id": i, "num-partitions": n} for i in range(n)]
     if meta is None:
-        prepare_run_dir(config, run_dir)
+        prepare_run_dir(config, layout)
         for node in nodes:
             path = layout.site_file(node["partition-id"])
             node.update({"data-path": str(path), "state-dir": str(path.parent / STATE_DIR_NAME)})
     else:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        adopt_config(config, run_dir)  # an existing run of another config is refused
+        layout.root.mkdir(parents=True, exist_ok=True)
+        adopt_config(config, layout)  # an existing run of another config is refused
         if not layout.config.exists():
             atomic_write_text(layout.config, dump_config(config))
-        meta.write(run_dir)
+        meta.write(layout)
     dep = layout.deployment
     app_dir = write_app_dir(dep / "app")
     run_config = dep / "run-config.toml"
-    values = run_config_values(config, run_dir, phases=phases, write_report=write_report)
+    values = run_config_values(config, layout, phases=phases, write_report=write_report)
     run_config.write_text(tomli_w.dumps(values))
     return DeploymentFiles(
-        run_dir=run_dir, app_dir=app_dir, run_config=run_config, node_configs=nodes
+        layout=layout, app_dir=app_dir, run_config=run_config, node_configs=nodes
     )

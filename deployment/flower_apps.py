@@ -55,7 +55,13 @@ from simulations.apps import (
     inversion_settings,
     server_settings,
 )
-from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
+from simulations.config import (
+    ConfigError,
+    ExperimentConfig,
+    load_config,
+    report_config,
+    validate_config,
+)
 from simulations.reference_models import site_pool
 from simulations.run_dir import DatasetMeta, read_public
 
@@ -88,7 +94,7 @@ class DeploymentConfigError(UserError, ValueError):
 class DeploymentRun:
     """What one ``flwr run`` is about, read from the run config."""
 
-    run_dir: Path
+    layout: RunLayout
     config: ExperimentConfig
     meta: DatasetMeta
     phases: tuple[str, ...]
@@ -184,20 +190,17 @@ def read_run(run_config: dict[str, Any]) -> DeploymentRun:
             f"run config: {RUN_DIR_KEY!r} is empty; pass the prepared run directory with "
             f"flwr run ... --run-config <run-dir>/deployment/run-config.toml"
         )
-    run_dir = Path(raw_dir).expanduser()
-    if not run_dir.is_absolute():
+    layout = RunLayout(Path(raw_dir).expanduser())
+    if not layout.root.is_absolute():
         # The ServerApp's working directory is the SuperLink's, not the caller's.
         raise DeploymentConfigError(
             f"run config: {RUN_DIR_KEY}={raw_dir!r} must be an absolute path"
         )
     text = str(run_config.get(EXPERIMENT_KEY, "") or "")
     try:
-        if text:
-            config = validate_config(yaml.safe_load(text) or {})
-        else:
-            config = load_config(RunLayout(run_dir).config)
+        config = validate_config(yaml.safe_load(text) or {}) if text else load_config(layout.config)
     except ConfigError as err:
-        source = f"run config {EXPERIMENT_KEY!r}" if text else str(RunLayout(run_dir).config)
+        source = f"run config {EXPERIMENT_KEY!r}" if text else str(layout.config)
         raise DeploymentConfigError(f"{source}: {err}") from None
     if config.audit.canary_clients > 0:
         # Virtual clients the server adds itself: a measurement of a simulated run, never
@@ -211,14 +214,14 @@ def read_run(run_config: dict[str, Any]) -> DeploymentRun:
         meta = DatasetMeta.from_dict(json.loads(meta_text))
     else:
         try:
-            meta = DatasetMeta.read(run_dir)
+            meta = DatasetMeta.read(layout)
         except FileNotFoundError:
             raise DeploymentConfigError(
-                f"run config: {DATASET_KEY!r} is empty and {RunLayout(run_dir).dataset} "
+                f"run config: {DATASET_KEY!r} is empty and {layout.dataset} "
                 "does not exist on this machine"
             ) from None
     return DeploymentRun(
-        run_dir=run_dir,
+        layout=layout,
         config=config,
         meta=meta,
         phases=parse_phases(str(run_config.get(PHASES_KEY, "train,audit"))),
@@ -234,8 +237,8 @@ def site_state_path(node: NodeSettings, run: DeploymentRun) -> Path:
     elif node.data_path is not None:
         state = node.data_path.parent / STATE_DIR_NAME
     else:
-        return RunLayout(run.run_dir).site_state
-    return state / run.run_dir.name
+        return run.layout.site_state
+    return state / run.layout.root.name
 
 
 def _load_public(path: Path) -> Records:
@@ -278,14 +281,14 @@ class DeploymentResolver:
             raise DeploymentConfigError(
                 f"node config: data-path={str(data_path)!r} does not exist on this SuperNode"
             )
-        own_file = RunLayout(run.run_dir).site_file(node.partition_id)
+        own_file = run.layout.site_file(node.partition_id)
         if data_path is None and not own_file.exists():
             raise DeploymentConfigError(
                 "node config: data-path is not set and the run directory's "
                 f"{own_file} is not on this SuperNode"
             )
         state = site_state_path(node, run)
-        runtime = SiteResolver(run.config, run.meta, run.run_dir, state_dir=state)(context)
+        runtime = SiteResolver(run.config, run.meta, run.layout, state_dir=state)(context)
         if runtime.data.site_id != node.partition_id:
             raise DeploymentConfigError(
                 f"node config: partition-id={node.partition_id} but its data file holds "
@@ -315,11 +318,11 @@ def write_site_summary(run: DeploymentRun) -> Path:
     from contracts.run_log import read_rounds
     from server.run_log import read_site_audit
 
-    rounds = read_rounds(run.run_dir)
+    rounds = read_rounds(run.layout)
     sites = []
     for site in range(run.config.partition.num_sites):
         trained = [r.sites[str(site)] for r in rounds if str(site) in r.sites]
-        audit = read_site_audit(run.run_dir, site)
+        audit = read_site_audit(run.layout, site)
         members = None if audit is None else audit.n_members
         sites.append({
             "site_id": site,
@@ -327,7 +330,7 @@ def write_site_summary(run: DeploymentRun) -> Path:
             "holdout": None if audit is None else audit.n_holdout,
             "test": None,
         })  # fmt: skip
-    path = RunLayout(run.run_dir).partition
+    path = run.layout.partition
     summary = {"sites": sites, "scheme": "site-local", "seed": run.config.seed}
     path.write_text(json.dumps(summary, indent=1))
     return path
@@ -336,24 +339,24 @@ def write_site_summary(run: DeploymentRun) -> Path:
 def deployed_server_settings(run: DeploymentRun, phases: tuple[str, ...]) -> ServerSettings:
     """The ServerApp's settings on a real deployment: as in simulation, but its client-level
     noise comes from the OS's entropy, never from the run config's seed."""
-    settings = server_settings(run.config, run.meta, run.run_dir, phases=phases, progress=False)
+    settings = server_settings(run.config, run.meta, run.layout, phases=phases, progress=False)
     return replace(settings, noise_source="os-entropy")
 
 
 def _server_main(grid: Grid, context: Context) -> None:
     run = read_run(dict(context.run_config))
-    run.run_dir.mkdir(parents=True, exist_ok=True)
+    run.layout.root.mkdir(parents=True, exist_ok=True)
     # As in the simulation runner: no audit phase when the config turns audits off.
     phases = tuple(p for p in run.phases if p != "audit" or run.config.audit.enabled)
     if phases:
         settings = deployed_server_settings(run, phases)
         build_server_app(settings)(grid, context)
-    if not RunLayout(run.run_dir).partition.exists():
+    if not run.layout.partition.exists():
         write_site_summary(run)
     if run.write_report:
         from reporting import write_report
 
-        files = write_report(run.run_dir)
+        files = write_report(run.layout, report_config(run.layout))
         log.info("report written: %s", files)
 
 

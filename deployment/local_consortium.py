@@ -28,7 +28,6 @@ from typing import IO, Any
 
 import tomli_w
 
-from contracts.run_files import RunLayout
 from deployment.consortium_tls import ConsortiumTLS
 from deployment.files import (
     DeploymentFiles,
@@ -389,7 +388,7 @@ def run_local_consortium(
     t0 = time.time()
     files = prepare_deployment(config, run_dir)
     outcome_timings = {"data_s": time.time() - t0}
-    logs_dir = RunLayout(files.run_dir).deployment / "logs"
+    logs_dir = files.layout.deployment / "logs"
     with LocalConsortium(files.node_configs, env=env) as consortium:
         try:
             t = time.time()

@@ -41,6 +41,7 @@ from contracts.run_files import RunLayout, site_refusals_name
 from ml.tasks import TorchTask
 from reporting import ReportFiles, write_report
 from server.app import AuditFanout, run_audits, site_map, wait_for_nodes
+from simulations.config import report_config
 
 __all__ = ["Records", "add_site_audits", "audit_sites", "site_runtime"]
 
@@ -130,19 +131,19 @@ def audit_sites(
     ``both``), which the ledger states beside each site's audit. A site whose audit file
     for ``model_round`` is already there is not asked again.
     """
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    layout = RunLayout(run_dir)
+    layout.root.mkdir(parents=True, exist_ok=True)
     state = arrays.to_torch_state_dict() if isinstance(arrays, ArrayRecord) else arrays
     nodes = wait_for_nodes(grid, num_sites, node_wait_s)
     site_of_node = site_map(grid, nodes, timeout_s)
-    _write_run_files(run_dir, settings or AuditConfig(), num_sites, seed, name, dp_level)
-    fanout = AuditFanout(run_dir=run_dir, seed=seed, timeout_s=timeout_s, progress=progress)
+    _write_run_files(layout, settings or AuditConfig(), num_sites, seed, name, dp_level)
+    fanout = AuditFanout(layout=layout, seed=seed, timeout_s=timeout_s, progress=progress)
     run_audits(grid, fanout, site_of_node, state, model_round)
-    return write_report(run_dir)
+    return write_report(layout, report_config(layout))
 
 
 def _write_run_files(
-    run_dir: Path,
+    layout: RunLayout,
     settings: AuditConfig,
     num_sites: int,
     seed: int,
@@ -152,9 +153,8 @@ def _write_run_files(
     """``config.yaml`` and ``partition.json`` as the report reads them: what the run was
     (its DP level and audit settings) and which sites it has (their sizes come with their
     audits)."""
-    layout = RunLayout(run_dir)
     config: dict[str, Any] = {
-        "name": name or run_dir.name,
+        "name": name or layout.root.name,
         "seed": seed,
         "app": "own Flower app (deployment.site_audits)",
         "dp": {"level": dp_level},

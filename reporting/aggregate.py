@@ -30,7 +30,7 @@ from contracts.run_files import NOISE_NOTES
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, empty_rounds
 
 from .inputs import RunInputs, SiteAuditInput
-from .privacy_ledger import PrivacySettings, checks, privacy_settings, run_canaries, site_privacy
+from .privacy_ledger import PrivacySettings, checks, run_canaries, site_privacy
 from .schema import (
     FLAGS,
     HEADLINE,
@@ -54,7 +54,7 @@ from .schema import (
 
 def build_report(inputs: RunInputs) -> RunReport:
     """Aggregate one run's inputs into a report (pure: writes nothing)."""
-    settings = privacy_settings(inputs.config)
+    settings = inputs.config.privacy
     sites = [
         site_report(
             audit,
@@ -67,7 +67,7 @@ def build_report(inputs: RunInputs) -> RunReport:
     ]
     return RunReport(
         schema_version=SCHEMA_VERSION,
-        run=inputs.config,
+        run=inputs.config.record,
         partition=inputs.partition,
         rounds=list(inputs.rounds),
         sites=sites,

@@ -1,7 +1,7 @@
 """Read a run directory (:class:`contracts.run_files.RunLayout`) into typed inputs for the
-report.
+report; its config comes typed from the caller (:class:`.run_config.ReportConfig`).
 
-Missing or malformed ``config.yaml`` / ``partition.json`` / ``metrics.jsonl`` lines, and a
+A missing or malformed ``partition.json`` / ``metrics.jsonl`` line, and a
 malformed ``client_dp.json`` (absent unless client-level DP is on) or ``client_canaries.json``
 (absent unless the run had canary clients), raise :class:`~contracts.errors.RunFileError`
 naming the file (and line or key). A site's audit file that is missing or unreadable does
@@ -14,9 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
@@ -29,6 +27,9 @@ from contracts.run_files import NOISE_NOTES, RunLayout, SiteAuditFile
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, read_json, read_record, read_rounds
 
 from .schema import ReplicateReport, SiteStatus
+
+if TYPE_CHECKING:
+    from .run_config import ReportConfig
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,8 @@ class SiteAuditInput:
 class RunInputs:
     """The parsed contents of a run directory."""
 
-    run_dir: Path
-    config: dict[str, Any]
+    layout: RunLayout
+    config: ReportConfig
     partition: dict[str, Any]
     rounds: list[RoundRecord]
     audits: dict[int, SiteAuditInput] = field(default_factory=dict)
@@ -78,17 +79,13 @@ class RunInputs:
     """The replicate set the run belongs to (:func:`load_replicates`)."""
 
 
-def load_run(run_dir: Path) -> RunInputs:
-    """Read ``config.yaml``, ``partition.json``, ``metrics.jsonl`` (no rounds and
-    ``has_metrics`` False without one), ``client_dp.json``, ``noise.json`` and ``audits/``.
+def load_run(layout: RunLayout, config: ReportConfig) -> RunInputs:
+    """Read ``partition.json``, ``metrics.jsonl`` (no rounds and ``has_metrics`` False
+    without one), ``client_dp.json``, ``noise.json`` and ``audits/``; ``config`` is the
+    run's, as its caller read it.
 
     Raises :class:`RunFileError` as the module says.
     """
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise RunFileError(f"run directory {run_dir} does not exist")
-    layout = RunLayout(run_dir)
-    config = _load_config(layout.config)
     partition = _load_partition(layout.partition)
     audit_files = layout.audit_files()
     partition_sites = {int(s["site_id"]): s for s in partition["sites"]}
@@ -102,24 +99,24 @@ def load_run(run_dir: Path) -> RunInputs:
                 site_id, "missing", _opt_int(part.get("train")), _opt_int(part.get("holdout"))
             )
     return RunInputs(
-        run_dir=run_dir,
+        layout=layout,
         config=config,
         partition=partition,
-        rounds=read_rounds(run_dir),
+        rounds=read_rounds(layout),
         audits=audits,
         has_metrics=layout.metrics.exists(),
         client_dp=read_record(ClientDPLedgerFile, layout.client_dp_ledger),
         client_canaries=load_client_canaries(layout.client_canaries),
         noise_source=_noise_source(layout.noise),
-        replicates=load_replicates(run_dir),
+        replicates=load_replicates(layout),
     )
 
 
-def load_replicates(run_dir: Path) -> ReplicateReport | None:
-    """The report of the replicate set that lists ``run_dir`` (``replicates.json`` beside
+def load_replicates(layout: RunLayout) -> ReplicateReport | None:
+    """The report of the replicate set that lists the run (``replicates.json`` beside
     its folder), or None. An unreadable one is left out with a warning: the run's own
     report does not depend on it."""
-    path = RunLayout(run_dir).replicates
+    path = layout.replicates
     if not path.exists():
         return None
     try:
@@ -127,7 +124,7 @@ def load_replicates(run_dir: Path) -> ReplicateReport | None:
     except RunFileError as err:
         log.warning("replicate numbers left out: %s", err)
         return None
-    listed = report is not None and Path(run_dir).name in {r.run_dir for r in report.runs}
+    listed = report is not None and layout.root.name in {r.run_dir for r in report.runs}
     return report if listed else None
 
 
@@ -153,33 +150,13 @@ def _noise_source(path: Path) -> str | None:
     return str(source)
 
 
-def load_site_audit(run_dir: Path, site_id: int) -> SiteAuditInput:
+def load_site_audit(layout: RunLayout, site_id: int) -> SiteAuditInput:
     """One site's audit file alone (no partition.json, metrics or other sites needed); a
     :class:`RunFileError` when it does not exist, a "failed" input when unreadable."""
-    path = RunLayout(run_dir).audit(site_id)
+    path = layout.audit(site_id)
     if not path.exists():
         raise RunFileError(f"{path} is missing (site {site_id}'s audit file)")
     return _load_site_audit(path, site_id, {})
-
-
-def load_optional_config(run_dir: Path) -> dict[str, Any]:
-    """``config.yaml`` when the run directory has one, else an empty mapping."""
-    path = RunLayout(run_dir).config
-    return _load_config(path) if path.exists() else {}
-
-
-def _load_config(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise RunFileError(f"{path} is missing (the run's resolved config)")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise RunFileError(f"{path} is not valid YAML: {exc}") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise RunFileError(f"{path} must hold a mapping, got {type(data).__name__}")
-    return data
 
 
 def _load_partition(path: Path) -> dict[str, Any]:

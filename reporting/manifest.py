@@ -7,11 +7,11 @@ import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from audit.result import AuditResult
 from contracts.run_log import PlatformInfo
 
+from .run_config import ReportConfig
 from .schema import ReproManifest
 
 PACKAGES: dict[str, str] = {
@@ -28,22 +28,20 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_manifest(
-    config_path: Path | None,
-    config: dict[str, Any],
+    config: ReportConfig,
     result: AuditResult | None,
     platform_info: PlatformInfo | None = None,
 ) -> ReproManifest:
-    """The manifest of one site's audit: ``config_path`` hashed byte for byte, ``config``'s
-    seeds, ``result``'s repeat seeds and data sizes (None for a failed audit), and the
-    machine that trained the run (``platform_info``, from its ``platform.json``)."""
-    path = config_path if config_path is not None and config_path.exists() else None
+    """The manifest of one site's audit: the config file hashed byte for byte, its seeds,
+    ``result``'s repeat seeds and data sizes (None for a failed audit), and the machine
+    that trained the run (``platform_info``, from its ``platform.json``)."""
+    path = config.file if config.file is not None and config.file.exists() else None
     commit, dirty = git_state()
-    settings = _section(_section(config, "audit"), "settings")
     return ReproManifest(
         config_file=None if path is None else path.name,
         config_sha256=None if path is None else hashlib.sha256(path.read_bytes()).hexdigest(),
-        run_seed=_int(config.get("seed")),
-        audit_seed=_int(settings.get("seed")),
+        run_seed=config.seed,
+        audit_seed=config.audit_seed,
         repeat_seeds=[] if result is None else [int(r.seed) for r in result.repeats],
         packages=package_versions(),
         python=platform.python_version(),
@@ -85,12 +83,3 @@ def git_state(root: Path = _PROJECT_ROOT) -> tuple[str | None, bool | None]:
         return None, None
     diff = _git("diff", "--quiet", "HEAD", "--", root=root)
     return lines[1], None if diff is None else {0: False, 1: True}.get(diff.returncode)
-
-
-def _section(config: dict[str, Any], key: str) -> dict[str, Any]:
-    value = config.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

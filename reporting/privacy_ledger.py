@@ -29,8 +29,7 @@ from typing import Any
 from audit.client_canaries import ClientCanaryResult, ThreatModel
 from audit.gradient_canaries import reading_level
 from audit.one_run import METHOD_LABELS, Method
-from contracts.dp_level import DPLevel, resolve_dp_level
-from contracts.errors import RunFileError
+from contracts.dp_level import DPLevel
 from contracts.run_log import ClientDPLedgerFile, RoundRecord
 
 from .inputs import SiteAuditInput
@@ -48,6 +47,12 @@ from .schema import (
 RECORD_ACCOUNTANTS: dict[str, str] = {"rdp": "Opacus RDP", "prv": "Opacus PRV"}
 """``dp.accountant`` -> the name the ledger shows."""
 
+
+def record_accountant_name(accountant: str) -> str:
+    """The name the ledger shows for a record-level ``dp.accountant``."""
+    return RECORD_ACCOUNTANTS.get(accountant, f"Opacus {accountant}")
+
+
 CLIENT_CANARY_THREAT: ThreatModel = "final"
 """The canary clients' threat model the ledger shows (who sees the released model, as every
 other audit of the report); report.json's ``client_canaries`` holds both."""
@@ -64,7 +69,8 @@ _TOLERANCE = 1e-9
 
 @dataclass(frozen=True)
 class PrivacySettings:
-    """What a run config says about DP and canaries."""
+    """What a run config says about DP and canaries (read by the config's owner,
+    ``simulations.config.privacy_settings``)."""
 
     dp_level: DPLevel | None
     """None when the config says nothing about DP."""
@@ -87,38 +93,6 @@ class PrivacySettings:
     def private(self) -> bool | None:
         """True with DP at any level, False without, None when the config says nothing."""
         return None if self.dp_level is None else self.dp_level != "none"
-
-
-def privacy_settings(config: dict[str, Any]) -> PrivacySettings:
-    """The DP level (:func:`contracts.dp_level.resolve_dp_level`), the record-level
-    accountant's name, delta and canaries of a run config read as plain data
-    (:class:`RunFileError` when ``dp.level`` is not a DP level)."""
-    dp = config.get("dp")
-    section: dict[str, Any] = dp if isinstance(dp, dict) else {}
-    level: DPLevel | None = None
-    if "dp" in config:
-        target = section.get("target_epsilon")
-        try:
-            level = resolve_dp_level(
-                section.get("level"),
-                enabled=bool(section.get("enabled") if isinstance(dp, dict) else dp),
-                record_epsilon_inf=isinstance(target, int | float) and math.isinf(target),
-            )
-        except ValueError as exc:
-            raise RunFileError(f"config.yaml: {exc}") from exc
-    audit = config.get("audit")
-    canaries = _number(audit.get("canaries")) if isinstance(audit, dict) else None
-    accountant = str(section.get("accountant") or "rdp")
-    return PrivacySettings(
-        dp_level=level,
-        record_accountant=(
-            RECORD_ACCOUNTANTS.get(accountant, f"Opacus {accountant}")
-            if level in ("record", "both")
-            else None
-        ),
-        delta=_number(section.get("delta")),
-        canaries=int(canaries) if canaries and canaries > 0 else None,
-    )
 
 
 def site_privacy(

@@ -23,6 +23,7 @@ from .blocks import Block, Heading, Para, Table, to_html, to_markdown
 from .columns import REPLICATE_RUN_COLUMNS, SiteRow, replicate_columns
 from .html_page import page
 from .inputs import load_run
+from .run_config import ConfigReader
 from .schema import (
     SCHEMA_VERSION,
     ReplicateReport,
@@ -36,23 +37,28 @@ from .writers import report_to_json_text
 
 
 def build_replicate_report(
-    set_dir: Path, runs: list[tuple[int, Path]], *, name: str | None, partition_seed: int | None
+    set_dir: Path,
+    runs: list[tuple[int, RunLayout]],
+    read_config: ConfigReader,
+    *,
+    name: str | None,
+    partition_seed: int | None,
 ) -> ReplicateReport:
-    """Pool the runs ``(seed, run directory)`` of a set; an unreadable run counts as
-    incomplete, with no values."""
+    """Pool the runs ``(seed, run directory)`` of a set, each with its config as
+    ``read_config`` reads it; an unreadable run counts as incomplete, with no values."""
     reports: list[RunReport | None] = []
     entries = []
-    for seed, run_dir in runs:
+    for seed, layout in runs:
         try:
-            inputs = load_run(run_dir)
+            inputs = load_run(layout, read_config(layout))
         except RunFileError as err:
             reports.append(None)
-            entries.append(_run(set_dir, seed, run_dir, [str(err)]))
+            entries.append(_run(set_dir, seed, layout, [str(err)]))
             continue
         report = build_report(inputs)
         reports.append(report)
         entries.append(
-            _run(set_dir, seed, run_dir, run_problems(report, has_metrics=inputs.has_metrics))
+            _run(set_dir, seed, layout, run_problems(report, has_metrics=inputs.has_metrics))
         )
     site_ids = sorted({s.site_id for r in reports if r is not None for s in r.sites})
     return ReplicateReport(
@@ -64,14 +70,14 @@ def build_replicate_report(
     )
 
 
-def _run(set_dir: Path, seed: int, run_dir: Path, problems: list[str]) -> ReplicateRun:
+def _run(set_dir: Path, seed: int, layout: RunLayout, problems: list[str]) -> ReplicateRun:
     try:
-        info = read_record(PlatformInfo, RunLayout(run_dir).platform)
+        info = read_record(PlatformInfo, layout.platform)
     except RunFileError:
         info = None
     return ReplicateRun(
         seed=seed,
-        run_dir=os.path.relpath(run_dir, set_dir),
+        run_dir=os.path.relpath(layout.root, set_dir),
         status="incomplete" if problems else "complete",
         problems=problems,
         cpu=None if info is None else info.cpu_model,
@@ -119,7 +125,12 @@ def replicate_blocks(report: ReplicateReport) -> list[Block]:
 
 
 def write_replicate_report(
-    set_dir: Path, runs: list[tuple[int, Path]], *, name: str | None, partition_seed: int | None
+    set_dir: Path,
+    runs: list[tuple[int, RunLayout]],
+    read_config: ConfigReader,
+    *,
+    name: str | None,
+    partition_seed: int | None,
 ) -> ReportFiles:
     """Write ``replicates.json`` / ``.md`` / ``.html`` into ``set_dir``, then each run's own
     report again, so that its pages quote the set."""
@@ -127,7 +138,9 @@ def write_replicate_report(
 
     set_dir = Path(set_dir)
     set_dir.mkdir(parents=True, exist_ok=True)
-    report = build_replicate_report(set_dir, runs, name=name, partition_seed=partition_seed)
+    report = build_replicate_report(
+        set_dir, runs, read_config, name=name, partition_seed=partition_seed
+    )
     blocks = replicate_blocks(report)
     files = ReportFiles(
         json_path=atomic_write_text(set_dir / "replicates.json", report_to_json_text(report)),
@@ -137,9 +150,9 @@ def write_replicate_report(
             page(replicate_title(report), to_html(blocks), data=json_safe(report)),
         ),
     )
-    for _, run_dir in runs:
+    for _, layout in runs:
         try:
-            write_report(run_dir)
+            write_report(layout, read_config(layout))
         except RunFileError:
             continue  # listed as incomplete in the set's report, with the reason
     return files

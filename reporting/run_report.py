@@ -55,30 +55,34 @@ from .schema import RunReport, SiteReport
 from .site_page import by_round_blocks
 
 
-def title(report: RunReport) -> str:
-    run_name = report.run.get("name") if isinstance(report.run, dict) else None
+def title(run_name: str | None) -> str:
     return "PANORAMIA consortium audit report" + (f" - {run_name}" if run_name else "")
 
 
-def render_markdown(report: RunReport) -> str:
-    """The Markdown text of ``report.md`` (the tables; the plots are in report.html)."""
-    return to_markdown(report_blocks(report, {}))
+def render_markdown(report: RunReport, run_name: str | None = None) -> str:
+    """The Markdown text of ``report.md`` (the tables; the plots are in report.html);
+    ``run_name`` (the config's ``name``) goes into its title."""
+    return to_markdown(report_blocks(report, {}, run_name))
 
 
-def render_html(report: RunReport, results: dict[int, AuditResult]) -> str:
+def render_html(
+    report: RunReport, results: dict[int, AuditResult], run_name: str | None = None
+) -> str:
     """The HTML text of ``report.html``; ``results``: the ok sites' AuditResults by site id
     (for the curves; scores are never used)."""
-    body = to_html(report_blocks(report, results))
-    return page(title(report), body, data=json_safe(report))
+    body = to_html(report_blocks(report, results, run_name))
+    return page(title(run_name), body, data=json_safe(report))
 
 
-def report_blocks(report: RunReport, results: dict[int, AuditResult]) -> list[Block]:
+def report_blocks(
+    report: RunReport, results: dict[int, AuditResult], run_name: str | None = None
+) -> list[Block]:
     """The report, section by section: the headline first, the explanation folded under it,
     then the full tables, the ledger, the plots and the rounds."""
     sites = report.sites
     violations = [v for s in sites for v in s.checks.bound_violations]
     return [
-        Heading(title(report), 1),
+        Heading(title(run_name), 1),
         Banner("untrained", training_banner_lines(report.rounds)),
         Banner("violation", violation_banner_lines(violations)),
         Banner("canaries", [canary_banner(report.canaries)] if report.canaries else []),

@@ -11,26 +11,20 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from audit.result import AuditResult
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
-from contracts.run_files import (
-    CONFIG_FILE,
-    SITE_STATE_DIR,
-    RunLayout,
-    exposed_records_name,
-    inversion_gallery_name,
-)
+from contracts.run_files import RunLayout, exposed_records_name, inversion_gallery_name
 from contracts.run_log import ClientDPLedgerFile, PlatformInfo, read_record
 
 from .aggregate import site_report
 from .formatting import violation_warnings
-from .inputs import RunInputs, load_optional_config, load_replicates, load_site_audit
+from .inputs import RunInputs, load_replicates, load_site_audit
 from .manifest import build_manifest
 from .plain_language import INVERSION_THREAT, THREAT_MODEL, plain_reading
-from .privacy_ledger import privacy_settings
+from .run_config import ReportConfig
 from .schema import (
     SCHEMA_VERSION,
     ConsortiumStanding,
@@ -47,71 +41,67 @@ from .writers import report_to_json_text
 SITE_REPORTS_DIR = "site-reports"
 
 
-def site_report_paths(run_dir: Path, site_id: int) -> ReportFiles:
+def site_report_paths(layout: RunLayout, site_id: int) -> ReportFiles:
     """Where a site's report goes: ``site-reports/site-<id>.json`` and ``.html``."""
-    base = Path(run_dir) / SITE_REPORTS_DIR / f"site-{site_id}"
+    base = layout.root / SITE_REPORTS_DIR / f"site-{site_id}"
     return ReportFiles(json_path=base.with_suffix(".json"), html_path=base.with_suffix(".html"))
 
 
-def exposed_records_link(run_dir: Path, site_id: int) -> str | None:
+def exposed_records_link(layout: RunLayout, site_id: int) -> str | None:
     """The site's exposed-records file relative to its report, when the file exists."""
-    return _site_local_link(run_dir, exposed_records_name(site_id))
+    return _site_local_link(layout, exposed_records_name(site_id))
 
 
-def _site_local_link(run_dir: Path, name: str) -> str | None:
+def _site_local_link(layout: RunLayout, name: str) -> str | None:
     """A file of the site's state directory relative to its report, when it exists."""
-    path = Path(run_dir) / SITE_STATE_DIR / name
+    path = layout.site_state / name
     if not path.exists():
         return None
-    return Path(os.path.relpath(path, Path(run_dir) / SITE_REPORTS_DIR)).as_posix()
+    return Path(os.path.relpath(path, layout.root / SITE_REPORTS_DIR)).as_posix()
 
 
 def build_site_page_report(
-    run_dir: Path,
+    layout: RunLayout,
     site: SiteReport,
     result: AuditResult | None,
     *,
-    config: dict[str, Any],
+    config: ReportConfig,
     standing: ConsortiumStanding,
     source: Literal["consortium", "site"],
 ) -> SitePageReport:
     """A site's report from its numbers, its standing and the run directory's files."""
-    link = exposed_records_link(run_dir, site.site_id)
-    config_path = Path(run_dir) / CONFIG_FILE
-    name = config.get("name")
+    link = exposed_records_link(layout, site.site_id)
     return SitePageReport(
         schema_version=SCHEMA_VERSION,
-        run_name=str(name) if name is not None else None,
+        run_name=config.name,
         site=site,
         reading=plain_reading(site, exposed_records=link is not None),
         threat_model=[*THREAT_MODEL, *([INVERSION_THREAT] if site.privacy.inversion else [])],
         standing=standing,
-        manifest=build_manifest(
-            config_path if config_path.exists() else None, config, result, _platform(run_dir)
-        ),
+        manifest=build_manifest(config, result, _platform(layout)),
         exposed_records_link=link,
         source=source,
-        between_runs=_between_runs(run_dir, site.site_id),
-        inversion_gallery_link=_site_local_link(run_dir, inversion_gallery_name(site.site_id)),
+        between_runs=_between_runs(layout, site.site_id),
+        inversion_gallery_link=_site_local_link(layout, inversion_gallery_name(site.site_id)),
     )
 
 
-def _platform(run_dir: Path) -> PlatformInfo | None:
+def _platform(layout: RunLayout) -> PlatformInfo | None:
     """The run's ``platform.json``; None without one (or unreadable: the page still goes)."""
     try:
-        return read_record(PlatformInfo, RunLayout(run_dir).platform)
+        return read_record(PlatformInfo, layout.platform)
     except RunFileError:
         return None
 
 
-def _between_runs(run_dir: Path, site_id: int) -> ReplicateSite | None:
+def _between_runs(layout: RunLayout, site_id: int) -> ReplicateSite | None:
     """The site's numbers over the replicate set of the run, when it belongs to one."""
-    replicates = load_replicates(run_dir)
+    replicates = load_replicates(layout)
     sites = [] if replicates is None else replicates.sites
     return next((s for s in sites if s.site_id == site_id), None)
 
 
-def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> list[ReportFiles]:
+def write_site_reports(inputs: RunInputs, report: RunReport) -> list[ReportFiles]:
     """The aggregator's per-site reports: one per site with an audit file (ok or failed)."""
     written = []
     for site in report.sites:
@@ -120,45 +110,43 @@ def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> l
             continue
         result = audit.result
         page = build_site_page_report(
-            run_dir,
+            inputs.layout,
             site,
             result,
             config=inputs.config,
             standing=consortium_standing(site.site_id, report.sites),
             source="consortium",
         )
-        written.append(_write(run_dir, page, result))
+        written.append(_write(inputs.layout, page, result))
     return written
 
 
-def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
-    """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus config.yaml,
-    the server's client_dp.json, platform.json and the site's entry of the replicate set's
-    replicates.json, when there); a :class:`RunFileError` when the audit file is missing or
-    config.yaml or client_dp.json malformed."""
-    run_dir = Path(run_dir)
-    audit = load_site_audit(run_dir, site_id)
+def write_site_report(layout: RunLayout, site_id: int, config: ReportConfig) -> ReportFiles:
+    """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus ``config``, as
+    its caller read config.yaml when there, the server's client_dp.json, platform.json and
+    the site's entry of the replicate set's replicates.json, when there); a
+    :class:`RunFileError` when the audit file is missing or client_dp.json malformed."""
+    audit = load_site_audit(layout, site_id)
     result = audit.result
-    config = load_optional_config(run_dir)
     site = site_report(
         audit,
         rounds=[],
-        settings=privacy_settings(config),
-        client_dp=read_record(ClientDPLedgerFile, RunLayout(run_dir).client_dp_ledger),
+        settings=config.privacy,
+        client_dp=read_record(ClientDPLedgerFile, layout.client_dp_ledger),
     )
     page = build_site_page_report(
-        run_dir,
+        layout,
         site,
         result,
         config=config,
         standing=standing_unavailable(),
         source="site",
     )
-    return _write(run_dir, page, result)
+    return _write(layout, page, result)
 
 
-def _write(run_dir: Path, page: SitePageReport, result: AuditResult | None) -> ReportFiles:
-    paths = site_report_paths(run_dir, page.site.site_id)
+def _write(layout: RunLayout, page: SitePageReport, result: AuditResult | None) -> ReportFiles:
+    paths = site_report_paths(layout, page.site.site_id)
     paths.json_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(paths.json_path, report_to_json_text(page))
     atomic_write_text(paths.html_path, render_site_page(page, result))

@@ -9,7 +9,7 @@ each audit is.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
 from contracts.json_values import json_safe
+from contracts.run_files import RunLayout
 
 from . import plots
 from .aggregate import build_report
@@ -58,8 +59,8 @@ from .formatting import (
 )
 from .html_page import SORT_SCRIPT, page
 from .inputs import load_run
-from .privacy_ledger import privacy_settings
 from .report_writer import write_report
+from .run_config import ConfigReader
 from .schema import (
     SCHEMA_VERSION,
     ReportFiles,
@@ -77,19 +78,24 @@ class SweepPoint:
     seeds, the first run of its replicate set, whose report the point then pools)."""
 
     label: str
-    overrides: dict[str, Any] = field(default_factory=dict)
-    run_dir: Path = Path(".")
+    overrides: dict[str, Any]
+    layout: RunLayout
 
 
 def build_sweep_report(
-    sweep_dir: Path, points: list[SweepPoint], *, write_point_reports: bool = False
+    sweep_dir: Path,
+    points: list[SweepPoint],
+    read_config: ConfigReader,
+    *,
+    write_point_reports: bool = False,
 ) -> SweepReport:
-    """Aggregate the sweep's points (pure unless ``write_point_reports``)."""
+    """Aggregate the sweep's points, each with its config as ``read_config`` reads it (pure
+    unless ``write_point_reports``)."""
     labels = [p.label for p in points]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
         raise ValueError(f"sweep point labels must be unique; repeated: {dupes}")
-    reports = [_point(Path(sweep_dir), p, write_point_reports) for p in points]
+    reports = [_point(Path(sweep_dir), p, read_config, write_point_reports) for p in points]
     return SweepReport(
         schema_version=SCHEMA_VERSION,
         points=reports,
@@ -99,24 +105,28 @@ def build_sweep_report(
     )
 
 
-def _point(sweep_dir: Path, point: SweepPoint, write_point_reports: bool) -> SweepPointReport:
-    run_dir = Path(point.run_dir)
+def _point(
+    sweep_dir: Path, point: SweepPoint, read_config: ConfigReader, write_point_reports: bool
+) -> SweepPointReport:
+    layout = point.layout
+    run_dir = layout.root
     rel = (
         os.path.relpath(run_dir, sweep_dir)
         if run_dir.is_absolute() == sweep_dir.is_absolute()
         else str(run_dir)
     )
     try:
-        inputs = load_run(run_dir)
+        config = read_config(layout)
+        inputs = load_run(layout, config)
     except RunFileError as exc:
         return SweepPointReport(point.label, dict(point.overrides), rel, "incomplete", [str(exc)])
     report = build_report(inputs)
     if write_point_reports:
-        write_report(run_dir)
+        write_report(layout, config)
     problems = run_problems(report, has_metrics=inputs.has_metrics)
     eps = [s.privacy.dp_epsilon for s in report.sites if s.privacy.dp_epsilon is not None]
     # Any level counts: client-level DP alone makes the point private too.
-    config_dp = privacy_settings(report.run).private
+    config_dp = config.privacy.private
     html_path = run_dir / "report.html"
     return SweepPointReport(
         label=point.label,
@@ -303,14 +313,21 @@ def render_sweep_markdown(report: SweepReport) -> str:
 
 
 def write_sweep_report(
-    sweep_dir: Path, points: list[SweepPoint], *, write_point_reports: bool = False
+    sweep_dir: Path,
+    points: list[SweepPoint],
+    read_config: ConfigReader,
+    *,
+    write_point_reports: bool = False,
 ) -> ReportFiles:
     """Write ``sweep.json``, ``sweep.md`` and a self-contained ``sweep.html`` comparing the
     points (labels unique, in display order) into ``sweep_dir``; ``warnings``: a line per bound
-    violation. ``write_point_reports``: also write each readable point's own report (linked)."""
+    violation; ``read_config`` reads each point's config. ``write_point_reports``: also write
+    each readable point's own report (linked)."""
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    report = build_sweep_report(sweep_dir, points, write_point_reports=write_point_reports)
+    report = build_sweep_report(
+        sweep_dir, points, read_config, write_point_reports=write_point_reports
+    )
     warnings = [w for p in report.points for w in violation_warnings(p.sites, f"point {p.label}: ")]
     return ReportFiles(
         json_path=atomic_write_text(sweep_dir / "sweep.json", report_to_json_text(report)),

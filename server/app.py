@@ -13,11 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
@@ -30,7 +29,6 @@ from contracts.checkpoint import (
 )
 from contracts.files import atomic_write_text
 from contracts.run_files import NOISE_NOTES, CheckpointMeta, NoiseSource, RunLayout, SiteAuditFile
-from contracts.run_log import RoundRecord, SiteRound
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -60,9 +58,9 @@ from server.round_audits import (
     round_weights,
     with_rounds,
 )
-from server.run_log import append_round, read_site_audit, truncate_rounds, write_site_audit
+from server.run_log import read_site_audit, truncate_rounds, write_site_audit
 from server.stop import StoppableGrid, StopSwitch
-from server.strategy import ScreenedStrategy, StrategySettings, make_strategy
+from server.strategy import RoundWriter, ScreenedStrategy, StrategySettings, make_strategy
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +69,7 @@ log = logging.getLogger(__name__)
 class ServerSettings:
     """Everything the ServerApp needs, handed in by whoever builds it."""
 
-    run_dir: Path
+    layout: RunLayout
     num_sites: int
     rounds: int
     local_epochs: int
@@ -104,7 +102,7 @@ class ServerSettings:
     def fanout(self) -> AuditFanout:
         """The audit phase's settings."""
         return AuditFanout(
-            run_dir=self.run_dir,
+            layout=self.layout,
             seed=self.seed,
             audit_rounds=self.audit_rounds,
             timeout_s=self.timeout_s,
@@ -117,7 +115,7 @@ class AuditFanout:
     """What the audit phase needs: this ServerApp's and a user's own
     (:mod:`deployment.site_audits`)."""
 
-    run_dir: Path
+    layout: RunLayout
     seed: int
     audit_rounds: tuple[int, ...] = ()
     timeout_s: float = 24 * 3600.0
@@ -171,19 +169,16 @@ def _progress(total: int, desc: str, enabled: bool) -> Any:
 def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, int]) -> StateDict:
     """Rounds from the last checkpoint to ``settings.rounds``; returns the final weights.
 
-    A round is committed by its checkpoint, written last: its metrics line and client-level
-    DP ledger come first, so a kill at any point loses nothing finished and a resumed run
-    drops (and redoes) whatever lies past the last checkpoint.
+    Each round is written by :class:`~server.strategy.RoundWriter` (its checkpoint last), so
+    a resumed run continues from the last checkpoint and redoes whatever lies past it.
     """
-    run_dir = settings.run_dir
-    layout = RunLayout(run_dir)
-    meta = settings.checkpoint_meta
-    latest = latest_round_checkpoint(run_dir)
+    layout = settings.layout
+    latest = latest_round_checkpoint(layout)
     if latest is not None:
         done, state = latest.round, latest.state_dict
     else:
         done, state = 0, settings.initial_state()
-    truncate_rounds(run_dir, done)
+    truncate_rounds(layout, done)
     sites = make_strategy(
         settings.strategy,
         num_sites=settings.num_sites,
@@ -208,11 +203,12 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
             round_offset=done,
             dp_wrapper=None if settings.client_dp is None else strategy,
         )
-    # Outermost: no strategy, Flower's DP wrappers included, reads an unchecked reply.
+    # Around every aggregating strategy: none, Flower's DP wrappers included, reads an
+    # unchecked reply.
     strategy = ScreenedStrategy(strategy, sites)
     if settings.client_dp is not None:
         ledger = ClientDPLedger.load_or_new(
-            run_dir,
+            layout,
             settings.client_dp,
             population_size=settings.num_sites,
             sites_per_round=sites.sites_per_round,
@@ -221,58 +217,21 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         ledger.noise_note = NOISE_NOTES[settings.noise_source]
     bar = _progress(settings.rounds, "FL rounds", settings.progress)
     bar.update(done)
-    started = time.time()
 
-    def on_round(server_round: int, arrays: ArrayRecord) -> None:
-        if server_round == 0:
-            return None
-        if settings.stop is not None:
-            settings.stop.check()  # a stopped run's round is abandoned, not written
-        global_round = done + server_round
-        weights = arrays.to_torch_state_dict()
-        scores = {} if settings.central_eval is None else settings.central_eval(weights)
-        record = sites.rounds.get(server_round)
-        if ledger is not None:
-            # The noise was sized for every sampled site; fewer may have been averaged.
-            aggregated = None if record is None else len(record.sites)
-            ledger.record_round(
-                global_round, sites.sites_for_round(server_round), aggregated=aggregated
-            )
-            ledger.save(run_dir)
-        entry = RoundRecord(
-            round=global_round,
-            global_loss=scores.get("loss"),
-            global_accuracy=scores.get("accuracy"),
-            global_perplexity=scores.get("perplexity"),
-            elapsed_s=time.time() - started,
-            sites={
-                str(site): SiteRound(
-                    train_loss=m.train_loss,
-                    dp_epsilon=m.dp_epsilon,
-                    num_examples=m.num_examples,
-                    dp_epsilon_client=None if ledger is None else ledger.epsilon(site),
-                )
-                for site, m in sorted(record.sites.items())
-            }
-            if record is not None
-            else {},
-            failures={} if record is None else {str(s): r for s, r in record.failures.items()},
-        )
-        append_round(run_dir, entry)
-        if entry.empty:
-            log.warning(
-                "round %d: no site's update was aggregated; the model is carried over (%s)",
-                global_round,
-                "; ".join(f"site {s}: {why}" for s, why in entry.failures.items()) or "no reply",
-            )
-        save_checkpoint(
-            layout.round_checkpoint(global_round),
-            Checkpoint(round=global_round, state_dict=weights, meta=meta),
-        )
+    def show(global_round: int, scores: dict[str, float]) -> None:
         bar.update(1)
         bar.set_postfix({f"global_{k}": round(v, 3) for k, v in scores.items()})
-        return None
 
+    writer = RoundWriter(
+        strategy,
+        sites,
+        layout=layout,
+        round_offset=done,
+        meta=settings.checkpoint_meta,
+        ledger=ledger,
+        stop=settings.stop,
+        on_commit=show,
+    )
     seed_server_noise(settings.noise_source)
     # The run's settings; the strategy stamps each message's (global) round.
     train_config = TrainInstructions(
@@ -282,17 +241,32 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         server_round=done + 1,
         client_clipping=client_clipping(settings.client_dp),
     ).to_record()
-    result = strategy.start(
+    result = writer.start(
         grid=grid,
         initial_arrays=ArrayRecord(state),
         num_rounds=settings.rounds - done,
         train_config=train_config,
-        evaluate_fn=on_round,
+        evaluate_fn=_central_evaluation(settings),
         timeout=settings.timeout_s,
     )
     bar.close()
     _measure_canaries(settings, sites.sites_per_round)
     return result.arrays.to_torch_state_dict()
+
+
+def _central_evaluation(
+    settings: ServerSettings,
+) -> Callable[[int, ArrayRecord], MetricRecord | None] | None:
+    """Flower's ``evaluate_fn``: the global model's scores on the central data, if any."""
+    evaluate = settings.central_eval
+    if evaluate is None:
+        return None
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        scores = evaluate(arrays.to_torch_state_dict())
+        return MetricRecord({k: float(v) for k, v in scores.items()})
+
+    return evaluate_fn
 
 
 def _measure_canaries(settings: ServerSettings, sites_per_round: int) -> None:
@@ -301,7 +275,7 @@ def _measure_canaries(settings: ServerSettings, sites_per_round: int) -> None:
         return
     dp = settings.client_dp
     measure_canaries(
-        settings.run_dir,
+        settings.layout,
         settings.canary_clients,
         initial_state=settings.initial_state,
         rounds=settings.rounds,
@@ -335,12 +309,12 @@ def run_audits(
     """Send every site still missing an audit of the final model (of round
     ``model_round``) or of an earlier round in ``settings.audit_rounds`` one message with
     those weights; write each site's file as soon as its reply arrives."""
-    run_dir = settings.run_dir
-    plans = plan_audits(run_dir, sorted(site_of_node.values()), model_round, settings.audit_rounds)
+    layout = settings.layout
+    plans = plan_audits(layout, sorted(site_of_node.values()), model_round, settings.audit_rounds)
     if not plans:
         return
     node_of_site = {s: n for n, s in site_of_node.items()}
-    weights = round_weights(run_dir, tuple(sorted({r for p in plans for r in p.rounds})))
+    weights = round_weights(layout, tuple(sorted({r for p in plans for r in p.rounds})))
     messages = []
     for plan in plans:
         asked = AuditInstructions(seed=settings.seed, rounds=plan.rounds, main=plan.main)
@@ -357,7 +331,7 @@ def run_audits(
         )
     pending = set(grid.push_messages(messages))
     plan_of_site = {p.site: p for p in plans}
-    accuracy = global_accuracy(run_dir)
+    accuracy = global_accuracy(layout)
     bar = _progress(len(plans), "site audits", settings.progress)
     deadline = time.time() + settings.timeout_s
     while pending and time.time() < deadline:
@@ -387,8 +361,8 @@ def _write_reply(
 ) -> None:
     """Write ``plan.site``'s file: its new main audit, or (rounds only) the kept one; both
     with the rounds it audited. A failed rounds-only audit keeps the file as it is."""
-    run_dir, site = settings.run_dir, plan.site
-    before = read_site_audit(run_dir, site)
+    site = plan.site
+    before = read_site_audit(settings.layout, site)
     outcome = audit_outcome(reply, site)
     if plan.main:
         audit = _site_audit_file(site, outcome, model_round)
@@ -409,7 +383,7 @@ def _write_reply(
         )
     except ValueError as err:
         log.warning("site %d: its audits of earlier rounds were dropped: %s", site, err)
-    write_site_audit(run_dir, audit)
+    write_site_audit(settings.layout, audit)
 
 
 def audit_outcome(reply: Message, site: int) -> AuditReply | AuditFailure:
@@ -480,7 +454,7 @@ def record_noise_source(settings: ServerSettings) -> None:
     if "train" not in settings.phases:
         return  # the noise of an audit-only start is the training's, already recorded
     content = {"source": settings.noise_source, "note": NOISE_NOTES[settings.noise_source]}
-    atomic_write_text(RunLayout(settings.run_dir).noise, json.dumps(content, indent=1) + "\n")
+    atomic_write_text(settings.layout.noise, json.dumps(content, indent=1) + "\n")
 
 
 def build_server_app(settings: ServerSettings) -> ServerApp:
@@ -499,12 +473,12 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
         if "train" in settings.phases:
             state = run_training(grid, settings, site_of_node)
             save_checkpoint(
-                RunLayout(settings.run_dir).final_model,
+                settings.layout.final_model,
                 Checkpoint(round=settings.rounds, state_dict=state, meta=settings.checkpoint_meta),
             )
         if "audit" in settings.phases:
             if state is None:
-                final = load_checkpoint(RunLayout(settings.run_dir).final_model)
+                final = load_checkpoint(settings.layout.final_model)
                 state, model_round = final.state_dict, final.round
             run_audits(grid, settings.fanout, site_of_node, state, model_round)
 

@@ -181,7 +181,7 @@ class CanaryClients(DelegatingStrategy):
 
 
 def measure_canaries(
-    run_dir: Path,
+    layout: RunLayout,
     settings: CanaryClientSettings,
     *,
     initial_state: Callable[[], StateDict],
@@ -192,7 +192,6 @@ def measure_canaries(
     clipping: str | None,
 ) -> ClientCanaryResult:
     """Read the canaries in the round checkpoints; write ``client_canaries.json``."""
-    layout = RunLayout(run_dir)
     keys, delta = settings.keys, settings.delta
 
     initial = flat(initial_state(), keys)
@@ -231,10 +230,10 @@ def measure_canaries(
         },
         notes=[] if clipping in (None, "fixed") else [f"{clipping} clipping"],
     )
-    write_result(run_dir, result)
+    write_result(layout, result)
     return result
 
 
-def write_result(run_dir: Path, result: ClientCanaryResult) -> Path:
-    path = RunLayout(run_dir).client_canaries
+def write_result(layout: RunLayout, result: ClientCanaryResult) -> Path:
+    path = layout.client_canaries
     return atomic_write_text(path, json.dumps(result.to_dict(), indent=1) + "\n")

@@ -282,14 +282,14 @@ class ClientDPLedger:
             },
         ).to_dict()
 
-    def save(self, run_dir: Path) -> Path:
-        path = RunLayout(run_dir).client_dp_ledger
+    def save(self, layout: RunLayout) -> Path:
+        path = layout.client_dp_ledger
         return atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def load_or_new(
         cls,
-        run_dir: Path,
+        layout: RunLayout,
         settings: ClientDPSettings,
         *,
         population_size: int,
@@ -297,7 +297,7 @@ class ClientDPLedger:
     ) -> ClientDPLedger:
         """The run's ledger; refuses one written under other DP settings."""
         ledger = cls(settings, population_size=population_size, sites_per_round=sites_per_round)
-        path = RunLayout(run_dir).client_dp_ledger
+        path = layout.client_dp_ledger
         if not path.exists():
             return ledger
         try:

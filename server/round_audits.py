@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from flwr.app import ArrayRecord
 
@@ -34,13 +33,13 @@ class SiteAuditPlan:
 
 
 def plan_audits(
-    run_dir: Path, sites: list[int], model_round: int, rounds: tuple[int, ...]
+    layout: RunLayout, sites: list[int], model_round: int, rounds: tuple[int, ...]
 ) -> list[SiteAuditPlan]:
     """Per site, what is still missing: a site without a current main audit is asked for
     it and for every earlier round in ``rounds``; one with it, for the rounds its file
     lacks (the final round's line comes from the main audit, never a second audit)."""
     earlier = tuple(sorted(r for r in set(rounds) if r != model_round))
-    needs_main = set(sites_needing_audit(run_dir, sites, model_round))
+    needs_main = set(sites_needing_audit(layout, sites, model_round))
     plans = []
     for site in sites:
         if site in needs_main:
@@ -48,7 +47,7 @@ def plan_audits(
             continue
         if not rounds:
             continue
-        done = read_site_audit(run_dir, site)
+        done = read_site_audit(layout, site)
         assert done is not None  # a current, ok main audit
         missing = tuple(r for r in earlier if r not in done.audited_rounds())
         if missing:
@@ -56,19 +55,18 @@ def plan_audits(
     return plans
 
 
-def round_weights(run_dir: Path, rounds: tuple[int, ...]) -> dict[str, ArrayRecord]:
+def round_weights(layout: RunLayout, rounds: tuple[int, ...]) -> dict[str, ArrayRecord]:
     """Each round's checkpoint, under its record name."""
-    layout = RunLayout(run_dir)
     return {
         round_arrays(r): ArrayRecord(load_checkpoint(layout.round_checkpoint(r)).state_dict)
         for r in rounds
     }
 
 
-def global_accuracy(run_dir: Path) -> dict[int, float]:
+def global_accuracy(layout: RunLayout) -> dict[int, float]:
     """The global model's accuracy per round, from the round log (central evaluation)."""
     return {
-        e.round: e.global_accuracy for e in read_rounds(run_dir) if e.global_accuracy is not None
+        e.round: e.global_accuracy for e in read_rounds(layout) if e.global_accuracy is not None
     }
 
 

@@ -12,15 +12,15 @@ from contracts.run_files import RunLayout, SiteAuditFile
 from contracts.run_log import RoundRecord
 
 
-def append_round(run_dir: Path, record: RoundRecord) -> None:
-    with open(RunLayout(run_dir).metrics, "a") as fh:
+def append_round(layout: RunLayout, record: RoundRecord) -> None:
+    with open(layout.metrics, "a") as fh:
         fh.write(json.dumps(record.to_dict()) + "\n")
 
 
-def truncate_rounds(run_dir: Path, last_round: int) -> None:
+def truncate_rounds(layout: RunLayout, last_round: int) -> None:
     """Drop log lines past the last checkpointed round (they will be redone), and a line
     torn by a kill while it was written."""
-    path = RunLayout(run_dir).metrics
+    path = layout.metrics
     if not path.exists():
         return
     kept = []
@@ -34,15 +34,15 @@ def truncate_rounds(run_dir: Path, last_round: int) -> None:
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
-def write_site_audit(run_dir: Path, audit: SiteAuditFile) -> Path:
+def write_site_audit(layout: RunLayout, audit: SiteAuditFile) -> Path:
     """Write ``audits/site-<id>.json`` atomically (non-finite numbers as null)."""
-    path = RunLayout(run_dir).audit(audit.site_id)
+    path = layout.audit(audit.site_id)
     return atomic_write_text(path, json.dumps(json_safe(audit.to_dict()), indent=1))
 
 
-def read_site_audit(run_dir: Path, site_id: int) -> SiteAuditFile | None:
+def read_site_audit(layout: RunLayout, site_id: int) -> SiteAuditFile | None:
     """The site's audit file; None when there is none or it cannot be read as one."""
-    path = RunLayout(run_dir).audit(site_id)
+    path = layout.audit(site_id)
     if not path.exists():
         return None
     try:
@@ -52,14 +52,14 @@ def read_site_audit(run_dir: Path, site_id: int) -> SiteAuditFile | None:
 
 
 def sites_needing_audit(
-    run_dir: Path, site_ids: list[int], model_round: int | None = None
+    layout: RunLayout, site_ids: list[int], model_round: int | None = None
 ) -> list[int]:
     """Sites with no audit file, whose audit failed, or (given ``model_round``) whose audit
     is of another final model: a resumed run that trained more rounds audits again. Files
     that do not say which round they audited count as current."""
     todo = []
     for site in site_ids:
-        done = read_site_audit(run_dir, site)
+        done = read_site_audit(layout, site)
         stale = done is not None and done.model_round not in (None, model_round)
         if done is None or not done.ok or (model_round is not None and stale):
             todo.append(site)

@@ -9,20 +9,27 @@ any aggregation reads it (:meth:`SiteAwareMixin.screen`, applied outermost by
 claims), and a reply that fails :mod:`contracts.wire`'s checks or comes from a site not
 sampled marks that site failed for the round, with the reason, while the others aggregate.
 Client-level DP wraps these strategies in Flower's own DP wrappers (:mod:`server.client_dp`).
+:class:`RoundWriter`, around them all, writes each finished round to the run directory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx, Strategy
+from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx, Result, Strategy
 
+from contracts.checkpoint import Checkpoint, save_checkpoint
 from contracts.registry import Registry
+from contracts.run_files import CheckpointMeta, RunLayout
+from contracts.run_log import RoundRecord as RoundLine
+from contracts.run_log import SiteRound
 from contracts.wire import (
     ARRAYS,
     CONFIG,
@@ -34,6 +41,11 @@ from contracts.wire import (
     check_arrays,
     error_reason,
 )
+from server.client_dp import ClientDPLedger
+from server.run_log import append_round
+from server.stop import StopSwitch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -195,8 +207,9 @@ class DelegatingStrategy(Strategy):
 
 
 class ScreenedStrategy(DelegatingStrategy):
-    """The outermost strategy: every train reply passes :meth:`SiteAwareMixin.screen`
-    before any strategy (Flower's DP wrappers included) reads it."""
+    """Around every aggregating strategy: each train reply passes
+    :meth:`SiteAwareMixin.screen` before any of them (Flower's DP wrappers included) reads
+    it."""
 
     def __init__(self, inner: Strategy, sites: SiteAwareMixin) -> None:
         super().__init__(inner)
@@ -206,6 +219,117 @@ class ScreenedStrategy(DelegatingStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         return self.inner.aggregate_train(server_round, self.sites.screen(server_round, replies))
+
+
+EvaluateFn = Callable[[int, ArrayRecord], MetricRecord | None]
+"""Flower's ``evaluate_fn``: the central evaluation of a round's global model."""
+
+
+class RoundWriter(DelegatingStrategy):
+    """Writes each finished round of ``strategy.start``: the client-level DP ledger, the
+    metrics line, then the checkpoint, which commits the round; once per round, in order.
+
+    A kill at any point loses nothing finished, and a resumed run drops (and redoes)
+    whatever lies past the last checkpoint. A stop request (``stop``) abandons the round in
+    progress before anything of it is written. ``evaluate_fn`` only evaluates: its
+    ``loss`` / ``accuracy`` / ``perplexity`` go into the round's line.
+    """
+
+    def __init__(
+        self,
+        inner: Strategy,
+        sites: SiteAwareMixin,
+        *,
+        layout: RunLayout,
+        round_offset: int = 0,
+        meta: CheckpointMeta | None = None,
+        ledger: ClientDPLedger | None = None,
+        stop: StopSwitch | None = None,
+        on_commit: Callable[[int, dict[str, float]], None] | None = None,
+    ) -> None:
+        """``round_offset``: rounds done before this start; ``on_commit``: called with the
+        global round and its scores once the round is written (progress display)."""
+        super().__init__(inner)
+        self.sites, self.layout, self.round_offset = sites, layout, round_offset
+        self.meta, self.ledger, self.stop, self.on_commit = meta, ledger, stop, on_commit
+        self._started = time.time()
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: EvaluateFn | None = None,
+    ) -> Result:
+        """Flower's rounds, each one written after its central evaluation."""
+        self._started = time.time()
+
+        def evaluate_and_write(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+            if server_round == 0:
+                return None  # the starting model: nothing to write, nothing to evaluate
+            if self.stop is not None:
+                self.stop.check()  # a stopped run's round is abandoned, not written
+            scores = None if evaluate_fn is None else evaluate_fn(server_round, arrays)
+            self.write_round(server_round, arrays, {} if scores is None else dict(scores))
+            return scores
+
+        return super().start(
+            grid,
+            initial_arrays,
+            num_rounds=num_rounds,
+            timeout=timeout,
+            train_config=train_config,
+            evaluate_config=evaluate_config,
+            evaluate_fn=evaluate_and_write,
+        )
+
+    def write_round(self, server_round: int, arrays: ArrayRecord, scores: dict[str, Any]) -> None:
+        """The ledger, the metrics line and the checkpoint of this start's ``server_round``."""
+        global_round = self.round_offset + server_round
+        record = self.sites.rounds.get(server_round)
+        ledger = self.ledger
+        if ledger is not None:
+            # The noise was sized for every sampled site; fewer may have been averaged.
+            aggregated = None if record is None else len(record.sites)
+            ledger.record_round(
+                global_round, self.sites.sites_for_round(server_round), aggregated=aggregated
+            )
+            ledger.save(self.layout)
+        line = RoundLine(
+            round=global_round,
+            global_loss=scores.get("loss"),
+            global_accuracy=scores.get("accuracy"),
+            global_perplexity=scores.get("perplexity"),
+            elapsed_s=time.time() - self._started,
+            sites={
+                str(site): SiteRound(
+                    train_loss=m.train_loss,
+                    dp_epsilon=m.dp_epsilon,
+                    num_examples=m.num_examples,
+                    dp_epsilon_client=None if ledger is None else ledger.epsilon(site),
+                )
+                for site, m in sorted(record.sites.items())
+            }
+            if record is not None
+            else {},
+            failures={} if record is None else {str(s): r for s, r in record.failures.items()},
+        )
+        append_round(self.layout, line)
+        if line.empty:
+            log.warning(
+                "round %d: no site's update was aggregated; the model is carried over (%s)",
+                global_round,
+                "; ".join(f"site {s}: {why}" for s, why in line.failures.items()) or "no reply",
+            )
+        save_checkpoint(
+            self.layout.round_checkpoint(global_round),
+            Checkpoint(round=global_round, state_dict=arrays.to_torch_state_dict(), meta=self.meta),
+        )
+        if self.on_commit is not None:
+            self.on_commit(global_round, scores)
 
 
 STRATEGIES: Registry[type[SiteAwareMixin]] = Registry("strategy", config_key="fl.strategy")

@@ -128,12 +128,12 @@ class SiteResolver:
         self,
         config: ExperimentConfig,
         meta: DatasetMeta,
-        run_dir: Path,
+        layout: RunLayout,
         *,
         state_dir: Path | None = None,
     ) -> None:
-        self.config, self.meta, self.run_dir = config, meta, run_dir
-        self.state_dir = state_dir if state_dir is not None else RunLayout(run_dir).site_state
+        self.config, self.meta, self.layout = config, meta, layout
+        self.state_dir = state_dir if state_dir is not None else layout.site_state
         self._cache: dict[int, SiteRuntime] = {}
 
     def __call__(self, context: Context) -> SiteRuntime:
@@ -145,14 +145,14 @@ class SiteResolver:
     def _build(self, site_id: int, context: Context) -> SiteRuntime:
         config = self.config
         data_path = context.node_config.get("data-path")
-        path = Path(str(data_path)) if data_path else RunLayout(self.run_dir).site_file(site_id)
+        path = Path(str(data_path)) if data_path else self.layout.site_file(site_id)
         data = SiteData.load(path)
         audit_cfg = config.audit
-        if audit_cfg.reference_pool and (public := load_public(self.run_dir)) is not None:
+        if audit_cfg.reference_pool and (public := load_public(self.layout)) is not None:
             data = data.with_public(site_pool(config, public))
         runner = None
         if audit_cfg.enabled:
-            states = load_reference_states(self.run_dir)
+            states = load_reference_states(self.layout)
             runner = make_audit_runner(
                 SiteAuditPolicy(
                     settings=audit_cfg.settings,
@@ -180,9 +180,9 @@ class SiteResolver:
         )
 
 
-def central_evaluator(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path):
+def central_evaluator(config: ExperimentConfig, meta: DatasetMeta, layout: RunLayout):
     """Evaluate the global model on the public split (records no site trains on)."""
-    public = load_public(run_dir)
+    public = load_public(layout)
     if public is None or not config.fl.central_evaluation:
         return None
     task = make_task(config, meta)
@@ -200,7 +200,7 @@ def central_evaluator(config: ExperimentConfig, meta: DatasetMeta, run_dir: Path
 def server_settings(
     config: ExperimentConfig,
     meta: DatasetMeta,
-    run_dir: Path,
+    layout: RunLayout,
     *,
     phases: tuple[str, ...],
     progress: bool,
@@ -214,7 +214,7 @@ def server_settings(
         return {k: v.detach().clone() for k, v in task.make_model().state_dict().items()}
 
     return ServerSettings(
-        run_dir=run_dir,
+        layout=layout,
         num_sites=config.partition.num_sites,
         rounds=config.fl.rounds,
         local_epochs=config.fl.local_epochs,
@@ -231,7 +231,7 @@ def server_settings(
         client_dp=client_dp_settings(config),
         canary_clients=canary_client_settings(config, task),
         initial_state=initial_state,
-        central_eval=central_evaluator(config, meta, run_dir),
+        central_eval=central_evaluator(config, meta, layout),
         checkpoint_meta=CheckpointMeta(
             modality=meta.modality,
             model=config.model.name,
@@ -251,7 +251,7 @@ def server_settings(
 def build_apps(
     config: ExperimentConfig,
     meta: DatasetMeta,
-    run_dir: Path,
+    layout: RunLayout,
     *,
     phases: tuple[str, ...],
     progress: bool = True,
@@ -260,7 +260,7 @@ def build_apps(
     """(ServerApp, ClientApp) for one run directory; ``stop`` lets the caller end the
     ServerApp's thread (:class:`server.stop.StopSwitch`)."""
     server_app = build_server_app(
-        server_settings(config, meta, run_dir, phases=phases, progress=progress, stop=stop)
+        server_settings(config, meta, layout, phases=phases, progress=progress, stop=stop)
     )
-    client_app = build_client_app(SiteResolver(config, meta, run_dir))
+    client_app = build_client_app(SiteResolver(config, meta, layout))
     return server_app, client_app

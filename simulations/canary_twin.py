@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from pathlib import Path
 
 from audit.client_canaries import ClientCanaryResult
 from contracts.run_files import RunLayout
@@ -20,8 +19,8 @@ from server.canary_clients import write_result
 from simulations.config import ExperimentConfig, apply_overrides, validate_config
 from simulations.run_dir import DatasetMeta, prepare_run_dir
 
-Train = Callable[[ExperimentConfig, DatasetMeta, Path], None]
-"""``train(config, meta, run_dir)``: the training phase of a run directory."""
+Train = Callable[[ExperimentConfig, DatasetMeta, RunLayout], None]
+"""``train(config, meta, layout)``: the training phase of a run directory."""
 
 
 def twin_config(config: ExperimentConfig) -> ExperimentConfig:
@@ -30,30 +29,29 @@ def twin_config(config: ExperimentConfig) -> ExperimentConfig:
     return validate_config(raw)
 
 
-def final_accuracy(run_dir: Path) -> float | None:
+def final_accuracy(layout: RunLayout) -> float | None:
     """The last round's global accuracy in ``metrics.jsonl`` (None without one)."""
-    for entry in reversed(read_rounds(run_dir)):
+    for entry in reversed(read_rounds(layout)):
         if entry.global_accuracy is not None:
             return float(entry.global_accuracy)
     return None
 
 
-def train_twin_and_record(config: ExperimentConfig, run_dir: Path, *, train: Train) -> None:
+def train_twin_and_record(config: ExperimentConfig, layout: RunLayout, *, train: Train) -> None:
     """Train the twin (unless done) and put both accuracies into ``client_canaries.json``."""
-    layout = RunLayout(run_dir)
     if not layout.client_canaries.exists():
         return  # the canaries were not measured (training did not finish)
-    twin_dir = layout.no_canary_twin
+    twin_layout = layout.twin
     twin = twin_config(config)
-    meta = prepare_run_dir(twin, twin_dir)
-    if len(read_rounds(twin_dir)) < config.fl.rounds:
-        train(twin, meta, twin_dir)
+    meta = prepare_run_dir(twin, twin_layout)
+    if len(read_rounds(twin_layout)) < config.fl.rounds:
+        train(twin, meta, twin_layout)
     result = ClientCanaryResult.from_dict(read_json(layout.client_canaries))
     write_result(
-        run_dir,
+        layout,
         dataclasses.replace(
             result,
-            accuracy_with_canaries=final_accuracy(run_dir),
-            accuracy_without_canaries=final_accuracy(twin_dir),
+            accuracy_with_canaries=final_accuracy(layout),
+            accuracy_without_canaries=final_accuracy(twin_layout),
         ),
     )

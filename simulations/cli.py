@@ -30,7 +30,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_replicates(args)
     if args.resume is not None:
         run_dir = Path(args.resume)
-        stored = RunLayout(run_dir).config
+        layout = RunLayout(run_dir)
+        stored = layout.config
         if not stored.exists():
             raise ConfigError(f"--resume: {run_dir} has no {CONFIG_FILE}; not a run directory")
         if args.plugin:
@@ -41,13 +42,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.set:
             from simulations.resume import check_resume
 
-            check_resume(load_config(stored), config, args.set, run_dir)
+            check_resume(load_config(stored), config, args.set, layout)
     elif args.config is None:
         raise ConfigError("give a CONFIG file, or --resume RUN_DIR")
     else:
         config = _with_plugins(load_config(Path(args.config), args.set), args.plugin)
         run_dir = args.out if args.out is not None else config.output_dir / config.name
-        existing = RunLayout(run_dir).config
+        layout = RunLayout(run_dir)
+        existing = layout.config
         if existing.exists() and load_config(existing) != config:
             raise ConfigError(
                 f"{run_dir} already holds a run with another config; use "
@@ -64,9 +66,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     from contracts.run_log import read_rounds, untrained_reason
     from reporting import written_report_warnings
+    from simulations.config import report_config
 
-    _print_warnings(written_report_warnings(run_dir))
-    untrained = untrained_reason(read_rounds(run_dir))
+    _print_warnings(written_report_warnings(layout, report_config(layout)))
+    untrained = untrained_reason(read_rounds(layout))
     if untrained is not None:
         # Everything is written (report included); the exit status tells scripts and sweeps.
         raise UserError(f"{run_dir}: {untrained}; report: {run_dir / 'report.html'}")
@@ -103,7 +106,7 @@ def _run_replicates(args: argparse.Namespace) -> int:
     import time
 
     from reporting import written_report_warnings
-    from simulations.config import ConfigError, load_config
+    from simulations.config import ConfigError, load_config, report_config
     from simulations.replicates import SET_SUFFIX, run_replicates
 
     if args.resume is not None or args.config is None:
@@ -120,8 +123,8 @@ def _run_replicates(args: argparse.Namespace) -> int:
             f"finished runs, rounds and audits are kept in {set_dir}; the round in progress "
             "was abandoned; continue with the same command",
         )
-    for _, run_dir in outcome.runs:
-        _print_warnings(written_report_warnings(run_dir))
+    for _, layout in outcome.runs:
+        _print_warnings(written_report_warnings(layout, report_config(layout)))
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
     print(f"done: {timings}, total {time.time() - t0:.1f}s\nreport: {outcome.files.html_path}")
     return 0
@@ -141,12 +144,15 @@ def _with_plugins(config: ExperimentConfig, modules: list[str]) -> ExperimentCon
 def cmd_report(args: argparse.Namespace) -> int:
     from contracts.errors import RunFileError
     from reporting import write_report, write_site_report
+    from simulations.config import report_config
 
+    layout = RunLayout(Path(args.run_dir))
     try:
         if args.site is not None:
-            files = write_site_report(Path(args.run_dir), args.site)
+            config = report_config(layout, optional=True)
+            files = write_site_report(layout, args.site, config)
         else:
-            files = write_report(Path(args.run_dir))
+            files = write_report(layout, report_config(layout))
     except RunFileError as err:
         print(f"panoramia-fl: error: {err}", file=sys.stderr)
         return 2
@@ -163,6 +169,7 @@ def _print_warnings(lines: list[str]) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from reporting import SweepPoint, write_sweep_report
+    from simulations.config import report_config
     from simulations.replicates import run_replicates
     from simulations.runner import run_experiment
     from simulations.sweep import expand, load_sweep
@@ -177,14 +184,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         try:
             if sweep.replicates > 1:
                 runs = run_replicates(config, run_dir, sweep.replicates, verbose=args.verbose).runs
-                point = SweepPoint(label, overrides, run_dir=runs[0][1])
+                point = SweepPoint(label, overrides, layout=runs[0][1])
             else:
-                run_experiment(config, run_dir, verbose=args.verbose)
-                point = SweepPoint(label=label, overrides=overrides, run_dir=run_dir)
+                outcome = run_experiment(config, run_dir, verbose=args.verbose)
+                point = SweepPoint(label, overrides, layout=outcome.layout)
         except KeyboardInterrupt as stop:
             _exit_interrupted(stop, f"rerun the sweep to continue from {run_dir}")
         done.append(point)
-    files = write_sweep_report(sweep_dir, done)
+    files = write_sweep_report(sweep_dir, done, report_config)
     _print_warnings(files.warnings)
     print(files.html_path)
     return 0
@@ -193,8 +200,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from simulations.standalone_audit import audit_saved_model
 
+    checkpoint = Path(args.checkpoint)
     result = audit_saved_model(
-        Path(args.checkpoint), Path(args.config), site=args.site, overrides=args.set
+        checkpoint,
+        Path(args.config),
+        site=args.site,
+        run=RunLayout(checkpoint.parent),
+        overrides=args.set,
     )
     summary = {
         k: result[k]

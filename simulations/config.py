@@ -23,9 +23,12 @@ from audit.config import AuditConfig, StrictModel
 from audit.gradient_canaries import MIN_GRADIENT_CANARIES
 from audit.inversion import InversionConfig
 from contracts.dp_level import DPLevel, resolve_dp_level
-from contracts.errors import UserError
+from contracts.errors import RunFileError, UserError
 from contracts.plugins import PLUGINS_KEY, PluginError, import_plugins
+from contracts.run_files import RunLayout
 from ml.partition import PartitionConfig
+from reporting.privacy_ledger import PrivacySettings, record_accountant_name
+from reporting.run_config import ReportConfig
 
 
 class ConfigError(UserError, ValueError):
@@ -461,3 +464,85 @@ def load_config(path: Path, overrides: list[str] | None = None) -> ExperimentCon
 def dump_config(config: ExperimentConfig) -> str:
     """YAML of the resolved config (paths as strings, inf as .inf)."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def report_config(layout: RunLayout, *, optional: bool = False) -> ReportConfig:
+    """What the report needs of the run's ``config.yaml`` (:func:`report_config_of`);
+    ``optional``: a directory without one reads as an empty config (a site's report from
+    its audit file alone). A :class:`RunFileError` names the file when it is missing (and
+    not optional) or malformed."""
+    path = layout.config
+    if not optional and not layout.root.is_dir():
+        raise RunFileError(f"run directory {layout.root} does not exist")
+    if not path.exists():
+        if optional:
+            return report_config_of({})
+        raise RunFileError(f"{path} is missing (the run's resolved config)")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise RunFileError(f"{path} is not valid YAML: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RunFileError(f"{path} must hold a mapping, got {type(data).__name__}")
+    return report_config_of(data, file=path)
+
+
+def report_config_of(raw: dict[str, Any], *, file: Path | None = None) -> ReportConfig:
+    """:class:`ReportConfig` of a config read as plain data. Lenient: an older run's
+    config, or the one a user's own Flower app writes (``deployment.site_audits``), need
+    not validate; a key it lacks or holds in another type reads as unknown (None)."""
+    audit = _section(raw, "audit")
+    return ReportConfig(
+        privacy=privacy_settings(raw),
+        name=None if raw.get("name") is None else str(raw["name"]),
+        seed=_whole(raw.get("seed")),
+        audit_seed=_whole(_section(audit, "settings").get("seed")),
+        file=file,
+        record=raw,
+    )
+
+
+def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
+    """The DP level (:func:`contracts.dp_level.resolve_dp_level`), the record-level
+    accountant's name, delta and canaries of a config read as plain data
+    (:class:`RunFileError` when ``dp.level`` is not a DP level)."""
+    dp = raw.get("dp")
+    section: dict[str, Any] = dp if isinstance(dp, dict) else {}
+    level: DPLevel | None = None
+    if "dp" in raw:
+        target = section.get("target_epsilon")
+        try:
+            level = resolve_dp_level(
+                section.get("level"),
+                enabled=bool(section.get("enabled") if isinstance(dp, dict) else dp),
+                record_epsilon_inf=isinstance(target, int | float) and math.isinf(target),
+            )
+        except ValueError as exc:
+            raise RunFileError(f"config.yaml: {exc}") from exc
+    canaries = _finite(_section(raw, "audit").get("canaries"))
+    accountant = str(section.get("accountant") or "rdp")
+    return PrivacySettings(
+        dp_level=level,
+        record_accountant=(
+            record_accountant_name(accountant) if level in ("record", "both") else None
+        ),
+        delta=_finite(section.get("delta")),
+        canaries=int(canaries) if canaries and canaries > 0 else None,
+    )
+
+
+def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
+    value = raw.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None

@@ -45,6 +45,6 @@ def collect_platform(*, site_torch_threads: int, cuda_used: bool) -> PlatformInf
     )
 
 
-def write_platform(run_dir: Path, info: PlatformInfo) -> Path:
+def write_platform(layout: RunLayout, info: PlatformInfo) -> Path:
     """``platform.json`` of the run (the machine that trains it now)."""
-    return atomic_write_text(RunLayout(run_dir).platform, json.dumps(info.to_dict(), indent=1))
+    return atomic_write_text(layout.platform, json.dumps(info.to_dict(), indent=1))

@@ -100,7 +100,7 @@ def _train_state(
 def ensure_reference_models(
     config: ExperimentConfig,
     meta: DatasetMeta,
-    run_dir: Path,
+    layout: RunLayout,
     *,
     num_cpus: float,
     num_gpus: float,
@@ -108,12 +108,11 @@ def ensure_reference_models(
 ) -> bool:
     """Train and cache the run's reference models unless the cache matches; True if trained."""
     count = reference_count(config)
-    public = load_public(run_dir) if count else None
+    public = load_public(layout) if count else None
     if public is None:
         return False
     records, _ = split_public(public, share=config.audit.reference_records, seed=config.seed)
     manifest = _manifest(config, len(records))
-    layout = RunLayout(run_dir)
     cached = layout.reference_manifest
     if cached.exists():
         try:
@@ -154,9 +153,8 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_reference_states(run_dir: Path) -> list[dict[str, torch.Tensor]] | None:
+def load_reference_states(layout: RunLayout) -> list[dict[str, torch.Tensor]] | None:
     """The cached reference models' weights, or ``None`` when the run has none."""
-    layout = RunLayout(run_dir)
     if not layout.reference_manifest.exists():
         return None
     count = _read_manifest(layout.reference_manifest).get("count")

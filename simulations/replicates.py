@@ -15,13 +15,14 @@ from pathlib import Path
 
 import yaml
 
-from contracts.run_files import replicate_run_dir
+from contracts.run_files import RunLayout, replicate_run_dir
 from reporting.schema import ReportFiles
 from simulations.config import (
     ConfigError,
     ExperimentConfig,
     apply_overrides,
     dump_config,
+    report_config,
     validate_config,
 )
 from simulations.runner import run_experiment
@@ -33,7 +34,7 @@ SET_SUFFIX = "-replicates"
 @dataclass
 class ReplicateOutcome:
     files: ReportFiles
-    runs: list[tuple[int, Path]]
+    runs: list[tuple[int, RunLayout]]
     timings: dict[str, float] = field(default_factory=dict)
     """Each run's total seconds (``seed-<s>_s``)."""
 
@@ -63,15 +64,19 @@ def run_replicates(
     report (and each run's own report again, quoting the set)."""
     from reporting.replicates import write_replicate_report
 
-    runs: list[tuple[int, Path]] = []
+    runs: list[tuple[int, RunLayout]] = []
     timings: dict[str, float] = {}
     for seed, replicate in replicate_configs(config, n):
         run_dir = replicate_run_dir(set_dir, seed)
         print(f"replicate seed {seed}: {run_dir}", file=sys.stderr)
         outcome = run_experiment(replicate, run_dir, verbose=verbose)
         timings[f"seed-{seed}_s"] = outcome.timings["total_s"]
-        runs.append((seed, run_dir))
+        runs.append((seed, outcome.layout))
     files = write_replicate_report(
-        set_dir, runs, name=config.name, partition_seed=config.partition.seed_for(config.seed)
+        set_dir,
+        runs,
+        report_config,
+        name=config.name,
+        partition_seed=config.partition.seed_for(config.seed),
     )
     return ReplicateOutcome(files=files, runs=runs, timings=timings)

@@ -11,7 +11,6 @@ means the audits on disk answer another question: they are set aside and redone.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
@@ -45,13 +44,13 @@ _ALLOWED = (
 )
 
 
-def rounds_done(run_dir: Path) -> int:
+def rounds_done(layout: RunLayout) -> int:
     """The last round with a checkpoint (or of the final model), 0 when none."""
     done = 0
-    latest = latest_round_checkpoint(run_dir)
+    latest = latest_round_checkpoint(layout)
     if latest is not None:
         done = latest.round
-    final = readable_checkpoint(RunLayout(run_dir).final_model)
+    final = readable_checkpoint(layout.final_model)
     if final is not None:
         done = max(done, final.round)
     return done
@@ -106,13 +105,13 @@ def _named(leaf: str, overrides: list[str]) -> str:
 
 
 def _refused(
-    old: ExperimentConfig, new: ExperimentConfig, overrides: list[str], run_dir: Path
+    old: ExperimentConfig, new: ExperimentConfig, overrides: list[str], layout: RunLayout
 ) -> str | None:
-    """The changes ``new`` may not make to ``run_dir`` (key, values, why), or None."""
+    """The changes ``new`` may not make to ``layout``'s run (key, values, why), or None."""
     changes = changed_keys(old, new)
     if not changes:
         return None
-    done = rounds_done(run_dir)
+    done = rounds_done(layout)
     refused: dict[str, list[str]] = {}
     for leaf, (before, after) in changes.items():
         why = _refusal(leaf, old, new, done)
@@ -126,26 +125,26 @@ def _refused(
 
 
 def check_resume(
-    old: ExperimentConfig, new: ExperimentConfig, overrides: list[str], run_dir: Path
+    old: ExperimentConfig, new: ExperimentConfig, overrides: list[str], layout: RunLayout
 ) -> None:
-    """Raise :class:`RunConfigMismatchError` when ``new`` changes what ``run_dir`` already
-    trained."""
-    lines = _refused(old, new, overrides, run_dir)
+    """Raise :class:`RunConfigMismatchError` when ``new`` changes what ``layout``'s run
+    already trained."""
+    lines = _refused(old, new, overrides, layout)
     if lines is not None:
         raise RunConfigMismatchError(
-            f"--resume {run_dir}: cannot change {lines}. A resumed run keeps what was "
+            f"--resume {layout.root}: cannot change {lines}. A resumed run keeps what was "
             f"already trained: it may change only {_ALLOWED}; start a new run (another --out) "
             "to change the rest"
         )
 
 
-def check_same_run(old: ExperimentConfig, new: ExperimentConfig, run_dir: Path) -> None:
-    """Raise :class:`RunConfigMismatchError` when ``run_dir`` (holding a run of ``old``)
+def check_same_run(old: ExperimentConfig, new: ExperimentConfig, layout: RunLayout) -> None:
+    """Raise :class:`RunConfigMismatchError` when ``layout`` (holding a run of ``old``)
     cannot continue as a run of ``new``: field by field, the same rule as ``--resume``."""
-    lines = _refused(old, new, [], run_dir)
+    lines = _refused(old, new, [], layout)
     if lines is not None:
         raise RunConfigMismatchError(
-            f"{run_dir} already holds a run whose config differs: {lines}. Its results "
+            f"{layout.root} already holds a run whose config differs: {lines}. Its results "
             f"would mix with the new config's; only {_ALLOWED} may differ. Use another run "
             "directory (another name, --out or sweep folder) or remove this one"
         )

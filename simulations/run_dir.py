@@ -59,16 +59,16 @@ class DatasetMeta:
         )
 
     @classmethod
-    def read(cls, run_dir: Path) -> DatasetMeta:
-        path = RunLayout(run_dir).dataset
+    def read(cls, layout: RunLayout) -> DatasetMeta:
+        path = layout.dataset
         data = read_json(path)
         try:
             return cls.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise RunFileError(f"{path}: not a dataset description ({exc!r})") from None
 
-    def write(self, run_dir: Path) -> None:
-        atomic_write_text(RunLayout(run_dir).dataset, json.dumps(asdict(self)))
+    def write(self, layout: RunLayout) -> None:
+        atomic_write_text(layout.dataset, json.dumps(asdict(self)))
 
 
 def site_data(dataset: Dataset, split: SiteSplit) -> SiteData:
@@ -96,12 +96,11 @@ def _data_keys(config: ExperimentConfig) -> tuple:
     return (config.seed, config.data, config.partition, config.audit.canaries)
 
 
-def _prepared(config: ExperimentConfig, run_dir: Path) -> bool:
-    """Whether ``run_dir`` already holds this config's partition and site files.
+def _prepared(config: ExperimentConfig, layout: RunLayout) -> bool:
+    """Whether ``layout`` already holds this config's partition and site files.
 
     ``dataset.json`` is written last, so a preparation cut short reads as not prepared.
     """
-    layout = RunLayout(run_dir)
     if not layout.dataset.exists() or not layout.config.exists():
         return False
     try:
@@ -114,8 +113,8 @@ def _prepared(config: ExperimentConfig, run_dir: Path) -> bool:
     )
 
 
-def adopt_config(config: ExperimentConfig, run_dir: Path) -> None:
-    """Check ``config`` against the one ``run_dir`` holds, field by field, before anything
+def adopt_config(config: ExperimentConfig, layout: RunLayout) -> None:
+    """Check ``config`` against the one ``layout`` holds, field by field, before anything
     runs in it (:func:`simulations.resume.check_same_run`: a mismatch is refused, naming the
     keys). A changed ``audit.*`` sets the audits on disk aside (``audits-superseded-<k>``),
     so every site audits again under the new settings. Then ``config.yaml`` is the new one.
@@ -125,17 +124,16 @@ def adopt_config(config: ExperimentConfig, run_dir: Path) -> None:
     """
     from simulations.resume import audit_changed, check_same_run
 
-    layout = RunLayout(run_dir)
     if not layout.config.exists():
         return
     try:
         stored = load_config(layout.config)
     except ConfigError as err:
         raise ConfigError(
-            f"{layout.config}: cannot be read, so the run in {run_dir} cannot be "
+            f"{layout.config}: cannot be read, so the run in {layout.root} cannot be "
             f"compared with the new config: {err}"
         ) from None
-    check_same_run(stored, config, run_dir)
+    check_same_run(stored, config, layout)
     if audit_changed(stored, config) and layout.audits.exists():
         moved = layout.superseded_audits()
         layout.audits.rename(moved)
@@ -147,7 +145,7 @@ def adopt_config(config: ExperimentConfig, run_dir: Path) -> None:
 
 def prepare_run_dir(
     config: ExperimentConfig,
-    run_dir: Path,
+    layout: RunLayout,
     *,
     check: Callable[[DatasetMeta], None] | None = None,
 ) -> DatasetMeta:
@@ -162,16 +160,15 @@ def prepare_run_dir(
     ``audit.canaries`` > 0 each site file also holds the site's canaries and coins
     (:func:`ml.canaries.draw_canaries`).
     """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    layout = RunLayout(run_dir)
+    layout.root.mkdir(parents=True, exist_ok=True)
     written = (layout.config, layout.partition, layout.dataset, layout.metrics, layout.noise)
     for path in (*written, layout.final_model, layout.client_dp_ledger, layout.client_canaries):
         if path.is_dir():
             raise RunFileError(f"{path} is a directory where the run writes a file: move it away")
-    adopt_config(config, run_dir)
+    adopt_config(config, layout)
     text = dump_config(config)
-    if _prepared(config, run_dir):
-        meta = DatasetMeta.read(run_dir)
+    if _prepared(config, layout):
+        meta = DatasetMeta.read(layout)
         if check is not None:
             check(meta)
         return meta
@@ -209,7 +206,7 @@ def prepare_run_dir(
     # for the sites) leaves nothing that would refuse the corrected command as another run.
     atomic_write_text(layout.partition, json.dumps(summary, indent=1))
     atomic_write_text(layout.config, text)
-    meta.write(run_dir)
+    meta.write(layout)
     return meta
 
 
@@ -221,7 +218,7 @@ def read_public(path: Path) -> Records:
         return Records(f["x"], *(f[k] if k in f.files else None for k in ("y", "groups")))
 
 
-def load_public(run_dir: Path) -> Records | None:
+def load_public(layout: RunLayout) -> Records | None:
     """The run's public records, or ``None`` when the dataset has none."""
-    path = RunLayout(run_dir).public
+    path = layout.public
     return read_public(path) if path.exists() else None

@@ -22,7 +22,7 @@ from server.round_audits import plan_audits
 from server.stop import StopSwitch
 from simulations.apps import build_apps
 from simulations.canary_twin import train_twin_and_record
-from simulations.config import ExperimentConfig, ResourcesConfig
+from simulations.config import ExperimentConfig, ResourcesConfig, report_config
 from simulations.platform_info import collect_platform, write_platform
 from simulations.ray_start import check_fits, start_ray
 from simulations.reference_models import ensure_reference_models, reference_count
@@ -34,8 +34,12 @@ log = logging.getLogger("panoramia_fl")
 
 @dataclass
 class RunOutcome:
-    run_dir: Path
+    layout: RunLayout
     timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.layout.root
 
 
 def quiet_logs(verbose: bool) -> None:
@@ -119,7 +123,7 @@ def _ray_temp_dir(config: ExperimentConfig) -> Iterator[Path]:
 def _train_reference_models(
     config: ExperimentConfig,
     meta: DatasetMeta,
-    run_dir: Path,
+    layout: RunLayout,
     *,
     num_cpus: float,
     num_gpus: float,
@@ -131,14 +135,14 @@ def _train_reference_models(
     with _ray_temp_dir(config) as temp_dir:
         init_args = ray_init_args(config, temp_dir=temp_dir, verbose=verbose)
         return ensure_reference_models(
-            config, meta, run_dir, num_cpus=num_cpus, num_gpus=num_gpus, ray_init_args=init_args
+            config, meta, layout, num_cpus=num_cpus, num_gpus=num_gpus, ray_init_args=init_args
         )
 
 
 def _simulate(
     config: ExperimentConfig,
     meta: DatasetMeta,
-    run_dir: Path,
+    layout: RunLayout,
     *,
     phases: tuple[str, ...],
     num_cpus: float,
@@ -148,7 +152,7 @@ def _simulate(
     from flwr.simulation import run_simulation
 
     switch = StopSwitch()
-    server_app, client_app = build_apps(config, meta, run_dir, phases=phases, stop=switch)
+    server_app, client_app = build_apps(config, meta, layout, phases=phases, stop=switch)
     key = "resources.num_cpus" if "train" in phases else "resources.audit_num_cpus"
     with _ray_temp_dir(config) as temp_dir:
         try:
@@ -200,8 +204,8 @@ def check_local_resources(config: ExperimentConfig) -> None:
         check_fits(cpus, gpus, res.audit_num_cpus, audit_gpus, "resources.audit_num_cpus")
 
 
-def training_done(config: ExperimentConfig, run_dir: Path) -> bool:
-    final = readable_checkpoint(RunLayout(run_dir).final_model)
+def training_done(config: ExperimentConfig, layout: RunLayout) -> bool:
+    final = readable_checkpoint(layout.final_model)
     return final is not None and final.round >= config.fl.rounds
 
 
@@ -211,28 +215,29 @@ def run_experiment(
     """Train (the rounds still missing), audit (the sites still missing), report."""
     quiet_logs(verbose)
     check_local_resources(config)
-    outcome = RunOutcome(run_dir=run_dir)
+    layout = RunLayout(run_dir)
+    outcome = RunOutcome(layout)
     t0 = time.time()
-    meta = prepare_run_dir(config, run_dir, check=lambda m: check_run_task(config, m))
+    meta = prepare_run_dir(config, layout, check=lambda m: check_run_task(config, m))
     outcome.timings["data_s"] = time.time() - t0
     res: ResourcesConfig = config.resources
     train = (res.num_cpus, _gpus(res.num_gpus, config.partition.num_sites))
     audit = (res.audit_num_cpus, _gpus(res.audit_num_gpus, config.partition.num_sites))
     phases: list[tuple[tuple[str, ...], tuple[float, float]]] = []
-    if not training_done(config, run_dir):
+    if not training_done(config, layout):
         info = collect_platform(site_torch_threads=res.torch_threads, cuda_used=train[1] > 0)
-        write_platform(run_dir, info)
-        last = latest_round_checkpoint(run_dir)
+        write_platform(layout, info)
+        last = latest_round_checkpoint(layout)
         if last is not None:
             log.info("resuming after round %d", last.round)
         phases.append((("train",), train))
     sites = list(range(config.partition.num_sites))
     rounds = config.audit.audited_rounds(config.fl.rounds)
-    if config.audit.enabled and plan_audits(run_dir, sites, config.fl.rounds, rounds):
+    if config.audit.enabled and plan_audits(layout, sites, config.fl.rounds, rounds):
         t = time.time()
         cpus, gpus = audit
         if _train_reference_models(
-            config, meta, run_dir, num_cpus=cpus, num_gpus=gpus, verbose=verbose
+            config, meta, layout, num_cpus=cpus, num_gpus=gpus, verbose=verbose
         ):
             outcome.timings["reference_models_s"] = time.time() - t
         phases.append((("audit",), audit))
@@ -241,16 +246,14 @@ def run_experiment(
         phases = [(("train", "audit"), train)]
     for names, (cpus, gpus) in phases:
         t = time.time()
-        _simulate(
-            config, meta, run_dir, phases=names, num_cpus=cpus, num_gpus=gpus, verbose=verbose
-        )
+        _simulate(config, meta, layout, phases=names, num_cpus=cpus, num_gpus=gpus, verbose=verbose)
         outcome.timings["+".join(names) + "_s"] = time.time() - t
     if config.audit.canary_clients > 0 and config.audit.canary_twin:
         t = time.time()
         twin_cpus, twin_gpus = train
         train_twin_and_record(
             config,
-            run_dir,
+            layout,
             train=lambda c, m, d: _simulate(
                 c, m, d, phases=("train",), num_cpus=twin_cpus, num_gpus=twin_gpus, verbose=verbose
             ),
@@ -260,7 +263,7 @@ def run_experiment(
         t = time.time()
         from reporting import write_report as write
 
-        write(run_dir)
+        write(layout, report_config(layout))
         outcome.timings["report_s"] = time.time() - t
     outcome.timings["total_s"] = time.time() - t0
     return outcome

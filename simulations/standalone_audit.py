@@ -7,6 +7,7 @@ from pathlib import Path
 from audit.components import Records
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
 from contracts.errors import UserError
+from contracts.run_files import RunLayout
 from ml.datasets import load_dataset
 from ml.partition import partition
 from ml.saved_models import load_global_model
@@ -17,9 +18,15 @@ from simulations.run_task import make_task
 
 
 def audit_saved_model(
-    checkpoint: Path, config_path: Path, *, site: int, overrides: list[str] | None = None
+    checkpoint: Path,
+    config_path: Path,
+    *,
+    site: int,
+    run: RunLayout,
+    overrides: list[str] | None = None,
 ) -> dict:
-    """Run the configured audit of ``site``'s members (and holdout) against the model."""
+    """Run the configured audit of ``site``'s members (and holdout) against the model;
+    ``run``: the run directory the checkpoint sits in (its reference models, if any)."""
     config = load_config(config_path, overrides)
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     sites = partition(dataset, config.partition, seed=config.partition.seed_for(config.seed))
@@ -33,7 +40,7 @@ def audit_saved_model(
         data = data.with_public(site_pool(config, public))
     model, _ = load_global_model(checkpoint)
     # The run's shared reference models, when the checkpoint sits in its run directory.
-    states = load_reference_states(checkpoint.parent)
+    states = load_reference_states(run)
     runner = make_audit_runner(
         SiteAuditPolicy(
             settings=config.audit.settings,

@@ -1,7 +1,7 @@
 """Builders the test modules share: hand-built audit results and run directories (written
-per the run files' contracts), report-side blocks (canaries, the client-level DP ledger,
-by-round lines), and small IDX image folders. Tests import them from here, never from one
-another."""
+per the run files' contracts), a run directory's files and its report as the CLI writes it,
+report-side blocks (canaries, the client-level DP ledger, by-round lines), and small IDX
+image folders. Tests import them from here, never from one another."""
 
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ from audit.result import (
     TwoSidedRepeat,
     TwoSidedResult,
 )
+from contracts.run_files import RunLayout
+from reporting import ReportFiles, RunInputs, load_run, write_report, write_site_report
+from reporting.report_writer import written_report_warnings
+from reporting.site_report import site_report_paths
+from simulations.config import report_config
 
 # Per-record scores that must never leave audits/ (distinctive digits to search for).
 SECRET_SCORES = [0.918273645512, 0.127364554321, 0.564738291023]
@@ -486,3 +491,37 @@ def make_idx_folder(folder, *, n=20, n_test=8, compress=True, seed=0):
     write_idx(folder / "t10k-images-idx3-ubyte", tx, compress=compress)
     write_idx(folder / "t10k-labels-idx1-ubyte", ty, compress=compress)
     return x, y, tx, ty
+
+
+def run_files(run_dir: Path) -> RunLayout:
+    """A test's run directory as the code under test takes it."""
+    return RunLayout(run_dir)
+
+
+def write_report_of(run_dir: Path) -> ReportFiles:
+    """The run's report as ``panoramia-fl report RUN_DIR`` writes it."""
+    layout = run_files(run_dir)
+    return write_report(layout, report_config(layout))
+
+
+def site_report_of(run_dir: Path, site_id: int) -> ReportFiles:
+    """One site's report as ``panoramia-fl report RUN_DIR --site ID`` writes it."""
+    layout = run_files(run_dir)
+    return write_site_report(layout, site_id, report_config(layout, optional=True))
+
+
+def load_run_of(run_dir: Path) -> RunInputs:
+    """The run's report inputs, its config read as the CLI reads it."""
+    layout = run_files(run_dir)
+    return load_run(layout, report_config(layout))
+
+
+def warnings_of(run_dir: Path) -> list[str]:
+    """The bound violations ``panoramia-fl run`` prints for a run it finished."""
+    layout = run_files(run_dir)
+    return written_report_warnings(layout, report_config(layout))
+
+
+def site_pages(run_dir: Path, site_id: int) -> ReportFiles:
+    """Where the run's report puts site ``site_id``'s page."""
+    return site_report_paths(run_files(run_dir), site_id)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from builders import run_files
 from scipy import stats
 
 from audit.canary import CANARY_SCORE, CanaryResult, canary_audit
@@ -16,7 +17,6 @@ from audit.config import AuditConfig
 from audit.o1 import o1_lower_bound
 from clients.audit_handler import SiteAuditPolicy, canary_audit_of, make_audit_runner
 from clients.site_data import SiteData
-from contracts.run_files import RunLayout
 from ml.canaries import CANARY_KINDS, canary_coins, draw_canaries
 from ml.datasets import Dataset, load_dataset
 from simulations.config import validate_config
@@ -109,11 +109,11 @@ def test_coins_depend_only_on_seed_and_site(digits: Dataset, tmp_path: Path) -> 
         partition={"scheme": "dirichlet", "num_sites": 3, "alpha": 0.3},
         audit={"settings": {**TINY_AUDIT, "beta": 0.1}},
     )
-    prepare_run_dir(a, tmp_path / "a")
-    prepare_run_dir(b, tmp_path / "b")
+    prepare_run_dir(a, run_files(tmp_path / "a"))
+    prepare_run_dir(b, run_files(tmp_path / "b"))
     for site in (0, 1):
-        ca = SiteData.load(RunLayout(tmp_path / "a").site_file(site)).canary_included
-        cb = SiteData.load(RunLayout(tmp_path / "b").site_file(site)).canary_included
+        ca = SiteData.load(run_files(tmp_path / "a").site_file(site)).canary_included
+        cb = SiteData.load(run_files(tmp_path / "b").site_file(site)).canary_included
         np.testing.assert_array_equal(ca, cb)
         np.testing.assert_array_equal(ca, canary_coins(40, seed=5, site_id=site))
 
@@ -214,15 +214,15 @@ def _check_site_file(path: Path, n_canaries: int) -> SiteData:
 
 def test_digits_run_dir_keeps_canaries_out_of_members(tmp_path: Path) -> None:
     config = _digits_config()
-    prepare_run_dir(config, tmp_path)
+    prepare_run_dir(config, run_files(tmp_path))
     for site in (0, 1):
-        data = _check_site_file(RunLayout(tmp_path).site_file(site), 40)
+        data = _check_site_file(run_files(tmp_path).site_file(site), 40)
         assert data.canary_kind == "noise_image"
         np.testing.assert_array_equal(data.canary_included, canary_coins(40, seed=5, site_id=site))
     # No canaries configured: nothing in the file, training = members.
     plain = _digits_config("plain", audit={"canaries": 0})
-    prepare_run_dir(plain, tmp_path / "plain")
-    data = SiteData.load(RunLayout(tmp_path / "plain").site_file(0))
+    prepare_run_dir(plain, run_files(tmp_path / "plain"))
+    data = SiteData.load(run_files(tmp_path / "plain").site_file(0))
     assert not data.has_canaries and data.canary_kind is None
     assert data.training_x is data.train_x and data.training_y is data.train_y
 
@@ -237,8 +237,8 @@ def test_tabular_and_text_run_dirs_keep_canaries_out_of_members(tmp_path: Path) 
             "audit": {"canaries": 30},
         }
     )
-    prepare_run_dir(tabular, tmp_path / "tab")
-    assert _check_site_file(RunLayout(tmp_path / "tab").site_file(1), 30).canary_kind == "rare_row"
+    prepare_run_dir(tabular, run_files(tmp_path / "tab"))
+    assert _check_site_file(run_files(tmp_path / "tab").site_file(1), 30).canary_kind == "rare_row"
 
     text = validate_config(
         {
@@ -252,8 +252,8 @@ def test_tabular_and_text_run_dirs_keep_canaries_out_of_members(tmp_path: Path) 
             "audit": {"canaries": 25},
         }
     )
-    prepare_run_dir(text, tmp_path / "text")
-    data = _check_site_file(RunLayout(tmp_path / "text").site_file(0), 25)
+    prepare_run_dir(text, run_files(tmp_path / "text"))
+    data = _check_site_file(run_files(tmp_path / "text").site_file(0), 25)
     assert data.canary_kind == "random_tokens" and data.canary_y is None
     assert data.training_y is None
 
@@ -342,8 +342,8 @@ def test_trained_model_reveals_its_canaries(digits: Dataset, tmp_path: Path) -> 
     """Ground truth end to end without Flower: a model trained on members plus the included
     canaries, audited by the site's own code path, certifies eps > 0."""
     config = _digits_config(audit={"canaries": 100})
-    prepare_run_dir(config, tmp_path)
-    data = SiteData.load(RunLayout(tmp_path).site_file(0))
+    prepare_run_dir(config, run_files(tmp_path))
+    data = SiteData.load(run_files(tmp_path).site_file(0))
     task = make_task(config, DatasetMeta.of(digits))
     model = task.make_model()
     task.train_model(
@@ -387,7 +387,7 @@ def test_federated_run_writes_canary_audit(tmp_path: Path) -> None:
     audit = json.loads((run_dir / "audits" / "site-0.json").read_text())
     assert audit["status"] == "ok", audit.get("error")
     canary = audit["canary"]
-    data = SiteData.load(RunLayout(run_dir).site_file(0))
+    data = SiteData.load(run_files(run_dir).site_file(0))
     assert canary["n_canaries"] == 40 and canary["kind"] == "noise_image"
     assert canary["n_included"] == int(data.canary_included.sum())
     assert canary["eps_interval"][0] == canary["eps_lb"]

@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from builders import write_run
+from builders import run_files, write_run
 
 import reporting
 import simulations.runner
 from contracts.checkpoint import Checkpoint, save_checkpoint
 from contracts.errors import MissingFileError, RunFileError, UnknownNameError, UserError
-from contracts.run_files import RunLayout
 from ml.datasets import DataError
 from ml.partition import PartitionError
 from simulations.cli import build_parser
@@ -64,10 +63,10 @@ def _mtimes(run_dir: Path) -> dict[str, int]:
 def run_dir(tmp_path) -> Path:
     """A prepared run directory with rounds 1 and 2 of 3 checkpointed (as after a kill)."""
     run_dir = tmp_path / "run"
-    prepare_run_dir(validate_config(_raw()), run_dir)
+    prepare_run_dir(validate_config(_raw()), run_files(run_dir))
     for r in (1, 2):
         save_checkpoint(
-            RunLayout(run_dir).round_checkpoint(r),
+            run_files(run_dir).round_checkpoint(r),
             Checkpoint(round=r, state_dict={"w": torch.zeros(1)}, meta=None),
         )
     return run_dir
@@ -167,7 +166,7 @@ def test_an_unknown_dataset_name_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_a_bad_site_for_audit_is_one_line_and_exit_2(run_dir, capsys):
-    ckpt = RunLayout(run_dir).round_checkpoint(2)
+    ckpt = run_files(run_dir).round_checkpoint(2)
     argv = ["audit", str(ckpt), "--config", str(run_dir / "config.yaml"), "--site", "5"]
     assert cli_main(argv) == 2
     line = _error_line(capsys)
@@ -184,16 +183,17 @@ def test_a_missing_checkpoint_is_one_line_and_exit_2(run_dir, capsys):
 def test_an_internal_error_is_not_dressed_as_a_user_error(tmp_path, monkeypatch):
     """A missing record key is a bug: it propagates (traceback, exit 1), not `error: ...`."""
 
-    def broken(run_dir):
+    def broken(layout, config):
         raise KeyError("dp-epsilon")
 
+    (tmp_path / "config.yaml").write_text("name: broken\n")
     monkeypatch.setattr(reporting, "write_report", broken)
     with pytest.raises(KeyError, match="dp-epsilon"):
         cli_main(["report", str(tmp_path)])
 
     code = (
         "import sys, reporting as r\n"
-        "def broken(run_dir):\n"
+        "def broken(layout, config):\n"
         "    raise KeyError('dp-epsilon')\n"
         "r.write_report = broken\n"
         "from simulations.cli import main\n"
@@ -255,11 +255,11 @@ def no_training(monkeypatch):
     """Run the CLI's resume path for real up to the simulation, which is recorded instead."""
     calls: list[tuple[str, ...]] = []
 
-    def simulate(config, meta, run_dir, *, phases, **_):
+    def simulate(config, meta, layout, *, phases, **_):
         calls.append(phases)
 
     monkeypatch.setattr(simulations.runner, "_simulate", simulate)
-    monkeypatch.setattr(reporting, "write_report", lambda run_dir: None)
+    monkeypatch.setattr(reporting, "write_report", lambda layout, config: None)
     return calls
 
 
@@ -283,10 +283,10 @@ def test_resume_accepts_resources_and_more_rounds(run_dir, no_training, override
 def test_resume_allows_audit_settings_but_not_canaries(run_dir):
     old = validate_config(_raw())
     new = validate_config(_raw(audit={"enabled": True, "use_holdout": False}))
-    check_resume(old, new, ["audit.enabled=true", "audit.use_holdout=false"], run_dir)
+    check_resume(old, new, ["audit.enabled=true", "audit.use_holdout=false"], run_files(run_dir))
     canaries = validate_config(_raw(audit={"enabled": True, "canaries": 20}))
     with pytest.raises(ConfigError, match=r"cannot change audit\.canaries \(0 -> 20: the canar"):
-        check_resume(old, canaries, ["audit.canaries=20", "audit.enabled=true"], run_dir)
+        check_resume(old, canaries, ["audit.canaries=20", "audit.enabled=true"], run_files(run_dir))
 
 
 @pytest.mark.parametrize(
@@ -299,26 +299,33 @@ def test_resume_allows_audit_settings_but_not_canaries(run_dir):
 def test_more_rounds_are_refused_when_dp_noise_was_calibrated_to_them(tmp_path, dp):
     old = validate_config(_raw(dp=dp))
     with pytest.raises(ConfigError, match=r"fl\.rounds \(3 -> 4: the DP noise .* fl\.rounds=3"):
-        check_resume(old, validate_config(_raw(dp=dp, fl={"rounds": 4})), ["fl.rounds=4"], tmp_path)
+        check_resume(
+            old,
+            validate_config(_raw(dp=dp, fl={"rounds": 4})),
+            ["fl.rounds=4"],
+            run_files(tmp_path),
+        )
     fixed = {**dp, "target_epsilon": None, "noise_multiplier": 1.0}
     if "client" in dp:
         fixed = {"level": "client", "client": {"noise_multiplier": 1.0}}
     old = validate_config(_raw(dp=fixed))
-    check_resume(old, validate_config(_raw(dp=fixed, fl={"rounds": 4})), ["fl.rounds=4"], tmp_path)
+    check_resume(
+        old, validate_config(_raw(dp=fixed, fl={"rounds": 4})), ["fl.rounds=4"], run_files(tmp_path)
+    )
 
 
 def test_a_partly_prepared_run_dir_is_prepared_again(tmp_path):
     """dataset.json is written last: without it the site files are not trusted."""
     config = validate_config(_raw())
     run_dir = tmp_path / "run"
-    prepare_run_dir(config, run_dir)
+    prepare_run_dir(config, run_files(run_dir))
     site = run_dir / "sites" / "site-1.npz"
     good = site.read_bytes()
     site.write_bytes(b"torn")
-    prepare_run_dir(config, run_dir)
+    prepare_run_dir(config, run_files(run_dir))
     assert site.read_bytes() == b"torn"  # prepared: kept as it is
     (run_dir / "dataset.json").unlink()
-    prepare_run_dir(config, run_dir)
+    prepare_run_dir(config, run_files(run_dir))
     assert site.read_bytes() == good and (run_dir / "dataset.json").exists()
 
 
@@ -330,9 +337,11 @@ def test_a_failed_set_up_leaves_nothing_that_blocks_the_corrected_command(tmp_pa
     out = tmp_path / "run"
     assert cli_main(["run", str(bad), "--out", str(out)]) == 2
     capsys.readouterr()
-    assert not RunLayout(out).config.exists()
-    prepare_run_dir(validate_config(_raw()), out)  # what the corrected command does first
-    assert RunLayout(out).config.exists() and RunLayout(out).dataset.exists()
+    assert not run_files(out).config.exists()
+    prepare_run_dir(
+        validate_config(_raw()), run_files(out)
+    )  # what the corrected command does first
+    assert run_files(out).config.exists() and run_files(out).dataset.exists()
 
 
 @pytest.mark.parametrize(
@@ -349,12 +358,12 @@ def test_bad_values_are_named_errors(tmp_path, capsys, setting, key):
 
 
 def test_torn_run_files_on_resume_are_named(run_dir, capsys):
-    layout = RunLayout(run_dir)
+    layout = run_files(run_dir)
     layout.dataset.write_text('{"name": "dig')
     assert cli_main(["run", "--resume", str(run_dir)]) == 2
     assert "dataset.json is not valid JSON" in _error_line(capsys)
     layout.dataset.unlink()
-    prepare_run_dir(validate_config(_raw()), run_dir)
+    prepare_run_dir(validate_config(_raw()), run_files(run_dir))
     layout.metrics.mkdir()
     assert cli_main(["run", "--resume", str(run_dir)]) == 2
     assert "metrics.jsonl is a directory" in _error_line(capsys)
@@ -363,17 +372,17 @@ def test_torn_run_files_on_resume_are_named(run_dir, capsys):
 def test_a_torn_reference_manifest_is_named(tmp_path):
     from simulations.reference_models import load_reference_states
 
-    layout = RunLayout(tmp_path)
+    layout = run_files(tmp_path)
     layout.reference_models.mkdir()
     layout.reference_manifest.write_text('{"count": ')
     with pytest.raises(RunFileError, match=r"manifest\.json is not valid JSON"):
-        load_reference_states(tmp_path)
+        load_reference_states(run_files(tmp_path))
 
 
 def test_audit_of_a_truncated_checkpoint_is_named(run_dir, capsys):
-    checkpoint = RunLayout(run_dir).round_checkpoint(2)
+    checkpoint = run_files(run_dir).round_checkpoint(2)
     checkpoint.write_bytes(checkpoint.read_bytes()[:200])
-    config = str(RunLayout(run_dir).config)
+    config = str(run_files(run_dir).config)
     assert cli_main(["audit", str(checkpoint), "--config", config, "--site", "0"]) == 2
     assert f"{checkpoint} is not a readable checkpoint" in _error_line(capsys)
 
@@ -415,7 +424,7 @@ def test_a_resource_request_the_cluster_cannot_meet_is_an_error_first(
 def test_a_run_whose_rounds_all_aggregated_nothing_exits_2(run_dir, capsys):
     """Every site's update rejected in every round (as with fl.learning_rate=inf): the run
     ends with its report written and one line saying so, exit 2."""
-    layout = RunLayout(run_dir)
+    layout = run_files(run_dir)
     save_checkpoint(
         layout.round_checkpoint(3), Checkpoint(round=3, state_dict={"w": torch.zeros(1)}, meta=None)
     )

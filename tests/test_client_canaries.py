@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import yaml
+from builders import load_run_of, run_files
 
 from audit.client_canaries import (
     CanaryCosines,
@@ -20,9 +21,8 @@ from audit.client_canaries import (
 )
 from audit.one_run import gdp_delta, gdp_eps
 from contracts.checkpoint import load_checkpoint
-from contracts.run_files import RunLayout
 from deployment.flower_apps import DeploymentConfigError, read_run
-from reporting import build_report, load_run
+from reporting import build_report
 from reporting.run_report import render_markdown
 from simulations.config import ConfigError, validate_config
 from simulations.runner import run_experiment
@@ -145,13 +145,13 @@ def dp_run(tmp_path_factory):
 
 def test_dp_run_writes_the_file_the_ledger_and_the_report_section(dp_run):
     config, run_dir = dp_run
-    result = json.loads(RunLayout(run_dir).client_canaries.read_text())
+    result = json.loads(run_files(run_dir).client_canaries.read_text())
     assert result["canary_clients"] == 20
     assert 0 < result["inserted"] < 40
     assert result["scale"] == "clipping norm"
     assert set(result["estimates"]) == {"final", "all_iterates"}
     assert result["accountant_epsilon"] > 0
-    assert not RunLayout(run_dir).no_canary_twin.exists()  # audit.canary_twin: false
+    assert not run_files(run_dir).no_canary_twin.exists()  # audit.canary_twin: false
     report = json.loads((run_dir / "report.json").read_text())
     final = result["estimates"]["final"]
     assert final["eps_estimate_low"] <= final["eps_estimate"] <= final["eps_estimate_high"]
@@ -174,8 +174,8 @@ def test_canaries_go_through_flowers_dp_wrapper(dp_run):
     """Flower's wrapper noises the mean with std z C / k: k counts the canaries, so the
     noise of a round's global delta (which it dominates) shrinks with their number."""
     config, run_dir = dp_run
-    result = json.loads(RunLayout(run_dir).client_canaries.read_text())
-    layout = RunLayout(run_dir)
+    result = json.loads(run_files(run_dir).client_canaries.read_text())
+    layout = run_files(run_dir)
     a = load_checkpoint(layout.round_checkpoint(1)).state_dict
     b = load_checkpoint(layout.round_checkpoint(2)).state_dict
     step = np.concatenate([(b[k] - a[k]).numpy().ravel() for k in b])
@@ -193,12 +193,12 @@ def test_client_lower_bound_above_the_client_epsilon_is_a_violation(dp_run, tmp_
     records them): the check fires at every site and the report states the cost."""
     _, run_dir = dp_run
     copy = shutil.copytree(run_dir, tmp_path / "run")
-    path = RunLayout(copy).client_canaries
+    path = run_files(copy).client_canaries
     result = json.loads(path.read_text())
     result["estimates"]["final"]["eps_lb"] = 1e3
     result.update(accuracy_with_canaries=0.5, accuracy_without_canaries=0.75)
     path.write_text(json.dumps(result))
-    report = build_report(load_run(copy))
+    report = build_report(load_run_of(copy))
     assert "cost +0.250." in render_markdown(report)
     for site in report.sites:
         (violation,) = site.checks.bound_violations

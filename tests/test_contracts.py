@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import run_files
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, RecordDict
 from flwr.common.serde import message_from_proto, message_to_proto
 from flwr.serverapp.strategy.strategy_utils import validate_message_reply_consistency
@@ -21,7 +22,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditOutput
 from contracts.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from contracts.run_files import CheckpointMeta, RunLayout, SiteAuditFile
+from contracts.run_files import CheckpointMeta, SiteAuditFile
 from contracts.run_log import (
     ClientDPLedgerFile,
     ClientDPSite,
@@ -244,8 +245,8 @@ def test_failing_site_audit_arrives_as_an_error_and_its_file_says_failed(tmp_pat
     reply = _audit_site(runner)
     assert reply.has_error() and not reply.has_content()
     assert reply.error.code == AUDIT_FAILED_CODE
-    write_site_audit(tmp_path, site_audit_file(2, reply, model_round=4))
-    data = json.loads(RunLayout(tmp_path).audit(2).read_text())
+    write_site_audit(run_files(tmp_path), site_audit_file(2, reply, model_round=4))
+    data = json.loads(run_files(tmp_path).audit(2).read_text())
     # The keys of today's failure file, in order.
     assert list(data) == [
         "site_id",
@@ -260,7 +261,7 @@ def test_failing_site_audit_arrives_as_an_error_and_its_file_says_failed(tmp_pat
     assert data["error"] == "ValueError: the audit's splits need 190 members, the site has 30"
     assert "in runner" in data["traceback"] and data["traceback"].startswith("Traceback")
     assert data["elapsed_s"] >= 0 and data["model_round"] == 4
-    assert sites_needing_audit(tmp_path, [2], 4) == [2]  # a failed audit is retried
+    assert sites_needing_audit(run_files(tmp_path), [2], 4) == [2]  # a failed audit is retried
 
 
 def test_finished_site_audit_writes_todays_ok_file(tmp_path, task_identity):
@@ -269,8 +270,8 @@ def test_finished_site_audit_writes_todays_ok_file(tmp_path, task_identity):
 
     reply = _audit_site(runner, site_id=1)
     assert reply.has_content()
-    write_site_audit(tmp_path, site_audit_file(1, reply, model_round=4))
-    data = json.loads(RunLayout(tmp_path).audit(1).read_text())
+    write_site_audit(run_files(tmp_path), site_audit_file(1, reply, model_round=4))
+    data = json.loads(run_files(tmp_path).audit(1).read_text())
     assert list(data) == [
         "site_id",
         "status",
@@ -286,7 +287,9 @@ def test_finished_site_audit_writes_todays_ok_file(tmp_path, task_identity):
     assert data["status"] == "ok" and data["error"] is None
     assert data["result"] == {"c_lb": {"mean": 0.5}, "seed": 3}
     assert (data["n_members"], data["n_holdout"], data["dp_epsilon"]) == (30, 10, None)
-    assert sites_needing_audit(tmp_path, [1], 4) == [] and sites_needing_audit(tmp_path, [1], 5)
+    assert sites_needing_audit(run_files(tmp_path), [1], 4) == [] and sites_needing_audit(
+        run_files(tmp_path), [1], 5
+    )
 
 
 def test_a_reply_without_an_audit_is_a_failure(task_identity):
@@ -299,7 +302,7 @@ def test_a_reply_without_an_audit_is_a_failure(task_identity):
 
 
 def test_run_layout_keeps_todays_names(tmp_path):
-    layout = RunLayout(tmp_path)
+    layout = run_files(tmp_path)
     expected = {
         layout.config: "config.yaml",
         layout.partition: "partition.json",
@@ -325,7 +328,7 @@ def test_run_layout_keeps_todays_names(tmp_path):
 
 
 def test_run_layout_finds_checkpoints_and_audit_files(tmp_path):
-    layout = RunLayout(str(tmp_path))  # a str is taken as a path
+    layout = run_files(str(tmp_path))  # a str is taken as a path
     assert layout.round_checkpoints() == {} and layout.audit_files() == {}
     for n in (1, 2, 10):
         layout.round_checkpoint(n).parent.mkdir(exist_ok=True)
@@ -366,9 +369,11 @@ def test_site_audit_file_reads_todays_and_older_files(tmp_path):
     for bad in ([], {"site_id": 0, "status": "done"}, {"status": "ok"}):
         with pytest.raises(ValueError):
             SiteAuditFile.from_dict(bad)
-    RunLayout(tmp_path).audits.mkdir()
-    RunLayout(tmp_path).audit(5).write_text("{not json")
-    assert read_site_audit(tmp_path, 5) is None and sites_needing_audit(tmp_path, [5]) == [5]
+    run_files(tmp_path).audits.mkdir()
+    run_files(tmp_path).audit(5).write_text("{not json")
+    assert read_site_audit(run_files(tmp_path), 5) is None and sites_needing_audit(
+        run_files(tmp_path), [5]
+    ) == [5]
 
 
 def test_checkpoint_meta_is_written_as_todays_dict(tmp_path):
@@ -381,7 +386,7 @@ def test_checkpoint_meta_is_written_as_todays_dict(tmp_path):
         dp=True,
         dp_level="both",
     )
-    path = RunLayout(tmp_path).final_model
+    path = run_files(tmp_path).final_model
     save_checkpoint(path, Checkpoint(round=3, state_dict={"w": torch.zeros(1)}, meta=meta))
     raw = torch.load(path, weights_only=True)
     assert list(raw) == ["round", "state_dict", "meta"]
@@ -418,12 +423,12 @@ def test_round_log_is_one_record_for_writer_and_reader(tmp_path: Path) -> None:
         sites={"10": SiteRound(0.3, None, 100), "2": SiteRound(0.4, 1.5, 90, 2.0)},
         failures={"3": "timeout"},
     )
-    append_round(tmp_path, first)
-    append_round(tmp_path, RoundRecord(round=2))
-    line = json.loads(RunLayout(tmp_path).metrics.read_text().splitlines()[0])
+    append_round(run_files(tmp_path), first)
+    append_round(run_files(tmp_path), RoundRecord(round=2))
+    line = json.loads(run_files(tmp_path).metrics.read_text().splitlines()[0])
     # Top-level nulls and empties are left out; a site's numbers are all there.
     assert "global_accuracy" not in line and line["sites"]["10"]["dp_epsilon"] is None
-    back = read_rounds(tmp_path)
+    back = read_rounds(run_files(tmp_path))
     assert back[0] == first  # the same record (dicts compare without order)
     assert list(back[0].sites) == ["2", "10"]  # numeric order
     assert back[1] == RoundRecord(round=2)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import tomli
+from builders import run_files
 from flwr.app import Context, RecordDict
 
-from contracts.run_files import RunLayout
 from deployment.consortium_tls import make_demo_credentials
 from deployment.files import (
     node_config_arg,
@@ -161,7 +161,7 @@ def test_prepare_deployment_writes_run_config_for_remote_sites(prepared):
 
 def test_resolver_builds_the_site_of_the_node(prepared):
     config, files = prepared
-    values = run_config_values(config, files.run_dir)
+    values = run_config_values(config, files.layout)
     node = dict(files.node_configs[1])
     runtime = DeploymentResolver()(_context(values, node))
     assert runtime.site_id == 1 and runtime.data.site_id == 1
@@ -176,7 +176,7 @@ def test_resolver_builds_the_site_of_the_node(prepared):
 
 def test_resolver_rejects_mismatched_node_config(prepared):
     config, files = prepared
-    values = run_config_values(config, files.run_dir)
+    values = run_config_values(config, files.layout)
     wrong_site = {**files.node_configs[1], "partition-id": 0}
     with pytest.raises(DeploymentConfigError, match="holds site 1"):
         DeploymentResolver()(_context(values, wrong_site))
@@ -257,17 +257,17 @@ def test_loopback_consortium_trains_audits_and_reports(tmp_path):
     # As at real sites, each "hospital" keeps its own records outside the run directory and
     # the server only gets the config, the dataset description and public test records.
     source = tmp_path / "source"
-    meta = prepare_run_dir(config, source)
+    meta = prepare_run_dir(config, run_files(source))
     nodes = []
     for i in range(2):
         own = tmp_path / f"hospital-{i}" / "records.npz"
         own.parent.mkdir()
-        shutil.move(RunLayout(source).site_file(i), own)
+        shutil.move(run_files(source).site_file(i), own)
         nodes.append({"partition-id": i, "num-partitions": 2, "data-path": str(own)})
     files = prepare_deployment(config, tmp_path / "loopback", meta=meta)
     assert not (files.run_dir / "sites").exists()
-    RunLayout(files.run_dir).public.parent.mkdir()
-    shutil.copy(RunLayout(source).public, RunLayout(files.run_dir).public)  # central evaluation
+    files.layout.public.parent.mkdir()
+    shutil.copy(run_files(source).public, files.layout.public)  # central evaluation
     bad_run_config = tmp_path / "bad-run-config.toml"
     bad_run_config.write_text('run-dir = "relative/dir"\n')
     seen: list[tuple[int, int]] = []

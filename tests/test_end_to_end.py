@@ -7,9 +7,9 @@ import json
 
 import pytest
 import yaml
+from builders import run_files
 
 from clients.site_data import SiteData
-from contracts.run_files import RunLayout
 from reporting import SCHEMA_VERSION
 from simulations.cli import main as cli_main
 from simulations.config import validate_config
@@ -101,7 +101,7 @@ def test_report_files_agree_with_audits(run_dir):
 
 
 def test_report_holds_no_raw_records(run_dir):
-    data = SiteData.load(RunLayout(run_dir).site_file(0))
+    data = SiteData.load(run_files(run_dir).site_file(0))
     pixels = [str(int(v)) for v in data.train_x[0].reshape(-1)[:12]]
     needle = ",".join(pixels)
     for name in ("report.json", "report.csv", "report.md", "report.html"):
@@ -114,7 +114,7 @@ def test_report_holds_no_raw_records(run_dir):
 def test_server_files_hold_no_reconstruction_or_raw_record(run_dir):
     """The inversion audit's numbers reach the server; its reconstructions, the kept
     updates and the records they came from stay in the sites' own folders."""
-    layout = RunLayout(run_dir)
+    layout = run_files(run_dir)
     site_local = (layout.sites, layout.site_state)
     galleries = [p.read_bytes() for p in layout.site_state.glob("site-*-inversion.png")]
     kept = sorted(p.name for p in layout.site_state.glob("site-*-inversion-round-*.pt"))

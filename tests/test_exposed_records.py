@@ -7,9 +7,10 @@ import json
 from typing import Any
 
 import pytest
+from builders import run_files
 
 from clients.site_data import SiteData
-from contracts.run_files import RunLayout, exposed_records_name
+from contracts.run_files import exposed_records_name
 from reporting import SITE_REPORTS_DIR
 from simulations.config import validate_config
 from simulations.runner import run_experiment
@@ -44,9 +45,9 @@ def test_exposed_records_stay_at_the_site(tmp_path) -> None:
     for site in (0, 1):
         audit = json.loads((run_dir / "audits" / f"site-{site}.json").read_text())
         assert audit["status"] == "ok", audit.get("error")
-        path = RunLayout(run_dir).site_state / exposed_records_name(site)
+        path = run_files(run_dir).site_state / exposed_records_name(site)
         content = json.loads(path.read_text())
-        data = SiteData.load(RunLayout(run_dir).site_file(site))
+        data = SiteData.load(run_files(run_dir).site_file(site))
         n_members = len(data.train_x)
         assert content["site_id"] == site and content["n_members"] == n_members
         # The run's shared reference models calibrate the score (offline LiRA).

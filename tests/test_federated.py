@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 import torch
+from builders import run_files
 
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.training import train_locally
 from contracts.checkpoint import load_checkpoint
-from contracts.run_files import RunLayout
 from ml.datasets import load_dataset
 from ml.saved_models import load_global_model
 from simulations.config import validate_config
@@ -58,8 +58,8 @@ def test_rounds_metrics_and_checkpoints(plain_run):
     assert rounds[1]["global_loss"] < rounds[0]["global_loss"]
     assert rounds[1]["global_accuracy"] > 0.5
     assert (
-        RunLayout(plain_run).round_checkpoint(1).exists()
-        and RunLayout(plain_run).round_checkpoint(2).exists()
+        run_files(plain_run).round_checkpoint(1).exists()
+        and run_files(plain_run).round_checkpoint(2).exists()
     )
     summary = json.loads((plain_run / "partition.json").read_text())
     assert [s["site_id"] for s in summary["sites"]] == [0, 1, 2]
@@ -80,9 +80,9 @@ def test_global_model_loader_round_trip(plain_run):
 
 @pytest.mark.slow
 def test_resume_reruns_only_missing_rounds(plain_run):
-    first = RunLayout(plain_run).round_checkpoint(1)
+    first = run_files(plain_run).round_checkpoint(1)
     before = first.stat().st_mtime_ns
-    RunLayout(plain_run).round_checkpoint(2).unlink()
+    run_files(plain_run).round_checkpoint(2).unlink()
     (plain_run / "global_model.pt").unlink()
     lines = (plain_run / "metrics.jsonl").read_text().splitlines()
     (plain_run / "metrics.jsonl").write_text("\n".join(lines) + "\n")

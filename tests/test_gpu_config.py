@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from builders import make_idx_folder
+from builders import make_idx_folder, run_files
 from torch import nn
 
 from contracts.checkpoint import load_checkpoint
-from contracts.run_files import RunLayout
 from ml.models import MODELS
 from simulations.cli import main as cli_main
 from simulations.config import load_config
@@ -53,7 +52,7 @@ def test_gpu_config_runs_shortened_on_cpu(tmp_path):
         argv += ["--set", kv]
     assert cli_main(argv) == 0
     run_dir = tmp_path / "runs" / "gpu"
-    layout = RunLayout(run_dir)
+    layout = run_files(run_dir)
     rounds = [json.loads(line) for line in layout.metrics.read_text().splitlines()]
     assert rounds, "no round was recorded"
     checkpoint = load_checkpoint(layout.final_model)

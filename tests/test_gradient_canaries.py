@@ -15,8 +15,7 @@ from clients.training import train_locally
 from ml.datasets import load_dataset
 from reporting.aggregate import site_report
 from reporting.inputs import SiteAuditInput
-from reporting.privacy_ledger import privacy_settings
-from simulations.config import ConfigError, validate_config
+from simulations.config import ConfigError, privacy_settings, validate_config
 from simulations.run_dir import DatasetMeta
 from simulations.run_task import make_task
 

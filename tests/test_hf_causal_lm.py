@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import run_files
 from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore.task_identity import TaskIdentity
@@ -128,10 +129,12 @@ def _context(site: int) -> Context:
 def _federate(config, run_dir: Path) -> tuple[dict[str, torch.Tensor], object, dict]:
     """Two FedAvg rounds of the project's ClientApp at two sites (Flower aggregates);
     returns the final weights, the app and the sites' contexts."""
-    meta = prepare_run_dir(config, run_dir, check=lambda m: check_run_task(config, m))
-    app = build_client_app(SiteResolver(config, meta, run_dir))
+    meta = prepare_run_dir(config, run_files(run_dir), check=lambda m: check_run_task(config, m))
+    app = build_client_app(SiteResolver(config, meta, run_files(run_dir)))
     contexts = {site: _context(site) for site in (0, 1)}
-    state = SiteResolver(config, meta, run_dir)(contexts[0]).task.make_model().state_dict()
+    state = (
+        SiteResolver(config, meta, run_files(run_dir))(contexts[0]).task.make_model().state_dict()
+    )
     start = {k: v.clone() for k, v in state.items()}
     for server_round in (1, 2):
         instructions = TrainInstructions(local_epochs=1, seed=0, server_round=server_round)

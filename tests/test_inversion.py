@@ -9,6 +9,7 @@ import stat
 import numpy as np
 import pytest
 import torch
+from builders import run_files, site_report_of
 
 from audit.inversion import (
     Fields,
@@ -273,23 +274,25 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
     own gallery) and the sweep's table and plot; the gallery is linked, never copied."""
     from builders import make_result, ok_audit, write_run
 
-    from contracts.run_files import RunLayout, inversion_gallery_name
+    from contracts.run_files import inversion_gallery_name
     from reporting import SweepPoint, write_sweep_report
-    from reporting.site_report import write_site_report
+    from simulations.config import report_config
 
     result = make_result([1.0, 1.0], [1.25, 1.5], o1=[0.25, 0.5])
     audit = ok_audit(0, result) | {"inversion": [_entry(1, 0.912, 0.301)]}
     run = write_run(tmp_path / "run", n_sites=1, audits={0: audit})
-    gallery = RunLayout(run).site_state / inversion_gallery_name(0)
+    gallery = run_files(run).site_state / inversion_gallery_name(0)
     gallery.parent.mkdir(parents=True)
     gallery.write_bytes(b"\x89PNG site-local")
-    page = write_site_report(run, 0).html_path.read_text()
+    page = site_report_of(run, 0).html_path.read_text()
     assert "Can the server rebuild your records" in page
     assert "well above chance, so your records can be rebuilt" in page
     assert "0.912" in page and "0.301" in page
     assert 'src="../site_state/site-0-inversion.png"' in page
     assert "\x89PNG" not in page
-    files = write_sweep_report(tmp_path / "sweep", [SweepPoint("fedsgd", {}, run)])
+    files = write_sweep_report(
+        tmp_path / "sweep", [SweepPoint("fedsgd", {}, run_files(run))], report_config
+    )
     sweep_page = files.html_path.read_text()
     assert "SSIM 0.91 (baseline 0.30); 100% &gt;= 0.60" in sweep_page
     assert 'aria-label="reconstruction quality vs accountant epsilon per site"' in sweep_page

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from builders import run_files
 
 from contracts.checkpoint import load_checkpoint
-from contracts.run_files import RunLayout
 from deployment.local_ray import LocalRayHead
 from deployment.processes import is_alive
 
@@ -177,9 +177,9 @@ def _assert_complete(run_dir: Path) -> list[dict]:
     rounds = [json.loads(line) for line in _lines(run_dir)]
     assert [r["round"] for r in rounds] == list(range(1, ROUNDS + 1))
     for r in range(1, ROUNDS + 1):
-        assert load_checkpoint(RunLayout(run_dir).round_checkpoint(r)).round == r
+        assert load_checkpoint(run_files(run_dir).round_checkpoint(r)).round == r
     final = load_checkpoint(run_dir / "global_model.pt")
-    last = load_checkpoint(RunLayout(run_dir).round_checkpoint(ROUNDS))
+    last = load_checkpoint(run_files(run_dir).round_checkpoint(ROUNDS))
     assert final.round == ROUNDS and final.state_dict.keys() == last.state_dict.keys()
     for key, value in final.state_dict.items():
         assert torch.equal(value, last.state_dict[key]), key
@@ -239,20 +239,20 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path, ray_head, refere
     run_dir, log = tmp_path / "run", tmp_path / "log.txt"
     config = str(_config(tmp_path / "config.yaml", ray_head))
     if moment == "round 2 checkpointed":
-        ready = RunLayout(run_dir).round_checkpoint(2).exists
+        ready = run_files(run_dir).round_checkpoint(2).exists
         _kill_when(_cli(config, "--out", str(run_dir)), log, ready)
         kept = 2
     else:
         _kill_when(
-            _stalled(RunLayout(run_dir).round_checkpoint(2).name, config, "--out", str(run_dir)),
+            _stalled(run_files(run_dir).round_checkpoint(2).name, config, "--out", str(run_dir)),
             log,
             lambda: _has_round(run_dir, 2),
         )
-        assert not RunLayout(run_dir).round_checkpoint(2).exists()
+        assert not run_files(run_dir).round_checkpoint(2).exists()
         kept = 1
-    assert RunLayout(run_dir).round_checkpoint(kept).exists()
+    assert run_files(run_dir).round_checkpoint(kept).exists()
     finished = [
-        str(RunLayout(run_dir).round_checkpoint(r).relative_to(run_dir)) for r in range(1, kept + 1)
+        str(run_files(run_dir).round_checkpoint(r).relative_to(run_dir)) for r in range(1, kept + 1)
     ]
     done = {k: v for k, v in _snapshot(run_dir).items() if k.startswith("sites/") or k in finished}
     logged = _lines(run_dir)[:kept]
@@ -297,7 +297,7 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_head, referen
         )
     try:
         deadline = time.time() + TIMEOUT_S
-        while not RunLayout(run_dir).round_checkpoint(1).exists():
+        while not run_files(run_dir).round_checkpoint(1).exists():
             assert proc.poll() is None, f"the run ended first:\n{log.read_text()[-4000:]}"
             assert time.time() < deadline, log.read_text()[-4000:]
             time.sleep(0.01)

@@ -37,7 +37,7 @@ CONFIG = {
 def deployment(tmp_path_factory):
     config = validate_config(CONFIG)
     files = prepare_deployment(config, tmp_path_factory.mktemp("noise") / "run")
-    run_config = run_config_values(config, files.run_dir)
+    run_config = run_config_values(config, files.layout)
     return config, files, run_config
 
 
@@ -81,7 +81,7 @@ def test_deployed_sites_draw_noise_the_server_cannot_replay(deployment):
     assert not _same(first, second)  # same seed, same data, same weights: other noise
 
     run = read_run(run_config)
-    simulated = SiteResolver(config, run.meta, run.run_dir)(context)
+    simulated = SiteResolver(config, run.meta, run.layout)(context)
     assert not simulated.secure_noise
     first, second = _train_twice(simulated)
     assert _same(first, second)  # a simulation replays its seeded noise exactly
@@ -104,7 +104,7 @@ def test_deployed_server_noise_is_not_the_seed_stream(deployment):
     seed_stream = np.random.normal(0, 1, 8)
     assert not np.array_equal(_client_noise(deployed), seed_stream)
 
-    simulated = server_settings(config, run.meta, run.run_dir, phases=("train",), progress=False)
+    simulated = server_settings(config, run.meta, run.layout, phases=("train",), progress=False)
     assert simulated.noise_source == "seeded"
     assert np.array_equal(_client_noise(simulated), _client_noise(simulated))
     assert np.array_equal(_client_noise(simulated), seed_stream)

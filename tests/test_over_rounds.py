@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import by_round_lines, make_result, with_class_slices
+from builders import by_round_lines, make_result, run_files, with_class_slices
 from flwr.app import ConfigRecord
 
 from audit.over_rounds import RoundLeakage, first_leaking_round
@@ -83,27 +83,32 @@ def _ok_file(site: int, *, by_round: list[dict[str, Any]] | None, model_round: i
 
 def test_a_resumed_run_asks_only_for_the_rounds_a_site_lacks(tmp_path: Path) -> None:
     rounds = (1, 2, 4, 8)
-    write_site_audit(tmp_path, _ok_file(0, by_round=by_round_lines([1, 2, 4, 8])))
-    write_site_audit(tmp_path, _ok_file(1, by_round=by_round_lines([1, 8])))
-    write_site_audit(tmp_path, _ok_file(2, by_round=None, model_round=6))  # another model
-    plans = {p.site: p for p in plan_audits(tmp_path, [0, 1, 2, 3], 8, rounds)}
+    layout = run_files(tmp_path)
+    write_site_audit(layout, _ok_file(0, by_round=by_round_lines([1, 2, 4, 8])))
+    write_site_audit(layout, _ok_file(1, by_round=by_round_lines([1, 8])))
+    write_site_audit(layout, _ok_file(2, by_round=None, model_round=6))  # another model
+    plans = {p.site: p for p in plan_audits(layout, [0, 1, 2, 3], 8, rounds)}
     assert 0 not in plans
     assert (plans[1].main, plans[1].rounds) == (False, (2, 4))
     assert (plans[2].main, plans[2].rounds) == (True, (1, 2, 4))
     assert (plans[3].main, plans[3].rounds) == (True, (1, 2, 4))
     # Without a round selection nothing but the main audit is asked for.
-    assert [p.site for p in plan_audits(tmp_path, [0, 1, 2, 3], 8, ())] == [2, 3]
+    assert [p.site for p in plan_audits(layout, [0, 1, 2, 3], 8, ())] == [2, 3]
 
 
 def test_new_lines_join_the_kept_ones_with_the_round_accuracy(tmp_path: Path) -> None:
     for r in range(1, 9):
-        append_round(tmp_path, RoundRecord(round=r, global_accuracy=r / 10))
+        append_round(run_files(tmp_path), RoundRecord(round=r, global_accuracy=r / 10))
     from server.round_audits import global_accuracy
 
     before = _ok_file(1, by_round=by_round_lines([1]))
     new = {str(e["round"]): e for e in by_round_lines([2, 4])}
     merged = with_rounds(
-        before, new, before=before, rounds=(1, 2, 4, 8), accuracy=global_accuracy(tmp_path)
+        before,
+        new,
+        before=before,
+        rounds=(1, 2, 4, 8),
+        accuracy=global_accuracy(run_files(tmp_path)),
     )
     assert [e["round"] for e in merged.by_round or []] == [1, 2, 4, 8]
     assert [e["global_accuracy"] for e in merged.by_round or []] == [0.1, 0.2, 0.4, 0.8]

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import run_files
 
-from contracts.run_files import RunLayout
 from reporting import SITE_REPORTS_DIR
 from simulations.config import load_config
 from simulations.runner import run_experiment
@@ -39,7 +39,7 @@ def _config(rounds: list[int]):
 
 
 def _audits(run_dir) -> dict[int, dict[str, Any]]:
-    return {s: json.loads(p.read_text()) for s, p in RunLayout(run_dir).audit_files().items()}
+    return {s: json.loads(p.read_text()) for s, p in run_files(run_dir).audit_files().items()}
 
 
 def test_sites_audit_the_rounds_asked_and_a_resume_adds_only_new_ones(tmp_path) -> None:
@@ -48,7 +48,7 @@ def test_sites_audit_the_rounds_asked_and_a_resume_adds_only_new_ones(tmp_path) 
     first = _audits(run_dir)
     accuracy = {
         json.loads(line)["round"]: json.loads(line)["global_accuracy"]
-        for line in RunLayout(run_dir).metrics.read_text().splitlines()
+        for line in run_files(run_dir).metrics.read_text().splitlines()
     }
     for audit in first.values():
         assert audit["status"] == "ok", audit.get("error")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from builders import run_files
 
 from contracts.plugins import PluginError, import_plugins
 from ml.datasets import DataError
@@ -106,7 +107,7 @@ def test_a_dataset_without_a_public_split_when_the_audit_needs_one(outside: Path
     with pytest.raises(
         DataError, match="audit.reference_pool: dataset 'private_only' has no public"
     ):
-        prepare_run_dir(config, tmp_path / "run")
+        prepare_run_dir(config, run_files(tmp_path / "run"))
 
 
 def test_a_plugin_strategy_is_checked_and_built_like_the_built_in_ones(outside: Path):

@@ -17,8 +17,12 @@ from builders import (
     flat,
     make_result,
     ok_audit,
+    run_files,
     set_config,
+    site_pages,
+    warnings_of,
     with_quality,
+    write_report_of,
     write_run,
 )
 
@@ -29,20 +33,17 @@ from contracts.run_log import ClientDPLedgerFile, ClientDPSite, RoundRecord, Sit
 from reporting import (
     SCHEMA_VERSION,
     SweepPoint,
-    write_report,
     write_sweep_report,
     written_report_warnings,
 )
 from reporting.inputs import SiteAuditInput
 from reporting.privacy_ledger import (
     EPS_TILDE_ABOVE_NOTE,
-    privacy_settings,
     released_model_epsilon,
     site_privacy,
 )
-from reporting.site_report import site_report_paths
 from simulations.cli import main as cli_main
-from simulations.config import DPConfig
+from simulations.config import DPConfig, privacy_settings, report_config, report_config_of
 
 CANARY_BANNER = "trained with 200 canaries per site: this model is not the plain model"
 
@@ -114,7 +115,7 @@ def ledger_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (run / CLIENT_DP_FILE).write_text(
         json.dumps(client_dp_ledger({0: (31.2, 118.0), 1: (1.5, 3.0), 2: (29.0, 110.0)}))
     )
-    write_report(run)
+    write_report_of(run)
     return run
 
 
@@ -197,7 +198,7 @@ def test_best_lower_bound_is_the_largest_one_run_bound_and_names_it(ledger_run: 
         assert "best lower bound (method)" in text
         assert "2.400 (canary audit: f-DP, Gaussian (Mahloujifar et al. 2025)" in text
         assert "2.400 (GDP mu 0.600, delta 1e-05)" in text  # the canary's f-DP column
-    site0 = site_report_paths(ledger_run, 0).html_path.read_text()
+    site0 = site_pages(ledger_run, 0).html_path.read_text()
     assert "best lower bound" in site0 and "2.400 (canary audit: f-DP" in site0
     assert "O(1), f-DP" in site0 and "0.625 [" in site0
 
@@ -209,7 +210,7 @@ def test_an_fdp_bound_above_the_guarantee_is_a_violation(tmp_path: Path) -> None
         [1.0, 1.0], [1.0, 1.0], rm_rn=[0.25, 0.25], o1=[0.5, 0.5], o1_fdp=[(1.5, 0.4)] * 2
     )
     run = write_run(tmp_path / "r", n_sites=1, dp=1.2, audits={0: ok_audit(0, result, dp=1.2)})
-    write_report(run)
+    write_report_of(run)
     site = _sites(run)[0]
     (violation,) = [v for v in site["bound_violations"] if v["bound"].startswith("o1")]
     assert violation["bound"] == "o1_eps_lb_fdp" and violation["level"] == 0.05
@@ -347,11 +348,11 @@ def test_a_lower_bound_above_the_guarantee_is_a_violation(
     page = (ledger_run / "report.html").read_text()
     assert page.index('<div class="violation" role="alert">') < page.index("What eps_tilde means")
     assert "BOUND VIOLATION" in page and 'tr class="violation"' in page
-    site2 = site_report_paths(ledger_run, 2).html_path.read_text()
+    site2 = site_pages(ledger_run, 2).html_path.read_text()
     assert site2.index('class="violation"') < site2.index("<h2>What was measured</h2>")
-    reading = json.loads(site_report_paths(ledger_run, 2).json_path.read_text())["reading"]
+    reading = json.loads(site_pages(ledger_run, 2).json_path.read_text())["reading"]
     assert "signals a bug" in " ".join(reading["meaning"])
-    site0 = site_report_paths(ledger_run, 0).html_path.read_text()
+    site0 = site_pages(ledger_run, 0).html_path.read_text()
     assert "BOUND VIOLATION" not in site0 and 'class="violation"' not in site0
 
     # ... and a line on stderr from the report command.
@@ -370,9 +371,9 @@ def test_a_lower_bound_above_the_guarantee_is_a_violation(
     assert cli_main(["report", str(copy), "--site", "0"]) == 0
     assert "BOUND VIOLATION" not in capsys.readouterr().err
     # `panoramia-fl run` prints them from the report.json it just wrote.
-    (warning,) = written_report_warnings(copy)
+    (warning,) = warnings_of(copy)
     assert warning == f"BOUND VIOLATION: {violation['message']}"
-    assert written_report_warnings(tmp_path / "nowhere") == []
+    assert written_report_warnings(run_files(tmp_path / "nowhere"), report_config_of({})) == []
 
 
 def test_rm_rn_on_either_side_is_checked(tmp_path: Path, capsys: Any) -> None:
@@ -380,7 +381,7 @@ def test_rm_rn_on_either_side_is_checked(tmp_path: Path, capsys: Any) -> None:
     # the two-sided value) reads 1.25, above.
     result = make_result([1.0, 1.0], [1.0, 1.0], rm_rn=[1.0, 1.0], nonmember_gain=0.0)
     run = write_run(tmp_path / "r", n_sites=1, dp=1.1, audits={0: ok_audit(0, result, dp=1.1)})
-    files = write_report(run)
+    files = write_report_of(run)
     site = _sites(run)[0]
     assert {v["bound"] for v in site["bound_violations"]} == {
         "rm_rn_eps_lb_two_sided",
@@ -390,7 +391,7 @@ def test_rm_rn_on_either_side_is_checked(tmp_path: Path, capsys: Any) -> None:
 
     # Without DP nothing is checked, whatever the bounds read.
     plain = write_run(tmp_path / "p", n_sites=1, audits={0: ok_audit(0, result)})
-    assert write_report(plain).warnings == []
+    assert write_report_of(plain).warnings == []
     assert _sites(plain)[0]["bound_violations"] == []
     assert "BOUND VIOLATION" not in (plain / "report.md").read_text()
     assert 'class="violation"' not in (plain / "report.html").read_text()
@@ -410,23 +411,23 @@ def test_eps_tilde_above_the_guarantee_is_a_flag_not_a_violation(ledger_run: Pat
     md = (ledger_run / "report.md").read_text()
     assert f"site 1: {EPS_TILDE_ABOVE_NOTE}" in md
     assert "eps_tilde is a measurement, not a bound" in (
-        site_report_paths(ledger_run, 1).html_path.read_text()
+        site_pages(ledger_run, 1).html_path.read_text()
     )
-    reading = json.loads(site_report_paths(ledger_run, 1).json_path.read_text())["reading"]
+    reading = json.loads(site_pages(ledger_run, 1).json_path.read_text())["reading"]
     meaning = " ".join(reading["meaning"])
     assert "measurement, not a bound" in meaning and "signals a bug" not in meaning
 
 
 def test_canary_banner_iff_canaries(ledger_run: Path, tmp_path: Path) -> None:
     pages = [ledger_run / f"report.{ext}" for ext in ("md", "html")]
-    pages += [site_report_paths(ledger_run, i).html_path for i in range(3)]
+    pages += [site_pages(ledger_run, i).html_path for i in range(3)]
     for path in pages:
         assert CANARY_BANNER in path.read_text(), path.name
 
     # An old run directory: no canaries, no client_dp.json, dp.enabled only.
     result = make_result([1.0, 1.25], [1.5, 1.75], rm_rn=[0.5, 0.75], o1=[0.25, 0.5])
     old = write_run(tmp_path / "old", n_sites=1, dp=8.0, audits={0: ok_audit(0, result, dp=8.0)})
-    files = write_report(old)
+    files = write_report_of(old)
     report = _report(old)
     assert report["canaries"] is None and report["dp_level"] == "record"
     assert report["client_dp"] is None
@@ -436,13 +437,17 @@ def test_canary_banner_iff_canaries(ledger_run: Path, tmp_path: Path) -> None:
     assert site["canaries"] is None and site["canary_eps_lb"] is None and site["canary"] is None
     assert report["sites"][0]["privacy"]["client_accountant"] is None
     assert report["sites"][0]["privacy"]["record_accountant"] == "Opacus RDP"
-    for path in (files.md_path, files.html_path, site_report_paths(old, 0).html_path):
+    for path in (files.md_path, files.html_path, site_pages(old, 0).html_path):
         text = path.read_text()
         assert "canaries per site" not in text and "BOUND VIOLATION" not in text, path
 
     sweep = write_sweep_report(
         tmp_path / "sweep",
-        [SweepPoint("canaries", {}, ledger_run), SweepPoint("plain", {}, old)],
+        [
+            SweepPoint("canaries", {}, run_files(ledger_run)),
+            SweepPoint("plain", {}, run_files(old)),
+        ],
+        report_config,
     )
     text = sweep.html_path.read_text()
     assert text.count(CANARY_BANNER) == 1 and "canaries: This run was trained" in text
@@ -450,7 +455,9 @@ def test_canary_banner_iff_canaries(ledger_run: Path, tmp_path: Path) -> None:
     assert text.index('<div class="violation" role="alert">') < text.index("<h2>Points</h2>")
     assert sweep.warnings == ["BOUND VIOLATION: point canaries: " + _violation_message(ledger_run)]
     assert sweep.md_path is not None and CANARY_BANNER in sweep.md_path.read_text()
-    plain_sweep = write_sweep_report(tmp_path / "sweep2", [SweepPoint("plain", {}, old)])
+    plain_sweep = write_sweep_report(
+        tmp_path / "sweep2", [SweepPoint("plain", {}, run_files(old))], report_config
+    )
     assert "canaries per site" not in plain_sweep.html_path.read_text()
 
 
@@ -486,7 +493,9 @@ def test_client_level_only_counts_as_private_in_a_sweep(tmp_path: Path) -> None:
     run = write_run(tmp_path / "client", n_sites=1, audits={0: ok_audit(0, result)})
     # Client-level DP on, but no accountant number anywhere (no client_dp.json yet).
     set_config(run, level="client", enabled=False)
-    sweep = write_sweep_report(tmp_path / "sweep", [SweepPoint("client", {}, run)])
+    sweep = write_sweep_report(
+        tmp_path / "sweep", [SweepPoint("client", {}, run_files(run))], report_config
+    )
     point = json.loads(sweep.json_path.read_text())["points"][0]
     assert point["private"] is True and point["dp_level"] == "client"
     assert point["theoretical_eps"] is None

@@ -8,8 +8,8 @@ import signal
 
 import numpy as np
 import pytest
+from builders import run_files
 
-from contracts.run_files import RunLayout
 from simulations.config import validate_config
 from simulations.reference_models import site_pool, split_public
 from simulations.run_dir import load_public
@@ -58,7 +58,7 @@ def run(tmp_path_factory):
 
 def test_reference_models_are_trained_once_and_every_site_uses_them(run) -> None:
     config, path, outcome, _ = run
-    cache = RunLayout(path).reference_models
+    cache = run_files(path).reference_models
     manifest = json.loads((cache / "manifest.json").read_text())
     assert manifest["count"] == 2 and sorted(p.name for p in cache.glob("ref-*.pt")) == [
         "ref-0.pt",
@@ -74,7 +74,7 @@ def test_reference_models_are_trained_once_and_every_site_uses_them(run) -> None
 
 def test_reference_records_never_reach_a_site_pool(run) -> None:
     config, path, _, _ = run
-    public = load_public(path)
+    public = load_public(run_files(path))
     refs, pool = split_public(public, share=0.3, seed=config.seed)
 
     def rows(*parts):
@@ -88,7 +88,7 @@ def test_reference_records_never_reach_a_site_pool(run) -> None:
 
 def test_resume_reuses_the_cache(run) -> None:
     config, path, _, _ = run
-    cache = RunLayout(path).reference_models
+    cache = run_files(path).reference_models
     stamp = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
     (path / "audits" / "site-1.json").unlink()
     outcome = run_experiment(config, path, write_report=False)

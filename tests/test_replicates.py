@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from builders import run_files
 
-from contracts.run_files import REPLICATES_FILE, RunLayout, replicate_run_dir
+from contracts.run_files import REPLICATES_FILE, replicate_run_dir
 from reporting import SweepPoint, build_sweep_report, write_sweep_report
 from reporting.between_runs import HEADLINE, METRICS, over_runs
 from simulations.cli import main as cli_main
-from simulations.config import ConfigError, load_config, validate_config
+from simulations.config import ConfigError, load_config, report_config, validate_config
 from simulations.replicates import replicate_configs
 from simulations.runner import run_experiment
 from simulations.sweep import expand, load_sweep
@@ -59,7 +60,7 @@ def test_replicates_share_the_data_and_vary_the_training(replicate_set: Path) ->
     first, second = (replicate_run_dir(replicate_set, s) for s in (0, 1))
     assert (first / "partition.json").read_text() == (second / "partition.json").read_text()
     for site in (0, 1):
-        a, b = (np.load(RunLayout(d).site_file(site)) for d in (first, second))
+        a, b = (np.load(run_files(d).site_file(site)) for d in (first, second))
         assert all(np.array_equal(a[k], b[k]) for k in a.files)
     accuracies = {_report(d)["consortium"]["final_global_accuracy"] for d in (first, second)}
     assert len(accuracies) == 2, "another seed should train another model"
@@ -99,7 +100,7 @@ def test_replicate_report_pools_each_runs_numbers(replicate_set: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.ray
 def test_running_the_set_again_retrains_nothing(replicate_set: Path) -> None:
-    model = RunLayout(replicate_run_dir(replicate_set, 1)).final_model
+    model = run_files(replicate_run_dir(replicate_set, 1)).final_model
     before = model.stat().st_mtime_ns
     config = replicate_set.parent / "tiny.yaml"
     assert cli_main(["run", str(config), "--seeds", "2", "--out", str(replicate_set)]) == 0
@@ -125,7 +126,7 @@ def test_a_run_is_reproduced_number_for_number_on_one_machine(
 ) -> None:
     first = replicate_run_dir(replicate_set, 0)
     again = tmp_path / "again"
-    run_experiment(load_config(RunLayout(first).config), again)
+    run_experiment(load_config(run_files(first).config), again)
     assert _numbers(_report(again)) == _numbers(_report(first))
     manifest = json.loads((again / "site-reports" / "site-0.json").read_text())["manifest"]
     platform = manifest["platform"]
@@ -140,9 +141,9 @@ def test_sweep_draws_between_run_error_bars_and_compares_points(
 ) -> None:
     # The same set as two points: no difference can be beyond run-to-run spread.
     first = replicate_run_dir(replicate_set, 0)
-    points = [SweepPoint(x, {}, first) for x in ("a", "b")]
-    files = write_sweep_report(tmp_path, points)
-    report = build_sweep_report(tmp_path, points)
+    points = [SweepPoint(x, {}, run_files(first)) for x in ("a", "b")]
+    files = write_sweep_report(tmp_path, points, report_config)
+    report = build_sweep_report(tmp_path, points, report_config)
     assert [(c.site_id, c.first, c.second) for c in report.comparisons] == [
         (0, "a", "b"),
         (1, "a", "b"),

@@ -19,12 +19,13 @@ from typing import Any
 
 import pytest
 import torch
+from builders import run_files
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.simulation import run_simulation
 
 from contracts.checkpoint import load_checkpoint
-from contracts.run_files import RunLayout
+from contracts.run_log import read_rounds
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -41,8 +42,8 @@ from contracts.wire import (
     WhoamiReply,
 )
 from server.app import ServerSettings, build_server_app
-from server.client_dp import ClientDPSettings, gaussian_epsilon
-from server.strategy import StrategySettings
+from server.client_dp import ClientDPLedger, ClientDPSettings, gaussian_epsilon
+from server.strategy import RoundRecord, RoundWriter, StrategySettings, make_strategy
 
 pytestmark = pytest.mark.ray
 
@@ -161,7 +162,7 @@ def _simulate(
 ) -> None:
     logging.getLogger("flwr").setLevel(logging.ERROR)
     settings = ServerSettings(
-        run_dir=run_dir,
+        layout=run_files(run_dir),
         num_sites=sites,
         rounds=ROUNDS,
         local_epochs=1,
@@ -193,7 +194,7 @@ def fuzzed(tmp_path_factory, ray_init_args) -> Path:
 
 
 def test_bad_train_replies_fail_their_site_and_the_run_goes_on(fuzzed):
-    rounds = [json.loads(line) for line in RunLayout(fuzzed).metrics.read_text().splitlines()]
+    rounds = [json.loads(line) for line in run_files(fuzzed).metrics.read_text().splitlines()]
     assert [r["round"] for r in rounds] == [1, 2, 3]
     for entry in rounds:
         # The good sites' own numbers, by the node map (site 2 posing as 0 changed nothing).
@@ -212,12 +213,12 @@ def test_bad_train_replies_fail_their_site_and_the_run_goes_on(fuzzed):
             assert BAD_TRAIN_REASONS[(entry["round"], site)] in failures[str(site)], failures
     # The weights are the good sites' weighted mean, round after round: no poison, no NaN.
     step = (EXAMPLES[0] * STEP[0] + EXAMPLES[1] * STEP[1]) / (EXAMPLES[0] + EXAMPLES[1])
-    final = load_checkpoint(RunLayout(fuzzed).final_model).state_dict["w"]
+    final = load_checkpoint(run_files(fuzzed).final_model).state_dict["w"]
     assert torch.equal(final, torch.full((4,), ROUNDS * step))
 
 
 def test_bad_audit_replies_fail_their_site_only(fuzzed):
-    layout = RunLayout(fuzzed)
+    layout = run_files(fuzzed)
     for site in (0, 1):
         audit = json.loads(layout.audit(site).read_text())
         assert audit["status"] == "ok" and audit["result"]["eps_tilde"]["mean"] == 0.25
@@ -233,7 +234,7 @@ def test_sampled_sites_that_drop_out_are_accounted(tmp_path, ray_init_args):
     settings = ClientDPSettings(noise_multiplier=z, delta=1e-5, clipping_norm=100.0)
     run_dir = tmp_path / "run"
     _simulate(run_dir, sites=3, client_dp=settings, init_args=ray_init_args)
-    ledger = json.loads(RunLayout(run_dir).client_dp_ledger.read_text())
+    ledger = json.loads(run_files(run_dir).client_dp_ledger.read_text())
     assert ledger["short_rounds"] == {
         str(r): {"sampled": 3, "aggregated": 2, "noise_multiplier": z * 2 / 3}
         for r in range(1, ROUNDS + 1)
@@ -242,3 +243,38 @@ def test_sampled_sites_that_drop_out_are_accounted(tmp_path, ray_init_args):
     assert ledger["sites"]["0"]["epsilon"] == pytest.approx(honest)
     assert ledger["sites"]["0"]["epsilon"] > gaussian_epsilon(z, releases=ROUNDS, delta=1e-5)
     assert ledger["noise"].startswith("noise seeded for reproducibility")
+
+
+def test_the_round_writer_writes_a_resumed_round_under_its_global_number(tmp_path: Path) -> None:
+    """The strategy wrapper, not ``evaluate_fn``, writes a round: the ledger, one metrics
+    line with the central scores, then the checkpoint; a resumed start's first round is
+    global round 3."""
+    layout = run_files(tmp_path)
+    sites = make_strategy(
+        StrategySettings(), num_sites=2, site_of_node={7: 0, 8: 1}, round_offset=2
+    )
+    sites.rounds[1] = RoundRecord(
+        sites={0: TrainReply(site_id=0, train_loss=0.25, num_examples=10)},
+        failures={1: "rejected: wrong shape"},
+        sampled=[0, 1],
+    )
+    dp = ClientDPSettings(noise_multiplier=1.0, delta=1e-5)
+    ledger = ClientDPLedger(dp, population_size=2, sites_per_round=2)
+    written: list[int] = []
+    writer = RoundWriter(
+        sites,
+        sites,
+        layout=layout,
+        round_offset=2,
+        ledger=ledger,
+        on_commit=lambda r, scores: written.append(r),
+    )
+    writer.write_round(1, ArrayRecord({"w": torch.ones(3)}), {"loss": 0.5, "accuracy": 0.75})
+    (line,) = read_rounds(layout)
+    assert (line.round, line.global_loss, line.global_accuracy) == (3, 0.5, 0.75)
+    assert list(line.sites) == ["0"] and line.failures == {"1": "rejected: wrong shape"}
+    assert line.sites["0"].dp_epsilon_client == ledger.epsilon(0) > 0
+    assert json.loads(layout.client_dp_ledger.read_text())["short_rounds"]["3"]["aggregated"] == 1
+    checkpoint = load_checkpoint(layout.round_checkpoint(3))
+    assert checkpoint.round == 3 and torch.equal(checkpoint.state_dict["w"], torch.ones(3))
+    assert list(layout.round_checkpoints()) == [3] and written == [3]

@@ -16,9 +16,12 @@ from builders import (
     ERROR_TEXT,
     SECRET_SCORES,
     failed_audit,
+    load_run_of,
     make_result,
     ok_audit,
     power_roc,
+    run_files,
+    write_report_of,
     write_run,
 )
 
@@ -37,14 +40,13 @@ from reporting import (
     ReportFiles,
     SweepPoint,
     build_report,
-    load_run,
-    write_report,
     write_sweep_report,
 )
 from reporting.plots import roc_plot
 from reporting.run_report import render_markdown
 from reporting.schema import TPR_FPR_KEYS
 from reporting.writers import report_to_json_text, site_rows, write_rows
+from simulations.config import report_config
 
 MEMBER_NOT_TIGHT = AuditFlags(
     saturated=False, c_lb_not_tight=True, reasons=["eps_tilde above its side's RM;RN"]
@@ -88,7 +90,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ReportFiles
             2: failed_audit(2),
         },
     )
-    return run, write_report(run)
+    return run, write_report_of(run)
 
 
 def _audit_file(run_dir: Path, site_id: int) -> AuditResult:
@@ -417,7 +419,7 @@ def test_eps_tilde_is_copied_not_recomputed(tmp_path: Path) -> None:
     result = make_result([1.0, 2.0], [1.5, 1.0])
     assert result.eps_tilde.mean == 0.25
     run = write_run(tmp_path / "r", n_sites=1, audits={0: ok_audit(0, result)})
-    site = json_safe(build_report(load_run(run)))["sites"][0]
+    site = json_safe(build_report(load_run_of(run)))["sites"][0]
     game = site["audit"]["one_sided"]
     assert game["eps_tilde"]["mean"] == 0.25
     assert max(0.0, game["c_eps_lb"]["mean"] - game["c_lb"]["mean"]) != 0.25
@@ -429,7 +431,7 @@ def test_unreadable_audit_file_fails_that_site_only(tmp_path: Path) -> None:
         tmp_path / "r", n_sites=2, audits={0: ok_audit(0, make_result([1.0, 1.5], [2.0, 2.5]))}
     )
     (run / "audits" / "site-1.json").write_text("{not json")
-    sites = json_safe(build_report(load_run(run)))["sites"]
+    sites = json_safe(build_report(load_run_of(run)))["sites"]
     assert sites[0]["status"] == "ok"
     assert sites[0]["audit"]["one_sided"]["eps_tilde"]["mean"] == 1.0
     assert sites[1]["status"] == "failed" and "site-1.json" in sites[1]["error"]
@@ -442,7 +444,7 @@ def test_malformed_audit_file_is_read_through_its_contract(tmp_path: Path) -> No
     run = write_run(
         tmp_path / "r", n_sites=2, audits={0: ok, 1: ok | {"site_id": 1, "status": "done"}}
     )
-    sites = json_safe(build_report(load_run(run)))["sites"]
+    sites = json_safe(build_report(load_run_of(run)))["sites"]
     assert sites[0]["status"] == "ok"
     assert (
         sites[1]["status"] == "failed" and "'status' must be 'ok' or 'failed'" in sites[1]["error"]
@@ -467,7 +469,7 @@ def test_audit_file_site_and_sizes_are_checked_against_the_partition(
         n_sites=2,
         audits={0: ok_audit(0, result), 1: ok_audit(1, result) | change},
     )
-    sites = json_safe(build_report(load_run(run)))["sites"]
+    sites = json_safe(build_report(load_run_of(run)))["sites"]
     assert sites[0]["status"] == "ok"
     assert sites[1]["status"] == "failed" and why in sites[1]["error"]
     assert "site-1.json" in sites[1]["error"]
@@ -489,14 +491,14 @@ def test_rounds_that_aggregated_nothing_are_reported_first(tmp_path: Path) -> No
     result = make_result([1.0, 1.5], [2.0, 2.5])
     run = write_run(tmp_path / "r", n_sites=2, audits={0: ok_audit(0, result)})
     _empty_rounds(run, [2])
-    files = write_report(run)
+    files = write_report_of(run)
     report = json.loads(files.json_path.read_text())
     assert report["consortium"]["empty_rounds"] == [2]
     md = files.md_path.read_text()
     first = md.split("\n## ")[0]
     assert "Round 2: no site's update was aggregated" in first
     _empty_rounds(run, [1, 3])
-    files = write_report(run)
+    files = write_report_of(run)
     first = files.md_path.read_text().split("\n## ")[0]
     assert "No site's update was aggregated in any of the 3 rounds" in first
     assert "non-finite weights" in first and "initial, untrained one" in first
@@ -509,18 +511,19 @@ def test_bad_run_inputs_name_the_file(tmp_path: Path) -> None:
     with (run / "metrics.jsonl").open("a") as fh:
         fh.write("{truncated\n")
     with pytest.raises(RunFileError, match=r"metrics\.jsonl:4"):
-        write_report(run)
+        write_report_of(run)
     (run / "partition.json").unlink()
     with pytest.raises(RunFileError, match=r"partition\.json"):
-        write_report(run)
+        write_report_of(run)
 
 
 def test_report_is_deterministic(written: tuple[Path, ReportFiles], tmp_path: Path) -> None:
     # Same inputs -> same bytes (json, csv, md).
     run_dir, files = written
-    report = build_report(load_run(run_dir))
+    inputs = load_run_of(run_dir)
+    report = build_report(inputs)
     assert report_to_json_text(report) == files.json_path.read_text()
-    assert render_markdown(report) == files.md_path.read_text()
+    assert render_markdown(report, inputs.config.name) == files.md_path.read_text()
     again = write_rows(tmp_path / "again.csv", site_rows(report.sites))
     assert again.read_bytes() == files.csv_path.read_bytes()
 
@@ -546,11 +549,11 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
         audits={0: ok_audit(0, plain_result)},  # site 1 missing
     )
     points = [
-        SweepPoint("eps=4", {"dp.enabled": True, "dp.epsilon": 4.0}, dp_run),
-        SweepPoint("no DP", {"dp.enabled": False}, plain_run),
-        SweepPoint("eps=1", {"dp.epsilon": 1.0}, tmp_path / "runs" / "never-ran"),
+        SweepPoint("eps=4", {"dp.enabled": True, "dp.epsilon": 4.0}, run_files(dp_run)),
+        SweepPoint("no DP", {"dp.enabled": False}, run_files(plain_run)),
+        SweepPoint("eps=1", {"dp.epsilon": 1.0}, run_files(tmp_path / "runs" / "never-ran")),
     ]
-    files = write_sweep_report(tmp_path / "sweep", points, write_point_reports=True)
+    files = write_sweep_report(tmp_path / "sweep", points, report_config, write_point_reports=True)
     assert files.json_path.exists() and files.html_path.exists()
     sweep = json.loads(files.json_path.read_text())
     by_label = {p["label"]: p for p in sweep["points"]}

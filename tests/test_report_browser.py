@@ -21,11 +21,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import by_round_lines, make_result, ok_audit, with_class_slices, write_run
+from builders import (
+    by_round_lines,
+    load_run_of,
+    make_result,
+    ok_audit,
+    run_files,
+    site_pages,
+    with_class_slices,
+    write_report_of,
+    write_run,
+)
 
-from reporting import SweepPoint, build_report, load_run, write_report, write_sweep_report
+from reporting import SweepPoint, build_report, write_sweep_report
 from reporting.formatting import fmt_est, fmt_two_sided
-from reporting.site_report import site_report_paths
+from simulations.config import report_config
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 TIMEOUT_S = 180
@@ -277,7 +287,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             2: failed,
         },
     )
-    write_report(run)
+    write_report_of(run)
     eps16 = write_run(
         base / "eps16",
         n_sites=1,
@@ -294,17 +304,18 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     sweep = write_sweep_report(
         base / "sweep",
         [
-            SweepPoint("eps=8", {"dp.target_epsilon": 8}, run),
-            SweepPoint("eps=16", {"dp.target_epsilon": 16}, eps16),
-            SweepPoint("no DP", {"dp.enabled": False}, nodp),
-            SweepPoint("eps=2", {"dp.target_epsilon": 2}, base / "never-ran"),
+            SweepPoint("eps=8", {"dp.target_epsilon": 8}, run_files(run)),
+            SweepPoint("eps=16", {"dp.target_epsilon": 16}, run_files(eps16)),
+            SweepPoint("no DP", {"dp.enabled": False}, run_files(nodp)),
+            SweepPoint("eps=2", {"dp.target_epsilon": 2}, run_files(base / "never-ran")),
         ],
+        report_config,
     )
     return {
         "run": run,
         "report": run / "report.html",
-        "site": site_report_paths(run, 1).html_path,
-        "failed_site": site_report_paths(run, 2).html_path,
+        "site": site_pages(run, 1).html_path,
+        "failed_site": site_pages(run, 2).html_path,
         "sweep": sweep.html_path,
     }
 
@@ -331,7 +342,7 @@ def test_report_html_in_the_browser(pages: dict[str, Path], tmp_path: Path) -> N
 def test_site_page_in_the_browser(pages: dict[str, Path], tmp_path: Path, site_id: int) -> None:
     page = pages["site"] if site_id == 1 else pages["failed_site"]
     check = check_page(page, tmp_path)
-    site = build_report(load_run(pages["run"])).sites[site_id]
+    site = build_report(load_run_of(pages["run"])).sites[site_id]
     if site_id == 1:
         assert_page_ok(check, min_plots=5)  # the leakage-over-rounds plot among them
         assert [row[0] for row in check.table("round")["rows"]] == ["1", "2", "3"]

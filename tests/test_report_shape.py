@@ -11,10 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import by_round_lines, make_result, ok_audit, with_class_slices, write_run
+from builders import (
+    by_round_lines,
+    load_run_of,
+    make_result,
+    ok_audit,
+    with_class_slices,
+    write_report_of,
+    write_run,
+)
 
 from audit.result import AuditFlags
-from reporting import write_report
 from reporting.columns import (
     HEADLINE_COLUMNS,
     LEDGER_COLUMNS,
@@ -51,7 +58,7 @@ def _run(tmp_path: Path) -> Path:
         | {"by_round": by_round_lines([1, 2])},
     }
     run = write_run(tmp_path / "run", n_sites=2, dp=8.0, audits=audits)
-    write_report(run)
+    write_report_of(run)
     return run
 
 
@@ -105,9 +112,9 @@ def test_flags_are_declared_once() -> None:
 
 def test_tables_have_a_cell_per_header_and_the_headline_is_narrow(tmp_path: Path) -> None:
     run = _run(tmp_path)
-    from reporting import build_report, load_run
+    from reporting import build_report
 
-    report = build_report(load_run(run))
+    report = build_report(load_run_of(run))
     for columns, rows in (
         (HEADLINE_COLUMNS, report.sites),
         (SITE_COLUMNS, report.sites),

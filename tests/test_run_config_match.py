@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from builders import run_files
 
 from contracts.checkpoint import Checkpoint, save_checkpoint
-from contracts.run_files import RunLayout, SiteAuditFile
+from contracts.run_files import SiteAuditFile
 from deployment.files import prepare_deployment
 from server.run_log import sites_needing_audit, write_site_audit
 from simulations.cli import main as cli_main
@@ -37,15 +38,17 @@ def _trained(run_dir: Path) -> None:
     """A run directory as a finished no-DP run leaves it: a final model and an audit."""
     state = {"w": torch.zeros(1)}
     save_checkpoint(
-        RunLayout(run_dir).final_model, Checkpoint(round=2, state_dict=state, meta=None)
+        run_files(run_dir).final_model, Checkpoint(round=2, state_dict=state, meta=None)
     )
-    write_site_audit(run_dir, SiteAuditFile(site_id=0, status="ok", result={}, model_round=2))
+    write_site_audit(
+        run_files(run_dir), SiteAuditFile(site_id=0, status="ok", result={}, model_round=2)
+    )
 
 
 def test_a_sweep_point_refuses_a_run_dir_of_another_config(tmp_path, capsys):
     sweep_dir = tmp_path / "runs" / "s"
     old = sweep_dir / "record"
-    prepare_run_dir(_config(name="record"), old)  # the no-DP run that is already there
+    prepare_run_dir(_config(name="record"), run_files(old))  # the no-DP run that is already there
     _trained(old)
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(RAW))
     sweep = tmp_path / "sweep.yaml"
@@ -64,16 +67,16 @@ def test_a_sweep_point_refuses_a_run_dir_of_another_config(tmp_path, capsys):
     assert "error:" in err and "already holds a run whose config differs" in err
     assert "dp.level ('none' -> 'record'" in err
     # Nothing was touched: the old config and model stay as they were.
-    assert yaml.safe_load(RunLayout(old).config.read_text())["dp"]["level"] == "none"
+    assert yaml.safe_load(run_files(old).config.read_text())["dp"]["level"] == "none"
 
 
 def test_deployment_preparation_refuses_another_config(tmp_path):
     run_dir = tmp_path / "run"
-    prepare_run_dir(_config(), run_dir)
+    prepare_run_dir(_config(), run_files(run_dir))
     _trained(run_dir)
     with pytest.raises(RunConfigMismatchError, match=r"seed \(0 -> 5"):
         prepare_deployment(_config(seed=5), run_dir)
-    meta = DatasetMeta.read(run_dir)
+    meta = DatasetMeta.read(run_files(run_dir))
     with pytest.raises(RunConfigMismatchError, match=r"model\.name"):
         prepare_deployment(_config(model={"name": "mlp"}), run_dir, meta=meta)
     # The same config (or one a resume may use) is accepted.
@@ -82,14 +85,16 @@ def test_deployment_preparation_refuses_another_config(tmp_path):
 
 def test_a_changed_audit_setting_re_audits(tmp_path):
     run_dir = tmp_path / "run"
-    prepare_run_dir(_config(), run_dir)
+    prepare_run_dir(_config(), run_files(run_dir))
     _trained(run_dir)
-    write_site_audit(run_dir, SiteAuditFile(site_id=1, status="ok", result={}, model_round=2))
-    assert sites_needing_audit(run_dir, [0, 1], 2) == []
-    prepare_run_dir(_config(), run_dir)  # same config: the audits stay
-    assert sites_needing_audit(run_dir, [0, 1], 2) == []
+    write_site_audit(
+        run_files(run_dir), SiteAuditFile(site_id=1, status="ok", result={}, model_round=2)
+    )
+    assert sites_needing_audit(run_files(run_dir), [0, 1], 2) == []
+    prepare_run_dir(_config(), run_files(run_dir))  # same config: the audits stay
+    assert sites_needing_audit(run_files(run_dir), [0, 1], 2) == []
 
-    prepare_run_dir(_config(audit={"enabled": True, "use_holdout": False}), run_dir)
-    assert sites_needing_audit(run_dir, [0, 1], 2) == [0, 1]  # both audit again
+    prepare_run_dir(_config(audit={"enabled": True, "use_holdout": False}), run_files(run_dir))
+    assert sites_needing_audit(run_files(run_dir), [0, 1], 2) == [0, 1]  # both audit again
     kept = tmp_path / "run" / "audits-superseded-1"
     assert sorted(p.name for p in kept.iterdir()) == ["site-0.json", "site-1.json"]

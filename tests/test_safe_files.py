@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import run_files
 
 from clients.privacy import PrivacyLedger
 from contracts.checkpoint import Checkpoint, latest_round_checkpoint, save_checkpoint
-from contracts.run_files import RunLayout
 from reporting.writers import csv_cell
 from simulations.config import ConfigError, validate_config
 from simulations.resume import rounds_done
@@ -39,8 +39,8 @@ def test_site_local_files_are_owner_only(tmp_path, umask_022):
         {"name": "modes", "data": {"name": "digits"}, "partition": {"num_sites": 2}}
     )
     run_dir = tmp_path / "run"
-    prepare_run_dir(config, run_dir)
-    layout = RunLayout(run_dir)
+    prepare_run_dir(config, run_files(run_dir))
+    layout = run_files(run_dir)
     for site in (0, 1):
         assert _mode(layout.site_file(site)) == 0o600  # the site's records
     assert _mode(layout.sites) == 0o700
@@ -67,21 +67,21 @@ def test_atomic_writes_fsync_the_file_and_its_folder(tmp_path, monkeypatch):
 
 
 def test_resume_falls_back_when_the_latest_checkpoint_is_unreadable(tmp_path):
-    layout = RunLayout(tmp_path)
+    layout = run_files(tmp_path)
     for r in (1, 2):
         state = {"w": torch.full((2,), float(r))}
         save_checkpoint(
             layout.round_checkpoint(r), Checkpoint(round=r, state_dict=state, meta=None)
         )
     layout.round_checkpoint(2).write_bytes(b"")  # power lost: a zero-length latest
-    latest = latest_round_checkpoint(tmp_path)
+    latest = latest_round_checkpoint(run_files(tmp_path))
     assert latest is not None and latest.round == 1
     assert torch.equal(latest.state_dict["w"], torch.ones(2))
-    assert rounds_done(tmp_path) == 1
+    assert rounds_done(run_files(tmp_path)) == 1
     # A damaged final model counts as training not done (redone from round 1's checkpoint).
     layout.final_model.write_bytes(b"\x80garbage")
     config = validate_config({"name": "r", "fl": {"rounds": 2}})
-    assert not training_done(config, tmp_path) and rounds_done(tmp_path) == 1
+    assert not training_done(config, run_files(tmp_path)) and rounds_done(run_files(tmp_path)) == 1
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", ".", "/abs", "x\\y", ""])

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from builders import run_files
 from flwr.app import Context
 from flwr.simulation import run_simulation
 
@@ -26,7 +27,7 @@ from clients.site_policy import (
     SitePolicyError,
     SiteRefusal,
 )
-from contracts.run_files import RunLayout, site_refusals_name
+from contracts.run_files import site_refusals_name
 from contracts.wire import AuditFailure
 from simulations.apps import SiteResolver, server_settings
 from simulations.config import validate_config
@@ -80,9 +81,9 @@ def refused_run(tmp_path_factory, ray_init_args) -> Path:
         }
     )
     run_dir = tmp_path_factory.mktemp("policy") / "run"
-    meta = prepare_run_dir(config, run_dir)
-    sites = SiteResolver(config, meta, run_dir)
-    state = RunLayout(run_dir).site_state
+    meta = prepare_run_dir(config, run_files(run_dir))
+    sites = SiteResolver(config, meta, run_files(run_dir))
+    state = run_files(run_dir).site_state
 
     def resolve(context: Context):
         # What DeploymentResolver adds from a SuperNode's node config.
@@ -92,7 +93,9 @@ def refused_run(tmp_path_factory, ray_init_args) -> Path:
 
     from server.app import build_server_app
 
-    settings = server_settings(config, meta, run_dir, phases=("train", "audit"), progress=False)
+    settings = server_settings(
+        config, meta, run_files(run_dir), phases=("train", "audit"), progress=False
+    )
     run_simulation(
         server_app=build_server_app(settings),
         client_app=build_client_app(resolve),
@@ -106,7 +109,7 @@ def refused_run(tmp_path_factory, ray_init_args) -> Path:
 
 
 def test_a_site_refuses_what_its_policy_forbids_and_logs_it(refused_run):
-    layout = RunLayout(refused_run)
+    layout = run_files(refused_run)
     (entry,) = [json.loads(line) for line in layout.metrics.read_text().splitlines()]
     # Site 0 wants DP-SGD: it refused the round, naming its key; site 1 trained.
     assert list(entry["sites"]) == ["1"]

@@ -15,7 +15,17 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from builders import by_round_lines, make_result, ok_audit, write_run
+from builders import (
+    by_round_lines,
+    load_run_of,
+    make_result,
+    ok_audit,
+    run_files,
+    site_pages,
+    site_report_of,
+    write_report_of,
+    write_run,
+)
 
 from audit.calibration import calibrated_statistics, log_likelihood, reference_statistics
 from audit.components import Records
@@ -25,27 +35,23 @@ from audit.over_rounds import RoundLeakage
 from audit.result import AuditFlags, AuditResult
 from clients.audit_handler import SiteAuditPolicy, write_exposed_records
 from clients.site_data import SiteData
-from contracts.run_files import RunLayout, exposed_records_name
+from contracts.run_files import exposed_records_name
 from reporting import (
     SCHEMA_VERSION,
     SweepPoint,
     build_sweep_report,
     plots,
-    write_report,
-    write_site_report,
 )
 from reporting.aggregate import build_report, two_sided_mean
 from reporting.between_runs import METRICS, over_runs
 from reporting.formatting import fmt, fmt_est, fmt_two_sided
 from reporting.html_page import SORT_SCRIPT
-from reporting.inputs import load_run
 from reporting.manifest import PACKAGES
 from reporting.schema import FLAGS, ReplicateReport, ReplicateRun, ReplicateSite
-from reporting.site_report import site_report_paths
 from reporting.standing import BANDS, rank_band
 from reporting.sweep_report import render_sweep_html
 from simulations.cli import main as cli_main
-from simulations.config import ConfigError, validate_config
+from simulations.config import ConfigError, report_config, validate_config
 
 FAILED_ERROR = "ValueError: too few records for the splits at site 4"
 # Distinctive indices and scores of a site-local exposed-records file.
@@ -91,17 +97,17 @@ def consortium(tmp_path_factory: pytest.TempPathFactory) -> Path:
         dp=8.0,
         audits={**{i: ok_audit(i, r, dp=8.0) for i, r in results.items()}, 4: _failed(4)},
     )
-    state = RunLayout(run).site_state
+    state = run_files(run).site_state
     state.mkdir()
     (state / exposed_records_name(0)).write_text(
         json.dumps({"indices": EXPOSED_INDICES, "scores": EXPOSED_SCORES})
     )
-    write_report(run)
+    write_report_of(run)
     return run
 
 
 def _page_json(run: Path, site_id: int) -> dict[str, Any]:
-    return json.loads(site_report_paths(run, site_id).json_path.read_text())
+    return json.loads(site_pages(run, site_id).json_path.read_text())
 
 
 def _embedded(page: str) -> Any:
@@ -123,10 +129,10 @@ def test_aggregator_writes_one_report_per_audited_site(consortium: Path) -> None
         assert data["source"] == "consortium"
         # The page's numbers are the consortium report's, copied.
         assert data["site"] == by_id[site_id]
-        page = site_report_paths(consortium, site_id).html_path.read_text()
+        page = site_pages(consortium, site_id).html_path.read_text()
         assert _embedded(page) == data
         assert page.count('class="meaning"') == 1
-        site = build_report(load_run(consortium)).sites[site_id]
+        site = build_report(load_run_of(consortium)).sites[site_id]
         assert site.audit is not None
         assert fmt_two_sided(site) in page and fmt_est(site.audit.one_sided.eps_tilde) in page
         assert len(data["threat_model"]) == 3
@@ -155,7 +161,7 @@ def _eps_tildes(site: Any) -> list[float]:
 def test_standing_ranks_without_other_sites_numbers_or_ids(consortium: Path) -> None:
     values = {
         s.site_id: v
-        for s in build_report(load_run(consortium)).sites
+        for s in build_report(load_run_of(consortium)).sites
         if (v := two_sided_mean(s)) is not None
     }
     assert sorted(values) == [0, 1, 2, 3] and len(set(values.values())) == 4
@@ -166,7 +172,7 @@ def test_standing_ranks_without_other_sites_numbers_or_ids(consortium: Path) -> 
         assert st["available"] is True and st["n_ranked"] == 4
         assert st["rank"] == ranked.index(own) + 1
         assert st["band"] == rank_band(st["rank"], 4)
-        page = site_report_paths(consortium, site_id).html_path.read_text()
+        page = site_pages(consortium, site_id).html_path.read_text()
         assert st["band"] in page
         ids = {int(i) for i in re.findall(r"\bsite[ _-]?(\d+)", page)}
         assert ids == {site_id}, ids
@@ -186,10 +192,10 @@ def test_site_pages_show_no_other_sites_eps_tilde(tmp_path: Path, n_sites: int) 
         n_sites=n_sites,
         audits={i: ok_audit(i, results[i]) for i in range(n_sites)},
     )
-    write_report(run)
-    sites = build_report(load_run(run)).sites
+    write_report_of(run)
+    sites = build_report(load_run_of(run)).sites
     for site_id in range(n_sites):
-        page = site_report_paths(run, site_id).html_path.read_text()
+        page = site_pages(run, site_id).html_path.read_text()
         shown = _numbers(page) + _numbers(json.dumps(_page_json(run, site_id)))
         assert fmt_two_sided(sites[site_id]) in page
         for other in sites:
@@ -223,8 +229,8 @@ def test_site_rebuilds_its_report_from_its_audit_file_alone(
     assert data["standing"]["available"] is False and data["standing"]["rank"] is None
     assert "unavailable" in data["standing"]["note"].lower()
     assert data["manifest"]["config_file"] is None and data["manifest"]["config_sha256"] is None
-    page = site_report_paths(alone, 2).html_path.read_text()
-    assert fmt_two_sided(build_report(load_run(consortium)).sites[2]) in page
+    page = site_pages(alone, 2).html_path.read_text()
+    assert fmt_two_sided(build_report(load_run_of(consortium)).sites[2]) in page
     assert "Unavailable" in page
     # The best one-run lower bound (O(1)'s f-DP mean here) is named on the site's own page.
     assert data["site"]["checks"]["best_eps_lb"] == pytest.approx(0.625)
@@ -233,7 +239,7 @@ def test_site_rebuilds_its_report_from_its_audit_file_alone(
 
     # With config.yaml beside it, the manifest hashes it byte for byte.
     shutil.copy(consortium / "config.yaml", alone / "config.yaml")
-    write_site_report(alone, 2)
+    site_report_of(alone, 2)
     manifest = _page_json(alone, 2)["manifest"]
     assert manifest["config_file"] == "config.yaml"
     digest = hashlib.sha256((consortium / "config.yaml").read_bytes()).hexdigest()
@@ -283,15 +289,13 @@ def test_exposed_records_are_linked_never_copied(consortium: Path) -> None:
     link = f"../site_state/{exposed_records_name(0)}"
     data = _page_json(consortium, 0)
     assert data["exposed_records_link"] == link
-    page = site_report_paths(consortium, 0).html_path.read_text()
+    page = site_pages(consortium, 0).html_path.read_text()
     assert f'href="{link}"' in page and "stays at your site" in page
     assert (consortium / "site-reports" / link).resolve().exists()
     for other in (1, 2):
         assert _page_json(consortium, other)["exposed_records_link"] is None
-        assert exposed_records_name(0) not in (
-            site_report_paths(consortium, other).html_path.read_text()
-        )
-    pages = [site_report_paths(consortium, i) for i in range(5)]
+        assert exposed_records_name(0) not in (site_pages(consortium, other).html_path.read_text())
+    pages = [site_pages(consortium, i) for i in range(5)]
     files = [p.html_path for p in pages] + [p.json_path for p in pages]
     files += [consortium / f"report.{ext}" for ext in ("json", "csv", "md", "html")]
     for path in files:
@@ -314,7 +318,7 @@ def test_verdicts_in_plain_language(tmp_path: Path) -> None:
         | {"by_round": by_round_lines([1, 2, 4])},
     }
     run = write_run(tmp_path / "v", n_sites=3, audits=audits)
-    write_report(run)
+    write_report_of(run)
     verdicts = {i: _page_json(run, i)["reading"]["verdict"] for i in range(3)}
     # What the reading covers: the final model, plus the earlier rounds a site audited.
     coverage = {i: _page_json(run, i)["reading"]["not_shown"][-1] for i in (0, 2)}
@@ -361,10 +365,12 @@ def test_every_plot_has_axis_labels(
 ) -> None:
     figures: list[tuple[str, Any]] = []
     monkeypatch.setattr(plots, "_svg", lambda panels, **_: figures.append(panels) or "svg")
-    report = build_report(load_run(consortium))
+    report = build_report(load_run_of(consortium))
     results = {i: make_result([1.0, 1.25], [1.5, 1.75], rm_rn=[0.5, 0.75]) for i in range(4)}
     sweep = build_sweep_report(
-        tmp_path, [SweepPoint("eps=8", {"dp.target_epsilon": 8}, consortium)]
+        tmp_path,
+        [SweepPoint("eps=8", {"dp.target_epsilon": 8}, run_files(consortium))],
+        report_config,
     )
     calls = {
         "site_eps_plot": lambda: plots.site_eps_plot(report.sites),
@@ -401,7 +407,9 @@ def test_every_plot_has_axis_labels(
 
 
 def test_sweep_tables_are_sortable_inline(consortium: Path, tmp_path: Path) -> None:
-    sweep = build_sweep_report(tmp_path, [SweepPoint("eps=8", {}, consortium)])
+    sweep = build_sweep_report(
+        tmp_path, [SweepPoint("eps=8", {}, run_files(consortium))], report_config
+    )
     page = render_sweep_html(sweep)
     assert page.count('<table class="sortable">') == 2
     assert SORT_SCRIPT in page and page.count("<script>") == 1
@@ -466,7 +474,7 @@ def test_exposed_records_file_is_site_local(tmp_path: Path) -> None:
         test_x=members.x[:0],
         test_y=members.y[:0],
     )
-    path = RunLayout(tmp_path).site_state / exposed_records_name(3)
+    path = run_files(tmp_path).site_state / exposed_records_name(3)
     write_exposed_records(
         path, _LinearTask(), _linear(0), data, [_linear(1)], k=4, device_name="cpu"
     )
@@ -509,7 +517,7 @@ def test_the_reading_says_what_the_baseline_knew_of_real_records(tmp_path: Path)
         2: ok_audit(2, sized(result, 400, 123)),
     }
     run = write_run(tmp_path / "r", n_sites=3, audits=audits)
-    write_report(run)
+    write_report_of(run)
     meaning = {i: " ".join(_page_json(run, i)["reading"]["meaning"]) for i in range(3)}
     assert "only from 123 of your own records" in meaning[0]
     assert meaning[0].count(FLAGS["above_real_nonmembers"].plain) == 1

@@ -16,6 +16,7 @@ from builders import (
     flat,
     make_result,
     ok_audit,
+    run_files,
     set_config,
     with_quality,
     write_run,
@@ -25,7 +26,7 @@ from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
 from reporting import SweepPoint, plots, write_sweep_report
 from reporting.columns import SWEEP_SITE_COLUMNS
 from reporting.sweep_report import build_sweep_report
-from simulations.config import ConfigError
+from simulations.config import ConfigError, report_config
 from simulations.sweep import expand, load_sweep
 
 
@@ -131,14 +132,14 @@ def sweep_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _points(runs: dict[str, Path]) -> list[SweepPoint]:
     return [
-        SweepPoint("record eps=2", {"dp.target_epsilon": 2}, runs["rec"]),
-        SweepPoint("client z=1", {"dp.level": "client"}, runs["client"]),
-        SweepPoint("no DP", {"dp.level": "none"}, runs["nodp"]),
+        SweepPoint("record eps=2", {"dp.target_epsilon": 2}, run_files(runs["rec"])),
+        SweepPoint("client z=1", {"dp.level": "client"}, run_files(runs["client"])),
+        SweepPoint("no DP", {"dp.level": "none"}, run_files(runs["nodp"])),
     ]
 
 
 def test_sweep_table_has_the_privacy_columns(sweep_runs: dict[str, Path]) -> None:
-    files = write_sweep_report(sweep_runs["base"] / "out", _points(sweep_runs))
+    files = write_sweep_report(sweep_runs["base"] / "out", _points(sweep_runs), report_config)
     sweep = json.loads(files.json_path.read_text())
     by_label = {p["label"]: p for p in sweep["points"]}
     rec_site = by_label["record eps=2"]["sites"][0]
@@ -186,7 +187,7 @@ def test_site_plots_draw_against_the_accountant_eps(
 ) -> None:
     figures: list[Any] = []
     monkeypatch.setattr(plots, "_svg", lambda panels, **_: figures.append(panels) or "svg")
-    report = build_sweep_report(tmp_path, _points(sweep_runs))
+    report = build_sweep_report(tmp_path, _points(sweep_runs), report_config)
 
     assert plots.sweep_site_bounds_plot(report.points) == "svg"
     (ax,) = figures[-1]

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from builders import run_files
 from flwr.app import Context, RecordDict
 
 from audit import run_audit
@@ -161,16 +162,18 @@ def test_a_sites_audit_gets_the_datasets_schema(tmp_path, monkeypatch) -> None:
     )
     schema = load_dataset("randhie", options=config.data.options).info["schema"]
     run_dir = tmp_path / "run"
-    meta = prepare_run_dir(config, run_dir)
-    assert meta.schema == schema and DatasetMeta.read(run_dir) == meta
+    meta = prepare_run_dir(config, run_files(run_dir))
+    assert meta.schema == schema and DatasetMeta.read(run_files(run_dir)) == meta
     # A site on another machine gets it from the run config alone.
-    remote = read_run({**run_config_values(config, run_dir), "run-dir": "/elsewhere/run"})
+    remote = read_run(
+        {**run_config_values(config, run_files(run_dir)), "run-dir": "/elsewhere/run"}
+    )
     assert remote.meta.schema == schema
 
     context = Context(
         run_id=1, node_id=1, node_config={"partition-id": 1}, state=RecordDict(), run_config={}
     )
-    runtime = SiteResolver(config, remote.meta, run_dir)(context)
+    runtime = SiteResolver(config, remote.meta, run_files(run_dir))(context)
     assert runtime.task.schema == schema and runtime.audit_runner is not None
 
     seen: list[object] = []
