@@ -35,6 +35,13 @@ TWO_SIDED_MEANING = (
 )
 
 
+def _finite(value: float | None) -> float | None:
+    """``value`` as a float, None when absent or not finite."""
+    if value is None or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 @dataclass(frozen=True)
 class BoundSummary:
     """The maximising threshold of one lower bound (see :mod:`audit.bounds`)."""
@@ -218,6 +225,17 @@ class SideResult:
     rm_rn_eps_lb: Interval | None = None
     rm_rn_ceiling: float | None = None
 
+    @property
+    def headroom(self) -> float | None:
+        """ceiling - c_lb: the most eps_tilde could read on this audit set."""
+        return _headroom(self.ceiling, self.c_lb)
+
+
+def _headroom(ceiling: float | None, c_lb: Interval) -> float | None:
+    if ceiling is None or not (math.isfinite(ceiling) and math.isfinite(c_lb.mean)):
+        return None
+    return float(ceiling) - float(c_lb.mean)
+
 
 @dataclass(frozen=True)
 class TwoSidedResult:
@@ -275,6 +293,29 @@ class AuditResult:
     """delta of the f-DP bounds' eps (None in results written before them)."""
     per_class: list[ClassSliceResult] = field(default_factory=list)
     """Per-label slices over repeats; empty for unlabelled or unpaired games."""
+
+    @property
+    def one_sided(self) -> SideResult:
+        """The paper's one-sided game, shaped like a side of the two-sided one."""
+        return SideResult(
+            c_lb=self.c_lb,
+            c_eps_lb=self.c_eps_lb,
+            eps_tilde=self.eps_tilde,
+            ceiling=self.ceiling,
+            flags=self.flags,
+            rm_rn_eps_lb=self.rm_rn_eps_lb,
+            rm_rn_ceiling=self.rm_rn_ceiling,
+        )
+
+    def auc(self, scorer: str) -> float | None:
+        """A scorer's AUC (``baseline``, ``mia``: the mean of its repeats' AUCs; ``rm_rn``:
+        that of the mean ROC); None when it did not run."""
+        if scorer == "rm_rn":
+            roc = self.roc.get(scorer)
+            return None if roc is None else _finite(roc.auc)
+        values = [_finite(getattr(r, f"{scorer}_auc")) for r in self.repeats]
+        finite = [v for v in values if v is not None]
+        return math.fsum(finite) / len(finite) if finite else None
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(dataclasses.asdict(self))

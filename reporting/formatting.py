@@ -12,7 +12,7 @@ from audit.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage, first_leaking_round
-from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, Interval
+from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, Interval
 from audit.sides import SIDES
 from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 
@@ -22,12 +22,12 @@ from .schema import (
     HEADLINE,
     SCORERS,
     TPR_FPR_KEYS,
-    AuditReport,
     BoundViolation,
     ConsortiumSummary,
     FlaggedSites,
     SiteReport,
     mean_of,
+    scorers,
 )
 
 MISSING = "-"
@@ -160,17 +160,17 @@ def fmt(value: float | int | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
-def fmt_interval(iv: Interval | None, digits: int = 3) -> str:
+def fmt_interval(iv: Interval | float | None, digits: int = 3) -> str:
     """``[low, high]`` for display, empty when there is no interval."""
-    if iv is None or not (math.isfinite(iv.low) and math.isfinite(iv.high)):
+    if not isinstance(iv, Interval) or not (math.isfinite(iv.low) and math.isfinite(iv.high)):
         return ""
     return f"[{fmt(iv.low, digits)}, {fmt(iv.high, digits)}]"
 
 
-def fmt_est(iv: Interval | None, digits: int = 3) -> str:
-    """An estimate as ``mean [low, high]``; MISSING without one."""
-    if iv is None:
-        return MISSING
+def fmt_est(iv: Interval | float | None, digits: int = 3) -> str:
+    """An estimate as ``mean [low, high]`` (a number alone as itself); MISSING without one."""
+    if not isinstance(iv, Interval):
+        return fmt(iv, digits)
     bounds = fmt_interval(iv, digits)
     return f"{fmt(iv.mean, digits)} {bounds}" if math.isfinite(iv.mean) and bounds else fmt(iv.mean)
 
@@ -356,12 +356,12 @@ def scorer_headers() -> list[str]:
     return [f"AUC {scorers}"] + [f"TPR@{FPR_LABELS[k]} FPR {scorers}" for k in TPR_FPR_KEYS]
 
 
-def scorer_values(audit: AuditReport | None, scorer: str) -> list[float | None]:
+def scorer_values(audit: AuditResult | None, scorer: str) -> list[float | None]:
     """AUC and TPR at each FPR of :data:`TPR_FPR_KEYS` of one scorer."""
-    s = None if audit is None else audit.scorers.get(scorer)
+    s = None if audit is None else scorers(audit).get(scorer)
     if s is None:
         return [None] * (1 + len(TPR_FPR_KEYS))
-    return [s.auc, *((s.tpr_at_fpr or {}).get(k) for k in TPR_FPR_KEYS)]
+    return [s["auc"], *((s["tpr_at_fpr"] or {}).get(k) for k in TPR_FPR_KEYS)]
 
 
 def scorer_cells(site: SiteReport) -> list[str]:

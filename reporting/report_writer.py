@@ -41,12 +41,11 @@ def write_report(run_dir: Path) -> ReportFiles:
     run_dir = Path(run_dir)
     inputs = load_run(run_dir)
     report = build_report(inputs)
-    results = {sid: a.result for sid, a in inputs.audits.items() if a.result is not None}
     return ReportFiles(
         json_path=atomic_write_text(run_dir / "report.json", report_to_json_text(report)),
         csv_path=write_rows(run_dir / "report.csv", site_rows(report.sites)),
         md_path=atomic_write_text(run_dir / "report.md", render_markdown(report)),
-        html_path=atomic_write_text(run_dir / "report.html", render_html(report, results)),
+        html_path=atomic_write_text(run_dir / "report.html", render_html(report)),
         site_reports=write_site_reports(run_dir, inputs, report),
         ledger_csv_path=write_rows(run_dir / "ledger.csv", ledger_csv_rows(report)),
         warnings=report_warnings(report),

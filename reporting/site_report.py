@@ -127,7 +127,7 @@ def write_site_reports(run_dir: Path, inputs: RunInputs, report: RunReport) -> l
             standing=consortium_standing(site.site_id, report.sites),
             source="consortium",
         )
-        written.append(_write(run_dir, page, result))
+        written.append(_write(run_dir, page))
     return written
 
 
@@ -154,12 +154,12 @@ def write_site_report(run_dir: Path, site_id: int) -> ReportFiles:
         standing=standing_unavailable(),
         source="site",
     )
-    return _write(run_dir, page, result)
+    return _write(run_dir, page)
 
 
-def _write(run_dir: Path, page: SitePageReport, result: AuditResult | None) -> ReportFiles:
+def _write(run_dir: Path, page: SitePageReport) -> ReportFiles:
     paths = site_report_paths(run_dir, page.site.site_id)
     paths.json_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(paths.json_path, report_to_json_text(page))
-    atomic_write_text(paths.html_path, render_site_page(page, result))
+    atomic_write_text(paths.html_path, render_site_page(page))
     return dataclasses.replace(paths, warnings=violation_warnings([page.site]))

@@ -35,7 +35,7 @@ from reporting import (
     write_site_report,
 )
 from reporting.aggregate import build_report, two_sided_mean
-from reporting.between_runs import METRICS, over_runs
+from reporting.between_runs import POOLED, over_runs
 from reporting.formatting import fmt, fmt_est, fmt_two_sided
 from reporting.html_page import SORT_SCRIPT
 from reporting.inputs import load_run
@@ -329,7 +329,7 @@ def test_verdicts_in_plain_language(tmp_path: Path) -> None:
 
 def _two_runs() -> ReplicateReport:
     """A replicate set of two runs with one site (the plot's inputs only)."""
-    numbers = {m.key: over_runs([0.5, 0.75], m.bounds) for m in METRICS}
+    numbers = {m.key: over_runs([0.5, 0.75], m.bounds) for m in POOLED}
     runs = [ReplicateRun(s, f"seed-{s}", "complete", [], None) for s in (0, 1)]
     return ReplicateReport(SCHEMA_VERSION, None, 0, runs, [ReplicateSite(0, numbers)])
 
@@ -369,8 +369,8 @@ def test_every_plot_has_axis_labels(
     calls = {
         "site_eps_plot": lambda: plots.site_eps_plot(report.sites),
         "roc_plot": lambda: plots.roc_plot(0, results[0].roc, 2),
-        "precision_recall_plot": lambda: plots.precision_recall_plot(report.sites, results),
-        "bound_recall_plot": lambda: plots.bound_recall_plot(report.sites, results),
+        "precision_recall_plot": lambda: plots.precision_recall_plot(report.sites),
+        "bound_recall_plot": lambda: plots.bound_recall_plot(report.sites),
         "training_plot": lambda: plots.training_plot(report.rounds),
         "by_round_plot": lambda: plots.by_round_plot(
             [RoundLeakage.from_dict(e) for e in by_round_lines([1, 2])]

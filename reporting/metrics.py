@@ -1,0 +1,373 @@
+"""The metric registry: each number the reports show of a site, declared once.
+
+An entry holds a typed getter into the site's report (:class:`~.schema.SiteReport`), its
+labels, unit, display digits, the level it holds at and a plain-language gloss. The
+consortium and sweep tables, the site page, the privacy ledger's ordering check, ledger.csv,
+the plots and the replicate pooling all take their numbers from here: a new number is one
+entry.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from audit.gradient_canaries import LevelAudit, reading_level
+from audit.over_rounds import RoundLeakage
+from audit.result import AuditResult, Interval, SideResult, TwoSidedResult
+
+from .schema import SiteReport, finite, mean_of
+
+Value = Interval | float | None
+"""A metric's value: an estimate over repeats (its mean is the number) or a number."""
+Guarantee = Literal["released", "client", "site_dp"]
+"""The guarantee a lower bound is checked against: the released model's record-level
+epsilon, the site-level client epsilon, or the site's own DP-SGD epsilon."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number of a site's report."""
+
+    key: str
+    """Its name (ledger.csv's column, a bound violation's ``bound``)."""
+    label: str
+    """Its column header."""
+    name: str
+    """What it is, in a legend or a sentence."""
+    get: Callable[[SiteReport], Value]
+    unit: str = "nats"
+    digits: int = 3
+    gloss: str = ""
+    """What it means, in plain words."""
+    checked: Guarantee | None = None
+    """A lower bound on epsilon: the guarantee it must stay at or below; None: not a bound."""
+    level: Callable[[SiteReport], float | None] | None = None
+    """The level (beta) it holds at."""
+    pooled: str | None = None
+    """Its key among a replicate set's numbers (``replicates.json``); None: not pooled."""
+    pooled_label: str | None = None
+    """Its label there (None: :attr:`label`)."""
+    bounds: tuple[float, float] = (0.0, math.inf)
+    """Its range: a between-run interval is clipped to it."""
+
+    def value(self, site: SiteReport) -> float | None:
+        """The number (an estimate's mean; None when absent or not finite)."""
+        return number(self.get(site))
+
+
+def number(value: Value) -> float | None:
+    """A value's number: an estimate's mean; None when absent or not finite."""
+    return mean_of(value) if isinstance(value, Interval) else finite(value)
+
+
+def audit_of(site: SiteReport) -> AuditResult | None:
+    return site.audit
+
+
+def one_sided(site: SiteReport) -> SideResult | None:
+    """The site's one-sided game (the paper's); None without an audit."""
+    return None if site.audit is None else site.audit.one_sided
+
+
+def two_sided(site: SiteReport) -> TwoSidedResult | None:
+    """The site's two-sided game; None without an audit or in an audit older than it."""
+    return None if site.audit is None else site.audit.two_sided
+
+
+def white_box(site: SiteReport, level: str) -> LevelAudit | None:
+    """One threat level (``mechanism`` or ``server``) of the site's gradient canaries."""
+    canaries = site.privacy.gradient_canaries
+    return None if canaries is None else getattr(canaries, level)
+
+
+def _game(name: str) -> Callable[[SiteReport], Value]:
+    return lambda s: None if (g := one_sided(s)) is None else getattr(g, name)
+
+
+def _two(name: str) -> Callable[[SiteReport], Value]:
+    return lambda s: None if (t := two_sided(s)) is None else getattr(t, name)
+
+
+def _side(side: str, name: str) -> Callable[[SiteReport], Value]:
+    return lambda s: None if (t := two_sided(s)) is None else getattr(getattr(t, side), name)
+
+
+def _result(name: str) -> Callable[[SiteReport], Value]:
+    return lambda s: None if s.audit is None else getattr(s.audit, name)
+
+
+def _canary(name: str) -> Callable[[SiteReport], Value]:
+    return lambda s: None if s.privacy.canary is None else getattr(s.privacy.canary, name)
+
+
+def _white_box(level: str, name: str) -> Callable[[SiteReport], Value]:
+    return lambda s: None if (w := white_box(s, level)) is None else getattr(w, name)
+
+
+def _audit_level(key: str) -> Callable[[SiteReport], float | None]:
+    return lambda s: None if s.audit is None else s.audit.levels.get(key)
+
+
+def _canary_level(site: SiteReport) -> float | None:
+    return None if site.privacy.canary is None else site.privacy.canary.beta
+
+
+def _white_box_level(site: SiteReport) -> float | None:
+    canaries = site.privacy.gradient_canaries
+    return None if canaries is None else reading_level(canaries.beta)
+
+
+def _mechanism_estimate(site: SiteReport) -> Interval | None:
+    """The white-box mechanism-level estimate with its interval over the canaries."""
+    level = white_box(site, "mechanism")
+    if level is None:
+        return None
+    low, high = level.eps_estimate_low, level.eps_estimate_high
+    return Interval(mean=level.eps_estimate, std=0.0, low=low, high=high, n=0)
+
+
+_FRACTION = (0.0, 1.0)
+_WHITE_BOX = "(gradient canaries)"
+
+C_LB = Metric("c_lb", "c_lb", "c_lb", _game("c_lb"), gloss="the baseline's lower bound")
+C_EPS_LB = Metric("c_eps_lb", "{c+eps}_lb", "{c+eps}_lb", _game("c_eps_lb"))
+CEILING = Metric("ceiling", "ceiling", "the bound a perfect scorer reaches", _game("ceiling"))
+HEADROOM = Metric("headroom", "headroom", "headroom: ceiling - c_lb", _game("headroom"))
+EPS_TILDE_TWO_SIDED = Metric(
+    "eps_tilde_two_sided",
+    "eps_tilde two-sided",
+    "eps_tilde two-sided",
+    _two("eps_tilde"),
+    gloss="the larger side's leakage",
+    pooled="eps_tilde_two_sided",
+)
+EPS_TILDE_MEMBER = Metric(
+    "eps_tilde_member",
+    "its member side",
+    "its member side",
+    _side("member", "eps_tilde"),
+    pooled="eps_tilde_member",
+)
+EPS_TILDE_NONMEMBER = Metric(
+    "eps_tilde_nonmember",
+    "its non-member side",
+    "its non-member side",
+    _side("nonmember", "eps_tilde"),
+    pooled="eps_tilde_nonmember",
+)
+EPS_TILDE = Metric(
+    "eps_tilde",
+    "eps_tilde",
+    "eps_tilde one-sided",
+    _game("eps_tilde"),
+    gloss="the paper's one-sided leakage",
+    pooled="eps_tilde",
+    pooled_label="eps_tilde one-sided (paper)",
+)
+RM_RN_TWO_SIDED = Metric(
+    "rm_rn_eps_lb_two_sided",
+    "RM;RN two-sided",
+    "RM;RN eps lower bound (two-sided)",
+    _two("rm_rn_eps_lb"),
+    gloss="RM;RN counting 'non-member' guesses too",
+    checked="released",
+    level=_audit_level("rm_rn_two_sided_each"),
+    pooled="rm_rn_two_sided",
+)
+RM_RN = Metric(
+    "rm_rn_eps_lb",
+    "RM;RN",
+    "RM;RN eps lower bound (one-sided)",
+    _game("rm_rn_eps_lb"),
+    gloss="the same attack against real held-out records of the site (c = 0): an eps lower bound",
+    checked="released",
+    level=_audit_level("rm_rn"),
+    pooled="rm_rn",
+    pooled_label="RM;RN one-sided",
+)
+RM_RN_MEMBER = Metric(
+    "rm_rn_eps_lb_member",
+    "RM;RN member side",
+    "RM;RN eps lower bound (member side)",
+    _side("member", "rm_rn_eps_lb"),
+    checked="released",
+    level=_audit_level("rm_rn_two_sided_each"),
+)
+RM_RN_NONMEMBER = Metric(
+    "rm_rn_eps_lb_nonmember",
+    "RM;RN non-member side",
+    "RM;RN eps lower bound (non-member side)",
+    _side("nonmember", "rm_rn_eps_lb"),
+    checked="released",
+    level=_audit_level("rm_rn_two_sided_each"),
+)
+O1 = Metric(
+    "o1_eps_lb",
+    "O(1)",
+    "O(1) eps lower bound",
+    _result("o1_eps_lb"),
+    gloss="Steinke et al. (2023): loss-threshold guesses on real members and non-members",
+    checked="released",
+    level=_audit_level("o1"),
+    pooled="o1",
+    pooled_label="O(1) (Steinke)",
+)
+O1_FDP = Metric(
+    "o1_eps_lb_fdp",
+    "O(1) f-DP",
+    "O(1) f-DP eps lower bound",
+    _result("o1_eps_lb_fdp"),
+    gloss="the same guesses against a Gaussian trade-off curve (Mahloujifar et al. 2025), "
+    "mean over repeats",
+    checked="released",
+    level=_audit_level("o1_fdp"),
+    pooled="o1_fdp",
+    pooled_label="O(1) (f-DP)",
+)
+CANARY = Metric(
+    "canary_eps_lb",
+    "canary_eps_lb",
+    "canary audit eps lower bound",
+    _canary("eps_lb"),
+    checked="released",
+    level=_canary_level,
+    pooled="canary",
+    pooled_label="canary one-run bound (Steinke)",
+)
+CANARY_FDP = Metric(
+    "canary_eps_lb_fdp",
+    "canary f-DP eps_lb",
+    "canary audit f-DP eps lower bound",
+    _canary("eps_lb_fdp"),
+    checked="released",
+    level=_canary_level,
+    pooled="canary_fdp",
+    pooled_label="canary one-run bound (f-DP)",
+)
+CLIENT_EPS_LB = Metric(
+    "client_eps_lb",
+    "canary clients' lower bound",
+    "canary clients' client-level f-DP eps lower bound",
+    lambda s: s.privacy.client_eps_lb,
+    checked="client",
+    level=lambda s: s.privacy.client_eps_lb_beta,
+    pooled="client_eps_lb",
+)
+MECHANISM_FDP = Metric(
+    "mechanism_eps_lb_fdp",
+    "white-box mechanism f-DP eps_lb",
+    f"white-box mechanism-level f-DP eps lower bound {_WHITE_BOX}",
+    _white_box("mechanism", "eps_lb_fdp"),
+    checked="site_dp",
+    level=_white_box_level,
+    pooled="mechanism_fdp",
+    pooled_label="white-box mechanism bound (f-DP)",
+)
+MECHANISM_STEINKE = Metric(
+    "mechanism_eps_lb_steinke",
+    "white-box mechanism Steinke eps_lb",
+    f"white-box mechanism-level Steinke eps lower bound {_WHITE_BOX}",
+    _white_box("mechanism", "eps_lb_steinke"),
+    checked="site_dp",
+    level=_white_box_level,
+)
+MECHANISM_ESTIMATE = Metric(
+    "mechanism_estimate",
+    "white-box mechanism estimate",
+    "white-box mechanism estimate",
+    _mechanism_estimate,
+    gloss="the Gaussian estimate [95% interval over the canaries]: not a bound",
+    pooled="mechanism_estimate",
+)
+SERVER_FDP = Metric(
+    "server_eps_lb_fdp",
+    "white-box server f-DP eps_lb",
+    f"white-box server-level f-DP eps lower bound {_WHITE_BOX}",
+    _white_box("server", "eps_lb_fdp"),
+    checked="site_dp",
+    level=_white_box_level,
+    pooled="server_fdp",
+    pooled_label="white-box server bound (f-DP)",
+)
+SERVER_STEINKE = Metric(
+    "server_eps_lb_steinke",
+    "white-box server Steinke eps_lb",
+    f"white-box server-level Steinke eps lower bound {_WHITE_BOX}",
+    _white_box("server", "eps_lb_steinke"),
+    checked="site_dp",
+    level=_white_box_level,
+)
+HOLDOUT_ACCURACY = Metric(
+    "holdout_accuracy",
+    "accuracy (site holdout)",
+    "accuracy on the site's holdout",
+    lambda s: None if s.audit is None else s.audit.quality.get("target_accuracy_nonmembers"),
+    unit="fraction",
+    pooled="holdout_accuracy",
+    pooled_label="accuracy on the site's holdout",
+    bounds=_FRACTION,
+)
+DP_EPSILON = Metric(
+    "dp_epsilon",
+    "accountant eps record",
+    "record-level accountant eps",
+    lambda s: s.privacy.dp_epsilon,
+    digits=2,
+    pooled="dp_epsilon",
+    pooled_label="record-level accountant eps",
+)
+CLIENT_EPSILON = Metric(
+    "client_epsilon",
+    "accountant eps client (site-level)",
+    "client-level accountant eps",
+    lambda s: s.privacy.client_epsilon,
+    digits=2,
+    pooled="client_epsilon",
+    pooled_label="client-level accountant eps",
+)
+
+METRICS: tuple[Metric, ...] = (
+    C_LB,
+    C_EPS_LB,
+    CEILING,
+    HEADROOM,
+    EPS_TILDE_TWO_SIDED,
+    EPS_TILDE_MEMBER,
+    EPS_TILDE_NONMEMBER,
+    EPS_TILDE,
+    RM_RN_TWO_SIDED,
+    RM_RN,
+    RM_RN_MEMBER,
+    RM_RN_NONMEMBER,
+    O1,
+    O1_FDP,
+    CANARY,
+    CANARY_FDP,
+    CLIENT_EPS_LB,
+    MECHANISM_FDP,
+    MECHANISM_STEINKE,
+    MECHANISM_ESTIMATE,
+    SERVER_FDP,
+    SERVER_STEINKE,
+    HOLDOUT_ACCURACY,
+    DP_EPSILON,
+    CLIENT_EPSILON,
+)
+"""Every number of a site the reports show, in the order a replicate set pools them."""
+
+METRIC: dict[str, Metric] = {m.key: m for m in METRICS}
+LOWER_BOUNDS: tuple[Metric, ...] = tuple(m for m in METRICS if m.checked is not None)
+"""The measured lower bounds on epsilon that the ordering check holds to a guarantee."""
+
+
+def round_two_sided(e: RoundLeakage) -> Interval:
+    """Two-sided eps_tilde of one audited round (:attr:`SiteReport.by_round`)."""
+    return e.eps_tilde_two_sided
+
+
+def round_o1(e: RoundLeakage) -> Interval | None:
+    """O(1) of one audited round."""
+    return e.o1_eps_lb
