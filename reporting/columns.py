@@ -64,10 +64,11 @@ from .metrics import (
     SERVER_FDP,
     Metric,
     Value,
+    mechanism,
     number,
     round_o1,
     round_two_sided,
-    white_box,
+    server,
 )
 from .privacy_ledger import released_model_epsilon
 from .schema import (
@@ -169,15 +170,21 @@ def _mean_only(m: Metric) -> Column[SiteReport]:
     )
 
 
-def _titled(header: str, of: Callable[[Row], float | None], off: bool = False) -> Column[Row]:
-    """A numeric column: rounded, its unrounded value as the tooltip; "off" for None when
-    ``off``."""
-    return column(header, lambda r: fmt(of(r)) if of(r) is not None or not off else "off", title=of)
+def _titled(
+    header: str, of: Callable[[Row], float | None], off: bool = False, digits: int = 3
+) -> Column[Row]:
+    """A numeric column: rounded to ``digits``, its unrounded value as the tooltip; "off" for
+    None when ``off``."""
+
+    def text(r: Row) -> str:
+        return "off" if off and of(r) is None else fmt(of(r), digits)
+
+    return column(header, text, title=of)
 
 
 def _number(m: Metric, off: bool = False) -> Column[SiteRow]:
     """:func:`_titled` of a row's site's metric, under its label."""
-    return _titled(m.label, _site(m.value), off)
+    return _titled(m.label, _site(m.value), off, m.digits)
 
 
 def _eps_tilde_cell(site: SiteReport) -> str:
@@ -417,11 +424,11 @@ _L_CANARY: Column[SiteRow] = column(
 )
 _L_MECHANISM: Column[SiteRow] = column(
     "white-box mechanism: f-DP eps_lb / estimate [95% CI]",
-    lambda r: fmt_white_box(white_box(r.site, "mechanism")),
+    lambda r: fmt_white_box(mechanism(r.site)),
 )
 _L_WB_SERVER: Column[SiteRow] = column(
     "white-box server: f-DP eps_lb / estimate [95% CI]",
-    lambda r: fmt_white_box(white_box(r.site, "server")),
+    lambda r: fmt_white_box(server(r.site)),
 )
 _L_ONE: Column[SiteRow] = column("eps_tilde one-sided", lambda r: fmt(EPS_TILDE.value(r.site)))
 _L_TWO: Column[SiteRow] = column(

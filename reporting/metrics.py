@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from audit.canary import CanaryResult
 from audit.gradient_canaries import LevelAudit, reading_level
 from audit.over_rounds import RoundLeakage
-from audit.result import AuditResult, Interval, SideResult, TwoSidedResult
+from audit.result import AuditResult, Interval, TwoSidedResult
 
 from .schema import SiteReport, finite, mean_of
 
@@ -63,48 +64,39 @@ def number(value: Value) -> float | None:
     return mean_of(value) if isinstance(value, Interval) else finite(value)
 
 
-def audit_of(site: SiteReport) -> AuditResult | None:
-    return site.audit
-
-
-def one_sided(site: SiteReport) -> SideResult | None:
-    """The site's one-sided game (the paper's); None without an audit."""
-    return None if site.audit is None else site.audit.one_sided
-
-
 def two_sided(site: SiteReport) -> TwoSidedResult | None:
     """The site's two-sided game; None without an audit or in an audit older than it."""
     return None if site.audit is None else site.audit.two_sided
 
 
-def white_box(site: SiteReport, level: str) -> LevelAudit | None:
-    """One threat level (``mechanism`` or ``server``) of the site's gradient canaries."""
+def mechanism(site: SiteReport) -> LevelAudit | None:
+    """The mechanism level of the site's gradient canaries (every noisy step)."""
     canaries = site.privacy.gradient_canaries
-    return None if canaries is None else getattr(canaries, level)
+    return None if canaries is None else canaries.mechanism
 
 
-def _game(name: str) -> Callable[[SiteReport], Value]:
-    return lambda s: None if (g := one_sided(s)) is None else getattr(g, name)
+def server(site: SiteReport) -> LevelAudit | None:
+    """The server level of the site's gradient canaries (its round updates)."""
+    canaries = site.privacy.gradient_canaries
+    return None if canaries is None else canaries.server
 
 
-def _two(name: str) -> Callable[[SiteReport], Value]:
-    return lambda s: None if (t := two_sided(s)) is None else getattr(t, name)
+def _audit(get: Callable[[AuditResult], Value]) -> Callable[[SiteReport], Value]:
+    return lambda s: None if s.audit is None else get(s.audit)
 
 
-def _side(side: str, name: str) -> Callable[[SiteReport], Value]:
-    return lambda s: None if (t := two_sided(s)) is None else getattr(getattr(t, side), name)
+def _two(get: Callable[[TwoSidedResult], Value]) -> Callable[[SiteReport], Value]:
+    return lambda s: None if (t := two_sided(s)) is None else get(t)
 
 
-def _result(name: str) -> Callable[[SiteReport], Value]:
-    return lambda s: None if s.audit is None else getattr(s.audit, name)
+def _canary(get: Callable[[CanaryResult], Value]) -> Callable[[SiteReport], Value]:
+    return lambda s: None if s.privacy.canary is None else get(s.privacy.canary)
 
 
-def _canary(name: str) -> Callable[[SiteReport], Value]:
-    return lambda s: None if s.privacy.canary is None else getattr(s.privacy.canary, name)
-
-
-def _white_box(level: str, name: str) -> Callable[[SiteReport], Value]:
-    return lambda s: None if (w := white_box(s, level)) is None else getattr(w, name)
+def _level(
+    of: Callable[[SiteReport], LevelAudit | None], get: Callable[[LevelAudit], Value]
+) -> Callable[[SiteReport], Value]:
+    return lambda s: None if (level := of(s)) is None else get(level)
 
 
 def _audit_level(key: str) -> Callable[[SiteReport], float | None]:
@@ -122,48 +114,45 @@ def _white_box_level(site: SiteReport) -> float | None:
 
 def _mechanism_estimate(site: SiteReport) -> Interval | None:
     """The white-box mechanism-level estimate with its interval over the canaries."""
-    level = white_box(site, "mechanism")
-    if level is None:
+    if (m := mechanism(site)) is None:
         return None
-    low, high = level.eps_estimate_low, level.eps_estimate_high
-    return Interval(mean=level.eps_estimate, std=0.0, low=low, high=high, n=0)
+    return Interval(m.eps_estimate, 0.0, m.eps_estimate_low, m.eps_estimate_high, n=0)
 
 
 _FRACTION = (0.0, 1.0)
-_WHITE_BOX = "(gradient canaries)"
+_RM_RN_EACH = _audit_level("rm_rn_two_sided_each")
+_WB = "(gradient canaries)"
 
-C_LB = Metric("c_lb", "c_lb", "c_lb", _game("c_lb"), gloss="the baseline's lower bound")
-C_EPS_LB = Metric("c_eps_lb", "{c+eps}_lb", "{c+eps}_lb", _game("c_eps_lb"))
-CEILING = Metric("ceiling", "ceiling", "the bound a perfect scorer reaches", _game("ceiling"))
-HEADROOM = Metric("headroom", "headroom", "headroom: ceiling - c_lb", _game("headroom"))
+C_LB = Metric("c_lb", "c_lb", "c_lb", _audit(lambda a: a.c_lb))
+C_EPS_LB = Metric("c_eps_lb", "{c+eps}_lb", "{c+eps}_lb", _audit(lambda a: a.c_eps_lb))
+CEILING = Metric("ceiling", "ceiling", "ceiling", _audit(lambda a: a.ceiling))
+HEADROOM = Metric("headroom", "headroom", "ceiling - c_lb", _audit(lambda a: a.one_sided.headroom))
 EPS_TILDE_TWO_SIDED = Metric(
     "eps_tilde_two_sided",
     "eps_tilde two-sided",
     "eps_tilde two-sided",
-    _two("eps_tilde"),
-    gloss="the larger side's leakage",
+    _two(lambda t: t.eps_tilde),
     pooled="eps_tilde_two_sided",
 )
 EPS_TILDE_MEMBER = Metric(
     "eps_tilde_member",
     "its member side",
-    "its member side",
-    _side("member", "eps_tilde"),
+    "eps_tilde two-sided, member side",
+    _two(lambda t: t.member.eps_tilde),
     pooled="eps_tilde_member",
 )
 EPS_TILDE_NONMEMBER = Metric(
     "eps_tilde_nonmember",
     "its non-member side",
-    "its non-member side",
-    _side("nonmember", "eps_tilde"),
+    "eps_tilde two-sided, non-member side",
+    _two(lambda t: t.nonmember.eps_tilde),
     pooled="eps_tilde_nonmember",
 )
 EPS_TILDE = Metric(
     "eps_tilde",
     "eps_tilde",
     "eps_tilde one-sided",
-    _game("eps_tilde"),
-    gloss="the paper's one-sided leakage",
+    _audit(lambda a: a.eps_tilde),
     pooled="eps_tilde",
     pooled_label="eps_tilde one-sided (paper)",
 )
@@ -171,17 +160,17 @@ RM_RN_TWO_SIDED = Metric(
     "rm_rn_eps_lb_two_sided",
     "RM;RN two-sided",
     "RM;RN eps lower bound (two-sided)",
-    _two("rm_rn_eps_lb"),
+    _two(lambda t: t.rm_rn_eps_lb),
     gloss="RM;RN counting 'non-member' guesses too",
     checked="released",
-    level=_audit_level("rm_rn_two_sided_each"),
+    level=_RM_RN_EACH,
     pooled="rm_rn_two_sided",
 )
 RM_RN = Metric(
     "rm_rn_eps_lb",
     "RM;RN",
     "RM;RN eps lower bound (one-sided)",
-    _game("rm_rn_eps_lb"),
+    _audit(lambda a: a.rm_rn_eps_lb),
     gloss="the same attack against real held-out records of the site (c = 0): an eps lower bound",
     checked="released",
     level=_audit_level("rm_rn"),
@@ -192,23 +181,23 @@ RM_RN_MEMBER = Metric(
     "rm_rn_eps_lb_member",
     "RM;RN member side",
     "RM;RN eps lower bound (member side)",
-    _side("member", "rm_rn_eps_lb"),
+    _two(lambda t: t.member.rm_rn_eps_lb),
     checked="released",
-    level=_audit_level("rm_rn_two_sided_each"),
+    level=_RM_RN_EACH,
 )
 RM_RN_NONMEMBER = Metric(
     "rm_rn_eps_lb_nonmember",
     "RM;RN non-member side",
     "RM;RN eps lower bound (non-member side)",
-    _side("nonmember", "rm_rn_eps_lb"),
+    _two(lambda t: t.nonmember.rm_rn_eps_lb),
     checked="released",
-    level=_audit_level("rm_rn_two_sided_each"),
+    level=_RM_RN_EACH,
 )
 O1 = Metric(
     "o1_eps_lb",
     "O(1)",
     "O(1) eps lower bound",
-    _result("o1_eps_lb"),
+    _audit(lambda a: a.o1_eps_lb),
     gloss="Steinke et al. (2023): loss-threshold guesses on real members and non-members",
     checked="released",
     level=_audit_level("o1"),
@@ -219,7 +208,7 @@ O1_FDP = Metric(
     "o1_eps_lb_fdp",
     "O(1) f-DP",
     "O(1) f-DP eps lower bound",
-    _result("o1_eps_lb_fdp"),
+    _audit(lambda a: a.o1_eps_lb_fdp),
     gloss="the same guesses against a Gaussian trade-off curve (Mahloujifar et al. 2025), "
     "mean over repeats",
     checked="released",
@@ -231,7 +220,7 @@ CANARY = Metric(
     "canary_eps_lb",
     "canary_eps_lb",
     "canary audit eps lower bound",
-    _canary("eps_lb"),
+    _canary(lambda c: c.eps_lb),
     checked="released",
     level=_canary_level,
     pooled="canary",
@@ -241,7 +230,7 @@ CANARY_FDP = Metric(
     "canary_eps_lb_fdp",
     "canary f-DP eps_lb",
     "canary audit f-DP eps lower bound",
-    _canary("eps_lb_fdp"),
+    _canary(lambda c: c.eps_lb_fdp),
     checked="released",
     level=_canary_level,
     pooled="canary_fdp",
@@ -259,8 +248,8 @@ CLIENT_EPS_LB = Metric(
 MECHANISM_FDP = Metric(
     "mechanism_eps_lb_fdp",
     "white-box mechanism f-DP eps_lb",
-    f"white-box mechanism-level f-DP eps lower bound {_WHITE_BOX}",
-    _white_box("mechanism", "eps_lb_fdp"),
+    f"white-box mechanism-level f-DP eps lower bound {_WB}",
+    _level(mechanism, lambda m: m.eps_lb_fdp),
     checked="site_dp",
     level=_white_box_level,
     pooled="mechanism_fdp",
@@ -269,8 +258,8 @@ MECHANISM_FDP = Metric(
 MECHANISM_STEINKE = Metric(
     "mechanism_eps_lb_steinke",
     "white-box mechanism Steinke eps_lb",
-    f"white-box mechanism-level Steinke eps lower bound {_WHITE_BOX}",
-    _white_box("mechanism", "eps_lb_steinke"),
+    f"white-box mechanism-level Steinke eps lower bound {_WB}",
+    _level(mechanism, lambda m: m.eps_lb_steinke),
     checked="site_dp",
     level=_white_box_level,
 )
@@ -285,8 +274,8 @@ MECHANISM_ESTIMATE = Metric(
 SERVER_FDP = Metric(
     "server_eps_lb_fdp",
     "white-box server f-DP eps_lb",
-    f"white-box server-level f-DP eps lower bound {_WHITE_BOX}",
-    _white_box("server", "eps_lb_fdp"),
+    f"white-box server-level f-DP eps lower bound {_WB}",
+    _level(server, lambda m: m.eps_lb_fdp),
     checked="site_dp",
     level=_white_box_level,
     pooled="server_fdp",
@@ -295,8 +284,8 @@ SERVER_FDP = Metric(
 SERVER_STEINKE = Metric(
     "server_eps_lb_steinke",
     "white-box server Steinke eps_lb",
-    f"white-box server-level Steinke eps lower bound {_WHITE_BOX}",
-    _white_box("server", "eps_lb_steinke"),
+    f"white-box server-level Steinke eps lower bound {_WB}",
+    _level(server, lambda m: m.eps_lb_steinke),
     checked="site_dp",
     level=_white_box_level,
 )
@@ -304,7 +293,7 @@ HOLDOUT_ACCURACY = Metric(
     "holdout_accuracy",
     "accuracy (site holdout)",
     "accuracy on the site's holdout",
-    lambda s: None if s.audit is None else s.audit.quality.get("target_accuracy_nonmembers"),
+    _audit(lambda a: a.quality.get("target_accuracy_nonmembers")),
     unit="fraction",
     pooled="holdout_accuracy",
     pooled_label="accuracy on the site's holdout",
@@ -315,7 +304,6 @@ DP_EPSILON = Metric(
     "accountant eps record",
     "record-level accountant eps",
     lambda s: s.privacy.dp_epsilon,
-    digits=2,
     pooled="dp_epsilon",
     pooled_label="record-level accountant eps",
 )
@@ -324,7 +312,6 @@ CLIENT_EPSILON = Metric(
     "accountant eps client (site-level)",
     "client-level accountant eps",
     lambda s: s.privacy.client_epsilon,
-    digits=2,
     pooled="client_epsilon",
     pooled_label="client-level accountant eps",
 )

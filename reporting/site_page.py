@@ -62,7 +62,7 @@ from .formatting import (
     violation_banner_lines,
 )
 from .html_page import esc, page
-from .metrics import CANARY_FDP, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, white_box
+from .metrics import CANARY_FDP, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, mechanism, server
 from .schema import SCORERS, SitePageReport, SiteReport, mean_of, report_json
 
 _VERDICT_LABELS = {
@@ -302,12 +302,12 @@ def _privacy_table(site: SiteReport) -> Table:
         ),
         Item(
             "white-box, mechanism level: f-DP eps lower bound / estimate [95% interval]",
-            fmt_white_box(white_box(site, "mechanism")),
+            fmt_white_box(mechanism(site)),
             WHITE_BOX_MEANING,
         ),
         Item(
             "white-box, server level: f-DP eps lower bound / estimate [95% interval]",
-            fmt_white_box(white_box(site, "server")),
+            fmt_white_box(server(site)),
             "the same canaries read from your round updates only (local steps hidden)",
         ),
         Item(
