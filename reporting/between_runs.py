@@ -19,7 +19,7 @@ from scipy import stats
 
 from .columns import SiteRow
 from .formatting import fmt
-from .metrics import METRICS, Metric
+from .metrics import METRICS, RANGES, Metric
 from .schema import (
     OverRuns,
     PointComparison,
@@ -64,12 +64,12 @@ class Pooled:
 
 def _pooled(m: Metric) -> Pooled:
     assert m.pooled is not None
-    return Pooled(m.pooled, m.pooled_label or m.label, lambda r: m.value(r.site), m.bounds)
+    return Pooled(m.pooled, m.pooled_label or m.label, lambda r: m.value(r.site), RANGES[m.unit])
 
 
 _SITE_POOLED = [_pooled(m) for m in METRICS if m.pooled is not None]
 _GLOBAL_ACCURACY = Pooled(
-    "global_accuracy", "global accuracy", lambda r: finite(r.global_accuracy), (0.0, 1.0)
+    "global_accuracy", "global accuracy", lambda r: finite(r.global_accuracy), RANGES["fraction"]
 )
 _AT = [p.key for p in _SITE_POOLED].index("holdout_accuracy")
 POOLED: tuple[Pooled, ...] = (*_SITE_POOLED[:_AT], _GLOBAL_ACCURACY, *_SITE_POOLED[_AT:])

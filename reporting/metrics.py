@@ -23,6 +23,9 @@ from .schema import SiteReport, finite, mean_of
 
 Value = Interval | float | None
 """A metric's value: an estimate over repeats (its mean is the number) or a number."""
+Unit = Literal["nats", "fraction"]
+RANGES: dict[Unit, tuple[float, float]] = {"nats": (0.0, math.inf), "fraction": (0.0, 1.0)}
+"""Each unit's range (a between-run interval is clipped to it)."""
 Guarantee = Literal["released", "client", "site_dp"]
 """The guarantee a lower bound is checked against: the released model's record-level
 epsilon, the site-level client epsilon, or the site's own DP-SGD epsilon."""
@@ -39,7 +42,8 @@ class Metric:
     name: str
     """What it is, in a legend or a sentence."""
     get: Callable[[SiteReport], Value]
-    unit: str = "nats"
+    unit: Unit = "nats"
+    """Its unit (:data:`RANGES`: the values it can take)."""
     digits: int = 3
     gloss: str = ""
     """What it means, in plain words."""
@@ -51,8 +55,6 @@ class Metric:
     """Its key among a replicate set's numbers (``replicates.json``); None: not pooled."""
     pooled_label: str | None = None
     """Its label there (None: :attr:`label`)."""
-    bounds: tuple[float, float] = (0.0, math.inf)
-    """Its range: a between-run interval is clipped to it."""
 
     def value(self, site: SiteReport) -> float | None:
         """The number (an estimate's mean; None when absent or not finite)."""
@@ -119,7 +121,6 @@ def _mechanism_estimate(site: SiteReport) -> Interval | None:
     return Interval(m.eps_estimate, 0.0, m.eps_estimate_low, m.eps_estimate_high, n=0)
 
 
-_FRACTION = (0.0, 1.0)
 _RM_RN_EACH = _audit_level("rm_rn_two_sided_each")
 _WB = "(gradient canaries)"
 
@@ -297,7 +298,6 @@ HOLDOUT_ACCURACY = Metric(
     unit="fraction",
     pooled="holdout_accuracy",
     pooled_label="accuracy on the site's holdout",
-    bounds=_FRACTION,
 )
 DP_EPSILON = Metric(
     "dp_epsilon",
