@@ -1,10 +1,11 @@
 """Typed models of the consortium report (``report.json``), a site's own report and the sweep
 report (``sweep.json``); docs/run_outputs.md says what each key holds.
 
-Plain frozen dataclasses, nested like :class:`audit.result.AuditResult`: each number is held
-once, where it belongs (an estimate with its interval, a game with its flags, a guarantee
-with its accountant). :func:`contracts.json_values.json_safe` serialises them. The report
-never carries raw records or per-record scores: only summary numbers of the run's files.
+Plain frozen dataclasses; a site's audit is the :class:`audit.result.AuditResult` itself:
+each number is held once, where it belongs (an estimate with its interval, a game with its
+flags, a guarantee with its accountant). :func:`report_json` serialises them, the audit's
+types through their view (:data:`VIEWS`), so the report never carries raw records,
+per-record scores or curves: only summary numbers of the run's files.
 """
 
 from __future__ import annotations
