@@ -35,8 +35,8 @@ TWO_SIDED_MEANING = (
 )
 
 
-def _finite(value: float | None) -> float | None:
-    """``value`` as a float, None when absent or not finite."""
+def finite(value: float | None) -> float | None:
+    """``value`` as a float; None when absent, not a number or not finite."""
     if value is None or isinstance(value, bool) or not math.isfinite(value):
         return None
     return float(value)
@@ -228,13 +228,8 @@ class SideResult:
     @property
     def headroom(self) -> float | None:
         """ceiling - c_lb: the most eps_tilde could read on this audit set."""
-        return _headroom(self.ceiling, self.c_lb)
-
-
-def _headroom(ceiling: float | None, c_lb: Interval) -> float | None:
-    if ceiling is None or not (math.isfinite(ceiling) and math.isfinite(c_lb.mean)):
-        return None
-    return float(ceiling) - float(c_lb.mean)
+        ceiling, c_lb = finite(self.ceiling), finite(self.c_lb.mean)
+        return None if ceiling is None or c_lb is None else ceiling - c_lb
 
 
 @dataclass(frozen=True)
@@ -312,10 +307,10 @@ class AuditResult:
         that of the mean ROC); None when it did not run."""
         if scorer == "rm_rn":
             roc = self.roc.get(scorer)
-            return None if roc is None else _finite(roc.auc)
-        values = [_finite(getattr(r, f"{scorer}_auc")) for r in self.repeats]
-        finite = [v for v in values if v is not None]
-        return math.fsum(finite) / len(finite) if finite else None
+            return None if roc is None else finite(roc.auc)
+        aucs = [r.baseline_auc if scorer == "baseline" else r.mia_auc for r in self.repeats]
+        found = [v for v in map(finite, aucs) if v is not None]
+        return math.fsum(found) / len(found) if found else None
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(dataclasses.asdict(self))

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from audit.client_canaries import ClientCanaryResult
 from audit.over_rounds import first_leaking_round
-from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult
+from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, finite
 from audit.sides import SIDES
 from contracts.run_files import NOISE_NOTES
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, empty_rounds
@@ -29,7 +29,6 @@ from .schema import (
     FlaggedSites,
     RunReport,
     SiteReport,
-    finite,
     mean_of,
 )
 

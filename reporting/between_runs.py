@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from audit.result import finite
+
 from .columns import SiteRow
 from .formatting import fmt
 from .metrics import METRICS, RANGES, Metric
@@ -26,7 +28,6 @@ from .schema import (
     ReplicateReport,
     RunReport,
     SweepPointReport,
-    finite,
 )
 
 LEVEL = 0.95

@@ -17,9 +17,9 @@ from typing import Literal
 from audit.canary import CanaryResult
 from audit.gradient_canaries import LevelAudit, reading_level
 from audit.over_rounds import RoundLeakage
-from audit.result import AuditResult, Interval, TwoSidedResult
+from audit.result import AuditResult, Interval, TwoSidedResult, finite
 
-from .schema import SiteReport, finite, mean_of
+from .schema import SiteReport, mean_of
 
 Value = Interval | float | None
 """A metric's value: an estimate over repeats (its mean is the number) or a number."""

@@ -31,6 +31,7 @@ from audit.result import (
     RepeatResult,
     SideResult,
     TwoSidedResult,
+    finite,
 )
 from audit.sides import SIDES
 from contracts.dp_level import DPLevel
@@ -57,14 +58,6 @@ TPR_FPR_KEYS: tuple[str, ...] = ("0.01", "0.001")
 def mean_of(iv: Interval | None) -> float | None:
     """An estimate's mean (None when absent or not finite): a cell's unrounded tooltip."""
     return None if iv is None or not math.isfinite(iv.mean) else iv.mean
-
-
-def finite(value: float | None) -> float | None:
-    """``value`` as a float; None when absent, not a number or not finite."""
-    if value is None or isinstance(value, bool):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
