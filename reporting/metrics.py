@@ -39,9 +39,9 @@ class Metric:
     """Its name (ledger.csv's column, a bound violation's ``bound``)."""
     label: str
     """Its column header."""
-    name: str
-    """What it is, in a legend or a sentence."""
     get: Callable[[SiteReport], Value]
+    name: str = ""
+    """What it is in a sentence (a bound violation's; empty: its label)."""
     unit: Unit = "nats"
     """Its unit (:data:`RANGES`: the values it can take)."""
     digits: int = 3
@@ -55,6 +55,11 @@ class Metric:
     """Its key among a replicate set's numbers (``replicates.json``); None: not pooled."""
     pooled_label: str | None = None
     """Its label there (None: :attr:`label`)."""
+
+    @property
+    def title(self) -> str:
+        """What it is in a sentence."""
+        return self.name or self.label
 
     def value(self, site: SiteReport) -> float | None:
         """The number (an estimate's mean; None when absent or not finite)."""
@@ -124,13 +129,12 @@ def _mechanism_estimate(site: SiteReport) -> Interval | None:
 _RM_RN_EACH = _audit_level("rm_rn_two_sided_each")
 _WB = "(gradient canaries)"
 
-C_LB = Metric("c_lb", "c_lb", "c_lb", _audit(lambda a: a.c_lb))
-C_EPS_LB = Metric("c_eps_lb", "{c+eps}_lb", "{c+eps}_lb", _audit(lambda a: a.c_eps_lb))
-CEILING = Metric("ceiling", "ceiling", "ceiling", _audit(lambda a: a.ceiling))
-HEADROOM = Metric("headroom", "headroom", "ceiling - c_lb", _audit(lambda a: a.one_sided.headroom))
+C_LB = Metric("c_lb", "c_lb", _audit(lambda a: a.c_lb))
+C_EPS_LB = Metric("c_eps_lb", "{c+eps}_lb", _audit(lambda a: a.c_eps_lb))
+CEILING = Metric("ceiling", "ceiling", _audit(lambda a: a.ceiling))
+HEADROOM = Metric("headroom", "headroom", _audit(lambda a: a.one_sided.headroom))
 EPS_TILDE_TWO_SIDED = Metric(
     "eps_tilde_two_sided",
-    "eps_tilde two-sided",
     "eps_tilde two-sided",
     _two(lambda t: t.eps_tilde),
     pooled="eps_tilde_two_sided",
@@ -138,21 +142,18 @@ EPS_TILDE_TWO_SIDED = Metric(
 EPS_TILDE_MEMBER = Metric(
     "eps_tilde_member",
     "its member side",
-    "eps_tilde two-sided, member side",
     _two(lambda t: t.member.eps_tilde),
     pooled="eps_tilde_member",
 )
 EPS_TILDE_NONMEMBER = Metric(
     "eps_tilde_nonmember",
     "its non-member side",
-    "eps_tilde two-sided, non-member side",
     _two(lambda t: t.nonmember.eps_tilde),
     pooled="eps_tilde_nonmember",
 )
 EPS_TILDE = Metric(
     "eps_tilde",
     "eps_tilde",
-    "eps_tilde one-sided",
     _audit(lambda a: a.eps_tilde),
     pooled="eps_tilde",
     pooled_label="eps_tilde one-sided (paper)",
@@ -160,8 +161,8 @@ EPS_TILDE = Metric(
 RM_RN_TWO_SIDED = Metric(
     "rm_rn_eps_lb_two_sided",
     "RM;RN two-sided",
-    "RM;RN eps lower bound (two-sided)",
     _two(lambda t: t.rm_rn_eps_lb),
+    name="RM;RN eps lower bound (two-sided)",
     gloss="RM;RN counting 'non-member' guesses too",
     checked="released",
     level=_RM_RN_EACH,
@@ -170,8 +171,8 @@ RM_RN_TWO_SIDED = Metric(
 RM_RN = Metric(
     "rm_rn_eps_lb",
     "RM;RN",
-    "RM;RN eps lower bound (one-sided)",
     _audit(lambda a: a.rm_rn_eps_lb),
+    name="RM;RN eps lower bound (one-sided)",
     gloss="the same attack against real held-out records of the site (c = 0): an eps lower bound",
     checked="released",
     level=_audit_level("rm_rn"),
@@ -181,24 +182,24 @@ RM_RN = Metric(
 RM_RN_MEMBER = Metric(
     "rm_rn_eps_lb_member",
     "RM;RN member side",
-    "RM;RN eps lower bound (member side)",
     _two(lambda t: t.member.rm_rn_eps_lb),
+    name="RM;RN eps lower bound (member side)",
     checked="released",
     level=_RM_RN_EACH,
 )
 RM_RN_NONMEMBER = Metric(
     "rm_rn_eps_lb_nonmember",
     "RM;RN non-member side",
-    "RM;RN eps lower bound (non-member side)",
     _two(lambda t: t.nonmember.rm_rn_eps_lb),
+    name="RM;RN eps lower bound (non-member side)",
     checked="released",
     level=_RM_RN_EACH,
 )
 O1 = Metric(
     "o1_eps_lb",
     "O(1)",
-    "O(1) eps lower bound",
     _audit(lambda a: a.o1_eps_lb),
+    name="O(1) eps lower bound",
     gloss="Steinke et al. (2023): loss-threshold guesses on real members and non-members",
     checked="released",
     level=_audit_level("o1"),
@@ -208,8 +209,8 @@ O1 = Metric(
 O1_FDP = Metric(
     "o1_eps_lb_fdp",
     "O(1) f-DP",
-    "O(1) f-DP eps lower bound",
     _audit(lambda a: a.o1_eps_lb_fdp),
+    name="O(1) f-DP eps lower bound",
     gloss="the same guesses against a Gaussian trade-off curve (Mahloujifar et al. 2025), "
     "mean over repeats",
     checked="released",
@@ -220,8 +221,8 @@ O1_FDP = Metric(
 CANARY = Metric(
     "canary_eps_lb",
     "canary_eps_lb",
-    "canary audit eps lower bound",
     _canary(lambda c: c.eps_lb),
+    name="canary audit eps lower bound",
     checked="released",
     level=_canary_level,
     pooled="canary",
@@ -230,8 +231,8 @@ CANARY = Metric(
 CANARY_FDP = Metric(
     "canary_eps_lb_fdp",
     "canary f-DP eps_lb",
-    "canary audit f-DP eps lower bound",
     _canary(lambda c: c.eps_lb_fdp),
+    name="canary audit f-DP eps lower bound",
     checked="released",
     level=_canary_level,
     pooled="canary_fdp",
@@ -240,8 +241,8 @@ CANARY_FDP = Metric(
 CLIENT_EPS_LB = Metric(
     "client_eps_lb",
     "canary clients' lower bound",
-    "canary clients' client-level f-DP eps lower bound",
     lambda s: s.privacy.client_eps_lb,
+    name="canary clients' client-level f-DP eps lower bound",
     checked="client",
     level=lambda s: s.privacy.client_eps_lb_beta,
     pooled="client_eps_lb",
@@ -249,8 +250,8 @@ CLIENT_EPS_LB = Metric(
 MECHANISM_FDP = Metric(
     "mechanism_eps_lb_fdp",
     "white-box mechanism f-DP eps_lb",
-    f"white-box mechanism-level f-DP eps lower bound {_WB}",
     _level(mechanism, lambda m: m.eps_lb_fdp),
+    name=f"white-box mechanism-level f-DP eps lower bound {_WB}",
     checked="site_dp",
     level=_white_box_level,
     pooled="mechanism_fdp",
@@ -259,14 +260,13 @@ MECHANISM_FDP = Metric(
 MECHANISM_STEINKE = Metric(
     "mechanism_eps_lb_steinke",
     "white-box mechanism Steinke eps_lb",
-    f"white-box mechanism-level Steinke eps lower bound {_WB}",
     _level(mechanism, lambda m: m.eps_lb_steinke),
+    name=f"white-box mechanism-level Steinke eps lower bound {_WB}",
     checked="site_dp",
     level=_white_box_level,
 )
 MECHANISM_ESTIMATE = Metric(
     "mechanism_estimate",
-    "white-box mechanism estimate",
     "white-box mechanism estimate",
     _mechanism_estimate,
     gloss="the Gaussian estimate [95% interval over the canaries]: not a bound",
@@ -275,8 +275,8 @@ MECHANISM_ESTIMATE = Metric(
 SERVER_FDP = Metric(
     "server_eps_lb_fdp",
     "white-box server f-DP eps_lb",
-    f"white-box server-level f-DP eps lower bound {_WB}",
     _level(server, lambda m: m.eps_lb_fdp),
+    name=f"white-box server-level f-DP eps lower bound {_WB}",
     checked="site_dp",
     level=_white_box_level,
     pooled="server_fdp",
@@ -285,15 +285,14 @@ SERVER_FDP = Metric(
 SERVER_STEINKE = Metric(
     "server_eps_lb_steinke",
     "white-box server Steinke eps_lb",
-    f"white-box server-level Steinke eps lower bound {_WB}",
     _level(server, lambda m: m.eps_lb_steinke),
+    name=f"white-box server-level Steinke eps lower bound {_WB}",
     checked="site_dp",
     level=_white_box_level,
 )
 HOLDOUT_ACCURACY = Metric(
     "holdout_accuracy",
     "accuracy (site holdout)",
-    "accuracy on the site's holdout",
     _audit(lambda a: a.quality.get("target_accuracy_nonmembers")),
     unit="fraction",
     pooled="holdout_accuracy",
@@ -302,7 +301,6 @@ HOLDOUT_ACCURACY = Metric(
 DP_EPSILON = Metric(
     "dp_epsilon",
     "accountant eps record",
-    "record-level accountant eps",
     lambda s: s.privacy.dp_epsilon,
     pooled="dp_epsilon",
     pooled_label="record-level accountant eps",
@@ -310,7 +308,6 @@ DP_EPSILON = Metric(
 CLIENT_EPSILON = Metric(
     "client_epsilon",
     "accountant eps client (site-level)",
-    "client-level accountant eps",
     lambda s: s.privacy.client_epsilon,
     pooled="client_epsilon",
     pooled_label="client-level accountant eps",

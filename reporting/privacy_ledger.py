@@ -228,7 +228,7 @@ def bound_violations(site: SiteReport) -> list[BoundViolation]:
         dp, value = guarantees[bound.checked], bound.value(site)
         if dp is None or value is None or not value > dp + _TOLERANCE:
             continue
-        level, label = bound.level(site), bound.name
+        level, label = bound.level(site), bound.title
         if bound.checked == "site_dp":
             message = white_box_violation_message(site.site_id, label, value, dp, level)
         else:
