@@ -21,7 +21,7 @@ from audit.result import finite
 
 from .columns import SiteRow
 from .formatting import fmt
-from .metrics import METRICS, RANGES, Metric
+from .metrics import HOLDOUT_ACCURACY, METRICS, RANGES, Metric
 from .schema import (
     OverRuns,
     PointComparison,
@@ -72,7 +72,7 @@ _SITE_POOLED = [_pooled(m) for m in METRICS if m.pooled is not None]
 _GLOBAL_ACCURACY = Pooled(
     "global_accuracy", "global accuracy", lambda r: finite(r.global_accuracy), RANGES["fraction"]
 )
-_AT = [p.key for p in _SITE_POOLED].index("holdout_accuracy")
+_AT = [p.key for p in _SITE_POOLED].index(str(HOLDOUT_ACCURACY.pooled))
 POOLED: tuple[Pooled, ...] = (*_SITE_POOLED[:_AT], _GLOBAL_ACCURACY, *_SITE_POOLED[_AT:])
 """The per-site headline numbers of a replicate report, in display order: those of the
 metric registry (:data:`~.metrics.METRICS`) that it pools, and the run's global accuracy."""
