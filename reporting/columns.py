@@ -93,6 +93,8 @@ class Column(Generic[Row]):
     """The Markdown cell's text (the writer escapes it); None: not in the Markdown table."""
     html: Callable[[Row], str] | None = None
     """The HTML cell, a whole ``<td>``; None: not in the HTML table."""
+    fold: int = 0
+    """Its group in a wide table's HTML (:func:`grouped`): 0 leads, the others are folded."""
 
 
 def column(
@@ -103,6 +105,7 @@ def column(
     cls: str | None = None,
     md: bool = True,
     html: bool = True,
+    fold: int = 0,
 ) -> Column[Row]:
     """A column whose cell reads ``text`` in both formats; in HTML with ``title`` (the
     unrounded value) as its tooltip and ``cls`` as its class."""
@@ -110,7 +113,7 @@ def column(
     def cell(row: Row) -> str:
         return td(text(row), title=None if title is None else title(row), cls=cls)
 
-    return Column(header, md=text if md else None, html=cell if html else None)
+    return Column(header, md=text if md else None, html=cell if html else None, fold=fold)
 
 
 def md_text(text: str) -> str:
@@ -155,23 +158,28 @@ def _site(get: Callable[[SiteReport], Any]) -> Callable[[SiteRow], Any]:
     return lambda r: get(r.site)
 
 
-def _estimate(header: str, get: Callable[[Row], Value]) -> Column[Row]:
+def _estimate(header: str, get: Callable[[Row], Value], fold: int = 0) -> Column[Row]:
     """The estimate ``get`` gives as ``mean [low, high]``, the unrounded mean as the tooltip."""
-    return column(header, lambda r: fmt_est(get(r)), title=lambda r: number(get(r)))
+    return column(header, lambda r: fmt_est(get(r)), title=lambda r: number(get(r)), fold=fold)
 
 
-def _mean_only(m: Metric) -> Column[SiteReport]:
+def _mean_only(m: Metric, fold: int = 0) -> Column[SiteReport]:
     """An estimate: ``mean [low, high]`` in Markdown, the mean alone in HTML (where a
     column of its own or the tooltip holds the rest)."""
     return Column(
         m.label,
         md=lambda s: fmt_est(m.get(s)),
         html=lambda s: td(fmt(m.value(s)), title=m.value(s)),
+        fold=fold,
     )
 
 
 def _titled(
-    header: str, of: Callable[[Row], float | None], off: bool = False, digits: int = 3
+    header: str,
+    of: Callable[[Row], float | None],
+    off: bool = False,
+    digits: int = 3,
+    fold: int = 0,
 ) -> Column[Row]:
     """A numeric column: rounded to ``digits``, its unrounded value as the tooltip; "off" for
     None when ``off``."""
@@ -179,7 +187,7 @@ def _titled(
     def text(r: Row) -> str:
         return "off" if off and of(r) is None else fmt(of(r), digits)
 
-    return column(header, text, title=of)
+    return column(header, text, title=of, fold=fold)
 
 
 def _number(m: Metric, off: bool = False) -> Column[SiteRow]:
@@ -278,73 +286,50 @@ class ColumnGroup(NamedTuple, Generic[Row]):
     columns: tuple[Column[Row], ...]
 
 
-_STATUS_HTML: Column[SiteReport] = column("status", lambda s: s.status, cls="text", md=False)
-_N_MEMBERS: Column[SiteReport] = column("n_members", lambda s: fmt(s.n_members))
-_C_LB = _mean_only(C_LB)
-_CEILING = _titled("ceiling", CEILING.value)
-_HEADROOM: Column[SiteReport] = column("headroom", lambda s: fmt(HEADROOM.value(s)), md=False)
-_C_EPS_LB = _mean_only(C_EPS_LB)
-_EPS_TILDE: Column[SiteReport] = Column(
-    "eps_tilde [95% CI]", md=lambda s: fmt_est(EPS_TILDE.get(s)), html=_eps_tilde_cell
-)
-_EPS_TILDE_CI: Column[SiteReport] = column(
-    "eps_tilde 95% CI", lambda s: fmt_interval(EPS_TILDE.get(s)), md=False
-)
-_SIDE_C_LBS: tuple[Column[SiteReport], ...] = tuple(
-    column(f"{SIDE_LABELS[side]} side c_lb / ceiling", _side_c_lb(side)) for side in SIDES
-)
-_RM_RN, _RM_RN_TWO, _O1 = (_estimate(m.label, m.get) for m in (RM_RN, RM_RN_TWO_SIDED, O1))
-_SCORERS: tuple[Column[SiteReport], ...] = tuple(
-    column(h, _scorer(i)) for i, h in enumerate(scorer_headers())
-)
-_F_LOSS: Column[SiteReport] = column("f loss members / holdout", fmt_loss_gap)
-_GENERATOR: Column[SiteReport] = column(
-    "generator", lambda s: s.audit.generator_kind if s.audit else MISSING, cls="text", md=False
-)
+def grouped(
+    titles: tuple[str, ...], columns: tuple[Column[Row], ...]
+) -> tuple[ColumnGroup[Row], ...]:
+    """A wide table's HTML groups: each column under the title its :attr:`Column.fold`
+    indexes, after the key column (the first), which leads every group."""
+    key, *rest = columns
+    return tuple(
+        ColumnGroup(title, (key, *(c for c in rest if c.fold == i and c.html is not None)))
+        for i, title in enumerate(titles)
+    )
+
 
 SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _SITE,
-    _STATUS_HTML,
-    _N_MEMBERS,
-    _C_LB,
-    _CEILING,
-    _HEADROOM,
-    _C_EPS_LB,
-    _EPS_TILDE,
-    _EPS_TILDE_CI,
+    column("status", lambda s: s.status, cls="text", md=False),
+    column("n_members", lambda s: fmt(s.n_members), fold=1),
+    _mean_only(C_LB, fold=1),
+    _titled("ceiling", CEILING.value, fold=1),
+    column("headroom", lambda s: fmt(HEADROOM.value(s)), md=False, fold=1),
+    _mean_only(C_EPS_LB, fold=1),
+    Column("eps_tilde [95% CI]", lambda s: fmt_est(EPS_TILDE.get(s)), _eps_tilde_cell, fold=1),
+    column("eps_tilde 95% CI", lambda s: fmt_interval(EPS_TILDE.get(s)), md=False, fold=1),
     _TWO_SIDED,
-    *_SIDE_C_LBS,
-    _RM_RN,
-    _RM_RN_TWO,
-    _O1,
-    *_SCORERS,
-    _F_LOSS,
+    *(column(f"{SIDE_LABELS[side]} side c_lb / ceiling", _side_c_lb(side)) for side in SIDES),
+    _estimate(RM_RN.label, RM_RN.get, fold=1),
+    _estimate(RM_RN_TWO_SIDED.label, RM_RN_TWO_SIDED.get),
+    _estimate(O1.label, O1.get),
+    *(column(h, _scorer(i), fold=2) for i, h in enumerate(scorer_headers())),
+    column("f loss members / holdout", fmt_loss_gap, fold=2),
     _DP,
-    _GENERATOR,
+    column(
+        "generator",
+        lambda s: s.audit.generator_kind if s.audit else MISSING,
+        cls="text",
+        md=False,
+        fold=2,
+    ),
     column("flags", _flags_md, html=False),
     column("status", lambda s: s.status, html=False),
 )
 """The per-site table of report.md (one table) and report.html (:data:`SITE_GROUPS`)."""
 
-SITE_GROUPS: tuple[ColumnGroup[SiteReport], ...] = (
-    ColumnGroup("", (_SITE, _STATUS_HTML, _TWO_SIDED, *_SIDE_C_LBS, _RM_RN_TWO, _O1, _DP)),
-    ColumnGroup(
-        "The paper's one-sided game",
-        (
-            _SITE,
-            _N_MEMBERS,
-            _C_LB,
-            _CEILING,
-            _HEADROOM,
-            _C_EPS_LB,
-            _EPS_TILDE,
-            _EPS_TILDE_CI,
-            _RM_RN,
-        ),
-    ),
-    ColumnGroup(
-        "Scorers, the model's loss, the generator", (_SITE, *_SCORERS, _F_LOSS, _GENERATOR)
-    ),
+SITE_GROUPS = grouped(
+    ("", "The paper's one-sided game", "Scorers, the model's loss, the generator"), SITE_COLUMNS
 )
 """:data:`SITE_COLUMNS` in report.html: the two-sided game against real non-members and the
 guarantee first, the rest folded (each group narrow enough for a 1,400-px window)."""
@@ -390,128 +375,91 @@ def _rm_rn_pair(row: SiteRow) -> str:
     return f"{fmt(one)} / {fmt(two)}"
 
 
-_L_SITE: Column[SiteRow] = column("site", lambda r: str(r.site.site_id))
-_L_RECORD: Column[SiteRow] = column(
-    "record-level eps (accountant, delta)",
-    lambda r: fmt_dp(
-        r.site.privacy.dp_epsilon, r.site.privacy.dp_delta, r.site.privacy.record_accountant
-    ),
-)
-_L_CLIENT: Column[SiteRow] = column(
-    "client-level eps, site-level (accountant; sampling; neighbouring relation; delta)",
-    _client_eps,
-    cls="text",
-)
-_L_CLIENT_RECORD: Column[SiteRow] = column(
-    "client-level eps implied per record (vs. global-model readers, not the server)",
-    lambda r: (
-        fmt(r.site.privacy.client_epsilon_record)
-        if r.site.privacy.client_epsilon_record is not None
-        else "off"
-    ),
-)
-_L_CANARY_CLIENTS: Column[SiteRow] = column(
-    "canary clients' client-level eps: estimate [95% CI] / two-variance / lower bound",
-    _client_canaries,
-)
-_L_SERVER: Column[SiteRow] = column(
-    "DP eps for the site's records against the server (record-level only)",
-    lambda r: fmt_dp(r.site.privacy.dp_epsilon, r.site.privacy.dp_delta),
-)
-_L_CANARY: Column[SiteRow] = column(
-    "canary_eps_lb [interval] (canaries)",
-    lambda r: fmt_canary(r.site.privacy.canary, r.site.privacy.canaries),
-)
-_L_MECHANISM: Column[SiteRow] = column(
-    "white-box mechanism: f-DP eps_lb / estimate [95% CI]",
-    lambda r: fmt_white_box(mechanism(r.site)),
-)
-_L_WB_SERVER: Column[SiteRow] = column(
-    "white-box server: f-DP eps_lb / estimate [95% CI]",
-    lambda r: fmt_white_box(server(r.site)),
-)
-_L_ONE: Column[SiteRow] = column("eps_tilde one-sided", lambda r: fmt(EPS_TILDE.value(r.site)))
-_L_TWO: Column[SiteRow] = column(
-    "eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)
-)
-_L_RM_RN: Column[SiteRow] = column("RM;RN one-sided / two-sided", _rm_rn_pair)
-_L_O1: Column[SiteRow] = column("O(1)", lambda r: fmt(O1.value(r.site)))
-_L_CANARY_FDP: Column[SiteRow] = column(
-    "canary f-DP eps_lb (GDP mu, delta)",
-    lambda r: fmt_fdp(
-        CANARY_FDP.value(r.site),
-        None if r.site.privacy.canary is None else r.site.privacy.canary.fdp_mu,
-        r.site.checks.fdp_delta,
-    ),
-)
-_L_O1_FDP: Column[SiteRow] = column(
-    "O(1) f-DP (GDP mu)",
-    lambda r: fmt_fdp(
-        O1_FDP.value(r.site),
-        None if r.site.audit is None else mean_of(r.site.audit.o1_fdp_mu),
-        None,
-    ),
-)
-_L_BEST: Column[SiteRow] = column(
-    "best lower bound (method)",
-    lambda r: fmt_best(r.site.checks.best_eps_lb, r.site.checks.best_eps_lb_method),
-    cls="text",
-)
-_L_ACCURACY: Column[SiteRow] = column(
-    "accuracy global / site holdout",
-    lambda r: f"{fmt(r.global_accuracy)} / {fmt(HOLDOUT_ACCURACY.value(r.site))}",
-)
-_L_F_LOSS: Column[SiteRow] = column("f loss members / holdout", lambda r: fmt_loss_gap(r.site))
-_L_ORDERING: Column[SiteRow] = column("ordering check", lambda r: ordering_text(r.site), cls="text")
-
 LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
-    _L_SITE,
-    _L_RECORD,
-    _L_CLIENT,
-    _L_CLIENT_RECORD,
-    _L_CANARY_CLIENTS,
-    _L_SERVER,
-    _L_CANARY,
-    _L_MECHANISM,
-    _L_WB_SERVER,
-    _L_ONE,
-    _L_TWO,
-    _L_RM_RN,
-    _L_O1,
-    _L_CANARY_FDP,
-    _L_O1_FDP,
-    _L_BEST,
-    _L_ACCURACY,
-    _L_F_LOSS,
-    _L_ORDERING,
+    column("site", lambda r: str(r.site.site_id)),
+    column(
+        "record-level eps (accountant, delta)",
+        lambda r: fmt_dp(
+            r.site.privacy.dp_epsilon, r.site.privacy.dp_delta, r.site.privacy.record_accountant
+        ),
+    ),
+    column(
+        "client-level eps, site-level (accountant; sampling; neighbouring relation; delta)",
+        _client_eps,
+        cls="text",
+        fold=1,
+    ),
+    column(
+        "client-level eps implied per record (vs. global-model readers, not the server)",
+        lambda r: (
+            fmt(r.site.privacy.client_epsilon_record)
+            if r.site.privacy.client_epsilon_record is not None
+            else "off"
+        ),
+        fold=1,
+    ),
+    column(
+        "canary clients' client-level eps: estimate [95% CI] / two-variance / lower bound",
+        _client_canaries,
+        fold=1,
+    ),
+    column(
+        "DP eps for the site's records against the server (record-level only)",
+        lambda r: fmt_dp(r.site.privacy.dp_epsilon, r.site.privacy.dp_delta),
+    ),
+    column(
+        "canary_eps_lb [interval] (canaries)",
+        lambda r: fmt_canary(r.site.privacy.canary, r.site.privacy.canaries),
+        fold=1,
+    ),
+    column(
+        "white-box mechanism: f-DP eps_lb / estimate [95% CI]",
+        lambda r: fmt_white_box(mechanism(r.site)),
+    ),
+    column(
+        "white-box server: f-DP eps_lb / estimate [95% CI]",
+        lambda r: fmt_white_box(server(r.site)),
+    ),
+    column("eps_tilde one-sided", lambda r: fmt(EPS_TILDE.value(r.site)), fold=2),
+    column("eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)),
+    column("RM;RN one-sided / two-sided", _rm_rn_pair),
+    column("O(1)", lambda r: fmt(O1.value(r.site))),
+    column(
+        "canary f-DP eps_lb (GDP mu, delta)",
+        lambda r: fmt_fdp(
+            CANARY_FDP.value(r.site),
+            None if r.site.privacy.canary is None else r.site.privacy.canary.fdp_mu,
+            r.site.checks.fdp_delta,
+        ),
+        fold=1,
+    ),
+    column(
+        "O(1) f-DP (GDP mu)",
+        lambda r: fmt_fdp(
+            O1_FDP.value(r.site),
+            None if r.site.audit is None else mean_of(r.site.audit.o1_fdp_mu),
+            None,
+        ),
+        fold=2,
+    ),
+    column(
+        "best lower bound (method)",
+        lambda r: fmt_best(r.site.checks.best_eps_lb, r.site.checks.best_eps_lb_method),
+        cls="text",
+        fold=2,
+    ),
+    column(
+        "accuracy global / site holdout",
+        lambda r: f"{fmt(r.global_accuracy)} / {fmt(HOLDOUT_ACCURACY.value(r.site))}",
+        fold=2,
+    ),
+    column("f loss members / holdout", lambda r: fmt_loss_gap(r.site), fold=2),
+    column("ordering check", lambda r: ordering_text(r.site), cls="text"),
 )
 """The "Privacy ledger" table of report.md (one table) and report.html (:data:`LEDGER_GROUPS`;
 the run's DP level stands above it)."""
 
-LEDGER_GROUPS: tuple[ColumnGroup[SiteRow], ...] = (
-    ColumnGroup(
-        "",
-        (
-            _L_SITE,
-            _L_RECORD,
-            _L_SERVER,
-            _L_MECHANISM,
-            _L_WB_SERVER,
-            _L_TWO,
-            _L_RM_RN,
-            _L_O1,
-            _L_ORDERING,
-        ),
-    ),
-    ColumnGroup(
-        "Client-level DP and canaries",
-        (_L_SITE, _L_CLIENT, _L_CLIENT_RECORD, _L_CANARY_CLIENTS, _L_CANARY, _L_CANARY_FDP),
-    ),
-    ColumnGroup(
-        "Other readings",
-        (_L_SITE, _L_ONE, _L_O1_FDP, _L_BEST, _L_ACCURACY, _L_F_LOSS),
-    ),
-)
+LEDGER_GROUPS = grouped(("", "Client-level DP and canaries", "Other readings"), LEDGER_COLUMNS)
 """:data:`LEDGER_COLUMNS` in report.html: the guarantees beside what was measured against
 them first, the rest folded."""
 
