@@ -19,6 +19,7 @@ from contracts.run_files import NOISE_NOTES
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, empty_rounds
 
 from .inputs import RunInputs, SiteAuditInput
+from .metrics import EPS_TILDE, EPS_TILDE_TWO_SIDED
 from .privacy_ledger import PrivacySettings, checks, privacy_settings, run_canaries, site_privacy
 from .schema import (
     FLAGS,
@@ -29,7 +30,6 @@ from .schema import (
     FlaggedSites,
     RunReport,
     SiteReport,
-    mean_of,
 )
 
 
@@ -106,8 +106,8 @@ def site_report(
 def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> ConsortiumSummary:
     """Max / median eps_tilde over ok sites, the leakiest site, flagged sites and counts."""
     ok = [s for s in sites if s.audit is not None]
-    one = {s.site_id: mean_of(s.audit.eps_tilde) for s in ok if s.audit is not None}
-    two = {s.site_id: two_sided_mean(s) for s in ok}
+    one = {s.site_id: EPS_TILDE.value(s) for s in ok}
+    two = {s.site_id: EPS_TILDE_TWO_SIDED.value(s) for s in ok}
     leakiest, leakiest_two = _leakiest(one), _leakiest(two)
     scored = [v for v in one.values() if v is not None]
     dp = [s.privacy.dp_epsilon for s in sites if s.privacy.dp_epsilon is not None]
@@ -143,12 +143,6 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> Co
         },
         empty_rounds=empty_rounds(rounds),
     )
-
-
-def two_sided_mean(site: SiteReport) -> float | None:
-    """The site's two-sided eps_tilde (mean over repeats), None without one."""
-    two = None if site.audit is None else site.audit.two_sided
-    return None if two is None else mean_of(two.eps_tilde)
 
 
 def _leakiest(values: dict[int, float | None]) -> int | None:

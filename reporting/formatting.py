@@ -16,6 +16,7 @@ from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, Audit
 from audit.sides import SIDES
 from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 
+from .metrics import two_sided
 from .privacy_ledger import EPS_TILDE_ABOVE_NOTE
 from .schema import (
     FLAGS,
@@ -334,8 +335,7 @@ def scoped_reasons(site: SiteReport) -> list[tuple[str, str]]:
 
 def fmt_two_sided(site: SiteReport, *, interval: bool = True) -> str:
     """``mean [low, high] (side)`` of the two-sided eps_tilde."""
-    two = None if site.audit is None else site.audit.two_sided
-    if two is None:
+    if (two := two_sided(site)) is None:
         return MISSING
     text = fmt_est(two.eps_tilde) if interval else fmt(mean_of(two.eps_tilde))
     return f"{text} ({SIDE_LABELS[two.side]})"
@@ -343,8 +343,7 @@ def fmt_two_sided(site: SiteReport, *, interval: bool = True) -> str:
 
 def fmt_side_c_lb(site: SiteReport, side: str) -> str:
     """``c_lb / ceiling`` of one side of the two-sided game."""
-    two = None if site.audit is None else site.audit.two_sided
-    if two is None:
+    if (two := two_sided(site)) is None:
         return MISSING
     game = getattr(two, side)
     return f"{fmt(mean_of(game.c_lb))} / {fmt(game.ceiling)}"

@@ -34,12 +34,13 @@ from reporting import (
     write_report,
     write_site_report,
 )
-from reporting.aggregate import build_report, two_sided_mean
+from reporting.aggregate import build_report
 from reporting.between_runs import POOLED, over_runs
 from reporting.formatting import fmt, fmt_est, fmt_two_sided
 from reporting.html_page import SORT_SCRIPT
 from reporting.inputs import load_run
 from reporting.manifest import PACKAGES
+from reporting.metrics import EPS_TILDE_TWO_SIDED
 from reporting.schema import FLAGS, ReplicateReport, ReplicateRun, ReplicateSite
 from reporting.site_report import site_report_paths
 from reporting.standing import BANDS, rank_band
@@ -132,7 +133,7 @@ def test_aggregator_writes_one_report_per_audited_site(consortium: Path) -> None
         assert len(data["threat_model"]) == 3
         reading = data["reading"]
         assert reading["verdict"] == "evidence"
-        assert fmt(two_sided_mean(site)) in reading["headline"]
+        assert fmt(EPS_TILDE_TWO_SIDED.value(site)) in reading["headline"]
         assert reading["measured"] and reading["meaning"] and reading["not_shown"]
         assert "not proof of privacy" in " ".join(reading["not_shown"])
     failed = _page_json(consortium, 4)
@@ -149,14 +150,14 @@ def _numbers(text: str) -> list[tuple[float, int]]:
 def _eps_tildes(site: Any) -> list[float]:
     """A site's eps_tilde values as its page would show them: two-sided and one-sided."""
     assert site.audit is not None
-    return [v for v in (two_sided_mean(site), site.audit.one_sided.eps_tilde.mean) if v]
+    return [v for v in (EPS_TILDE_TWO_SIDED.value(site), site.audit.one_sided.eps_tilde.mean) if v]
 
 
 def test_standing_ranks_without_other_sites_numbers_or_ids(consortium: Path) -> None:
     values = {
         s.site_id: v
         for s in build_report(load_run(consortium)).sites
-        if (v := two_sided_mean(s)) is not None
+        if (v := EPS_TILDE_TWO_SIDED.value(s)) is not None
     }
     assert sorted(values) == [0, 1, 2, 3] and len(set(values.values())) == 4
     ranked = sorted(values.values(), reverse=True)
