@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -181,32 +181,22 @@ def compare_neighbours(
             by_seed_a = _by_seed(a.replicates, site_a.numbers[metric])
             by_seed_b = _by_seed(b.replicates, site_b.numbers[metric])
             common = [s for s in by_seed_a if s in by_seed_b]
+            xs, ys = [by_seed_a[s] for s in common], [by_seed_b[s] for s in common]
             found.append(
-                (
-                    site_a.site_id,
-                    a.label,
-                    b.label,
-                    [by_seed_a[s] for s in common],
-                    [by_seed_b[s] for s in common],
-                    site_a.numbers[metric].mean,
-                    site_b.numbers[metric].mean,
+                PointComparison(
+                    site_id=site_a.site_id,
+                    metric=metric,
+                    first=a.label,
+                    second=b.label,
+                    n_pairs=len(common),
+                    mean_first=site_a.numbers[metric].mean,
+                    mean_second=site_b.numbers[metric].mean,
+                    p_value=paired_p_value(xs, ys),
+                    alpha=1 - LEVEL,
                 )
             )
-    alpha = (1 - LEVEL) / max(1, len(found))
-    return [
-        PointComparison(
-            site_id=site_id,
-            metric=metric,
-            first=first,
-            second=second,
-            n_pairs=len(xs),
-            mean_first=mean_a,
-            mean_second=mean_b,
-            p_value=paired_p_value(xs, ys),
-            alpha=alpha,
-        )
-        for site_id, first, second, xs, ys, mean_a, mean_b in found
-    ]
+    # Bonferroni: each comparison's level is the list's, shared out.
+    return [replace(c, alpha=(1 - LEVEL) / len(found)) for c in found]
 
 
 def _by_seed(replicates: ReplicateReport, numbers: OverRuns) -> dict[int, float]:
