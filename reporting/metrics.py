@@ -342,7 +342,6 @@ METRICS: tuple[Metric, ...] = (
 )
 """Every number of a site the reports show, in the order a replicate set pools them."""
 
-METRIC: dict[str, Metric] = {m.key: m for m in METRICS}
 LOWER_BOUNDS: tuple[Metric, ...] = (
     CANARY,
     CANARY_FDP,
