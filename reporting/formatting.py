@@ -456,14 +456,11 @@ UNTRAINED_HEADLINE = "Training did not happen as configured."
 VIOLATION_HEADLINE = f"{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee"
 
 
-def violation_warning(message: str) -> str:
-    """The stderr line of one bound violation."""
-    return f"{VIOLATION_TITLE}: {message}"
-
-
 def violation_warnings(sites: list[SiteReport], prefix: str = "") -> list[str]:
     """A line per bound violation of the sites, for stderr."""
-    return [violation_warning(prefix + v.message) for s in sites for v in s.checks.bound_violations]
+    return [
+        f"{VIOLATION_TITLE}: {prefix}{v.message}" for s in sites for v in s.checks.bound_violations
+    ]
 
 
 def canary_banner(canaries: int) -> str:
