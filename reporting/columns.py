@@ -153,11 +153,6 @@ def html_table(
     return f"<table{attrs}>{head}{body}</table>"
 
 
-def _site(get: Callable[[SiteReport], Any]) -> Callable[[SiteRow], Any]:
-    """A site's getter, read from a :class:`SiteRow`."""
-    return lambda r: get(r.site)
-
-
 def _estimate(header: str, get: Callable[[Row], Value], fold: int = 0) -> Column[Row]:
     """The estimate ``get`` gives as ``mean [low, high]``, the unrounded mean as the tooltip."""
     return column(header, lambda r: fmt_est(get(r)), title=lambda r: number(get(r)), fold=fold)
@@ -192,7 +187,7 @@ def _titled(
 
 def _number(m: Metric, off: bool = False) -> Column[SiteRow]:
     """:func:`_titled` of a row's site's metric, under its label."""
-    return _titled(m.label, _site(m.value), off, m.digits)
+    return _titled(m.label, lambda r: m.value(r.site), off, m.digits)
 
 
 def _eps_tilde_cell(site: SiteReport) -> str:

@@ -103,7 +103,8 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
         game = site.audit.one_sided
         if game.headroom is not None:
             ax.bars.append(Bar(x, game.headroom, 0.8, "#e6e6e6", "#999999"))
-        _eps_points(ax, site, [x + dx for dx in offsets])
+        for dx, series in zip(offsets, _EPS_SERIES):
+            _errpoint(ax, x + dx, site, series)
         if game.flags.saturated or game.flags.c_lb_not_tight:
             label = "saturated" if game.flags.saturated else "not tight"
             y = mean_of(game.eps_tilde) or 0.0
@@ -116,12 +117,6 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
     # Beside the plot: inside, it would cover the first sites' bars.
     ax.legend_loc = "outside right"
     return _svg([ax], size=(max(640.0, 60.0 * len(sites) + 450.0), 360.0))
-
-
-def _eps_points(ax: Axes, site: SiteReport, xs: list[float]) -> None:
-    """One marker (with its interval) per :data:`_EPS_SERIES` entry, at ``xs``."""
-    for x, series in zip(xs, _EPS_SERIES):
-        _errpoint(ax, x, site, series)
 
 
 def _legend(series: tuple[Series, ...]) -> list[LegendEntry]:
@@ -370,7 +365,8 @@ def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
     for p, s in rows:
         base = pos[p.label]
         ks = [per_site * site_ids.index(s.site_id) + j - (n_slots - 1) / 2 for j in range(per_site)]
-        _eps_points(ax, s, [base * math.exp(spread * k) if log else base + spread * k for k in ks])
+        for k, series in zip(ks, _EPS_SERIES):
+            _errpoint(ax, base * math.exp(spread * k) if log else base + spread * k, s, series)
     finite = [x for x in pos.values() if x != inf_x]
     _measured_ylim(ax)
     diagonal = Style("#666666", width=1, dash=_DOTTED)
