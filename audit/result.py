@@ -35,6 +35,13 @@ TWO_SIDED_MEANING = (
 )
 
 
+def finite(value: float | None) -> float | None:
+    """``value`` as a float; None when absent, not a number or not finite."""
+    if value is None or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 @dataclass(frozen=True)
 class BoundSummary:
     """The maximising threshold of one lower bound (see :mod:`audit.bounds`)."""
@@ -218,6 +225,12 @@ class SideResult:
     rm_rn_eps_lb: Interval | None = None
     rm_rn_ceiling: float | None = None
 
+    @property
+    def headroom(self) -> float | None:
+        """ceiling - c_lb: the most eps_tilde could read on this audit set."""
+        ceiling, c_lb = finite(self.ceiling), finite(self.c_lb.mean)
+        return None if ceiling is None or c_lb is None else ceiling - c_lb
+
 
 @dataclass(frozen=True)
 class TwoSidedResult:
@@ -275,6 +288,29 @@ class AuditResult:
     """delta of the f-DP bounds' eps (None in results written before them)."""
     per_class: list[ClassSliceResult] = field(default_factory=list)
     """Per-label slices over repeats; empty for unlabelled or unpaired games."""
+
+    @property
+    def one_sided(self) -> SideResult:
+        """The paper's one-sided game, shaped like a side of the two-sided one."""
+        return SideResult(
+            c_lb=self.c_lb,
+            c_eps_lb=self.c_eps_lb,
+            eps_tilde=self.eps_tilde,
+            ceiling=self.ceiling,
+            flags=self.flags,
+            rm_rn_eps_lb=self.rm_rn_eps_lb,
+            rm_rn_ceiling=self.rm_rn_ceiling,
+        )
+
+    def auc(self, scorer: str) -> float | None:
+        """A scorer's AUC (``baseline``, ``mia``: the mean of its repeats' AUCs; ``rm_rn``:
+        that of the mean ROC); None when it did not run."""
+        if scorer == "rm_rn":
+            roc = self.roc.get(scorer)
+            return None if roc is None else finite(roc.auc)
+        aucs = [r.baseline_auc if scorer == "baseline" else r.mia_auc for r in self.repeats]
+        found = [v for v in map(finite, aucs) if v is not None]
+        return math.fsum(found) / len(found) if found else None
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(dataclasses.asdict(self))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .aggregate import build_report
 from .inputs import RunInputs, load_run
 from .report_writer import report_warnings, write_report, written_report_warnings
-from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport
+from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport, report_json
 from .site_report import SITE_REPORTS_DIR, write_site_report
 from .sweep_report import SweepPoint, build_sweep_report, write_sweep_report
 
@@ -21,6 +21,7 @@ __all__ = [
     "build_report",
     "build_sweep_report",
     "load_run",
+    "report_json",
     "report_warnings",
     "write_report",
     "write_site_report",

@@ -1,54 +1,35 @@
 """Turn parsed run inputs into the typed :class:`~.schema.RunReport`.
 
-Numbers are copied from the AuditResults (eps_tilde, one- and two-sided, included: they are
-never recomputed here); the only derived numbers are the headrooms (ceiling - c_lb), the mean
-AUCs over repeats, the consortium's max / median, and the privacy ledger's guarantees and
-ordering check (:mod:`.privacy_ledger`).
+A site's report holds its AuditResult itself (report.json shows it through
+:data:`.schema.VIEWS`); the numbers derived here are the consortium's max / median, and the
+privacy ledger's guarantees and ordering check (:mod:`.privacy_ledger`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from collections.abc import Callable
-from typing import Any
 
 from audit.client_canaries import ClientCanaryResult
 from audit.over_rounds import first_leaking_round
-from audit.result import (
-    EPS_TILDE_MEANING,
-    TWO_SIDED_MEANING,
-    AuditFlags,
-    AuditResult,
-    RepeatResult,
-    RocSummary,
-    SideResult,
-)
+from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, finite
 from audit.sides import SIDES
 from contracts.run_files import NOISE_NOTES
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, empty_rounds
 
 from .inputs import RunInputs, SiteAuditInput
+from .metrics import EPS_TILDE, EPS_TILDE_TWO_SIDED
 from .privacy_ledger import PrivacySettings, checks, run_canaries, site_privacy
 from .schema import (
     FLAGS,
     HEADLINE,
-    ONE,
     SCHEMA_VERSION,
-    TPR_FPR_KEYS,
-    AuditReport,
     ChecksReport,
     ConsortiumSummary,
     FlaggedSites,
-    GameReport,
-    RepeatReport,
     RunReport,
-    ScorerReport,
     SiteReport,
-    TwoSidedReport,
-    at,
-    value_at,
 )
 
 
@@ -103,9 +84,8 @@ def site_report(
     of a site whose audit file lacks them; ``client_canaries`` (run-wide) the canary
     clients' client-level readings."""
     result = audit.result  # set for an ok audit only
-    report = None if result is None else audit_report(result)
     privacy = site_privacy(audit, rounds, settings, client_dp, client_canaries)
-    fdp_delta = _finite(result.delta) if result is not None else None
+    fdp_delta = finite(result.delta) if result is not None else None
     if fdp_delta is None and privacy.canary is not None:
         fdp_delta = privacy.canary.fdp_delta  # one delta for both f-DP bounds
     site = SiteReport(
@@ -115,7 +95,7 @@ def site_report(
         n_members=audit.n_members,
         n_holdout=audit.n_holdout,
         elapsed_s=audit.elapsed_s,
-        audit=report,
+        audit=result,
         privacy=privacy,
         checks=ChecksReport(),
         by_round=list(audit.by_round),
@@ -123,69 +103,11 @@ def site_report(
     return dataclasses.replace(site, checks=checks(site, fdp_delta))
 
 
-def audit_report(result: AuditResult) -> AuditReport:
-    """The report's view of an AuditResult (copied, never recomputed)."""
-    two = result.two_sided
-    roc = result.roc
-    aucs = {
-        "baseline": _mean_of([r.baseline_auc for r in result.repeats]),
-        "mia": _mean_of([r.mia_auc for r in result.repeats]),
-        "rm_rn": None if "rm_rn" not in roc else _finite(roc["rm_rn"].auc),
-    }
-    return AuditReport(
-        modality=result.modality,
-        generator_kind=result.generator_kind,
-        beta=_finite(result.beta),
-        n_repeats=len(result.repeats),
-        one_sided=_game(result),
-        two_sided=None
-        if two is None
-        else TwoSidedReport(
-            beta=_finite(two.beta),
-            eps_tilde=two.eps_tilde,
-            side="nonmember" if two.side == "nonmember" else "member",
-            rm_rn_eps_lb=two.rm_rn_eps_lb,
-            member=_game(two.member),
-            nonmember=_game(two.nonmember),
-            flags=two.flags,
-        ),
-        o1_eps_lb=result.o1_eps_lb,
-        o1_eps_lb_fdp=result.o1_eps_lb_fdp,
-        o1_fdp_mu=None if result.o1_fdp_mu is None else _finite(result.o1_fdp_mu.mean),
-        scorers={
-            name: ScorerReport(auc=auc, tpr_at_fpr=_tpr_at_fpr(roc.get(name)))
-            for name, auc in aucs.items()
-            if auc is not None or name in roc
-        },
-        levels={str(k): float(v) for k, v in result.levels.items() if _finite(v) is not None},
-        sizes={str(k): int(v) for k, v in result.sizes.items() if _is_number(v)},
-        quality={str(k): float(v) for k, v in result.quality.items() if _is_number(v)},
-        # Curves, ROCs and per-record scores stay in audits/: the report keeps the scalars.
-        repeats=[_repeat(r) for r in result.repeats],
-        per_class=list(result.per_class),
-    )
-
-
-def _game(side: SideResult | AuditResult) -> GameReport:
-    """One game: the one-sided game (the AuditResult's own bounds) or one side."""
-    c_lb, ceiling = _finite(side.c_lb.mean), _finite(side.ceiling)
-    return GameReport(
-        c_lb=side.c_lb,
-        c_eps_lb=side.c_eps_lb,
-        eps_tilde=side.eps_tilde,
-        ceiling=ceiling,
-        headroom=None if ceiling is None or c_lb is None else ceiling - c_lb,
-        flags=side.flags,
-        rm_rn_eps_lb=side.rm_rn_eps_lb,
-        rm_rn_ceiling=_finite(side.rm_rn_ceiling),
-    )
-
-
 def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> ConsortiumSummary:
     """Max / median eps_tilde over ok sites, the leakiest site, flagged sites and counts."""
     ok = [s for s in sites if s.audit is not None]
-    one = {s.site_id: value_at(s, ONE + "eps_tilde") for s in ok}
-    two = {s.site_id: two_sided_mean(s) for s in ok}
+    one = {s.site_id: EPS_TILDE.value(s) for s in ok}
+    two = {s.site_id: EPS_TILDE_TWO_SIDED.value(s) for s in ok}
     leakiest, leakiest_two = _leakiest(one), _leakiest(two)
     scored = [v for v in one.values() if v is not None]
     dp = [s.privacy.dp_epsilon for s in sites if s.privacy.dp_epsilon is not None]
@@ -200,7 +122,7 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> Co
         max_eps_tilde=None if leakiest is None else one[leakiest],
         median_eps_tilde=float(statistics.median(scored)) if scored else None,
         leakiest_site_id=leakiest,
-        flagged=_flagged(ok, lambda a: a.one_sided.flags),
+        flagged=_flagged(ok, lambda a: a.flags),
         two_sided_flagged=(
             {key: _flagged(ok, _two_sided_flags(key)) for key in (HEADLINE, *SIDES)}
             if any(s.audit and s.audit.two_sided for s in ok)
@@ -223,21 +145,16 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> Co
     )
 
 
-def two_sided_mean(site: SiteReport) -> float | None:
-    """The site's two-sided eps_tilde (mean over repeats), None without one."""
-    return value_at(site, "audit.two_sided.eps_tilde")
-
-
 def _leakiest(values: dict[int, float | None]) -> int | None:
     """The site with the largest value; ties go to the smallest id, so the choice is fixed."""
     scored = [(-v, sid) for sid, v in values.items() if v is not None]
     return min(scored)[1] if scored else None
 
 
-def _two_sided_flags(key: str) -> Callable[[AuditReport], AuditFlags | None]:
+def _two_sided_flags(key: str) -> Callable[[AuditResult], AuditFlags | None]:
     """The flags of the two-sided headline (``HEADLINE``) or of one side."""
 
-    def flags(a: AuditReport) -> AuditFlags | None:
+    def flags(a: AuditResult) -> AuditFlags | None:
         two = a.two_sided
         if two is None:
             return None
@@ -247,47 +164,10 @@ def _two_sided_flags(key: str) -> Callable[[AuditReport], AuditFlags | None]:
 
 
 def _flagged(
-    sites: list[SiteReport], flags_of: Callable[[AuditReport], AuditFlags | None]
+    sites: list[SiteReport], flags_of: Callable[[AuditResult], AuditFlags | None]
 ) -> FlaggedSites:
     """Ids of the sites whose flags (of the game or headline ``flags_of`` picks) are raised."""
     games = [(s.site_id, flags_of(s.audit)) for s in sites if s.audit is not None]
     return FlaggedSites(
         **{name: [sid for sid, f in games if f is not None and getattr(f, name)] for name in FLAGS}
     )
-
-
-_REPEAT_TWO_SIDED = {
-    "eps_tilde_two_sided": "two_sided.eps_tilde",
-    "rm_rn_eps_lb_two_sided": "two_sided.rm_rn_eps_lb",
-    **{f"{side}_{b}": f"two_sided.{side}.{b}" for side in SIDES for b in ("c_lb", "c_eps_lb")},
-}
-"""Path on a RepeatResult of each :class:`RepeatReport` field not named as on it."""
-
-
-def _repeat(r: RepeatResult) -> RepeatReport:
-    values: dict[str, Any] = {
-        f.name: _finite(at(r, _REPEAT_TWO_SIDED.get(f.name, f.name)))
-        for f in dataclasses.fields(RepeatReport)
-    }
-    return RepeatReport(**{**values, "seed": int(r.seed), "m": int(r.m)})
-
-
-def _tpr_at_fpr(roc: RocSummary | None) -> dict[str, float | None] | None:
-    # Fixed keys, so every site (and the CSV) names the same FPR levels.
-    return None if roc is None else {k: _finite(roc.tpr_at_fpr.get(k)) for k in TPR_FPR_KEYS}
-
-
-def _mean_of(values: list[float | None]) -> float | None:
-    finite = [v for v in map(_finite, values) if v is not None]
-    return math.fsum(finite) / len(finite) if finite else None
-
-
-def _finite(value: float | None) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)

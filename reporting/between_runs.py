@@ -4,28 +4,30 @@ their between-run statistics.
 A single run's intervals are over audit repeats of *one* trained model. Training seeds, DP
 noise and floating-point differences between machines send training to other models, whose
 leakage differs more than one audit's interval: a claim about a training procedure (a DP
-setting, a strategy) needs several runs. :data:`METRICS` lists the per-site headline numbers
+setting, a strategy) needs several runs. :data:`POOLED` lists the per-site headline numbers
 a replicate report pools; a new one is one entry.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
 
+from audit.result import finite
+
 from .columns import SiteRow
 from .formatting import fmt
+from .metrics import HOLDOUT_ACCURACY, METRICS, RANGES, Metric
 from .schema import (
     OverRuns,
     PointComparison,
     ReplicateReport,
     RunReport,
     SweepPointReport,
-    value_at,
 )
 
 LEVEL = 0.95
@@ -50,74 +52,36 @@ NO_COMPARISONS = "No two neighbouring points both ran over seeds: nothing to com
 
 
 @dataclass(frozen=True)
-class Metric:
+class Pooled:
     """A per-site headline number pooled over runs."""
 
     key: str
     """Its key in ``replicates.json`` (``sites[].numbers``)."""
     label: str
-    path: str
-    """Where a :class:`~.columns.SiteRow` holds it: dotted attributes or mapping keys
-    (an estimate gives its mean)."""
+    get: Callable[[SiteRow], float | None]
     bounds: tuple[float, float] = (0.0, math.inf)
     """The number's range: the between-run interval is clipped to it."""
 
 
-_FRACTION = (0.0, 1.0)
-METRICS: tuple[Metric, ...] = (
-    Metric("eps_tilde_two_sided", "eps_tilde two-sided", "site.audit.two_sided.eps_tilde"),
-    Metric("eps_tilde_member", "its member side", "site.audit.two_sided.member.eps_tilde"),
-    Metric(
-        "eps_tilde_nonmember", "its non-member side", "site.audit.two_sided.nonmember.eps_tilde"
-    ),
-    Metric("eps_tilde", "eps_tilde one-sided (paper)", "site.audit.one_sided.eps_tilde"),
-    Metric("rm_rn_two_sided", "RM;RN two-sided", "site.audit.two_sided.rm_rn_eps_lb"),
-    Metric("rm_rn", "RM;RN one-sided", "site.audit.one_sided.rm_rn_eps_lb"),
-    Metric("o1", "O(1) (Steinke)", "site.audit.o1_eps_lb"),
-    Metric("o1_fdp", "O(1) (f-DP)", "site.audit.o1_eps_lb_fdp"),
-    Metric("canary", "canary one-run bound (Steinke)", "site.privacy.canary.eps_lb"),
-    Metric("canary_fdp", "canary one-run bound (f-DP)", "site.privacy.canary.eps_lb_fdp"),
-    Metric("client_eps_lb", "canary clients' lower bound", "site.privacy.client_eps_lb"),
-    Metric(
-        "mechanism_fdp",
-        "white-box mechanism bound (f-DP)",
-        "site.privacy.gradient_canaries.mechanism.eps_lb_fdp",
-    ),
-    Metric(
-        "mechanism_estimate",
-        "white-box mechanism estimate",
-        "site.privacy.gradient_canaries.mechanism.eps_estimate",
-    ),
-    Metric(
-        "server_fdp",
-        "white-box server bound (f-DP)",
-        "site.privacy.gradient_canaries.server.eps_lb_fdp",
-    ),
-    Metric("global_accuracy", "global accuracy", "global_accuracy", _FRACTION),
-    Metric(
-        "holdout_accuracy",
-        "accuracy on the site's holdout",
-        "site.audit.quality.target_accuracy_nonmembers",
-        _FRACTION,
-    ),
-    Metric("dp_epsilon", "record-level accountant eps", "site.privacy.dp_epsilon"),
-    Metric("client_epsilon", "client-level accountant eps", "site.privacy.client_epsilon"),
-)
-"""The per-site headline numbers of a replicate report, in display order."""
+def _pooled(m: Metric) -> Pooled:
+    assert m.pooled is not None
+    return Pooled(m.pooled, m.pooled_label or m.label, lambda r: m.value(r.site), RANGES[m.unit])
 
-METRIC_BY_KEY = {m.key: m for m in METRICS}
+
+_SITE_POOLED = [_pooled(m) for m in METRICS if m.pooled is not None]
+_GLOBAL_ACCURACY = Pooled(
+    "global_accuracy", "global accuracy", lambda r: finite(r.global_accuracy), RANGES["fraction"]
+)
+_AT = [p.key for p in _SITE_POOLED].index(str(HOLDOUT_ACCURACY.pooled))
+POOLED: tuple[Pooled, ...] = (*_SITE_POOLED[:_AT], _GLOBAL_ACCURACY, *_SITE_POOLED[_AT:])
+"""The per-site headline numbers of a replicate report, in display order: those of the
+metric registry (:data:`~.metrics.METRICS`) that it pools, and the run's global accuracy."""
+
+POOLED_BY_KEY = {m.key: m for m in POOLED}
 HEADLINE = "eps_tilde_two_sided"
 """The number the pages quote and the sweep compares."""
 ACCURACY = "global_accuracy"
 """The utility a sweep's error bars show beside it."""
-
-
-def metric_value(row: SiteRow, metric: Metric) -> float | None:
-    """``metric``'s number in ``row`` (None where a step is missing or not finite)."""
-    value = value_at(row, metric.path)
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 def over_runs(values: Sequence[float | None], bounds: tuple[float, float]) -> OverRuns:
@@ -186,7 +150,7 @@ def run_lines(report: RunReport) -> list[str]:
 
 def comparison_line(c: PointComparison) -> str:
     """One comparison in plain language, saying which test decided."""
-    label = METRIC_BY_KEY[c.metric].label if c.metric in METRIC_BY_KEY else c.metric
+    label = POOLED_BY_KEY[c.metric].label if c.metric in POOLED_BY_KEY else c.metric
     head = (
         f"site {c.site_id}, {label}: {c.first} ({fmt(c.mean_first)}) vs {c.second} "
         f"({fmt(c.mean_second)})"
@@ -217,32 +181,22 @@ def compare_neighbours(
             by_seed_a = _by_seed(a.replicates, site_a.numbers[metric])
             by_seed_b = _by_seed(b.replicates, site_b.numbers[metric])
             common = [s for s in by_seed_a if s in by_seed_b]
+            xs, ys = [by_seed_a[s] for s in common], [by_seed_b[s] for s in common]
             found.append(
-                (
-                    site_a.site_id,
-                    a.label,
-                    b.label,
-                    [by_seed_a[s] for s in common],
-                    [by_seed_b[s] for s in common],
-                    site_a.numbers[metric].mean,
-                    site_b.numbers[metric].mean,
+                PointComparison(
+                    site_id=site_a.site_id,
+                    metric=metric,
+                    first=a.label,
+                    second=b.label,
+                    n_pairs=len(common),
+                    mean_first=site_a.numbers[metric].mean,
+                    mean_second=site_b.numbers[metric].mean,
+                    p_value=paired_p_value(xs, ys),
+                    alpha=1 - LEVEL,
                 )
             )
-    alpha = (1 - LEVEL) / max(1, len(found))
-    return [
-        PointComparison(
-            site_id=site_id,
-            metric=metric,
-            first=first,
-            second=second,
-            n_pairs=len(xs),
-            mean_first=mean_a,
-            mean_second=mean_b,
-            p_value=paired_p_value(xs, ys),
-            alpha=alpha,
-        )
-        for site_id, first, second, xs, ys, mean_a, mean_b in found
-    ]
+    # Bonferroni: each comparison's level is the list's, shared out.
+    return [replace(c, alpha=(1 - LEVEL) / len(found)) for c in found]
 
 
 def _by_seed(replicates: ReplicateReport, numbers: OverRuns) -> dict[int, float]:

@@ -13,15 +13,7 @@ from typing import Any, Literal
 
 from .columns import Column, ColumnGroup, html_table, md_table, md_text
 from .formatting import MEANING_POINTS, UNTRAINED_HEADLINE, VIOLATION_HEADLINE
-from .html_page import (
-    canary_block,
-    esc,
-    figure,
-    html_list,
-    meaning_block,
-    untrained_block,
-    violation_banner,
-)
+from .html_page import esc
 
 Format = Literal["md", "html"]
 
@@ -172,6 +164,14 @@ def to_html(blocks: Sequence[Block]) -> list[str]:
     return [_html(block) for block in blocks if block.only != "md"]
 
 
+def _lis(items: Sequence[str]) -> str:
+    return "".join(f"<li>{esc(x)}</li>" for x in items)
+
+
+def _alert(headline: str, rest: str) -> str:
+    return f'<div class="violation" role="alert"><strong>{esc(headline)}</strong>{rest}</div>'
+
+
 def _html(block: Block) -> str:
     match block:
         case Heading(text, level):
@@ -179,7 +179,8 @@ def _html(block: Block) -> str:
         case Para(text):
             return f"<p>{esc(text)}</p>"
         case Bullets(items, _, ordered):
-            return html_list(list(items), ordered=ordered) if items else ""
+            tag = "ol" if ordered else "ul"
+            return f"<{tag}>{_lis(items)}</{tag}>" if items else ""
         case Errors(items):
             lis = "".join(
                 f'<li>{esc(label)}: <span class="error">{esc(text)}</span></li>'
@@ -195,16 +196,29 @@ def _html(block: Block) -> str:
                 row_title=row_title or (lambda row: None),
             )
             return f'<div class="wide">{table}</div>' if wide else table
+        case Figure(None, _, alt):
+            return f"<p><em>{esc(alt)}: no data to plot.</em></p>"
         case Figure(svg, caption, alt):
-            return figure(svg, caption, alt=alt)
+            # role="img" and the label name the plot to screen readers.
+            return (
+                f'<figure><div class="plot" role="img" aria-label="{esc(alt)}">{svg}</div>'
+                f"<figcaption>{esc(caption)}</figcaption></figure>"
+            )
         case Banner("untrained", lines):
-            return "".join(untrained_block(line) for line in lines)
+            return "".join(_alert(UNTRAINED_HEADLINE, f" {esc(x)}") for x in lines)
         case Banner("violation", lines):
-            return violation_banner(list(lines))
+            return _alert(VIOLATION_HEADLINE, f"<ul>{_lis(lines)}</ul>") if lines else ""
         case Banner("canaries", lines):
-            return "".join(canary_block(line) for line in lines)
+            return "".join(
+                f'<div class="canaries"><strong>Canaries.</strong> {esc(x)}</div>' for x in lines
+            )
         case Meaning():
-            return meaning_block()
+            # Folded: the numbers come first, the explanation one click away.
+            return (
+                '<details class="meaning"><summary><strong>What eps_tilde means and does not '
+                "mean</strong> (read before drawing conclusions)</summary>"
+                f"<ul>{_lis(MEANING_POINTS)}</ul></details>"
+            )
         case Raw(markup):
             return markup
         case Fold(summary, blocks):

@@ -14,7 +14,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage
-from audit.result import ClassSliceResult
+from audit.result import ClassSliceResult, SideResult
 from audit.sides import SIDES
 
 from .formatting import (
@@ -39,25 +39,46 @@ from .formatting import (
     fmt_two_sided,
     fmt_white_box,
     ordering_text,
-    quality,
     scoped_flag_labels,
     scorer_cells,
     scorer_headers,
 )
 from .html_page import badge, esc, flag_badges, td
+from .metrics import (
+    C_EPS_LB,
+    C_LB,
+    CANARY,
+    CANARY_FDP,
+    CEILING,
+    CLIENT_EPSILON,
+    DP_EPSILON,
+    EPS_TILDE,
+    HEADROOM,
+    HOLDOUT_ACCURACY,
+    MECHANISM_ESTIMATE,
+    MECHANISM_FDP,
+    O1,
+    O1_FDP,
+    RM_RN,
+    RM_RN_TWO_SIDED,
+    SERVER_FDP,
+    Metric,
+    Value,
+    mechanism,
+    number,
+    round_o1,
+    round_two_sided,
+    server,
+)
 from .privacy_ledger import released_model_epsilon
 from .schema import (
-    ONE,
     TPR_FPR_KEYS,
-    GameReport,
     OverRuns,
     ReplicateRun,
     ReplicateSite,
     SiteReport,
     SweepPointReport,
-    at,
     mean_of,
-    value_at,
 )
 
 Row = TypeVar("Row")
@@ -72,6 +93,8 @@ class Column(Generic[Row]):
     """The Markdown cell's text (the writer escapes it); None: not in the Markdown table."""
     html: Callable[[Row], str] | None = None
     """The HTML cell, a whole ``<td>``; None: not in the HTML table."""
+    fold: int = 0
+    """Its group in a wide table's HTML (:func:`grouped`): 0 leads, the others are folded."""
 
 
 def column(
@@ -82,6 +105,7 @@ def column(
     cls: str | None = None,
     md: bool = True,
     html: bool = True,
+    fold: int = 0,
 ) -> Column[Row]:
     """A column whose cell reads ``text`` in both formats; in HTML with ``title`` (the
     unrounded value) as its tooltip and ``cls`` as its class."""
@@ -89,7 +113,7 @@ def column(
     def cell(row: Row) -> str:
         return td(text(row), title=None if title is None else title(row), cls=cls)
 
-    return Column(header, md=text if md else None, html=cell if html else None)
+    return Column(header, md=text if md else None, html=cell if html else None, fold=fold)
 
 
 def md_text(text: str) -> str:
@@ -129,37 +153,41 @@ def html_table(
     return f"<table{attrs}>{head}{body}</table>"
 
 
-SITE_ONE = "site." + ONE
-"""The path of a row's site's one-sided game."""
-_MECHANISM = "site.privacy.gradient_canaries.mechanism."
-_SERVER = "site.privacy.gradient_canaries.server."
-"""The paths of a row's site's white-box threat levels."""
+def _estimate(header: str, get: Callable[[Row], Value], fold: int = 0) -> Column[Row]:
+    """The estimate ``get`` gives as ``mean [low, high]``, the unrounded mean as the tooltip."""
+    return column(header, lambda r: fmt_est(get(r)), title=lambda r: number(get(r)), fold=fold)
 
 
-def _estimate(header: str, path: str) -> Column[Any]:
-    """The estimate at ``path`` as ``mean [low, high]``, the unrounded mean as the tooltip."""
-    return column(header, lambda r: fmt_est(at(r, path)), title=lambda r: value_at(r, path))
-
-
-def _mean_only(header: str, path: str) -> Column[Any]:
+def _mean_only(m: Metric, fold: int = 0) -> Column[SiteReport]:
     """An estimate: ``mean [low, high]`` in Markdown, the mean alone in HTML (where a
     column of its own or the tooltip holds the rest)."""
     return Column(
-        header,
-        md=lambda r: fmt_est(at(r, path)),
-        html=lambda r: td(fmt(value_at(r, path)), title=value_at(r, path)),
+        m.label,
+        md=lambda s: fmt_est(m.get(s)),
+        html=lambda s: td(fmt(m.value(s)), title=m.value(s)),
+        fold=fold,
     )
 
 
-def _titled(header: str, of: Callable[[Row], float | None], off: bool = False) -> Column[Row]:
-    """A numeric column: rounded, its unrounded value as the tooltip; "off" for None when
-    ``off``."""
-    return column(header, lambda r: fmt(of(r)) if of(r) is not None or not off else "off", title=of)
+def _titled(
+    header: str,
+    of: Callable[[Row], float | None],
+    off: bool = False,
+    digits: int = 3,
+    fold: int = 0,
+) -> Column[Row]:
+    """A numeric column: rounded to ``digits``, its unrounded value as the tooltip; "off" for
+    None when ``off``."""
+
+    def text(r: Row) -> str:
+        return "off" if off and of(r) is None else fmt(of(r), digits)
+
+    return column(header, text, title=of, fold=fold)
 
 
-def _number(header: str, path: str, off: bool = False) -> Column[Any]:
-    """:func:`_titled` of the number at ``path``."""
-    return _titled(header, lambda r: value_at(r, path), off)
+def _number(m: Metric, off: bool = False) -> Column[SiteRow]:
+    """:func:`_titled` of a row's site's metric, under its label."""
+    return _titled(m.label, lambda r: m.value(r.site), off, m.digits)
 
 
 def _eps_tilde_cell(site: SiteReport) -> str:
@@ -167,7 +195,7 @@ def _eps_tilde_cell(site: SiteReport) -> str:
     badges = flag_badges(_one_flags(site))
     if site.status != "ok":
         badges += badge(site.status, site.status)
-    value = value_at(site, ONE + "eps_tilde")
+    value = EPS_TILDE.value(site)
     return td(esc(fmt(value)) + badges, title=value, raw=True)
 
 
@@ -221,7 +249,7 @@ def _scorer(i: int) -> Callable[[SiteReport], str]:
 
 def site_row_class(site: SiteReport) -> str:
     """A site's row colour (:data:`~.formatting.ROW_COLOURS`): its worst one-sided state."""
-    flags = None if site.audit is None else site.audit.one_sided.flags
+    flags = None if site.audit is None else site.audit.flags
     if site.checks.bound_violations:
         return "violation"
     if site.status != "ok":
@@ -238,7 +266,7 @@ _DP = Column("DP eps (record-level guarantee)", md=_dp_text, html=_dp_cell)
 HEADLINE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _SITE,
     _TWO_SIDED,
-    _estimate("O(1) [95% CI]", "audit.o1_eps_lb"),
+    _estimate("O(1) [95% CI]", O1.get),
     _DP,
     column("f accuracy members / holdout", lambda s: fmt_loss_gap(s, "accuracy")),
 )
@@ -253,75 +281,50 @@ class ColumnGroup(NamedTuple, Generic[Row]):
     columns: tuple[Column[Row], ...]
 
 
-_STATUS_HTML: Column[SiteReport] = column("status", lambda s: s.status, cls="text", md=False)
-_N_MEMBERS: Column[SiteReport] = column("n_members", lambda s: fmt(s.n_members))
-_C_LB = _mean_only("c_lb", ONE + "c_lb")
-_CEILING = _number("ceiling", ONE + "ceiling")
-_HEADROOM: Column[SiteReport] = column("headroom", lambda s: fmt(at(s, ONE + "headroom")), md=False)
-_C_EPS_LB = _mean_only("{c+eps}_lb", ONE + "c_eps_lb")
-_EPS_TILDE: Column[SiteReport] = Column(
-    "eps_tilde [95% CI]", md=lambda s: fmt_est(at(s, ONE + "eps_tilde")), html=_eps_tilde_cell
-)
-_EPS_TILDE_CI: Column[SiteReport] = column(
-    "eps_tilde 95% CI", lambda s: fmt_interval(at(s, ONE + "eps_tilde")), md=False
-)
-_SIDE_C_LBS: tuple[Column[SiteReport], ...] = tuple(
-    column(f"{SIDE_LABELS[side]} side c_lb / ceiling", _side_c_lb(side)) for side in SIDES
-)
-_RM_RN = _estimate("RM;RN", ONE + "rm_rn_eps_lb")
-_RM_RN_TWO = _estimate("RM;RN two-sided", "audit.two_sided.rm_rn_eps_lb")
-_O1 = _estimate("O(1)", "audit.o1_eps_lb")
-_SCORERS: tuple[Column[SiteReport], ...] = tuple(
-    column(h, _scorer(i)) for i, h in enumerate(scorer_headers())
-)
-_F_LOSS: Column[SiteReport] = column("f loss members / holdout", fmt_loss_gap)
-_GENERATOR: Column[SiteReport] = column(
-    "generator", lambda s: s.audit.generator_kind if s.audit else MISSING, cls="text", md=False
-)
+def grouped(
+    titles: tuple[str, ...], columns: tuple[Column[Row], ...]
+) -> tuple[ColumnGroup[Row], ...]:
+    """A wide table's HTML groups: each column under the title its :attr:`Column.fold`
+    indexes, after the key column (the first), which leads every group."""
+    key, *rest = columns
+    return tuple(
+        ColumnGroup(title, (key, *(c for c in rest if c.fold == i and c.html is not None)))
+        for i, title in enumerate(titles)
+    )
+
 
 SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _SITE,
-    _STATUS_HTML,
-    _N_MEMBERS,
-    _C_LB,
-    _CEILING,
-    _HEADROOM,
-    _C_EPS_LB,
-    _EPS_TILDE,
-    _EPS_TILDE_CI,
+    column("status", lambda s: s.status, cls="text", md=False),
+    column("n_members", lambda s: fmt(s.n_members), fold=1),
+    _mean_only(C_LB, fold=1),
+    _titled("ceiling", CEILING.value, fold=1),
+    column("headroom", lambda s: fmt(HEADROOM.value(s)), md=False, fold=1),
+    _mean_only(C_EPS_LB, fold=1),
+    Column("eps_tilde [95% CI]", lambda s: fmt_est(EPS_TILDE.get(s)), _eps_tilde_cell, fold=1),
+    column("eps_tilde 95% CI", lambda s: fmt_interval(EPS_TILDE.get(s)), md=False, fold=1),
     _TWO_SIDED,
-    *_SIDE_C_LBS,
-    _RM_RN,
-    _RM_RN_TWO,
-    _O1,
-    *_SCORERS,
-    _F_LOSS,
+    *(column(f"{SIDE_LABELS[side]} side c_lb / ceiling", _side_c_lb(side)) for side in SIDES),
+    _estimate(RM_RN.label, RM_RN.get, fold=1),
+    _estimate(RM_RN_TWO_SIDED.label, RM_RN_TWO_SIDED.get),
+    _estimate(O1.label, O1.get),
+    *(column(h, _scorer(i), fold=2) for i, h in enumerate(scorer_headers())),
+    column("f loss members / holdout", fmt_loss_gap, fold=2),
     _DP,
-    _GENERATOR,
+    column(
+        "generator",
+        lambda s: s.audit.generator_kind if s.audit else MISSING,
+        cls="text",
+        md=False,
+        fold=2,
+    ),
     column("flags", _flags_md, html=False),
     column("status", lambda s: s.status, html=False),
 )
 """The per-site table of report.md (one table) and report.html (:data:`SITE_GROUPS`)."""
 
-SITE_GROUPS: tuple[ColumnGroup[SiteReport], ...] = (
-    ColumnGroup("", (_SITE, _STATUS_HTML, _TWO_SIDED, *_SIDE_C_LBS, _RM_RN_TWO, _O1, _DP)),
-    ColumnGroup(
-        "The paper's one-sided game",
-        (
-            _SITE,
-            _N_MEMBERS,
-            _C_LB,
-            _CEILING,
-            _HEADROOM,
-            _C_EPS_LB,
-            _EPS_TILDE,
-            _EPS_TILDE_CI,
-            _RM_RN,
-        ),
-    ),
-    ColumnGroup(
-        "Scorers, the model's loss, the generator", (_SITE, *_SCORERS, _F_LOSS, _GENERATOR)
-    ),
+SITE_GROUPS = grouped(
+    ("", "The paper's one-sided game", "Scorers, the model's loss, the generator"), SITE_COLUMNS
 )
 """:data:`SITE_COLUMNS` in report.html: the two-sided game against real non-members and the
 guarantee first, the rest folded (each group narrow enough for a 1,400-px window)."""
@@ -363,138 +366,101 @@ def _client_eps(row: SiteRow) -> str:
 
 
 def _rm_rn_pair(row: SiteRow) -> str:
-    one, two = (
-        value_at(row.site, p) for p in (ONE + "rm_rn_eps_lb", "audit.two_sided.rm_rn_eps_lb")
-    )
+    one, two = (m.value(row.site) for m in (RM_RN, RM_RN_TWO_SIDED))
     return f"{fmt(one)} / {fmt(two)}"
 
 
-_L_SITE: Column[SiteRow] = column("site", lambda r: str(r.site.site_id))
-_L_RECORD: Column[SiteRow] = column(
-    "record-level eps (accountant, delta)",
-    lambda r: fmt_dp(
-        r.site.privacy.dp_epsilon, r.site.privacy.dp_delta, r.site.privacy.record_accountant
-    ),
-)
-_L_CLIENT: Column[SiteRow] = column(
-    "client-level eps, site-level (accountant; sampling; neighbouring relation; delta)",
-    _client_eps,
-    cls="text",
-)
-_L_CLIENT_RECORD: Column[SiteRow] = column(
-    "client-level eps implied per record (vs. global-model readers, not the server)",
-    lambda r: (
-        fmt(r.site.privacy.client_epsilon_record)
-        if r.site.privacy.client_epsilon_record is not None
-        else "off"
-    ),
-)
-_L_CANARY_CLIENTS: Column[SiteRow] = column(
-    "canary clients' client-level eps: estimate [95% CI] / two-variance / lower bound",
-    _client_canaries,
-)
-_L_SERVER: Column[SiteRow] = column(
-    "DP eps for the site's records against the server (record-level only)",
-    lambda r: fmt_dp(r.site.privacy.dp_epsilon, r.site.privacy.dp_delta),
-)
-_L_CANARY: Column[SiteRow] = column(
-    "canary_eps_lb [interval] (canaries)",
-    lambda r: fmt_canary(r.site.privacy.canary, r.site.privacy.canaries),
-)
-_L_MECHANISM: Column[SiteRow] = column(
-    "white-box mechanism: f-DP eps_lb / estimate [95% CI]",
-    lambda r: fmt_white_box(at(r, "site.privacy.gradient_canaries.mechanism")),
-)
-_L_WB_SERVER: Column[SiteRow] = column(
-    "white-box server: f-DP eps_lb / estimate [95% CI]",
-    lambda r: fmt_white_box(at(r, "site.privacy.gradient_canaries.server")),
-)
-_L_ONE: Column[SiteRow] = column(
-    "eps_tilde one-sided", lambda r: fmt(value_at(r, SITE_ONE + "eps_tilde"))
-)
-_L_TWO: Column[SiteRow] = column(
-    "eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)
-)
-_L_RM_RN: Column[SiteRow] = column("RM;RN one-sided / two-sided", _rm_rn_pair)
-_L_O1: Column[SiteRow] = column("O(1)", lambda r: fmt(value_at(r, "site.audit.o1_eps_lb")))
-_L_CANARY_FDP: Column[SiteRow] = column(
-    "canary f-DP eps_lb (GDP mu, delta)",
-    lambda r: fmt_fdp(
-        at(r, "site.privacy.canary.eps_lb_fdp"),
-        at(r, "site.privacy.canary.fdp_mu"),
-        r.site.checks.fdp_delta,
-    ),
-)
-_L_O1_FDP: Column[SiteRow] = column(
-    "O(1) f-DP (GDP mu)",
-    lambda r: fmt_fdp(value_at(r, "site.audit.o1_eps_lb_fdp"), at(r, "site.audit.o1_fdp_mu"), None),
-)
-_L_BEST: Column[SiteRow] = column(
-    "best lower bound (method)",
-    lambda r: fmt_best(r.site.checks.best_eps_lb, r.site.checks.best_eps_lb_method),
-    cls="text",
-)
-_L_ACCURACY: Column[SiteRow] = column(
-    "accuracy global / site holdout",
-    lambda r: f"{fmt(r.global_accuracy)} / {fmt(quality(r.site, 'target_accuracy_nonmembers'))}",
-)
-_L_F_LOSS: Column[SiteRow] = column("f loss members / holdout", lambda r: fmt_loss_gap(r.site))
-_L_ORDERING: Column[SiteRow] = column("ordering check", lambda r: ordering_text(r.site), cls="text")
-
 LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
-    _L_SITE,
-    _L_RECORD,
-    _L_CLIENT,
-    _L_CLIENT_RECORD,
-    _L_CANARY_CLIENTS,
-    _L_SERVER,
-    _L_CANARY,
-    _L_MECHANISM,
-    _L_WB_SERVER,
-    _L_ONE,
-    _L_TWO,
-    _L_RM_RN,
-    _L_O1,
-    _L_CANARY_FDP,
-    _L_O1_FDP,
-    _L_BEST,
-    _L_ACCURACY,
-    _L_F_LOSS,
-    _L_ORDERING,
+    column("site", lambda r: str(r.site.site_id)),
+    column(
+        "record-level eps (accountant, delta)",
+        lambda r: fmt_dp(
+            r.site.privacy.dp_epsilon, r.site.privacy.dp_delta, r.site.privacy.record_accountant
+        ),
+    ),
+    column(
+        "client-level eps, site-level (accountant; sampling; neighbouring relation; delta)",
+        _client_eps,
+        cls="text",
+        fold=1,
+    ),
+    column(
+        "client-level eps implied per record (vs. global-model readers, not the server)",
+        lambda r: (
+            fmt(r.site.privacy.client_epsilon_record)
+            if r.site.privacy.client_epsilon_record is not None
+            else "off"
+        ),
+        fold=1,
+    ),
+    column(
+        "canary clients' client-level eps: estimate [95% CI] / two-variance / lower bound",
+        _client_canaries,
+        fold=1,
+    ),
+    column(
+        "DP eps for the site's records against the server (record-level only)",
+        lambda r: fmt_dp(r.site.privacy.dp_epsilon, r.site.privacy.dp_delta),
+    ),
+    column(
+        "canary_eps_lb [interval] (canaries)",
+        lambda r: fmt_canary(r.site.privacy.canary, r.site.privacy.canaries),
+        fold=1,
+    ),
+    column(
+        "white-box mechanism: f-DP eps_lb / estimate [95% CI]",
+        lambda r: fmt_white_box(mechanism(r.site)),
+    ),
+    column(
+        "white-box server: f-DP eps_lb / estimate [95% CI]",
+        lambda r: fmt_white_box(server(r.site)),
+    ),
+    column("eps_tilde one-sided", lambda r: fmt(EPS_TILDE.value(r.site)), fold=2),
+    column("eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)),
+    column("RM;RN one-sided / two-sided", _rm_rn_pair),
+    column("O(1)", lambda r: fmt(O1.value(r.site))),
+    column(
+        "canary f-DP eps_lb (GDP mu, delta)",
+        lambda r: fmt_fdp(
+            CANARY_FDP.value(r.site),
+            None if r.site.privacy.canary is None else r.site.privacy.canary.fdp_mu,
+            r.site.checks.fdp_delta,
+        ),
+        fold=1,
+    ),
+    column(
+        "O(1) f-DP (GDP mu)",
+        lambda r: fmt_fdp(
+            O1_FDP.value(r.site),
+            None if r.site.audit is None else mean_of(r.site.audit.o1_fdp_mu),
+            None,
+        ),
+        fold=2,
+    ),
+    column(
+        "best lower bound (method)",
+        lambda r: fmt_best(r.site.checks.best_eps_lb, r.site.checks.best_eps_lb_method),
+        cls="text",
+        fold=2,
+    ),
+    column(
+        "accuracy global / site holdout",
+        lambda r: f"{fmt(r.global_accuracy)} / {fmt(HOLDOUT_ACCURACY.value(r.site))}",
+        fold=2,
+    ),
+    column("f loss members / holdout", lambda r: fmt_loss_gap(r.site), fold=2),
+    column("ordering check", lambda r: ordering_text(r.site), cls="text"),
 )
 """The "Privacy ledger" table of report.md (one table) and report.html (:data:`LEDGER_GROUPS`;
 the run's DP level stands above it)."""
 
-LEDGER_GROUPS: tuple[ColumnGroup[SiteRow], ...] = (
-    ColumnGroup(
-        "",
-        (
-            _L_SITE,
-            _L_RECORD,
-            _L_SERVER,
-            _L_MECHANISM,
-            _L_WB_SERVER,
-            _L_TWO,
-            _L_RM_RN,
-            _L_O1,
-            _L_ORDERING,
-        ),
-    ),
-    ColumnGroup(
-        "Client-level DP and canaries",
-        (_L_SITE, _L_CLIENT, _L_CLIENT_RECORD, _L_CANARY_CLIENTS, _L_CANARY, _L_CANARY_FDP),
-    ),
-    ColumnGroup(
-        "Other readings",
-        (_L_SITE, _L_ONE, _L_O1_FDP, _L_BEST, _L_ACCURACY, _L_F_LOSS),
-    ),
-)
+LEDGER_GROUPS = grouped(("", "Client-level DP and canaries", "Other readings"), LEDGER_COLUMNS)
 """:data:`LEDGER_COLUMNS` in report.html: the guarantees beside what was measured against
 them first, the rest folded."""
 
 
 def _one_flags(s: SiteReport) -> list[str]:
-    return flag_labels(at(s, ONE + "flags"))
+    return flag_labels(None if s.audit is None else s.audit.flags)
 
 
 def _sweep_flags_cell(r: SiteRow) -> str:
@@ -561,23 +527,15 @@ SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
         lambda r: fmt_theoretical_eps(released_model_epsilon(r.site.privacy), _point(r).private),
         title=lambda r: released_model_epsilon(r.site.privacy),
     ),
-    _number("accountant eps record", "site.privacy.dp_epsilon", off=True),
-    _number("accountant eps client (site-level)", "site.privacy.client_epsilon", off=True),
-    _number("accuracy (global)", "global_accuracy"),
-    _titled("accuracy (site holdout)", lambda r: quality(r.site, "target_accuracy_nonmembers")),
-    _number("canary_eps_lb", "site.privacy.canary.eps_lb"),
-    _number("white-box mechanism f-DP eps_lb", _MECHANISM + "eps_lb_fdp"),
-    _number("white-box mechanism estimate", _MECHANISM + "eps_estimate"),
-    _number("white-box server f-DP eps_lb", _SERVER + "eps_lb_fdp"),
+    _number(DP_EPSILON, off=True),
+    _number(CLIENT_EPSILON, off=True),
+    _titled("accuracy (global)", lambda r: r.global_accuracy),
+    *map(_number, (HOLDOUT_ACCURACY, CANARY, MECHANISM_FDP, MECHANISM_ESTIMATE, SERVER_FDP)),
     column("inversion, first attacked round", lambda r: fmt_inversion(_first_inversion(r.site))),
-    _number("eps_tilde", SITE_ONE + "eps_tilde"),
-    column("eps_tilde 95% CI", lambda r: fmt_interval(at(r, SITE_ONE + "eps_tilde"))),
+    _number(EPS_TILDE),
+    column("eps_tilde 95% CI", lambda r: fmt_interval(EPS_TILDE.get(r.site))),
     column("eps_tilde two-sided [95% CI] (side)", lambda r: fmt_two_sided(r.site)),
-    _number("c_lb", SITE_ONE + "c_lb"),
-    _number("ceiling", SITE_ONE + "ceiling"),
-    _number("RM;RN", SITE_ONE + "rm_rn_eps_lb"),
-    _number("RM;RN two-sided", "site.audit.two_sided.rm_rn_eps_lb"),
-    _number("O(1)", "site.audit.o1_eps_lb"),
+    *map(_number, (C_LB, CEILING, RM_RN, RM_RN_TWO_SIDED, O1)),
     Column(
         "flags",
         md=lambda r: (
@@ -635,7 +593,7 @@ class Game(NamedTuple):
     """A row of a site's bounds table: one game, or one side of the two-sided one."""
 
     name: str
-    game: GameReport
+    game: SideResult
     level: float | None
 
 
@@ -643,13 +601,9 @@ BOUNDS_COLUMNS: tuple[Column[Game], ...] = (
     column("game", lambda g: g.name, cls="text"),
     column("c_lb [95% CI]", lambda g: fmt_est(g.game.c_lb)),
     column("{c+eps}_lb [95% CI]", lambda g: fmt_est(g.game.c_eps_lb)),
-    column(
-        "eps_tilde [95% CI]",
-        lambda g: fmt_est(g.game.eps_tilde),
-        title=lambda g: mean_of(g.game.eps_tilde),
-    ),
-    column("ceiling", lambda g: fmt(g.game.ceiling), title=lambda g: g.game.ceiling),
-    column("headroom", lambda g: fmt(g.game.headroom), title=lambda g: g.game.headroom),
+    _estimate("eps_tilde [95% CI]", lambda g: g.game.eps_tilde),
+    _titled("ceiling", lambda g: g.game.ceiling),
+    _titled("headroom", lambda g: g.game.headroom),
     column("RM;RN [95% CI]", lambda g: fmt_est(g.game.rm_rn_eps_lb)),
     column("RM;RN ceiling", lambda g: fmt(g.game.rm_rn_ceiling)),
     column("level of each bound", lambda g: fmt(g.level, 4)),
@@ -695,9 +649,9 @@ LOW_FPR_COLUMNS: tuple[Column[tuple[str, list[float | None]]], ...] = (
 
 BY_ROUND_COLUMNS: tuple[Column[RoundLeakage], ...] = (
     column("round", lambda e: str(e.round)),
-    _estimate("eps_tilde two-sided [95% CI]", "eps_tilde_two_sided"),
+    _estimate("eps_tilde two-sided [95% CI]", round_two_sided),
     column("side", lambda e: SIDE_LABELS.get(e.side, e.side), cls="text"),
-    _estimate("O(1) [95% CI]", "o1_eps_lb"),
+    _estimate("O(1) [95% CI]", round_o1),
     _titled("MIA AUC", lambda e: e.mia_auc),
     _titled(f"MIA TPR at {FPR_LABELS['0.01']} FPR", lambda e: e.tpr_at_1pct_fpr),
     _titled(f"MIA TPR at {FPR_LABELS['0.001']} FPR", lambda e: e.tpr_at_01pct_fpr),
@@ -708,8 +662,8 @@ BY_ROUND_COLUMNS: tuple[Column[RoundLeakage], ...] = (
 PER_CLASS_COLUMNS: tuple[Column[ClassSliceResult], ...] = (
     column("label", lambda c: str(c.label)),
     column("game slots", lambda c: str(c.slots)),
-    _estimate("eps_tilde two-sided [95% CI]", "eps_tilde"),
-    _titled(f"MIA TPR at {FPR_LABELS['0.01']} FPR", lambda c: value_at(c, "tpr_at_1pct_fpr")),
+    _estimate("eps_tilde two-sided [95% CI]", lambda c: c.eps_tilde),
+    _titled(f"MIA TPR at {FPR_LABELS['0.01']} FPR", lambda c: mean_of(c.tpr_at_1pct_fpr)),
     column("level of each bound", lambda c: f"{c.level:.2g}"),
     column("", lambda c: TOO_FEW_FOR_CLASS if c.too_few else "", cls="text"),
 )
@@ -769,7 +723,7 @@ def _over(key: str, what: Callable[[OverRuns], str]) -> Callable[[PointSite], st
 
 def sweep_replicate_columns(headline: str, accuracy: str) -> tuple[Column[PointSite], ...]:
     """Each point's sites over seeds: the ``headline`` number's and the ``accuracy``'s mean
-    and between-run interval (keys of ``between_runs.METRICS``)."""
+    and between-run interval (keys of ``between_runs.POOLED``)."""
     return (
         column("point", lambda r: r.point.label, cls="text"),
         column("site", lambda r: str(r.site.site_id)),

@@ -12,22 +12,23 @@ from audit.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage, first_leaking_round
-from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, Interval
+from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, Interval
 from audit.sides import SIDES
 from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 
+from .metrics import two_sided
 from .privacy_ledger import EPS_TILDE_ABOVE_NOTE
 from .schema import (
     FLAGS,
     HEADLINE,
     SCORERS,
     TPR_FPR_KEYS,
-    AuditReport,
     BoundViolation,
     ConsortiumSummary,
     FlaggedSites,
     SiteReport,
     mean_of,
+    scorers,
 )
 
 MISSING = "-"
@@ -160,17 +161,17 @@ def fmt(value: float | int | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
-def fmt_interval(iv: Interval | None, digits: int = 3) -> str:
+def fmt_interval(iv: Interval | float | None, digits: int = 3) -> str:
     """``[low, high]`` for display, empty when there is no interval."""
-    if iv is None or not (math.isfinite(iv.low) and math.isfinite(iv.high)):
+    if not isinstance(iv, Interval) or not (math.isfinite(iv.low) and math.isfinite(iv.high)):
         return ""
     return f"[{fmt(iv.low, digits)}, {fmt(iv.high, digits)}]"
 
 
-def fmt_est(iv: Interval | None, digits: int = 3) -> str:
-    """An estimate as ``mean [low, high]``; MISSING without one."""
-    if iv is None:
-        return MISSING
+def fmt_est(iv: Interval | float | None, digits: int = 3) -> str:
+    """An estimate as ``mean [low, high]`` (a number alone as itself); MISSING without one."""
+    if not isinstance(iv, Interval):
+        return fmt(iv, digits)
     bounds = fmt_interval(iv, digits)
     return f"{fmt(iv.mean, digits)} {bounds}" if math.isfinite(iv.mean) and bounds else fmt(iv.mean)
 
@@ -334,8 +335,7 @@ def scoped_reasons(site: SiteReport) -> list[tuple[str, str]]:
 
 def fmt_two_sided(site: SiteReport, *, interval: bool = True) -> str:
     """``mean [low, high] (side)`` of the two-sided eps_tilde."""
-    two = None if site.audit is None else site.audit.two_sided
-    if two is None:
+    if (two := two_sided(site)) is None:
         return MISSING
     text = fmt_est(two.eps_tilde) if interval else fmt(mean_of(two.eps_tilde))
     return f"{text} ({SIDE_LABELS[two.side]})"
@@ -343,8 +343,7 @@ def fmt_two_sided(site: SiteReport, *, interval: bool = True) -> str:
 
 def fmt_side_c_lb(site: SiteReport, side: str) -> str:
     """``c_lb / ceiling`` of one side of the two-sided game."""
-    two = None if site.audit is None else site.audit.two_sided
-    if two is None:
+    if (two := two_sided(site)) is None:
         return MISSING
     game = getattr(two, side)
     return f"{fmt(mean_of(game.c_lb))} / {fmt(game.ceiling)}"
@@ -356,12 +355,12 @@ def scorer_headers() -> list[str]:
     return [f"AUC {scorers}"] + [f"TPR@{FPR_LABELS[k]} FPR {scorers}" for k in TPR_FPR_KEYS]
 
 
-def scorer_values(audit: AuditReport | None, scorer: str) -> list[float | None]:
+def scorer_values(audit: AuditResult | None, scorer: str) -> list[float | None]:
     """AUC and TPR at each FPR of :data:`TPR_FPR_KEYS` of one scorer."""
-    s = None if audit is None else audit.scorers.get(scorer)
+    s = None if audit is None else scorers(audit).get(scorer)
     if s is None:
         return [None] * (1 + len(TPR_FPR_KEYS))
-    return [s.auc, *((s.tpr_at_fpr or {}).get(k) for k in TPR_FPR_KEYS)]
+    return [s["auc"], *((s["tpr_at_fpr"] or {}).get(k) for k in TPR_FPR_KEYS)]
 
 
 def scorer_cells(site: SiteReport) -> list[str]:
@@ -457,14 +456,11 @@ UNTRAINED_HEADLINE = "Training did not happen as configured."
 VIOLATION_HEADLINE = f"{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee"
 
 
-def violation_warning(message: str) -> str:
-    """The stderr line of one bound violation."""
-    return f"{VIOLATION_TITLE}: {message}"
-
-
 def violation_warnings(sites: list[SiteReport], prefix: str = "") -> list[str]:
     """A line per bound violation of the sites, for stderr."""
-    return [violation_warning(prefix + v.message) for s in sites for v in s.checks.bound_violations]
+    return [
+        f"{VIOLATION_TITLE}: {prefix}{v.message}" for s in sites for v in s.checks.bound_violations
+    ]
 
 
 def canary_banner(canaries: int) -> str:

@@ -12,9 +12,10 @@ block in it only drops the canary numbers.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from audit.canary import CanaryResult
 from audit.client_canaries import ClientCanaryResult
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from .run_config import ReportConfig
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -214,29 +216,33 @@ def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAudi
     return read(
         status="ok",
         result=result,
-        canary=_canary(file.canary),
-        by_round=_by_round(path, file.by_round),
-        gradient_canaries=_gradient_canaries(path, file.gradient_canaries),
-        inversion=_inversion(path, file.inversion),
+        canary=_one(path, "canary", CanaryResult.from_dict, file.canary),
+        by_round=_entries(path, "by_round", RoundLeakage.from_dict, file.by_round),
+        gradient_canaries=_one(
+            path, "gradient_canaries", GradientCanaryResult.from_dict, file.gradient_canaries
+        ),
+        inversion=_entries(path, "inversion", InversionResult.from_dict, file.inversion),
     )
 
 
-def _inversion(path: Path, data: list[dict[str, Any]] | None) -> list[InversionResult]:
-    """The file's inversion audit; a malformed block drops it alone, with a warning."""
+def _entries(
+    path: Path, key: str, parse: Callable[[dict[str, Any]], T], data: list[dict[str, Any]] | None
+) -> list[T]:
+    """An optional block of the audit file, entry by entry; a malformed one drops the block
+    alone, with a warning."""
     try:
-        return [InversionResult.from_dict(e) for e in data or []]
+        return [parse(e) for e in data or []]
     except (KeyError, TypeError, ValueError) as err:
-        log.warning("%s: key 'inversion' dropped: %s", path, err)
+        log.warning("%s: key %r dropped: %s", path, key, err)
         return []
 
 
-def _gradient_canaries(path: Path, data: dict[str, Any] | None) -> GradientCanaryResult | None:
-    """The file's white-box audit; a malformed block drops it alone, with a warning."""
-    try:
-        return None if data is None else GradientCanaryResult.from_dict(data)
-    except (KeyError, TypeError, ValueError) as err:
-        log.warning("%s: key 'gradient_canaries' dropped: %s", path, err)
-        return None
+def _one(
+    path: Path, key: str, parse: Callable[[dict[str, Any]], T], data: dict[str, Any] | None
+) -> T | None:
+    """An optional block of one entry (:func:`_entries`); None without it."""
+    found = _entries(path, key, parse, None if data is None else [data])
+    return found[0] if found else None
 
 
 def _wrong_size(file: SiteAuditFile, members: int | None, holdout: int | None) -> str | None:
@@ -251,23 +257,6 @@ def _wrong_size(file: SiteAuditFile, members: int | None, holdout: int | None) -
         if claimed is not None and cut is not None and claimed != cut:
             return f"key {key!r} is {claimed}, but partition.json gives the site {cut} records"
     return None
-
-
-def _canary(data: dict[str, Any] | None) -> CanaryResult | None:
-    """The file's canary audit; a malformed block drops the canary numbers, nothing else."""
-    try:
-        return None if data is None else CanaryResult.from_dict(data)
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _by_round(path: Path, lines: list[dict[str, Any]] | None) -> list[RoundLeakage]:
-    """The file's ``by_round``; a malformed one drops the rounds only, with a warning."""
-    try:
-        return [RoundLeakage.from_dict(e) for e in lines or []]
-    except ValueError as err:
-        log.warning("%s: key 'by_round' dropped: %s", path, err)
-        return []
 
 
 def _opt_int(value: Any) -> int | None:

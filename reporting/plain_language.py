@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 
-from audit.result import AuditFlags, Interval
+from audit.result import AuditFlags, AuditResult, Interval
 
 from .formatting import NOT_A_BOUND, SIDE_LABELS, fmt, scorer_values
-from .schema import FLAGS, AuditReport, PlainReading, SiteReport, Verdict, mean_of
+from .metrics import O1, RM_RN, RM_RN_TWO_SIDED
+from .schema import FLAGS, PlainReading, SiteReport, Verdict, mean_of
 
 THREAT_MODEL: tuple[str, str, str] = (
     "Who: anyone who holds the final shared model (every site of the consortium, and "
@@ -127,7 +128,7 @@ def _headline(
     )
 
 
-def _measured(site: SiteReport, audit: AuditReport) -> list[str]:
+def _measured(site: SiteReport, audit: AuditResult) -> list[str]:
     m = audit.sizes.get("m")
     canary, canaries = site.privacy.canary, site.privacy.canaries
     lookalikes = (
@@ -135,7 +136,7 @@ def _measured(site: SiteReport, audit: AuditReport) -> list[str]:
         if audit.generator_kind == "reference_pool"
         else "synthetic records from a generator fitted on a small share of your records"
     )
-    repeats = audit.n_repeats
+    repeats = len(audit.repeats)
     lines = [
         f"After training, your site tested the final shared model on {fmt(site.n_members)} of "
         f"your own training records against look-alike records it never trained on "
@@ -172,17 +173,16 @@ def _measured(site: SiteReport, audit: AuditReport) -> list[str]:
                 else "."
             )
         )
-    rm_rn_two = None if audit.two_sided is None else audit.two_sided.rm_rn_eps_lb
-    if audit.one_sided.rm_rn_eps_lb is not None or audit.o1_eps_lb is not None:
+    if RM_RN.get(site) is not None or O1.get(site) is not None:
         lines.append(
             "Two cross-checks used real records of your site that the model never saw: RM;RN "
-            f"(the same attack, {fmt(mean_of(rm_rn_two))} two-sided) and O(1) (a "
-            f"simpler loss-threshold test, {fmt(mean_of(audit.o1_eps_lb))})."
+            f"(the same attack, {fmt(RM_RN_TWO_SIDED.value(site))} two-sided) and O(1) (a "
+            f"simpler loss-threshold test, {fmt(O1.value(site))})."
         )
     return lines
 
 
-def _meaning(site: SiteReport, audit: AuditReport, verdict: str, value: float | None) -> list[str]:
+def _meaning(site: SiteReport, audit: AuditResult, verdict: str, value: float | None) -> list[str]:
     lines: list[str] = []
     side = None if audit.two_sided is None else audit.two_sided.side
     if verdict == "evidence" and value is not None:
@@ -218,7 +218,7 @@ def _meaning(site: SiteReport, audit: AuditReport, verdict: str, value: float | 
     return [line for line in lines if line]
 
 
-def _flag_lines(audit: AuditReport) -> list[str]:
+def _flag_lines(audit: AuditResult) -> list[str]:
     """One sentence per raised flag, for the headline (its own flags and those of the side
     it comes from, once each), then what the baseline knew about real records."""
     scopes: list[tuple[str, AuditFlags]] = [("", audit.one_sided.flags)]
@@ -237,7 +237,7 @@ def _flag_lines(audit: AuditReport) -> list[str]:
     return lines + [realness_line(audit)]
 
 
-def _low_fpr_line(audit: AuditReport) -> str:
+def _low_fpr_line(audit: AuditResult) -> str:
     mia, base = (scorer_values(audit, scorer)[1] for scorer in ("mia", "baseline"))
     if mia is None:
         return ""
@@ -291,7 +291,7 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
-def realness_line(audit: AuditReport) -> str:
+def realness_line(audit: AuditResult) -> str:
     """What the baseline could know about real records, where its non-members are generated
     and it knew less than the model (``helper_real_*`` in the audit's sizes)."""
     public = audit.sizes.get("helper_real_public")

@@ -10,14 +10,26 @@ from collections.abc import Callable
 from typing import Any
 
 from audit.over_rounds import RoundLeakage
-from audit.result import AuditResult, Interval, RocSummary
+from audit.result import Interval, RocSummary
 from charts.svg import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
 from contracts.run_log import RoundRecord, site_order
 
 from .between_runs import ACCURACY, HEADLINE
-from .formatting import quality
+from .metrics import (
+    CANARY,
+    EPS_TILDE,
+    EPS_TILDE_TWO_SIDED,
+    HOLDOUT_ACCURACY,
+    MECHANISM_ESTIMATE,
+    MECHANISM_FDP,
+    O1,
+    RM_RN,
+    SERVER_FDP,
+    Value,
+    round_o1,
+)
 from .privacy_ledger import released_model_epsilon
-from .schema import ONE, SCORERS, OverRuns, SiteReport, SweepPointReport, at, mean_of
+from .schema import SCORERS, OverRuns, SiteReport, SweepPointReport, mean_of
 
 _BASELINE = "#1f77b4"
 _MIA = "#d62728"
@@ -34,15 +46,15 @@ _CYCLE = _TAB10.split()
 _DOTTED = "2 3"
 _DASHED = "6 3"
 
-Series = tuple[str | Callable[[SiteReport], Any], str, Marker, str]
-"""(the path of a site's number or estimate (:func:`~.formatting.at`) or a function giving
-it, colour, marker, legend) of a measurement drawn per site."""
+Series = tuple[Callable[[SiteReport], Value], str, Marker, str]
+"""(a site's number or estimate (a :data:`~.metrics.METRICS` getter), colour, marker,
+legend) of a measurement drawn per site."""
 
 _EPS_SERIES: tuple[Series, ...] = (
-    (ONE + "eps_tilde", _MIA, "o", "eps_tilde one-sided (95% CI)"),
-    ("audit.two_sided.eps_tilde", _TWO_SIDED, "D", "eps_tilde two-sided (95% CI)"),
-    (ONE + "rm_rn_eps_lb", _RMRN, "s", "RM;RN eps lower bound"),
-    ("audit.o1_eps_lb", _O1, "^", "O(1) eps lower bound"),
+    (EPS_TILDE.get, _MIA, "o", "eps_tilde one-sided (95% CI)"),
+    (EPS_TILDE_TWO_SIDED.get, _TWO_SIDED, "D", "eps_tilde two-sided (95% CI)"),
+    (RM_RN.get, _RMRN, "s", "RM;RN eps lower bound"),
+    (O1.get, _O1, "^", "O(1) eps lower bound"),
 )
 
 _SCORER_STYLE: dict[str, tuple[str, str]] = {
@@ -91,7 +103,8 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
         game = site.audit.one_sided
         if game.headroom is not None:
             ax.bars.append(Bar(x, game.headroom, 0.8, "#e6e6e6", "#999999"))
-        _eps_points(ax, site, [x + dx for dx in offsets])
+        for dx, series in zip(offsets, _EPS_SERIES):
+            _errpoint(ax, x + dx, site, series)
         if game.flags.saturated or game.flags.c_lb_not_tight:
             label = "saturated" if game.flags.saturated else "not tight"
             y = mean_of(game.eps_tilde) or 0.0
@@ -104,12 +117,6 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
     # Beside the plot: inside, it would cover the first sites' bars.
     ax.legend_loc = "outside right"
     return _svg([ax], size=(max(640.0, 60.0 * len(sites) + 450.0), 360.0))
-
-
-def _eps_points(ax: Axes, site: SiteReport, xs: list[float]) -> None:
-    """One marker (with its interval) per :data:`_EPS_SERIES` entry, at ``xs``."""
-    for x, series in zip(xs, _EPS_SERIES):
-        _errpoint(ax, x, site, series)
 
 
 def _legend(series: tuple[Series, ...]) -> list[LegendEntry]:
@@ -129,7 +136,7 @@ def _identity(ax: Axes, lo: float, hi: float, style: Style) -> None:
 def _errpoint(ax: Axes, x: float, site: SiteReport, series: Series) -> None:
     """The series' marker for the site at ``x``, with the estimate's interval."""
     of, color, shape, _ = series
-    iv = at(site, of) if isinstance(of, str) else of(site)
+    iv = of(site)
     value = mean_of(iv) if isinstance(iv, Interval) else iv
     if value is None:
         return
@@ -183,22 +190,20 @@ def _eps_tick(t: float) -> str:
 
 def _curve_grid(
     sites: list[SiteReport],
-    results: dict[int, AuditResult],
     *,
     y_of: str,
     title: str,
     ylabel: str,
     ceiling_line: bool,
 ) -> str | None:
-    drawn = [s for s in sites if s.site_id in results and results[s.site_id].repeats]
+    drawn = [(s, s.audit) for s in sites if s.audit is not None and s.audit.repeats]
     if not drawn:
         return None
     panels = []
     ceiling = Style("black", width=1, dash=_DASHED)
     # One legend over the grid (the same in every panel, and over no curve).
     legend = [LegendEntry("baseline b", Style(_BASELINE)), LegendEntry("MIA", Style(_MIA))]
-    for site in drawn:
-        result = results[site.site_id]
+    for site, result in drawn:
         ax = Axes(
             title=f"site {site.site_id}",
             xlabel="recall (fraction of members found)",
@@ -209,7 +214,7 @@ def _curve_grid(
             for curve, color in ((rep.baseline_curve, _BASELINE), (rep.mia_curve, _MIA)):
                 ys = curve.precision if y_of == "precision" else curve.bound
                 ax.plot(_nan(curve.recall), _nan(ys), Style(color, width=1.2, opacity=opacity))
-        top = None if site.audit is None else site.audit.one_sided.ceiling
+        top = result.ceiling
         if ceiling_line and top is not None:
             ax.hlines.append((top, ceiling))
         panels.append(ax)
@@ -220,11 +225,10 @@ def _curve_grid(
     return _svg(panels, size=(width, _GRID_PANEL[1]), cols=cols, title=title, legend=legend)
 
 
-def precision_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) -> str | None:
+def precision_recall_plot(sites: list[SiteReport]) -> str | None:
     """Precision against recall of b and the MIA per site (one line per repeat)."""
     return _curve_grid(
         sites,
-        results,
         y_of="precision",
         title="Precision-recall in the privacy game: baseline b vs MIA (one line per repeat)",
         ylabel="precision (fraction)",
@@ -232,11 +236,10 @@ def precision_recall_plot(sites: list[SiteReport], results: dict[int, AuditResul
     )
 
 
-def bound_recall_plot(sites: list[SiteReport], results: dict[int, AuditResult]) -> str | None:
+def bound_recall_plot(sites: list[SiteReport]) -> str | None:
     """The lower bound (c_lb for b, {c+eps}_lb for the MIA) against recall, with the ceiling."""
     return _curve_grid(
         sites,
-        results,
         y_of="bound",
         title="Lower bound against recall: c for b, c+eps for the MIA; dashed: ceiling",
         ylabel="lower bound (nats)",
@@ -303,7 +306,7 @@ def by_round_plot(by_round: list[RoundLeakage], *, title: str = "") -> str | Non
         iv = e.eps_tilde_two_sided
         leak.point(x, iv.mean, Style(_TWO_SIDED, marker="D"), low=iv.low, high=iv.high)
     leak.plot(
-        xs, _nan(mean_of(e.o1_eps_lb) for e in by_round), Style(_O1, marker="^", dash=_DASHED)
+        xs, _nan(mean_of(round_o1(e)) for e in by_round), Style(_O1, marker="^", dash=_DASHED)
     )
     accuracy = Axes(
         title="global accuracy", xlabel="round", ylabel="accuracy (fraction)", xticks=ticks
@@ -362,7 +365,8 @@ def sweep_eps_plot(points: list[SweepPointReport]) -> str | None:
     for p, s in rows:
         base = pos[p.label]
         ks = [per_site * site_ids.index(s.site_id) + j - (n_slots - 1) / 2 for j in range(per_site)]
-        _eps_points(ax, s, [base * math.exp(spread * k) if log else base + spread * k for k in ks])
+        for k, series in zip(ks, _EPS_SERIES):
+            _errpoint(ax, base * math.exp(spread * k) if log else base + spread * k, s, series)
     finite = [x for x in pos.values() if x != inf_x]
     _measured_ylim(ax)
     diagonal = Style("#666666", width=1, dash=_DOTTED)
@@ -462,7 +466,7 @@ def sweep_site_accuracy_plot(points: list[SweepPointReport]) -> str | None:
     def draw(ax: Axes, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
         for p, s in rows:
             x = pos[p.label]
-            holdout = quality(s, "target_accuracy_nonmembers")
+            holdout = HOLDOUT_ACCURACY.value(s)
             if p.global_accuracy is not None:
                 ax.point(x, p.global_accuracy, global_style)
             if holdout is not None:
@@ -512,32 +516,23 @@ def sweep_site_inversion_plot(points: list[SweepPointReport]) -> str | None:
     )
 
 
-def _eps_tilde(site: SiteReport) -> Interval | None:
+def _eps_tilde(site: SiteReport) -> Value:
     """eps_tilde, the two-sided one where there is one."""
-    return at(site, "audit.two_sided.eps_tilde") or at(site, ONE + "eps_tilde")
-
-
-def _mechanism_estimate(site: SiteReport) -> Interval | None:
-    """The white-box mechanism-level estimate with its interval over the canaries."""
-    level = at(site, "privacy.gradient_canaries.mechanism")
-    if level is None:
-        return None
-    low, high = level.eps_estimate_low, level.eps_estimate_high
-    return Interval(mean=level.eps_estimate, std=0.0, low=low, high=high, n=0)
+    return EPS_TILDE_TWO_SIDED.get(site) or EPS_TILDE.get(site)
 
 
 _BOUND_SERIES: tuple[Series, ...] = (
     (
-        "privacy.gradient_canaries.mechanism.eps_lb_fdp",
+        MECHANISM_FDP.get,
         _WHITE_BOX,
         "s",
         "white-box mechanism f-DP eps lower bound",
     ),
-    (_mechanism_estimate, _WHITE_BOX, "o", "white-box mechanism estimate (95% CI)"),
-    ("privacy.gradient_canaries.server.eps_lb_fdp", _SERVER, "s", "white-box server f-DP bound"),
-    ("privacy.canary.eps_lb", _CANARY, "*", "canary eps lower bound"),
+    (MECHANISM_ESTIMATE.get, _WHITE_BOX, "o", "white-box mechanism estimate (95% CI)"),
+    (SERVER_FDP.get, _SERVER, "s", "white-box server f-DP bound"),
+    (CANARY.get, _CANARY, "*", "canary eps lower bound"),
     (_eps_tilde, _TWO_SIDED, "D", "eps_tilde, two-sided where measured (95% CI)"),
-    ("audit.o1_eps_lb", _O1, "^", "O(1) eps lower bound (95% CI)"),
+    (O1.get, _O1, "^", "O(1) eps lower bound (95% CI)"),
 )
 """The measurements drawn against the accountant's eps."""
 

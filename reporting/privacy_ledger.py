@@ -27,22 +27,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit.client_canaries import ClientCanaryResult, ThreatModel
-from audit.gradient_canaries import reading_level
 from audit.one_run import METHOD_LABELS, Method
 from contracts.dp_level import DPLevel
 from contracts.run_log import ClientDPLedgerFile, RoundRecord
 
 from .inputs import SiteAuditInput
-from .schema import (
-    ONE,
-    BoundViolation,
-    ChecksReport,
-    DPSource,
-    PrivacyReport,
-    SiteReport,
-    at,
-    value_at,
+from .metrics import (
+    CANARY,
+    CANARY_FDP,
+    EPS_TILDE,
+    EPS_TILDE_TWO_SIDED,
+    LOWER_BOUNDS,
+    O1,
+    O1_FDP,
+    Metric,
 )
+from .schema import BoundViolation, ChecksReport, DPSource, PrivacyReport, SiteReport
 
 RECORD_ACCOUNTANTS: dict[str, str] = {"rdp": "Opacus RDP", "prv": "Opacus PRV"}
 """``dp.accountant`` -> the name the ledger shows."""
@@ -185,95 +185,30 @@ def _last_round(site_id: int, rounds: list[RoundRecord], name: str) -> float | N
     return None
 
 
-_LOWER_BOUNDS: dict[str, tuple[str, str, str]] = {
-    "canary_eps_lb": ("canary audit eps lower bound", "privacy.canary.eps_lb", "canary"),
-    "canary_eps_lb_fdp": (
-        "canary audit f-DP eps lower bound",
-        "privacy.canary.eps_lb_fdp",
-        "canary",
-    ),
-    "o1_eps_lb": ("O(1) eps lower bound", "audit.o1_eps_lb", "o1"),
-    "o1_eps_lb_fdp": ("O(1) f-DP eps lower bound", "audit.o1_eps_lb_fdp", "o1_fdp"),
-    "rm_rn_eps_lb": ("RM;RN eps lower bound (one-sided)", ONE + "rm_rn_eps_lb", "rm_rn"),
-    "rm_rn_eps_lb_two_sided": (
-        "RM;RN eps lower bound (two-sided)",
-        "audit.two_sided.rm_rn_eps_lb",
-        "rm_rn_two_sided_each",
-    ),
-    "rm_rn_eps_lb_member": (
-        "RM;RN eps lower bound (member side)",
-        "audit.two_sided.member.rm_rn_eps_lb",
-        "rm_rn_two_sided_each",
-    ),
-    "rm_rn_eps_lb_nonmember": (
-        "RM;RN eps lower bound (non-member side)",
-        "audit.two_sided.nonmember.rm_rn_eps_lb",
-        "rm_rn_two_sided_each",
-    ),
-    "client_eps_lb": (
-        "canary clients' client-level f-DP eps lower bound",
-        "privacy.client_eps_lb",
-        "client_canaries",
-    ),
-    "mechanism_eps_lb_fdp": (
-        "white-box mechanism-level f-DP eps lower bound (gradient canaries)",
-        "privacy.gradient_canaries.mechanism.eps_lb_fdp",
-        "white_box",
-    ),
-    "mechanism_eps_lb_steinke": (
-        "white-box mechanism-level Steinke eps lower bound (gradient canaries)",
-        "privacy.gradient_canaries.mechanism.eps_lb_steinke",
-        "white_box",
-    ),
-    "server_eps_lb_fdp": (
-        "white-box server-level f-DP eps lower bound (gradient canaries)",
-        "privacy.gradient_canaries.server.eps_lb_fdp",
-        "white_box",
-    ),
-    "server_eps_lb_steinke": (
-        "white-box server-level Steinke eps lower bound (gradient canaries)",
-        "privacy.gradient_canaries.server.eps_lb_steinke",
-        "white_box",
-    ),
-}
-"""name -> (label, path on the site (:func:`~.schema.at`), key of its level in the audit's
-levels) of each measured lower bound on epsilon (O(1) and RM;RN: means over repeats)."""
-
-
 def bound_violations(site: SiteReport) -> list[BoundViolation]:
-    """The measured lower bounds above the guarantee they measure: that of the site's
-    records in the released model (:func:`released_model_epsilon`); for the canary clients'
-    bound the site-level client epsilon; for the white-box bounds the site's DP-SGD epsilon
-    (what holds against the server). Nothing is checked without DP."""
-    record = released_model_epsilon(site.privacy)
+    """The measured lower bounds (:data:`~.metrics.LOWER_BOUNDS`) above the guarantee they
+    measure: that of the site's records in the released model
+    (:func:`released_model_epsilon`); for the canary clients' bound the site-level client
+    epsilon; for the white-box bounds the site's DP-SGD epsilon (what holds against the
+    server). Nothing is checked without DP."""
+    guarantees = {
+        "released": released_model_epsilon(site.privacy),
+        "client": site.privacy.client_epsilon,
+        "site_dp": site.privacy.dp_epsilon,
+    }
     found = []
-    for name, (label, path, level_key) in _LOWER_BOUNDS.items():
-        client, white_box = level_key == "client_canaries", level_key == "white_box"
-        dp = (
-            site.privacy.client_epsilon
-            if client
-            else site.privacy.dp_epsilon
-            if white_box
-            else record
-        )
-        value = value_at(site, path)
+    for bound in LOWER_BOUNDS:
+        assert bound.checked is not None and bound.level is not None
+        dp, value = guarantees[bound.checked], bound.value(site)
         if dp is None or value is None or not value > dp + _TOLERANCE:
             continue
-        if client:
-            level = site.privacy.client_eps_lb_beta
-        elif level_key == "canary":
-            level = at(site, "privacy.canary.beta")
-        elif white_box:
-            beta = at(site, "privacy.gradient_canaries.beta")
-            level = None if beta is None else reading_level(beta)
-        else:
-            level = None if site.audit is None else site.audit.levels.get(level_key)
-        if white_box:
+        level, label = bound.level(site), bound.title
+        if bound.checked == "site_dp":
             message = white_box_violation_message(site.site_id, label, value, dp, level)
         else:
-            scope = _CLIENT_SCOPE if client else _RECORD_SCOPE
+            scope = _CLIENT_SCOPE if bound.checked == "client" else _RECORD_SCOPE
             message = violation_message(site.site_id, label, value, dp, level, of=scope)
-        found.append(BoundViolation(name, label, value, dp, level, message))
+        found.append(BoundViolation(bound.key, label, value, dp, level, message))
     return found
 
 
@@ -291,11 +226,11 @@ def white_box_violation_message(
     )
 
 
-_ONE_RUN_BOUNDS: tuple[tuple[str, Method, str], ...] = (
-    ("canary audit", "steinke", "canary_eps_lb"),
-    ("canary audit", "fdp", "canary_eps_lb_fdp"),
-    ("O(1)", "steinke", "o1_eps_lb"),
-    ("O(1)", "fdp", "o1_eps_lb_fdp"),
+_ONE_RUN_BOUNDS: tuple[tuple[str, Method, Metric], ...] = (
+    ("canary audit", "steinke", CANARY),
+    ("canary audit", "fdp", CANARY_FDP),
+    ("O(1)", "steinke", O1),
+    ("O(1)", "fdp", O1_FDP),
 )
 """(audit, method, lower bound) of each one-run lower bound; on a tie the earlier one is
 named."""
@@ -308,7 +243,7 @@ def best_lower_bound(site: SiteReport, fdp_delta: float | None) -> tuple[float |
     found = [
         (value, name, method)
         for name, method, bound in _ONE_RUN_BOUNDS
-        if (value := value_at(site, _LOWER_BOUNDS[bound][1])) is not None
+        if (value := bound.value(site)) is not None
     ]
     if not found:
         return None, None
@@ -349,8 +284,8 @@ def eps_tilde_above(site: SiteReport) -> str | None:
         return None
     above = [
         f"{name} {value:.3f}"
-        for name, path in (("eps_tilde", ONE), ("eps_tilde two-sided", "audit.two_sided."))
-        if (value := value_at(site, path + "eps_tilde")) is not None and value > dp + _TOLERANCE
+        for name, metric in (("eps_tilde", EPS_TILDE), ("eps_tilde two-sided", EPS_TILDE_TWO_SIDED))
+        if (value := metric.value(site)) is not None and value > dp + _TOLERANCE
     ]
     if not above:
         return None

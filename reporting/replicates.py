@@ -1,7 +1,7 @@
 """A replicate set's report: one config trained and audited once per seed on the same data.
 
 ``replicates.json`` / ``.md`` / ``.html`` in the set's folder give, per site and headline
-number (:data:`~.between_runs.METRICS`), each run's value, the mean, the between-run 95%
+number (:data:`~.between_runs.POOLED`), each run's value, the mean, the between-run 95%
 interval and the mean's 95% interval. Each run's own report then quotes where another
 training run would read.
 """
@@ -13,12 +13,11 @@ from pathlib import Path
 
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
-from contracts.json_values import json_safe
 from contracts.run_files import RunLayout
 from contracts.run_log import PlatformInfo, read_record
 
 from .aggregate import build_report
-from .between_runs import BETWEEN_RUNS_NOTE, METRICS, Metric, metric_value, over_runs
+from .between_runs import BETWEEN_RUNS_NOTE, POOLED, Pooled, over_runs
 from .blocks import Block, Heading, Para, Table, to_html, to_markdown
 from .columns import REPLICATE_RUN_COLUMNS, SiteRow, replicate_columns
 from .html_page import page
@@ -31,6 +30,7 @@ from .schema import (
     ReplicateSite,
     ReportFiles,
     RunReport,
+    report_json,
 )
 from .sweep_report import run_problems
 from .writers import report_to_json_text
@@ -87,7 +87,7 @@ def _run(set_dir: Path, seed: int, layout: RunLayout, problems: list[str]) -> Re
 def _site(site_id: int, reports: list[RunReport | None]) -> ReplicateSite:
     """The site's numbers over the runs (a number no run has is left out)."""
 
-    def values(metric: Metric) -> list[float | None]:
+    def values(metric: Pooled) -> list[float | None]:
         out: list[float | None] = []
         for report in reports:
             site = next((s for s in report.sites if s.site_id == site_id), None) if report else None
@@ -96,10 +96,10 @@ def _site(site_id: int, reports: list[RunReport | None]) -> ReplicateSite:
                 if site is None or report is None
                 else SiteRow(site, report.consortium.final_global_accuracy)
             )
-            out.append(None if row is None else metric_value(row, metric))
+            out.append(None if row is None else metric.get(row))
         return out
 
-    numbers = {m.key: over_runs(values(m), m.bounds) for m in METRICS}
+    numbers = {m.key: over_runs(values(m), m.bounds) for m in POOLED}
     return ReplicateSite(site_id, {k: v for k, v in numbers.items() if v.n > 0})
 
 
@@ -117,9 +117,9 @@ def replicate_blocks(report: ReplicateReport) -> list[Block]:
         Heading("Runs"),
         Table(REPLICATE_RUN_COLUMNS, report.runs, row_class=lambda r: r.status),
     ]
-    labels = {m.key: m.label for m in METRICS}
+    labels = {m.key: m.label for m in POOLED}
     for site in report.sites:
-        rows = [(labels[m.key], site.numbers[m.key]) for m in METRICS if m.key in site.numbers]
+        rows = [(labels[m.key], site.numbers[m.key]) for m in POOLED if m.key in site.numbers]
         blocks += [Heading(f"Site {site.site_id}"), Table(replicate_columns(seeds), rows)]
     return blocks
 
@@ -147,7 +147,7 @@ def write_replicate_report(
         md_path=atomic_write_text(set_dir / "replicates.md", to_markdown(blocks)),
         html_path=atomic_write_text(
             set_dir / "replicates.html",
-            page(replicate_title(report), to_html(blocks), data=json_safe(report)),
+            page(replicate_title(report), to_html(blocks), data=report_json(report)),
         ),
     )
     for _, layout in runs:

@@ -41,15 +41,12 @@ def write_report(layout: RunLayout, config: ReportConfig) -> ReportFiles:
     """
     inputs = load_run(layout, config)
     report = build_report(inputs)
-    results = {sid: a.result for sid, a in inputs.audits.items() if a.result is not None}
     root = layout.root
     return ReportFiles(
         json_path=atomic_write_text(root / "report.json", report_to_json_text(report)),
         csv_path=write_rows(root / "report.csv", site_rows(report.sites)),
         md_path=atomic_write_text(root / "report.md", render_markdown(report, config.name)),
-        html_path=atomic_write_text(
-            root / "report.html", render_html(report, results, config.name)
-        ),
+        html_path=atomic_write_text(root / "report.html", render_html(report, config.name)),
         site_reports=write_site_reports(inputs, report),
         ledger_csv_path=write_rows(root / "ledger.csv", ledger_csv_rows(report)),
         warnings=report_warnings(report),

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from audit.result import AuditResult
-from contracts.json_values import json_safe
-
 from . import plots
 from .between_runs import run_lines
 from .blocks import (
@@ -51,7 +48,7 @@ from .formatting import (
     violation_banner_lines,
 )
 from .html_page import page
-from .schema import RunReport, SiteReport
+from .schema import RunReport, SiteReport, report_json
 from .site_page import by_round_blocks
 
 
@@ -62,21 +59,16 @@ def title(run_name: str | None) -> str:
 def render_markdown(report: RunReport, run_name: str | None = None) -> str:
     """The Markdown text of ``report.md`` (the tables; the plots are in report.html);
     ``run_name`` (the config's ``name``) goes into its title."""
-    return to_markdown(report_blocks(report, {}, run_name))
+    return to_markdown(report_blocks(report, run_name))
 
 
-def render_html(
-    report: RunReport, results: dict[int, AuditResult], run_name: str | None = None
-) -> str:
-    """The HTML text of ``report.html``; ``results``: the ok sites' AuditResults by site id
-    (for the curves; scores are never used)."""
-    body = to_html(report_blocks(report, results, run_name))
-    return page(title(run_name), body, data=json_safe(report))
+def render_html(report: RunReport, run_name: str | None = None) -> str:
+    """The HTML text of ``report.html``."""
+    body = to_html(report_blocks(report, run_name))
+    return page(title(run_name), body, data=report_json(report))
 
 
-def report_blocks(
-    report: RunReport, results: dict[int, AuditResult], run_name: str | None = None
-) -> list[Block]:
+def report_blocks(report: RunReport, run_name: str | None = None) -> list[Block]:
     """The report, section by section: the headline first, the explanation folded under it,
     then the full tables, the ledger, the plots and the rounds."""
     sites = report.sites
@@ -119,7 +111,7 @@ def report_blocks(
         *_problems(report),
         *_ledger(report),
         *_client_canaries(report),
-        *_figures(report, results),
+        *_figures(report),
         *_over_rounds(report),
         Heading("Training", only="html"),
         Figure(
@@ -192,7 +184,7 @@ def _ledger(report: RunReport) -> list[Block]:
     ]
 
 
-def _figures(report: RunReport, results: dict[int, AuditResult]) -> list[Block]:
+def _figures(report: RunReport) -> list[Block]:
     """The plots of report.html (Markdown has none)."""
     sites = report.sites
     return [
@@ -200,33 +192,33 @@ def _figures(report: RunReport, results: dict[int, AuditResult]) -> list[Block]:
         Figure(plots.site_eps_plot(sites), EPS_PLOT_CAPTION, alt="eps_tilde per site"),
         Heading("Low-FPR ROC per site (log-log)", only="html"),
         Para(ROC_NOTE, only="html"),
-        *_roc_figures(report, results),
+        *_roc_figures(report),
         Heading("Precision-recall: baseline b vs MIA", only="html"),
         Figure(
-            plots.precision_recall_plot(sites, results),
+            plots.precision_recall_plot(sites),
             PR_CAPTION,
             alt="precision-recall per site",
         ),
         Heading("Lower bound against recall", only="html"),
         Figure(
-            plots.bound_recall_plot(sites, results),
+            plots.bound_recall_plot(sites),
             BOUND_RECALL_CAPTION,
             alt="bound against recall per site",
         ),
     ]
 
 
-def _roc_figures(report: RunReport, results: dict[int, AuditResult]) -> list[Block]:
+def _roc_figures(report: RunReport) -> list[Block]:
     """One log-log ROC figure per ok site whose audit has ROC summaries."""
-    drawn = [s for s in report.sites if s.site_id in results and results[s.site_id].roc]
+    drawn = [(s, s.audit) for s in report.sites if s.audit is not None and s.audit.roc]
     if not drawn:
         return [Figure(None, "", alt="log-scale ROC (the audits carry no ROC summaries)")]
     return [
         Figure(
-            plots.roc_plot(s.site_id, results[s.site_id].roc, len(results[s.site_id].repeats)),
+            plots.roc_plot(s.site_id, a.roc, len(a.repeats)),
             f"site {s.site_id}: "
             + "; ".join(f"{h} = {c}" for h, c in zip(scorer_headers(), scorer_cells(s))),
             alt=f"log-scale ROC, site {s.site_id}",
         )
-        for s in drawn
+        for s, a in drawn
     ]

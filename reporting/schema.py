@@ -1,16 +1,20 @@
 """Typed models of the consortium report (``report.json``), a site's own report and the sweep
 report (``sweep.json``); docs/run_outputs.md says what each key holds.
 
-Plain frozen dataclasses, nested like :class:`audit.result.AuditResult`: each number is held
-once, where it belongs (an estimate with its interval, a game with its flags, a guarantee
-with its accountant). :func:`contracts.json_values.json_safe` serialises them. The report
-never carries raw records or per-record scores: only summary numbers of the run's files.
+Plain frozen dataclasses; a site's audit is the :class:`audit.result.AuditResult` itself:
+each number is held once, where it belongs (an estimate with its interval, a game with its
+flags, a guarantee with its accountant). :func:`report_json` serialises them, the audit's
+types through their view (:data:`VIEWS`), so the report never carries raw records,
+per-record scores or curves: only summary numbers of the run's files.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,9 +24,18 @@ from audit.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.gradient_canaries import GradientCanaryResult
 from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage
-from audit.result import AuditFlags, ClassSliceResult, Interval
-from audit.sides import Side
+from audit.result import (
+    AuditFlags,
+    AuditResult,
+    Interval,
+    RepeatResult,
+    SideResult,
+    TwoSidedResult,
+    finite,
+)
+from audit.sides import SIDES
 from contracts.dp_level import DPLevel
+from contracts.json_values import json_safe
 from contracts.run_log import ClientDPLedgerFile, PlatformInfo, RoundRecord
 
 SCHEMA_VERSION = 5
@@ -45,28 +58,6 @@ TPR_FPR_KEYS: tuple[str, ...] = ("0.01", "0.001")
 def mean_of(iv: Interval | None) -> float | None:
     """An estimate's mean (None when absent or not finite): a cell's unrounded tooltip."""
     return None if iv is None or not math.isfinite(iv.mean) else iv.mean
-
-
-ONE = "audit.one_sided."
-"""The path (:func:`at`) of a site's one-sided game."""
-
-
-def at(obj: Any, path: str) -> Any:
-    """The attribute at a dotted ``path`` (``"audit.one_sided.c_lb"``; a mapping's step is
-    its key, ``"audit.quality.target_accuracy_nonmembers"``); None past a None (a failed
-    site has no audit, an old one no two-sided game) or a missing key."""
-    for name in path.split("."):
-        if isinstance(obj, dict):
-            obj = obj.get(name)
-        else:
-            obj = None if obj is None else getattr(obj, name)
-    return obj
-
-
-def value_at(obj: Any, path: str) -> float | None:
-    """The number at ``path`` (:func:`at`); an estimate's mean."""
-    value = at(obj, path)
-    return mean_of(value) if isinstance(value, Interval) else value
 
 
 @dataclass(frozen=True)
@@ -129,84 +120,114 @@ FLAGS: dict[str, Flag] = {
 
 
 @dataclass(frozen=True)
-class GameReport:
-    """One game: the one-sided game (the paper's), or one side of the two-sided game."""
+class Key:
+    """One key of the report's view of an audit result type (:data:`VIEWS`)."""
 
-    c_lb: Interval
-    c_eps_lb: Interval
-    eps_tilde: Interval
-    ceiling: float | None
-    headroom: float | None
-    """ceiling - c_lb: the most eps_tilde could read on this audit set."""
-    flags: AuditFlags
-    rm_rn_eps_lb: Interval | None
-    rm_rn_ceiling: float | None
+    name: str
+    get: Callable[[Any], Any]
+    kind: type | None = None
+    """The dataclass its value is (or is viewed as): report.csv's columns of an absent one."""
 
 
-@dataclass(frozen=True)
-class TwoSidedReport:
-    """The two-sided game: its eps_tilde (the larger side's, per repeat) and both sides."""
-
-    beta: float | None
-    eps_tilde: Interval
-    side: Side
-    rm_rn_eps_lb: Interval | None
-    member: GameReport
-    nonmember: GameReport
-    flags: AuditFlags | None = None
-    """The headline's own flags (its interval against RM;RN's two-sided one)."""
+def _key(name: str, kind: type | None = None) -> Key:
+    return Key(name, attrgetter(name), kind)
 
 
-@dataclass(frozen=True)
-class ScorerReport:
-    """One score vector's ROC summary: AUC and TPR at the FPRs :data:`TPR_FPR_KEYS`."""
-
-    auc: float | None
-    tpr_at_fpr: dict[str, float | None] | None
+def _number(name: str) -> Key:
+    return Key(name, lambda obj: finite(getattr(obj, name)))
 
 
-@dataclass(frozen=True)
-class RepeatReport:
-    """Scalars of one repeat (no curves, no per-record scores)."""
-
-    seed: int
-    m: int
-    c_lb: float | None
-    c_eps_lb: float | None
-    eps_tilde: float | None
-    ceiling: float | None
-    baseline_auc: float | None
-    mia_auc: float | None
-    rm_rn_eps_lb: float | None
-    o1_eps_lb: float | None
-    eps_tilde_two_sided: float | None
-    member_c_lb: float | None
-    member_c_eps_lb: float | None
-    nonmember_c_lb: float | None
-    nonmember_c_eps_lb: float | None
-    rm_rn_eps_lb_two_sided: float | None
+def _two_sided_number(name: str, path: str) -> Key:
+    """A number of a repeat's two-sided game (None for a repeat without one)."""
+    get = attrgetter(path)
+    return Key(name, lambda r: None if r.two_sided is None else finite(get(r.two_sided)))
 
 
-@dataclass(frozen=True)
-class AuditReport:
-    """What a site's AuditResult gives the report (an ok site only)."""
+def scorers(result: AuditResult) -> dict[str, dict[str, Any]]:
+    """Per scorer of :data:`SCORERS` that the audit ran: its ``auc`` and ``tpr_at_fpr`` at
+    the FPRs of :data:`TPR_FPR_KEYS` (fixed keys, so that every site names the same)."""
+    found = {}
+    for name in SCORERS:
+        auc, roc = result.auc(name), result.roc.get(name)
+        if auc is None and roc is None:
+            continue
+        tpr = None if roc is None else {k: finite(roc.tpr_at_fpr.get(k)) for k in TPR_FPR_KEYS}
+        found[name] = {"auc": auc, "tpr_at_fpr": tpr}
+    return found
 
-    modality: str
-    generator_kind: str
-    beta: float | None
-    n_repeats: int
-    one_sided: GameReport
-    two_sided: TwoSidedReport | None
-    o1_eps_lb: Interval | None
-    o1_eps_lb_fdp: Interval | None
-    o1_fdp_mu: float | None
-    scorers: dict[str, ScorerReport]
-    """Per scorer of :data:`SCORERS` that the audit ran."""
-    levels: dict[str, float]
-    sizes: dict[str, int]
-    quality: dict[str, float]
-    repeats: list[RepeatReport]
-    per_class: list[ClassSliceResult] = field(default_factory=list)
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+_GAME = (
+    _key("c_lb", Interval),
+    _key("c_eps_lb", Interval),
+    _key("eps_tilde", Interval),
+    _number("ceiling"),
+    _key("headroom"),
+    _key("flags", AuditFlags),
+    _key("rm_rn_eps_lb", Interval),
+    _number("rm_rn_ceiling"),
+)
+VIEWS: dict[type, tuple[Key, ...]] = {
+    SideResult: _GAME,
+    TwoSidedResult: (
+        _number("beta"),
+        _key("eps_tilde", Interval),
+        _key("side"),
+        _key("rm_rn_eps_lb", Interval),
+        _key("member", SideResult),
+        _key("nonmember", SideResult),
+        _key("flags", AuditFlags),
+    ),
+    RepeatResult: (
+        Key("seed", lambda r: int(r.seed)),
+        Key("m", lambda r: int(r.m)),
+        *map(_number, ("c_lb", "c_eps_lb", "eps_tilde", "ceiling", "baseline_auc", "mia_auc")),
+        *map(_number, ("rm_rn_eps_lb", "o1_eps_lb")),
+        _two_sided_number("eps_tilde_two_sided", "eps_tilde"),
+        *(_two_sided_number(f"{s}_{b}", f"{s}.{b}") for s in SIDES for b in ("c_lb", "c_eps_lb")),
+        _two_sided_number("rm_rn_eps_lb_two_sided", "rm_rn_eps_lb"),
+    ),
+    AuditResult: (
+        _key("modality"),
+        _key("generator_kind"),
+        _number("beta"),
+        Key("n_repeats", lambda a: len(a.repeats)),
+        _key("one_sided", SideResult),
+        _key("two_sided", TwoSidedResult),
+        _key("o1_eps_lb", Interval),
+        _key("o1_eps_lb_fdp", Interval),
+        Key("o1_fdp_mu", lambda a: None if a.o1_fdp_mu is None else finite(a.o1_fdp_mu.mean)),
+        Key("scorers", scorers),
+        Key(
+            "levels", lambda a: {k: v for k, x in a.levels.items() if (v := finite(x)) is not None}
+        ),
+        Key("sizes", lambda a: {k: int(v) for k, v in a.sizes.items() if _is_number(v)}),
+        Key("quality", lambda a: {k: float(v) for k, v in a.quality.items() if _is_number(v)}),
+        # Curves, ROCs and per-record scores stay in audits/: the report keeps the scalars.
+        _key("repeats"),
+        _key("per_class"),
+    ),
+}
+"""What the report holds of each audit result type, key by key, in report.json's order:
+the audit's own numbers (never recomputed) and the few derived ones (headroom, mean AUCs)."""
+
+
+def report_json(obj: Any) -> Any:
+    """Plain JSON values of a report (:func:`contracts.json_values.json_safe`), each audit
+    result type in its view (:data:`VIEWS`)."""
+    keys = VIEWS.get(type(obj))
+    if keys is not None:
+        return {k.name: report_json(k.get(obj)) for k in keys}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: report_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): report_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [report_json(v) for v in obj]
+    return json_safe(obj)
 
 
 @dataclass(frozen=True)
@@ -264,7 +285,7 @@ class BoundViolation:
     """
 
     bound: str
-    """A key of ``privacy_ledger._LOWER_BOUNDS``."""
+    """The key of its :data:`~.metrics.LOWER_BOUNDS` entry."""
     label: str
     value: float
     dp_epsilon: float
@@ -301,7 +322,7 @@ class SiteReport:
     n_members: int | None
     n_holdout: int | None
     elapsed_s: float | None
-    audit: AuditReport | None
+    audit: AuditResult | None
     privacy: PrivacyReport
     checks: ChecksReport
     by_round: list[RoundLeakage] = field(default_factory=list)
@@ -403,7 +424,7 @@ class OverRuns:
 
 @dataclass(frozen=True)
 class ReplicateSite:
-    """A site's headline numbers over a replicate set (keys: ``between_runs.METRICS``)."""
+    """A site's headline numbers over a replicate set (keys: ``between_runs.POOLED``)."""
 
     site_id: int
     numbers: dict[str, OverRuns]

@@ -12,7 +12,6 @@ from __future__ import annotations
 from audit.class_slices import CLASS_SLICES_MEANING
 from audit.result import AuditResult
 from audit.sides import SIDES
-from contracts.json_values import json_safe
 from contracts.run_log import PlatformInfo
 
 from . import plots
@@ -62,11 +61,9 @@ from .formatting import (
     scorer_values,
     violation_banner_lines,
 )
-from .html_page import (
-    esc,
-    page,
-)
-from .schema import SCORERS, AuditReport, SitePageReport, SiteReport, at, mean_of
+from .html_page import esc, page
+from .metrics import CANARY_FDP, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, mechanism, server
+from .schema import SCORERS, SitePageReport, SiteReport, mean_of, report_json
 
 _VERDICT_LABELS = {
     "evidence": "leakage measured",
@@ -76,9 +73,9 @@ _VERDICT_LABELS = {
 }
 
 
-def render_site_page(report: SitePageReport, result: AuditResult | None) -> str:
-    """The HTML text of a site's report, section by section. ``result`` gives the curves
-    (None for a failed audit); its scores are never used."""
+def render_site_page(report: SitePageReport) -> str:
+    """The HTML text of a site's report, section by section (the audit's per-record scores
+    are never used)."""
     site, reading = report.site, report.reading
     title = f"Leakage report for site {site.site_id}" + (
         f" - {report.run_name}" if report.run_name else ""
@@ -114,14 +111,14 @@ def render_site_page(report: SitePageReport, result: AuditResult | None) -> str:
         *by_round_blocks(site),
         *_per_class(site.audit),
         Heading("Detail"),
-        *(_detail(site, site.audit, result) if site.audit is not None else [_failed(site)]),
+        *(_detail(site, site.audit) if site.audit is not None else [_failed(site)]),
         Heading("Privacy guarantees and the ordering check", 3),
         _privacy_table(site),
         Heading("Reproducibility"),
         Para("Versions and commit are those of the environment that wrote this page."),
         _manifest(report),
     ]
-    return page(title, to_html(blocks), data=json_safe(report))
+    return page(title, to_html(blocks), data=report_json(report))
 
 
 def _headline(report: SitePageReport) -> str:
@@ -227,7 +224,7 @@ def by_round_blocks(
     ]
 
 
-def _per_class(audit: AuditReport | None) -> list[Block]:
+def _per_class(audit: AuditResult | None) -> list[Block]:
     if audit is None or not audit.per_class:
         return []
     return [
@@ -237,7 +234,7 @@ def _per_class(audit: AuditReport | None) -> list[Block]:
     ]
 
 
-def _bounds_table(audit: AuditReport) -> Table:
+def _bounds_table(audit: AuditResult) -> Table:
     games = [Game("one-sided (the paper's)", audit.one_sided, audit.levels.get("c_lb"))]
     two = audit.two_sided
     if two is not None:
@@ -295,18 +292,22 @@ def _privacy_table(site: SiteReport) -> Table:
         ),
         Item(
             "canary audit f-DP eps lower bound",
-            fmt_fdp(at(site, "privacy.canary.eps_lb_fdp"), at(p, "canary.fdp_mu"), c.fdp_delta),
+            fmt_fdp(
+                CANARY_FDP.value(site),
+                None if canary is None else canary.fdp_mu,
+                c.fdp_delta,
+            ),
             "the same guesses read against a Gaussian trade-off curve (Mahloujifar et al. "
             "2025): the largest Gaussian-DP mu they reject, as epsilon at delta",
         ),
         Item(
             "white-box, mechanism level: f-DP eps lower bound / estimate [95% interval]",
-            fmt_white_box(at(p, "gradient_canaries.mechanism")),
+            fmt_white_box(mechanism(site)),
             WHITE_BOX_MEANING,
         ),
         Item(
             "white-box, server level: f-DP eps lower bound / estimate [95% interval]",
-            fmt_white_box(at(p, "gradient_canaries.server")),
+            fmt_white_box(server(site)),
             "the same canaries read from your round updates only (local steps hidden)",
         ),
         Item(
@@ -332,35 +333,23 @@ def _privacy_table(site: SiteReport) -> Table:
     )
 
 
-def _comparisons_table(site: SiteReport, audit: AuditReport) -> Table:
+def _comparisons_table(site: SiteReport, audit: AuditResult) -> Table:
     p = site.privacy
-    two = audit.two_sided
     dp = (
         f"{fmt(p.dp_epsilon, 2)} ({_DP_SOURCES.get(p.dp_epsilon_source or '', '')})"
         if p.dp_epsilon is not None
         else "off (no DP)"
     )
     items = [
-        Item(
-            "RM;RN, one-sided",
-            fmt_est(audit.one_sided.rm_rn_eps_lb),
-            "the same attack against real held-out records of the site (c = 0): an eps lower bound",
+        *(
+            Item(name, fmt_est(m.get(site)), m.gloss)
+            for name, m in (("RM;RN, one-sided", RM_RN), ("RM;RN, two-sided", RM_RN_TWO_SIDED))
         ),
-        Item(
-            "RM;RN, two-sided",
-            fmt_est(None if two is None else two.rm_rn_eps_lb),
-            "RM;RN counting 'non-member' guesses too",
-        ),
-        Item(
-            "O(1)",
-            fmt_est(audit.o1_eps_lb),
-            "Steinke et al. (2023): loss-threshold guesses on real members and non-members",
-        ),
+        Item("O(1)", fmt_est(O1.get(site)), O1.gloss),
         Item(
             "O(1), f-DP",
-            fmt_fdp(mean_of(audit.o1_eps_lb_fdp), audit.o1_fdp_mu, site.checks.fdp_delta),
-            "the same guesses against a Gaussian trade-off curve (Mahloujifar et al. 2025), "
-            "mean over repeats",
+            fmt_fdp(O1_FDP.value(site), mean_of(audit.o1_fdp_mu), site.checks.fdp_delta),
+            O1_FDP.gloss,
         ),
         Item(
             "DP accountant epsilon",
@@ -376,10 +365,7 @@ def _comparisons_table(site: SiteReport, audit: AuditReport) -> Table:
     return Table(item_columns("comparison", "value [95% CI]"), items, attrs=' id="comparisons"')
 
 
-def _detail(site: SiteReport, audit: AuditReport, result: AuditResult | None) -> list[Block]:
-    results = {site.site_id: result} if result is not None else {}
-    roc = result.roc if result is not None else {}
-    n_repeats = len(result.repeats) if result is not None else 0
+def _detail(site: SiteReport, audit: AuditResult) -> list[Block]:
     return [
         Meaning(),
         Heading("Bounds per game and side", 3),
@@ -397,17 +383,17 @@ def _detail(site: SiteReport, audit: AuditReport, result: AuditResult | None) ->
         Para(LOW_FPR_NOTE),
         Table(LOW_FPR_COLUMNS, [(s, scorer_values(audit, s)) for s in SCORERS], ' id="low-fpr"'),
         Figure(
-            plots.roc_plot(site.site_id, roc, n_repeats),
+            plots.roc_plot(site.site_id, audit.roc, len(audit.repeats)),
             ROC_NOTE,
             alt=f"log-scale ROC, site {site.site_id}",
         ),
         Figure(
-            plots.precision_recall_plot([site], results),
+            plots.precision_recall_plot([site]),
             PR_CAPTION,
             alt=f"precision-recall, site {site.site_id}",
         ),
         Figure(
-            plots.bound_recall_plot([site], results),
+            plots.bound_recall_plot([site]),
             BOUND_RECALL_CAPTION,
             alt=f"bound against recall, site {site.site_id}",
         ),

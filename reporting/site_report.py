@@ -117,7 +117,7 @@ def write_site_reports(inputs: RunInputs, report: RunReport) -> list[ReportFiles
             standing=consortium_standing(site.site_id, report.sites),
             source="consortium",
         )
-        written.append(_write(inputs.layout, page, result))
+        written.append(_write(inputs.layout, page))
     return written
 
 
@@ -142,12 +142,12 @@ def write_site_report(layout: RunLayout, site_id: int, config: ReportConfig) -> 
         standing=standing_unavailable(),
         source="site",
     )
-    return _write(layout, page, result)
+    return _write(layout, page)
 
 
-def _write(layout: RunLayout, page: SitePageReport, result: AuditResult | None) -> ReportFiles:
+def _write(layout: RunLayout, page: SitePageReport) -> ReportFiles:
     paths = site_report_paths(layout, page.site.site_id)
     paths.json_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(paths.json_path, report_to_json_text(page))
-    atomic_write_text(paths.html_path, render_site_page(page, result))
+    atomic_write_text(paths.html_path, render_site_page(page))
     return dataclasses.replace(paths, warnings=violation_warnings([page.site]))

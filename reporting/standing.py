@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .aggregate import two_sided_mean
+from .metrics import EPS_TILDE_TWO_SIDED
 from .schema import ConsortiumStanding, SiteReport
 
 BANDS = ("the highest third", "the middle third", "the lowest third")
@@ -29,7 +29,7 @@ def consortium_standing(site_id: int, sites: list[SiteReport]) -> ConsortiumStan
     their two-sided eps_tilde is read): 1 = the largest, ties share the better rank; and its
     band (:func:`rank_band`). No other site's value, nor any statistic of them, is shown:
     the consortium report, the operator's, has the full table."""
-    two_sided = {s.site_id: two_sided_mean(s) for s in sites}
+    two_sided = {s.site_id: EPS_TILDE_TWO_SIDED.value(s) for s in sites}
     values = {sid: v for sid, v in two_sided.items() if v is not None}
     own = values.get(site_id)
     if own is None:

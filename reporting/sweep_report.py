@@ -16,7 +16,6 @@ from typing import Any
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
-from contracts.json_values import json_safe
 from contracts.run_files import RunLayout
 
 from . import plots
@@ -67,6 +66,7 @@ from .schema import (
     RunReport,
     SweepPointReport,
     SweepReport,
+    report_json,
 )
 from .writers import report_to_json_text
 
@@ -304,7 +304,7 @@ def _over_seeds(report: SweepReport) -> list[Block]:
 def render_sweep_html(report: SweepReport) -> str:
     """The HTML text of ``sweep.html``."""
     body = to_html(sweep_blocks(report))
-    return page(TITLE, body, data=json_safe(report), script=SORT_SCRIPT)
+    return page(TITLE, body, data=report_json(report), script=SORT_SCRIPT)
 
 
 def render_sweep_markdown(report: SweepReport) -> str:

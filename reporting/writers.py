@@ -18,31 +18,40 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from audit.result import Interval
 from contracts.files import atomic_write_text
 from contracts.json_values import json_safe
 
-from .schema import BoundViolation, PrivacyReport, RunReport, SiteReport
+from .metrics import EPS_TILDE, EPS_TILDE_TWO_SIDED, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, Metric
+from .schema import (
+    VIEWS,
+    BoundViolation,
+    PrivacyReport,
+    RunReport,
+    SiteReport,
+    mean_of,
+    report_json,
+)
 
 
 def report_to_json_text(report: Any) -> str:
     """Deterministic JSON text of a report (sorted by construction, not by key)."""
-    return json.dumps(json_safe(report), indent=2, allow_nan=False, default=str) + "\n"
+    return json.dumps(report_json(report), indent=2, allow_nan=False, default=str) + "\n"
 
 
 def flatten(obj: Any, cls: Any, prefix: str = "") -> dict[str, Any]:
     """Column -> value of a dataclass instance of type ``cls`` (None: every column empty)."""
     cells: dict[str, Any] = {}
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        name, value = prefix + f.name, None if obj is None else getattr(obj, f.name)
-        inner = _dataclass_of(hints[f.name])
+    for key, inner, value in _members(obj, cls):
+        name = prefix + key
         if inner is not None:
             cells.update(flatten(value, inner, name + "_"))
         elif isinstance(value, dict):
-            for key, v in value.items():
+            for k, v in value.items():
                 sub = _dataclass_of(type(v))
-                cells.update(flatten(v, sub, f"{name}_{key}_") if sub else {f"{name}_{key}": v})
+                if sub is not None or isinstance(v, dict):
+                    cells.update(flatten(v, sub or dict, f"{name}_{k}_"))
+                else:
+                    cells[f"{name}_{k}"] = v
         elif isinstance(value, list | tuple):
             if (
                 not value
@@ -53,6 +62,20 @@ def flatten(obj: Any, cls: Any, prefix: str = "") -> dict[str, Any]:
         else:
             cells[name] = value
     return cells
+
+
+def _members(obj: Any, cls: Any) -> list[tuple[str, type | None, Any]]:
+    """(key, its dataclass or None, value) of each member of ``obj`` (of type ``cls``): a
+    dataclass's fields, a viewed type's keys (:data:`~.schema.VIEWS`), a mapping's items."""
+    if cls is dict:
+        return [(str(k), None, v) for k, v in obj.items()]
+    if cls in VIEWS:
+        return [(k.name, k.kind, None if obj is None else k.get(obj)) for k in VIEWS[cls]]
+    hints = typing.get_type_hints(cls)
+    return [
+        (f.name, _dataclass_of(hints[f.name]), None if obj is None else getattr(obj, f.name))
+        for f in dataclasses.fields(cls)
+    ]
 
 
 def _dataclass_of(hint: Any) -> type | None:
@@ -78,18 +101,13 @@ def ledger_csv_rows(report: RunReport) -> list[dict[str, Any]]:
     rows = []
     for s in report.sites:
         a = s.audit
-        two = None if a is None else a.two_sided
         measured: dict[str, Any] = {}
         if a is not None:
             measured = {
-                "eps_tilde": a.one_sided.eps_tilde.mean,
-                "eps_tilde_two_sided": None if two is None else two.eps_tilde.mean,
-                "two_sided_side": None if two is None else two.side,
-                "rm_rn_eps_lb": _mean(a.one_sided.rm_rn_eps_lb),
-                "rm_rn_eps_lb_two_sided": None if two is None else _mean(two.rm_rn_eps_lb),
-                "o1_eps_lb": _mean(a.o1_eps_lb),
-                "o1_eps_lb_fdp": _mean(a.o1_eps_lb_fdp),
-                "o1_fdp_mu": a.o1_fdp_mu,
+                **_values(s, EPS_TILDE, EPS_TILDE_TWO_SIDED),
+                "two_sided_side": None if a.two_sided is None else a.two_sided.side,
+                **_values(s, *_LEDGER_BOUNDS),
+                "o1_fdp_mu": mean_of(a.o1_fdp_mu),
                 **{f"quality_{k}": v for k, v in a.quality.items()},
             }
         rows.append(
@@ -106,8 +124,12 @@ def ledger_csv_rows(report: RunReport) -> list[dict[str, Any]]:
     return rows
 
 
-def _mean(iv: Interval | None) -> float | None:
-    return None if iv is None else iv.mean
+_LEDGER_BOUNDS = (RM_RN, RM_RN_TWO_SIDED, O1, O1_FDP)
+"""The audit's lower bounds ledger.csv shows beside eps_tilde."""
+
+
+def _values(site: SiteReport, *metrics: Metric) -> dict[str, float | None]:
+    return {m.key: m.value(site) for m in metrics}
 
 
 def write_rows(path: Path, rows: Iterable[dict[str, Any]]) -> Path:

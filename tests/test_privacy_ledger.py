@@ -37,6 +37,7 @@ from reporting import (
     written_report_warnings,
 )
 from reporting.inputs import SiteAuditInput
+from reporting.metrics import LOWER_BOUNDS, METRICS
 from reporting.privacy_ledger import (
     EPS_TILDE_ABOVE_NOTE,
     released_model_epsilon,
@@ -395,6 +396,14 @@ def test_rm_rn_on_either_side_is_checked(tmp_path: Path, capsys: Any) -> None:
     assert _sites(plain)[0]["bound_violations"] == []
     assert "BOUND VIOLATION" not in (plain / "report.md").read_text()
     assert 'class="violation"' not in (plain / "report.html").read_text()
+
+
+def test_every_bound_of_the_registry_is_checked_once() -> None:
+    """A metric with a guarantee is in the ordering check's list, once, with its level."""
+    checked = [m for m in METRICS if m.checked is not None]
+    assert sorted(m.key for m in LOWER_BOUNDS) == sorted(m.key for m in checked)
+    assert len(set(m.key for m in LOWER_BOUNDS)) == len(LOWER_BOUNDS)
+    assert all(m.level is not None for m in LOWER_BOUNDS)
 
 
 def test_eps_tilde_above_the_guarantee_is_a_flag_not_a_violation(ledger_run: Path) -> None:

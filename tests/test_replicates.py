@@ -15,7 +15,7 @@ from builders import run_files
 
 from contracts.run_files import REPLICATES_FILE, replicate_run_dir
 from reporting import SweepPoint, build_sweep_report, write_sweep_report
-from reporting.between_runs import HEADLINE, METRICS, over_runs
+from reporting.between_runs import HEADLINE, POOLED, over_runs
 from simulations.cli import main as cli_main
 from simulations.config import ConfigError, load_config, report_config, validate_config
 from simulations.replicates import replicate_configs
@@ -165,7 +165,7 @@ def test_between_run_interval_covers_another_run() -> None:
         assert iv.low is not None and iv.high is not None
         covered += iv.low <= row[5] <= iv.high
     assert covered / trials == pytest.approx(0.95, abs=0.015)
-    one = over_runs([0.4, None], METRICS[0].bounds)
+    one = over_runs([0.4, None], POOLED[0].bounds)
     assert one.n == 1 and one.mean == 0.4 and one.low is None
 
 

@@ -34,7 +34,6 @@ from audit.result import (
 )
 from audit.roc import LOW_FPRS
 from contracts.errors import RunFileError
-from contracts.json_values import json_safe
 from reporting import (
     SCHEMA_VERSION,
     ReportFiles,
@@ -44,7 +43,7 @@ from reporting import (
 )
 from reporting.plots import roc_plot
 from reporting.run_report import render_markdown
-from reporting.schema import TPR_FPR_KEYS
+from reporting.schema import TPR_FPR_KEYS, report_json
 from reporting.writers import report_to_json_text, site_rows, write_rows
 from simulations.config import report_config
 
@@ -419,7 +418,7 @@ def test_eps_tilde_is_copied_not_recomputed(tmp_path: Path) -> None:
     result = make_result([1.0, 2.0], [1.5, 1.0])
     assert result.eps_tilde.mean == 0.25
     run = write_run(tmp_path / "r", n_sites=1, audits={0: ok_audit(0, result)})
-    site = json_safe(build_report(load_run_of(run)))["sites"][0]
+    site = report_json(build_report(load_run_of(run)))["sites"][0]
     game = site["audit"]["one_sided"]
     assert game["eps_tilde"]["mean"] == 0.25
     assert max(0.0, game["c_eps_lb"]["mean"] - game["c_lb"]["mean"]) != 0.25
@@ -431,7 +430,7 @@ def test_unreadable_audit_file_fails_that_site_only(tmp_path: Path) -> None:
         tmp_path / "r", n_sites=2, audits={0: ok_audit(0, make_result([1.0, 1.5], [2.0, 2.5]))}
     )
     (run / "audits" / "site-1.json").write_text("{not json")
-    sites = json_safe(build_report(load_run_of(run)))["sites"]
+    sites = report_json(build_report(load_run_of(run)))["sites"]
     assert sites[0]["status"] == "ok"
     assert sites[0]["audit"]["one_sided"]["eps_tilde"]["mean"] == 1.0
     assert sites[1]["status"] == "failed" and "site-1.json" in sites[1]["error"]
@@ -444,7 +443,7 @@ def test_malformed_audit_file_is_read_through_its_contract(tmp_path: Path) -> No
     run = write_run(
         tmp_path / "r", n_sites=2, audits={0: ok, 1: ok | {"site_id": 1, "status": "done"}}
     )
-    sites = json_safe(build_report(load_run_of(run)))["sites"]
+    sites = report_json(build_report(load_run_of(run)))["sites"]
     assert sites[0]["status"] == "ok"
     assert (
         sites[1]["status"] == "failed" and "'status' must be 'ok' or 'failed'" in sites[1]["error"]
@@ -469,7 +468,7 @@ def test_audit_file_site_and_sizes_are_checked_against_the_partition(
         n_sites=2,
         audits={0: ok_audit(0, result), 1: ok_audit(1, result) | change},
     )
-    sites = json_safe(build_report(load_run_of(run)))["sites"]
+    sites = report_json(build_report(load_run_of(run)))["sites"]
     assert sites[0]["status"] == "ok"
     assert sites[1]["status"] == "failed" and why in sites[1]["error"]
     assert "site-1.json" in sites[1]["error"]

@@ -42,11 +42,12 @@ from reporting import (
     build_sweep_report,
     plots,
 )
-from reporting.aggregate import build_report, two_sided_mean
-from reporting.between_runs import METRICS, over_runs
+from reporting.aggregate import build_report
+from reporting.between_runs import POOLED, over_runs
 from reporting.formatting import fmt, fmt_est, fmt_two_sided
 from reporting.html_page import SORT_SCRIPT
 from reporting.manifest import PACKAGES
+from reporting.metrics import EPS_TILDE_TWO_SIDED
 from reporting.schema import FLAGS, ReplicateReport, ReplicateRun, ReplicateSite
 from reporting.standing import BANDS, rank_band
 from reporting.sweep_report import render_sweep_html
@@ -138,7 +139,7 @@ def test_aggregator_writes_one_report_per_audited_site(consortium: Path) -> None
         assert len(data["threat_model"]) == 3
         reading = data["reading"]
         assert reading["verdict"] == "evidence"
-        assert fmt(two_sided_mean(site)) in reading["headline"]
+        assert fmt(EPS_TILDE_TWO_SIDED.value(site)) in reading["headline"]
         assert reading["measured"] and reading["meaning"] and reading["not_shown"]
         assert "not proof of privacy" in " ".join(reading["not_shown"])
     failed = _page_json(consortium, 4)
@@ -155,14 +156,14 @@ def _numbers(text: str) -> list[tuple[float, int]]:
 def _eps_tildes(site: Any) -> list[float]:
     """A site's eps_tilde values as its page would show them: two-sided and one-sided."""
     assert site.audit is not None
-    return [v for v in (two_sided_mean(site), site.audit.one_sided.eps_tilde.mean) if v]
+    return [v for v in (EPS_TILDE_TWO_SIDED.value(site), site.audit.one_sided.eps_tilde.mean) if v]
 
 
 def test_standing_ranks_without_other_sites_numbers_or_ids(consortium: Path) -> None:
     values = {
         s.site_id: v
         for s in build_report(load_run_of(consortium)).sites
-        if (v := two_sided_mean(s)) is not None
+        if (v := EPS_TILDE_TWO_SIDED.value(s)) is not None
     }
     assert sorted(values) == [0, 1, 2, 3] and len(set(values.values())) == 4
     ranked = sorted(values.values(), reverse=True)
@@ -333,7 +334,7 @@ def test_verdicts_in_plain_language(tmp_path: Path) -> None:
 
 def _two_runs() -> ReplicateReport:
     """A replicate set of two runs with one site (the plot's inputs only)."""
-    numbers = {m.key: over_runs([0.5, 0.75], m.bounds) for m in METRICS}
+    numbers = {m.key: over_runs([0.5, 0.75], m.bounds) for m in POOLED}
     runs = [ReplicateRun(s, f"seed-{s}", "complete", [], None) for s in (0, 1)]
     return ReplicateReport(SCHEMA_VERSION, None, 0, runs, [ReplicateSite(0, numbers)])
 
@@ -375,8 +376,8 @@ def test_every_plot_has_axis_labels(
     calls = {
         "site_eps_plot": lambda: plots.site_eps_plot(report.sites),
         "roc_plot": lambda: plots.roc_plot(0, results[0].roc, 2),
-        "precision_recall_plot": lambda: plots.precision_recall_plot(report.sites, results),
-        "bound_recall_plot": lambda: plots.bound_recall_plot(report.sites, results),
+        "precision_recall_plot": lambda: plots.precision_recall_plot(report.sites),
+        "bound_recall_plot": lambda: plots.bound_recall_plot(report.sites),
         "training_plot": lambda: plots.training_plot(report.rounds),
         "by_round_plot": lambda: plots.by_round_plot(
             [RoundLeakage.from_dict(e) for e in by_round_lines([1, 2])]
