@@ -106,11 +106,11 @@ FLAGS: dict[str, Flag] = {
     "above_real_nonmembers": Flag(
         "above real non-members",
         badge="not-tight",
-        meaning="above_real_nonmembers: eps_tilde's mean exceeds RM;RN's (the same attack with "
-        f"the site's real held-out records as non-members) by more than {NOT_TIGHT_TOLERANCE}, "
-        "intervals overlapping or not. Part of eps_tilde may then be the model telling the "
-        "game's non-members (generated records) from real ones rather than recognising its "
-        "members.",
+        meaning="above_real_nonmembers (generated non-members only): eps_tilde's mean exceeds "
+        "RM;RN's (the same attack with the site's real held-out records as non-members) by "
+        f"more than {NOT_TIGHT_TOLERANCE}, intervals overlapping or not. Part of eps_tilde may "
+        "then be the model telling the game's non-members (generated records) from real ones "
+        "rather than recognising its members.",
         plain="The same attack reads less when the records the model never saw are real ones "
         "rather than look-alikes: part of the number may come from the model telling "
         "look-alike records from real ones, not from recognising your records.",
