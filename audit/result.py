@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,11 +36,11 @@ TWO_SIDED_MEANING = (
 )
 
 
-def finite(value: float | None) -> float | None:
-    """``value`` as a float; None when absent, not a number or not finite."""
-    if value is None or isinstance(value, bool) or not math.isfinite(value):
+def finite(value: object) -> float | None:
+    """``value`` as a float; None when absent, not a number (a bool is not) or not finite."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
-    return float(value)
+    return float(value) if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from audit.client_canaries import ClientCanaryResult, ThreatModel
 from audit.one_run import METHOD_LABELS, Method
+from audit.result import finite
 from contracts.dp_level import DPLevel
 from contracts.run_log import ClientDPLedgerFile, RoundRecord
 
@@ -141,7 +141,7 @@ def site_privacy(
         client_eps_estimate_low=None if est is None else est.eps_estimate_low,
         client_eps_estimate_high=None if est is None else est.eps_estimate_high,
         client_eps_estimate_two_variance=(
-            None if est is None else _number(est.eps_estimate_two_variance)
+            None if est is None else finite(est.eps_estimate_two_variance)
         ),
         client_eps_lb=None if est is None else est.eps_lb,
         client_eps_lb_beta=None if client_canaries is None else client_canaries.beta,
@@ -311,9 +311,3 @@ def run_canaries(settings: PrivacySettings, sites: list[SiteReport]) -> int | No
         return settings.canaries
     counts = [c for s in sites if (c := s.privacy.canaries)]
     return max(counts) if counts else None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None

@@ -10,7 +10,6 @@ per-record scores or curves: only summary numbers of the run's files.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -218,16 +217,12 @@ the audit's own numbers (never recomputed) and the few derived ones (headroom, m
 def report_json(obj: Any) -> Any:
     """Plain JSON values of a report (:func:`contracts.json_values.json_safe`), each audit
     result type in its view (:data:`VIEWS`)."""
+    return json_safe(obj, view=_viewed)
+
+
+def _viewed(obj: Any) -> dict[str, Any] | None:
     keys = VIEWS.get(type(obj))
-    if keys is not None:
-        return {k.name: report_json(k.get(obj)) for k in keys}
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: report_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, dict):
-        return {str(k): report_json(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [report_json(v) for v in obj]
-    return json_safe(obj)
+    return None if keys is None else {k.name: k.get(obj) for k in keys}
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from pydantic import (
 from audit.config import AuditConfig, StrictModel
 from audit.gradient_canaries import MIN_GRADIENT_CANARIES
 from audit.inversion import InversionConfig
+from audit.result import finite
 from contracts.dp_level import DPLevel, resolve_dp_level
 from contracts.errors import RunFileError, UserError
 from contracts.plugins import PLUGINS_KEY, PluginError, import_plugins
@@ -521,14 +522,14 @@ def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
             )
         except ValueError as exc:
             raise RunFileError(f"config.yaml: {exc}") from exc
-    canaries = _finite(_section(raw, "audit").get("canaries"))
+    canaries = finite(_section(raw, "audit").get("canaries"))
     accountant = str(section.get("accountant") or "rdp")
     return PrivacySettings(
         dp_level=level,
         record_accountant=(
             record_accountant_name(accountant) if level in ("record", "both") else None
         ),
-        delta=_finite(section.get("delta")),
+        delta=finite(section.get("delta")),
         canaries=int(canaries) if canaries and canaries > 0 else None,
     )
 
@@ -540,9 +541,3 @@ def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
 
 def _whole(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
