@@ -69,6 +69,7 @@ from .metrics import (
     round_o1,
     round_two_sided,
     server,
+    two_sided,
 )
 from .privacy_ledger import released_model_epsilon
 from .schema import (
@@ -202,7 +203,7 @@ def _eps_tilde_cell(site: SiteReport) -> str:
 def _two_sided_cell(site: SiteReport) -> str:
     """The two-sided eps_tilde [interval] (side) with a badge per raised flag of the headline
     and of each side."""
-    two = None if site.audit is None else site.audit.two_sided
+    two = two_sided(site)
     side_badges = "".join(
         flag_badges(flag_labels(getattr(two, side).flags), prefix=f"{SIDE_LABELS[side]}: ")
         for side in (SIDES if two is not None else ())
