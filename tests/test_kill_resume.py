@@ -37,14 +37,14 @@ TIMEOUT_S = 300.0
 # between the round's metrics line and its checkpoint (the window a real crash may hit).
 STALL = """
 import sys, time
-import server.app
+import server.strategy
 stall_at = sys.argv.pop(1)
-real = server.app.save_checkpoint
+real = server.strategy.save_checkpoint
 def stalled(path, checkpoint):
     if path.name == stall_at:
         time.sleep(600)
     real(path, checkpoint)
-server.app.save_checkpoint = stalled
+server.strategy.save_checkpoint = stalled
 from simulations.cli import main
 sys.exit(main(sys.argv[1:]))
 """
