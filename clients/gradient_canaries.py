@@ -247,3 +247,10 @@ def attach(
 
     optimizer.add_noise = add_noise
     return canaries
+
+
+MEMORY_PER_CANARY = 110
+"""Bytes a site's process holds per gradient canary at its peak: the coin, both statistics,
+the phantom block with its gradient and optimizer state, and one step's draws (104-108
+bytes measured at 8 million canaries, training and audit); what ``simulations.sizes``
+checks a run's ``audit.gradient_canaries`` against."""
