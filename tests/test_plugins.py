@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import run_files
+from builders import TINY_AUDIT, run_files
 
 from contracts.plugins import PluginError, import_plugins
 from ml.datasets import DataError
@@ -21,15 +21,6 @@ from simulations.config import validate_config
 from simulations.run_dir import prepare_run_dir
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plugin"
-
-TINY_AUDIT = {
-    "quick": True,
-    "helper_epochs": 1,
-    "splits": {"generator": 100, "train": 60, "val": 30},
-    "generator": {"kind": "cgan", "epochs": 1},
-    "classifier": {"epochs": [1], "gbm_iterations": [20]},
-    "calibration": {"reference_models": 0},
-}
 
 
 @pytest.fixture

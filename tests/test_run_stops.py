@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from builders import TINY_AUDIT, start_interruptible
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
@@ -60,15 +61,6 @@ def audit(msg, context, runtime, started):
 site_app._audit = audit
 """
 
-TINY_AUDIT = {
-    "quick": True,
-    "helper_epochs": 1,
-    "splits": {"generator": 100, "train": 60, "val": 30},
-    "generator": {"kind": "cgan", "epochs": 1},
-    "classifier": {"epochs": [1], "gbm_iterations": [20]},
-    "calibration": {"reference_models": 0},
-}
-
 
 @dataclass(frozen=True)
 class Faults:
@@ -104,11 +96,6 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "simulations.cli", "run", *args]
 
 
-def _interruptible() -> None:
-    """A background job starts with SIGINT ignored; a terminal's Ctrl-C would not be."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _run(argv: list[str], faults: Faults) -> subprocess.CompletedProcess:
     return subprocess.run(
         argv, cwd=REPO, env=faults.env, capture_output=True, text=True, timeout=TIMEOUT_S
@@ -137,16 +124,8 @@ def test_ctrl_c_in_the_audits_then_sites_lost_to_the_memory_killer(
     run_dir, log = tmp_path / "run", tmp_path / "log.txt"
     (faults.control / "stall-2").touch()
     (faults.control / "killed-1").touch()
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            _cli(str(faults.config), "--out", str(run_dir)),
-            cwd=REPO,
-            env=faults.env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_interruptible,
-        )
+    argv = _cli(str(faults.config), "--out", str(run_dir))
+    proc = start_interruptible(argv, cwd=REPO, env=faults.env, log=log)
     try:
         deadline = time.time() + TIMEOUT_S
         while "site audits" not in log.read_text() or set(_audits(run_dir)) != {0, 1}:
