@@ -45,7 +45,7 @@ def finite(value: object) -> float | None:
 
 @dataclass(frozen=True)
 class BoundSummary:
-    """The maximising threshold of one lower bound (see :mod:`audit.bounds`)."""
+    """The maximising threshold of one lower bound (see :mod:`audit.stats.bounds`)."""
 
     lower_bound: float
     threshold: float
@@ -100,7 +100,7 @@ class AuditFlags:
     """RM;RN's ceiling (few real non-members) leaves no room to check eps_tilde."""
     above_real_nonmembers: bool = False
     """eps_tilde's mean exceeds RM;RN's by more than the tolerance, intervals overlapping or
-    not: the game's non-members read above real ones (:mod:`audit.diagnosis`)."""
+    not: the game's non-members read above real ones (:mod:`audit.panoramia.diagnosis`)."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class TwoSidedRepeat:
 
 @dataclass(frozen=True)
 class ClassSlice:
-    """The game's slots of one label in one repeat (:mod:`audit.class_slices`)."""
+    """The game's slots of one label in one repeat (:mod:`audit.panoramia.class_slices`)."""
 
     label: int
     slots: int
@@ -165,7 +165,8 @@ class ClassSlice:
 
 @dataclass(frozen=True)
 class ClassSliceResult:
-    """One label's slice over repeats (see :data:`audit.class_slices.CLASS_SLICES_MEANING`)."""
+    """One label's slice over repeats (see
+    :data:`audit.panoramia.class_slices.CLASS_SLICES_MEANING`)."""
 
     label: int
     slots: int

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from audit.inversion import InversionConfig, InversionResult
+from audit.inversion.attack import InversionConfig, InversionResult
 from clients.inversion import InversionSettings, inversion_audit, keep_round
 from clients.privacy import PrivacyLedger
 from clients.site_data import SiteData

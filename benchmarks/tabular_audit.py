@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from audit import run_audit
-from audit.components import GENERATORS, AuditContext, Records
 from audit.config import AuditConfig
+from audit.panoramia.components import GENERATORS, AuditContext, Records
 from audit.tabular.generators import MSTGenerator
 from ml.datasets import load_dataset
 from ml.tasks import build_task

@@ -44,9 +44,10 @@ class SiteAuditOutput:
     """``audit.AuditResult.to_dict()``: PANORAMIA and its comparisons; None when only
     earlier rounds were asked for."""
     canary: dict | None = None
-    """``audit.canary.CanaryResult.to_dict()`` when the site data has canaries, else None."""
+    """``audit.canaries.canary.CanaryResult.to_dict()`` when the site data has canaries, else
+    None."""
     by_round: dict[str, dict] | None = None
-    """Each earlier round's ``audit.over_rounds.RoundLeakage.to_dict()``, by round (as
+    """Each earlier round's ``audit.panoramia.over_rounds.RoundLeakage.to_dict()``, by round (as
     text); None when none was asked for."""
 
 
@@ -80,8 +81,8 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         seed: int,
         earlier: dict[int, torch.nn.Module],
     ) -> SiteAuditOutput:
-        from audit.over_rounds import round_leakage  # heavy: only in processes that audit
-        from audit.pipeline import run_audits_of
+        from audit.panoramia.over_rounds import round_leakage  # heavy: only in processes that audit
+        from audit.panoramia.pipeline import run_audits_of
 
         if model is not None and data.has_canaries:
             # Fail before the long PANORAMIA run when the coins cannot be audited.
@@ -161,12 +162,12 @@ def canary_audit_of(
     """The one-run canary audit of ``data``'s canaries against ``model``, as a dict.
 
     Scores every canary (included or not) by the model's per-record loss and hands the
-    losses and the coins to :func:`audit.canary.canary_audit` (its f-DP bound at ``delta``;
-    None: :data:`audit.one_run.DEFAULT_DELTA`).
+    losses and the coins to :func:`audit.canaries.canary.canary_audit` (its f-DP bound at ``delta``;
+    None: :data:`audit.stats.one_run.DEFAULT_DELTA`).
     """
-    from audit.canary import canary_audit
-    from audit.one_run_methods import DEFAULT_DELTA
-    from audit.pipeline import resolve_device
+    from audit.canaries.canary import canary_audit
+    from audit.panoramia.pipeline import resolve_device
+    from audit.stats.one_run_methods import DEFAULT_DELTA
 
     canaries, coins = data.canary_records()
     losses = task.per_record_loss(model, canaries.x, canaries.y, device=resolve_device(device_name))
@@ -191,8 +192,8 @@ def write_exposed_records(
     for itself stay inside it, so without shared ones the file says it fell back to f's
     log-likelihood.
     """
-    from audit.exposure import most_exposed
-    from audit.pipeline import resolve_device
+    from audit.panoramia.exposure import most_exposed
+    from audit.panoramia.pipeline import resolve_device
 
     exposed = most_exposed(
         task, model, data.records("train"), references, k=k, device=resolve_device(device_name)

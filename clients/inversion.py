@@ -4,7 +4,7 @@ In each chosen round the site keeps, in its own state directory, what the server
 holds of it: the global weights it received, the update it sent, and what the run's config
 tells the server of its local training (:func:`keep_round`); with ``fl.local_steps`` also
 the records its steps used (only the site knows which). At audit time it runs the attack a
-curious server would (:mod:`audit.inversion`) from the first three alone, compares the
+curious server would (:mod:`audit.inversion.attack`) from the first three alone, compares the
 reconstruction with its true records, and replies with summary numbers only
 (:func:`inversion_audit`). A gallery of its own records beside their reconstructions
 (images) stays in its state directory, for its own page to link.
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from audit.inversion import (
+from audit.inversion.attack import (
     Fields,
     InversionConfig,
     InversionResult,
@@ -121,7 +121,7 @@ def inversion_audit(
     seed: int,
 ) -> dict[str, dict[str, Any]]:
     """Attack every kept round's update and its public-record baseline; round (as text) ->
-    :class:`~audit.inversion.InversionResult` as a dict (empty when the site kept no such
+    :class:`~audit.inversion.attack.InversionResult` as a dict (empty when the site kept no such
     round). Writes the gallery of the first attacked round (images) to the site's own
     folder."""
     out: dict[str, dict[str, Any]] = {}

@@ -317,19 +317,19 @@ class SiteAuditFile:
     dp_epsilon: float | None = None
     """The site's record-level (Opacus) epsilon, or None."""
     canary: dict[str, Any] | None = None
-    """``audit.canary.CanaryResult.to_dict()`` when the site trained with canaries."""
+    """``audit.canaries.canary.CanaryResult.to_dict()`` when the site trained with canaries."""
     traceback: str | None = None
     """The site's short traceback (failed only)."""
     model_round: int | None = None
     """The round of the global model audited; files older than it count as current."""
     by_round: list[dict[str, Any]] | None = None
-    """``audit.over_rounds.RoundLeakage.to_dict()`` of each audited round (the final one
+    """``audit.panoramia.over_rounds.RoundLeakage.to_dict()`` of each audited round (the final one
     included), by round, with the global accuracy from the round log (ok only)."""
     gradient_canaries: dict[str, Any] | None = None
-    """``audit.gradient_canaries.GradientCanaryResult.to_dict()`` when the site ran
+    """``audit.canaries.gradient_canaries.GradientCanaryResult.to_dict()`` when the site ran
     gradient canaries in its DP-SGD (ok only; absent otherwise)."""
     inversion: list[dict[str, Any]] | None = None
-    """``audit.inversion.InversionResult.to_dict()`` of each attacked round, by round, when
+    """``audit.inversion.attack.InversionResult.to_dict()`` of each attacked round, by round, when
     the site ran the gradient-inversion audit (ok only; absent otherwise)."""
 
     def audited_rounds(self) -> set[int]:

@@ -80,18 +80,19 @@ CLIENT_CLIPPING = "client-clipping"
 kind on its update (client-level DP with ``dp.client.clipping_side: client``)."""
 RESULT_JSON = "result-json"
 CANARY_JSON = "canary-json"
-"""An audit reply's canary one-run audit (``audit.canary.CanaryResult.to_dict`` as JSON)."""
+"""An audit reply's canary one-run audit (``audit.canaries.canary.CanaryResult.to_dict`` as
+JSON)."""
 GRADIENT_CANARIES_JSON = "gradient-canaries-json"
 """An audit reply's white-box gradient-canary audit of the site's DP-SGD
-(``audit.gradient_canaries.GradientCanaryResult.to_dict`` as JSON)."""
+(``audit.canaries.gradient_canaries.GradientCanaryResult.to_dict`` as JSON)."""
 INVERSION_JSON = "inversion-json"
 """An audit reply's gradient-inversion audit of the site's own updates: a JSON object,
-round (as text) -> ``audit.inversion.InversionResult.to_dict`` (summary numbers only)."""
+round (as text) -> ``audit.inversion.attack.InversionResult.to_dict`` (summary numbers only)."""
 LOCAL_STEPS = "local-steps"
 """A train config's number of local steps (batches), in place of its local epochs."""
 BY_ROUND_JSON = "by-round-json"
 """An audit reply's audits of earlier rounds: a JSON object, round (as text) -> that round's
-``audit.over_rounds.RoundLeakage.to_dict``."""
+``audit.panoramia.over_rounds.RoundLeakage.to_dict``."""
 AUDIT_ROUNDS = "audit-rounds"
 """An audit query's earlier rounds, each with its weights in :func:`round_arrays`."""
 MAIN_AUDIT = "main-audit"
@@ -430,7 +431,7 @@ class AuditReply:
     n_holdout: int
     elapsed_s: float
     canary: dict[str, Any] | None = None
-    """``audit.canary.CanaryResult.to_dict()`` when the site trained with canaries."""
+    """``audit.canaries.canary.CanaryResult.to_dict()`` when the site trained with canaries."""
     dp_epsilon: float | None = None
     """The site's record-level (Opacus) epsilon; None without record-level DP."""
     by_round: dict[str, Any] | None = None

@@ -41,7 +41,7 @@ import yaml
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from audit.components import Records
+from audit.panoramia.components import Records
 from clients.app import SiteRuntime, build_client_app
 from clients.site_data import SiteData
 from clients.site_policy import SitePolicy

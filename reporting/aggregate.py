@@ -11,10 +11,10 @@ import dataclasses
 import statistics
 from collections.abc import Callable
 
-from audit.client_canaries import ClientCanaryResult
-from audit.over_rounds import first_leaking_round
+from audit.canaries.client_canaries import ClientCanaryResult
+from audit.panoramia.over_rounds import first_leaking_round
+from audit.panoramia.sides import SIDES
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, finite
-from audit.sides import SIDES
 from contracts.run_files import NOISE_NOTES
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, empty_rounds
 

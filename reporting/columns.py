@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from audit.inversion import InversionResult
-from audit.over_rounds import RoundLeakage
+from audit.inversion.attack import InversionResult
+from audit.panoramia.over_rounds import RoundLeakage
+from audit.panoramia.sides import SIDES
 from audit.result import ClassSliceResult, SideResult
-from audit.sides import SIDES
 
 from .formatting import (
     ABOVE_LABEL,

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import math
 
-from audit.canary import CanaryResult
-from audit.client_canaries import ClientCanaryResult
+from audit.canaries.canary import CanaryResult
+from audit.canaries.client_canaries import ClientCanaryResult
+from audit.canaries.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.config import ONE_SIDED_SHARES, TWO_SIDED_SHARES
-from audit.diagnosis import NOT_TIGHT_TOLERANCE
-from audit.gradient_canaries import GradientCanaryResult, LevelAudit
-from audit.inversion import InversionResult
-from audit.over_rounds import RoundLeakage, first_leaking_round
+from audit.inversion.attack import InversionResult
+from audit.panoramia.diagnosis import NOT_TIGHT_TOLERANCE
+from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
+from audit.panoramia.sides import SIDES
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, Interval
-from audit.sides import SIDES
 from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 
 from .metrics import two_sided

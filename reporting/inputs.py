@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from audit.canary import CanaryResult
-from audit.client_canaries import ClientCanaryResult
-from audit.gradient_canaries import GradientCanaryResult
-from audit.inversion import InversionResult
-from audit.over_rounds import RoundLeakage
+from audit.canaries.canary import CanaryResult
+from audit.canaries.client_canaries import ClientCanaryResult
+from audit.canaries.gradient_canaries import GradientCanaryResult
+from audit.inversion.attack import InversionResult
+from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import AuditResult
 from contracts.errors import RunFileError
 from contracts.run_files import NOISE_NOTES, RunLayout, SiteAuditFile

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from audit.canary import CanaryResult
-from audit.gradient_canaries import LevelAudit, reading_level
-from audit.over_rounds import RoundLeakage
+from audit.canaries.canary import CanaryResult
+from audit.canaries.gradient_canaries import LevelAudit, reading_level
+from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import AuditResult, Interval, TwoSidedResult, finite
 
 from .schema import SiteReport, mean_of

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from audit.over_rounds import RoundLeakage
+from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import Interval, RocSummary
 from charts.svg import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
 from contracts.run_log import RoundRecord, site_order

@@ -25,9 +25,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from audit.client_canaries import ClientCanaryResult, ThreatModel
-from audit.one_run import METHOD_LABELS, Method
+from audit.canaries.client_canaries import ClientCanaryResult, ThreatModel
 from audit.result import finite
+from audit.stats.one_run import METHOD_LABELS, Method
 from contracts.dp_level import DPLevel
 from contracts.run_log import ClientDPLedgerFile, RoundRecord
 

@@ -17,12 +17,13 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, Literal
 
-from audit.canary import CanaryResult
-from audit.client_canaries import ClientCanaryResult
-from audit.diagnosis import NOT_TIGHT_TOLERANCE
-from audit.gradient_canaries import GradientCanaryResult
-from audit.inversion import InversionResult
-from audit.over_rounds import RoundLeakage
+from audit.canaries.canary import CanaryResult
+from audit.canaries.client_canaries import ClientCanaryResult
+from audit.canaries.gradient_canaries import GradientCanaryResult
+from audit.inversion.attack import InversionResult
+from audit.panoramia.diagnosis import NOT_TIGHT_TOLERANCE
+from audit.panoramia.over_rounds import RoundLeakage
+from audit.panoramia.sides import SIDES
 from audit.result import (
     AuditFlags,
     AuditResult,
@@ -32,7 +33,6 @@ from audit.result import (
     TwoSidedResult,
     finite,
 )
-from audit.sides import SIDES
 from contracts.dp_level import DPLevel
 from contracts.json_values import json_safe
 from contracts.run_log import ClientDPLedgerFile, PlatformInfo, RoundRecord
@@ -51,7 +51,7 @@ SCORERS: tuple[str, ...] = ("baseline", "mia", "rm_rn")
 """Score vectors with a ROC: b, the MIA (the game) and RM;RN (real non-members)."""
 
 TPR_FPR_KEYS: tuple[str, ...] = ("0.01", "0.001")
-"""FPR levels of ``tpr_at_fpr``; the audit's ``audit.roc.LOW_FPRS`` formatted ``:g``."""
+"""FPR levels of ``tpr_at_fpr``; the audit's ``audit.stats.roc.LOW_FPRS`` formatted ``:g``."""
 
 
 def mean_of(iv: Interval | None) -> float | None:

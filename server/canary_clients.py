@@ -8,7 +8,7 @@ round's global model plus its fixed unit direction over the trainable parameters
 the clipping norm (client-level DP) or the median norm of the real sites' updates in that
 round (no DP). The noise of the mean is sized for every client averaged, canaries included,
 so the noise multiplier keeps its meaning. The math (directions, cosines, estimates) is
-:mod:`audit.client_canaries`; :func:`measure_canaries` reads the round checkpoints after
+:mod:`audit.canaries.client_canaries`; :func:`measure_canaries` reads the round checkpoints after
 training and writes ``client_canaries.json``.
 """
 
@@ -33,7 +33,7 @@ from flwr.app import (
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from audit.client_canaries import (
+from audit.canaries.client_canaries import (
     LB_METHOD,
     THREAT_MODELS,
     CanaryCosines,

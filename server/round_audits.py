@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from flwr.app import ArrayRecord
 
-from audit.over_rounds import RoundLeakage, round_leakage
+from audit.panoramia.over_rounds import RoundLeakage, round_leakage
 from audit.result import AuditResult
 from contracts.checkpoint import load_checkpoint
 from contracts.run_files import RunLayout, SiteAuditFile

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from audit.client_canaries import ClientCanaryResult
+from audit.canaries.client_canaries import ClientCanaryResult
 from contracts.run_files import RunLayout
 from contracts.run_log import read_json, read_rounds
 from server.canary_clients import write_result

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from audit.components import Records
+from audit.panoramia.components import Records
 from clients.site_data import SiteData
 from contracts.errors import RunFileError
 from contracts.files import atomic_write, atomic_write_text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from audit.inversion import MODALITIES
+from audit.inversion.attack import MODALITIES
 from contracts.plugins import import_plugins
 from ml.models import check_private
 from ml.tasks import TorchTask, build_task

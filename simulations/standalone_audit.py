@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from audit.components import Records
+from audit.panoramia.components import Records
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
 from contracts.errors import UserError
 from contracts.run_files import RunLayout

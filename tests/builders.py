@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from audit.over_rounds import RoundLeakage
+from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import (
     AuditFlags,
     AuditResult,

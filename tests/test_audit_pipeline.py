@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from audit import AuditConfig, AuditResult, Records, run_audit
-from audit import components as comp
-from audit.one_run import gdp_eps
+from audit.panoramia import components as comp
 from audit.result import Interval
+from audit.stats.one_run import gdp_eps
 from ml.datasets import load_dataset
 from ml.tasks import build_task
 
@@ -289,7 +289,7 @@ def test_a_trained_generators_helper_learns_real_records_but_no_game_record(
 ) -> None:
     """With generated non-members the helper (hence b, and the MIA's reference view) also
     trains on the public pool and D_G: real records, none of them ever in a game."""
-    from audit.splits import split_members
+    from audit.panoramia.splits import split_members
 
     trained = _records_trained_on(site, monkeypatch)
     cfg = {"generator": {"kind": "cgan", "epochs": 1}, "quick": True, "seed": 5}

@@ -12,9 +12,9 @@ import torch
 from builders import run_files
 from scipy import stats
 
-from audit.canary import CANARY_SCORE, CanaryResult, canary_audit
+from audit.canaries.canary import CANARY_SCORE, CanaryResult, canary_audit
 from audit.config import AuditConfig
-from audit.o1 import o1_lower_bound
+from audit.stats.o1 import o1_lower_bound
 from clients.audit_handler import SiteAuditPolicy, canary_audit_of, make_audit_runner
 from clients.site_data import SiteData
 from ml.canaries import CANARY_KINDS, canary_coins, draw_canaries

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from audit import AuditConfig, Records, run_audit
-from audit.class_slices import MIN_CLASS_CEILING, aggregate_slices, class_slices
-from audit.pipeline import run_audits_of
-from audit.sides import SIDES, BoundRule, Scored
+from audit.panoramia.class_slices import MIN_CLASS_CEILING, aggregate_slices, class_slices
+from audit.panoramia.pipeline import run_audits_of
+from audit.panoramia.sides import SIDES, BoundRule, Scored
 from ml.tasks import build_task
 
 CPU = torch.device("cpu")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy import stats
 
-from audit.gradient_canaries import GradientCanaryResult, gradient_canary_audit
+from audit.canaries.gradient_canaries import GradientCanaryResult, gradient_canary_audit
 from clients.gradient_canaries import CanaryState, GradientCanarySettings
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.training import train_locally

@@ -11,7 +11,7 @@ import pytest
 import torch
 from builders import run_files, site_report_of
 
-from audit.inversion import (
+from audit.inversion.attack import (
     Fields,
     InversionConfig,
     InversionResult,
@@ -227,7 +227,7 @@ def test_inversion_is_off_by_default_and_text_is_refused():
     # Before any site starts, so the run's membership audit is never lost to it.
     with pytest.raises(ConfigError, match=r"audit\.inversion: text records are not supported"):
         check_run_task(text, meta)
-    from audit.inversion import InversionUnsupported
+    from audit.inversion.attack import InversionUnsupported
 
     model = torch.nn.Linear(2, 2)
     training = LocalTraining(1, 1, 1, 1, "sgd", 0.1)

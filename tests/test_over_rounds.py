@@ -13,7 +13,7 @@ import pytest
 from builders import by_round_lines, make_result, run_files, with_class_slices
 from flwr.app import ConfigRecord
 
-from audit.over_rounds import RoundLeakage, first_leaking_round
+from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
 from audit.result import AuditResult
 from contracts.run_files import SiteAuditFile
 from contracts.run_log import RoundRecord

@@ -32,7 +32,7 @@ from audit.result import (
     AuditResult,
     Interval,
 )
-from audit.roc import LOW_FPRS
+from audit.stats.roc import LOW_FPRS
 from contracts.errors import RunFileError
 from reporting import (
     SCHEMA_VERSION,

@@ -27,11 +27,11 @@ from builders import (
     write_run,
 )
 
-from audit.calibration import calibrated_statistics, log_likelihood, reference_statistics
-from audit.components import Records
-from audit.exposure import SCORE_MEANINGS, most_exposed
-from audit.inversion import InversionResult
-from audit.over_rounds import RoundLeakage
+from audit.inversion.attack import InversionResult
+from audit.panoramia.calibration import calibrated_statistics, log_likelihood, reference_statistics
+from audit.panoramia.components import Records
+from audit.panoramia.exposure import SCORE_MEANINGS, most_exposed
+from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import AuditFlags, AuditResult
 from clients.audit_handler import SiteAuditPolicy, write_exposed_records
 from clients.site_data import SiteData

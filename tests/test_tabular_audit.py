@@ -11,15 +11,15 @@ from builders import run_files
 from flwr.app import Context, RecordDict
 
 from audit import run_audit
-from audit.bounds import lower_bound
-from audit.components import (
+from audit.config import AuditConfig
+from audit.panoramia.components import (
     AuditContext,
     ClassifierData,
     Records,
     make_classifier,
     make_generator,
 )
-from audit.config import AuditConfig
+from audit.stats.bounds import lower_bound
 from audit.tabular.classifier import GradientBoostingMembership
 from audit.tabular.generators import MSTGenerator
 from ml.datasets import load_dataset

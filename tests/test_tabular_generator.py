@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audit.components import Records
+from audit.panoramia.components import Records
 from audit.tabular.attributes import (
     Discretizer,
     infer_attributes,

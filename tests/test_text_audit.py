@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from audit import AuditConfig, ClassifierData, Records, run_audit
-from audit.components import AuditContext, make_classifier, make_generator
+from audit.panoramia.components import AuditContext, make_classifier, make_generator
 from audit.text.generator import Gpt2Generator, TextGeneratorOptions, start_marker
 from audit.text.lm import LMShape, build_lm, sample_lm
 from ml.datasets import load_dataset

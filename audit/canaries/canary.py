@@ -5,7 +5,7 @@ A site draws ``n`` canary records and includes each in its training data by an i
 fair coin before training starts. After training, the canaries are scored by the negative
 per-record loss of the final model (lower loss: guessed "included") and the guesses with
 abstention and their bound come from the same code as the O(1) comparison
-(:func:`audit.o1.o1_lower_bound`): guess "included" for the highest scores, "excluded" for
+(:func:`audit.stats.o1.o1_lower_bound`): guess "included" for the highest scores, "excluded" for
 the lowest, abstain in between, and bound eps from the number of correct guesses against
 ``Binomial(guesses, sigmoid(eps))``, with a union bound over the threshold pairs tried.
 
@@ -14,7 +14,7 @@ training, so this is the paper's one-run audit proper: ``eps_lb`` is a lower bou
 training run's eps (delta = 0) at level ``beta``, valid whatever the model or the canaries
 (its power depends on how easy the canaries are to memorise).
 
-The same guesses also give the f-DP (Gaussian) bound of :mod:`audit.one_run` over the same
+The same guesses also give the f-DP (Gaussian) bound of :mod:`audit.stats.one_run` over the same
 threshold pairs and union bound: ``eps_lb_fdp`` at ``fdp_delta``, with the Gaussian-DP
 ``fdp_mu`` it converts. It is the tighter of the two when the canaries are easy (at 200
 canaries all guessed right and beta = 0.05: 4.5 at delta = 1e-5, Steinke's 3.1 at delta = 0).
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from audit.bounds import clopper_pearson_lower, logit
-from audit.o1 import o1_lower_bound
-from audit.one_run import DEFAULT_DELTA, one_run_bound
+from audit.stats.bounds import clopper_pearson_lower, logit
+from audit.stats.o1 import o1_lower_bound
+from audit.stats.one_run import DEFAULT_DELTA, one_run_bound
 
 __all__ = ["CANARY_SCORE", "CanaryResult", "canary_audit"]
 
@@ -150,9 +150,9 @@ def canary_audit(
     Returns
     -------
     CanaryResult
-        ``eps_lb`` from :func:`audit.o1.o1_lower_bound` on ``-losses`` and the coins, and
+        ``eps_lb`` from :func:`audit.stats.o1.o1_lower_bound` on ``-losses`` and the coins, and
         the selected rule's counts and interval; ``eps_lb_fdp`` and ``fdp_mu`` from
-        :func:`audit.one_run.one_run_bound` on the same scores and threshold pairs.
+        :func:`audit.stats.one_run.one_run_bound` on the same scores and threshold pairs.
     """
     loss = np.asarray(losses, dtype=float)
     coins = np.asarray(included)

@@ -17,7 +17,7 @@ direction is a statistic of that client. An unseen direction's cosine is about
   delta its epsilon follows the sampling noise of the variance ratio, and only upwards.
   Neither is a bound.
 * A lower bound: the 2K cosines as scores and the coins as inclusion in
-  :func:`audit.one_run.one_run_bound` (f-DP, Mahloujifar et al. 2025, guesses at the
+  :func:`audit.stats.one_run.one_run_bound` (f-DP, Mahloujifar et al. 2025, guesses at the
   largest and smallest cosines, union bound over the guess grid at level beta). The one-run
   bounds need independent fair coins, which is why each direction gets its own coin instead
   of a fixed half being chosen.
@@ -37,7 +37,7 @@ from typing import Any, Literal, cast
 import numpy as np
 from scipy import optimize, special
 
-from audit.one_run import Method, gdp_eps, one_run_bound
+from audit.stats.one_run import Method, gdp_eps, one_run_bound
 from contracts.json_values import json_safe
 
 __all__ = [
@@ -56,7 +56,7 @@ __all__ = [
 ThreatModel = Literal["final", "all_iterates"]
 THREAT_MODELS: tuple[ThreatModel, ...] = ("final", "all_iterates")
 LB_METHOD: Method = "fdp"
-"""The one-run bound used for ``client_eps_lb`` (:mod:`audit.one_run`)."""
+"""The one-run bound used for ``client_eps_lb`` (:mod:`audit.stats.one_run`)."""
 _EPS_MAX = 1e4
 _Z95 = 1.959963984540054
 """The two-sided 95% normal quantile."""

@@ -30,7 +30,7 @@ its coins and tested once on the other (:func:`split_rule_bounds`); the site's f
 
 Beside the bounds, an estimate: a Gaussian fitted to each group's statistic (inserted, never
 inserted) and the Gaussian-DP epsilon of their standardised gap at ``delta``
-(:func:`audit.client_canaries.pooled_gaussian_epsilon`), with its approximate 95% interval
+(:func:`audit.canaries.client_canaries.pooled_gaussian_epsilon`), with its approximate 95% interval
 over the canaries of this one run.
 """
 
@@ -42,8 +42,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from audit.client_canaries import pooled_gaussian_epsilon
-from audit.one_run import fdp_eps_lb, one_run_bound, steinke_eps_lb
+from audit.canaries.client_canaries import pooled_gaussian_epsilon
+from audit.stats.one_run import fdp_eps_lb, one_run_bound, steinke_eps_lb
 from contracts.json_values import json_safe
 
 __all__ = [
@@ -188,7 +188,7 @@ def split_rule_bounds(
     them, so each bound is one test, at :func:`reading_level` (``beta / 4``: the site's four
     white-box bounds together hold at ``beta``).
 
-    The rule is the one the union-bound grid search (:func:`audit.one_run.one_run_bound`)
+    The rule is the one the union-bound grid search (:func:`audit.stats.one_run.one_run_bound`)
     picks on the selection half: its penalty favours rules with enough guesses to hold up on
     fresh canaries. ``penalised=False`` takes the unpenalised best rule instead, often a
     lucky handful of guesses that the test half does not repeat (0.00-0.59 x eps at eps = 1

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from audit.components import GENERATORS, AuditContext, Records, TrainedGenerator
 from audit.config import AuditConfig
-from audit.pairing import PairedDraw
+from audit.panoramia.components import GENERATORS, AuditContext, Records, TrainedGenerator
+from audit.panoramia.pairing import PairedDraw
 
 
 def to_unit(x: np.ndarray) -> torch.Tensor:

@@ -8,9 +8,11 @@ from typing import Protocol
 
 import numpy as np
 
-from audit.class_slices import aggregate_slices
 from audit.config import AuditConfig
-from audit.diagnosis import diagnose
+from audit.panoramia.class_slices import aggregate_slices
+from audit.panoramia.diagnosis import diagnose
+from audit.panoramia.sides import SIDES, Side
+from audit.panoramia.timing import StageTimer
 from audit.result import (
     AuditResult,
     Interval,
@@ -18,9 +20,7 @@ from audit.result import (
     SideResult,
     TwoSidedResult,
 )
-from audit.roc import mean_roc
-from audit.sides import SIDES, Side
-from audit.timing import StageTimer
+from audit.stats.roc import mean_roc
 
 
 def _all_or_none(values: list[float | None]) -> list[float] | None:
@@ -134,7 +134,7 @@ def assemble(
 
     ``generated`` says whether the game's non-members are generated records (a trained
     generator's draws) rather than a reference pool's real ones; it decides whether a
-    reading above RM;RN's can mean "unreal records" (:func:`audit.diagnosis.diagnose`).
+    reading above RM;RN's can mean "unreal records" (:func:`audit.panoramia.diagnosis.diagnose`).
     """
     paper = _side(config, repeats, generated=generated)
     quality = dict(quality)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from scipy.special import logsumexp
 
-from audit.components import Records
+from audit.panoramia.components import Records
 from audit.task import AuditTask
 
 CALIBRATION_NAMES = ("lira_offline", "rmia_offline", "ref_conf_mean", "ref_conf_std")

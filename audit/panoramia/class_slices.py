@@ -1,6 +1,6 @@
 """The two-sided game inside each label: which of a site's patient groups is exposed.
 
-With label pairing (:mod:`audit.pairing`) slot ``i`` shows either member ``i`` or a
+With label pairing (:mod:`audit.panoramia.pairing`) slot ``i`` shows either member ``i`` or a
 non-member of the same label, so the slots of label ``y`` form a game of their own whose
 coins are as independent as the whole game's. Inside it the same b and MIA scores (chosen
 on the whole game, or on validation) give the four two-sided bounds and the MIA's TPR at 1%
@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from audit.panoramia.sides import SIDES, BoundRule, Scored, Side
 from audit.result import ClassSlice, ClassSliceResult, Interval
-from audit.roc import roc_summary
-from audit.sides import SIDES, BoundRule, Scored, Side
+from audit.stats.roc import roc_summary
 
 CLASS_SLICES_MEANING = (
     "Per-class slices replay the two-sided game on the slots of one label (the game pairs "

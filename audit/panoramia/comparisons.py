@@ -4,7 +4,7 @@ RM;RN runs the MIA pipeline with real held-out non-members instead of generated 
 (c = 0, so its bound is an eps lower bound), on both sides. O(1) is the loss-threshold audit
 of Steinke et al. (2023) with abstention: each slot shows a real member or a real
 non-member by a fair coin, as the privacy game does. The same guesses also give O(1)'s f-DP
-(Gaussian) bound at ``config.delta`` (:mod:`audit.one_run`).
+(Gaussian) bound at ``config.delta`` (:mod:`audit.stats.one_run`).
 """
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.audit_sets import FeatureSet, classifier_data, game_data
-from audit.calibration import log_likelihood
-from audit.components import AuditContext, make_classifier
 from audit.config import AuditConfig
-from audit.game import O1_STREAM, RM_RN_STREAM, draw_game
-from audit.o1 import o1_lower_bound
-from audit.one_run import one_run_bound
+from audit.panoramia.audit_sets import FeatureSet, classifier_data, game_data
+from audit.panoramia.calibration import log_likelihood
+from audit.panoramia.components import AuditContext, make_classifier
+from audit.panoramia.game import O1_STREAM, RM_RN_STREAM, draw_game
+from audit.panoramia.score_attack import Candidates
+from audit.panoramia.sides import SIDES, BoundRule, Scored, Side, break_ties
+from audit.panoramia.splits import MemberSplits, cut_at, shuffled_groups
 from audit.result import RocSummary
-from audit.roc import roc_summary
-from audit.score_attack import Candidates
-from audit.sides import SIDES, BoundRule, Scored, Side, break_ties
-from audit.splits import MemberSplits, cut_at, shuffled_groups
+from audit.stats.o1 import o1_lower_bound
+from audit.stats.one_run import one_run_bound
+from audit.stats.roc import roc_summary
 
 
 def clip(v: float) -> float:

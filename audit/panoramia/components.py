@@ -3,7 +3,7 @@
 A modality contributes generators (registered by name in :data:`GENERATORS`) and one
 membership-classifier design (registered by modality in :data:`CLASSIFIERS`); a lookup
 imports only the module that registers the name, so an image audit never imports
-transformers. The pipeline in :mod:`audit.pipeline` only talks to these protocols, so
+transformers. The pipeline in :mod:`audit.panoramia.pipeline` only talks to these protocols, so
 tabular and text plug in without touching it.
 """
 
@@ -72,7 +72,7 @@ class ClassifierData:
     ``features`` are the loss features of h (baseline) or of f (MIA), see
     :meth:`audit.task.AuditTask.loss_features`; ``reference`` optionally holds h's features
     for the MIA's difficulty calibration. ``calibration`` optionally holds the statistics of
-    the same view calibrated by reference models (:mod:`audit.calibration`), which b and
+    the same view calibrated by reference models (:mod:`audit.panoramia.calibration`), which b and
     the MIA both get. ``membership`` is 1 for members, 0 otherwise.
     """
 
@@ -150,7 +150,7 @@ GENERATORS: Registry[GeneratorFactory] = Registry(
     "generator",
     config_key="audit.generator.kind",
     builtins={
-        "reference_pool": "audit.reference_pool",
+        "reference_pool": "audit.panoramia.reference_pool",
         "cgan": "audit.image.generators",
         "vae": "audit.image.generators",
         "mst": "audit.tabular.generators",

@@ -1,6 +1,6 @@
 """A site's most exposed members: the records the target model gives away most clearly.
 
-For each member the score is the calibrated MIA statistic of :mod:`audit.calibration`:
+For each member the score is the calibrated MIA statistic of :mod:`audit.panoramia.calibration`:
 offline LiRA, f's logit confidence in the record's label minus the reference models' mean
 (a record f fits far better than models that never saw it). Without reference models it is
 f's own log-likelihood of the record, which also ranks records that are merely easy.
@@ -18,13 +18,13 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from audit.calibration import (
+from audit.panoramia.calibration import (
     CALIBRATION_NAMES,
     calibrated_statistics,
     log_likelihood,
     reference_statistics,
 )
-from audit.components import Records
+from audit.panoramia.components import Records
 from audit.task import AuditTask
 
 ExposureScore = Literal["lira_offline", "log_likelihood"]

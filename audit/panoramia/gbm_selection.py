@@ -14,8 +14,8 @@ import torch
 from sklearn.ensemble import HistGradientBoostingClassifier
 from threadpoolctl import threadpool_limits
 
-from audit.components import ClassifierData, SelectionScore
-from audit.roc import auc
+from audit.panoramia.components import ClassifierData, SelectionScore
+from audit.stats.roc import auc
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Leakage over training rounds: one line per audited global checkpoint.
 
 Every checkpoint of a site is audited with the same generated non-members, helper,
-reference models and games (:func:`audit.pipeline.run_audits_of`), so the lines differ only
-in the target f. The first round whose two-sided interval excludes 0 is when the audit
+reference models and games (:func:`audit.panoramia.pipeline.run_audits_of`), so the lines
+differ only in the target f. The first round whose two-sided interval excludes 0 is when the audit
 first sees leakage: a bound on how many rounds the consortium can train before it shows.
 """
 

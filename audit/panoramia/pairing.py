@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from audit.components import Generator, Records
+from audit.panoramia.components import Generator, Records
 
 Pairing = Literal["label", "none"]
 

@@ -8,9 +8,9 @@ Phases, each a function here or a module of its own:
    of the calibrated MIA (records that are never game records).
 3. :func:`_fixed_features` once, :func:`_featurize` per target: h / f features and
    calibrated statistics of every record.
-4. :func:`audit.repeat.play_repeat`, ``config.repeats`` times: fresh b / MIA splits, a
-   fresh game, both sides, the RM;RN and O(1) comparisons (:mod:`audit.comparisons`).
-5. :func:`audit.assembly.assemble`: intervals, ceilings, flags, ROC.
+4. :func:`audit.panoramia.repeat.play_repeat`, ``config.repeats`` times: fresh b / MIA splits, a
+   fresh game, both sides, the RM;RN and O(1) comparisons (:mod:`audit.panoramia.comparisons`).
+5. :func:`audit.panoramia.assembly.assemble`: intervals, ceilings, flags, ROC.
 """
 
 from __future__ import annotations
@@ -23,23 +23,23 @@ from typing import TypedDict, Unpack
 import numpy as np
 import torch
 
-from audit.assembly import assemble
-from audit.audit_sets import FeatureSet
-from audit.calibration import (
+from audit.config import AuditConfig
+from audit.panoramia.assembly import assemble
+from audit.panoramia.audit_sets import FeatureSet
+from audit.panoramia.calibration import (
     ReferenceStatistics,
     calibrated_statistics,
     reference_statistics,
     train_reference_models,
 )
-from audit.components import AuditContext, Generator, Records, make_generator
-from audit.config import AuditConfig
-from audit.pairing import pair_members
-from audit.repeat import RepeatInputs, play_repeat
+from audit.panoramia.components import AuditContext, Generator, Records, make_generator
+from audit.panoramia.pairing import pair_members
+from audit.panoramia.repeat import RepeatInputs, play_repeat
+from audit.panoramia.sides import break_ties
+from audit.panoramia.splits import MemberSplits, split_members
+from audit.panoramia.timing import StageTimer
 from audit.result import AuditResult
-from audit.sides import break_ties
-from audit.splits import MemberSplits, split_members
 from audit.task import AuditTask
-from audit.timing import StageTimer
 
 __all__ = ["break_ties", "resolve_config", "resolve_device", "run_audit", "run_audits_of"]
 

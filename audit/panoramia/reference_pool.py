@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.components import GENERATORS, AuditContext, Records
 from audit.config import AuditConfig
-from audit.pairing import PairedDraw
-from audit.splits import shuffled_groups
+from audit.panoramia.components import GENERATORS, AuditContext, Records
+from audit.panoramia.pairing import PairedDraw
+from audit.panoramia.splits import shuffled_groups
 
 
 class ReferencePoolGenerator:

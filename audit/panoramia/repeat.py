@@ -2,7 +2,7 @@
 
 The paper's one-sided game is computed exactly as the paper states it (member guesses only,
 b and the MIA selected on validation by the member-side bound, each bound at the one-sided
-level); the two-sided game (:mod:`audit.two_sided`) adds the non-member side. The game's
+level); the two-sided game (:mod:`audit.panoramia.two_sided`) adds the non-member side. The game's
 test split only ever reaches ``score`` (never ``fit``), and only after selection. A repeat's
 steps: :func:`_cut`, :func:`_score`, :func:`_comparisons`, then the bounds.
 """
@@ -14,20 +14,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit import bounds
-from audit.audit_sets import FeatureSet, View, classifier_data, game_data
-from audit.class_slices import class_slices
-from audit.comparisons import O1Outcome, RmRnOutcome, clip, o1_eps_lb, rm_rn
-from audit.components import AuditContext, ClassifierData, make_classifier
 from audit.config import AuditConfig
-from audit.game import PrivacyGame, draw_game
+from audit.panoramia.audit_sets import FeatureSet, View, classifier_data, game_data
+from audit.panoramia.class_slices import class_slices
+from audit.panoramia.comparisons import O1Outcome, RmRnOutcome, clip, o1_eps_lb, rm_rn
+from audit.panoramia.components import AuditContext, ClassifierData, make_classifier
+from audit.panoramia.game import PrivacyGame, draw_game
+from audit.panoramia.score_attack import Candidates, candidate_count
+from audit.panoramia.sides import SIDES, BoundRule, Scored, Side, break_ties
+from audit.panoramia.splits import MemberSplits, resplit
+from audit.panoramia.timing import StageTimer
+from audit.panoramia.two_sided import ScoredGame, two_sided_repeat
 from audit.result import RepeatResult
-from audit.roc import roc_summary
-from audit.score_attack import Candidates, candidate_count
-from audit.sides import SIDES, BoundRule, Scored, Side, break_ties
-from audit.splits import MemberSplits, resplit
-from audit.timing import StageTimer
-from audit.two_sided import ScoredGame, two_sided_repeat
+from audit.stats import bounds
+from audit.stats.roc import roc_summary
 
 RECALL_GRID = [round(0.05 * k, 2) for k in range(1, 21)]
 """Recall levels of the reported precision / bound curves."""

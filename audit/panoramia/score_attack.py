@@ -9,7 +9,7 @@ outside D_G plays in the game.
 
 Candidate statistics (each view's own model; the reference models calibrate both views the
 same way, so b gets every non-f input the MIA gets): ``log_p`` (raw), ``lira_offline`` and
-``rmia_offline`` (:mod:`audit.calibration`). Which one counts is chosen without looking at
+``rmia_offline`` (:mod:`audit.panoramia.calibration`). Which one counts is chosen without looking at
 the game's coins:
 
 * ``threshold_selection = "union"``: every candidate is bounded on the game at ``beta / k``
@@ -25,15 +25,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.audit_sets import FeatureSet, View
-from audit.calibration import log_likelihood
-from audit.game import PrivacyGame
+from audit.panoramia.audit_sets import FeatureSet, View
+from audit.panoramia.calibration import log_likelihood
+from audit.panoramia.game import PrivacyGame
+from audit.panoramia.sides import BoundRule, Scored, Side, break_ties
 from audit.result import BoundSummary
-from audit.sides import BoundRule, Scored, Side, break_ties
 
 RAW = "log_p"
 CALIBRATED = ("lira_offline", "rmia_offline")
-"""Columns 0 and 1 of :func:`audit.calibration.calibrated_statistics`."""
+"""Columns 0 and 1 of :func:`audit.panoramia.calibration.calibrated_statistics`."""
 
 
 def statistics(features: FeatureSet, view: View) -> dict[str, np.ndarray]:

@@ -4,7 +4,7 @@ Definition 3 bounds generated records from below (``P_G >= e^-c P_D``): a confid
 "member" guess is evidence against H. Its mirror (``P_D >= e^-c' P_G``) makes confident
 "non-member" guesses testable with the same code: flip the membership bits and negate the
 scores (docs/two_sided_game.md). Every function here takes a ``side`` and orients the data
-before handing it to :mod:`audit.bounds`.
+before handing it to :mod:`audit.stats.bounds`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Literal
 
 import numpy as np
 
-from audit import bounds
 from audit.result import BoundSummary
+from audit.stats import bounds
 
 Side = Literal["member", "nonmember"]
 SIDES: tuple[Side, Side] = ("member", "nonmember")

@@ -4,16 +4,16 @@ Its member side asks what the paper's game asks (confident "member" guesses), it
 non-member side the mirror question (confident "non-member" guesses), each side's b and
 MIA selected on validation by that side's bound, every bound at the two-sided level
 (:attr:`~audit.config.AuditConfig.two_sided_level`). The game reads the larger side
-(docs/two_sided_game.md); :mod:`audit.sides` orients the data for either side.
+(docs/two_sided_game.md); :mod:`audit.panoramia.sides` orients the data for either side.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from audit.comparisons import RmRnOutcome, clip
+from audit.panoramia.comparisons import RmRnOutcome, clip
+from audit.panoramia.sides import SIDES, BoundRule, Scored, Side
 from audit.result import SideRepeat, TwoSidedRepeat
-from audit.sides import SIDES, BoundRule, Scored, Side
 
 ScoredGame = dict[tuple[str, Side], Scored]
 """The game's scores of b (``"baseline"``) and the MIA (``"mia"``), per side."""

@@ -31,7 +31,7 @@ threshold). ``c`` and ``eps`` are non-negative by definition, so callers may cli
 Also here: the Hoeffding form of the same test (the paper's Equation (1), looser), the
 Appendix E relaxations ((c, gamma)-closeness and (eps, delta)-DP), the ceiling (the bound a
 perfect scorer reaches on an audit set) and the bound-vs-recall curve. The O(1) black-box
-bound of Steinke et al. (2023) lives in :mod:`audit.o1`.
+bound of Steinke et al. (2023) lives in :mod:`audit.stats.o1`.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ guesses with abstention:
 ``guesses`` is the number of guesses and ``correct`` the number of right ones. In Steinke
 et al. each candidate's inclusion is a fair coin and, for an eps-DP training run (delta = 0),
 the number of correct guesses is dominated by ``Binomial(guesses, sigmoid(eps))``. The
-audit (:func:`audit.comparisons.o1_eps_lb`) plays the same coins after training: slot ``i``
-shows real member ``i`` or real non-member ``i`` by an independent fair coin, so each
+audit (:func:`audit.panoramia.comparisons.o1_eps_lb`) plays the same coins after training:
+slot ``i`` shows real member ``i`` or real non-member ``i`` by an independent fair coin, so each
 shown record is a member with probability 1/2, as in the privacy game. The largest eps
 rejected is ``logit(p_lo)``, ``p_lo`` the one-sided Clopper-Pearson lower bound of
 ``correct / guesses`` at ``beta'``; the bound is clipped at 0 (eps >= 0).
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.bounds import (
+from audit.stats.bounds import (
     _check_beta,
     _check_inputs,
     clopper_pearson_lower,

@@ -12,7 +12,7 @@ that many correct guesses would be too unlikely under it.
   ``sigmoid(eps)`` lies below the one-sided Clopper-Pearson bound. Under (eps, delta)-DP
   (their Theorem 5.2) a failure count ``F`` with ``E[F] <= 2 m delta`` may be added; the tail
   of ``F + Binomial`` is bounded by its worst case over such ``F``
-  (:func:`audit.bounds.closeness_relaxed_lower_bound` computes the same supremum for the
+  (:func:`audit.stats.bounds.closeness_relaxed_lower_bound` computes the same supremum for the
   generator's failures), which is at most Steinke et al.'s closed form.
 * **Mahloujifar, Melis and Chaudhuri (2025)**, "Auditing f-Differential Privacy in One Run".
   The hypothesis is a whole trade-off curve, here Gaussian DP: ``mu``-GDP, under which a
@@ -33,8 +33,8 @@ that many correct guesses would be too unlikely under it.
   mechanisms whose trade-off curve is Gaussian (DP-SGD is close to one: a composition of
   many subsampled Gaussian steps).
 
-Guesses (shared with :mod:`audit.o1`): "included" for the ``k_plus`` highest scores,
-"excluded" for the ``k_minus`` lowest, with both counts in :func:`audit.o1.count_grid`.
+Guesses (shared with :mod:`audit.stats.o1`): "included" for the ``k_plus`` highest scores,
+"excluded" for the ``k_minus`` lowest, with both counts in :func:`audit.stats.o1.count_grid`.
 :func:`one_run_bound` either takes the best pair with the union bound inside (each pair
 tested at ``beta / n_pairs``: a bound at level ``beta``), or the best pair at ``beta`` each
 (``idealised``: the search is not paid for), or one pre-set number of guesses split evenly
@@ -49,9 +49,15 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special
 
-from audit.bounds import _check_beta, _check_inputs, _relaxed_p_lo, clopper_pearson_lower, logit
-from audit.o1 import GuessPairs, count_grid, guess_pairs
-from audit.one_run_methods import DEFAULT_DELTA, METHOD_LABELS, METHODS, Method
+from audit.stats.bounds import (
+    _check_beta,
+    _check_inputs,
+    _relaxed_p_lo,
+    clopper_pearson_lower,
+    logit,
+)
+from audit.stats.o1 import GuessPairs, count_grid, guess_pairs
+from audit.stats.one_run_methods import DEFAULT_DELTA, METHOD_LABELS, METHODS, Method
 
 __all__ = [
     "DEFAULT_DELTA",
@@ -103,7 +109,7 @@ def steinke_eps_lb(*, m: int, guesses: int, correct: int, beta: float, delta: fl
         Level of this single test.
     delta
         The delta of the (eps, delta)-DP hypothesis; 0 gives the Clopper-Pearson bound of
-        :func:`audit.o1.o1_lower_bound` exactly.
+        :func:`audit.stats.o1.o1_lower_bound` exactly.
 
     Returns
     -------
@@ -308,7 +314,7 @@ def one_run_bound(
     idealised
         With the grid search: test each pair at ``beta`` instead of ``beta / n_pairs``.
     grid_size
-        Counts per side of the grid (:func:`audit.o1.count_grid`).
+        Counts per side of the grid (:func:`audit.stats.o1.count_grid`).
 
     Returns
     -------

@@ -1,5 +1,5 @@
 """The one-run bounds' names and default delta: light (no numpy, no scipy), so configs and the
-CLI's parser read them without loading the bounds (:mod:`audit.one_run`)."""
+CLI's parser read them without loading the bounds (:mod:`audit.stats.one_run`)."""
 
 from __future__ import annotations
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.components import (
+from audit.config import AuditConfig
+from audit.panoramia.components import (
     CLASSIFIERS,
     AuditContext,
     ClassifierData,
     SelectionScore,
 )
-from audit.config import AuditConfig
-from audit.gbm_selection import ValidatedBoosting
+from audit.panoramia.gbm_selection import ValidatedBoosting
 
 
 def design_matrix(data: ClassifierData, *, use_reference: bool) -> np.ndarray:

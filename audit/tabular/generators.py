@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from audit.components import GENERATORS, AuditContext, Records
 from audit.config import AuditConfig
+from audit.panoramia.components import GENERATORS, AuditContext, Records
 from audit.tabular.attributes import Attribute, Discretizer, rare_value_mask, resolve_attributes
 from audit.tabular.mst import TreeSynthesizer, marginal_tv
 from audit.tabular.synthetic_filter import SyntheticFilter
