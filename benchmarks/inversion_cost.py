@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from audit.inversion.attack import InversionConfig, InversionResult
+from audit.inversion.attack import InversionConfig
+from audit.inversion.scores import InversionResult
 from clients.inversion import InversionSettings, inversion_audit, keep_round
 from clients.privacy import PrivacyLedger
 from clients.site_data import SiteData

@@ -24,13 +24,15 @@ import torch
 from audit.inversion.attack import (
     Fields,
     InversionConfig,
-    InversionResult,
     LocalTraining,
-    RecordScores,
     RecordSpec,
-    image_scores,
     invert,
     simulate_update,
+)
+from audit.inversion.scores import (
+    InversionResult,
+    RecordScores,
+    image_scores,
     summarise,
     tabular_scores,
 )
@@ -121,7 +123,7 @@ def inversion_audit(
     seed: int,
 ) -> dict[str, dict[str, Any]]:
     """Attack every kept round's update and its public-record baseline; round (as text) ->
-    :class:`~audit.inversion.attack.InversionResult` as a dict (empty when the site kept no such
+    :class:`~audit.inversion.scores.InversionResult` as a dict (empty when the site kept no such
     round). Writes the gallery of the first attacked round (images) to the site's own
     folder."""
     out: dict[str, dict[str, Any]] = {}

@@ -329,7 +329,7 @@ class SiteAuditFile:
     """``audit.canaries.gradient_canaries.GradientCanaryResult.to_dict()`` when the site ran
     gradient canaries in its DP-SGD (ok only; absent otherwise)."""
     inversion: list[dict[str, Any]] | None = None
-    """``audit.inversion.attack.InversionResult.to_dict()`` of each attacked round, by round, when
+    """``audit.inversion.scores.InversionResult.to_dict()`` of each attacked round, by round, when
     the site ran the gradient-inversion audit (ok only; absent otherwise)."""
 
     def audited_rounds(self) -> set[int]:

@@ -87,7 +87,7 @@ GRADIENT_CANARIES_JSON = "gradient-canaries-json"
 (``audit.canaries.gradient_canaries.GradientCanaryResult.to_dict`` as JSON)."""
 INVERSION_JSON = "inversion-json"
 """An audit reply's gradient-inversion audit of the site's own updates: a JSON object,
-round (as text) -> ``audit.inversion.attack.InversionResult.to_dict`` (summary numbers only)."""
+round (as text) -> ``audit.inversion.scores.InversionResult.to_dict`` (summary numbers only)."""
 LOCAL_STEPS = "local-steps"
 """A train config's number of local steps (batches), in place of its local epochs."""
 BY_ROUND_JSON = "by-round-json"

@@ -9,7 +9,7 @@ from audit.canaries.canary import CanaryResult
 from audit.canaries.client_canaries import ClientCanaryResult
 from audit.canaries.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.config import ONE_SIDED_SHARES, TWO_SIDED_SHARES
-from audit.inversion.attack import InversionResult
+from audit.inversion.scores import InversionResult
 from audit.panoramia.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
 from audit.panoramia.sides import SIDES

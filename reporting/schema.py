@@ -20,7 +20,7 @@ from typing import Any, Literal
 from audit.canaries.canary import CanaryResult
 from audit.canaries.client_canaries import ClientCanaryResult
 from audit.canaries.gradient_canaries import GradientCanaryResult
-from audit.inversion.attack import InversionResult
+from audit.inversion.scores import InversionResult
 from audit.panoramia.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.panoramia.sides import SIDES

@@ -14,13 +14,12 @@ from builders import run_files, site_report_of
 from audit.inversion.attack import (
     Fields,
     InversionConfig,
-    InversionResult,
     LocalTraining,
     RecordSpec,
     invert,
     simulate_update,
-    tabular_scores,
 )
+from audit.inversion.scores import InversionResult, tabular_scores
 from clients.inversion import InversionSettings, inversion_audit, keep_round
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData

@@ -27,7 +27,7 @@ from builders import (
     write_run,
 )
 
-from audit.inversion.attack import InversionResult
+from audit.inversion.scores import InversionResult
 from audit.panoramia.calibration import calibrated_statistics, log_likelihood, reference_statistics
 from audit.panoramia.components import Records
 from audit.panoramia.exposure import SCORE_MEANINGS, most_exposed
