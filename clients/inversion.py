@@ -36,11 +36,11 @@ from audit.inversion.scores import (
     summarise,
     tabular_scores,
 )
-from audit.tabular.attributes import resolve_attributes
 from clients.site_data import SiteData
 from clients.training import LocalTrainResult
 from contracts.files import atomic_write
 from contracts.run_files import inversion_gallery_name, inversion_state_name
+from contracts.tabular_schema import resolve_attributes
 
 _STATE_VERSION = 1
 log = logging.getLogger(__name__)

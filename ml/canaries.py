@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.tabular.attributes import Attribute, attributes_from_schema, infer_attributes
+from contracts.tabular_schema import Attribute, attributes_from_schema, infer_attributes
 from ml.datasets import Dataset
 
 __all__ = ["CANARY_KINDS", "CanarySet", "canary_coins", "draw_canaries"]
