@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from audit.inversion.attack import InversionConfig
-from audit.inversion.scores import InversionResult
 from clients.inversion import InversionSettings, inversion_audit, keep_round
 from clients.privacy import PrivacyLedger
 from clients.site_data import SiteData
@@ -86,7 +85,7 @@ def main() -> None:
         began = time.perf_counter()
         found = inversion_audit(settings, task, data, seed=config.seed)
         audited = time.perf_counter() - began
-    result = InversionResult.from_dict(found["1"])
+    (result,) = found
     print(f"overrides: {' '.join(args.overrides) or '(none)'}; round 1 trained in {trained:.1f} s")
     print(
         f"inversion audit: {audited:.1f} s wall ({result.iterations} attack steps, "

@@ -121,19 +121,19 @@ def inversion_audit(
     data: SiteData,
     *,
     seed: int,
-) -> dict[str, dict[str, Any]]:
-    """Attack every kept round's update and its public-record baseline; round (as text) ->
-    :class:`~audit.inversion.scores.InversionResult` as a dict (empty when the site kept no such
-    round). Writes the gallery of the first attacked round (images) to the site's own
-    folder."""
-    out: dict[str, dict[str, Any]] = {}
+) -> list[InversionResult]:
+    """Attack every kept round's update and its public-record baseline: one
+    :class:`~audit.inversion.scores.InversionResult` per kept round, in round order (none when
+    the site kept no such round). Writes the gallery of the first attacked round (images) to
+    the site's own folder."""
+    out: list[InversionResult] = []
     for server_round in settings.config.rounds:
         path = settings.state_path(server_round)
         if not path.exists():
             continue  # the site was not sampled in that round
         kept = torch.load(path, weights_only=True)
         result, gallery = _attack_round(settings, task, data, kept, server_round, seed)
-        out[str(server_round)] = result.to_dict()
+        out.append(result)
         if gallery is not None and len(out) == 1:
             _write_gallery(settings.gallery_path, gallery)
     if not out:

@@ -250,7 +250,7 @@ def _scorer(i: int) -> Callable[[SiteReport], str]:
 
 def site_row_class(site: SiteReport) -> str:
     """A site's row colour (:data:`~.formatting.ROW_COLOURS`): its worst one-sided state."""
-    flags = None if site.audit is None else site.audit.flags
+    flags = None if site.audit is None else site.audit.one_sided.flags
     if site.checks.bound_violations:
         return "violation"
     if site.status != "ok":
@@ -461,7 +461,7 @@ them first, the rest folded."""
 
 
 def _one_flags(s: SiteReport) -> list[str]:
-    return flag_labels(None if s.audit is None else s.audit.flags)
+    return flag_labels(None if s.audit is None else s.audit.one_sided.flags)
 
 
 def _sweep_flags_cell(r: SiteRow) -> str:

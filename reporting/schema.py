@@ -132,8 +132,10 @@ def _key(name: str, kind: type | None = None) -> Key:
     return Key(name, attrgetter(name), kind)
 
 
-def _number(name: str) -> Key:
-    return Key(name, lambda obj: finite(getattr(obj, name)))
+def _number(name: str, path: str | None = None) -> Key:
+    """A number, under ``name``, of the attribute at ``path`` (default: ``name``)."""
+    get = attrgetter(path or name)
+    return Key(name, lambda obj: finite(get(obj)))
 
 
 def _two_sided_number(name: str, path: str) -> Key:
@@ -183,8 +185,10 @@ VIEWS: dict[type, tuple[Key, ...]] = {
     RepeatResult: (
         Key("seed", lambda r: int(r.seed)),
         Key("m", lambda r: int(r.m)),
-        *map(_number, ("c_lb", "c_eps_lb", "eps_tilde", "ceiling", "baseline_auc", "mia_auc")),
-        *map(_number, ("rm_rn_eps_lb", "o1_eps_lb")),
+        *(_number(k, f"one_sided.{k}") for k in ("c_lb", "c_eps_lb", "eps_tilde", "ceiling")),
+        *map(_number, ("baseline_auc", "mia_auc")),
+        _number("rm_rn_eps_lb", "one_sided.rm_rn_eps_lb"),
+        _number("o1_eps_lb"),
         _two_sided_number("eps_tilde_two_sided", "eps_tilde"),
         *(_two_sided_number(f"{s}_{b}", f"{s}.{b}") for s in SIDES for b in ("c_lb", "c_eps_lb")),
         _two_sided_number("rm_rn_eps_lb_two_sided", "rm_rn_eps_lb"),
@@ -598,4 +602,5 @@ class ReportFiles:
     site_reports: list[ReportFiles] = field(default_factory=list)
     ledger_csv_path: Path | None = None
     warnings: list[str] = field(default_factory=list)
-    """Lines a command prints on stderr: each bound violation (a bug or a 1-in-1/beta event)."""
+    """Lines a command prints on stderr: each input the report left out (an audit file of no
+    listed site) and each bound violation (a bug or a 1-in-1/beta event)."""

@@ -43,6 +43,7 @@ from audit.canaries.client_canaries import (
 )
 from contracts.checkpoint import StateDict, load_checkpoint
 from contracts.files import atomic_write_text
+from contracts.json_values import json_safe
 from contracts.run_files import RunLayout
 from contracts.wire import ARRAYS, METRICS
 from server.client_dp import gaussian_epsilon
@@ -236,4 +237,4 @@ def measure_canaries(
 
 def write_result(layout: RunLayout, result: ClientCanaryResult) -> Path:
     path = layout.client_canaries
-    return atomic_write_text(path, json.dumps(result.to_dict(), indent=1) + "\n")
+    return atomic_write_text(path, json.dumps(json_safe(result), indent=1) + "\n")

@@ -4,6 +4,7 @@ fields are recovered, and the config rules name their keys (real Opacus, real tr
 
 from __future__ import annotations
 
+import json
 import stat
 
 import numpy as np
@@ -24,6 +25,7 @@ from clients.inversion import InversionSettings, inversion_audit, keep_round
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData
 from clients.training import train_locally
+from contracts.json_values import json_safe
 from ml.datasets import load_dataset
 from ml.tasks import build_task
 from ml.tasks.base import OptimizerSpec
@@ -103,10 +105,10 @@ def _audit_one_step(
     kept = settings.state_path(1)
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
     out = inversion_audit(settings, task, data, seed=0)
-    assert set(out) == {"1"}
+    assert [r.round for r in out] == [1]
     assert settings.gallery_path.exists()
     assert stat.S_IMODE(settings.gallery_path.stat().st_mode) == 0o600
-    return InversionResult.from_dict(out["1"])
+    return out[0]
 
 
 def test_fedsgd_update_rebuilds_a_batch_of_digits(digits, tmp_path):
@@ -242,7 +244,7 @@ def test_inversion_is_off_by_default_and_text_is_refused():
         )
 
 
-def _entry(round_: int, quality: float, baseline: float) -> dict:
+def _entry(round_: int, quality: float, baseline: float) -> InversionResult:
     return InversionResult(
         round=round_,
         attack="fedsgd",
@@ -265,7 +267,7 @@ def _entry(round_: int, quality: float, baseline: float) -> dict:
         iterations=300,
         seconds=42.0,
         dp_epsilon=None,
-    ).to_dict()
+    )
 
 
 def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
@@ -278,7 +280,7 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
     from simulations.config import report_config
 
     result = make_result([1.0, 1.0], [1.25, 1.5], o1=[0.25, 0.5])
-    audit = ok_audit(0, result) | {"inversion": [_entry(1, 0.912, 0.301)]}
+    audit = ok_audit(0, result) | {"inversion": [json_safe(_entry(1, 0.912, 0.301))]}
     run = write_run(tmp_path / "run", n_sites=1, audits={0: audit})
     gallery = run_files(run).site_state / inversion_gallery_name(0)
     gallery.parent.mkdir(parents=True)
@@ -298,17 +300,25 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
 
 
 def test_the_reply_carries_summary_numbers_checked_by_round():
-    from contracts.wire import AuditReply, WireError
+    from audit.site_results import SiteResults
+    from contracts.site_audit import SiteAudit
+    from contracts.wire import WireError, audit_record, audit_reply
 
-    entry = _entry(1, 0.5, 0.4)
-    reply = AuditReply(0, {"k": 1}, 10, 5, 1.0, inversion={"1": entry})
-    assert AuditReply.from_record(reply.to_record()).inversion == {"1": entry}
-    wrong = AuditReply(0, {"k": 1}, 10, 5, 1.0, inversion={"2": entry})
-    with pytest.raises(WireError, match="inversion-json: entry '2'"):
-        AuditReply.from_record(wrong.to_record())
+    entries = [_entry(1, 0.5, 0.4), _entry(3, 0.2, 0.4)]
+    reply = SiteAudit(
+        site_id=0, n_members=10, n_holdout=5, elapsed_s=1.0, results=SiteResults(inversion=entries)
+    )
+    record = audit_record(reply)
+    assert audit_reply(record, SiteResults).results.inversion == entries
+    record["inversion-json"] = json.dumps(json_safe(entries[::-1]))
+    with pytest.raises(WireError, match=r"'inversion' must hold one entry per round"):
+        audit_reply(record, SiteResults)
+    record["inversion-json"] = json.dumps([json_safe(entries[0]) | {"attack": "fedprox"}])
+    with pytest.raises(WireError, match=r"'inversion\[0\]\.attack' must be one of"):
+        audit_reply(record, SiteResults)
 
 
 def test_a_site_that_kept_no_round_reports_no_inversion(digits, tmp_path):
     """Not sampled in the chosen rounds: nothing to attack, and nothing fails."""
     settings = InversionSettings(config=ATTACK, site_id=0, state_dir=tmp_path)
-    assert inversion_audit(settings, _task(dp=False), _site(digits, 8), seed=0) == {}
+    assert inversion_audit(settings, _task(dp=False), _site(digits, 8), seed=0) == []

@@ -106,7 +106,8 @@ ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
     "audit": frozenset({"contracts"}),
     # contracts (errors, the checkpoint, the tabular encoding): the data layer needs no audit
     "ml": frozenset({"contracts"}),
-    # generic: weights and evaluation come as arguments; audit for the canary clients' math
+    # generic: weights and evaluation come as arguments; audit for the types of a site's audit
+    # (it checks each reply by them) and the canary clients' math
     "server": frozenset({"contracts", "audit"}),
     "clients": frozenset({"contracts", "audit", "ml"}),
     "reporting": frozenset({"audit", "contracts", "charts"}),  # result types, file names, charts
@@ -282,6 +283,26 @@ def test_reporting_modules_import_downwards():
     assert {"reporting.schema", "reporting.metrics", "reporting.columns"} <= set().union(
         *inside.values()
     )
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_parts_of_a_package_import_downwards(package: str) -> None:
+    """Inside each package, its parts (its modules, and its subpackages taken whole:
+    ``audit.stats``, ``audit.panoramia``, ``audit.canaries``...) form a layering too: no
+    circle among them, lazy imports included."""
+
+    def part(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    graph = _import_graph(lazy=True)
+    parts: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module.split(".")[0] == package and module != package:
+            inside = {part(t) for t in targets if t.startswith(f"{package}.")}
+            parts.setdefault(part(module), set()).update(inside - {part(module)})
+    for targets in parts.values():
+        targets &= set(parts)
+    assert _cycles(parts) == []
 
 
 def test_contracts_stay_light_and_audit_needs_no_flower():

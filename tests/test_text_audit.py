@@ -191,10 +191,12 @@ def test_run_audit_on_a_tiny_gpt2(tiny_text_site: dict, kind: str) -> None:
     )
     assert res.modality == "text" and res.generator_kind == kind
     assert len(site["members"]) >= 100
-    assert res.sizes["m"] > 0 and 0 <= res.c_lb.mean <= res.ceiling + 1e-9
-    assert 0 <= res.c_eps_lb.mean <= res.ceiling + 1e-9
-    assert res.eps_tilde.mean == pytest.approx(max(0.0, res.c_eps_lb.mean - res.c_lb.mean))
-    assert res.rm_rn_eps_lb is not None and res.o1_eps_lb is not None
+    assert res.sizes["m"] > 0 and 0 <= res.one_sided.c_lb.mean <= res.one_sided.ceiling + 1e-9
+    assert 0 <= res.one_sided.c_eps_lb.mean <= res.one_sided.ceiling + 1e-9
+    assert res.one_sided.eps_tilde.mean == pytest.approx(
+        max(0.0, res.one_sided.c_eps_lb.mean - res.one_sided.c_lb.mean)
+    )
+    assert res.one_sided.rm_rn_eps_lb is not None and res.o1_eps_lb is not None
     if kind == "gpt2":
         assert res.quality["generator_train_chunks"] > 0
     gen = make_generator(

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -71,56 +70,6 @@ class CanaryResult:
     fdp_guesses: int | None = None
     """Guesses and right ones of the rule that gave ``eps_lb_fdp``."""
     fdp_correct: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types (no NaN or inf)."""
-        lo, hi = self.eps_interval
-        return {
-            "n_canaries": self.n_canaries,
-            "n_included": self.n_included,
-            "eps_lb": self.eps_lb,
-            "eps_interval": [lo, hi],
-            "guesses": self.guesses,
-            "correct": self.correct,
-            "member_guesses": self.member_guesses,
-            "nonmember_guesses": self.nonmember_guesses,
-            "n_pairs_tried": self.n_pairs_tried,
-            "beta": self.beta,
-            "score": self.score,
-            "kind": self.kind,
-            "eps_lb_fdp": self.eps_lb_fdp,
-            "fdp_mu": self.fdp_mu,
-            "fdp_delta": self.fdp_delta,
-            "fdp_guesses": self.fdp_guesses,
-            "fdp_correct": self.fdp_correct,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CanaryResult:
-        lo, hi = data["eps_interval"]
-        return cls(
-            n_canaries=int(data["n_canaries"]),
-            n_included=int(data["n_included"]),
-            eps_lb=float(data["eps_lb"]),
-            eps_interval=(float(lo), None if hi is None else float(hi)),
-            guesses=int(data["guesses"]),
-            correct=int(data["correct"]),
-            member_guesses=int(data["member_guesses"]),
-            nonmember_guesses=int(data["nonmember_guesses"]),
-            n_pairs_tried=int(data["n_pairs_tried"]),
-            beta=float(data["beta"]),
-            score=str(data["score"]),
-            kind=str(data["kind"]),
-            eps_lb_fdp=_opt(float, data.get("eps_lb_fdp")),
-            fdp_mu=_opt(float, data.get("fdp_mu")),
-            fdp_delta=_opt(float, data.get("fdp_delta")),
-            fdp_guesses=_opt(int, data.get("fdp_guesses")),
-            fdp_correct=_opt(int, data.get("fdp_correct")),
-        )
-
-
-def _opt(kind: type, value: Any) -> Any:
-    return None if value is None else kind(value)
 
 
 def canary_audit(

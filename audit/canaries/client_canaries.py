@@ -32,13 +32,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Annotated, Literal
 
 import numpy as np
 from scipy import optimize, special
 
 from audit.stats.one_run import Method, gdp_eps, one_run_bound
-from contracts.json_values import json_safe
+from contracts.json_values import NullAs
 
 __all__ = [
     "CanaryDesign",
@@ -228,7 +228,7 @@ class ThreatEstimate:
     eps_estimate_low: float
     eps_estimate_high: float
     """Its approximate 95% interval."""
-    eps_estimate_two_variance: float
+    eps_estimate_two_variance: Annotated[float, NullAs(math.inf)]
     """The sensitivity reading with one variance per side (:func:`gaussian_fit_epsilon`);
     inf when unbounded."""
     eps_lb: float
@@ -305,25 +305,3 @@ class ClientCanaryResult:
         if self.accuracy_with_canaries is None or self.accuracy_without_canaries is None:
             return None
         return self.accuracy_without_canaries - self.accuracy_with_canaries
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values (:func:`contracts.json_values.json_safe`: inf is null)."""
-        return cast(dict[str, Any], json_safe(self))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ClientCanaryResult:
-        """The inverse of :meth:`to_dict` (a null two-variance reading is unbounded)."""
-        estimates = {
-            k: ThreatEstimate(
-                **{
-                    **v,
-                    "eps_estimate_two_variance": _unbounded(v["eps_estimate_two_variance"]),
-                }
-            )
-            for k, v in data["estimates"].items()
-        }
-        return cls(**{**data, "estimates": estimates})
-
-
-def _unbounded(value: float | None) -> float:
-    return math.inf if value is None else float(value)

@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Literal
 
 import numpy as np
 
 from audit.canaries.client_canaries import pooled_gaussian_epsilon
 from audit.stats.one_run import fdp_eps_lb, one_run_bound, steinke_eps_lb
-from contracts.json_values import json_safe
+from contracts.json_values import NullAs
 
 __all__ = [
     "MIN_GRADIENT_CANARIES",
@@ -112,8 +112,8 @@ class LevelAudit:
     eps_estimate_low: float
     eps_estimate_high: float
     """Approximate 95% interval of the estimate, over the canaries of this run."""
-    threshold_low: float
-    threshold_high: float
+    threshold_low: Annotated[float, NullAs(-math.inf)]
+    threshold_high: Annotated[float, NullAs(math.inf)]
     """The rule chosen on the selection half: guess "not inserted" below ``threshold_low``,
     "inserted" at or above ``threshold_high``."""
 
@@ -147,29 +147,6 @@ class GradientCanaryResult:
     def server(self) -> LevelAudit | None:
         """The round updates the site sends."""
         return self.levels.get("server")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types (an open-ended threshold is ``null``)."""
-        return dict(json_safe(self))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GradientCanaryResult:
-        fields = {k: v for k, v in data.items() if k != "levels"}
-        levels = {
-            str(k): LevelAudit(
-                **{
-                    **v,
-                    "threshold_low": _open_end(v["threshold_low"], -math.inf),
-                    "threshold_high": _open_end(v["threshold_high"], math.inf),
-                }
-            )
-            for k, v in dict(data["levels"]).items()
-        }
-        return cls(**fields, levels=levels)
-
-
-def _open_end(value: float | None, end: float) -> float:
-    return end if value is None else float(value)
 
 
 def split_rule_bounds(

@@ -5,8 +5,7 @@ summary numbers the site sends (:class:`InversionResult`); the records never lea
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -131,13 +130,6 @@ class InversionResult:
     agreement: float | None = None
     """Tabular: the mean share of restarts agreeing with each pooled field, the attacker's
     own confidence (it needs no true row); None for images."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> InversionResult:
-        return cls(**data)
 
 
 def summarise(

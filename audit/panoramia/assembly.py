@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Protocol
 
 import numpy as np
 
@@ -17,6 +16,7 @@ from audit.result import (
     AuditResult,
     Interval,
     RepeatResult,
+    SideRepeat,
     SideResult,
     TwoSidedResult,
 )
@@ -43,26 +43,9 @@ def _mean(values: list[float | None]) -> float | None:
     return None if present is None else float(np.mean(present))
 
 
-class _Game(Protocol):
-    """What one repeat of a game (the paper's, or one side of the two-sided) reports."""
-
-    # Read-only: the results are frozen dataclasses.
-    @property
-    def c_lb(self) -> float: ...
-    @property
-    def c_eps_lb(self) -> float: ...
-    @property
-    def eps_tilde(self) -> float: ...
-    @property
-    def ceiling(self) -> float: ...
-    @property
-    def rm_rn_eps_lb(self) -> float | None: ...
-    @property
-    def rm_rn_ceiling(self) -> float | None: ...
-
-
-def _side(config: AuditConfig, per_repeat: Sequence[_Game], *, generated: bool) -> SideResult:
-    """Intervals over repeats, the mean ceilings and the diagnosis of one game or side."""
+def _side(config: AuditConfig, per_repeat: Sequence[SideRepeat], *, generated: bool) -> SideResult:
+    """Intervals over repeats, the mean ceilings and the diagnosis of one game (the paper's,
+    or a side of the two-sided game)."""
     c_lb = Interval.of([x.c_lb for x in per_repeat])
     eps = Interval.of([x.eps_tilde for x in per_repeat])
     ceiling = float(np.mean([x.ceiling for x in per_repeat]))
@@ -136,7 +119,7 @@ def assemble(
     generator's draws) rather than a reference pool's real ones; it decides whether a
     reading above RM;RN's can mean "unreal records" (:func:`audit.panoramia.diagnosis.diagnose`).
     """
-    paper = _side(config, repeats, generated=generated)
+    paper = _side(config, [x.one_sided for x in repeats], generated=generated)
     quality = dict(quality)
     quality["baseline_auc"] = float(np.mean([x.baseline_auc for x in repeats]))
     quality["mia_auc"] = float(np.mean([x.mia_auc for x in repeats]))
@@ -157,18 +140,12 @@ def assemble(
         modality=modality,
         generator_kind=generator_kind,
         beta=config.beta,
-        c_lb=paper.c_lb,
-        c_eps_lb=paper.c_eps_lb,
-        eps_tilde=paper.eps_tilde,
-        ceiling=paper.ceiling,
-        flags=paper.flags,
+        one_sided=paper,
         repeats=repeats,
         sizes=sizes,
         quality=quality,
         timings=timer.total(),
-        rm_rn_eps_lb=paper.rm_rn_eps_lb,
         o1_eps_lb=_interval([x.o1_eps_lb for x in repeats]),
-        rm_rn_ceiling=paper.rm_rn_ceiling,
         two_sided=_two_sided(config, repeats, generated=generated),
         roc=roc,
         levels=levels,

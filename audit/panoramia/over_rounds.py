@@ -11,10 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from audit.result import AuditResult, Interval
-from contracts.json_values import json_safe
 
 
 @dataclass(frozen=True)
@@ -41,30 +39,6 @@ class RoundLeakage:
 
     def with_accuracy(self, accuracy: float | None) -> RoundLeakage:
         return dataclasses.replace(self, global_accuracy=accuracy)
-
-    def to_dict(self) -> dict[str, Any]:
-        return json_safe(dataclasses.asdict(self))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RoundLeakage:
-        """Raises ``ValueError`` naming what is malformed."""
-        try:
-            o1 = data.get("o1_eps_lb")
-            acc = data.get("global_accuracy")
-            return cls(
-                round=int(data["round"]),
-                eps_tilde_two_sided=Interval(**data["eps_tilde_two_sided"]),
-                side=str(data["side"]),
-                o1_eps_lb=None if o1 is None else Interval(**o1),
-                mia_auc=float(data["mia_auc"]),
-                tpr_at_1pct_fpr=float(data["tpr_at_1pct_fpr"]),
-                tpr_at_01pct_fpr=float(data["tpr_at_01pct_fpr"]),
-                global_accuracy=None if acc is None else float(acc),
-            )
-        except KeyError as err:
-            raise ValueError(f"by_round entry: key {err.args[0]!r} is missing") from None
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"by_round entry is malformed: {err}") from err
 
 
 def round_leakage(result: AuditResult, server_round: int) -> RoundLeakage:

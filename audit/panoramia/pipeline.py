@@ -591,15 +591,15 @@ def _audit_target(
         assert x.members_shown is not None  # play_repeat counts its game's coins
         repeats.append(x)
         shown.append(x.members_shown)
-        two = x.two_sided
+        one, two = x.one_sided, x.two_sided
         say(
-            f"repeat {r + 1}/{config.repeats}: c_lb={x.c_lb:.3f} {{c+eps}}_lb={x.c_eps_lb:.3f} "
-            f"eps_tilde={x.eps_tilde:.3f}"
+            f"repeat {r + 1}/{config.repeats}: c_lb={one.c_lb:.3f} "
+            f"{{c+eps}}_lb={one.c_eps_lb:.3f} eps_tilde={one.eps_tilde:.3f}"
             + ("" if two is None else f" two-sided={two.eps_tilde:.3f}")
             + (
                 ""
-                if x.rm_rn_eps_lb is None
-                else f" RM;RN={x.rm_rn_eps_lb:.3f} O(1)={x.o1_eps_lb:.3f}"
+                if one.rm_rn_eps_lb is None
+                else f" RM;RN={one.rm_rn_eps_lb:.3f} O(1)={x.o1_eps_lb:.3f}"
                 f" O(1) f-DP={x.o1_eps_lb_fdp or 0.0:.3f}"
             )
         )

@@ -17,14 +17,14 @@ import numpy as np
 from audit.config import AuditConfig
 from audit.panoramia.audit_sets import FeatureSet, View, classifier_data, game_data
 from audit.panoramia.class_slices import class_slices
-from audit.panoramia.comparisons import O1Outcome, RmRnOutcome, clip, o1_eps_lb, rm_rn
+from audit.panoramia.comparisons import O1Outcome, RmRnOutcome, o1_eps_lb, rm_rn
 from audit.panoramia.components import AuditContext, ClassifierData, make_classifier
 from audit.panoramia.game import PrivacyGame, draw_game
 from audit.panoramia.score_attack import Candidates, candidate_count
 from audit.panoramia.sides import SIDES, BoundRule, Scored, Side, break_ties
 from audit.panoramia.splits import MemberSplits, resplit
 from audit.panoramia.timing import StageTimer
-from audit.panoramia.two_sided import ScoredGame, two_sided_repeat
+from audit.panoramia.two_sided import ScoredGame, side_repeat, two_sided_repeat
 from audit.result import RepeatResult
 from audit.stats import bounds
 from audit.stats.roc import roc_summary
@@ -246,9 +246,8 @@ def play_repeat(
     scored, selected = _score(inputs, cut, rules, timer)
     comparison, o1 = _comparisons(inputs, cut, rules, timer)
 
-    b_sum = rules.paper.bound(scored["baseline", "member"], s, "member")
-    a_sum = rules.paper.bound(scored["mia", "member"], s, "member")
-    c_lb, c_eps_lb = clip(b_sum.lower_bound), clip(a_sum.lower_bound)
+    paper_rm_rn = None if comparison is None else (comparison.eps_lb, comparison.ceiling)
+    one_sided = side_repeat(scored, s, "member", rules.paper, paper_rm_rn)
     two_sided = two_sided_repeat(
         scored, s, rules.two_sided, comparison, selected=selected["nonmember"]
     )
@@ -276,21 +275,14 @@ def play_repeat(
         seed=cut.seed,
         m=cut.game.m,
         members_shown=cut.game.members_shown,
-        c_lb=c_lb,
-        c_eps_lb=c_eps_lb,
-        eps_tilde=max(0.0, c_eps_lb - c_lb),
-        ceiling=rules.paper.ceiling(s, "member"),
-        baseline=b_sum,
-        mia=a_sum,
+        one_sided=one_sided,
         baseline_curve=curve("baseline"),
         mia_curve=curve("mia"),
         baseline_auc=roc["baseline"].auc,
         mia_auc=roc["mia"].auc,
-        rm_rn_eps_lb=None if comparison is None else comparison.eps_lb,
         o1_eps_lb=None if o1 is None else o1.eps_lb,
         o1_eps_lb_fdp=None if o1 is None else o1.eps_lb_fdp,
         o1_fdp_mu=None if o1 is None else o1.fdp_mu,
-        rm_rn_ceiling=None if comparison is None else comparison.ceiling,
         selected=selected["member"],
         scores=_kept_scores(scored, s) if config.return_scores else None,
         two_sided=two_sided,

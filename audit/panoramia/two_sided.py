@@ -24,9 +24,11 @@ def side_repeat(
     membership: np.ndarray,
     side: Side,
     rule: BoundRule,
-    comparison: RmRnOutcome | None,
+    rm_rn: tuple[float, float] | None,
 ) -> SideRepeat:
-    """One side's c_lb, {c+eps}_lb, eps_tilde and ceiling (and RM;RN's on that side)."""
+    """One game's c_lb, {c+eps}_lb, eps_tilde and ceiling under ``rule`` (the paper's game:
+    the member side at the one-sided level), beside RM;RN's bound and ceiling on that side
+    (None without real non-members)."""
     b = rule.bound(scored["baseline", side], membership, side)
     a = rule.bound(scored["mia", side], membership, side)
     c_lb, c_eps_lb = clip(b.lower_bound), clip(a.lower_bound)
@@ -37,8 +39,8 @@ def side_repeat(
         ceiling=rule.ceiling(membership, side),
         baseline=b,
         mia=a,
-        rm_rn_eps_lb=None if comparison is None else comparison.side_eps_lb[side],
-        rm_rn_ceiling=None if comparison is None else comparison.side_ceiling[side],
+        rm_rn_eps_lb=None if rm_rn is None else rm_rn[0],
+        rm_rn_ceiling=None if rm_rn is None else rm_rn[1],
     )
 
 
@@ -52,7 +54,18 @@ def two_sided_repeat(
 ) -> TwoSidedRepeat:
     """Both sides of one repeat's game and its reading, the larger side's eps_tilde;
     ``selected``: the non-member side's choices of b and the MIA."""
-    sides = {side: side_repeat(scored, membership, side, rule, comparison) for side in SIDES}
+    sides = {
+        side: side_repeat(
+            scored,
+            membership,
+            side,
+            rule,
+            None
+            if comparison is None
+            else (comparison.side_eps_lb[side], comparison.side_ceiling[side]),
+        )
+        for side in SIDES
+    }
     return TwoSidedRepeat(
         beta=rule.beta,
         member=sides["member"],
