@@ -203,7 +203,7 @@ def checks(rows: list[dict[str, Any]]) -> list[str]:
 
 def time_quick(args: argparse.Namespace, ds, task, device: torch.device) -> int:
     """One quick-mode audit with the default settings and a game of ``--time-quick-m`` slots."""
-    from audit.panoramia.pipeline import resolve_config
+    from audit.panoramia.settings import resolve_config
 
     given = AuditConfig(
         quick=True,

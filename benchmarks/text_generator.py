@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 from audit import AuditConfig, GeneratorConfig, Records, run_audit  # noqa: E402
 from audit.config import ClassifierConfig, SplitConfig  # noqa: E402
-from audit.panoramia.pipeline import resolve_device  # noqa: E402
+from audit.panoramia.settings import resolve_device  # noqa: E402
 from ml.tasks import build_task  # noqa: E402
 from ml.tasks.base import OptimizerSpec
 from ml.training import run_epoch  # noqa: E402

@@ -155,7 +155,7 @@ def canary_audit_of(
     None: :data:`audit.stats.one_run.DEFAULT_DELTA`).
     """
     from audit.canaries.canary import canary_audit
-    from audit.panoramia.pipeline import resolve_device
+    from audit.panoramia.settings import resolve_device
     from audit.stats.one_run_methods import DEFAULT_DELTA
 
     canaries, coins = data.canary_records()
@@ -182,7 +182,7 @@ def write_exposed_records(
     log-likelihood.
     """
     from audit.panoramia.exposure import most_exposed
-    from audit.panoramia.pipeline import resolve_device
+    from audit.panoramia.settings import resolve_device
 
     exposed = most_exposed(
         task, model, data.records("train"), references, k=k, device=resolve_device(device_name)

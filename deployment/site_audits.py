@@ -67,7 +67,7 @@ def site_runtime(
     defaults), so the site, not the server, decides. ``state_dir`` holds the site's own
     refusal log (None: the Python log only).
     """
-    from audit.panoramia.pipeline import resolve_device  # heavy: only in processes that audit
+    from audit.panoramia.settings import resolve_device  # heavy: only in processes that audit
 
     settings = settings or AuditConfig()
     empty = members.x[:0]

@@ -8,8 +8,9 @@ import pytest
 from audit.config import AuditConfig, SplitConfig
 from audit.panoramia.components import AuditContext, Records
 from audit.panoramia.game import draw_game
-from audit.panoramia.pipeline import break_ties, resolve_config
 from audit.panoramia.reference_pool import ReferencePoolGenerator, make_reference_pool
+from audit.panoramia.settings import resolve_config
+from audit.panoramia.sides import break_ties
 from audit.panoramia.splits import SplitError, resplit, split_members, split_sizes
 
 

@@ -305,6 +305,19 @@ def test_the_parts_of_a_package_import_downwards(package: str) -> None:
     assert _cycles(parts) == []
 
 
+def test_audit_is_grouped_by_concern() -> None:
+    """``audit/``: at most 12 entries at its top level (the pipeline, the statistics, the
+    canary audits, inversion and the modalities each a package), no module over 600 lines."""
+    entries = [p for p in (REPO / "audit").iterdir() if p.name != "__pycache__"]
+    assert len(entries) <= 12, sorted(p.name for p in entries)
+    long = [
+        f"{path.relative_to(REPO)}: {n} lines"
+        for path in _package_files("audit")
+        if (n := len(path.read_text().splitlines())) > 600
+    ]
+    assert long == []
+
+
 def test_contracts_stay_light_and_audit_needs_no_flower():
     """Both sides of a run import ``contracts``: no torch, no numpy at import time; only
     ``contracts.wire`` imports Flower's records, and only ``contracts.checkpoint`` uses torch
