@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the same names for type checkers (``X as X``: a re-export)
     from audit.panoramia.components import ClassifierData as ClassifierData
     from audit.panoramia.components import Records as Records
     from audit.panoramia.pipeline import run_audit as run_audit
+    from audit.panoramia.task import AuditTask as AuditTask
     from audit.result import EPS_TILDE_MEANING as EPS_TILDE_MEANING
     from audit.result import AuditFlags as AuditFlags
     from audit.result import AuditResult as AuditResult
@@ -26,7 +27,6 @@ if TYPE_CHECKING:  # the same names for type checkers (``X as X``: a re-export)
     from audit.result import Curve as Curve
     from audit.result import Interval as Interval
     from audit.result import RepeatResult as RepeatResult
-    from audit.task import AuditTask as AuditTask
 
 _HOMES = {
     "AuditContext": "audit.panoramia.components",
@@ -44,7 +44,7 @@ _HOMES = {
     "Curve": "audit.result",
     "Interval": "audit.result",
     "RepeatResult": "audit.result",
-    "AuditTask": "audit.task",
+    "AuditTask": "audit.panoramia.task",
 }
 
 __all__ = sorted(_HOMES)

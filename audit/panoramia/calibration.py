@@ -20,7 +20,7 @@ import torch
 from scipy.special import logsumexp
 
 from audit.panoramia.components import Records
-from audit.task import AuditTask
+from audit.panoramia.task import AuditTask
 
 CALIBRATION_NAMES = ("lira_offline", "rmia_offline", "ref_conf_mean", "ref_conf_std")
 """Columns of :func:`calibrated_statistics`."""

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from audit.config import AuditConfig
-from audit.task import AuditTask
+from audit.panoramia.task import AuditTask
 from contracts.errors import UnknownNameError
 from contracts.registry import Registry
 
@@ -70,10 +70,11 @@ class ClassifierData:
     """Input of the baseline or the MIA for a set of records.
 
     ``features`` are the loss features of h (baseline) or of f (MIA), see
-    :meth:`audit.task.AuditTask.loss_features`; ``reference`` optionally holds h's features
-    for the MIA's difficulty calibration. ``calibration`` optionally holds the statistics of
-    the same view calibrated by reference models (:mod:`audit.panoramia.calibration`), which b and
-    the MIA both get. ``membership`` is 1 for members, 0 otherwise.
+    :meth:`audit.panoramia.task.AuditTask.loss_features`; ``reference`` optionally holds h's
+    features for the MIA's difficulty calibration. ``calibration`` optionally holds the
+    statistics of the same view calibrated by reference models
+    (:mod:`audit.panoramia.calibration`), which b and the MIA both get. ``membership`` is 1 for
+    members, 0 otherwise.
     """
 
     records: Records

@@ -25,7 +25,7 @@ from audit.panoramia.calibration import (
     reference_statistics,
 )
 from audit.panoramia.components import Records
-from audit.task import AuditTask
+from audit.panoramia.task import AuditTask
 
 ExposureScore = Literal["lira_offline", "log_likelihood"]
 

@@ -37,9 +37,9 @@ from audit.panoramia.pairing import pair_members
 from audit.panoramia.repeat import RepeatInputs, play_repeat
 from audit.panoramia.settings import resolve_config, resolve_device
 from audit.panoramia.splits import MemberSplits, split_members
+from audit.panoramia.task import AuditTask
 from audit.panoramia.timing import StageTimer
 from audit.result import AuditResult
-from audit.task import AuditTask
 
 __all__ = ["run_audit", "run_audits_of"]
 
