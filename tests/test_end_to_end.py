@@ -239,6 +239,7 @@ def test_audit_command_on_saved_model(run_dir, tmp_path):
     args = ["audit", str(run_dir / "global_model.pt"), "--config", str(run_dir / "config.yaml")]
     assert cli_main([*args, "--site", "1", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    rep = result["repeats"][0]
+    assert result["schema_version"] == 3  # the audit's result, its one-sided game nested
+    rep = result["repeats"][0]["one_sided"]
     assert rep["eps_tilde"] == pytest.approx(max(0.0, rep["c_eps_lb"] - rep["c_lb"]))
     assert cli_main([*args, "--site", "9"]) == 2
