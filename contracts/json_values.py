@@ -83,12 +83,12 @@ def from_dict(cls: type[R], data: Any, where: str = "") -> R:
 
     ``cls`` is a dataclass, or a generic one with its type arguments
     (``SiteAuditFile[SiteResults]``). Each field's value is checked against its type hint:
-    ``int``, ``float`` (finite; ``null`` as :class:`NullAs` says), ``str``, ``bool``,
-    ``Literal``, ``X | None``, ``list``, ``tuple``, ``dict`` (keys that are all digits, site
-    ids or rounds, in numeric order; ``dict[int, X]`` reads them as numbers), nested
-    dataclasses and ``Any`` (taken as it is). A key the file lacks takes the field's default
-    (files older than it); a key the type lacks is ignored (files newer than it). A value
-    the dataclass's own ``__post_init__`` refuses is an error too.
+    ``int``, ``float`` (a finite number; ``null`` reads as NaN, or as :class:`NullAs` says),
+    ``str``, ``bool``, ``Literal``, ``X | None``, ``list``, ``tuple``, ``dict`` (keys that
+    are all digits, site ids or rounds, in numeric order; ``dict[int, X]`` reads them as
+    numbers), nested dataclasses and ``Any`` (taken as it is). A key the file lacks takes
+    the field's default (files older than it); a key the type lacks is ignored (files newer
+    than it). A value the dataclass's own ``__post_init__`` refuses is an error too.
 
     Raises
     ------
@@ -129,7 +129,7 @@ def _record(hint: Any, data: Any, where: str, env: Env) -> Any:
     try:
         return cls(**values)
     except ValueError as err:  # the record's own checks (__post_init__)
-        raise ValueError(f"{_named(where)}: {err}") from None
+        raise ValueError(f"{_named(where)}: {err}" if where else str(err)) from None
 
 
 def _bound(hint: Any, env: Env) -> Any:

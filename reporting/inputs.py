@@ -83,8 +83,6 @@ def load_run(layout: RunLayout, config: ReportConfig) -> RunInputs:
         for site_id, path in sorted(files.items())
         if site_id not in sites
     ]
-    for line in warnings:
-        log.warning("%s", line)
     return RunInputs(
         layout=layout,
         config=config,
