@@ -211,10 +211,10 @@ def test_result_round_trips_through_json(result: AuditResult) -> None:
 def test_same_seed_same_numbers(site) -> None:
     a = _audit(site, quick=True, seed=5)
     b = _audit(site, quick=True, seed=5)
-    assert a.repeats[0].c_lb == b.repeats[0].c_lb
-    assert a.repeats[0].c_eps_lb == b.repeats[0].c_eps_lb
-    assert a.repeats[0].rm_rn_eps_lb == b.repeats[0].rm_rn_eps_lb
-    assert a.repeats[0].baseline == b.repeats[0].baseline
+    assert a.repeats[0].one_sided.c_lb == b.repeats[0].one_sided.c_lb
+    assert a.repeats[0].one_sided.c_eps_lb == b.repeats[0].one_sided.c_eps_lb
+    assert a.repeats[0].one_sided.rm_rn_eps_lb == b.repeats[0].one_sided.rm_rn_eps_lb
+    assert a.repeats[0].one_sided.baseline == b.repeats[0].one_sided.baseline
     assert a.repeats[0].selected == b.repeats[0].selected
 
 

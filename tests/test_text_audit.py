@@ -246,6 +246,6 @@ def test_documents_stay_whole_so_an_untrained_model_shows_no_leakage() -> None:
         )
 
     chunk_level, grouped = audit(False), audit(True)
-    assert chunk_level.rm_rn_eps_lb.mean > 0.5
-    assert grouped.rm_rn_eps_lb.high == 0.0
-    assert grouped.eps_tilde.high == 0.0 and grouped.c_lb.high < 0.3
+    assert chunk_level.one_sided.rm_rn_eps_lb.mean > 0.5
+    assert grouped.one_sided.rm_rn_eps_lb.high == 0.0
+    assert grouped.one_sided.eps_tilde.high == 0.0 and grouped.one_sided.c_lb.high < 0.3
