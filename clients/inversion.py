@@ -52,6 +52,8 @@ class InversionSettings:
     site_id: int
     state_dir: Path
     """The site's own folder (never sent)."""
+    device: torch.device = torch.device("cpu")
+    """Where the attacks run: the site's audit device."""
 
     def wants(self, server_round: int) -> bool:
         return server_round in self.config.rounds
@@ -174,17 +176,26 @@ def _attack_round(
         fields=None if fields is None else tuple(fields),
     )
     rng = np.random.default_rng([seed, settings.site_id, server_round])
+    device = settings.device
     recon = invert(
-        model, kept["global"], kept["update"], training, spec=spec, config=config, seed=seed
+        model,
+        kept["global"],
+        kept["update"],
+        training,
+        spec=spec,
+        config=config,
+        seed=seed,
+        device=device,
     )
     # The baseline: the same attack on an update of the same shape from public records.
     public_x, public_y = _public(data)
     n = training.records
     pick = rng.choice(len(public_x), size=n, replace=n > len(public_x))
-    px, py = task.tensors(public_x[pick], public_y[pick])[:2]
-    base_update = simulate_update(model, kept["global"], px, py, training, differentiable=False)
+    px, py = (t.to(device) for t in task.tensors(public_x[pick], public_y[pick])[:2])
+    start = {k: v.to(device) for k, v in kept["global"].items()}
+    base_update = simulate_update(model, start, px, py, training, differentiable=False)
     base = invert(
-        model, kept["global"], base_update, training, spec=spec, config=config, seed=seed + 1
+        model, start, base_update, training, spec=spec, config=config, seed=seed + 1, device=device
     )
     scored = np.sort(
         rng.choice(len(truth_x), size=min(config.max_records, len(truth_x)), replace=False)
@@ -202,6 +213,7 @@ def _attack_round(
         modality=modality,
         threshold=config.ssim_threshold if modality == "image" else config.field_threshold,
         reconstruction=recon,
+        baseline_reconstruction=base,
         seconds=time.perf_counter() - began,
         dp_epsilon=kept["dp_epsilon"],
     )
