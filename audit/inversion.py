@@ -73,7 +73,7 @@ class InversionUnsupported(UserError, ValueError):
     """The inversion audit cannot attack this kind of record or model."""
 
 
-ITERATIONS = 300
+ITERATIONS = 25
 """Default optimisation steps of one restart (docs/inversion.md: SSIM against steps)."""
 TIME_GUARD_S = 1_800.0
 """Default wall-clock guard of one attack: far above what the default's budget takes on one

@@ -1,4 +1,4 @@
-"""GPU check: the issue-42 targets and the stages behind them, timed, with the GPU's
+"""GPU check: the three GPU targets and the stages behind them, timed, with the GPU's
 utilisation and memory sampled once a second by ``nvidia-smi``.
 
     python benchmarks/gpu_check.py [--out DIR] [--data-root DIR] [--budget-s 540]
@@ -261,7 +261,7 @@ def attack_speeds(log: str) -> dict[str, float]:
 
 
 def targets(stages: list[Stage], sampler: Sampler) -> list[str]:
-    """The issue's three targets: measured, and whether each is met."""
+    """The three targets: measured, and whether each is met."""
     by_name = {s.name: s for s in stages if s.rc is not None}
     rows = ["| target | measured | met |", "|---|---|---|"]
 
