@@ -3,16 +3,13 @@ and the growth exponent is the log-log slope along one axis with the others fixe
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "scale.py"
+from builders import load_benchmark
 
 BURN = """
 import subprocess, sys, time
@@ -24,12 +21,7 @@ time.sleep(0.6)
 
 def _module():
     pytest.importorskip("psutil")
-    spec = importlib.util.spec_from_file_location("scale_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["scale_bench"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("scale")
 
 
 def test_the_tree_sampler_counts_a_descendant_that_ended():
