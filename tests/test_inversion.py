@@ -291,6 +291,9 @@ def _entry(round_: int, quality: float, baseline: float) -> dict:
         iterations=300,
         seconds=42.0,
         dp_epsilon=None,
+        step_budget=300,
+        baseline_iterations=300,
+        cut_short=False,
     ).to_dict()
 
 
@@ -313,6 +316,7 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
     assert "Can the server rebuild your records" in page
     assert "well above chance, so your records can be rebuilt" in page
     assert "0.912" in page and "0.301" in page
+    assert "0.010 / 300 of 300 / 42" in page and "time guard" not in page
     assert 'src="../site_state/site-0-inversion.png"' in page
     assert "\x89PNG" not in page
     files = write_sweep_report(
