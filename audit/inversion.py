@@ -399,13 +399,7 @@ def invert(
     names = list(_trainable(model))
     target = {k: update[k].detach().to(device=device, dtype=torch.float32) for k in names}
     n, _ = training.batches(config.max_dummies, config.max_steps)
-    sgd_step = training.optimizer == "sgd" and training.steps == 1
-    counts = label_counts(
-        target[_bias_key(target, num_classes)].cpu(),
-        n,
-        plain_sgd_lr=training.learning_rate if sgd_step else None,
-    )
-    y = torch.as_tensor(np.repeat(np.arange(num_classes), counts), dtype=torch.long).to(device)
+    y = _dummy_labels(target, training, n, num_classes).to(device)
     gen = torch.Generator().manual_seed(seed)
     deadline = began + config.time_limit_s
     results: list[tuple[float, torch.Tensor]] = []
@@ -440,6 +434,19 @@ def invert(
         seconds=time.perf_counter() - began,
         confidence=confidence,
     )
+
+
+def _dummy_labels(
+    target: dict[str, torch.Tensor], training: LocalTraining, n: int, num_classes: int
+) -> torch.Tensor:
+    """The ``n`` dummy records' labels, read off the last layer's bias update."""
+    sgd_step = training.optimizer == "sgd" and training.steps == 1
+    counts = label_counts(
+        target[_bias_key(target, num_classes)].cpu(),
+        n,
+        plain_sgd_lr=training.learning_rate if sgd_step else None,
+    )
+    return torch.as_tensor(np.repeat(np.arange(num_classes), counts), dtype=torch.long)
 
 
 def _optimise(
