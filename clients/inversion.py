@@ -25,6 +25,7 @@ from audit.inversion.attack import (
     Fields,
     InversionConfig,
     LocalTraining,
+    Reconstruction,
     RecordSpec,
     invert,
     simulate_update,
@@ -54,6 +55,8 @@ class InversionSettings:
     site_id: int
     state_dir: Path
     """The site's own folder (never sent)."""
+    device: torch.device = torch.device("cpu")
+    """Where the attacks run: the site's audit device."""
 
     def wants(self, server_round: int) -> bool:
         return server_round in self.config.rounds
@@ -176,18 +179,18 @@ def _attack_round(
         fields=None if fields is None else tuple(fields),
     )
     rng = np.random.default_rng([seed, settings.site_id, server_round])
-    recon = invert(
-        model, kept["global"], kept["update"], training, spec=spec, config=config, seed=seed
-    )
+    device = settings.device
+    start = {k: v.to(device) for k, v in kept["global"].items()}
+
+    def attack(update: dict[str, torch.Tensor], attack_seed: int) -> Reconstruction:
+        return invert(
+            model, start, update, training, spec=spec, config=config, seed=attack_seed,
+            device=device,
+        )  # fmt: skip
+
+    recon = attack(kept["update"], seed)
     # The baseline: the same attack on an update of the same shape from public records.
-    public_x, public_y = _public(data)
-    n = training.records
-    pick = rng.choice(len(public_x), size=n, replace=n > len(public_x))
-    px, py = task.tensors(public_x[pick], public_y[pick])[:2]
-    base_update = simulate_update(model, kept["global"], px, py, training, differentiable=False)
-    base = invert(
-        model, kept["global"], base_update, training, spec=spec, config=config, seed=seed + 1
-    )
+    base = attack(_public_update(task, model, start, training, data, rng), seed + 1)
     scored = np.sort(
         rng.choice(len(truth_x), size=min(config.max_records, len(truth_x)), replace=False)
     )
@@ -204,6 +207,7 @@ def _attack_round(
         modality=modality,
         threshold=config.ssim_threshold if modality == "image" else config.field_threshold,
         reconstruction=recon,
+        baseline_reconstruction=base,
         seconds=time.perf_counter() - began,
         dp_epsilon=kept["dp_epsilon"],
     )
@@ -211,6 +215,24 @@ def _attack_round(
     if modality == "image":
         gallery = _gallery_rows(truth, recon.x, base.x, scores, base_scores)
     return result, gallery
+
+
+def _public_update(
+    task: Any,
+    model: torch.nn.Module,
+    start: dict[str, torch.Tensor],
+    training: LocalTraining,
+    data: SiteData,
+    rng: np.random.Generator,
+) -> dict[str, torch.Tensor]:
+    """The round's local training simulated on as many public records (never trained on),
+    on the device of ``start``."""
+    public_x, public_y = _public(data)
+    n = training.records
+    pick = rng.choice(len(public_x), size=n, replace=n > len(public_x))
+    device = next(iter(start.values())).device
+    px, py = (t.to(device) for t in task.tensors(public_x[pick], public_y[pick])[:2])
+    return simulate_update(model, start, px, py, training, differentiable=False)
 
 
 def _public(data: SiteData) -> tuple[np.ndarray, np.ndarray]:

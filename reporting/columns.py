@@ -483,6 +483,13 @@ def _pct(x: float) -> str:
     return f"{x:.0%}"
 
 
+def _inversion_cost(r: InversionResult) -> str:
+    """``loss / steps of budget / s``; ``(cut)`` where the time guard stopped an attack."""
+    steps = f"{r.iterations:,}" + ("" if r.step_budget is None else f" of {r.step_budget:,}")
+    cut = " (cut by the time guard)" if r.cut_short else ""
+    return f"{fmt(r.match_loss, 3)} / {steps}{cut} / {r.seconds:.0f}"
+
+
 INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
     column("round", lambda r: str(r.round)),
     column("attack", lambda r: r.attack, cls="text"),
@@ -506,10 +513,7 @@ INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
     ),
     column("restarts' agreement (rows)", lambda r: fmt(r.agreement, 2)),
     column("record-level DP eps", lambda r: fmt(r.dp_epsilon)),
-    column(
-        "attack: match loss / steps / s",
-        lambda r: f"{fmt(r.match_loss, 3)} / {r.iterations:,} / {r.seconds:.0f}",
-    ),
+    column("attack: match loss / steps of its budget / s", _inversion_cost),
 )
 """A site's inversion audit, one row per attacked round (its own page)."""
 

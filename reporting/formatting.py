@@ -243,6 +243,7 @@ def fmt_inversion(result: InversionResult | None) -> str:
     return (
         f"{name} {fmt(result.quality_mean, 2)} (baseline {fmt(result.baseline_quality_mean, 2)})"
         f"; {result.share_rebuilt:.0%} >= {fmt(result.threshold, 2)}"
+        + ("; cut by the time guard" if result.cut_short else "")
     )
 
 
@@ -258,10 +259,22 @@ def inversion_sentence(result: InversionResult) -> str:
         "update from public records"
     )
     if gap >= 0.1 and result.share_rebuilt > result.baseline_share_rebuilt:
-        return head + ": well above chance, so your records can be rebuilt from what you send."
-    if gap > 0.02:
-        return head + ": a little above chance; no record is clearly rebuilt."
-    return head + ": no better than chance, so no record could be rebuilt this way."
+        reading = ": well above chance, so your records can be rebuilt from what you send."
+    elif gap > 0.02:
+        reading = ": a little above chance; no record is clearly rebuilt."
+    else:
+        reading = ": no better than chance, so no record could be rebuilt this way."
+    if not result.cut_short:
+        return head + reading
+    return (
+        head
+        + reading
+        + (
+            " The time guard (audit.inversion.time_limit_s) stopped the attack or its baseline "
+            f"short of its {result.step_budget or 0:,} steps (the attack took "
+            f"{result.iterations:,}), so this reading depends on this machine's speed."
+        )
+    )
 
 
 INVERSION_MEANING = (

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import importlib.util
 import json
 import struct
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -540,3 +543,14 @@ def warnings_of(run_dir: Path) -> list[str]:
 def site_pages(run_dir: Path, site_id: int) -> ReportFiles:
     """Where the run's report puts site ``site_id``'s page."""
     return site_report_paths(run_files(run_dir), site_id)
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module (benchmarks are scripts, not a package)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module

@@ -35,6 +35,7 @@ BATCH = 4
 # A time limit no busy machine reaches: the tests run a fixed number of attack steps.
 UNTIMED = 3_600.0
 ATTACK = InversionConfig(iterations=300, restarts=1, max_records=BATCH, time_limit_s=UNTIMED)
+CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +80,7 @@ def _audit_one_step(
     epochs: int = 1,
     batch: int = BATCH,
     config: InversionConfig = ATTACK,
+    device: torch.device = CPU,
 ) -> InversionResult:
     """One round at a site (FedSGD by default: one step of one batch), kept and attacked as
     the site does it: through train_locally, keep_round and inversion_audit."""
@@ -100,7 +102,7 @@ def _audit_one_step(
         local_steps=steps,
     )
     assert (result.used is None) == (steps is None)
-    settings = InversionSettings(config=config, site_id=0, state_dir=tmp_path)
+    settings = InversionSettings(config=config, site_id=0, state_dir=tmp_path, device=device)
     keep_round(settings, 1, start, result, epochs=epochs, steps=steps)
     kept = settings.state_path(1)
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
@@ -111,10 +113,18 @@ def _audit_one_step(
     return out[0]
 
 
-def test_fedsgd_update_rebuilds_a_batch_of_digits(digits, tmp_path):
-    result = _audit_one_step(digits, tmp_path, dp=None, n=BATCH)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device on this machine"))]  # fmt: skip
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fedsgd_update_rebuilds_a_batch_of_digits(digits, tmp_path, device):
+    result = _audit_one_step(digits, tmp_path, dp=None, n=BATCH, device=torch.device(device))
     print(result)
     assert result.attack == "fedsgd" and result.n_records == result.n_scored == BATCH
+    # The budget in steps decides, not the machine: every step taken, the guard idle.
+    assert result.iterations == result.baseline_iterations == result.step_budget == 300
+    assert result.cut_short is False
     # Measured: SSIM 0.85 on every record, the public-record baseline 0.2-0.5.
     assert result.quality_mean > 0.6 and result.share_rebuilt == 1.0
     assert result.quality_mean > result.baseline_quality_mean + 0.3
@@ -134,6 +144,21 @@ def test_fedavg_update_of_two_epochs_rebuilds_the_records(digits, tmp_path):
     # Measured: SSIM 0.76 mean (0.84 median) against the baseline's 0.39.
     assert result.quality_mean > 0.6
     assert result.quality_mean > result.baseline_quality_mean + 0.15
+
+
+def test_the_time_guard_stops_an_attack_and_says_so(digits, tmp_path):
+    """A budget no machine finishes under the guard: the audit stops at the guard, records
+    the steps it reached against its budget, and the site's page says the reading depends
+    on the machine."""
+    from reporting.formatting import inversion_sentence
+
+    config = InversionConfig(iterations=100_000, restarts=2, max_records=BATCH, time_limit_s=1.0)
+    result = _audit_one_step(digits, tmp_path, dp=None, n=BATCH, config=config)
+    assert result.cut_short is True and result.step_budget == 200_000
+    assert 0 < result.iterations < 200_000 and 0 < (result.baseline_iterations or 0) < 200_000
+    assert "stopped the attack or its baseline short of its 200,000 steps" in (
+        inversion_sentence(result)
+    )
 
 
 def test_record_level_dp_at_eps_1_leaves_the_attack_at_chance(digits, tmp_path):
@@ -267,6 +292,9 @@ def _entry(round_: int, quality: float, baseline: float) -> InversionResult:
         iterations=300,
         seconds=42.0,
         dp_epsilon=None,
+        step_budget=300,
+        baseline_iterations=300,
+        cut_short=False,
     )
 
 
@@ -289,6 +317,7 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
     assert "Can the server rebuild your records" in page
     assert "well above chance, so your records can be rebuilt" in page
     assert "0.912" in page and "0.301" in page
+    assert "0.010 / 300 of 300 / 42" in page and "time guard" not in page
     assert 'src="../site_state/site-0-inversion.png"' in page
     assert "\x89PNG" not in page
     files = write_sweep_report(

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -69,6 +69,13 @@ class InversionUnsupported(UserError, ValueError):
     """The inversion audit cannot attack this kind of record or model."""
 
 
+ITERATIONS = 25
+"""Default optimisation steps of one restart (docs/inversion.md: SSIM against steps)."""
+TIME_GUARD_S = 1_800.0
+"""Default wall-clock guard of one attack: far above what the default's budget takes on one
+CPU thread, so that the step budget, not the machine, decides how far an attack gets."""
+
+
 class InversionConfig(BaseModel):
     """``audit.inversion``: the gradient-inversion audit each site runs on its own updates."""
 
@@ -79,7 +86,12 @@ class InversionConfig(BaseModel):
         description="the rounds whose update each site attacks (default: the first, where "
         "the model is least trained and attacks do best)",
     )
-    iterations: int = Field(300, ge=1, description="optimisation steps of one restart")
+    iterations: int = Field(
+        ITERATIONS,
+        ge=1,
+        description="optimisation steps of one restart: an attack's budget is restarts x "
+        "iterations steps, the same on every machine",
+    )
     restarts: int = Field(2, ge=1, description="restarts from fresh random dummy records")
     learning_rate: float = Field(0.1, gt=0, description="Adam's step on the dummy records")
     tv_weight: float = Field(1e-2, ge=0, description="total-variation prior (images)")
@@ -99,7 +111,10 @@ class InversionConfig(BaseModel):
         "consecutive ones into one (batches joined, step size multiplied)",
     )
     time_limit_s: float = Field(
-        60.0, gt=0, description="wall-clock limit of one attack (the baseline gets the same)"
+        TIME_GUARD_S,
+        gt=0,
+        description="a guard, not the budget: wall-clock limit of one attack (the baseline "
+        "gets the same); the result records whether it stopped an attack short of its steps",
     )
     ssim_threshold: float = Field(
         0.6, gt=0, le=1, description="an image counts as rebuilt at this SSIM or above"
@@ -205,6 +220,7 @@ def simulate_update(
     t = 0
     for batch, merged in batches:
         t += merged
+        batch = batch.to(x.device)
         logits = functional_call(model, {**params, **buffers}, (x[batch],))
         loss = F.cross_entropy(logits, y[batch])
         grads = torch.autograd.grad(
@@ -255,8 +271,9 @@ def _step(
     moments["m"], moments["v"] = m, v
     m_hat, v_hat = m / (1 - 0.9**t), v / (1 - 0.999**t)
     if smooth:
-        # sqrt(v + eps^2): no infinite derivative where v is 0.
-        eps = 0.1 * float(g.detach().pow(2).mean().sqrt()) + 1e-8
+        # sqrt(v + eps^2): no infinite derivative where v is 0. A constant of the step, kept
+        # on the device (no sync) and in float64 as the Python float it once was.
+        eps = 0.1 * g.detach().pow(2).mean().sqrt().double() + 1e-8
         return p - lr * m_hat / (v_hat + eps * eps).sqrt()
     return p - lr * m_hat / (v_hat.sqrt() + 1e-8)
 
@@ -316,9 +333,17 @@ class Reconstruction:
     """Final cosine distance of the best restart (0: its update matches exactly)."""
     iterations: int
     """Optimisation steps taken over all restarts."""
+    budget: int
+    """The steps it was given (restarts x iterations): fewer taken means the time guard
+    (``time_limit_s``) stopped it."""
     seconds: float
     confidence: torch.Tensor | None = None
     """Tabular: per row and field, the share of restarts that agree with the pooled value."""
+
+    @property
+    def cut_short(self) -> bool:
+        """The time guard stopped the attack before its step budget."""
+        return self.iterations < self.budget
 
 
 @dataclass(frozen=True)
@@ -351,62 +376,44 @@ def invert(
     spec: RecordSpec,
     config: InversionConfig,
     seed: int,
+    device: torch.device | None = None,
 ) -> Reconstruction:
-    """Rebuild the records of ``update`` from what the server has (see the module text)."""
+    """Rebuild the records of ``update`` from what the server has (see the module text).
+
+    Every tensor of the attack lives on ``device`` (default: the CPU); the dummy records
+    start from noise drawn on the host, so every device starts from the same records. The
+    reconstruction comes back on the host."""
     modality, fields, num_classes = spec.modality, spec.fields, spec.num_classes
     if modality not in MODALITIES:
         raise InversionUnsupported(
             f"audit.inversion: {modality} records are not supported ({', '.join(MODALITIES)})"
         )
     began = time.perf_counter()
+    device = device or torch.device("cpu")
+    model = model.to(device)
+    state = {k: v.to(device) for k, v in global_state.items()}
     names = list(_trainable(model))
-    target = {k: update[k].detach().to(torch.float32) for k in names}
+    target = {k: update[k].detach().to(device=device, dtype=torch.float32) for k in names}
     n, _ = training.batches(config.max_dummies, config.max_steps)
-    sgd_step = training.optimizer == "sgd" and training.steps == 1
-    counts = label_counts(
-        target[_bias_key(target, num_classes)],
-        n,
-        plain_sgd_lr=training.learning_rate if sgd_step else None,
-    )
-    y = torch.as_tensor(np.repeat(np.arange(num_classes), counts), dtype=torch.long)
+    y = _dummy_labels(target, training, n, num_classes).to(device)
     gen = torch.Generator().manual_seed(seed)
     deadline = began + config.time_limit_s
     results: list[tuple[float, torch.Tensor]] = []
     steps = 0
+
+    def loss_of(x: torch.Tensor) -> torch.Tensor:
+        delta = simulate_update(
+            model, state, x, y, training, differentiable=True, limit=n, max_steps=config.max_steps
+        )
+        return _cosine_distance(delta, target)
+
     for _ in range(config.restarts):
         if results and time.perf_counter() > deadline:
             break
-        latent = torch.randn((n, *spec.shape), generator=gen).requires_grad_(True)
-        opt = torch.optim.Adam([latent], lr=config.learning_rate)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config.iterations)
-        loss_value = math.inf
-        for _ in range(config.iterations):
-            opt.zero_grad()
-            x = _decode(latent, modality, fields)
-            delta = simulate_update(
-                model,
-                global_state,
-                x,
-                y,
-                training,
-                differentiable=True,
-                limit=n,
-                max_steps=config.max_steps,
-            )
-            loss = _cosine_distance(delta, target)
-            loss_value = float(loss.detach())
-            if modality == "image" and config.tv_weight > 0:
-                loss = loss + config.tv_weight * _tv(x)
-            loss.backward()
-            opt.step()
-            sched.step()
-            steps += 1
-            if modality == "image":
-                with torch.no_grad():
-                    latent.clamp_(-1, 1)
-            if time.perf_counter() > deadline:
-                break
-        results.append((loss_value, _decode(latent.detach(), modality, fields)))
+        latent = torch.randn((n, *spec.shape), generator=gen).to(device).requires_grad_(True)
+        loss, taken = _optimise(latent, loss_of, spec, config, deadline)
+        steps += taken
+        results.append((loss, _decode(latent.detach(), modality, fields).cpu()))
     if modality == "tabular":
         assert fields is not None
         x, confidence = _pool_rows([r[1] for r in results], fields)
@@ -416,12 +423,59 @@ def invert(
         confidence = None
     return Reconstruction(
         x=x.detach(),
-        y=y,
+        y=y.cpu(),
         loss=float(best),
         iterations=steps,
+        budget=config.restarts * config.iterations,
         seconds=time.perf_counter() - began,
         confidence=confidence,
     )
+
+
+def _dummy_labels(
+    target: dict[str, torch.Tensor], training: LocalTraining, n: int, num_classes: int
+) -> torch.Tensor:
+    """The ``n`` dummy records' labels, read off the last layer's bias update."""
+    sgd_step = training.optimizer == "sgd" and training.steps == 1
+    counts = label_counts(
+        target[_bias_key(target, num_classes)].cpu(),
+        n,
+        plain_sgd_lr=training.learning_rate if sgd_step else None,
+    )
+    return torch.as_tensor(np.repeat(np.arange(num_classes), counts), dtype=torch.long)
+
+
+def _optimise(
+    latent: torch.Tensor,
+    loss_of: Callable[[torch.Tensor], torch.Tensor],
+    spec: RecordSpec,
+    config: InversionConfig,
+    deadline: float,
+) -> tuple[float, int]:
+    """One restart: Adam on ``latent`` for ``config.iterations`` steps, or until the time
+    guard's ``deadline``; (the last step's match loss, steps taken)."""
+    opt = torch.optim.Adam([latent], lr=config.learning_rate)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config.iterations)
+    match = torch.tensor(math.inf)
+    taken = 0
+    for _ in range(config.iterations):
+        opt.zero_grad()
+        x = _decode(latent, spec.modality, spec.fields)
+        loss = loss_of(x)
+        # Read once the restart ends: a float() here would wait for the device every step.
+        match = loss.detach()
+        if spec.modality == "image" and config.tv_weight > 0:
+            loss = loss + config.tv_weight * _tv(x)
+        loss.backward()
+        opt.step()
+        sched.step()
+        taken += 1
+        if spec.modality == "image":
+            with torch.no_grad():
+                latent.clamp_(-1, 1)
+        if time.perf_counter() > deadline:
+            break
+    return float(match), taken
 
 
 def _decode(latent: torch.Tensor, modality: str, fields: Sequence[Fields] | None) -> torch.Tensor:

@@ -123,6 +123,7 @@ class InversionResult:
     match_loss: float
     """The attack's final cosine distance (0: the dummy update matches exactly)."""
     iterations: int
+    """Optimisation steps the attack took (all restarts)."""
     seconds: float
     """Wall time of attack and baseline together."""
     dp_epsilon: float | None = None
@@ -130,6 +131,14 @@ class InversionResult:
     agreement: float | None = None
     """Tabular: the mean share of restarts agreeing with each pooled field, the attacker's
     own confidence (it needs no true row); None for images."""
+    step_budget: int | None = None
+    """Steps each attack (the site's and the baseline's) was given, restarts x iterations;
+    None in results written before the budget was set in steps (a time limit decided)."""
+    baseline_iterations: int | None = None
+    """Optimisation steps the baseline's attack took."""
+    cut_short: bool | None = None
+    """The time guard (``time_limit_s``) stopped the attack or its baseline before its step
+    budget: the numbers then depend on the machine's speed."""
 
 
 def summarise(
@@ -141,6 +150,7 @@ def summarise(
     modality: str,
     threshold: float,
     reconstruction: Reconstruction,
+    baseline_reconstruction: Reconstruction,
     seconds: float,
     dp_epsilon: float | None = None,
 ) -> InversionResult:
@@ -171,4 +181,7 @@ def summarise(
         agreement=(
             None if reconstruction.confidence is None else float(reconstruction.confidence.mean())
         ),
+        step_budget=reconstruction.budget,
+        baseline_iterations=baseline_reconstruction.iterations,
+        cut_short=reconstruction.cut_short or baseline_reconstruction.cut_short,
     )
