@@ -1,4 +1,4 @@
-"""``panoramia-fl``: run, resume, report, sweep, audit and bounds."""
+"""``panoramia-fl``: run, resume, report, sweep, audit, bounds and cache."""
 
 from __future__ import annotations
 
@@ -228,13 +228,39 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    from simulations.weights_cache import cache_dir_setting, cache_summary, clear_cache
+
+    root = cache_dir_setting()
+    if root is None:
+        print("the weights cache is off (--cache off or PANORAMIA_FL_CACHE=off)")
+        return 0
+    if args.action == "clear":
+        files, size = clear_cache(root)
+        print(f"{root}: removed {files} files ({size / 1e6:.1f} MB)")
+    else:
+        entries, size = cache_summary(root)
+        print(f"{root}: {entries} entries ({size / 1e6:.1f} MB)")
+    return 0
+
+
+def _add_cache_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="the weights cache: reference models trained once for every run with the same "
+        "public records and settings (default $PANORAMIA_FL_CACHE, else "
+        "~/.cache/panoramia-fl; 'off': none)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from simulations import cmd_bounds
 
     parser = argparse.ArgumentParser(
         prog="panoramia-fl",
         description="Federated training with per-site PANORAMIA privacy audits: run, resume, "
-        "report, sweep, audit and bounds. 'panoramia-fl COMMAND --help' describes each.",
+        "report, sweep, audit, bounds and cache. 'panoramia-fl COMMAND --help' describes each.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
 
@@ -269,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
         "OUT: output_dir/NAME-replicates), pooled in replicates.html; the same command "
         "again continues them",
     )
+    _add_cache_option(run)
     run.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
     run.set_defaults(func=cmd_run)
 
@@ -295,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a key of the sweep file, e.g. --set replicates=3 (each point over 3 "
         "seeds, with between-run error bars)",
     )
+    _add_cache_option(sweep)
     sweep.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
     sweep.set_defaults(func=cmd_sweep)
 
@@ -312,6 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--out", help="write the full AuditResult JSON here")
     audit.set_defaults(func=cmd_audit)
 
+    cache = sub.add_parser(
+        "cache", help="show or clear the weights cache (reference models shared by runs)"
+    )
+    cache.add_argument("action", choices=["show", "clear"], help="show: its folder and size")
+    _add_cache_option(cache)
+    cache.set_defaults(func=cmd_cache)
+
     cmd_bounds.register(sub)
     return parser
 
@@ -325,6 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.command in ("run", "sweep"):
         signal.signal(signal.SIGTERM, _terminate)
+    if getattr(args, "cache", None):
+        from simulations.weights_cache import CACHE_ENV
+
+        # The variable, not an argument: every stage of the run (and a sweep's every point)
+        # reads the same folder, as it would with the variable set by the user.
+        os.environ[CACHE_ENV] = args.cache
     try:
         return int(args.func(args))
     except UserError as err:
