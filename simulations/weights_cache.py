@@ -135,11 +135,11 @@ class WeightsCache:
         cache = cls(root, kind)
         try:
             cache.folder.mkdir(parents=True, exist_ok=True)
-            probe = tempfile.TemporaryFile(dir=cache.folder)
+            with tempfile.TemporaryFile(dir=cache.folder):
+                pass
         except OSError as err:
             log.warning("weights cache %s cannot be written (%s); not used", root, err)
             return None
-        probe.close()
         return cache
 
     @property
