@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from deployment.local_ray import LocalRayHead
 from simulations import runner
 from simulations.config import validate_config
+from simulations.local_ray import LocalRayHead
 from simulations.runner import RAY_ADDRESS_ENV
 from simulations.weights_cache import CACHE_ENV
 
