@@ -9,14 +9,16 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from contracts.errors import UserError
 from contracts.files import atomic_write_text
 from contracts.run_files import CONFIG_FILE, RunLayout
 
 if TYPE_CHECKING:
+    from reporting import SweepPoint
     from simulations.config import ExperimentConfig
+    from simulations.sweep import SweepConfig
 
 # Each command imports what it runs (config, Flower, torch ...) when it runs: ``--help`` and
 # argument errors stay instant.
@@ -168,33 +170,49 @@ def _print_warnings(lines: list[str]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from reporting import SweepPoint, write_sweep_report
+    from reporting import write_sweep_report
     from simulations.config import report_config
-    from simulations.replicates import run_replicates
-    from simulations.runner import run_experiment
+    from simulations.shared_ray import SharedRay
     from simulations.sweep import expand, load_sweep
 
     sweep = load_sweep(Path(args.sweep), args.set)
     points = expand(sweep)
     sweep_dir = sweep.output_dir / sweep.name
     done = []
-    for label, overrides, config in points:
-        run_dir = sweep_dir / label
-        print(f"sweep point {label}: {run_dir}", file=sys.stderr)
-        try:
-            if sweep.replicates > 1:
-                runs = run_replicates(config, run_dir, sweep.replicates, verbose=args.verbose).runs
-                point = SweepPoint(label, overrides, layout=runs[0][1])
-            else:
-                outcome = run_experiment(config, run_dir, verbose=args.verbose)
-                point = SweepPoint(label, overrides, layout=outcome.layout)
-        except KeyboardInterrupt as stop:
-            _exit_interrupted(stop, f"rerun the sweep to continue from {run_dir}")
-        done.append(point)
+    run_dir = sweep_dir
+    try:
+        with SharedRay() as shared:  # Ray starts once for the sweep
+            for label, overrides, config in points:
+                run_dir = sweep_dir / label
+                print(f"sweep point {label}: {run_dir}", file=sys.stderr)
+                with shared.joined(config):
+                    done.append(_sweep_point(label, overrides, config, run_dir, sweep, args))
+    except KeyboardInterrupt as stop:
+        _exit_interrupted(stop, f"rerun the sweep to continue from {run_dir}")
     files = write_sweep_report(sweep_dir, done, report_config)
     _print_warnings(files.warnings)
     print(files.html_path)
     return 0
+
+
+def _sweep_point(
+    label: str,
+    overrides: dict[str, Any],
+    config: ExperimentConfig,
+    run_dir: Path,
+    sweep: SweepConfig,
+    args: argparse.Namespace,
+) -> SweepPoint:
+    """One point of a sweep: its run, or its replicate set."""
+    from reporting import SweepPoint
+    from simulations.replicates import run_replicates
+    from simulations.runner import run_experiment
+
+    if sweep.replicates > 1:
+        runs = run_replicates(config, run_dir, sweep.replicates, verbose=args.verbose).runs
+        return SweepPoint(label, overrides, layout=runs[0][1])
+    outcome = run_experiment(config, run_dir, verbose=args.verbose)
+    return SweepPoint(label, overrides, layout=outcome.layout)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
