@@ -28,11 +28,11 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-import audit.calibration
+import audit.panoramia.calibration
 import ml
-from audit.calibration import train_reference_model
-from audit.components import Records
-from audit.splits import cut_at, shuffled_groups
+from audit.panoramia.calibration import train_reference_model
+from audit.panoramia.components import Records
+from audit.panoramia.splits import cut_at, shuffled_groups
 from contracts.errors import RunFileError
 from contracts.files import atomic_write, atomic_write_text
 from contracts.run_files import RunLayout
@@ -116,7 +116,7 @@ def _code_files(config: ExperimentConfig, meta: DatasetMeta) -> list[Path]:
     model and task wherever they live (a plugin's included); a model option naming a
     file or folder (a pretrained model) counts by its content."""
     task = make_task(config, meta)
-    files = [*Path(ml.__file__).parent.rglob("*.py"), Path(audit.calibration.__file__)]
+    files = [*Path(ml.__file__).parent.rglob("*.py"), Path(audit.panoramia.calibration.__file__)]
     for obj in (MODELS.get(config.model.name), type(task)):
         source = inspect.getsourcefile(obj)
         if source is not None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from audit.components import Records
+from audit.panoramia.components import Records
 from simulations.config import apply_overrides, validate_config
 from simulations.reference_models import reference_keys
 from simulations.run_dir import DatasetMeta
