@@ -289,6 +289,7 @@ class _GuessingRules:
     k_plus: np.ndarray
     k_minus: np.ndarray
     n_pairs: int
+    beta: float
     level: float
     idealised: bool
 
@@ -301,10 +302,56 @@ def _guessing_rules(
         if not 1 <= int(guesses) <= m:
             raise ValueError(f"guesses must lie in [1, {m}], got {guesses!r}")
         k = int(guesses)
-        return _GuessingRules(np.array([(k + 1) // 2]), np.array([k // 2]), 1, beta, False)
+        return _GuessingRules(
+            k_plus=np.array([(k + 1) // 2]),
+            k_minus=np.array([k // 2]),
+            n_pairs=1,
+            beta=beta,
+            level=beta,
+            idealised=False,
+        )
     counts = count_grid(m, grid_size)
     n_pairs = counts.size**2 - 1
-    return _GuessingRules(counts, counts, n_pairs, beta if idealised else beta / n_pairs, idealised)
+    return _GuessingRules(
+        k_plus=counts,
+        k_minus=counts,
+        n_pairs=n_pairs,
+        beta=beta,
+        level=beta if idealised else beta / n_pairs,
+        idealised=idealised,
+    )
+
+
+def _bound_of(
+    pairs: GuessPairs,
+    i: int,
+    j: int,
+    *,
+    eps: float,
+    mu: float | None,
+    method: Method,
+    rules: _GuessingRules,
+    delta: float,
+) -> OneRunBound:
+    """The bound of pair ``(i, j)`` with its guessing rule's counts and thresholds."""
+    low, high = pairs.thresholds(i, j)
+    return OneRunBound(
+        method=method,
+        eps_lb=eps,
+        mu=mu,
+        delta=delta,
+        beta=rules.beta,
+        level=rules.level,
+        idealised=rules.idealised,
+        m=int(pairs.n),
+        guesses=int(pairs.guesses[i, j]),
+        correct=int(pairs.correct[i, j]),
+        member_guesses=int(pairs.plus_guesses[i]),
+        nonmember_guesses=int(pairs.minus_end[j]),
+        threshold_low=low,
+        threshold_high=high,
+        n_pairs_tried=int(rules.n_pairs),
+    )
 
 
 def one_run_bound(
@@ -358,21 +405,4 @@ def one_run_bound(
     i, j, eps, mu = _search(pairs, method, rules.level, delta)
     if i < 0:  # no valid pair (a fixed K whose two ends overlap through ties)
         raise ValueError(f"guesses={guesses}: the two ends overlap through tied scores")
-    low, high = pairs.thresholds(i, j)
-    return OneRunBound(
-        method=method,
-        eps_lb=eps,
-        mu=mu,
-        delta=delta,
-        beta=beta,
-        level=rules.level,
-        idealised=rules.idealised,
-        m=int(t.size),
-        guesses=int(pairs.guesses[i, j]),
-        correct=int(pairs.correct[i, j]),
-        member_guesses=int(pairs.plus_guesses[i]),
-        nonmember_guesses=int(pairs.minus_end[j]),
-        threshold_low=low,
-        threshold_high=high,
-        n_pairs_tried=int(rules.n_pairs),
-    )
+    return _bound_of(pairs, i, j, eps=eps, mu=mu, method=method, rules=rules, delta=delta)
