@@ -38,7 +38,7 @@ from audit.panoramia.settings import resolve_config, resolve_device
 from audit.panoramia.sources import ProgressFn, Sources, draw_sources
 from audit.panoramia.task import AuditTask
 from audit.panoramia.timing import StageTimer
-from audit.result import AuditResult
+from audit.result import AuditResult, RepeatResult
 
 __all__ = ["run_audit", "run_audits_of"]
 
@@ -320,24 +320,59 @@ def _audit_target(
     prepared: _Prepared, model: torch.nn.Module, timer: StageTimer, say: ProgressFn
 ) -> AuditResult:
     """Phases 3-5 for one target f."""
-    task, config, sources, models = (
-        prepared.task,
-        prepared.config,
-        prepared.sources,
-        prepared.models,
-    )
-    nonmembers, context = prepared.nonmembers, prepared.context
-    device = context.device
+    config, sources = prepared.config, prepared.sources
     model.eval()
     with timer.stage("features"):
         s_in, s_out, s_non = (
-            None if fixed is None else _featurize(task, model, fixed, device)
+            None
+            if fixed is None
+            else _featurize(prepared.task, model, fixed, prepared.context.device)
             for fixed in prepared.fixed
         )
         assert s_in is not None and s_out is not None  # members and generated always exist
+    quality = _target_quality(prepared, s_in, s_non)
+    n_train, n_val = _classifier_sizes(config, sources)
+    inputs = RepeatInputs(
+        config=config,
+        context=prepared.context,
+        members=s_in,
+        generated=s_out,
+        nonmembers=s_non,
+        n_train=n_train,
+        n_val=n_val,
+        paired=sources.paired,
+    )
+    played = _play_repeats(inputs, timer, say)
+    return assemble(
+        config,
+        generator_kind=sources.generator.kind,
+        generated=sources.generator.remaining is None,
+        modality=prepared.task.modality,
+        repeats=played.results,
+        sizes=dict(
+            members=prepared.n_members,
+            generator=sources.cut.sizes.generator,
+            train=n_train,
+            val=n_val,
+            m=min(x.m for x in played.results),
+            members_in_game_min=min(played.members_shown),
+            members_in_game_max=max(played.members_shown),
+            **_drawn_sizes(prepared),
+            **played.comparison_sizes,
+        ),
+        quality=quality,
+        timer=timer,
+    )
 
+
+def _target_quality(
+    prepared: _Prepared, s_in: FeatureSet, s_non: FeatureSet | None
+) -> dict[str, float]:
+    """The shared phases' quality figures and the target's own on members and real
+    non-members."""
+    sources, nonmembers = prepared.sources, prepared.nonmembers
     quality = dict(sources.quality)
-    quality.update(models.quality)
+    quality.update(prepared.models.quality)
     quality.update(sources.generator.sampling_quality())
     quality["helper_accuracy_real_members"] = _accuracy(s_in.h, sources.d_in.y)
     quality["target_accuracy_members"] = _accuracy(s_in.f, sources.d_in.y)
@@ -347,33 +382,43 @@ def _audit_target(
     if s_non is not None and nonmembers is not None:
         quality["target_accuracy_nonmembers"] = _accuracy(s_non.f, nonmembers.y)
         quality["target_loss_nonmembers"] = float(np.mean(s_non.f[:, 0]))
+    return quality
 
+
+def _classifier_sizes(config: AuditConfig, sources: Sources) -> tuple[int, int]:
+    """``(train, validation)`` members of the classifiers' splits."""
     sizes = sources.cut.sizes
-    n_train, n_val = sizes.train, sizes.val
     if config.classifier.design == "score":
         # Nothing to train; a validation slice only where it picks the statistic and cut.
-        n_train, n_val = 0, (n_val if config.threshold_selection == "split" else 0)
-    inputs = RepeatInputs(
-        config=config,
-        context=context,
-        members=s_in,
-        generated=s_out,
-        nonmembers=s_non,
-        n_train=n_train,
-        n_val=n_val,
-        paired=sources.paired,
-    )
+        return 0, (sizes.val if config.threshold_selection == "split" else 0)
+    return sizes.train, sizes.val
+
+
+@dataclass(frozen=True)
+class _Played:
+    """The repeats of one target's audit."""
+
+    results: list[RepeatResult]
+    members_shown: list[int]
+    """Members in each repeat's game (its coins)."""
+    comparison_sizes: dict[str, int]
+    """Audit-set sizes of the RM;RN and O(1) comparisons (the last repeat's)."""
+
+
+def _play_repeats(inputs: RepeatInputs, timer: StageTimer, say: ProgressFn) -> _Played:
+    """``config.repeats`` games, each reported in one line."""
     repeats = []
     shown: list[int] = []
     comparison_sizes: dict[str, int] = {}
-    for r in range(config.repeats):
+    n = inputs.config.repeats
+    for r in range(n):
         x, comparison_sizes = play_repeat(inputs, r, timer)
         assert x.members_shown is not None  # play_repeat counts its game's coins
         repeats.append(x)
         shown.append(x.members_shown)
         one, two = x.one_sided, x.two_sided
         say(
-            f"repeat {r + 1}/{config.repeats}: c_lb={one.c_lb:.3f} "
+            f"repeat {r + 1}/{n}: c_lb={one.c_lb:.3f} "
             f"{{c+eps}}_lb={one.c_eps_lb:.3f} eps_tilde={one.eps_tilde:.3f}"
             + ("" if two is None else f" two-sided={two.eps_tilde:.3f}")
             + (
@@ -383,29 +428,18 @@ def _audit_target(
                 f" O(1) f-DP={x.o1_eps_lb_fdp or 0.0:.3f}"
             )
         )
-    return assemble(
-        config,
-        generator_kind=sources.generator.kind,
-        generated=sources.generator.remaining is None,
-        modality=task.modality,
-        repeats=repeats,
-        sizes=dict(
-            members=prepared.n_members,
-            generator=sizes.generator,
-            train=n_train,
-            val=n_val,
-            m=min(x.m for x in repeats),
-            members_in_game_min=min(shown),
-            members_in_game_max=max(shown),
-            synthetic_helper_train=len(sources.helper_train),
-            synthetic_helper_val=len(sources.helper_val),
-            helper_real_public=0 if sources.real is None else sources.real.public,
-            helper_real_site=0 if sources.real is None else sources.real.site,
-            synthetic_out=len(sources.d_out),
-            nonmembers=0 if nonmembers is None else len(nonmembers),
-            reference_models=len(models.references),
-            **comparison_sizes,
-        ),
-        quality=quality,
-        timer=timer,
+    return _Played(repeats, shown, comparison_sizes)
+
+
+def _drawn_sizes(prepared: _Prepared) -> dict[str, int]:
+    """How many records the helper, the game's non-members and the comparisons drew on."""
+    sources, nonmembers = prepared.sources, prepared.nonmembers
+    return dict(
+        synthetic_helper_train=len(sources.helper_train),
+        synthetic_helper_val=len(sources.helper_val),
+        helper_real_public=0 if sources.real is None else sources.real.public,
+        helper_real_site=0 if sources.real is None else sources.real.site,
+        synthetic_out=len(sources.d_out),
+        nonmembers=0 if nonmembers is None else len(nonmembers),
+        reference_models=len(prepared.models.references),
     )

@@ -100,6 +100,7 @@ def draw_sources(
     timer: StageTimer,
     say: ProgressFn,
 ) -> Sources:
+    """Phase 1: the member cut, G fitted on D_G, and every record drawn from G."""
     with timer.stage("split"):
         cut = split_members(len(members), config.splits, seed=config.seed, groups=members.groups)
     say(f"splits: {cut.sizes.describe()}")
@@ -109,50 +110,9 @@ def draw_sources(
     with timer.stage("generator_fit"):
         quality = generator.fit(d_g, seed=config.seed)
     say(f"generator {generator.kind}: fitted on {len(d_g)} records")
-
-    n_in = len(d_in)
-    n_helper = max(2, math.ceil(config.synthetic_multiplier * len(cut.train)))
-    n_helper_val = max(2, math.ceil(0.2 * n_helper))
     with timer.stage("sampling"):
-        helper: tuple[Records, Records] | None = None
-        source = generator.remaining
-        if (
-            config.pairing == "label"
-            and source is not None
-            and source < n_in + n_helper + n_helper_val
-        ):
-            # A finite source too small for both: pairing can leave out members it cannot
-            # serve, the helper cannot shrink to nothing, so its share (at most a quarter of
-            # the source) is drawn first.
-            n_helper, n_helper_val = _helper_split(
-                min(n_helper + n_helper_val, max(12, source // 4))
-            )
-            helper = _draw_helper(generator, n_helper, n_helper_val, seed=config.seed)
-            say(f"helper set capped at {n_helper} + {n_helper_val} records by the source")
-        if config.pairing == "label":
-            d_in, d_out, dropped = pair_members(generator, d_in, seed=config.seed + 303)
-            quality["pairing_dropped"] = dropped
-            if dropped:
-                say(f"pairing: {dropped} members without a same-label alternative left out")
-            n_in = len(d_in)
-        else:
-            # The game's non-members first: a finite source (reference pool) serves them
-            # before the helper, whose set is then capped by what is left.
-            d_out = generator.sample(n_in, seed=config.seed + 303)
-        remaining = generator.remaining
-        if helper is None and remaining is not None and n_helper + n_helper_val > remaining:
-            n_helper, n_helper_val = _helper_split(remaining)
-            if n_helper < 2:
-                raise ValueError(
-                    f"generator {generator.kind!r}: only {remaining} records left for the "
-                    f"helper after drawing {n_in} non-members; give a larger source"
-                )
-            say(f"helper set capped at {n_helper} + {n_helper_val} records by the source")
-        if helper is None:
-            helper = _draw_helper(generator, n_helper, n_helper_val, seed=config.seed)
-        helper_train, helper_val = helper
-    if len(d_out) != n_in or len(helper_train) != n_helper:
-        raise RuntimeError(f"generator {generator.kind!r} returned the wrong number of records")
+        game = _draw_game(generator, d_in, n_train=len(cut.train), config=config, say=say)
+    quality.update(game.quality)
     real = _helper_real(config, generator, d_g, context.public_pool)
     if real is not None:
         say(
@@ -162,11 +122,86 @@ def draw_sources(
     return Sources(
         cut,
         generator,
-        d_in,
-        d_out,
-        helper_train,
-        helper_val,
+        game.d_in,
+        game.d_out,
+        game.helper_train,
+        game.helper_val,
         {k: float(v) for k, v in quality.items()},
         paired=config.pairing == "label",
         real=real,
     )
+
+
+@dataclass(frozen=True)
+class _Game:
+    """The game's members and non-members and the helper's synthetic sets, as drawn."""
+
+    d_in: Records
+    d_out: Records
+    helper_train: Records
+    helper_val: Records
+    quality: dict[str, float]
+    """What pairing reports (``pairing_dropped``)."""
+
+
+def _draw_game(
+    generator: Generator, d_in: Records, *, n_train: int, config: AuditConfig, say: ProgressFn
+) -> _Game:
+    """The game's non-members and the helper's sets, in the order a finite source serves them
+    best."""
+    n_helper = max(2, math.ceil(config.synthetic_multiplier * n_train))
+    n_helper_val = max(2, math.ceil(0.2 * n_helper))
+    helper: tuple[Records, Records] | None = None
+    source = generator.remaining
+    if (
+        config.pairing == "label"
+        and source is not None
+        and source < len(d_in) + n_helper + n_helper_val
+    ):
+        # A finite source too small for both: pairing can leave out members it cannot
+        # serve, the helper cannot shrink to nothing, so its share (at most a quarter of
+        # the source) is drawn first.
+        n_helper, n_helper_val = _helper_split(min(n_helper + n_helper_val, max(12, source // 4)))
+        helper = _draw_helper(generator, n_helper, n_helper_val, seed=config.seed)
+        say(f"helper set capped at {n_helper} + {n_helper_val} records by the source")
+    d_in, d_out, quality = _draw_nonmembers(generator, d_in, config=config, say=say)
+    if helper is None:
+        n_helper, n_helper_val = _helper_left(
+            generator, n_helper, n_helper_val, n_in=len(d_in), say=say
+        )
+        helper = _draw_helper(generator, n_helper, n_helper_val, seed=config.seed)
+    if len(d_out) != len(d_in) or len(helper[0]) != n_helper:
+        raise RuntimeError(f"generator {generator.kind!r} returned the wrong number of records")
+    return _Game(d_in, d_out, helper[0], helper[1], quality)
+
+
+def _draw_nonmembers(
+    generator: Generator, d_in: Records, *, config: AuditConfig, say: ProgressFn
+) -> tuple[Records, Records, dict[str, float]]:
+    """The game's non-members: a same-label alternative per member (members without one are
+    left out) under label pairing, else as many records as members."""
+    if config.pairing == "label":
+        d_in, d_out, dropped = pair_members(generator, d_in, seed=config.seed + 303)
+        if dropped:
+            say(f"pairing: {dropped} members without a same-label alternative left out")
+        return d_in, d_out, {"pairing_dropped": dropped}
+    # The game's non-members first: a finite source (reference pool) serves them
+    # before the helper, whose set is then capped by what is left.
+    return d_in, generator.sample(len(d_in), seed=config.seed + 303), {}
+
+
+def _helper_left(
+    generator: Generator, n_helper: int, n_helper_val: int, *, n_in: int, say: ProgressFn
+) -> tuple[int, int]:
+    """The helper's set sizes, capped by what a finite source has left after the game."""
+    remaining = generator.remaining
+    if remaining is None or n_helper + n_helper_val <= remaining:
+        return n_helper, n_helper_val
+    n_helper, n_helper_val = _helper_split(remaining)
+    if n_helper < 2:
+        raise ValueError(
+            f"generator {generator.kind!r}: only {remaining} records left for the "
+            f"helper after drawing {n_in} non-members; give a larger source"
+        )
+    say(f"helper set capped at {n_helper} + {n_helper_val} records by the source")
+    return n_helper, n_helper_val
