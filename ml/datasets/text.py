@@ -29,7 +29,7 @@ import importlib.util
 import io
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -150,6 +150,7 @@ def build_text_dataset(
     if options.max_documents is not None and options.max_documents < len(texts):
         doc_ids = np.sort(rng.choice(len(texts), size=options.max_documents, replace=False))
     documents = [texts[int(d)] for d in doc_ids]
+    vocab_info: Mapping[str, object]  # what the dataset's info records of the vocabulary
     if options.tokenizer is not None:
         token_lists, vocab_size, eot, vocab_info = _pretrained_tokens(documents, options.tokenizer)
     else:
