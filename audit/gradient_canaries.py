@@ -43,6 +43,7 @@ from typing import Any, Literal
 import numpy as np
 
 from audit.client_canaries import pooled_gaussian_epsilon
+from audit.dp_conformance import ConformanceResult
 from audit.one_run import fdp_eps_lb, one_run_bound, steinke_eps_lb
 from contracts.json_values import json_safe
 
@@ -137,6 +138,9 @@ class GradientCanaryResult:
     beta: float
     delta: float
     levels: dict[str, LevelAudit]
+    conformance: ConformanceResult | None = None
+    """The conformance checks of the site's real DP-SGD steps (:mod:`audit.dp_conformance`);
+    None in audits older than them."""
 
     @property
     def mechanism(self) -> LevelAudit | None:
@@ -154,7 +158,8 @@ class GradientCanaryResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GradientCanaryResult:
-        fields = {k: v for k, v in data.items() if k != "levels"}
+        fields = {k: v for k, v in data.items() if k not in ("levels", "conformance")}
+        conformance = data.get("conformance")
         levels = {
             str(k): LevelAudit(
                 **{
@@ -165,7 +170,11 @@ class GradientCanaryResult:
             )
             for k, v in dict(data["levels"]).items()
         }
-        return cls(**fields, levels=levels)
+        return cls(
+            **fields,
+            levels=levels,
+            conformance=None if conformance is None else ConformanceResult.from_dict(conformance),
+        )
 
 
 def _open_end(value: float | None, end: float) -> float:
@@ -271,11 +280,13 @@ def gradient_canary_audit(
     beta: float,
     delta: float,
     seed: int,
+    conformance: ConformanceResult | None = None,
 ) -> GradientCanaryResult:
     """Audit every threat level in ``statistics`` against the canaries' ``coins``.
 
     Each level's rule is chosen and tested on its own random split (``seed``); the four
-    bounds share ``beta`` (:func:`reading_level`).
+    bounds share ``beta`` (:func:`reading_level`). ``conformance``: the site's checks of its
+    real steps, carried along.
     """
     coins = np.asarray(coins, dtype=bool)
     levels: dict[str, LevelAudit] = {
@@ -295,4 +306,5 @@ def gradient_canary_audit(
         beta=float(beta),
         delta=float(delta),
         levels=levels,
+        conformance=conformance,
     )
