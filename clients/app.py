@@ -244,12 +244,13 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
     final = model_of(ARRAYS) if asked.main else None
     earlier = {r: model_of(round_arrays(r)) for r in asked.rounds}
     output = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier)
-    dp_eps = None
+    dp_eps = ledger = None
     if runtime.dp is not None:
-        dp_eps = _ledger(runtime, context).epsilon(runtime.dp.delta)
+        ledger = _ledger(runtime, context)
+        dp_eps = ledger.epsilon(runtime.dp.delta)
     gradient = inversion = None
     if asked.main:
-        gradient = _gradient_canary_audit(runtime, asked.seed)
+        gradient = _gradient_canary_audit(runtime, asked.seed, ledger)
         if runtime.inversion is not None:
             inversion = inversion_audit(
                 runtime.inversion,
@@ -271,10 +272,13 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
     )
 
 
-def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> dict | None:
-    """The site's white-box audit of its own DP-SGD from its canaries' statistics."""
+def _gradient_canary_audit(
+    runtime: SiteRuntime, seed: int, ledger: PrivacyLedger | None
+) -> dict | None:
+    """The site's white-box audit of its own DP-SGD: its canaries' statistics and the
+    conformance checks of its real steps against its ledger."""
     settings = runtime.gradient_canaries
-    if settings is None or runtime.dp is None:
+    if settings is None or runtime.dp is None or ledger is None:
         return None
     if not settings.state_path.exists():
         raise RuntimeError(
@@ -283,6 +287,6 @@ def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> dict | None:
         )
     state = CanaryState.load(settings.state_path)
     result = state.audit(
-        beta=settings.beta, delta=runtime.dp.delta, seed=seed * 31 + runtime.site_id
+        beta=settings.beta, seed=seed * 31 + runtime.site_id, dp=runtime.dp, ledger=ledger
     )
     return result.to_dict()
