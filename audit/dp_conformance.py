@@ -207,7 +207,8 @@ def _noise(ev: ConformanceEvidence) -> tuple[_Noise, np.ndarray] | None:
 
 def _noise_level(noise: _Noise, level: float) -> ConformanceCheck:
     n = noise.y.size * noise.dof
-    z = math.log(noise.factor_sq) / math.sqrt(2.0 / n + 4.0 * noise.scale_var)
+    spread = math.sqrt(2.0 / n + 4.0 * noise.scale_var)
+    z = math.log(noise.factor_sq) / spread if noise.factor_sq > 0 else -math.inf
     factor = math.sqrt(noise.factor_sq)
     p = normal_p(z, side="low")
     return _test(
@@ -225,7 +226,8 @@ def _noise_per_step(noise: _Noise, names: list[str], level: float) -> Conformanc
     if t < 2:
         return _untested("noise_per_step", "fewer than two steps")
     others = (noise.y.sum() - noise.y) / (t - 1)
-    ratio = noise.y / others
+    with np.errstate(divide="ignore", invalid="ignore"):  # no noise at all: noise_level
+        ratio = np.nan_to_num(noise.y / others, nan=1.0, posinf=1.0)
     worst = int(np.argmin(ratio))
     p_one = float(stats.f.cdf(ratio[worst], noise.dof, (t - 1) * noise.dof))
     factor = math.sqrt(float(ratio[worst]))
@@ -482,13 +484,17 @@ def _steps(ev: ConformanceEvidence, ledger_steps: int) -> ConformanceCheck:
             f"the ledger holds all {taken} noisy steps taken over {ev.rounds} rounds",
             factor=1.0,
         )
+    rounds = (
+        ""
+        if np.array_equal(per_round, ev.ledger_steps)
+        else f"; per round the accountant recorded {', '.join(map(str, ev.ledger_steps))} "
+        f"where {', '.join(map(str, per_round))} were taken"
+    )
     return _check(
         "steps",
         False,
         f"the site's ledger accounts for {ledger_steps} of the {taken} noisy steps taken over "
-        f"{ev.rounds} rounds (the accountant recorded {', '.join(map(str, ev.ledger_steps))} "
-        f"for rounds where {', '.join(map(str, per_round))} were taken): its epsilon does not "
-        "cover the training",
+        f"{ev.rounds} rounds{rounds}: its epsilon does not cover the training",
         factor=ledger_steps / taken if taken else None,
     )
 

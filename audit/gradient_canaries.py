@@ -2,11 +2,12 @@
 
 A site running DP-SGD draws ``m = 2K`` canaries, each with an independent fair coin, before
 training. Canary ``j`` owns coordinate ``j`` of a *phantom block*: parameters that no record's
-loss touches, clipped and noised by the site's DP optimizer beside the model's own (Dirac
-canaries on coordinates no real gradient reaches). An inserted canary (coin 1) is a phantom
-record: at every step it joins the batch with the site's sampling rate ``q`` and adds its
-clipped per-sample gradient ``C e_j`` to the noisy sum; a never-inserted one only receives
-noise. Two threat levels are read, each a statistic per canary accumulated at the site:
+loss touches, clipped and noised by the site's DP optimizer's own code beside the model's
+(Dirac canaries on coordinates no real gradient reaches). An inserted canary (coin 1) is a
+phantom record: at every step a copy of the site's sampler draws it at the site's real rate,
+and its clipped per-sample gradient ``C e_j`` joins the noisy sum; a never-inserted one only
+receives noise (:mod:`clients.gradient_canaries`). Two threat levels are read, each a
+statistic per canary accumulated at the site:
 
 * ``mechanism``: every noisy summed gradient, what the DP guarantee covers. With
   ``x_t = <noisy sum_t, e_j> / (sigma C)`` (``N(1/sigma, 1)`` when canary ``j`` was sampled,
@@ -129,8 +130,8 @@ class GradientCanaryResult:
     """Noisy gradient steps observed (all rounds)."""
     rounds: int
     overhead_s: float
-    """Training time the canaries added at the site (their accuracy cost is nil: they never
-    touch the model)."""
+    """Training time the canaries and the conformance hooks added at the site (their
+    accuracy cost is nil: they never touch the model)."""
     sample_rate: float
     noise_multiplier: float
     """The noise multiplier the site's accountant assumed."""

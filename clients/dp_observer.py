@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from audit.dp_conformance import CLIP_TOLERANCE
 from audit.dp_conformance_evidence import (
     NO_ACCOUNTANT_STEP,
     NO_CLEAN_SUM,
@@ -42,10 +43,6 @@ from audit.dp_conformance_evidence import (
 )
 
 __all__ = ["IndexLog", "StepObserver", "logged_loader", "recorded_steps"]
-
-CLIP_TOLERANCE = 1e-3
-"""Relative distance from the reference clipping above which the clipping norm actually used
-is solved for (:func:`implied_clip_ratio`); the audit's own tolerance is the same."""
 
 
 class IndexLog(torch.utils.data.Dataset):

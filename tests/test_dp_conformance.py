@@ -59,19 +59,22 @@ def digits():
     return _task(width=4, batch=32)
 
 
-@pytest.fixture(scope="module")
-def sigma_for_eps2() -> float:
-    """The noise multiplier that gives eps = 2 (PRV) over the runs below: 2 rounds of one
-    epoch at q = 32 / 320."""
-    dp = DPSettings(
+def _calibrated(accountant: str) -> DPSettings:
+    """eps = 2 over the runs below (2 rounds of one epoch at q = 32 / 320)."""
+    return DPSettings(
         target_epsilon=2.0,
         noise_multiplier=None,
         delta=DELTA,
         max_grad_norm=1.0,
-        accountant="prv",
+        accountant=accountant,
         total_epochs=ROUNDS,
     )
-    return dp.noise_for(32 / RECORDS)
+
+
+@pytest.fixture(scope="module")
+def sigma_for_eps2() -> float:
+    """The noise multiplier of eps = 2 (PRV) over the runs below."""
+    return _calibrated("prv").noise_for(32 / RECORDS)
 
 
 def _run(digits, dp: DPSettings) -> tuple[ConformanceResult, GradientCanaryResult, float]:
@@ -307,15 +310,7 @@ def test_noise_calibrated_for_fewer_steps_than_taken(digits, monkeypatch, reset_
             return make_private(self, *args, **kwargs)
 
         monkeypatch.setattr(PrivacyEngine, "make_private", forgetting)
-    dp = DPSettings(
-        target_epsilon=2.0,
-        noise_multiplier=None,
-        delta=DELTA,
-        max_grad_norm=1.0,
-        accountant="rdp",
-        total_epochs=ROUNDS,
-    )
-    conformance, result, eps = _run(digits, dp)
+    conformance, result, eps = _run(digits, _calibrated("rdp"))
     failed = {c.name: c for c in conformance.failed}
     assert "epsilon" in failed and failed["epsilon"].factor > 1.2
     assert "noise was calibrated for fewer steps" in failed["epsilon"].message
