@@ -98,7 +98,9 @@ def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.dot(a, b))
 
 
-def implied_clip_ratio(rows: torch.Tensor, norms: torch.Tensor, clean: torch.Tensor, clip: float):
+def implied_clip_ratio(
+    rows: torch.Tensor, norms: torch.Tensor, clean: torch.Tensor, clip: float
+) -> float:
     """The clipping norm the real clipping used, over ``clip``: each row's factor solved by
     least squares from ``clean = sum_i f_i rows_i``, then the median clipped norm
     ``f_i |rows_i|`` over the rows it clipped (NaN: it clipped none)."""
