@@ -80,6 +80,10 @@ def logged_loader(
     return logged, log
 
 
+_DP_CALLS = ("clip_and_accumulate", "add_noise", "original_optimizer")
+"""What an Opacus ``DPOptimizer`` has that a plain optimizer does not."""
+
+
 def recorded_steps(history: list[tuple[float, float, int]]) -> int:
     """Steps in an Opacus accountant history."""
     return int(sum(h[2] for h in history))
@@ -158,6 +162,11 @@ class StepObserver:
     def install(self) -> None:
         """Wrap the instance's clipping, noise and inner step (the class is untouched)."""
         opt = self.optimizer
+        if missing := [n for n in _DP_CALLS if not hasattr(opt, n)]:
+            raise RuntimeError(
+                f"the optimizer DP-SGD runs with ({type(opt).__name__}) has no "
+                f"{', '.join(missing)}: it neither clips nor noises, so no update may leave"
+            )
         real_clip, real_noise = opt.clip_and_accumulate, opt.add_noise
         inner = opt.original_optimizer
         real_step = inner.step
