@@ -42,7 +42,7 @@ from audit.dp_conformance_evidence import (
     ConformanceEvidence,
 )
 
-__all__ = ["IndexLog", "StepObserver", "logged_loader", "recorded_steps"]
+__all__ = ["IndexLog", "StepObserver", "logged_loader", "recorded_steps", "require_dp_optimizer"]
 
 
 class IndexLog(torch.utils.data.Dataset):
@@ -82,6 +82,15 @@ def logged_loader(
 
 _DP_CALLS = ("clip_and_accumulate", "add_noise", "original_optimizer")
 """What an Opacus ``DPOptimizer`` has that a plain optimizer does not."""
+
+
+def require_dp_optimizer(optimizer: Any) -> None:
+    """Stop the round when the optimizer DP-SGD runs with cannot clip and noise."""
+    if missing := [n for n in _DP_CALLS if not hasattr(optimizer, n)]:
+        raise RuntimeError(
+            f"the optimizer DP-SGD runs with ({type(optimizer).__name__}) has no "
+            f"{', '.join(missing)}: it neither clips nor noises, so no update may leave"
+        )
 
 
 def recorded_steps(history: list[tuple[float, float, int]]) -> int:
@@ -162,11 +171,7 @@ class StepObserver:
     def install(self) -> None:
         """Wrap the instance's clipping, noise and inner step (the class is untouched)."""
         opt = self.optimizer
-        if missing := [n for n in _DP_CALLS if not hasattr(opt, n)]:
-            raise RuntimeError(
-                f"the optimizer DP-SGD runs with ({type(opt).__name__}) has no "
-                f"{', '.join(missing)}: it neither clips nor noises, so no update may leave"
-            )
+        require_dp_optimizer(opt)
         real_clip, real_noise = opt.clip_and_accumulate, opt.add_noise
         inner = opt.original_optimizer
         real_step = inner.step

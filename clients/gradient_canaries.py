@@ -45,7 +45,7 @@ from audit.gradient_canaries import (
     gradient_canary_audit,
     llr_increment,
 )
-from clients.dp_observer import IndexLog, StepObserver
+from clients.dp_observer import IndexLog, StepObserver, require_dp_optimizer
 from clients.privacy import DPSettings, PrivacyLedger
 from contracts.files import atomic_write
 
@@ -359,6 +359,7 @@ def attach(
     cannot be copied; ``max_grad_norm``: the configured C; ``seed``: the canaries' generator
     seed (a simulation), or None for the OS's entropy.
     """
+    require_dp_optimizer(optimizer)
     generator = _generator(seed)
     canaries = RoundCanaries(
         state,

@@ -322,6 +322,19 @@ def test_noise_calibrated_for_fewer_steps_than_taken(digits, monkeypatch, reset_
     assert {f"dp_conformance_{n}" for n in failed} <= {v.bound for v in _violations(result, eps)}
 
 
+def test_training_without_a_dp_optimizer_stops_the_round(digits, sigma_for_eps2, monkeypatch):
+    """A make_private that hands back the plain optimizer: nothing would clip or noise."""
+    real = PrivacyEngine.make_private
+
+    def plain(self, *args, optimizer, **kwargs):
+        module, _, loader = real(self, *args, optimizer=optimizer, **kwargs)
+        return module, optimizer, loader
+
+    monkeypatch.setattr(PrivacyEngine, "make_private", plain)
+    with pytest.raises(RuntimeError, match="neither clips nor noises, so no update may leave"):
+        _run(digits, _fixed(sigma_for_eps2))
+
+
 def test_null_trials_stay_within_beta():
     """200 honest one-round runs (real Opacus steps, a tiny model): each statistical check
     alarms in at most beta/2 of them, with the Clopper-Pearson upper end at most beta."""
