@@ -273,8 +273,8 @@ def _noise_lag1(ev: ConformanceEvidence, level: float) -> ConformanceCheck:
         normal_p(z, side="both"),
         level,
         mean,
-        f"successive steps' noise correlates at {mean:+.4f} on average over {lag.size} pairs "
-        f"(independent noise: 0 +- {1 / math.sqrt(ev.coordinates * lag.size):.4f})",
+        f"successive steps' noise correlates at {mean:+.2g} on average over {lag.size} pairs "
+        f"(independent noise: 0 +- {1 / math.sqrt(ev.coordinates * lag.size):.2g})",
     )
 
 
@@ -475,14 +475,24 @@ def _clipping(ev: ConformanceEvidence) -> ConformanceCheck:
 
 
 def _steps(ev: ConformanceEvidence, ledger_steps: int) -> ConformanceCheck:
+    """The ledger against the steps taken: per round (the accountant's own record of the
+    round) and in total. A ledger holding more steps than were observed in total, with
+    every round matching, is conservative (a round trained again after a restart)."""
     taken = ev.n_steps
     per_round = np.bincount(ev.steps["round"].astype(int), minlength=ev.rounds)
-    if ledger_steps == taken and np.array_equal(per_round, ev.ledger_steps):
+    factor = ledger_steps / taken if taken else None
+    if np.array_equal(per_round, ev.ledger_steps) and ledger_steps >= taken:
+        extra = (
+            ""
+            if ledger_steps == taken
+            else f" (and {ledger_steps - taken} more, e.g. a round trained again after a "
+            "restart: conservative)"
+        )
         return _check(
             "steps",
             True,
-            f"the ledger holds all {taken} noisy steps taken over {ev.rounds} rounds",
-            factor=1.0,
+            f"the ledger holds all {taken} noisy steps taken over {ev.rounds} rounds{extra}",
+            factor=factor,
         )
     rounds = (
         ""
@@ -494,8 +504,8 @@ def _steps(ev: ConformanceEvidence, ledger_steps: int) -> ConformanceCheck:
         "steps",
         False,
         f"the site's ledger accounts for {ledger_steps} of the {taken} noisy steps taken over "
-        f"{ev.rounds} rounds{rounds}: its epsilon does not cover the training",
-        factor=ledger_steps / taken if taken else None,
+        f"{ev.rounds} rounds{rounds}: its epsilon does not cover the training as taken",
+        factor=factor,
     )
 
 

@@ -335,6 +335,42 @@ def test_training_without_a_dp_optimizer_stops_the_round(digits, sigma_for_eps2,
         _run(digits, _fixed(sigma_for_eps2))
 
 
+def test_a_ledger_may_hold_more_steps_than_were_taken_never_fewer(digits, sigma_for_eps2):
+    """More (a round trained again after a restart) is conservative; fewer is a violation."""
+    dataset, task, start = digits
+    canaries = CanaryState.new(100, seed=2)
+    dp = _fixed(sigma_for_eps2)
+    train_locally(
+        task,
+        start,
+        x=dataset.x[:RECORDS],
+        y=dataset.y[:RECORDS],
+        epochs=1,
+        seed=0,
+        device=torch.device("cpu"),
+        dp=dp,
+        ledger=PrivacyLedger(accountant=dp.accountant, history=[]),
+        canaries=canaries,
+    )
+    assert canaries.evidence is not None
+    taken = canaries.evidence.n_steps
+
+    def steps_check(ledger_steps: int):
+        result = conformance_audit(
+            canaries.evidence,
+            beta=BETA,
+            ledger_steps=ledger_steps,
+            epsilon_taken=1.0,
+            epsilon_ledger=1.0,
+            epsilon_target=None,
+        )
+        return next(c for c in result.checks if c.name == "steps")
+
+    assert steps_check(taken).passed and steps_check(taken + 10).passed
+    fewer = steps_check(taken - 1)
+    assert not fewer.passed and f"accounts for {taken - 1} of the {taken}" in fewer.message
+
+
 def test_null_trials_stay_within_beta():
     """200 honest one-round runs (real Opacus steps, a tiny model): each statistical check
     alarms in at most beta/2 of them, with the Clopper-Pearson upper end at most beta."""
