@@ -54,7 +54,6 @@ from audit.dp_conformance_evidence import (
     NO_NOISE_CALL,
     ConformanceEvidence,
 )
-from contracts.json_values import json_safe
 
 __all__ = [
     "CHECKS",
@@ -140,14 +139,6 @@ class ConformanceResult:
     @property
     def failed(self) -> tuple[ConformanceCheck, ...]:
         return tuple(c for c in self.checks if not c.passed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(json_safe(self))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ConformanceResult:
-        checks = tuple(ConformanceCheck(**c) for c in data["checks"])
-        return cls(**{**data, "checks": checks})
 
 
 def _check(name: str, passed: bool, message: str, **kw: Any) -> ConformanceCheck:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -31,6 +31,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, RecordD
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 
+from audit.canaries.gradient_canaries import GradientCanaryResult
+from audit.site_results import SiteResults
 from clients.audit_handler import AuditRunner
 from clients.gradient_canaries import CanaryState, GradientCanarySettings
 from clients.inversion import InversionSettings, inversion_audit, keep_round
@@ -38,6 +40,7 @@ from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData
 from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
 from clients.training import TrainableTask, train_locally
+from contracts.site_audit import SiteAudit
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -48,11 +51,11 @@ from contracts.wire import (
     WHOAMI,
     AuditFailure,
     AuditInstructions,
-    AuditReply,
     TrainInstructions,
     TrainReply,
     WhoamiReply,
     WireError,
+    audit_record,
     round_arrays,
 )
 
@@ -71,8 +74,8 @@ class SiteRuntime:
     dp: DPSettings | None
     ledger_path: Path | None
     audit_runner: AuditRunner | None
-    """Runs the audit (:func:`clients.audit_handler.make_audit_runner`): the JSON-able
-    result, the canaries' one-run audit, and the earlier rounds' brief audits."""
+    """Runs the audit (:func:`clients.audit_handler.make_audit_runner`): PANORAMIA, the
+    canaries' one-run audit, and the earlier rounds' brief audits."""
     policy: SitePolicy = SitePolicy.simulated()
     """What the site accepts and lets leave (a SuperNode's node config; simulation: all)."""
     secure_noise: bool = False
@@ -156,7 +159,7 @@ def add_site_queries(app: ClientApp, resolve: Resolver) -> ClientApp:
                 with_traceback=runtime.policy.allow_tracebacks,
             )
             return Message(failure.to_error(), reply_to=msg)
-        return Message(content=RecordDict({AUDIT: reply.to_record()}), reply_to=msg)
+        return Message(content=RecordDict({AUDIT: audit_record(reply)}), reply_to=msg)
 
     return app
 
@@ -226,7 +229,9 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     return Message(content=content, reply_to=msg)
 
 
-def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float) -> AuditReply:
+def _audit(
+    msg: Message, context: Context, runtime: SiteRuntime, started: float
+) -> SiteAudit[SiteResults]:
     """Run the site's audit of the final model in ``msg``."""
     torch.set_num_threads(runtime.torch_threads)
     if runtime.audit_runner is None:
@@ -243,14 +248,13 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
 
     final = model_of(ARRAYS) if asked.main else None
     earlier = {r: model_of(round_arrays(r)) for r in asked.rounds}
-    output = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier)
+    results = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier)
     dp_eps = ledger = None
     if runtime.dp is not None:
         ledger = _ledger(runtime, context)
         dp_eps = ledger.epsilon(runtime.dp.delta)
-    gradient = inversion = None
     if asked.main:
-        gradient = _gradient_canary_audit(runtime, asked.seed, ledger)
+        inversion = []
         if runtime.inversion is not None:
             inversion = inversion_audit(
                 runtime.inversion,
@@ -258,23 +262,24 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
                 runtime.data,
                 seed=asked.seed * 31 + runtime.site_id,
             )
-    return AuditReply(
+        results = replace(
+            results,
+            gradient_canaries=_gradient_canary_audit(runtime, asked.seed, ledger),
+            inversion=inversion,
+        )
+    return SiteAudit(
         site_id=runtime.site_id,
-        result=output.result,
         n_members=int(len(runtime.data.train_x)),
         n_holdout=int(len(runtime.data.holdout_x)),
         elapsed_s=time.time() - started,
-        canary=output.canary,
         dp_epsilon=dp_eps,
-        by_round=output.by_round,
-        gradient_canaries=gradient,
-        inversion=inversion,
+        results=results,
     )
 
 
 def _gradient_canary_audit(
     runtime: SiteRuntime, seed: int, ledger: PrivacyLedger | None
-) -> dict | None:
+) -> GradientCanaryResult | None:
     """The site's white-box audit of its own DP-SGD: its canaries' statistics and the
     conformance checks of its real steps against its ledger."""
     settings = runtime.gradient_canaries
@@ -286,7 +291,7 @@ def _gradient_canary_audit(
             "(the site took part in no DP-SGD round)"
         )
     state = CanaryState.load(settings.state_path)
-    result = state.audit(
+    state = CanaryState.load(settings.state_path)
+    return state.audit(
         beta=settings.beta, seed=seed * 31 + runtime.site_id, dp=runtime.dp, ledger=ledger
     )
-    return result.to_dict()

@@ -1,7 +1,7 @@
 """Gradient canaries inside a site's DP-SGD, driven through the real path, and the
 observations behind the conformance checks (:mod:`audit.dp_conformance`).
 
-The site's canaries (:mod:`audit.gradient_canaries`) each own one coordinate of a phantom
+The site's canaries (:mod:`audit.canaries.gradient_canaries`) each own one coordinate of a phantom
 block that no record's loss touches. At every real step of the site's Opacus optimizer
 (:func:`attach`, hooks on the optimizer *instance*, :mod:`clients.dp_observer`):
 
@@ -37,14 +37,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from audit.dp_conformance import conformance_audit
-from audit.dp_conformance_evidence import ConformanceEvidence
-from audit.gradient_canaries import (
+from audit.canaries.gradient_canaries import (
     GradientCanaryResult,
     ThreatLevel,
     gradient_canary_audit,
     llr_increment,
 )
+from audit.dp_conformance import conformance_audit
+from audit.dp_conformance_evidence import ConformanceEvidence
 from clients.dp_observer import IndexLog, StepObserver, require_dp_optimizer
 from clients.privacy import DPSettings, PrivacyLedger
 from contracts.files import atomic_write
@@ -150,8 +150,8 @@ class CanaryState:
     def audit(
         self, *, beta: float, seed: int, dp: DPSettings, ledger: PrivacyLedger
     ) -> GradientCanaryResult:
-        """Both threat levels' bounds and estimates (:mod:`audit.gradient_canaries`) and the
-        conformance checks of the real steps against ``ledger`` and ``dp``
+        """Both threat levels' bounds and estimates (:mod:`audit.canaries.gradient_canaries`)
+        and the conformance checks of the real steps against ``ledger`` and ``dp``
         (:mod:`audit.dp_conformance`)."""
         if self.evidence is None or self.evidence.n_steps == 0:
             raise ValueError("no DP-SGD step was observed (nothing trained)")

@@ -5,6 +5,7 @@ digits)."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 
@@ -20,14 +21,16 @@ from opacus.optimizers.optimizer import DPOptimizer
 from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from scipy import stats
 
+from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.dp_conformance import STATISTICAL_CHECKS, ConformanceResult, conformance_audit
-from audit.gradient_canaries import GradientCanaryResult
+from audit.site_results import SiteResults
 from clients.gradient_canaries import CanaryState
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.training import train_locally
+from contracts.json_values import from_dict, json_safe
 from ml.datasets import load_dataset
 from reporting.aggregate import site_report
-from reporting.inputs import SiteAuditInput
+from reporting.inputs import SiteAuditRead
 from simulations.config import privacy_settings, validate_config
 from simulations.run_dir import DatasetMeta
 from simulations.run_task import make_task
@@ -116,16 +119,17 @@ def _fixed(sigma: float, accountant: str = "rdp") -> DPSettings:
 
 def _violations(result: GradientCanaryResult, dp_epsilon: float):
     """The consortium report's violations of a site with this white-box audit."""
-    audit = SiteAuditInput(
+    audit = SiteAuditRead(
         site_id=4,
         status="ok",
         n_members=RECORDS,
         n_holdout=0,
         dp_epsilon=dp_epsilon,
-        gradient_canaries=GradientCanaryResult.from_dict(result.to_dict()),
+        results=SiteResults(gradient_canaries=from_dict(GradientCanaryResult, json_safe(result))),
     )
     settings = privacy_settings({"dp": {"level": "record", "delta": DELTA, "accountant": "rdp"}})
-    return site_report(audit, rounds=[], settings=settings, client_dp=None).checks.bound_violations
+    report = site_report(4, audit, rounds=[], settings=settings, client_dp=None)
+    return report.checks.bound_violations
 
 
 def test_honest_run_passes_every_check(digits, sigma_for_eps2):
@@ -136,7 +140,8 @@ def test_honest_run_passes_every_check(digits, sigma_for_eps2):
     noise = next(c for c in conformance.checks if c.name == "noise_level")
     assert noise.factor == pytest.approx(1.0, abs=0.05)
     assert _violations(result, eps) == []
-    assert ConformanceResult.from_dict(conformance.to_dict()) == conformance
+    written = json.loads(json.dumps(json_safe(conformance)))
+    assert from_dict(ConformanceResult, written) == conformance
 
 
 # Faults a plugin module could inject into Opacus: (name, patch, the check that must fail,
