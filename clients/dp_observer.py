@@ -1,5 +1,5 @@
 """A site's real DP-SGD step, observed where the work happens (torch side of
-:mod:`audit.dp_conformance`).
+:mod:`audit.conformance.checks`).
 
 Hooks on the site's Opacus ``DPOptimizer`` *instance* and a thin wrapper of its dataset read
 the real work, never a replay of it:
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from audit.dp_conformance import CLIP_TOLERANCE
-from audit.dp_conformance_evidence import (
+from audit.conformance.checks import CLIP_TOLERANCE
+from audit.conformance.evidence import (
     NO_ACCOUNTANT_STEP,
     NO_CLEAN_SUM,
     NO_NOISE_CALL,

@@ -1,5 +1,5 @@
 """Gradient canaries inside a site's DP-SGD, driven through the real path, and the
-observations behind the conformance checks (:mod:`audit.dp_conformance`).
+observations behind the conformance checks (:mod:`audit.conformance.checks`).
 
 The site's canaries (:mod:`audit.canaries.gradient_canaries`) each own one coordinate of a phantom
 block that no record's loss touches. At every real step of the site's Opacus optimizer
@@ -43,8 +43,8 @@ from audit.canaries.gradient_canaries import (
     gradient_canary_audit,
     llr_increment,
 )
-from audit.dp_conformance import conformance_audit
-from audit.dp_conformance_evidence import ConformanceEvidence
+from audit.conformance.checks import conformance_audit
+from audit.conformance.evidence import ConformanceEvidence
 from clients.dp_observer import IndexLog, StepObserver, require_dp_optimizer
 from clients.privacy import DPSettings, PrivacyLedger
 from contracts.files import atomic_write
@@ -152,7 +152,7 @@ class CanaryState:
     ) -> GradientCanaryResult:
         """Both threat levels' bounds and estimates (:mod:`audit.canaries.gradient_canaries`)
         and the conformance checks of the real steps against ``ledger`` and ``dp``
-        (:mod:`audit.dp_conformance`)."""
+        (:mod:`audit.conformance.checks`)."""
         if self.evidence is None or self.evidence.n_steps == 0:
             raise ValueError("no DP-SGD step was observed (nothing trained)")
         conformance = conformance_audit(

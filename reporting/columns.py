@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from audit.dp_conformance import CHECKS, ConformanceCheck
+from audit.conformance.checks import CHECKS, ConformanceCheck
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.panoramia.sides import SIDES

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from audit.dp_conformance import ConformanceResult
+from audit.conformance.checks import ConformanceResult
 from audit.result import AuditFlags, AuditResult, Interval
 
 from .formatting import NOT_A_BOUND, SIDE_LABELS, fmt, scorer_values

@@ -225,7 +225,7 @@ def bound_violations(site: SiteReport) -> list[BoundViolation]:
 
 def conformance_violations(site: SiteReport) -> list[BoundViolation]:
     """The failed conformance checks of the site's real DP-SGD steps
-    (:mod:`audit.dp_conformance`), each a violation of the guarantee as stated."""
+    (:mod:`audit.conformance.checks`), each a violation of the guarantee as stated."""
     canaries = site.privacy.gradient_canaries
     conformance = None if canaries is None else canaries.conformance
     if conformance is None:

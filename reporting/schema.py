@@ -275,7 +275,7 @@ class PrivacyReport:
 
 CONFORMANCE_PREFIX = "dp_conformance_"
 """The ``bound`` key of a failed conformance check of a site's DP-SGD: this prefix and the
-check's name (:data:`audit.dp_conformance.CHECKS`)."""
+check's name (:data:`audit.conformance.checks.CHECKS`)."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from scipy import stats
 
 from audit.canaries.gradient_canaries import GradientCanaryResult
-from audit.dp_conformance import STATISTICAL_CHECKS, ConformanceResult, conformance_audit
+from audit.conformance.checks import STATISTICAL_CHECKS, ConformanceResult, conformance_audit
 from audit.site_results import SiteResults
 from clients.gradient_canaries import CanaryState
 from clients.privacy import DPSettings, PrivacyLedger

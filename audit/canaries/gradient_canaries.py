@@ -44,7 +44,7 @@ from typing import Annotated, Literal
 import numpy as np
 
 from audit.canaries.client_canaries import pooled_gaussian_epsilon
-from audit.dp_conformance import ConformanceResult
+from audit.conformance.checks import ConformanceResult
 from audit.stats.one_run import fdp_eps_lb, one_run_bound, steinke_eps_lb
 from contracts.json_values import NullAs
 
@@ -140,7 +140,7 @@ class GradientCanaryResult:
     delta: float
     levels: dict[str, LevelAudit]
     conformance: ConformanceResult | None = None
-    """The conformance checks of the site's real DP-SGD steps (:mod:`audit.dp_conformance`);
+    """The conformance checks of the site's real DP-SGD steps (:mod:`audit.conformance.checks`);
     None in audits older than them."""
 
     @property

@@ -7,7 +7,7 @@ noise multiplier ``sigma`` and sampling rate ``q`` and the *configured* clipping
 (never the optimizer's own, possibly faulty, attributes).
 
 Statistical checks, each a test at ``beta / 9`` (together at ``beta``; tail probabilities
-from :mod:`audit.conformance_stats`):
+from :mod:`audit.conformance.distributions`):
 
 * ``noise_level``: the noise the consumed gradients carry, ``u - a S`` with the scale ``a``
   fitted over every step, against ``sigma C`` (one-sided: less noise);
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from audit.conformance_stats import (
+from audit.conformance.distributions import (
     binomial_sum_tails,
     count_pmf,
     dispersion_p,
@@ -48,7 +48,7 @@ from audit.conformance_stats import (
     normal_p,
     unit_correlation_sf,
 )
-from audit.dp_conformance_evidence import (
+from audit.conformance.evidence import (
     NO_ACCOUNTANT_STEP,
     NO_CLEAN_SUM,
     NO_NOISE_CALL,

@@ -1,7 +1,7 @@
 """The distributions behind a site's DP-SGD conformance checks (numpy and scipy only).
 
 Each function gives a tail probability (a p-value) of one statistic under the hypothesis
-that the site's DP-SGD does what its accountant assumes; :mod:`audit.dp_conformance`
+that the site's DP-SGD does what its accountant assumes; :mod:`audit.conformance.checks`
 compares it with the check's share of beta.
 """
 

@@ -7,7 +7,7 @@ records each batch of the real loader loaded, and the accountant's recorded nois
 and sampling rate. They keep, per step, a few numbers of ``S`` and ``u`` (inner products
 and moments of the noise residual) and the residual on a fixed random subset of the model's
 coordinates; per loader draw its size; per record its inclusion count. Nothing here leaves
-the site: :func:`audit.dp_conformance.conformance_audit` reads it into pass/fail checks.
+the site: :func:`audit.conformance.checks.conformance_audit` reads it into pass/fail checks.
 """
 
 from __future__ import annotations
