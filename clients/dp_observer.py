@@ -58,8 +58,12 @@ class IndexLog(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> Any:
         return self.dataset[index]
 
-    def __getitems__(self, indices: list[int]) -> list[Any]:
+    def __getitems__(self, indices: list[int]) -> Any:
         self.draws.append([int(i) for i in indices])
+        # The wrapped dataset's own batch fetch where it has one (the task's records are
+        # gathered by one index): the batches are those of the loader without the log.
+        if (fetch := getattr(self.dataset, "__getitems__", None)) is not None:
+            return fetch(indices)
         return [self.dataset[i] for i in indices]
 
 
