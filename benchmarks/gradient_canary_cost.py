@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,17 +41,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(1)
-    config = load_config(
-        Path("configs/default.yaml"),
-        ["dp.enabled=true", f"dp.target_epsilon={args.eps}", "dp.accountant=prv"],
-    )
-    dataset = load_dataset(config.data.name)
-    task = make_task(config, DatasetMeta.of(dataset))
-    rng = np.random.default_rng(0)
-    members = rng.choice(len(dataset.x), 1_100, replace=False)
-    x, y = dataset.x[members], dataset.y[members]
-    assert dataset.public_x is not None and dataset.public_y is not None
-    test_x, test_y = dataset.public_x[:2000], dataset.public_y[:2000]
+    task, (x, y), (test_x, test_y) = _default_site(args.eps)
     torch.manual_seed(0)
     start = task.make_model().state_dict()
     dp = DPSettings(
@@ -65,36 +56,7 @@ def main() -> None:
     audited: dict[str, float] = {}
 
     def train(pairs: int) -> tuple[float, dict[str, torch.Tensor]]:
-        ledger = PrivacyLedger(accountant="prv", history=[])
-        canaries = CanaryState.new(pairs, seed=1) if pairs else None
-        state = start
-        began = time.perf_counter()
-        for r in range(args.rounds):
-            out = train_locally(
-                task,
-                state,
-                x=x,
-                y=y,
-                epochs=args.epochs,
-                seed=r,
-                device=torch.device("cpu"),
-                dp=dp,
-                ledger=ledger,
-                canaries=canaries,
-            )
-            state = out.state_dict
-        elapsed = time.perf_counter() - began
-        if canaries is not None:
-            began = time.perf_counter()
-            result = canaries.audit(beta=0.05, seed=0, dp=dp, ledger=ledger)
-            assert result.conformance is not None
-            audited.update(
-                hooks=canaries.seconds,
-                audit=time.perf_counter() - began,
-                failed=len(result.conformance.failed),
-                checks=len(result.conformance.checks),
-            )
-        return elapsed, state
+        return _train(task, start, (x, y), dp=dp, args=args, pairs=pairs, audited=audited)
 
     print(f"DP-SGD eps={args.eps:g}, {args.rounds} rounds x {args.epochs} local epochs, 1 site")
     ratios, states = [], {}
@@ -108,9 +70,9 @@ def main() -> None:
             f"{ratios[-1]:.2f}x; its hooks took {audited['hooks']:.1f} s of it"
         )
     identical = all(torch.equal(states[0][k], states[args.pairs][k]) for k in states[0])
-    model = task.make_model()
     accuracy = {}
     for pairs, state in states.items():
+        model = task.make_model()
         model.load_state_dict(state)
         accuracy[pairs] = task.evaluate(model, test_x, test_y, device=torch.device("cpu"))[
             "accuracy"
@@ -122,6 +84,66 @@ def main() -> None:
     )
     print(f"accuracy without / with: {accuracy[0]:.4f} / {accuracy[args.pairs]:.4f}")
     print(f"weights bit-identical: {identical}")
+
+
+def _train(
+    task: Any,
+    start: dict[str, torch.Tensor],
+    xy: tuple[np.ndarray, np.ndarray],
+    *,
+    dp: DPSettings,
+    args: argparse.Namespace,
+    pairs: int,
+    audited: dict[str, float],
+) -> tuple[float, dict[str, torch.Tensor]]:
+    """One site's rounds from ``start``, with ``pairs`` canary pairs (0: without the audit);
+    its training time and weights. With the audit, its hooks' time, the audit phase's time
+    and the checks' outcome go into ``audited``."""
+    ledger = PrivacyLedger(accountant="prv", history=[])
+    canaries = CanaryState.new(pairs, seed=1) if pairs else None
+    state = start
+    began = time.perf_counter()
+    for r in range(args.rounds):
+        out = train_locally(
+            task,
+            state,
+            x=xy[0],
+            y=xy[1],
+            epochs=args.epochs,
+            seed=r,
+            device=torch.device("cpu"),
+            dp=dp,
+            ledger=ledger,
+            canaries=canaries,
+        )
+        state = out.state_dict
+    elapsed = time.perf_counter() - began
+    if canaries is not None:
+        began = time.perf_counter()
+        result = canaries.audit(beta=0.05, seed=0, dp=dp, ledger=ledger)
+        assert result.conformance is not None
+        audited.update(
+            hooks=canaries.seconds,
+            audit=time.perf_counter() - began,
+            failed=len(result.conformance.failed),
+            checks=len(result.conformance.checks),
+        )
+    return elapsed, state
+
+
+def _default_site(eps: float) -> tuple[Any, tuple[np.ndarray, np.ndarray], tuple[Any, Any]]:
+    """The default's task under record-level DP at ``eps``, one site's 1,100 members and
+    2,000 public test records."""
+    config = load_config(
+        Path("configs/default.yaml"),
+        ["dp.enabled=true", f"dp.target_epsilon={eps}", "dp.accountant=prv"],
+    )
+    dataset = load_dataset(config.data.name)
+    task = make_task(config, DatasetMeta.of(dataset))
+    members = np.random.default_rng(0).choice(len(dataset.x), 1_100, replace=False)
+    assert dataset.public_x is not None and dataset.public_y is not None
+    members_xy = (dataset.x[members], dataset.y[members])
+    return task, members_xy, (dataset.public_x[:2000], dataset.public_y[:2000])
 
 
 if __name__ == "__main__":
