@@ -89,7 +89,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 def test_every_argument_of_every_command_has_help():
     parser = build_parser()
     commands = _subcommands(parser)
-    assert set(commands) == {"run", "report", "sweep", "audit", "bounds"}
+    assert set(commands) == {"run", "report", "sweep", "audit", "bounds", "cache"}
     missing = [
         f"{name} {action.option_strings or action.dest}"
         for name, command in [("panoramia-fl", parser), *commands.items()]
@@ -524,3 +524,20 @@ def test_a_config_yaml_edited_by_hand_is_refused_on_resume(run_dir, capsys, no_t
     assert cli_main(["run", "--resume", str(run_dir), "--set", "resources.num_cpus=1"]) == 0
     check_config_digest(layout.config)
     assert "num_cpus: 1" in layout.config.read_text()
+
+
+def test_cache_show_and_clear(tmp_path, monkeypatch, capsys):
+    import torch
+
+    from simulations.weights_cache import CACHE_ENV, WeightsCache
+
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(CACHE_ENV, "off")  # --cache overrides it (and is undone after)
+    WeightsCache(folder, "reference-models").store("k" * 64, {"w": torch.ones(3)}, about={})
+    assert cli_main(["cache", "show", "--cache", str(folder)]) == 0
+    assert f"{folder}: 1 entries" in capsys.readouterr().out
+    assert cli_main(["cache", "clear", "--cache", str(folder)]) == 0
+    assert f"{folder}: removed 1 files" in capsys.readouterr().out
+    assert WeightsCache(folder, "reference-models").load("k" * 64) is None
+    assert cli_main(["cache", "show", "--cache", "off"]) == 0
+    assert "off" in capsys.readouterr().out
