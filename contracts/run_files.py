@@ -52,6 +52,15 @@ harness when it trains; read by a site report's manifest."""
 REPLICATES_FILE = "replicates.json"
 """A replicate set's report, in the folder that holds its runs (:func:`replicate_run_dir`)."""
 
+REPORT_JSON = "report.json"
+"""The run's report (``reporting``): every number, with its interval, ceiling and flags."""
+REPORT_CSV = "report.csv"
+"""The report's site table, one row per site."""
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+LEDGER_CSV = "ledger.csv"
+"""The run's privacy ledger, one row per site and guarantee."""
+
 NoiseSource = Literal["seeded", "os-entropy"]
 """``seeded``: from the run's seed (simulation, reproducible); ``os-entropy``: each site and
 the server seed their noise from the operating system's entropy (a real deployment)."""
@@ -248,6 +257,26 @@ class RunLayout:
     @property
     def lock(self) -> Path:
         return self.root / LOCK_FILE
+
+    @property
+    def report_json(self) -> Path:
+        return self.root / REPORT_JSON
+
+    @property
+    def report_csv(self) -> Path:
+        return self.root / REPORT_CSV
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / REPORT_MD
+
+    @property
+    def report_html(self) -> Path:
+        return self.root / REPORT_HTML
+
+    @property
+    def ledger_csv(self) -> Path:
+        return self.root / LEDGER_CSV
 
     @property
     def replicates(self) -> Path:

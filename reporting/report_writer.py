@@ -26,7 +26,7 @@ def report_warnings(inputs: RunInputs, report: RunReport) -> list[str]:
 def written_report_warnings(layout: RunLayout, config: ReportConfig) -> list[str]:
     """:func:`report_warnings` of a run whose report is written (none without one), read
     from the run's files as :func:`write_report` reads them."""
-    if not (layout.root / "report.json").exists():
+    if not layout.report_json.exists():
         return []
     inputs = load_run(layout, config)
     return report_warnings(inputs, build_report(inputs))
@@ -50,17 +50,16 @@ def write_report(layout: RunLayout, config: ReportConfig) -> ReportFiles:
     """
     inputs = load_run(layout, config)
     report = build_report(inputs)
-    root = layout.root
     return ReportFiles(
-        json_path=atomic_write_text(root / "report.json", report_to_json_text(report)),
-        csv_path=write_rows(root / "report.csv", site_rows(report.sites)),
+        json_path=atomic_write_text(layout.report_json, report_to_json_text(report)),
+        csv_path=write_rows(layout.report_csv, site_rows(report.sites)),
         md_path=atomic_write_text(
-            root / "report.md", render_markdown(report, config.name, audited=config.audited)
+            layout.report_md, render_markdown(report, config.name, audited=config.audited)
         ),
         html_path=atomic_write_text(
-            root / "report.html", render_html(report, config.name, audited=config.audited)
+            layout.report_html, render_html(report, config.name, audited=config.audited)
         ),
         site_reports=write_site_reports(inputs, report),
-        ledger_csv_path=write_rows(root / "ledger.csv", ledger_csv_rows(report)),
+        ledger_csv_path=write_rows(layout.ledger_csv, ledger_csv_rows(report)),
         warnings=report_warnings(inputs, report),
     )

@@ -64,9 +64,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     untrained = untrained_reason(read_rounds(layout))
     if untrained is not None:
         # Everything is written (report included); the exit status tells scripts and sweeps.
-        raise UserError(f"{run_dir}: {untrained}; report: {run_dir / 'report.html'}")
+        raise UserError(f"{run_dir}: {untrained}; report: {layout.report_html}")
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
-    print(f"done: {timings}\nreport: {run_dir / 'report.html'}")
+    print(f"done: {timings}\nreport: {layout.report_html}")
     return SITES_LOST if _say_losses(layout, f"panoramia-fl run --resume {run_dir}") else 0
 
 
