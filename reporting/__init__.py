@@ -10,7 +10,6 @@ from .report_writer import (
     report_warnings,
     write_report,
     written_report_losses,
-    written_report_warnings,
 )
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport, report_json
 from .site_report import SITE_REPORTS_DIR, write_site_report
@@ -34,5 +33,4 @@ __all__ = [
     "write_site_report",
     "write_sweep_report",
     "written_report_losses",
-    "written_report_warnings",
 ]

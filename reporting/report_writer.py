@@ -23,15 +23,6 @@ def report_warnings(inputs: RunInputs, report: RunReport) -> list[str]:
     return [*inputs.warnings, *violation_warnings(report.sites)]
 
 
-def written_report_warnings(layout: RunLayout, config: ReportConfig) -> list[str]:
-    """:func:`report_warnings` of a run whose report is written (none without one), read
-    from the run's files as :func:`write_report` reads them."""
-    if not layout.report_json.exists():
-        return []
-    inputs = load_run(layout, config)
-    return report_warnings(inputs, build_report(inputs))
-
-
 def written_report_losses(layout: RunLayout, config: ReportConfig) -> LostSites:
     """What the run in ``layout`` lost (:func:`~.lost_sites.lost_sites`), read from its
     files as :func:`write_report` reads them."""

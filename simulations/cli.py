@@ -57,10 +57,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise
         return _memory_killed(err, f"panoramia-fl run --resume {run_dir}", kept=run_dir)
     from contracts.run_log import read_rounds, untrained_reason
-    from reporting import written_report_warnings
-    from simulations.config import report_config
 
-    _print_warnings(written_report_warnings(layout, report_config(layout)))
+    _print_warnings(outcome.report_warnings)
     untrained = untrained_reason(read_rounds(layout))
     if untrained is not None:
         # Everything is written (report included); the exit status tells scripts and sweeps.
@@ -163,8 +161,7 @@ def _run_replicates(args: argparse.Namespace) -> int:
     """``run CONFIG --seeds N``: N runs of the config, one per seed, and their report."""
     import time
 
-    from reporting import written_report_warnings
-    from simulations.config import ConfigError, load_config, report_config
+    from simulations.config import ConfigError, load_config
     from simulations.replicates import SET_SUFFIX, run_replicates
 
     if args.resume is not None or args.config is None:
@@ -188,7 +185,7 @@ def _run_replicates(args: argparse.Namespace) -> int:
         return _memory_killed(err, again, kept=set_dir)
     lost = False
     for seed, layout in outcome.runs:
-        _print_warnings(written_report_warnings(layout, report_config(layout)))
+        _print_warnings(outcome.report_warnings.get(seed, []))
         lost |= _say_losses(layout, again, label=f"seed {seed}: ")
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
     print(f"done: {timings}, total {time.time() - t0:.1f}s\nreport: {outcome.files.html_path}")

@@ -39,6 +39,9 @@ SET_SUFFIX = "-replicates"
 class ReplicateOutcome:
     files: ReportFiles
     runs: list[tuple[int, RunLayout]]
+    report_warnings: dict[int, list[str]] = field(default_factory=dict)
+    """Each run's report warnings (:attr:`~simulations.runner.RunOutcome.report_warnings`),
+    by seed."""
     timings: dict[str, float] = field(default_factory=dict)
     """Each run's total seconds (``seed-<s>_s``)."""
 
@@ -72,6 +75,7 @@ def run_replicates(
 
     runs: list[tuple[int, RunLayout]] = []
     timings: dict[str, float] = {}
+    report_warnings: dict[int, list[str]] = {}
     with SharedRay() as shared:  # Ray starts once for the set
         for seed, replicate in replicate_configs(config, n, key=key):
             run_dir = replicate_run_dir(set_dir, seed)
@@ -80,6 +84,7 @@ def run_replicates(
                 outcome = run_experiment(replicate, run_dir, verbose=verbose)
             timings[f"seed-{seed}_s"] = outcome.timings["total_s"]
             runs.append((seed, outcome.layout))
+            report_warnings[seed] = outcome.report_warnings
     files = write_replicate_report(
         set_dir,
         runs,
@@ -87,4 +92,6 @@ def run_replicates(
         name=config.name,
         partition_seed=config.partition.seed_for(config.seed),
     )
-    return ReplicateOutcome(files=files, runs=runs, timings=timings)
+    return ReplicateOutcome(
+        files=files, runs=runs, report_warnings=report_warnings, timings=timings
+    )

@@ -43,6 +43,9 @@ class RunOutcome:
     timings: dict[str, float] = field(default_factory=dict)
     reference_models: ReferenceModelsDone | None = None
     """The shared reference models trained and loaded from the cache (None: none fetched)."""
+    report_warnings: list[str] = field(default_factory=list)
+    """The written report's lines for stderr (``reporting.ReportFiles.warnings``); none when
+    the run wrote no report."""
 
     @property
     def run_dir(self) -> Path:
@@ -298,7 +301,7 @@ def _run(
         t = time.time()
         from reporting import write_report as write
 
-        write(layout, report_config(layout))
+        outcome.report_warnings = write(layout, report_config(layout)).warnings
         outcome.timings["report_s"] = time.time() - t
     outcome.timings["total_s"] = time.time() - t0
     return outcome

@@ -38,7 +38,6 @@ from audit.result import (
 from contracts.json_values import json_safe
 from contracts.run_files import RunLayout
 from reporting import ReportFiles, RunInputs, load_run, write_report, write_site_report
-from reporting.report_writer import written_report_warnings
 from reporting.site_report import site_report_paths
 from simulations.config import report_config
 
@@ -534,12 +533,6 @@ def load_run_of(run_dir: Path) -> RunInputs:
     """The run's report inputs, its config read as the CLI reads it."""
     layout = run_files(run_dir)
     return load_run(layout, report_config(layout))
-
-
-def warnings_of(run_dir: Path) -> list[str]:
-    """The bound violations ``panoramia-fl run`` prints for a run it finished."""
-    layout = run_files(run_dir)
-    return written_report_warnings(layout, report_config(layout))
 
 
 def site_pages(run_dir: Path, site_id: int) -> ReportFiles:

@@ -159,10 +159,16 @@ def test_resume_reruns_only_missing_audits(run_dir, capsys):
     kept_time = kept.stat().st_mtime_ns
     ckpt_time = (run_dir / "global_model.pt").stat().st_mtime_ns
     (run_dir / "audits" / "site-0.json").unlink()
+    stray = run_dir / "audits" / "site-9.json"  # of no listed site: the report's warning
+    stray.write_bytes(kept.read_bytes())
     # Site 2 fails again: the run says so on stderr and exits with the lost-sites status.
     assert cli_main(["run", "--resume", str(run_dir)]) == 75
+    stray.unlink()
     said = [line for line in capsys.readouterr().err.splitlines() if "panoramia-fl:" in line]
-    assert said[0].startswith("panoramia-fl: Site audits lost: site 2 failed (SplitError: ")
+    assert said[0] == f"panoramia-fl: {stray}: site 9 is not in partition.json, so its " + (
+        "audit file is no site of this consortium's and is left out of the report"
+    )
+    assert said[1].startswith("panoramia-fl: Site audits lost: site 2 failed (SplitError: ")
     assert (
         said[-1]
         == f"panoramia-fl: audit the lost sites again with: panoramia-fl run --resume {run_dir}"
