@@ -41,6 +41,7 @@ from audit.canaries.client_canaries import (
     ClientCanaryResult,
     estimate_threat,
 )
+from audit.stats.one_run_methods import DEFAULT_DELTA
 from contracts.checkpoint import StateDict, load_checkpoint
 from contracts.files import atomic_write_text
 from contracts.json_values import json_safe
@@ -61,7 +62,7 @@ class CanaryClientSettings:
     """Probability that an inserted canary takes part in a round (``fl.fraction_train``)."""
     keys: tuple[str, ...]
     """The trainable parameters, in the order the directions flatten them."""
-    delta: float = 1e-5
+    delta: float = DEFAULT_DELTA
     """delta of the estimate and the bound (``dp.delta``)."""
     beta: float = 0.05
     """Level of the lower bound."""

@@ -25,6 +25,7 @@ from audit.canaries.gradient_canaries import MIN_GRADIENT_CANARIES
 from audit.config import AuditConfig, StrictModel
 from audit.inversion.attack import InversionConfig
 from audit.result import finite
+from audit.stats.one_run_methods import DEFAULT_DELTA
 from contracts.dp_level import DPLevel, resolve_dp_level
 from contracts.errors import RunFileError, UserError
 from contracts.plugins import PLUGINS_KEY, PluginError, import_plugins
@@ -109,7 +110,7 @@ class DPConfig(StrictModel):
     enabled: bool = Field(False, description="record-level DP-SGD (set from level)")
     target_epsilon: float | None = Field(None, gt=0, description="for the whole training")
     noise_multiplier: float | None = Field(None, gt=0)
-    delta: float = Field(1e-5, gt=0, lt=1)
+    delta: float = Field(DEFAULT_DELTA, gt=0, lt=1)
     max_grad_norm: float = Field(1.0, gt=0)
     accountant: Literal["rdp", "prv"] = "rdp"
     client: ClientDPConfig = Field(default_factory=ClientDPConfig)

@@ -14,5 +14,5 @@ METHOD_LABELS: dict[Method, str] = {
 """How reports name each method."""
 
 DEFAULT_DELTA = 1e-5
-"""delta of the one-run bounds when nobody states one (the run config's ``dp.delta`` default
-and the f-DP paper's Table 1)."""
+"""The default delta, defined here only: of the one-run bounds when nobody states one (the
+f-DP paper's Table 1), of the run config's ``dp.delta`` and of the canary clients' estimate."""
