@@ -343,25 +343,19 @@ def _add_cache_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from simulations import cmd_bounds
+def _add_set_option(parser: argparse.ArgumentParser, *, help: str) -> None:
+    """``--set KEY=VALUE``, repeatable: overrides of the file the command reads."""
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help)
 
-    parser = argparse.ArgumentParser(
-        prog="panoramia-fl",
-        description="Federated training with per-site PANORAMIA privacy audits: run, resume, "
-        "report, sweep, audit, bounds and cache. 'panoramia-fl COMMAND --help' describes each.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
 
+def _add_verbose_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
+
+
+def _add_run_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser("run", help="federated training, per-site audits and the report")
     run.add_argument("config", nargs="?", help="YAML experiment config")
-    run.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set fl.rounds=3",
-    )
+    _add_set_option(run, help="override a config key, e.g. --set fl.rounds=3")
     run.add_argument("--out", type=Path, help="run directory (default output_dir/name)")
     run.add_argument(
         "--plugin",
@@ -385,9 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
         "again continues them",
     )
     _add_cache_option(run)
-    run.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
+    _add_verbose_option(run)
     run.set_defaults(func=cmd_run)
 
+
+def _add_report_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     report = sub.add_parser(
         "report", help="regenerate report.* and site-reports/ from a run's saved results"
     )
@@ -401,34 +397,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.set_defaults(func=cmd_report)
 
+
+def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sweep = sub.add_parser("sweep", help="run a grid of configs and compare them")
     sweep.add_argument("sweep", help="sweep YAML (base config + grid)")
-    sweep.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
+    _add_set_option(
+        sweep,
         help="override a key of the sweep file, e.g. --set replicates=3 (each point over 3 "
         "seeds, with between-run error bars)",
     )
     _add_cache_option(sweep)
-    sweep.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
+    _add_verbose_option(sweep)
     sweep.set_defaults(func=cmd_sweep)
 
+
+def _add_audit_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     audit = sub.add_parser("audit", help="audit a saved global model on one site's data")
     audit.add_argument("checkpoint", help="global_model.pt (or a round checkpoint)")
     audit.add_argument("--config", required=True, help="the run's config.yaml")
     audit.add_argument("--site", type=int, required=True, help="whose members to audit (site ID)")
-    audit.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a key of that config, e.g. --set audit.settings.repeats=1",
+    _add_set_option(
+        audit, help="override a key of that config, e.g. --set audit.settings.repeats=1"
     )
     audit.add_argument("--out", help="write the full AuditResult JSON here")
     audit.set_defaults(func=cmd_audit)
 
+
+def _add_cache_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cache = sub.add_parser(
         "cache", help="show or clear the weights cache (reference models shared by runs)"
     )
@@ -436,6 +431,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache_option(cache)
     cache.set_defaults(func=cmd_cache)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """``panoramia-fl`` and its commands, each added by a function of its own."""
+    from simulations import cmd_bounds
+
+    parser = argparse.ArgumentParser(
+        prog="panoramia-fl",
+        description="Federated training with per-site PANORAMIA privacy audits: run, resume, "
+        "report, sweep, audit, bounds and cache. 'panoramia-fl COMMAND --help' describes each.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
+    for add_command in (
+        _add_run_command,
+        _add_report_command,
+        _add_sweep_command,
+        _add_audit_command,
+        _add_cache_command,
+    ):
+        add_command(sub)
     cmd_bounds.register(sub)
     return parser
 
