@@ -59,11 +59,13 @@ def register(subparsers: Any) -> None:
             "--delta instead (labels are inclusion coins)."
         ),
     )
-    _add_arguments(parser)
+    _add_test_arguments(parser)
+    _add_one_run_arguments(parser)
     parser.set_defaults(func=run)
 
 
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_test_arguments(parser: argparse.ArgumentParser) -> None:
+    """The input file and the PANORAMIA / O(1) test's options."""
     parser.add_argument("file", type=Path, help="CSV (score,label) or NPZ (scores, labels)")
     parser.add_argument(
         "--beta",
@@ -93,6 +95,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "and print both sides; the two tests share --beta, so each side runs at beta/2. "
         "Not with --o1, which already counts both kinds of guesses",
     )
+
+
+def _add_one_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--one-run`` and the options it takes."""
     parser.add_argument(
         "--one-run",
         choices=METHODS,
@@ -354,7 +360,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry point: ``python -m simulations.cmd_bounds FILE [...]``."""
     parser = argparse.ArgumentParser(prog="panoramia-fl bounds")
-    _add_arguments(parser)
+    _add_test_arguments(parser)
+    _add_one_run_arguments(parser)
     return run(parser.parse_args(argv))
 
 
