@@ -196,10 +196,7 @@ def prepare_run_dir(
     (:func:`ml.canaries.draw_canaries`).
     """
     layout.root.mkdir(parents=True, exist_ok=True)
-    written = (layout.config, layout.partition, layout.dataset, layout.metrics, layout.noise)
-    for path in (*written, layout.final_model, layout.client_dp_ledger, layout.client_canaries):
-        if path.is_dir():
-            raise RunFileError(f"{path} is a directory where the run writes a file: move it away")
+    _refuse_folders_at_files(layout)
     adopt_config(config, layout)
     text = dump_config(config)
     if _prepared(config, layout):
@@ -208,12 +205,7 @@ def prepare_run_dir(
             check(meta)
         return meta
     # The data first: a config whose data cannot be loaded leaves the directory as it was.
-    dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
-    if config.audit.enabled and config.audit.reference_pool and dataset.public_x is None:
-        raise DataError(
-            f"audit.reference_pool: dataset {config.data.name!r} has no public split "
-            "(Dataset.public_x), which the sites' reference pools are drawn from"
-        )
+    dataset = _load_checked_dataset(config)
     meta = DatasetMeta.of(dataset)
     if check is not None:
         check(meta)
@@ -221,7 +213,40 @@ def prepare_run_dir(
     seed = config.partition.seed_for(config.seed)
     sites = partition(dataset, config.partition, seed=seed)
     summary = partition_summary(dataset, sites, scheme=config.partition.scheme, seed=seed)
+    _write_site_files(config, layout, dataset, sites)
+    _write_public(layout, dataset)
+    # The config only once the set-up succeeded: a partition that fails (too few records
+    # for the sites) leaves nothing that would refuse the corrected command as another run.
+    atomic_write_text(layout.partition, json.dumps(summary, indent=1))
+    atomic_write_text(layout.config, text)
+    meta.write(layout)
+    return meta
 
+
+def _refuse_folders_at_files(layout: RunLayout) -> None:
+    """A folder where the run writes a file is an error naming it (before anything runs)."""
+    written = (layout.config, layout.partition, layout.dataset, layout.metrics, layout.noise)
+    for path in (*written, layout.final_model, layout.client_dp_ledger, layout.client_canaries):
+        if path.is_dir():
+            raise RunFileError(f"{path} is a directory where the run writes a file: move it away")
+
+
+def _load_checked_dataset(config: ExperimentConfig) -> Dataset:
+    """The config's dataset, refused when the audit draws reference pools from a public
+    split it lacks."""
+    dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
+    if config.audit.enabled and config.audit.reference_pool and dataset.public_x is None:
+        raise DataError(
+            f"audit.reference_pool: dataset {config.data.name!r} has no public split "
+            "(Dataset.public_x), which the sites' reference pools are drawn from"
+        )
+    return dataset
+
+
+def _write_site_files(
+    config: ExperimentConfig, layout: RunLayout, dataset: Dataset, sites: list[SiteSplit]
+) -> None:
+    """Each site's data file, with its canaries and coins when ``audit.canaries`` > 0."""
     for split in sites:
         data = site_data(dataset, split)
         if config.audit.canaries > 0:
@@ -231,18 +256,17 @@ def prepare_run_dir(
             )
             data = data.with_canaries(canaries.x, canaries.y, canaries.included, kind=canaries.kind)
         data.save(layout.site_file(split.site_id))
-    if dataset.public_x is not None:
-        optional = {"y": dataset.public_y, "groups": dataset.public_groups}
-        # Any, not ndarray: mypy would match ndarray values against savez's `allow_pickle: bool`.
-        arrays: dict[str, Any] = {"x": dataset.public_x}
-        arrays.update((key, value) for key, value in optional.items() if value is not None)
-        atomic_write(layout.public, lambda fh: np.savez(fh, **arrays), private=True)
-    # The config only once the set-up succeeded: a partition that fails (too few records
-    # for the sites) leaves nothing that would refuse the corrected command as another run.
-    atomic_write_text(layout.partition, json.dumps(summary, indent=1))
-    atomic_write_text(layout.config, text)
-    meta.write(layout)
-    return meta
+
+
+def _write_public(layout: RunLayout, dataset: Dataset) -> None:
+    """The public split (``sites/public.npz``), when the dataset has one."""
+    if dataset.public_x is None:
+        return
+    optional = {"y": dataset.public_y, "groups": dataset.public_groups}
+    # Any, not ndarray: mypy would match ndarray values against savez's `allow_pickle: bool`.
+    arrays: dict[str, Any] = {"x": dataset.public_x}
+    arrays.update((key, value) for key, value in optional.items() if value is not None)
+    atomic_write(layout.public, lambda fh: np.savez(fh, **arrays), private=True)
 
 
 def read_public(path: Path) -> Records:
