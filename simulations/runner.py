@@ -242,6 +242,10 @@ def run_experiment(
         return _run(config, layout, verbose=verbose, write_report=write_report)
 
 
+Phases = list[tuple[tuple[str, ...], tuple[float, float]]]
+"""The simulations still to run: their phases and per-site (CPUs, GPUs)."""
+
+
 def _run(
     config: ExperimentConfig, layout: RunLayout, *, verbose: bool, write_report: bool
 ) -> RunOutcome:
@@ -249,11 +253,36 @@ def _run(
     t0 = time.time()
     meta = prepare_run_dir(config, layout, check=lambda m: check_run_task(config, m))
     outcome.timings["data_s"] = time.time() - t0
+    _run_phases(config, meta, layout, outcome, verbose=verbose)
+    if config.audit.canary_clients > 0 and config.audit.canary_twin:
+        _train_twin(config, layout, outcome, verbose=verbose)
+    if write_report:
+        t = time.time()
+        from reporting import write_report as write
+
+        outcome.report_warnings = write(layout, report_config(layout)).warnings
+        outcome.timings["report_s"] = time.time() - t
+    outcome.timings["total_s"] = time.time() - t0
+    return outcome
+
+
+def _site_resources(config: ExperimentConfig) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Per-site (CPUs, GPUs) of training and of the audits."""
     res: ResourcesConfig = config.resources
-    train = (res.num_cpus, _gpus(res.num_gpus, config.partition.num_sites))
-    audit = (res.audit_num_cpus, _gpus(res.audit_num_gpus, config.partition.num_sites))
-    phases: list[tuple[tuple[str, ...], tuple[float, float]]] = []
+    sites = config.partition.num_sites
+    return (res.num_cpus, _gpus(res.num_gpus, sites)), (
+        res.audit_num_cpus,
+        _gpus(res.audit_num_gpus, sites),
+    )
+
+
+def _plan_phases(config: ExperimentConfig, layout: RunLayout) -> Phases:
+    """Training when rounds are missing (the platform recorded first), the audits when a
+    site's are; one simulation when both fit the same resources (Ray starts once)."""
+    train, audit = _site_resources(config)
+    phases: Phases = []
     if not training_done(config, layout):
+        res = config.resources
         info = collect_platform(site_torch_threads=res.torch_threads, cuda_used=train[1] > 0)
         write_platform(layout, info)
         last = latest_round_checkpoint(layout)
@@ -264,10 +293,22 @@ def _run(
     rounds = config.audit.audited_rounds(config.fl.rounds)
     if config.audit.enabled and plan_audits(layout, sites, config.fl.rounds, rounds):
         phases.append((("audit",), audit))
-    # One simulation when both phases fit the same resources: Ray starts once.
     if len(phases) == 2 and phases[0][1] == phases[1][1]:
         phases = [(("train", "audit"), train)]
-    for names, (cpus, gpus) in phases:
+    return phases
+
+
+def _run_phases(
+    config: ExperimentConfig,
+    meta: DatasetMeta,
+    layout: RunLayout,
+    outcome: RunOutcome,
+    *,
+    verbose: bool,
+) -> None:
+    """One simulation per planned phase, timed; the audits' reference models first."""
+    _, audit = _site_resources(config)
+    for names, (cpus, gpus) in _plan_phases(config, layout):
         before = None
         if "audit" in names and reference_count(config) > 0:
             before = _reference_models_step(
@@ -286,22 +327,19 @@ def _run(
         )
         spent = time.time() - t - outcome.timings.get("reference_models_s", 0.0)
         outcome.timings["+".join(names) + "_s"] = spent
-    if config.audit.canary_clients > 0 and config.audit.canary_twin:
-        t = time.time()
-        twin_cpus, twin_gpus = train
-        train_twin_and_record(
-            config,
-            layout,
-            train=lambda c, m, d: _simulate(
-                c, m, d, phases=("train",), num_cpus=twin_cpus, num_gpus=twin_gpus, verbose=verbose
-            ),
-        )
-        outcome.timings["no_canary_twin_s"] = time.time() - t
-    if write_report:
-        t = time.time()
-        from reporting import write_report as write
 
-        outcome.report_warnings = write(layout, report_config(layout)).warnings
-        outcome.timings["report_s"] = time.time() - t
-    outcome.timings["total_s"] = time.time() - t0
-    return outcome
+
+def _train_twin(
+    config: ExperimentConfig, layout: RunLayout, outcome: RunOutcome, *, verbose: bool
+) -> None:
+    """The run trained again without its canary clients, with training's resources."""
+    t = time.time()
+    (twin_cpus, twin_gpus), _ = _site_resources(config)
+    train_twin_and_record(
+        config,
+        layout,
+        train=lambda c, m, d: _simulate(
+            c, m, d, phases=("train",), num_cpus=twin_cpus, num_gpus=twin_gpus, verbose=verbose
+        ),
+    )
+    outcome.timings["no_canary_twin_s"] = time.time() - t
