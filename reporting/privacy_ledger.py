@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from audit.client_canaries import ClientCanaryResult, ThreatModel
 from audit.one_run import METHOD_LABELS, Method
 from audit.result import finite
-from contracts.dp_level import DPLevel
+from contracts.dp_level import CLIENT_LEVELS, RECORD_LEVELS, DPLevel
 from contracts.run_log import ClientDPLedgerFile, RoundRecord
 
 from .inputs import SiteAuditInput
@@ -83,11 +83,11 @@ class PrivacySettings:
 
     @property
     def record_level(self) -> bool:
-        return self.dp_level in ("record", "both")
+        return self.dp_level in RECORD_LEVELS
 
     @property
     def client_level(self) -> bool:
-        return self.dp_level in ("client", "both")
+        return self.dp_level in CLIENT_LEVELS
 
     @property
     def private(self) -> bool | None:

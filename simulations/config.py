@@ -23,7 +23,13 @@ from audit.config import AuditConfig, StrictModel
 from audit.gradient_canaries import MIN_GRADIENT_CANARIES
 from audit.inversion import InversionConfig
 from audit.result import finite
-from contracts.dp_level import DPLevel, resolve_dp_level
+from contracts.dp_level import (
+    CLIENT_LEVELS,
+    RECORD_LEVELS,
+    DPLevel,
+    SecureAggregationMode,
+    resolve_dp_level,
+)
 from contracts.errors import RunFileError, UserError
 from contracts.plugins import PLUGINS_KEY, PluginError, import_plugins
 from contracts.run_files import RunLayout
@@ -69,14 +75,25 @@ class FLConfig(StrictModel):
     proximal_mu: float = Field(0.01, ge=0, description="FedProx proximal weight")
     server_learning_rate: float = Field(0.01, gt=0, description="FedAdam eta")
     central_evaluation: bool = True
+    secure_aggregation: SecureAggregationMode = Field(
+        "none",
+        description="ideal: the server's strategy receives only the weighted sum of each "
+        "round's updates (pairwise masks that cancel in the sum; a simulation setting, refused "
+        "on a deployment: docs/dp_settings.md); none: each site's update in the clear",
+    )
 
 
 class ClientDPConfig(StrictModel):
-    """Client-level DP through Flower's strategy wrappers: each sampled site's update is
-    clipped (on the server or by a client mod) and Gaussian noise is added to the mean."""
+    """Client-level DP: each sampled site's update is clipped and Gaussian noise of std
+    ``z * C`` is added to their sum, by the server through Flower's strategy wrappers
+    (``dp.level: client``; clipping on the server or by a client mod), or in shares of
+    ``z * C / sqrt(n)`` by each of the ``n`` sites of a round (``dp.level: distributed``)."""
 
     noise_multiplier: float | None = Field(
-        None, gt=0, description="z: noise std = z * clipping norm / sites per round"
+        None,
+        gt=0,
+        description="z: noise std = z * clipping norm on the sum of the sites' updates "
+        "(z * C / sites per round on their mean)",
     )
     target_epsilon: float | None = Field(
         None, gt=0, description="site-level epsilon over all rounds at dp.delta (calibrates z)"
@@ -119,7 +136,7 @@ class DPConfig(StrictModel):
             object.__setattr__(self, "target_epsilon", None)
         level = resolve_dp_level(self.level, enabled=self.enabled, record_epsilon_inf=no_record)
         object.__setattr__(self, "level", level)
-        object.__setattr__(self, "enabled", level in ("record", "both"))
+        object.__setattr__(self, "enabled", level in RECORD_LEVELS)
         if self.enabled and (self.target_epsilon is None) == (self.noise_multiplier is None):
             raise ValueError("set exactly one of target_epsilon or noise_multiplier")
         client = self.client
@@ -138,8 +155,13 @@ class DPConfig(StrictModel):
 
     @property
     def client_level(self) -> bool:
-        """Clipped site updates and a noised aggregate (Flower's wrappers)."""
-        return self.level in ("client", "both")
+        """Clipped site updates and a noised aggregate (central or distributed)."""
+        return self.level in CLIENT_LEVELS
+
+    @property
+    def distributed(self) -> bool:
+        """Each site clips its update and adds its share of the client-level noise."""
+        return self.level == "distributed"
 
     @property
     def any_level(self) -> bool:
@@ -317,14 +339,17 @@ class ExperimentConfig(StrictModel):
     @model_validator(mode="after")
     def _consistent(self) -> ExperimentConfig:
         client = self.dp.client
-        if self.dp.client_level and self.fl.strategy not in ("fedavg", "fedprox"):
+        _who_holds_updates(self)
+        central = self.dp.client_level and not self.dp.distributed
+        if central and self.fl.strategy not in ("fedavg", "fedprox"):
             # Flower's noise calibration is for the (uniform) mean of clipped updates; a
-            # server optimiser (FedAdam) would noise its own step instead.
+            # server optimiser (FedAdam) would noise its own step instead. (Distributed
+            # noise is in the sum already: a server optimiser post-processes it.)
             raise ValueError(
                 f"dp.level: client-level DP needs fl.strategy fedavg or fedprox, "
                 f"not {self.fl.strategy}"
             )
-        if self.dp.client_level and client.clipping == "adaptive":
+        if central and client.clipping == "adaptive":
             per_round = sites_per_round(self.partition.num_sites, self.fl.fraction_train)
             count_std = client.clipped_count_stddev or per_round / 20
             z = client.noise_multiplier
@@ -382,6 +407,42 @@ class ExperimentConfig(StrictModel):
                 "epsilon at dp.delta (leave audit.settings.delta unset)"
             )
         return self
+
+
+def _who_holds_updates(config: ExperimentConfig) -> None:
+    """Distributed client-level DP and ideal secure aggregation: the combinations they
+    allow (a ``ValueError`` naming the key)."""
+    dp, client = config.dp, config.dp.client
+    if dp.distributed and client.clipping == "adaptive":
+        raise ValueError(
+            "dp.client.clipping: distributed DP clips with a fixed norm at each site "
+            "(adaptive clipping needs the server to count clipped updates)"
+        )
+    explicit = "clipping_side" in client.model_fields_set
+    if dp.distributed and explicit and client.clipping_side != "client":
+        raise ValueError(
+            "dp.client.clipping_side: under dp.level distributed each site clips its own "
+            "update (leave clipping_side unset)"
+        )
+    if config.fl.secure_aggregation == "none":
+        return
+    if dp.client_level and not dp.distributed:
+        raise ValueError(
+            f"fl.secure_aggregation: ideal hides each site's update from the server, which "
+            f"central client-level DP (dp.level {dp.level}) needs in order to clip and noise "
+            "it; use dp.level distributed (each site clips and adds its share of the noise)"
+        )
+    if sites_per_round(config.partition.num_sites, config.fl.fraction_train) < 2:
+        raise ValueError(
+            "fl.secure_aggregation: ideal needs at least 2 sites a round (a sum of one update "
+            "is that update); raise partition.num_sites or fl.fraction_train"
+        )
+    if config.audit.canary_clients and not dp.distributed:
+        raise ValueError(
+            "audit.canary_clients: under fl.secure_aggregation ideal the canaries are scaled "
+            "to the clipping norm of dp.level distributed (without DP they take the sites' "
+            "update norms, which the server no longer sees)"
+        )
 
 
 def sites_per_round(num_sites: int, fraction: float) -> int:
@@ -526,9 +587,7 @@ def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
     accountant = str(section.get("accountant") or "rdp")
     return PrivacySettings(
         dp_level=level,
-        record_accountant=(
-            record_accountant_name(accountant) if level in ("record", "both") else None
-        ),
+        record_accountant=(record_accountant_name(accountant) if level in RECORD_LEVELS else None),
         delta=finite(section.get("delta")),
         canaries=int(canaries) if canaries and canaries > 0 else None,
     )
