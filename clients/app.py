@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -332,6 +333,7 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
                 runtime.task,
                 runtime.data,
                 seed=asked.seed * 31 + runtime.site_id,
+                sums=_round_sums(runtime, arrays),
             )
     return AuditReply(
         site_id=runtime.site_id,
@@ -345,6 +347,15 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
         gradient_canaries=gradient,
         inversion=inversion,
     )
+
+
+def _round_sums(runtime: SiteRuntime, arrays: Any) -> dict[int, dict[str, torch.Tensor]] | None:
+    """Under secure aggregation, the global weights after each round the inversion audit
+    attacks (sent with the audit: the server held only that round's sum); else None."""
+    if runtime.secure_sum is None or runtime.inversion is None:
+        return None
+    rounds = [r for r in runtime.inversion.config.rounds if round_arrays(r) in arrays]
+    return {r: arrays[round_arrays(r)].to_torch_state_dict() for r in rounds}
 
 
 def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> dict | None:
@@ -361,4 +372,9 @@ def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> dict | None:
     result = state.audit(
         beta=settings.beta, delta=runtime.dp.delta, seed=seed * 31 + runtime.site_id
     )
+    if runtime.secure_sum is not None:
+        # The server holds the round's sum, not this site's update: the server level reads
+        # the site's own update, so it says nothing of that server (not measured).
+        levels = {k: v for k, v in result.levels.items() if k != "server"}
+        result = replace(result, levels=levels)
     return result.to_dict()

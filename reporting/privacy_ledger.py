@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from audit.client_canaries import ClientCanaryResult, ThreatModel
 from audit.one_run import METHOD_LABELS, Method
 from audit.result import finite
-from contracts.dp_level import CLIENT_LEVELS, RECORD_LEVELS, DPLevel
+from contracts.dp_level import CLIENT_LEVELS, RECORD_LEVELS, DPLevel, SecureAggregationMode
 from contracts.run_log import ClientDPLedgerFile, RoundRecord
 
 from .inputs import SiteAuditInput
@@ -80,6 +80,8 @@ class PrivacySettings:
     """``dp.delta`` (record level; client level too unless its ledger states its own)."""
     canaries: int | None
     """``audit.canaries`` when positive."""
+    secure_aggregation: SecureAggregationMode = "none"
+    """``fl.secure_aggregation``: ``ideal`` when the server held only each round's sum."""
 
     @property
     def record_level(self) -> bool:
@@ -151,6 +153,10 @@ def site_privacy(
         canary=canary,
         gradient_canaries=audit.gradient_canaries,
         inversion=list(audit.inversion),
+        client_epsilon_server=None if ledger_site is None else ledger_site.epsilon_server,
+        client_epsilon_record_server=(
+            None if ledger_site is None else ledger_site.epsilon_record_server
+        ),
     )
 
 
@@ -172,6 +178,17 @@ def released_model_epsilon(privacy: PrivacyReport) -> float | None:
     audits measure that model, so their lower bounds are checked against it.
     """
     present = [e for e in (privacy.dp_epsilon, privacy.client_epsilon_record) if e is not None]
+    return min(present) if present else None
+
+
+def server_epsilon(privacy: PrivacyReport) -> float | None:
+    """The epsilon of one of the site's records against the server itself: the smaller of
+    the record-level epsilon (DP-SGD at the site) and the one distributed client-level DP
+    implies against it (None without either: central client-level DP gives the server
+    nothing, it sees each update before the noise)."""
+    present = [
+        e for e in (privacy.dp_epsilon, privacy.client_epsilon_record_server) if e is not None
+    ]
     return min(present) if present else None
 
 

@@ -108,6 +108,9 @@ class ServerSettings:
     secure_aggregation: SecureAggregationMode = "none"
     """``ideal``: the strategy receives only each round's weighted sum
     (:mod:`server.secure_aggregation`; a simulation setting)."""
+    aggregate_rounds: tuple[int, ...] = ()
+    """Rounds whose global weights go with each main audit, so that a site can read what the
+    server held of that round, the sum (secure aggregation with ``audit.inversion``)."""
 
     @property
     def fanout(self) -> AuditFanout:
@@ -118,6 +121,7 @@ class ServerSettings:
             audit_rounds=self.audit_rounds,
             timeout_s=self.timeout_s,
             progress=self.progress,
+            aggregate_rounds=self.aggregate_rounds,
         )
 
 
@@ -131,6 +135,8 @@ class AuditFanout:
     audit_rounds: tuple[int, ...] = ()
     timeout_s: float = 24 * 3600.0
     progress: bool = True
+    aggregate_rounds: tuple[int, ...] = ()
+    """Rounds whose global weights go with each main audit besides ``audit_rounds``'."""
 
 
 def wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
@@ -338,14 +344,17 @@ def run_audits(
     if not plans:
         return
     node_of_site = {s: n for n, s in site_of_node.items()}
-    weights = round_weights(layout, tuple(sorted({r for p in plans for r in p.rounds})))
+    wanted = {r for p in plans for r in p.rounds} | set(settings.aggregate_rounds)
+    weights = round_weights(layout, tuple(sorted(wanted)))
     messages = []
     for plan in plans:
         asked = AuditInstructions(seed=settings.seed, rounds=plan.rounds, main=plan.main)
         records: dict[str, Any] = {CONFIG: asked.to_record()}
+        sent = set(plan.rounds)
         if plan.main:
             records[ARRAYS] = ArrayRecord(state)
-        records.update({round_arrays(r): weights[round_arrays(r)] for r in plan.rounds})
+            sent |= set(settings.aggregate_rounds)
+        records.update({round_arrays(r): weights[round_arrays(r)] for r in sorted(sent)})
         messages.append(
             Message(
                 content=RecordDict(records),

@@ -271,7 +271,17 @@ def server_settings(
         audit_rounds=config.audit.audited_rounds(config.fl.rounds),
         stop=stop,
         secure_aggregation=config.fl.secure_aggregation,
+        aggregate_rounds=aggregate_rounds(config),
     )
+
+
+def aggregate_rounds(config: ExperimentConfig) -> tuple[int, ...]:
+    """The rounds whose sum each site's inversion audit attacks under secure aggregation
+    (the server holds nothing else of them); () otherwise."""
+    inversion = config.audit.inversion
+    if config.fl.secure_aggregation == "none" or inversion is None:
+        return ()
+    return tuple(sorted(set(inversion.rounds)))
 
 
 def build_apps(

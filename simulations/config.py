@@ -585,11 +585,13 @@ def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
             raise RunFileError(f"config.yaml: {exc}") from exc
     canaries = finite(_section(raw, "audit").get("canaries"))
     accountant = str(section.get("accountant") or "rdp")
+    secure = _section(raw, "fl").get("secure_aggregation", "none")
     return PrivacySettings(
         dp_level=level,
         record_accountant=(record_accountant_name(accountant) if level in RECORD_LEVELS else None),
         delta=finite(section.get("delta")),
         canaries=int(canaries) if canaries and canaries > 0 else None,
+        secure_aggregation="ideal" if secure == "ideal" else "none",
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage
 from audit.result import (
     AuditFlags,
@@ -525,3 +526,30 @@ def warnings_of(run_dir: Path) -> list[str]:
 def site_pages(run_dir: Path, site_id: int) -> ReportFiles:
     """Where the run's report puts site ``site_id``'s page."""
     return site_report_paths(run_files(run_dir), site_id)
+
+
+def inversion_entry(round_: int, quality: float, baseline: float) -> dict[str, Any]:
+    """An inversion audit's summary of one attacked round (a FedSGD batch of 64 images)."""
+    return InversionResult(
+        round=round_,
+        attack="fedsgd",
+        modality="image",
+        measure="ssim",
+        threshold=0.6,
+        n_records=64,
+        n_dummies=64,
+        n_scored=64,
+        quality_mean=quality,
+        quality_median=quality,
+        quality_max=min(1.0, quality + 0.1),
+        share_rebuilt=1.0 if quality >= 0.6 else 0.0,
+        psnr_mean=20.0,
+        baseline_quality_mean=baseline,
+        baseline_quality_max=baseline + 0.1,
+        baseline_share_rebuilt=0.0,
+        baseline_psnr_mean=9.0,
+        match_loss=0.01,
+        iterations=300,
+        seconds=42.0,
+        dp_epsilon=None,
+    ).to_dict()

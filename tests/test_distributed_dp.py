@@ -36,7 +36,24 @@ from simulations.runner import run_experiment
 Z, CLIP, SITES = 1.5, 0.02, 3
 
 
-def _config(dp: dict, *, sites: int = SITES, rounds: int = 2, **fl: Any) -> Any:
+# The audit phase, small: what is checked is what each site reads and what comes back.
+AUDIT = {
+    "enabled": True,
+    "settings": {
+        "quick": True,
+        "helper_epochs": 2,
+        "splits": {"generator": 100, "train": 60, "val": 30},
+        "generator": {"kind": "cgan", "epochs": 2},
+        "classifier": {"epochs": [2], "gbm_iterations": [50]},
+        "calibration": {"reference_models": 0},
+    },
+    "inversion": {"rounds": [1], "iterations": 5, "restarts": 1, "max_records": 8},
+}
+
+
+def _config(
+    dp: dict, *, sites: int = SITES, rounds: int = 2, audit: bool = False, **fl: Any
+) -> Any:
     return validate_config(
         {
             "name": "distributed",
@@ -46,7 +63,7 @@ def _config(dp: dict, *, sites: int = SITES, rounds: int = 2, **fl: Any) -> Any:
             "model": {"name": "small_cnn", "options": {"width": 8}},
             "fl": {"rounds": rounds, "local_epochs": 1, "batch_size": 32, **fl},
             "dp": dp,
-            "audit": {"enabled": False},
+            "audit": AUDIT if audit else {"enabled": False},
         }
     )
 
@@ -266,12 +283,14 @@ def _recorded_run(run_dir: Path, config: Any) -> dict[str, list[Any]]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict]]:
     """The same distributed run with its updates in the clear and with ideal secure
-    aggregation (same seeds: the sites train and noise alike in both)."""
+    aggregation (same seeds: the sites train and noise alike in both); the latter audited,
+    the inversion audit included."""
     root = tmp_path_factory.mktemp("distributed")
-    return {
-        name: (root / name, _recorded_run(root / name, _config(DISTRIBUTED, **fl)))
-        for name, fl in (("clear", {}), ("ideal", {"secure_aggregation": "ideal"}))
+    configs = {
+        "clear": _config(DISTRIBUTED),
+        "ideal": _config(DISTRIBUTED, audit=True, secure_aggregation="ideal"),
     }
+    return {name: (root / name, _recorded_run(root / name, c)) for name, c in configs.items()}
 
 
 def _start(run_dir: Path) -> np.ndarray:
