@@ -50,6 +50,7 @@ from flwr.serverapp.strategy import Strategy
 
 from contracts.secure_sum import (
     FIXED_POINT_BITS,
+    MIN_PARTIES,
     RING_DTYPE,
     SECURE_SUM,
     SecureSumInstructions,
@@ -85,6 +86,14 @@ class SecureAggregation(DelegatingStrategy):
         record = self.sites.rounds[server_round]
         if not record.public_keys:
             return self.inner.aggregate_train(server_round, [])
+        if len(record.public_keys) < MIN_PARTIES:
+            # The sum of one update is that update: no site would mask for it.
+            alone = {
+                s: f"the only site left of the round (at least {MIN_PARTIES} needed)"
+                for s in record.public_keys
+            }
+            self._void(record, alone)
+            return None, None
         total = self._secure_sum(server_round, record)
         if total is None:
             return None, None

@@ -77,9 +77,8 @@ class FLConfig(StrictModel):
     central_evaluation: bool = True
     secure_aggregation: SecureAggregationMode = Field(
         "none",
-        description="ideal: the server's strategy receives only the weighted sum of each "
-        "round's updates (pairwise masks that cancel in the sum; a simulation setting, refused "
-        "on a deployment: docs/dp_settings.md); none: each site's update in the clear",
+        description="ideal: the server's strategy gets only each round's weighted sum "
+        "(simulation only; docs/dp_settings.md); none: each site's update in the clear",
     )
 
 
@@ -410,38 +409,30 @@ class ExperimentConfig(StrictModel):
 
 
 def _who_holds_updates(config: ExperimentConfig) -> None:
-    """Distributed client-level DP and ideal secure aggregation: the combinations they
-    allow (a ``ValueError`` naming the key)."""
+    """The combinations distributed DP and ideal secure aggregation allow (a ``ValueError``
+    naming the key)."""
     dp, client = config.dp, config.dp.client
     if dp.distributed and client.clipping == "adaptive":
         raise ValueError(
             "dp.client.clipping: distributed DP clips with a fixed norm at each site "
             "(adaptive clipping needs the server to count clipped updates)"
         )
-    explicit = "clipping_side" in client.model_fields_set
-    if dp.distributed and explicit and client.clipping_side != "client":
-        raise ValueError(
-            "dp.client.clipping_side: under dp.level distributed each site clips its own "
-            "update (leave clipping_side unset)"
-        )
+    side = client.clipping_side if "clipping_side" in client.model_fields_set else "client"
+    if dp.distributed and side != "client":
+        raise ValueError("dp.client.clipping_side: under dp.level distributed each site clips")
     if config.fl.secure_aggregation == "none":
         return
     if dp.client_level and not dp.distributed:
         raise ValueError(
-            f"fl.secure_aggregation: ideal hides each site's update from the server, which "
-            f"central client-level DP (dp.level {dp.level}) needs in order to clip and noise "
-            "it; use dp.level distributed (each site clips and adds its share of the noise)"
+            f"fl.secure_aggregation: ideal hides each update from the server, which central "
+            f"client-level DP (dp.level {dp.level}) must clip and noise: use dp.level distributed"
         )
     if sites_per_round(config.partition.num_sites, config.fl.fraction_train) < 2:
-        raise ValueError(
-            "fl.secure_aggregation: ideal needs at least 2 sites a round (a sum of one update "
-            "is that update); raise partition.num_sites or fl.fraction_train"
-        )
+        raise ValueError("fl.secure_aggregation: ideal needs at least 2 sites a round")
     if config.audit.canary_clients and not dp.distributed:
         raise ValueError(
-            "audit.canary_clients: under fl.secure_aggregation ideal the canaries are scaled "
-            "to the clipping norm of dp.level distributed (without DP they take the sites' "
-            "update norms, which the server no longer sees)"
+            "audit.canary_clients: under fl.secure_aggregation ideal they need dp.level "
+            "distributed (the server no longer sees the update norms that scale them)"
         )
 
 
