@@ -4,6 +4,7 @@ show what reaches the server's process and files."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -276,7 +277,7 @@ def _recorded_run(run_dir: Path, config: Any) -> dict[str, list[Any]]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(InMemoryGrid, "pull_messages", recording_pull)
         patch.setattr(SiteFedAvg, "aggregate_train", recording_aggregate)
-        run_experiment(config, run_dir, write_report=False)
+        run_experiment(config, run_dir, write_report=config.audit.enabled)
     return seen
 
 
@@ -357,7 +358,21 @@ def test_the_server_never_holds_a_single_sites_update(runs):
         delta = _flat(load_checkpoint(path).state_dict).astype(np.float64) - start
         for update in updates:
             assert np.linalg.norm(delta - update) > 0.3 * np.linalg.norm(update), path
-    assert not any(layout.site_state.iterdir())  # the sites' kept updates are gone too
+    kept = [p.name for p in layout.site_state.iterdir() if "secure-sum" in p.name]
+    assert kept == []  # the sites' kept updates are gone once masked
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_each_site_attacks_the_rounds_sum_the_server_held(runs):
+    """Under secure aggregation the audit query carries round 1's weights after the sum,
+    and each site's inversion audit attacks that round's aggregate."""
+    run_dir, _ = runs["ideal"]
+    audits = [json.loads(p.read_text()) for p in sorted((run_dir / "audits").glob("site-*.json"))]
+    assert [a["status"] for a in audits] == ["ok"] * SITES
+    assert all([e["round"] for e in a["inversion"]] == [1] for a in audits)
+    page = (run_dir / "site-reports" / "site-0.html").read_text()
+    assert "Can the server rebuild your records from the round&#x27;s sum?" in page
 
 
 @pytest.mark.ray

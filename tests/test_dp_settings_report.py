@@ -117,9 +117,10 @@ def test_the_sweep_says_what_the_server_holds_and_what_each_party_measured(tmp_p
         ledger = list(csv.DictReader(fh))
     assert {r["secure_aggregation"] for r in ledger} == {"ideal"}
     assert {r["client_epsilon_server"] for r in ledger} == {"8.0"}
-    assert "DP level of the run: distributed; secure aggregation: ideal" in (
-        ideal / "report.md"
-    ).read_text()
+    assert (
+        "DP level of the run: distributed; secure aggregation: ideal"
+        in (ideal / "report.md").read_text()
+    )
     page = (ideal / "site-reports" / "site-0.html").read_text()
     assert "Can the server rebuild your records from the round&#x27;s sum?" in page
     assert "holds only each round&#x27;s sum" in page  # the threat model says so too
