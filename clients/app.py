@@ -33,6 +33,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, 
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 
+from audit.canaries.gradient_canaries import GradientCanaryResult
+from audit.site_results import SiteResults
 from clients.audit_handler import AuditRunner
 from clients.distributed_dp import DistributedDPSettings, applied, noise_generator, privatised
 from clients.gradient_canaries import CanaryState, GradientCanarySettings
@@ -48,6 +50,7 @@ from contracts.secure_sum import (
     SecureSumInstructions,
     weight_of,
 )
+from contracts.site_audit import SiteAudit
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -58,11 +61,11 @@ from contracts.wire import (
     WHOAMI,
     AuditFailure,
     AuditInstructions,
-    AuditReply,
     TrainInstructions,
     TrainReply,
     WhoamiReply,
     WireError,
+    audit_record,
     round_arrays,
 )
 
@@ -81,8 +84,8 @@ class SiteRuntime:
     dp: DPSettings | None
     ledger_path: Path | None
     audit_runner: AuditRunner | None
-    """Runs the audit (:func:`clients.audit_handler.make_audit_runner`): the JSON-able
-    result, the canaries' one-run audit, and the earlier rounds' brief audits."""
+    """Runs the audit (:func:`clients.audit_handler.make_audit_runner`): PANORAMIA, the
+    canaries' one-run audit, and the earlier rounds' brief audits."""
     policy: SitePolicy = SitePolicy.simulated()
     """What the site accepts and lets leave (a SuperNode's node config; simulation: all)."""
     secure_noise: bool = False
@@ -185,7 +188,7 @@ def add_site_queries(app: ClientApp, resolve: Resolver) -> ClientApp:
                 with_traceback=runtime.policy.allow_tracebacks,
             )
             return Message(failure.to_error(), reply_to=msg)
-        return Message(content=RecordDict({AUDIT: reply.to_record()}), reply_to=msg)
+        return Message(content=RecordDict({AUDIT: audit_record(reply)}), reply_to=msg)
 
     return app
 
@@ -303,7 +306,9 @@ def _secure_sum_reply(
     return Message(content=content, reply_to=msg)
 
 
-def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float) -> AuditReply:
+def _audit(
+    msg: Message, context: Context, runtime: SiteRuntime, started: float
+) -> SiteAudit[SiteResults]:
     """Run the site's audit of the final model in ``msg``."""
     torch.set_num_threads(runtime.torch_threads)
     if runtime.audit_runner is None:
@@ -320,13 +325,12 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
 
     final = model_of(ARRAYS) if asked.main else None
     earlier = {r: model_of(round_arrays(r)) for r in asked.rounds}
-    output = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier)
+    results = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier)
     dp_eps = None
     if runtime.dp is not None:
         dp_eps = _ledger(runtime, context).epsilon(runtime.dp.delta)
-    gradient = inversion = None
     if asked.main:
-        gradient = _gradient_canary_audit(runtime, asked.seed)
+        inversion = []
         if runtime.inversion is not None:
             inversion = inversion_audit(
                 runtime.inversion,
@@ -335,17 +339,18 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
                 seed=asked.seed * 31 + runtime.site_id,
                 sums=_round_sums(runtime, arrays),
             )
-    return AuditReply(
+        results = replace(
+            results,
+            gradient_canaries=_gradient_canary_audit(runtime, asked.seed),
+            inversion=inversion,
+        )
+    return SiteAudit(
         site_id=runtime.site_id,
-        result=output.result,
         n_members=int(len(runtime.data.train_x)),
         n_holdout=int(len(runtime.data.holdout_x)),
         elapsed_s=time.time() - started,
-        canary=output.canary,
         dp_epsilon=dp_eps,
-        by_round=output.by_round,
-        gradient_canaries=gradient,
-        inversion=inversion,
+        results=results,
     )
 
 
@@ -358,7 +363,7 @@ def _round_sums(runtime: SiteRuntime, arrays: Any) -> dict[int, dict[str, torch.
     return {r: arrays[round_arrays(r)].to_torch_state_dict() for r in rounds}
 
 
-def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> dict | None:
+def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> GradientCanaryResult | None:
     """The site's white-box audit of its own DP-SGD from its canaries' statistics."""
     settings = runtime.gradient_canaries
     if settings is None or runtime.dp is None:
@@ -377,4 +382,4 @@ def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> dict | None:
         # the site's own update, so it says nothing of that server (not measured).
         levels = {k: v for k, v in result.levels.items() if k != "server"}
         result = replace(result, levels=levels)
-    return result.to_dict()
+    return result

@@ -16,8 +16,12 @@ def run_epoch(
     loss_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
     device: torch.device,
 ) -> float:
-    """One pass over ``loader``; returns the mean training loss."""
-    total, count = 0.0, 0
+    """One pass over ``loader``; returns the mean training loss.
+
+    The loss is summed on the device, in float64 (as a Python float would), and read once
+    at the end: a read per step would make the host wait for each step, and the GPU for
+    the host between steps."""
+    total, count = torch.zeros((), dtype=torch.float64), 0
     for batch in loader:
         # A no-op for the task's loaders (records already on the device); Opacus's empty
         # Poisson batch is built on the host.
@@ -28,6 +32,6 @@ def run_epoch(
         loss = loss_fn(batch)
         loss.backward()
         optimizer.step()
-        total += float(loss.detach()) * len(batch[0])
+        total = total.to(loss.device) + loss.detach().double() * len(batch[0])
         count += len(batch[0])
-    return total / max(count, 1)
+    return float(total) / max(count, 1)

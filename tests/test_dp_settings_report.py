@@ -21,7 +21,8 @@ from builders import (
     write_run,
 )
 
-from audit.gradient_canaries import gradient_canary_audit
+from audit.canaries.gradient_canaries import gradient_canary_audit
+from contracts.json_values import json_safe
 from reporting import SweepPoint, write_sweep_report
 from reporting.columns import SiteRow
 from reporting.observers import NOT_SEEN, OBSERVER_COLUMNS, SERVER_VIEWS
@@ -50,7 +51,7 @@ def _run(
 ) -> Path:
     result = make_result([1.0, 1.0], [1.1, 1.2], o1=[0.2, 0.3])
     audits = {
-        s: ok_audit(s, result) | {"inversion": [inversion_entry(1, q, 0.30)]}
+        s: ok_audit(s, result) | {"inversion": [json_safe(inversion_entry(1, q, 0.30))]}
         for s, q in ((0, 0.91), (1, 0.35))
     }
     run = write_run(tmp_path / name, n_sites=2, audits=audits)
@@ -147,7 +148,7 @@ def test_a_white_box_server_reading_under_secure_aggregation_is_not_measured(tmp
     )
     run = _run(tmp_path, "r", level="record", secure="ideal", ledger=None)
     audit_file = run / "audits" / "site-0.json"
-    audit = json.loads(audit_file.read_text()) | {"gradient_canaries": canaries.to_dict()}
+    audit = json.loads(audit_file.read_text()) | {"gradient_canaries": json_safe(canaries)}
     audit_file.write_text(json.dumps(audit))
     report = build_sweep_report(tmp_path, [SweepPoint("r", {}, run_files(run))], report_config)
     point = report.points[0]
