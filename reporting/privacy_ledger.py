@@ -111,16 +111,14 @@ def site_privacy(
 
     Record level: the audit file's ``dp_epsilon``, else the last metrics round's. Client
     level: the server ledger's, else (site level only) the last metrics round's
-    ``dp_epsilon_client``. Against the server only the site's own DP-SGD counts: the server
-    sees the site's update before its client-level noise is added.
+    ``dp_epsilon_client``; against the server itself, the ledger's (distributed DP only).
     """
-    sid = site_id
-    record, source = _record_epsilon(sid, audit, rounds)
+    record, source = _record_epsilon(site_id, audit, rounds)
     results = SiteResults() if audit is None else audit.results
-    ledger_site = None if client_dp is None else client_dp.sites.get(str(sid))
+    ledger_site = None if client_dp is None else client_dp.sites.get(str(site_id))
     client = ledger_site.epsilon if ledger_site is not None else None
     if client is None:
-        client = _last_round(sid, rounds, "dp_epsilon_client")
+        client = _last_round(site_id, rounds, "dp_epsilon_client")
     # DP on without an accountant's number yet (a run cut short): delta is still known.
     delta = settings.delta if record is not None or settings.private or client is not None else None
     client_on = settings.client_level or client is not None or client_dp is not None
