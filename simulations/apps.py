@@ -69,7 +69,7 @@ def client_dp_settings(config: ExperimentConfig) -> ClientDPSettings | None:
         noise_multiplier=z,
         delta=config.dp.delta,
         clipping=client.clipping,
-        clipping_side="client" if distributed else client.clipping_side,
+        clipping_side=client.clipping_side,
         clipping_norm=client.clipping_norm,
         target_clipped_quantile=client.target_clipped_quantile,
         clip_norm_lr=client.clip_norm_lr,

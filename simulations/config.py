@@ -417,8 +417,11 @@ def _who_holds_updates(config: ExperimentConfig) -> None:
             "dp.client.clipping: distributed DP clips with a fixed norm at each site "
             "(adaptive clipping needs the server to count clipped updates)"
         )
-    side = client.clipping_side if "clipping_side" in client.model_fields_set else "client"
-    if dp.distributed and side != "client":
+    if dp.distributed and "clipping_side" not in client.model_fields_set:
+        # The resolved config (config.yaml) says where the clipping happens, and reads back.
+        client = client.model_copy(update={"clipping_side": "client"})
+        object.__setattr__(dp, "client", client)
+    if dp.distributed and client.clipping_side != "client":
         raise ValueError("dp.client.clipping_side: under dp.level distributed each site clips")
     if config.fl.secure_aggregation == "none":
         return

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import yaml
 from builders import run_files
 from flwr.app import Message
 from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv
@@ -30,7 +31,7 @@ from deployment.flower_apps import IdealSecureAggregationRefused, refuse_simulat
 from server.client_dp import ClientDPLedger, ClientDPSettings, gaussian_epsilon
 from server.strategy import SiteFedAvg
 from simulations.apps import server_settings
-from simulations.config import ConfigError, validate_config
+from simulations.config import ConfigError, dump_config, validate_config
 from simulations.run_dir import DatasetMeta
 from simulations.runner import run_experiment
 
@@ -196,6 +197,14 @@ def test_distributed_dp_allows_a_server_optimiser_and_a_deployment_refuses_ideal
     refuse_simulation_settings(_config(DISTRIBUTED))  # distributed alone deploys
     with pytest.raises(IdealSecureAggregationRefused, match="fl.secure_aggregation"):
         refuse_simulation_settings(_config(DISTRIBUTED, secure_aggregation="ideal"))
+
+
+def test_a_distributed_runs_config_file_reads_back_as_the_same_config():
+    """config.yaml (the resolved config) says the sites clip, so a resume or a report can
+    read it again."""
+    config = _config(DISTRIBUTED, secure_aggregation="ideal")
+    assert config.dp.client.clipping_side == "client"
+    assert validate_config(yaml.safe_load(dump_config(config))) == config
 
 
 # -- the masks ----------------------------------------------------------------------------
