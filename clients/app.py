@@ -326,9 +326,10 @@ def _audit(
     final = model_of(ARRAYS) if asked.main else None
     earlier = {r: model_of(round_arrays(r)) for r in asked.rounds}
     results = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier)
-    dp_eps = None
+    dp_eps = ledger = None
     if runtime.dp is not None:
-        dp_eps = _ledger(runtime, context).epsilon(runtime.dp.delta)
+        ledger = _ledger(runtime, context)
+        dp_eps = ledger.epsilon(runtime.dp.delta)
     if asked.main:
         inversion = []
         if runtime.inversion is not None:
@@ -341,7 +342,7 @@ def _audit(
             )
         results = replace(
             results,
-            gradient_canaries=_gradient_canary_audit(runtime, asked.seed),
+            gradient_canaries=_gradient_canary_audit(runtime, asked.seed, ledger),
             inversion=inversion,
         )
     return SiteAudit(
@@ -363,10 +364,13 @@ def _round_sums(runtime: SiteRuntime, arrays: Any) -> dict[int, dict[str, torch.
     return {r: arrays[round_arrays(r)].to_torch_state_dict() for r in rounds}
 
 
-def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> GradientCanaryResult | None:
-    """The site's white-box audit of its own DP-SGD from its canaries' statistics."""
+def _gradient_canary_audit(
+    runtime: SiteRuntime, seed: int, ledger: PrivacyLedger | None
+) -> GradientCanaryResult | None:
+    """The site's white-box audit of its own DP-SGD: its canaries' statistics and the
+    conformance checks of its real steps against its ledger."""
     settings = runtime.gradient_canaries
-    if settings is None or runtime.dp is None:
+    if settings is None or runtime.dp is None or ledger is None:
         return None
     if not settings.state_path.exists():
         raise RuntimeError(
@@ -375,7 +379,7 @@ def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> GradientCanaryRes
         )
     state = CanaryState.load(settings.state_path)
     result = state.audit(
-        beta=settings.beta, delta=runtime.dp.delta, seed=seed * 31 + runtime.site_id
+        beta=settings.beta, seed=seed * 31 + runtime.site_id, dp=runtime.dp, ledger=ledger
     )
     if runtime.secure_sum is not None:
         # The server holds the round's sum, not this site's update: the server level reads
