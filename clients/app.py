@@ -25,21 +25,31 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 
 from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.site_results import SiteResults
 from clients.audit_handler import AuditRunner
+from clients.distributed_dp import DistributedDPSettings, applied, noise_generator, privatised
 from clients.gradient_canaries import CanaryState, GradientCanarySettings
 from clients.inversion import InversionSettings, inversion_audit, keep_round
 from clients.privacy import DPSettings, PrivacyLedger
+from clients.secure_aggregation import SecureSumError, SecureSumSettings, commit, masked_update
 from clients.site_data import SiteData
 from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
-from clients.training import TrainableTask, train_locally
+from clients.training import LocalTrainResult, TrainableTask, train_locally
+from contracts.secure_sum import (
+    SECURE_SUM,
+    WEIGHT_KEYS,
+    SecureSumInstructions,
+    weight_of,
+)
 from contracts.site_audit import SiteAudit
 from contracts.wire import (
     ARRAYS,
@@ -88,6 +98,10 @@ class SiteRuntime:
     """Gradient canaries in the site's DP-SGD (record-level DP only), audited white-box."""
     inversion: InversionSettings | None = None
     """The site keeps its chosen rounds' updates and attacks them at audit time."""
+    distributed_dp: DistributedDPSettings | None = None
+    """Distributed client-level DP: the site clips its update and adds its noise share."""
+    secure_sum: SecureSumSettings | None = None
+    """Secure aggregation (ideal): the update leaves only masked, in the round's sum."""
 
 
 Resolver = Callable[[Context], SiteRuntime]
@@ -129,6 +143,21 @@ def build_client_app(resolve: Resolver) -> ClientApp:
             return _train(msg, context, runtime)
         except SiteRefusal as refusal:
             return _refuse(msg, context, runtime, refusal)
+
+    @app.query(SECURE_SUM)
+    def secure_sum(msg: Message, context: Context) -> Message:
+        runtime = resolve(context)
+        try:
+            if runtime.secure_sum is None:
+                raise SecureSumError("the site's config has no secure aggregation")
+            asked = SecureSumInstructions.from_values(msg.content.config_records[CONFIG])
+            masked = masked_update(runtime.secure_sum, asked)
+        except (SecureSumError, WireError) as err:
+            # The site keeps its update to itself: the sum of this round cannot be read.
+            reason = f"{type(err).__name__}: site {runtime.site_id}: {err}"
+            return Message(Error(code=SITE_REFUSED_CODE, reason=reason), reply_to=msg)
+        arrays = ArrayRecord({k: Array(v) for k, v in masked.items()})
+        return Message(content=RecordDict({ARRAYS: arrays}), reply_to=msg)
 
     return add_site_queries(app, resolve)
 
@@ -209,6 +238,9 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         _save_ledger(ledger, runtime, context)
     if canaries is not None and runtime.gradient_canaries is not None:
         canaries.save(runtime.gradient_canaries.state_path)
+    update = _leaving_update(runtime, asked, state, result.state_dict)
+    if update is not None:
+        result = replace(result, state_dict=applied(state, update))
     if keeps_round and runtime.inversion is not None:
         keep_round(
             runtime.inversion,
@@ -225,7 +257,52 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         dp_epsilon=result.dp_epsilon,
         noise_multiplier=result.noise_multiplier,
     )
+    if runtime.secure_sum is not None:
+        return _secure_sum_reply(msg, runtime.secure_sum, asked, state, result, reply)
     content = RecordDict({ARRAYS: ArrayRecord(result.state_dict), METRICS: reply.to_record()})
+    return Message(content=content, reply_to=msg)
+
+
+def _leaving_update(
+    runtime: SiteRuntime,
+    asked: TrainInstructions,
+    state: dict[str, torch.Tensor],
+    trained: dict[str, torch.Tensor],
+) -> dict[str, torch.Tensor] | None:
+    """Under distributed DP, the round's update clipped and with the site's noise share
+    (seeded by the run, the round and the site; from the OS's entropy on a deployment);
+    otherwise None (the trained weights leave as they are)."""
+    settings = runtime.distributed_dp
+    if settings is None:
+        return None
+    generator = noise_generator(
+        seed=None if runtime.secure_noise else asked.seed,
+        server_round=asked.server_round,
+        site_id=runtime.site_id,
+    )
+    return privatised(state, trained, settings, generator, secure_mode=runtime.secure_noise)
+
+
+def _secure_sum_reply(
+    msg: Message,
+    settings: SecureSumSettings,
+    asked: TrainInstructions,
+    state: dict[str, torch.Tensor],
+    result: LocalTrainResult,
+    reply: TrainReply,
+) -> Message:
+    """Step 1 of a secure sum: keep the update (what would have left the site, minus the
+    global weights) and send the site's numbers with a key for the sum, no weights."""
+    update = {
+        k: (result.state_dict[k].double() - v.double()).numpy()
+        if v.is_floating_point()
+        else np.zeros(tuple(v.shape))
+        for k, v in state.items()
+    }
+    numbers = reply.to_record()
+    weights = {k: float(weight_of(numbers, k)) for k in WEIGHT_KEYS if k in numbers}
+    key = commit(settings, asked.server_round, update, weights)
+    content = RecordDict({METRICS: numbers, SECURE_SUM: ConfigRecord(key.to_values())})
     return Message(content=content, reply_to=msg)
 
 
@@ -261,6 +338,7 @@ def _audit(
                 runtime.task,
                 runtime.data,
                 seed=asked.seed * 31 + runtime.site_id,
+                sums=_round_sums(runtime, arrays),
             )
         results = replace(
             results,
@@ -277,6 +355,15 @@ def _audit(
     )
 
 
+def _round_sums(runtime: SiteRuntime, arrays: Any) -> dict[int, dict[str, torch.Tensor]] | None:
+    """Under secure aggregation, the global weights after each round the inversion audit
+    attacks (sent with the audit: the server held only that round's sum); else None."""
+    if runtime.secure_sum is None or runtime.inversion is None:
+        return None
+    rounds = [r for r in runtime.inversion.config.rounds if round_arrays(r) in arrays]
+    return {r: arrays[round_arrays(r)].to_torch_state_dict() for r in rounds}
+
+
 def _gradient_canary_audit(
     runtime: SiteRuntime, seed: int, ledger: PrivacyLedger | None
 ) -> GradientCanaryResult | None:
@@ -291,7 +378,12 @@ def _gradient_canary_audit(
             "(the site took part in no DP-SGD round)"
         )
     state = CanaryState.load(settings.state_path)
-    state = CanaryState.load(settings.state_path)
-    return state.audit(
+    result = state.audit(
         beta=settings.beta, seed=seed * 31 + runtime.site_id, dp=runtime.dp, ledger=ledger
     )
+    if runtime.secure_sum is not None:
+        # The server holds the round's sum, not this site's update: the server level reads
+        # the site's own update, so it says nothing of that server (not measured).
+        levels = {k: v for k, v in result.levels.items() if k != "server"}
+        result = replace(result, levels=levels)
+    return result

@@ -114,6 +114,14 @@ def keep_round(
     atomic_write(settings.state_path(server_round), lambda f: torch.save(kept, f), private=True)
 
 
+def _aggregate_update(
+    received: dict[str, torch.Tensor], after: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """The round's aggregate update (the global weights after it minus before), over the
+    floating-point arrays, as :func:`keep_round` keeps the site's own."""
+    return {k: after[k].float() - v.float() for k, v in received.items() if v.is_floating_point()}
+
+
 def _fields(x: np.ndarray, schema: dict[str, Any] | None) -> list[Fields]:
     return [Fields(a.start, a.width, a.kind == "onehot") for a in resolve_attributes(x, schema)]
 
@@ -124,17 +132,24 @@ def inversion_audit(
     data: SiteData,
     *,
     seed: int,
+    sums: dict[int, dict[str, torch.Tensor]] | None = None,
 ) -> list[InversionResult]:
     """Attack every kept round's update and its public-record baseline: one
     :class:`~audit.inversion.scores.InversionResult` per kept round, in round order (none when
     the site kept no such round). Writes the gallery of the first attacked round (images) to
-    the site's own folder."""
+    the site's own folder.
+
+    ``sums`` (secure aggregation): the global weights after each round; the attack then
+    targets the round's aggregate update (those weights minus the ones the site received),
+    all the server held of it, still scored against the site's own records."""
     out: list[InversionResult] = []
     for server_round in settings.config.rounds:
         path = settings.state_path(server_round)
-        if not path.exists():
+        if not path.exists() or (sums is not None and server_round not in sums):
             continue  # the site was not sampled in that round
         kept = torch.load(path, weights_only=True)
+        if sums is not None:
+            kept["update"] = _aggregate_update(kept["global"], sums[server_round])
         result, gallery = _attack_round(settings, task, data, kept, server_round, seed)
         out.append(result)
         if gallery is not None and len(out) == 1:

@@ -100,6 +100,13 @@ def inversion_gallery_name(site_id: int) -> str:
     return f"site-{site_id}-inversion.png"
 
 
+def secure_sum_state_name(site_id: int) -> str:
+    """What a site keeps between the two steps of a secure sum (``fl.secure_aggregation``):
+    its update of the round and its private key, in its state directory; never sent, and
+    removed once its masked update has left."""
+    return f"site-{site_id}-secure-sum.pt"
+
+
 def exposed_records_name(site_id: int) -> str:
     """The site's most exposed members (``audit.exposed_records``), in its state directory.
 

@@ -91,6 +91,11 @@ class ClientDPSite:
     epsilon_record: float | None = None
     """The record-level epsilon it implies (one record moves the clipped update by at most
     twice the clipping norm)."""
+    epsilon_server: float | None = None
+    """Site level against the server itself; None when the server sees each update before
+    the noise (central client-level DP)."""
+    epsilon_record_server: float | None = None
+    """The record level of ``epsilon_server``."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,11 @@ class ClientDPLedgerFile:
     clip_norm_lr: float | None = None
     clipped_count_stddev: float | None = None
     """The last three: adaptive clipping's settings."""
+    mechanism: str = "central"
+    """``central`` (the server's wrappers; every file before schema 2) or ``distributed``
+    (each site adds its share of the noise)."""
+    secure_aggregation: str = "none"
+    """``ideal``: the server received only each round's sum."""
     delta: float | None = None
     population_size: int | None = None
     sites_per_round: int | None = None

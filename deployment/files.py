@@ -23,6 +23,7 @@ from deployment.flower_apps import (
     RUN_CONFIG_DEFAULTS,
     RUN_DIR_KEY,
     STATE_DIR_NAME,
+    refuse_simulation_settings,
 )
 from simulations.config import ExperimentConfig, dump_config
 from simulations.run_dir import DatasetMeta, adopt_config, prepare_run_dir
@@ -141,6 +142,7 @@ def prepare_deployment(
     Both write ``<run_dir>/deployment/app/pyproject.toml`` (a code-less Flower App) and
     ``<run_dir>/deployment/run-config.toml`` (``flwr run --run-config`` values).
     """
+    refuse_simulation_settings(config)  # before anything is written
     layout = RunLayout(run_dir.resolve())
     n = config.partition.num_sites
     nodes: list[dict[str, Any]] = [{"partition-id": i, "num-partitions": n} for i in range(n)]

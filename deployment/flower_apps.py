@@ -91,6 +91,10 @@ class DeploymentConfigError(UserError, ValueError):
     """A run-config or node-config value is missing or wrong; the message names the key."""
 
 
+class IdealSecureAggregationRefused(DeploymentConfigError):
+    """``fl.secure_aggregation: ideal`` on a deployment: no real protocol backs it."""
+
+
 @dataclass(frozen=True)
 class DeploymentRun:
     """What one ``flwr run`` is about, read from the run config."""
@@ -183,6 +187,25 @@ def parse_phases(text: str) -> tuple[str, ...]:
     return tuple(p for p in _PHASES if p in names)
 
 
+def refuse_simulation_settings(config: ExperimentConfig) -> None:
+    """Settings that exist in simulations only, each refused by a named error."""
+    if config.audit.canary_clients > 0:
+        # Virtual clients the server adds itself: a measurement of a simulated run, never
+        # something to put into a real consortium's model.
+        raise DeploymentConfigError(
+            f"audit.canary_clients: {config.audit.canary_clients} canary clients are for "
+            "simulations only; set it to 0 under the Deployment Engine"
+        )
+    if config.fl.secure_aggregation == "ideal":
+        # Unauthenticated keys, no recovery of a dropped site's masks, no check of what a
+        # site sends: the guarantee of a simulation against an honest server, not a protocol.
+        raise IdealSecureAggregationRefused(
+            "fl.secure_aggregation: ideal is a simulation setting (the sites' masks are not "
+            "a secure-aggregation protocol: unauthenticated keys, no dropout recovery); set "
+            "it to none under the Deployment Engine until a real protocol backs it"
+        )
+
+
 def read_run(run_config: dict[str, Any]) -> DeploymentRun:
     """Resolve the run config of a ``flwr run`` into the experiment it runs."""
     raw_dir = str(run_config.get(RUN_DIR_KEY, "") or "")
@@ -203,13 +226,7 @@ def read_run(run_config: dict[str, Any]) -> DeploymentRun:
     except ConfigError as err:
         source = f"run config {EXPERIMENT_KEY!r}" if text else str(layout.config)
         raise DeploymentConfigError(f"{source}: {err}") from None
-    if config.audit.canary_clients > 0:
-        # Virtual clients the server adds itself: a measurement of a simulated run, never
-        # something to put into a real consortium's model.
-        raise DeploymentConfigError(
-            f"audit.canary_clients: {config.audit.canary_clients} canary clients are for "
-            "simulations only; set it to 0 under the Deployment Engine"
-        )
+    refuse_simulation_settings(config)
     meta_text = str(run_config.get(DATASET_KEY, "") or "")
     if meta_text:
         meta = from_dict(DatasetMeta, json.loads(meta_text))

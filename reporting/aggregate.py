@@ -63,6 +63,7 @@ def build_report(inputs: RunInputs) -> RunReport:
         meaning=EPS_TILDE_MEANING,
         two_sided_meaning=TWO_SIDED_MEANING,
         replicates=inputs.replicates,
+        secure_aggregation=settings.secure_aggregation,
     )
 
 

@@ -74,7 +74,7 @@ from .metrics import (
     server,
     two_sided,
 )
-from .privacy_ledger import released_model_epsilon
+from .privacy_ledger import released_model_epsilon, server_epsilon
 from .schema import (
     TPR_FPR_KEYS,
     OverRuns,
@@ -405,7 +405,8 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
         fold=1,
     ),
     column(
-        "client-level eps implied per record (vs. global-model readers, not the server)",
+        "client-level eps implied per record (vs. global-model readers; the server only "
+        "under distributed DP)",
         lambda r: (
             fmt(r.site.privacy.client_epsilon_record)
             if r.site.privacy.client_epsilon_record is not None
@@ -419,8 +420,8 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
         fold=1,
     ),
     column(
-        "DP eps for the site's records against the server (record-level only)",
-        lambda r: fmt_dp(r.site.privacy.dp_epsilon, r.site.privacy.dp_delta),
+        "DP eps for the site's records against the server (record level; distributed client level)",
+        lambda r: fmt_dp(server_epsilon(r.site.privacy), r.site.privacy.dp_delta),
     ),
     column(
         "canary_eps_lb [interval] (canaries)",

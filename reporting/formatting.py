@@ -61,6 +61,11 @@ LEDGER_INTRO = (
     "Each site's guarantees (accountant, delta) beside its measured lower bounds and "
     f"eps_tilde. {BOUNDS_BELOW_DP}; {NOT_A_BOUND}."
 )
+SECURE_SUM_NOTE = (
+    "; secure aggregation: ideal (the server held only each round's sum of the updates: a "
+    "simulation of what a secure-aggregation protocol promises, docs/dp_settings.md)."
+)
+"""What the ledger says of a run under ``fl.secure_aggregation: ideal``."""
 ROW_COLOURS = (
     "Row colours: yellow = saturated (eps_tilde reads headroom, not leakage); red = c_lb not "
     "tight (eps_tilde may overstate); grey = failed or missing audit; dark red border = a bound "

@@ -32,6 +32,12 @@ INVERSION_THREAT = (
     "your updates with the weights it sent, tries to rebuild your records from them; your "
     "site ran that attack on its own updates and compared the result with its records."
 )
+INVERSION_THREAT_SUM = (
+    "Rebuilding records (audit.inversion, its own section): the server, which under secure "
+    "aggregation holds only each round's sum of the sites' updates, tries to rebuild your "
+    "records from it; your site ran that attack on the round's sum and compared the result "
+    "with its records."
+)
 
 
 def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:

@@ -30,7 +30,7 @@ from audit.canaries.client_canaries import ClientCanaryResult, ThreatModel
 from audit.result import finite
 from audit.site_results import SiteResults
 from audit.stats.one_run import METHOD_LABELS, Method
-from contracts.dp_level import DPLevel
+from contracts.dp_level import CLIENT_LEVELS, RECORD_LEVELS, DPLevel, SecureAggregationMode
 from contracts.run_log import ClientDPLedgerFile, RoundRecord
 from contracts.site_audit import SiteAuditFile
 
@@ -89,14 +89,16 @@ class PrivacySettings:
     """``dp.delta`` (record level; client level too unless its ledger states its own)."""
     canaries: int | None
     """``audit.canaries`` when positive."""
+    secure_aggregation: SecureAggregationMode = "none"
+    """``fl.secure_aggregation``: ``ideal`` when the server held only each round's sum."""
 
     @property
     def record_level(self) -> bool:
-        return self.dp_level in ("record", "both")
+        return self.dp_level in RECORD_LEVELS
 
     @property
     def client_level(self) -> bool:
-        return self.dp_level in ("client", "both")
+        return self.dp_level in CLIENT_LEVELS
 
     @property
     def private(self) -> bool | None:
@@ -117,16 +119,14 @@ def site_privacy(
 
     Record level: the audit file's ``dp_epsilon``, else the last metrics round's. Client
     level: the server ledger's, else (site level only) the last metrics round's
-    ``dp_epsilon_client``. Against the server only the site's own DP-SGD counts: the server
-    sees the site's update before its client-level noise is added.
+    ``dp_epsilon_client``; against the server itself, the ledger's (distributed DP only).
     """
-    sid = site_id
-    record, source = _record_epsilon(sid, audit, rounds)
+    record, source = _record_epsilon(site_id, audit, rounds)
     results = SiteResults() if audit is None else audit.results
-    ledger_site = None if client_dp is None else client_dp.sites.get(str(sid))
+    ledger_site = None if client_dp is None else client_dp.sites.get(str(site_id))
     client = ledger_site.epsilon if ledger_site is not None else None
     if client is None:
-        client = _last_round(sid, rounds, "dp_epsilon_client")
+        client = _last_round(site_id, rounds, "dp_epsilon_client")
     # DP on without an accountant's number yet (a run cut short): delta is still known.
     delta = settings.delta if record is not None or settings.private or client is not None else None
     client_on = settings.client_level or client is not None or client_dp is not None
@@ -162,6 +162,10 @@ def site_privacy(
         canary=canary,
         gradient_canaries=results.gradient_canaries,
         inversion=list(results.inversion),
+        client_epsilon_server=None if ledger_site is None else ledger_site.epsilon_server,
+        client_epsilon_record_server=(
+            None if ledger_site is None else ledger_site.epsilon_record_server
+        ),
     )
 
 
@@ -183,6 +187,17 @@ def released_model_epsilon(privacy: PrivacyReport) -> float | None:
     audits measure that model, so their lower bounds are checked against it.
     """
     present = [e for e in (privacy.dp_epsilon, privacy.client_epsilon_record) if e is not None]
+    return min(present) if present else None
+
+
+def server_epsilon(privacy: PrivacyReport) -> float | None:
+    """The epsilon of one of the site's records against the server itself: the smaller of
+    the record-level epsilon (DP-SGD at the site) and the one distributed client-level DP
+    implies against it (None without either: central client-level DP gives the server
+    nothing, it sees each update before the noise)."""
+    present = [
+        e for e in (privacy.dp_epsilon, privacy.client_epsilon_record_server) if e is not None
+    ]
     return min(present) if present else None
 
 

@@ -37,6 +37,7 @@ from .formatting import (
     PR_CAPTION,
     ROC_NOTE,
     ROW_COLOURS,
+    SECURE_SUM_NOTE,
     canary_banner,
     client_canary_lines,
     consortium_lines,
@@ -177,7 +178,10 @@ def _ledger(report: RunReport) -> list[Block]:
     above = [s for s in report.sites if s.checks.eps_tilde_above_accountant]
     return [
         Heading("Privacy ledger"),
-        Para(f"{LEDGER_INTRO} DP level of the run: {report.dp_level or MISSING}."),
+        Para(
+            f"{LEDGER_INTRO} DP level of the run: {report.dp_level or MISSING}"
+            + (SECURE_SUM_NOTE if report.secure_aggregation == "ideal" else ".")
+        ),
         *([Para(f"DP {report.noise}.")] if report.noise else []),
         Table(LEDGER_COLUMNS, ledger_rows(report), only="md"),
         *grouped_table(

@@ -33,7 +33,7 @@ from audit.result import (
     TwoSidedResult,
     finite,
 )
-from contracts.dp_level import DPLevel
+from contracts.dp_level import DPLevel, SecureAggregationMode
 from contracts.json_values import json_safe
 from contracts.run_log import ClientDPLedgerFile, PlatformInfo, RoundRecord
 
@@ -269,8 +269,14 @@ class PrivacyReport:
     could learn, at the mechanism and server levels; None when off."""
     inversion: list[InversionResult] = field(default_factory=list)
     """The site's gradient-inversion audit: how well the server could rebuild its records
-    from its updates, per attacked round, beside the public-record baseline (summary
-    numbers only); empty when off."""
+    from its updates (under secure aggregation: from each round's sum), per attacked round,
+    beside the public-record baseline (summary numbers only); empty when off."""
+    client_epsilon_server: float | None = None
+    """Site-level client epsilon against the server itself: distributed DP only (each
+    update it received carried the site's noise share, or it held only the sum under
+    secure aggregation); None when the server saw the update before any noise."""
+    client_epsilon_record_server: float | None = None
+    """The record-level epsilon ``client_epsilon_server`` implies."""
 
 
 CONFORMANCE_PREFIX = "dp_conformance_"
@@ -408,6 +414,8 @@ class RunReport:
     two_sided_meaning: str
     replicates: ReplicateReport | None = None
     """The replicate set this run belongs to (``replicates.json`` beside its folder)."""
+    secure_aggregation: SecureAggregationMode = "none"
+    """``fl.secure_aggregation``: ``ideal`` when the server held only each round's sum."""
 
 
 @dataclass(frozen=True)
@@ -513,6 +521,9 @@ class SweepPointReport:
     replicates: ReplicateReport | None = None
     """The point's runs over seeds (``replicates: N``): the replicate set of ``run_dir``,
     whose numbers the fields above are."""
+    secure_aggregation: SecureAggregationMode = "none"
+    client_dp: ClientDPLedgerFile | None = None
+    """The point's client-level DP ledger (its mechanism, noise and clipping)."""
 
 
 @dataclass(frozen=True)
@@ -602,6 +613,8 @@ class SitePageReport:
     inversion_gallery_link: str | None = None
     """The site-local gallery of its records beside their reconstructions, relative to the
     page (linked, never copied); None when the site wrote none."""
+    secure_aggregation: SecureAggregationMode = "none"
+    """``ideal``: the server held only each round's sum (what its readings attack)."""
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ from .formatting import (
 )
 from .html_page import esc, page
 from .metrics import CANARY_FDP, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, mechanism, server
+from .privacy_ledger import server_epsilon
 from .schema import SCORERS, SitePageReport, SiteReport, mean_of, report_json
 
 _VERDICT_LABELS = {
@@ -198,8 +199,9 @@ def _inversion(report: SitePageReport) -> list[Block]:
     results = report.site.privacy.inversion
     if not results:
         return []
+    held = "the round's sum" if report.secure_aggregation == "ideal" else "your updates"
     blocks: list[Block] = [
-        Heading("Can the server rebuild your records from your updates?"),
+        Heading(f"Can the server rebuild your records from {held}?"),
         Para(" ".join(inversion_sentence(r) for r in results)),
         Para(f"How to read it: {INVERSION_MEANING}."),
         Table(INVERSION_COLUMNS, results, attrs=' id="inversion"'),
@@ -303,7 +305,17 @@ def _privacy_table(site: SiteReport) -> Table:
         Item(
             "client-level accountant, site level",
             fmt_dp(p.client_epsilon, p.client_delta, client_what or None),
-            "the server's noise on the aggregate: covers adding or removing your whole site",
+            "the client-level noise on the aggregate (the server's, or the sites' own shares "
+            "under distributed DP): covers adding or removing your whole site, against those "
+            "who see the global model",
+        ),
+        Item(
+            "DP guarantee for your records against the server",
+            fmt(server_epsilon(p)) if server_epsilon(p) is not None else "none",
+            "what holds against the server itself: your DP-SGD's epsilon, or under "
+            "distributed client-level DP the noise of your own share (of the whole sum, with "
+            "secure aggregation); central client-level DP gives none (the server sees your "
+            "update before its noise)",
         ),
         Item(
             "client-level DP, implied per record",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from audit.result import AuditResult
+from contracts.dp_level import SecureAggregationMode
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
 from contracts.run_files import RunLayout, exposed_records_name, inversion_gallery_name
@@ -23,7 +24,7 @@ from .aggregate import site_report
 from .formatting import violation_warnings
 from .inputs import RunInputs, load_replicates, load_site_audit
 from .manifest import build_manifest
-from .plain_language import INVERSION_THREAT, THREAT_MODEL, plain_reading
+from .plain_language import INVERSION_THREAT, INVERSION_THREAT_SUM, THREAT_MODEL, plain_reading
 from .run_config import ReportConfig
 from .schema import (
     SCHEMA_VERSION,
@@ -71,19 +72,28 @@ def build_site_page_report(
 ) -> SitePageReport:
     """A site's report from its numbers, its standing and the run directory's files."""
     link = exposed_records_link(layout, site.site_id)
+    secure = config.privacy.secure_aggregation
     return SitePageReport(
         schema_version=SCHEMA_VERSION,
         run_name=config.name,
         site=site,
         reading=plain_reading(site, exposed_records=link is not None),
-        threat_model=[*THREAT_MODEL, *([INVERSION_THREAT] if site.privacy.inversion else [])],
+        threat_model=[*THREAT_MODEL, *_inversion_threat(site, secure)],
         standing=standing,
         manifest=build_manifest(config, result, _platform(layout)),
         exposed_records_link=link,
         source=source,
         between_runs=_between_runs(layout, site.site_id),
         inversion_gallery_link=_site_local_link(layout, inversion_gallery_name(site.site_id)),
+        secure_aggregation=secure,
     )
+
+
+def _inversion_threat(site: SiteReport, secure: SecureAggregationMode) -> list[str]:
+    """The inversion audit's threat, on what the server held; none without the audit."""
+    if not site.privacy.inversion:
+        return []
+    return [INVERSION_THREAT_SUM if secure == "ideal" else INVERSION_THREAT]
 
 
 def _platform(layout: RunLayout) -> PlatformInfo | None:

@@ -58,6 +58,7 @@ from .formatting import (
 )
 from .html_page import SORT_SCRIPT, page
 from .inputs import load_run
+from .observers import OBSERVER_COLUMNS, OBSERVERS_NOTE, observer_rows, observers_plot
 from .report_writer import write_report
 from .run_config import ConfigReader
 from .schema import (
@@ -146,6 +147,8 @@ def _point(
         dp_level=report.dp_level,
         canaries=report.canaries,
         replicates=report.replicates,
+        secure_aggregation=report.secure_aggregation,
+        client_dp=report.client_dp,
     )
 
 
@@ -213,6 +216,7 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
             attrs=' class="sortable"',
             row_class=lambda r: site_row_class(r.site),
         ),
+        *_observers(points),
         *_over_seeds(report),
         Heading("Measured epsilon against the theoretical epsilon", only="html"),
         Figure(
@@ -251,6 +255,30 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
         ),
         *_inversion(points),
     ]
+
+
+def _observers(points: list[SweepPointReport]) -> list[Block]:
+    """What each party can measure, per point and site; with its figure (html)."""
+    blocks: list[Block] = [
+        Heading("What each party can measure"),
+        Para(OBSERVERS_NOTE),
+        Table(OBSERVER_COLUMNS, observer_rows(points), attrs=' class="sortable"'),
+    ]
+    svg = observers_plot(points)
+    if svg is not None:
+        blocks.append(
+            Figure(
+                svg,
+                "Per observer, each site's reading at each point: the accountants' epsilons "
+                "(record level; client level, site-wide; a record against the server), the "
+                "server's inversion audit (mean quality above its public-record baseline; "
+                "under secure aggregation attacked on the round's sum) and white-box "
+                "server-level estimate, the model users' two-sided eps_tilde and O(1). A "
+                "missing marker is a reading the point does not allow or did not run.",
+                alt="what each party can measure, per sweep point",
+            )
+        )
+    return blocks
 
 
 def _inversion(points: list[SweepPointReport]) -> list[Block]:

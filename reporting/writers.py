@@ -115,6 +115,7 @@ def ledger_csv_rows(report: RunReport) -> list[dict[str, Any]]:
                 "site_id": s.site_id,
                 "status": s.status,
                 "dp_level": report.dp_level,
+                "secure_aggregation": report.secure_aggregation,
                 **flatten(s.privacy, PrivacyReport),
                 **measured,
                 "global_accuracy": report.consortium.final_global_accuracy,

@@ -28,6 +28,7 @@ from contracts.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from contracts.dp_level import SecureAggregationMode
 from contracts.files import atomic_write_text
 from contracts.run_files import NOISE_NOTES, CheckpointMeta, NoiseSource, RunLayout
 from contracts.site_audit import SiteAudit, SiteAuditFile
@@ -61,8 +62,15 @@ from server.round_audits import (
     with_rounds,
 )
 from server.run_log import read_site_audit, truncate_rounds, write_site_audit
+from server.secure_aggregation import SecureAggregation
 from server.stop import StoppableGrid, StopSwitch
-from server.strategy import RoundWriter, ScreenedStrategy, StrategySettings, make_strategy
+from server.strategy import (
+    RoundWriter,
+    ScreenedStrategy,
+    SiteAwareMixin,
+    StrategySettings,
+    make_strategy,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +107,12 @@ class ServerSettings:
     reseeded from the OS's entropy before training, so nobody can replay the noise."""
     stop: StopSwitch | None = None
     """Lets the harness stop the ServerApp (Ctrl-C); ``None``: runs to the end."""
+    secure_aggregation: SecureAggregationMode = "none"
+    """``ideal``: the strategy receives only each round's weighted sum
+    (:mod:`server.secure_aggregation`; a simulation setting)."""
+    aggregate_rounds: tuple[int, ...] = ()
+    """Rounds whose global weights go with each main audit, so that a site can read what the
+    server held of that round, the sum (secure aggregation with ``audit.inversion``)."""
 
     @property
     def fanout(self) -> AuditFanout:
@@ -109,6 +123,7 @@ class ServerSettings:
             audit_rounds=self.audit_rounds,
             timeout_s=self.timeout_s,
             progress=self.progress,
+            aggregate_rounds=self.aggregate_rounds,
         )
 
 
@@ -122,6 +137,8 @@ class AuditFanout:
     audit_rounds: tuple[int, ...] = ()
     timeout_s: float = 24 * 3600.0
     progress: bool = True
+    aggregate_rounds: tuple[int, ...] = ()
+    """Rounds whose global weights go with each main audit besides ``audit_rounds``'."""
 
 
 def wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
@@ -191,23 +208,8 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         if not layout.client_canaries.exists():  # stopped between the last round and this
             _measure_canaries(settings, sites.sites_per_round)
         return state
-    strategy: Strategy = sites
+    strategy = _aggregating_strategy(settings, sites, done)
     ledger = None
-    if settings.client_dp is not None:
-        strategy = wrap_strategy(sites, settings.client_dp, sites_per_round=sites.sites_per_round)
-    if settings.canary_clients is not None:
-        # Outside the DP wrapper: the canaries' replies are clipped and noised with the sites'.
-        strategy = CanaryClients(
-            strategy,
-            settings.canary_clients,
-            weighted_by_key=sites.weighted_by_key,
-            sites_per_round=sites.sites_per_round,
-            round_offset=done,
-            dp_wrapper=None if settings.client_dp is None else strategy,
-        )
-    # Around every aggregating strategy: none, Flower's DP wrappers included, reads an
-    # unchecked reply.
-    strategy = ScreenedStrategy(strategy, sites)
     if settings.client_dp is not None:
         ledger = ClientDPLedger.load_or_new(
             layout,
@@ -254,6 +256,34 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
     bar.close()
     _measure_canaries(settings, sites.sites_per_round)
     return result.arrays.to_torch_state_dict()
+
+
+def _aggregating_strategy(settings: ServerSettings, sites: SiteAwareMixin, done: int) -> Strategy:
+    """The site-aware strategy inside Flower's central DP wrapper (if any), the canary
+    clients (if any), and the reply screening or the secure sum outermost."""
+    strategy: Strategy = sites
+    dp = settings.client_dp
+    central = dp is not None and dp.mechanism == "central"
+    if central:
+        assert dp is not None
+        strategy = wrap_strategy(sites, dp, sites_per_round=sites.sites_per_round)
+    if settings.canary_clients is not None:
+        # Outside the DP wrapper: the canaries' replies are clipped and noised with the
+        # sites'; distributed, they are added to the sum at the clipping norm, noise-free.
+        strategy = CanaryClients(
+            strategy,
+            settings.canary_clients,
+            weighted_by_key=sites.weighted_by_key,
+            sites_per_round=sites.sites_per_round,
+            round_offset=done,
+            dp_wrapper=strategy if central else None,
+            clipping_norm=None if dp is None else dp.clipping_norm,
+        )
+    if settings.secure_aggregation == "ideal":
+        return SecureAggregation(strategy, sites, timeout=settings.timeout_s)
+    # Around every aggregating strategy: none, Flower's DP wrappers included, reads an
+    # unchecked reply.
+    return ScreenedStrategy(strategy, sites)
 
 
 def _central_evaluation(
@@ -316,14 +346,17 @@ def run_audits(
     if not plans:
         return
     node_of_site = {s: n for n, s in site_of_node.items()}
-    weights = round_weights(layout, tuple(sorted({r for p in plans for r in p.rounds})))
+    wanted = {r for p in plans for r in p.rounds} | set(settings.aggregate_rounds)
+    weights = round_weights(layout, tuple(sorted(wanted)))
     messages = []
     for plan in plans:
         asked = AuditInstructions(seed=settings.seed, rounds=plan.rounds, main=plan.main)
         records: dict[str, Any] = {CONFIG: asked.to_record()}
+        sent = set(plan.rounds)
         if plan.main:
             records[ARRAYS] = ArrayRecord(state)
-        records.update({round_arrays(r): weights[round_arrays(r)] for r in plan.rounds})
+            sent |= set(settings.aggregate_rounds)
+        records.update({round_arrays(r): weights[round_arrays(r)] for r in sorted(sent)})
         messages.append(
             Message(
                 content=RecordDict(records),

@@ -100,13 +100,18 @@ class CanaryClients(DelegatingStrategy):
         sites_per_round: int,
         round_offset: int = 0,
         dp_wrapper: Strategy | None = None,
+        clipping_norm: float | None = None,
     ) -> None:
+        """``dp_wrapper``: Flower's central DP wrapper that ``inner`` is, whose clipping norm
+        scales the canaries and whose noise they are counted in; ``clipping_norm``: the norm
+        of distributed DP (the sites noise the sum; the canaries add none)."""
         super().__init__(inner)
         self.settings = settings
         self.weighted_by_key = weighted_by_key
         self.sites_per_round = sites_per_round
         self.round_offset = round_offset
         self.dp_wrapper = dp_wrapper
+        self.clipping_norm = clipping_norm
         self._directions: np.ndarray | None = None
         self._included: np.ndarray | None = None
         self._current: ArrayRecord | None = None
@@ -152,9 +157,11 @@ class CanaryClients(DelegatingStrategy):
         weights = [
             cast(float, m.content.metric_records[METRICS][self.weighted_by_key]) for m in real
         ]
-        if self.dp_wrapper is not None:
-            scale = float(self._dp_fields().clipping_norm)
-            weight = 1.0
+        if self.dp_wrapper is not None or self.clipping_norm is not None:
+            wrapper = self._dp_fields()
+            norm: float | None = self.clipping_norm if wrapper is None else wrapper.clipping_norm
+            assert norm is not None
+            scale, weight = float(norm), 1.0
         else:
             norms = [
                 np.linalg.norm(flat(m.content.array_records[ARRAYS], keys) - base) for m in real

@@ -1,9 +1,14 @@
 """Client-level DP: Flower's strategy wrappers, and each site's ledger over the rounds.
 
-Each round the sampled sites' updates are clipped to an L2 norm ``C`` (on the server, or by
-Flower's client mods) and Gaussian noise of std ``z * C / k`` is added to their uniform mean
-(``k`` sites per round): Flower's ``DifferentialPrivacy*Clipping`` wrappers around our
-strategies do both. Accounting is ours but uses Flower's own ``RdpAccountant`` (the
+Each round the sampled sites' updates are clipped to an L2 norm ``C`` and Gaussian noise of
+std ``z * C`` is added to their sum, i.e. ``z * C / k`` to their uniform mean (``k`` sites per
+round). *Central* (``dp.level: client``): the server receives each update and Flower's
+``DifferentialPrivacy*Clipping`` wrappers around our strategies clip (on the server, or by
+Flower's client mods) and noise the mean. *Distributed* (``dp.level: distributed``): each of
+the ``k`` sites clips its own update and adds ``N(0, z^2 C^2 / k)`` per coordinate
+(:mod:`clients.distributed_dp`), so the sum carries ``N(0, z^2 C^2)``, the central mechanism's
+noise exactly: the same accounting, and with secure aggregation the server never holds one
+site's update. Accounting is ours but uses Flower's own ``RdpAccountant`` (the
 ``dp-accounting`` package) with one event per round a site took part in:
 
 * no amplification by sampling is claimed: the strategy samples sites from the run's seed,
@@ -15,10 +20,17 @@ strategies do both. Accounting is ours but uses Flower's own ``RdpAccountant`` (
   ``z / 2`` at the record level. It holds against those who see only the global model, never
   against the server, which sees each update before the noise;
 * a round in which fewer sites were averaged than sampled (a site failed, dropped out, or
-  its reply was rejected) is counted as it happened: Flower sizes the noise for the ``k``
-  sampled sites (``z C / k``) while the mean has ``k' < k`` updates, so that round's release
-  has the smaller multiplier ``z k' / k``; the ledger records it under ``short_rounds`` and
-  accounts it so (a round that averaged no site released nothing).
+  its reply was rejected) is counted as it happened, never refused: centrally, Flower sizes
+  the noise for the ``k`` sampled sites (``z C / k``) while the mean has ``k' < k`` updates,
+  so that round's release has the smaller multiplier ``z k' / k``; distributed, only the
+  ``k'`` reporting sites' shares are in the sum (``z C sqrt(k' / k)``), multiplier
+  ``z sqrt(k' / k)``. The ledger records it under ``short_rounds`` and accounts it so (a
+  round that averaged no site released nothing);
+* ``epsilon_server`` / ``epsilon_record_server``: what holds against the server itself.
+  Central: nothing (it sees each update before the noise). Distributed without secure
+  aggregation: each update it receives carries its site's share alone, multiplier
+  ``z / sqrt(k)``. Distributed with (ideal) secure aggregation: it holds only the sum, so the
+  site-level epsilon holds against it too.
 
 The ledger lives in the run directory (``client_dp.json``) and is written with each round's
 metrics before the round's checkpoint, so ``--resume`` continues it (rounds past the last
@@ -32,7 +44,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from flwr.serverapp.strategy import (
     DifferentialPrivacyClientSideAdaptiveClipping,
@@ -44,16 +56,20 @@ from flwr.serverapp.strategy import (
 from flwr.serverapp.strategy.dp_adaptive_clipping import DifferentialPrivacyAdaptiveBase
 from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
 
+from contracts.dp_level import SecureAggregationMode
 from contracts.files import atomic_write_text
 from contracts.registry import Registry
 from contracts.run_files import RunLayout
 from contracts.run_log import ClientDPLedgerFile, ClientDPSite, ShortRound, from_dict
 from contracts.wire import ClientClipping
 
-LEDGER_SCHEMA_VERSION = 1
+LEDGER_SCHEMA_VERSION = 2
+"""2: ``mechanism``, ``secure_aggregation`` and each site's epsilons against the server."""
 ACCOUNTANT = "Flower RdpAccountant (dp-accounting RDP)"
 SAMPLING = "no-amplification"
 NEIGHBOURING = "add-or-remove-one site"
+Mechanism = Literal["central", "distributed"]
+"""Who adds the client-level noise: the server (Flower's wrappers) or each site's share."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +87,11 @@ class ClientDPSettings:
     target_clipped_quantile: float = 0.5
     clip_norm_lr: float = 0.2
     clipped_count_stddev: float | None = None
+    mechanism: Mechanism = "central"
+    """``central``: Flower's wrappers on the server; ``distributed``: each site clips and
+    adds its share of the noise (fixed clipping, at the site)."""
+    secure_aggregation: SecureAggregationMode = "none"
+    """``ideal``: the server's strategy receives only each round's sum."""
 
     def __post_init__(self) -> None:
         CLIPPINGS.get(self.clipping)  # an unknown clipping names dp.client.clipping
@@ -136,7 +157,7 @@ def wrap_strategy(
 def client_clipping(settings: ClientDPSettings | None) -> ClientClipping | None:
     """The clipping a train message asks a site to run on its own update (Flower's mod);
     None when the sites do not clip."""
-    if settings is None or settings.clipping_side != "client":
+    if settings is None or settings.mechanism != "central" or settings.clipping_side != "client":
         return None
     return settings.clipping
 
@@ -237,17 +258,29 @@ class ClientDPLedger:
         self.short_rounds = {r: n for r, n in self.short_rounds.items() if r <= last_round}
 
     def round_multiplier(self, server_round: int) -> float:
-        """The release's noise multiplier in a round: ``z``, or ``z k' / k`` when only
-        ``k'`` of the ``k`` sampled sites were averaged."""
+        """The release's noise multiplier in a round: ``z``, or, when only ``k'`` of the
+        ``k`` sampled sites were averaged, ``z k' / k`` (central: the noise was sized for
+        ``k``) or ``z sqrt(k' / k)`` (distributed: only ``k'`` shares are in the sum)."""
         z = self.settings.noise_multiplier
-        if server_round in self.short_rounds:
-            return z * self.short_rounds[server_round] / self.sites_per_round
-        return z
+        if server_round not in self.short_rounds:
+            return z
+        share = self.short_rounds[server_round] / self.sites_per_round
+        return z * (math.sqrt(share) if self.settings.mechanism == "distributed" else share)
 
-    def _releases(self, site: int, scale: float) -> dict[float, int]:
+    def server_multiplier(self) -> float | None:
+        """The noise multiplier of what the server receives from one site each round: None
+        centrally (each update in the clear), ``z / sqrt(k)`` for a distributed share alone,
+        and the sum's own under secure aggregation (:meth:`round_multiplier`)."""
+        settings = self.settings
+        if settings.mechanism == "central" or settings.secure_aggregation != "none":
+            return None
+        return settings.noise_multiplier / math.sqrt(self.sites_per_round)
+
+    def _releases(self, site: int, scale: float, *, to_server: bool = False) -> dict[float, int]:
         releases: dict[float, int] = {}
+        share = self.server_multiplier() if to_server else None
         for server_round in self.rounds.get(site, []):
-            z = self.round_multiplier(server_round) * scale
+            z = (share if share is not None else self.round_multiplier(server_round)) * scale
             releases[z] = releases.get(z, 0) + 1
         return releases
 
@@ -258,6 +291,14 @@ class ClientDPLedger:
     def epsilon_record(self, site: int) -> float:
         """Record level: one record moves the clipped update by up to twice the norm."""
         return mixed_gaussian_epsilon(self._releases(site, 0.5), delta=self.settings.delta)
+
+    def epsilon_server(self, site: int, *, scale: float = 1.0) -> float | None:
+        """Site level against the server itself (``scale`` 0.5: record level); None when
+        the server sees the site's update before any noise (central)."""
+        if self.settings.mechanism == "central":
+            return None
+        releases = self._releases(site, scale, to_server=True)
+        return mixed_gaussian_epsilon(releases, delta=self.settings.delta)
 
     def to_dict(self) -> dict[str, Any]:
         return ClientDPLedgerFile(
@@ -276,7 +317,11 @@ class ClientDPLedger:
             noise=self.noise_note,
             sites={
                 str(site): ClientDPSite(
-                    sorted(rounds), self.epsilon(site), self.epsilon_record(site)
+                    sorted(rounds),
+                    self.epsilon(site),
+                    self.epsilon_record(site),
+                    self.epsilon_server(site),
+                    self.epsilon_server(site, scale=0.5),
                 )
                 for site, rounds in sorted(self.rounds.items())
             },

@@ -30,6 +30,7 @@ from contracts.registry import Registry
 from contracts.run_files import CheckpointMeta, RunLayout
 from contracts.run_log import RoundRecord as RoundLine
 from contracts.run_log import SiteRound
+from contracts.secure_sum import SECURE_SUM, SecureSumKey
 from contracts.wire import (
     ARRAYS,
     CONFIG,
@@ -70,6 +71,8 @@ class RoundRecord:
     node that is not in the node map)."""
     sampled: list[int] = field(default_factory=list)
     """The sites asked to train this round."""
+    public_keys: dict[int, bytes] = field(default_factory=dict)
+    """Under secure aggregation: each accepted site's key for the round's secure sum."""
 
 
 class SiteAwareMixin(FedAvg):
@@ -128,13 +131,17 @@ class SiteAwareMixin(FedAvg):
             )
         return kept
 
-    def screen(self, server_round: int, replies: Iterable[Message]) -> list[Message]:
-        """The replies fit to aggregate; every other one marks its site failed (reason)."""
+    def screen(
+        self, server_round: int, replies: Iterable[Message], *, secure_sum: bool = False
+    ) -> list[Message]:
+        """The replies fit to aggregate; every other one marks its site failed (reason).
+        ``secure_sum``: the replies hold a key for the round's secure sum instead of weights
+        (:mod:`server.secure_aggregation`)."""
         record = self.rounds.setdefault(server_round, RoundRecord())
         kept = []
         for msg in replies:
             site = self.site_of_node.get(msg.metadata.src_node_id, -1)
-            why = self._rejection(server_round, site, msg, record)
+            why = self._rejection(server_round, site, msg, record, secure_sum)
             if why is None:
                 kept.append(msg)
             else:
@@ -144,7 +151,7 @@ class SiteAwareMixin(FedAvg):
         return sorted(kept, key=lambda msg: self.site_of_node[msg.metadata.src_node_id])
 
     def _rejection(
-        self, server_round: int, site: int, msg: Message, record: RoundRecord
+        self, server_round: int, site: int, msg: Message, record: RoundRecord, secure_sum: bool
     ) -> str | None:
         """Why ``msg`` (from ``site``, by the node map) may not be aggregated, or None."""
         if msg.has_error():
@@ -158,21 +165,37 @@ class SiteAwareMixin(FedAvg):
         try:
             if METRICS not in msg.content.metric_records:
                 raise WireError(f"train reply: no {METRICS!r} record")
-            if ARRAYS not in msg.content.array_records:
-                raise WireError(f"train reply: no {ARRAYS!r} record")
             reply = TrainReply.from_record(msg.content.metric_records[METRICS])
             if reply.site_id != site:
                 raise WireError(
                     f"train reply: claims site {reply.site_id}, but node "
                     f"{msg.metadata.src_node_id} is site {site}"
                 )
-            sent = self._sent.get(server_round)
-            if sent is not None:
-                check_arrays(msg.content.array_records[ARRAYS], sent, "train reply")
+            if secure_sum:
+                record.public_keys[site] = self._key(msg)
+            else:
+                self._weights(server_round, msg)
         except WireError as err:
             return f"rejected: {err}"
         record.sites[site] = reply
         return None
+
+    def _weights(self, server_round: int, msg: Message) -> None:
+        """The reply's weights: the names and shapes sent, finite numbers."""
+        if ARRAYS not in msg.content.array_records:
+            raise WireError(f"train reply: no {ARRAYS!r} record")
+        sent = self._sent.get(server_round)
+        if sent is not None:
+            check_arrays(msg.content.array_records[ARRAYS], sent, "train reply")
+
+    @staticmethod
+    def _key(msg: Message) -> bytes:
+        """The reply's key for the secure sum; weights in the clear are refused unread."""
+        if msg.content.array_records:
+            raise WireError("train reply: weights in the clear under secure aggregation")
+        if SECURE_SUM not in msg.content.config_records:
+            raise WireError(f"train reply: no {SECURE_SUM!r} record")
+        return SecureSumKey.from_values(msg.content.config_records[SECURE_SUM]).public_key
 
 
 class DelegatingStrategy(Strategy):

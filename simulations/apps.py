@@ -10,9 +10,11 @@ from flwr.app import Context
 
 from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
+from clients.distributed_dp import DistributedDPSettings
 from clients.gradient_canaries import GradientCanarySettings
 from clients.inversion import InversionSettings
 from clients.privacy import DPSettings
+from clients.secure_aggregation import SecureSumSettings
 from clients.site_data import SiteData
 from contracts.run_files import (
     CheckpointMeta,
@@ -27,7 +29,7 @@ from server.canary_clients import CanaryClientSettings
 from server.client_dp import ClientDPSettings, calibrate_noise_multiplier
 from server.stop import StopSwitch
 from server.strategy import StrategySettings
-from simulations.config import ExperimentConfig
+from simulations.config import ExperimentConfig, sites_per_round
 from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import DatasetMeta, load_public
 from simulations.run_task import audit_device, make_task, pick_device
@@ -62,6 +64,7 @@ def client_dp_settings(config: ExperimentConfig) -> ClientDPSettings | None:
         z = calibrate_noise_multiplier(
             client.target_epsilon, rounds=config.fl.rounds, delta=config.dp.delta
         )
+    distributed = config.dp.distributed
     return ClientDPSettings(
         noise_multiplier=z,
         delta=config.dp.delta,
@@ -71,6 +74,22 @@ def client_dp_settings(config: ExperimentConfig) -> ClientDPSettings | None:
         target_clipped_quantile=client.target_clipped_quantile,
         clip_norm_lr=client.clip_norm_lr,
         clipped_count_stddev=client.clipped_count_stddev,
+        mechanism="distributed" if distributed else "central",
+        secure_aggregation=config.fl.secure_aggregation,
+    )
+
+
+def distributed_dp_settings(config: ExperimentConfig) -> DistributedDPSettings | None:
+    """A site's share of distributed client-level DP (``dp.level: distributed``): the noise
+    multiplier (calibrated as the central one), the clipping norm and the sites per round,
+    all from the run's config."""
+    client = client_dp_settings(config)
+    if client is None or client.mechanism != "distributed":
+        return None
+    return DistributedDPSettings(
+        noise_multiplier=client.noise_multiplier,
+        clipping_norm=client.clipping_norm,
+        sites_per_round=sites_per_round(config.partition.num_sites, config.fl.fraction_train),
     )
 
 
@@ -185,6 +204,12 @@ class SiteResolver:
                 config, site_id, self.state_dir, seeded=True
             ),
             inversion=inversion_settings(config, site_id, self.state_dir),
+            distributed_dp=distributed_dp_settings(config),
+            secure_sum=(
+                SecureSumSettings(site_id=site_id, state_dir=self.state_dir)
+                if config.fl.secure_aggregation == "ideal"
+                else None
+            ),
         )
 
 
@@ -253,7 +278,18 @@ def server_settings(
         progress=progress,
         audit_rounds=config.audit.audited_rounds(config.fl.rounds),
         stop=stop,
+        secure_aggregation=config.fl.secure_aggregation,
+        aggregate_rounds=aggregate_rounds(config),
     )
+
+
+def aggregate_rounds(config: ExperimentConfig) -> tuple[int, ...]:
+    """The rounds whose sum each site's inversion audit attacks under secure aggregation
+    (the server holds nothing else of them); () otherwise."""
+    inversion = config.audit.inversion
+    if config.fl.secure_aggregation == "none" or inversion is None:
+        return ()
+    return tuple(sorted(set(inversion.rounds)))
 
 
 def build_apps(

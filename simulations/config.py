@@ -26,7 +26,13 @@ from audit.config import AuditConfig, StrictModel
 from audit.inversion.attack import InversionConfig
 from audit.result import finite
 from audit.stats.one_run_methods import DEFAULT_DELTA
-from contracts.dp_level import DPLevel, resolve_dp_level
+from contracts.dp_level import (
+    CLIENT_LEVELS,
+    RECORD_LEVELS,
+    DPLevel,
+    SecureAggregationMode,
+    resolve_dp_level,
+)
 from contracts.errors import RunFileError, UserError
 from contracts.plugins import PLUGINS_KEY, PluginError, import_plugins
 from contracts.run_files import RunLayout
@@ -72,14 +78,24 @@ class FLConfig(StrictModel):
     proximal_mu: float = Field(0.01, ge=0, description="FedProx proximal weight")
     server_learning_rate: float = Field(0.01, gt=0, description="FedAdam eta")
     central_evaluation: bool = True
+    secure_aggregation: SecureAggregationMode = Field(
+        "none",
+        description="ideal: the server's strategy gets only each round's weighted sum "
+        "(simulation only; docs/dp_settings.md); none: each site's update in the clear",
+    )
 
 
 class ClientDPConfig(StrictModel):
-    """Client-level DP through Flower's strategy wrappers: each sampled site's update is
-    clipped (on the server or by a client mod) and Gaussian noise is added to the mean."""
+    """Client-level DP: each sampled site's update is clipped and Gaussian noise of std
+    ``z * C`` is added to their sum, by the server through Flower's strategy wrappers
+    (``dp.level: client``; clipping on the server or by a client mod), or in shares of
+    ``z * C / sqrt(n)`` by each of the ``n`` sites of a round (``dp.level: distributed``)."""
 
     noise_multiplier: float | None = Field(
-        None, gt=0, description="z: noise std = z * clipping norm / sites per round"
+        None,
+        gt=0,
+        description="z: noise std = z * clipping norm on the sum of the sites' updates "
+        "(z * C / sites per round on their mean)",
     )
     target_epsilon: float | None = Field(
         None, gt=0, description="site-level epsilon over all rounds at dp.delta (calibrates z)"
@@ -122,7 +138,7 @@ class DPConfig(StrictModel):
             object.__setattr__(self, "target_epsilon", None)
         level = resolve_dp_level(self.level, enabled=self.enabled, record_epsilon_inf=no_record)
         object.__setattr__(self, "level", level)
-        object.__setattr__(self, "enabled", level in ("record", "both"))
+        object.__setattr__(self, "enabled", level in RECORD_LEVELS)
         if self.enabled and (self.target_epsilon is None) == (self.noise_multiplier is None):
             raise ValueError("set exactly one of target_epsilon or noise_multiplier")
         client = self.client
@@ -141,8 +157,13 @@ class DPConfig(StrictModel):
 
     @property
     def client_level(self) -> bool:
-        """Clipped site updates and a noised aggregate (Flower's wrappers)."""
-        return self.level in ("client", "both")
+        """Clipped site updates and a noised aggregate (central or distributed)."""
+        return self.level in CLIENT_LEVELS
+
+    @property
+    def distributed(self) -> bool:
+        """Each site clips its update and adds its share of the client-level noise."""
+        return self.level == "distributed"
 
     @property
     def any_level(self) -> bool:
@@ -323,14 +344,17 @@ class ExperimentConfig(StrictModel):
     @model_validator(mode="after")
     def _consistent(self) -> ExperimentConfig:
         client = self.dp.client
-        if self.dp.client_level and self.fl.strategy not in ("fedavg", "fedprox"):
+        _who_holds_updates(self)
+        central = self.dp.client_level and not self.dp.distributed
+        if central and self.fl.strategy not in ("fedavg", "fedprox"):
             # Flower's noise calibration is for the (uniform) mean of clipped updates; a
-            # server optimiser (FedAdam) would noise its own step instead.
+            # server optimiser (FedAdam) would noise its own step instead. (Distributed
+            # noise is in the sum already: a server optimiser post-processes it.)
             raise ValueError(
                 f"dp.level: client-level DP needs fl.strategy fedavg or fedprox, "
                 f"not {self.fl.strategy}"
             )
-        if self.dp.client_level and client.clipping == "adaptive":
+        if central and client.clipping == "adaptive":
             per_round = sites_per_round(self.partition.num_sites, self.fl.fraction_train)
             count_std = client.clipped_count_stddev or per_round / 20
             z = client.noise_multiplier
@@ -388,6 +412,37 @@ class ExperimentConfig(StrictModel):
                 "epsilon at dp.delta (leave audit.settings.delta unset)"
             )
         return self
+
+
+def _who_holds_updates(config: ExperimentConfig) -> None:
+    """The combinations distributed DP and ideal secure aggregation allow (a ``ValueError``
+    naming the key)."""
+    dp, client = config.dp, config.dp.client
+    if dp.distributed and client.clipping == "adaptive":
+        raise ValueError(
+            "dp.client.clipping: distributed DP clips with a fixed norm at each site "
+            "(adaptive clipping needs the server to count clipped updates)"
+        )
+    if dp.distributed and "clipping_side" not in client.model_fields_set:
+        # The resolved config (config.yaml) says where the clipping happens, and reads back.
+        client = client.model_copy(update={"clipping_side": "client"})
+        object.__setattr__(dp, "client", client)
+    if dp.distributed and client.clipping_side != "client":
+        raise ValueError("dp.client.clipping_side: under dp.level distributed each site clips")
+    if config.fl.secure_aggregation == "none":
+        return
+    if dp.client_level and not dp.distributed:
+        raise ValueError(
+            f"fl.secure_aggregation: ideal hides each update from the server, which central "
+            f"client-level DP (dp.level {dp.level}) must clip and noise: use dp.level distributed"
+        )
+    if sites_per_round(config.partition.num_sites, config.fl.fraction_train) < 2:
+        raise ValueError("fl.secure_aggregation: ideal needs at least 2 sites a round")
+    if config.audit.canary_clients and not dp.distributed:
+        raise ValueError(
+            "audit.canary_clients: under fl.secure_aggregation ideal they need dp.level "
+            "distributed (the server no longer sees the update norms that scale them)"
+        )
 
 
 def sites_per_round(num_sites: int, fraction: float) -> int:
@@ -562,13 +617,13 @@ def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
             raise RunFileError(f"config.yaml: {exc}") from exc
     canaries = finite(_section(raw, "audit").get("canaries"))
     accountant = str(section.get("accountant") or "rdp")
+    secure = _section(raw, "fl").get("secure_aggregation", "none")
     return PrivacySettings(
         dp_level=level,
-        record_accountant=(
-            record_accountant_name(accountant) if level in ("record", "both") else None
-        ),
+        record_accountant=(record_accountant_name(accountant) if level in RECORD_LEVELS else None),
         delta=finite(section.get("delta")),
         canaries=int(canaries) if canaries and canaries > 0 else None,
+        secure_aggregation="ideal" if secure == "ideal" else "none",
     )
 
 

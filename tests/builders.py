@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import (
     AuditFlags,
@@ -583,3 +584,33 @@ def load_benchmark(name: str) -> ModuleType:
     sys.modules[name] = module  # its dataclasses resolve their module by name
     spec.loader.exec_module(module)
     return module
+
+
+def inversion_entry(round_: int, quality: float, baseline: float) -> InversionResult:
+    """An inversion audit's summary of one attacked round (a FedSGD batch of 64 images)."""
+    return InversionResult(
+        round=round_,
+        attack="fedsgd",
+        modality="image",
+        measure="ssim",
+        threshold=0.6,
+        n_records=64,
+        n_dummies=64,
+        n_scored=64,
+        quality_mean=quality,
+        quality_median=quality,
+        quality_max=min(1.0, quality + 0.1),
+        share_rebuilt=1.0 if quality >= 0.6 else 0.0,
+        psnr_mean=20.0,
+        baseline_quality_mean=baseline,
+        baseline_quality_max=baseline + 0.1,
+        baseline_share_rebuilt=0.0,
+        baseline_psnr_mean=9.0,
+        match_loss=0.01,
+        iterations=300,
+        seconds=42.0,
+        dp_epsilon=None,
+        step_budget=300,
+        baseline_iterations=300,
+        cut_short=False,
+    )

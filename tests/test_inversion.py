@@ -10,7 +10,7 @@ import stat
 import numpy as np
 import pytest
 import torch
-from builders import run_files, site_report_of
+from builders import inversion_entry, run_files, site_report_of
 
 from audit.inversion.attack import (
     Fields,
@@ -269,35 +269,6 @@ def test_inversion_is_off_by_default_and_text_is_refused():
         )
 
 
-def _entry(round_: int, quality: float, baseline: float) -> InversionResult:
-    return InversionResult(
-        round=round_,
-        attack="fedsgd",
-        modality="image",
-        measure="ssim",
-        threshold=0.6,
-        n_records=64,
-        n_dummies=64,
-        n_scored=64,
-        quality_mean=quality,
-        quality_median=quality,
-        quality_max=min(1.0, quality + 0.1),
-        share_rebuilt=1.0 if quality >= 0.6 else 0.0,
-        psnr_mean=20.0,
-        baseline_quality_mean=baseline,
-        baseline_quality_max=baseline + 0.1,
-        baseline_share_rebuilt=0.0,
-        baseline_psnr_mean=9.0,
-        match_loss=0.01,
-        iterations=300,
-        seconds=42.0,
-        dp_epsilon=None,
-        step_budget=300,
-        baseline_iterations=300,
-        cut_short=False,
-    )
-
-
 def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
     """The summary numbers reach the site's page (its sentence, its table, the link to its
     own gallery) and the sweep's table and plot; the gallery is linked, never copied."""
@@ -308,7 +279,7 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
     from simulations.config import report_config
 
     result = make_result([1.0, 1.0], [1.25, 1.5], o1=[0.25, 0.5])
-    audit = ok_audit(0, result) | {"inversion": [json_safe(_entry(1, 0.912, 0.301))]}
+    audit = ok_audit(0, result) | {"inversion": [json_safe(inversion_entry(1, 0.912, 0.301))]}
     run = write_run(tmp_path / "run", n_sites=1, audits={0: audit})
     gallery = run_files(run).site_state / inversion_gallery_name(0)
     gallery.parent.mkdir(parents=True)
@@ -333,7 +304,7 @@ def test_the_reply_carries_summary_numbers_checked_by_round():
     from contracts.site_audit import SiteAudit
     from contracts.wire import WireError, audit_record, audit_reply
 
-    entries = [_entry(1, 0.5, 0.4), _entry(3, 0.2, 0.4)]
+    entries = [inversion_entry(1, 0.5, 0.4), inversion_entry(3, 0.2, 0.4)]
     reply = SiteAudit(
         site_id=0, n_members=10, n_holdout=5, elapsed_s=1.0, results=SiteResults(inversion=entries)
     )
@@ -351,3 +322,31 @@ def test_a_site_that_kept_no_round_reports_no_inversion(digits, tmp_path):
     """Not sampled in the chosen rounds: nothing to attack, and nothing fails."""
     settings = InversionSettings(config=ATTACK, site_id=0, state_dir=tmp_path)
     assert inversion_audit(settings, _task(dp=False), _site(digits, 8), seed=0) == []
+
+
+def test_under_secure_aggregation_the_attack_reads_the_rounds_sum(digits, tmp_path):
+    """The server holds only the round's sum: the site attacks that (the weights after the
+    round minus those it received), scored against its own records. Its FedSGD update alone
+    is rebuilt at SSIM 0.85 (above); the mean with another site's update, on other records,
+    leaves it at chance (measured: 0.27 against the public baseline's 0.35)."""
+    task = _task(dp=False)
+    torch.manual_seed(0)
+    start = {k: v.clone() for k, v in task.make_model().state_dict().items()}
+    own = _site(digits, BATCH)
+    other = (digits.x[100 : 100 + BATCH], digits.y[100 : 100 + BATCH])
+    trained = [
+        train_locally(
+            task, start, x=x, y=y, epochs=1, seed=0, device=torch.device("cpu"), local_steps=1
+        )
+        for x, y in ((own.train_x, own.train_y), other)
+    ]
+    settings = InversionSettings(config=ATTACK, site_id=0, state_dir=tmp_path)
+    keep_round(settings, 1, start, trained[0], epochs=1, steps=1)
+    mean = {k: (trained[0].state_dict[k] + trained[1].state_dict[k]) / 2 for k in start}
+    out = inversion_audit(settings, task, own, seed=0, sums={1: mean})
+    [result] = out
+    assert result.quality_mean < 0.5
+    assert result.quality_mean < result.baseline_quality_mean + 0.1
+    # A round the server sent no sum of is not attacked (the site's own update is not what
+    # the server held).
+    assert inversion_audit(settings, task, own, seed=0, sums={}) == []

@@ -163,7 +163,7 @@ def test_ledger_rows_and_values(ledger_run: Path) -> None:
     assert sites[1]["dp_epsilon_client_record"] == 3.0
     assert sites[1]["eps_tilde_above_accountant"] is True  # against the released model's 3.0
     # The ledger's column says whom each epsilon holds against.
-    assert "against the server (record-level only)" in (ledger_run / "report.md").read_text()
+    assert "against the server (record level; distributed" in (ledger_run / "report.md").read_text()
     assert report["noise"] == NOISE_NOTES["seeded"]  # no noise.json: a simulation
 
     # The markdown and html show the ledger table with the accountants.

@@ -702,7 +702,8 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
     assert "eps_tilde two-sided [95% CI] (side)" in page
     assert f"{iv['mean']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}] (non-member)" in page
     assert page.count('class="meaning"') == 1
-    # Two consortium-wide plots, and per site accuracy and bounds against the accountant.
-    assert page.count('<div class="plot" role="img"') == 4
+    # Two consortium-wide plots, per site accuracy and bounds against the accountant, and
+    # what each party can measure.
+    assert page.count('<div class="plot" role="img"') == 5
     assert _embedded_json(page) == sweep
     assert math.isclose(sweep["points"][0]["max_eps_tilde"], 0.25)

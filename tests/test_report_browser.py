@@ -368,7 +368,7 @@ def _number(text: str) -> float:
 def test_sweep_html_sorts_by_clicked_header(pages: dict[str, Path], tmp_path: Path) -> None:
     check = check_page(pages["sweep"], tmp_path)
     assert_page_ok(check, min_plots=4)
-    assert sum(t["sortable"] for t in check.tables) == 2
+    assert sum(t["sortable"] for t in check.tables) == 3  # with what each party can measure
     points = check.table("point")
     assert len(points["rows"]) == 4
     # Numeric-aware: 8 < 16 < inf, though "16.00" < "8.00" as text; "-" last both ways.

@@ -476,7 +476,7 @@ def test_sweep_tables_are_sortable_inline(consortium: Path, tmp_path: Path) -> N
         tmp_path, [SweepPoint("eps=8", {}, run_files(consortium))], report_config
     )
     page = render_sweep_html(sweep)
-    assert page.count('<table class="sortable">') == 2
+    assert page.count('<table class="sortable">') == 3  # points, sites, what each party can measure
     assert SORT_SCRIPT in page and page.count("<script>") == 1
     assert "<script src" not in page and "http" not in SORT_SCRIPT
 

@@ -189,7 +189,9 @@ def test_sweep_table_has_the_privacy_columns(sweep_runs: dict[str, Path]) -> Non
     # The per-site plots against the accountant's epsilon.
     assert 'aria-label="accuracy vs accountant epsilon per site"' in page
     assert 'aria-label="measured lower bounds vs accountant epsilon per site"' in page
-    assert page.count('<div class="plot" role="img"') == 4
+    # And what each party can measure, per point.
+    assert 'aria-label="what each party can measure, per sweep point"' in page
+    assert page.count('<div class="plot" role="img"') == 5
 
 
 def test_site_plots_draw_against_the_accountant_eps(

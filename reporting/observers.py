@@ -1,0 +1,232 @@
+"""What each party can measure, per DP setting: the sweep's table and figure that set the
+settings side by side by observer.
+
+A DP setting is a choice of whom the consortium trusts. Per point and site the table holds
+the accountants' epsilons with what each covers, then what each observer holds and what
+the audits measured on it:
+
+* the **server** (the aggregator's operator): each site's update, noised or not, or only
+  each round's sum under secure aggregation; the white-box server level, the inversion
+  audit and the update membership audit read what it really holds;
+* **model users and other sites**: the released global model (PANORAMIA's two-sided
+  eps_tilde, RM;RN, O(1));
+* the **canary clients** (simulation only): a client-level estimate from the model too.
+
+A measurement an observer's view does not allow is said so, never filled in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from charts.svg import Axes, LegendEntry, Marker, Style, render_figure
+
+from .columns import Column, SiteRow, column
+from .formatting import MISSING, fmt, fmt_dp, fmt_inversion, fmt_two_sided, fmt_white_box
+from .metrics import CLIENT_EPSILON, DP_EPSILON, EPS_TILDE_TWO_SIDED, O1, RM_RN_TWO_SIDED, server
+from .privacy_ledger import server_epsilon
+from .schema import SiteReport, SweepPointReport
+
+SERVER_VIEWS: dict[str, str] = {
+    "ideal": "each round's sum only (ideal secure aggregation)",
+    "distributed": "each site's update with the site's noise share",
+    "record": "each site's update, noised by its DP-SGD",
+    "both": "each site's update, noised by its DP-SGD (client-level noise added after)",
+    "client": "each site's update in the clear (the noise is added after)",
+    "none": "each site's update in the clear",
+}
+"""What the server holds of a site in a round, by secure aggregation then DP level."""
+
+NOT_SEEN = "not measured: the server holds only the sum"
+"""A server-side reading of one site's update under secure aggregation."""
+
+COVERS = {
+    "record": "one record, against everyone (the server included)",
+    "client": "the whole site, against model users and other sites (and the server only "
+    "under distributed DP with secure aggregation)",
+    "server": "one record, against the server itself",
+}
+"""What each accountant's epsilon in the table covers."""
+
+
+def server_view(point: SweepPointReport) -> str:
+    """What the server holds of each site's update at this point."""
+    if point.secure_aggregation == "ideal":
+        return SERVER_VIEWS["ideal"]
+    return SERVER_VIEWS.get(point.dp_level or "none", MISSING)
+
+
+def _point(row: SiteRow) -> SweepPointReport:
+    assert row.point is not None, "an observer row names its point"
+    return row.point
+
+
+def _white_box_server(row: SiteRow) -> str:
+    canaries = row.site.privacy.gradient_canaries
+    if canaries is None:
+        return "off (record-level DP only)"
+    if _point(row).secure_aggregation == "ideal" and canaries.server is None:
+        return NOT_SEEN
+    return fmt_white_box(server(row.site))
+
+
+def _inversion(row: SiteRow) -> str:
+    attacked = row.site.privacy.inversion
+    if not attacked:
+        return "off"
+    text = fmt_inversion(attacked[0])
+    return f"{text} (on the round's sum)" if _point(row).secure_aggregation == "ideal" else text
+
+
+def _against_server(site: SiteReport) -> str:
+    eps = server_epsilon(site.privacy)
+    return "none" if eps is None else fmt(eps)
+
+
+def _canary_clients(row: SiteRow) -> str:
+    p = row.site.privacy
+    if p.client_eps_estimate is None:
+        return "off"
+    return (
+        f"{fmt(p.client_eps_estimate, 2)} [{fmt(p.client_eps_estimate_low, 2)}, "
+        f"{fmt(p.client_eps_estimate_high, 2)}] / {fmt(p.client_eps_lb, 2)}"
+    )
+
+
+OBSERVER_COLUMNS: tuple[Column[SiteRow], ...] = (
+    column("point", lambda r: _point(r).label, cls="text"),
+    column("site", lambda r: str(r.site.site_id)),
+    column("the server holds", lambda r: server_view(_point(r)), cls="text"),
+    column("accuracy (global)", lambda r: fmt(r.global_accuracy)),
+    column(
+        f"accountant eps, record level ({COVERS['record']})",
+        lambda r: fmt_dp(DP_EPSILON.value(r.site)),
+    ),
+    column(
+        f"accountant eps, client level ({COVERS['client']})",
+        lambda r: fmt_dp(CLIENT_EPSILON.value(r.site)),
+    ),
+    column(f"eps of {COVERS['server']}", lambda r: _against_server(r.site)),
+    column("server: white-box server level, f-DP eps_lb / estimate [95% CI]", _white_box_server),
+    column("server: inversion, first attacked round (baseline)", _inversion, cls="text"),
+    column("model users: eps_tilde two-sided [95% CI] (side)", lambda r: fmt_two_sided(r.site)),
+    column(
+        "model users: RM;RN two-sided / O(1)",
+        lambda r: f"{fmt(RM_RN_TWO_SIDED.value(r.site))} / {fmt(O1.value(r.site))}",
+    ),
+    column("canary clients: client eps estimate [95% CI] / lower bound", _canary_clients),
+)
+"""The sweep's "What each party can measure" table: one row per point and site."""
+
+OBSERVERS_NOTE = (
+    "Each row is one site at one point. The accountants' epsilons say what each guarantee "
+    "covers; the rest is measured, grouped by who could measure it. The server's readings "
+    "are taken on what it holds at that point: one site's update, or only the round's sum "
+    "under secure aggregation, where a reading of one site's update is not measured. Model "
+    "users (and other sites) hold the released global model at every point."
+)
+
+
+def observer_rows(points: list[SweepPointReport]) -> list[SiteRow]:
+    """One row per point and site, in the sweep's order."""
+    return [SiteRow(s, p.global_accuracy, p) for p in points for s in p.sites]
+
+
+Reading = tuple[str, Callable[[SiteReport], float | None], str, Marker]
+"""(panel, a site's number, colour, marker)."""
+
+_READINGS: tuple[Reading, ...] = (
+    ("accountant eps, record level", DP_EPSILON.value, "#1f77b4", "s"),
+    ("accountant eps, client level (site)", CLIENT_EPSILON.value, "#ff7f0e", "o"),
+    ("eps of a record against the server", lambda s: server_epsilon(s.privacy), "#2ca02c", "^"),
+)
+
+
+def _inversion_gap(site: SiteReport) -> float | None:
+    """The first attacked round's mean quality above its public-record baseline."""
+    if not site.privacy.inversion:
+        return None
+    first = site.privacy.inversion[0]
+    return first.quality_mean - first.baseline_quality_mean
+
+
+def _white_box_estimate(site: SiteReport) -> float | None:
+    level = server(site)
+    return None if level is None else level.eps_estimate
+
+
+_PANELS: tuple[tuple[str, str, tuple[Reading, ...]], ...] = (
+    ("accuracy", "global accuracy", ()),
+    ("the accountants", "epsilon (log)", _READINGS),
+    (
+        "the server",
+        "inversion: quality above baseline",
+        (("inversion (first round)", _inversion_gap, "#d62728", "D"),),
+    ),
+    (
+        "the server",
+        "white-box server-level estimate (eps)",
+        (("white-box server estimate", _white_box_estimate, "#17becf", "s"),),
+    ),
+    (
+        "model users",
+        "eps_tilde two-sided / O(1)",
+        (
+            ("eps_tilde two-sided", EPS_TILDE_TWO_SIDED.value, "#800000", "D"),
+            ("O(1)", O1.value, "#9467bd", "^"),
+        ),
+    ),
+)
+
+
+def observers_plot(points: list[SweepPointReport]) -> str | None:
+    """One panel per observer's reading, the points side by side, one marker per site."""
+    if not any(p.sites for p in points):
+        return None
+    ticks = [(float(x), p.label) for x, p in enumerate(points)]
+    xlim = (-0.6, len(points) - 0.4)
+    panels, legend = [], []
+    for who, ylabel, readings in _PANELS:
+        ax = Axes(title=who, xlabel="sweep point", ylabel=ylabel, xlim=xlim, xticks=ticks)
+        if not readings:
+            ax.ylim = (0.0, 1.0)
+            for x, p in enumerate(points):
+                if p.global_accuracy is not None:
+                    ax.point(x, p.global_accuracy, Style("#444444", marker="s"))
+        for name, value, colour, marker in readings:
+            style = Style(colour, marker=marker)
+            drawn = _draw(ax, points, value, style)
+            if drawn:
+                legend.append(LegendEntry(name, style, "marker"))
+        if ax.points:
+            ax.ylog = who == "the accountants"
+            panels.append(ax)
+    if len(panels) <= 1:
+        return None
+    return render_figure(
+        panels,
+        panel_width=max(300.0, 70.0 * len(points) + 120.0),
+        panel_height=280.0,
+        cols=min(3, len(panels)),
+        legend=legend,
+        title="What each party can measure: one marker per site (sites side by side)",
+    )
+
+
+def _draw(
+    ax: Axes,
+    points: list[SweepPointReport],
+    value: Callable[[SiteReport], float | None],
+    style: Style,
+) -> bool:
+    """The number of each site at each point, sites spread around the point; drawn?"""
+    drawn = False
+    for x, p in enumerate(points):
+        n = len(p.sites)
+        for k, site in enumerate(p.sites):
+            v = value(site)
+            if v is None or (ax.title == "the accountants" and v <= 0):
+                continue
+            ax.point(x + 0.5 * (k - (n - 1) / 2) / max(n, 1), v, style)
+            drawn = True
+    return drawn

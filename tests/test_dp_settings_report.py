@@ -1,0 +1,160 @@
+"""The DP settings side by side: the sweep file, and what the reports say each party holds
+and can measure (central client-level DP against distributed DP with secure aggregation)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from builders import (
+    client_dp_ledger,
+    inversion_entry,
+    make_result,
+    ok_audit,
+    run_files,
+    set_config,
+    write_report_of,
+    write_run,
+)
+
+from audit.canaries.gradient_canaries import gradient_canary_audit
+from contracts.json_values import json_safe
+from reporting import SweepPoint, write_sweep_report
+from reporting.columns import SiteRow
+from reporting.observers import NOT_SEEN, OBSERVER_COLUMNS, SERVER_VIEWS
+from reporting.sweep_report import build_sweep_report
+from simulations.config import report_config
+from simulations.sweep import expand, load_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_settings_sweep_compares_four_settings_at_one_epsilon_for_2_and_8_sites():
+    points = expand(load_sweep(REPO / "configs" / "dp_settings_sweep.yaml"))
+    settings = {(c.partition.num_sites, c.dp.level, c.fl.secure_aggregation) for _, _, c in points}
+    assert settings == {
+        (n, level, "ideal" if level == "distributed" else "none")
+        for n in (2, 8)
+        for level in ("none", "record", "client", "distributed")
+    }
+    targets = {c.dp.target_epsilon or c.dp.client.target_epsilon for _, _, c in points}
+    assert targets == {None, 8}
+    assert all(c.audit.inversion is not None for _, _, c in points)
+
+
+def _run(
+    tmp_path: Path, name: str, *, level: str, secure: str, ledger: dict[str, Any] | None
+) -> Path:
+    result = make_result([1.0, 1.0], [1.1, 1.2], o1=[0.2, 0.3])
+    audits = {
+        s: ok_audit(s, result) | {"inversion": [json_safe(inversion_entry(1, q, 0.30))]}
+        for s, q in ((0, 0.91), (1, 0.35))
+    }
+    run = write_run(tmp_path / name, n_sites=2, audits=audits)
+    set_config(run, level=level)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["fl"] = {"secure_aggregation": secure}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    if ledger is not None:
+        run_files(run).client_dp_ledger.write_text(json.dumps(ledger))
+    return run
+
+
+def _ledger(mechanism: str, secure: str, server: float | None) -> dict[str, Any]:
+    ledger = client_dp_ledger({0: (8.0, 18.8), 1: (8.0, 18.8)})
+    ledger |= {"schema_version": 2, "mechanism": mechanism, "secure_aggregation": secure}
+    for site in ledger["sites"].values():
+        site |= {
+            "epsilon_server": server,
+            "epsilon_record_server": None if server is None else 18.8,
+        }
+    return ledger
+
+
+def test_the_sweep_says_what_the_server_holds_and_what_each_party_measured(tmp_path):
+    central = _run(
+        tmp_path, "central", level="client", secure="none", ledger=_ledger("central", "none", None)
+    )
+    ideal = _run(
+        tmp_path,
+        "distributed",
+        level="distributed",
+        secure="ideal",
+        ledger=_ledger("distributed", "ideal", 8.0),
+    )
+    points = [
+        SweepPoint("central", {}, run_files(central)),
+        SweepPoint("distributed", {}, run_files(ideal)),
+    ]
+    files = write_sweep_report(tmp_path / "sweep", points, report_config)
+    md = files.md_path.read_text()
+    assert "## What each party can measure" in md
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in md.splitlines()
+        if line.startswith("| central |") or line.startswith("| distributed |")
+    }
+    assert SERVER_VIEWS["client"] in rows["central"]
+    assert SERVER_VIEWS["ideal"] in rows["distributed"]
+    # Against the server: nothing centrally, the site-level guarantee's record level with
+    # the sum only; the inversion audit read the round's sum there.
+    observers = [line for line in md.splitlines() if SERVER_VIEWS["client"] in line]
+    assert "| none |" in observers[0]
+    ideal_rows = [line for line in md.splitlines() if SERVER_VIEWS["ideal"] in line]
+    assert len(ideal_rows) == 2 and all("| 18.800 |" in line for line in ideal_rows)
+    assert "SSIM 0.91 (baseline 0.30); 100% &gt;= 0.60 (on the round's sum)" in ideal_rows[0]
+    html = files.html_path.read_text()
+    assert 'aria-label="what each party can measure, per sweep point"' in html
+    sweep = json.loads(files.json_path.read_text())
+    assert [p["secure_aggregation"] for p in sweep["points"]] == ["none", "ideal"]
+    assert sweep["points"][1]["client_dp"]["mechanism"] == "distributed"
+    # The run's own ledger: the guarantee against the server, by site.
+    write_report_of(ideal)
+    with open(ideal / "ledger.csv") as fh:
+        ledger = list(csv.DictReader(fh))
+    assert {r["secure_aggregation"] for r in ledger} == {"ideal"}
+    assert {r["client_epsilon_server"] for r in ledger} == {"8.0"}
+    assert (
+        "DP level of the run: distributed; secure aggregation: ideal"
+        in (ideal / "report.md").read_text()
+    )
+    page = (ideal / "site-reports" / "site-0.html").read_text()
+    assert "Can the server rebuild your records from the round&#x27;s sum?" in page
+    assert "holds only each round&#x27;s sum" in page  # the threat model says so too
+
+
+def test_a_white_box_server_reading_under_secure_aggregation_is_not_measured(tmp_path):
+    """Record-level DP with secure aggregation: the site's gradient canaries read its own
+    DP-SGD (the mechanism level) but not the server level, which would read the site's own
+    update; the table says so instead of showing a number."""
+    rng = np.random.default_rng(0)
+    coins = rng.integers(0, 2, 400).astype(bool)
+    canaries = gradient_canary_audit(
+        {"mechanism": rng.normal(size=400) + coins},
+        coins,
+        steps=100,
+        rounds=2,
+        overhead_s=1.0,
+        sample_rate=0.05,
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        beta=0.05,
+        delta=1e-5,
+        seed=0,
+    )
+    run = _run(tmp_path, "r", level="record", secure="ideal", ledger=None)
+    audit_file = run / "audits" / "site-0.json"
+    audit = json.loads(audit_file.read_text()) | {"gradient_canaries": json_safe(canaries)}
+    audit_file.write_text(json.dumps(audit))
+    report = build_sweep_report(tmp_path, [SweepPoint("r", {}, run_files(run))], report_config)
+    point = report.points[0]
+    cells = [
+        {c.header: c.md(SiteRow(site, point.global_accuracy, point)) for c in OBSERVER_COLUMNS}
+        for site in point.sites
+    ]
+    white_box = [next(v for k, v in row.items() if "white-box" in k) for row in cells]
+    assert white_box == [NOT_SEEN, "off (record-level DP only)"]
