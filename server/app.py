@@ -16,7 +16,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
@@ -209,16 +217,7 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
             _measure_canaries(settings, sites.sites_per_round)
         return state
     strategy = _aggregating_strategy(settings, sites, done)
-    ledger = None
-    if settings.client_dp is not None:
-        ledger = ClientDPLedger.load_or_new(
-            layout,
-            settings.client_dp,
-            population_size=settings.num_sites,
-            sites_per_round=sites.sites_per_round,
-        )
-        ledger.truncate(done)
-        ledger.noise_note = NOISE_NOTES[settings.noise_source]
+    ledger = _client_dp_ledger(settings, sites.sites_per_round, done)
     bar = _progress(settings.rounds, "FL rounds", settings.progress)
     bar.update(done)
 
@@ -237,25 +236,47 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         on_commit=show,
     )
     seed_server_noise(settings.noise_source)
-    # The run's settings; the strategy stamps each message's (global) round.
-    train_config = TrainInstructions(
-        local_epochs=settings.local_epochs,
-        local_steps=settings.local_steps,
-        seed=settings.seed,
-        server_round=done + 1,
-        client_clipping=client_clipping(settings.client_dp),
-    ).to_record()
     result = writer.start(
         grid=grid,
         initial_arrays=ArrayRecord(state),
         num_rounds=settings.rounds - done,
-        train_config=train_config,
+        train_config=_train_instructions(settings, done),
         evaluate_fn=_central_evaluation(settings),
         timeout=settings.timeout_s,
     )
     bar.close()
     _measure_canaries(settings, sites.sites_per_round)
     return result.arrays.to_torch_state_dict()
+
+
+def _client_dp_ledger(
+    settings: ServerSettings, sites_per_round: int, done: int
+) -> ClientDPLedger | None:
+    """The client-level DP ledger (None without client-level DP), cut back to the ``done``
+    rounds a resumed run keeps."""
+    if settings.client_dp is None:
+        return None
+    ledger = ClientDPLedger.load_or_new(
+        settings.layout,
+        settings.client_dp,
+        population_size=settings.num_sites,
+        sites_per_round=sites_per_round,
+    )
+    ledger.truncate(done)
+    ledger.noise_note = NOISE_NOTES[settings.noise_source]
+    return ledger
+
+
+def _train_instructions(settings: ServerSettings, done: int) -> ConfigRecord:
+    """The run's settings for every train message; the strategy stamps each message's
+    (global) round."""
+    return TrainInstructions(
+        local_epochs=settings.local_epochs,
+        local_steps=settings.local_steps,
+        seed=settings.seed,
+        server_round=done + 1,
+        client_clipping=client_clipping(settings.client_dp),
+    ).to_record()
 
 
 def _aggregating_strategy(settings: ServerSettings, sites: SiteAwareMixin, done: int) -> Strategy:
