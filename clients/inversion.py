@@ -179,20 +179,7 @@ def _attack_round(
     training = _training(task, kept)
     model = task.make_model()
     modality = str(task.modality)
-    # The records the round's steps used (with fl.local_steps), else all the site trained on.
-    if kept["used"] is not None:
-        truth_x = kept["used"][0]
-    else:
-        truth_x = task.tensors(data.training_x, data.training_y)[0]
-    fields = None
-    if modality == "tabular":
-        fields = _fields(truth_x.numpy(), getattr(task, "schema", None))
-    spec = RecordSpec(
-        modality=modality,
-        shape=tuple(truth_x.shape[1:]),
-        num_classes=int(task.num_classes),
-        fields=None if fields is None else tuple(fields),
-    )
+    truth_x, fields, spec = _round_records(task, data, kept)
     rng = np.random.default_rng([seed, settings.site_id, server_round])
     device = settings.device
     start = {k: v.to(device) for k, v in kept["global"].items()}
@@ -230,6 +217,28 @@ def _attack_round(
     if modality == "image":
         gallery = _gallery_rows(truth, recon.x, base.x, scores, base_scores)
     return result, gallery
+
+
+def _round_records(
+    task: Any, data: SiteData, kept: dict[str, Any]
+) -> tuple[torch.Tensor, list[Fields] | None, RecordSpec]:
+    """The records the round's steps used (with fl.local_steps), else all the site trained
+    on; their tabular fields (None for other modalities) and what the attack is told of
+    them."""
+    if kept["used"] is not None:
+        truth_x = kept["used"][0]
+    else:
+        truth_x = task.tensors(data.training_x, data.training_y)[0]
+    fields = None
+    if str(task.modality) == "tabular":
+        fields = _fields(truth_x.numpy(), getattr(task, "schema", None))
+    spec = RecordSpec(
+        modality=str(task.modality),
+        shape=tuple(truth_x.shape[1:]),
+        num_classes=int(task.num_classes),
+        fields=None if fields is None else tuple(fields),
+    )
+    return truth_x, fields, spec
 
 
 def _public_update(
