@@ -51,6 +51,8 @@ PLATFORM_FILE = "platform.json"
 harness when it trains; read by a site report's manifest."""
 REPLICATES_FILE = "replicates.json"
 """A replicate set's report, in the folder that holds its runs (:func:`replicate_run_dir`)."""
+REPLICATES_MD = "replicates.md"
+REPLICATES_HTML = "replicates.html"
 
 REPORT_JSON = "report.json"
 """The run's report (``reporting``): every number, with its interval, ceiling and flags."""
@@ -60,6 +62,8 @@ REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 LEDGER_CSV = "ledger.csv"
 """The run's privacy ledger, one row per site and guarantee."""
+SITE_REPORTS_DIR = "site-reports"
+"""Each audited site's own report (``site-<id>.json`` / ``.html``)."""
 
 NoiseSource = Literal["seeded", "os-entropy"]
 """``seeded``: from the run's seed (simulation, reproducible); ``os-entropy``: each site and
@@ -284,6 +288,10 @@ class RunLayout:
     @property
     def ledger_csv(self) -> Path:
         return self.root / LEDGER_CSV
+
+    @property
+    def site_reports(self) -> Path:
+        return self.root / SITE_REPORTS_DIR
 
     @property
     def replicates(self) -> Path:

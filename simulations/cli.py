@@ -205,19 +205,19 @@ def _with_plugins(config: ExperimentConfig, modules: list[str]) -> ExperimentCon
 
 def cmd_report(args: argparse.Namespace) -> int:
     from contracts.errors import RunFileError
-    from reporting import SITE_REPORTS_DIR, write_report, write_site_report
+    from reporting import write_report, write_site_report
     from simulations.config import report_config
 
     layout = RunLayout(Path(args.run_dir))
     try:
         if args.site is not None:
             config = report_config(layout, optional=True)
-            check_writable(layout.root / SITE_REPORTS_DIR)
+            check_writable(layout.site_reports)
             files = write_site_report(layout, args.site, config)
         else:
             config = report_config(layout)
             check_writable(layout.root)
-            check_writable(layout.root / SITE_REPORTS_DIR)
+            check_writable(layout.site_reports)
             files = write_report(layout, config)
     except RunFileError as err:
         print(f"panoramia-fl: error: {err}", file=sys.stderr)
