@@ -215,10 +215,13 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
             epochs=asked.local_epochs,
             steps=asked.local_steps,
         )
+    # Under record-level DP the count and the loss stay here: the accountant covers neither
+    # (contracts.wire.REPLY_KEYS); FedAvg then averages by the unit weight.
+    record_dp = runtime.dp is not None
     reply = TrainReply(
         site_id=runtime.site_id,
-        train_loss=result.train_loss,
-        num_examples=result.num_examples,
+        train_loss=None if record_dp else result.train_loss,
+        num_examples=None if record_dp else result.num_examples,
         dp_epsilon=result.dp_epsilon,
         noise_multiplier=result.noise_multiplier,
     )

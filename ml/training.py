@@ -15,14 +15,18 @@ def run_epoch(
     optimizer: torch.optim.Optimizer,
     loss_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
     device: torch.device,
+    empty_step: Callable[[], None] | None = None,
 ) -> float:
-    """One pass over ``loader``; returns the mean training loss."""
+    """One pass over ``loader``; returns the mean training loss. An empty batch (Poisson
+    sampling draws them) runs ``empty_step``, or is skipped without one."""
     total, count = 0.0, 0
     for batch in loader:
         # A no-op for the task's loaders (records already on the device); Opacus's empty
         # Poisson batch is built on the host.
         batch = tuple(t.to(device) for t in batch)
-        if len(batch[0]) == 0:  # Poisson sampling (Opacus) can draw an empty batch
+        if len(batch[0]) == 0:
+            if empty_step is not None:
+                empty_step()
             continue
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(batch)

@@ -34,6 +34,7 @@ from .formatting import (
     fmt_interval,
     fmt_inversion,
     fmt_loss_gap,
+    fmt_outside,
     fmt_side_c_lb,
     fmt_theoretical_eps,
     fmt_two_sided,
@@ -451,6 +452,12 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
     ),
     column("f loss members / holdout", lambda r: fmt_loss_gap(r.site), fold=2),
     column("ordering check", lambda r: ordering_text(r.site), cls="text"),
+    column(
+        "sent outside the guarantee (declared size)",
+        lambda r: fmt_outside(r.site.privacy),
+        cls="text",
+        fold=2,
+    ),
 )
 """The "Privacy ledger" table of report.md (one table) and report.html (:data:`LEDGER_GROUPS`;
 the run's DP level stands above it)."""

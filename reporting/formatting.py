@@ -14,6 +14,7 @@ from audit.inversion import InversionResult
 from audit.over_rounds import RoundLeakage, first_leaking_round
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, Interval
 from audit.sides import SIDES
+from contracts.reply_keys import DECLARED_SIZE_ADJACENCY
 from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 
 from .metrics import two_sided
@@ -26,6 +27,7 @@ from .schema import (
     BoundViolation,
     ConsortiumSummary,
     FlaggedSites,
+    PrivacyReport,
     SiteReport,
     mean_of,
     scorers,
@@ -563,3 +565,23 @@ def ordering_text(site: SiteReport) -> str:
     if site.checks.eps_tilde_above_accountant:
         return f"ok; eps_tilde above DP eps ({EPS_TILDE_ABOVE_NOTE})"
     return "ok (every lower bound <= DP eps)"
+
+
+OUTSIDE_MEANING = (
+    "the keys of the site's train replies that its record-level guarantee does not cover; "
+    "the guarantee covers the training given the site's declared size (its sampling rate, "
+    "steps and divisor), and under the site's own member count that size is not covered: "
+    f"{DECLARED_SIZE_ADJACENCY}. What covers every key a site sends: docs/security.md"
+)
+
+
+def fmt_outside(p: PrivacyReport) -> str:
+    """What the site sent outside its record-level guarantee, and its declared size."""
+    if p.record_accountant is None:
+        return "off (no record-level DP)"
+    size = (
+        f"declared size {p.declared_size}, public"
+        if p.declared_size is not None
+        else "declared size: its own member count"
+    )
+    return f"{', '.join(p.outside_guarantee) or 'nothing'} ({size})"

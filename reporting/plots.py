@@ -248,7 +248,8 @@ def bound_recall_plot(sites: list[SiteReport]) -> str | None:
 
 
 def training_plot(rounds: list[RoundRecord]) -> str | None:
-    """Global loss and accuracy per round, each site's train loss and DP epsilon per round."""
+    """Global loss and accuracy per round, each site's train loss (when the sites sent it:
+    not under record-level DP) and DP epsilon per round."""
     if not rounds:
         return None
     site_ids = sorted({sid for r in rounds for sid in r.sites}, key=site_order)
@@ -257,6 +258,7 @@ def training_plot(rounds: list[RoundRecord]) -> str | None:
         for r in rounds
         for s in r.sites.values()
     )
+    has_loss = any(s.train_loss is not None for r in rounds for s in r.sites.values())
     xs = [float(r.round) for r in rounds]
     # Whole rounds on the x axes while they are few enough to label each.
     round_ticks = [(x, f"{x:g}") for x in sorted(set(xs))] if len(set(xs)) <= 12 else None
@@ -288,7 +290,7 @@ def training_plot(rounds: list[RoundRecord]) -> str | None:
     # Legends only while they fit beside the lines.
     train.legend_loc = "upper right" if site_ids and len(site_ids) <= 12 else None
     dp.legend_loc = "upper left" if site_ids and len(site_ids) <= 6 else None
-    panels = [loss, accuracy, train, *([dp] if has_dp else [])]
+    panels = [loss, accuracy, *([train] if has_loss else []), *([dp] if has_dp else [])]
     for panel in panels:
         panel.xticks = round_ticks
     return _svg(panels, size=(300.0, 290.0), cols=len(panels))

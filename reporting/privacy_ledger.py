@@ -29,7 +29,8 @@ from audit.client_canaries import ClientCanaryResult, ThreatModel
 from audit.one_run import METHOD_LABELS, Method
 from audit.result import finite
 from contracts.dp_level import DPLevel
-from contracts.run_log import ClientDPLedgerFile, RoundRecord
+from contracts.reply_keys import COVERED, NUM_EXAMPLES, REPLY_KEYS, TRAIN_LOSS
+from contracts.run_log import ClientDPLedgerFile, RoundRecord, SiteRound
 
 from .inputs import SiteAuditInput
 from .metrics import (
@@ -80,6 +81,9 @@ class PrivacySettings:
     """``dp.delta`` (record level; client level too unless its ledger states its own)."""
     canaries: int | None
     """``audit.canaries`` when positive."""
+    declared_size: int | None = None
+    """``dp.declared_size``: the public record count every site's DP-SGD used; None: each
+    site declared its own member count."""
 
     @property
     def record_level(self) -> bool:
@@ -112,6 +116,7 @@ def site_privacy(
     """
     sid = audit.site_id
     record, source = _record_epsilon(audit, rounds)
+    record_on = record is not None or settings.record_level
     ledger_site = None if client_dp is None else client_dp.sites.get(str(sid))
     client = ledger_site.epsilon if ledger_site is not None else None
     if client is None:
@@ -125,11 +130,9 @@ def site_privacy(
         dp_epsilon=record,
         dp_epsilon_source=source,
         dp_delta=delta,
-        record_accountant=(
-            (settings.record_accountant or "Opacus")
-            if record is not None or settings.record_level
-            else None
-        ),
+        record_accountant=(settings.record_accountant or "Opacus") if record_on else None,
+        declared_size=settings.declared_size if record_on else None,
+        outside_guarantee=outside_guarantee(sid, rounds, settings) if record_on else [],
         client_epsilon=client,
         client_epsilon_record=None if ledger_site is None else ledger_site.epsilon_record,
         client_accountant=None if client_dp is None else client_dp.accountant,
@@ -151,6 +154,29 @@ def site_privacy(
         canary=canary,
         gradient_canaries=audit.gradient_canaries,
         inversion=list(audit.inversion),
+    )
+
+
+def sent_keys(site: SiteRound) -> list[str]:
+    """The keys of one train reply: as the server received them, or (files written before
+    it kept them) those of its numbers that are there."""
+    if site.sent is not None:
+        return site.sent
+    present = ((TRAIN_LOSS, site.train_loss), (NUM_EXAMPLES, site.num_examples))
+    return [key for key, value in present if value is not None]
+
+
+def outside_guarantee(
+    site_id: int, rounds: list[RoundRecord], settings: PrivacySettings
+) -> list[str]:
+    """The train-reply keys the site sent that its record-level guarantee does not cover
+    (:data:`contracts.reply_keys.REPLY_KEYS`): those computed from its records without noise,
+    those derived from its declared size when that is its own member count
+    (``declared``), and any key the table does not know."""
+    covered = COVERED | ({"declared"} if settings.declared_size is not None else set())
+    sent = {k for r in rounds if (s := r.sites.get(str(site_id))) for k in sent_keys(s)}
+    return sorted(
+        key for key in sent if key not in REPLY_KEYS or REPLY_KEYS[key].train not in covered
     )
 
 

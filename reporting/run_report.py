@@ -116,8 +116,8 @@ def report_blocks(report: RunReport, run_name: str | None = None) -> list[Block]
         Heading("Training", only="html"),
         Figure(
             plots.training_plot(report.rounds),
-            "Global loss and accuracy per round; each site's local train loss and its "
-            "accountant epsilon per round (when DP is on).",
+            "Global loss and accuracy per round; each site's local train loss (not sent "
+            "under record-level DP) and its accountant epsilon per round (when DP is on).",
             alt="training curves",
         ),
     ]

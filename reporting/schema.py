@@ -267,6 +267,13 @@ class PrivacyReport:
     """The site's gradient-inversion audit: how well the server could rebuild its records
     from its updates, per attacked round, beside the public-record baseline (summary
     numbers only); empty when off."""
+    declared_size: int | None = None
+    """Record level: the public record count its DP-SGD's sampling rate, steps and divisor
+    came from (``dp.declared_size``); None: the site's own member count (not sent)."""
+    outside_guarantee: list[str] = field(default_factory=list)
+    """Record level: the keys of its train replies that its guarantee does not cover
+    (``contracts.reply_keys.REPLY_KEYS``), e.g. ``dp-epsilon`` derived from its own member
+    count, or an older run's ``train-loss``."""
 
 
 @dataclass(frozen=True)

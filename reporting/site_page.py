@@ -38,6 +38,7 @@ from .formatting import (
     MISSING,
     NOT_A_BOUND,
     ONE_MODEL_INTERVAL,
+    OUTSIDE_MEANING,
     PR_CAPTION,
     ROC_NOTE,
     SIDE_LABELS,
@@ -51,6 +52,7 @@ from .formatting import (
     fmt_est,
     fmt_fdp,
     fmt_loss_gap,
+    fmt_outside,
     fmt_two_sided,
     fmt_white_box,
     fmt_white_box_cost,
@@ -323,6 +325,7 @@ def _privacy_table(site: SiteReport) -> Table:
             "with the method that gave it",
         ),
         Item("ordering check", ordering_text(site), f"{BOUNDS_BELOW_DP}; {NOT_A_BOUND}"),
+        Item("sent outside the guarantee", fmt_outside(p), OUTSIDE_MEANING),
     ]
     violated = bool(c.bound_violations)
     return Table(

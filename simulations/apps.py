@@ -33,7 +33,9 @@ from simulations.run_dir import DatasetMeta, load_public
 from simulations.run_task import make_task, pick_device
 
 
-def dp_settings(config: ExperimentConfig) -> DPSettings | None:
+def dp_settings(config: ExperimentConfig, *, members: int | None = None) -> DPSettings | None:
+    """The site's DP-SGD; its declared size is ``dp.declared_size``, else ``members`` (its
+    count as the run starts)."""
     if not config.dp.enabled:
         return None
     return DPSettings(
@@ -47,6 +49,7 @@ def dp_settings(config: ExperimentConfig) -> DPSettings | None:
         total_steps=(
             None if config.fl.local_steps is None else config.fl.local_steps * config.fl.rounds
         ),
+        declared_size=config.dp.declared_size or members,
     )
 
 
@@ -169,7 +172,7 @@ class SiteResolver:
             data=data,
             device=pick_device(config.resources.num_gpus),
             torch_threads=config.resources.torch_threads,
-            dp=dp_settings(config),
+            dp=dp_settings(config, members=len(data.training_x)),
             ledger_path=self.state_dir / site_dp_ledger_name(site_id),
             audit_runner=runner,
             return_scores=audit_cfg.enabled and audit_cfg.settings.return_scores,
@@ -226,7 +229,8 @@ def server_settings(
             proximal_mu=config.fl.proximal_mu,
             server_learning_rate=config.fl.server_learning_rate,
             seed=config.seed,
-            uniform_weights=config.dp.client_level,
+            uniform_weights=config.dp.any_level,
+            record_dp=config.dp.record_level,
         ),
         client_dp=client_dp_settings(config),
         canary_clients=canary_client_settings(config, task),

@@ -110,6 +110,13 @@ class DPConfig(StrictModel):
     delta: float = Field(1e-5, gt=0, lt=1)
     max_grad_norm: float = Field(1.0, gt=0)
     accountant: Literal["rdp", "prv"] = "rdp"
+    declared_size: int | None = Field(
+        None,
+        ge=1,
+        description="record level: the record count every site declares before training, "
+        "which sets its sampling rate, steps and divisor (None: each site's own member "
+        "count, which the ledger names as outside the guarantee)",
+    )
     client: ClientDPConfig = Field(default_factory=ClientDPConfig)
 
     @model_validator(mode="after")
@@ -507,7 +514,7 @@ def report_config_of(raw: dict[str, Any], *, file: Path | None = None) -> Report
 
 def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
     """The DP level (:func:`contracts.dp_level.resolve_dp_level`), the record-level
-    accountant's name, delta and canaries of a config read as plain data
+    accountant's name, delta, declared size and canaries of a config read as plain data
     (:class:`RunFileError` when ``dp.level`` is not a DP level)."""
     dp = raw.get("dp")
     section: dict[str, Any] = dp if isinstance(dp, dict) else {}
@@ -531,6 +538,7 @@ def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
         ),
         delta=finite(section.get("delta")),
         canaries=int(canaries) if canaries and canaries > 0 else None,
+        declared_size=_whole(section.get("declared_size")),
     )
 
 

@@ -17,11 +17,13 @@ from builders import run_files
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, RecordDict
 from flwr.common.serde import message_from_proto, message_to_proto
 from flwr.serverapp.strategy.strategy_utils import validate_message_reply_consistency
+from flwr.supercore import differential_privacy as flwr_differential_privacy
 from flwr.supercore.task_identity import TaskIdentity
 
 from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditOutput
 from contracts.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from contracts.reply_keys import COVERAGES, NORM_BIT, REPLY_KEYS
 from contracts.run_files import CheckpointMeta, SiteAuditFile
 from contracts.run_log import (
     ClientDPLedgerFile,
@@ -123,6 +125,49 @@ def test_train_reply_keeps_the_keys_flower_weights_by(task_identity):
     ]
     for key in (NUM_EXAMPLES, UNIT_WEIGHT):
         validate_message_reply_consistency(replies, key, check_arrayrecord=True)
+
+
+def test_under_record_level_dp_no_count_and_no_loss_travel(task_identity):
+    """A DP-SGD site's reply: its epsilon and noise, no count, no loss; the server, which
+    knows the run's DP, holds every reply to the keys that go with it (so that Flower
+    aggregates them) and names the key."""
+    dp = TrainReply(
+        site_id=0, train_loss=None, num_examples=None, dp_epsilon=1.5, noise_multiplier=0.9
+    )
+    record = _sent(RecordDict({METRICS: dp.to_record()})).metric_records[METRICS]
+    assert set(record) == {"site-id", UNIT_WEIGHT, "dp-epsilon", "noise-multiplier"}
+    assert TrainReply.from_record(record, record_dp=True) == dp
+    with pytest.raises(WireError, match="'noise-multiplier' is missing"):
+        TrainReply.from_record(
+            TrainReply(0, None, None, dp_epsilon=1.5).to_record(), record_dp=True
+        )
+    leaky = TrainReply(0, 0.5, 10, dp_epsilon=1.5, noise_multiplier=0.9).to_record()
+    with pytest.raises(WireError, match="'train-loss' is not sent under record-level DP"):
+        TrainReply.from_record(leaky, record_dp=True)
+    with pytest.raises(WireError, match="'dp-epsilon' is not sent without record-level DP"):
+        TrainReply.from_record(leaky, record_dp=False)
+
+
+def test_every_key_a_reply_carries_has_its_coverage():
+    """The coverage table lists each key a train or audit reply can carry, on its side."""
+    train = TrainReply(0, 0.5, 10, dp_epsilon=1.0, noise_multiplier=1.0).to_record()
+    audit = AuditReply(
+        site_id=0,
+        result={},
+        n_members=1,
+        n_holdout=1,
+        elapsed_s=1.0,
+        canary={},
+        dp_epsilon=1.0,
+        by_round={},
+        gradient_canaries={},
+        inversion={},
+    ).to_record()
+    assert {ARRAYS, *train} == {k for k, v in REPLY_KEYS.items() if v.train and k != NORM_BIT}
+    assert set(audit) == {k for k, v in REPLY_KEYS.items() if v.audit}
+    assert all({v.train, v.audit} <= {*COVERAGES, None} for v in REPLY_KEYS.values())
+    # Flower's adaptive clipping mod adds its key under the name the table gives it.
+    assert NORM_BIT == flwr_differential_privacy.KEY_NORM_BIT
 
 
 def test_whoami_and_audit_instructions_round_trip(task_identity):
@@ -446,3 +491,16 @@ def test_run_log_records_name_the_bad_key() -> None:
     assert from_dict(ClientDPLedgerFile, json.loads(json.dumps(ledger.to_dict()))).sites["1"] == (
         ClientDPSite([1, 2], None, 0.5)
     )
+
+
+def test_docs_list_every_reply_key_with_its_coverage():
+    """docs/security.md's table is the coverage table's, row for row."""
+    text = (Path(__file__).parents[1] / "docs" / "security.md").read_text()
+    rows = [
+        f"| {side} | `{key}` | {entry.meaning} | `{coverage}` |"
+        for side in ("train", "audit")
+        for key, entry in REPLY_KEYS.items()
+        if (coverage := getattr(entry, side)) is not None
+    ]
+    assert [row for row in rows if row not in text] == []
+    assert text.count("| train | `") + text.count("| audit | `") == len(rows)
