@@ -38,6 +38,7 @@ from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData
 from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
 from clients.training import TrainableTask, train_locally
+from clients.update_audits import UpdateAuditSettings, keep_local_model
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -85,6 +86,8 @@ class SiteRuntime:
     """Gradient canaries in the site's DP-SGD (record-level DP only), audited white-box."""
     inversion: InversionSettings | None = None
     """The site keeps its chosen rounds' updates and attacks them at audit time."""
+    updates: UpdateAuditSettings | None = None
+    """The site keeps its chosen rounds' local models and audits them at audit time."""
 
 
 Resolver = Callable[[Context], SiteRuntime]
@@ -206,6 +209,8 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         _save_ledger(ledger, runtime, context)
     if canaries is not None and runtime.gradient_canaries is not None:
         canaries.save(runtime.gradient_canaries.state_path)
+    if runtime.updates is not None and runtime.updates.wants(asked.server_round):
+        keep_local_model(runtime.updates, asked.server_round, result)
     if keeps_round and runtime.inversion is not None:
         keep_round(
             runtime.inversion,

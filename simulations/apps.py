@@ -14,6 +14,7 @@ from clients.gradient_canaries import GradientCanarySettings
 from clients.inversion import InversionSettings
 from clients.privacy import DPSettings
 from clients.site_data import SiteData
+from clients.update_audits import UpdateAuditSettings
 from contracts.run_files import (
     CheckpointMeta,
     RunLayout,
@@ -119,6 +120,16 @@ def inversion_settings(
     return InversionSettings(config=config.audit.inversion, site_id=site_id, state_dir=state_dir)
 
 
+def update_audit_settings(
+    config: ExperimentConfig, site_id: int, state_dir: Path
+) -> UpdateAuditSettings | None:
+    """The site's audits of its own local models (``audit.updates``), kept in its folder."""
+    rounds = config.audit.update_rounds(config.fl.rounds)
+    if not rounds:
+        return None
+    return UpdateAuditSettings(rounds=rounds, site_id=site_id, state_dir=state_dir)
+
+
 class SiteResolver:
     """``context -> SiteRuntime``, cached per site within a worker process.
 
@@ -180,6 +191,7 @@ class SiteResolver:
                 config, site_id, self.state_dir, seeded=True
             ),
             inversion=inversion_settings(config, site_id, self.state_dir),
+            updates=update_audit_settings(config, site_id, self.state_dir),
         )
 
 
