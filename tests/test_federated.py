@@ -224,7 +224,11 @@ def test_dp_sgd_takes_its_rate_and_steps_from_the_declared_size():
     steps with the same noise (Opacus's own sampler would take int(93.0000...) = 92 steps,
     and both numbers would follow each site's count)."""
     dataset = load_dataset("digits")
-    config = _config(dp={"enabled": True, "noise_multiplier": 1.0}, fl={"batch_size": 10})
+    config = _config(
+        dp={"enabled": True, "noise_multiplier": 1.0},
+        fl={"batch_size": 10},
+        model={"name": "small_cnn", "options": {"width": 4}},
+    )
     task = make_task(config, DatasetMeta.of(dataset))
     dp = DPSettings(
         target_epsilon=4.0,
