@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from audit.one_run_methods import DEFAULT_DELTA
+from audit.stats.one_run_methods import DEFAULT_DELTA
 
 GbmFeatures = Literal["loss", "loss+pixels"]
 """The gbm design's inputs: loss features (+label), or those and pooled pixels."""

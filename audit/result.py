@@ -1,11 +1,13 @@
-"""Result types of an audit: JSON-serialisable dataclasses.
+"""Result types of an audit: JSON-serialisable dataclasses (written by
+:func:`contracts.json_values.json_safe`, read back by :func:`contracts.json_values.from_dict`).
 
-Every eps_tilde travels with its c_lb, the game's ceiling, its interval and its flags.
+Every eps_tilde travels with its c_lb, the game's ceiling, its interval and its flags. The
+paper's one-sided game and each side of the two-sided game have one shape
+(:class:`SideRepeat` in a repeat, :class:`SideResult` over repeats).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -14,10 +16,12 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from contracts.json_values import json_safe
+from contracts.json_values import FLAT_IN_OLDER
 
-RESULT_SCHEMA_VERSION = 2
-"""2: two-sided game, low-FPR ROC summaries, bound levels (version 1 files still load)."""
+RESULT_SCHEMA_VERSION = 3
+"""3: the one-sided game nested as ``one_sided``, as each side of the two-sided game is
+(versions 1 and 2 held its keys in the result and each repeat: they still load). 2: two-sided
+game, low-FPR ROC summaries, bound levels."""
 
 EPS_TILDE_MEANING = (
     "eps_tilde = max(0, {c+eps}_lb - c_lb) measures how much better the MIA (which sees the "
@@ -45,7 +49,7 @@ def finite(value: object) -> float | None:
 
 @dataclass(frozen=True)
 class BoundSummary:
-    """The maximising threshold of one lower bound (see :mod:`audit.bounds`)."""
+    """The maximising threshold of one lower bound (see :mod:`audit.stats.bounds`)."""
 
     lower_bound: float
     threshold: float
@@ -100,7 +104,7 @@ class AuditFlags:
     """RM;RN's ceiling (few real non-members) leaves no room to check eps_tilde."""
     above_real_nonmembers: bool = False
     """eps_tilde's mean exceeds RM;RN's by more than the tolerance, intervals overlapping or
-    not: the game's non-members read above real ones (:mod:`audit.diagnosis`)."""
+    not: the game's non-members read above real ones (:mod:`audit.panoramia.diagnosis`)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,8 @@ class RocSummary:
 
 @dataclass(frozen=True)
 class SideRepeat:
-    """One side of one repeat's two-sided game (``member`` or ``nonmember`` guesses)."""
+    """One game of one repeat: the paper's one-sided game, or a side of the two-sided game
+    (``member`` or ``nonmember`` guesses)."""
 
     c_lb: float
     c_eps_lb: float
@@ -149,7 +154,7 @@ class TwoSidedRepeat:
 
 @dataclass(frozen=True)
 class ClassSlice:
-    """The game's slots of one label in one repeat (:mod:`audit.class_slices`)."""
+    """The game's slots of one label in one repeat (:mod:`audit.panoramia.class_slices`)."""
 
     label: int
     slots: int
@@ -165,7 +170,8 @@ class ClassSlice:
 
 @dataclass(frozen=True)
 class ClassSliceResult:
-    """One label's slice over repeats (see :data:`audit.class_slices.CLASS_SLICES_MEANING`)."""
+    """One label's slice over repeats (see
+    :data:`audit.panoramia.class_slices.CLASS_SLICES_MEANING`)."""
 
     label: int
     slots: int
@@ -183,20 +189,14 @@ class RepeatResult:
 
     seed: int
     m: int
-    c_lb: float
-    c_eps_lb: float
-    eps_tilde: float
-    ceiling: float
-    baseline: BoundSummary
-    mia: BoundSummary
+    one_sided: SideRepeat = field(metadata=FLAT_IN_OLDER)
+    """The paper's game: member guesses only, each bound at the one-sided level (RM;RN's
+    ceiling: the bound a perfect scorer reaches on its smaller audit set)."""
     baseline_curve: Curve
     mia_curve: Curve
     baseline_auc: float
     mia_auc: float
-    rm_rn_eps_lb: float | None = None
     o1_eps_lb: float | None = None
-    rm_rn_ceiling: float | None = None
-    """The bound a perfect scorer reaches on RM;RN's (smaller) audit set."""
     selected: dict[str, Any] = field(default_factory=dict)
     """Hyper-parameters chosen on validation, per classifier."""
     scores: dict[str, list[float]] | None = None
@@ -263,18 +263,13 @@ class AuditResult:
     modality: str
     generator_kind: str
     beta: float
-    c_lb: Interval
-    c_eps_lb: Interval
-    eps_tilde: Interval
-    ceiling: float
-    flags: AuditFlags
+    one_sided: SideResult = field(metadata=FLAT_IN_OLDER)
+    """The paper's game (see :data:`EPS_TILDE_MEANING`), with its own diagnosis."""
     repeats: list[RepeatResult]
     sizes: dict[str, int]
     quality: dict[str, float]
     timings: dict[str, float]
-    rm_rn_eps_lb: Interval | None = None
     o1_eps_lb: Interval | None = None
-    rm_rn_ceiling: float | None = None
     two_sided: TwoSidedResult | None = None
     roc: dict[str, RocSummary] = field(default_factory=dict)
     """Mean over repeats of each repeat's ROC (``baseline``, ``mia``, ``rm_rn``)."""
@@ -290,19 +285,6 @@ class AuditResult:
     per_class: list[ClassSliceResult] = field(default_factory=list)
     """Per-label slices over repeats; empty for unlabelled or unpaired games."""
 
-    @property
-    def one_sided(self) -> SideResult:
-        """The paper's one-sided game, shaped like a side of the two-sided one."""
-        return SideResult(
-            c_lb=self.c_lb,
-            c_eps_lb=self.c_eps_lb,
-            eps_tilde=self.eps_tilde,
-            ceiling=self.ceiling,
-            flags=self.flags,
-            rm_rn_eps_lb=self.rm_rn_eps_lb,
-            rm_rn_ceiling=self.rm_rn_ceiling,
-        )
-
     def auc(self, scorer: str) -> float | None:
         """A scorer's AUC (``baseline``, ``mia``: the mean of its repeats' AUCs; ``rm_rn``:
         that of the mean ROC); None when it did not run."""
@@ -312,82 +294,3 @@ class AuditResult:
         aucs = [r.baseline_auc if scorer == "baseline" else r.mia_auc for r in self.repeats]
         found = [v for v in map(finite, aucs) if v is not None]
         return math.fsum(found) / len(found) if found else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return json_safe(dataclasses.asdict(self))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AuditResult:
-        def interval(d: dict[str, Any] | None) -> Interval | None:
-            return None if d is None else Interval(**d)
-
-        def side_repeat(d: dict[str, Any]) -> SideRepeat:
-            d = dict(d)
-            for key in ("baseline", "mia"):
-                d[key] = BoundSummary(**d[key])
-            return SideRepeat(**d)
-
-        def two_sided_repeat(d: dict[str, Any] | None) -> TwoSidedRepeat | None:
-            if d is None:
-                return None
-            d = dict(d)
-            for key in ("member", "nonmember"):
-                d[key] = side_repeat(d[key])
-            return TwoSidedRepeat(**d)
-
-        def roc(d: dict[str, Any] | None) -> dict[str, RocSummary]:
-            return {k: RocSummary(**v) for k, v in (d or {}).items()}
-
-        def repeat(d: dict[str, Any]) -> RepeatResult:
-            d = dict(d)
-            for key in ("baseline", "mia"):
-                d[key] = BoundSummary(**d[key])
-            for key in ("baseline_curve", "mia_curve"):
-                d[key] = Curve(**d[key])
-            d["two_sided"] = two_sided_repeat(d.get("two_sided"))
-            d["roc"] = roc(d.get("roc"))
-            d["per_class"] = [ClassSlice(**c) for c in d.get("per_class") or []]
-            return RepeatResult(**d)
-
-        def class_slice(d: dict[str, Any]) -> ClassSliceResult:
-            d = dict(d)
-            d["eps_tilde"] = Interval(**d["eps_tilde"])
-            d["tpr_at_1pct_fpr"] = interval(d.get("tpr_at_1pct_fpr"))
-            return ClassSliceResult(**d)
-
-        def side(d: dict[str, Any]) -> SideResult:
-            d = dict(d)
-            for key in ("c_lb", "c_eps_lb", "eps_tilde", "rm_rn_eps_lb"):
-                d[key] = interval(d.get(key))
-            d["flags"] = AuditFlags(**d["flags"])
-            return SideResult(**d)
-
-        def two_sided(d: dict[str, Any] | None) -> TwoSidedResult | None:
-            if d is None:
-                return None
-            d = dict(d)
-            d["eps_tilde"] = interval(d["eps_tilde"])
-            d["rm_rn_eps_lb"] = interval(d.get("rm_rn_eps_lb"))
-            for key in ("member", "nonmember"):
-                d[key] = side(d[key])
-            if d.get("flags") is not None:
-                d["flags"] = AuditFlags(**d["flags"])
-            return TwoSidedResult(**d)
-
-        d = dict(data)
-        for key in (
-            "c_lb",
-            "c_eps_lb",
-            "eps_tilde",
-            "rm_rn_eps_lb",
-            "o1_eps_lb",
-            "o1_eps_lb_fdp",
-            "o1_fdp_mu",
-        ):
-            d[key] = interval(d.get(key))
-        d["flags"] = AuditFlags(**d["flags"])
-        d["repeats"] = [repeat(r) for r in d["repeats"]]
-        d["two_sided"] = two_sided(d.get("two_sided"))
-        d["roc"] = roc(d.get("roc"))
-        d["per_class"] = [class_slice(c) for c in d.get("per_class") or []]
-        return cls(**d)

@@ -1,15 +1,29 @@
-"""GPU check: the default, text, configs/gpu.yaml (shortened) and the 16-site pipeline, timed,
-with the GPU's utilisation and memory sampled once a second by ``nvidia-smi``.
+"""GPU check: the three GPU targets and the stages behind them, timed, with the GPU's
+utilisation and memory sampled once a second by ``nvidia-smi``.
 
-    python benchmarks/gpu_check.py [--out DIR] [--data-root DIR] [--budget-s 480]
+    python benchmarks/gpu_check.py [--out DIR] [--data-root DIR] [--budget-s 540]
+        [--stages default inversion gpu text pipeline16]
+
+Stages, in this order (each one subprocess under a time limit, all within ``--budget-s``;
+a failed or timed-out stage does not stop the next, and a stage with under 20 s of budget
+left is skipped):
+
+- ``default``: ``configs/default.yaml`` end to end (target: at most 30 s);
+- ``inversion``: ``benchmarks/inversion_cost.py --steps-in 30``: the steps the default's
+  gradient-inversion attack reaches in 30 s on one CPU thread and on the GPU (target: the
+  GPU at least 10x);
+- ``gpu``: ``configs/gpu.yaml`` as it is (target: mean GPU utilisation at least 40% while
+  its sites train, i.e. over its federated rounds: the window ends when the last round's
+  line reaches ``metrics.jsonl`` and is as long as that line's ``elapsed_s``);
+- ``text`` and ``pipeline16``: ``configs/text.yaml`` and a 16-site pipeline (no target).
 
 Runs on an offline GPU machine given a Python environment with the project's packages
-(installed, or on PYTHONPATH as in a carried archive); it downloads nothing. Each stage is
-one subprocess under a time limit, all within ``--budget-s`` (8 min by default), and a
-failed or timed-out stage does not stop the next. Writes to ``--out``:
+(installed, or on PYTHONPATH as in a carried archive); it downloads nothing. Writes to
+``--out``:
 
-- ``gpu_check.md``: the table (wall time per stage, the CLI's own stage times, GPU busy
-  fraction = samples with utilisation > 0, mean utilisation, peak memory);
+- ``gpu_check.md``: the targets (measured, met or not) and the table (wall time per stage,
+  the CLI's own stage times, GPU busy fraction = samples with utilisation > 0, mean
+  utilisation, peak memory);
 - ``gpu_util.csv``: the raw samples; ``<stage>.log``: each stage's output.
 
 Without ``nvidia-smi`` it says so at the top of the table and still times the stages.
@@ -19,6 +33,7 @@ Without ``nvidia-smi`` it says so at the top of the table and still times the st
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -40,14 +55,45 @@ class Stage:
     name: str
     argv: list[str]
     limit_s: int
+    run_dir: Path | None = None
+    """The run directory whose ``metrics.jsonl`` is watched (the rounds' window)."""
     start: float = 0.0
     end: float = 0.0
     rc: int | None = None
     inner: dict[str, float] = field(default_factory=dict)
+    rounds: list[tuple[float, float]] = field(default_factory=list)
+    """Per round line of ``metrics.jsonl``: (when it appeared, its ``elapsed_s``)."""
+    log: str = ""
 
     @property
     def wall_s(self) -> float:
         return self.end - self.start
+
+    @property
+    def rounds_window(self) -> tuple[float, float] | None:
+        """The federated rounds, start to end (epoch seconds), from the last round line."""
+        if not self.rounds:
+            return None
+        seen, elapsed = self.rounds[-1]
+        return seen - elapsed, seen
+
+
+def watch_rounds(stage: Stage, done: threading.Event) -> None:
+    """Note when each line of the stage's ``metrics.jsonl`` appears (4 times a second)."""
+    assert stage.run_dir is not None
+    path, count = stage.run_dir / "metrics.jsonl", 0
+    while not done.wait(0.25):
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        now = time.time()
+        for line in lines[count:]:
+            try:
+                stage.rounds.append((now, float(json.loads(line)["elapsed_s"])))
+            except (ValueError, KeyError, TypeError):
+                break  # a line still being written: read again
+            count += 1
 
 
 class Sampler:
@@ -102,24 +148,29 @@ def _stages(args: argparse.Namespace, runs: Path) -> list[Stage]:
     py = sys.executable
     cli = [py, "-m", "simulations.cli", "run"]
     data = [] if args.data_root is None else ["--set", f"data.root={args.data_root}"]
-    # gpu.yaml shortened to fit the budget: two rounds of two local epochs, audit as is.
-    gpu_short = ["--set", "fl.rounds=2", "--set", "fl.local_epochs=2"]
     pipeline = [py, "benchmarks/pipeline.py", "--sites", "16", "--records", "700"]
     pipeline += ["--rounds", "2", "--quick"]
     if args.data_root is not None:
         pipeline += ["--data-root", str(args.data_root)]
+    inversion = [py, "benchmarks/inversion_cost.py", "--steps-in", str(INVERSION_S), *data]
     return [
         Stage(
             "default", [*cli, "configs/default.yaml", "--out", str(runs / "default"), *data], 150
         ),
-        Stage("text", [*cli, "configs/text.yaml", "--out", str(runs / "text")], 150),
+        Stage("inversion", inversion, 150),
         Stage(
-            "gpu", [*cli, "configs/gpu.yaml", "--out", str(runs / "gpu"), *data, *gpu_short], 150
+            "gpu",
+            [*cli, "configs/gpu.yaml", "--out", str(runs / "gpu"), *data],
+            240,
+            run_dir=runs / "gpu",
         ),
+        Stage("text", [*cli, "configs/text.yaml", "--out", str(runs / "text")], 150),
         Stage("pipeline16", pipeline, 180),
     ]
 
 
+INVERSION_S = 30
+"""Seconds the inversion stage gives the attack on each device."""
 _DONE = re.compile(r"done: (.*)")
 _TIMING = re.compile(r"([\w+]+_s) ([\d.]+)s")
 _TABLE_ROW = re.compile(r"^16\t")
@@ -154,6 +205,9 @@ def run_stage(stage: Stage, out: Path, left_s: float) -> None:
     env.update(FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1")
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     stage.start = time.time()
+    done = threading.Event()
+    if stage.run_dir is not None:
+        threading.Thread(target=watch_rounds, args=(stage, done), daemon=True).start()
     with open(log_path, "w") as log:
         # A session of its own: a timed-out stage's Ray workers are ended with it.
         proc = subprocess.Popen(
@@ -175,7 +229,9 @@ def run_stage(stage: Stage, out: Path, left_s: float) -> None:
                 proc.wait()
             stage.rc = 124
     stage.end = time.time()
-    stage.inner = _inner_times(log_path.read_text(errors="replace"))
+    done.set()
+    stage.log = log_path.read_text(errors="replace")
+    stage.inner = _inner_times(stage.log)
 
 
 def gpu_cells(sampler: Sampler, start: float, end: float) -> list[str]:
@@ -190,6 +246,58 @@ def gpu_cells(sampler: Sampler, start: float, end: float) -> list[str]:
     return [f"{busy}/{len(samples)} ({busy / len(samples):.0%})", f"{mean:.0f}%", f"{peak:.0f}"]
 
 
+def gpu_rounds_cells(stage: Stage, sampler: Sampler) -> list[str] | None:
+    """The GPU's figures over a stage's federated rounds, when it wrote any."""
+    window = stage.rounds_window
+    return None if window is None else gpu_cells(sampler, *window)
+
+
+_SPEED = re.compile(r"attack speed: (\w+): (\d+) steps in ([\d.]+) s")
+
+
+def attack_speeds(log: str) -> dict[str, float]:
+    """Steps a second of the inversion attack per device, from ``inversion_cost.py``."""
+    return {dev: int(n) / float(s) for dev, n, s in _SPEED.findall(log) if float(s) > 0}
+
+
+def targets(stages: list[Stage], sampler: Sampler) -> list[str]:
+    """The three targets: measured, and whether each is met."""
+    by_name = {s.name: s for s in stages if s.rc is not None}
+    rows = ["| target | measured | met |", "|---|---|---|"]
+
+    def row(goal: str, measured: str, met: bool | None) -> None:
+        rows.append(f"| {goal} | {measured} | {'-' if met is None else 'yes' if met else 'no'} |")
+
+    default = by_name.get("default")
+    row(
+        "the default end to end at most 30 s",
+        "not run" if default is None else f"{default.wall_s:.1f} s (rc {default.rc})",
+        None if default is None else default.rc == 0 and default.wall_s <= 30,
+    )
+    gpu = by_name.get("gpu")
+    window = None if gpu is None else gpu.rounds_window
+    samples = [] if window is None else sampler.window(*window)
+    mean = sum(u for _, u, _ in samples) / len(samples) if samples else None
+    span = 0.0 if window is None else window[1] - window[0]
+    row(
+        "mean GPU utilisation at least 40% during configs/gpu.yaml's rounds",
+        "no rounds or samples"
+        if mean is None
+        else f"{mean:.0f}% over {len(samples)} samples ({span:.1f} s)",
+        None if mean is None else mean >= 40,
+    )
+    speeds = attack_speeds(by_name["inversion"].log) if "inversion" in by_name else {}
+    ratio = speeds["cuda"] / speeds["cpu"] if {"cuda", "cpu"} <= set(speeds) else None
+    row(
+        "the inversion attack at least 10x the steps of one CPU thread",
+        "no CUDA or no speeds"
+        if ratio is None
+        else f"{ratio:.1f}x ({speeds['cuda']:.2f} vs {speeds['cpu']:.2f} steps/s)",
+        None if ratio is None else ratio >= 10,
+    )
+    return rows
+
+
 def table(stages: list[Stage], sampler: Sampler, device: str, total_s: float) -> str:
     lines = [f"# GPU check ({time.strftime('%Y-%m-%d %H:%M')})", "", f"Device: {device}.", ""]
     if not sampler.available:
@@ -198,6 +306,7 @@ def table(stages: list[Stage], sampler: Sampler, device: str, total_s: float) ->
             "still timed.**",
             "",
         ]
+    lines += [*targets(stages, sampler), ""]
     lines += [
         "| stage | rc | wall s | stages (s) | GPU busy samples | mean util | peak MiB |",
         "|---|---|---|---|---|---|---|",
@@ -209,14 +318,11 @@ def table(stages: list[Stage], sampler: Sampler, device: str, total_s: float) ->
         lines.append(
             f"| {s.name} | {status} | {s.wall_s:.1f} | {inner} | " + " | ".join(cells) + " |"
         )
-        phase = next((k for k in ("train_s", "train+audit_s") if k in s.inner), None)
-        if s.name == "gpu" and phase and s.rc is not None:
-            # The simulation's own window (Ray start included): after the data is prepared
-            # and the reference models trained, before the report.
-            t0 = s.start + s.inner.get("data_s", 0.0) + s.inner.get("reference_models_s", 0.0)
-            cells = gpu_cells(sampler, t0, t0 + s.inner[phase])
-            row = f"| ↳ gpu {phase[:-2]} phase | | {s.inner[phase]:.1f} | | "
-            lines.append(row + " | ".join(cells) + " |")
+        rounds = gpu_rounds_cells(s, sampler) if s.rc is not None else None
+        if rounds is not None and s.rounds_window is not None:
+            start, end = s.rounds_window
+            row = f"| ↳ {s.name}: its {len(s.rounds)} rounds | | {end - start:.1f} | | "
+            lines.append(row + " | ".join(rounds) + " |")
     lines += ["", f"Total wall time: {total_s:.0f} s."]
     return "\n".join(lines) + "\n"
 
@@ -236,8 +342,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("gpu_check_out"))
     parser.add_argument("--data-root", type=Path, help="Fashion-MNIST folder (data.root)")
-    parser.add_argument("--budget-s", type=int, default=480, help="all stages together")
-    parser.add_argument("--stages", nargs="+", help="only these (default, text, gpu, pipeline16)")
+    parser.add_argument("--budget-s", type=int, default=540, help="all stages together")
+    parser.add_argument(
+        "--stages", nargs="+", help="only these (default, inversion, gpu, text, pipeline16)"
+    )
     args = parser.parse_args()
     if args.data_root is not None:  # the stages run from the repository's root
         args.data_root = args.data_root.resolve()

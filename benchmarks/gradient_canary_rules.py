@@ -4,10 +4,10 @@ Simulates the exact mechanism a canary sees in a site's DP-SGD (no training): at
 ``--steps`` steps an inserted canary is sampled with probability ``--q`` and its observation
 is N(1/sigma, 1), otherwise N(0, 1); sigma is Opacus's noise for the target eps (PRV
 accountant). The per-canary statistic is the log-likelihood ratio the site accumulates
-(:func:`audit.gradient_canaries.llr_increment`). For each eps and canary count it prints the
-split-rule f-DP bound over ``--draws`` draws as a multiple of eps, for the rule the product
-uses (chosen on one half by the union-penalised grid search) and for the unpenalised best rule
-on that half, beside the Gaussian estimate.
+(:func:`audit.canaries.gradient_canaries.llr_increment`). For each eps and canary count it
+prints the split-rule f-DP bound over ``--draws`` draws as a multiple of eps, for the rule the
+product uses (chosen on one half by the union-penalised grid search) and for the unpenalised
+best rule on that half, beside the Gaussian estimate.
 
 Run: ``.venv/bin/python benchmarks/gradient_canary_rules.py [--canaries 20000 100000]``.
 The default's parameters: q = 1/18, 1,152 steps (8 rounds x 8 local epochs of 18 batches).
@@ -20,8 +20,8 @@ import warnings
 
 import numpy as np
 
-from audit.client_canaries import pooled_gaussian_epsilon
-from audit.gradient_canaries import llr_increment, split_rule_bounds
+from audit.canaries.client_canaries import pooled_gaussian_epsilon
+from audit.canaries.gradient_canaries import llr_increment, split_rule_bounds
 
 DELTA = 1e-5
 BETA = 0.05

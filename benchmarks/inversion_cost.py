@@ -9,7 +9,11 @@ beside the public-record baseline. ``--set`` takes the CLI's overrides, e.g.
 ``--set fl.local_steps=1`` (FedSGD) or ``--set dp.enabled=true --set dp.target_epsilon=1``
 (record-level DP-SGD).
 
-Run: ``.venv/bin/python benchmarks/inversion_cost.py [--set key=value ...]``.
+``--steps-in S`` measures the attack's speed instead: after two warm-up steps, the steps one
+attack on the round's update reaches in ``S`` seconds on one CPU thread and, when CUDA is
+present, on the GPU, and their ratio (``benchmarks/gpu_check.py`` reads the lines it prints).
+
+Run: ``.venv/bin/python benchmarks/inversion_cost.py [--set key=value ...] [--steps-in S]``.
 """
 
 from __future__ import annotations
@@ -22,14 +26,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from audit.inversion import InversionConfig, InversionResult
+from audit.inversion.attack import InversionConfig, LocalTraining, RecordSpec, invert
 from clients.inversion import InversionSettings, inversion_audit, keep_round
 from clients.privacy import PrivacyLedger
 from clients.site_data import SiteData
-from clients.training import train_locally
+from clients.training import LocalTrainResult, train_locally
 from ml.datasets import load_dataset
+from ml.tasks import TorchTask
 from simulations.apps import dp_settings
-from simulations.config import load_config
+from simulations.config import ExperimentConfig, load_config
 from simulations.run_dir import DatasetMeta
 from simulations.run_task import make_task
 
@@ -39,11 +44,12 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=Path("configs/default.yaml"))
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--members", type=int, default=1_100)
+    parser.add_argument("--steps-in", type=float, help="time the attack's steps instead")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
     config = load_config(args.config, args.overrides)
-    dataset = load_dataset(config.data.name)
+    dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     task = make_task(config, DatasetMeta.of(dataset))
     rng = np.random.default_rng(0)
     members = rng.choice(len(dataset.x), args.members, replace=False)
@@ -77,6 +83,9 @@ def main() -> None:
     )
     trained = time.perf_counter() - began
     attack = config.audit.inversion or InversionConfig()
+    if args.steps_in is not None:
+        attack_speed(task, config, start, out, attack, args.steps_in)
+        return
     with tempfile.TemporaryDirectory() as folder:
         settings = InversionSettings(config=attack, site_id=0, state_dir=Path(folder))
         keep_round(
@@ -85,7 +94,7 @@ def main() -> None:
         began = time.perf_counter()
         found = inversion_audit(settings, task, data, seed=config.seed)
         audited = time.perf_counter() - began
-    result = InversionResult.from_dict(found["1"])
+    (result,) = found
     print(f"overrides: {' '.join(args.overrides) or '(none)'}; round 1 trained in {trained:.1f} s")
     print(
         f"inversion audit: {audited:.1f} s wall ({result.iterations} attack steps, "
@@ -103,6 +112,54 @@ def main() -> None:
         f"{result.baseline_quality_max:.3f}, rebuilt {result.baseline_share_rebuilt:.0%}, "
         f"PSNR {result.baseline_psnr_mean:.1f} dB"
     )
+
+
+def attack_speed(
+    task: TorchTask,
+    config: ExperimentConfig,
+    start: dict[str, torch.Tensor],
+    trained: LocalTrainResult,
+    attack: InversionConfig,
+    seconds: float,
+) -> None:
+    """Steps one attack on ``trained``'s update reaches in ``seconds`` on one CPU thread and
+    on CUDA (if present)."""
+    update = {k: trained.state_dict[k].float() - v.float() for k, v in start.items()}
+    training = LocalTraining(
+        num_examples=trained.num_examples,
+        batch_size=config.fl.batch_size,
+        epochs=config.fl.local_epochs,
+        steps=config.fl.local_steps,
+        optimizer=config.fl.optimizer,
+        learning_rate=config.fl.learning_rate,
+        weight_decay=config.fl.weight_decay,
+    )
+    spec = RecordSpec(task.modality, tuple(task.input_shape), task.num_classes)
+    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    steps: dict[str, float] = {}
+    for device in devices:
+        for budget, limit in ((2, 3_600.0), (10**9, seconds)):  # warm-up, then timed
+            timed = attack.model_copy(
+                update={"iterations": budget, "restarts": 1, "time_limit_s": limit}
+            )
+            recon = invert(
+                task.make_model(),
+                start,
+                update,
+                training,
+                spec=spec,
+                config=timed,
+                seed=0,
+                device=device,
+            )
+        steps[device.type] = recon.iterations / recon.seconds
+        print(
+            f"attack speed: {device.type}: {recon.iterations} steps in {recon.seconds:.1f} s "
+            f"({1000 * recon.seconds / recon.iterations:.0f} ms a step; torch threads "
+            f"{torch.get_num_threads()})"
+        )
+    if "cuda" in steps:
+        print(f"attack speed: cuda / cpu steps ratio {steps['cuda'] / steps['cpu']:.1f}")
 
 
 if __name__ == "__main__":

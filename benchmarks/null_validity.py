@@ -79,7 +79,7 @@ class Tally:
             two = rep.two_sided
             assert two is not None
             values = {
-                METRICS[0]: rep.eps_tilde,
+                METRICS[0]: rep.one_sided.eps_tilde,
                 METRICS[1]: two.member.eps_tilde,
                 METRICS[2]: two.nonmember.eps_tilde,
                 METRICS[3]: two.eps_tilde,
@@ -292,7 +292,7 @@ def print_control(name: str, selection: str, result: AuditResult) -> bool:
     print(
         f"{name} positive control ({selection}): two-sided eps_tilde {_fmt(two.eps_tilde)} "
         f"(member {_fmt(two.member.eps_tilde)}, non-member {_fmt(two.nonmember.eps_tilde)}); "
-        f"one-sided {_fmt(result.eps_tilde)}; RM;RN two-sided {_fmt(two.rm_rn_eps_lb)}; "
+        f"one-sided {_fmt(result.one_sided.eps_tilde)}; RM;RN two-sided {_fmt(two.rm_rn_eps_lb)}; "
         f"O(1) {_fmt(result.o1_eps_lb)}; f loss members/non-members "
         f"{result.quality['target_loss_members']:.3f}/"
         f"{result.quality.get('target_loss_nonmembers', float('nan')):.3f}"

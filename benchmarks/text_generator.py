@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 from audit import AuditConfig, GeneratorConfig, Records, run_audit  # noqa: E402
 from audit.config import ClassifierConfig, SplitConfig  # noqa: E402
-from audit.pipeline import resolve_device  # noqa: E402
+from audit.panoramia.settings import resolve_device  # noqa: E402
 from ml.tasks import build_task  # noqa: E402
 from ml.tasks.base import OptimizerSpec
 from ml.training import run_epoch  # noqa: E402
@@ -269,6 +269,7 @@ def main() -> None:
                     public_pool=recs("public"),
                     progress=lambda m: print("  " + m, flush=True),
                 )
+                one = res.one_sided  # the paper's game
                 row = {
                     "tag": args.tag,
                     "variant": variant,
@@ -277,16 +278,16 @@ def main() -> None:
                     "target_epochs": snap["epoch"],
                     "target_train_loss": snap["train_loss"],
                     "target_holdout_loss": snap["holdout_loss"],
-                    "c_lb": res.c_lb.mean,
-                    "c_lb_std": res.c_lb.std,
-                    "ceiling": res.ceiling,
-                    "c_eps_lb": res.c_eps_lb.mean,
-                    "c_eps_lb_std": res.c_eps_lb.std,
-                    "eps_tilde": res.eps_tilde.mean,
-                    "eps_tilde_std": res.eps_tilde.std,
-                    "rm_rn": None if res.rm_rn_eps_lb is None else res.rm_rn_eps_lb.mean,
+                    "c_lb": one.c_lb.mean,
+                    "c_lb_std": one.c_lb.std,
+                    "ceiling": one.ceiling,
+                    "c_eps_lb": one.c_eps_lb.mean,
+                    "c_eps_lb_std": one.c_eps_lb.std,
+                    "eps_tilde": one.eps_tilde.mean,
+                    "eps_tilde_std": one.eps_tilde.std,
+                    "rm_rn": None if one.rm_rn_eps_lb is None else one.rm_rn_eps_lb.mean,
                     "o1": None if res.o1_eps_lb is None else res.o1_eps_lb.mean,
-                    "saturated": res.flags.saturated,
+                    "saturated": one.flags.saturated,
                     "quality": res.quality,
                     "sizes": res.sizes,
                     "timings": res.timings,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -31,6 +31,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, RecordD
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 
+from audit.canaries.gradient_canaries import GradientCanaryResult
+from audit.site_results import SiteResults
 from clients.audit_handler import AuditRunner
 from clients.gradient_canaries import CanaryState, GradientCanarySettings
 from clients.inversion import InversionSettings, inversion_audit, keep_round
@@ -39,6 +41,7 @@ from clients.site_data import SiteData
 from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
 from clients.training import TrainableTask, train_locally
 from clients.update_audits import UpdateAuditSettings, keep_local_model
+from contracts.site_audit import SiteAudit
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -49,11 +52,11 @@ from contracts.wire import (
     WHOAMI,
     AuditFailure,
     AuditInstructions,
-    AuditReply,
     TrainInstructions,
     TrainReply,
     WhoamiReply,
     WireError,
+    audit_record,
     round_arrays,
 )
 
@@ -72,8 +75,8 @@ class SiteRuntime:
     dp: DPSettings | None
     ledger_path: Path | None
     audit_runner: AuditRunner | None
-    """Runs the audit (:func:`clients.audit_handler.make_audit_runner`): the JSON-able
-    result, the canaries' one-run audit, and the earlier rounds' brief audits."""
+    """Runs the audit (:func:`clients.audit_handler.make_audit_runner`): PANORAMIA, the
+    canaries' one-run audit, and the earlier rounds' brief audits."""
     policy: SitePolicy = SitePolicy.simulated()
     """What the site accepts and lets leave (a SuperNode's node config; simulation: all)."""
     secure_noise: bool = False
@@ -159,7 +162,7 @@ def add_site_queries(app: ClientApp, resolve: Resolver) -> ClientApp:
                 with_traceback=runtime.policy.allow_tracebacks,
             )
             return Message(failure.to_error(), reply_to=msg)
-        return Message(content=RecordDict({AUDIT: reply.to_record()}), reply_to=msg)
+        return Message(content=RecordDict({AUDIT: audit_record(reply)}), reply_to=msg)
 
     return app
 
@@ -234,7 +237,9 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     return Message(content=content, reply_to=msg)
 
 
-def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float) -> AuditReply:
+def _audit(
+    msg: Message, context: Context, runtime: SiteRuntime, started: float
+) -> SiteAudit[SiteResults]:
     """Run the site's audit of the final model in ``msg``."""
     torch.set_num_threads(runtime.torch_threads)
     if runtime.audit_runner is None:
@@ -251,13 +256,12 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
 
     final = model_of(ARRAYS) if asked.main else None
     earlier = {r: model_of(round_arrays(r)) for r in asked.rounds}
-    output = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier)
+    results = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier)
     dp_eps = None
     if runtime.dp is not None:
         dp_eps = _ledger(runtime, context).epsilon(runtime.dp.delta)
-    gradient = inversion = None
     if asked.main:
-        gradient = _gradient_canary_audit(runtime, asked.seed)
+        inversion = []
         if runtime.inversion is not None:
             inversion = inversion_audit(
                 runtime.inversion,
@@ -265,21 +269,22 @@ def _audit(msg: Message, context: Context, runtime: SiteRuntime, started: float)
                 runtime.data,
                 seed=asked.seed * 31 + runtime.site_id,
             )
-    return AuditReply(
+        results = replace(
+            results,
+            gradient_canaries=_gradient_canary_audit(runtime, asked.seed),
+            inversion=inversion,
+        )
+    return SiteAudit(
         site_id=runtime.site_id,
-        result=output.result,
         n_members=int(len(runtime.data.train_x)),
         n_holdout=int(len(runtime.data.holdout_x)),
         elapsed_s=time.time() - started,
-        canary=output.canary,
         dp_epsilon=dp_eps,
-        by_round=output.by_round,
-        gradient_canaries=gradient,
-        inversion=inversion,
+        results=results,
     )
 
 
-def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> dict | None:
+def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> GradientCanaryResult | None:
     """The site's white-box audit of its own DP-SGD from its canaries' statistics."""
     settings = runtime.gradient_canaries
     if settings is None or runtime.dp is None:
@@ -290,7 +295,4 @@ def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> dict | None:
             "(the site took part in no DP-SGD round)"
         )
     state = CanaryState.load(settings.state_path)
-    result = state.audit(
-        beta=settings.beta, delta=runtime.dp.delta, seed=seed * 31 + runtime.site_id
-    )
-    return result.to_dict()
+    return state.audit(beta=settings.beta, delta=runtime.dp.delta, seed=seed * 31 + runtime.site_id)

@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
+from audit.canaries.canary import CanaryResult
 from audit.config import AuditConfig
+from audit.site_results import SiteResults
 from clients.site_data import SiteData
 from contracts.files import atomic_write_text
 
@@ -36,32 +38,20 @@ class SiteAuditPolicy:
             raise ValueError("exposed_records > 0 needs exposed_records_path (site-local)")
 
 
-@dataclass(frozen=True)
-class SiteAuditOutput:
-    """What a site's audit returns (the reply's content), JSON-able."""
-
-    result: dict | None
-    """``audit.AuditResult.to_dict()``: PANORAMIA and its comparisons; None when only
-    earlier rounds were asked for."""
-    canary: dict | None = None
-    """``audit.canary.CanaryResult.to_dict()`` when the site data has canaries, else None."""
-    by_round: dict[str, dict] | None = None
-    """Each earlier round's ``audit.over_rounds.RoundLeakage.to_dict()``, by round (as
-    text); None when none was asked for."""
-
-
 _FINAL = 0
 """The final model's key among the targets (earlier rounds are numbered from 1)."""
 
 
 AuditRunner = Callable[
-    [Any, torch.nn.Module | None, SiteData, int, dict[int, torch.nn.Module]], SiteAuditOutput
+    [Any, torch.nn.Module | None, SiteData, int, dict[int, torch.nn.Module]], SiteResults
 ]
-"""``runner(task, final_model, data, seed, earlier) -> SiteAuditOutput``."""
+"""``runner(task, final_model, data, seed, earlier) -> SiteResults``: PANORAMIA (``result``,
+None when only earlier rounds are asked for), its brief audits of earlier rounds
+(``by_round``) and the canary audit (``canary``, when the site has canaries)."""
 
 
 def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
-    """``runner(task, model, data, seed, earlier) -> SiteAuditOutput`` for this site.
+    """``runner(task, model, data, seed, earlier) -> SiteResults`` for this site.
 
     ``model`` is the final model (None: only earlier rounds are asked for); ``earlier``
     maps earlier rounds to their global models, each audited with the same settings and
@@ -79,9 +69,9 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         data: SiteData,
         seed: int,
         earlier: dict[int, torch.nn.Module],
-    ) -> SiteAuditOutput:
-        from audit.over_rounds import round_leakage  # heavy: only in processes that audit
-        from audit.pipeline import run_audits_of
+    ) -> SiteResults:
+        from audit.panoramia.over_rounds import round_leakage  # heavy: only in processes that audit
+        from audit.panoramia.pipeline import run_audits_of
 
         if model is not None and data.has_canaries:
             # Fail before the long PANORAMIA run when the coins cannot be audited.
@@ -120,9 +110,9 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
             public_pool=public,
             reference_models=references,
         )
-        by_round = {str(r): round_leakage(results[r], r).to_dict() for r in sorted(earlier)} or None
+        by_round = [round_leakage(results[r], r) for r in sorted(earlier)]
         if model is None:
-            return SiteAuditOutput(result=None, by_round=by_round)
+            return SiteResults(by_round=by_round)
         result = results[_FINAL]
         if policy.exposed_records > 0 and policy.exposed_records_path is not None:
             write_exposed_records(
@@ -144,7 +134,7 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
                 delta=settings.delta,
                 device_name=settings.device,
             )
-        return SiteAuditOutput(result=result.to_dict(), canary=canary, by_round=by_round)
+        return SiteResults(result=result, canary=canary, by_round=by_round)
 
     return runner
 
@@ -157,22 +147,22 @@ def canary_audit_of(
     beta: float,
     device_name: str,
     delta: float | None = None,
-) -> dict:
-    """The one-run canary audit of ``data``'s canaries against ``model``, as a dict.
+) -> CanaryResult:
+    """The one-run canary audit of ``data``'s canaries against ``model``.
 
     Scores every canary (included or not) by the model's per-record loss and hands the
-    losses and the coins to :func:`audit.canary.canary_audit` (its f-DP bound at ``delta``;
-    None: :data:`audit.one_run.DEFAULT_DELTA`).
+    losses and the coins to :func:`audit.canaries.canary.canary_audit` (its f-DP bound at ``delta``;
+    None: :data:`audit.stats.one_run.DEFAULT_DELTA`).
     """
-    from audit.canary import canary_audit
-    from audit.one_run_methods import DEFAULT_DELTA
-    from audit.pipeline import resolve_device
+    from audit.canaries.canary import canary_audit
+    from audit.panoramia.settings import resolve_device
+    from audit.stats.one_run_methods import DEFAULT_DELTA
 
     canaries, coins = data.canary_records()
     losses = task.per_record_loss(model, canaries.x, canaries.y, device=resolve_device(device_name))
     kind = data.canary_kind or "unknown"
     delta = DEFAULT_DELTA if delta is None else delta
-    return canary_audit(losses, coins, beta=beta, kind=kind, delta=delta).to_dict()
+    return canary_audit(losses, coins, beta=beta, kind=kind, delta=delta)
 
 
 def write_exposed_records(
@@ -191,8 +181,8 @@ def write_exposed_records(
     for itself stay inside it, so without shared ones the file says it fell back to f's
     log-likelihood.
     """
-    from audit.exposure import most_exposed
-    from audit.pipeline import resolve_device
+    from audit.panoramia.exposure import most_exposed
+    from audit.panoramia.settings import resolve_device
 
     exposed = most_exposed(
         task, model, data.records("train"), references, k=k, device=resolve_device(device_name)

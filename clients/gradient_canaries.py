@@ -1,6 +1,6 @@
 """Gradient canaries inside a site's DP-SGD: a phantom block beside the model's parameters.
 
-The site's canaries (:mod:`audit.gradient_canaries`) each own one coordinate of a phantom
+The site's canaries (:mod:`audit.canaries.gradient_canaries`) each own one coordinate of a phantom
 block that no record's loss touches. At every noisy step of the site's Opacus optimizer,
 after the model's own noise (:func:`attach`):
 
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from audit.gradient_canaries import (
+from audit.canaries.gradient_canaries import (
     GradientCanaryResult,
     ThreatLevel,
     gradient_canary_audit,
@@ -122,7 +122,7 @@ class CanaryState:
             )
 
     def audit(self, *, beta: float, delta: float, seed: int) -> GradientCanaryResult:
-        """Both threat levels' bounds and estimates (:mod:`audit.gradient_canaries`)."""
+        """Both threat levels' bounds and estimates (:mod:`audit.canaries.gradient_canaries`)."""
         if self.steps == 0:
             raise ValueError("no DP-SGD step observed the gradient canaries (nothing trained)")
         stats: dict[ThreatLevel, np.ndarray] = {"mechanism": self.mechanism}

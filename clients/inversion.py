@@ -4,7 +4,7 @@ In each chosen round the site keeps, in its own state directory, what the server
 holds of it: the global weights it received, the update it sent, and what the run's config
 tells the server of its local training (:func:`keep_round`); with ``fl.local_steps`` also
 the records its steps used (only the site knows which). At audit time it runs the attack a
-curious server would (:mod:`audit.inversion`) from the first three alone, compares the
+curious server would (:mod:`audit.inversion.attack`) from the first three alone, compares the
 reconstruction with its true records, and replies with summary numbers only
 (:func:`inversion_audit`). A gallery of its own records beside their reconstructions
 (images) stays in its state directory, for its own page to link.
@@ -21,24 +21,27 @@ from typing import Any
 import numpy as np
 import torch
 
-from audit.inversion import (
+from audit.inversion.attack import (
     Fields,
     InversionConfig,
-    InversionResult,
     LocalTraining,
-    RecordScores,
+    Reconstruction,
     RecordSpec,
-    image_scores,
     invert,
     simulate_update,
+)
+from audit.inversion.scores import (
+    InversionResult,
+    RecordScores,
+    image_scores,
     summarise,
     tabular_scores,
 )
-from audit.tabular.attributes import resolve_attributes
 from clients.site_data import SiteData
 from clients.training import LocalTrainResult
 from contracts.files import atomic_write
 from contracts.run_files import inversion_gallery_name, inversion_state_name
+from contracts.tabular_schema import resolve_attributes
 
 _STATE_VERSION = 1
 log = logging.getLogger(__name__)
@@ -52,6 +55,8 @@ class InversionSettings:
     site_id: int
     state_dir: Path
     """The site's own folder (never sent)."""
+    device: torch.device = torch.device("cpu")
+    """Where the attacks run: the site's audit device."""
 
     def wants(self, server_round: int) -> bool:
         return server_round in self.config.rounds
@@ -119,19 +124,19 @@ def inversion_audit(
     data: SiteData,
     *,
     seed: int,
-) -> dict[str, dict[str, Any]]:
-    """Attack every kept round's update and its public-record baseline; round (as text) ->
-    :class:`~audit.inversion.InversionResult` as a dict (empty when the site kept no such
-    round). Writes the gallery of the first attacked round (images) to the site's own
-    folder."""
-    out: dict[str, dict[str, Any]] = {}
+) -> list[InversionResult]:
+    """Attack every kept round's update and its public-record baseline: one
+    :class:`~audit.inversion.scores.InversionResult` per kept round, in round order (none when
+    the site kept no such round). Writes the gallery of the first attacked round (images) to
+    the site's own folder."""
+    out: list[InversionResult] = []
     for server_round in settings.config.rounds:
         path = settings.state_path(server_round)
         if not path.exists():
             continue  # the site was not sampled in that round
         kept = torch.load(path, weights_only=True)
         result, gallery = _attack_round(settings, task, data, kept, server_round, seed)
-        out[str(server_round)] = result.to_dict()
+        out.append(result)
         if gallery is not None and len(out) == 1:
             _write_gallery(settings.gallery_path, gallery)
     if not out:
@@ -174,18 +179,18 @@ def _attack_round(
         fields=None if fields is None else tuple(fields),
     )
     rng = np.random.default_rng([seed, settings.site_id, server_round])
-    recon = invert(
-        model, kept["global"], kept["update"], training, spec=spec, config=config, seed=seed
-    )
+    device = settings.device
+    start = {k: v.to(device) for k, v in kept["global"].items()}
+
+    def attack(update: dict[str, torch.Tensor], attack_seed: int) -> Reconstruction:
+        return invert(
+            model, start, update, training, spec=spec, config=config, seed=attack_seed,
+            device=device,
+        )  # fmt: skip
+
+    recon = attack(kept["update"], seed)
     # The baseline: the same attack on an update of the same shape from public records.
-    public_x, public_y = _public(data)
-    n = training.records
-    pick = rng.choice(len(public_x), size=n, replace=n > len(public_x))
-    px, py = task.tensors(public_x[pick], public_y[pick])[:2]
-    base_update = simulate_update(model, kept["global"], px, py, training, differentiable=False)
-    base = invert(
-        model, kept["global"], base_update, training, spec=spec, config=config, seed=seed + 1
-    )
+    base = attack(_public_update(task, model, start, training, data, rng), seed + 1)
     scored = np.sort(
         rng.choice(len(truth_x), size=min(config.max_records, len(truth_x)), replace=False)
     )
@@ -202,6 +207,7 @@ def _attack_round(
         modality=modality,
         threshold=config.ssim_threshold if modality == "image" else config.field_threshold,
         reconstruction=recon,
+        baseline_reconstruction=base,
         seconds=time.perf_counter() - began,
         dp_epsilon=kept["dp_epsilon"],
     )
@@ -209,6 +215,24 @@ def _attack_round(
     if modality == "image":
         gallery = _gallery_rows(truth, recon.x, base.x, scores, base_scores)
     return result, gallery
+
+
+def _public_update(
+    task: Any,
+    model: torch.nn.Module,
+    start: dict[str, torch.Tensor],
+    training: LocalTraining,
+    data: SiteData,
+    rng: np.random.Generator,
+) -> dict[str, torch.Tensor]:
+    """The round's local training simulated on as many public records (never trained on),
+    on the device of ``start``."""
+    public_x, public_y = _public(data)
+    n = training.records
+    pick = rng.choice(len(public_x), size=n, replace=n > len(public_x))
+    device = next(iter(start.values())).device
+    px, py = (t.to(device) for t in task.tensors(public_x[pick], public_y[pick])[:2])
+    return simulate_update(model, start, px, py, training, differentiable=False)
 
 
 def _public(data: SiteData) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from audit.components import Records
+from audit.panoramia.components import Records
 from contracts.errors import MissingFileError
 from contracts.files import atomic_write
 

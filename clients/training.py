@@ -219,7 +219,10 @@ def poisson_loader(
     from opacus.data_loader import DPDataLoader
 
     poisson = DPDataLoader(
-        loader.dataset, sample_rate=sampling.sample_rate, generator=generator or loader.generator
+        loader.dataset,
+        sample_rate=sampling.sample_rate,
+        collate_fn=loader.collate_fn,  # a task's gathered batches are whole already
+        generator=generator or loader.generator,
     )
     # Opacus's sampler takes int(1 / rate) steps, which floating point makes one short for
     # some counts (1 / (1 / 93) < 93): the accountant would then charge a rate of 1/92.

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from contracts.errors import MissingFileError, RunFileError
 from contracts.files import atomic_write
+from contracts.json_values import from_dict, json_safe
 from contracts.run_files import CheckpointMeta, RunLayout
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
     """Write atomically, so an interrupted run never leaves a half-written file."""
     import torch  # here, not at the top: ``contracts`` stays light for every process
 
-    meta = {} if checkpoint.meta is None else checkpoint.meta.to_dict()
+    meta = {} if checkpoint.meta is None else json_safe(checkpoint.meta)
     data = {"round": checkpoint.round, "state_dict": checkpoint.state_dict, "meta": meta}
     atomic_write(path, lambda fh: torch.save(data, fh))
 
@@ -58,7 +59,7 @@ def load_checkpoint(path: Path) -> Checkpoint:
         return Checkpoint(
             round=int(data["round"]),
             state_dict=dict(data["state_dict"]),
-            meta=CheckpointMeta.from_dict(meta) if meta else None,
+            meta=from_dict(CheckpointMeta, meta, "meta") if meta else None,
         )
     except Exception as err:  # torch raises many kinds on a damaged file
         raise RunFileError(

@@ -98,26 +98,21 @@ NORM_BIT = _reply_key(
     train="dp_output",
 )
 """Flower's: ``adaptiveclipping_mod`` adds it to the reply; a function of the update alone."""
-RESULT_JSON = _reply_key(
-    "result-json", "the audit of the final model (summary numbers and curves)", audit="audit"
+KIND_JSON = _reply_key(
+    "<kind>-json",
+    "each kind of audit the site ran (the results' fields: the final model's audit, its "
+    "canaries, earlier rounds, its own updates, ...), summary numbers only",
+    audit="audit",
 )
-CANARY_JSON = _reply_key("canary-json", "the canaries' one-run audit", audit="audit")
-"""An audit reply's canary one-run audit (``audit.canary.CanaryResult.to_dict`` as JSON)."""
-GRADIENT_CANARIES_JSON = _reply_key(
-    "gradient-canaries-json", "the white-box audit of the site's DP-SGD", audit="audit"
-)
-"""An audit reply's white-box gradient-canary audit of the site's DP-SGD
-(``audit.gradient_canaries.GradientCanaryResult.to_dict`` as JSON)."""
-INVERSION_JSON = _reply_key(
-    "inversion-json", "the gradient-inversion audit of the site's updates", audit="audit"
-)
-"""An audit reply's gradient-inversion audit of the site's own updates: a JSON object,
-round (as text) -> ``audit.inversion.InversionResult.to_dict`` (summary numbers only)."""
-BY_ROUND_JSON = _reply_key(
-    "by-round-json", "the audits of earlier rounds' global models", audit="audit"
-)
-"""An audit reply's audits of earlier rounds: a JSON object, round (as text) -> that round's
-``audit.over_rounds.RoundLeakage.to_dict``."""
+"""The pattern of an audit reply's per-kind keys (:func:`kind_key`)."""
+
+
+def kind_key(name: str) -> str:
+    """The key of the reply's kind of audit ``name`` (a field of the audit's results): its
+    JSON, under ``<name>-json`` (``result-json``, ``by-round-json``, ...)."""
+    return KIND_JSON.replace("<kind>", name.replace("_", "-"))
+
+
 N_MEMBERS = _reply_key("n-members", "the site's member count", audit="audit")
 N_HOLDOUT = _reply_key("n-holdout", "the site's held-out (non-member) count", audit="audit")
 ELAPSED_S = _reply_key("elapsed-s", "how long the audit ran", audit="audit")

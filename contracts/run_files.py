@@ -1,5 +1,6 @@
-"""A run directory: where each file lives (:class:`RunLayout`) and the formats of the files
-that one side writes and another reads (:class:`CheckpointMeta`, :class:`SiteAuditFile`).
+"""A run directory: where each file lives (:class:`RunLayout`) and the format of a
+checkpoint's description (:class:`CheckpointMeta`); a site's audit file is
+:class:`contracts.site_audit.SiteAuditFile`.
 
 Every writer and reader takes its paths from :class:`RunLayout`; the names below never
 change, so old run directories still resume and report.
@@ -8,7 +9,7 @@ change, so old run directories still resume and report.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,7 +22,7 @@ DATASET_FILE = "dataset.json"
 METRICS_FILE = "metrics.jsonl"
 """The server's per-round log."""
 AUDITS_DIR = "audits"
-"""The server's per-site audit files (:class:`SiteAuditFile`)."""
+"""The server's per-site audit files (:class:`contracts.site_audit.SiteAuditFile`)."""
 CHECKPOINTS_DIR = "checkpoints"
 FINAL_MODEL_FILE = "global_model.pt"
 CLIENT_DP_LEDGER = "client_dp.json"
@@ -252,172 +253,18 @@ class RunLayout:
         return self.root.parent / REPLICATES_FILE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CheckpointMeta:
-    """What a checkpoint needs to rebuild its model without the run's config."""
+    """What a checkpoint needs to rebuild its model without the run's config (written by
+    :func:`~contracts.json_values.json_safe`, read by :func:`~contracts.json_values.from_dict`)."""
 
     modality: str
     model: str
     """The registered model name."""
-    model_options: dict[str, Any]
+    model_options: dict[str, Any] = field(default_factory=dict)
     num_classes: int
     input_shape: tuple[int, ...]
-    dp: bool
+    dp: bool = False
     """Trained under some DP level (the model has no BatchNorm)."""
     dp_level: str | None = None
     """``none`` / ``record`` / ``client`` / ``both``; None in checkpoints older than it."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "modality": self.modality,
-            "model": self.model,
-            "model_options": dict(self.model_options),
-            "num_classes": self.num_classes,
-            "input_shape": list(self.input_shape),
-            "dp": self.dp,
-            "dp_level": self.dp_level,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CheckpointMeta:
-        """Raises ``ValueError`` naming the key that is missing or malformed."""
-        try:
-            level = data.get("dp_level")
-            return cls(
-                modality=str(data["modality"]),
-                model=str(data["model"]),
-                num_classes=int(data["num_classes"]),
-                input_shape=tuple(int(v) for v in data["input_shape"]),
-                model_options=dict(data.get("model_options") or {}),
-                dp=bool(data.get("dp", False)),
-                dp_level=None if level is None else str(level),
-            )
-        except KeyError as err:
-            raise ValueError(f"checkpoint meta: key {err.args[0]!r} is missing") from None
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"checkpoint meta is malformed: {err}") from err
-
-
-SiteAuditStatus = Literal["ok", "failed"]
-
-
-@dataclass(frozen=True)
-class SiteAuditFile:
-    """``audits/site-<id>.json``: one site's audit as the server received it.
-
-    Its JSON keys are the report's input: an ``ok`` file holds ``site_id, status, error
-    (null), elapsed_s, result, n_members, n_holdout, dp_epsilon, canary`` and, when earlier
-    rounds were audited, ``by_round``; a ``failed`` one ``site_id, status, error, elapsed_s,
-    result (null), traceback``; both end with ``model_round`` (the round of the model
-    audited) when known.
-    """
-
-    site_id: int
-    status: SiteAuditStatus
-    error: str | None = None
-    elapsed_s: float | None = None
-    result: dict[str, Any] | None = None
-    """``audit.AuditResult.to_dict()`` (ok only)."""
-    n_members: int | None = None
-    n_holdout: int | None = None
-    dp_epsilon: float | None = None
-    """The site's record-level (Opacus) epsilon, or None."""
-    canary: dict[str, Any] | None = None
-    """``audit.canary.CanaryResult.to_dict()`` when the site trained with canaries."""
-    traceback: str | None = None
-    """The site's short traceback (failed only)."""
-    model_round: int | None = None
-    """The round of the global model audited; files older than it count as current."""
-    by_round: list[dict[str, Any]] | None = None
-    """``audit.over_rounds.RoundLeakage.to_dict()`` of each audited round (the final one
-    included), by round, with the global accuracy from the round log (ok only)."""
-    gradient_canaries: dict[str, Any] | None = None
-    """``audit.gradient_canaries.GradientCanaryResult.to_dict()`` when the site ran
-    gradient canaries in its DP-SGD (ok only; absent otherwise)."""
-    inversion: list[dict[str, Any]] | None = None
-    """``audit.inversion.InversionResult.to_dict()`` of each attacked round, by round, when
-    the site ran the gradient-inversion audit (ok only; absent otherwise)."""
-
-    def audited_rounds(self) -> set[int]:
-        """The rounds ``by_round`` holds."""
-        return {int(e["round"]) for e in self.by_round or []}
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "site_id": self.site_id,
-            "status": self.status,
-            "error": self.error,
-            "elapsed_s": self.elapsed_s,
-            "result": self.result,
-        }
-        if self.ok:
-            data.update(
-                {
-                    "n_members": self.n_members,
-                    "n_holdout": self.n_holdout,
-                    "dp_epsilon": self.dp_epsilon,
-                    "canary": self.canary,
-                }
-            )
-            if self.by_round is not None:
-                data["by_round"] = self.by_round
-            if self.gradient_canaries is not None:
-                data["gradient_canaries"] = self.gradient_canaries
-            if self.inversion is not None:
-                data["inversion"] = self.inversion
-        else:
-            data["traceback"] = self.traceback
-        if self.model_round is not None:
-            data["model_round"] = self.model_round
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Any) -> SiteAuditFile:
-        """Raises ``ValueError`` when ``data`` is not a site audit (the message says why).
-
-        Lenient where today's and older files differ: absent keys read as None.
-        """
-        if not isinstance(data, dict):
-            raise ValueError("a site audit file must hold a JSON object")
-        status = data.get("status")
-        if status not in ("ok", "failed"):
-            raise ValueError(f"key 'status' must be 'ok' or 'failed', got {status!r}")
-        try:
-            return cls(
-                site_id=int(data["site_id"]),
-                status="ok" if status == "ok" else "failed",
-                error=_opt(str, data.get("error")),
-                elapsed_s=_opt(float, data.get("elapsed_s")),
-                result=_opt(dict, data.get("result")),
-                n_members=_opt(int, data.get("n_members")),
-                n_holdout=_opt(int, data.get("n_holdout")),
-                dp_epsilon=_opt(float, data.get("dp_epsilon")),
-                canary=_opt(dict, data.get("canary")),
-                traceback=_opt(str, data.get("traceback")),
-                model_round=_opt(int, data.get("model_round")),
-                by_round=_by_round(data.get("by_round")),
-                gradient_canaries=_opt(dict, data.get("gradient_canaries")),
-                inversion=_by_round(data.get("inversion"), "inversion"),
-            )
-        except KeyError:
-            raise ValueError("key 'site_id' is missing") from None
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"a site audit file is malformed: {err}") from err
-
-
-def _by_round(value: Any, key: str = "by_round") -> list[dict[str, Any]] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(
-        isinstance(e, dict) and isinstance(e.get("round"), int) for e in value
-    ):
-        raise ValueError(f"key {key!r} must be a list of objects, each with an integer 'round'")
-    return value
-
-
-def _opt(kind: Any, value: Any) -> Any:
-    return None if value is None else kind(value)

@@ -2,25 +2,21 @@
 (``reporting``) share: a line of ``metrics.jsonl`` (:class:`RoundRecord`) and the client-level
 DP ledger ``client_dp.json`` (:class:`ClientDPLedgerFile`).
 
-:func:`from_dict` reads any of them by its fields' types: absent keys take the field's
-default (older files), a value of the wrong type is a ``ValueError`` naming its key. Their
-``to_dict`` leaves out top-level keys that are None or empty (a round without central
-evaluation or failures); a site's numbers are always all there (null when unknown).
+:func:`read_record` and :func:`read_rounds` read them through the one checked decoder
+(:func:`contracts.json_values.from_dict`). Their ``to_dict`` leaves out top-level keys that
+are None or empty (a round without central evaluation or failures); a site's numbers are
+always all there (null when unknown).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from contracts.errors import RunFileError
-from contracts.json_values import json_safe
+from contracts.json_values import from_dict, json_safe
 from contracts.run_files import RunLayout
 
 R = TypeVar("R")
@@ -174,28 +170,6 @@ class PlatformInfo:
         return dict(json_safe(self))
 
 
-def from_dict(cls: type[R], data: Any, where: str = "") -> R:
-    """The record ``cls`` (a dataclass of the types above) from its JSON object.
-
-    Raises
-    ------
-    ValueError
-        When ``data`` or a value in it has the wrong type, or a key without a default is
-        absent; the message names the key (after ``where``).
-    """
-    if not isinstance(data, dict):
-        raise ValueError(f"{where or 'the record'} must be a JSON object")
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]  # R: a dataclass, unsayable
-        key = f"{where}.{f.name}" if where else f.name
-        if f.name in data:
-            values[f.name] = _value(hints[f.name], data[f.name], key)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ValueError(f"key '{key}' is missing")
-    return cls(**values)
-
-
 def read_json(path: Path) -> Any:
     """The JSON of a run file; a :class:`~contracts.errors.RunFileError` naming the file
     when it cannot be read or is not JSON."""
@@ -210,8 +184,8 @@ def read_json(path: Path) -> Any:
 
 
 def read_record(cls: type[R], path: Path) -> R | None:
-    """The record ``cls`` in the JSON file ``path`` (:func:`from_dict`); None without the
-    file, a :class:`~contracts.errors.RunFileError` naming it when malformed."""
+    """The record ``cls`` in the JSON file ``path`` (:func:`~contracts.json_values.from_dict`);
+    None without the file, a :class:`~contracts.errors.RunFileError` naming it when malformed."""
     if not path.exists():
         return None
     data = read_json(path)
@@ -239,31 +213,6 @@ def read_rounds(layout: RunLayout) -> list[RoundRecord]:
             except ValueError as exc:  # JSONDecodeError included
                 raise RunFileError(f"{path}:{lineno}: {exc}") from exc
     return sorted(rounds, key=lambda r: r.round)
-
-
-def _value(hint: Any, value: Any, key: str) -> Any:
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
-        return None if value is None else _value(args[0], value, key)
-    if typing.get_origin(hint) is dict:
-        if not isinstance(value, dict):
-            raise ValueError(f"key '{key}' must map site or round to its values")
-        # Site ids in numeric order, as the server writes them.
-        items = sorted(value.items(), key=lambda kv: site_order(str(kv[0])))
-        return {str(k): _value(args[1], v, f"{key}.{k}") for k, v in items}
-    if typing.get_origin(hint) is list:
-        if not isinstance(value, list):
-            raise ValueError(f"key '{key}' must be a list")
-        return [_value(args[0], v, key) for v in value]
-    if dataclasses.is_dataclass(hint):
-        return from_dict(hint, value, key)  # type: ignore[arg-type]  # hint: a dataclass
-    if hint is str:
-        return str(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"key '{key}' must be a number or null, got {value!r}")
-    if hint is int:
-        return int(value)
-    return float(value) if math.isfinite(value) else None
 
 
 def site_order(key: str) -> tuple[int, int, str]:

@@ -12,9 +12,10 @@ the names below.
 - ``query.whoami`` (:data:`WHOAMI`): empty; the site replies with a :class:`WhoamiReply`
   (:data:`METRICS`).
 - ``query.audit`` (:data:`AUDIT_QUERY`): the final weights (:data:`ARRAYS`) and
-  :class:`AuditInstructions` (:data:`CONFIG`); the site replies with an :class:`AuditReply`
-  (:data:`AUDIT`), or, when its audit fails, with Flower's error reply carrying an
-  :class:`AuditFailure` (the one failure channel).
+  :class:`AuditInstructions` (:data:`CONFIG`); the site replies with its
+  :class:`~contracts.site_audit.SiteAudit` (:func:`audit_record`, under :data:`AUDIT`), or,
+  when its audit fails, with Flower's error reply carrying an :class:`AuditFailure` (the one
+  failure channel).
 
 The keys a site's replies carry, and what covers each under record-level DP, are defined in
 :mod:`contracts.reply_keys` (``REPLY_KEYS``).
@@ -37,7 +38,7 @@ import json
 import math
 import re
 import traceback as tb
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal, cast, get_args
 
 from flwr.app import (
@@ -49,23 +50,21 @@ from flwr.app import (
     RecordDict,
 )
 
+from contracts.json_values import from_dict, json_safe
 from contracts.reply_keys import (
     ARRAYS,
-    BY_ROUND_JSON,
-    CANARY_JSON,
     DP_EPSILON,
     ELAPSED_S,
-    GRADIENT_CANARIES_JSON,
-    INVERSION_JSON,
     N_HOLDOUT,
     N_MEMBERS,
     NOISE_MULTIPLIER,
     NUM_EXAMPLES,
-    RESULT_JSON,
     SITE_ID,
     TRAIN_LOSS,
     UNIT_WEIGHT,
+    kind_key,
 )
+from contracts.site_audit import K, SiteAudit
 
 # Record names inside a message's RecordDict (the weights' name, ARRAYS, is a reply key).
 CONFIG = "config"
@@ -108,7 +107,7 @@ CLIENT_CLIPPINGS: tuple[str, ...] = get_args(ClientClipping)
 
 
 MAX_JSON_CHARS = 16_000_000
-"""The largest JSON text a reply may carry (an audit result is ~0.2 MB)."""
+"""The largest JSON text a reply may carry in one key (an audit result is ~0.2 MB)."""
 MAX_JSON_DEPTH = 24
 """The deepest nesting of JSON a reply may carry (an audit result nests ~6 deep); checked
 before parsing, so a deeply nested text cannot exhaust the server's recursion limit."""
@@ -225,9 +224,9 @@ def _str(record: ConfigRecord, key: str, what: str) -> str:
     return value
 
 
-def _json_object(record: ConfigRecord, key: str, what: str) -> dict[str, Any]:
-    """A JSON object within :data:`MAX_JSON_CHARS` and :data:`MAX_JSON_DEPTH`, finite
-    numbers only, its epsilons and counts non-negative."""
+def _json_value(record: ConfigRecord, key: str, what: str) -> dict[str, Any] | list[Any]:
+    """A JSON object or list within :data:`MAX_JSON_CHARS` and :data:`MAX_JSON_DEPTH`,
+    finite numbers only, its epsilons and counts non-negative."""
     text = _str(record, key, what)
     if len(text) > MAX_JSON_CHARS:
         raise WireError(
@@ -239,8 +238,8 @@ def _json_object(record: ConfigRecord, key: str, what: str) -> dict[str, Any]:
         value = json.loads(text, parse_constant=_no_constant)
     except ValueError as err:  # JSONDecodeError included
         raise WireError(f"{what}: key {key!r} is not valid JSON: {err}") from err
-    if not isinstance(value, dict):
-        raise WireError(f"{what}: key {key!r} must hold a JSON object")
+    if not isinstance(value, dict | list):
+        raise WireError(f"{what}: key {key!r} must hold a JSON object or list")
     _check_numbers(value, key, what)
     return value
 
@@ -460,94 +459,60 @@ class AuditInstructions:
         return cls(seed=_int(record, SEED, what), rounds=tuple(int(r) for r in rounds), main=main)
 
 
-@dataclass(frozen=True)
-class AuditReply:
-    """A site's finished audit: summary numbers and curves, never records."""
-
-    site_id: int
-    result: dict[str, Any] | None
-    """``audit.AuditResult.to_dict()``; None when the query asked for earlier rounds only."""
-    n_members: int
-    n_holdout: int
-    elapsed_s: float
-    canary: dict[str, Any] | None = None
-    """``audit.canary.CanaryResult.to_dict()`` when the site trained with canaries."""
-    dp_epsilon: float | None = None
-    """The site's record-level (Opacus) epsilon; None without record-level DP."""
-    by_round: dict[str, Any] | None = None
-    """Earlier rounds' brief audits (see :data:`BY_ROUND_JSON`); None when none was asked."""
-    gradient_canaries: dict[str, Any] | None = None
-    """The white-box gradient-canary audit (:data:`GRADIENT_CANARIES_JSON`), when on."""
-    inversion: dict[str, Any] | None = None
-    """The gradient-inversion audit of the site's updates (:data:`INVERSION_JSON`), when on."""
-
-    def to_record(self) -> ConfigRecord:
-        record = ConfigRecord(
-            {
-                SITE_ID: self.site_id,
-                N_MEMBERS: self.n_members,
-                N_HOLDOUT: self.n_holdout,
-                ELAPSED_S: self.elapsed_s,
-            }
-        )
-        if self.result is not None:
-            record[RESULT_JSON] = json.dumps(self.result)
-        if self.by_round is not None:
-            record[BY_ROUND_JSON] = json.dumps(self.by_round)
-        if self.dp_epsilon is not None:
-            record[DP_EPSILON] = self.dp_epsilon
-        if self.canary is not None:
-            record[CANARY_JSON] = json.dumps(self.canary)
-        if self.gradient_canaries is not None:
-            record[GRADIENT_CANARIES_JSON] = json.dumps(self.gradient_canaries)
-        if self.inversion is not None:
-            record[INVERSION_JSON] = json.dumps(self.inversion)
-        return record
-
-    @classmethod
-    def from_record(cls, record: ConfigRecord) -> AuditReply:
-        what = "audit reply"
-        reply = cls(
-            site_id=_int(record, SITE_ID, what),
-            result=_json_object(record, RESULT_JSON, what) if RESULT_JSON in record else None,
-            n_members=_int(record, N_MEMBERS, what),
-            n_holdout=_int(record, N_HOLDOUT, what),
-            elapsed_s=_float(record, ELAPSED_S, what),
-            canary=_json_object(record, CANARY_JSON, what) if CANARY_JSON in record else None,
-            dp_epsilon=_opt_float(record, DP_EPSILON, what),
-            by_round=(
-                _json_object(record, BY_ROUND_JSON, what) if BY_ROUND_JSON in record else None
-            ),
-            gradient_canaries=(
-                _json_object(record, GRADIENT_CANARIES_JSON, what)
-                if GRADIENT_CANARIES_JSON in record
-                else None
-            ),
-            inversion=(
-                _json_object(record, INVERSION_JSON, what) if INVERSION_JSON in record else None
-            ),
-        )
-        if reply.result is None and reply.by_round is None:
-            raise WireError(f"{what}: holds neither {RESULT_JSON!r} nor {BY_ROUND_JSON!r}")
-        for key, entry in (reply.inversion or {}).items():
-            if not isinstance(entry, dict) or entry.get("round") != _round_key(key):
-                raise WireError(
-                    f"{what}: {INVERSION_JSON}: entry {key!r} must be an object of that round"
-                )
-        for key, value in (
-            (SITE_ID, reply.site_id),
-            (N_MEMBERS, reply.n_members),
-            (N_HOLDOUT, reply.n_holdout),
-            (ELAPSED_S, reply.elapsed_s),
-            (DP_EPSILON, reply.dp_epsilon),
-        ):
-            if value is not None:
-                _at_least(value, 0, key, what)
-        return reply
+def audit_record(audit: SiteAudit[Any]) -> ConfigRecord:
+    """A site's audit as its reply's record: the sizes, time and epsilon as keys, each kind
+    of audit it ran as JSON (:func:`kind_key`); a kind it did not run is absent."""
+    record = ConfigRecord({SITE_ID: audit.site_id})
+    for key, value in (
+        (N_MEMBERS, audit.n_members),
+        (N_HOLDOUT, audit.n_holdout),
+        (ELAPSED_S, audit.elapsed_s),
+        (DP_EPSILON, audit.dp_epsilon),
+    ):
+        if value is not None:
+            record[key] = value
+    for kind in fields(audit.results):
+        value = getattr(audit.results, kind.name)
+        if value is not None and value != []:
+            record[kind_key(kind.name)] = json.dumps(json_safe(value))
+    return record
 
 
-def _round_key(key: str) -> int | None:
-    return int(key) if key.isdigit() else None
+def audit_reply(record: ConfigRecord, kinds: type[K]) -> SiteAudit[K]:
+    """The site's audit in its reply's record (the inverse of :func:`audit_record`): the
+    sizes and time must be there, and at least one kind of audit, each read by the results'
+    type ``kinds`` with every key checked."""
+    what = "audit reply"
+    keys = [kind_key(kind.name) for kind in fields(kinds)]  # type: ignore[arg-type]  # K: a dataclass, unsayable
+    sent = {
+        kind.name: _json_value(record, key, what)
+        for kind, key in zip(fields(kinds), keys, strict=True)  # type: ignore[arg-type]  # as above
+        if key in record
+    }
+    if not sent:
+        raise WireError(f"{what}: holds no audit (none of the keys {keys})")
+    try:
+        results = from_dict(kinds, sent)
+    except ValueError as err:
+        raise WireError(f"{what}: {err}") from None
+    audit: SiteAudit[K] = SiteAudit(
+        site_id=_int(record, SITE_ID, what),
+        n_members=_int(record, N_MEMBERS, what),
+        n_holdout=_int(record, N_HOLDOUT, what),
+        elapsed_s=_float(record, ELAPSED_S, what),
+        dp_epsilon=_opt_float(record, DP_EPSILON, what),
+        results=results,
+    )
+    for key, value in (
+        (SITE_ID, audit.site_id),
+        (N_MEMBERS, audit.n_members),
+        (N_HOLDOUT, audit.n_holdout),
+        (ELAPSED_S, audit.elapsed_s),
+        (DP_EPSILON, audit.dp_epsilon),
+    ):
+        if value is not None:
+            _at_least(value, 0, key, what)
+    return audit
 
 
 AUDIT_FAILED_CODE = 4001

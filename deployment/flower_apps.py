@@ -41,12 +41,13 @@ import yaml
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from audit.components import Records
+from audit.panoramia.components import Records
 from clients.app import SiteRuntime, build_client_app
 from clients.site_data import SiteData
 from clients.site_policy import SitePolicy
 from contracts.errors import UserError
 from contracts.files import private_dir
+from contracts.json_values import from_dict
 from contracts.run_files import RunLayout, site_refusals_name
 from server.app import ServerSettings, build_server_app
 from simulations.apps import (
@@ -211,7 +212,7 @@ def read_run(run_config: dict[str, Any]) -> DeploymentRun:
         )
     meta_text = str(run_config.get(DATASET_KEY, "") or "")
     if meta_text:
-        meta = DatasetMeta.from_dict(json.loads(meta_text))
+        meta = from_dict(DatasetMeta, json.loads(meta_text))
     else:
         try:
             meta = DatasetMeta.read(layout)

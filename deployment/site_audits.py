@@ -28,8 +28,8 @@ from flwr.app import ArrayRecord, Context
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
-from audit.components import Records
 from audit.config import AuditConfig
+from audit.panoramia.components import Records
 from clients.app import SiteRuntime, add_site_queries
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
 from clients.site_data import SiteData
@@ -67,7 +67,7 @@ def site_runtime(
     defaults), so the site, not the server, decides. ``state_dir`` holds the site's own
     refusal log (None: the Python log only).
     """
-    from audit.pipeline import resolve_device  # heavy: only in processes that audit
+    from audit.panoramia.settings import resolve_device  # heavy: only in processes that audit
 
     settings = settings or AuditConfig()
     empty = members.x[:0]

@@ -2,7 +2,7 @@
 
 Each site gets ``n`` made-up records that no real record equals, and an independent fair
 coin per canary that says whether the site trains on it. After training, the site's audit
-guesses the coins from the final model's losses (:func:`audit.canary.canary_audit`): the
+guesses the coins from the final model's losses (:func:`audit.canaries.canary.canary_audit`): the
 ground truth that PANORAMIA's estimates can be read against.
 
 The coins come from their own random stream, seeded by ``(seed, site_id)`` only and drawn
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.tabular.attributes import Attribute, attributes_from_schema, infer_attributes
+from contracts.tabular_schema import Attribute, attributes_from_schema, infer_attributes
 from ml.datasets import Dataset
 
 __all__ = ["CANARY_KINDS", "CanarySet", "canary_coins", "draw_canaries"]

@@ -18,8 +18,12 @@ def run_epoch(
     empty_step: Callable[[], None] | None = None,
 ) -> float:
     """One pass over ``loader``; returns the mean training loss. An empty batch (Poisson
-    sampling draws them) runs ``empty_step``, or is skipped without one."""
-    total, count = 0.0, 0
+    sampling draws them) runs ``empty_step``, or is skipped without one.
+
+    The loss is summed on the device, in float64 (as a Python float would), and read once
+    at the end: a read per step would make the host wait for each step, and the GPU for
+    the host between steps."""
+    total, count = torch.zeros((), dtype=torch.float64), 0
     for batch in loader:
         # A no-op for the task's loaders (records already on the device); Opacus's empty
         # Poisson batch is built on the host.
@@ -32,6 +36,6 @@ def run_epoch(
         loss = loss_fn(batch)
         loss.backward()
         optimizer.step()
-        total += float(loss.detach()) * len(batch[0])
+        total = total.to(loss.device) + loss.detach().double() * len(batch[0])
         count += len(batch[0])
-    return total / max(count, 1)
+    return float(total) / max(count, 1)

@@ -11,14 +11,14 @@ import dataclasses
 import statistics
 from collections.abc import Callable
 
-from audit.client_canaries import ClientCanaryResult
-from audit.over_rounds import first_leaking_round
+from audit.canaries.client_canaries import ClientCanaryResult
+from audit.panoramia.over_rounds import first_leaking_round
+from audit.panoramia.sides import SIDES
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, finite
-from audit.sides import SIDES
 from contracts.run_files import NOISE_NOTES
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, empty_rounds
 
-from .inputs import RunInputs, SiteAuditInput
+from .inputs import RunInputs, SiteAuditRead
 from .metrics import EPS_TILDE, EPS_TILDE_TWO_SIDED
 from .privacy_ledger import PrivacySettings, checks, run_canaries, site_privacy
 from .schema import (
@@ -38,13 +38,15 @@ def build_report(inputs: RunInputs) -> RunReport:
     settings = inputs.config.privacy
     sites = [
         site_report(
+            site_id,
             audit,
+            sizes=inputs.sizes(site_id),
             rounds=inputs.rounds,
             settings=settings,
             client_dp=inputs.client_dp,
             client_canaries=inputs.client_canaries,
         )
-        for _, audit in sorted(inputs.audits.items())
+        for site_id, audit in sorted(inputs.audits.items())
     ]
     return RunReport(
         schema_version=SCHEMA_VERSION,
@@ -72,33 +74,38 @@ def noise_note(settings: PrivacySettings, inputs: RunInputs) -> str | None:
 
 
 def site_report(
-    audit: SiteAuditInput,
+    site_id: int,
+    audit: SiteAuditRead | None,
     *,
+    sizes: tuple[int | None, int | None] = (None, None),
     rounds: list[RoundRecord],
     settings: PrivacySettings,
     client_dp: ClientDPLedgerFile | None,
     client_canaries: ClientCanaryResult | None = None,
 ) -> SiteReport:
     """One site's :class:`SiteReport`: the only place one is built (the consortium report,
-    a site's own report and the sweeps all read it). ``rounds`` give the accountant epsilons
-    of a site whose audit file lacks them; ``client_canaries`` (run-wide) the canary
-    clients' client-level readings."""
-    result = audit.result  # set for an ok audit only
-    privacy = site_privacy(audit, rounds, settings, client_dp, client_canaries)
+    a site's own report and the sweeps all read it). ``audit``: the site's audit file as
+    read, None when it has none ("missing"); ``sizes``: its members and holdout records
+    when the file does not say; ``rounds`` give the accountant epsilons of a site whose
+    audit file lacks them; ``client_canaries`` (run-wide) the canary clients' client-level
+    readings."""
+    result = None if audit is None else audit.results.result  # set for an ok audit only
+    privacy = site_privacy(site_id, audit, rounds, settings, client_dp, client_canaries)
     fdp_delta = finite(result.delta) if result is not None else None
     if fdp_delta is None and privacy.canary is not None:
         fdp_delta = privacy.canary.fdp_delta  # one delta for both f-DP bounds
+    members, holdout = sizes
     site = SiteReport(
-        site_id=audit.site_id,
-        status=audit.status,
-        error=None if result is not None else audit.error,
-        n_members=audit.n_members,
-        n_holdout=audit.n_holdout,
-        elapsed_s=audit.elapsed_s,
+        site_id=site_id,
+        status="missing" if audit is None else audit.status,
+        error=None if result is not None or audit is None else audit.error,
+        n_members=members if audit is None or audit.n_members is None else audit.n_members,
+        n_holdout=holdout if audit is None or audit.n_holdout is None else audit.n_holdout,
+        elapsed_s=None if audit is None else audit.elapsed_s,
         audit=result,
         privacy=privacy,
         checks=ChecksReport(),
-        by_round=list(audit.by_round),
+        by_round=[] if audit is None else list(audit.results.by_round),
     )
     return dataclasses.replace(site, checks=checks(site, fdp_delta))
 
@@ -122,7 +129,7 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> Co
         max_eps_tilde=None if leakiest is None else one[leakiest],
         median_eps_tilde=float(statistics.median(scored)) if scored else None,
         leakiest_site_id=leakiest,
-        flagged=_flagged(ok, lambda a: a.flags),
+        flagged=_flagged(ok, lambda a: a.one_sided.flags),
         two_sided_flagged=(
             {key: _flagged(ok, _two_sided_flags(key)) for key in (HEADLINE, *SIDES)}
             if any(s.audit and s.audit.two_sided for s in ok)

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from audit.inversion import InversionResult
-from audit.over_rounds import RoundLeakage
+from audit.inversion.scores import InversionResult
+from audit.panoramia.over_rounds import RoundLeakage
+from audit.panoramia.sides import SIDES
 from audit.result import ClassSliceResult, SideResult
-from audit.sides import SIDES
 
 from .formatting import (
     ABOVE_LABEL,
@@ -251,7 +251,7 @@ def _scorer(i: int) -> Callable[[SiteReport], str]:
 
 def site_row_class(site: SiteReport) -> str:
     """A site's row colour (:data:`~.formatting.ROW_COLOURS`): its worst one-sided state."""
-    flags = None if site.audit is None else site.audit.flags
+    flags = None if site.audit is None else site.audit.one_sided.flags
     if site.checks.bound_violations:
         return "violation"
     if site.status != "ok":
@@ -468,7 +468,7 @@ them first, the rest folded."""
 
 
 def _one_flags(s: SiteReport) -> list[str]:
-    return flag_labels(None if s.audit is None else s.audit.flags)
+    return flag_labels(None if s.audit is None else s.audit.one_sided.flags)
 
 
 def _sweep_flags_cell(r: SiteRow) -> str:
@@ -488,6 +488,13 @@ def _first_inversion(site: SiteReport) -> InversionResult | None:
 
 def _pct(x: float) -> str:
     return f"{x:.0%}"
+
+
+def _inversion_cost(r: InversionResult) -> str:
+    """``loss / steps of budget / s``; ``(cut)`` where the time guard stopped an attack."""
+    steps = f"{r.iterations:,}" + ("" if r.step_budget is None else f" of {r.step_budget:,}")
+    cut = " (cut by the time guard)" if r.cut_short else ""
+    return f"{fmt(r.match_loss, 3)} / {steps}{cut} / {r.seconds:.0f}"
 
 
 INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
@@ -513,10 +520,7 @@ INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
     ),
     column("restarts' agreement (rows)", lambda r: fmt(r.agreement, 2)),
     column("record-level DP eps", lambda r: fmt(r.dp_epsilon)),
-    column(
-        "attack: match loss / steps / s",
-        lambda r: f"{fmt(r.match_loss, 3)} / {r.iterations:,} / {r.seconds:.0f}",
-    ),
+    column("attack: match loss / steps of its budget / s", _inversion_cost),
 )
 """A site's inversion audit, one row per attacked round (its own page)."""
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import math
 
-from audit.canary import CanaryResult
-from audit.client_canaries import ClientCanaryResult
+from audit.canaries.canary import CanaryResult
+from audit.canaries.client_canaries import ClientCanaryResult
+from audit.canaries.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.config import ONE_SIDED_SHARES, TWO_SIDED_SHARES
-from audit.diagnosis import NOT_TIGHT_TOLERANCE
-from audit.gradient_canaries import GradientCanaryResult, LevelAudit
-from audit.inversion import InversionResult
-from audit.over_rounds import RoundLeakage, first_leaking_round
+from audit.inversion.scores import InversionResult
+from audit.panoramia.diagnosis import NOT_TIGHT_TOLERANCE
+from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
+from audit.panoramia.sides import SIDES
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, Interval
-from audit.sides import SIDES
 from contracts.reply_keys import DECLARED_SIZE_ADJACENCY
 from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 
@@ -245,6 +245,7 @@ def fmt_inversion(result: InversionResult | None) -> str:
     return (
         f"{name} {fmt(result.quality_mean, 2)} (baseline {fmt(result.baseline_quality_mean, 2)})"
         f"; {result.share_rebuilt:.0%} >= {fmt(result.threshold, 2)}"
+        + ("; cut by the time guard" if result.cut_short else "")
     )
 
 
@@ -260,10 +261,22 @@ def inversion_sentence(result: InversionResult) -> str:
         "update from public records"
     )
     if gap >= 0.1 and result.share_rebuilt > result.baseline_share_rebuilt:
-        return head + ": well above chance, so your records can be rebuilt from what you send."
-    if gap > 0.02:
-        return head + ": a little above chance; no record is clearly rebuilt."
-    return head + ": no better than chance, so no record could be rebuilt this way."
+        reading = ": well above chance, so your records can be rebuilt from what you send."
+    elif gap > 0.02:
+        reading = ": a little above chance; no record is clearly rebuilt."
+    else:
+        reading = ": no better than chance, so no record could be rebuilt this way."
+    if not result.cut_short:
+        return head + reading
+    return (
+        head
+        + reading
+        + (
+            " The time guard (audit.inversion.time_limit_s) stopped the attack or its baseline "
+            f"short of its {result.step_budget or 0:,} steps (the attack took "
+            f"{result.iterations:,}), so this reading depends on this machine's speed."
+        )
+    )
 
 
 INVERSION_MEANING = (

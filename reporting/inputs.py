@@ -4,59 +4,38 @@ report; its config comes typed from the caller (:class:`.run_config.ReportConfig
 A missing or malformed ``partition.json`` / ``metrics.jsonl`` line, and a
 malformed ``client_dp.json`` (absent unless client-level DP is on) or ``client_canaries.json``
 (absent unless the run had canary clients), raise :class:`~contracts.errors.RunFileError`
-naming the file (and line or key). A site's audit file that is missing or unreadable does
-not: that site becomes "missing" / "failed" and the others stay; a malformed ``canary``
-block in it only drops the canary numbers.
+naming the file (and line or key). A site's audit file that is missing or does not read as
+the site's audit (:class:`~contracts.site_audit.SiteAuditFile`, every key checked) does
+not: that site becomes "missing" / "failed", with the file and key, and the others stay.
+An audit file of a site that partition.json does not list is no site of the consortium:
+it is left out, with a warning.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from audit.canary import CanaryResult
-from audit.client_canaries import ClientCanaryResult
-from audit.gradient_canaries import GradientCanaryResult
-from audit.inversion import InversionResult
-from audit.over_rounds import RoundLeakage
-from audit.result import AuditResult
+from audit.canaries.client_canaries import ClientCanaryResult
+from audit.site_results import SiteResults
 from contracts.errors import RunFileError
-from contracts.run_files import NOISE_NOTES, RunLayout, SiteAuditFile
+from contracts.json_values import from_dict
+from contracts.run_files import NOISE_NOTES, RunLayout
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, read_json, read_record, read_rounds
+from contracts.site_audit import SiteAuditFile
 
-from .schema import ReplicateReport, SiteStatus
+from .schema import ReplicateReport
 
 if TYPE_CHECKING:
     from .run_config import ReportConfig
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
-
-@dataclass(frozen=True)
-class SiteAuditInput:
-    """One ``audits/site-<id>.json`` as read (``result`` parsed, ``status`` checked)."""
-
-    site_id: int
-    status: SiteStatus
-    n_members: int | None
-    n_holdout: int | None
-    error: str | None = None
-    dp_epsilon: float | None = None
-    """The site's record-level (Opacus) accountant epsilon, or None."""
-    elapsed_s: float | None = None
-    result: AuditResult | None = None
-    canary: CanaryResult | None = None
-    """The site's canary audit, when the run trained with canaries."""
-    by_round: list[RoundLeakage] = field(default_factory=list)
-    """The file's ``by_round`` lines (an unreadable one is dropped with a warning)."""
-    gradient_canaries: GradientCanaryResult | None = None
-    """The site's white-box audit of its DP-SGD, when it ran gradient canaries."""
-    inversion: list[InversionResult] = field(default_factory=list)
-    """The site's gradient-inversion audit of its updates, one per attacked round."""
+SiteAuditRead = SiteAuditFile[SiteResults]
+"""A site's audit file as the report reads it."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +46,9 @@ class RunInputs:
     config: ReportConfig
     partition: dict[str, Any]
     rounds: list[RoundRecord]
-    audits: dict[int, SiteAuditInput] = field(default_factory=dict)
-    """One entry per site in partition.json or audits/ (status "missing" when no file)."""
+    audits: dict[int, SiteAuditRead | None] = field(default_factory=dict)
+    """One entry per site in partition.json: its audit file as read (one that does not read
+    as the site's audit reads as failed, saying why), None when it has none ("missing")."""
     has_metrics: bool = True
     client_dp: ClientDPLedgerFile | None = None
     """``client_dp.json``, when the run has one (client-level DP)."""
@@ -79,6 +59,12 @@ class RunInputs:
     (runs older than it, all simulated, so seeded)."""
     replicates: ReplicateReport | None = None
     """The replicate set the run belongs to (:func:`load_replicates`)."""
+    warnings: list[str] = field(default_factory=list)
+    """What reading left out, one line each (for stderr): audit files of no listed site."""
+
+    def sizes(self, site_id: int) -> tuple[int | None, int | None]:
+        """The site's members and holdout records by partition.json (None: unknown)."""
+        return _sizes(self.partition, site_id)
 
 
 def load_run(layout: RunLayout, config: ReportConfig) -> RunInputs:
@@ -89,28 +75,29 @@ def load_run(layout: RunLayout, config: ReportConfig) -> RunInputs:
     Raises :class:`RunFileError` as the module says.
     """
     partition = _load_partition(layout.partition)
-    audit_files = layout.audit_files()
-    partition_sites = {int(s["site_id"]): s for s in partition["sites"]}
-    audits: dict[int, SiteAuditInput] = {}
-    for site_id in sorted(set(partition_sites) | set(audit_files)):
-        part = partition_sites.get(site_id, {})
-        if site_id in audit_files:
-            audits[site_id] = _load_site_audit(audit_files[site_id], site_id, part)
-        else:
-            audits[site_id] = SiteAuditInput(
-                site_id, "missing", _opt_int(part.get("train")), _opt_int(part.get("holdout"))
-            )
+    sites = sorted({int(s["site_id"]) for s in partition["sites"]})
+    files = layout.audit_files()
+    warnings = [
+        f"{path}: site {site_id} is not in {layout.partition.name}, so its audit file is no "
+        "site of this consortium's and is left out of the report"
+        for site_id, path in sorted(files.items())
+        if site_id not in sites
+    ]
     return RunInputs(
         layout=layout,
         config=config,
         partition=partition,
         rounds=read_rounds(layout),
-        audits=audits,
+        audits={
+            s: _load_site_audit(files[s], s, _sizes(partition, s)) if s in files else None
+            for s in sites
+        },
         has_metrics=layout.metrics.exists(),
         client_dp=read_record(ClientDPLedgerFile, layout.client_dp_ledger),
         client_canaries=load_client_canaries(layout.client_canaries),
         noise_source=_noise_source(layout.noise),
         replicates=load_replicates(layout),
+        warnings=warnings,
     )
 
 
@@ -136,8 +123,8 @@ def load_client_canaries(path: Path) -> ClientCanaryResult | None:
         return None
     data = read_json(path)
     try:
-        return ClientCanaryResult.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
+        return from_dict(ClientCanaryResult, data)
+    except ValueError as exc:
         raise RunFileError(f"{path}: not a canary-clients result ({exc})") from None
 
 
@@ -152,13 +139,13 @@ def _noise_source(path: Path) -> str | None:
     return str(source)
 
 
-def load_site_audit(layout: RunLayout, site_id: int) -> SiteAuditInput:
+def load_site_audit(layout: RunLayout, site_id: int) -> SiteAuditRead:
     """One site's audit file alone (no partition.json, metrics or other sites needed); a
-    :class:`RunFileError` when it does not exist, a "failed" input when unreadable."""
+    :class:`RunFileError` when it does not exist, a "failed" audit when unreadable."""
     path = layout.audit(site_id)
     if not path.exists():
         raise RunFileError(f"{path} is missing (site {site_id}'s audit file)")
-    return _load_site_audit(path, site_id, {})
+    return _load_site_audit(path, site_id, (None, None))
 
 
 def _load_partition(path: Path) -> dict[str, Any]:
@@ -179,73 +166,46 @@ def _load_partition(path: Path) -> dict[str, Any]:
     return data
 
 
-def _load_site_audit(path: Path, site_id: int, part: dict[str, Any]) -> SiteAuditInput:
-    """Read one audit file through :class:`SiteAuditFile`; an unreadable or malformed file
-    makes the site "failed", with the reason. Sizes the file lacks come from partition.json."""
-    members, holdout = _opt_int(part.get("train")), _opt_int(part.get("holdout"))
-    try:
-        file = SiteAuditFile.from_dict(read_json(path))
-    except (RunFileError, ValueError) as exc:
-        error = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
-        return SiteAuditInput(site_id, "failed", members, holdout, error=error)
+def _load_site_audit(
+    path: Path, site_id: int, sizes: tuple[int | None, int | None]
+) -> SiteAuditRead:
+    """Read one audit file through :class:`SiteAuditFile`; a file that does not read as the
+    site's audit makes the site "failed", saying why. Sizes the file lacks come from
+    ``sizes`` (partition.json's)."""
+    members, holdout = sizes
 
-    def read(**kw: Any) -> SiteAuditInput:
-        return SiteAuditInput(
-            site_id,
-            n_members=members if file.n_members is None else file.n_members,
-            n_holdout=holdout if file.n_holdout is None else file.n_holdout,
-            dp_epsilon=file.dp_epsilon,
-            elapsed_s=file.elapsed_s,
-            **kw,
+    def failed(why: str) -> SiteAuditRead:
+        return SiteAuditRead(
+            site_id=site_id,
+            status="failed",
+            error=why if str(path) in why else f"{path}: {why}",
+            n_members=members,
+            n_holdout=holdout,
+            results=SiteResults(),
         )
 
+    try:
+        file = from_dict(SiteAuditRead, read_json(path))
+    except (RunFileError, ValueError) as exc:
+        return failed(str(exc))
     if file.site_id != site_id:
-        why = f"{path}: claims to be site {file.site_id}'s audit, but is site {site_id}'s file"
-        return SiteAuditInput(site_id, "failed", members, holdout, error=why)
-    if not file.ok:
-        return read(status="failed", error=file.error or "audit failed (no error text)")
-    if (wrong := _wrong_size(file, members, holdout)) is not None:
-        return SiteAuditInput(site_id, "failed", members, holdout, error=f"{path}: {wrong}")
-    if file.result is None:
-        return read(status="failed", error=f"{path}: status is 'ok' but key 'result' is null")
-    try:
-        result = AuditResult.from_dict(file.result)
-    except (KeyError, TypeError, ValueError) as exc:
-        why = f"{path}: key 'result' is not an AuditResult ({type(exc).__name__}: {exc})"
-        return read(status="failed", error=why)
-    return read(
-        status="ok",
-        result=result,
-        canary=_one(path, "canary", CanaryResult.from_dict, file.canary),
-        by_round=_entries(path, "by_round", RoundLeakage.from_dict, file.by_round),
-        gradient_canaries=_one(
-            path, "gradient_canaries", GradientCanaryResult.from_dict, file.gradient_canaries
-        ),
-        inversion=_entries(path, "inversion", InversionResult.from_dict, file.inversion),
+        return failed(f"claims to be site {file.site_id}'s audit, but is site {site_id}'s file")
+    file = dataclasses.replace(
+        file,
+        n_members=members if file.n_members is None else file.n_members,
+        n_holdout=holdout if file.n_holdout is None else file.n_holdout,
     )
+    if not file.ok:  # what a failed audit says is its error alone
+        error = file.error or "audit failed (no error text)"
+        return dataclasses.replace(file, error=error, results=SiteResults())
+    if (wrong := _wrong_size(file, members, holdout)) is not None:
+        return failed(wrong)
+    if file.results.result is None:
+        return failed("status is 'ok' but key 'result' is null")
+    return file
 
 
-def _entries(
-    path: Path, key: str, parse: Callable[[dict[str, Any]], T], data: list[dict[str, Any]] | None
-) -> list[T]:
-    """An optional block of the audit file, entry by entry; a malformed one drops the block
-    alone, with a warning."""
-    try:
-        return [parse(e) for e in data or []]
-    except (KeyError, TypeError, ValueError) as err:
-        log.warning("%s: key %r dropped: %s", path, key, err)
-        return []
-
-
-def _one(
-    path: Path, key: str, parse: Callable[[dict[str, Any]], T], data: dict[str, Any] | None
-) -> T | None:
-    """An optional block of one entry (:func:`_entries`); None without it."""
-    found = _entries(path, key, parse, None if data is None else [data])
-    return found[0] if found else None
-
-
-def _wrong_size(file: SiteAuditFile, members: int | None, holdout: int | None) -> str | None:
+def _wrong_size(file: SiteAuditRead, members: int | None, holdout: int | None) -> str | None:
     """Why the audit's sizes cannot be the site's (negative, or not partition.json's), or
     None: an audit of other records than the site's is not reported as the site's."""
     for key, claimed, cut in (
@@ -257,6 +217,11 @@ def _wrong_size(file: SiteAuditFile, members: int | None, holdout: int | None) -
         if claimed is not None and cut is not None and claimed != cut:
             return f"key {key!r} is {claimed}, but partition.json gives the site {cut} records"
     return None
+
+
+def _sizes(partition: dict[str, Any], site_id: int) -> tuple[int | None, int | None]:
+    part: dict[str, Any] = next((s for s in partition["sites"] if int(s["site_id"]) == site_id), {})
+    return _opt_int(part.get("train")), _opt_int(part.get("holdout"))
 
 
 def _opt_int(value: Any) -> int | None:

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from audit.canary import CanaryResult
-from audit.gradient_canaries import LevelAudit, reading_level
-from audit.over_rounds import RoundLeakage
+from audit.canaries.canary import CanaryResult
+from audit.canaries.gradient_canaries import LevelAudit, reading_level
+from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import AuditResult, Interval, TwoSidedResult, finite
 
 from .schema import SiteReport, mean_of
@@ -129,9 +129,9 @@ def _mechanism_estimate(site: SiteReport) -> Interval | None:
 _RM_RN_EACH = _audit_level("rm_rn_two_sided_each")
 _WB = "(gradient canaries)"
 
-C_LB = Metric("c_lb", "c_lb", _audit(lambda a: a.c_lb))
-C_EPS_LB = Metric("c_eps_lb", "{c+eps}_lb", _audit(lambda a: a.c_eps_lb))
-CEILING = Metric("ceiling", "ceiling", _audit(lambda a: a.ceiling))
+C_LB = Metric("c_lb", "c_lb", _audit(lambda a: a.one_sided.c_lb))
+C_EPS_LB = Metric("c_eps_lb", "{c+eps}_lb", _audit(lambda a: a.one_sided.c_eps_lb))
+CEILING = Metric("ceiling", "ceiling", _audit(lambda a: a.one_sided.ceiling))
 HEADROOM = Metric("headroom", "headroom", _audit(lambda a: a.one_sided.headroom))
 EPS_TILDE_TWO_SIDED = Metric(
     "eps_tilde_two_sided",
@@ -154,7 +154,7 @@ EPS_TILDE_NONMEMBER = Metric(
 EPS_TILDE = Metric(
     "eps_tilde",
     "eps_tilde",
-    _audit(lambda a: a.eps_tilde),
+    _audit(lambda a: a.one_sided.eps_tilde),
     pooled="eps_tilde",
     pooled_label="eps_tilde one-sided (paper)",
 )
@@ -171,7 +171,7 @@ RM_RN_TWO_SIDED = Metric(
 RM_RN = Metric(
     "rm_rn_eps_lb",
     "RM;RN",
-    _audit(lambda a: a.rm_rn_eps_lb),
+    _audit(lambda a: a.one_sided.rm_rn_eps_lb),
     name="RM;RN eps lower bound (one-sided)",
     gloss="the same attack against real held-out records of the site (c = 0): an eps lower bound",
     checked="released",

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from audit.over_rounds import RoundLeakage
+from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import Interval, RocSummary
 from charts.svg import Axes, Bar, LegendEntry, Marker, Style, Text, render_figure
 from contracts.run_log import RoundRecord, site_order
@@ -214,7 +214,7 @@ def _curve_grid(
             for curve, color in ((rep.baseline_curve, _BASELINE), (rep.mia_curve, _MIA)):
                 ys = curve.precision if y_of == "precision" else curve.bound
                 ax.plot(_nan(curve.recall), _nan(ys), Style(color, width=1.2, opacity=opacity))
-        top = result.ceiling
+        top = result.one_sided.ceiling
         if ceiling_line and top is not None:
             ax.hlines.append((top, ceiling))
         panels.append(ax)

@@ -25,14 +25,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from audit.client_canaries import ClientCanaryResult, ThreatModel
-from audit.one_run import METHOD_LABELS, Method
+from audit.canaries.client_canaries import ClientCanaryResult, ThreatModel
 from audit.result import finite
+from audit.site_results import SiteResults
+from audit.stats.one_run import METHOD_LABELS, Method
 from contracts.dp_level import DPLevel
 from contracts.reply_keys import COVERED, NUM_EXAMPLES, REPLY_KEYS, TRAIN_LOSS
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, SiteRound
+from contracts.site_audit import SiteAuditFile
 
-from .inputs import SiteAuditInput
 from .metrics import (
     CANARY,
     CANARY_FDP,
@@ -100,7 +101,8 @@ class PrivacySettings:
 
 
 def site_privacy(
-    audit: SiteAuditInput,
+    site_id: int,
+    audit: SiteAuditFile[SiteResults] | None,
     rounds: list[RoundRecord],
     settings: PrivacySettings,
     client_dp: ClientDPLedgerFile | None,
@@ -114,9 +116,10 @@ def site_privacy(
     ``dp_epsilon_client``. Against the server only the site's own DP-SGD counts: the server
     sees the site's update before its client-level noise is added.
     """
-    sid = audit.site_id
-    record, source = _record_epsilon(audit, rounds)
+    sid = site_id
+    record, source = _record_epsilon(sid, audit, rounds)
     record_on = record is not None or settings.record_level
+    results = SiteResults() if audit is None else audit.results
     ledger_site = None if client_dp is None else client_dp.sites.get(str(sid))
     client = ledger_site.epsilon if ledger_site is not None else None
     if client is None:
@@ -124,7 +127,7 @@ def site_privacy(
     # DP on without an accountant's number yet (a run cut short): delta is still known.
     delta = settings.delta if record is not None or settings.private or client is not None else None
     client_on = settings.client_level or client is not None or client_dp is not None
-    canary = audit.canary
+    canary = results.canary
     est = None if client_canaries is None else client_canaries.estimates.get(CLIENT_CANARY_THREAT)
     return PrivacyReport(
         dp_epsilon=record,
@@ -152,8 +155,8 @@ def site_privacy(
         if canary is not None and canary.n_canaries
         else settings.canaries,
         canary=canary,
-        gradient_canaries=audit.gradient_canaries,
-        inversion=list(audit.inversion),
+        gradient_canaries=results.gradient_canaries,
+        inversion=list(results.inversion),
     )
 
 
@@ -181,12 +184,12 @@ def outside_guarantee(
 
 
 def _record_epsilon(
-    audit: SiteAuditInput, rounds: list[RoundRecord]
+    site_id: int, audit: SiteAuditFile[SiteResults] | None, rounds: list[RoundRecord]
 ) -> tuple[float | None, DPSource | None]:
     """The audit's dp_epsilon, else the last metrics round's (a failed audit may lack it)."""
-    if audit.dp_epsilon is not None and math.isfinite(audit.dp_epsilon):
+    if audit is not None and audit.dp_epsilon is not None and math.isfinite(audit.dp_epsilon):
         return audit.dp_epsilon, "audit"
-    eps = _last_round(audit.site_id, rounds, "dp_epsilon")
+    eps = _last_round(site_id, rounds, "dp_epsilon")
     return (eps, "metrics") if eps is not None else (None, None)
 
 

@@ -8,7 +8,7 @@ from contracts.run_files import RunLayout
 
 from .aggregate import build_report
 from .formatting import violation_warnings
-from .inputs import load_run
+from .inputs import RunInputs, load_run
 from .run_config import ReportConfig
 from .run_report import render_html, render_markdown
 from .schema import ReportFiles, RunReport
@@ -16,9 +16,10 @@ from .site_report import write_site_reports
 from .writers import ledger_csv_rows, report_to_json_text, site_rows, write_rows
 
 
-def report_warnings(report: RunReport) -> list[str]:
-    """One line per bound violation (a measured lower bound above the DP guarantee)."""
-    return violation_warnings(report.sites)
+def report_warnings(inputs: RunInputs, report: RunReport) -> list[str]:
+    """One line per input left out (``inputs.warnings``: an audit file of no listed site)
+    and per bound violation (a measured lower bound above the DP guarantee)."""
+    return [*inputs.warnings, *violation_warnings(report.sites)]
 
 
 def written_report_warnings(layout: RunLayout, config: ReportConfig) -> list[str]:
@@ -26,13 +27,14 @@ def written_report_warnings(layout: RunLayout, config: ReportConfig) -> list[str
     from the run's files as :func:`write_report` reads them."""
     if not (layout.root / "report.json").exists():
         return []
-    return report_warnings(build_report(load_run(layout, config)))
+    inputs = load_run(layout, config)
+    return report_warnings(inputs, build_report(inputs))
 
 
 def write_report(layout: RunLayout, config: ReportConfig) -> ReportFiles:
     """Write report.json, .csv, .md, .html, ledger.csv and each audited site's own report
     into a run directory; ``config``: the run's, as its caller read it. ``warnings`` holds a
-    line per bound violation (for stderr).
+    line per input left out and per bound violation (for stderr).
 
     Sites in partition.json without an audit file are "missing"; failed audits keep their
     error text; per-record scores in audits/ are never copied. Raises
@@ -49,5 +51,5 @@ def write_report(layout: RunLayout, config: ReportConfig) -> ReportFiles:
         html_path=atomic_write_text(root / "report.html", render_html(report, config.name)),
         site_reports=write_site_reports(inputs, report),
         ledger_csv_path=write_rows(root / "ledger.csv", ledger_csv_rows(report)),
-        warnings=report_warnings(report),
+        warnings=report_warnings(inputs, report),
     )

@@ -17,12 +17,13 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, Literal
 
-from audit.canary import CanaryResult
-from audit.client_canaries import ClientCanaryResult
-from audit.diagnosis import NOT_TIGHT_TOLERANCE
-from audit.gradient_canaries import GradientCanaryResult
-from audit.inversion import InversionResult
-from audit.over_rounds import RoundLeakage
+from audit.canaries.canary import CanaryResult
+from audit.canaries.client_canaries import ClientCanaryResult
+from audit.canaries.gradient_canaries import GradientCanaryResult
+from audit.inversion.scores import InversionResult
+from audit.panoramia.diagnosis import NOT_TIGHT_TOLERANCE
+from audit.panoramia.over_rounds import RoundLeakage
+from audit.panoramia.sides import SIDES
 from audit.result import (
     AuditFlags,
     AuditResult,
@@ -32,7 +33,6 @@ from audit.result import (
     TwoSidedResult,
     finite,
 )
-from audit.sides import SIDES
 from contracts.dp_level import DPLevel
 from contracts.json_values import json_safe
 from contracts.run_log import ClientDPLedgerFile, PlatformInfo, RoundRecord
@@ -51,7 +51,7 @@ SCORERS: tuple[str, ...] = ("baseline", "mia", "rm_rn")
 """Score vectors with a ROC: b, the MIA (the game) and RM;RN (real non-members)."""
 
 TPR_FPR_KEYS: tuple[str, ...] = ("0.01", "0.001")
-"""FPR levels of ``tpr_at_fpr``; the audit's ``audit.roc.LOW_FPRS`` formatted ``:g``."""
+"""FPR levels of ``tpr_at_fpr``; the audit's ``audit.stats.roc.LOW_FPRS`` formatted ``:g``."""
 
 
 def mean_of(iv: Interval | None) -> float | None:
@@ -132,8 +132,10 @@ def _key(name: str, kind: type | None = None) -> Key:
     return Key(name, attrgetter(name), kind)
 
 
-def _number(name: str) -> Key:
-    return Key(name, lambda obj: finite(getattr(obj, name)))
+def _number(name: str, path: str | None = None) -> Key:
+    """A number, under ``name``, of the attribute at ``path`` (default: ``name``)."""
+    get = attrgetter(path or name)
+    return Key(name, lambda obj: finite(get(obj)))
 
 
 def _two_sided_number(name: str, path: str) -> Key:
@@ -183,8 +185,10 @@ VIEWS: dict[type, tuple[Key, ...]] = {
     RepeatResult: (
         Key("seed", lambda r: int(r.seed)),
         Key("m", lambda r: int(r.m)),
-        *map(_number, ("c_lb", "c_eps_lb", "eps_tilde", "ceiling", "baseline_auc", "mia_auc")),
-        *map(_number, ("rm_rn_eps_lb", "o1_eps_lb")),
+        *(_number(k, f"one_sided.{k}") for k in ("c_lb", "c_eps_lb", "eps_tilde", "ceiling")),
+        *map(_number, ("baseline_auc", "mia_auc")),
+        _number("rm_rn_eps_lb", "one_sided.rm_rn_eps_lb"),
+        _number("o1_eps_lb"),
         _two_sided_number("eps_tilde_two_sided", "eps_tilde"),
         *(_two_sided_number(f"{s}_{b}", f"{s}.{b}") for s in SIDES for b in ("c_lb", "c_eps_lb")),
         _two_sided_number("rm_rn_eps_lb_two_sided", "rm_rn_eps_lb"),
@@ -605,4 +609,5 @@ class ReportFiles:
     site_reports: list[ReportFiles] = field(default_factory=list)
     ledger_csv_path: Path | None = None
     warnings: list[str] = field(default_factory=list)
-    """Lines a command prints on stderr: each bound violation (a bug or a 1-in-1/beta event)."""
+    """Lines a command prints on stderr: each input the report left out (an audit file of no
+    listed site) and each bound violation (a bug or a 1-in-1/beta event)."""

@@ -9,9 +9,9 @@ like report.html does.
 
 from __future__ import annotations
 
-from audit.class_slices import CLASS_SLICES_MEANING
+from audit.panoramia.class_slices import CLASS_SLICES_MEANING
+from audit.panoramia.sides import SIDES
 from audit.result import AuditResult
-from audit.sides import SIDES
 from contracts.run_log import PlatformInfo
 
 from . import plots

@@ -106,9 +106,9 @@ def write_site_reports(inputs: RunInputs, report: RunReport) -> list[ReportFiles
     written = []
     for site in report.sites:
         audit = inputs.audits.get(site.site_id)
-        if audit is None or site.status == "missing":
+        if audit is None:
             continue
-        result = audit.result
+        result = audit.results.result
         page = build_site_page_report(
             inputs.layout,
             site,
@@ -127,8 +127,9 @@ def write_site_report(layout: RunLayout, site_id: int, config: ReportConfig) -> 
     the site's entry of the replicate set's replicates.json, when there); a
     :class:`RunFileError` when the audit file is missing or client_dp.json malformed."""
     audit = load_site_audit(layout, site_id)
-    result = audit.result
+    result = audit.results.result
     site = site_report(
+        site_id,
         audit,
         rounds=[],
         settings=config.privacy,

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from flwr.app import ArrayRecord, Context, Message, MessageType, MetricRecord, R
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
+from audit.site_results import SiteResults
 from contracts.checkpoint import (
     Checkpoint,
     StateDict,
@@ -28,7 +29,8 @@ from contracts.checkpoint import (
     save_checkpoint,
 )
 from contracts.files import atomic_write_text
-from contracts.run_files import NOISE_NOTES, CheckpointMeta, NoiseSource, RunLayout, SiteAuditFile
+from contracts.run_files import NOISE_NOTES, CheckpointMeta, NoiseSource, RunLayout
+from contracts.site_audit import SiteAudit, SiteAuditFile
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -38,10 +40,10 @@ from contracts.wire import (
     WHOAMI,
     AuditFailure,
     AuditInstructions,
-    AuditReply,
     TrainInstructions,
     WhoamiReply,
     WireError,
+    audit_reply,
     round_arrays,
 )
 from server.canary_clients import CanaryClients, CanaryClientSettings, measure_canaries
@@ -376,7 +378,7 @@ def _write_reply(
         return
     else:
         audit = before
-    earlier = None if isinstance(outcome, AuditFailure) else outcome.by_round
+    earlier = [] if isinstance(outcome, AuditFailure) else outcome.results.by_round
     try:
         audit = with_rounds(
             audit, earlier, before=before, rounds=settings.audit_rounds, accuracy=accuracy
@@ -386,7 +388,7 @@ def _write_reply(
     write_site_audit(settings.layout, audit)
 
 
-def audit_outcome(reply: Message, site: int) -> AuditReply | AuditFailure:
+def audit_outcome(reply: Message, site: int) -> SiteAudit[SiteResults] | AuditFailure:
     """What ``site``'s audit reply says: its audit, or its failure (an error reply; a reply
     that does not hold a valid audit of that site counts as one)."""
     if reply.has_error():
@@ -394,7 +396,7 @@ def audit_outcome(reply: Message, site: int) -> AuditReply | AuditFailure:
     if AUDIT not in reply.content.config_records:
         return AuditFailure(error=f"the audit reply has no {AUDIT!r} record")
     try:
-        outcome = AuditReply.from_record(reply.content.config_records[AUDIT])
+        outcome = audit_reply(reply.content.config_records[AUDIT], SiteResults)
     except WireError as err:
         return AuditFailure(error=f"malformed audit reply: {err}")
     if outcome.site_id != site:
@@ -405,14 +407,14 @@ def audit_outcome(reply: Message, site: int) -> AuditReply | AuditFailure:
     return outcome
 
 
-def site_audit_file(site: int, reply: Message, model_round: int) -> SiteAuditFile:
+def site_audit_file(site: int, reply: Message, model_round: int) -> SiteAuditFile[SiteResults]:
     """The site's audit file (``audits/site-<id>.json``) from its reply."""
     return _site_audit_file(site, audit_outcome(reply, site), model_round)
 
 
 def _site_audit_file(
-    site: int, outcome: AuditReply | AuditFailure, model_round: int
-) -> SiteAuditFile:
+    site: int, outcome: SiteAudit[SiteResults] | AuditFailure, model_round: int
+) -> SiteAuditFile[SiteResults]:
     if isinstance(outcome, AuditFailure):
         return SiteAuditFile(
             site_id=site,
@@ -421,32 +423,20 @@ def _site_audit_file(
             elapsed_s=outcome.elapsed_s,
             traceback=outcome.traceback,
             model_round=model_round,
+            results=SiteResults(),
         )
-    if outcome.result is None:
+    if outcome.results.result is None:
         return SiteAuditFile(
             site_id=site,
             status="failed",
             error="malformed audit reply: no main audit, though one was asked for",
             elapsed_s=outcome.elapsed_s,
             model_round=model_round,
+            results=SiteResults(),
         )
-    return SiteAuditFile(
-        site_id=site,
-        status="ok",
-        elapsed_s=outcome.elapsed_s,
-        result=outcome.result,
-        n_members=outcome.n_members,
-        n_holdout=outcome.n_holdout,
-        dp_epsilon=outcome.dp_epsilon,
-        canary=outcome.canary,
-        gradient_canaries=outcome.gradient_canaries,
-        inversion=(
-            None
-            if outcome.inversion is None
-            else sorted(outcome.inversion.values(), key=lambda e: int(e["round"]))
-        ),
-        model_round=model_round,
-    )
+    # The file's lines of earlier rounds come from with_rounds (with the final round's).
+    sent = replace(outcome, results=replace(outcome.results, by_round=[]))
+    return SiteAuditFile.of(sent, model_round=model_round)
 
 
 def record_noise_source(settings: ServerSettings) -> None:

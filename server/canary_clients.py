@@ -8,7 +8,7 @@ round's global model plus its fixed unit direction over the trainable parameters
 the clipping norm (client-level DP) or the median norm of the real sites' updates in that
 round (no DP). The noise of the mean is sized for every client averaged, canaries included,
 so the noise multiplier keeps its meaning. The math (directions, cosines, estimates) is
-:mod:`audit.client_canaries`; :func:`measure_canaries` reads the round checkpoints after
+:mod:`audit.canaries.client_canaries`; :func:`measure_canaries` reads the round checkpoints after
 training and writes ``client_canaries.json``.
 """
 
@@ -33,7 +33,7 @@ from flwr.app import (
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from audit.client_canaries import (
+from audit.canaries.client_canaries import (
     LB_METHOD,
     THREAT_MODELS,
     CanaryCosines,
@@ -43,6 +43,7 @@ from audit.client_canaries import (
 )
 from contracts.checkpoint import StateDict, load_checkpoint
 from contracts.files import atomic_write_text
+from contracts.json_values import json_safe
 from contracts.run_files import RunLayout
 from contracts.wire import ARRAYS, METRICS
 from server.client_dp import gaussian_epsilon
@@ -236,4 +237,4 @@ def measure_canaries(
 
 def write_result(layout: RunLayout, result: ClientCanaryResult) -> Path:
     path = layout.client_canaries
-    return atomic_write_text(path, json.dumps(result.to_dict(), indent=1) + "\n")
+    return atomic_write_text(path, json.dumps(json_safe(result), indent=1) + "\n")

@@ -12,11 +12,12 @@ from dataclasses import dataclass, replace
 
 from flwr.app import ArrayRecord
 
-from audit.over_rounds import RoundLeakage, round_leakage
-from audit.result import AuditResult
+from audit.panoramia.over_rounds import RoundLeakage, round_leakage
+from audit.site_results import SiteResults
 from contracts.checkpoint import load_checkpoint
-from contracts.run_files import RunLayout, SiteAuditFile
+from contracts.run_files import RunLayout
 from contracts.run_log import read_rounds
+from contracts.site_audit import SiteAuditFile
 from contracts.wire import round_arrays
 from server.run_log import read_site_audit, sites_needing_audit
 
@@ -49,7 +50,7 @@ def plan_audits(
             continue
         done = read_site_audit(layout, site)
         assert done is not None  # a current, ok main audit
-        missing = tuple(r for r in earlier if r not in done.audited_rounds())
+        missing = tuple(r for r in earlier if r not in done.results.audited_rounds())
         if missing:
             plans.append(SiteAuditPlan(site, False, missing))
     return plans
@@ -71,33 +72,28 @@ def global_accuracy(layout: RunLayout) -> dict[int, float]:
 
 
 def with_rounds(
-    audit: SiteAuditFile,
-    earlier: dict[str, object] | None,
+    audit: SiteAuditFile[SiteResults],
+    earlier: list[RoundLeakage],
     *,
-    before: SiteAuditFile | None,
+    before: SiteAuditFile[SiteResults] | None,
     rounds: tuple[int, ...],
     accuracy: dict[int, float],
-) -> SiteAuditFile:
+) -> SiteAuditFile[SiteResults]:
     """``audit`` (the site's new file, or its kept one) with ``by_round``: the lines kept
     from ``before``, the new ``earlier`` ones, and the final round's from the main result;
     each with the round's global accuracy. Unchanged when no round was asked for."""
-    if not rounds or not audit.ok or audit.result is None:
+    result = audit.results.result
+    if not rounds or not audit.ok or result is None:
         return audit
     lines: dict[int, RoundLeakage] = {}
     if before is not None and before.ok and before.model_round == audit.model_round:
-        lines.update({int(e["round"]): RoundLeakage.from_dict(e) for e in before.by_round or []})
-    for key, entry in (earlier or {}).items():
-        if isinstance(entry, dict):
-            line = RoundLeakage.from_dict(entry)
-            if line.round != int(key):
-                raise ValueError(f"by_round entry {key!r} says round {line.round}")
-            lines[line.round] = line
+        lines.update({line.round: line for line in before.results.by_round})
+    lines.update({line.round: line for line in earlier})
     if audit.model_round is not None:
-        final = AuditResult.from_dict(audit.result)
-        lines[audit.model_round] = round_leakage(final, audit.model_round)
+        lines[audit.model_round] = round_leakage(result, audit.model_round)
     by_round = [
-        lines[r].with_accuracy(accuracy.get(r)).to_dict()
+        lines[r].with_accuracy(accuracy.get(r))
         for r in sorted(lines)
         if r in rounds or r == audit.model_round
     ]
-    return replace(audit, by_round=by_round)
+    return replace(audit, results=replace(audit.results, by_round=by_round))

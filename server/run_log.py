@@ -1,15 +1,19 @@
 """The run directory's per-round log (``metrics.jsonl``, :class:`contracts.run_log.RoundRecord`)
-and per-site audit files (:class:`contracts.run_files.SiteAuditFile`)."""
+and per-site audit files (:class:`contracts.site_audit.SiteAuditFile` of
+:class:`audit.site_results.SiteResults`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+from audit.site_results import SiteResults
 from contracts.files import atomic_write_text
-from contracts.json_values import json_safe
-from contracts.run_files import RunLayout, SiteAuditFile
+from contracts.json_values import from_dict, json_safe
+from contracts.run_files import RunLayout
 from contracts.run_log import RoundRecord
+from contracts.site_audit import SiteAuditFile
 
 
 def append_round(layout: RunLayout, record: RoundRecord) -> None:
@@ -34,19 +38,19 @@ def truncate_rounds(layout: RunLayout, last_round: int) -> None:
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
-def write_site_audit(layout: RunLayout, audit: SiteAuditFile) -> Path:
+def write_site_audit(layout: RunLayout, audit: SiteAuditFile[Any]) -> Path:
     """Write ``audits/site-<id>.json`` atomically (non-finite numbers as null)."""
     path = layout.audit(audit.site_id)
-    return atomic_write_text(path, json.dumps(json_safe(audit.to_dict()), indent=1))
+    return atomic_write_text(path, json.dumps(json_safe(audit), indent=1))
 
 
-def read_site_audit(layout: RunLayout, site_id: int) -> SiteAuditFile | None:
+def read_site_audit(layout: RunLayout, site_id: int) -> SiteAuditFile[SiteResults] | None:
     """The site's audit file; None when there is none or it cannot be read as one."""
     path = layout.audit(site_id)
     if not path.exists():
         return None
     try:
-        return SiteAuditFile.from_dict(json.loads(path.read_text()))
+        return from_dict(SiteAuditFile[SiteResults], json.loads(path.read_text()))
     except ValueError:  # JSONDecodeError included: audited again
         return None
 

@@ -31,7 +31,7 @@ from server.strategy import StrategySettings
 from simulations.config import ExperimentConfig
 from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import DatasetMeta, load_public
-from simulations.run_task import make_task, pick_device
+from simulations.run_task import audit_device, make_task, pick_device
 
 
 def dp_settings(config: ExperimentConfig, *, members: int | None = None) -> DPSettings | None:
@@ -117,7 +117,12 @@ def inversion_settings(
     """The site's gradient-inversion audit (``audit.inversion``), kept in its own folder."""
     if config.audit.inversion is None:
         return None
-    return InversionSettings(config=config.audit.inversion, site_id=site_id, state_dir=state_dir)
+    return InversionSettings(
+        config=config.audit.inversion,
+        site_id=site_id,
+        state_dir=state_dir,
+        device=audit_device(config),
+    )
 
 
 def update_audit_settings(
@@ -169,7 +174,10 @@ class SiteResolver:
             states = load_reference_states(self.layout)
             runner = make_audit_runner(
                 SiteAuditPolicy(
-                    settings=audit_cfg.settings,
+                    # The device of the process's own GPU share (none: the CPU).
+                    settings=audit_cfg.settings.model_copy(
+                        update={"device": audit_device(config).type}
+                    ),
                     use_holdout=audit_cfg.use_holdout,
                     use_public_pool=audit_cfg.reference_pool,
                     reference_states=None if states is None else tuple(states),

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from audit.client_canaries import ClientCanaryResult
 from contracts.run_files import RunLayout
-from contracts.run_log import read_json, read_rounds
+from contracts.run_log import read_rounds
+from reporting.inputs import load_client_canaries
 from server.canary_clients import write_result
 from simulations.config import ExperimentConfig, apply_overrides, validate_config
 from simulations.run_dir import DatasetMeta, prepare_run_dir
@@ -46,7 +46,8 @@ def train_twin_and_record(config: ExperimentConfig, layout: RunLayout, *, train:
     meta = prepare_run_dir(twin, twin_layout)
     if len(read_rounds(twin_layout)) < config.fl.rounds:
         train(twin, meta, twin_layout)
-    result = ClientCanaryResult.from_dict(read_json(layout.client_canaries))
+    result = load_client_canaries(layout.client_canaries)
+    assert result is not None  # the file is there
     write_result(
         layout,
         dataclasses.replace(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from contracts.errors import UserError
 from contracts.files import atomic_write_text
+from contracts.json_values import json_safe
 from contracts.run_files import CONFIG_FILE, RunLayout
 
 if TYPE_CHECKING:
@@ -208,20 +209,20 @@ def cmd_audit(args: argparse.Namespace) -> int:
         run=RunLayout(checkpoint.parent),
         overrides=args.set,
     )
-    summary = {
-        k: result[k]
-        for k in (
-            "c_lb",
-            "c_eps_lb",
-            "eps_tilde",
-            "ceiling",
-            "flags",
-            "rm_rn_eps_lb",
-            "o1_eps_lb",
-            "generator_kind",
-        )
-    }
-    text = json.dumps(result, indent=1)
+    one = result.one_sided
+    summary = json_safe(
+        {
+            "c_lb": one.c_lb,
+            "c_eps_lb": one.c_eps_lb,
+            "eps_tilde": one.eps_tilde,
+            "ceiling": one.ceiling,
+            "flags": one.flags,
+            "rm_rn_eps_lb": one.rm_rn_eps_lb,
+            "o1_eps_lb": result.o1_eps_lb,
+            "generator_kind": result.generator_kind,
+        }
+    )
+    text = json.dumps(json_safe(result), indent=1)
     if args.out:
         atomic_write_text(Path(args.out), text)
     print(json.dumps(summary, indent=1))

@@ -5,11 +5,11 @@ Input: a CSV with header columns ``score,label`` (other columns ignored) or an N
 object on stdout. Errors (missing file, column or array, bad values) go to stderr, exit 2.
 
 ``--two-sided`` also tests confident "non-member" guesses: the same Clopper-Pearson bound on
-``(-score, 1 - label)`` (:func:`audit.sides.oriented`). The two tests share ``--beta``, so each
-runs at ``beta / 2`` and the larger of the two bounds holds at level ``beta``.
+``(-score, 1 - label)`` (:func:`audit.panoramia.sides.oriented`). The two tests share
+``--beta``, so each runs at ``beta / 2`` and the larger of the two bounds holds at level ``beta``.
 
 ``--one-run steinke|fdp`` reads the labels as inclusion coins (1 = trained on) and prints a
-one-run bound (:func:`audit.one_run.one_run_bound`): Steinke et al.'s or the f-DP (Gaussian)
+one-run bound (:func:`audit.stats.one_run.one_run_bound`): Steinke et al.'s or the f-DP (Gaussian)
 one, eps at ``--delta``. By default the best pair of a grid of guess counts is reported, each
 pair tested at ``beta / pairs`` (a union bound: the result is a lower bound at level
 ``--beta``). ``--guesses K`` makes one pre-set guessing rule, one test at ``--beta``.
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 # The bounds (scipy) are imported where they are computed: the CLI's parser stays light.
-from audit.one_run_methods import DEFAULT_DELTA, METHOD_LABELS, METHODS
+from audit.stats.one_run_methods import DEFAULT_DELTA, METHOD_LABELS, METHODS
 from contracts.errors import UserError
 from contracts.json_values import json_safe
 
@@ -214,7 +214,7 @@ def _clopper_pearson(
     path: Path, scores: np.ndarray, labels: np.ndarray, beta: float, grid: int | None
 ) -> dict[str, Any]:
     """The PANORAMIA-style bound's JSON fields for one (already oriented) score vector."""
-    from audit.bounds import ceiling, lower_bound, thresholds_tried
+    from audit.stats.bounds import ceiling, lower_bound, thresholds_tried
 
     summary = lower_bound(scores, labels, beta=beta, threshold_grid=grid)
     return {
@@ -232,7 +232,7 @@ def _two_sided(
     path: Path, scores: np.ndarray, labels: np.ndarray, beta: float, grid: int | None
 ) -> dict[str, Any]:
     """Member and non-member sides, each at ``beta / 2``; ``max_bound`` holds at ``beta``."""
-    from audit.sides import SIDES, oriented
+    from audit.panoramia.sides import SIDES, oriented
 
     half = _check_beta(beta) / 2
     sides: dict[str, dict[str, Any]] = {
@@ -256,7 +256,7 @@ def _one_run(
 ) -> dict[str, Any]:
     """The one-run bound's JSON fields; ``idealised`` says whether the level pays for the
     search over guess counts."""
-    from audit.one_run import one_run_bound
+    from audit.stats.one_run import one_run_bound
 
     kwargs = {} if args.grid is None else {"grid_size": args.grid}
     bound = one_run_bound(
@@ -330,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
         if one_run is not None:
             out = _one_run(path, scores, labels, args)
         elif args.o1:
-            from audit.o1 import o1_lower_bound
+            from audit.stats.o1 import o1_lower_bound
 
             kwargs = {} if args.grid is None else {"grid_size": args.grid}
             o1 = o1_lower_bound(scores, labels, beta=args.beta, **kwargs)

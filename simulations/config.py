@@ -19,9 +19,9 @@ from pydantic import (
     model_validator,
 )
 
+from audit.canaries.gradient_canaries import MIN_GRADIENT_CANARIES
 from audit.config import AuditConfig, StrictModel
-from audit.gradient_canaries import MIN_GRADIENT_CANARIES
-from audit.inversion import InversionConfig
+from audit.inversion.attack import InversionConfig
 from audit.result import finite
 from contracts.dp_level import DPLevel, resolve_dp_level
 from contracts.errors import RunFileError, UserError

@@ -19,9 +19,9 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-from audit.calibration import train_reference_model
-from audit.components import Records
-from audit.splits import cut_at, shuffled_groups
+from audit.panoramia.calibration import train_reference_model
+from audit.panoramia.components import Records
+from audit.panoramia.splits import cut_at, shuffled_groups
 from contracts.errors import RunFileError
 from contracts.files import atomic_write, atomic_write_text
 from contracts.run_files import RunLayout

@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from audit.components import Records
+from audit.panoramia.components import Records
 from clients.site_data import SiteData
 from contracts.errors import RunFileError
 from contracts.files import atomic_write, atomic_write_text
+from contracts.json_values import from_dict
 from contracts.run_files import RunLayout
 from contracts.run_log import read_json
 from ml.canaries import draw_canaries
@@ -49,23 +50,13 @@ class DatasetMeta:
         )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DatasetMeta:
-        return cls(
-            name=data["name"],
-            modality=data["modality"],
-            num_classes=int(data["num_classes"]),
-            input_shape=tuple(int(v) for v in data["input_shape"]),
-            schema=data.get("schema"),
-        )
-
-    @classmethod
     def read(cls, layout: RunLayout) -> DatasetMeta:
         path = layout.dataset
         data = read_json(path)
         try:
-            return cls.from_dict(data)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RunFileError(f"{path}: not a dataset description ({exc!r})") from None
+            return from_dict(cls, data)
+        except ValueError as exc:
+            raise RunFileError(f"{path}: not a dataset description ({exc})") from None
 
     def write(self, layout: RunLayout) -> None:
         atomic_write_text(layout.dataset, json.dumps(asdict(self)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from audit.inversion import MODALITIES
+from audit.inversion.attack import MODALITIES
 from contracts.plugins import import_plugins
 from ml.models import check_private
 from ml.tasks import TorchTask, build_task
@@ -15,9 +15,21 @@ from simulations.run_dir import DatasetMeta
 
 
 def pick_device(resources_gpus: float | str) -> torch.device:
+    """The GPU when the process holds a share of one (``resources_gpus`` not 0) and CUDA is
+    visible, else the CPU. Ray leaves the GPUs visible to a process that asked for none
+    (``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0``), so a share of 0 must say CPU here."""
     if resources_gpus == 0 or not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device("cuda")
+
+
+def audit_device(config: ExperimentConfig) -> torch.device:
+    """Where a site's audits run (PANORAMIA, canaries, inversion): ``audit.settings.device``
+    when it names one, else :func:`pick_device` of ``resources.audit_num_gpus``."""
+    chosen = config.audit.settings.device
+    if chosen != "auto":
+        return torch.device(chosen)
+    return pick_device(config.resources.audit_num_gpus)
 
 
 def make_task(config: ExperimentConfig, meta: DatasetMeta) -> TorchTask:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from audit.components import Records
+from audit.panoramia.components import Records
+from audit.result import AuditResult
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
 from contracts.errors import UserError
 from contracts.run_files import RunLayout
@@ -24,7 +25,7 @@ def audit_saved_model(
     site: int,
     run: RunLayout,
     overrides: list[str] | None = None,
-) -> dict:
+) -> AuditResult:
     """Run the configured audit of ``site``'s members (and holdout) against the model;
     ``run``: the run directory the checkpoint sits in (its reference models, if any)."""
     config = load_config(config_path, overrides)
@@ -49,6 +50,6 @@ def audit_saved_model(
             reference_states=None if states is None else tuple(states),
         )
     )
-    output = runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed, {})
-    assert output.result is not None  # the final model was given
-    return output.result
+    results = runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed, {})
+    assert results.result is not None  # the final model was given
+    return results.result

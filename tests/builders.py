@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import importlib.util
 import json
 import struct
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import yaml
 
-from audit.over_rounds import RoundLeakage
+from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import (
     AuditFlags,
     AuditResult,
@@ -30,6 +33,7 @@ from audit.result import (
     TwoSidedRepeat,
     TwoSidedResult,
 )
+from contracts.json_values import json_safe
 from contracts.run_files import RunLayout
 from reporting import ReportFiles, RunInputs, load_run, write_report, write_site_report
 from reporting.report_writer import written_report_warnings
@@ -194,17 +198,19 @@ def make_result(
         RepeatResult(
             seed=i,
             m=200,
-            c_lb=c,
-            c_eps_lb=ce,
-            eps_tilde=e,
-            ceiling=ceiling,
-            baseline=_summary(c, beta / 2),
-            mia=_summary(ce, beta / 2),
+            one_sided=SideRepeat(
+                c_lb=c,
+                c_eps_lb=ce,
+                eps_tilde=e,
+                ceiling=ceiling,
+                baseline=_summary(c, beta / 2),
+                mia=_summary(ce, beta / 2),
+                rm_rn_eps_lb=None if rm_rn is None else rm_rn[i],
+            ),
             baseline_curve=_curve(0.2 + 0.05 * i),
             mia_curve=_curve(0.4 + 0.05 * i),
             baseline_auc=0.6 + 0.01 * i,
             mia_auc=0.7 + 0.01 * i,
-            rm_rn_eps_lb=None if rm_rn is None else rm_rn[i],
             o1_eps_lb=None if o1 is None else o1[i],
             o1_eps_lb_fdp=None if o1_fdp is None else o1_fdp[i][0],
             o1_fdp_mu=None if o1_fdp is None else o1_fdp[i][1],
@@ -227,18 +233,20 @@ def make_result(
         modality="image",
         generator_kind=generator_kind,
         beta=beta,
-        c_lb=Interval.of(c_lbs),
-        c_eps_lb=Interval.of(c_eps_lbs),
-        eps_tilde=Interval.of(eps),
-        ceiling=ceiling,
-        flags=AuditFlags(
-            saturated=saturated, c_lb_not_tight=not_tight, rm_rn_capped=capped, reasons=reasons
+        one_sided=SideResult(
+            c_lb=Interval.of(c_lbs),
+            c_eps_lb=Interval.of(c_eps_lbs),
+            eps_tilde=Interval.of(eps),
+            ceiling=ceiling,
+            flags=AuditFlags(
+                saturated=saturated, c_lb_not_tight=not_tight, rm_rn_capped=capped, reasons=reasons
+            ),
+            rm_rn_eps_lb=None if rm_rn is None else Interval.of(rm_rn),
         ),
         repeats=repeats,
         sizes={"m": 200, "generator": 300},
         quality={"generator_fid_proxy": 0.4},
         timings={"total": 12.5},
-        rm_rn_eps_lb=None if rm_rn is None else Interval.of(rm_rn),
         o1_eps_lb=None if o1 is None else Interval.of(o1),
         o1_eps_lb_fdp=None if o1_fdp is None else Interval.of([e for e, _ in o1_fdp]),
         o1_fdp_mu=None if o1_fdp is None else Interval.of([mu for _, mu in o1_fdp]),
@@ -312,8 +320,18 @@ def ok_audit(site_id: int, result: AuditResult, *, dp: float | None = None) -> d
         "n_holdout": 100,
         "dp_epsilon": dp,
         "elapsed_s": 20.0,
-        "result": result.to_dict(),
+        "result": json_safe(result),
     }
+
+
+def schema_2(result: dict[str, Any]) -> dict[str, Any]:
+    """A result's JSON (schema 3) as schema 2 wrote it: the one-sided game's keys in the
+    result and in each repeat, not under ``one_sided``."""
+    flat = {k: v for k, v in result.items() if k != "one_sided"} | result["one_sided"]
+    flat["repeats"] = [
+        {k: v for k, v in r.items() if k != "one_sided"} | r["one_sided"] for r in result["repeats"]
+    ]
+    return flat | {"schema_version": 2}
 
 
 def failed_audit(site_id: int) -> dict[str, Any]:
@@ -329,14 +347,14 @@ def failed_audit(site_id: int) -> dict[str, Any]:
     }
 
 
-def by_round_lines(rounds: list[int]) -> list[dict[str, Any]]:
+def by_round_lines(rounds: list[int]) -> list[RoundLeakage]:
     """Lines whose interval excludes 0 from the second round on."""
     lines = []
     for k, r in enumerate(rounds):
         mean = 0.4 * k
         iv = Interval(mean=mean, std=0.1, low=mean - 0.3, high=mean + 0.3, n=5)
         line = RoundLeakage(r, iv, "nonmember", iv, 0.5 + 0.05 * k, 0.01 * k, 0.0, 0.6 + 0.1 * k)
-        lines.append(line.to_dict())
+        lines.append(line)
     return lines
 
 
@@ -525,3 +543,14 @@ def warnings_of(run_dir: Path) -> list[str]:
 def site_pages(run_dir: Path, site_id: int) -> ReportFiles:
     """Where the run's report puts site ``site_id``'s page."""
     return site_report_paths(run_files(run_dir), site_id)
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module (benchmarks are scripts, not a package)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from audit.components import AuditContext, ClassifierData, Records
 from audit.config import AuditConfig
 from audit.image.classifier import auc, make_image_classifier
 from audit.image.features import confidence_features, design_matrix, pooled_pixels
 from audit.image.filter import FilteredGenerator
 from audit.image.generators import make_cgan, make_vae
+from audit.panoramia.components import AuditContext, ClassifierData, Records
 from ml.datasets import load_dataset
 from ml.tasks import build_task
 

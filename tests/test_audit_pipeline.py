@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from audit import AuditConfig, AuditResult, Records, run_audit
-from audit import components as comp
-from audit.one_run import gdp_eps
+from audit.panoramia import components as comp
 from audit.result import Interval
+from audit.stats.one_run import gdp_eps
+from contracts.json_values import from_dict, json_safe
 from ml.datasets import load_dataset
 from ml.tasks import build_task
 
@@ -70,32 +71,39 @@ def test_result_is_consistent(result: AuditResult) -> None:
     assert result.generator_kind == "reference_pool" and result.modality == "image"
     assert len(result.repeats) == 2
     for rep in result.repeats:
-        assert rep.eps_tilde == max(0.0, rep.c_eps_lb - rep.c_lb)
+        one = rep.one_sided
+        assert one.eps_tilde == max(0.0, one.c_eps_lb - one.c_lb)
         # Scores are tie-broken, so no bound can pass the perfect scorer's.
-        assert rep.ceiling >= rep.c_lb and rep.ceiling >= rep.c_eps_lb
+        assert one.ceiling >= one.c_lb and one.ceiling >= one.c_eps_lb
         # c_lb and {c+eps}_lb are the baseline's and the MIA's bounds, clipped at 0.
-        assert rep.c_lb == max(0.0, rep.baseline.lower_bound)
-        assert rep.c_eps_lb == max(0.0, rep.mia.lower_bound)
+        assert one.c_lb == max(0.0, one.baseline.lower_bound)
+        assert one.c_eps_lb == max(0.0, one.mia.lower_bound)
         # RM;RN's game is as large as its members allow: a real ceiling, not passed.
-        assert rep.rm_rn_eps_lb is not None and rep.rm_rn_ceiling is not None
-        assert rep.rm_rn_ceiling > 1.0 and rep.rm_rn_eps_lb <= rep.rm_rn_ceiling
+        assert one.rm_rn_eps_lb is not None and one.rm_rn_ceiling is not None
+        assert one.rm_rn_ceiling > 1.0 and one.rm_rn_eps_lb <= one.rm_rn_ceiling
         assert rep.o1_eps_lb is not None
         # O(1)'s f-DP reading: eps at the audit's delta of the GDP mu its guesses reject.
         assert rep.o1_eps_lb_fdp is not None and rep.o1_fdp_mu is not None
         assert rep.o1_eps_lb_fdp == pytest.approx(gdp_eps(mu=rep.o1_fdp_mu, delta=1e-5))
         assert len(rep.baseline_curve.recall) == len(rep.mia_curve.bound) == 20
-        assert max(rep.mia_curve.bound) <= rep.mia.lower_bound + 1e-12
+        assert max(rep.mia_curve.bound) <= one.mia.lower_bound + 1e-12
         assert rep.scores is not None and len(rep.scores["mia"]) == rep.m
         assert set(rep.scores["membership"]) == {0.0, 1.0}
         assert set(rep.selected) == {"baseline", "mia"}
-    assert result.c_lb == Interval.of([r.c_lb for r in result.repeats])
-    assert result.eps_tilde == Interval.of([r.eps_tilde for r in result.repeats])
-    assert result.rm_rn_eps_lb == Interval.of([r.rm_rn_eps_lb for r in result.repeats])
+    assert result.one_sided.c_lb == Interval.of([r.one_sided.c_lb for r in result.repeats])
+    assert result.one_sided.eps_tilde == Interval.of(
+        [r.one_sided.eps_tilde for r in result.repeats]
+    )
+    assert result.one_sided.rm_rn_eps_lb == Interval.of(
+        [r.one_sided.rm_rn_eps_lb for r in result.repeats]
+    )
     assert result.o1_eps_lb == Interval.of([r.o1_eps_lb for r in result.repeats])
     assert result.o1_eps_lb_fdp == Interval.of([r.o1_eps_lb_fdp for r in result.repeats])
     assert result.delta == 1e-5 and result.levels["o1_fdp"] == result.beta
-    assert result.ceiling == pytest.approx(np.mean([r.ceiling for r in result.repeats]))
-    assert result.ceiling >= result.c_lb.mean
+    assert result.one_sided.ceiling == pytest.approx(
+        np.mean([r.one_sided.ceiling for r in result.repeats])
+    )
+    assert result.one_sided.ceiling >= result.one_sided.c_lb.mean
     s = result.sizes
     assert s["members"] == 300 and s["generator"] + s["train"] + s["val"] + s["m"] == 300
     assert s["synthetic_out"] == 300 - s["generator"]
@@ -130,6 +138,7 @@ def test_two_sided_game_is_consistent(result: AuditResult) -> None:
     two = result.two_sided
     assert two is not None and two.beta == result.beta / 4
     for rep in result.repeats:
+        one = rep.one_sided
         game = rep.two_sided
         assert game is not None
         for side in (game.member, game.nonmember):
@@ -138,7 +147,7 @@ def test_two_sided_game_is_consistent(result: AuditResult) -> None:
             assert side.rm_rn_eps_lb is not None and side.rm_rn_ceiling is not None
         assert game.eps_tilde == max(game.member.eps_tilde, game.nonmember.eps_tilde)
         # The member side is the paper's game at the two-sided level: never above it.
-        assert game.member.baseline.lower_bound <= rep.baseline.lower_bound + 1e-9
+        assert game.member.baseline.lower_bound <= one.baseline.lower_bound + 1e-9
         assert game.member.baseline.predictions >= 1
         assert set(game.selected) == {"baseline", "mia"}
         assert set(rep.roc) == {"baseline", "mia", "rm_rn"}
@@ -194,18 +203,18 @@ def test_a_junk_generator_gets_a_high_nonmember_closeness_and_reads_zero(site) -
 
 
 def test_result_round_trips_through_json(result: AuditResult) -> None:
-    text = json.dumps(result.to_dict())
-    back = AuditResult.from_dict(json.loads(text))
+    text = json.dumps(json_safe(result))
+    back = from_dict(AuditResult, json.loads(text))
     assert back == result
 
 
 def test_same_seed_same_numbers(site) -> None:
     a = _audit(site, quick=True, seed=5)
     b = _audit(site, quick=True, seed=5)
-    assert a.repeats[0].c_lb == b.repeats[0].c_lb
-    assert a.repeats[0].c_eps_lb == b.repeats[0].c_eps_lb
-    assert a.repeats[0].rm_rn_eps_lb == b.repeats[0].rm_rn_eps_lb
-    assert a.repeats[0].baseline == b.repeats[0].baseline
+    assert a.repeats[0].one_sided.c_lb == b.repeats[0].one_sided.c_lb
+    assert a.repeats[0].one_sided.c_eps_lb == b.repeats[0].one_sided.c_eps_lb
+    assert a.repeats[0].one_sided.rm_rn_eps_lb == b.repeats[0].one_sided.rm_rn_eps_lb
+    assert a.repeats[0].one_sided.baseline == b.repeats[0].one_sided.baseline
     assert a.repeats[0].selected == b.repeats[0].selected
 
 
@@ -255,7 +264,8 @@ def test_cgan_end_to_end(site) -> None:
     assert res.generator_kind == "cgan"
     assert "generator_loss" in res.quality
     rep = res.repeats[0]
-    assert rep.eps_tilde == max(0.0, rep.c_eps_lb - rep.c_lb) and rep.ceiling >= rep.c_lb
+    one = rep.one_sided
+    assert one.eps_tilde == max(0.0, one.c_eps_lb - one.c_lb) and one.ceiling >= one.c_lb
 
 
 def test_input_errors_name_the_problem(site) -> None:
@@ -289,7 +299,7 @@ def test_a_trained_generators_helper_learns_real_records_but_no_game_record(
 ) -> None:
     """With generated non-members the helper (hence b, and the MIA's reference view) also
     trains on the public pool and D_G: real records, none of them ever in a game."""
-    from audit.splits import split_members
+    from audit.panoramia.splits import split_members
 
     trained = _records_trained_on(site, monkeypatch)
     cfg = {"generator": {"kind": "cgan", "epochs": 1}, "quick": True, "seed": 5}

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audit.components import AuditContext, Records
 from audit.config import AuditConfig, SplitConfig
-from audit.game import draw_game
-from audit.pipeline import break_ties, resolve_config
-from audit.reference_pool import ReferencePoolGenerator, make_reference_pool
-from audit.splits import SplitError, resplit, split_members, split_sizes
+from audit.panoramia.components import AuditContext, Records
+from audit.panoramia.game import draw_game
+from audit.panoramia.reference_pool import ReferencePoolGenerator, make_reference_pool
+from audit.panoramia.settings import resolve_config
+from audit.panoramia.sides import break_ties
+from audit.panoramia.splits import SplitError, resplit, split_members, split_sizes
 
 
 def _all(splits) -> np.ndarray:

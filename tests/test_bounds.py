@@ -1,4 +1,4 @@
-"""Properties of the PANORAMIA bounds (audit.bounds) and the ``bounds`` CLI command."""
+"""Properties of the PANORAMIA bounds (audit.stats.bounds) and the ``bounds`` CLI command."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from audit import bounds
-from audit.bounds import (
+from audit.stats import bounds
+from audit.stats.bounds import (
     approx_dp_lower_bound,
     bound_curve,
     ceiling,
@@ -23,7 +23,7 @@ from audit.bounds import (
     lower_bound,
     thresholds_tried,
 )
-from audit.o1 import o1_lower_bound
+from audit.stats.o1 import o1_lower_bound
 from simulations import cmd_bounds
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,11 +12,12 @@ import torch
 from builders import run_files
 from scipy import stats
 
-from audit.canary import CANARY_SCORE, CanaryResult, canary_audit
+from audit.canaries.canary import CANARY_SCORE, CanaryResult, canary_audit
 from audit.config import AuditConfig
-from audit.o1 import o1_lower_bound
+from audit.stats.o1 import o1_lower_bound
 from clients.audit_handler import SiteAuditPolicy, canary_audit_of, make_audit_runner
 from clients.site_data import SiteData
+from contracts.json_values import from_dict, json_safe
 from ml.canaries import CANARY_KINDS, canary_coins, draw_canaries
 from ml.datasets import Dataset, load_dataset
 from simulations.config import validate_config
@@ -297,8 +298,8 @@ def test_canary_audit_separated_losses() -> None:
     # The f-DP reading of the same guesses at the default delta, with its GDP mu.
     assert result.fdp_delta == 1e-5 and result.fdp_mu is not None and result.fdp_mu > 0
     assert result.eps_lb_fdp is not None and result.eps_lb_fdp >= result.eps_lb
-    text = json.dumps(result.to_dict(), allow_nan=False)
-    assert CanaryResult.from_dict(json.loads(text)) == result
+    text = json.dumps(json_safe(result), allow_nan=False)
+    assert from_dict(CanaryResult, json.loads(text)) == result
 
     # Mostly separated: a finite interval around the selected rule's accuracy.
     noisy = np.where(coins, 1.0, 2.0) + np.random.default_rng(1).normal(0, 0.6, 200)
@@ -350,9 +351,9 @@ def test_trained_model_reveals_its_canaries(digits: Dataset, tmp_path: Path) -> 
         model, data.training_x, data.training_y, epochs=40, seed=0, device=torch.device("cpu")
     )
     out = canary_audit_of(task, model, data, beta=0.05, delta=1e-6, device_name="cpu")
-    assert out["n_canaries"] == 100 and out["kind"] == "noise_image"
-    assert out["fdp_delta"] == 1e-6 and out["eps_lb_fdp"] is not None
-    assert out["eps_lb"] > 0, out
+    assert out.n_canaries == 100 and out.kind == "noise_image"
+    assert out.fdp_delta == 1e-6 and out.eps_lb_fdp is not None
+    assert out.eps_lb > 0, out
 
 
 def test_site_audit_fails_fast_on_one_sided_coins() -> None:
@@ -400,10 +401,10 @@ def test_federated_run_writes_canary_audit(tmp_path: Path) -> None:
     again = canary_audit_of(
         task, model, data, beta=canary["beta"], delta=canary["fdp_delta"], device_name="cpu"
     )
-    assert (again["guesses"], again["correct"]) == (canary["guesses"], canary["correct"])
-    assert again["eps_lb"] == pytest.approx(canary["eps_lb"], rel=1e-9, abs=1e-12)
+    assert (again.guesses, again.correct) == (canary["guesses"], canary["correct"])
+    assert again.eps_lb == pytest.approx(canary["eps_lb"], rel=1e-9, abs=1e-12)
     assert canary["fdp_delta"] == config.dp.delta  # the run's delta reaches the site
-    assert again["eps_lb_fdp"] == pytest.approx(canary["eps_lb_fdp"], rel=1e-9, abs=1e-12)
+    assert again.eps_lb_fdp == pytest.approx(canary["eps_lb_fdp"], rel=1e-9, abs=1e-12)
     # The site trained on its members plus exactly its included canaries.
     rounds = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rounds[-1]["sites"]["0"]["num_examples"] == len(data.training_x)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from audit import AuditConfig, Records, run_audit
-from audit.class_slices import MIN_CLASS_CEILING, aggregate_slices, class_slices
-from audit.pipeline import run_audits_of
-from audit.sides import SIDES, BoundRule, Scored
+from audit.panoramia.class_slices import MIN_CLASS_CEILING, aggregate_slices, class_slices
+from audit.panoramia.pipeline import run_audits_of
+from audit.panoramia.sides import SIDES, BoundRule, Scored
 from ml.tasks import build_task
 
 CPU = torch.device("cpu")
@@ -109,7 +109,9 @@ def test_each_target_reads_as_its_own_audit(site, results) -> None:
         site["task"], site["model"], site["members"], CONFIG, public_pool=site["pool"]
     )
     shared = results[8]
-    assert [r.eps_tilde for r in shared.repeats] == [r.eps_tilde for r in alone.repeats]
+    assert [r.one_sided.eps_tilde for r in shared.repeats] == [
+        r.one_sided.eps_tilde for r in alone.repeats
+    ]
     assert shared.two_sided is not None and alone.two_sided is not None
     assert shared.two_sided.eps_tilde == alone.two_sided.eps_tilde
     assert shared.per_class == alone.per_class

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from builders import load_run_of, run_files
 
-from audit.client_canaries import (
+from audit.canaries.client_canaries import (
     CanaryCosines,
     CanaryDesign,
     estimate_threat,
@@ -19,7 +19,7 @@ from audit.client_canaries import (
     gaussian_pair_delta,
     pooled_gaussian_epsilon,
 )
-from audit.one_run import gdp_delta, gdp_eps
+from audit.stats.one_run import gdp_delta, gdp_eps
 from contracts.checkpoint import load_checkpoint
 from deployment.flower_apps import DeploymentConfigError, read_run
 from reporting import build_report

@@ -1,38 +1,40 @@
-"""The typed contracts between processes (``contracts.wire``, ``contracts.run_files``).
+"""The typed contracts between processes (``contracts.wire``, ``contracts.site_audit``,
+``contracts.run_files``) and the one checked decoder of their JSON
+(``contracts.json_values.from_dict``).
 
 Messages round-trip through real Flower records (serialised as Flower sends them), optional
 values travel as absent keys, a failing site audit arrives as Flower's error reply and its
-site file says so, and the run directory keeps today's file names and JSON keys.
+site file says so, the run directory keeps today's file names and JSON keys, and a value of
+the wrong type is refused with its key's path.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import types
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import pytest
 import torch
-from builders import run_files
+from builders import canary_block, make_result, run_files, schema_2
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, RecordDict
 from flwr.common.serde import message_from_proto, message_to_proto
 from flwr.serverapp.strategy.strategy_utils import validate_message_reply_consistency
 from flwr.supercore import differential_privacy as flwr_differential_privacy
 from flwr.supercore.task_identity import TaskIdentity
 
+from audit.canaries.canary import CanaryResult
+from audit.site_results import SiteResults
 from clients.app import SiteRuntime, build_client_app
-from clients.audit_handler import SiteAuditOutput
 from contracts.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from contracts.reply_keys import COVERAGES, NORM_BIT, REPLY_KEYS
-from contracts.run_files import CheckpointMeta, SiteAuditFile
-from contracts.run_log import (
-    ClientDPLedgerFile,
-    ClientDPSite,
-    RoundRecord,
-    SiteRound,
-    from_dict,
-    read_rounds,
-)
+from contracts.json_values import FLAT_IN_OLDER, INLINE, NullAs, from_dict, json_safe
+from contracts.reply_keys import COVERAGES, KIND_JSON, NORM_BIT, REPLY_KEYS, kind_key
+from contracts.run_files import CheckpointMeta
+from contracts.run_log import ClientDPLedgerFile, ClientDPSite, RoundRecord, SiteRound, read_rounds
+from contracts.site_audit import SiteAudit, SiteAuditFile
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -44,11 +46,12 @@ from contracts.wire import (
     UNIT_WEIGHT,
     AuditFailure,
     AuditInstructions,
-    AuditReply,
     TrainInstructions,
     TrainReply,
     WhoamiReply,
     WireError,
+    audit_record,
+    audit_reply,
 )
 from server.app import site_audit_file
 from server.run_log import (
@@ -96,10 +99,10 @@ def test_absent_optional_is_none_never_a_sentinel(task_identity):
     back = TrainReply.from_record(_sent(RecordDict({METRICS: record})).metric_records[METRICS])
     assert back.dp_epsilon is None and back.noise_multiplier is None
 
-    audit = AuditReply(site_id=1, result={}, n_members=3, n_holdout=0, elapsed_s=1.0)
-    sent = audit.to_record()
-    assert "dp-epsilon" not in sent and "canary-json" not in sent
-    assert AuditReply.from_record(sent) == audit
+    audit = _audit(SiteResults(result=RESULT))
+    sent = audit_record(audit)
+    assert set(sent) == {"site-id", "n-members", "n-holdout", "elapsed-s", "result-json"}
+    assert audit_reply(sent, SiteResults) == audit
 
     train = TrainInstructions(local_epochs=1, seed=0, server_round=1).to_record()
     assert set(train) == {"local-epochs", "seed", "server-round"}
@@ -151,20 +154,12 @@ def test_under_record_level_dp_no_count_and_no_loss_travel(task_identity):
 def test_every_key_a_reply_carries_has_its_coverage():
     """The coverage table lists each key a train or audit reply can carry, on its side."""
     train = TrainReply(0, 0.5, 10, dp_epsilon=1.0, noise_multiplier=1.0).to_record()
-    audit = AuditReply(
-        site_id=0,
-        result={},
-        n_members=1,
-        n_holdout=1,
-        elapsed_s=1.0,
-        canary={},
-        dp_epsilon=1.0,
-        by_round={},
-        gradient_canaries={},
-        inversion={},
-    ).to_record()
+    audit = audit_record(_audit(SiteResults(result=RESULT, canary=CANARY), dp_epsilon=1.0))
+    kinds = {kind_key(kind.name) for kind in dataclasses.fields(SiteResults)}
     assert {ARRAYS, *train} == {k for k, v in REPLY_KEYS.items() if v.train and k != NORM_BIT}
-    assert set(audit) == {k for k, v in REPLY_KEYS.items() if v.audit}
+    assert {KIND_JSON if k in kinds else k for k in audit} == {
+        k for k, v in REPLY_KEYS.items() if v.audit
+    }
     assert all({v.train, v.audit} <= {*COVERAGES, None} for v in REPLY_KEYS.values())
     # Flower's adaptive clipping mod adds its key under the name the table gives it.
     assert NORM_BIT == flwr_differential_privacy.KEY_NORM_BIT
@@ -178,20 +173,50 @@ def test_whoami_and_audit_instructions_round_trip(task_identity):
     assert AuditInstructions.from_record(content.config_records[CONFIG]) == AuditInstructions(9)
 
 
-@pytest.mark.parametrize("canary", [None, {"eps_lb": 0.5, "n_canaries": 40}])
-@pytest.mark.parametrize("dp_epsilon", [None, 2.0])
-def test_audit_reply_round_trips(canary, dp_epsilon, task_identity):
-    reply = AuditReply(
+RESULT = make_result([1.0, 1.25], [1.5, 2.0], rm_rn=[0.5, 0.75], o1=[0.25, 0.5])
+CANARY = from_dict(CanaryResult, canary_block(1.5, 3.0, fdp=(2.0, 0.8)))
+
+
+def _audit(results: SiteResults, *, dp_epsilon: float | None = None) -> SiteAudit[SiteResults]:
+    return SiteAudit(
         site_id=1,
-        result={"c_lb": {"mean": 1.25}, "repeats": [1, 2]},
         n_members=300,
         n_holdout=120,
         elapsed_s=12.5,
-        canary=canary,
         dp_epsilon=dp_epsilon,
+        results=results,
     )
-    content = _sent(RecordDict({AUDIT: reply.to_record()}))
-    assert AuditReply.from_record(content.config_records[AUDIT]) == reply
+
+
+@pytest.mark.parametrize("canary", [None, CANARY])
+@pytest.mark.parametrize("dp_epsilon", [None, 2.0])
+def test_audit_reply_round_trips(canary, dp_epsilon, task_identity):
+    reply = _audit(SiteResults(result=RESULT, canary=canary), dp_epsilon=dp_epsilon)
+    content = _sent(RecordDict({AUDIT: audit_record(reply)}))
+    assert audit_reply(content.config_records[AUDIT], SiteResults) == reply
+
+
+def test_a_reply_of_the_wrong_types_names_the_key(task_identity):
+    """Every kind of audit in a reply is read by its type: a string in a number field, a
+    missing key or an unknown side is refused with the key's path, as is a reply with no
+    audit at all."""
+    record = audit_record(_audit(SiteResults(result=RESULT)))
+    data = json.loads(str(record["result-json"]))
+    data["one_sided"]["eps_tilde"]["mean"] = "0.5"
+    record["result-json"] = json.dumps(data)
+    with pytest.raises(
+        WireError, match=r"key 'result\.one_sided\.eps_tilde\.mean' must be a number, got '0\.5'"
+    ):
+        audit_reply(record, SiteResults)
+    data = json_safe(RESULT)
+    data["two_sided"]["side"] = "both"  # not a field: ignored, as Flower's extra keys are
+    del data["two_sided"]["member"]
+    record["result-json"] = json.dumps(data)
+    with pytest.raises(WireError, match=r"key 'result\.two_sided\.member' is missing"):
+        audit_reply(record, SiteResults)
+    bare = ConfigRecord({"site-id": 1, "n-members": 3, "n-holdout": 0, "elapsed-s": 1.0})
+    with pytest.raises(WireError, match="holds no audit"):
+        audit_reply(bare, SiteResults)
 
 
 def test_train_instructions_round_trip_and_ignore_flowers_own_keys(task_identity):
@@ -216,7 +241,7 @@ def test_malformed_records_name_the_key():
             )
         )
     with pytest.raises(WireError, match="'result-json' is not valid JSON"):
-        AuditReply.from_record(
+        audit_reply(
             ConfigRecord(
                 {
                     "site-id": 0,
@@ -225,7 +250,8 @@ def test_malformed_records_name_the_key():
                     "n-holdout": 1,
                     "elapsed-s": 1.0,
                 }
-            )
+            ),
+            SiteResults,
         )
 
 
@@ -292,46 +318,52 @@ def test_failing_site_audit_arrives_as_an_error_and_its_file_says_failed(tmp_pat
     assert reply.error.code == AUDIT_FAILED_CODE
     write_site_audit(run_files(tmp_path), site_audit_file(2, reply, model_round=4))
     data = json.loads(run_files(tmp_path).audit(2).read_text())
-    # The keys of today's failure file, in order.
-    assert list(data) == [
-        "site_id",
-        "status",
-        "error",
-        "elapsed_s",
-        "result",
-        "traceback",
-        "model_round",
-    ]
+    # Every key of today's file, in order: a failed audit's sizes and results are empty.
+    assert list(data) == FILE_KEYS
     assert data["status"] == "failed" and data["result"] is None and data["site_id"] == 2
+    assert data["n_members"] is None and data["by_round"] == [] and data["inversion"] == []
     assert data["error"] == "ValueError: the audit's splits need 190 members, the site has 30"
     assert "in runner" in data["traceback"] and data["traceback"].startswith("Traceback")
     assert data["elapsed_s"] >= 0 and data["model_round"] == 4
     assert sites_needing_audit(run_files(tmp_path), [2], 4) == [2]  # a failed audit is retried
 
 
+FILE_KEYS = [
+    "site_id",
+    "n_members",
+    "n_holdout",
+    "elapsed_s",
+    "dp_epsilon",
+    "result",
+    "canary",
+    "by_round",
+    "gradient_canaries",
+    "inversion",
+    "status",
+    "error",
+    "traceback",
+    "model_round",
+]
+"""An audit file's keys: the site's audit (its sizes, then each kind of audit) and its outcome."""
+
+
 def test_finished_site_audit_writes_todays_ok_file(tmp_path, task_identity):
     def runner(task, model, data, seed, earlier):
-        return SiteAuditOutput(result={"c_lb": {"mean": 0.5}, "seed": seed}, canary=None)
+        return SiteResults(result=dataclasses.replace(RESULT, sizes={"seed": seed}))
 
     reply = _audit_site(runner, site_id=1)
     assert reply.has_content()
     write_site_audit(run_files(tmp_path), site_audit_file(1, reply, model_round=4))
     data = json.loads(run_files(tmp_path).audit(1).read_text())
-    assert list(data) == [
-        "site_id",
-        "status",
-        "error",
-        "elapsed_s",
-        "result",
-        "n_members",
-        "n_holdout",
-        "dp_epsilon",
-        "canary",
-        "model_round",
-    ]
+    assert list(data) == FILE_KEYS
     assert data["status"] == "ok" and data["error"] is None
-    assert data["result"] == {"c_lb": {"mean": 0.5}, "seed": 3}
+    assert data["result"] == json_safe(dataclasses.replace(RESULT, sizes={"seed": 3}))
+    assert data["result"]["schema_version"] == 3 and "one_sided" in data["result"]
     assert (data["n_members"], data["n_holdout"], data["dp_epsilon"]) == (30, 10, None)
+    file = read_site_audit(run_files(tmp_path), 1)
+    assert file is not None and file.results.result == dataclasses.replace(
+        RESULT, sizes={"seed": 3}
+    )
     assert sites_needing_audit(run_files(tmp_path), [1], 4) == [] and sites_needing_audit(
         run_files(tmp_path), [1], 5
     )
@@ -388,32 +420,47 @@ def test_run_layout_finds_checkpoints_and_audit_files(tmp_path):
 
 
 def test_site_audit_file_reads_todays_and_older_files(tmp_path):
-    ok = {
-        "site_id": 0,
-        "status": "ok",
-        "error": None,
-        "elapsed_s": 3.5,
-        "result": {"c_lb": {"mean": 1.0}},
-        "n_members": 300,
-        "n_holdout": 100,
-        "dp_epsilon": 2.5,
-        "canary": {"eps_lb": 0.25},
-        "model_round": 2,
-    }
-    assert SiteAuditFile.from_dict(ok).to_dict() == ok
-    assert list(SiteAuditFile.from_dict(ok).to_dict()) == list(ok)
+    today = SiteAuditFile(
+        site_id=0,
+        n_members=300,
+        n_holdout=100,
+        elapsed_s=3.5,
+        dp_epsilon=2.5,
+        results=SiteResults(result=RESULT, canary=CANARY),
+        status="ok",
+        model_round=2,
+    )
+    data = json.loads(json.dumps(json_safe(today)))
+    assert list(data) == FILE_KEYS
+    assert from_dict(SiteAuditFile[SiteResults], data) == today
+    # An ok file as written before the one-sided game nested (result schema 2): the
+    # one-sided keys sit in the result and in each repeat.
+    old = {k: data[k] for k in FILE_KEYS if k not in ("by_round", "gradient_canaries", "inversion")}
+    old["result"] = schema_2(data["result"])
+    assert "one_sided" not in old["result"] and "c_lb" in old["result"]["repeats"][0]
+    read = from_dict(SiteAuditFile[SiteResults], old)
+    assert read.results.result == dataclasses.replace(RESULT, schema_version=2)
+    assert dataclasses.replace(read, results=today.results) == today
+    old["result"]["eps_tilde"]["mean"] = "0.5"  # named by the key the old file has
+    with pytest.raises(ValueError, match=r"key 'result\.eps_tilde\.mean' must be a number"):
+        from_dict(SiteAuditFile[SiteResults], old)
     # Failures as the error reply wrote them before this file said which round it audited.
-    old = {"site_id": 2, "status": "failed", "error": "<class 'X'>:<'y'>", "result": None}
-    file = SiteAuditFile.from_dict(old)
+    older = {"site_id": 2, "status": "failed", "error": "<class 'X'>:<'y'>", "result": None}
+    file = from_dict(SiteAuditFile[SiteResults], older)
     assert (file.status, file.error, file.traceback, file.model_round) == (
         "failed",
         "<class 'X'>:<'y'>",
         None,
         None,
     )
-    for bad in ([], {"site_id": 0, "status": "done"}, {"status": "ok"}):
-        with pytest.raises(ValueError):
-            SiteAuditFile.from_dict(bad)
+    for bad, why in (
+        ([], "must be a JSON object"),
+        ({"site_id": 0, "status": "done"}, r"'status' must be one of \['ok', 'failed'\]"),
+        ({"status": "ok"}, "'site_id' is missing"),
+        ({"site_id": "0", "status": "ok"}, "'site_id' must be an integer, got '0'"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            from_dict(SiteAuditFile[SiteResults], bad)
     run_files(tmp_path).audits.mkdir()
     run_files(tmp_path).audit(5).write_text("{not json")
     assert read_site_audit(run_files(tmp_path), 5) is None and sites_needing_audit(
@@ -444,7 +491,7 @@ def test_checkpoint_meta_is_written_as_todays_dict(tmp_path):
         "dp": True,
         "dp_level": "both",
     }
-    assert list(raw["meta"]) == list(meta.to_dict())
+    assert list(raw["meta"]) == list(json_safe(meta))
     assert load_checkpoint(path).meta == meta
 
 
@@ -454,10 +501,10 @@ def test_checkpoint_without_meta_and_older_meta(tmp_path):
     assert torch.load(path, weights_only=True)["meta"] == {}
     assert load_checkpoint(path).meta is None
     older = {"modality": "tabular", "model": "mlp", "num_classes": 2, "input_shape": [5]}
-    meta = CheckpointMeta.from_dict(older)
+    meta = from_dict(CheckpointMeta, older)
     assert (meta.dp, meta.dp_level, meta.model_options, meta.input_shape) == (False, None, {}, (5,))
     with pytest.raises(ValueError, match="'model' is missing"):
-        CheckpointMeta.from_dict({"modality": "image"})
+        from_dict(CheckpointMeta, {"modality": "image"})
 
 
 def test_round_log_is_one_record_for_writer_and_reader(tmp_path: Path) -> None:
@@ -487,7 +534,7 @@ def test_run_log_records_name_the_bad_key() -> None:
     with pytest.raises(ValueError, match=r"key 'sites\.1\.rounds' must be a list"):
         from_dict(ClientDPLedgerFile, {"sites": {"1": {"rounds": 3}}})
     ledger = ClientDPLedgerFile(delta=1e-5, sites={"1": ClientDPSite([1, 2], float("inf"), 0.5)})
-    # A non-finite epsilon is written as null and read back as None.
+    # A non-finite epsilon is written as null and read back as None (its field is optional).
     assert from_dict(ClientDPLedgerFile, json.loads(json.dumps(ledger.to_dict()))).sites["1"] == (
         ClientDPSite([1, 2], None, 0.5)
     )
@@ -504,3 +551,95 @@ def test_docs_list_every_reply_key_with_its_coverage():
     ]
     assert [row for row in rows if row not in text] == []
     assert text.count("| train | `") + text.count("| audit | `") == len(rows)
+
+
+# --- the one checked decoder ------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Inner:
+    x: float
+    tag: Literal["a", "b"] = "a"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Record:
+    count: int
+    share: float
+    name: str
+    on: bool
+    low: Annotated[float, NullAs(-math.inf)]
+    inner: _Inner
+    pair: tuple[float, float | None]
+    shape: tuple[int, ...]
+    by_site: dict[str, _Inner]
+    by_round: dict[int, float]
+    inner_flat: _Inner = dataclasses.field(default=_Inner(0.0), metadata=INLINE)
+    maybe: float | None = None
+    items: list[_Inner] = dataclasses.field(default_factory=list)
+    anything: Any = None
+
+
+def test_the_decoder_reads_what_json_safe_writes_and_checks_every_key():
+    record = _Record(
+        count=3,
+        share=0.5,
+        name="n",
+        on=True,
+        low=-math.inf,
+        inner=_Inner(1.5, "b"),
+        pair=(1.0, None),
+        shape=(1, 28, 28),
+        by_site={"10": _Inner(1.0), "2": _Inner(2.0)},
+        by_round={12: 0.5, 3: 0.25},
+        inner_flat=_Inner(4.0, "b"),
+        maybe=None,
+        items=[_Inner(0.0)],
+        anything={"k": [1, "x"]},
+    )
+    data = json.loads(json.dumps(json_safe(record)))
+    assert data["low"] is None and data["x"] == 4.0 and "inner_flat" not in data  # inline
+    back = from_dict(_Record, data)
+    assert back == record
+    assert list(back.by_site) == ["2", "10"] and list(back.by_round) == [3, 12]  # numeric order
+    # A plain float's null is a non-finite number of unknown sign.
+    assert math.isnan(from_dict(_Record, data | {"share": None}).share)
+    for change, why in (
+        ({"count": 2.5}, "'count' must be an integer, got 2.5"),
+        ({"count": True}, "'count' must be an integer, got True"),
+        ({"share": "0.5"}, "'share' must be a number, got '0.5'"),
+        ({"share": float("inf")}, "'share' must be finite"),
+        ({"name": 1}, "'name' must be a string, got 1"),
+        ({"on": 1}, "'on' must be true or false, got 1"),
+        ({"inner": {"x": 1.0, "tag": "c"}}, r"'inner\.tag' must be one of \['a', 'b'\]"),
+        ({"pair": [1.0]}, "'pair' must be a list of 2, got 1"),
+        ({"shape": [1, "28"]}, r"'shape\[1\]' must be an integer"),
+        ({"by_site": {"2": {"x": "1"}}}, r"'by_site\.2\.x' must be a number"),
+        ({"by_round": {"first": 0.5}}, "'by_round' must be keyed by numbers"),
+        ({"items": [{"x": 0.0}, {}]}, r"'items\[1\]\.x' is missing"),
+        ({"x": "4"}, "'x' must be a number, got '4'"),  # an inline field's key
+    ):
+        with pytest.raises(ValueError, match=why):
+            from_dict(_Record, data | change)
+    with pytest.raises(ValueError, match=r"key 'a\.b\.inner' must be a JSON object, got 3"):
+        from_dict(_Record, data | {"inner": 3}, "a.b")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Game:
+    c: float
+    ceiling: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _Result:
+    name: str
+    game: _Game = dataclasses.field(metadata=FLAT_IN_OLDER)
+
+
+def test_a_field_older_files_held_flat_is_read_from_its_parent():
+    assert from_dict(_Result, {"name": "r", "game": {"c": 1.0, "ceiling": 2.0}}) == from_dict(
+        _Result, {"name": "r", "c": 1.0, "ceiling": 2.0}
+    )
+    with pytest.raises(ValueError, match=r"key 'result\.c' must be a number"):
+        from_dict(_Result, {"name": "r", "c": "1", "ceiling": 2.0}, "result")

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from audit.assembly import _two_sided
 from audit.config import AuditConfig
-from audit.diagnosis import diagnose
+from audit.panoramia.assembly import _two_sided
+from audit.panoramia.diagnosis import diagnose
 from audit.result import BoundSummary, Interval, SideRepeat, TwoSidedRepeat
 
 

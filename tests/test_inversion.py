@@ -4,6 +4,7 @@ fields are recovered, and the config rules name their keys (real Opacus, real tr
 
 from __future__ import annotations
 
+import json
 import stat
 
 import numpy as np
@@ -11,20 +12,20 @@ import pytest
 import torch
 from builders import run_files, site_report_of
 
-from audit.inversion import (
+from audit.inversion.attack import (
     Fields,
     InversionConfig,
-    InversionResult,
     LocalTraining,
     RecordSpec,
     invert,
     simulate_update,
-    tabular_scores,
 )
+from audit.inversion.scores import InversionResult, tabular_scores
 from clients.inversion import InversionSettings, inversion_audit, keep_round
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData
 from clients.training import train_locally
+from contracts.json_values import json_safe
 from ml.datasets import load_dataset
 from ml.tasks import build_task
 from ml.tasks.base import OptimizerSpec
@@ -34,6 +35,7 @@ BATCH = 4
 # A time limit no busy machine reaches: the tests run a fixed number of attack steps.
 UNTIMED = 3_600.0
 ATTACK = InversionConfig(iterations=300, restarts=1, max_records=BATCH, time_limit_s=UNTIMED)
+CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +80,7 @@ def _audit_one_step(
     epochs: int = 1,
     batch: int = BATCH,
     config: InversionConfig = ATTACK,
+    device: torch.device = CPU,
 ) -> InversionResult:
     """One round at a site (FedSGD by default: one step of one batch), kept and attacked as
     the site does it: through train_locally, keep_round and inversion_audit."""
@@ -99,21 +102,29 @@ def _audit_one_step(
         local_steps=steps,
     )
     assert (result.used is None) == (steps is None)
-    settings = InversionSettings(config=config, site_id=0, state_dir=tmp_path)
+    settings = InversionSettings(config=config, site_id=0, state_dir=tmp_path, device=device)
     keep_round(settings, 1, start, result, epochs=epochs, steps=steps)
     kept = settings.state_path(1)
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
     out = inversion_audit(settings, task, data, seed=0)
-    assert set(out) == {"1"}
+    assert [r.round for r in out] == [1]
     assert settings.gallery_path.exists()
     assert stat.S_IMODE(settings.gallery_path.stat().st_mode) == 0o600
-    return InversionResult.from_dict(out["1"])
+    return out[0]
 
 
-def test_fedsgd_update_rebuilds_a_batch_of_digits(digits, tmp_path):
-    result = _audit_one_step(digits, tmp_path, dp=None, n=BATCH)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device on this machine"))]  # fmt: skip
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fedsgd_update_rebuilds_a_batch_of_digits(digits, tmp_path, device):
+    result = _audit_one_step(digits, tmp_path, dp=None, n=BATCH, device=torch.device(device))
     print(result)
     assert result.attack == "fedsgd" and result.n_records == result.n_scored == BATCH
+    # The budget in steps decides, not the machine: every step taken, the guard idle.
+    assert result.iterations == result.baseline_iterations == result.step_budget == 300
+    assert result.cut_short is False
     # Measured: SSIM 0.85 on every record, the public-record baseline 0.2-0.5.
     assert result.quality_mean > 0.6 and result.share_rebuilt == 1.0
     assert result.quality_mean > result.baseline_quality_mean + 0.3
@@ -133,6 +144,21 @@ def test_fedavg_update_of_two_epochs_rebuilds_the_records(digits, tmp_path):
     # Measured: SSIM 0.76 mean (0.84 median) against the baseline's 0.39.
     assert result.quality_mean > 0.6
     assert result.quality_mean > result.baseline_quality_mean + 0.15
+
+
+def test_the_time_guard_stops_an_attack_and_says_so(digits, tmp_path):
+    """A budget no machine finishes under the guard: the audit stops at the guard, records
+    the steps it reached against its budget, and the site's page says the reading depends
+    on the machine."""
+    from reporting.formatting import inversion_sentence
+
+    config = InversionConfig(iterations=100_000, restarts=2, max_records=BATCH, time_limit_s=1.0)
+    result = _audit_one_step(digits, tmp_path, dp=None, n=BATCH, config=config)
+    assert result.cut_short is True and result.step_budget == 200_000
+    assert 0 < result.iterations < 200_000 and 0 < (result.baseline_iterations or 0) < 200_000
+    assert "stopped the attack or its baseline short of its 200,000 steps" in (
+        inversion_sentence(result)
+    )
 
 
 def test_record_level_dp_at_eps_1_leaves_the_attack_at_chance(digits, tmp_path):
@@ -227,7 +253,7 @@ def test_inversion_is_off_by_default_and_text_is_refused():
     # Before any site starts, so the run's membership audit is never lost to it.
     with pytest.raises(ConfigError, match=r"audit\.inversion: text records are not supported"):
         check_run_task(text, meta)
-    from audit.inversion import InversionUnsupported
+    from audit.inversion.attack import InversionUnsupported
 
     model = torch.nn.Linear(2, 2)
     training = LocalTraining(1, 1, 1, 1, "sgd", 0.1)
@@ -243,7 +269,7 @@ def test_inversion_is_off_by_default_and_text_is_refused():
         )
 
 
-def _entry(round_: int, quality: float, baseline: float) -> dict:
+def _entry(round_: int, quality: float, baseline: float) -> InversionResult:
     return InversionResult(
         round=round_,
         attack="fedsgd",
@@ -266,7 +292,10 @@ def _entry(round_: int, quality: float, baseline: float) -> dict:
         iterations=300,
         seconds=42.0,
         dp_epsilon=None,
-    ).to_dict()
+        step_budget=300,
+        baseline_iterations=300,
+        cut_short=False,
+    )
 
 
 def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
@@ -279,7 +308,7 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
     from simulations.config import report_config
 
     result = make_result([1.0, 1.0], [1.25, 1.5], o1=[0.25, 0.5])
-    audit = ok_audit(0, result) | {"inversion": [_entry(1, 0.912, 0.301)]}
+    audit = ok_audit(0, result) | {"inversion": [json_safe(_entry(1, 0.912, 0.301))]}
     run = write_run(tmp_path / "run", n_sites=1, audits={0: audit})
     gallery = run_files(run).site_state / inversion_gallery_name(0)
     gallery.parent.mkdir(parents=True)
@@ -288,6 +317,7 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
     assert "Can the server rebuild your records" in page
     assert "well above chance, so your records can be rebuilt" in page
     assert "0.912" in page and "0.301" in page
+    assert "0.010 / 300 of 300 / 42" in page and "time guard" not in page
     assert 'src="../site_state/site-0-inversion.png"' in page
     assert "\x89PNG" not in page
     files = write_sweep_report(
@@ -299,17 +329,25 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
 
 
 def test_the_reply_carries_summary_numbers_checked_by_round():
-    from contracts.wire import AuditReply, WireError
+    from audit.site_results import SiteResults
+    from contracts.site_audit import SiteAudit
+    from contracts.wire import WireError, audit_record, audit_reply
 
-    entry = _entry(1, 0.5, 0.4)
-    reply = AuditReply(0, {"k": 1}, 10, 5, 1.0, inversion={"1": entry})
-    assert AuditReply.from_record(reply.to_record()).inversion == {"1": entry}
-    wrong = AuditReply(0, {"k": 1}, 10, 5, 1.0, inversion={"2": entry})
-    with pytest.raises(WireError, match="inversion-json: entry '2'"):
-        AuditReply.from_record(wrong.to_record())
+    entries = [_entry(1, 0.5, 0.4), _entry(3, 0.2, 0.4)]
+    reply = SiteAudit(
+        site_id=0, n_members=10, n_holdout=5, elapsed_s=1.0, results=SiteResults(inversion=entries)
+    )
+    record = audit_record(reply)
+    assert audit_reply(record, SiteResults).results.inversion == entries
+    record["inversion-json"] = json.dumps(json_safe(entries[::-1]))
+    with pytest.raises(WireError, match=r"'inversion' must hold one entry per round"):
+        audit_reply(record, SiteResults)
+    record["inversion-json"] = json.dumps([json_safe(entries[0]) | {"attack": "fedprox"}])
+    with pytest.raises(WireError, match=r"'inversion\[0\]\.attack' must be one of"):
+        audit_reply(record, SiteResults)
 
 
 def test_a_site_that_kept_no_round_reports_no_inversion(digits, tmp_path):
     """Not sampled in the chosen rounds: nothing to attack, and nothing fails."""
     settings = InversionSettings(config=ATTACK, site_id=0, state_dir=tmp_path)
-    assert inversion_audit(settings, _task(dp=False), _site(digits, 8), seed=0) == {}
+    assert inversion_audit(settings, _task(dp=False), _site(digits, 8), seed=0) == []

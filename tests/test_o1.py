@@ -1,4 +1,4 @@
-"""Properties of the O(1) black-box bound (audit.o1)."""
+"""Properties of the O(1) black-box bound (audit.stats.o1)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from audit.o1 import O1Summary, count_grid, o1_lower_bound
+from audit.stats.o1 import O1Summary, count_grid, o1_lower_bound
 
 
 def _sigmoid(x: float) -> float:

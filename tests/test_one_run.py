@@ -1,4 +1,4 @@
-"""One-run bounds (audit.one_run): Steinke et al. at delta >= 0, the f-DP (Gaussian) bound,
+"""One-run bounds (audit.stats.one_run): Steinke et al. at delta >= 0, the f-DP (Gaussian) bound,
 and ``panoramia-fl bounds --one-run``."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from audit.bounds import clopper_pearson_lower
-from audit.canary import canary_audit
-from audit.o1 import o1_lower_bound
-from audit.one_run import (
+from audit.canaries.canary import canary_audit
+from audit.stats.bounds import clopper_pearson_lower
+from audit.stats.o1 import o1_lower_bound
+from audit.stats.one_run import (
     fdp_eps_lb,
     fdp_mu_lb,
     fdp_rejects,

@@ -13,11 +13,12 @@ import pytest
 from builders import by_round_lines, make_result, run_files, with_class_slices
 from flwr.app import ConfigRecord
 
-from audit.over_rounds import RoundLeakage, first_leaking_round
-from audit.result import AuditResult
-from contracts.run_files import SiteAuditFile
+from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
+from audit.site_results import SiteResults
+from contracts.json_values import from_dict, json_safe
 from contracts.run_log import RoundRecord
-from contracts.wire import AuditInstructions, AuditReply, WireError
+from contracts.site_audit import SiteAudit, SiteAuditFile
+from contracts.wire import AuditInstructions, WireError, audit_record, audit_reply
 from reporting import plots
 from reporting.columns import PER_CLASS_COLUMNS, md_table
 from reporting.formatting import FIRST_LEAK, first_leaking_text, first_leaks_line
@@ -66,27 +67,28 @@ def test_bad_round_selections_are_named(audit: dict[str, Any], named: str) -> No
 
 
 def test_a_line_round_trips_and_the_first_leaking_round_is_found() -> None:
-    lines = [RoundLeakage.from_dict(e) for e in by_round_lines([1, 2, 4])]
-    assert [RoundLeakage.from_dict(e.to_dict()) for e in lines] == lines
+    lines = by_round_lines([1, 2, 4])
+    assert [from_dict(RoundLeakage, json_safe(e)) for e in lines] == lines
     assert first_leaking_round(lines) == 2
     assert first_leaking_round(lines[:1]) is None
     with pytest.raises(ValueError, match="'side' is missing"):
-        RoundLeakage.from_dict({k: v for k, v in lines[0].to_dict().items() if k != "side"})
+        from_dict(RoundLeakage, {k: v for k, v in json_safe(lines[0]).items() if k != "side"})
 
 
 # --- what each site is asked, and its file ----------------------------------------------
 
 
-def _ok_file(site: int, *, by_round: list[dict[str, Any]] | None, model_round: int = 8):
+def _ok_file(
+    site: int, *, by_round: list[RoundLeakage], model_round: int = 8
+) -> SiteAuditFile[SiteResults]:
     result = make_result([0.5, 0.75], [0.75, 1.5])
     return SiteAuditFile(
         site_id=site,
         status="ok",
-        result=result.to_dict(),
         n_members=100,
         n_holdout=10,
         model_round=model_round,
-        by_round=by_round,
+        results=SiteResults(result=result, by_round=by_round),
     )
 
 
@@ -95,7 +97,7 @@ def test_a_resumed_run_asks_only_for_the_rounds_a_site_lacks(tmp_path: Path) -> 
     layout = run_files(tmp_path)
     write_site_audit(layout, _ok_file(0, by_round=by_round_lines([1, 2, 4, 8])))
     write_site_audit(layout, _ok_file(1, by_round=by_round_lines([1, 8])))
-    write_site_audit(layout, _ok_file(2, by_round=None, model_round=6))  # another model
+    write_site_audit(layout, _ok_file(2, by_round=[], model_round=6))  # another model
     plans = {p.site: p for p in plan_audits(layout, [0, 1, 2, 3], 8, rounds)}
     assert 0 not in plans
     assert (plans[1].main, plans[1].rounds) == (False, (2, 4))
@@ -111,26 +113,27 @@ def test_new_lines_join_the_kept_ones_with_the_round_accuracy(tmp_path: Path) ->
     from server.round_audits import global_accuracy
 
     before = _ok_file(1, by_round=by_round_lines([1]))
-    new = {str(e["round"]): e for e in by_round_lines([2, 4])}
     merged = with_rounds(
         before,
-        new,
+        by_round_lines([2, 4]),
         before=before,
         rounds=(1, 2, 4, 8),
         accuracy=global_accuracy(run_files(tmp_path)),
     )
-    assert [e["round"] for e in merged.by_round or []] == [1, 2, 4, 8]
-    assert [e["global_accuracy"] for e in merged.by_round or []] == [0.1, 0.2, 0.4, 0.8]
+    lines = merged.results.by_round
+    assert [e.round for e in lines] == [1, 2, 4, 8]
+    assert [e.global_accuracy for e in lines] == [0.1, 0.2, 0.4, 0.8]
     # The final round's line is the main audit's two-sided result.
-    final = AuditResult.from_dict(before.result or {})
-    assert final.two_sided is not None
-    assert merged.by_round is not None
-    assert merged.by_round[-1]["eps_tilde_two_sided"]["mean"] == final.two_sided.eps_tilde.mean
-    # A line filed under the wrong round is refused, naming it.
-    with pytest.raises(ValueError, match="by_round entry '2' says round 4"):
-        with_rounds(before, {"2": new["4"]}, before=before, rounds=(2, 8), accuracy={})
-    reread = SiteAuditFile.from_dict(json.loads(json.dumps(merged.to_dict())))
-    assert reread.audited_rounds() == {1, 2, 4, 8}
+    final = before.results.result
+    assert final is not None and final.two_sided is not None
+    assert lines[-1].eps_tilde_two_sided == final.two_sided.eps_tilde
+    reread = from_dict(SiteAuditFile[SiteResults], json.loads(json.dumps(json_safe(merged))))
+    assert reread == merged and reread.results.audited_rounds() == {1, 2, 4, 8}
+    # One line per round, in round order, wherever the lines come from.
+    with pytest.raises(
+        ValueError, match=r"one entry per round, in round order, got rounds \[4, 2\]"
+    ):
+        SiteResults(by_round=by_round_lines([2, 4])[::-1])
 
 
 # --- the wire ---------------------------------------------------------------------------
@@ -144,21 +147,31 @@ def test_audit_query_and_reply_carry_the_rounds() -> None:
         AuditInstructions.from_record(ConfigRecord({"seed": 3, "main-audit": False}))
     with pytest.raises(WireError, match="'audit-rounds' must be a list of rounds >= 1"):
         AuditInstructions.from_record(ConfigRecord({"seed": 3, "audit-rounds": [0]}))
-    lines = {str(e["round"]): e for e in by_round_lines([1, 2])}
-    reply = AuditReply(
-        site_id=1, result=None, n_members=10, n_holdout=0, elapsed_s=1.0, by_round=lines
+    reply = SiteAudit(
+        site_id=1,
+        n_members=10,
+        n_holdout=0,
+        elapsed_s=1.0,
+        results=SiteResults(by_round=by_round_lines([1, 2])),
     )
-    assert AuditReply.from_record(reply.to_record()) == reply
-    empty = dataclasses.replace(reply, by_round=None)
-    with pytest.raises(WireError, match="neither"):
-        AuditReply.from_record(empty.to_record())
+    record = audit_record(reply)
+    assert json.loads(str(record["by-round-json"]))[1]["round"] == 2  # a list, as in the file
+    assert audit_reply(record, SiteResults) == reply
+    empty = dataclasses.replace(reply, results=SiteResults())
+    with pytest.raises(WireError, match="holds no audit"):
+        audit_reply(audit_record(empty), SiteResults)
+    record["by-round-json"] = json.dumps(json_safe(by_round_lines([1, 2])[::-1]))
+    with pytest.raises(
+        WireError, match=r"one entry per round, in round order, got rounds \[2, 1\]"
+    ):
+        audit_reply(record, SiteResults)
 
 
 # --- the report's views -----------------------------------------------------------------
 
 
 def test_the_views_draw_the_curve_and_name_the_first_leaking_round() -> None:
-    lines = [RoundLeakage.from_dict(e) for e in by_round_lines([1, 2, 4])]
+    lines = by_round_lines([1, 2, 4])
     svg = plots.by_round_plot(lines)
     assert svg is not None and svg.startswith("<svg")
     assert plots.by_round_plot([]) is None

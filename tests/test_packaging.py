@@ -104,9 +104,10 @@ ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
     # PANORAMIA as a library: stands alone but for the user errors and the registry
     # (contracts imports neither Flower nor torch at import time)
     "audit": frozenset({"contracts"}),
-    # audit.tabular.attributes (tabular encoding) and contracts (errors, the checkpoint)
-    "ml": frozenset({"audit", "contracts"}),
-    # generic: weights and evaluation come as arguments; audit for the canary clients' math
+    # contracts (errors, the checkpoint, the tabular encoding): the data layer needs no audit
+    "ml": frozenset({"contracts"}),
+    # generic: weights and evaluation come as arguments; audit for the types of a site's audit
+    # (it checks each reply by them) and the canary clients' math
     "server": frozenset({"contracts", "audit"}),
     "clients": frozenset({"contracts", "audit", "ml"}),
     "reporting": frozenset({"audit", "contracts", "charts"}),  # result types, file names, charts
@@ -284,6 +285,39 @@ def test_reporting_modules_import_downwards():
     )
 
 
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_parts_of_a_package_import_downwards(package: str) -> None:
+    """Inside each package, its parts (its modules, and its subpackages taken whole:
+    ``audit.stats``, ``audit.panoramia``, ``audit.canaries``...) form a layering too: no
+    circle among them, lazy imports included."""
+
+    def part(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    graph = _import_graph(lazy=True)
+    parts: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module.split(".")[0] == package and module != package:
+            inside = {part(t) for t in targets if t.startswith(f"{package}.")}
+            parts.setdefault(part(module), set()).update(inside - {part(module)})
+    for targets in parts.values():
+        targets &= set(parts)
+    assert _cycles(parts) == []
+
+
+def test_audit_is_grouped_by_concern() -> None:
+    """``audit/``: at most 12 entries at its top level (the pipeline, the statistics, the
+    canary audits, inversion and the modalities each a package), no module over 600 lines."""
+    entries = [p for p in (REPO / "audit").iterdir() if p.name != "__pycache__"]
+    assert len(entries) <= 12, sorted(p.name for p in entries)
+    long = [
+        f"{path.relative_to(REPO)}: {n} lines"
+        for path in _package_files("audit")
+        if (n := len(path.read_text().splitlines())) > 600
+    ]
+    assert long == []
+
+
 def test_contracts_stay_light_and_audit_needs_no_flower():
     """Both sides of a run import ``contracts``: no torch, no numpy at import time; only
     ``contracts.wire`` imports Flower's records, and only ``contracts.checkpoint`` uses torch
@@ -324,9 +358,12 @@ def test_contracts_stay_light_and_audit_needs_no_flower():
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("contracts")
     }
-    assert audit_uses <= {"contracts.errors", "contracts.json_values", "contracts.registry"}, (
-        audit_uses
-    )
+    assert audit_uses <= {
+        "contracts.errors",
+        "contracts.json_values",
+        "contracts.registry",
+        "contracts.tabular_schema",
+    }, audit_uses
 
 
 def test_no_package_holds_most_of_the_code():

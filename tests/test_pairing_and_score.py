@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from audit import AuditConfig, Records, run_audit
-from audit.audit_sets import FeatureSet
-from audit.components import AuditContext, make_generator
-from audit.pairing import pair_members
-from audit.pipeline import resolve_config
-from audit.reference_pool import ReferencePoolGenerator
-from audit.repeat import RepeatInputs, play_repeat
-from audit.timing import StageTimer
+from audit.panoramia.audit_sets import FeatureSet
+from audit.panoramia.components import AuditContext, make_generator
+from audit.panoramia.pairing import pair_members
+from audit.panoramia.reference_pool import ReferencePoolGenerator
+from audit.panoramia.repeat import RepeatInputs, play_repeat
+from audit.panoramia.settings import resolve_config
+from audit.panoramia.timing import StageTimer
 from ml.datasets import load_dataset
 from ml.tasks import build_task
 

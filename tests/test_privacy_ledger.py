@@ -26,6 +26,7 @@ from builders import (
     write_run,
 )
 
+from audit.site_results import SiteResults
 from contracts.errors import RunFileError
 from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
 from contracts.run_files import NOISE_NOTES
@@ -37,7 +38,7 @@ from reporting import (
     written_report_warnings,
 )
 from reporting.formatting import fmt_outside
-from reporting.inputs import SiteAuditInput
+from reporting.inputs import SiteAuditRead
 from reporting.metrics import LOWER_BOUNDS, METRICS
 from reporting.privacy_ledger import (
     EPS_TILDE_ABOVE_NOTE,
@@ -258,16 +259,15 @@ def test_csv_and_ledger_csv_carry_the_ledger(ledger_run: Path) -> None:
     assert outside in site_pages(ledger_run, 0).html_path.read_text()
 
 
-def _audit(site_id: int, record: float | None) -> SiteAuditInput:
-    return SiteAuditInput(
+def _audit(site_id: int, record: float | None) -> SiteAuditRead:
+    return SiteAuditRead(
         site_id=site_id,
         status="ok",
-        error=None,
         n_members=10,
         n_holdout=5,
         dp_epsilon=record,
         elapsed_s=1.0,
-        result=None,
+        results=SiteResults(),
     )
 
 
@@ -307,7 +307,7 @@ def test_dp_epsilon_against_the_server_is_the_record_level_one_alone(
         sites={"0": ClientDPSite(rounds=[1, 2], epsilon=9.0, epsilon_record=client_record)},
     )
     settings = privacy_settings({"dp": {"level": "both", "delta": 1e-5}})
-    got = site_privacy(_audit(0, record), [], settings, ledger)
+    got = site_privacy(0, _audit(0, record), [], settings, ledger)
     assert got.dp_epsilon == want == record and got.dp_epsilon_source == source
     assert got.client_epsilon_record == client_record
     assert got.client_epsilon == 9.0
@@ -331,7 +331,7 @@ def test_record_and_client_epsilons_from_metrics_when_files_lack_them() -> None:
         for r in (1, 2)
     ]
     settings = privacy_settings({"dp": {"level": "both", "delta": 1e-5}})
-    got = site_privacy(_audit(0, None), rounds, settings, None)
+    got = site_privacy(0, _audit(0, None), rounds, settings, None)
     assert got.dp_epsilon == 1.0 and got.dp_epsilon_source == "metrics"
     assert got.client_epsilon == 4.0 and got.client_epsilon_record is None
 

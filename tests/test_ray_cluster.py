@@ -69,10 +69,11 @@ def test_experiment_runs_on_an_existing_ray_cluster(tmp_path):
         assert audit["model_round"] == 1 and audit["n_members"] == partition[site]["train"]
         result = audit["result"]
         assert result["sizes"]["members"] == audit["n_members"]
-        c_lb = [rep["c_lb"] for rep in result["repeats"]]
-        assert result["c_lb"]["mean"] == pytest.approx(sum(c_lb) / len(c_lb))
-        for rep in result["repeats"]:
-            assert rep["eps_tilde"] == pytest.approx(max(0.0, rep["c_eps_lb"] - rep["c_lb"]))
+        games = [rep["one_sided"] for rep in result["repeats"]]
+        c_lb = [game["c_lb"] for game in games]
+        assert result["one_sided"]["c_lb"]["mean"] == pytest.approx(sum(c_lb) / len(c_lb))
+        for game in games:
+            assert game["eps_tilde"] == pytest.approx(max(0.0, game["c_eps_lb"] - game["c_lb"]))
     assert (run_dir / "report.json").exists()
 
 

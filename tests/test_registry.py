@@ -106,7 +106,7 @@ def test_a_name_is_registered_once(plugins) -> None:
 
 
 def _project_registries() -> dict[str, Registry]:
-    from audit.components import CLASSIFIERS, GENERATORS
+    from audit.panoramia.components import CLASSIFIERS, GENERATORS
     from ml.datasets import DATASETS
     from ml.models import MODELS
     from ml.tasks.base import TASKS
@@ -159,7 +159,7 @@ def test_a_strategy_is_any_registered_name_and_an_unknown_one_stops_the_run_firs
 def test_an_image_run_never_imports_transformers() -> None:
     code = textwrap.dedent("""
         import sys
-        from audit.components import CLASSIFIERS, GENERATORS
+        from audit.panoramia.components import CLASSIFIERS, GENERATORS
         from ml.datasets import DATASETS
         from ml.tasks import build_task
 
@@ -181,8 +181,8 @@ def test_an_image_run_never_imports_transformers() -> None:
 
 
 def test_a_generator_for_another_modality_is_refused() -> None:
-    from audit.components import AuditContext, make_generator
     from audit.config import AuditConfig
+    from audit.panoramia.components import AuditContext, make_generator
 
     image_task = SimpleNamespace(modality="image")
     context = AuditContext(task=image_task, device=torch.device("cpu"))  # type: ignore[arg-type]  # a stand-in task

@@ -19,13 +19,16 @@ from typing import Any
 
 import pytest
 import torch
-from builders import run_files
+from builders import make_result, run_files
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.simulation import run_simulation
 
+from audit.site_results import SiteResults
 from contracts.checkpoint import load_checkpoint
+from contracts.json_values import json_safe
 from contracts.run_log import read_rounds
+from contracts.site_audit import SiteAudit
 from contracts.wire import (
     ARRAYS,
     AUDIT,
@@ -33,14 +36,14 @@ from contracts.wire import (
     DP_EPSILON,
     METRICS,
     NUM_EXAMPLES,
-    RESULT_JSON,
     SITE_ID,
     TRAIN_LOSS,
     UNIT_WEIGHT,
     WHOAMI,
-    AuditReply,
     TrainReply,
     WhoamiReply,
+    audit_record,
+    kind_key,
 )
 from server.app import ServerSettings, build_server_app
 from server.client_dp import ClientDPLedger, ClientDPSettings, gaussian_epsilon
@@ -111,22 +114,26 @@ def _nested(depth: int) -> str:
 BAD_AUDITS = {
     2: ("deep", "nests deeper than"),
     3: ("negative-dp", "'dp-epsilon' must be >= 0"),
-    4: ("negative-eps", "result-json.eps_tilde is an epsilon and negative"),
+    4: ("negative-eps", "result-json.one_sided.eps_tilde is an epsilon and negative"),
 }
+RESULT = make_result([1.0, 1.0], [1.25, 1.25])
+"""A good site's audit: eps_tilde 0.25 in both repeats."""
 
 
 def _audit_record(site: int) -> ConfigRecord:
-    result = {"eps_tilde": {"mean": 0.25, "low": -0.1}, "sizes": {"members": 10}}
-    record = AuditReply(
-        site_id=site, result=result, n_members=10, n_holdout=5, elapsed_s=0.5
-    ).to_record()
+    results = SiteResults(result=RESULT)
+    record = audit_record(
+        SiteAudit(site_id=site, n_members=10, n_holdout=5, elapsed_s=0.5, results=results)
+    )
     kind = BAD_AUDITS.get(site, ("good", ""))[0]
     if kind == "deep":
-        record[RESULT_JSON] = '{"x": ' + _nested(100_000) + "}"  # RecursionError on the server
+        record[kind_key("result")] = '{"x": ' + _nested(100_000) + "}"  # RecursionError
     elif kind == "negative-dp":
         record[DP_EPSILON] = -2.0
     elif kind == "negative-eps":
-        record[RESULT_JSON] = json.dumps({**result, "eps_tilde": {"mean": -3.0}})
+        data = json_safe(RESULT)
+        data["one_sided"]["eps_tilde"]["mean"] = -3.0
+        record[kind_key("result")] = json.dumps(data)
     return record
 
 
@@ -223,7 +230,7 @@ def test_bad_audit_replies_fail_their_site_only(fuzzed):
     layout = run_files(fuzzed)
     for site in (0, 1):
         audit = json.loads(layout.audit(site).read_text())
-        assert audit["status"] == "ok" and audit["result"]["eps_tilde"]["mean"] == 0.25
+        assert audit["status"] == "ok" and audit["result"]["one_sided"]["eps_tilde"]["mean"] == 0.25
     for site, (_, reason) in BAD_AUDITS.items():
         audit = json.loads(layout.audit(site).read_text())
         assert audit["status"] == "failed" and reason in audit["error"], audit["error"]

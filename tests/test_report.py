@@ -15,12 +15,15 @@ import yaml
 from builders import (
     ERROR_TEXT,
     SECRET_SCORES,
+    canary_block,
     failed_audit,
     load_run_of,
     make_result,
     ok_audit,
     power_roc,
     run_files,
+    schema_2,
+    site_report_of,
     write_report_of,
     write_run,
 )
@@ -32,8 +35,9 @@ from audit.result import (
     AuditResult,
     Interval,
 )
-from audit.roc import LOW_FPRS
+from audit.stats.roc import LOW_FPRS
 from contracts.errors import RunFileError
+from contracts.json_values import from_dict
 from reporting import (
     SCHEMA_VERSION,
     ReportFiles,
@@ -94,7 +98,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ReportFiles
 
 def _audit_file(run_dir: Path, site_id: int) -> AuditResult:
     data = json.loads((run_dir / "audits" / f"site-{site_id}.json").read_text())
-    return AuditResult.from_dict(data["result"])
+    return from_dict(AuditResult, data["result"])
 
 
 def _all_keys(obj: Any) -> set[str]:
@@ -152,20 +156,25 @@ def test_report_files_and_numbers_match_audits(written: tuple[Path, ReportFiles]
         game = site["audit"]["one_sided"]
         assert site["status"] == "ok" and site["error"] is None
         for name in ("c_lb", "c_eps_lb", "eps_tilde"):
-            assert game[name] == _iv(getattr(result, name))
-        assert game["ceiling"] == result.ceiling
-        assert game["headroom"] == result.ceiling - result.c_lb.mean
-        assert game["flags"] == _flags(result.flags)
+            assert game[name] == _iv(getattr(result.one_sided, name))
+        assert game["ceiling"] == result.one_sided.ceiling
+        assert game["headroom"] == result.one_sided.ceiling - result.one_sided.c_lb.mean
+        assert game["flags"] == _flags(result.one_sided.flags)
         assert site["audit"]["generator_kind"] == "cgan"
         assert site["privacy"]["dp_epsilon"] == 8.0
         assert site["privacy"]["dp_epsilon_source"] == "audit"
         assert site["n_members"] == 600 + sid
         # eps_tilde = max(0, c_eps_lb - c_lb) holds in these inputs, so it holds in the report.
-        assert result.eps_tilde.mean == max(0.0, result.c_eps_lb.mean - result.c_lb.mean)
+        assert result.one_sided.eps_tilde.mean == max(
+            0.0, result.one_sided.c_eps_lb.mean - result.one_sided.c_lb.mean
+        )
         means = {k: game[k]["mean"] for k in ("c_lb", "c_eps_lb", "eps_tilde")}
         assert means["eps_tilde"] == max(0.0, means["c_eps_lb"] - means["c_lb"])
     audit0, audit1 = sites[0]["audit"], sites[1]["audit"]
-    assert audit0["one_sided"]["rm_rn_eps_lb"]["mean"] == _audit_file(run_dir, 0).rm_rn_eps_lb.mean
+    assert (
+        audit0["one_sided"]["rm_rn_eps_lb"]["mean"]
+        == _audit_file(run_dir, 0).one_sided.rm_rn_eps_lb.mean
+    )
     assert audit0["o1_eps_lb"]["high"] == _audit_file(run_dir, 0).o1_eps_lb.high
     assert audit1["one_sided"]["rm_rn_eps_lb"] is None and audit1["o1_eps_lb"] is None
     assert audit1["one_sided"]["flags"]["saturated"] is True
@@ -281,8 +290,8 @@ def test_two_sided_roc_and_levels_in_json(written: tuple[Path, ReportFiles]) -> 
         assert got_two["eps_tilde"] == _iv(two.eps_tilde)
         assert got_two["side"] == two.side == "nonmember"
         # The one-sided value stays beside it, unchanged.
-        assert audit["one_sided"]["eps_tilde"]["mean"] == result.eps_tilde.mean
-        assert result.eps_tilde.mean < two.eps_tilde.mean
+        assert audit["one_sided"]["eps_tilde"]["mean"] == result.one_sided.eps_tilde.mean
+        assert result.one_sided.eps_tilde.mean < two.eps_tilde.mean
         assert got_two["beta"] == two.beta == result.beta / 4
         for side in ("member", "nonmember"):
             got, want = got_two[side], getattr(two, side)
@@ -309,7 +318,7 @@ def test_two_sided_roc_and_levels_in_json(written: tuple[Path, ReportFiles]) -> 
             assert rep["member_c_eps_lb"] == game.member.c_eps_lb
             assert rep["nonmember_c_lb"] == game.nonmember.c_lb
             assert rep["nonmember_c_eps_lb"] == game.nonmember.c_eps_lb
-            assert rep["c_lb"] == want_rep.c_lb  # one-sided per repeat, unchanged
+            assert rep["c_lb"] == want_rep.one_sided.c_lb  # one-sided per repeat, unchanged
     # RM;RN's ROC exists only where the run had real non-members (site 0).
     roc0 = _audit_file(run_dir, 0).roc["rm_rn"]
     assert sites[0]["audit"]["scorers"]["rm_rn"] == {"auc": roc0.auc, "tpr_at_fpr": roc0.tpr_at_fpr}
@@ -416,7 +425,7 @@ def test_per_record_scores_never_leave_audits(written: tuple[Path, ReportFiles])
 def test_eps_tilde_is_copied_not_recomputed(tmp_path: Path) -> None:
     # Repeats straddle zero: mean of max(0, .) differs from max(0, mean difference).
     result = make_result([1.0, 2.0], [1.5, 1.0])
-    assert result.eps_tilde.mean == 0.25
+    assert result.one_sided.eps_tilde.mean == 0.25
     run = write_run(tmp_path / "r", n_sites=1, audits={0: ok_audit(0, result)})
     site = report_json(build_report(load_run_of(run)))["sites"][0]
     game = site["audit"]["one_sided"]
@@ -437,7 +446,7 @@ def test_unreadable_audit_file_fails_that_site_only(tmp_path: Path) -> None:
 
 
 def test_malformed_audit_file_is_read_through_its_contract(tmp_path: Path) -> None:
-    """The report reads audit files through contracts.run_files.SiteAuditFile: a bad value
+    """The report reads audit files through contracts.site_audit.SiteAuditFile: a bad value
     fails that site, naming the problem, and the others stay."""
     ok = ok_audit(0, make_result([1.0, 1.5], [2.0, 2.5]))
     run = write_run(
@@ -446,8 +455,76 @@ def test_malformed_audit_file_is_read_through_its_contract(tmp_path: Path) -> No
     sites = report_json(build_report(load_run_of(run)))["sites"]
     assert sites[0]["status"] == "ok"
     assert (
-        sites[1]["status"] == "failed" and "'status' must be 'ok' or 'failed'" in sites[1]["error"]
+        sites[1]["status"] == "failed"
+        and "site-1.json: key 'status' must be one of ['ok', 'failed'], got 'done'"
+        in sites[1]["error"]
     )
+
+
+def _standings(run: Path, sites: range) -> dict[int, Any]:
+    return {
+        s: json.loads((run / "site-reports" / f"site-{s}.json").read_text())["standing"]
+        for s in sites
+    }
+
+
+def test_an_audit_file_of_no_listed_site_is_left_out_with_a_warning(tmp_path: Path) -> None:
+    """A copy of site 1's audit filed as site 7, which partition.json does not list, is no
+    site of the consortium: the report names it in a warning, counts three sites, and the
+    real sites' ranks stay what they were (issue 40, item 4)."""
+    audits = {s: ok_audit(s, make_result([1.0, 1.0], [1.5 + s, 1.75 + s])) for s in range(3)}
+    run = write_run(tmp_path / "r", n_sites=3, audits=audits)
+    assert write_report_of(run).warnings == []
+    before = _standings(run, range(3))
+    (run / "audits" / "site-7.json").write_text(json.dumps(audits[1] | {"site_id": 7}))
+    files = write_report_of(run)
+    report = json.loads(files.json_path.read_text())
+    assert [s["site_id"] for s in report["sites"]] == [0, 1, 2]
+    assert report["consortium"]["n_sites"] == report["consortium"]["n_ok"] == 3
+    assert _standings(run, range(3)) == before
+    assert not (run / "site-reports" / "site-7.json").exists()
+    (warning,) = files.warnings
+    assert "site-7.json: site 7 is not in partition.json" in warning and "left out" in warning
+
+
+def _string_in(audit: dict[str, Any], path: tuple[str | int, ...]) -> dict[str, Any]:
+    """``audit`` with the number at ``path`` written as a string."""
+    data = json.loads(json.dumps(audit))
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = str(node[path[-1]])
+    return data
+
+
+@pytest.mark.parametrize(
+    "path, key",
+    [
+        (("result", "eps_tilde", "mean"), "result.eps_tilde.mean"),  # a schema-2 file
+        (("result", "one_sided", "eps_tilde", "mean"), "result.one_sided.eps_tilde.mean"),
+        (("result", "repeats", 1, "mia_auc"), "result.repeats[1].mia_auc"),
+        (("canary", "eps_lb"), "canary.eps_lb"),
+        (("n_members",), "n_members"),
+    ],
+)
+def test_a_string_in_a_number_field_fails_that_site_naming_file_and_key(
+    tmp_path: Path, path: tuple[str | int, ...], key: str
+) -> None:
+    """``eps_tilde.mean: "0.5"`` in an audit file: that site is failed, its error names the
+    file and the key, and the other site stays (issue 40, item 5: a TypeError traceback
+    before)."""
+    audit = ok_audit(1, make_result([1.0, 1.0], [1.5, 1.75])) | {"canary": canary_block(1.5, 3.0)}
+    if path[:2] == ("result", "eps_tilde"):
+        audit["result"] = schema_2(audit["result"])
+    audits = {0: ok_audit(0, make_result([1.0, 1.0], [2.0, 2.5])), 1: _string_in(audit, path)}
+    run = write_run(tmp_path / "r", n_sites=2, audits=audits)
+    files = write_report_of(run)
+    sites = json.loads(files.json_path.read_text())["sites"]
+    assert sites[0]["status"] == "ok"
+    assert sites[1]["status"] == "failed"
+    assert f"site-1.json: key '{key}' must be " in sites[1]["error"]
+    page = site_report_of(run, 1).html_path.read_text()
+    assert f"key &#x27;{key}&#x27; must be " in page
 
 
 @pytest.mark.parametrize(
@@ -564,9 +641,9 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
     assert dp["global_accuracy"] == pytest.approx(0.7, abs=1e-12)
     want = _audit_file(dp_run, 1)
     audit = dp["sites"][1]["audit"]
-    assert audit["one_sided"]["eps_tilde"] == _iv(want.eps_tilde)
-    assert audit["one_sided"]["c_lb"] == _iv(want.c_lb)
-    assert audit["one_sided"]["rm_rn_eps_lb"] == _iv(want.rm_rn_eps_lb)
+    assert audit["one_sided"]["eps_tilde"] == _iv(want.one_sided.eps_tilde)
+    assert audit["one_sided"]["c_lb"] == _iv(want.one_sided.c_lb)
+    assert audit["one_sided"]["rm_rn_eps_lb"] == _iv(want.one_sided.rm_rn_eps_lb)
     assert audit["o1_eps_lb"] == _iv(want.o1_eps_lb)
     assert dp["sites"][1]["privacy"]["dp_epsilon"] == 4.0
     assert sweep["schema_version"] == SCHEMA_VERSION
@@ -581,7 +658,8 @@ def test_sweep_report_two_points_and_an_incomplete_one(tmp_path: Path) -> None:
     assert plain["global_accuracy"] == pytest.approx(0.9, abs=1e-12)
     assert [s["status"] for s in plain["sites"]] == ["ok", "missing"]
     assert (
-        plain["sites"][0]["audit"]["one_sided"]["eps_tilde"]["mean"] == plain_result.eps_tilde.mean
+        plain["sites"][0]["audit"]["one_sided"]["eps_tilde"]["mean"]
+        == plain_result.one_sided.eps_tilde.mean
     )
     assert any("site 1" in p for p in plain["problems"])
     assert by_label["eps=1"]["status"] == "incomplete" and by_label["eps=1"]["sites"] == []

@@ -33,6 +33,7 @@ from builders import (
     write_run,
 )
 
+from contracts.json_values import json_safe
 from reporting import SweepPoint, build_report, write_sweep_report
 from reporting.formatting import fmt_est, fmt_two_sided
 from simulations.config import report_config
@@ -283,7 +284,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             1: ok_audit(
                 1, with_class_slices(make_result([0.5, 0.75], [0.75, 1.5], o1=[0.1, 0.2])), dp=8.0
             )
-            | {"by_round": by_round_lines([1, 2, 3])},
+            | {"by_round": json_safe(by_round_lines([1, 2, 3]))},
             2: failed,
         },
     )

@@ -22,6 +22,7 @@ from builders import (
 )
 
 from audit.result import AuditFlags
+from contracts.json_values import json_safe
 from reporting.columns import (
     HEADLINE_COLUMNS,
     LEDGER_COLUMNS,
@@ -55,7 +56,7 @@ def _run(tmp_path: Path) -> Path:
         0: ok_audit(0, make_result([1.0, 1.5], [2.0, 2.5], rm_rn=[1.25, 1.5]), dp=8.0),
         # Audited over rounds, with label slices: lists of records, kept out of the CSV.
         1: ok_audit(1, with_class_slices(make_result([0.5, 0.75], [0.5, 0.75])), dp=8.0)
-        | {"by_round": by_round_lines([1, 2])},
+        | {"by_round": json_safe(by_round_lines([1, 2]))},
     }
     run = write_run(tmp_path / "run", n_sites=2, dp=8.0, audits=audits)
     write_report_of(run)

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from builders import run_files
+from builders import make_result, run_files
 
+from audit.site_results import SiteResults
 from contracts.checkpoint import Checkpoint, save_checkpoint
-from contracts.run_files import SiteAuditFile
+from contracts.site_audit import SiteAuditFile
 from deployment.files import prepare_deployment
 from server.run_log import sites_needing_audit, write_site_audit
 from simulations.cli import main as cli_main
@@ -34,15 +35,19 @@ def _config(**changes):
     return validate_config(raw)
 
 
+def _ok_file(site: int) -> SiteAuditFile[SiteResults]:
+    """A site's ok audit of round 2's model."""
+    results = SiteResults(result=make_result([0.5], [1.0]))
+    return SiteAuditFile(site_id=site, status="ok", results=results, model_round=2)
+
+
 def _trained(run_dir: Path) -> None:
     """A run directory as a finished no-DP run leaves it: a final model and an audit."""
     state = {"w": torch.zeros(1)}
     save_checkpoint(
         run_files(run_dir).final_model, Checkpoint(round=2, state_dict=state, meta=None)
     )
-    write_site_audit(
-        run_files(run_dir), SiteAuditFile(site_id=0, status="ok", result={}, model_round=2)
-    )
+    write_site_audit(run_files(run_dir), _ok_file(0))
 
 
 def test_a_sweep_point_refuses_a_run_dir_of_another_config(tmp_path, capsys):
@@ -87,9 +92,7 @@ def test_a_changed_audit_setting_re_audits(tmp_path):
     run_dir = tmp_path / "run"
     prepare_run_dir(_config(), run_files(run_dir))
     _trained(run_dir)
-    write_site_audit(
-        run_files(run_dir), SiteAuditFile(site_id=1, status="ok", result={}, model_round=2)
-    )
+    write_site_audit(run_files(run_dir), _ok_file(1))
     assert sites_needing_audit(run_files(run_dir), [0, 1], 2) == []
     prepare_run_dir(_config(), run_files(run_dir))  # same config: the audits stay
     assert sites_needing_audit(run_files(run_dir), [0, 1], 2) == []

@@ -27,14 +27,14 @@ from builders import (
     write_run,
 )
 
-from audit.calibration import calibrated_statistics, log_likelihood, reference_statistics
-from audit.components import Records
-from audit.exposure import SCORE_MEANINGS, most_exposed
-from audit.inversion import InversionResult
-from audit.over_rounds import RoundLeakage
+from audit.inversion.scores import InversionResult
+from audit.panoramia.calibration import calibrated_statistics, log_likelihood, reference_statistics
+from audit.panoramia.components import Records
+from audit.panoramia.exposure import SCORE_MEANINGS, most_exposed
 from audit.result import AuditFlags, AuditResult
 from clients.audit_handler import SiteAuditPolicy, write_exposed_records
 from clients.site_data import SiteData
+from contracts.json_values import from_dict, json_safe
 from contracts.run_files import exposed_records_name
 from reporting import (
     SCHEMA_VERSION,
@@ -319,7 +319,7 @@ def test_verdicts_in_plain_language(tmp_path: Path) -> None:
         1: ok_audit(1, make_result([2.0, 2.0], [1.0, 1.0], nonmember_gain=-5.0)),
         # Mean above 0, interval reaching below 0: inconclusive.
         2: ok_audit(2, make_result([1.0, 1.0], [0.5, 1.5], nonmember_gain=-5.0))
-        | {"by_round": by_round_lines([1, 2, 4])},
+        | {"by_round": json_safe(by_round_lines([1, 2, 4]))},
     }
     run = write_run(tmp_path / "v", n_sites=3, audits=audits)
     write_report_of(run)
@@ -344,7 +344,8 @@ def _two_runs() -> ReplicateReport:
 
 def _with_inversion(point: Any) -> Any:
     """The point with an inversion audit at every site (the plot's inputs only)."""
-    entry = InversionResult.from_dict(
+    entry = from_dict(
+        InversionResult,
         {
             **dict.fromkeys(("round", "n_records", "n_dummies", "n_scored", "iterations"), 1),
             **dict.fromkeys(("quality_mean", "quality_median", "quality_max"), 0.5),
@@ -355,7 +356,7 @@ def _with_inversion(point: Any) -> Any:
             "modality": "image",
             "measure": "ssim",
             "threshold": 0.6,
-        }
+        },
     )
     sites = [
         dataclasses.replace(s, privacy=dataclasses.replace(s.privacy, inversion=[entry]))
@@ -382,9 +383,7 @@ def test_every_plot_has_axis_labels(
         "precision_recall_plot": lambda: plots.precision_recall_plot(report.sites),
         "bound_recall_plot": lambda: plots.bound_recall_plot(report.sites),
         "training_plot": lambda: plots.training_plot(report.rounds),
-        "by_round_plot": lambda: plots.by_round_plot(
-            [RoundLeakage.from_dict(e) for e in by_round_lines([1, 2])]
-        ),
+        "by_round_plot": lambda: plots.by_round_plot(by_round_lines([1, 2])),
         "sweep_eps_plot": lambda: plots.sweep_eps_plot(sweep.points),
         "sweep_accuracy_plot": lambda: plots.sweep_accuracy_plot(sweep.points),
         "sweep_site_accuracy_plot": lambda: plots.sweep_site_accuracy_plot(sweep.points),

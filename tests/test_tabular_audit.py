@@ -11,17 +11,18 @@ from builders import run_files
 from flwr.app import Context, RecordDict
 
 from audit import run_audit
-from audit.bounds import lower_bound
-from audit.components import (
+from audit.config import AuditConfig
+from audit.panoramia.components import (
     AuditContext,
     ClassifierData,
     Records,
     make_classifier,
     make_generator,
 )
-from audit.config import AuditConfig
+from audit.stats.bounds import lower_bound
 from audit.tabular.classifier import GradientBoostingMembership
 from audit.tabular.generators import MSTGenerator
+from contracts.json_values import json_safe
 from ml.datasets import load_dataset
 from ml.tasks import build_task
 
@@ -123,14 +124,15 @@ def test_run_audit_on_tabular_mlp_with_nonmembers(randhie) -> None:
     assert result.modality == "tabular" and result.generator_kind == "mst"
     assert result.sizes["members"] == 900 and result.sizes["nonmembers"] == 600
     rep = result.repeats[0]
-    assert 0 <= rep.c_lb <= rep.ceiling + 1e-9 and 0 <= rep.c_eps_lb <= rep.ceiling + 1e-9
-    assert rep.eps_tilde == pytest.approx(max(0.0, rep.c_eps_lb - rep.c_lb))
-    assert result.rm_rn_eps_lb is not None and result.o1_eps_lb is not None
+    one = rep.one_sided
+    assert 0 <= one.c_lb <= one.ceiling + 1e-9 and 0 <= one.c_eps_lb <= one.ceiling + 1e-9
+    assert one.eps_tilde == pytest.approx(max(0.0, one.c_eps_lb - one.c_lb))
+    assert result.one_sided.rm_rn_eps_lb is not None and result.o1_eps_lb is not None
     # The over-fitted MLP leaks through its loss on real data: O(1) finds it.
     assert result.o1_eps_lb.mean > 0
     for key in ("tv_1way_mean", "tv_2way_mean", "rare_value_fraction", "baseline_auc"):
         assert key in result.quality
-    assert result.to_dict()["generator_kind"] == "mst"
+    assert json_safe(result)["generator_kind"] == "mst"
 
 
 class _StopAtTheGenerator(Exception):

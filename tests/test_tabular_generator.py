@@ -5,13 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audit.components import Records
-from audit.tabular.attributes import (
-    Discretizer,
-    infer_attributes,
-    rare_value_mask,
-    resolve_attributes,
-)
+from audit.panoramia.components import Records
+from audit.tabular.attributes import Discretizer, rare_value_mask
 from audit.tabular.generators import MSTGenerator
 from audit.tabular.mst import (
     TreeSynthesizer,
@@ -20,6 +15,7 @@ from audit.tabular.mst import (
     mutual_information,
     zcdp_rho,
 )
+from contracts.tabular_schema import infer_attributes, resolve_attributes
 
 
 def small_table(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from audit import AuditConfig, ClassifierData, Records, run_audit
-from audit.components import AuditContext, make_classifier, make_generator
+from audit.panoramia.components import AuditContext, make_classifier, make_generator
 from audit.text.generator import Gpt2Generator, TextGeneratorOptions, start_marker
 from audit.text.lm import LMShape, build_lm, sample_lm
 from ml.datasets import load_dataset
@@ -191,10 +191,12 @@ def test_run_audit_on_a_tiny_gpt2(tiny_text_site: dict, kind: str) -> None:
     )
     assert res.modality == "text" and res.generator_kind == kind
     assert len(site["members"]) >= 100
-    assert res.sizes["m"] > 0 and 0 <= res.c_lb.mean <= res.ceiling + 1e-9
-    assert 0 <= res.c_eps_lb.mean <= res.ceiling + 1e-9
-    assert res.eps_tilde.mean == pytest.approx(max(0.0, res.c_eps_lb.mean - res.c_lb.mean))
-    assert res.rm_rn_eps_lb is not None and res.o1_eps_lb is not None
+    assert res.sizes["m"] > 0 and 0 <= res.one_sided.c_lb.mean <= res.one_sided.ceiling + 1e-9
+    assert 0 <= res.one_sided.c_eps_lb.mean <= res.one_sided.ceiling + 1e-9
+    assert res.one_sided.eps_tilde.mean == pytest.approx(
+        max(0.0, res.one_sided.c_eps_lb.mean - res.one_sided.c_lb.mean)
+    )
+    assert res.one_sided.rm_rn_eps_lb is not None and res.o1_eps_lb is not None
     if kind == "gpt2":
         assert res.quality["generator_train_chunks"] > 0
     gen = make_generator(
@@ -244,6 +246,6 @@ def test_documents_stay_whole_so_an_untrained_model_shows_no_leakage() -> None:
         )
 
     chunk_level, grouped = audit(False), audit(True)
-    assert chunk_level.rm_rn_eps_lb.mean > 0.5
-    assert grouped.rm_rn_eps_lb.high == 0.0
-    assert grouped.eps_tilde.high == 0.0 and grouped.c_lb.high < 0.3
+    assert chunk_level.one_sided.rm_rn_eps_lb.mean > 0.5
+    assert grouped.one_sided.rm_rn_eps_lb.high == 0.0
+    assert grouped.one_sided.eps_tilde.high == 0.0 and grouped.one_sided.c_lb.high < 0.3

@@ -1,2 +1,3 @@
 """Image modality: class-conditional generators (cgan, vae), the real-vs-synthetic filter and
-the membership classifier for ``modality="image"`` (registered in :mod:`audit.components`)."""
+the membership classifier for ``modality="image"`` (registered in
+:mod:`audit.panoramia.components`)."""

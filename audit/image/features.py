@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
-from audit.calibration import CALIBRATION_NAMES
-from audit.components import ClassifierData
+from audit.panoramia.calibration import CALIBRATION_NAMES
+from audit.panoramia.components import ClassifierData
 
 
 def confidence_features(features: np.ndarray, y: np.ndarray | None) -> np.ndarray:

@@ -13,11 +13,11 @@ import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 from threadpoolctl import threadpool_limits
 
-from audit.components import AuditContext, Records
 from audit.config import AuditConfig
 from audit.image.classifier import _threads
 from audit.image.features import one_hot, pooled_pixels
-from audit.roc import auc
+from audit.panoramia.components import AuditContext, Records
+from audit.stats.roc import auc
 
 
 class RealSyntheticFilter:

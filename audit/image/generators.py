@@ -16,9 +16,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from audit.components import GENERATORS, AuditContext, Records, TrainedGenerator
 from audit.config import AuditConfig
-from audit.pairing import PairedDraw
+from audit.panoramia.components import GENERATORS, AuditContext, Records, TrainedGenerator
+from audit.panoramia.pairing import PairedDraw
 
 
 def to_unit(x: np.ndarray) -> torch.Tensor:
@@ -190,13 +190,13 @@ class ConditionalGan(_ConditionalImageGenerator):
             opt_g.zero_grad(set_to_none=True)
             g_loss.backward()
             opt_g.step()
-            g_losses.append(float(g_loss.detach()))
-            d_losses.append(float(d_loss.detach()))
+            # Read once the fit ends: a float() here would wait for the device every step.
+            g_losses.append(g_loss.detach())
+            d_losses.append(d_loss.detach())
         self.decoder = gen_net
-        tail = max(1, len(g_losses) // 10)
         return {
-            "generator_loss": float(np.mean(g_losses[-tail:])) if g_losses else float("nan"),
-            "discriminator_loss": float(np.mean(d_losses[-tail:])) if d_losses else float("nan"),
+            "generator_loss": _tail_mean(g_losses),
+            "discriminator_loss": _tail_mean(d_losses),
             "generator_epochs": float(self.epochs),
             "generator_fit_s": time.perf_counter() - start,
         }
@@ -234,14 +234,21 @@ class ConditionalVae(_ConditionalImageGenerator):
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            losses.append(float(loss.detach()) / float(np.prod(self.shape)))
+            losses.append(loss.detach())
         self.decoder = dec
-        tail = max(1, len(losses) // 10)
         return {
-            "generator_loss": float(np.mean(losses[-tail:])) if losses else float("nan"),
+            "generator_loss": _tail_mean(losses, scale=float(np.prod(self.shape))),
             "generator_epochs": float(self.epochs),
             "generator_fit_s": time.perf_counter() - start,
         }
+
+
+def _tail_mean(losses: list[torch.Tensor], *, scale: float = 1.0) -> float:
+    """The mean of the last tenth of a fit's step losses (each divided by ``scale``)."""
+    if not losses:
+        return float("nan")
+    tail = losses[-max(1, len(losses) // 10) :]
+    return float(np.mean([float(t) / scale for t in tail]))
 
 
 def _with_filter(gen: _ConditionalImageGenerator, config: AuditConfig, context: AuditContext):

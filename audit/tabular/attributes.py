@@ -1,19 +1,13 @@
 """From encoded tabular rows to discrete attributes and back.
 
-Tabular records reach the audit as float arrays ``(n, d)`` of *encoded* features (numeric
-columns standardised, categorical columns one-hot; see ``ml.datasets.tabular``).
-Marginal-based generators need discrete attributes, so this module
+Marginal-based generators need discrete attributes: the attributes of an encoded table
+(:mod:`contracts.tabular_schema`: from the dataset's schema or inferred from the data) are
 
-1. finds the attributes: from an explicit schema when one is given (``schema["columns"]``,
-   each with ``name``, ``kind`` in {"numeric", "categorical"}, ``start`` and ``width``), or
-   else from the data itself: a run of adjacent 0/1 columns whose row sums are all exactly 1
-   is one one-hot attribute, every other column is its own numeric attribute. The encoding
-   is therefore self-describing and the audit needs no extra context field;
-2. discretises them (:class:`Discretizer`): one-hot attributes by their active column,
+1. discretised (:class:`Discretizer`): one-hot attributes by their active column,
    numeric columns with at most ``max_levels`` distinct values by those values, other numeric
    columns by *atoms* (values carrying at least ``1/bins`` of the mass, e.g. the zeros of a
    spending column) plus quantile bins of the rest;
-3. maps codes back to encoded rows: exact values for levels and atoms; within a bin
+2. mapped from codes back to encoded rows: exact values for levels and atoms; within a bin
    (``within_bin``) ``"empirical"`` draws one of the bin's training values, ``"smooth"``
    draws one and moves it uniformly within half the gap to its sorted neighbours (a
    smoothed bootstrap), ``"uniform"`` draws uniformly between the bin's smallest and
@@ -31,85 +25,11 @@ of the paper identifies as a source of high variance in tabular audits.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
-AttributeKind = Literal["numeric", "onehot"]
-
-
-@dataclass(frozen=True)
-class Attribute:
-    """One source attribute: a numeric column or a one-hot group of columns."""
-
-    name: str
-    kind: AttributeKind
-    start: int
-    width: int
-
-    @property
-    def columns(self) -> slice:
-        return slice(self.start, self.start + self.width)
-
-
-def attributes_from_schema(schema: dict[str, Any], d: int) -> list[Attribute]:
-    """Attributes listed in ``schema["columns"]``; they must tile the ``d`` encoded columns."""
-    out: list[Attribute] = []
-    position = 0
-    for i, col in enumerate(schema.get("columns", [])):
-        try:
-            name, kind = str(col["name"]), str(col["kind"])
-            start, width = int(col["start"]), int(col["width"])
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(
-                f"schema.columns[{i}]: needs name, kind, start, width ({err})"
-            ) from None
-        if start != position or width < 1:
-            raise ValueError(
-                f"schema.columns[{i}] ({name!r}): start={start} width={width} does "
-                f"not continue the encoding at column {position}"
-            )
-        out.append(Attribute(name, "onehot" if kind == "categorical" else "numeric", start, width))
-        position += width
-    if position != d:
-        raise ValueError(f"schema covers {position} encoded columns but the records have {d}")
-    return out
-
-
-def infer_attributes(x: np.ndarray) -> list[Attribute]:
-    """Attributes of an encoded table without a schema (see the module docstring)."""
-    n, d = x.shape
-    binary = (
-        np.array([np.isin(x[:, j], (0.0, 1.0)).all() for j in range(d)])
-        if n
-        else np.zeros(d, dtype=bool)
-    )
-    out: list[Attribute] = []
-    j = 0
-    while j < d:
-        group_end = None
-        if binary[j]:
-            total = np.zeros(n)
-            k = j
-            # Extend while the running row sum stays <= 1; remember the last exact-1 point.
-            while k < d and binary[k]:
-                total = total + x[:, k]
-                if (total > 1).any():
-                    break
-                if k > j and (total == 1).all():
-                    group_end = k + 1
-                k += 1
-        if group_end is not None:
-            out.append(Attribute(f"col{j}-{group_end - 1}", "onehot", j, group_end - j))
-            j = group_end
-        else:
-            out.append(Attribute(f"col{j}", "numeric", j, 1))
-            j += 1
-    return out
-
-
-def resolve_attributes(x: np.ndarray, schema: dict[str, Any] | None) -> list[Attribute]:
-    return attributes_from_schema(schema, x.shape[1]) if schema else infer_attributes(x)
+from contracts.tabular_schema import Attribute
 
 
 @dataclass
@@ -316,18 +236,3 @@ def rare_value_mask(
             continue
         mask[:, a] = (v < q25 - fence * iqr) | (v > q75 + fence * iqr)
     return mask
-
-
-def rare_value_summary(x: np.ndarray, attributes: list[Attribute]) -> dict[str, Any]:
-    """JSON summary of :func:`rare_value_mask`: rows affected and counts per attribute."""
-    mask = rare_value_mask(x, attributes)
-    rows = mask.any(axis=1)
-    return {
-        "rows": int(rows.sum()),
-        "row_fraction": float(rows.mean()) if rows.size else 0.0,
-        "by_column": {
-            attr.name: int(mask[:, a].sum())
-            for a, attr in enumerate(attributes)
-            if mask[:, a].any()
-        },
-    }

@@ -2,8 +2,8 @@
 
 Both classifiers see the encoded row ``x``, its label and the loss features of a model on it
 (``[loss, logits]`` of h for the baseline, of f for the MIA, see
-:meth:`audit.task.AuditTask.loss_features`). With ``classifier.helper_reference`` the MIA
-also sees h's features and the difference of the two losses (trees cannot subtract
+:meth:`audit.panoramia.task.AuditTask.loss_features`). With ``classifier.helper_reference``
+the MIA also sees h's features and the difference of the two losses (trees cannot subtract
 columns; the difference is the difficulty-calibrated loss).
 
 Selection (the paper's grid search, Appendix C.3): for each learning rate in
@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.components import (
+from audit.config import AuditConfig
+from audit.panoramia.components import (
     CLASSIFIERS,
     AuditContext,
     ClassifierData,
     SelectionScore,
 )
-from audit.config import AuditConfig
-from audit.gbm_selection import ValidatedBoosting
+from audit.panoramia.gbm_selection import ValidatedBoosting
 
 
 def design_matrix(data: ClassifierData, *, use_reference: bool) -> np.ndarray:

@@ -8,7 +8,7 @@ extra synthetic rows drops the rows it flags as synthetic with high confidence
 
 The encoding is read from ``context.task.schema`` when the task carries one
 (``ml.tasks.tabular.TabularClassificationTask.schema``), otherwise inferred from
-the data (:func:`audit.tabular.attributes.infer_attributes`).
+the data (:func:`contracts.tabular_schema.infer_attributes`).
 
 Quality figures returned by ``fit`` (all floats): ``mst_attributes``, ``mst_noise_sigma``,
 ``tv_1way_mean``/``tv_1way_max``/``tv_2way_mean``/``tv_2way_max`` (synthetic vs D_G on the
@@ -24,11 +24,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from audit.components import GENERATORS, AuditContext, Records
 from audit.config import AuditConfig
-from audit.tabular.attributes import Attribute, Discretizer, rare_value_mask, resolve_attributes
+from audit.panoramia.components import GENERATORS, AuditContext, Records
+from audit.tabular.attributes import Discretizer, rare_value_mask
 from audit.tabular.mst import TreeSynthesizer, marginal_tv
 from audit.tabular.synthetic_filter import SyntheticFilter
+from contracts.tabular_schema import Attribute, resolve_attributes
 
 _MAX_FILTER_ROUNDS = 30
 

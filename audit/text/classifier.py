@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.components import CLASSIFIERS, AuditContext, ClassifierData, SelectionScore
 from audit.config import AuditConfig
-from audit.gbm_selection import ValidatedBoosting
+from audit.panoramia.components import CLASSIFIERS, AuditContext, ClassifierData, SelectionScore
+from audit.panoramia.gbm_selection import ValidatedBoosting
 from audit.text.features import (
     NaiveBayesRatio,
     calibrated_stats,

@@ -1,6 +1,6 @@
 """Hand-made features of token chunks and of their per-token loss sequences.
 
-Loss features (from :meth:`audit.task.AuditTask.loss_features` of a language model):
+Loss features (from :meth:`audit.panoramia.task.AuditTask.loss_features` of a language model):
 column 0 is the chunk's mean token loss, columns 1.. the per-token losses. A classifier
 gets their summary statistics and the sorted losses (order-free, so it does not have to
 learn where in the chunk the surprising tokens are).

@@ -38,8 +38,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from transformers import GPT2LMHeadModel
 
-from audit.components import GENERATORS, AuditContext, Records, TrainedGenerator
 from audit.config import AuditConfig
+from audit.panoramia.components import GENERATORS, AuditContext, Records, TrainedGenerator
 from audit.text.lm import LMShape, build_lm, load_lm, mean_loss, sample_lm, train_lm
 
 

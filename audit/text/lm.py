@@ -150,16 +150,17 @@ def train_lm(
             + 0.1
         ),
     )
-    data = torch.as_tensor(x, dtype=torch.long)
+    data = torch.as_tensor(x, dtype=torch.long, device=device)  # once: batches gathered there
     best: tuple[float, int, dict[str, torch.Tensor] | None] = (math.inf, 0, None)
     train_loss = math.nan
     for epoch in range(1, epochs + 1):
         model.train()
         order = rng.permutation(len(x))
-        running, count = 0.0, 0
+        # Summed on the device in float64 and read once an epoch: no wait for every step.
+        running, count = torch.zeros((), dtype=torch.float64, device=device), 0
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            ids = data[idx].to(device)
+            ids = data[torch.as_tensor(idx, device=device)]
             offset = torch.as_tensor(rng.integers(0, max_offset + 1, size=len(idx)), device=device)
             loss = chunk_loss(model, ids, offset)
             optimizer.zero_grad(set_to_none=True)
@@ -167,9 +168,9 @@ def train_lm(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             schedule.step()
-            running += float(loss.detach()) * len(idx)
+            running += loss.detach().double() * len(idx)
             count += len(idx)
-        train_loss = running / max(count, 1)
+        train_loss = float(running) / max(count, 1)
         if val is not None and len(val):
             v = mean_loss(model, val, device=device)
             if v < best[0]:

@@ -23,7 +23,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 from torch import nn
 
-from audit.components import ClassifierData, SelectionScore
+from audit.panoramia.components import ClassifierData, SelectionScore
 
 
 def loss_inputs(data: ClassifierData, *, use_reference: bool) -> np.ndarray:
@@ -110,20 +110,18 @@ class TextNeuralClassifier:
         self.std: np.ndarray | None = None
 
     def _tensors(self, data: ClassifierData) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids and standardised loss features, on the device once per fit or score."""
         losses = (loss_inputs(data, use_reference=self.use_reference) - self.mean) / self.std
         return (
-            torch.as_tensor(np.asarray(data.records.x), dtype=torch.long),
-            torch.as_tensor(losses, dtype=torch.float32),
+            torch.as_tensor(np.asarray(data.records.x), dtype=torch.long, device=self.device),
+            torch.as_tensor(losses, dtype=torch.float32, device=self.device),
         )
 
     @torch.no_grad()
     def _scores(self, ids: torch.Tensor, losses: torch.Tensor) -> np.ndarray:
         assert self.net is not None
         self.net.eval()
-        out = [
-            self.net(ids[i : i + 512].to(self.device), losses[i : i + 512].to(self.device))
-            for i in range(0, len(ids), 512)
-        ]
+        out = [self.net(ids[i : i + 512], losses[i : i + 512]) for i in range(0, len(ids), 512)]
         return torch.cat(out).double().cpu().numpy()
 
     def fit(
@@ -156,7 +154,7 @@ class TextNeuralClassifier:
             weight_decay=self.weight_decay,
         )
         loss_fn = nn.BCEWithLogitsLoss()
-        target = torch.as_tensor(st)
+        target = torch.as_tensor(st, device=self.device)
         rng = np.random.default_rng([seed, 0xC1A55])
         best: tuple[float, float, int, dict | None] = (-math.inf, -math.inf, 0, None)
         for epoch in range(1, total + 1):
@@ -165,9 +163,9 @@ class TextNeuralClassifier:
             net.train()
             order = rng.permutation(len(ids))
             for start in range(0, len(order), self.batch_size):
-                b = order[start : start + self.batch_size]
-                logits = net(ids[b].to(self.device), losses[b].to(self.device))
-                loss = loss_fn(logits, target[b].to(self.device))
+                b = torch.as_tensor(order[start : start + self.batch_size], device=self.device)
+                logits = net(ids[b], losses[b])
+                loss = loss_fn(logits, target[b])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()

@@ -11,9 +11,8 @@ attributes in encoded order with ``name``, ``kind`` (``"numeric"``/``"categorica
 ``start``, ``width`` and ``mean``/``std`` or ``levels``; ``target`` and ``classes`` name the
 label. Pass it to the task (``build_task("tabular", ..., schema=info["schema"])``; a run
 does so through ``DatasetMeta.schema``) so the audit's generator knows which columns form
-one attribute; without it the generator infers the same structure from the data.
-``Dataset.info["rare_values"]`` counts pool rows with a rare or extreme value (paper,
-Appendix D.6), see :func:`audit.tabular.attributes.rare_value_summary`.
+one attribute; without it the generator infers the same structure from the data
+(:mod:`contracts.tabular_schema`).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from audit.tabular.attributes import attributes_from_schema, rare_value_summary
 from ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
 
 MISSING_LEVEL = "<missing>"
@@ -161,7 +159,7 @@ def build_dataset(
     source: str,
     extra_info: dict[str, Any],
 ) -> Dataset:
-    """Split off the public part by unit, encode, attach schema and rare-value summary."""
+    """Split off the public part by unit, encode, attach the schema."""
     public = _public_split(units, public_fraction, seed)
     pool_rows = np.flatnonzero(~public)
     table = encode_frame(
@@ -169,7 +167,6 @@ def build_dataset(
     )
     schema = table.schema | {"target": target, "classes": classes}
     x_pool = table.x[~public]
-    rare = rare_value_summary(x_pool, attributes_from_schema(schema, x_pool.shape[1]))
     return Dataset(
         name=name,
         modality="tabular",
@@ -182,7 +179,7 @@ def build_dataset(
         sites=None if sites is None else np.asarray(sites)[~public],
         groups=np.asarray(units)[~public],
         public_groups=np.asarray(units)[public] if public.any() else None,
-        info={"source": source, "schema": schema, "rare_values": rare, **extra_info},
+        info={"source": source, "schema": schema, **extra_info},
     )
 
 

@@ -1,7 +1,7 @@
 """Task definitions (model + loss per modality) shared by training, evaluation and the audit.
 
-A task satisfies :class:`audit.task.AuditTask`, so the audit library can train the helper
-model and compute per-record losses without importing the harness.
+A task satisfies :class:`audit.AuditTask` (its protocol), so the audit library can train the
+helper model and compute per-record losses without importing the harness.
 """
 
 from ml.tasks.base import TorchTask, build_task

@@ -23,6 +23,23 @@ from ml.models import MODELS, build_model
 from ml.training import run_epoch
 
 
+class GatheredRecords(torch.utils.data.TensorDataset):
+    """Records as tensors whose batches are gathered by one index on the tensors' device
+    (``__getitems__``, which torch's loader and Opacus's Poisson loader call with a batch's
+    indices) instead of one record at a time and stacked."""
+
+    def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
+        index = torch.as_tensor(indices, dtype=torch.long, device=self.tensors[0].device)
+        # index_select, not t[index]: its batch has the strides torch.stack gives, so the
+        # convolutions take the same kernels (and CPU results stay bit for bit).
+        return [t.index_select(0, index) for t in self.tensors]
+
+
+def _gathered(batch: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The loader's collate step: a gathered batch is already one tensor per field."""
+    return batch
+
+
 @dataclass(frozen=True)
 class OptimizerSpec:
     """Local optimizer settings (``fl.optimizer``, ``fl.learning_rate`` ...)."""
@@ -118,16 +135,20 @@ class TorchTask(ABC):
         batch_size: int | None = None,
         device: torch.device | None = None,
     ) -> torch.utils.data.DataLoader:
-        """Batches of ``(x, y)``; with ``device`` the records are moved there once, here, so
-        that no batch is copied from the host. The order comes from a CPU generator either
-        way: the same seed gives the same batches on every device."""
+        """Batches of ``(x, y)``; with ``device`` the records are moved there once, here, and
+        each batch is gathered there by one index (no batch is copied from the host, none
+        stacked record by record). The order comes from a CPU generator either way: the same
+        seed gives the same batches on every device, and those of torch's own loader."""
         tensors = self.tensors(x, y)
         if device is not None:
             tensors = tuple(t.to(device) for t in tensors)
-        dataset = torch.utils.data.TensorDataset(*tensors)
         generator = torch.Generator().manual_seed(seed)
         return torch.utils.data.DataLoader(
-            dataset, batch_size=batch_size or self.batch_size, shuffle=shuffle, generator=generator
+            GatheredRecords(*tensors),
+            batch_size=batch_size or self.batch_size,
+            shuffle=shuffle,
+            generator=generator,
+            collate_fn=_gathered,
         )
 
     def train_model(

@@ -1,0 +1,53 @@
+"""Every kind of audit a site runs, in one record: the results of a site's audit
+(``contracts.site_audit.SiteAudit[SiteResults]``), as its reply carries them and its audit
+file holds them.
+
+Each field is one kind, None (or empty) when the site did not run it; its name is its key
+in the audit file and, as ``<name>-json``, in the reply (``contracts.wire``). A kind
+measured per round is a list with one entry per round, in round order, each saying its
+``round``. docs/development.md says how to add a kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from audit.canaries.canary import CanaryResult
+from audit.canaries.gradient_canaries import GradientCanaryResult
+from audit.inversion.scores import InversionResult
+from audit.panoramia.over_rounds import RoundLeakage
+from audit.result import AuditResult
+
+
+@dataclass(frozen=True)
+class SiteResults:
+    """The audits of one site (summary numbers only: what may leave the site)."""
+
+    result: AuditResult | None = None
+    """PANORAMIA on the final model, with its comparisons on the site's real non-members;
+    None when only earlier rounds were asked for (and in a failed audit's file)."""
+    canary: CanaryResult | None = None
+    """The one-run audit of the site's canary records (``audit.canaries``)."""
+    by_round: list[RoundLeakage] = field(default_factory=list)
+    """PANORAMIA in brief on earlier rounds' global models (``audit.rounds`` /
+    ``audit.every``); in the audit file the final round's too, each with the round's
+    global accuracy."""
+    gradient_canaries: GradientCanaryResult | None = None
+    """The white-box audit of the site's DP-SGD (``audit.gradient_canaries``)."""
+    inversion: list[InversionResult] = field(default_factory=list)
+    """The gradient-inversion audit of the site's own updates (``audit.inversion``)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, list):
+                rounds = [entry.round for entry in value]
+                if rounds != sorted(set(rounds)):
+                    raise ValueError(
+                        f"key '{f.name}' must hold one entry per round, in round order, "
+                        f"got rounds {rounds}"
+                    )
+
+    def audited_rounds(self) -> set[int]:
+        """The rounds :attr:`by_round` holds."""
+        return {line.round for line in self.by_round}
