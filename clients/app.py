@@ -40,7 +40,12 @@ from clients.privacy import DPSettings, PrivacyLedger
 from clients.site_data import SiteData
 from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
 from clients.training import TrainableTask, train_locally
-from clients.update_audits import UpdateAuditSettings, keep_local_model
+from clients.update_audits import (
+    UpdateAuditSettings,
+    keep_local_model,
+    kept_models,
+    with_epsilons,
+)
 from contracts.site_audit import SiteAudit
 from contracts.wire import (
     ARRAYS,
@@ -256,7 +261,11 @@ def _audit(
 
     final = model_of(ARRAYS) if asked.main else None
     earlier = {r: model_of(round_arrays(r)) for r in asked.rounds}
-    results = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier)
+    # The site's own updates are audited with its main audit (a resumed run keeps them).
+    kept = kept_models(runtime.updates) if asked.main and runtime.updates is not None else []
+    updates = {k.server_round: k.model(runtime.task) for k in kept}
+    results = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier, updates)
+    results = replace(results, updates=with_epsilons(results.updates, kept))
     dp_eps = None
     if runtime.dp is not None:
         dp_eps = _ledger(runtime, context).epsilon(runtime.dp.delta)

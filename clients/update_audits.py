@@ -8,12 +8,13 @@ models (:mod:`clients.audit_handler`): only summary numbers leave it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from audit.panoramia.over_rounds import RoundLeakage
 from clients.training import LocalTrainResult
 from contracts.files import atomic_write
 from contracts.run_files import local_model_name
@@ -82,3 +83,9 @@ def kept_models(settings: UpdateAuditSettings) -> list[KeptModel]:
             )
         )
     return out
+
+
+def with_epsilons(lines: list[RoundLeakage], kept: list[KeptModel]) -> list[RoundLeakage]:
+    """The audits of the site's updates, each with its epsilon after that round."""
+    eps = {k.server_round: k.dp_epsilon for k in kept}
+    return [replace(line, dp_epsilon=eps[line.round]) for line in lines]

@@ -310,7 +310,7 @@ def _audit_site(runner, *, site_id: int = 2) -> Message:
 
 
 def test_failing_site_audit_arrives_as_an_error_and_its_file_says_failed(tmp_path, task_identity):
-    def runner(task, model, data, seed, earlier):
+    def runner(task, model, data, seed, earlier, updates):
         raise ValueError("the audit's splits need 190 members, the site has 30")
 
     reply = _audit_site(runner)
@@ -339,6 +339,7 @@ FILE_KEYS = [
     "by_round",
     "gradient_canaries",
     "inversion",
+    "updates",
     "status",
     "error",
     "traceback",
@@ -348,7 +349,7 @@ FILE_KEYS = [
 
 
 def test_finished_site_audit_writes_todays_ok_file(tmp_path, task_identity):
-    def runner(task, model, data, seed, earlier):
+    def runner(task, model, data, seed, earlier, updates):
         return SiteResults(result=dataclasses.replace(RESULT, sizes={"seed": seed}))
 
     reply = _audit_site(runner, site_id=1)
