@@ -44,7 +44,7 @@ from .metrics import (
     O1_FDP,
     Metric,
 )
-from .schema import BoundViolation, ChecksReport, DPSource, PrivacyReport, SiteReport
+from .schema import BoundViolation, ChecksReport, DPSource, PrivacyReport, SiteReport, mean_of
 
 RECORD_ACCOUNTANTS: dict[str, str] = {"rdp": "Opacus RDP", "prv": "Opacus PRV"}
 """``dp.accountant`` -> the name the ledger shows."""
@@ -63,6 +63,7 @@ EPS_TILDE_ABOVE_NOTE = "c_lb not tight; eps_tilde is a measurement, not a bound"
 """Why eps_tilde above the accountant's epsilon is a flag, not a violation."""
 
 _RECORD_SCOPE = "one record in the released model"
+_UPDATE_SCOPE = "one record in the site's updates up to that round"
 _CLIENT_SCOPE = "the whole site (client level)"
 """What a violated guarantee covers, in its message."""
 _TOLERANCE = 1e-9
@@ -238,6 +239,29 @@ def bound_violations(site: SiteReport) -> list[BoundViolation]:
             scope = _CLIENT_SCOPE if bound.checked == "client" else _RECORD_SCOPE
             message = violation_message(site.site_id, label, value, dp, level, of=scope)
         found.append(BoundViolation(bound.key, label, value, dp, level, message))
+    return found + update_violations(site)
+
+
+def update_violations(site: SiteReport) -> list[BoundViolation]:
+    """The lower bounds (RM;RN two-sided, O(1)) measured on the site's update of a round,
+    and on that round's global model, above the site's DP-SGD epsilon after the round: it
+    covers the update, and the global model as a function of the updates so far."""
+    found = []
+    for row in site.update_rows():
+        eps = row.update.dp_epsilon
+        if eps is None:
+            continue
+        for model, line in (("update", row.update), ("global model", row.global_model)):
+            for label, value in (
+                ("RM;RN two-sided", None if line is None else mean_of(line.rm_rn_eps_lb)),
+                ("O(1)", None if line is None else mean_of(line.o1_eps_lb)),
+            ):
+                if value is None or not value > eps + _TOLERANCE:
+                    continue
+                name = f"{label} of the round-{row.round} {model}"
+                message = violation_message(site.site_id, name, value, eps, None, of=_UPDATE_SCOPE)
+                key = f"round_{row.round}_{model.replace(' ', '_')}"
+                found.append(BoundViolation(key, name, value, eps, None, message))
     return found
 
 

@@ -49,7 +49,7 @@ from .formatting import (
 )
 from .html_page import page
 from .schema import RunReport, SiteReport, report_json
-from .site_page import by_round_blocks
+from .site_page import by_round_blocks, update_blocks
 
 
 def title(run_name: str | None) -> str:
@@ -131,9 +131,15 @@ def _client_canaries(report: RunReport) -> list[Block]:
 
 def _over_rounds(report: RunReport) -> list[Block]:
     """Each site's leakage over rounds, when any site was audited over rounds."""
-    if not report.consortium.first_leaking_round:
+    per_site = [
+        [
+            *by_round_blocks(s, level=3, title=f"Site {s.site_id}"),
+            *update_blocks(s, level=4, title=f"Site {s.site_id}'s own updates"),
+        ]
+        for s in report.sites
+    ]
+    if not any(per_site):
         return []
-    per_site = (by_round_blocks(s, level=3, title=f"Site {s.site_id}") for s in report.sites)
     return [Heading("Leakage over rounds"), *(b for blocks in per_site for b in blocks)]
 
 

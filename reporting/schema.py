@@ -334,6 +334,23 @@ class SiteReport:
     by_round: list[RoundLeakage] = field(default_factory=list)
     """The audits of earlier rounds' global models and of the final one (``audit.rounds``
     / ``audit.every``), by round; empty when only the final model was audited."""
+    updates: list[RoundLeakage] = field(default_factory=list)
+    """The audits of the site's own updates (``audit.updates``), by round, each with the
+    site's DP-SGD epsilon after its round."""
+
+    def update_rows(self) -> list[UpdateRow]:
+        """Each audited update beside the same round's global model."""
+        globals_ = {line.round: line for line in self.by_round}
+        return [UpdateRow(u.round, u, globals_.get(u.round)) for u in self.updates]
+
+
+@dataclass(frozen=True)
+class UpdateRow:
+    """The audit of a site's update of one round beside that round's global model."""
+
+    round: int
+    update: RoundLeakage
+    global_model: RoundLeakage | None
 
 
 HEADLINE = "headline"

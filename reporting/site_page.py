@@ -23,6 +23,7 @@ from .columns import (
     INVERSION_COLUMNS,
     LOW_FPR_COLUMNS,
     PER_CLASS_COLUMNS,
+    UPDATE_COLUMNS,
     Game,
     Item,
     item_columns,
@@ -42,6 +43,8 @@ from .formatting import (
     PR_CAPTION,
     ROC_NOTE,
     SIDE_LABELS,
+    UPDATES_CAPTION,
+    UPDATES_NOTE,
     WHITE_BOX_MEANING,
     canary_banner,
     first_leaking_text,
@@ -111,6 +114,7 @@ def render_site_page(report: SitePageReport) -> str:
         Heading("Threat model"),
         Bullets(report.threat_model, ordered=True),
         *by_round_blocks(site),
+        *update_blocks(site),
         *_per_class(site.audit),
         Heading("Detail"),
         *(_detail(site, site.audit) if site.audit is not None else [_failed(site)]),
@@ -223,6 +227,26 @@ def by_round_blocks(
             alt=f"leakage against round, site {site.site_id}",
         ),
         Table(BY_ROUND_COLUMNS, site.by_round, attrs=f' id="by-round-{site.site_id}"'),
+    ]
+
+
+def update_blocks(
+    site: SiteReport, *, level: int = 2, title: str = "Leakage of your own updates"
+) -> list[Block]:
+    """The audits of the site's own updates beside the same rounds' global models (the
+    plot and the table); empty when none was audited (``audit.updates``)."""
+    rows = site.update_rows()
+    if not rows:
+        return []
+    return [
+        Heading(title, level),
+        Para(UPDATES_NOTE),
+        Figure(
+            plots.updates_plot(rows),
+            UPDATES_CAPTION,
+            alt=f"leakage of the site's updates against round, site {site.site_id}",
+        ),
+        Table(UPDATE_COLUMNS, rows, attrs=f' id="updates-{site.site_id}"'),
     ]
 
 
