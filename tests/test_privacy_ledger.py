@@ -564,6 +564,6 @@ def test_the_ledger_names_what_left_outside_the_guarantee(
     dp: dict[str, Any], rounds: list[RoundRecord], outside: list[str], text: str
 ) -> None:
     settings = privacy_settings({"dp": dp})
-    got = site_privacy(_audit(0, None), rounds, settings, None)
+    got = site_privacy(0, _audit(0, None), rounds, settings, None)
     assert got.outside_guarantee == outside
     assert fmt_outside(got) == text
