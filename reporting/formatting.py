@@ -111,16 +111,16 @@ BY_ROUND_CAPTION = (
     "the global model's accuracy."
 )
 UPDATES_NOTE = (
-    "Your site's own updates (the local model it sent the server in each chosen round) "
-    "play the same games, with the same non-members, helper and reference models, as that "
-    "round's global model: what the server could measure of your records, beside what "
-    "anyone holding the global model could. Under record-level DP your update of round r "
-    "is covered by your DP-SGD epsilon after round r (the last column): no lower bound of "
+    "The site's own updates (the local model it sent the server in each chosen round) play "
+    "the same games, with the same non-members, helper and reference models, as that "
+    "round's global model: what the server could measure of the site's records, beside what "
+    "anyone holding the global model could. Under record-level DP the update of round r is "
+    "covered by the site's DP-SGD epsilon after round r (the last column): no lower bound of "
     "that round (RM;RN, O(1)) may exceed it; eps_tilde is a measurement, not a bound."
 )
 UPDATES_CAPTION = (
-    "Two-sided eps_tilde (95% t-interval over repeats) and RM;RN of your update and of the "
-    "global model per audited round, beside your DP-SGD epsilon after the round."
+    "Two-sided eps_tilde (95% t-interval over repeats) and RM;RN of the site's update and of "
+    "the global model per audited round, beside its DP-SGD epsilon after the round."
 )
 FIRST_LEAK = "first audited round whose two-sided eps_tilde interval excludes 0"
 TOO_FEW_FOR_CLASS = "too few records for a bound"
