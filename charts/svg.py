@@ -327,8 +327,20 @@ def _ticks(lim: tuple[float, float], log: bool) -> list[tuple[float, str]]:
     return [(t, f"{t:.4g}") for t in (log_ticks if log else linear_ticks)(*lim)]
 
 
-def render_axes(ax: Axes, left: float, top: float, width: float, height: float) -> list[str]:
-    """The panel ``ax`` in the box (``left``, ``top``, ``width``, ``height``) in pixels."""
+@dataclass(frozen=True)
+class _Frame:
+    """A panel's plot area in pixels and its two scales."""
+
+    pw: float
+    ph: float
+    xlim: tuple[float, float]
+    ylim: tuple[float, float]
+    sx: _Scale
+    sy: _Scale
+
+
+def _frame(ax: Axes, width: float, height: float) -> _Frame:
+    """The plot area left inside the panel's margins (and beside a legend outside it)."""
     pw = width - MARGIN_LEFT - MARGIN_RIGHT
     if ax.legend and ax.legend_loc == "outside right":
         pw -= _legend_width(ax.legend) + 12
@@ -336,24 +348,32 @@ def render_axes(ax: Axes, left: float, top: float, width: float, height: float) 
     xlim = ax.xlim or limits(ax.data_x(), ax.xlog)
     ylim = ax.ylim or limits(ax.data_y(), ax.ylog)
     sx, sy = _Scale(xlim, ax.xlog, pw, flip=False), _Scale(ylim, ax.ylog, ph, flip=True)
-    out = [
-        f'<g transform="translate({left + MARGIN_LEFT:.1f},{top + MARGIN_TOP:.1f})">',
-        f'<rect width="{pw:.1f}" height="{ph:.1f}" fill="white" stroke="none"/>',
-    ]
-    for value, label in ax.xticks or _ticks(xlim, ax.xlog):
-        px = sx.one(value)
-        if -0.5 <= px <= pw + 0.5:
-            out.append(_line(px, 0, px, ph, 'stroke="#eee"'))
-            out.append(_line(px, ph, px, ph + 4, 'stroke="#444"'))
-            out.append(_text(px, ph + 6 + TICK_FONT, label, size=TICK_FONT))
-    for value, label in _ticks(ylim, ax.ylog):
-        py = sy.one(value)
-        out.append(_line(0, py, pw, py, 'stroke="#eee"'))
+    return _Frame(pw, ph, xlim, ylim, sx, sy)
+
+
+def _grid(ax: Axes, f: _Frame) -> list[str]:
+    """Grid lines, tick marks and tick labels of both axes."""
+    out = []
+    for value, label in ax.xticks or _ticks(f.xlim, ax.xlog):
+        px = f.sx.one(value)
+        if -0.5 <= px <= f.pw + 0.5:
+            out.append(_line(px, 0, px, f.ph, 'stroke="#eee"'))
+            out.append(_line(px, f.ph, px, f.ph + 4, 'stroke="#444"'))
+            out.append(_text(px, f.ph + 6 + TICK_FONT, label, size=TICK_FONT))
+    for value, label in _ticks(f.ylim, ax.ylog):
+        py = f.sy.one(value)
+        out.append(_line(0, py, f.pw, py, 'stroke="#eee"'))
         out.append(_line(-4, py, 0, py, 'stroke="#444"'))
         out.append(_text(-6, py + TICK_FONT * 0.35, label, size=TICK_FONT, anchor="end"))
-    # The data, clipped to the plot area: a nested <svg> clips to its own viewport (no ids,
-    # which would have to be unique over a page of many figures).
-    out.append(f'<svg width="{pw:.1f}" height="{ph:.1f}" overflow="hidden">')
+    return out
+
+
+def _data(ax: Axes, f: _Frame) -> list[str]:
+    """Bars, reference lines, lines and points, clipped to the plot area."""
+    sx, sy = f.sx, f.sy
+    # A nested <svg> clips to its own viewport (no ids, which would have to be unique over a
+    # page of many figures).
+    out = [f'<svg width="{f.pw:.1f}" height="{f.ph:.1f}" overflow="hidden">']
     for bar in ax.bars:
         xa, xb = sx.one(bar.x - bar.width / 2), sx.one(bar.x + bar.width / 2)
         ya, yb = sy.one(bar.height), sy.one(0.0)
@@ -361,8 +381,8 @@ def render_axes(ax: Axes, left: float, top: float, width: float, height: float) 
             f'<rect x="{xa:.1f}" y="{min(ya, yb):.1f}" width="{xb - xa:.1f}" '
             f'height="{abs(yb - ya):.1f}" fill="{bar.fill}" stroke="{bar.edge}"/>'
         )
-    out += [_line(0, sy.one(y), pw, sy.one(y), _attrs(style)) for y, style in ax.hlines]
-    out += [_line(sx.one(x), 0, sx.one(x), ph, _attrs(style)) for x, style in ax.vlines]
+    out += [_line(0, sy.one(y), f.pw, sy.one(y), _attrs(style)) for y, style in ax.hlines]
+    out += [_line(sx.one(x), 0, sx.one(x), f.ph, _attrs(style)) for x, style in ax.vlines]
     for line in ax.lines:
         lx, ly = sx(line.xs), sy(line.ys)
         out.extend(_polylines(lx, ly, line.style))
@@ -370,18 +390,30 @@ def render_axes(ax: Axes, left: float, top: float, width: float, height: float) 
             ok = np.isfinite(lx) & np.isfinite(ly)
             out.extend(marker(a, b, line.style, size=3) for a, b in zip(lx[ok], ly[ok]))
     for p in ax.points:
-        px, py = sx.one(p.x), sy.one(p.y)
-        if p.low is not None and p.high is not None:
-            ya, yb = sy.one(p.low), sy.one(p.high)
-            ink = f'stroke="{p.style.color}" stroke-width="1.2"'
-            out.append(_line(px, ya, px, yb, ink))
-            out.extend(_line(px - 3, yc, px + 3, yc, ink) for yc in (ya, yb))
-        if math.isfinite(px) and math.isfinite(py):
-            out.append(marker(px, py, p.style))
+        out.extend(_point(p, f))
     out.append("</svg>")
-    # Text after the clip: a label beside a point at the edge stays whole.
+    return out
+
+
+def _point(p: Point, f: _Frame) -> list[str]:
+    """A point's marker and its error bar with caps (when it has one)."""
+    out = []
+    px, py = f.sx.one(p.x), f.sy.one(p.y)
+    if p.low is not None and p.high is not None:
+        ya, yb = f.sy.one(p.low), f.sy.one(p.high)
+        ink = f'stroke="{p.style.color}" stroke-width="1.2"'
+        out.append(_line(px, ya, px, yb, ink))
+        out.extend(_line(px - 3, yc, px + 3, yc, ink) for yc in (ya, yb))
+    if math.isfinite(px) and math.isfinite(py):
+        out.append(marker(px, py, p.style))
+    return out
+
+
+def _annotations(ax: Axes, f: _Frame) -> list[str]:
+    """The panel's free texts, each at its data point plus its offset."""
+    out = []
     for t in ax.texts:
-        px, py = sx.one(t.x) + t.dx, sy.one(t.y) - t.dy
+        px, py = f.sx.one(t.x) + t.dx, f.sy.one(t.y) - t.dy
         if t.vertical:
             out.append(
                 _text(
@@ -391,17 +423,38 @@ def render_axes(ax: Axes, left: float, top: float, width: float, height: float) 
         else:
             anchor = "start" if t.dx else "middle"
             out.append(_text(px, py, t.text, size=t.size, anchor=anchor, color=t.color))
-    if ax.legend and ax.legend_loc:
-        out.extend(_legend(ax.legend, ax.legend_loc, pw, ph))
-    out.append(f'<rect width="{pw:.1f}" height="{ph:.1f}" fill="none" stroke="#444"/>')
+    return out
+
+
+def _titles(ax: Axes, f: _Frame) -> list[str]:
+    """The panel's title and axis labels, each label at a size that fits its side."""
+    out = []
     if ax.title:
-        out.append(_text(pw / 2, -8, ax.title, size=TITLE_FONT - 1))
+        out.append(_text(f.pw / 2, -8, ax.title, size=TITLE_FONT - 1))
     if ax.xlabel:
-        size = _fitting(ax.xlabel, pw + MARGIN_LEFT - 20)
-        out.append(_text(pw / 2, ph + MARGIN_BOTTOM - 8, ax.xlabel, size=size))
+        size = _fitting(ax.xlabel, f.pw + MARGIN_LEFT - 20)
+        out.append(_text(f.pw / 2, f.ph + MARGIN_BOTTOM - 8, ax.xlabel, size=size))
     if ax.ylabel:
-        size = _fitting(ax.ylabel, ph + MARGIN_BOTTOM)
-        out.append(_text(-MARGIN_LEFT + 12, ph / 2, ax.ylabel, size=size, rotate=True))
+        size = _fitting(ax.ylabel, f.ph + MARGIN_BOTTOM)
+        out.append(_text(-MARGIN_LEFT + 12, f.ph / 2, ax.ylabel, size=size, rotate=True))
+    return out
+
+
+def render_axes(ax: Axes, left: float, top: float, width: float, height: float) -> list[str]:
+    """The panel ``ax`` in the box (``left``, ``top``, ``width``, ``height``) in pixels."""
+    f = _frame(ax, width, height)
+    out = [
+        f'<g transform="translate({left + MARGIN_LEFT:.1f},{top + MARGIN_TOP:.1f})">',
+        f'<rect width="{f.pw:.1f}" height="{f.ph:.1f}" fill="white" stroke="none"/>',
+        *_grid(ax, f),
+        *_data(ax, f),
+        # Text after the clip: a label beside a point at the edge stays whole.
+        *_annotations(ax, f),
+    ]
+    if ax.legend and ax.legend_loc:
+        out.extend(_legend(ax.legend, ax.legend_loc, f.pw, f.ph))
+    out.append(f'<rect width="{f.pw:.1f}" height="{f.ph:.1f}" fill="none" stroke="#444"/>')
+    out.extend(_titles(ax, f))
     out.append("</g>")
     return out
 

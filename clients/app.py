@@ -266,9 +266,10 @@ def _audit(
     updates = {k.server_round: k.model(runtime.task) for k in kept}
     results = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier, updates)
     results = replace(results, updates=with_epsilons(results.updates, kept))
-    dp_eps = None
+    dp_eps = ledger = None
     if runtime.dp is not None:
-        dp_eps = _ledger(runtime, context).epsilon(runtime.dp.delta)
+        ledger = _ledger(runtime, context)
+        dp_eps = ledger.epsilon(runtime.dp.delta)
     if asked.main:
         inversion = []
         if runtime.inversion is not None:
@@ -280,7 +281,7 @@ def _audit(
             )
         results = replace(
             results,
-            gradient_canaries=_gradient_canary_audit(runtime, asked.seed),
+            gradient_canaries=_gradient_canary_audit(runtime, asked.seed, ledger),
             inversion=inversion,
         )
     return SiteAudit(
@@ -293,10 +294,13 @@ def _audit(
     )
 
 
-def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> GradientCanaryResult | None:
-    """The site's white-box audit of its own DP-SGD from its canaries' statistics."""
+def _gradient_canary_audit(
+    runtime: SiteRuntime, seed: int, ledger: PrivacyLedger | None
+) -> GradientCanaryResult | None:
+    """The site's white-box audit of its own DP-SGD: its canaries' statistics and the
+    conformance checks of its real steps against its ledger."""
     settings = runtime.gradient_canaries
-    if settings is None or runtime.dp is None:
+    if settings is None or runtime.dp is None or ledger is None:
         return None
     if not settings.state_path.exists():
         raise RuntimeError(
@@ -304,4 +308,7 @@ def _gradient_canary_audit(runtime: SiteRuntime, seed: int) -> GradientCanaryRes
             "(the site took part in no DP-SGD round)"
         )
     state = CanaryState.load(settings.state_path)
-    return state.audit(beta=settings.beta, delta=runtime.dp.delta, seed=seed * 31 + runtime.site_id)
+    state = CanaryState.load(settings.state_path)
+    return state.audit(
+        beta=settings.beta, seed=seed * 31 + runtime.site_id, dp=runtime.dp, ledger=ledger
+    )

@@ -1,28 +1,35 @@
-"""Gradient canaries inside a site's DP-SGD: a phantom block beside the model's parameters.
+"""Gradient canaries inside a site's DP-SGD, driven through the real path, and the
+observations behind the conformance checks (:mod:`audit.conformance.checks`).
 
 The site's canaries (:mod:`audit.canaries.gradient_canaries`) each own one coordinate of a phantom
-block that no record's loss touches. At every noisy step of the site's Opacus optimizer,
-after the model's own noise (:func:`attach`):
+block that no record's loss touches. At every real step of the site's Opacus optimizer
+(:func:`attach`, hooks on the optimizer *instance*, :mod:`clients.dp_observer`):
 
-1. each inserted canary joins the batch by its own Poisson draw at the site's sampling rate;
-   its per-sample gradient, ``C e_j`` at the clipping norm the accountant assumes, is clipped
-   at the norm the optimizer actually uses;
-2. the block's sum is noised with Opacus's own noise function at the optimizer's *current*
-   noise multiplier and clipping norm (what the step really adds, not what the accountant
-   assumes), so a site that adds less noise than it accounts for shows it;
-3. the mechanism-level statistic adds this step's log-likelihood ratio per canary;
-4. the block is stepped by the site's own optimizer kind (its round update is the
+1. right after the model's own noise call, the inserted canaries are drawn by a copy of the
+   site's real batch sampler (same class and rate, its own population and generator), their
+   per-sample gradient ``CANARY_GRADIENT x C e_j`` goes through the optimizer's own clipping
+   code, and the block is noised by the optimizer's own ``add_noise`` (its current noise
+   multiplier, clipping norm and noise function): a fault in the sampler, the clipping or
+   the noise reaches the canaries as it reaches the model;
+2. where the step's gradient is consumed (after the accountant recorded the step), the
+   mechanism-level statistic adds this step's log-likelihood ratio per canary at the noise
+   multiplier and sampling rate the accountant *recorded*;
+3. the block is stepped by the site's own optimizer kind (its round update is the
    server-level view, added up at the end of the round by :meth:`RoundCanaries.finish`).
 
-The block's noise and sampling come from a generator of their own, never from the model's:
-the trained weights are bit for bit those of the same run without canaries (the canaries
-cost no accuracy), and the phantom coordinates never leave the site.
+The canaries draw from a generator of their own, never the model's, and the conformance
+hooks only read: the trained weights are bit for bit those of the same run without them.
+The coins, statistics and observations stay in the site's state folder (0600).
 """
 
 from __future__ import annotations
 
+import copy
+import math
 import secrets
+import sys
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +43,18 @@ from audit.canaries.gradient_canaries import (
     gradient_canary_audit,
     llr_increment,
 )
+from audit.conformance.checks import conformance_audit
+from audit.conformance.evidence import ConformanceEvidence
+from clients.dp_observer import IndexLog, StepObserver, require_dp_optimizer
+from clients.privacy import DPSettings, PrivacyLedger
 from contracts.files import atomic_write
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 _STREAM = 0x6CA7
 """Names the canaries' random stream, so a simulated round's seed never gives the block
 the same numbers as the model's own draws."""
+SUBSET = 256
+"""Model coordinates whose noise every step keeps, for the reuse check across all steps."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +91,11 @@ class CanaryState:
     """Time the canaries added to the site's training (all rounds)."""
     sample_rate: float = 0.0
     noise_multiplier: float = 0.0
+    """The last step's sampling rate and noise multiplier, as the accountant recorded them."""
     max_grad_norm: float = 0.0
+    """The configured clipping norm C."""
+    evidence: ConformanceEvidence | None = None
+    """What the site observed of its real DP-SGD steps (None before the first round)."""
 
     @classmethod
     def new(cls, pairs: int, *, seed: int | None) -> CanaryState:
@@ -98,6 +115,7 @@ class CanaryState:
             "counters": np.array([self.steps, self.rounds]),
             "seconds": np.array(self.seconds),
             "settings": np.array([self.sample_rate, self.noise_multiplier, self.max_grad_norm]),
+            **({} if self.evidence is None else self.evidence.to_arrays()),
         }
         # Site-local: the coins identify the inserted canaries; durable before the reply.
         atomic_write(path, lambda f: np.savez(f, **arrays), private=True)
@@ -106,7 +124,10 @@ class CanaryState:
     def load(cls, path: Path) -> CanaryState:
         with np.load(path, allow_pickle=False) as data:
             if int(data["version"]) != _STATE_VERSION:
-                raise ValueError(f"{path}: gradient-canary state version {int(data['version'])}")
+                raise ValueError(
+                    f"{path}: gradient-canary state version {int(data['version'])}, this "
+                    f"version reads {_STATE_VERSION}: start the run afresh"
+                )
             steps, rounds = (int(v) for v in data["counters"])
             q, sigma, clip = (float(v) for v in data["settings"])
             return cls(
@@ -119,15 +140,34 @@ class CanaryState:
                 sample_rate=q,
                 noise_multiplier=sigma,
                 max_grad_norm=clip,
+                evidence=(
+                    ConformanceEvidence.from_arrays(data)
+                    if ConformanceEvidence.stored_in(data)
+                    else None
+                ),
             )
 
-    def audit(self, *, beta: float, delta: float, seed: int) -> GradientCanaryResult:
-        """Both threat levels' bounds and estimates (:mod:`audit.canaries.gradient_canaries`)."""
-        if self.steps == 0:
-            raise ValueError("no DP-SGD step observed the gradient canaries (nothing trained)")
-        stats: dict[ThreatLevel, np.ndarray] = {"mechanism": self.mechanism}
-        if self.rounds > 0:
-            stats["server"] = self.server
+    def audit(
+        self, *, beta: float, seed: int, dp: DPSettings, ledger: PrivacyLedger
+    ) -> GradientCanaryResult:
+        """Both threat levels' bounds and estimates (:mod:`audit.canaries.gradient_canaries`)
+        and the conformance checks of the real steps against ``ledger`` and ``dp``
+        (:mod:`audit.conformance.checks`)."""
+        if self.evidence is None or self.evidence.n_steps == 0:
+            raise ValueError("no DP-SGD step was observed (nothing trained)")
+        conformance = conformance_audit(
+            self.evidence,
+            beta=beta,
+            ledger_steps=sum(int(h[2]) for h in ledger.history),
+            epsilon_taken=PrivacyLedger(dp.accountant, self.evidence.history()).epsilon(dp.delta),
+            epsilon_ledger=ledger.epsilon(dp.delta),
+            epsilon_target=dp.target_epsilon if dp.noise_multiplier is None else None,
+        )
+        stats: dict[ThreatLevel, np.ndarray] = {}
+        if self.steps > 0:  # none when the accountant recorded no step: the checks say so
+            stats["mechanism"] = self.mechanism
+            if self.rounds > 0:
+                stats["server"] = self.server
         return gradient_canary_audit(
             stats,
             self.coins,
@@ -138,56 +178,134 @@ class CanaryState:
             noise_multiplier=self.noise_multiplier,
             max_grad_norm=self.max_grad_norm,
             beta=beta,
-            delta=delta,
+            delta=dp.delta,
             seed=seed,
+            conformance=conformance,
         )
 
 
+CANARY_GRADIENT = 10.0
+"""A canary's per-sample gradient norm, in units of the configured clipping norm C: above C,
+as real records' gradients often are, so the real clipping has work to do (a clipping at 2C
+makes every canary twice as loud)."""
+
+_HOOKS = ("clip_and_accumulate", "add_noise")
+"""The instance attributes :mod:`clients.dp_observer` installs on the optimizer."""
+
+
+class _Only:
+    """A view's stand-in for the inner optimizer: the given parameters and nothing else."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self.param_groups = [{"params": params}]
+        self.state: dict[Any, Any] = defaultdict(dict)
+        self.defaults: dict[str, Any] = {}
+
+
+def _view(optimizer: Any, params: list[torch.Tensor], generator: torch.Generator) -> Any:
+    """The optimizer as its own methods see it, but over ``params`` and with ``generator``:
+    its current settings (noise multiplier, clipping norm, secure mode) are the real
+    ones."""
+    view = object.__new__(type(optimizer))
+    view.__dict__.update({k: v for k, v in vars(optimizer).items() if k not in _HOOKS})
+    view.__dict__.update(original_optimizer=_Only(params), generator=generator)
+    return view
+
+
+def _call(method: Any, optimizer: Any, name: str, view: Any) -> None:
+    """Run the optimizer's real ``name`` (as captured in ``method``) on ``view``."""
+    func = getattr(method, "__func__", None) or getattr(type(optimizer), name)
+    func(view)
+
+
+def _sampler_twin(batch_sampler: Any, population: int, generator: torch.Generator) -> Any:
+    """A copy of the site's real batch sampler over the canaries, with its own generator
+    (None when the sampler is not of the population-and-generator kind Opacus builds)."""
+    twin = copy.copy(batch_sampler)
+    if not (hasattr(twin, "num_samples") and hasattr(twin, "generator")):
+        return None
+    twin.num_samples, twin.generator = population, generator
+    if hasattr(twin, "steps"):
+        twin.steps = sys.maxsize
+    return twin
+
+
 class RoundCanaries:
-    """The canaries of one round of local DP-SGD, attached to its Opacus optimizer."""
+    """The canaries of one round of local DP-SGD, driven by the real optimizer's calls."""
 
     def __init__(
         self,
         state: CanaryState,
+        optimizer: Any,
         *,
+        batch_sampler: Any,
         sample_rate: float,
-        noise_multiplier: float,
         max_grad_norm: float,
         block_optimizer: Any,
-        block: torch.Tensor,
         generator: torch.Generator,
     ) -> None:
-        self.state = state
-        self.q, self.sigma, self.clip = sample_rate, noise_multiplier, max_grad_norm
-        self.block, self.block_optimizer, self.generator = block, block_optimizer, generator
+        self.state, self.optimizer = state, optimizer
+        self.real_clip, self.real_noise = optimizer.clip_and_accumulate, optimizer.add_noise
+        self.q, self.clip = sample_rate, max_grad_norm
+        # Any: Opacus's methods read and set attributes of their own on the parameter.
+        self.block: Any = torch.zeros(state.coins.size, dtype=torch.float32, requires_grad=True)
+        self.block_optimizer = block_optimizer([self.block])
+        self.generator = generator
         self.coins = torch.from_numpy(state.coins)
-        state.sample_rate, state.noise_multiplier, state.max_grad_norm = (
-            sample_rate,
-            noise_multiplier,
-            max_grad_norm,
-        )
+        twin = _sampler_twin(batch_sampler, state.coins.size, generator)
+        self.draws = None if twin is None else iter(twin)
+        self._noisy: torch.Tensor | None = None
+        state.max_grad_norm = max_grad_norm
 
-    def observe(self, optimizer: Any) -> None:
-        """One noisy step of ``optimizer`` (a ``DPOptimizer``), after the model's noise."""
-        from opacus.optimizers.optimizer import _generate_noise
+    def _drawn(self) -> torch.Tensor:
+        """The canaries the site's sampler draws for this step (a copy of the real one)."""
+        if self.draws is None:
+            return torch.rand(self.coins.shape, generator=self.generator) < self.q
+        drawn = torch.zeros(self.coins.shape, dtype=torch.bool)
+        drawn[torch.as_tensor(next(self.draws), dtype=torch.long)] = True
+        return drawn
 
+    def _clipped(self) -> float:
+        """A canary's gradient after the real clipping: one row of norm CANARY_GRADIENT x C
+        through the optimizer's own clipping code and settings."""
+        # Opacus keeps per-sample and clipped gradients as attributes of the parameter.
+        probe: Any = torch.zeros(1, requires_grad=True)
+        probe.grad_sample = torch.full((1, 1), CANARY_GRADIENT * self.clip)
+        probe.summed_grad = None
+        view = _view(self.optimizer, [probe], self.generator)
+        _call(self.real_clip, self.optimizer, "clip_and_accumulate", view)
+        return float(probe.summed_grad)
+
+    @torch.no_grad()
+    def noise_block(self) -> None:
+        """Right after the model's real noise call: the drawn inserted canaries' clipped
+        gradients, noised by the optimizer's own noise call on the block."""
         began = time.perf_counter()
-        sampled = self.coins & (torch.rand(self.coins.shape, generator=self.generator) < self.q)
-        # A canary's per-sample gradient has norm C (the accountant's); clipped as Opacus does.
-        factor = min(1.0, float(optimizer.max_grad_norm) / (self.clip + 1e-6))
-        noise = _generate_noise(
-            std=float(optimizer.noise_multiplier) * float(optimizer.max_grad_norm),
-            reference=self.block,
-            generator=self.generator,
-            secure_mode=bool(optimizer.secure_mode),
-        )
-        noisy = sampled.to(self.block.dtype) * (self.clip * factor) + noise
-        x = noisy.double().numpy() / (self.sigma * self.clip)
-        self.state.mechanism += llr_increment(x, sample_rate=self.q, noise_multiplier=self.sigma)
+        sampled = (self.coins & self._drawn()).to(self.block.dtype)
+        self.block.summed_grad = sampled * self._clipped()
+        view = _view(self.optimizer, [self.block], self.generator)
+        _call(self.real_noise, self.optimizer, "add_noise", view)
+        assert self.block.grad is not None
+        self._noisy = self.block.grad.detach().clone()
+        self.state.seconds += time.perf_counter() - began
+
+    @torch.no_grad()
+    def observe(self, sigma: float, rate: float) -> None:
+        """Where the step's gradient is consumed (after the accountant recorded the step):
+        the step's log-likelihood ratios at the recorded ``sigma`` and ``rate``, and the
+        block's own step."""
+        noisy, self._noisy = self._noisy, None
+        if noisy is None or not (math.isfinite(sigma) and math.isfinite(rate)):
+            return  # no noise call, or nothing recorded: the conformance checks say so
+        began = time.perf_counter()
+        x = noisy.double().numpy() / (sigma * self.clip)
+        self.state.mechanism += llr_increment(x, sample_rate=rate, noise_multiplier=sigma)
         self.state.steps += 1
+        self.state.sample_rate, self.state.noise_multiplier = rate, sigma
         # The block's own step, scaled like the model's (Opacus's scale_grad).
-        self.block.grad = noisy / float(optimizer.expected_batch_size)
-        self.block_optimizer.step()
+        self.block.grad = noisy / float(self.optimizer.expected_batch_size)
+        with torch.enable_grad():
+            self.block_optimizer.step()
         self.state.seconds += time.perf_counter() - began
 
     def finish(self) -> None:
@@ -199,51 +317,73 @@ class RoundCanaries:
             self.state.rounds += 1
 
 
-def attach(
-    optimizer: Any,
-    state: CanaryState,
-    *,
-    make_block_optimizer: Any,
-    sample_rate: float,
-    noise_multiplier: float,
-    max_grad_norm: float,
-    seed: int | None,
-    noise_scale: float = 1.0,
-) -> RoundCanaries:
-    """Attach the canaries to a ``DPOptimizer`` for one round.
-
-    ``make_block_optimizer(params)`` builds the site's optimizer kind for the block.
-    ``seed``: the block's generator seed (a simulation), or None for the OS's entropy.
-    ``noise_scale`` below 1 is a *fault* for tests: every step then adds that fraction of
-    the noise the accountant records (the model's and the block's), as a broken DP setup
-    would.
-    """
-    block = torch.zeros(state.coins.size, dtype=torch.float32, requires_grad=True)
+def _generator(seed: int | None) -> torch.Generator:
     generator = torch.Generator()
     if seed is None:
         generator.manual_seed(secrets.randbits(63))
     else:
         generator.manual_seed(int(np.random.SeedSequence([seed, _STREAM]).generate_state(1)[0]))
+    return generator
+
+
+class RealPathAudit:
+    """A round's gradient canaries and conformance observations, on the real optimizer."""
+
+    def __init__(self, canaries: RoundCanaries, observer: StepObserver, log: IndexLog) -> None:
+        self.canaries, self.observer, self.log = canaries, observer, log
+
+    def finish(self) -> None:
+        self.canaries.finish()
+        self.observer.finish(self.log.draws)
+        self.canaries.state.seconds += self.observer.seconds
+
+
+def attach(
+    optimizer: Any,
+    state: CanaryState,
+    *,
+    accountant: Any,
+    batch_sampler: Any,
+    index_log: IndexLog,
+    make_block_optimizer: Any,
+    sample_rate: float,
+    max_grad_norm: float,
+    records: int,
+    seed: int | None,
+) -> RealPathAudit:
+    """Attach the canaries and the conformance observer to a ``DPOptimizer`` for one round.
+
+    ``batch_sampler``: the real loader's (copied for the canaries); ``index_log``: the
+    real loader's dataset wrapper; ``make_block_optimizer(params)`` builds the site's
+    optimizer kind for the block; ``sample_rate``: the canaries' rate only when the sampler
+    cannot be copied; ``max_grad_norm``: the configured C; ``seed``: the canaries' generator
+    seed (a simulation), or None for the OS's entropy.
+    """
+    require_dp_optimizer(optimizer)
+    generator = _generator(seed)
     canaries = RoundCanaries(
         state,
+        optimizer,
+        batch_sampler=batch_sampler,
         sample_rate=sample_rate,
-        noise_multiplier=noise_multiplier,
         max_grad_norm=max_grad_norm,
-        block_optimizer=make_block_optimizer([block]),
-        block=block,
+        block_optimizer=make_block_optimizer,
         generator=generator,
     )
-    model_noise = optimizer.add_noise
-
-    def add_noise() -> None:
-        accounted = optimizer.noise_multiplier
-        optimizer.noise_multiplier = accounted * noise_scale
-        try:
-            model_noise()
-            canaries.observe(optimizer)
-        finally:
-            # The accountant's step hook runs after add_noise and records this value.
-            optimizer.noise_multiplier = accounted
-
-    optimizer.add_noise = add_noise
-    return canaries
+    if state.evidence is None:
+        coordinates = sum(p.numel() for p in optimizer.params)
+        pick = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=generator)))
+        state.evidence = ConformanceEvidence(
+            clip_norm=max_grad_norm,
+            records=records,
+            subset_index=np.sort(pick.choice(coordinates, min(SUBSET, coordinates), False)),
+        )
+    observer = StepObserver(
+        optimizer,
+        accountant=accountant,
+        evidence=state.evidence,
+        on_noise=canaries.noise_block,
+        on_step=canaries.observe,
+    )
+    observer.install()
+    return RealPathAudit(canaries, observer, index_log)

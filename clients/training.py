@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from clients import gradient_canaries
+from clients.dp_observer import logged_loader
 from clients.gradient_canaries import CanaryState
 from clients.noise import draw_noise_securely, entropy_generator
 from clients.privacy import DPSettings, PrivacyLedger, Sampling
@@ -65,22 +66,24 @@ def _proximal(
 def _pull_after_noise(
     optimizer: Any, params: Sequence[torch.Tensor], anchor: Sequence[torch.Tensor], mu: float
 ) -> None:
-    """FedProx under DP-SGD: add the proximal gradient ``mu (w - anchor)`` after the noise.
+    """FedProx under DP-SGD: add the proximal gradient ``mu (w - anchor)`` after the noise
+    and scaling, just before the inner optimizer's step.
 
     Opacus rebuilds each gradient from the clipped per-sample ones, so a proximal term in the
     loss would never reach the step. The anchor is the global model the server sent (public
     to the server already), so adding its gradient after the noise costs no privacy.
     """
-    scale_grad = optimizer.scale_grad
+    inner = optimizer.original_optimizer
+    step = inner.step
 
-    def scale_then_pull() -> None:
-        scale_grad()
+    def pull_then_step(*args: Any, **kwargs: Any) -> Any:
         with torch.no_grad():
             for p, a in zip(params, anchor, strict=True):
                 if p.grad is not None:
                     p.grad.add_(p - a, alpha=mu)
+        return step(*args, **kwargs)
 
-    optimizer.scale_grad = scale_then_pull
+    inner.step = pull_then_step
 
 
 def train_locally(
@@ -97,7 +100,6 @@ def train_locally(
     ledger: PrivacyLedger | None = None,
     secure_noise: bool = False,
     canaries: CanaryState | None = None,
-    noise_scale: float = 1.0,
     local_steps: int | None = None,
     keep_used: bool = True,
 ) -> LocalTrainResult:
@@ -109,16 +111,14 @@ def train_locally(
     OS's entropy, not from ``seed`` (:mod:`clients.noise`); otherwise both follow ``seed``
     (a simulation, reproducible).
 
-    ``canaries`` (with ``dp``): the site's gradient canaries observe every noisy step and the
-    round's update (:mod:`clients.gradient_canaries`); updated in place. ``noise_scale`` below 1
-    is a fault for tests: the steps add that fraction of the noise the accountant records.
+    ``canaries`` (with ``dp``): the site's gradient canaries go through every real step and
+    the round's update, and the conformance hooks observe each step's sampling, clipping,
+    noise and accounting (:mod:`clients.gradient_canaries`); updated in place.
 
     ``local_steps``: that many batches (one step each, over as many epochs as they take)
     instead of ``epochs`` epochs; the result then holds the records those steps used, unless
     ``keep_used`` is off (no copy of each batch to the CPU when nobody will read them).
     """
-    if noise_scale != 1.0 and (dp is None or canaries is None):
-        raise ValueError("noise_scale (a test fault) needs dp and canaries")
     torch.manual_seed(seed)
     model = task.make_model()
     model.load_state_dict(global_state)
@@ -129,7 +129,7 @@ def train_locally(
     anchor = [p.detach().clone() for p in params]
     # Under DP the proximal gradient joins after the noise (_pull_after_noise), not the loss.
     prox = _proximal(model, anchor, proximal_mu) if proximal_mu > 0 and dp is None else None
-    round_canaries = None
+    real_path = None
 
     trained: nn.Module = model
     engine = None
@@ -144,6 +144,9 @@ def train_locally(
         sampling = dp.sampling(records=len(x), batch_size=int(loader.batch_size or 1))
         sample_rate = sampling.sample_rate
         sigma = dp.noise_for(sample_rate)
+        index_log = None
+        if canaries is not None:  # the records each real batch loads, for the sampling checks
+            loader, index_log = logged_loader(loader)
         with warnings.catch_warnings():
             # Opacus's notices on wrapping (e.g. the RDP orders it tries): expected here.
             # Deprecations are not silenced.
@@ -162,16 +165,18 @@ def train_locally(
             draw_noise_securely(optimizer, generator)
         if proximal_mu > 0:
             _pull_after_noise(optimizer, params, anchor, proximal_mu)
-        if canaries is not None:
-            round_canaries = gradient_canaries.attach(
+        if canaries is not None and index_log is not None:
+            real_path = gradient_canaries.attach(
                 optimizer,
                 canaries,
+                accountant=engine.accountant,
+                batch_sampler=loader.batch_sampler,
+                index_log=index_log,
                 make_block_optimizer=task.optimizer.build,
                 sample_rate=sample_rate,
-                noise_multiplier=sigma,
                 max_grad_norm=dp.max_grad_norm,
+                records=len(x),
                 seed=None if secure_noise else seed,
-                noise_scale=noise_scale,
             )
 
     def loss_fn(batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -192,8 +197,8 @@ def train_locally(
             batches = _first_batches(loader, local_steps, used if keep_used else None)
             losses.append(run_epoch(trained, batches, optimizer, loss_fn, device, empty))
 
-    if round_canaries is not None:
-        round_canaries.finish()
+    if real_path is not None:
+        real_path.finish()
     epsilon = None
     if engine is not None and ledger is not None and dp is not None:
         ledger.history = [tuple(h) for h in engine.accountant.history]

@@ -34,8 +34,8 @@ from deployment.files import (
     node_config_arg,
     prepare_deployment,
 )
-from deployment.processes import ProcessError, ProcessGroup, free_port, wait_for_port
 from simulations.config import ConfigError, ExperimentConfig, load_config
+from simulations.processes import ProcessError, ProcessGroup, free_port, wait_for_port
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 """The folder holding the project's packages (``server``, ``clients``, ``audit``, ``ml`` ...)."""

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from audit.conformance.checks import CHECKS, ConformanceCheck
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.panoramia.sides import SIDES
@@ -28,6 +29,7 @@ from .formatting import (
     fmt,
     fmt_best,
     fmt_canary,
+    fmt_conformance,
     fmt_dp,
     fmt_est,
     fmt_fdp,
@@ -418,6 +420,11 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
         "white-box server: f-DP eps_lb / estimate [95% CI]",
         lambda r: fmt_white_box(server(r.site)),
     ),
+    column(
+        "DP-SGD conformance (the real steps against the accountant)",
+        lambda r: fmt_conformance(r.site.privacy.gradient_canaries),
+        cls="text",
+    ),
     column("eps_tilde one-sided", lambda r: fmt(EPS_TILDE.value(r.site)), fold=2),
     column("eps_tilde two-sided (side)", lambda r: fmt_two_sided(r.site, interval=False)),
     column("RM;RN one-sided / two-sided", _rm_rn_pair),
@@ -497,6 +504,18 @@ def _inversion_cost(r: InversionResult) -> str:
     cut = " (cut by the time guard)" if r.cut_short else ""
     return f"{fmt(r.match_loss, 3)} / {steps}{cut} / {r.seconds:.0f}"
 
+
+CONFORMANCE_COLUMNS: tuple[Column[ConformanceCheck], ...] = (
+    column("check", lambda c: c.name.replace("_", " "), cls="text"),
+    column("compares", lambda c: CHECKS[c.name], cls="text"),
+    column("result", lambda c: "passed" if c.passed else "FAILED", cls="text"),
+    column("measured", lambda c: c.message, cls="text"),
+    column(
+        "p-value / level",
+        lambda c: "deterministic" if c.level is None else f"{fmt(c.p_value, 4)} / {c.level:.4f}",
+    ),
+)
+"""One row per conformance check of a site's real DP-SGD steps (its own page)."""
 
 INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
     column("round", lambda r: str(r.round)),

@@ -248,6 +248,21 @@ def fmt_white_box_cost(result: GradientCanaryResult | None) -> str:
     )
 
 
+def fmt_conformance(result: GradientCanaryResult | None) -> str:
+    """How many checks of the site's real DP-SGD steps passed, and which failed."""
+    conformance = None if result is None else result.conformance
+    if conformance is None:
+        return "off" if result is None else MISSING
+    failed = conformance.failed
+    if not failed:
+        return f"all {len(conformance.checks)} passed ({conformance.steps:,} steps)"
+    names = ", ".join(
+        c.name.replace("_", " ") + ("" if c.factor is None else f" ({c.factor:.2f} x)")
+        for c in failed
+    )
+    return f"FAILED {len(failed)} of {len(conformance.checks)}: {names}"
+
+
 def fmt_inversion(result: InversionResult | None) -> str:
     """``mean (baseline mean)`` of an inversion audit's quality measure, with the share
     rebuilt: e.g. ``SSIM 0.85 (baseline 0.31); 100% >= 0.6``."""
@@ -583,7 +598,10 @@ def ordering_text(site: SiteReport) -> str:
     violations = site.checks.bound_violations
     if violations:
         return "VIOLATION: " + "; ".join(
-            f"{v.label} {fmt(v.value)} > {fmt(v.dp_epsilon)}" for v in violations
+            f"{v.label} failed" + (f" ({fmt(v.value, 2)} x)" if math.isfinite(v.value) else "")
+            if v.conformance
+            else f"{v.label} {fmt(v.value)} > {fmt(v.dp_epsilon)}"
+            for v in violations
         )
     if site.privacy.dp_epsilon is None and site.privacy.client_epsilon is None:
         return "no DP (nothing to check)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from audit.conformance.checks import ConformanceResult
 from audit.result import AuditFlags, AuditResult, Interval
 
 from .formatting import NOT_A_BOUND, SIDE_LABELS, fmt, scorer_values
@@ -173,6 +174,8 @@ def _measured(site: SiteReport, audit: AuditResult) -> list[str]:
                 else "."
             )
         )
+    if white_box is not None and white_box.conformance is not None:
+        lines.append(conformance_sentence(white_box.conformance))
     if RM_RN.get(site) is not None or O1.get(site) is not None:
         lines.append(
             "Two cross-checks used real records of your site that the model never saw: RM;RN "
@@ -259,6 +262,13 @@ def _dp_line(site: SiteReport) -> str:
             "compare with."
         )
     head = f"Your site's records have a DP guarantee of epsilon at most {fmt(dp_epsilon, 2)}; "
+    failed = [v.label for v in site.checks.bound_violations if v.conformance]
+    if failed:
+        return (
+            head + f"but a check of your DP-SGD's real steps failed ({', '.join(failed)}): "
+            "your training did not do what the accountant assumes, so the guarantee does not "
+            "hold as stated until the cause is found."
+        )
     if site.checks.bound_violations:
         names = ", ".join(v.label for v in site.checks.bound_violations)
         return (
@@ -312,3 +322,16 @@ def realness_line(audit: AuditResult) -> str:
         "above the cross-check with real records may come from the model telling look-alike "
         "records from real ones, not from recognising yours."
     )
+
+
+def conformance_sentence(result: ConformanceResult) -> str:
+    """What the checks of the site's real DP-SGD steps found, in a sentence."""
+    checked = (
+        f"Your site also checked each of its {result.steps:,} real DP-SGD steps against what "
+        "its accountant assumes (the records each batch drew, the clipping at C, the noise "
+        "added and its independence, the steps in the ledger)"
+    )
+    if not result.failed:
+        return f"{checked}: all {len(result.checks)} checks passed."
+    names = ", ".join(c.name.replace("_", " ") for c in result.failed)
+    return f"{checked}: {len(result.failed)} failed ({names}); see the violations above."

@@ -12,7 +12,8 @@ checked against it.
 Each measured lower bound (canary, O(1), RM;RN, their f-DP readings) exceeds a correct
 guarantee with probability at most its level: above it is a bug or a 1-in-1/beta event. The
 canary clients' bound (``client_eps_lb``) measures the client level and is checked against the
-site-level client epsilon.
+site-level client epsilon. A failed conformance check of a site's real DP-SGD steps
+(:func:`conformance_violations`) is listed with them.
 Steinke's bounds are pure-epsilon (delta = 0), so they are loud only as far as the
 mechanism's delta part is negligible; the f-DP readings state epsilon at the run's delta for a
 Gaussian trade-off curve (docs/one_run_bounds.md). eps_tilde is not a bound: above the
@@ -44,7 +45,15 @@ from .metrics import (
     O1_FDP,
     Metric,
 )
-from .schema import BoundViolation, ChecksReport, DPSource, PrivacyReport, SiteReport, mean_of
+from .schema import (
+    CONFORMANCE_PREFIX,
+    BoundViolation,
+    ChecksReport,
+    DPSource,
+    PrivacyReport,
+    SiteReport,
+    mean_of,
+)
 
 RECORD_ACCOUNTANTS: dict[str, str] = {"rdp": "Opacus RDP", "prv": "Opacus PRV"}
 """``dp.accountant`` -> the name the ledger shows."""
@@ -239,7 +248,7 @@ def bound_violations(site: SiteReport) -> list[BoundViolation]:
             scope = _CLIENT_SCOPE if bound.checked == "client" else _RECORD_SCOPE
             message = violation_message(site.site_id, label, value, dp, level, of=scope)
         found.append(BoundViolation(bound.key, label, value, dp, level, message))
-    return found + update_violations(site)
+    return found + conformance_violations(site) + update_violations(site)
 
 
 def update_violations(site: SiteReport) -> list[BoundViolation]:
@@ -263,6 +272,37 @@ def update_violations(site: SiteReport) -> list[BoundViolation]:
                 key = f"round_{row.round}_{model.replace(' ', '_')}"
                 found.append(BoundViolation(key, name, value, eps, None, message))
     return found
+
+
+def conformance_violations(site: SiteReport) -> list[BoundViolation]:
+    """The failed conformance checks of the site's real DP-SGD steps
+    (:mod:`audit.conformance.checks`), each a violation of the guarantee as stated."""
+    canaries = site.privacy.gradient_canaries
+    conformance = None if canaries is None else canaries.conformance
+    if conformance is None:
+        return []
+    dp = site.privacy.dp_epsilon
+    return [
+        BoundViolation(
+            CONFORMANCE_PREFIX + check.name,
+            f"DP-SGD {check.name.replace('_', ' ')}",
+            math.nan if check.factor is None else check.factor,
+            math.nan if dp is None else dp,
+            check.level,
+            conformance_message(site.site_id, check.message, check.level),
+        )
+        for check in conformance.failed
+    ]
+
+
+def conformance_message(site_id: int, measured: str, level: float | None) -> str:
+    """The plain-words sentence of a failed conformance check."""
+    odds = f", or a 1-in-{1 / level:.0f} chance" if level else ""
+    return (
+        f"site {site_id}: its DP-SGD does not do what its accountant assumes: {measured}. "
+        f"The check watched the site's real training steps: a DP bug{odds}. The site's "
+        "guarantee does not hold as stated."
+    )
 
 
 def white_box_violation_message(

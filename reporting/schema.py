@@ -280,25 +280,38 @@ class PrivacyReport:
     count, or an older run's ``train-loss``."""
 
 
+CONFORMANCE_PREFIX = "dp_conformance_"
+"""The ``bound`` key of a failed conformance check of a site's DP-SGD: this prefix and the
+check's name (:data:`audit.conformance.checks.CHECKS`)."""
+
+
 @dataclass(frozen=True)
 class BoundViolation:
     """A measured lower bound on epsilon above the guarantee it measures (record level;
-    client level for the canary clients' bound).
+    client level for the canary clients' bound), or a failed conformance check of the
+    site's DP-SGD steps (its ``bound`` key starts with :data:`CONFORMANCE_PREFIX`).
 
-    Under correct DP training and accounting a lower bound exceeds the guarantee with
-    probability at most its level: a violation is a bug (accounting, training or audit) or
-    a 1-in-1/beta event.
+    Under correct DP training and accounting a lower bound exceeds the guarantee, or a
+    statistical check fails, with probability at most its level: a violation is a bug
+    (accounting, training or audit) or a 1-in-1/beta event.
     """
 
     bound: str
-    """The key of its :data:`~.metrics.LOWER_BOUNDS` entry."""
+    """The key of its :data:`~.metrics.LOWER_BOUNDS` entry, or :data:`CONFORMANCE_PREFIX`
+    and the check's name."""
     label: str
     value: float
+    """The bound; for a conformance check, its measured factor (NaN: none)."""
     dp_epsilon: float
     """The guarantee it was checked against: the record-level one in the released model,
     or the site-level client epsilon for ``client_eps_lb``."""
     level: float | None
     message: str
+
+    @property
+    def conformance(self) -> bool:
+        """A failed check of the site's DP-SGD steps, not a bound above the guarantee."""
+        return self.bound.startswith(CONFORMANCE_PREFIX)
 
 
 @dataclass(frozen=True)

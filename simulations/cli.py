@@ -1,4 +1,4 @@
-"""``panoramia-fl``: run, resume, report, sweep, audit and bounds."""
+"""``panoramia-fl``: run, resume, report, sweep, audit, bounds and cache."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from contracts.errors import UserError
 from contracts.files import atomic_write_text
@@ -17,7 +17,9 @@ from contracts.json_values import json_safe
 from contracts.run_files import CONFIG_FILE, RunLayout
 
 if TYPE_CHECKING:
+    from reporting import SweepPoint
     from simulations.config import ExperimentConfig
+    from simulations.sweep import SweepConfig
 
 # Each command imports what it runs (config, Flower, torch ...) when it runs: ``--help`` and
 # argument errors stay instant.
@@ -169,33 +171,49 @@ def _print_warnings(lines: list[str]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from reporting import SweepPoint, write_sweep_report
+    from reporting import write_sweep_report
     from simulations.config import report_config
-    from simulations.replicates import run_replicates
-    from simulations.runner import run_experiment
+    from simulations.shared_ray import SharedRay
     from simulations.sweep import expand, load_sweep
 
     sweep = load_sweep(Path(args.sweep), args.set)
     points = expand(sweep)
     sweep_dir = sweep.output_dir / sweep.name
     done = []
-    for label, overrides, config in points:
-        run_dir = sweep_dir / label
-        print(f"sweep point {label}: {run_dir}", file=sys.stderr)
-        try:
-            if sweep.replicates > 1:
-                runs = run_replicates(config, run_dir, sweep.replicates, verbose=args.verbose).runs
-                point = SweepPoint(label, overrides, layout=runs[0][1])
-            else:
-                outcome = run_experiment(config, run_dir, verbose=args.verbose)
-                point = SweepPoint(label, overrides, layout=outcome.layout)
-        except KeyboardInterrupt as stop:
-            _exit_interrupted(stop, f"rerun the sweep to continue from {run_dir}")
-        done.append(point)
+    run_dir = sweep_dir
+    try:
+        with SharedRay() as shared:  # Ray starts once for the sweep
+            for label, overrides, config in points:
+                run_dir = sweep_dir / label
+                print(f"sweep point {label}: {run_dir}", file=sys.stderr)
+                with shared.joined(config):
+                    done.append(_sweep_point(label, overrides, config, run_dir, sweep, args))
+    except KeyboardInterrupt as stop:
+        _exit_interrupted(stop, f"rerun the sweep to continue from {run_dir}")
     files = write_sweep_report(sweep_dir, done, report_config)
     _print_warnings(files.warnings)
     print(files.html_path)
     return 0
+
+
+def _sweep_point(
+    label: str,
+    overrides: dict[str, Any],
+    config: ExperimentConfig,
+    run_dir: Path,
+    sweep: SweepConfig,
+    args: argparse.Namespace,
+) -> SweepPoint:
+    """One point of a sweep: its run, or its replicate set."""
+    from reporting import SweepPoint
+    from simulations.replicates import run_replicates
+    from simulations.runner import run_experiment
+
+    if sweep.replicates > 1:
+        runs = run_replicates(config, run_dir, sweep.replicates, verbose=args.verbose).runs
+        return SweepPoint(label, overrides, layout=runs[0][1])
+    outcome = run_experiment(config, run_dir, verbose=args.verbose)
+    return SweepPoint(label, overrides, layout=outcome.layout)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -229,13 +247,39 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    from simulations.weights_cache import cache_dir_setting, cache_summary, clear_cache
+
+    root = cache_dir_setting()
+    if root is None:
+        print("the weights cache is off (--cache off or PANORAMIA_FL_CACHE=off)")
+        return 0
+    if args.action == "clear":
+        files, size = clear_cache(root)
+        print(f"{root}: removed {files} files ({size / 1e6:.1f} MB)")
+    else:
+        entries, size = cache_summary(root)
+        print(f"{root}: {entries} entries ({size / 1e6:.1f} MB)")
+    return 0
+
+
+def _add_cache_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="the weights cache: reference models trained once for every run with the same "
+        "public records and settings (default $PANORAMIA_FL_CACHE, else "
+        "~/.cache/panoramia-fl; 'off': none)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from simulations import cmd_bounds
 
     parser = argparse.ArgumentParser(
         prog="panoramia-fl",
         description="Federated training with per-site PANORAMIA privacy audits: run, resume, "
-        "report, sweep, audit and bounds. 'panoramia-fl COMMAND --help' describes each.",
+        "report, sweep, audit, bounds and cache. 'panoramia-fl COMMAND --help' describes each.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
 
@@ -270,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
         "OUT: output_dir/NAME-replicates), pooled in replicates.html; the same command "
         "again continues them",
     )
+    _add_cache_option(run)
     run.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
     run.set_defaults(func=cmd_run)
 
@@ -296,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a key of the sweep file, e.g. --set replicates=3 (each point over 3 "
         "seeds, with between-run error bars)",
     )
+    _add_cache_option(sweep)
     sweep.add_argument("--verbose", action="store_true", help="show Flower/Ray/Opacus logs")
     sweep.set_defaults(func=cmd_sweep)
 
@@ -313,6 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--out", help="write the full AuditResult JSON here")
     audit.set_defaults(func=cmd_audit)
 
+    cache = sub.add_parser(
+        "cache", help="show or clear the weights cache (reference models shared by runs)"
+    )
+    cache.add_argument("action", choices=["show", "clear"], help="show: its folder and size")
+    _add_cache_option(cache)
+    cache.set_defaults(func=cmd_cache)
+
     cmd_bounds.register(sub)
     return parser
 
@@ -326,6 +379,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.command in ("run", "sweep"):
         signal.signal(signal.SIGTERM, _terminate)
+    if getattr(args, "cache", None):
+        from simulations.weights_cache import CACHE_ENV
+
+        # The variable, not an argument: every stage of the run (and a sweep's every point)
+        # reads the same folder, as it would with the variable set by the user.
+        os.environ[CACHE_ENV] = args.cache
     try:
         return int(args.func(args))
     except UserError as err:

@@ -3,8 +3,10 @@ on the same consortium's data, each a normal run directory ``<set>/seed-<s>/``, 
 in the set's report (``reporting.replicates``).
 
 The partition is drawn once, by ``partition.seed`` (the config's run seed when unset), so
-only training, DP noise and audit randomness vary between the runs. Running the same set
-again continues each run where it stopped (missing rounds, then missing audits).
+only training, DP noise and audit randomness vary between the runs (the public split and
+the shared reference models go with the partition: one set trains them once). The runs join
+one local Ray, started once for the set. Running the same set again continues each run
+where it stopped (missing rounds, then missing audits).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from simulations.config import (
     validate_config,
 )
 from simulations.runner import run_experiment
+from simulations.shared_ray import SharedRay
 
 SET_SUFFIX = "-replicates"
 """A set's default folder: ``output_dir / (name + SET_SUFFIX)``."""
@@ -66,12 +69,14 @@ def run_replicates(
 
     runs: list[tuple[int, RunLayout]] = []
     timings: dict[str, float] = {}
-    for seed, replicate in replicate_configs(config, n):
-        run_dir = replicate_run_dir(set_dir, seed)
-        print(f"replicate seed {seed}: {run_dir}", file=sys.stderr)
-        outcome = run_experiment(replicate, run_dir, verbose=verbose)
-        timings[f"seed-{seed}_s"] = outcome.timings["total_s"]
-        runs.append((seed, outcome.layout))
+    with SharedRay() as shared:  # Ray starts once for the set
+        for seed, replicate in replicate_configs(config, n):
+            run_dir = replicate_run_dir(set_dir, seed)
+            print(f"replicate seed {seed}: {run_dir}", file=sys.stderr)
+            with shared.joined(replicate):
+                outcome = run_experiment(replicate, run_dir, verbose=verbose)
+            timings[f"seed-{seed}_s"] = outcome.timings["total_s"]
+            runs.append((seed, outcome.layout))
     files = write_replicate_report(
         set_dir,
         runs,

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +25,11 @@ from simulations.canary_twin import train_twin_and_record
 from simulations.config import ExperimentConfig, ResourcesConfig, report_config
 from simulations.platform_info import collect_platform, write_platform
 from simulations.ray_start import check_fits, start_ray
-from simulations.reference_models import ensure_reference_models, reference_count
+from simulations.reference_models import (
+    ReferenceModelsDone,
+    ensure_reference_models,
+    reference_count,
+)
 from simulations.run_dir import DatasetMeta, prepare_run_dir
 from simulations.run_task import check_run_task
 
@@ -36,6 +40,8 @@ log = logging.getLogger("panoramia_fl")
 class RunOutcome:
     layout: RunLayout
     timings: dict[str, float] = field(default_factory=dict)
+    reference_models: ReferenceModelsDone | None = None
+    """The shared reference models trained and loaded from the cache (None: none fetched)."""
 
     @property
     def run_dir(self) -> Path:
@@ -120,23 +126,26 @@ def _ray_temp_dir(config: ExperimentConfig) -> Iterator[Path]:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _train_reference_models(
+def _reference_models_step(
     config: ExperimentConfig,
     meta: DatasetMeta,
     layout: RunLayout,
+    outcome: RunOutcome,
     *,
     num_cpus: float,
     num_gpus: float,
-    verbose: bool,
-) -> bool:
-    """The calibrated MIA's shared reference models, as Ray tasks with the audit resources."""
-    if reference_count(config) == 0:
-        return False
-    with _ray_temp_dir(config) as temp_dir:
-        init_args = ray_init_args(config, temp_dir=temp_dir, verbose=verbose)
-        return ensure_reference_models(
-            config, meta, layout, num_cpus=num_cpus, num_gpus=num_gpus, ray_init_args=init_args
-        )
+) -> Callable[[], None]:
+    """The calibrated MIA's shared reference models, fetched or trained as Ray tasks with
+    the audit resources in the session of the simulation that audits (Ray starts once)."""
+
+    def step() -> None:
+        t = time.time()
+        done = ensure_reference_models(config, meta, layout, num_cpus=num_cpus, num_gpus=num_gpus)
+        if done is not None:
+            outcome.timings["reference_models_s"] = time.time() - t
+            outcome.reference_models = done
+
+    return step
 
 
 def _simulate(
@@ -148,7 +157,9 @@ def _simulate(
     num_cpus: float,
     num_gpus: float,
     verbose: bool,
+    before: Callable[[], None] | None = None,
 ) -> None:
+    """One Flower simulation of ``phases``; ``before`` runs first, once Ray is up."""
     from flwr.simulation import run_simulation
 
     switch = StopSwitch()
@@ -162,6 +173,8 @@ def _simulate(
                 num_gpus=num_gpus,
                 key=key,
             )
+            if before is not None:
+                before()
             run_simulation(
                 server_app=server_app,
                 client_app=client_app,
@@ -234,20 +247,29 @@ def run_experiment(
     sites = list(range(config.partition.num_sites))
     rounds = config.audit.audited_rounds(config.fl.rounds)
     if config.audit.enabled and plan_audits(layout, sites, config.fl.rounds, rounds):
-        t = time.time()
-        cpus, gpus = audit
-        if _train_reference_models(
-            config, meta, layout, num_cpus=cpus, num_gpus=gpus, verbose=verbose
-        ):
-            outcome.timings["reference_models_s"] = time.time() - t
         phases.append((("audit",), audit))
     # One simulation when both phases fit the same resources: Ray starts once.
     if len(phases) == 2 and phases[0][1] == phases[1][1]:
         phases = [(("train", "audit"), train)]
     for names, (cpus, gpus) in phases:
+        before = None
+        if "audit" in names and reference_count(config) > 0:
+            before = _reference_models_step(
+                config, meta, layout, outcome, num_cpus=audit[0], num_gpus=audit[1]
+            )
         t = time.time()
-        _simulate(config, meta, layout, phases=names, num_cpus=cpus, num_gpus=gpus, verbose=verbose)
-        outcome.timings["+".join(names) + "_s"] = time.time() - t
+        _simulate(
+            config,
+            meta,
+            layout,
+            phases=names,
+            num_cpus=cpus,
+            num_gpus=gpus,
+            verbose=verbose,
+            before=before,
+        )
+        spent = time.time() - t - outcome.timings.get("reference_models_s", 0.0)
+        outcome.timings["+".join(names) + "_s"] = spent
     if config.audit.canary_clients > 0 and config.audit.canary_twin:
         t = time.time()
         twin_cpus, twin_gpus = train

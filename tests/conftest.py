@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from deployment.local_ray import LocalRayHead
 from simulations import runner
 from simulations.config import validate_config
+from simulations.local_ray import LocalRayHead
 from simulations.runner import RAY_ADDRESS_ENV
+from simulations.weights_cache import CACHE_ENV
 
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -50,6 +51,25 @@ def shared_ray_head(request: pytest.FixtureRequest) -> Iterator[LocalRayHead | N
             yield head
         finally:
             del os.environ[RAY_ADDRESS_ENV]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_weights_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One weights cache for the session, shared by the xdist workers (under their common
+    temporary folder; its locks keep concurrent fills whole): a run whose reference models
+    an earlier test trained loads them. Never the user's own cache. A test that must see
+    them trained names a folder of its own (``tests/test_reference_models.py``)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "weights-cache"
+    previous = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(folder)
+    try:
+        yield folder
+    finally:
+        if previous is None:
+            del os.environ[CACHE_ENV]
+        else:
+            os.environ[CACHE_ENV] = previous
 
 
 @pytest.fixture(scope="session")

@@ -88,7 +88,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 def test_every_argument_of_every_command_has_help():
     parser = build_parser()
     commands = _subcommands(parser)
-    assert set(commands) == {"run", "report", "sweep", "audit", "bounds"}
+    assert set(commands) == {"run", "report", "sweep", "audit", "bounds", "cache"}
     missing = [
         f"{name} {action.option_strings or action.dest}"
         for name, command in [("panoramia-fl", parser), *commands.items()]
@@ -439,3 +439,20 @@ def test_a_run_whose_rounds_all_aggregated_nothing_exits_2(run_dir, capsys):
     assert "no site's update was aggregated in any of the 3 rounds" in line
     assert "round 1, site 0: rejected: train reply: non-finite weights" in line
     assert (run_dir / "report.html").exists()
+
+
+def test_cache_show_and_clear(tmp_path, monkeypatch, capsys):
+    import torch
+
+    from simulations.weights_cache import CACHE_ENV, WeightsCache
+
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(CACHE_ENV, "off")  # --cache overrides it (and is undone after)
+    WeightsCache(folder, "reference-models").store("k" * 64, {"w": torch.ones(3)}, about={})
+    assert cli_main(["cache", "show", "--cache", str(folder)]) == 0
+    assert f"{folder}: 1 entries" in capsys.readouterr().out
+    assert cli_main(["cache", "clear", "--cache", str(folder)]) == 0
+    assert f"{folder}: removed 1 files" in capsys.readouterr().out
+    assert WeightsCache(folder, "reference-models").load("k" * 64) is None
+    assert cli_main(["cache", "show", "--cache", "off"]) == 0
+    assert "off" in capsys.readouterr().out

@@ -30,8 +30,8 @@ from deployment.flower_apps import (
     read_run,
 )
 from deployment.local_consortium import LocalConsortium
-from deployment.processes import ProcessGroup, descendants, is_alive
 from simulations.config import dump_config, validate_config
+from simulations.processes import ProcessGroup, descendants, is_alive
 from simulations.run_dir import prepare_run_dir
 
 TINY_AUDIT = {

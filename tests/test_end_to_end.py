@@ -213,8 +213,12 @@ def test_two_point_sweep(tmp_path):
         for level in ("mechanism", "server"):
             bound = white_box["levels"][level]["eps_lb_fdp"]
             assert 0 <= bound <= site["privacy"]["dp_epsilon"]
+        # The checks of the site's real DP-SGD steps: every one passes on an honest run.
+        conformance = white_box["conformance"]
+        assert conformance["steps"] == white_box["steps"] and len(conformance["checks"]) > 10
+        assert [c["message"] for c in conformance["checks"] if not c["passed"]] == []
         page = (folder / "eps=1" / "site-reports" / f"site-{site['site_id']}.html").read_text()
-        assert "white-box, mechanism level" in page
+        assert "white-box, mechanism level" in page and 'id="conformance"' in page
     assert all(s["privacy"]["gradient_canaries"] is None for s in public["sites"])
     # The coins and statistics stay at the site: the server's files hold only the summary.
     run = folder / "eps=1"

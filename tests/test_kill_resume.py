@@ -24,8 +24,8 @@ import yaml
 from builders import run_files
 
 from contracts.checkpoint import load_checkpoint
-from deployment.local_ray import LocalRayHead
-from deployment.processes import is_alive
+from simulations.local_ray import LocalRayHead
+from simulations.processes import is_alive
 
 pytestmark = pytest.mark.slow
 

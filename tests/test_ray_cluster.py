@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from deployment.local_ray import LocalRayHead
-from deployment.processes import descendants, is_alive
 from simulations.config import validate_config
+from simulations.local_ray import LocalRayHead
+from simulations.processes import descendants, is_alive
 from simulations.runner import ray_init_args, run_experiment
 
 TINY_AUDIT = {

@@ -1,5 +1,6 @@
 """The calibrated MIA's shared reference models in a federated run: trained once on Ray on
-public records no site pool holds, cached, used by every site, not retrained on resume."""
+public records no site pool holds, used by every site, not retrained on resume, and loaded
+from the weights cache by another run with the same public records and settings."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import signal
 
 import numpy as np
 import pytest
+import torch
 from builders import run_files
 
 from simulations.config import validate_config
-from simulations.reference_models import site_pool, split_public
+from simulations.reference_models import ReferenceModelsDone, site_pool, split_public
+from simulations.replicates import replicate_configs
 from simulations.run_dir import load_public
 from simulations.runner import run_experiment
+from simulations.weights_cache import CACHE_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
@@ -44,7 +48,16 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def cache_dir(tmp_path_factory):
+    """A weights cache of this module's own: its first run must train."""
+    path = tmp_path_factory.mktemp("weights-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, cache_dir):
     path = tmp_path_factory.mktemp("refs") / "run"
     config = _config()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -65,6 +78,8 @@ def test_reference_models_are_trained_once_and_every_site_uses_them(run) -> None
         "ref-1.pt",
     ]
     assert outcome.timings["reference_models_s"] > 0
+    assert outcome.reference_models == ReferenceModelsDone(trained=2, cached=0)
+    assert len(manifest["cache_keys"]) == 2
     for site in (0, 1):
         audit = json.loads((path / "audits" / f"site-{site}.json").read_text())
         assert audit["status"] == "ok", audit.get("error")
@@ -103,3 +118,22 @@ def test_training_them_on_ray_keeps_the_harness_sigterm_handler(run) -> None:
     _, _, outcome, handler_after = run
     assert "reference_models_s" in outcome.timings
     assert handler_after is _on_sigterm
+
+
+def test_a_replicate_trains_no_reference_model(run, cache_dir, tmp_path) -> None:
+    """Another training seed on the same partition: the same public records and settings,
+    so the same reference models, loaded from the cache bit for bit."""
+    config, path, _, _ = run
+    entries = {p.name: p.stat().st_mtime_ns for p in cache_dir.rglob("*.pt")}
+    assert len(entries) == 2
+    [(seed, replicate)] = replicate_configs(config, 2)[1:]
+    assert seed != config.seed
+    outcome = run_experiment(replicate, tmp_path / "replicate", write_report=False)
+    assert outcome.reference_models == ReferenceModelsDone(trained=0, cached=2)
+    assert {p.name: p.stat().st_mtime_ns for p in cache_dir.rglob("*.pt")} == entries
+    first, second = run_files(path), run_files(tmp_path / "replicate")
+    for k in (0, 1):
+        a, b = (torch.load(r.reference_model(k), weights_only=True) for r in (first, second))
+        assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
+    audit = json.loads((tmp_path / "replicate" / "audits" / "site-0.json").read_text())
+    assert audit["status"] == "ok" and audit["result"]["sizes"]["reference_models"] == 2

@@ -16,10 +16,12 @@ from builders import run_files
 from contracts.run_files import REPLICATES_FILE, replicate_run_dir
 from reporting import SweepPoint, build_sweep_report, write_sweep_report
 from reporting.between_runs import HEADLINE, POOLED, over_runs
+from simulations import shared_ray
 from simulations.cli import main as cli_main
 from simulations.config import ConfigError, load_config, report_config, validate_config
+from simulations.local_ray import LocalRayHead
 from simulations.replicates import replicate_configs
-from simulations.runner import run_experiment
+from simulations.runner import RAY_ADDRESS_ENV, run_experiment
 from simulations.sweep import expand, load_sweep
 
 TINY = {
@@ -42,12 +44,38 @@ TINY = {
 
 
 @pytest.fixture(scope="module")
-def replicate_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def replicate_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """The set, run on a Ray of its own (not the session's head): the addresses of the Ray
+    heads it started."""
     root = tmp_path_factory.mktemp("replicates")
     (root / "tiny.yaml").write_text(yaml.safe_dump(TINY))
     args = ["run", str(root / "tiny.yaml"), "--seeds", "2", "--out", str(root / "set")]
-    assert cli_main(args) == 0
-    return root / "set"
+    started: list[str] = []
+
+    class CountedHead(LocalRayHead):
+        def start(self) -> LocalRayHead:
+            head = super().start()
+            started.append(head.address)
+            return head
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(RAY_ADDRESS_ENV, raising=False)
+        patch.setattr(shared_ray, "LocalRayHead", CountedHead)
+        assert cli_main(args) == 0
+    return root / "set", started
+
+
+@pytest.fixture(scope="module")
+def replicate_set(replicate_run: tuple[Path, list[str]]) -> Path:
+    return replicate_run[0]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_the_set_starts_ray_once(replicate_run: tuple[Path, list[str]]) -> None:
+    set_dir, started = replicate_run
+    assert len(started) == 1
+    assert all((replicate_run_dir(set_dir, s) / "report.json").exists() for s in (0, 1))
 
 
 def _report(run_dir: Path) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from audit.stats.bounds import clopper_pearson_lower, logit
-from audit.stats.o1 import o1_lower_bound
+from audit.stats.o1 import O1Summary, o1_lower_bound
 from audit.stats.one_run import DEFAULT_DELTA, one_run_bound
 
 __all__ = ["CANARY_SCORE", "CanaryResult", "canary_audit"]
@@ -103,6 +103,33 @@ def canary_audit(
         the selected rule's counts and interval; ``eps_lb_fdp`` and ``fdp_mu`` from
         :func:`audit.stats.one_run.one_run_bound` on the same scores and threshold pairs.
     """
+    loss, membership = _checked_inputs(losses, included)
+    summary = o1_lower_bound(-loss, membership, beta=beta)
+    hi = _rule_upper_end(summary)
+    fdp = one_run_bound(-loss, membership, method="fdp", beta=beta, delta=delta)
+    return CanaryResult(
+        n_canaries=int(membership.size),
+        n_included=int(membership.sum()),
+        eps_lb=summary.lower_bound,
+        eps_interval=(summary.lower_bound, hi),
+        guesses=summary.guesses,
+        correct=summary.correct,
+        member_guesses=summary.member_guesses,
+        nonmember_guesses=summary.nonmember_guesses,
+        n_pairs_tried=summary.n_pairs_tried,
+        beta=summary.beta,
+        score=CANARY_SCORE,
+        kind=str(kind),
+        eps_lb_fdp=fdp.eps_lb,
+        fdp_mu=fdp.mu,
+        fdp_delta=fdp.delta,
+        fdp_guesses=fdp.guesses,
+        fdp_correct=fdp.correct,
+    )
+
+
+def _checked_inputs(losses: np.ndarray, included: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The losses as floats and the coins as 0/1 integers, both coin values present."""
     loss = np.asarray(losses, dtype=float)
     coins = np.asarray(included)
     if loss.ndim != 1 or coins.ndim != 1 or loss.size != coins.size:
@@ -120,30 +147,15 @@ def canary_audit(
             f"canary audit needs included and excluded canaries; none of the {membership.size} "
             f"canaries is {which}"
         )
-    summary = o1_lower_bound(-loss, membership, beta=beta)
+    return loss, membership
+
+
+def _rule_upper_end(summary: O1Summary) -> float | None:
+    """Logit of the selected rule's Clopper-Pearson upper end, clipped at 0 (None: infinite)."""
     level = summary.beta / summary.n_pairs_tried
     # Upper Clopper-Pearson bound of correct / guesses = 1 - lower bound of the wrong ones.
     p_hi = 1.0 - float(
         clopper_pearson_lower(summary.guesses - summary.correct, summary.guesses, level)
     )
     hi = float(logit(p_hi))
-    fdp = one_run_bound(-loss, membership, method="fdp", beta=beta, delta=delta)
-    return CanaryResult(
-        n_canaries=int(membership.size),
-        n_included=n_included,
-        eps_lb=summary.lower_bound,
-        eps_interval=(summary.lower_bound, max(0.0, hi) if math.isfinite(hi) else None),
-        guesses=summary.guesses,
-        correct=summary.correct,
-        member_guesses=summary.member_guesses,
-        nonmember_guesses=summary.nonmember_guesses,
-        n_pairs_tried=summary.n_pairs_tried,
-        beta=summary.beta,
-        score=CANARY_SCORE,
-        kind=str(kind),
-        eps_lb_fdp=fdp.eps_lb,
-        fdp_mu=fdp.mu,
-        fdp_delta=fdp.delta,
-        fdp_guesses=fdp.guesses,
-        fdp_correct=fdp.correct,
-    )
+    return max(0.0, hi) if math.isfinite(hi) else None

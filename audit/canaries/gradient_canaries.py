@@ -2,11 +2,12 @@
 
 A site running DP-SGD draws ``m = 2K`` canaries, each with an independent fair coin, before
 training. Canary ``j`` owns coordinate ``j`` of a *phantom block*: parameters that no record's
-loss touches, clipped and noised by the site's DP optimizer beside the model's own (Dirac
-canaries on coordinates no real gradient reaches). An inserted canary (coin 1) is a phantom
-record: at every step it joins the batch with the site's sampling rate ``q`` and adds its
-clipped per-sample gradient ``C e_j`` to the noisy sum; a never-inserted one only receives
-noise. Two threat levels are read, each a statistic per canary accumulated at the site:
+loss touches, clipped and noised by the site's DP optimizer's own code beside the model's
+(Dirac canaries on coordinates no real gradient reaches). An inserted canary (coin 1) is a
+phantom record: at every step a copy of the site's sampler draws it at the site's real rate,
+and its clipped per-sample gradient ``C e_j`` joins the noisy sum; a never-inserted one only
+receives noise (:mod:`clients.gradient_canaries`). Two threat levels are read, each a
+statistic per canary accumulated at the site:
 
 * ``mechanism``: every noisy summed gradient, what the DP guarantee covers. With
   ``x_t = <noisy sum_t, e_j> / (sigma C)`` (``N(1/sigma, 1)`` when canary ``j`` was sampled,
@@ -43,6 +44,7 @@ from typing import Annotated, Literal
 import numpy as np
 
 from audit.canaries.client_canaries import pooled_gaussian_epsilon
+from audit.conformance.checks import ConformanceResult
 from audit.stats.one_run import fdp_eps_lb, one_run_bound, steinke_eps_lb
 from contracts.json_values import NullAs
 
@@ -128,8 +130,8 @@ class GradientCanaryResult:
     """Noisy gradient steps observed (all rounds)."""
     rounds: int
     overhead_s: float
-    """Training time the canaries added at the site (their accuracy cost is nil: they never
-    touch the model)."""
+    """Training time the canaries and the conformance hooks added at the site (their
+    accuracy cost is nil: they never touch the model)."""
     sample_rate: float
     noise_multiplier: float
     """The noise multiplier the site's accountant assumed."""
@@ -137,6 +139,9 @@ class GradientCanaryResult:
     beta: float
     delta: float
     levels: dict[str, LevelAudit]
+    conformance: ConformanceResult | None = None
+    """The conformance checks of the site's real DP-SGD steps (:mod:`audit.conformance.checks`);
+    None in audits older than them."""
 
     @property
     def mechanism(self) -> LevelAudit | None:
@@ -248,11 +253,13 @@ def gradient_canary_audit(
     beta: float,
     delta: float,
     seed: int,
+    conformance: ConformanceResult | None = None,
 ) -> GradientCanaryResult:
     """Audit every threat level in ``statistics`` against the canaries' ``coins``.
 
     Each level's rule is chosen and tested on its own random split (``seed``); the four
-    bounds share ``beta`` (:func:`reading_level`).
+    bounds share ``beta`` (:func:`reading_level`). ``conformance``: the site's checks of its
+    real steps, carried along.
     """
     coins = np.asarray(coins, dtype=bool)
     levels: dict[str, LevelAudit] = {
@@ -272,4 +279,5 @@ def gradient_canary_audit(
         beta=float(beta),
         delta=float(delta),
         levels=levels,
+        conformance=conformance,
     )

@@ -383,7 +383,7 @@ def invert(
     Every tensor of the attack lives on ``device`` (default: the CPU); the dummy records
     start from noise drawn on the host, so every device starts from the same records. The
     reconstruction comes back on the host."""
-    modality, fields, num_classes = spec.modality, spec.fields, spec.num_classes
+    modality, num_classes = spec.modality, spec.num_classes
     if modality not in MODALITIES:
         raise InversionUnsupported(
             f"audit.inversion: {modality} records are not supported ({', '.join(MODALITIES)})"
@@ -396,10 +396,6 @@ def invert(
     target = {k: update[k].detach().to(device=device, dtype=torch.float32) for k in names}
     n, _ = training.batches(config.max_dummies, config.max_steps)
     y = _dummy_labels(target, training, n, num_classes).to(device)
-    gen = torch.Generator().manual_seed(seed)
-    deadline = began + config.time_limit_s
-    results: list[tuple[float, torch.Tensor]] = []
-    steps = 0
 
     def loss_of(x: torch.Tensor) -> torch.Tensor:
         delta = simulate_update(
@@ -407,20 +403,16 @@ def invert(
         )
         return _cosine_distance(delta, target)
 
-    for _ in range(config.restarts):
-        if results and time.perf_counter() > deadline:
-            break
-        latent = torch.randn((n, *spec.shape), generator=gen).to(device).requires_grad_(True)
-        loss, taken = _optimise(latent, loss_of, spec, config, deadline)
-        steps += taken
-        results.append((loss, _decode(latent.detach(), modality, fields).cpu()))
-    if modality == "tabular":
-        assert fields is not None
-        x, confidence = _pool_rows([r[1] for r in results], fields)
-        best = min(r[0] for r in results)
-    else:
-        best, x = min(results, key=lambda r: r[0])
-        confidence = None
+    results, steps = _restarts(
+        loss_of,
+        n,
+        spec=spec,
+        config=config,
+        gen=torch.Generator().manual_seed(seed),
+        device=device,
+        deadline=began + config.time_limit_s,
+    )
+    best, x, confidence = _best_records(results, spec)
     return Reconstruction(
         x=x.detach(),
         y=y.cpu(),
@@ -430,6 +422,43 @@ def invert(
         seconds=time.perf_counter() - began,
         confidence=confidence,
     )
+
+
+def _restarts(
+    loss_of: Callable[[torch.Tensor], torch.Tensor],
+    n: int,
+    *,
+    spec: RecordSpec,
+    config: InversionConfig,
+    gen: torch.Generator,
+    device: torch.device,
+    deadline: float,
+) -> tuple[list[tuple[float, torch.Tensor]], int]:
+    """Each restart from fresh noise (``gen``, on the host) until the time guard's
+    ``deadline`` (one at least): its match loss and records on the host, and the steps taken."""
+    results: list[tuple[float, torch.Tensor]] = []
+    steps = 0
+    for _ in range(config.restarts):
+        if results and time.perf_counter() > deadline:
+            break
+        latent = torch.randn((n, *spec.shape), generator=gen).to(device).requires_grad_(True)
+        loss, taken = _optimise(latent, loss_of, spec, config, deadline)
+        steps += taken
+        results.append((loss, _decode(latent.detach(), spec.modality, spec.fields).cpu()))
+    return results, steps
+
+
+def _best_records(
+    results: list[tuple[float, torch.Tensor]], spec: RecordSpec
+) -> tuple[float, torch.Tensor, torch.Tensor | None]:
+    """The reconstruction the restarts agree on: rows pooled field by field (with each
+    field's agreement), or the records of the restart with the lowest match loss."""
+    if spec.modality == "tabular":
+        assert spec.fields is not None
+        x, confidence = _pool_rows([r[1] for r in results], spec.fields)
+        return min(r[0] for r in results), x, confidence
+    best, x = min(results, key=lambda r: r[0])
+    return best, x, None
 
 
 def _dummy_labels(

@@ -2,8 +2,8 @@
 
 Phases, each a function here or a module of its own:
 
-1. :func:`_draw_sources`: cut the members, fit G on D_G, draw the game's non-members and
-   the helper's synthetic data.
+1. :func:`audit.panoramia.sources.draw_sources`: cut the members, fit G on D_G, draw the
+   game's non-members and the helper's synthetic data.
 2. :func:`_fit_models`: the helper h (labeled synthetic data only) and the reference models
    of the calibrated MIA (records that are never game records).
 3. :func:`_fixed_features` once, :func:`_featurize` per target: h / f features and
@@ -16,7 +16,7 @@ Phases, each a function here or a module of its own:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
@@ -32,19 +32,15 @@ from audit.panoramia.calibration import (
     reference_statistics,
     train_reference_models,
 )
-from audit.panoramia.components import AuditContext, Generator, Records, make_generator
-from audit.panoramia.pairing import pair_members
+from audit.panoramia.components import AuditContext, Records
 from audit.panoramia.repeat import RepeatInputs, play_repeat
 from audit.panoramia.settings import resolve_config, resolve_device
-from audit.panoramia.splits import MemberSplits, split_members
+from audit.panoramia.sources import ProgressFn, Sources, draw_sources
 from audit.panoramia.task import AuditTask
 from audit.panoramia.timing import StageTimer
-from audit.result import AuditResult
+from audit.result import AuditResult, RepeatResult
 
 __all__ = ["run_audit", "run_audits_of"]
-
-ProgressFn = Callable[[str], None]
-"""Receives one human-readable line per stage."""
 
 
 def _check_records(name: str, rec: Records, *, like: Records | None = None) -> None:
@@ -91,160 +87,6 @@ def _accuracy(features: np.ndarray, y: np.ndarray | None) -> float:
 
 
 @dataclass(frozen=True)
-class _Sources:
-    """Phase 1's output: the member cut, the generator and everything drawn from it."""
-
-    cut: MemberSplits
-    generator: Generator
-    d_in: Records
-    d_out: Records
-    helper_train: Records
-    helper_val: Records
-    quality: dict[str, float]
-    paired: bool
-    """Row ``i`` of ``d_out`` is the same-label alternative of row ``i`` of ``d_in``."""
-    real: HelperReal | None = None
-    """Real records the helper also trains on (trained generators only)."""
-
-
-@dataclass(frozen=True)
-class HelperReal:
-    """Real records beside the helper's synthetic ones, cut as the helper's own sets are.
-
-    With a trained generator f has learnt what real records look like from every site's
-    records and b's synthetic-only helper has not, so f's "not a member" guesses on
-    unrealistic generated records would pass for leakage (docs/reading_the_numbers.md).
-    """
-
-    train: Records
-    val: Records
-    public: int
-    """How many of them are public records (the pool); the rest are D_G's."""
-
-    @property
-    def total(self) -> int:
-        return len(self.train) + len(self.val)
-
-    @property
-    def site(self) -> int:
-        """How many are the site's own D_G records."""
-        return self.total - self.public
-
-
-def _helper_real(
-    config: AuditConfig, generator: Generator, d_g: Records, public_pool: Records | None
-) -> HelperReal | None:
-    """The public pool and D_G, neither ever a game record, for a trained generator's helper;
-    ``None`` for a finite source (a reference pool: its records are real already) or when
-    ``helper_real_records`` is off."""
-    if not config.helper_real_records or generator.remaining is not None:
-        return None
-    parts = [r for r in (public_pool, d_g) if r is not None and len(r) > 0]
-    if not parts:
-        return None
-    real = Records.concat(parts)
-    order = np.random.default_rng([config.seed, 0x4EA1]).permutation(len(real))
-    n_train, _ = _helper_split(len(real))
-    return HelperReal(
-        real.take(order[:n_train]),
-        real.take(order[n_train:]),
-        public=0 if public_pool is None else len(public_pool),
-    )
-
-
-def _helper_split(total: int) -> tuple[int, int]:
-    """``(train, validation)`` records of a helper set of ``total`` records."""
-    val = max(2, total // 6)
-    return total - val, val
-
-
-def _draw_helper(
-    generator: Generator, n_train: int, n_val: int, *, seed: int
-) -> tuple[Records, Records]:
-    return generator.sample(n_train, seed=seed + 101), generator.sample(n_val, seed=seed + 202)
-
-
-def _draw_sources(
-    task: AuditTask,
-    members: Records,
-    config: AuditConfig,
-    context: AuditContext,
-    timer: StageTimer,
-    say: ProgressFn,
-) -> _Sources:
-    with timer.stage("split"):
-        cut = split_members(len(members), config.splits, seed=config.seed, groups=members.groups)
-    say(f"splits: {cut.sizes.describe()}")
-    d_g = members.take(cut.generator)
-    d_in = members.take(np.concatenate([cut.train, cut.val, cut.test]))
-    generator = make_generator(config, context)
-    with timer.stage("generator_fit"):
-        quality = generator.fit(d_g, seed=config.seed)
-    say(f"generator {generator.kind}: fitted on {len(d_g)} records")
-
-    n_in = len(d_in)
-    n_helper = max(2, math.ceil(config.synthetic_multiplier * len(cut.train)))
-    n_helper_val = max(2, math.ceil(0.2 * n_helper))
-    with timer.stage("sampling"):
-        helper: tuple[Records, Records] | None = None
-        source = generator.remaining
-        if (
-            config.pairing == "label"
-            and source is not None
-            and source < n_in + n_helper + n_helper_val
-        ):
-            # A finite source too small for both: pairing can leave out members it cannot
-            # serve, the helper cannot shrink to nothing, so its share (at most a quarter of
-            # the source) is drawn first.
-            n_helper, n_helper_val = _helper_split(
-                min(n_helper + n_helper_val, max(12, source // 4))
-            )
-            helper = _draw_helper(generator, n_helper, n_helper_val, seed=config.seed)
-            say(f"helper set capped at {n_helper} + {n_helper_val} records by the source")
-        if config.pairing == "label":
-            d_in, d_out, dropped = pair_members(generator, d_in, seed=config.seed + 303)
-            quality["pairing_dropped"] = dropped
-            if dropped:
-                say(f"pairing: {dropped} members without a same-label alternative left out")
-            n_in = len(d_in)
-        else:
-            # The game's non-members first: a finite source (reference pool) serves them
-            # before the helper, whose set is then capped by what is left.
-            d_out = generator.sample(n_in, seed=config.seed + 303)
-        remaining = generator.remaining
-        if helper is None and remaining is not None and n_helper + n_helper_val > remaining:
-            n_helper, n_helper_val = _helper_split(remaining)
-            if n_helper < 2:
-                raise ValueError(
-                    f"generator {generator.kind!r}: only {remaining} records left for the "
-                    f"helper after drawing {n_in} non-members; give a larger source"
-                )
-            say(f"helper set capped at {n_helper} + {n_helper_val} records by the source")
-        if helper is None:
-            helper = _draw_helper(generator, n_helper, n_helper_val, seed=config.seed)
-        helper_train, helper_val = helper
-    if len(d_out) != n_in or len(helper_train) != n_helper:
-        raise RuntimeError(f"generator {generator.kind!r} returned the wrong number of records")
-    real = _helper_real(config, generator, d_g, context.public_pool)
-    if real is not None:
-        say(
-            f"helper: also trains on {real.total} real records ({real.public} public, "
-            f"{real.site} of D_G)"
-        )
-    return _Sources(
-        cut,
-        generator,
-        d_in,
-        d_out,
-        helper_train,
-        helper_val,
-        {k: float(v) for k, v in quality.items()},
-        paired=config.pairing == "label",
-        real=real,
-    )
-
-
-@dataclass(frozen=True)
 class _Models:
     helper: torch.nn.Module
     references: list[torch.nn.Module]
@@ -253,7 +95,7 @@ class _Models:
 
 def _fit_models(
     task: AuditTask,
-    sources: _Sources,
+    sources: Sources,
     config: AuditConfig,
     device: torch.device,
     reference_models: Sequence[torch.nn.Module] | None,
@@ -441,7 +283,7 @@ def run_audits_of(
     device = resolve_device(config.device)
     context = AuditContext(task=task, device=device, public_pool=public_pool)
 
-    sources = _draw_sources(task, members, config, context, timer, say)
+    sources = draw_sources(members, config, context, timer, say)
     fitted = _fit_models(task, sources, config, device, reference_models, timer, say)
     with timer.stage("features"):
         fixed = tuple(
@@ -465,7 +307,7 @@ class _Prepared:
     task: AuditTask
     config: AuditConfig
     context: AuditContext
-    sources: _Sources
+    sources: Sources
     models: _Models
     nonmembers: Records | None
     n_members: int
@@ -478,24 +320,59 @@ def _audit_target(
     prepared: _Prepared, model: torch.nn.Module, timer: StageTimer, say: ProgressFn
 ) -> AuditResult:
     """Phases 3-5 for one target f."""
-    task, config, sources, models = (
-        prepared.task,
-        prepared.config,
-        prepared.sources,
-        prepared.models,
-    )
-    nonmembers, context = prepared.nonmembers, prepared.context
-    device = context.device
+    config, sources = prepared.config, prepared.sources
     model.eval()
     with timer.stage("features"):
         s_in, s_out, s_non = (
-            None if fixed is None else _featurize(task, model, fixed, device)
+            None
+            if fixed is None
+            else _featurize(prepared.task, model, fixed, prepared.context.device)
             for fixed in prepared.fixed
         )
         assert s_in is not None and s_out is not None  # members and generated always exist
+    quality = _target_quality(prepared, s_in, s_non)
+    n_train, n_val = _classifier_sizes(config, sources)
+    inputs = RepeatInputs(
+        config=config,
+        context=prepared.context,
+        members=s_in,
+        generated=s_out,
+        nonmembers=s_non,
+        n_train=n_train,
+        n_val=n_val,
+        paired=sources.paired,
+    )
+    played = _play_repeats(inputs, timer, say)
+    return assemble(
+        config,
+        generator_kind=sources.generator.kind,
+        generated=sources.generator.remaining is None,
+        modality=prepared.task.modality,
+        repeats=played.results,
+        sizes=dict(
+            members=prepared.n_members,
+            generator=sources.cut.sizes.generator,
+            train=n_train,
+            val=n_val,
+            m=min(x.m for x in played.results),
+            members_in_game_min=min(played.members_shown),
+            members_in_game_max=max(played.members_shown),
+            **_drawn_sizes(prepared),
+            **played.comparison_sizes,
+        ),
+        quality=quality,
+        timer=timer,
+    )
 
+
+def _target_quality(
+    prepared: _Prepared, s_in: FeatureSet, s_non: FeatureSet | None
+) -> dict[str, float]:
+    """The shared phases' quality figures and the target's own on members and real
+    non-members."""
+    sources, nonmembers = prepared.sources, prepared.nonmembers
     quality = dict(sources.quality)
-    quality.update(models.quality)
+    quality.update(prepared.models.quality)
     quality.update(sources.generator.sampling_quality())
     quality["helper_accuracy_real_members"] = _accuracy(s_in.h, sources.d_in.y)
     quality["target_accuracy_members"] = _accuracy(s_in.f, sources.d_in.y)
@@ -505,33 +382,43 @@ def _audit_target(
     if s_non is not None and nonmembers is not None:
         quality["target_accuracy_nonmembers"] = _accuracy(s_non.f, nonmembers.y)
         quality["target_loss_nonmembers"] = float(np.mean(s_non.f[:, 0]))
+    return quality
 
+
+def _classifier_sizes(config: AuditConfig, sources: Sources) -> tuple[int, int]:
+    """``(train, validation)`` members of the classifiers' splits."""
     sizes = sources.cut.sizes
-    n_train, n_val = sizes.train, sizes.val
     if config.classifier.design == "score":
         # Nothing to train; a validation slice only where it picks the statistic and cut.
-        n_train, n_val = 0, (n_val if config.threshold_selection == "split" else 0)
-    inputs = RepeatInputs(
-        config=config,
-        context=context,
-        members=s_in,
-        generated=s_out,
-        nonmembers=s_non,
-        n_train=n_train,
-        n_val=n_val,
-        paired=sources.paired,
-    )
+        return 0, (sizes.val if config.threshold_selection == "split" else 0)
+    return sizes.train, sizes.val
+
+
+@dataclass(frozen=True)
+class _Played:
+    """The repeats of one target's audit."""
+
+    results: list[RepeatResult]
+    members_shown: list[int]
+    """Members in each repeat's game (its coins)."""
+    comparison_sizes: dict[str, int]
+    """Audit-set sizes of the RM;RN and O(1) comparisons (the last repeat's)."""
+
+
+def _play_repeats(inputs: RepeatInputs, timer: StageTimer, say: ProgressFn) -> _Played:
+    """``config.repeats`` games, each reported in one line."""
     repeats = []
     shown: list[int] = []
     comparison_sizes: dict[str, int] = {}
-    for r in range(config.repeats):
+    n = inputs.config.repeats
+    for r in range(n):
         x, comparison_sizes = play_repeat(inputs, r, timer)
         assert x.members_shown is not None  # play_repeat counts its game's coins
         repeats.append(x)
         shown.append(x.members_shown)
         one, two = x.one_sided, x.two_sided
         say(
-            f"repeat {r + 1}/{config.repeats}: c_lb={one.c_lb:.3f} "
+            f"repeat {r + 1}/{n}: c_lb={one.c_lb:.3f} "
             f"{{c+eps}}_lb={one.c_eps_lb:.3f} eps_tilde={one.eps_tilde:.3f}"
             + ("" if two is None else f" two-sided={two.eps_tilde:.3f}")
             + (
@@ -541,29 +428,18 @@ def _audit_target(
                 f" O(1) f-DP={x.o1_eps_lb_fdp or 0.0:.3f}"
             )
         )
-    return assemble(
-        config,
-        generator_kind=sources.generator.kind,
-        generated=sources.generator.remaining is None,
-        modality=task.modality,
-        repeats=repeats,
-        sizes=dict(
-            members=prepared.n_members,
-            generator=sizes.generator,
-            train=n_train,
-            val=n_val,
-            m=min(x.m for x in repeats),
-            members_in_game_min=min(shown),
-            members_in_game_max=max(shown),
-            synthetic_helper_train=len(sources.helper_train),
-            synthetic_helper_val=len(sources.helper_val),
-            helper_real_public=0 if sources.real is None else sources.real.public,
-            helper_real_site=0 if sources.real is None else sources.real.site,
-            synthetic_out=len(sources.d_out),
-            nonmembers=0 if nonmembers is None else len(nonmembers),
-            reference_models=len(models.references),
-            **comparison_sizes,
-        ),
-        quality=quality,
-        timer=timer,
+    return _Played(repeats, shown, comparison_sizes)
+
+
+def _drawn_sizes(prepared: _Prepared) -> dict[str, int]:
+    """How many records the helper, the game's non-members and the comparisons drew on."""
+    sources, nonmembers = prepared.sources, prepared.nonmembers
+    return dict(
+        synthetic_helper_train=len(sources.helper_train),
+        synthetic_helper_val=len(sources.helper_val),
+        helper_real_public=0 if sources.real is None else sources.real.public,
+        helper_real_site=0 if sources.real is None else sources.real.site,
+        synthetic_out=len(sources.d_out),
+        nonmembers=0 if nonmembers is None else len(nonmembers),
+        reference_models=len(prepared.models.references),
     )

@@ -282,6 +282,78 @@ def _search(
     return best
 
 
+@dataclass(frozen=True)
+class _GuessingRules:
+    """The guess counts per side to try and the level each pair is tested at."""
+
+    k_plus: np.ndarray
+    k_minus: np.ndarray
+    n_pairs: int
+    beta: float
+    level: float
+    idealised: bool
+
+
+def _guessing_rules(
+    m: int, *, guesses: int | None, beta: float, idealised: bool, grid_size: int
+) -> _GuessingRules:
+    """One pre-set count tested at ``beta``, or the count grid under its union bound."""
+    if guesses is not None:
+        if not 1 <= int(guesses) <= m:
+            raise ValueError(f"guesses must lie in [1, {m}], got {guesses!r}")
+        k = int(guesses)
+        return _GuessingRules(
+            k_plus=np.array([(k + 1) // 2]),
+            k_minus=np.array([k // 2]),
+            n_pairs=1,
+            beta=beta,
+            level=beta,
+            idealised=False,
+        )
+    counts = count_grid(m, grid_size)
+    n_pairs = counts.size**2 - 1
+    return _GuessingRules(
+        k_plus=counts,
+        k_minus=counts,
+        n_pairs=n_pairs,
+        beta=beta,
+        level=beta if idealised else beta / n_pairs,
+        idealised=idealised,
+    )
+
+
+def _bound_of(
+    pairs: GuessPairs,
+    i: int,
+    j: int,
+    *,
+    eps: float,
+    mu: float | None,
+    method: Method,
+    rules: _GuessingRules,
+    delta: float,
+) -> OneRunBound:
+    """The bound of pair ``(i, j)`` with its guessing rule's counts and thresholds."""
+    low, high = pairs.thresholds(i, j)
+    return OneRunBound(
+        method=method,
+        eps_lb=eps,
+        mu=mu,
+        delta=delta,
+        beta=rules.beta,
+        level=rules.level,
+        idealised=rules.idealised,
+        m=int(pairs.n),
+        guesses=int(pairs.guesses[i, j]),
+        correct=int(pairs.correct[i, j]),
+        member_guesses=int(pairs.plus_guesses[i]),
+        nonmember_guesses=int(pairs.minus_end[j]),
+        threshold_low=low,
+        threshold_high=high,
+        n_pairs_tried=int(rules.n_pairs),
+    )
+
+
 def one_run_bound(
     scores: object,
     included: object,
@@ -326,35 +398,11 @@ def one_run_bound(
     beta = _check_beta(beta)
     delta = _check_delta(delta, positive=method == "fdp")
     t, s = _check_inputs(scores, included)
-    if guesses is not None:
-        if not 1 <= int(guesses) <= t.size:
-            raise ValueError(f"guesses must lie in [1, {t.size}], got {guesses!r}")
-        k = int(guesses)
-        k_plus, k_minus = np.array([(k + 1) // 2]), np.array([k // 2])
-        n_pairs, level, idealised = 1, beta, False
-    else:
-        k_plus = k_minus = count_grid(t.size, grid_size)
-        n_pairs = k_plus.size**2 - 1
-        level = beta if idealised else beta / n_pairs
-    pairs = guess_pairs(t, s, k_plus, k_minus)
-    i, j, eps, mu = _search(pairs, method, level, delta)
+    rules = _guessing_rules(
+        t.size, guesses=guesses, beta=beta, idealised=idealised, grid_size=grid_size
+    )
+    pairs = guess_pairs(t, s, rules.k_plus, rules.k_minus)
+    i, j, eps, mu = _search(pairs, method, rules.level, delta)
     if i < 0:  # no valid pair (a fixed K whose two ends overlap through ties)
         raise ValueError(f"guesses={guesses}: the two ends overlap through tied scores")
-    low, high = pairs.thresholds(i, j)
-    return OneRunBound(
-        method=method,
-        eps_lb=eps,
-        mu=mu,
-        delta=delta,
-        beta=beta,
-        level=level,
-        idealised=idealised,
-        m=int(t.size),
-        guesses=int(pairs.guesses[i, j]),
-        correct=int(pairs.correct[i, j]),
-        member_guesses=int(pairs.plus_guesses[i]),
-        nonmember_guesses=int(pairs.minus_end[j]),
-        threshold_low=low,
-        threshold_high=high,
-        n_pairs_tried=int(n_pairs),
-    )
+    return _bound_of(pairs, i, j, eps=eps, mu=mu, method=method, rules=rules, delta=delta)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -137,6 +138,18 @@ def _store(key: str, state: dict[str, torch.Tensor]) -> None:
         _CACHE.popitem(last=False)
 
 
+@dataclass(frozen=True)
+class _DgSplit:
+    """D_G's chunks as the generator uses them."""
+
+    order: np.ndarray
+    """The random order the cut was made in (part of the cache key)."""
+    prompts: np.ndarray
+    """Real prompts the samples continue (none without ``prompt_tokens``)."""
+    train: np.ndarray
+    val: np.ndarray
+
+
 class Gpt2Generator(TrainedGenerator):
     """See the module docstring."""
 
@@ -181,80 +194,128 @@ class Gpt2Generator(TrainedGenerator):
         )
 
     def fit(self, d_g: Records, *, seed: int) -> dict[str, float]:
-        o = self.options
         x = np.asarray(d_g.x, dtype=np.int64)
         if x.ndim != 2 or len(x) < 4:
             raise ValueError(f"generator gpt2: D_G needs at least 4 chunks (n, T), got {x.shape}")
         if x.max() >= self.vocab_size or x.min() < 0:
             raise ValueError(f"generator gpt2: token ids outside 0..{self.vocab_size - 1}")
         self.chunk_tokens = t = x.shape[1]
-        rng = np.random.default_rng([seed, 0x6E7])
-        order = rng.permutation(len(x))
-        n_prompt = int(round(o.prompt_fraction * len(x))) if o.prompt_tokens > 0 else 0
-        n_prompt = min(max(n_prompt, 1 if o.prompt_tokens > 0 else 0), len(x) - 2)
-        self.prompts = x[order[:n_prompt]]
-        train = x[order[n_prompt:]]
-        n_val = int(round(o.val_fraction * len(train)))
-        val, train = train[:n_val], train[n_val:]
+        split = self._split(x, seed=seed)
+        self.prompts = split.prompts
         self.marker = start_marker(x)
         self.marker_share = 0.0 if self.marker is None else float(np.mean(x[:, 0] == self.marker))
-        self.first_tokens = train[:, 0].copy()
+        self.first_tokens = split.train[:, 0].copy()
 
         shape = self._shape(t)
         model = build_lm(shape, seed=seed) if self.pretrained is None else load_lm(self.pretrained)
         quality: dict[str, float] = {
-            "generator_train_chunks": float(len(train)),
-            "generator_prompt_chunks": float(n_prompt),
+            "generator_train_chunks": float(len(split.train)),
+            "generator_prompt_chunks": float(len(split.prompts)),
             "generator_start_share": self.marker_share,
         }
         pool = None if self.public_pool is None else np.asarray(self.public_pool.x, np.int64)
-        pretrain = o.pretrain_epochs
+        pretrain = self._pretrain_epochs(pool)
+        if pretrain > 0:
+            assert pool is not None  # _pretrain_epochs checks that the pool is there
+            self._pretrain(model, pool, epochs=pretrain, shape=shape, seed=seed)
+            if len(split.val):
+                quality["generator_val_loss_pretrained"] = mean_loss(
+                    model, split.val, device=self.device
+                )
+        r = self._finetune(
+            model,
+            x,
+            split,
+            pool=pool if pretrain else None,
+            pretrain=pretrain,
+            shape=shape,
+            seed=seed,
+        )
+        quality.update(
+            generator_train_loss=r[0], generator_val_loss=r[1], generator_best_epoch=r[2]
+        )
+        model.to(self.device)  # type: ignore[arg-type]  # transformers types .to unbound
+        self.model = model.eval()
+        return {k: float(v) for k, v in quality.items() if not math.isnan(float(v))}
+
+    def _split(self, x: np.ndarray, *, seed: int) -> _DgSplit:
+        """D_G's chunks cut at random into prompts, training and validation chunks."""
+        o = self.options
+        order = np.random.default_rng([seed, 0x6E7]).permutation(len(x))
+        n_prompt = int(round(o.prompt_fraction * len(x))) if o.prompt_tokens > 0 else 0
+        n_prompt = min(max(n_prompt, 1 if o.prompt_tokens > 0 else 0), len(x) - 2)
+        train = x[order[n_prompt:]]
+        n_val = int(round(o.val_fraction * len(train)))
+        return _DgSplit(order, x[order[:n_prompt]], train[n_val:], train[:n_val])
+
+    def _pretrain_epochs(self, pool: np.ndarray | None) -> int:
+        """Epochs on the public pool before D_G (0: none); the pool must be there for any."""
+        pretrain = self.options.pretrain_epochs
         if pretrain is None:  # a pretrained model is fine-tuned on D_G only, as in the paper
             has_pool = pool is not None and len(pool) > 0
             pretrain = DEFAULT_PRETRAIN_EPOCHS if has_pool and self.pretrained is None else 0
-        if pretrain > 0:
-            if pool is None or len(pool) == 0:
-                raise ValueError(
-                    "generator.options.pretrain_epochs > 0 needs a public pool "
-                    "(run_audit(..., public_pool=...) / audit.reference_pool)"
-                )
-            if pool.shape[1] != t:
-                raise ValueError(f"public pool chunks have {pool.shape[1]} tokens, D_G {t}")
-            key = _key(
-                "pretrain",
-                pool,
-                shape,
-                self.pretrained,
-                pretrain,
-                o.pretrain_learning_rate,
-                self.batch_size,
-                seed,
-                str(self.device),
+        if pretrain > 0 and (pool is None or len(pool) == 0):
+            raise ValueError(
+                "generator.options.pretrain_epochs > 0 needs a public pool "
+                "(run_audit(..., public_pool=...) / audit.reference_pool)"
             )
-            state = _cached(key)
-            if state is None:
-                train_lm(
-                    model,
-                    pool,
-                    epochs=pretrain,
-                    batch_size=self.batch_size,
-                    learning_rate=o.pretrain_learning_rate,
-                    seed=seed + 1,
-                    device=self.device,
-                    max_offset=o.prompt_tokens,
-                )
-                _store(key, model.state_dict())
-            else:
-                model.load_state_dict(state)
-            model.to(self.device)  # type: ignore[arg-type]  # transformers types .to unbound
-            if len(val):
-                quality["generator_val_loss_pretrained"] = mean_loss(model, val, device=self.device)
+        return pretrain
+
+    def _pretrain(
+        self, model: GPT2LMHeadModel, pool: np.ndarray, *, epochs: int, shape: LMShape, seed: int
+    ) -> None:
+        """Train ``model`` on the public pool's chunks (or load it from the process's cache)."""
+        o, t = self.options, self.chunk_tokens
+        if pool.shape[1] != t:
+            raise ValueError(f"public pool chunks have {pool.shape[1]} tokens, D_G {t}")
+        key = _key(
+            "pretrain",
+            pool,
+            shape,
+            self.pretrained,
+            epochs,
+            o.pretrain_learning_rate,
+            self.batch_size,
+            seed,
+            str(self.device),
+        )
+        state = _cached(key)
+        if state is None:
+            train_lm(
+                model,
+                pool,
+                epochs=epochs,
+                batch_size=self.batch_size,
+                learning_rate=o.pretrain_learning_rate,
+                seed=seed + 1,
+                device=self.device,
+                max_offset=o.prompt_tokens,
+            )
+            _store(key, model.state_dict())
+        else:
+            model.load_state_dict(state)
+        model.to(self.device)  # type: ignore[arg-type]  # transformers types .to unbound
+
+    def _finetune(
+        self,
+        model: GPT2LMHeadModel,
+        x: np.ndarray,
+        split: _DgSplit,
+        *,
+        pool: np.ndarray | None,
+        pretrain: int,
+        shape: LMShape,
+        seed: int,
+    ) -> list[float]:
+        """Train ``model`` on D_G's training chunks (or load it from the process's cache):
+        ``[train loss, validation loss, best epoch]``."""
+        o = self.options
         lr = self.learning_rate or (5e-4 if pretrain > 0 or self.pretrained else 1e-3)
         key = _key(
             "finetune",
             x,
-            order,
-            pool if pretrain else None,
+            split.order,
+            pool,
             pretrain,
             shape,
             self.pretrained,
@@ -266,31 +327,25 @@ class Gpt2Generator(TrainedGenerator):
             str(self.device),
         )
         state = _cached(key)
-        if state is None:
-            report = train_lm(
-                model,
-                train,
-                epochs=self.epochs,
-                batch_size=self.batch_size,
-                learning_rate=lr,
-                seed=seed + 2,
-                device=self.device,
-                max_offset=o.prompt_tokens,
-                val=val if len(val) else None,
-            )
-            summary = [report.train_loss, report.val_loss, float(report.best_epoch)]
-            _store(key, {**model.state_dict(), _REPORT: torch.tensor(summary, dtype=torch.float64)})
-        else:
+        if state is not None:
             state = dict(state)
-            summary = state.pop(_REPORT).tolist()
+            summary: list[float] = state.pop(_REPORT).tolist()
             model.load_state_dict(state)
-        r = summary
-        quality.update(
-            generator_train_loss=r[0], generator_val_loss=r[1], generator_best_epoch=r[2]
+            return summary
+        report = train_lm(
+            model,
+            split.train,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            learning_rate=lr,
+            seed=seed + 2,
+            device=self.device,
+            max_offset=o.prompt_tokens,
+            val=split.val if len(split.val) else None,
         )
-        model.to(self.device)  # type: ignore[arg-type]  # transformers types .to unbound
-        self.model = model.eval()
-        return {k: float(v) for k, v in quality.items() if not math.isnan(float(v))}
+        summary = [report.train_loss, report.val_loss, float(report.best_epoch)]
+        _store(key, {**model.state_dict(), _REPORT: torch.tensor(summary, dtype=torch.float64)})
+        return summary
 
     def sample(self, n: int, *, seed: int) -> Records:
         if self.model is None or self.prompts is None or self.first_tokens is None:

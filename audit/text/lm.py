@@ -137,40 +137,23 @@ def train_lm(
         return TrainReport(0, 0, math.nan, v)
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
-    steps_per_epoch = math.ceil(len(x) / batch_size)
-    total = epochs * steps_per_epoch
-    warmup = max(1, min(100, total // 10))
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=learning_rate, weight_decay=weight_decay, betas=(0.9, 0.98)
     )
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: (
-            min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)) * 0.9
-            + 0.1
-        ),
-    )
+    schedule = _warmup_cosine(optimizer, total=epochs * math.ceil(len(x) / batch_size))
     data = torch.as_tensor(x, dtype=torch.long, device=device)  # once: batches gathered there
     best: tuple[float, int, dict[str, torch.Tensor] | None] = (math.inf, 0, None)
     train_loss = math.nan
     for epoch in range(1, epochs + 1):
-        model.train()
-        order = rng.permutation(len(x))
-        # Summed on the device in float64 and read once an epoch: no wait for every step.
-        running, count = torch.zeros((), dtype=torch.float64, device=device), 0
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            ids = data[torch.as_tensor(idx, device=device)]
-            offset = torch.as_tensor(rng.integers(0, max_offset + 1, size=len(idx)), device=device)
-            loss = chunk_loss(model, ids, offset)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            running += loss.detach().double() * len(idx)
-            count += len(idx)
-        train_loss = float(running) / max(count, 1)
+        train_loss = _train_epoch(
+            model,
+            data,
+            optimizer,
+            schedule,
+            rng=rng,
+            batch_size=batch_size,
+            max_offset=max_offset,
+        )
         if val is not None and len(val):
             v = mean_loss(model, val, device=device)
             if v < best[0]:
@@ -179,6 +162,53 @@ def train_lm(
         model.load_state_dict(best[2])
         return TrainReport(epochs, best[1], train_loss, best[0])
     return TrainReport(epochs, epochs, train_loss, math.nan)
+
+
+def _warmup_cosine(
+    optimizer: torch.optim.Optimizer, *, total: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up over a tenth of the ``total`` steps (1 to 100), then cosine decay to a
+    tenth of the rate."""
+    warmup = max(1, min(100, total // 10))
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: (
+            min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)) * 0.9
+            + 0.1
+        ),
+    )
+
+
+def _train_epoch(
+    model: GPT2LMHeadModel,
+    data: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    schedule: torch.optim.lr_scheduler.LambdaLR,
+    *,
+    rng: np.random.Generator,
+    batch_size: int,
+    max_offset: int,
+) -> float:
+    """One pass over ``data`` in an order and with position offsets from ``rng``; the mean
+    training loss."""
+    model.train()
+    device = data.device
+    order = rng.permutation(len(data))
+    # Summed on the device in float64 and read once an epoch: no wait for every step.
+    running, count = torch.zeros((), dtype=torch.float64, device=device), 0
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        ids = data[torch.as_tensor(idx, device=device)]
+        offset = torch.as_tensor(rng.integers(0, max_offset + 1, size=len(idx)), device=device)
+        loss = chunk_loss(model, ids, offset)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        running += loss.detach().double() * len(idx)
+        count += len(idx)
+    return float(running) / max(count, 1)
 
 
 def _cache_keyword() -> str:

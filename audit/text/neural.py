@@ -124,6 +124,42 @@ class TextNeuralClassifier:
         out = [self.net(ids[i : i + 512], losses[i : i + 512]) for i in range(0, len(ids), 512)]
         return torch.cat(out).double().cpu().numpy()
 
+    def _optimizer(self, net: _Net) -> torch.optim.Optimizer:
+        """AdamW over two groups: the token branch's parameters second, at rate 0 until
+        phase 2 turns the tokens on."""
+        token_params = {id(p) for p in net.token_parameters()}
+        rest = [p for p in net.parameters() if id(p) not in token_params]
+        groups: list[dict[str, Any]] = [
+            {"params": rest},
+            {"params": net.token_parameters(), "lr": 0.0},
+        ]
+        return torch.optim.AdamW(
+            groups,
+            lr=self.learning_rate,
+            weight_decay=self.weight_decay,
+        )
+
+    def _epoch(
+        self,
+        net: _Net,
+        optimizer: torch.optim.Optimizer,
+        ids: torch.Tensor,
+        losses: torch.Tensor,
+        target: torch.Tensor,
+        *,
+        order: np.ndarray,
+    ) -> None:
+        """One pass over the training records in ``order``, in mini-batches."""
+        loss_fn = nn.BCEWithLogitsLoss()
+        net.train()
+        for start in range(0, len(order), self.batch_size):
+            b = torch.as_tensor(order[start : start + self.batch_size], device=self.device)
+            logits = net(ids[b], losses[b])
+            loss = loss_fn(logits, target[b])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
     def fit(
         self, train: ClassifierData, val: ClassifierData, *, select_by: SelectionScore, seed: int
     ) -> dict[str, object]:
@@ -142,33 +178,14 @@ class TextNeuralClassifier:
         self.net = net
         total = self.epochs[-1]
         phase1 = max(1, int(math.floor(self.phase1_share * total))) if total > 1 else 0
-        token_params = {id(p) for p in net.token_parameters()}
-        rest = [p for p in net.parameters() if id(p) not in token_params]
-        groups: list[dict[str, Any]] = [
-            {"params": rest},
-            {"params": net.token_parameters(), "lr": 0.0},
-        ]
-        optimizer = torch.optim.AdamW(
-            groups,
-            lr=self.learning_rate,
-            weight_decay=self.weight_decay,
-        )
-        loss_fn = nn.BCEWithLogitsLoss()
+        optimizer = self._optimizer(net)
         target = torch.as_tensor(st, device=self.device)
         rng = np.random.default_rng([seed, 0xC1A55])
         best: tuple[float, float, int, dict | None] = (-math.inf, -math.inf, 0, None)
         for epoch in range(1, total + 1):
             net.use_tokens = epoch > phase1
             optimizer.param_groups[1]["lr"] = self.learning_rate if net.use_tokens else 0.0
-            net.train()
-            order = rng.permutation(len(ids))
-            for start in range(0, len(order), self.batch_size):
-                b = torch.as_tensor(order[start : start + self.batch_size], device=self.device)
-                logits = net(ids[b], losses[b])
-                loss = loss_fn(logits, target[b])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+            self._epoch(net, optimizer, ids, losses, target, order=rng.permutation(len(ids)))
             if epoch in self.epochs:
                 scores = self._scores(vids, vlosses)
                 auc = float(roc_auc_score(sv, scores)) if len(np.unique(sv)) == 2 else 0.5

@@ -54,58 +54,14 @@ def encode_frame(
     start = 0
     for name in frame.columns:
         if name in categorical:
-            values = frame[name].astype("string").fillna(MISSING_LEVEL).to_numpy(dtype=object)
-            fit_values = values[fit_rows]
-            levels = sorted({str(v) for v in fit_values})
-            index = {level: i for i, level in enumerate(levels)}
-            block = np.zeros((len(frame), len(levels)), dtype=np.float32)
-            rows = [(r, index[str(v)]) for r, v in enumerate(values) if str(v) in index]
-            if rows:
-                r, c = np.array(rows).T
-                block[r, c] = 1.0
-            columns.append(
-                {
-                    "name": str(name),
-                    "kind": "categorical",
-                    "start": start,
-                    "width": len(levels),
-                    "levels": levels,
-                }
-            )
+            block, column = _one_hot(frame[name], fit_rows=fit_rows, start=start)
         elif name in numeric:
-            col = pd.to_numeric(frame[name], errors="coerce").astype(np.float64)
-            infinite = np.flatnonzero(np.isinf(col.to_numpy()))
-            if len(infinite):
-                # One inf makes the column's mean and std inf, every value NaN after scaling.
-                where = ", ".join(str(int(r)) for r in infinite[:3])
-                raise DataError(
-                    f"{source}: column {name!r} has {len(infinite)} infinite value(s) (0-based "
-                    f"data rows {where}); replace or drop them"
-                )
-            fit_col = col.iloc[fit_rows]
-            if fit_col.notna().sum() == 0:
-                raise DataError(f"{source}: column {name!r} has no values in the site pool")
-            median = float(fit_col.median())
-            col = col.fillna(median)
-            fit_col = fit_col.fillna(median)
-            mean, std = float(fit_col.mean()), float(fit_col.std(ddof=0))
-            std = std if std > 0 else 1.0
-            block = ((col.to_numpy() - mean) / std).astype(np.float32)[:, None]
-            columns.append(
-                {
-                    "name": str(name),
-                    "kind": "numeric",
-                    "start": start,
-                    "width": 1,
-                    "mean": mean,
-                    "std": std,
-                    "median": median,
-                    "min": float(fit_col.min()),
-                    "max": float(fit_col.max()),
-                }
+            block, column = _standardised(
+                frame[name], fit_rows=fit_rows, start=start, source=source
             )
         else:
             continue
+        columns.append(column)
         blocks.append(block)
         start += block.shape[1]
     if not blocks:
@@ -114,6 +70,64 @@ def encode_frame(
         np.hstack(blocks).astype(np.float32),
         {"version": 1, "columns": columns, "encoded_width": start},
     )
+
+
+def _one_hot(
+    series: pd.Series, *, fit_rows: np.ndarray, start: int
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """A categorical column's one-hot block and its schema entry."""
+    values = series.astype("string").fillna(MISSING_LEVEL).to_numpy(dtype=object)
+    fit_values = values[fit_rows]
+    levels = sorted({str(v) for v in fit_values})
+    index = {level: i for i, level in enumerate(levels)}
+    block = np.zeros((len(series), len(levels)), dtype=np.float32)
+    rows = [(r, index[str(v)]) for r, v in enumerate(values) if str(v) in index]
+    if rows:
+        r, c = np.array(rows).T
+        block[r, c] = 1.0
+    return block, {
+        "name": str(series.name),
+        "kind": "categorical",
+        "start": start,
+        "width": len(levels),
+        "levels": levels,
+    }
+
+
+def _standardised(
+    series: pd.Series, *, fit_rows: np.ndarray, start: int, source: str
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """A numeric column imputed and standardised, and its schema entry."""
+    name = series.name
+    col = pd.to_numeric(series, errors="coerce").astype(np.float64)
+    infinite = np.flatnonzero(np.isinf(col.to_numpy()))
+    if len(infinite):
+        # One inf makes the column's mean and std inf, every value NaN after scaling.
+        where = ", ".join(str(int(r)) for r in infinite[:3])
+        raise DataError(
+            f"{source}: column {name!r} has {len(infinite)} infinite value(s) (0-based "
+            f"data rows {where}); replace or drop them"
+        )
+    fit_col = col.iloc[fit_rows]
+    if fit_col.notna().sum() == 0:
+        raise DataError(f"{source}: column {name!r} has no values in the site pool")
+    median = float(fit_col.median())
+    col = col.fillna(median)
+    fit_col = fit_col.fillna(median)
+    mean, std = float(fit_col.mean()), float(fit_col.std(ddof=0))
+    std = std if std > 0 else 1.0
+    block = ((col.to_numpy() - mean) / std).astype(np.float32)[:, None]
+    return block, {
+        "name": str(name),
+        "kind": "numeric",
+        "start": start,
+        "width": 1,
+        "mean": mean,
+        "std": std,
+        "median": median,
+        "min": float(fit_col.min()),
+        "max": float(fit_col.max()),
+    }
 
 
 def _public_split(units: np.ndarray, fraction: float, seed: int) -> np.ndarray:
@@ -276,23 +290,10 @@ def randhie(root: Path | None, options: RandHIEOptions) -> Dataset:
         frame = frame.iloc[np.sort(order[first])].reset_index(drop=True)
     if options.max_rows is not None:
         frame = frame.iloc[: options.max_rows].reset_index(drop=True)
-    if options.target == "high_spending":
-        threshold = float(frame["meddol"].median())
-        y = (frame["meddol"] > threshold).to_numpy(np.int64)
-        target_info = {"meddol_threshold": threshold}
-    elif options.target == "any_admission":
-        y, target_info = (frame["totadm"] > 0).to_numpy(np.int64), {}
-    else:
-        y, target_info = (frame["binexp"] > 0).to_numpy(np.int64), {}
-    dummies = frame[["hlthg", "hlthf", "hlthp"]].to_numpy()
-    health = np.array(["excellent", "good", "fair", "poor"])[
-        (dummies * np.array([1, 2, 3])).sum(axis=1).astype(np.int64)
-    ]
-    features = frame[["plan"]].assign(health=health)[["plan", "health"]]
-    features = pd.concat([features, frame[RANDHIE_NUMERIC]], axis=1)
+    y, target_info = _randhie_target(frame, options.target)
     return build_dataset(
         "randhie",
-        features,
+        _randhie_features(frame),
         y=y,
         classes=["0", "1"],
         target=options.target,
@@ -310,6 +311,27 @@ def randhie(root: Path | None, options: RandHIEOptions) -> Dataset:
             **target_info,
         },
     )
+
+
+def _randhie_target(frame: pd.DataFrame, target: str) -> tuple[np.ndarray, dict[str, float]]:
+    """The binary label ``target`` names, and what the dataset's info records of it."""
+    if target == "high_spending":
+        threshold = float(frame["meddol"].median())
+        return (frame["meddol"] > threshold).to_numpy(np.int64), {"meddol_threshold": threshold}
+    if target == "any_admission":
+        return (frame["totadm"] > 0).to_numpy(np.int64), {}
+    return (frame["binexp"] > 0).to_numpy(np.int64), {}
+
+
+def _randhie_features(frame: pd.DataFrame) -> pd.DataFrame:
+    """``plan``, self-rated ``health`` (one column from the table's three dummies) and the
+    numeric columns."""
+    dummies = frame[["hlthg", "hlthf", "hlthp"]].to_numpy()
+    health = np.array(["excellent", "good", "fair", "poor"])[
+        (dummies * np.array([1, 2, 3])).sum(axis=1).astype(np.int64)
+    ]
+    features = frame[["plan"]].assign(health=health)[["plan", "health"]]
+    return pd.concat([features, frame[RANDHIE_NUMERIC]], axis=1)
 
 
 # -- user CSV / Parquet ---------------------------------------------------------------------
@@ -351,14 +373,8 @@ def _read_table(path: Path, *, sep: str) -> pd.DataFrame:
         raise DataError(f"corrupt data file {path}: {err}") from None
 
 
-@DATASETS.register("csv", options=CsvOptions)
-def csv_table(root: Path | None, options: CsvOptions) -> Dataset:
-    """A user table: every column not dropped, not the target and not a site/group column
-    is a feature; it must be numeric unless listed in ``categorical``."""
-    path = Path(options.path)
-    if not path.is_absolute() and root is not None:
-        path = root / path
-    frame = _read_table(path, sep=options.sep)
+def _csv_features(frame: pd.DataFrame, options: CsvOptions, path: Path) -> list[str]:
+    """The feature columns, once every column the options name is found in ``frame``."""
     named: dict[str, Sequence[str | None]] = {
         "target": [options.target],
         "categorical": options.categorical,
@@ -377,7 +393,11 @@ def csv_table(root: Path | None, options: CsvOptions) -> Dataset:
     features = [c for c in frame.columns if c not in special]
     if not features:
         raise DataError(f"{path}: no feature columns besides the target/site/group/drop ones")
-    numeric = [c for c in features if c not in options.categorical]
+    return features
+
+
+def _check_numeric(frame: pd.DataFrame, numeric: list[str], path: Path) -> None:
+    """Refuse a numeric column with a value that does not parse as a number."""
     for col in numeric:
         values = frame[col]
         if pd.api.types.is_bool_dtype(values):
@@ -389,6 +409,19 @@ def csv_table(root: Path | None, options: CsvOptions) -> Dataset:
                     f"{path}: column {col!r} is not numeric (e.g. {bad.iloc[0]!r}); "
                     "list it in data.options.categorical or data.options.drop"
                 )
+
+
+@DATASETS.register("csv", options=CsvOptions)
+def csv_table(root: Path | None, options: CsvOptions) -> Dataset:
+    """A user table: every column not dropped, not the target and not a site/group column
+    is a feature; it must be numeric unless listed in ``categorical``."""
+    path = Path(options.path)
+    if not path.is_absolute() and root is not None:
+        path = root / path
+    frame = _read_table(path, sep=options.sep)
+    features = _csv_features(frame, options, path)
+    numeric = [c for c in features if c not in options.categorical]
+    _check_numeric(frame, numeric, path)
     y, classes = _labels(frame[options.target], str(path), options.target)
     units = (
         frame[options.group_column].to_numpy() if options.group_column else np.arange(len(frame))

@@ -29,7 +29,7 @@ import importlib.util
 import io
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -150,18 +150,11 @@ def build_text_dataset(
     if options.max_documents is not None and options.max_documents < len(texts):
         doc_ids = np.sort(rng.choice(len(texts), size=options.max_documents, replace=False))
     documents = [texts[int(d)] for d in doc_ids]
+    vocab_info: Mapping[str, object]  # what the dataset's info records of the vocabulary
     if options.tokenizer is not None:
         token_lists, vocab_size, eot, vocab_info = _pretrained_tokens(documents, options.tokenizer)
     else:
-        try:
-            bpe = gpt2_bpe(str(options.bpe_file) if options.bpe_file else None)
-        except TokenizerError as err:
-            raise DataError(str(err)) from None
-        gpt2_lists = [bpe.encode(text) for text in documents]
-        vocab = CompactVocab.fit(bpe, gpt2_lists, max_size=options.vocab_size)
-        token_lists = [vocab.from_gpt2(ids) for ids in gpt2_lists]
-        vocab_size, eot = vocab.size, vocab.eot
-        vocab_info = {"vocab_gpt2_ids": vocab.gpt2_ids.tolist()}
+        token_lists, vocab_size, eot, vocab_info = _compact_tokens(documents, options)
     x, doc, _ = chunk_documents(
         token_lists,
         chunk_tokens=options.chunk_tokens,
@@ -169,15 +162,8 @@ def build_text_dataset(
         bos=eot,
     )
     with_chunks = np.unique(doc)
-    if len(with_chunks) < 2:
-        raise DataError(
-            f"{source}: {len(with_chunks)} document(s) have at least "
-            f"{options.chunk_tokens} tokens; need at least 2 (one for the sites, "
-            "one public) - add text or lower data.options.chunk_tokens"
-        )
-    n_public = int(round(options.public_fraction * len(with_chunks)))
-    n_public = min(n_public, len(with_chunks) - 1)
-    public_docs = rng.permutation(with_chunks)[:n_public]
+    public_docs = _public_documents(with_chunks, rng, options=options, source=source)
+    n_public = len(public_docs)
     is_public = np.isin(doc, public_docs)
     original_doc = doc_ids[doc]  # ids refer to the source's document order
     site_col = None if sites is None else np.asarray(sites)[original_doc][~is_public]
@@ -203,6 +189,40 @@ def build_text_dataset(
             **vocab_info,
         },
     )
+
+
+def _compact_tokens(
+    documents: Sequence[str], options: TextOptions
+) -> tuple[list[list[int]], int, int, dict[str, object]]:
+    """GPT-2 BPE ids remapped to a vocabulary of the documents' most frequent tokens."""
+    try:
+        bpe = gpt2_bpe(str(options.bpe_file) if options.bpe_file else None)
+    except TokenizerError as err:
+        raise DataError(str(err)) from None
+    gpt2_lists = [bpe.encode(text) for text in documents]
+    vocab = CompactVocab.fit(bpe, gpt2_lists, max_size=options.vocab_size)
+    token_lists = [vocab.from_gpt2(ids) for ids in gpt2_lists]
+    return token_lists, vocab.size, vocab.eot, {"vocab_gpt2_ids": vocab.gpt2_ids.tolist()}
+
+
+def _public_documents(
+    with_chunks: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    options: TextOptions,
+    source: str,
+) -> np.ndarray:
+    """The public documents: a ``public_fraction`` of those with chunks, drawn by ``rng``, at
+    least one left to the sites."""
+    if len(with_chunks) < 2:
+        raise DataError(
+            f"{source}: {len(with_chunks)} document(s) have at least "
+            f"{options.chunk_tokens} tokens; need at least 2 (one for the sites, "
+            "one public) - add text or lower data.options.chunk_tokens"
+        )
+    n_public = int(round(options.public_fraction * len(with_chunks)))
+    n_public = min(n_public, len(with_chunks) - 1)
+    return rng.permutation(with_chunks)[:n_public]
 
 
 def _pretrained_tokens(

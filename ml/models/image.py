@@ -6,12 +6,71 @@ BatchNorm's batch statistics do not have.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from torchvision.models import resnet18
 
 from contracts.errors import UserError
 from ml.models import MODELS
+
+
+class _MaxPool2x2(torch.autograd.Function):
+    """2x2 max-pooling (stride 2) as three elementwise maxima of the input's four strided
+    quarters; the gradient by PyTorch's own max-pool backward, from the same indices."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        q00, q01, q10, q11 = _quarters(x)
+        out = torch.maximum(torch.maximum(q00, q01), torch.maximum(q10, q11))
+        # The kernel's index: the first maximum in scan order (q00, q01, q10, q11).
+        after00 = q00 != out
+        after01 = (q01 != out).logical_and_(after00)
+        after10 = (q10 != out).logical_and_(after01)
+        width = x.shape[-1]
+        rows, cols = out.shape[-2:]
+        corner = torch.arange(rows)[:, None] * (2 * width) + torch.arange(cols) * 2
+        index = after01.to(torch.int64).mul_(width - 1)
+        index.add_(after00).add_(after10).add_(corner)
+        ctx.save_for_backward(x, index)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        x, index = ctx.saved_tensors
+        return torch.ops.aten.max_pool2d_with_indices_backward(
+            grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, index
+        )
+
+
+def _quarters(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The top-left, top-right, bottom-left and bottom-right element of every 2x2 window."""
+    rows, cols = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
+    return tuple(x[..., i:rows:2, j:cols:2] for i in (0, 1) for j in (0, 1))
+
+
+class MaxPool2x2(nn.MaxPool2d):
+    """:class:`torch.nn.MaxPool2d` ``(2)`` computed, on the CPU, from strided views.
+
+    PyTorch's CPU max-pool kernel visits one output element at a time in NCHW memory: it
+    took about a fifth of the small CNN's training step and a third of its inference.
+    Elementwise maxima of the four quarters are vectorised (about 10x faster forward, 1.5x
+    with the indices a training step needs). A maximum is exact and the index is the
+    kernel's (the first maximum of the window), so outputs and gradients are bit for bit
+    those of ``nn.MaxPool2d(2)`` for inputs without NaN (``tests/test_exact_speedups.py``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu" or x.dim() != 4:
+            return super().forward(x)
+        if torch.is_grad_enabled() and x.requires_grad:
+            return _MaxPool2x2.apply(x)
+        q00, q01, q10, q11 = _quarters(x)
+        return torch.maximum(torch.maximum(q00, q01), torch.maximum(q10, q11))
 
 
 def _norm(channels: int, dp: bool) -> nn.Module:
@@ -29,11 +88,11 @@ class SmallCNN(nn.Module):
             nn.Conv2d(in_channels, width, 3, padding=1),
             _norm(width, dp),
             nn.ReLU(),
-            nn.MaxPool2d(2),
+            MaxPool2x2(),
             nn.Conv2d(width, 2 * width, 3, padding=1),
             _norm(2 * width, dp),
             nn.ReLU(),
-            nn.MaxPool2d(2),
+            MaxPool2x2(),
         )
         side = image_size // 4
         self.head = nn.Sequential(

@@ -102,9 +102,13 @@ class TorchTask(ABC):
         """Loss features of each record, ``(B, k)``; column 0 is the loss."""
         return self.record_losses(model, batch)[:, None]
 
-    def batch_correct(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """Number of correct predictions in a batch (NaN where accuracy has no meaning)."""
-        return torch.tensor(float("nan"))
+    def record_losses_and_hits(
+        self, model: nn.Module, batch: tuple[torch.Tensor, ...]
+    ) -> torch.Tensor:
+        """``(B, 2)``: each record's loss and 1.0 where the model predicts it right (NaN
+        where accuracy has no meaning), from one forward pass."""
+        losses = self.record_losses(model, batch)
+        return torch.stack([losses, torch.full_like(losses, float("nan"))], dim=1)
 
     # -- shared ------------------------------------------------------------------------
     def make_model(self) -> nn.Module:
@@ -198,13 +202,16 @@ class TorchTask(ABC):
     def evaluate(
         self, model: nn.Module, x: np.ndarray, y: np.ndarray | None, *, device: torch.device
     ) -> dict[str, float]:
-        """Mean loss and accuracy over ``(x, y)``."""
-        losses = self.per_record_loss(model, x, y, device=device)
-        correct = sum(
-            float(self.batch_correct(model, b))
-            for b in self.loader(x, y, shuffle=False, batch_size=512, device=device)
+        """Mean loss and accuracy over ``(x, y)``: one forward pass (the server's central
+        evaluation runs it on the whole public split after every round)."""
+        scores = self._map_batches(
+            lambda b: self.record_losses_and_hits(model, b), model, x, y, device
         )
-        return {"loss": float(losses.mean()), "accuracy": correct / max(len(x), 1)}
+        losses = np.ascontiguousarray(scores[:, 0])  # summed in per_record_loss's order
+        return {
+            "loss": float(losses.mean()),
+            "accuracy": float(scores[:, 1].sum()) / max(len(x), 1),
+        }
 
 
 TASKS: Registry[type[TorchTask]] = Registry(
@@ -233,6 +240,10 @@ class ClassificationTask(TorchTask):
         loss = F.cross_entropy(logits, targets, reduction="none")
         return torch.cat([loss[:, None], logits], dim=1)
 
-    def batch_correct(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def record_losses_and_hits(
+        self, model: nn.Module, batch: tuple[torch.Tensor, ...]
+    ) -> torch.Tensor:
         inputs, targets = batch
-        return (model(inputs).argmax(dim=1) == targets).sum()
+        logits = model(inputs)
+        losses = F.cross_entropy(logits, targets, reduction="none")
+        return torch.stack([losses, (logits.argmax(dim=1) == targets).to(losses.dtype)], dim=1)

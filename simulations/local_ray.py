@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from deployment.processes import ProcessGroup, free_port, wait_for_port
+from simulations.processes import ProcessGroup, free_port, wait_for_port
 
 
 def _ray_bin() -> str:
@@ -31,8 +31,8 @@ class LocalRayHead:
 
     Parameters
     ----------
-    num_cpus
-        CPUs the head node offers to tasks and actors.
+    num_cpus, num_gpus
+        CPUs and GPUs the head node offers to tasks and actors.
     temp_dir
         Ray's session folder. Ray's socket paths must stay under the AF_UNIX limit, so the
         default is a new short folder in ``/tmp``, removed on exit.
@@ -41,9 +41,15 @@ class LocalRayHead:
     """
 
     def __init__(
-        self, *, num_cpus: int = 2, temp_dir: Path | None = None, start_timeout_s: float = 120.0
+        self,
+        *,
+        num_cpus: int = 2,
+        num_gpus: int = 0,
+        temp_dir: Path | None = None,
+        start_timeout_s: float = 120.0,
     ) -> None:
         self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
         self._own_temp = temp_dir is None
         self.temp_dir = (
             Path(tempfile.mkdtemp(prefix="pfl-rc-", dir="/tmp")) if temp_dir is None else temp_dir
@@ -79,7 +85,7 @@ class LocalRayHead:
             "--num-cpus",
             str(self.num_cpus),
             "--num-gpus",
-            "0",
+            str(self.num_gpus),
             "--temp-dir",
             str(self.temp_dir),
             "--include-dashboard",

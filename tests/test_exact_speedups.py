@@ -1,0 +1,75 @@
+"""Speed-ups that must not move a number: each is compared bit for bit with the plain
+computation it replaces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from ml.datasets import load_dataset
+from ml.models.image import MaxPool2x2
+from ml.tasks import build_task
+
+
+@pytest.mark.parametrize("shape", [(8, 4, 12, 12), (5, 3, 7, 9)])
+@pytest.mark.parametrize("activation", [torch.relu, lambda x: x])
+def test_max_pool_matches_torch_values_and_gradients(shape, activation):
+    torch.manual_seed(0)
+    raw = torch.randn(shape)
+    raw.view(-1)[::5] = 0.25  # ties inside windows, besides ReLU's zeros
+    inputs = activation(raw)
+    grad = torch.randn(shape[0], shape[1], shape[2] // 2, shape[3] // 2)
+    results = []
+    for layer in (nn.MaxPool2d(2), MaxPool2x2()):
+        x = inputs.clone().requires_grad_()
+        out = layer(x)
+        out.backward(grad)
+        with torch.no_grad():
+            inference = layer(inputs)
+        results.append((out.detach(), x.grad, inference))
+    for ours, theirs in zip(results[1], results[0], strict=True):
+        assert torch.equal(ours, theirs)
+
+
+def _task():
+    return build_task(
+        "image", model_name="small_cnn", num_classes=10, input_shape=(1, 8, 8), batch_size=32
+    )
+
+
+def test_small_cnn_trains_as_with_torch_max_pool():
+    data = load_dataset("digits")
+    x, y = data.x[:256], data.y[:256]
+    task = _task()
+    states = []
+    for plain in (False, True):
+        torch.manual_seed(0)
+        model = task.make_model()
+        if plain:
+            pools = [i for i, m in enumerate(model.features) if isinstance(m, MaxPool2x2)]
+            assert len(pools) == 2
+            for i in pools:
+                model.features[i] = nn.MaxPool2d(2)
+        task.train_model(model, x, y, epochs=2, seed=3, device=torch.device("cpu"))
+        states.append(model.state_dict())
+    for key, value in states[0].items():
+        assert torch.equal(value, states[1][key]), key
+
+
+def test_evaluate_matches_loss_and_accuracy_of_their_own_passes():
+    data = load_dataset("digits")
+    x, y = data.x[:700], data.y[:700]
+    task = _task()
+    torch.manual_seed(0)
+    model = task.make_model()
+    task.train_model(model, x[:300], y[:300], epochs=1, seed=0, device=torch.device("cpu"))
+    scores = task.evaluate(model, x, y, device=torch.device("cpu"))
+    losses = task.per_record_loss(model, x, y, device=torch.device("cpu"))
+    with torch.no_grad():
+        logits = model(task.tensors(x, y)[0])
+    correct = int((logits.argmax(dim=1).numpy() == y).sum())
+    assert scores["loss"] == float(losses.mean())
+    assert scores["accuracy"] == correct / len(x)
+    assert 0 < correct < len(x) and np.isfinite(scores["loss"])
