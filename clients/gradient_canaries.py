@@ -387,3 +387,10 @@ def attach(
     )
     observer.install()
     return RealPathAudit(canaries, observer, index_log)
+
+
+MEMORY_PER_CANARY = 110
+"""Bytes a site's process holds per gradient canary at its peak: the coin, both statistics,
+the phantom block with its gradient and optimizer state, and one step's draws (104-108
+bytes measured at 8 million canaries, training and audit); what ``simulations.sizes``
+checks a run's ``audit.gradient_canaries`` against."""

@@ -9,6 +9,7 @@ DP ledgers, exposed members) is created ``0600`` in a ``0700`` folder whatever t
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -72,3 +73,23 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object], *, private: bo
 def atomic_write_text(path: Path, text: str, *, private: bool = False) -> Path:
     """:func:`atomic_write` of UTF-8 text."""
     return atomic_write(path, lambda fh: fh.write(text.encode("utf-8")), private=private)
+
+
+def check_writable(folder: Path) -> Path:
+    """Before any work whose result would then be lost: a file can be created in ``folder``
+    or, where it does not exist yet, in its nearest existing parent (where it would be
+    made). Creates nothing; a :class:`RunFileError` naming ``folder`` otherwise (a
+    read-only file system, no permission, a file in the way). Returns ``folder``."""
+    folder = Path(folder)
+    existing = folder.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise RunFileError(f"cannot write in {folder}: {existing} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        where = "" if existing == folder.absolute() else f" (its parent {existing})"
+        raise RunFileError(f"cannot write in {folder}{where}: {err.strerror}") from None
+    return folder

@@ -18,7 +18,7 @@ import re
 import traceback
 from collections.abc import Iterable
 
-from contracts.errors import UserError
+from contracts.errors import NameTakenError, UserError
 
 PLUGINS_KEY = "plugins"
 """The config key that lists them."""
@@ -52,14 +52,19 @@ def _last_frame(err: BaseException) -> str:
 
 def import_plugins(modules: Iterable[str]) -> None:
     """Import each module once (a repeated import is free); the first that fails raises
-    :class:`PluginError` naming it, with its own error or the contract its registration
-    breaks."""
+    :class:`PluginError` naming it, with its own error, the contract its registration
+    breaks (a name already taken, a built-in's included) or the ``sys.exit`` it called."""
     for name in modules:
         check_module_name(name)
         try:
             importlib.import_module(name)
-        except PluginError as err:  # what it registers breaks a contract
+        except (PluginError, NameTakenError) as err:  # what it registers breaks a contract
             raise PluginError(f"{PLUGINS_KEY}: module {name!r}: {err}") from err
+        except SystemExit as stop:  # it would end the whole run, with its own exit code
+            raise PluginError(
+                f"{PLUGINS_KEY}: module {name!r} called sys.exit({stop.code!r}) as it was "
+                f"imported{_last_frame(stop)}; a plugin must only register names"
+            ) from None
         except Exception as err:  # a plugin's own error, whatever it is, named as such
             raise PluginError(
                 f"{PLUGINS_KEY}: module {name!r} cannot be imported: "

@@ -29,11 +29,12 @@ run first calls it.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from contracts.errors import UnknownNameError
+from contracts.errors import NameTakenError, UnknownNameError
 
 T = TypeVar("T")
 
@@ -70,12 +71,24 @@ class Registry(Generic[T]):
         self._meta: dict[str, Mapping[str, Any]] = {}
 
     def register(self, name: str, **meta: Any) -> Callable[[T], T]:
-        """Decorator: register the decorated value under ``name``; a name is taken once."""
+        """Decorator: register the decorated value under ``name``; a name is taken once, and
+        a built-in name only by the module that registers the built-in (a plugin cannot
+        replace it, even before that module is imported). Either clash is a
+        :class:`~contracts.errors.NameTakenError` naming both."""
+        # The module whose body registers (decorators run there): who claims the name.
+        registrant = sys._getframe(1).f_globals.get("__name__", "?")
+        builtin = self._builtins.get(name)
+        if builtin is not None and registrant != builtin:
+            raise NameTakenError(
+                f"{self.kind} {name!r} is a built-in name (registered by {builtin}); "
+                f"{registrant} must register its own under another name"
+            )
 
         def deco(value: T) -> T:
             if name in self._values:
-                raise ValueError(
-                    f"{self.kind} {name!r} is already registered ({self._values[name]!r})"
+                raise NameTakenError(
+                    f"{self.kind} {name!r} is already registered ({self._values[name]!r}); "
+                    f"{registrant} must register its own under another name"
                 )
             if self._check is not None:
                 self._check(name, value)

@@ -42,6 +42,10 @@ NO_CANARY_TWIN_DIR = "no-canary-twin"
 NOISE_FILE = "noise.json"
 """Where the run's DP randomness came from (:data:`NoiseSource`), written by the server."""
 
+LOCK_FILE = "run.lock"
+"""Held (an OS lock on the open file) by the process that runs in the directory; the OS
+drops it when that process ends, however it ends."""
+
 PLATFORM_FILE = "platform.json"
 """The machine that trained the run (``contracts.run_log.PlatformInfo``), written by the
 harness when it trains; read by a site report's manifest."""
@@ -246,6 +250,10 @@ class RunLayout:
     @property
     def platform(self) -> Path:
         return self.root / PLATFORM_FILE
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK_FILE
 
     @property
     def replicates(self) -> Path:

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 from .aggregate import build_report
 from .inputs import RunInputs, load_run
-from .report_writer import report_warnings, write_report, written_report_warnings
+from .lost_sites import LostSites
+from .report_writer import (
+    report_warnings,
+    write_report,
+    written_report_losses,
+    written_report_warnings,
+)
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport, report_json
 from .site_report import SITE_REPORTS_DIR, write_site_report
 from .sweep_report import SweepPoint, build_sweep_report, write_sweep_report
 
 __all__ = [
     "SCHEMA_VERSION",
+    "LostSites",
     "SITE_REPORTS_DIR",
     "ReportFiles",
     "RunInputs",
@@ -26,5 +33,6 @@ __all__ = [
     "write_report",
     "write_site_report",
     "write_sweep_report",
+    "written_report_losses",
     "written_report_warnings",
 ]

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from .columns import Column, ColumnGroup, html_table, md_table, md_text
 from .formatting import MEANING_POINTS, UNTRAINED_HEADLINE, VIOLATION_HEADLINE
 from .html_page import esc
+from .lost_sites import LOST_HEADLINE
 
 Format = Literal["md", "html"]
 
@@ -71,10 +72,10 @@ class Figure:
 
 @dataclass(frozen=True)
 class Banner:
-    """Loud lines at the top: rounds that aggregated nothing, bound violations, or the
-    canaries a model trained with."""
+    """Loud lines at the top: sites the run lost, rounds that aggregated nothing, bound
+    violations, or the canaries a model trained with."""
 
-    kind: Literal["untrained", "violation", "canaries"]
+    kind: Literal["lost", "untrained", "violation", "canaries"]
     lines: Sequence[str]
     only: Format | None = None
 
@@ -148,6 +149,8 @@ def _markdown(block: Block) -> list[str]:
             return [*(f"- {label}: {md_text(text)}" for label, text in items), ""] if items else []
         case Table(columns, rows):
             return [*md_table(columns, rows), ""]
+        case Banner("lost", lines) if lines:
+            return [f"> **{LOST_HEADLINE}**", ">", *(f"> - {md_text(x)}" for x in lines), ""]
         case Banner("untrained", lines) if lines:
             return [*(f"> **{UNTRAINED_HEADLINE}** {md_text(x)}" for x in lines), ""]
         case Banner("violation", lines) if lines:
@@ -204,6 +207,8 @@ def _html(block: Block) -> str:
                 f'<figure><div class="plot" role="img" aria-label="{esc(alt)}">{svg}</div>'
                 f"<figcaption>{esc(caption)}</figcaption></figure>"
             )
+        case Banner("lost", lines):
+            return _alert(LOST_HEADLINE, f"<ul>{_lis(lines)}</ul>") if lines else ""
         case Banner("untrained", lines):
             return "".join(_alert(UNTRAINED_HEADLINE, f" {esc(x)}") for x in lines)
         case Banner("violation", lines):

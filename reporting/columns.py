@@ -46,6 +46,7 @@ from .formatting import (
     scorer_cells,
     scorer_headers,
 )
+from .headline_flags import flag_effects
 from .html_page import badge, esc, flag_badges, td
 from .metrics import (
     C_EPS_LB,
@@ -204,9 +205,9 @@ def _eps_tilde_cell(site: SiteReport) -> str:
     return td(esc(fmt(value)) + badges, title=value, raw=True)
 
 
-def _two_sided_cell(site: SiteReport) -> str:
+def _two_sided_cell(site: SiteReport, *, effects: bool = False) -> str:
     """The two-sided eps_tilde [interval] (side) with a badge per raised flag of the headline
-    and of each side."""
+    and of each side; ``effects``: and what the headline's flags mean for it."""
     two = two_sided(site)
     side_badges = "".join(
         flag_badges(flag_labels(getattr(two, side).flags), prefix=f"{SIDE_LABELS[side]}: ")
@@ -215,7 +216,19 @@ def _two_sided_cell(site: SiteReport) -> str:
     if two is not None and two.flags is not None:
         side_badges = flag_badges(flag_labels(two.flags), prefix="headline: ") + side_badges
     value = None if two is None else mean_of(two.eps_tilde)
+    note = _effects(site) if effects else None
+    side_badges += f'<div class="flag-note">{esc(note)}</div>' if note else ""
     return td(esc(fmt_two_sided(site)) + side_badges, title=value, raw=True)
+
+
+def _effects(site: SiteReport) -> str | None:
+    return None if site.audit is None else flag_effects(site.audit)
+
+
+def _two_sided_effects_text(site: SiteReport) -> str:
+    """The headline table's two-sided eps_tilde, with what its flags mean for it."""
+    note = _effects(site)
+    return fmt_two_sided(site) + (f"; {note}" if note else "")
 
 
 def _dp_text(site: SiteReport) -> str:
@@ -270,7 +283,11 @@ _DP = Column("DP eps (record-level guarantee)", md=_dp_text, html=_dp_cell)
 
 HEADLINE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _SITE,
-    _TWO_SIDED,
+    Column(
+        _TWO_SIDED.header,
+        md=_two_sided_effects_text,
+        html=lambda s: _two_sided_cell(s, effects=True),
+    ),
     _estimate("O(1) [95% CI]", O1.get),
     _DP,
     column("f accuracy members / holdout", lambda s: fmt_loss_gap(s, "accuracy")),

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 
 from audit.conformance.checks import ConformanceResult
-from audit.result import AuditFlags, AuditResult, Interval
+from audit.result import AuditResult, Interval
 
 from .formatting import NOT_A_BOUND, SIDE_LABELS, fmt, scorer_values
+from .headline_flags import flag_effects, headline_flags, not_a_finding
 from .metrics import O1, RM_RN, RM_RN_TWO_SIDED
 from .schema import FLAGS, PlainReading, SiteReport, Verdict, mean_of
 
@@ -50,9 +51,16 @@ def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
     interval = audit.one_sided.eps_tilde if two is None else two.eps_tilde
     value = mean_of(interval)
     verdict = _verdict(value, interval)
+    if verdict in ("evidence", "inconclusive") and not_a_finding(audit):
+        verdict = "flagged"
+    side = None if two is None else two.side
+    headline = _headline(verdict, value, interval, side)
+    effects = flag_effects(audit)
+    if verdict == "flagged" and effects is not None:
+        headline = _flagged_headline(site, value, interval, side, effects)
     return PlainReading(
         verdict=verdict,
-        headline=_headline(verdict, value, interval, None if two is None else two.side),
+        headline=headline,
         measured=_measured(site, audit),
         meaning=_meaning(site, audit, verdict, value),
         not_shown=[
@@ -126,6 +134,28 @@ def _headline(
     return (
         f"The audit found no evidence that the model leaks your records: {span}. "
         "This is not proof that it is private."
+    )
+
+
+def _flagged_headline(
+    site: SiteReport, value: float | None, interval: Interval | None, side: str | None, why: str
+) -> str:
+    """The headline of a number whose flags say it does not measure leakage: what they mean
+    for it, and the cross-checks with real records to read instead."""
+    name = "two-sided " if side is not None else ""
+    checks = [
+        f"{label} {fmt(v)}"
+        for label, v in (("RM;RN", RM_RN_TWO_SIDED.value(site)), ("O(1)", O1.value(site)))
+        if v is not None
+    ]
+    read = (
+        f" The cross-checks with your real held-out records read {' and '.join(checks)}."
+        if checks
+        else ""
+    )
+    return (
+        f"The audit's {name}{_span(value, interval)} is not evidence that the shared model "
+        f"gives away your records: {why}.{read}"
     )
 
 
@@ -208,6 +238,12 @@ def _meaning(site: SiteReport, audit: AuditResult, verdict: str, value: float | 
                 "The leakage is in 'member' guesses: for some of your records the model is "
                 "confident enough to say correctly that they were used in training."
             )
+    elif verdict == "flagged":
+        lines.append(
+            "The number above does not measure how much the model leaks about your records "
+            "(its flags below say why); read the cross-checks with your real records, RM;RN "
+            "and O(1), instead."
+        )
     elif verdict == "inconclusive":
         lines.append(
             "The reading is too close to zero to say the model leaks; more repeats or a larger "
@@ -222,21 +258,12 @@ def _meaning(site: SiteReport, audit: AuditResult, verdict: str, value: float | 
 
 
 def _flag_lines(audit: AuditResult) -> list[str]:
-    """One sentence per raised flag, for the headline (its own flags and those of the side
-    it comes from, once each), then what the baseline knew about real records."""
-    scopes: list[tuple[str, AuditFlags]] = [("", audit.one_sided.flags)]
+    """One sentence per raised flag of the headline (its own, then those of the side it
+    comes from, prefixed so), then what the baseline knew about real records."""
     two = audit.two_sided
-    if two is not None:
-        side = f"On the {SIDE_LABELS[two.side]} side: "
-        scopes = [(side, getattr(two, two.side).flags)]
-        if two.flags is not None:
-            scopes.insert(0, ("", two.flags))
-    lines, said = [], set()
-    for where, flags in scopes:
-        for name, flag in FLAGS.items():
-            if getattr(flags, name) and name not in said:
-                said.add(name)
-                lines.append(where + flag.plain)
+    own = {n for n in FLAGS if two is not None and two.flags and getattr(two.flags, n)}
+    where = "" if two is None else f"On the {SIDE_LABELS[two.side]} side: "
+    lines = [("" if name in own else where) + FLAGS[name].plain for name in headline_flags(audit)]
     return lines + [realness_line(audit)]
 
 

@@ -9,6 +9,7 @@ from contracts.run_files import RunLayout
 from .aggregate import build_report
 from .formatting import violation_warnings
 from .inputs import RunInputs, load_run
+from .lost_sites import LostSites, lost_sites
 from .run_config import ReportConfig
 from .run_report import render_html, render_markdown
 from .schema import ReportFiles, RunReport
@@ -31,6 +32,12 @@ def written_report_warnings(layout: RunLayout, config: ReportConfig) -> list[str
     return report_warnings(inputs, build_report(inputs))
 
 
+def written_report_losses(layout: RunLayout, config: ReportConfig) -> LostSites:
+    """What the run in ``layout`` lost (:func:`~.lost_sites.lost_sites`), read from its
+    files as :func:`write_report` reads them."""
+    return lost_sites(build_report(load_run(layout, config)), audited=config.audited)
+
+
 def write_report(layout: RunLayout, config: ReportConfig) -> ReportFiles:
     """Write report.json, .csv, .md, .html, ledger.csv and each audited site's own report
     into a run directory; ``config``: the run's, as its caller read it. ``warnings`` holds a
@@ -47,8 +54,12 @@ def write_report(layout: RunLayout, config: ReportConfig) -> ReportFiles:
     return ReportFiles(
         json_path=atomic_write_text(root / "report.json", report_to_json_text(report)),
         csv_path=write_rows(root / "report.csv", site_rows(report.sites)),
-        md_path=atomic_write_text(root / "report.md", render_markdown(report, config.name)),
-        html_path=atomic_write_text(root / "report.html", render_html(report, config.name)),
+        md_path=atomic_write_text(
+            root / "report.md", render_markdown(report, config.name, audited=config.audited)
+        ),
+        html_path=atomic_write_text(
+            root / "report.html", render_html(report, config.name, audited=config.audited)
+        ),
         site_reports=write_site_reports(inputs, report),
         ledger_csv_path=write_rows(root / "ledger.csv", ledger_csv_rows(report)),
         warnings=report_warnings(inputs, report),

@@ -28,6 +28,8 @@ class ReportConfig:
     """``seed``: the run's seed (the manifest)."""
     audit_seed: int | None = None
     """``audit.settings.seed`` (the manifest)."""
+    audited: bool = True
+    """``audit.enabled``: the run audits its sites, so a site without an audit file is lost."""
     file: Path | None = None
     """``config.yaml`` itself, hashed byte for byte by each site's manifest; None: none."""
     record: dict[str, Any] = field(default_factory=dict)

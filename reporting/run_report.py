@@ -48,6 +48,7 @@ from .formatting import (
     violation_banner_lines,
 )
 from .html_page import page
+from .lost_sites import lost_sites
 from .schema import RunReport, SiteReport, report_json
 from .site_page import by_round_blocks, update_blocks
 
@@ -56,25 +57,30 @@ def title(run_name: str | None) -> str:
     return "PANORAMIA consortium audit report" + (f" - {run_name}" if run_name else "")
 
 
-def render_markdown(report: RunReport, run_name: str | None = None) -> str:
+def render_markdown(report: RunReport, run_name: str | None = None, *, audited: bool = True) -> str:
     """The Markdown text of ``report.md`` (the tables; the plots are in report.html);
-    ``run_name`` (the config's ``name``) goes into its title."""
-    return to_markdown(report_blocks(report, run_name))
+    ``run_name`` (the config's ``name``) goes into its title; ``audited``: the run audits
+    its sites (a site without an audit is then lost)."""
+    return to_markdown(report_blocks(report, run_name, audited=audited))
 
 
-def render_html(report: RunReport, run_name: str | None = None) -> str:
+def render_html(report: RunReport, run_name: str | None = None, *, audited: bool = True) -> str:
     """The HTML text of ``report.html``."""
-    body = to_html(report_blocks(report, run_name))
+    body = to_html(report_blocks(report, run_name, audited=audited))
     return page(title(run_name), body, data=report_json(report))
 
 
-def report_blocks(report: RunReport, run_name: str | None = None) -> list[Block]:
-    """The report, section by section: the headline first, the explanation folded under it,
-    then the full tables, the ledger, the plots and the rounds."""
+def report_blocks(
+    report: RunReport, run_name: str | None = None, *, audited: bool = True
+) -> list[Block]:
+    """The report, section by section: what the run lost first, the headline, the
+    explanation folded under it, then the full tables, the ledger, the plots and the
+    rounds."""
     sites = report.sites
     violations = [v for s in sites for v in s.checks.bound_violations]
     return [
         Heading(title(run_name), 1),
+        Banner("lost", lost_sites(report, audited=audited).lines()),
         Banner("untrained", training_banner_lines(report.rounds)),
         Banner("violation", violation_banner_lines(violations)),
         Banner("canaries", [canary_banner(report.canaries)] if report.canaries else []),

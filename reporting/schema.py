@@ -551,7 +551,7 @@ class SweepReport:
     """Neighbouring points with replicates, compared site by site (paired over seeds)."""
 
 
-Verdict = Literal["evidence", "inconclusive", "none", "no result"]
+Verdict = Literal["evidence", "flagged", "inconclusive", "none", "no result"]
 
 
 @dataclass(frozen=True)
@@ -559,8 +559,8 @@ class PlainReading:
     """A site's result in plain language, for a privacy officer (no notation needed)."""
 
     verdict: Verdict
-    """"evidence": the two-sided eps_tilde's 95% interval lies above 0; "inconclusive": its
-    mean is above 0 but the interval reaches 0; "none": it reads 0; "no result": failed."""
+    """Two-sided eps_tilde's: "evidence": interval above 0; "flagged": above 0 under a flag of
+    NOT_A_FINDING; "inconclusive": interval reaching 0; "none": reads 0; "no result": failed."""
     headline: str
     measured: list[str]
     meaning: list[str]

@@ -73,6 +73,7 @@ from .schema import SCORERS, SitePageReport, SiteReport, mean_of, report_json
 
 _VERDICT_LABELS = {
     "evidence": "leakage measured",
+    "flagged": "flagged: not a measurement of leakage",
     "inconclusive": "within noise of zero",
     "none": "no leakage measured",
     "no result": "no result",
@@ -228,9 +229,11 @@ def _standing(report: SitePageReport) -> list[str]:
     st = report.standing
     lines = []
     if st.rank is not None and st.n_ranked is not None:
+        others = st.rank - 1
         lines.append(
-            f"Your site ranks {st.rank} of {st.n_ranked} by two-sided eps_tilde "
-            f"(1 = the most leakage measured): {st.band}."
+            f"Your site ranks {st.rank} of {st.n_ranked} by two-sided eps_tilde (1 = the most "
+            f"leakage measured): {st.band}. {others} other site{'s' * (others != 1)} measured "
+            "at least as much as yours."
         )
     return [*lines, st.note]
 

@@ -26,9 +26,12 @@ def rank_band(rank: int, n_ranked: int) -> str:
 
 def consortium_standing(site_id: int, sites: list[SiteReport]) -> ConsortiumStanding:
     """The site's rank by the two-sided eps_tilde among the ok sites that have one (only
-    their two-sided eps_tilde is read): 1 = the largest, ties share the better rank; and its
-    band (:func:`rank_band`). No other site's value, nor any statistic of them, is shown:
-    the consortium report, the operator's, has the full table."""
+    their two-sided eps_tilde is read): 1 = the largest; and its band (:func:`rank_band`).
+    A site ranks after every other site that measured at least as much, so ties share the
+    lower rank and its band: a site at 0 (the floor) ranks last whatever the others read,
+    and no site learns that another read exactly its value. No other site's value, nor any
+    statistic of them, is shown: the consortium report, the operator's, has the full
+    table."""
     two_sided = {s.site_id: EPS_TILDE_TWO_SIDED.value(s) for s in sites}
     values = {sid: v for sid, v in two_sided.items() if v is not None}
     own = values.get(site_id)
@@ -39,7 +42,7 @@ def consortium_standing(site_id: int, sites: list[SiteReport]) -> ConsortiumStan
             "is missing or predates the two-sided game).",
         )
     ranked = list(values.values())
-    rank = 1 + sum(v > own for v in ranked)
+    rank = sum(v >= own for v in ranked)
     return ConsortiumStanding(
         available=True,
         note="Only your rank and band are shown: no other site's number or id, nor the "

@@ -4,15 +4,20 @@ In a simulation the ServerApp runs in a thread of its own that waits on its grid
 replies (up to ``ServerSettings.timeout_s``); a signal reaches the main thread only. A
 :class:`StopSwitch` lets the harness end that thread: every grid call after
 :meth:`StopSwitch.stop` raises :class:`RunStopped`, and the round in progress is abandoned
-before it writes anything.
+before it writes anything. :func:`stop_on_signals` sets the switch the moment a signal
+arrives, before Flower reacts to it by ending the site processes: a site whose audit was
+cut short that way is left to ``--resume``, not recorded as failed.
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
@@ -44,6 +49,37 @@ class StopSwitch:
             return True
         self.thread.join(timeout)
         return not self.thread.is_alive()
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def stop_on_signals(switch: StopSwitch) -> Iterator[None]:
+    """While the harness waits on a simulation: SIGINT and SIGTERM request ``switch``'s stop
+    as they arrive, then do what their handler does (raise in the main thread; Flower then
+    ends every site's process). A signal that is ignored stays ignored; off the main thread
+    nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {int(sig): signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        switch.requested.set()
+        handler = previous[signum]
+        if callable(handler):
+            handler(signum, frame)
+
+    for sig, handler in previous.items():
+        if callable(handler):
+            signal.signal(sig, on_signal)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if callable(handler):
+                signal.signal(sig, handler)
 
 
 class StoppableGrid(Grid):
@@ -83,7 +119,11 @@ class StoppableGrid(Grid):
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         self._switch.check()
-        return self._grid.pull_messages(message_ids)
+        replies = list(self._grid.pull_messages(message_ids))
+        if self._switch.requested.is_set():
+            # The stop ended the sites' processes: their error replies say only that.
+            return [reply for reply in replies if not reply.has_error()]
+        return replies
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None

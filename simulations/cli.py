@@ -9,55 +9,40 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from contracts.errors import UserError
-from contracts.files import atomic_write_text
+from contracts.errors import UserError, memory_killed, memory_killer_line
+from contracts.files import atomic_write_text, check_writable
 from contracts.json_values import json_safe
 from contracts.run_files import CONFIG_FILE, RunLayout
 
 if TYPE_CHECKING:
-    from reporting import SweepPoint
+    from reporting import LostSites
     from simulations.config import ExperimentConfig
     from simulations.sweep import SweepConfig
 
 # Each command imports what it runs (config, Flower, torch ...) when it runs: ``--help`` and
 # argument errors stay instant.
 
+SITES_LOST = 75
+"""Exit status of a run that lost sites (an audit or a round's update) or was stopped by Ray's
+memory killer: sysexits' EX_TEMPFAIL. Nothing else in panoramia-fl ends with it, and a
+plugin cannot end the run with a code of its own (its ``sys.exit`` at import is a named
+error, exit 2)."""
+
+MEMORY_ADVICE = (
+    "run fewer sites at once: raise resources.num_cpus (training) or resources.audit_num_cpus "
+    "(audits), the CPUs each site takes of Ray's, or lower ray.num_cpus"
+)
+
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from simulations.config import ConfigError, load_config
     from simulations.runner import run_experiment
 
     if args.seeds is not None:
         return _run_replicates(args)
-    if args.resume is not None:
-        run_dir = Path(args.resume)
-        layout = RunLayout(run_dir)
-        stored = layout.config
-        if not stored.exists():
-            raise ConfigError(f"--resume: {run_dir} has no {CONFIG_FILE}; not a run directory")
-        if args.plugin:
-            raise ConfigError(
-                f"--plugin: a resumed run imports the plugins its {CONFIG_FILE} lists"
-            )
-        config = load_config(stored, args.set)
-        if args.set:
-            from simulations.resume import check_resume
-
-            check_resume(load_config(stored), config, args.set, layout)
-    elif args.config is None:
-        raise ConfigError("give a CONFIG file, or --resume RUN_DIR")
-    else:
-        config = _with_plugins(load_config(Path(args.config), args.set), args.plugin)
-        run_dir = args.out if args.out is not None else config.output_dir / config.name
-        layout = RunLayout(run_dir)
-        existing = layout.config
-        if existing.exists() and load_config(existing) != config:
-            raise ConfigError(
-                f"{run_dir} already holds a run with another config; use "
-                f"--resume {run_dir}, another --out, or another name"
-            )
+    config, run_dir = _run_config(args)
+    layout = RunLayout(run_dir)
     print(f"run directory: {run_dir}", file=sys.stderr)
     try:
         outcome = run_experiment(config, run_dir, verbose=args.verbose)
@@ -67,6 +52,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"finished rounds and audits are kept in {run_dir}; the round in progress was "
             f"abandoned; continue with: panoramia-fl run --resume {run_dir}",
         )
+    except Exception as err:
+        if not memory_killed(err):
+            raise
+        return _memory_killed(err, f"panoramia-fl run --resume {run_dir}", kept=run_dir)
     from contracts.run_log import read_rounds, untrained_reason
     from reporting import written_report_warnings
     from simulations.config import report_config
@@ -78,7 +67,73 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"{run_dir}: {untrained}; report: {run_dir / 'report.html'}")
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
     print(f"done: {timings}\nreport: {run_dir / 'report.html'}")
-    return 0
+    return SITES_LOST if _say_losses(layout, f"panoramia-fl run --resume {run_dir}") else 0
+
+
+def _run_config(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
+    """``run``'s config and run directory: ``--resume``'s own config (untouched since the
+    run wrote it) with the ``--set`` it may take, or CONFIG's, which a run directory that
+    already holds a run must hold too."""
+    from simulations.config import ConfigError, check_config_digest, load_config
+
+    if args.resume is not None:
+        run_dir = Path(args.resume)
+        stored = RunLayout(run_dir).config
+        if not stored.exists():
+            raise ConfigError(f"--resume: {run_dir} has no {CONFIG_FILE}; not a run directory")
+        if args.plugin:
+            raise ConfigError(
+                f"--plugin: a resumed run imports the plugins its {CONFIG_FILE} lists"
+            )
+        check_config_digest(stored)
+        config = load_config(stored, args.set)
+        if args.set:
+            from simulations.resume import check_resume
+
+            check_resume(load_config(stored), config, args.set, RunLayout(run_dir))
+        return config, run_dir
+    if args.config is None:
+        raise ConfigError("give a CONFIG file, or --resume RUN_DIR")
+    config = _with_plugins(load_config(Path(args.config), args.set), args.plugin)
+    run_dir = args.out if args.out is not None else config.output_dir / config.name
+    existing = RunLayout(run_dir).config
+    if existing.exists():
+        check_config_digest(existing)
+        if load_config(existing) != config:
+            raise ConfigError(
+                f"{run_dir} already holds a run with another config; use "
+                f"--resume {run_dir}, another --out, or another name"
+            )
+    return config, run_dir
+
+
+def _memory_killed(err: Exception, resume: str, *, kept: Path) -> int:
+    """One line for a run that Ray's memory killer stopped: what it ended, what to change,
+    what is kept and how to continue; the exit status :data:`SITES_LOST`."""
+    what = (memory_killer_line(err) or type(err).__name__)[:300]
+    print(
+        f"panoramia-fl: error: Ray's memory killer ended a process of the run, as the machine "
+        f"ran short of memory ({what}); {MEMORY_ADVICE}. Finished rounds and audits are kept "
+        f"in {kept}; continue with: {resume}",
+        file=sys.stderr,
+    )
+    return SITES_LOST
+
+
+def _say_losses(layout: RunLayout, resume: str, label: str = "") -> bool:
+    """The run's lost sites on stderr, one line each (after ``label``), what to change when
+    Ray's memory killer caused them, and how to audit them again; whether it lost any."""
+    from reporting import written_report_losses
+    from simulations.config import report_config
+
+    lost: LostSites = written_report_losses(layout, report_config(layout))
+    for line in lost.lines():
+        print(f"panoramia-fl: {label}{line}", file=sys.stderr)
+    if lost.memory_killed:
+        print(f"panoramia-fl: {label}next time, {MEMORY_ADVICE}.", file=sys.stderr)
+    if lost.failed_audits or lost.missing_audits:
+        print(f"panoramia-fl: {label}audit the lost sites again with: {resume}", file=sys.stderr)
+    return bool(lost)
 
 
 class Terminated(KeyboardInterrupt):
@@ -118,19 +173,26 @@ def _run_replicates(args: argparse.Namespace) -> int:
     set_dir = args.out if args.out is not None else config.output_dir / (config.name + SET_SUFFIX)
     print(f"replicate set: {set_dir}", file=sys.stderr)
     t0 = time.time()
+    again = "the same command"
     try:
         outcome = run_replicates(config, set_dir, args.seeds, verbose=args.verbose)
     except KeyboardInterrupt as stop:
         _exit_interrupted(
             stop,
             f"finished runs, rounds and audits are kept in {set_dir}; the round in progress "
-            "was abandoned; continue with the same command",
+            f"was abandoned; continue with {again}",
         )
-    for _, layout in outcome.runs:
+    except Exception as err:
+        if not memory_killed(err):
+            raise
+        return _memory_killed(err, again, kept=set_dir)
+    lost = False
+    for seed, layout in outcome.runs:
         _print_warnings(written_report_warnings(layout, report_config(layout)))
+        lost |= _say_losses(layout, again, label=f"seed {seed}: ")
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
     print(f"done: {timings}, total {time.time() - t0:.1f}s\nreport: {outcome.files.html_path}")
-    return 0
+    return SITES_LOST if lost else 0
 
 
 def _with_plugins(config: ExperimentConfig, modules: list[str]) -> ExperimentConfig:
@@ -146,16 +208,20 @@ def _with_plugins(config: ExperimentConfig, modules: list[str]) -> ExperimentCon
 
 def cmd_report(args: argparse.Namespace) -> int:
     from contracts.errors import RunFileError
-    from reporting import write_report, write_site_report
+    from reporting import SITE_REPORTS_DIR, write_report, write_site_report
     from simulations.config import report_config
 
     layout = RunLayout(Path(args.run_dir))
     try:
         if args.site is not None:
             config = report_config(layout, optional=True)
+            check_writable(layout.root / SITE_REPORTS_DIR)
             files = write_site_report(layout, args.site, config)
         else:
-            files = write_report(layout, report_config(layout))
+            config = report_config(layout)
+            check_writable(layout.root)
+            check_writable(layout.root / SITE_REPORTS_DIR)
+            files = write_report(layout, config)
     except RunFileError as err:
         print(f"panoramia-fl: error: {err}", file=sys.stderr)
         return 2
@@ -171,7 +237,7 @@ def _print_warnings(lines: list[str]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from reporting import write_sweep_report
+    from reporting import SweepPoint, write_sweep_report
     from simulations.config import report_config
     from simulations.shared_ray import SharedRay
     from simulations.sweep import expand, load_sweep
@@ -179,7 +245,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     sweep = load_sweep(Path(args.sweep), args.set)
     points = expand(sweep)
     sweep_dir = sweep.output_dir / sweep.name
-    done = []
+    again = f"panoramia-fl sweep {args.sweep}" + "".join(f" --set {s}" for s in args.set)
+    done, lost = [], False
     run_dir = sweep_dir
     try:
         with SharedRay() as shared:  # Ray starts once for the sweep
@@ -187,39 +254,45 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 run_dir = sweep_dir / label
                 print(f"sweep point {label}: {run_dir}", file=sys.stderr)
                 with shared.joined(config):
-                    done.append(_sweep_point(label, overrides, config, run_dir, sweep, args))
+                    runs = _sweep_point_runs(config, run_dir, sweep, args)
+                for seed, layout in runs:
+                    lost |= _say_losses(layout, again, label=f"{label}, seed {seed}: ")
+                done.append(SweepPoint(label, overrides, layout=runs[0][1]))
     except KeyboardInterrupt as stop:
-        _exit_interrupted(stop, f"rerun the sweep to continue from {run_dir}")
+        _exit_interrupted(stop, f"rerun the sweep to continue from {run_dir}: {again}")
+    except Exception as err:
+        if not memory_killed(err):
+            raise
+        return _memory_killed(err, again, kept=run_dir)
     files = write_sweep_report(sweep_dir, done, report_config)
     _print_warnings(files.warnings)
     print(files.html_path)
-    return 0
+    return SITES_LOST if lost else 0
 
 
-def _sweep_point(
-    label: str,
-    overrides: dict[str, Any],
-    config: ExperimentConfig,
-    run_dir: Path,
-    sweep: SweepConfig,
-    args: argparse.Namespace,
-) -> SweepPoint:
-    """One point of a sweep: its run, or its replicate set."""
-    from reporting import SweepPoint
+def _sweep_point_runs(
+    config: ExperimentConfig, run_dir: Path, sweep: SweepConfig, args: argparse.Namespace
+) -> list[tuple[int, RunLayout]]:
+    """One point of a sweep: its run, or its replicate set's runs (seed, run directory)."""
     from simulations.replicates import run_replicates
     from simulations.runner import run_experiment
 
     if sweep.replicates > 1:
-        runs = run_replicates(config, run_dir, sweep.replicates, verbose=args.verbose).runs
-        return SweepPoint(label, overrides, layout=runs[0][1])
-    outcome = run_experiment(config, run_dir, verbose=args.verbose)
-    return SweepPoint(label, overrides, layout=outcome.layout)
+        return run_replicates(
+            config, run_dir, sweep.replicates, verbose=args.verbose, key="replicates"
+        ).runs
+    return [(config.seed, run_experiment(config, run_dir, verbose=args.verbose).layout)]
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from simulations.standalone_audit import audit_saved_model
 
     checkpoint = Path(args.checkpoint)
+    if args.out:
+        # Before the audit, which would otherwise be lost at the end.
+        if Path(args.out).is_dir():
+            raise UserError(f"--out: {args.out} is a folder; give the file to write")
+        check_writable(Path(args.out).parent)
     result = audit_saved_model(
         checkpoint,
         Path(args.config),

@@ -6,6 +6,8 @@ resolved config is written to the run directory as ``config.yaml``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from pathlib import Path
@@ -328,13 +330,16 @@ class AuditPhaseConfig(StrictModel):
         return n
 
 
+SEED_LIMIT = 2**32
+"""Seeds are below this (numpy's seeds are 32-bit)."""
+
 RUN_NAME = re.compile(r"^(?!\.+$)[A-Za-z0-9_.=+,-]+$")
 """A run's name is one folder inside ``output_dir``: no separators, not ``.`` or ``..``."""
 
 
 class ExperimentConfig(StrictModel):
     name: str = "default"
-    seed: int = Field(0, ge=0, lt=2**32, description="seeds data, training and audits")
+    seed: int = Field(0, ge=0, lt=SEED_LIMIT, description="seeds data, training and audits")
     output_dir: Path = Path("runs")
     plugins: list[str] = Field(
         default_factory=list,
@@ -510,9 +515,40 @@ def load_config(path: Path, overrides: list[str] | None = None) -> ExperimentCon
     return validate_config(apply_overrides(raw, parsed))
 
 
+DIGEST_LINE = "# panoramia-fl wrote this run's settings; their sha256: "
+"""The first line of a run's ``config.yaml``: edited settings no longer match it."""
+
+
+def _digest(settings: Any) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
 def dump_config(config: ExperimentConfig) -> str:
-    """YAML of the resolved config (paths as strings, inf as .inf)."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    """YAML of the resolved config (paths as strings, inf as .inf), after a comment line
+    holding the digest of its settings (:func:`check_config_digest`)."""
+    body = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    return f"{DIGEST_LINE}{_digest(yaml.safe_load(body))}\n{body}"
+
+
+def check_config_digest(path: Path) -> None:
+    """A run's ``config.yaml`` still holds the settings the run wrote into it: a
+    :class:`ConfigError` naming it when they were edited since (the model and audits on
+    disk were not made with the edited ones). A file without the digest line (an older
+    run's, or one a user's own Flower app wrote) is taken as it is."""
+    first, _, body = path.read_text(encoding="utf-8").partition("\n")
+    if not first.startswith(DIGEST_LINE):
+        return
+    try:
+        settings = yaml.safe_load(body)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if first.removeprefix(DIGEST_LINE).strip() != _digest(settings):
+        raise ConfigError(
+            f"{path} was edited after the run wrote it (its settings no longer match the "
+            "digest on its first line): what is on disk was not made with them; put it back, "
+            f"change what may change with --resume {path.parent} --set KEY=VALUE, or start "
+            "another run"
+        )
 
 
 def report_config(layout: RunLayout, *, optional: bool = False) -> ReportConfig:
@@ -548,6 +584,7 @@ def report_config_of(raw: dict[str, Any], *, file: Path | None = None) -> Report
         name=None if raw.get("name") is None else str(raw["name"]),
         seed=_whole(raw.get("seed")),
         audit_seed=_whole(_section(audit, "settings").get("seed")),
+        audited=audit.get("enabled") is not False,
         file=file,
         record=raw,
     )

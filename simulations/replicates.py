@@ -20,7 +20,7 @@ import yaml
 from contracts.run_files import RunLayout, replicate_run_dir
 from reporting.schema import ReportFiles
 from simulations.config import (
-    ConfigError,
+    SEED_LIMIT,
     ExperimentConfig,
     apply_overrides,
     dump_config,
@@ -29,6 +29,7 @@ from simulations.config import (
 )
 from simulations.runner import run_experiment
 from simulations.shared_ray import SharedRay
+from simulations.sizes import check_replicates
 
 SET_SUFFIX = "-replicates"
 """A set's default folder: ``output_dir / (name + SET_SUFFIX)``."""
@@ -42,11 +43,13 @@ class ReplicateOutcome:
     """Each run's total seconds (``seed-<s>_s``)."""
 
 
-def replicate_configs(config: ExperimentConfig, n: int) -> list[tuple[int, ExperimentConfig]]:
+def replicate_configs(
+    config: ExperimentConfig, n: int, *, key: str = "--seeds"
+) -> list[tuple[int, ExperimentConfig]]:
     """``(seed, config)`` of the ``n`` runs: seeds ``config.seed`` onwards, the partition
-    seed fixed to the one ``config`` draws its partition with."""
-    if n < 1:
-        raise ConfigError(f"--seeds: at least 1 run, not {n}")
+    seed fixed to the one ``config`` draws its partition with. A set the harness does not
+    take (:func:`~simulations.sizes.check_replicates`) is an error naming ``key``."""
+    check_replicates(n, config.seed, key=key, seed_limit=SEED_LIMIT)
     raw = yaml.safe_load(dump_config(config))
     partition_seed = config.partition.seed_for(config.seed)
     configs = []
@@ -61,7 +64,7 @@ def replicate_configs(config: ExperimentConfig, n: int) -> list[tuple[int, Exper
 
 
 def run_replicates(
-    config: ExperimentConfig, set_dir: Path, n: int, *, verbose: bool = False
+    config: ExperimentConfig, set_dir: Path, n: int, *, verbose: bool = False, key: str = "--seeds"
 ) -> ReplicateOutcome:
     """Train and audit the ``n`` runs still missing in ``set_dir``, then write the set's
     report (and each run's own report again, quoting the set)."""
@@ -70,7 +73,7 @@ def run_replicates(
     runs: list[tuple[int, RunLayout]] = []
     timings: dict[str, float] = {}
     with SharedRay() as shared:  # Ray starts once for the set
-        for seed, replicate in replicate_configs(config, n):
+        for seed, replicate in replicate_configs(config, n, key=key):
             run_dir = replicate_run_dir(set_dir, seed)
             print(f"replicate seed {seed}: {run_dir}", file=sys.stderr)
             with shared.joined(replicate):

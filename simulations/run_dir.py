@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
-from collections.abc import Callable
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -14,14 +19,20 @@ import numpy as np
 from audit.panoramia.components import Records
 from clients.site_data import SiteData
 from contracts.errors import RunFileError
-from contracts.files import atomic_write, atomic_write_text
+from contracts.files import atomic_write, atomic_write_text, check_writable
 from contracts.json_values import from_dict
 from contracts.run_files import RunLayout
 from contracts.run_log import read_json
 from ml.canaries import draw_canaries
 from ml.datasets import DataError, Dataset, load_dataset
 from ml.partition import SiteSplit, partition, partition_summary
-from simulations.config import ConfigError, ExperimentConfig, dump_config, load_config
+from simulations.config import (
+    ConfigError,
+    ExperimentConfig,
+    check_config_digest,
+    dump_config,
+    load_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +71,36 @@ class DatasetMeta:
 
     def write(self, layout: RunLayout) -> None:
         atomic_write_text(layout.dataset, json.dumps(asdict(self)))
+
+
+@contextmanager
+def hold_run_dir(layout: RunLayout) -> Iterator[None]:
+    """The run directory is this process's alone until the block ends: an OS lock on its
+    open ``run.lock``, which the OS drops when the process ends however it ends (Ctrl-C,
+    ``kill -9``, a crash), so nothing is left to clean up. A second run on the directory
+    meanwhile is a :class:`RunFileError` naming it and the holder; so is a directory that
+    cannot be written (checked before it is made)."""
+    check_writable(layout.root)
+    try:
+        layout.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise RunFileError(f"cannot write in {layout.root}: {err}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "a process"
+            raise RunFileError(
+                f"{layout.root} is in use by another panoramia-fl run ({holder}); wait for it "
+                "to end, or give another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {since}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def site_data(dataset: Dataset, split: SiteSplit) -> SiteData:
@@ -107,8 +148,10 @@ def _prepared(config: ExperimentConfig, layout: RunLayout) -> bool:
 def adopt_config(config: ExperimentConfig, layout: RunLayout) -> None:
     """Check ``config`` against the one ``layout`` holds, field by field, before anything
     runs in it (:func:`simulations.resume.check_same_run`: a mismatch is refused, naming the
-    keys). A changed ``audit.*`` sets the audits on disk aside (``audits-superseded-<k>``),
-    so every site audits again under the new settings. Then ``config.yaml`` is the new one.
+    keys; so is a ``config.yaml`` edited by hand,
+    :func:`~simulations.config.check_config_digest`). A changed ``audit.*`` sets the audits
+    on disk aside (``audits-superseded-<k>``), so every site audits again under the new
+    settings. Then ``config.yaml`` is the new one.
     A directory without ``config.yaml`` is left as it is (its caller writes one once the
     set-up succeeded, so a config whose data cannot be loaded or partitioned leaves
     nothing behind).
@@ -117,6 +160,7 @@ def adopt_config(config: ExperimentConfig, layout: RunLayout) -> None:
 
     if not layout.config.exists():
         return
+    check_config_digest(layout.config)
     try:
         stored = load_config(layout.config)
     except ConfigError as err:
@@ -192,7 +236,7 @@ def prepare_run_dir(
         # Any, not ndarray: mypy would match ndarray values against savez's `allow_pickle: bool`.
         arrays: dict[str, Any] = {"x": dataset.public_x}
         arrays.update((key, value) for key, value in optional.items() if value is not None)
-        atomic_write(layout.public, lambda fh: np.savez(fh, **arrays))
+        atomic_write(layout.public, lambda fh: np.savez(fh, **arrays), private=True)
     # The config only once the set-up succeeded: a partition that fails (too few records
     # for the sites) leaves nothing that would refuse the corrected command as another run.
     atomic_write_text(layout.partition, json.dumps(summary, indent=1))

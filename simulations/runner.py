@@ -19,7 +19,7 @@ import torch
 from contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
 from contracts.run_files import RunLayout
 from server.round_audits import plan_audits
-from server.stop import StopSwitch
+from server.stop import StopSwitch, stop_on_signals
 from simulations.apps import build_apps
 from simulations.canary_twin import train_twin_and_record
 from simulations.config import ExperimentConfig, ResourcesConfig, report_config
@@ -30,8 +30,9 @@ from simulations.reference_models import (
     ensure_reference_models,
     reference_count,
 )
-from simulations.run_dir import DatasetMeta, prepare_run_dir
+from simulations.run_dir import DatasetMeta, hold_run_dir, prepare_run_dir
 from simulations.run_task import check_run_task
+from simulations.sizes import check_sizes
 
 log = logging.getLogger("panoramia_fl")
 
@@ -56,8 +57,11 @@ def quiet_logs(verbose: bool) -> None:
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
     if verbose:
         return
-    for name in ("flwr", "ray", "opacus"):
+    for name in ("ray", "opacus"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # Flower logs each site's failure with its traceback; the run records it itself (its
+    # audit file, the round's failures) and says it on stderr at the end.
+    logging.getLogger("flwr").setLevel(logging.CRITICAL)
     # Opacus's notices (secure RNG off in a seeded simulation, the RDP orders it tries):
     # expected in a simulation. Its deprecations still show.
     warnings.filterwarnings("ignore", category=UserWarning, module="opacus")
@@ -165,7 +169,7 @@ def _simulate(
     switch = StopSwitch()
     server_app, client_app = build_apps(config, meta, layout, phases=phases, stop=switch)
     key = "resources.num_cpus" if "train" in phases else "resources.audit_num_cpus"
-    with _ray_temp_dir(config) as temp_dir:
+    with _ray_temp_dir(config) as temp_dir, stop_on_signals(switch):
         try:
             start_ray(
                 ray_init_args(config, temp_dir=temp_dir, verbose=verbose),
@@ -202,11 +206,12 @@ def _simulate(
 
 
 def check_local_resources(config: ExperimentConfig) -> None:
-    """Before anything runs: each phase's per-site request against the local Ray this run
-    would start (a cluster it joins is checked once joined, by
-    :func:`~simulations.ray_start.start_ray`)."""
+    """Before anything runs: the sizes a site must hold (:func:`~simulations.sizes.check_sizes`)
+    and each phase's per-site request against the local Ray this run would start (a cluster
+    it joins is checked once joined, by :func:`~simulations.ray_start.start_ray`)."""
     if ray_address(config):
         return
+    check_sizes(config)
     cpus = float(config.ray.num_cpus or os.cpu_count() or 1)
     gpus = float(torch.cuda.device_count())
     res = config.resources
@@ -225,10 +230,18 @@ def training_done(config: ExperimentConfig, layout: RunLayout) -> bool:
 def run_experiment(
     config: ExperimentConfig, run_dir: Path, *, verbose: bool = False, write_report: bool = True
 ) -> RunOutcome:
-    """Train (the rounds still missing), audit (the sites still missing), report."""
+    """Train (the rounds still missing), audit (the sites still missing), report; the run
+    directory is this process's alone meanwhile (:func:`~simulations.run_dir.hold_run_dir`)."""
     quiet_logs(verbose)
     check_local_resources(config)
     layout = RunLayout(run_dir)
+    with hold_run_dir(layout):
+        return _run(config, layout, verbose=verbose, write_report=write_report)
+
+
+def _run(
+    config: ExperimentConfig, layout: RunLayout, *, verbose: bool, write_report: bool
+) -> RunOutcome:
     outcome = RunOutcome(layout)
     t0 = time.time()
     meta = prepare_run_dir(config, layout, check=lambda m: check_run_task(config, m))

@@ -41,12 +41,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulations.config import (
+    SEED_LIMIT,
     ConfigError,
     ExperimentConfig,
     apply_overrides,
     parse_override,
     validate_config,
 )
+from simulations.sizes import check_replicates
 
 _ONE_OF = "give exactly one of grid (a product of values) or points (label -> overrides)"
 
@@ -70,6 +72,15 @@ class SweepConfig(BaseModel):
             raise ValueError(f"grid, points: {_ONE_OF}")
         if self.points is not None and not self.points:
             raise ValueError("points: needs at least one point")
+        if self.grid is not None:
+            if not self.grid:
+                raise ValueError("grid: needs at least one key with its values")
+            empty = [key for key, values in self.grid.items() if not values]
+            if empty:
+                raise ValueError(
+                    f"grid: {', '.join(empty)} list{'s' * (len(empty) == 1)} no value, so the "
+                    "grid has no point; give each key at least one value"
+                )
         return self
 
 
@@ -147,6 +158,7 @@ def expand(sweep: SweepConfig) -> list[tuple[str, dict[str, Any], ExperimentConf
         overrides["name"] = label
         try:
             config = validate_config(apply_overrides(base_raw, overrides))
+            check_replicates(sweep.replicates, config.seed, key="replicates", seed_limit=SEED_LIMIT)
         except ConfigError as err:
             raise ConfigError(f"sweep point {label}: {err}") from None
         points.append((label, point, config))

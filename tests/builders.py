@@ -9,7 +9,9 @@ import dataclasses
 import gzip
 import importlib.util
 import json
+import signal
 import struct
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -543,6 +545,40 @@ def warnings_of(run_dir: Path) -> list[str]:
 def site_pages(run_dir: Path, site_id: int) -> ReportFiles:
     """Where the run's report puts site ``site_id``'s page."""
     return site_report_paths(run_files(run_dir), site_id)
+
+
+TINY_AUDIT = {
+    "quick": True,
+    "helper_epochs": 1,
+    "splits": {"generator": 100, "train": 60, "val": 30},
+    "generator": {"kind": "cgan", "epochs": 1},
+    "classifier": {"epochs": [1], "gbm_iterations": [20]},
+    "calibration": {"reference_models": 0},
+}
+"""Audit settings for runs on 8x8 digits whose audit is not what is checked: one epoch each,
+no reference models (their training is a Ray session of its own)."""
+
+
+def _default_sigint() -> None:
+    """A background job starts with SIGINT ignored; a terminal's Ctrl-C would not be."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_interruptible(
+    argv: list[str], *, cwd: Path, env: dict[str, str], log: Path
+) -> subprocess.Popen:
+    """``argv`` in a session of its own (its process group takes a Ctrl-C as a terminal's
+    would: SIGINT not ignored), its output appended to ``log``."""
+    with open(log, "ab") as fh:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_default_sigint,
+        )
 
 
 def load_benchmark(name: str) -> ModuleType:

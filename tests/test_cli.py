@@ -22,9 +22,10 @@ from ml.datasets import DataError
 from ml.partition import PartitionError
 from simulations.cli import build_parser
 from simulations.cli import main as cli_main
-from simulations.config import ConfigError, validate_config
+from simulations.config import DIGEST_LINE, ConfigError, check_config_digest, validate_config
 from simulations.resume import check_resume
 from simulations.run_dir import prepare_run_dir
+from simulations.sizes import check_sizes
 
 pytestmark = pytest.mark.ray
 
@@ -439,6 +440,90 @@ def test_a_run_whose_rounds_all_aggregated_nothing_exits_2(run_dir, capsys):
     assert "no site's update was aggregated in any of the 3 rounds" in line
     assert "round 1, site 0: rejected: train reply: non-finite weights" in line
     assert (run_dir / "report.html").exists()
+
+
+def _stderr_lines(capsys) -> list[str]:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    return [line for line in err.splitlines() if not line.startswith(("run directory: ", "replic"))]
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (
+            ["--seeds", "99999999999"],
+            "--seeds: 99999999999 runs is more than 1000; each is a whole training and audit run",
+        ),
+        (
+            ["--seeds", "5", "--set", "seed=4294967294"],
+            "--seeds: 5 runs from seed 4294967294 reach seed 4294967298, past the largest seed "
+            "4294967295; run fewer, or start from a lower seed",
+        ),
+    ],
+)
+def test_replicate_sets_past_the_limits_are_refused_at_once_naming_seeds(
+    tmp_path, capsys, args, says
+):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(_raw()))
+    assert cli_main(["run", str(config), "--out", str(tmp_path / "set"), *args]) == 2
+    assert _stderr_lines(capsys) == [f"panoramia-fl: error: {says}"]
+    assert not (tmp_path / "set").exists()
+
+
+def test_gradient_canaries_that_cannot_fit_are_refused_with_their_estimate(
+    tmp_path, capsys, monkeypatch
+):
+    """2K canaries of about 110 bytes each in every training site's process, against half a
+    site's share of the memory: checked on the config alone, before anything is prepared."""
+    raw = _raw(dp={"level": "record", "noise_multiplier": 1.0}, resources={"num_cpus": 1})
+    raw["audit"] = {"enabled": True, "gradient_canaries": 10**9}
+    config = validate_config(raw)
+    with pytest.raises(ConfigError) as caught:
+        check_sizes(config, memory=23 * 10**9, cpus=2)
+    message = str(caught.value)
+    assert message.startswith(
+        "audit.gradient_canaries: 1000000000 pairs need about 220 GB in each site's process "
+        "(2 x 1000000000 canaries x 110 bytes), but 23 GB of memory for 2 sites training at once"
+    )
+    assert f"at most about {int(0.5 * 23e9 / 2 // 220):,} pairs here" in message
+    fits = validate_config({**raw, "audit": {"enabled": True, "gradient_canaries": 10**6}})
+    check_sizes(fits, memory=23 * 10**9, cpus=2)  # 220 MB a site: accepted
+    # One site at a time (4 CPUs each on 4) may hold twice as many.
+    alone = validate_config({**raw, "resources": {"num_cpus": 4}})
+    with pytest.raises(ConfigError, match="for 1 site training at once"):
+        check_sizes(alone, memory=23 * 10**9, cpus=4)
+    # The CLI refuses it on this machine before the run directory exists.
+    monkeypatch.delenv(simulations.runner.RAY_ADDRESS_ENV, raising=False)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert cli_main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
+    (line,) = _stderr_lines(capsys)
+    assert line.startswith("panoramia-fl: error: audit.gradient_canaries: 1000000000 pairs need")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_config_yaml_edited_by_hand_is_refused_on_resume(run_dir, capsys, no_training):
+    """The run keeps a digest of its resolved settings in config.yaml's first line: an edited
+    setting is refused before anything runs; a comment is not a setting, and what --set
+    may change is written with a new digest."""
+    layout = run_files(run_dir)
+    text = layout.config.read_text()
+    assert text.startswith(DIGEST_LINE)
+    before = _files(run_dir)
+    layout.config.write_text(text.replace("batch_size: 32", "batch_size: 16"))
+    assert cli_main(["run", "--resume", str(run_dir)]) == 2
+    (line,) = _stderr_lines(capsys)
+    assert line.startswith(f"panoramia-fl: error: {layout.config} was edited after the run wrote")
+    assert f"--resume {run_dir} --set KEY=VALUE" in line
+    assert cli_main(["run", str(layout.config), "--out", str(run_dir)]) == 2  # as a new run
+    layout.config.write_text(text + "# a note of the operator's\n")
+    before["config.yaml"] = layout.config.read_bytes()
+    assert _files(run_dir) == before
+    assert cli_main(["run", "--resume", str(run_dir), "--set", "resources.num_cpus=1"]) == 0
+    check_config_digest(layout.config)
+    assert "num_cpus: 1" in layout.config.read_text()
 
 
 def test_cache_show_and_clear(tmp_path, monkeypatch, capsys):

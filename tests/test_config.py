@@ -24,6 +24,10 @@ def test_default_config_is_valid():
         ({"dp": {"enabled": True}}, "dp: set exactly one of target_epsilon or noise_multiplier"),
         ({"audit": {"settings": {"beta": 1.5}}}, "audit.settings.beta"),
         ({"audit": {"settings": {"splits": {"generator": -1}}}}, "audit.settings.splits.generator"),
+        (
+            {"audit": {"inversion": {"learning_rate": float("inf")}}},
+            "audit.inversion.learning_rate: Input should be a finite number",
+        ),
     ],
 )
 def test_bad_values_name_the_key(raw, key):

@@ -554,6 +554,28 @@ def test_docs_list_every_reply_key_with_its_coverage():
     assert text.count("| train | `") + text.count("| audit | `") == len(rows)
 
 
+def test_ray_memory_killer_is_recognised_in_errors_and_in_site_error_texts():
+    """What Ray's memory killer raises (alone, as the cause of another error, or quoted in a
+    Flower error reply) is recognised by its name or message; a CUDA out-of-memory error of
+    torch is not (fewer parallel sites would not help it)."""
+    import ray.exceptions
+
+    from contracts.errors import memory_killed, memory_killer_line
+
+    message = "Task was killed due to the node running low on memory.\nMemory on the node ..."
+    killed = ray.exceptions.OutOfMemoryError(message)
+    assert memory_killer_line(killed) == (
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory."
+    )
+    try:
+        raise RuntimeError("reference model 1 of 2 failed") from killed
+    except RuntimeError as wrapped:
+        assert memory_killed(wrapped)
+    assert memory_killed(f"<class 'ray.exceptions.OutOfMemoryError'>:<'{message}'>")
+    assert not memory_killed(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"))
+    assert not memory_killed("SplitError: too few records for the audit's splits")
+
+
 # --- the one checked decoder ------------------------------------------------------------
 
 

@@ -154,12 +154,19 @@ def test_server_files_hold_no_reconstruction_or_raw_record(run_dir):
     assert 'src="../site_state/site-0-inversion.png"' in page
 
 
-def test_resume_reruns_only_missing_audits(run_dir):
+def test_resume_reruns_only_missing_audits(run_dir, capsys):
     kept = run_dir / "audits" / "site-1.json"
     kept_time = kept.stat().st_mtime_ns
     ckpt_time = (run_dir / "global_model.pt").stat().st_mtime_ns
     (run_dir / "audits" / "site-0.json").unlink()
-    assert cli_main(["run", "--resume", str(run_dir)]) == 0
+    # Site 2 fails again: the run says so on stderr and exits with the lost-sites status.
+    assert cli_main(["run", "--resume", str(run_dir)]) == 75
+    said = [line for line in capsys.readouterr().err.splitlines() if "panoramia-fl:" in line]
+    assert said[0].startswith("panoramia-fl: Site audits lost: site 2 failed (SplitError: ")
+    assert (
+        said[-1]
+        == f"panoramia-fl: audit the lost sites again with: panoramia-fl run --resume {run_dir}"
+    )
     assert kept.stat().st_mtime_ns == kept_time
     assert (run_dir / "global_model.pt").stat().st_mtime_ns == ckpt_time
     audits = _audits(run_dir)

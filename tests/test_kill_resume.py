@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from builders import run_files
+from builders import run_files, start_interruptible
 
 from contracts.checkpoint import load_checkpoint
 from simulations.local_ray import LocalRayHead
@@ -273,11 +273,6 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path, ray_head, refere
             assert got["sites"][site]["train_loss"] == pytest.approx(entry["train_loss"], rel=2e-3)
 
 
-def _interruptible() -> None:
-    """A background job starts with SIGINT ignored; a terminal's Ctrl-C would not be."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_head, reference):
     """SIGINT to the run's process group (as Ctrl-C sends it) after round 1: exit 130 within
     seconds, the run's private Ray gone, nothing half-written; ``--resume`` then ends with
@@ -285,16 +280,7 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_head, referen
     run_dir, log = tmp_path / "run", tmp_path / "log.txt"
     config = str(_config(tmp_path / "config.yaml", None))
     env = {k: v for k, v in _env().items() if k != "RAY_ADDRESS"}
-    with open(log, "ab") as fh:
-        proc = subprocess.Popen(
-            _cli(config, "--out", str(run_dir)),
-            cwd=REPO,
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_interruptible,
-        )
+    proc = start_interruptible(_cli(config, "--out", str(run_dir)), cwd=REPO, env=env, log=log)
     try:
         deadline = time.time() + TIMEOUT_S
         while not run_files(run_dir).round_checkpoint(1).exists():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import run_files
+from builders import TINY_AUDIT, run_files
 
 from contracts.plugins import PluginError, import_plugins
 from ml.datasets import DataError
@@ -21,15 +21,6 @@ from simulations.config import validate_config
 from simulations.run_dir import prepare_run_dir
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plugin"
-
-TINY_AUDIT = {
-    "quick": True,
-    "helper_epochs": 1,
-    "splits": {"generator": 100, "train": 60, "val": 30},
-    "generator": {"kind": "cgan", "epochs": 1},
-    "classifier": {"epochs": [1], "gbm_iterations": [20]},
-    "calibration": {"reference_models": 0},
-}
 
 
 @pytest.fixture
@@ -55,6 +46,39 @@ def test_a_module_that_cannot_be_imported_is_named_with_its_own_error(outside: P
         import_plugins([broken])
     with pytest.raises(PluginError, match="not a module name"):
         validate_config({"plugins": ["/abs/path.py"]})
+
+
+def test_a_plugin_that_calls_sys_exit_as_it_is_imported_is_named(outside: Path, capsys):
+    """Its own exit code would end the run with no message (and could pass for one of the
+    CLI's); the run stops with a named error instead, exit 2."""
+    quitter = _module(outside, "quitting_plugin", "import sys\n\nsys.exit(3)\n")
+    with pytest.raises(PluginError, match=r"'quitting_plugin' called sys\.exit\(3\) as it was imp"):
+        import_plugins([quitter])
+    assert cli_main(["run", "--plugin", quitter, str(EXAMPLE / "clinic.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "panoramia-fl: error: plugins: module 'quitting_plugin' called sys.exit(3)" in err
+
+
+def test_a_plugin_cannot_replace_a_builtin_name(outside: Path):
+    """A plugin registering the built-in ``small_cnn`` is refused as it registers, naming
+    both modules (docs/plugins.md), whether or not the built-in's module was imported yet;
+    the built-in keeps its name."""
+    from ml.models import MODELS
+
+    source = (
+        "from ml.models import MODELS\n\n"
+        "@MODELS.register('small_cnn', modality='image')\n"
+        "def mine(*, num_classes, dp, input_shape):\n"
+        "    raise AssertionError('the impostor was built')\n"
+    )
+    impostor = _module(outside, "impostor_plugin", source)
+    with pytest.raises(PluginError) as caught:
+        validate_config({"plugins": [impostor]})
+    assert str(caught.value) == (
+        "plugins: module 'impostor_plugin': model 'small_cnn' is a built-in name (registered "
+        "by ml.models.image); impostor_plugin must register its own under another name"
+    )
+    assert MODELS.get("small_cnn").__module__ == "ml.models.image"
 
 
 def test_builders_and_loaders_with_the_wrong_signature_are_refused_as_they_register(

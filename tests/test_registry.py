@@ -13,7 +13,8 @@ from typing import get_args
 import pytest
 import torch
 
-from contracts.errors import UnknownNameError, UserError
+from contracts.errors import NameTakenError, UnknownNameError, UserError
+from contracts.plugins import PluginError, import_plugins
 from contracts.registry import Registry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,9 +98,34 @@ def test_an_unknown_name_is_a_user_error_naming_the_key_and_the_known_names(plug
 def test_a_name_is_registered_once(plugins) -> None:
     things = __import__(plugins).THINGS
     first = things.get("a")
-    with pytest.raises(ValueError, match="thing 'a' is already registered"):
+    with pytest.raises(
+        NameTakenError, match=rf"thing 'a' is a built-in name \(registered by {plugins}\.a\)"
+    ):
         things.register("a")(lambda: "impostor")
     assert things.get("a") is first
+    things.register("c")(lambda: "c")
+    with pytest.raises(NameTakenError, match="thing 'c' is already registered") as caught:
+        things.register("c")(lambda: "again")
+    assert isinstance(caught.value, ValueError) and "test_registry" in str(caught.value)
+
+
+def test_a_plugin_cannot_take_a_builtin_name_before_its_module_is_imported(
+    plugins, tmp_path
+) -> None:
+    """docs/plugins.md: a name registered by a plugin and a built-in is refused as it
+    registers, naming both; the built-in's own module still imports afterwards."""
+    impostor = f"{plugins}_impostor"
+    (tmp_path / f"{impostor}.py").write_text(
+        f"from {plugins} import THINGS\n\n@THINGS.register('b')\ndef mine():\n    return 'mine'\n"
+    )
+    assert f"{plugins}.b" not in sys.modules
+    with pytest.raises(PluginError) as caught:
+        import_plugins([impostor])
+    assert str(caught.value) == (
+        f"plugins: module '{impostor}': thing 'b' is a built-in name (registered by "
+        f"{plugins}.b); {impostor} must register its own under another name"
+    )
+    assert __import__(plugins).THINGS.get("b")() == "b"
 
 
 # --------------------------------------------------------------------------- the project's

@@ -582,6 +582,35 @@ def test_rounds_that_aggregated_nothing_are_reported_first(tmp_path: Path) -> No
     assert "No site&#x27;s update was aggregated in any of the 3 rounds" in html_first
 
 
+OOM = "OutOfMemoryError: Task was killed due to the node running low on memory."
+
+
+def test_a_run_that_lost_sites_opens_with_them(tmp_path: Path) -> None:
+    """A failed audit, a missing one and a round that lost one site's update (Ray's memory
+    killer): the report's first lines say so (before the headline), in both formats; a
+    run that audits nothing has no missing audits."""
+    audits = {0: ok_audit(0, make_result([1.0, 1.5], [2.0, 2.5])), 1: failed_audit(1)}
+    run = write_run(tmp_path / "r", n_sites=3, audits=audits)
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    lines[0]["failures"] = {"2": OOM}
+    del lines[0]["sites"]["2"]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    files = write_report_of(run)
+    first = files.md_path.read_text().split("\n## Headline")[0]
+    assert "> **Sites were lost in this run.**" in first
+    assert "> - Site audits lost: site 1 failed (CUDA OOM in" in first
+    assert "site 2 has no audit file." in first
+    assert f"> - Round 1 lost the update of site 2 (site 2: {OOM})." in first
+    assert "> - Ray's memory killer ended site processes" in first
+    html_first = files.html_path.read_text().split('id="headline"')[0]
+    assert "Sites were lost in this run." in html_first and "Round 1 lost the update" in html_first
+    with (run / "config.yaml").open("a") as fh:
+        fh.write("audit: {enabled: false}\n")
+    (run / "audits" / "site-1.json").unlink()
+    first = write_report_of(run).md_path.read_text().split("\n## Headline")[0]
+    assert "Site audits lost" not in first and "Round 1 lost the update of site 2" in first
+
+
 def test_bad_run_inputs_name_the_file(tmp_path: Path) -> None:
     run = write_run(tmp_path / "r", n_sites=1, audits={})
     with (run / "metrics.jsonl").open("a") as fh:

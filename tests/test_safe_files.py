@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from builders import run_files
+import yaml
+from builders import make_result, ok_audit, run_files, write_run
 
 from clients.privacy import PrivacyLedger
 from contracts.checkpoint import Checkpoint, latest_round_checkpoint, save_checkpoint
@@ -43,6 +48,7 @@ def test_site_local_files_are_owner_only(tmp_path, umask_022):
     layout = run_files(run_dir)
     for site in (0, 1):
         assert _mode(layout.site_file(site)) == 0o600  # the site's records
+    assert _mode(layout.public) == 0o600  # in sites/, as docs/run_outputs.md says
     assert _mode(layout.sites) == 0o700
     ledger = layout.site_dp_ledger(0)
     PrivacyLedger(accountant="rdp", history=[(1.0, 0.1, 10)]).save(ledger)
@@ -99,3 +105,86 @@ def test_csv_cells_that_start_a_formula_are_escaped(text):
     assert csv_cell(-0.5) == "-0.5" and csv_cell(-3) == "-3" and csv_cell("ok") == "ok"
     row = next(csv.reader(io.StringIO(cell)))
     assert not row[0].startswith(("=", "+", "-", "@"))
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Each command in the read-only mount, its exit status and stderr collected.
+COMMANDS = """
+import contextlib, io, json, sys
+from simulations.cli import main
+codes = {}
+for name, argv in json.loads(sys.argv[1]).items():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        codes[name] = [main(argv), err.getvalue()]
+print(json.dumps(codes))
+"""
+
+
+def _read_only(folder: Path) -> list[str]:
+    """argv prefix running a command where ``folder`` is a read-only mount (its own mount
+    namespace: nothing outside it sees the mount); the test is skipped where the kernel or
+    the container allows none."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) to mount a read-only folder")
+    remount = f'mount --bind "{folder}" "{folder}" && mount -o remount,bind,ro "{folder}"'
+    prefix = ["unshare", "-rm", "sh", "-c", f'{remount} && exec "$@"', "sh"]
+    probe = subprocess.run([*prefix, "sh", "-c", f'! touch "{folder}/probe"'], check=False)
+    if probe.returncode != 0:
+        pytest.skip("no user and mount namespace for a read-only folder here")
+    return prefix
+
+
+def test_read_only_outputs_are_named_before_any_work(tmp_path):
+    """``run --out``, ``report``, ``report --site`` and ``audit --out`` on a read-only file
+    system: one line naming the folder and exit 2, before the run prepares anything or the
+    audit starts (its checkpoint is not even read)."""
+    read_only = tmp_path / "read-only"
+    run = write_run(
+        read_only / "run", n_sites=1, audits={0: ok_audit(0, make_result([1.0], [1.5]))}
+    )
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"name": "ro", "data": {"name": "digits"}}))
+    commands = {
+        "run": ["run", str(config), "--out", str(read_only / "new")],
+        "report": ["report", str(run)],
+        "site": ["report", str(run), "--site", "0"],
+        "audit": [
+            "audit",
+            str(tmp_path / "no-such-model.pt"),
+            "--config",
+            str(config),
+            "--site",
+            "0",
+            "--out",
+            str(read_only / "result.json"),
+        ],
+    }
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [*_read_only(read_only), sys.executable, "-c", COMMANDS, json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    codes = json.loads(done.stdout.splitlines()[-1])
+    where = {
+        "run": f"{read_only / 'new'} (its parent {read_only})",
+        "report": str(run),
+        "site": f"{run / 'site-reports'} (its parent {run})",
+        "audit": str(read_only),
+    }
+    for name, (code, err) in codes.items():
+        lines = [line for line in err.splitlines() if not line.startswith("run directory: ")]
+        assert code == 2 and lines == [
+            f"panoramia-fl: error: cannot write in {where[name]}: Read-only file system"
+        ], (name, err)
+    assert not (read_only / "new").exists()

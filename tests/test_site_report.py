@@ -187,6 +187,37 @@ def test_standing_ranks_without_other_sites_numbers_or_ids(consortium: Path) -> 
     assert rank_band(1, 1) == "the only ranked site"
 
 
+def _standing_lines(run: Path, site_id: int) -> tuple[dict[str, Any], str]:
+    page = site_pages(run, site_id).html_path.read_text()
+    section = page[page.index("Where your site stands") :]
+    return _page_json(run, site_id)["standing"], section[: section.index("</ul>")]
+
+
+def test_tied_sites_share_a_rank_and_band_that_tell_nothing_of_the_others(tmp_path: Path) -> None:
+    """A site ranks after every site that measured at least as much: three sites at 0 are
+    each last (the lowest third), as a site at 0 is whatever the others read, so none learns
+    that the others read exactly 0; two tied at the top share the lower rank and its band."""
+    zero = make_result([2.0, 2.0], [1.0, 1.0], nonmember_gain=-5.0)
+    run = write_run(tmp_path / "zeros", n_sites=3, audits={i: ok_audit(i, zero) for i in range(3)})
+    write_report_of(run)
+    for site_id in range(3):
+        standing, text = _standing_lines(run, site_id)
+        assert (standing["rank"], standing["band"]) == (3, BANDS[2])
+        assert "Your site ranks 3 of 3 by two-sided eps_tilde" in text
+        assert "2 other sites measured at least as much as yours." in text
+        assert "highest" not in text
+    high = make_result([1.0, 1.25], [1.5, 1.75], nonmember_gain=0.0)
+    audits = {0: ok_audit(0, high), 1: ok_audit(1, high), 2: ok_audit(2, zero)}
+    run = write_run(tmp_path / "tie", n_sites=3, audits=audits)
+    write_report_of(run)
+    ranks = {i: _standing_lines(run, i)[0] for i in range(3)}
+    assert [(r["rank"], r["band"]) for r in ranks.values()] == [
+        (2, BANDS[1]),
+        (2, BANDS[1]),
+        (3, BANDS[2]),
+    ]
+
+
 @pytest.mark.parametrize("n_sites", [2, 3, 4])
 def test_site_pages_show_no_other_sites_eps_tilde(tmp_path: Path, n_sites: int) -> None:
     """Every number on a site's page (HTML and JSON) against every other site's eps_tilde:
@@ -337,6 +368,40 @@ def test_verdicts_in_plain_language(tmp_path: Path) -> None:
     assert "member' guesses" in _page_json(run, 0)["reading"]["headline"]
     none = _page_json(run, 1)["reading"]["headline"]
     assert "no evidence" in none and "not proof" in none
+
+
+def test_a_flagged_headline_is_never_shown_as_a_finding(tmp_path: Path) -> None:
+    """A headline above 0 whose flags say it does not measure leakage (generated non-members
+    reading above real ones, RM;RN lower): the site page's top box and the consortium's
+    headline table say what the flags mean for that number; no "leakage measured" badge."""
+    flags = AuditFlags(saturated=False, c_lb_not_tight=True, above_real_nonmembers=True)
+    result = make_result(
+        [1.0, 1.25],
+        [1.5, 1.75],
+        nonmember_gain=0.0,
+        rm_rn=[0.0, 0.0],
+        side_flags={"member": flags, "nonmember": flags},
+    )
+    run = write_run(tmp_path / "f", n_sites=1, audits={0: ok_audit(0, result)})
+    write_report_of(run)
+    reading = _page_json(run, 0)["reading"]
+    assert reading["verdict"] == "flagged"
+    page = site_pages(run, 0).html_path.read_text()
+    top = page[page.index('<div class="headline">') :]
+    top = top[: top.index("</p></div>")]
+    assert "leakage measured" not in top and "found evidence" not in top
+    assert "flagged: not a measurement of leakage" in top
+    assert "is not evidence that the shared model gives away your records" in top
+    assert "it is not a measurement of leakage: the generated non-members read above real" in top
+    assert "it may overstate the leakage" in top
+    assert "The cross-checks with your real held-out records read RM;RN 0.250." in top
+    table = (run / "report.md").read_text().split("## Headline")[1].split("\n\n")[1]
+    (row,) = [line for line in table.splitlines() if line.startswith("| 0 ")]
+    assert "flagged (c_lb not tight, above real non-members): it may overstate" in row
+    assert "it is not a measurement of leakage" in row
+    html = (run / "report.html").read_text()
+    headline = html[html.index('id="headline"') :]
+    assert 'class="flag-note">flagged (c_lb not tight' in headline[: headline.index("</table>")]
 
 
 def _two_runs() -> ReplicateReport:

@@ -81,6 +81,16 @@ def test_grid_still_expands(tmp_path: Path) -> None:
         ({"points": {}}, r"points: needs at least one point"),
         ({"points": {"a": [1, 2]}}, r"points\.a"),
         ({"points": {"a b": {"seed": 1}, "a_b": {"seed": 2}}}, r"points: .*repeated: \['a_b'\]"),
+        # A grid without a point would run nothing and write an empty page.
+        (
+            {"grid": {"fl.learning_rate": [], "seed": [0]}},
+            r"grid: fl\.learning_rate lists no value",
+        ),
+        ({"grid": {}}, r"grid: needs at least one key"),
+        (
+            {"grid": {"seed": [0]}, "replicates": 100000},
+            r"sweep point seed=0: replicates: 100000 runs is more than 1000",
+        ),
     ],
 )
 def test_bad_points_name_the_key(tmp_path: Path, body: dict[str, Any], match: str) -> None:
@@ -210,3 +220,12 @@ def test_site_plots_draw_against_the_accountant_eps(
 
     # Nothing to draw without an ok site.
     assert plots.sweep_site_bounds_plot([]) is None
+
+
+def test_a_sweep_without_points_exits_2_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    from simulations.cli import main as cli_main
+
+    path = _sweep_file(tmp_path, {"grid": {"fl.learning_rate": []}, "output_dir": "out"})
+    assert cli_main(["sweep", str(path)]) == 2
+    assert "grid: fl.learning_rate lists no value" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not Path("out/s").exists()

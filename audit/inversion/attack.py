@@ -93,8 +93,12 @@ class InversionConfig(BaseModel):
         "iterations steps, the same on every machine",
     )
     restarts: int = Field(2, ge=1, description="restarts from fresh random dummy records")
-    learning_rate: float = Field(0.1, gt=0, description="Adam's step on the dummy records")
-    tv_weight: float = Field(1e-2, ge=0, description="total-variation prior (images)")
+    learning_rate: float = Field(
+        0.1, gt=0, allow_inf_nan=False, description="Adam's step on the dummy records"
+    )
+    tv_weight: float = Field(
+        1e-2, ge=0, allow_inf_nan=False, description="total-variation prior (images)"
+    )
     max_records: int = Field(
         64, ge=1, description="attacked records scored (a random sample when more were used)"
     )
@@ -123,7 +127,10 @@ class InversionConfig(BaseModel):
         0.8, gt=0, le=1, description="a row counts as rebuilt with this share of fields right"
     )
     numeric_tolerance: float = Field(
-        0.25, gt=0, description="a numeric field is right within this (standardised units)"
+        0.25,
+        gt=0,
+        allow_inf_nan=False,
+        description="a numeric field is right within this (standardised units)",
     )
 
     @field_validator("rounds")
