@@ -36,6 +36,10 @@ class SiteResults:
     """The white-box audit of the site's DP-SGD (``audit.gradient_canaries``)."""
     inversion: list[InversionResult] = field(default_factory=list)
     """The gradient-inversion audit of the site's own updates (``audit.inversion``)."""
+    updates: list[RoundLeakage] = field(default_factory=list)
+    """PANORAMIA in brief on the site's own local models of chosen rounds, the weights it
+    sent the server (``audit.updates``), with the same games as the global models of those
+    rounds (``by_round``); each with the site's DP-SGD epsilon after its round."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -44,6 +44,12 @@ from clients.secure_aggregation import SecureSumError, SecureSumSettings, commit
 from clients.site_data import SiteData
 from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
 from clients.training import LocalTrainResult, TrainableTask, train_locally
+from clients.update_audits import (
+    UpdateAuditSettings,
+    keep_local_model,
+    kept_models,
+    with_epsilons,
+)
 from contracts.secure_sum import (
     SECURE_SUM,
     WEIGHT_KEYS,
@@ -102,6 +108,8 @@ class SiteRuntime:
     """Distributed client-level DP: the site clips its update and adds its noise share."""
     secure_sum: SecureSumSettings | None = None
     """Secure aggregation (ideal): the update leaves only masked, in the round's sum."""
+    updates: UpdateAuditSettings | None = None
+    """The site keeps its chosen rounds' local models and audits them at audit time."""
 
 
 Resolver = Callable[[Context], SiteRuntime]
@@ -241,6 +249,8 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     update = _leaving_update(runtime, asked, state, result.state_dict)
     if update is not None:
         result = replace(result, state_dict=applied(state, update))
+    if runtime.updates is not None and runtime.updates.wants(asked.server_round):
+        keep_local_model(runtime.updates, asked.server_round, result)
     if keeps_round and runtime.inversion is not None:
         keep_round(
             runtime.inversion,
@@ -250,10 +260,13 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
             epochs=asked.local_epochs,
             steps=asked.local_steps,
         )
+    # Under record-level DP the count and the loss stay here: the accountant covers neither
+    # (contracts.wire.REPLY_KEYS); FedAvg then averages by the unit weight.
+    record_dp = runtime.dp is not None
     reply = TrainReply(
         site_id=runtime.site_id,
-        train_loss=result.train_loss,
-        num_examples=result.num_examples,
+        train_loss=None if record_dp else result.train_loss,
+        num_examples=None if record_dp else result.num_examples,
         dp_epsilon=result.dp_epsilon,
         noise_multiplier=result.noise_multiplier,
     )
@@ -325,7 +338,11 @@ def _audit(
 
     final = model_of(ARRAYS) if asked.main else None
     earlier = {r: model_of(round_arrays(r)) for r in asked.rounds}
-    results = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier)
+    # The site's own updates are audited with its main audit (a resumed run keeps them).
+    kept = kept_models(runtime.updates) if asked.main and runtime.updates is not None else []
+    updates = {k.server_round: k.model(runtime.task) for k in kept}
+    results = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier, updates)
+    results = replace(results, updates=with_epsilons(results.updates, kept))
     dp_eps = ledger = None
     if runtime.dp is not None:
         ledger = _ledger(runtime, context)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,19 +43,29 @@ _FINAL = 0
 
 
 AuditRunner = Callable[
-    [Any, torch.nn.Module | None, SiteData, int, dict[int, torch.nn.Module]], SiteResults
+    [
+        Any,
+        torch.nn.Module | None,
+        SiteData,
+        int,
+        Mapping[int, torch.nn.Module],
+        Mapping[int, torch.nn.Module],
+    ],
+    SiteResults,
 ]
-"""``runner(task, final_model, data, seed, earlier) -> SiteResults``: PANORAMIA (``result``,
-None when only earlier rounds are asked for), its brief audits of earlier rounds
-(``by_round``) and the canary audit (``canary``, when the site has canaries)."""
+"""``runner(task, final_model, data, seed, earlier, updates) -> SiteResults``: PANORAMIA
+(``result``, None when only earlier rounds are asked for), its brief audits of earlier
+rounds (``by_round``) and of the site's own updates (``updates``), and the canary audit
+(``canary``, when the site has canaries)."""
 
 
 def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
-    """``runner(task, model, data, seed, earlier) -> SiteResults`` for this site.
+    """``runner(task, model, data, seed, earlier, updates) -> SiteResults`` for this site.
 
     ``model`` is the final model (None: only earlier rounds are asked for); ``earlier``
-    maps earlier rounds to their global models, each audited with the same settings and
-    the same generated non-members, helper and reference models (only f changes).
+    maps earlier rounds to their global models and ``updates`` rounds to the site's own
+    local models of them, each audited with the same settings and the same generated
+    non-members, helper and reference models (only f changes).
 
     With ``policy.exposed_records`` > 0 the runner also writes the site's most exposed
     members to ``policy.exposed_records_path``; the returned output (the reply's content)
@@ -68,7 +78,8 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         model: torch.nn.Module | None,
         data: SiteData,
         seed: int,
-        earlier: dict[int, torch.nn.Module],
+        earlier: Mapping[int, torch.nn.Module],
+        updates: Mapping[int, torch.nn.Module],
     ) -> SiteResults:
         from audit.panoramia.over_rounds import round_leakage  # heavy: only in processes that audit
         from audit.panoramia.pipeline import run_audits_of
@@ -101,6 +112,8 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         targets = dict(earlier)
         if model is not None:
             targets[_FINAL] = model
+        # The site's own update of round r is target -r (global rounds are positive).
+        targets.update({-r: local for r, local in updates.items()})
         results = run_audits_of(
             task,
             targets,
@@ -111,8 +124,9 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
             reference_models=references,
         )
         by_round = [round_leakage(results[r], r) for r in sorted(earlier)]
+        own = [round_leakage(results[-r], r) for r in sorted(updates)]
         if model is None:
-            return SiteResults(by_round=by_round)
+            return SiteResults(by_round=by_round, updates=own)
         result = results[_FINAL]
         if policy.exposed_records > 0 and policy.exposed_records_path is not None:
             write_exposed_records(
@@ -134,7 +148,7 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
                 delta=settings.delta,
                 device_name=settings.device,
             )
-        return SiteResults(result=result, canary=canary, by_round=by_round)
+        return SiteResults(result=result, canary=canary, by_round=by_round, updates=own)
 
     return runner
 

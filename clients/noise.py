@@ -28,13 +28,6 @@ def entropy_generator(device: torch.device) -> torch.Generator:
     return generator
 
 
-def use_unpredictable_noise(engine: Any, generator: torch.Generator) -> None:
-    """Make an Opacus ``PrivacyEngine`` (before ``make_private``) sample its Poisson batches
-    from ``generator``: Opacus reads the engine's ``secure_rng`` as the sampler's generator
-    (``PrivacyEngine(secure_mode=True)`` would import ``torchcsprng`` to fill it)."""
-    engine.secure_rng = generator
-
-
 def draw_noise_securely(optimizer: Any, generator: torch.Generator) -> None:
     """Make an Opacus ``DPOptimizer`` draw its noise from ``generator`` the ``secure_mode``
     way (``opacus.optimizers.optimizer._generate_noise``: a discarded draw, then the sum of

@@ -1,13 +1,21 @@
-"""DP-SGD for one site: noise calibration over the whole training and a persistent ledger.
+"""DP-SGD for one site: its sampling constants, noise calibration over the whole training
+and a persistent ledger.
 
 The accountant's history (noise multiplier, sample rate, steps) spans every round the site
 takes part in. It lives in the site's Flower ``Context.state`` (kept across messages) and in
 an optional site-local file, so a resumed run does not forget what was already spent.
+
+Opacus's accountants assume add/remove adjacency, under which the record count itself is
+secret, yet ``make_private`` derives the sampling rate from ``len(loader)`` and the divisor
+of the noisy sum from ``len(dataset)``. Here every such constant comes from the site's
+*declared size*, fixed before training (:class:`Sampling`): the mechanism then is the one the
+accountant analyses, given that number.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +35,15 @@ class DPSettings:
     """Local epochs over all rounds the site may take part in (calibration horizon)."""
     total_steps: int | None = None
     """Local steps over all rounds (``fl.local_steps``), in place of ``total_epochs``."""
+    declared_size: int | None = None
+    """The record count the site declared before training (``dp.declared_size``, else its
+    member count when the run starts); None: the records' count at each call (a caller
+    outside a run)."""
+
+    def sampling(self, *, records: int, batch_size: int) -> Sampling:
+        """The round's sampling constants: from :attr:`declared_size`, else ``records``."""
+        declared = records if self.declared_size is None else self.declared_size
+        return Sampling(declared_size=declared, batch_size=batch_size)
 
     def noise_for(self, sample_rate: float) -> float:
         """sigma such that ``total_epochs`` (or ``total_steps``) at ``sample_rate`` meet the
@@ -50,6 +67,30 @@ class DPSettings:
                 accountant=self.accountant,
             )
         )
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """DP-SGD's constants from a declared size N and the batch size B, none of them a
+    function of the records: ``steps_per_epoch`` = ceil(N / B) Poisson draws at rate
+    ``sample_rate`` = 1 / steps_per_epoch, each noisy sum divided by
+    ``expected_batch_size`` = int(N * rate) (what Opacus computes from ``len(dataset)``). With
+    N the records' count they equal Opacus's own."""
+
+    declared_size: int
+    batch_size: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return max(1, math.ceil(self.declared_size / self.batch_size))
+
+    @property
+    def sample_rate(self) -> float:
+        return 1.0 / self.steps_per_epoch
+
+    @property
+    def expected_batch_size(self) -> int:
+        return max(1, int(self.declared_size * self.sample_rate))
 
 
 History = list[tuple[float, float, int]]

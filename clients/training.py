@@ -14,8 +14,8 @@ from torch import nn
 from clients import gradient_canaries
 from clients.dp_observer import logged_loader
 from clients.gradient_canaries import CanaryState
-from clients.noise import draw_noise_securely, entropy_generator, use_unpredictable_noise
-from clients.privacy import DPSettings, PrivacyLedger
+from clients.noise import draw_noise_securely, entropy_generator
+from clients.privacy import DPSettings, PrivacyLedger, Sampling
 from ml.training import run_epoch
 
 
@@ -141,9 +141,8 @@ def train_locally(
         engine = PrivacyEngine(accountant=dp.accountant)
         engine.accountant.history = list(ledger.history)
         generator = entropy_generator(device) if secure_noise else None
-        if generator is not None:
-            use_unpredictable_noise(engine, generator)
-        sample_rate = 1.0 / max(len(loader), 1)
+        sampling = dp.sampling(records=len(x), batch_size=int(loader.batch_size or 1))
+        sample_rate = sampling.sample_rate
         sigma = dp.noise_for(sample_rate)
         index_log = None
         if canaries is not None:  # the records each real batch loads, for the sampling checks
@@ -155,11 +154,13 @@ def train_locally(
             trained, optimizer, loader = engine.make_private(
                 module=model,
                 optimizer=optimizer,
-                data_loader=loader,
+                data_loader=poisson_loader(loader, sampling, generator),
                 noise_multiplier=sigma,
                 max_grad_norm=dp.max_grad_norm,
-                poisson_sampling=True,
+                poisson_sampling=False,  # the loader above samples already
             )
+        # Opacus divides by int(len(dataset) * rate): a function of the records' count.
+        optimizer.expected_batch_size = sampling.expected_batch_size
         if generator is not None:
             draw_noise_securely(optimizer, generator)
         if proximal_mu > 0:
@@ -184,16 +185,17 @@ def train_locally(
 
     losses = []
     used: list[tuple[torch.Tensor, ...]] = []
+    empty = None if dp is None else lambda: noise_only_step(optimizer)
     with warnings.catch_warnings():
         # torch's backward-hook notices, raised on every batch of Opacus's per-sample
         # gradients. Deprecations are not silenced.
         warnings.simplefilter("ignore", UserWarning)
         if local_steps is None:
             for _ in range(epochs):
-                losses.append(run_epoch(trained, loader, optimizer, loss_fn, device))
+                losses.append(run_epoch(trained, loader, optimizer, loss_fn, device, empty))
         else:
             batches = _first_batches(loader, local_steps, used if keep_used else None)
-            losses.append(run_epoch(trained, batches, optimizer, loss_fn, device))
+            losses.append(run_epoch(trained, batches, optimizer, loss_fn, device, empty))
 
     if real_path is not None:
         real_path.finish()
@@ -211,6 +213,39 @@ def train_locally(
         noise_multiplier=sigma,
         used=None if local_steps is None or not keep_used else _concat(used),
     )
+
+
+def poisson_loader(
+    loader: torch.utils.data.DataLoader, sampling: Sampling, generator: torch.Generator | None
+) -> torch.utils.data.DataLoader:
+    """Opacus's Poisson loader over ``loader``'s records at ``sampling``'s rate, taking its
+    steps per epoch; its draws come from ``generator`` (the OS's entropy), else from
+    ``loader``'s (the seed)."""
+    from opacus.data_loader import DPDataLoader
+
+    poisson = DPDataLoader(
+        loader.dataset,
+        sample_rate=sampling.sample_rate,
+        collate_fn=loader.collate_fn,  # a task's gathered batches are whole already
+        generator=generator or loader.generator,
+    )
+    # Opacus's sampler takes int(1 / rate) steps, which floating point makes one short for
+    # some counts (1 / (1 / 93) < 93): the accountant would then charge a rate of 1/92.
+    poisson.batch_sampler.steps = sampling.steps_per_epoch
+    return poisson
+
+
+def noise_only_step(optimizer: Any) -> None:
+    """The DP-SGD step of an empty Poisson batch: no record's gradient, the noise alone.
+
+    The accountant counts every step of the sampler; skipping an empty batch would make the
+    number of noisy steps depend on the records (a small site draws more empty batches).
+    Opacus clips and noises ``grad_sample``; a batch of none is per-sample gradients of
+    length 0 (some models cannot run a forward pass on it)."""
+    optimizer.zero_grad(set_to_none=True)
+    for p in optimizer.params:
+        p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
+    optimizer.step()
 
 
 def _first_batches(

@@ -98,6 +98,12 @@ def inversion_state_name(site_id: int, server_round: int) -> str:
     return f"site-{site_id}-inversion-round-{server_round}.pt"
 
 
+def local_model_name(site_id: int, server_round: int) -> str:
+    """The site's local model of one round, the weights it sent (``audit.updates``), kept
+    in its state directory for its audit of its own update; never sent again."""
+    return f"site-{site_id}-local-model-round-{server_round}.pt"
+
+
 def inversion_gallery_name(site_id: int) -> str:
     """The site's gallery of its records beside their reconstructions (a PNG), in its
     state directory; the site's report only links it, never reads it."""

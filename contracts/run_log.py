@@ -27,11 +27,17 @@ class SiteRound:
     """One site's numbers in one round."""
 
     train_loss: float | None = None
+    """None under record-level DP: the site does not send it."""
     dp_epsilon: float | None = None
     """Record-level accountant epsilon so far (DP-SGD at the site)."""
     num_examples: int | None = None
+    """None under record-level DP: the site does not send it."""
     dp_epsilon_client: float | None = None
     """Site-level epsilon of client-level DP so far."""
+    sent: list[str] | None = None
+    """Every key the site's train reply carried, as the server received it
+    (``contracts.wire.message_keys``; what covers each: ``contracts.reply_keys.REPLY_KEYS``); None
+    in files written before it was kept."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,9 @@ the names below.
   when its audit fails, with Flower's error reply carrying an :class:`AuditFailure` (the one
   failure channel).
 
+The keys a site's replies carry, and what covers each under record-level DP, are defined in
+:mod:`contracts.reply_keys` (``REPLY_KEYS``).
+
 Every reply is checked as it is read (``from_record``): types, finite numbers, ranges
 (``num-examples`` > 0, epsilons and counts >= 0), the weights' names, shapes and values
 (:func:`check_arrays`), and the size and nesting depth of JSON it carries. A reply that
@@ -38,14 +41,32 @@ import traceback as tb
 from dataclasses import dataclass, fields
 from typing import Any, Literal, cast, get_args
 
-from flwr.app import ArrayRecord, ConfigRecord, Error, MetricRecord, MetricRecordValues
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Error,
+    MetricRecord,
+    MetricRecordValues,
+    RecordDict,
+)
 
 from contracts.json_values import from_dict, json_safe
+from contracts.reply_keys import (
+    ARRAYS,
+    DP_EPSILON,
+    ELAPSED_S,
+    N_HOLDOUT,
+    N_MEMBERS,
+    NOISE_MULTIPLIER,
+    NUM_EXAMPLES,
+    SITE_ID,
+    TRAIN_LOSS,
+    UNIT_WEIGHT,
+    kind_key,
+)
 from contracts.site_audit import K, SiteAudit
 
-# Record names inside a message's RecordDict.
-ARRAYS = "arrays"
-"""The model weights (an ``ArrayRecord``): Flower's strategies send and read this name."""
+# Record names inside a message's RecordDict (the weights' name, ARRAYS, is a reply key).
 CONFIG = "config"
 """What the server asks of a site (a ``ConfigRecord``): Flower's train config name."""
 METRICS = "metrics"
@@ -63,16 +84,8 @@ def round_arrays(server_round: int) -> str:
 WHOAMI = "whoami"
 AUDIT_QUERY = "audit"
 
-# Keys. Those marked Flower's are read or written by Flower itself: keep them as they are.
-SITE_ID = "site-id"
-TRAIN_LOSS = "train-loss"
-NUM_EXAMPLES = "num-examples"
-"""Flower's: FedAvg's default ``weighted_by_key``."""
-UNIT_WEIGHT = "unit-weight"
-"""A train reply's weight 1: under client-level DP the aggregate is a uniform mean, which
-is what Flower's noise (``z * C / k``) is calibrated for (FedAvg's ``weighted_by_key``)."""
-DP_EPSILON = "dp-epsilon"
-NOISE_MULTIPLIER = "noise-multiplier"
+# Keys of the server's messages (a reply's keys: contracts.reply_keys). Those marked
+# Flower's are read or written by Flower itself: keep them as they are.
 LOCAL_EPOCHS = "local-epochs"
 SEED = "seed"
 SERVER_ROUND = "server-round"
@@ -88,9 +101,6 @@ AUDIT_ROUNDS = "audit-rounds"
 """An audit query's earlier rounds, each with its weights in :func:`round_arrays`."""
 MAIN_AUDIT = "main-audit"
 """An audit query asks for the full audit of the final weights (:data:`ARRAYS`)."""
-N_MEMBERS = "n-members"
-N_HOLDOUT = "n-holdout"
-ELAPSED_S = "elapsed-s"
 
 ClientClipping = Literal["fixed", "adaptive"]
 CLIENT_CLIPPINGS: tuple[str, ...] = get_args(ClientClipping)
@@ -112,6 +122,17 @@ COUNT_KEYS = frozenset(
     {"n_canaries", "n_included", "guesses", "correct", "member_guesses", "predictions"}
 )
 """Keys of an audit's JSON that count something (>= 0); every value of ``sizes`` too."""
+
+
+def message_keys(content: RecordDict) -> list[str]:
+    """Every key a reply's content carries: its array records' names (the weights, as
+    :data:`ARRAYS`) and the keys of its metric and config records, sorted."""
+    keys = set(content.array_records)
+    for metrics in content.metric_records.values():
+        keys.update(metrics.keys())
+    for config in content.config_records.values():
+        keys.update(config.keys())
+    return sorted(keys)
 
 
 class WireError(ValueError):
@@ -309,14 +330,17 @@ class TrainReply:
     """A site's numbers after one round of local training (beside its weights).
 
     Every site of a run reports the same keys (Flower aggregates only replies whose
-    MetricRecords agree): the optional ones are present exactly when the run uses
-    record-level DP, which every site shares.
+    MetricRecords agree): which optional ones are present depends on whether the run uses
+    record-level DP, which every site shares. What covers each key:
+    :data:`contracts.reply_keys.REPLY_KEYS`.
     """
 
     site_id: int
-    train_loss: float
-    num_examples: int
-    """FedAvg's weight (the default ``weighted_by_key``)."""
+    train_loss: float | None
+    """None under record-level DP (its accountant does not cover it)."""
+    num_examples: int | None
+    """FedAvg's weight without DP (the default ``weighted_by_key``); None under
+    record-level DP (``contracts.reply_keys.DECLARED_SIZE_ADJACENCY``)."""
     dp_epsilon: float | None = None
     """The site's record-level (Opacus) epsilon so far; None without record-level DP."""
     noise_multiplier: float | None = None
@@ -327,31 +351,38 @@ class TrainReply:
 
     def to_record(self) -> MetricRecord:
         values: dict[str, MetricRecordValues] = {
-            NUM_EXAMPLES: self.num_examples,
-            TRAIN_LOSS: self.train_loss,
             SITE_ID: self.site_id,
             UNIT_WEIGHT: self.unit_weight,
         }
-        if self.dp_epsilon is not None:
-            values[DP_EPSILON] = self.dp_epsilon
-        if self.noise_multiplier is not None:
-            values[NOISE_MULTIPLIER] = self.noise_multiplier
+        for key, value in (
+            (NUM_EXAMPLES, self.num_examples),
+            (TRAIN_LOSS, self.train_loss),
+            (DP_EPSILON, self.dp_epsilon),
+            (NOISE_MULTIPLIER, self.noise_multiplier),
+        ):
+            if value is not None:
+                values[key] = value
         return MetricRecord(values)
 
     @classmethod
-    def from_record(cls, record: MetricRecord) -> TrainReply:
+    def from_record(cls, record: MetricRecord, *, record_dp: bool | None = None) -> TrainReply:
+        """``record_dp`` (the run's setting, when known): the keys that depend on it must be
+        there or absent as it says, so every reply of a round carries the same keys."""
         what = "train reply"
+        if record_dp is not None:
+            _check_dp_keys(record, record_dp, what)
         reply = cls(
             site_id=_int(record, SITE_ID, what),
-            train_loss=_float(record, TRAIN_LOSS, what),
-            num_examples=_int(record, NUM_EXAMPLES, what),
+            train_loss=_opt_float(record, TRAIN_LOSS, what),
+            num_examples=_int(record, NUM_EXAMPLES, what) if NUM_EXAMPLES in record else None,
             dp_epsilon=_opt_float(record, DP_EPSILON, what),
             noise_multiplier=_opt_float(record, NOISE_MULTIPLIER, what),
             unit_weight=_int(record, UNIT_WEIGHT, what),
         )
         _at_least(reply.site_id, 0, SITE_ID, what)
-        # FedAvg divides by the sum of these: zero or negative ones would break the mean.
-        _at_least(reply.num_examples, 0, NUM_EXAMPLES, what, strict=True)
+        if reply.num_examples is not None:
+            # FedAvg divides by the sum of these: zero or negative ones would break the mean.
+            _at_least(reply.num_examples, 0, NUM_EXAMPLES, what, strict=True)
         if reply.unit_weight != 1:
             raise WireError(f"{what}: key {UNIT_WEIGHT!r} must be 1, got {reply.unit_weight}")
         for key, value in (
@@ -361,6 +392,23 @@ class TrainReply:
             if value is not None:
                 _at_least(value, 0, key, what)
         return reply
+
+
+def _check_dp_keys(record: MetricRecord, record_dp: bool, what: str) -> None:
+    dp_keys, plain_keys = (DP_EPSILON, NOISE_MULTIPLIER), (TRAIN_LOSS, NUM_EXAMPLES)
+    needed, never = (dp_keys, plain_keys) if record_dp else (plain_keys, dp_keys)
+    for key in needed:
+        _get(record, key, what)
+    for key in never:
+        if key in record:
+            raise WireError(
+                f"{what}: key {key!r} is not sent "
+                + (
+                    "under record-level DP (its accountant does not cover it)"
+                    if record_dp
+                    else "without record-level DP"
+                )
+            )
 
 
 @dataclass(frozen=True)
@@ -409,12 +457,6 @@ class AuditInstructions:
         if not main and not rounds:
             raise WireError(f"{what}: asks for no audit (no main audit, no rounds)")
         return cls(seed=_int(record, SEED, what), rounds=tuple(int(r) for r in rounds), main=main)
-
-
-def kind_key(name: str) -> str:
-    """The key of the reply's kind of audit ``name`` (a field of the audit's results): its
-    JSON, under ``<name>-json`` (``result-json``, ``by-round-json``, ...)."""
-    return f"{name.replace('_', '-')}-json"
 
 
 def audit_record(audit: SiteAudit[Any]) -> ConfigRecord:

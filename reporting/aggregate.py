@@ -107,6 +107,7 @@ def site_report(
         privacy=privacy,
         checks=ChecksReport(),
         by_round=[] if audit is None else list(audit.results.by_round),
+        updates=[] if audit is None else list(audit.results.updates),
     )
     return dataclasses.replace(site, checks=checks(site, fdp_delta))
 

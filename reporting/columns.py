@@ -36,6 +36,7 @@ from .formatting import (
     fmt_interval,
     fmt_inversion,
     fmt_loss_gap,
+    fmt_outside,
     fmt_side_c_lb,
     fmt_theoretical_eps,
     fmt_two_sided,
@@ -82,6 +83,7 @@ from .schema import (
     ReplicateSite,
     SiteReport,
     SweepPointReport,
+    UpdateRow,
     mean_of,
 )
 
@@ -476,6 +478,12 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
     ),
     column("f loss members / holdout", lambda r: fmt_loss_gap(r.site), fold=2),
     column("ordering check", lambda r: ordering_text(r.site), cls="text"),
+    column(
+        "sent outside the guarantee (declared size)",
+        lambda r: fmt_outside(r.site.privacy),
+        cls="text",
+        fold=2,
+    ),
 )
 """The "Privacy ledger" table of report.md (one table) and report.html (:data:`LEDGER_GROUPS`;
 the run's DP level stands above it)."""
@@ -700,6 +708,27 @@ BY_ROUND_COLUMNS: tuple[Column[RoundLeakage], ...] = (
     _titled("global accuracy", lambda e: e.global_accuracy),
 )
 """A site's leakage per audited round (its own report, report.md and report.html)."""
+
+
+def _of(line: RoundLeakage | None, get: Callable[[RoundLeakage], Value]) -> Value:
+    return None if line is None else get(line)
+
+
+UPDATE_COLUMNS: tuple[Column[UpdateRow], ...] = (
+    column("round", lambda r: str(r.round)),
+    _estimate("update: eps_tilde two-sided [95% CI]", lambda r: r.update.eps_tilde_two_sided),
+    _estimate("update: RM;RN two-sided", lambda r: r.update.rm_rn_eps_lb),
+    _estimate("update: O(1)", lambda r: r.update.o1_eps_lb),
+    _estimate(
+        "global: eps_tilde two-sided [95% CI]",
+        lambda r: _of(r.global_model, lambda e: e.eps_tilde_two_sided),
+    ),
+    _estimate("global: RM;RN two-sided", lambda r: _of(r.global_model, lambda e: e.rm_rn_eps_lb)),
+    _estimate("global: O(1)", lambda r: _of(r.global_model, lambda e: e.o1_eps_lb)),
+    _titled("DP-SGD epsilon after the round", lambda r: r.update.dp_epsilon, off=True),
+)
+"""A site's audits of its own updates beside the same rounds' global models (its own
+report, report.md and report.html)."""
 
 PER_CLASS_COLUMNS: tuple[Column[ClassSliceResult], ...] = (
     column("label", lambda c: str(c.label)),

@@ -14,6 +14,7 @@ from audit.panoramia.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
 from audit.panoramia.sides import SIDES
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, Interval
+from contracts.reply_keys import DECLARED_SIZE_ADJACENCY
 from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 
 from .metrics import two_sided
@@ -26,6 +27,7 @@ from .schema import (
     BoundViolation,
     ConsortiumSummary,
     FlaggedSites,
+    PrivacyReport,
     SiteReport,
     mean_of,
     scorers,
@@ -112,6 +114,18 @@ BY_ROUND_NOTE = (
 BY_ROUND_CAPTION = (
     "Two-sided eps_tilde per audited round (95% t-interval over repeats) and O(1), beside "
     "the global model's accuracy."
+)
+UPDATES_NOTE = (
+    "The site's own updates (the local model it sent the server in each chosen round) play "
+    "the same games, with the same non-members, helper and reference models, as that "
+    "round's global model: what the server could measure of the site's records, beside what "
+    "anyone holding the global model could. Under record-level DP the update of round r is "
+    "covered by the site's DP-SGD epsilon after round r (the last column): no lower bound of "
+    "that round (RM;RN, O(1)) may exceed it; eps_tilde is a measurement, not a bound."
+)
+UPDATES_CAPTION = (
+    "Two-sided eps_tilde (95% t-interval over repeats) and RM;RN of the site's update and of "
+    "the global model per audited round, beside its DP-SGD epsilon after the round."
 )
 FIRST_LEAK = "first audited round whose two-sided eps_tilde interval excludes 0"
 TOO_FEW_FOR_CLASS = "too few records for a bound"
@@ -599,3 +613,23 @@ def ordering_text(site: SiteReport) -> str:
     if site.checks.eps_tilde_above_accountant:
         return f"ok; eps_tilde above DP eps ({EPS_TILDE_ABOVE_NOTE})"
     return "ok (every lower bound <= DP eps)"
+
+
+OUTSIDE_MEANING = (
+    "the keys of the site's train replies that its record-level guarantee does not cover; "
+    "the guarantee covers the training given the site's declared size (its sampling rate, "
+    "steps and divisor), and under the site's own member count that size is not covered: "
+    f"{DECLARED_SIZE_ADJACENCY}. What covers every key a site sends: docs/security.md"
+)
+
+
+def fmt_outside(p: PrivacyReport) -> str:
+    """What the site sent outside its record-level guarantee, and its declared size."""
+    if p.record_accountant is None:
+        return "off (no record-level DP)"
+    size = (
+        f"declared size {p.declared_size}, public"
+        if p.declared_size is not None
+        else "declared size: its own member count"
+    )
+    return f"{', '.join(p.outside_guarantee) or 'nothing'} ({size})"

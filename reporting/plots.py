@@ -29,7 +29,7 @@ from .metrics import (
     round_o1,
 )
 from .privacy_ledger import released_model_epsilon
-from .schema import SCORERS, OverRuns, SiteReport, SweepPointReport, mean_of
+from .schema import SCORERS, OverRuns, SiteReport, SweepPointReport, UpdateRow, mean_of
 
 _BASELINE = "#1f77b4"
 _MIA = "#d62728"
@@ -248,7 +248,8 @@ def bound_recall_plot(sites: list[SiteReport]) -> str | None:
 
 
 def training_plot(rounds: list[RoundRecord]) -> str | None:
-    """Global loss and accuracy per round, each site's train loss and DP epsilon per round."""
+    """Global loss and accuracy per round, each site's train loss (when the sites sent it:
+    not under record-level DP) and DP epsilon per round."""
     if not rounds:
         return None
     site_ids = sorted({sid for r in rounds for sid in r.sites}, key=site_order)
@@ -257,6 +258,7 @@ def training_plot(rounds: list[RoundRecord]) -> str | None:
         for r in rounds
         for s in r.sites.values()
     )
+    has_loss = any(s.train_loss is not None for r in rounds for s in r.sites.values())
     xs = [float(r.round) for r in rounds]
     # Whole rounds on the x axes while they are few enough to label each.
     round_ticks = [(x, f"{x:g}") for x in sorted(set(xs))] if len(set(xs)) <= 12 else None
@@ -288,7 +290,7 @@ def training_plot(rounds: list[RoundRecord]) -> str | None:
     # Legends only while they fit beside the lines.
     train.legend_loc = "upper right" if site_ids and len(site_ids) <= 12 else None
     dp.legend_loc = "upper left" if site_ids and len(site_ids) <= 6 else None
-    panels = [loss, accuracy, train, *([dp] if has_dp else [])]
+    panels = [loss, accuracy, *([train] if has_loss else []), *([dp] if has_dp else [])]
     for panel in panels:
         panel.xticks = round_ticks
     return _svg(panels, size=(300.0, 290.0), cols=len(panels))
@@ -318,6 +320,41 @@ def by_round_plot(by_round: list[RoundLeakage], *, title: str = "") -> str | Non
         LegendEntry("global accuracy", Style(_CANARY, marker="s"), "marker"),
     ]
     return _svg([leak, accuracy], size=(320.0, 270.0), cols=2, title=title, legend=legend)
+
+
+def updates_plot(rows: list[UpdateRow], *, title: str = "") -> str | None:
+    """Two-sided eps_tilde (95% CI) of the site's update and of the global model per audited
+    round, and RM;RN two-sided of each, beside the site's DP-SGD epsilon after the round."""
+    if not rows:
+        return None
+    xs = [float(r.round) for r in rows]
+    ticks = [(x, f"{x:g}") for x in xs] if len(xs) <= 12 else None
+    leak = Axes(title="leakage", xlabel="round", ylabel="epsilon (nats)", xticks=ticks)
+    series = (
+        ("update", [r.update for r in rows], _TWO_SIDED, _RMRN, ""),
+        ("global model", [r.global_model for r in rows], _GREY, _BASELINE, _DASHED),
+    )
+    legend = []
+    for name, lines, color, rm_rn_color, dash in series:
+        means = _nan(None if e is None else e.eps_tilde_two_sided.mean for e in lines)
+        leak.plot(xs, means, Style(color, dash=dash or None))
+        for x, e in zip(xs, lines):
+            if e is not None:
+                iv = e.eps_tilde_two_sided
+                leak.point(x, iv.mean, Style(color, marker="D"), low=iv.low, high=iv.high)
+        rm_rn = _nan(None if e is None else mean_of(e.rm_rn_eps_lb) for e in lines)
+        leak.plot(xs, rm_rn, Style(rm_rn_color, marker="^", dash=_DOTTED))
+        legend += [
+            LegendEntry(
+                f"{name}: eps_tilde two-sided (95% CI)", Style(color, marker="D"), "marker"
+            ),
+            LegendEntry(f"{name}: RM;RN two-sided", Style(rm_rn_color, marker="^"), "marker"),
+        ]
+    eps = _nan(r.update.dp_epsilon for r in rows)
+    if any(math.isfinite(e) for e in eps):
+        leak.plot(xs, eps, Style(_CANARY, marker="s", dash=_DASHED))
+        legend.append(LegendEntry("DP-SGD epsilon after the round", Style(_CANARY), "line"))
+    return _svg([leak], size=(420.0, 280.0), title=title, legend=legend)
 
 
 def _eps_positions(points: list[SweepPointReport]) -> tuple[dict[str, float], float, bool]:

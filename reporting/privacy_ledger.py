@@ -31,7 +31,8 @@ from audit.result import finite
 from audit.site_results import SiteResults
 from audit.stats.one_run import METHOD_LABELS, Method
 from contracts.dp_level import CLIENT_LEVELS, RECORD_LEVELS, DPLevel, SecureAggregationMode
-from contracts.run_log import ClientDPLedgerFile, RoundRecord
+from contracts.reply_keys import COVERED, NUM_EXAMPLES, REPLY_KEYS, TRAIN_LOSS
+from contracts.run_log import ClientDPLedgerFile, RoundRecord, SiteRound
 from contracts.site_audit import SiteAuditFile
 
 from .metrics import (
@@ -51,6 +52,7 @@ from .schema import (
     DPSource,
     PrivacyReport,
     SiteReport,
+    mean_of,
 )
 
 RECORD_ACCOUNTANTS: dict[str, str] = {"rdp": "Opacus RDP", "prv": "Opacus PRV"}
@@ -70,6 +72,7 @@ EPS_TILDE_ABOVE_NOTE = "c_lb not tight; eps_tilde is a measurement, not a bound"
 """Why eps_tilde above the accountant's epsilon is a flag, not a violation."""
 
 _RECORD_SCOPE = "one record in the released model"
+_UPDATE_SCOPE = "one record in the site's updates up to that round"
 _CLIENT_SCOPE = "the whole site (client level)"
 """What a violated guarantee covers, in its message."""
 _TOLERANCE = 1e-9
@@ -91,6 +94,9 @@ class PrivacySettings:
     """``audit.canaries`` when positive."""
     secure_aggregation: SecureAggregationMode = "none"
     """``fl.secure_aggregation``: ``ideal`` when the server held only each round's sum."""
+    declared_size: int | None = None
+    """``dp.declared_size``: the public record count every site's DP-SGD used; None: each
+    site declared its own member count."""
 
     @property
     def record_level(self) -> bool:
@@ -122,6 +128,7 @@ def site_privacy(
     ``dp_epsilon_client``; against the server itself, the ledger's (distributed DP only).
     """
     record, source = _record_epsilon(site_id, audit, rounds)
+    record_on = record is not None or settings.record_level
     results = SiteResults() if audit is None else audit.results
     ledger_site = None if client_dp is None else client_dp.sites.get(str(site_id))
     client = ledger_site.epsilon if ledger_site is not None else None
@@ -136,11 +143,9 @@ def site_privacy(
         dp_epsilon=record,
         dp_epsilon_source=source,
         dp_delta=delta,
-        record_accountant=(
-            (settings.record_accountant or "Opacus")
-            if record is not None or settings.record_level
-            else None
-        ),
+        record_accountant=(settings.record_accountant or "Opacus") if record_on else None,
+        declared_size=settings.declared_size if record_on else None,
+        outside_guarantee=outside_guarantee(site_id, rounds, settings) if record_on else [],
         client_epsilon=client,
         client_epsilon_record=None if ledger_site is None else ledger_site.epsilon_record,
         client_accountant=None if client_dp is None else client_dp.accountant,
@@ -166,6 +171,29 @@ def site_privacy(
         client_epsilon_record_server=(
             None if ledger_site is None else ledger_site.epsilon_record_server
         ),
+    )
+
+
+def sent_keys(site: SiteRound) -> list[str]:
+    """The keys of one train reply: as the server received them, or (files written before
+    it kept them) those of its numbers that are there."""
+    if site.sent is not None:
+        return site.sent
+    present = ((TRAIN_LOSS, site.train_loss), (NUM_EXAMPLES, site.num_examples))
+    return [key for key, value in present if value is not None]
+
+
+def outside_guarantee(
+    site_id: int, rounds: list[RoundRecord], settings: PrivacySettings
+) -> list[str]:
+    """The train-reply keys the site sent that its record-level guarantee does not cover
+    (:data:`contracts.reply_keys.REPLY_KEYS`): those computed from its records without noise,
+    those derived from its declared size when that is its own member count
+    (``declared``), and any key the table does not know."""
+    covered = COVERED | ({"declared"} if settings.declared_size is not None else set())
+    sent = {k for r in rounds if (s := r.sites.get(str(site_id))) for k in sent_keys(s)}
+    return sorted(
+        key for key in sent if key not in REPLY_KEYS or REPLY_KEYS[key].train not in covered
     )
 
 
@@ -235,7 +263,30 @@ def bound_violations(site: SiteReport) -> list[BoundViolation]:
             scope = _CLIENT_SCOPE if bound.checked == "client" else _RECORD_SCOPE
             message = violation_message(site.site_id, label, value, dp, level, of=scope)
         found.append(BoundViolation(bound.key, label, value, dp, level, message))
-    return found + conformance_violations(site)
+    return found + conformance_violations(site) + update_violations(site)
+
+
+def update_violations(site: SiteReport) -> list[BoundViolation]:
+    """The lower bounds (RM;RN two-sided, O(1)) measured on the site's update of a round,
+    and on that round's global model, above the site's DP-SGD epsilon after the round: it
+    covers the update, and the global model as a function of the updates so far."""
+    found = []
+    for row in site.update_rows():
+        eps = row.update.dp_epsilon
+        if eps is None:
+            continue
+        for model, line in (("update", row.update), ("global model", row.global_model)):
+            for label, value in (
+                ("RM;RN two-sided", None if line is None else mean_of(line.rm_rn_eps_lb)),
+                ("O(1)", None if line is None else mean_of(line.o1_eps_lb)),
+            ):
+                if value is None or not value > eps + _TOLERANCE:
+                    continue
+                name = f"{label} of the round-{row.round} {model}"
+                message = violation_message(site.site_id, name, value, eps, None, of=_UPDATE_SCOPE)
+                key = f"round_{row.round}_{model.replace(' ', '_')}"
+                found.append(BoundViolation(key, name, value, eps, None, message))
+    return found
 
 
 def conformance_violations(site: SiteReport) -> list[BoundViolation]:

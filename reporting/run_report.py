@@ -51,7 +51,7 @@ from .formatting import (
 from .html_page import page
 from .lost_sites import lost_sites
 from .schema import RunReport, SiteReport, report_json
-from .site_page import by_round_blocks
+from .site_page import by_round_blocks, update_blocks
 
 
 def title(run_name: str | None) -> str:
@@ -123,8 +123,8 @@ def report_blocks(
         Heading("Training", only="html"),
         Figure(
             plots.training_plot(report.rounds),
-            "Global loss and accuracy per round; each site's local train loss and its "
-            "accountant epsilon per round (when DP is on).",
+            "Global loss and accuracy per round; each site's local train loss (not sent "
+            "under record-level DP) and its accountant epsilon per round (when DP is on).",
             alt="training curves",
         ),
     ]
@@ -138,9 +138,15 @@ def _client_canaries(report: RunReport) -> list[Block]:
 
 def _over_rounds(report: RunReport) -> list[Block]:
     """Each site's leakage over rounds, when any site was audited over rounds."""
-    if not report.consortium.first_leaking_round:
+    per_site = [
+        [
+            *by_round_blocks(s, level=3, title=f"Site {s.site_id}"),
+            *update_blocks(s, level=4, title=f"Site {s.site_id}'s own updates"),
+        ]
+        for s in report.sites
+    ]
+    if not any(per_site):
         return []
-    per_site = (by_round_blocks(s, level=3, title=f"Site {s.site_id}") for s in report.sites)
     return [Heading("Leakage over rounds"), *(b for blocks in per_site for b in blocks)]
 
 

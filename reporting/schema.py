@@ -277,6 +277,13 @@ class PrivacyReport:
     secure aggregation); None when the server saw the update before any noise."""
     client_epsilon_record_server: float | None = None
     """The record-level epsilon ``client_epsilon_server`` implies."""
+    declared_size: int | None = None
+    """Record level: the public record count its DP-SGD's sampling rate, steps and divisor
+    came from (``dp.declared_size``); None: the site's own member count (not sent)."""
+    outside_guarantee: list[str] = field(default_factory=list)
+    """Record level: the keys of its train replies that its guarantee does not cover
+    (``contracts.reply_keys.REPLY_KEYS``), e.g. ``dp-epsilon`` derived from its own member
+    count, or an older run's ``train-loss``."""
 
 
 CONFORMANCE_PREFIX = "dp_conformance_"
@@ -346,6 +353,23 @@ class SiteReport:
     by_round: list[RoundLeakage] = field(default_factory=list)
     """The audits of earlier rounds' global models and of the final one (``audit.rounds``
     / ``audit.every``), by round; empty when only the final model was audited."""
+    updates: list[RoundLeakage] = field(default_factory=list)
+    """The audits of the site's own updates (``audit.updates``), by round, each with the
+    site's DP-SGD epsilon after its round."""
+
+    def update_rows(self) -> list[UpdateRow]:
+        """Each audited update beside the same round's global model."""
+        globals_ = {line.round: line for line in self.by_round}
+        return [UpdateRow(u.round, u, globals_.get(u.round)) for u in self.updates]
+
+
+@dataclass(frozen=True)
+class UpdateRow:
+    """The audit of a site's update of one round beside that round's global model."""
+
+    round: int
+    update: RoundLeakage
+    global_model: RoundLeakage | None
 
 
 HEADLINE = "headline"

@@ -24,6 +24,7 @@ from .columns import (
     INVERSION_COLUMNS,
     LOW_FPR_COLUMNS,
     PER_CLASS_COLUMNS,
+    UPDATE_COLUMNS,
     Game,
     Item,
     item_columns,
@@ -39,9 +40,12 @@ from .formatting import (
     MISSING,
     NOT_A_BOUND,
     ONE_MODEL_INTERVAL,
+    OUTSIDE_MEANING,
     PR_CAPTION,
     ROC_NOTE,
     SIDE_LABELS,
+    UPDATES_CAPTION,
+    UPDATES_NOTE,
     WHITE_BOX_MEANING,
     canary_banner,
     first_leaking_text,
@@ -52,6 +56,7 @@ from .formatting import (
     fmt_est,
     fmt_fdp,
     fmt_loss_gap,
+    fmt_outside,
     fmt_two_sided,
     fmt_white_box,
     fmt_white_box_cost,
@@ -113,6 +118,7 @@ def render_site_page(report: SitePageReport) -> str:
         Heading("Threat model"),
         Bullets(report.threat_model, ordered=True),
         *by_round_blocks(site),
+        *update_blocks(site),
         *_per_class(site.audit),
         Heading("Detail"),
         *(_detail(site, site.audit) if site.audit is not None else [_failed(site)]),
@@ -253,6 +259,26 @@ def by_round_blocks(
     ]
 
 
+def update_blocks(
+    site: SiteReport, *, level: int = 2, title: str = "Leakage of your own updates"
+) -> list[Block]:
+    """The audits of the site's own updates beside the same rounds' global models (the
+    plot and the table); empty when none was audited (``audit.updates``)."""
+    rows = site.update_rows()
+    if not rows:
+        return []
+    return [
+        Heading(title, level),
+        Para(UPDATES_NOTE),
+        Figure(
+            plots.updates_plot(rows),
+            UPDATES_CAPTION,
+            alt=f"leakage of the site's updates against round, site {site.site_id}",
+        ),
+        Table(UPDATE_COLUMNS, rows, attrs=f' id="updates-{site.site_id}"'),
+    ]
+
+
 def _per_class(audit: AuditResult | None) -> list[Block]:
     if audit is None or not audit.per_class:
         return []
@@ -362,6 +388,7 @@ def _privacy_table(site: SiteReport) -> Table:
             "with the method that gave it",
         ),
         Item("ordering check", ordering_text(site), f"{BOUNDS_BELOW_DP}; {NOT_A_BOUND}"),
+        Item("sent outside the guarantee", fmt_outside(p), OUTSIDE_MEANING),
     ]
     violated = bool(c.bound_violations)
     return Table(

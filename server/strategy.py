@@ -41,6 +41,7 @@ from contracts.wire import (
     WireError,
     check_arrays,
     error_reason,
+    message_keys,
 )
 from server.client_dp import ClientDPLedger
 from server.run_log import append_round
@@ -57,7 +58,11 @@ class StrategySettings:
     server_learning_rate: float = 0.01
     seed: int = 0
     uniform_weights: bool = False
-    """Average site updates uniformly (client-level DP) instead of by example count."""
+    """Average site updates uniformly (under DP at either level) instead of by example
+    count (:data:`contracts.wire.UNIT_WEIGHT`)."""
+    record_dp: bool = False
+    """The sites train with DP-SGD: their replies carry its keys and never a count or a
+    loss (:meth:`contracts.wire.TrainReply.from_record`)."""
 
 
 @dataclass
@@ -66,6 +71,8 @@ class RoundRecord:
 
     sites: dict[int, TrainReply] = field(default_factory=dict)
     """The replies aggregated (every one passed the checks)."""
+    sent: dict[int, list[str]] = field(default_factory=dict)
+    """Every key each aggregated reply carried (:func:`contracts.wire.message_keys`)."""
     failures: dict[int, str] = field(default_factory=dict)
     """Sites whose reply was an error or failed the checks, with the reason (site -1: a
     node that is not in the node map)."""
@@ -95,9 +102,12 @@ class SiteAwareMixin(FedAvg):
         fraction: float,
         seed: int,
         round_offset: int = 0,
+        record_dp: bool = False,
     ) -> None:
-        """``round_offset``: rounds already done before this start (a resumed run)."""
+        """``round_offset``: rounds already done before this start (a resumed run);
+        ``record_dp``: :attr:`StrategySettings.record_dp`."""
         self.site_of_node = dict(site_of_node)
+        self.record_dp = record_dp
         self.site_fraction = fraction
         self.sampling_seed = seed
         self.round_offset = round_offset
@@ -165,7 +175,10 @@ class SiteAwareMixin(FedAvg):
         try:
             if METRICS not in msg.content.metric_records:
                 raise WireError(f"train reply: no {METRICS!r} record")
-            reply = TrainReply.from_record(msg.content.metric_records[METRICS])
+            metrics = msg.content.metric_records[METRICS]
+            reply = TrainReply.from_record(metrics, record_dp=self.record_dp)
+            if self.weighted_by_key not in metrics:
+                raise WireError(f"train reply: no {self.weighted_by_key!r}, the strategy's weight")
             if reply.site_id != site:
                 raise WireError(
                     f"train reply: claims site {reply.site_id}, but node "
@@ -178,6 +191,7 @@ class SiteAwareMixin(FedAvg):
         except WireError as err:
             return f"rejected: {err}"
         record.sites[site] = reply
+        record.sent[site] = message_keys(msg.content)
         return None
 
     def _weights(self, server_round: int, msg: Message) -> None:
@@ -333,6 +347,7 @@ class RoundWriter(DelegatingStrategy):
                     dp_epsilon=m.dp_epsilon,
                     num_examples=m.num_examples,
                     dp_epsilon_client=None if ledger is None else ledger.epsilon(site),
+                    sent=record.sent.get(site),
                 )
                 for site, m in sorted(record.sites.items())
             }
@@ -401,5 +416,6 @@ def make_strategy(
         fraction=settings.fraction_train,
         seed=settings.seed,
         round_offset=round_offset,
+        record_dp=settings.record_dp,
     )
     return strategy

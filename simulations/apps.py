@@ -16,6 +16,7 @@ from clients.inversion import InversionSettings
 from clients.privacy import DPSettings
 from clients.secure_aggregation import SecureSumSettings
 from clients.site_data import SiteData
+from clients.update_audits import UpdateAuditSettings
 from contracts.run_files import (
     CheckpointMeta,
     RunLayout,
@@ -35,7 +36,9 @@ from simulations.run_dir import DatasetMeta, load_public
 from simulations.run_task import audit_device, make_task, pick_device
 
 
-def dp_settings(config: ExperimentConfig) -> DPSettings | None:
+def dp_settings(config: ExperimentConfig, *, members: int | None = None) -> DPSettings | None:
+    """The site's DP-SGD; its declared size is ``dp.declared_size``, else ``members`` (its
+    count as the run starts)."""
     if not config.dp.enabled:
         return None
     return DPSettings(
@@ -49,6 +52,7 @@ def dp_settings(config: ExperimentConfig) -> DPSettings | None:
         total_steps=(
             None if config.fl.local_steps is None else config.fl.local_steps * config.fl.rounds
         ),
+        declared_size=config.dp.declared_size or members,
     )
 
 
@@ -140,6 +144,16 @@ def inversion_settings(
     )
 
 
+def update_audit_settings(
+    config: ExperimentConfig, site_id: int, state_dir: Path
+) -> UpdateAuditSettings | None:
+    """The site's audits of its own local models (``audit.updates``), kept in its folder."""
+    rounds = config.audit.update_rounds(config.fl.rounds)
+    if not rounds:
+        return None
+    return UpdateAuditSettings(rounds=rounds, site_id=site_id, state_dir=state_dir)
+
+
 class SiteResolver:
     """``context -> SiteRuntime``, cached per site within a worker process.
 
@@ -196,7 +210,7 @@ class SiteResolver:
             data=data,
             device=pick_device(config.resources.num_gpus),
             torch_threads=config.resources.torch_threads,
-            dp=dp_settings(config),
+            dp=dp_settings(config, members=len(data.training_x)),
             ledger_path=self.state_dir / site_dp_ledger_name(site_id),
             audit_runner=runner,
             return_scores=audit_cfg.enabled and audit_cfg.settings.return_scores,
@@ -210,6 +224,7 @@ class SiteResolver:
                 if config.fl.secure_aggregation == "ideal"
                 else None
             ),
+            updates=update_audit_settings(config, site_id, self.state_dir),
         )
 
 
@@ -259,7 +274,8 @@ def server_settings(
             proximal_mu=config.fl.proximal_mu,
             server_learning_rate=config.fl.server_learning_rate,
             seed=config.seed,
-            uniform_weights=config.dp.client_level,
+            uniform_weights=config.dp.any_level,
+            record_dp=config.dp.record_level,
         ),
         client_dp=client_dp_settings(config),
         canary_clients=canary_client_settings(config, task),

@@ -129,6 +129,13 @@ class DPConfig(StrictModel):
     delta: float = Field(DEFAULT_DELTA, gt=0, lt=1)
     max_grad_norm: float = Field(1.0, gt=0)
     accountant: Literal["rdp", "prv"] = "rdp"
+    declared_size: int | None = Field(
+        None,
+        ge=1,
+        description="record level: the record count every site declares before training, "
+        "which sets its sampling rate, steps and divisor (None: each site's own member "
+        "count, which the ledger names as outside the guarantee)",
+    )
     client: ClientDPConfig = Field(default_factory=ClientDPConfig)
 
     @model_validator(mode="after")
@@ -190,6 +197,44 @@ class RayConfig(StrictModel):
 
 MIN_CANARIES = 20
 MIN_CANARY_CLIENTS = 10
+
+
+def chosen_rounds(rounds: list[int] | None, every: int | None, num_rounds: int) -> set[int]:
+    """The rounds ``rounds`` lists, or every ``every``-th one (k, 2k, ...); none of either."""
+    if rounds is not None:
+        return set(rounds)
+    return set() if every is None else set(range(every, num_rounds + 1, every))
+
+
+def check_round_choice(
+    prefix: str, rounds: list[int] | None, every: int | None, num_rounds: int
+) -> None:
+    """``<prefix>rounds`` or ``<prefix>every``, each inside 1..fl.rounds (a ValueError
+    naming the key)."""
+    if rounds is not None and every is not None:
+        raise ValueError(f"{prefix}rounds and {prefix}every: give one of them, not both")
+    if rounds is not None:
+        if not rounds:
+            raise ValueError(f"{prefix}rounds: an empty list audits nothing; leave it unset")
+        outside = sorted(r for r in set(rounds) if not 1 <= r <= num_rounds)
+        if outside:
+            raise ValueError(f"{prefix}rounds: {outside} outside 1..fl.rounds ({num_rounds})")
+    if every is not None and every > num_rounds:
+        raise ValueError(f"{prefix}every: {every} is more than fl.rounds ({num_rounds})")
+
+
+class UpdateAuditConfig(StrictModel):
+    """``audit.updates``: each site also audits its own local model of these rounds (the
+    weights it sent the server), with the same games as the global models."""
+
+    rounds: list[int] | None = Field(None, description="these rounds (1..fl.rounds)")
+    every: int | None = Field(None, ge=1, description="every k-th round (k, 2k, ...)")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> UpdateAuditConfig:
+        if self.rounds is None and self.every is None:
+            raise ValueError("give rounds: [...] or every: k")
+        return self
 
 
 class AuditPhaseConfig(StrictModel):
@@ -260,6 +305,12 @@ class AuditPhaseConfig(StrictModel):
     every: int | None = Field(
         None, ge=1, description="also audit every k-th round's checkpoint (k, 2k, ...)"
     )
+    updates: UpdateAuditConfig | None = Field(
+        None,
+        description="each site also audits its own local model of these rounds, the update "
+        "it sent ({rounds: [...]} or {every: k}), beside that round's global model, which is "
+        "audited too (docs/over_rounds.md)",
+    )
     settings: AuditConfig = Field(default_factory=AuditConfig)
 
     @field_validator("canary_clients")
@@ -271,15 +322,19 @@ class AuditPhaseConfig(StrictModel):
         return n
 
     def audited_rounds(self, num_rounds: int) -> tuple[int, ...]:
-        """The rounds each site audits (the final one included), or () when only the final
-        model is audited."""
-        if self.rounds is not None:
-            asked = set(self.rounds)
-        elif self.every is not None:
-            asked = set(range(self.every, num_rounds + 1, self.every))
-        else:
+        """The rounds whose global model each site audits (the final one included): those
+        of ``rounds`` / ``every`` and of ``updates``; () when only the final model is."""
+        asked = chosen_rounds(self.rounds, self.every, num_rounds) | set(
+            self.update_rounds(num_rounds)
+        )
+        return tuple(sorted(asked | {num_rounds})) if asked else ()
+
+    def update_rounds(self, num_rounds: int) -> tuple[int, ...]:
+        """The rounds whose local model each site keeps and audits (``updates``)."""
+        updates = self.updates
+        if updates is None:
             return ()
-        return tuple(sorted(asked | {num_rounds}))
+        return tuple(sorted(chosen_rounds(updates.rounds, updates.every, num_rounds)))
 
     @field_validator("gradient_canaries")
     @classmethod
@@ -385,19 +440,12 @@ class ExperimentConfig(StrictModel):
                 raise ValueError(
                     f"audit.inversion.rounds: {late} outside 1..fl.rounds ({self.fl.rounds})"
                 )
-        rounds = self.audit.rounds
-        if rounds is not None and self.audit.every is not None:
-            raise ValueError("audit.rounds and audit.every: give one of them, not both")
-        if rounds is not None:
-            if not rounds:
-                raise ValueError("audit.rounds: an empty list audits nothing; leave it unset")
-            outside = sorted(r for r in set(rounds) if not 1 <= r <= self.fl.rounds)
-            if outside:
-                raise ValueError(f"audit.rounds: {outside} outside 1..fl.rounds ({self.fl.rounds})")
-        if self.audit.every is not None and self.audit.every > self.fl.rounds:
-            raise ValueError(
-                f"audit.every: {self.audit.every} is more than fl.rounds ({self.fl.rounds})"
-            )
+        check_round_choice("audit.", self.audit.rounds, self.audit.every, self.fl.rounds)
+        updates = self.audit.updates
+        if updates is not None:
+            if not self.audit.enabled:
+                raise ValueError("audit.updates: the updates are audited in the audit phase")
+            check_round_choice("audit.updates.", updates.rounds, updates.every, self.fl.rounds)
         settings = self.audit.settings
         if "delta" not in settings.model_fields_set:
             # The one-run bounds state eps at the accountant's delta, so they can be checked
@@ -442,6 +490,11 @@ def _who_holds_updates(config: ExperimentConfig) -> None:
         raise ValueError(
             "audit.canary_clients: under fl.secure_aggregation ideal they need dp.level "
             "distributed (the server no longer sees the update norms that scale them)"
+        )
+    if config.audit.updates is not None:
+        raise ValueError(
+            "audit.updates: under fl.secure_aggregation ideal the server holds only each "
+            "round's sum, never a site's own update; audit the global models with audit.rounds"
         )
 
 
@@ -600,7 +653,7 @@ def report_config_of(raw: dict[str, Any], *, file: Path | None = None) -> Report
 
 def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
     """The DP level (:func:`contracts.dp_level.resolve_dp_level`), the record-level
-    accountant's name, delta and canaries of a config read as plain data
+    accountant's name, delta, declared size and canaries of a config read as plain data
     (:class:`RunFileError` when ``dp.level`` is not a DP level)."""
     dp = raw.get("dp")
     section: dict[str, Any] = dp if isinstance(dp, dict) else {}
@@ -624,6 +677,7 @@ def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
         delta=finite(section.get("delta")),
         canaries=int(canaries) if canaries and canaries > 0 else None,
         secure_aggregation="ideal" if secure == "ideal" else "none",
+        declared_size=_whole(section.get("declared_size")),
     )
 
 

@@ -50,6 +50,6 @@ def audit_saved_model(
             reference_states=None if states is None else tuple(states),
         )
     )
-    results = runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed, {})
+    results = runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed, {}, {})
     assert results.result is not None  # the final model was given
     return results.result

@@ -370,7 +370,7 @@ def test_site_audit_fails_fast_on_one_sided_coins() -> None:
     runner = make_audit_runner(SiteAuditPolicy(settings=AuditConfig()))
     # Before PANORAMIA runs (no task or model is touched).
     with pytest.raises(ValueError, match="all 3 canary coins came out included"):
-        runner(None, torch.nn.Identity(), data, 0, {})
+        runner(None, torch.nn.Identity(), data, 0, {}, {})
 
 
 # -- a real federated run -----------------------------------------------------------------

@@ -23,6 +23,7 @@ from builders import canary_block, make_result, run_files, schema_2
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, RecordDict
 from flwr.common.serde import message_from_proto, message_to_proto
 from flwr.serverapp.strategy.strategy_utils import validate_message_reply_consistency
+from flwr.supercore import differential_privacy as flwr_differential_privacy
 from flwr.supercore.task_identity import TaskIdentity
 
 from audit.canaries.canary import CanaryResult
@@ -30,6 +31,7 @@ from audit.site_results import SiteResults
 from clients.app import SiteRuntime, build_client_app
 from contracts.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from contracts.json_values import FLAT_IN_OLDER, INLINE, NullAs, from_dict, json_safe
+from contracts.reply_keys import COVERAGES, KIND_JSON, NORM_BIT, REPLY_KEYS, kind_key
 from contracts.run_files import CheckpointMeta
 from contracts.run_log import ClientDPLedgerFile, ClientDPSite, RoundRecord, SiteRound, read_rounds
 from contracts.site_audit import SiteAudit, SiteAuditFile
@@ -126,6 +128,41 @@ def test_train_reply_keeps_the_keys_flower_weights_by(task_identity):
     ]
     for key in (NUM_EXAMPLES, UNIT_WEIGHT):
         validate_message_reply_consistency(replies, key, check_arrayrecord=True)
+
+
+def test_under_record_level_dp_no_count_and_no_loss_travel(task_identity):
+    """A DP-SGD site's reply: its epsilon and noise, no count, no loss; the server, which
+    knows the run's DP, holds every reply to the keys that go with it (so that Flower
+    aggregates them) and names the key."""
+    dp = TrainReply(
+        site_id=0, train_loss=None, num_examples=None, dp_epsilon=1.5, noise_multiplier=0.9
+    )
+    record = _sent(RecordDict({METRICS: dp.to_record()})).metric_records[METRICS]
+    assert set(record) == {"site-id", UNIT_WEIGHT, "dp-epsilon", "noise-multiplier"}
+    assert TrainReply.from_record(record, record_dp=True) == dp
+    with pytest.raises(WireError, match="'noise-multiplier' is missing"):
+        TrainReply.from_record(
+            TrainReply(0, None, None, dp_epsilon=1.5).to_record(), record_dp=True
+        )
+    leaky = TrainReply(0, 0.5, 10, dp_epsilon=1.5, noise_multiplier=0.9).to_record()
+    with pytest.raises(WireError, match="'train-loss' is not sent under record-level DP"):
+        TrainReply.from_record(leaky, record_dp=True)
+    with pytest.raises(WireError, match="'dp-epsilon' is not sent without record-level DP"):
+        TrainReply.from_record(leaky, record_dp=False)
+
+
+def test_every_key_a_reply_carries_has_its_coverage():
+    """The coverage table lists each key a train or audit reply can carry, on its side."""
+    train = TrainReply(0, 0.5, 10, dp_epsilon=1.0, noise_multiplier=1.0).to_record()
+    audit = audit_record(_audit(SiteResults(result=RESULT, canary=CANARY), dp_epsilon=1.0))
+    kinds = {kind_key(kind.name) for kind in dataclasses.fields(SiteResults)}
+    assert {ARRAYS, *train} == {k for k, v in REPLY_KEYS.items() if v.train and k != NORM_BIT}
+    assert {KIND_JSON if k in kinds else k for k in audit} == {
+        k for k, v in REPLY_KEYS.items() if v.audit
+    }
+    assert all({v.train, v.audit} <= {*COVERAGES, None} for v in REPLY_KEYS.values())
+    # Flower's adaptive clipping mod adds its key under the name the table gives it.
+    assert NORM_BIT == flwr_differential_privacy.KEY_NORM_BIT
 
 
 def test_whoami_and_audit_instructions_round_trip(task_identity):
@@ -273,7 +310,7 @@ def _audit_site(runner, *, site_id: int = 2) -> Message:
 
 
 def test_failing_site_audit_arrives_as_an_error_and_its_file_says_failed(tmp_path, task_identity):
-    def runner(task, model, data, seed, earlier):
+    def runner(task, model, data, seed, earlier, updates):
         raise ValueError("the audit's splits need 190 members, the site has 30")
 
     reply = _audit_site(runner)
@@ -302,6 +339,7 @@ FILE_KEYS = [
     "by_round",
     "gradient_canaries",
     "inversion",
+    "updates",
     "status",
     "error",
     "traceback",
@@ -311,7 +349,7 @@ FILE_KEYS = [
 
 
 def test_finished_site_audit_writes_todays_ok_file(tmp_path, task_identity):
-    def runner(task, model, data, seed, earlier):
+    def runner(task, model, data, seed, earlier, updates):
         return SiteResults(result=dataclasses.replace(RESULT, sizes={"seed": seed}))
 
     reply = _audit_site(runner, site_id=1)
@@ -501,6 +539,19 @@ def test_run_log_records_name_the_bad_key() -> None:
     assert from_dict(ClientDPLedgerFile, json.loads(json.dumps(ledger.to_dict()))).sites["1"] == (
         ClientDPSite([1, 2], None, 0.5)
     )
+
+
+def test_docs_list_every_reply_key_with_its_coverage():
+    """docs/security.md's table is the coverage table's, row for row."""
+    text = (Path(__file__).parents[1] / "docs" / "security.md").read_text()
+    rows = [
+        f"| {side} | `{key}` | {entry.meaning} | `{coverage}` |"
+        for side in ("train", "audit")
+        for key, entry in REPLY_KEYS.items()
+        if (coverage := getattr(entry, side)) is not None
+    ]
+    assert [row for row in rows if row not in text] == []
+    assert text.count("| train | `") + text.count("| audit | `") == len(rows)
 
 
 def test_ray_memory_killer_is_recognised_in_errors_and_in_site_error_texts():

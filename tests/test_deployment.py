@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from flwr.app import Context, RecordDict
 
 from deployment.consortium_tls import make_demo_credentials
 from deployment.files import (
+    DeploymentFiles,
     node_config_arg,
     prepare_deployment,
     run_config_values,
@@ -29,7 +31,7 @@ from deployment.flower_apps import (
     parse_phases,
     read_run,
 )
-from deployment.local_consortium import LocalConsortium
+from deployment.local_consortium import LocalConsortium, RunStatus
 from simulations.config import dump_config, validate_config
 from simulations.processes import ProcessGroup, descendants, is_alive
 from simulations.run_dir import prepare_run_dir
@@ -251,8 +253,28 @@ def test_process_group_stops_children_and_grandchildren(tmp_path):
 # --------------------------------------------------------------------------- end to end
 
 
-@pytest.mark.slow
-def test_loopback_consortium_trains_audits_and_reports(tmp_path):
+@dataclass
+class Loopback:
+    """One loopback consortium's runs, shared by the tests below (a start costs three Flower
+    processes, and every run spawns its own ServerApp and ClientApps)."""
+
+    nodes: list[dict]
+    dp: DeploymentFiles
+    dp_status: RunStatus
+    policy: DeploymentFiles
+    policy_status: RunStatus
+    bad_status: RunStatus
+    bad_log: Path
+    started_processes: int
+    left_alive: list[int]
+    work_dir_left: bool
+
+
+@pytest.fixture(scope="module")
+def loopback(tmp_path_factory: pytest.TempPathFactory) -> Loopback:
+    """A SuperLink and two SuperNodes on default policy, which run a wrong run config, a
+    two-round DP run and a run whose config asks for per-record scores, then stop."""
+    tmp_path = tmp_path_factory.mktemp("loopback")
     config = _config("loopback", rounds=2, dp=True)
     # As at real sites, each "hospital" keeps its own records outside the run directory and
     # the server only gets the config, the dataset description and public test records.
@@ -264,35 +286,61 @@ def test_loopback_consortium_trains_audits_and_reports(tmp_path):
         own.parent.mkdir()
         shutil.move(run_files(source).site_file(i), own)
         nodes.append({"partition-id": i, "num-partitions": 2, "data-path": str(own)})
-    files = prepare_deployment(config, tmp_path / "loopback", meta=meta)
-    assert not (files.run_dir / "sites").exists()
-    files.layout.public.parent.mkdir()
-    shutil.copy(run_files(source).public, files.layout.public)  # central evaluation
+    raw = _config("policy").model_dump(mode="json")
+    raw["audit"]["settings"]["return_scores"] = True
+    deployments = [
+        prepare_deployment(config, tmp_path / "loopback", meta=meta),
+        prepare_deployment(validate_config(raw), tmp_path / "policy", meta=meta),
+    ]
+    for files in deployments:
+        assert not (files.run_dir / "sites").exists()
+        files.layout.public.parent.mkdir()
+        shutil.copy(run_files(source).public, files.layout.public)  # central evaluation
     bad_run_config = tmp_path / "bad-run-config.toml"
     bad_run_config.write_text('run-dir = "relative/dir"\n')
-    seen: list[tuple[int, int]] = []
     with LocalConsortium(nodes) as consortium:
-        assert len(consortium.processes.started) == 3  # SuperLink + 2 SuperNodes
+        started = len(consortium.processes.started)
         # A wrong run config fails that run only, with the key named in the run's log.
         bad = consortium.run(
-            files.app_dir, bad_run_config, timeout_s=600, log_path=tmp_path / "bad.log"
+            deployments[0].app_dir, bad_run_config, timeout_s=600, log_path=tmp_path / "bad.log"
         )
-        assert bad.status == "finished:failed" and not bad.ok
-        assert "must be an absolute path" in (tmp_path / "bad.log").read_text()
-        status = consortium.run(
-            files.app_dir,
-            files.run_config,
-            timeout_s=1500,
-            log_path=files.run_dir / "deployment" / "serverapp.log",
-        )
+        statuses = [
+            consortium.run(
+                files.app_dir,
+                files.run_config,
+                timeout_s=1500,
+                log_path=files.run_dir / "deployment" / "serverapp.log",
+            )
+            for files in deployments
+        ]
         seen = [(s.proc.pid, s.start) for s in consortium.processes.started]
         seen += [d for s in consortium.processes.started for d in descendants(s.proc.pid)]
         work_dir = consortium.work_dir
-    # Every process the consortium started (and its SuperExec) is gone, its temp dir too.
     time.sleep(0.5)
-    assert not [pid for pid, start in seen if is_alive(pid, start)]
-    assert not work_dir.exists()
-    assert status.ok, (status, files.run_dir)
+    return Loopback(
+        nodes=nodes,
+        dp=deployments[0],
+        dp_status=statuses[0],
+        policy=deployments[1],
+        policy_status=statuses[1],
+        bad_status=bad,
+        bad_log=tmp_path / "bad.log",
+        started_processes=started,
+        left_alive=[pid for pid, start in seen if is_alive(pid, start)],
+        work_dir_left=work_dir.exists(),
+    )
+
+
+@pytest.mark.slow
+def test_loopback_consortium_trains_audits_and_reports(loopback: Loopback):
+    assert loopback.started_processes == 3  # SuperLink + 2 SuperNodes
+    assert loopback.bad_status.status == "finished:failed" and not loopback.bad_status.ok
+    assert "must be an absolute path" in loopback.bad_log.read_text()
+    # Every process the consortium started (and its SuperExec) is gone, its temp dir too.
+    assert not loopback.left_alive
+    assert not loopback.work_dir_left
+    files, nodes = loopback.dp, loopback.nodes
+    assert loopback.dp_status.ok, (loopback.dp_status, files.run_dir)
 
     run_dir = files.run_dir
     rounds = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -330,27 +378,18 @@ def test_loopback_consortium_trains_audits_and_reports(tmp_path):
 
 
 @pytest.mark.slow
-def test_loopback_sites_refuse_per_record_scores_by_default(tmp_path):
+def test_loopback_sites_refuse_per_record_scores_by_default(loopback: Loopback):
     """The operator's run config asks for per-record scores; every SuperNode runs with the
     default policy (no ``policy-*`` keys): each refuses, naming the key, logs it, and no
     score reaches the server's files. Training, which the policy allows, still runs."""
-    raw = _config("policy").model_dump(mode="json")
-    raw["audit"]["settings"]["return_scores"] = True
-    config = validate_config(raw)
-    files = prepare_deployment(config, tmp_path / "policy")
-    assert not any(k.startswith("policy-") for node in files.node_configs for k in node)
-    with LocalConsortium(files.node_configs) as consortium:
-        status = consortium.run(
-            files.app_dir,
-            files.run_config,
-            timeout_s=1500,
-            log_path=files.run_dir / "deployment" / "serverapp.log",
-        )
-    assert status.ok, status
+    files = loopback.policy
+    nodes = [*files.node_configs, *loopback.nodes]
+    assert not any(k.startswith("policy-") for node in nodes for k in node)
+    assert loopback.policy_status.ok, loopback.policy_status
     run_dir = files.run_dir
     rounds = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert set(rounds[0]["sites"]) == {"0", "1"}
-    for site, node in enumerate(files.node_configs):
+    for site, node in enumerate(loopback.nodes):
         audit = json.loads((run_dir / "audits" / f"site-{site}.json").read_text())
         assert audit["status"] == "failed" and audit["result"] is None
         assert (
@@ -358,13 +397,14 @@ def test_loopback_sites_refuse_per_record_scores_by_default(tmp_path):
             in (audit["error"])
         )
         assert audit["traceback"] is None
-        log = Path(node["state-dir"]) / run_dir.name / f"site-{site}-refusals.jsonl"
+        state = Path(node["data-path"]).parent / "panoramia-state"
+        log = state / run_dir.name / f"site-{site}-refusals.jsonl"
         assert json.loads(log.read_text().splitlines()[-1])["policy_key"] == (
             "policy-allow-scores=false"
         )
-    # The server's files (everything but the sites' own folder) hold no per-record score.
+    # The server's files (the sites keep theirs next to their data) hold no per-record score.
     for path in run_dir.rglob("*"):
-        if path.is_file() and "sites" not in path.relative_to(run_dir).parts:
+        if path.is_file():
             text = path.read_bytes().decode("utf-8", errors="replace")
             assert '"scores": [' not in text and '"scores": {' not in text, path
     assert json.loads((run_dir / "noise.json").read_text())["source"] == "os-entropy"

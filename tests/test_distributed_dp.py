@@ -184,6 +184,12 @@ def test_what_holds_against_the_server():
         ),
         ({"level": "none"}, {"secure_aggregation": "ideal", "fraction_train": 0.3}, {}, "2 sites"),
         ({"level": "none"}, {"secure_aggregation": "ideal"}, {"canary_clients": 10}, "canary"),
+        (
+            DISTRIBUTED,
+            {"secure_aggregation": "ideal"},
+            {"updates": {"rounds": [1]}},
+            "audit.updates: under fl.secure_aggregation ideal",
+        ),
     ],
 )
 def test_combinations_that_cannot_work_name_their_key(dp, fl, audit, match):

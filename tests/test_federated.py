@@ -13,9 +13,12 @@ from builders import run_files
 from clients.privacy import DPSettings, PrivacyLedger
 from clients.training import train_locally
 from contracts.checkpoint import load_checkpoint
+from contracts.reply_keys import ARRAYS, COVERED, REPLY_KEYS
+from contracts.run_log import read_rounds
 from ml.datasets import load_dataset
 from ml.saved_models import load_global_model
-from simulations.config import validate_config
+from reporting.privacy_ledger import outside_guarantee
+from simulations.config import report_config, validate_config
 from simulations.run_dir import DatasetMeta
 from simulations.run_task import make_task
 from simulations.runner import run_experiment
@@ -92,11 +95,21 @@ def test_resume_reruns_only_missing_rounds(plain_run):
     assert load_checkpoint(plain_run / "global_model.pt").round == 2
 
 
+DECLARED = 400
+"""The record count every site of the DP run declares (each has about 380 members)."""
+
+
+@pytest.fixture(scope="module")
+def dp_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("dp") / "run"
+    dp = {"enabled": True, "target_epsilon": 2.0, "delta": 1e-5, "declared_size": DECLARED}
+    run_experiment(_config(dp=dp), run_dir, write_report=False)
+    return run_dir
+
+
 @pytest.mark.slow
-def test_dp_epsilon_accumulates_to_target(tmp_path):
-    run_dir = tmp_path / "dp"
-    config = _config(dp={"enabled": True, "target_epsilon": 2.0, "delta": 1e-5})
-    run_experiment(config, run_dir, write_report=False)
+def test_dp_epsilon_accumulates_to_target(dp_run):
+    run_dir = dp_run
     rounds = _rounds(run_dir)
     for site in ("0", "1", "2"):
         eps = [r["sites"][site]["dp_epsilon"] for r in rounds]
@@ -105,6 +118,29 @@ def test_dp_epsilon_accumulates_to_target(tmp_path):
         assert eps[-1] >= 1.8  # calibrated over all rounds, so close to the target
     _, checkpoint = load_global_model(run_dir / "global_model.pt")
     assert not any(k.startswith("_module.") for k in checkpoint.state_dict)
+
+
+@pytest.mark.slow
+def test_train_replies_carry_only_what_the_guarantee_covers(dp_run):
+    """Every key of every train reply the server received (metrics.jsonl keeps them) is one
+    the ledger counts as covered: with a public declared size, all of them; no record
+    count, no loss."""
+    layout = run_files(dp_run)
+    settings = report_config(layout).privacy
+    rounds = read_rounds(layout)
+    covered = COVERED | {"declared"}
+    for entry in rounds:
+        assert sorted(entry.sites) == ["0", "1", "2"]
+        for site in entry.sites.values():
+            assert site.sent is not None and ARRAYS in site.sent
+            assert {REPLY_KEYS[k].train for k in site.sent} <= covered, site.sent
+            assert site.train_loss is None and site.num_examples is None
+    assert all(outside_guarantee(s, rounds, settings) == [] for s in range(3))
+    # The sites sampled at the declared size's rate, not their own count's.
+    steps = -(-DECLARED // 32)
+    for s in range(3):
+        history = PrivacyLedger.load(layout.site_dp_ledger(s), accountant="rdp").history
+        assert [(q, n) for _, q, n in history] == [(1 / steps, 2 * steps)]  # two rounds
 
 
 @pytest.mark.slow
@@ -181,3 +217,43 @@ def test_dp_ledger_continues_across_rounds():
     restored = PrivacyLedger.from_json(ledger.to_json())
     assert restored.epsilon(1e-5) == pytest.approx(eps[1])
     assert np.isfinite(eps[1])
+
+
+def test_dp_sgd_takes_its_rate_and_steps_from_the_declared_size():
+    """Sites of 200 and 300 records that declare 930 at batch 10 both sample at 1/93 for 93
+    steps with the same noise (Opacus's own sampler would take int(93.0000...) = 92 steps,
+    and both numbers would follow each site's count)."""
+    dataset = load_dataset("digits")
+    config = _config(
+        dp={"enabled": True, "noise_multiplier": 1.0},
+        fl={"batch_size": 10},
+        model={"name": "small_cnn", "options": {"width": 4}},
+    )
+    task = make_task(config, DatasetMeta.of(dataset))
+    dp = DPSettings(
+        target_epsilon=4.0,
+        noise_multiplier=None,
+        delta=1e-5,
+        max_grad_norm=1.0,
+        accountant="rdp",
+        total_epochs=1,
+        declared_size=930,
+    )
+    histories = []
+    for n in (200, 300):
+        ledger = PrivacyLedger(accountant="rdp", history=[])
+        train_locally(
+            task,
+            task.make_model().state_dict(),
+            x=dataset.x[:n],
+            y=dataset.y[:n],
+            epochs=1,
+            seed=0,
+            device=torch.device("cpu"),
+            dp=dp,
+            ledger=ledger,
+        )
+        histories.append(ledger.history)
+    assert histories[0] == histories[1]
+    ((_, rate, steps),) = histories[0]
+    assert (rate, steps) == (1 / 93, 93)

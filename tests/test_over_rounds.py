@@ -37,6 +37,11 @@ def test_rounds_and_every_pick_the_checkpoints_the_final_one_included() -> None:
     assert _config(rounds=[4, 1, 2]).audit.audited_rounds(8) == (1, 2, 4, 8)
     assert _config(every=3).audit.audited_rounds(8) == (3, 6, 8)
     assert _config().audit.audited_rounds(8) == ()
+    # A site's own updates: those rounds' global models are audited too, to read beside them.
+    updates = _config(rounds=[3], updates={"rounds": [1, 2, 4]}).audit
+    assert updates.update_rounds(8) == (1, 2, 4)
+    assert updates.audited_rounds(8) == (1, 2, 3, 4, 8)
+    assert _config(updates={"every": 4}).audit.audited_rounds(8) == (4, 8)
 
 
 @pytest.mark.parametrize(
@@ -47,6 +52,10 @@ def test_rounds_and_every_pick_the_checkpoints_the_final_one_included() -> None:
         ({"rounds": []}, "audit.rounds: an empty list"),
         ({"every": 9}, "audit.every: 9 is more than fl.rounds (8)"),
         ({"every": 0}, "audit.every"),
+        ({"updates": {}}, "audit.updates: give rounds: [...] or every: k"),
+        ({"updates": {"rounds": [9]}}, "audit.updates.rounds: [9] outside 1..fl.rounds (8)"),
+        ({"updates": {"rounds": [1], "every": 2}}, "audit.updates.rounds and audit.updates.every"),
+        ({"updates": {"every": 2}, "enabled": False}, "audit.updates: the updates are audited"),
     ],
 )
 def test_bad_round_selections_are_named(audit: dict[str, Any], named: str) -> None:

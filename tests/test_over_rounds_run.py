@@ -1,5 +1,7 @@
 """Leakage over rounds through a real Flower simulation: every site audits the rounds asked
-for, and a resumed run with more rounds asked audits only those (the main audit is kept)."""
+for and its own updates of rounds 1 and 3 (under record-level DP, each with its epsilon
+then), and a resumed run with more rounds asked audits only those (the main audit is
+kept)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 import pytest
 from builders import run_files
 
+from contracts.run_files import local_model_name
 from reporting import SITE_REPORTS_DIR
 from simulations.config import load_config
 from simulations.runner import run_experiment
@@ -30,6 +33,8 @@ SMALL = [
     "audit.settings.repeats=2",
     "audit.settings.helper_epochs=1",
     "audit.settings.calibration={reference_models: 2, epochs: 1}",
+    "audit.updates={rounds: [1, 3]}",
+    "dp={level: record, target_epsilon: 8, delta: 0.00001}",
 ]
 """The default config (reference pool, quick score-only audit), small and fast."""
 
@@ -50,7 +55,7 @@ def test_sites_audit_the_rounds_asked_and_a_resume_adds_only_new_ones(tmp_path) 
         json.loads(line)["round"]: json.loads(line)["global_accuracy"]
         for line in run_files(run_dir).metrics.read_text().splitlines()
     }
-    for audit in first.values():
+    for site, audit in first.items():
         assert audit["status"] == "ok", audit.get("error")
         assert [e["round"] for e in audit["by_round"]] == [1, 3]
         assert [e["global_accuracy"] for e in audit["by_round"]] == [accuracy[1], accuracy[3]]
@@ -58,10 +63,24 @@ def test_sites_audit_the_rounds_asked_and_a_resume_adds_only_new_ones(tmp_path) 
         two_sided = audit["result"]["two_sided"]["eps_tilde"]
         assert audit["by_round"][-1]["eps_tilde_two_sided"] == two_sided
         assert audit["result"]["per_class"]  # digits are labelled: per-class slices
+        # The site's own updates, each covered by its DP-SGD epsilon after its round.
+        updates = audit["updates"]
+        assert [e["round"] for e in updates] == [1, 3]
+        assert 0 < updates[0]["dp_epsilon"] < updates[1]["dp_epsilon"]
+        assert updates[1]["dp_epsilon"] == pytest.approx(audit["dp_epsilon"])
+        assert all(e["rm_rn_eps_lb"] is not None for e in updates + audit["by_round"])
+        # The update differs from the global model it was averaged into.
+        assert updates[1]["mia_auc"] != audit["by_round"][-1]["mia_auc"]
+        kept = run_files(run_dir).site_state / local_model_name(site, 3)
+        assert kept.stat().st_mode & 0o777 == 0o600
     report = json.loads((run_dir / "report.json").read_text())
     assert set(report["consortium"]["first_leaking_round"]) == {"0", "1"}
     page = (run_dir / SITE_REPORTS_DIR / "site-0.html").read_text()
     assert "Leakage over rounds" in page and "Which of your classes are exposed" in page
+    assert "Leakage of your own updates" in page and 'id="updates-0"' in page
+    for site in report["sites"]:
+        assert [e["round"] for e in site["updates"]] == [1, 3]
+        assert not site["checks"]["bound_violations"]  # none above the epsilon then
 
     run_experiment(_config([1, 2]), run_dir)
     second = _audits(run_dir)

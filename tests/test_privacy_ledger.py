@@ -35,6 +35,7 @@ from reporting import (
     SweepPoint,
     write_sweep_report,
 )
+from reporting.formatting import fmt_outside
 from reporting.inputs import SiteAuditRead
 from reporting.metrics import LOWER_BOUNDS, METRICS
 from reporting.privacy_ledger import (
@@ -249,6 +250,11 @@ def test_csv_and_ledger_csv_carry_the_ledger(ledger_run: Path) -> None:
     assert float(ledger[0]["global_accuracy"]) == pytest.approx(0.8)
     assert ledger[0]["canary_eps_interval"] == "1.9; 4.2"
     assert ledger[2]["checks_bound_violations"].startswith("site 2: canary audit")
+    # The training log's lines predate ``sent``: the count and the loss each site sent.
+    assert ledger[0]["outside_guarantee"] == "num-examples; train-loss"
+    outside = "num-examples, train-loss (declared size: its own member count)"
+    assert outside in (ledger_run / "report.md").read_text()
+    assert outside in site_pages(ledger_run, 0).html_path.read_text()
 
 
 def _audit(site_id: int, record: float | None) -> SiteAuditRead:
@@ -506,3 +512,55 @@ def test_client_level_only_counts_as_private_in_a_sweep(tmp_path: Path) -> None:
     assert point["private"] is True and point["dp_level"] == "client"
     assert point["theoretical_eps"] is None
     assert "unknown (DP on)" in sweep.html_path.read_text()
+
+
+def _sent_rounds(*sites: SiteRound) -> list[RoundRecord]:
+    return [RoundRecord(round=r, sites={"0": s}) for r, s in enumerate(sites, start=1)]
+
+
+@pytest.mark.parametrize(
+    ("dp", "rounds", "outside", "text"),
+    [
+        # Record level, each site's own count declared: what derives from it is not covered.
+        (
+            {"level": "record"},
+            _sent_rounds(SiteRound(dp_epsilon=1.0, sent=["arrays", "dp-epsilon", "site-id"])),
+            ["dp-epsilon"],
+            "dp-epsilon (declared size: its own member count)",
+        ),
+        # A public declared size: everything covered.
+        (
+            {"level": "record", "declared_size": 1000},
+            _sent_rounds(SiteRound(dp_epsilon=1.0, sent=["arrays", "dp-epsilon", "site-id"])),
+            [],
+            "nothing (declared size 1000, public)",
+        ),
+        # An older run's lines (no ``sent``): the count and the loss it sent are named.
+        (
+            {"level": "record", "declared_size": 1000},
+            _sent_rounds(SiteRound(train_loss=0.5, dp_epsilon=1.0, num_examples=10)),
+            ["num-examples", "train-loss"],
+            "num-examples, train-loss (declared size 1000, public)",
+        ),
+        # A key nobody knows the coverage of is not counted as covered.
+        (
+            {"level": "record", "declared_size": 1000},
+            _sent_rounds(SiteRound(sent=["arrays", "site-accuracy"])),
+            ["site-accuracy"],
+            "site-accuracy (declared size 1000, public)",
+        ),
+        (
+            {"level": "none"},
+            _sent_rounds(SiteRound(train_loss=0.5)),
+            [],
+            "off (no record-level DP)",
+        ),
+    ],
+)
+def test_the_ledger_names_what_left_outside_the_guarantee(
+    dp: dict[str, Any], rounds: list[RoundRecord], outside: list[str], text: str
+) -> None:
+    settings = privacy_settings({"dp": dp})
+    got = site_privacy(0, _audit(0, None), rounds, settings, None)
+    assert got.outside_guarantee == outside
+    assert fmt_outside(got) == text

@@ -1,17 +1,23 @@
 """The calibrated MIA's shared reference models in a federated run: trained once on Ray on
 public records no site pool holds, used by every site, not retrained on resume, and loaded
-from the weights cache by another run with the same public records and settings."""
+from the weights cache by another run with the same public records and settings. The same
+run asks for ``audit.exposed_records``: each site keeps its most exposed members in its own
+state directory, and nothing of them reaches the server side or any report."""
 
 from __future__ import annotations
 
 import json
 import signal
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from builders import run_files
 
+from clients.site_data import SiteData
+from contracts.run_files import exposed_records_name
+from reporting import SITE_REPORTS_DIR
 from simulations.config import validate_config
 from simulations.reference_models import ReferenceModelsDone, site_pool, split_public
 from simulations.replicates import replicate_configs
@@ -20,6 +26,8 @@ from simulations.runner import run_experiment
 from simulations.weights_cache import CACHE_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
+
+K = 5  # exposed records kept per site
 
 AUDIT = {
     "quick": True,
@@ -38,7 +46,12 @@ def _config():
             "data": {"name": "digits", "options": {"public_fraction": 0.4}},
             "partition": {"scheme": "iid", "num_sites": 2, "holdout_fraction": 0.2},
             "fl": {"rounds": 1, "local_epochs": 1, "batch_size": 32},
-            "audit": {"reference_pool": True, "reference_records": 0.3, "settings": AUDIT},
+            "audit": {
+                "reference_pool": True,
+                "reference_records": 0.3,
+                "exposed_records": K,
+                "settings": AUDIT,
+            },
         }
     )
 
@@ -62,7 +75,7 @@ def run(tmp_path_factory, cache_dir):
     config = _config()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        outcome = run_experiment(config, path, write_report=False)
+        outcome = run_experiment(config, path)
         handler_after = signal.getsignal(signal.SIGTERM)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -137,3 +150,73 @@ def test_a_replicate_trains_no_reference_model(run, cache_dir, tmp_path) -> None
         assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
     audit = json.loads((tmp_path / "replicate" / "audits" / "site-0.json").read_text())
     assert audit["status"] == "ok" and audit["result"]["sizes"]["reference_models"] == 2
+
+
+def test_exposed_records_stay_at_the_site(run) -> None:
+    _, run_dir, _, _ = run
+
+    found: dict[int, dict] = {}
+    for site in (0, 1):
+        audit = json.loads((run_dir / "audits" / f"site-{site}.json").read_text())
+        assert audit["status"] == "ok", audit.get("error")
+        path = run_files(run_dir).site_state / exposed_records_name(site)
+        content = json.loads(path.read_text())
+        data = SiteData.load(run_files(run_dir).site_file(site))
+        n_members = len(data.train_x)
+        assert content["site_id"] == site and content["n_members"] == n_members
+        # The run's shared reference models calibrate the score (offline LiRA).
+        assert content["score"] == "lira_offline" and content["reference_models"] == 2
+        assert len(content["indices"]) == len(set(content["indices"])) == K
+        assert all(0 <= i < n_members for i in content["indices"])
+        assert content["scores"] == sorted(content["scores"], reverse=True)
+        # Each record's label: which of the site's groups it exposes.
+        assert content["labels"] == [int(data.train_y[i]) for i in content["indices"]]
+        found[site] = content
+
+    # Nothing of it on the server side: audits (the replies), the consortium report, and
+    # the site reports, which only link to the file.
+    server_side = [
+        *sorted((run_dir / "audits").glob("site-*.json")),
+        *(run_dir / f"report.{ext}" for ext in ("json", "csv", "md", "html")),
+    ]
+    site_reports = sorted((run_dir / SITE_REPORTS_DIR).iterdir())
+    assert [p.name for p in site_reports] == [
+        "site-0.html",
+        "site-0.json",
+        "site-1.html",
+        "site-1.json",
+    ]
+    for path in server_side + site_reports:
+        text = path.read_text()
+        lists = _int_lists(json.loads(text)) if path.suffix == ".json" else []
+        for site, content in found.items():
+            indices = content["indices"]
+            assert json.dumps(indices) not in text, path.name
+            assert not any(_contains(lst, indices) for lst in lists), path.name
+            for score in content["scores"]:
+                assert repr(score) not in text, (path.name, score)
+            # report.json copies the config, which names the setting (exposed_records: 5);
+            # the file's name and its own keys appear nowhere on the server side.
+            if path in server_side:
+                assert exposed_records_name(site) not in text, path.name
+                for key in ("stays_at_site", "indices_into", "score_meaning"):
+                    assert key not in text, (path.name, key)
+    for site in (0, 1):
+        page = json.loads((run_dir / SITE_REPORTS_DIR / f"site-{site}.json").read_text())
+        assert page["exposed_records_link"] == f"../site_state/{exposed_records_name(site)}"
+        assert "indices" not in json.dumps(page)
+
+
+def _int_lists(obj: Any) -> list[list[int]]:
+    """Every list of integers anywhere in a JSON value."""
+    if isinstance(obj, dict):
+        return [lst for v in obj.values() for lst in _int_lists(v)]
+    if isinstance(obj, list):
+        own = [obj] if obj and all(isinstance(v, int) for v in obj) else []
+        return own + [lst for v in obj for lst in _int_lists(v)]
+    return []
+
+
+def _contains(values: list[int], needle: list[int]) -> bool:
+    n = len(needle)
+    return any(values[i : i + n] == needle for i in range(len(values) - n + 1))

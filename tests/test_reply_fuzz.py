@@ -38,6 +38,7 @@ from contracts.wire import (
     NUM_EXAMPLES,
     SITE_ID,
     TRAIN_LOSS,
+    UNIT_WEIGHT,
     WHOAMI,
     TrainReply,
     WhoamiReply,
@@ -85,7 +86,7 @@ def _bad_train(site: int, rnd: int, arrays: dict, metrics: dict) -> tuple[dict |
     elif case == (2, 4):
         arrays = {k: torch.full_like(v, math.nan) for k, v in arrays.items()}  # poisoned
     elif case == (3, 2):
-        metrics[DP_EPSILON] = -1.0
+        metrics[DP_EPSILON] = 1.0  # a DP-SGD key in a run without it: Flower's keys differ
     elif case == (3, 3):
         metrics[NUM_EXAMPLES] = 0
     elif case == (3, 4):
@@ -100,7 +101,7 @@ BAD_TRAIN_REASONS = {
     (2, 2): "claims site 0, but node",
     (2, 3): "weight 'w' has shape [5], expected [4]",
     (2, 4): "weight 'w' holds NaN",
-    (3, 2): "'dp-epsilon' must be >= 0",
+    (3, 2): "'dp-epsilon' is not sent without record-level DP",
     (3, 3): "'num-examples' must be > 0",
     (3, 4): "no 'arrays' record",
 }
@@ -211,6 +212,7 @@ def test_bad_train_replies_fail_their_site_and_the_run_goes_on(fuzzed):
                 "dp_epsilon": None,
                 "num_examples": EXAMPLES[s],
                 "dp_epsilon_client": None,  # no client-level DP in this run
+                "sent": [ARRAYS, NUM_EXAMPLES, SITE_ID, TRAIN_LOSS, UNIT_WEIGHT],
             }
             for s in (0, 1)
         }

@@ -31,7 +31,7 @@ from audit.inversion.scores import InversionResult
 from audit.panoramia.calibration import calibrated_statistics, log_likelihood, reference_statistics
 from audit.panoramia.components import Records
 from audit.panoramia.exposure import SCORE_MEANINGS, most_exposed
-from audit.result import AuditFlags, AuditResult
+from audit.result import AuditFlags, AuditResult, Interval
 from clients.audit_handler import SiteAuditPolicy, write_exposed_records
 from clients.site_data import SiteData
 from contracts.json_values import from_dict, json_safe
@@ -44,11 +44,15 @@ from reporting import (
 )
 from reporting.aggregate import build_report
 from reporting.between_runs import POOLED, over_runs
+from reporting.blocks import to_html
+from reporting.columns import UPDATE_COLUMNS, md_table
 from reporting.formatting import fmt, fmt_est, fmt_two_sided
 from reporting.html_page import SORT_SCRIPT
 from reporting.manifest import PACKAGES
 from reporting.metrics import EPS_TILDE_TWO_SIDED
-from reporting.schema import FLAGS, ReplicateReport, ReplicateRun, ReplicateSite
+from reporting.privacy_ledger import update_violations
+from reporting.schema import FLAGS, ReplicateReport, ReplicateRun, ReplicateSite, SiteReport
+from reporting.site_page import update_blocks
 from reporting.standing import BANDS, rank_band
 from reporting.sweep_report import render_sweep_html
 from simulations.cli import main as cli_main
@@ -254,8 +258,8 @@ def test_site_rebuilds_its_report_from_its_audit_file_alone(
     full = _page_json(consortium, 2)
     assert data["source"] == "site"
     # The same numbers from the file alone; delta and the accountant's name are the config's,
-    # which is not there yet.
-    alone_privacy = {"dp_delta": None, "record_accountant": "Opacus"}
+    # which is not there yet, and what the site sent each round is the training log's.
+    alone_privacy = {"dp_delta": None, "record_accountant": "Opacus", "outside_guarantee": []}
     assert data["site"] == full["site"] | {"privacy": full["site"]["privacy"] | alone_privacy}
     assert data["reading"] == full["reading"]
     assert data["standing"]["available"] is False and data["standing"]["rank"] is None
@@ -277,7 +281,10 @@ def test_site_rebuilds_its_report_from_its_audit_file_alone(
     digest = hashlib.sha256((consortium / "config.yaml").read_bytes()).hexdigest()
     assert manifest["config_sha256"] == digest == full["manifest"]["config_sha256"]
     assert manifest["run_seed"] == 0
-    assert _page_json(alone, 2)["site"] == full["site"]
+    alone_site = _page_json(alone, 2)["site"]
+    assert alone_site == full["site"] | {
+        "privacy": full["site"]["privacy"] | {"outside_guarantee": []}
+    }
 
 
 def test_missing_site_file_is_an_error_naming_it(
@@ -427,6 +434,39 @@ def _with_inversion(point: Any) -> Any:
     return dataclasses.replace(point, sites=sites)
 
 
+def _with_updates(site: SiteReport, rm_rn: float = 0.5) -> SiteReport:
+    """``site`` with global lines of rounds 1 and 2 and its updates of them at eps 1 and 2,
+    the round-2 update's RM;RN at ``rm_rn``."""
+    lines = by_round_lines([1, 2])
+    iv = Interval(mean=rm_rn, std=0.0, low=rm_rn, high=rm_rn, n=5)
+    updates = [
+        dataclasses.replace(lines[0], rm_rn_eps_lb=iv, dp_epsilon=1.0),
+        dataclasses.replace(lines[1], rm_rn_eps_lb=iv, dp_epsilon=2.0),
+    ]
+    return dataclasses.replace(site, by_round=lines, updates=updates)
+
+
+def test_a_site_page_shows_its_updates_beside_the_global_model_and_checks_them(
+    consortium: Path,
+) -> None:
+    """The table pairs each update with its round's global model and epsilon; an RM;RN of a
+    round above the epsilon after it is a violation of that round's guarantee (0.5 after
+    round 1 is not, 1.5 after round 1 would be; the round-2 epsilon is 2)."""
+    site = _with_updates(build_report(load_run_of(consortium)).sites[0])
+    rows = site.update_rows()
+    assert [(r.round, r.global_model and r.global_model.round) for r in rows] == [(1, 1), (2, 2)]
+    table = md_table(UPDATE_COLUMNS, rows)
+    assert table[2].startswith("| 1 |") and table[2].rstrip(" |").endswith("1.000")
+    assert update_violations(site) == []
+    # O(1) of the global model's round-2 line is 0.4 (by_round_lines): below 2.
+    (flagged,) = update_violations(_with_updates(site, rm_rn=1.5))
+    assert (flagged.bound, flagged.value, flagged.dp_epsilon) == ("round_1_update", 1.5, 1.0)
+    assert "RM;RN two-sided of the round-1 update = 1.500" in flagged.message
+    html = "".join(to_html(update_blocks(site)))
+    assert 'id="updates-' in html and "Leakage of your own updates" in html
+    assert update_blocks(dataclasses.replace(site, updates=[])) == []
+
+
 def test_every_plot_has_axis_labels(
     consortium: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -446,6 +486,7 @@ def test_every_plot_has_axis_labels(
         "bound_recall_plot": lambda: plots.bound_recall_plot(report.sites),
         "training_plot": lambda: plots.training_plot(report.rounds),
         "by_round_plot": lambda: plots.by_round_plot(by_round_lines([1, 2])),
+        "updates_plot": lambda: plots.updates_plot(_with_updates(report.sites[0]).update_rows()),
         "sweep_eps_plot": lambda: plots.sweep_eps_plot(sweep.points),
         "sweep_accuracy_plot": lambda: plots.sweep_accuracy_plot(sweep.points),
         "sweep_site_accuracy_plot": lambda: plots.sweep_site_accuracy_plot(sweep.points),

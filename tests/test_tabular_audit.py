@@ -186,5 +186,5 @@ def test_a_sites_audit_gets_the_datasets_schema(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(tabular_generators, "resolve_attributes", resolve_attributes)
     with pytest.raises(_StopAtTheGenerator):
-        runtime.audit_runner(runtime.task, runtime.task.make_model(), runtime.data, 0, {})
+        runtime.audit_runner(runtime.task, runtime.task.make_model(), runtime.data, 0, {}, {})
     assert seen == [schema]

@@ -31,6 +31,12 @@ class RoundLeakage:
     tpr_at_01pct_fpr: float
     global_accuracy: float | None = None
     """The global model's accuracy that round, from the server's round log."""
+    rm_rn_eps_lb: Interval | None = None
+    """Two-sided RM;RN on the site's real non-members; None without them (and in files
+    written before it was kept)."""
+    dp_epsilon: float | None = None
+    """The site's record-level epsilon after this round (its accountant), which covers the
+    audit of its own update of the round (``audit.updates``); None otherwise."""
 
     @property
     def excludes_zero(self) -> bool:
@@ -51,6 +57,7 @@ def round_leakage(result: AuditResult, server_round: int) -> RoundLeakage:
         eps_tilde_two_sided=result.two_sided.eps_tilde,
         side=result.two_sided.side,
         o1_eps_lb=result.o1_eps_lb,
+        rm_rn_eps_lb=result.two_sided.rm_rn_eps_lb,
         mia_auc=mia.auc,
         tpr_at_1pct_fpr=mia.tpr_at_fpr["0.01"],
         tpr_at_01pct_fpr=mia.tpr_at_fpr["0.001"],
