@@ -45,6 +45,7 @@ from contracts.wire import (
 )
 from server.client_dp import ClientDPLedger
 from server.run_log import append_round
+from server.sampling import sites_per_round
 from server.stop import StopSwitch
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class SiteAwareMixin(FedAvg):
 
     @property
     def sites_per_round(self) -> int:
-        return max(1, int(round(self.site_fraction * len(self.site_of_node))))
+        return sites_per_round(len(self.site_of_node), self.site_fraction)
 
     def sites_for_round(self, server_round: int) -> list[int]:
         """The sites sampled in this start's ``server_round`` (seeded by the global round)."""

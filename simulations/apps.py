@@ -28,9 +28,10 @@ from ml.tasks import TorchTask
 from server.app import ServerSettings, build_server_app
 from server.canary_clients import CanaryClientSettings
 from server.client_dp import ClientDPSettings, calibrate_noise_multiplier
+from server.sampling import sites_per_round
 from server.stop import StopSwitch
 from server.strategy import StrategySettings
-from simulations.config import ExperimentConfig, sites_per_round
+from simulations.config import ExperimentConfig
 from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import DatasetMeta, load_public
 from simulations.run_task import audit_device, make_task, pick_device

@@ -39,6 +39,7 @@ from contracts.run_files import RunLayout
 from ml.partition import PartitionConfig
 from reporting.privacy_ledger import PrivacySettings, record_accountant_name
 from reporting.run_config import ReportConfig
+from server.sampling import sites_per_round
 
 
 class ConfigError(UserError, ValueError):
@@ -496,11 +497,6 @@ def _who_holds_updates(config: ExperimentConfig) -> None:
             "audit.updates: under fl.secure_aggregation ideal the server holds only each "
             "round's sum, never a site's own update; audit the global models with audit.rounds"
         )
-
-
-def sites_per_round(num_sites: int, fraction: float) -> int:
-    """Sites sampled each round (the strategy's sampling and the accountants agree on it)."""
-    return max(1, int(round(fraction * num_sites)))
 
 
 def _format_error(err: ValidationError) -> str:
