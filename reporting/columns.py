@@ -12,19 +12,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from audit.conformance.checks import CHECKS, ConformanceCheck
-from audit.inversion.scores import InversionResult
-from audit.panoramia.over_rounds import RoundLeakage
 from audit.panoramia.sides import SIDES
-from audit.result import ClassSliceResult, SideResult
 
 from .formatting import (
     ABOVE_LABEL,
-    FPR_LABELS,
     MISSING,
-    SCORER_LABELS,
     SIDE_LABELS,
-    TOO_FEW_FOR_CLASS,
     flag_labels,
     fmt,
     fmt_best,
@@ -34,11 +27,9 @@ from .formatting import (
     fmt_est,
     fmt_fdp,
     fmt_interval,
-    fmt_inversion,
     fmt_loss_gap,
     fmt_outside,
     fmt_side_c_lb,
-    fmt_theoretical_eps,
     fmt_two_sided,
     fmt_white_box,
     ordering_text,
@@ -51,39 +42,26 @@ from .html_page import badge, esc, flag_badges, td
 from .metrics import (
     C_EPS_LB,
     C_LB,
-    CANARY,
     CANARY_FDP,
     CEILING,
-    CLIENT_EPSILON,
-    DP_EPSILON,
     EPS_TILDE,
     HEADROOM,
     HOLDOUT_ACCURACY,
-    MECHANISM_ESTIMATE,
-    MECHANISM_FDP,
     O1,
     O1_FDP,
     RM_RN,
     RM_RN_TWO_SIDED,
-    SERVER_FDP,
     Metric,
     Value,
     mechanism,
     number,
-    round_o1,
-    round_two_sided,
     server,
     two_sided,
 )
-from .privacy_ledger import released_model_epsilon, server_epsilon
+from .privacy_ledger import server_epsilon
 from .schema import (
-    TPR_FPR_KEYS,
-    OverRuns,
-    ReplicateRun,
-    ReplicateSite,
     SiteReport,
     SweepPointReport,
-    UpdateRow,
     mean_of,
 )
 
@@ -189,11 +167,6 @@ def _titled(
         return "off" if off and of(r) is None else fmt(of(r), digits)
 
     return column(header, text, title=of, fold=fold)
-
-
-def _number(m: Metric, off: bool = False) -> Column[SiteRow]:
-    """:func:`_titled` of a row's site's metric, under its label."""
-    return _titled(m.label, lambda r: m.value(r.site), off, m.digits)
 
 
 def _eps_tilde_cell(site: SiteReport) -> str:
@@ -495,313 +468,3 @@ them first, the rest folded."""
 
 def _one_flags(s: SiteReport) -> list[str]:
     return flag_labels(None if s.audit is None else s.audit.one_sided.flags)
-
-
-def _sweep_flags_cell(r: SiteRow) -> str:
-    s = r.site
-    badges = flag_badges(_one_flags(s))
-    badges += "".join(badge(label, kind) for label, kind in _check_badges(s))
-    if s.status != "ok":
-        badges += badge(s.status, s.status)
-        if s.error:
-            badges += f' <span class="error">{esc(s.error)}</span>'
-    return td(badges or MISSING, raw=True, cls="text")
-
-
-def _first_inversion(site: SiteReport) -> InversionResult | None:
-    return site.privacy.inversion[0] if site.privacy.inversion else None
-
-
-def _pct(x: float) -> str:
-    return f"{x:.0%}"
-
-
-def _inversion_cost(r: InversionResult) -> str:
-    """``loss / steps of budget / s``; ``(cut)`` where the time guard stopped an attack."""
-    steps = f"{r.iterations:,}" + ("" if r.step_budget is None else f" of {r.step_budget:,}")
-    cut = " (cut by the time guard)" if r.cut_short else ""
-    return f"{fmt(r.match_loss, 3)} / {steps}{cut} / {r.seconds:.0f}"
-
-
-CONFORMANCE_COLUMNS: tuple[Column[ConformanceCheck], ...] = (
-    column("check", lambda c: c.name.replace("_", " "), cls="text"),
-    column("compares", lambda c: CHECKS[c.name], cls="text"),
-    column("result", lambda c: "passed" if c.passed else "FAILED", cls="text"),
-    column("measured", lambda c: c.message, cls="text"),
-    column(
-        "p-value / level",
-        lambda c: "deterministic" if c.level is None else f"{fmt(c.p_value, 4)} / {c.level:.4f}",
-    ),
-)
-"""One row per conformance check of a site's real DP-SGD steps (its own page)."""
-
-INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
-    column("round", lambda r: str(r.round)),
-    column("attack", lambda r: r.attack, cls="text"),
-    column("records in the update / scored", lambda r: f"{r.n_records:,} / {r.n_scored:,}"),
-    column(
-        "quality mean / median / max",
-        lambda r: (
-            f"{fmt(r.quality_mean, 3)} / {fmt(r.quality_median, 3)} / {fmt(r.quality_max, 3)}"
-        ),
-    ),
-    column(
-        "rebuilt (>= threshold)", lambda r: f"{_pct(r.share_rebuilt)} (>= {fmt(r.threshold, 2)})"
-    ),
-    column("PSNR dB", lambda r: fmt(r.psnr_mean, 1)),
-    column(
-        "baseline: quality mean / max / rebuilt / PSNR",
-        lambda r: (
-            f"{fmt(r.baseline_quality_mean, 3)} / {fmt(r.baseline_quality_max, 3)} / "
-            f"{_pct(r.baseline_share_rebuilt)} / {fmt(r.baseline_psnr_mean, 1)}"
-        ),
-    ),
-    column("restarts' agreement (rows)", lambda r: fmt(r.agreement, 2)),
-    column("record-level DP eps", lambda r: fmt(r.dp_epsilon)),
-    column("attack: match loss / steps of its budget / s", _inversion_cost),
-)
-"""A site's inversion audit, one row per attacked round (its own page)."""
-
-
-def _point(r: SiteRow) -> SweepPointReport:
-    assert r.point is not None, "a sweep row names its point"
-    return r.point
-
-
-SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
-    column("point", lambda r: _point(r).label, cls="text"),
-    column("site", lambda r: str(r.site.site_id)),
-    column("status", lambda r: r.site.status, cls="text"),
-    column(
-        "theoretical eps",
-        lambda r: fmt_theoretical_eps(released_model_epsilon(r.site.privacy), _point(r).private),
-        title=lambda r: released_model_epsilon(r.site.privacy),
-    ),
-    _number(DP_EPSILON, off=True),
-    _number(CLIENT_EPSILON, off=True),
-    _titled("accuracy (global)", lambda r: r.global_accuracy),
-    *map(_number, (HOLDOUT_ACCURACY, CANARY, MECHANISM_FDP, MECHANISM_ESTIMATE, SERVER_FDP)),
-    column("inversion, first attacked round", lambda r: fmt_inversion(_first_inversion(r.site))),
-    _number(EPS_TILDE),
-    column("eps_tilde 95% CI", lambda r: fmt_interval(EPS_TILDE.get(r.site))),
-    column("eps_tilde two-sided [95% CI] (side)", lambda r: fmt_two_sided(r.site)),
-    *map(_number, (C_LB, CEILING, RM_RN, RM_RN_TWO_SIDED, O1)),
-    Column(
-        "flags",
-        md=lambda r: (
-            ", ".join(_one_flags(r.site) + [x for x, _ in _check_badges(r.site)]) or MISSING
-        ),
-        html=_sweep_flags_cell,
-    ),
-)
-"""The sweep's per point and site table (html and md). "theoretical eps" is the
-record-level guarantee that applies (the smaller of the record-level accountant's and the
-one client-level DP implies)."""
-
-
-def _point_status_cell(p: SweepPointReport) -> str:
-    status = esc(p.status)
-    if p.problems:
-        status += "<br>" + "<br>".join(f'<span class="error">{esc(x)}</span>' for x in p.problems)
-    return td(status, raw=True, cls="text")
-
-
-def _report_link(p: SweepPointReport) -> str:
-    link = f'<a href="{esc(p.report_html)}">report.html</a>' if p.report_html else MISSING
-    return td(link, raw=True, cls="text")
-
-
-POINT_COLUMNS: tuple[Column[SweepPointReport], ...] = (
-    column("point", lambda p: p.label, cls="text"),
-    column(
-        "overrides",
-        lambda p: ", ".join(f"{k}={v!r}" for k, v in p.overrides.items()) or MISSING,
-        cls="text",
-    ),
-    Column(
-        "status",
-        md=lambda p: p.status + "".join(f"; {x}" for x in p.problems),
-        html=_point_status_cell,
-    ),
-    column("DP level", lambda p: p.dp_level or MISSING, cls="text"),
-    column("canaries", lambda p: str(p.canaries) if p.canaries else "none"),
-    column(
-        "theoretical eps",
-        lambda p: fmt_theoretical_eps(p.theoretical_eps, p.private),
-        title=lambda p: p.theoretical_eps,
-    ),
-    _titled("global accuracy", lambda p: p.global_accuracy),
-    _titled("max eps_tilde", lambda p: p.max_eps_tilde),
-    _titled("max eps_tilde two-sided", lambda p: p.max_eps_tilde_two_sided),
-    column("rounds", lambda p: str(p.rounds_completed)),
-    Column("report", html=_report_link),
-)
-"""The sweep's table of points (html and md; the link to each point's report: html)."""
-
-
-class Game(NamedTuple):
-    """A row of a site's bounds table: one game, or one side of the two-sided one."""
-
-    name: str
-    game: SideResult
-    level: float | None
-
-
-BOUNDS_COLUMNS: tuple[Column[Game], ...] = (
-    column("game", lambda g: g.name, cls="text"),
-    column("c_lb [95% CI]", lambda g: fmt_est(g.game.c_lb)),
-    column("{c+eps}_lb [95% CI]", lambda g: fmt_est(g.game.c_eps_lb)),
-    _estimate("eps_tilde [95% CI]", lambda g: g.game.eps_tilde),
-    _titled("ceiling", lambda g: g.game.ceiling),
-    _titled("headroom", lambda g: g.game.headroom),
-    column("RM;RN [95% CI]", lambda g: fmt_est(g.game.rm_rn_eps_lb)),
-    column("RM;RN ceiling", lambda g: fmt(g.game.rm_rn_ceiling)),
-    column("level of each bound", lambda g: fmt(g.level, 4)),
-    Column(
-        "flags",
-        md=lambda g: ", ".join(flag_labels(g.game.flags)) or MISSING,
-        html=lambda g: td(flag_badges(flag_labels(g.game.flags)) or MISSING, raw=True, cls="text"),
-    ),
-)
-"""A site's bounds per game and side (its own report)."""
-
-
-class Item(NamedTuple):
-    """A row of a two- or three-column table: a name, its value and what it is."""
-
-    name: str
-    value: str
-    what: str = ""
-
-
-def item_columns(
-    name: str, value: str, what: str | None = "what it is"
-) -> tuple[Column[Item], ...]:
-    """The columns of a table of :class:`Item` rows, headed ``name``, ``value``, ``what``."""
-    return (
-        column(name, lambda i: i.name, cls="text"),
-        column(value, lambda i: i.value, cls="text" if what is None else None),
-        *((column(what, lambda i: i.what, cls="text"),) if what is not None else ()),
-    )
-
-
-def _nth(i: int) -> Callable[[tuple[str, list[float | None]]], str]:
-    return lambda r: fmt(r[1][i])
-
-
-LOW_FPR_COLUMNS: tuple[Column[tuple[str, list[float | None]]], ...] = (
-    column("scorer", lambda r: SCORER_LABELS[r[0]], cls="text"),
-    column("AUC", _nth(0)),
-    *(column(f"TPR at {FPR_LABELS[k]} FPR", _nth(1 + i)) for i, k in enumerate(TPR_FPR_KEYS)),
-)
-"""A site's AUC and TPR at low FPRs per scorer (its own report)."""
-
-
-BY_ROUND_COLUMNS: tuple[Column[RoundLeakage], ...] = (
-    column("round", lambda e: str(e.round)),
-    _estimate("eps_tilde two-sided [95% CI]", round_two_sided),
-    column("side", lambda e: SIDE_LABELS.get(e.side, e.side), cls="text"),
-    _estimate("O(1) [95% CI]", round_o1),
-    _titled("MIA AUC", lambda e: e.mia_auc),
-    _titled(f"MIA TPR at {FPR_LABELS['0.01']} FPR", lambda e: e.tpr_at_1pct_fpr),
-    _titled(f"MIA TPR at {FPR_LABELS['0.001']} FPR", lambda e: e.tpr_at_01pct_fpr),
-    _titled("global accuracy", lambda e: e.global_accuracy),
-)
-"""A site's leakage per audited round (its own report, report.md and report.html)."""
-
-
-def _of(line: RoundLeakage | None, get: Callable[[RoundLeakage], Value]) -> Value:
-    return None if line is None else get(line)
-
-
-UPDATE_COLUMNS: tuple[Column[UpdateRow], ...] = (
-    column("round", lambda r: str(r.round)),
-    _estimate("update: eps_tilde two-sided [95% CI]", lambda r: r.update.eps_tilde_two_sided),
-    _estimate("update: RM;RN two-sided", lambda r: r.update.rm_rn_eps_lb),
-    _estimate("update: O(1)", lambda r: r.update.o1_eps_lb),
-    _estimate(
-        "global: eps_tilde two-sided [95% CI]",
-        lambda r: _of(r.global_model, lambda e: e.eps_tilde_two_sided),
-    ),
-    _estimate("global: RM;RN two-sided", lambda r: _of(r.global_model, lambda e: e.rm_rn_eps_lb)),
-    _estimate("global: O(1)", lambda r: _of(r.global_model, lambda e: e.o1_eps_lb)),
-    _titled("DP-SGD epsilon after the round", lambda r: r.update.dp_epsilon, off=True),
-)
-"""A site's audits of its own updates beside the same rounds' global models (its own
-report, report.md and report.html)."""
-
-PER_CLASS_COLUMNS: tuple[Column[ClassSliceResult], ...] = (
-    column("label", lambda c: str(c.label)),
-    column("game slots", lambda c: str(c.slots)),
-    _estimate("eps_tilde two-sided [95% CI]", lambda c: c.eps_tilde),
-    _titled(f"MIA TPR at {FPR_LABELS['0.01']} FPR", lambda c: mean_of(c.tpr_at_1pct_fpr)),
-    column("level of each bound", lambda c: f"{c.level:.2g}"),
-    column("", lambda c: TOO_FEW_FOR_CLASS if c.too_few else "", cls="text"),
-)
-"""A site's two-sided game per label (its own report)."""
-
-
-def _pair(low: float | None, high: float | None) -> str:
-    return MISSING if low is None else f"[{fmt(low)}, {fmt(high)}]"
-
-
-ReplicateRow = tuple[str, OverRuns]
-"""A number's label and its values over a replicate set's runs."""
-
-
-def replicate_columns(seeds: Sequence[int]) -> tuple[Column[ReplicateRow], ...]:
-    """A site's numbers over a replicate set: the mean, the between-run interval, the mean's
-    interval, the range, and each seed's own value."""
-    return (
-        column("number", lambda r: r[0], cls="text"),
-        _titled("mean", lambda r: r[1].mean),
-        column("between-run 95% interval", lambda r: _pair(r[1].low, r[1].high)),
-        column("mean's 95% interval", lambda r: _pair(r[1].mean_low, r[1].mean_high)),
-        column("range", lambda r: _pair(r[1].lowest, r[1].highest)),
-        *(_titled(f"seed {seed}", _nth_value(i)) for i, seed in enumerate(seeds)),
-    )
-
-
-def _nth_value(i: int) -> Callable[[ReplicateRow], float | None]:
-    return lambda r: r[1].values[i] if i < len(r[1].values) else None
-
-
-REPLICATE_RUN_COLUMNS: tuple[Column[ReplicateRun], ...] = (
-    column("seed", lambda r: str(r.seed)),
-    column("run directory", lambda r: r.run_dir, cls="text"),
-    column("status", lambda r: r.status + "".join(f"; {x}" for x in r.problems), cls="text"),
-    column("CPU", lambda r: r.cpu or MISSING, cls="text"),
-    Column(
-        "report",
-        html=lambda r: td(
-            f'<a href="{esc(r.run_dir)}/report.html">report.html</a>', raw=True, cls="text"
-        ),
-    ),
-)
-"""A replicate set's runs."""
-
-
-class PointSite(NamedTuple):
-    """A site of a sweep point run over seeds."""
-
-    point: SweepPointReport
-    site: ReplicateSite
-
-
-def _over(key: str, what: Callable[[OverRuns], str]) -> Callable[[PointSite], str]:
-    return lambda r: what(r.site.numbers[key]) if key in r.site.numbers else MISSING
-
-
-def sweep_replicate_columns(headline: str, accuracy: str) -> tuple[Column[PointSite], ...]:
-    """Each point's sites over seeds: the ``headline`` number's and the ``accuracy``'s mean
-    and between-run interval (keys of ``between_runs.POOLED``)."""
-    return (
-        column("point", lambda r: r.point.label, cls="text"),
-        column("site", lambda r: str(r.site.site_id)),
-        column("runs", _over(headline, lambda o: str(o.n))),
-        column("eps_tilde two-sided: mean", _over(headline, lambda o: fmt(o.mean))),
-        column("between-run 95% interval", _over(headline, lambda o: _pair(o.low, o.high))),
-        column("range", _over(headline, lambda o: _pair(o.lowest, o.highest))),
-        column("global accuracy: mean", _over(accuracy, lambda o: fmt(o.mean))),
-        column("between-run 95% interval", _over(accuracy, lambda o: _pair(o.low, o.high))),
-    )

@@ -19,7 +19,7 @@ from contracts.run_log import PlatformInfo, read_record
 from .aggregate import build_report
 from .between_runs import BETWEEN_RUNS_NOTE, POOLED, Pooled, over_runs
 from .blocks import Block, Heading, Para, Table, to_html, to_markdown
-from .columns import REPLICATE_RUN_COLUMNS, SiteRow, replicate_columns
+from .columns import SiteRow
 from .html_page import page
 from .inputs import load_run
 from .run_config import ConfigReader
@@ -32,6 +32,7 @@ from .schema import (
     RunReport,
     report_json,
 )
+from .sweep_columns import REPLICATE_RUN_COLUMNS, replicate_columns
 from .sweep_report import run_problems
 from .writers import report_to_json_text
 

@@ -17,18 +17,6 @@ from contracts.run_log import PlatformInfo
 from . import plots
 from .between_runs import HEADLINE, another_run_line
 from .blocks import Banner, Block, Bullets, Figure, Heading, Meaning, Para, Raw, Table, to_html
-from .columns import (
-    BOUNDS_COLUMNS,
-    BY_ROUND_COLUMNS,
-    CONFORMANCE_COLUMNS,
-    INVERSION_COLUMNS,
-    LOW_FPR_COLUMNS,
-    PER_CLASS_COLUMNS,
-    UPDATE_COLUMNS,
-    Game,
-    Item,
-    item_columns,
-)
 from .formatting import (
     BOUND_RECALL_CAPTION,
     BOUNDS_BELOW_DP,
@@ -71,6 +59,18 @@ from .html_page import esc, page
 from .metrics import CANARY_FDP, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, mechanism, server
 from .privacy_ledger import server_epsilon
 from .schema import SCORERS, SitePageReport, SiteReport, mean_of, report_json
+from .site_columns import (
+    BOUNDS_COLUMNS,
+    BY_ROUND_COLUMNS,
+    CONFORMANCE_COLUMNS,
+    INVERSION_COLUMNS,
+    LOW_FPR_COLUMNS,
+    PER_CLASS_COLUMNS,
+    UPDATE_COLUMNS,
+    Game,
+    Item,
+    item_columns,
+)
 
 _VERDICT_LABELS = {
     "evidence": "leakage measured",

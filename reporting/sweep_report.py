@@ -41,14 +41,7 @@ from .blocks import (
     to_html,
     to_markdown,
 )
-from .columns import (
-    POINT_COLUMNS,
-    SWEEP_SITE_COLUMNS,
-    PointSite,
-    SiteRow,
-    site_row_class,
-    sweep_replicate_columns,
-)
+from .columns import SiteRow, site_row_class
 from .formatting import (
     NOT_A_BOUND,
     TIGHT_ONLY,
@@ -69,6 +62,7 @@ from .schema import (
     SweepReport,
     report_json,
 )
+from .sweep_columns import POINT_COLUMNS, SWEEP_SITE_COLUMNS, PointSite, sweep_replicate_columns
 from .writers import report_to_json_text
 
 

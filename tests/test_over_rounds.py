@@ -20,8 +20,9 @@ from contracts.run_log import RoundRecord
 from contracts.site_audit import SiteAudit, SiteAuditFile
 from contracts.wire import AuditInstructions, WireError, audit_record, audit_reply
 from reporting import plots
-from reporting.columns import PER_CLASS_COLUMNS, md_table
+from reporting.columns import md_table
 from reporting.formatting import FIRST_LEAK, first_leaking_text, first_leaks_line
+from reporting.site_columns import PER_CLASS_COLUMNS
 from server.round_audits import plan_audits, with_rounds
 from server.run_log import append_round, write_site_audit
 from simulations.config import ConfigError, validate_config

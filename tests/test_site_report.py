@@ -45,13 +45,14 @@ from reporting import (
 from reporting.aggregate import build_report
 from reporting.between_runs import POOLED, over_runs
 from reporting.blocks import to_html
-from reporting.columns import UPDATE_COLUMNS, md_table
+from reporting.columns import md_table
 from reporting.formatting import fmt, fmt_est, fmt_two_sided
 from reporting.html_page import SORT_SCRIPT
 from reporting.manifest import PACKAGES
 from reporting.metrics import EPS_TILDE_TWO_SIDED
 from reporting.privacy_ledger import update_violations
 from reporting.schema import FLAGS, ReplicateReport, ReplicateRun, ReplicateSite, SiteReport
+from reporting.site_columns import UPDATE_COLUMNS
 from reporting.site_page import update_blocks
 from reporting.standing import BANDS, rank_band
 from reporting.sweep_report import render_sweep_html

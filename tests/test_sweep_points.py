@@ -24,7 +24,7 @@ from builders import (
 
 from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
 from reporting import SweepPoint, plots, write_sweep_report
-from reporting.columns import SWEEP_SITE_COLUMNS
+from reporting.sweep_columns import SWEEP_SITE_COLUMNS
 from reporting.sweep_report import build_sweep_report
 from simulations.config import ConfigError, report_config
 from simulations.sweep import expand, load_sweep
