@@ -18,7 +18,7 @@ from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
 from contracts.run_files import RunLayout
 
-from . import plots
+from . import sweep_plots
 from .aggregate import build_report
 from .between_runs import (
     ACCURACY,
@@ -214,7 +214,7 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
         *_over_seeds(report),
         Heading("Measured epsilon against the theoretical epsilon", only="html"),
         Figure(
-            plots.sweep_eps_plot(points),
+            sweep_plots.sweep_eps_plot(points),
             "One marker per site and point: eps_tilde one-sided and two-sided with their 95% "
             "intervals, RM;RN and O(1) lower bounds. Non-private points sit at the 'inf' "
             f"position. Lower bounds should stay below the dotted y = eps line; {TIGHT_ONLY}.",
@@ -222,14 +222,14 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
         ),
         Heading("Accuracy against privacy", only="html"),
         Figure(
-            plots.sweep_accuracy_plot(points),
+            sweep_plots.sweep_accuracy_plot(points),
             "Final-round global accuracy of each point against its theoretical eps "
             "(max over sites); non-private points at 'inf'.",
             alt="accuracy vs privacy",
         ),
         Heading("Per site: accuracy against the accountant's epsilon", only="html"),
         Figure(
-            plots.sweep_site_accuracy_plot(points),
+            sweep_plots.sweep_site_accuracy_plot(points),
             "One panel per site: the final global accuracy (squares) and the model's accuracy "
             "on the site's held-out records (circles) at each point, against the site's "
             "record-level DP guarantee (log scale); points without DP at 'no DP', right.",
@@ -237,7 +237,7 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
         ),
         Heading("Per site: measured lower bounds against the accountant's epsilon", only="html"),
         Figure(
-            plots.sweep_site_bounds_plot(points),
+            sweep_plots.sweep_site_bounds_plot(points),
             "One panel per site: with gradient canaries, the white-box mechanism-level f-DP "
             "bound (blue square) and estimate with its interval (blue circle) and the "
             "server-level bound (cyan square); the canary audit's and O(1)'s lower bounds and "
@@ -277,7 +277,7 @@ def _observers(points: list[SweepPointReport]) -> list[Block]:
 
 def _inversion(points: list[SweepPointReport]) -> list[Block]:
     """The inversion audit's quality against the accountant eps, when a point ran it."""
-    svg = plots.sweep_site_inversion_plot(points)
+    svg = sweep_plots.sweep_site_inversion_plot(points)
     if svg is None:
         return []
     return [
@@ -313,7 +313,7 @@ def _over_seeds(report: SweepReport) -> list[Block]:
         ),
         Table(sweep_replicate_columns(HEADLINE, ACCURACY), rows, attrs=' class="sortable"'),
         Figure(
-            plots.sweep_replicates_plot(report.points),
+            sweep_plots.sweep_replicates_plot(report.points),
             "Mean over each point's runs, with the between-run 95% interval as error bars.",
             alt="eps_tilde and accuracy over training seeds",
         ),

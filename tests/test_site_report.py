@@ -41,6 +41,7 @@ from reporting import (
     SweepPoint,
     build_sweep_report,
     plots,
+    sweep_plots,
 )
 from reporting.aggregate import build_report
 from reporting.between_runs import POOLED, over_runs
@@ -488,14 +489,14 @@ def test_every_plot_has_axis_labels(
         "training_plot": lambda: plots.training_plot(report.rounds),
         "by_round_plot": lambda: plots.by_round_plot(by_round_lines([1, 2])),
         "updates_plot": lambda: plots.updates_plot(_with_updates(report.sites[0]).update_rows()),
-        "sweep_eps_plot": lambda: plots.sweep_eps_plot(sweep.points),
-        "sweep_accuracy_plot": lambda: plots.sweep_accuracy_plot(sweep.points),
-        "sweep_site_accuracy_plot": lambda: plots.sweep_site_accuracy_plot(sweep.points),
-        "sweep_site_bounds_plot": lambda: plots.sweep_site_bounds_plot(sweep.points),
-        "sweep_replicates_plot": lambda: plots.sweep_replicates_plot(
+        "sweep_eps_plot": lambda: sweep_plots.sweep_eps_plot(sweep.points),
+        "sweep_accuracy_plot": lambda: sweep_plots.sweep_accuracy_plot(sweep.points),
+        "sweep_site_accuracy_plot": lambda: sweep_plots.sweep_site_accuracy_plot(sweep.points),
+        "sweep_site_bounds_plot": lambda: sweep_plots.sweep_site_bounds_plot(sweep.points),
+        "sweep_replicates_plot": lambda: sweep_plots.sweep_replicates_plot(
             [dataclasses.replace(p, replicates=_two_runs()) for p in sweep.points]
         ),
-        "sweep_site_inversion_plot": lambda: plots.sweep_site_inversion_plot(
+        "sweep_site_inversion_plot": lambda: sweep_plots.sweep_site_inversion_plot(
             [_with_inversion(p) for p in sweep.points]
         ),
     }

@@ -23,7 +23,7 @@ from builders import (
 )
 
 from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
-from reporting import SweepPoint, plots, write_sweep_report
+from reporting import SweepPoint, sweep_plots, write_sweep_report
 from reporting.sweep_columns import SWEEP_SITE_COLUMNS
 from reporting.sweep_report import build_sweep_report
 from simulations.config import ConfigError, report_config
@@ -198,10 +198,10 @@ def test_site_plots_draw_against_the_accountant_eps(
     sweep_runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     figures: list[Any] = []
-    monkeypatch.setattr(plots, "_svg", lambda panels, **_: figures.append(panels) or "svg")
+    monkeypatch.setattr(sweep_plots, "_svg", lambda panels, **_: figures.append(panels) or "svg")
     report = build_sweep_report(tmp_path, _points(sweep_runs), report_config)
 
-    assert plots.sweep_site_bounds_plot(report.points) == "svg"
+    assert sweep_plots.sweep_site_bounds_plot(report.points) == "svg"
     (ax,) = figures[-1]
     assert ax.xlog
     ticks = {label: x for x, label in ax.xticks}
@@ -214,14 +214,14 @@ def test_site_plots_draw_against_the_accountant_eps(
     ys = sorted(round(p.y, 4) for p in ax.points)
     assert 0.875 in ys and 2.125 in ys  # record point's canary; no-DP point's O(1)
 
-    assert plots.sweep_site_accuracy_plot(report.points) == "svg"
+    assert sweep_plots.sweep_site_accuracy_plot(report.points) == "svg"
     (ax,) = figures[-1]
     ys = {round(p.y, 4) for p in ax.points}
     assert {0.7, 0.75, 0.9, QUALITY["target_accuracy_nonmembers"]} <= ys
     assert "no DP" in {label for _, label in ax.xticks or []}
 
     # Nothing to draw without an ok site.
-    assert plots.sweep_site_bounds_plot([]) is None
+    assert sweep_plots.sweep_site_bounds_plot([]) is None
 
 
 def test_a_sweep_without_points_exits_2_and_writes_nothing(tmp_path: Path, capsys) -> None:
