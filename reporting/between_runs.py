@@ -22,13 +22,9 @@ from audit.result import finite
 from .columns import SiteRow
 from .formatting import fmt
 from .metrics import HOLDOUT_ACCURACY, METRICS, RANGES, Metric
-from .schema import (
-    OverRuns,
-    PointComparison,
-    ReplicateReport,
-    RunReport,
-    SweepPointReport,
-)
+from .replicate_schema import OverRuns, ReplicateReport
+from .schema import RunReport
+from .sweep_schema import PointComparison, SweepPointReport
 
 LEVEL = 0.95
 """The level of every between-run interval and of the sweep's comparisons (overall)."""

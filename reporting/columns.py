@@ -59,11 +59,8 @@ from .metrics import (
     two_sided,
 )
 from .privacy_ledger import server_epsilon
-from .schema import (
-    SiteReport,
-    SweepPointReport,
-    mean_of,
-)
+from .schema import SiteReport, mean_of
+from .sweep_schema import SweepPointReport
 
 Row = TypeVar("Row")
 

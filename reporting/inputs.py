@@ -27,7 +27,7 @@ from contracts.run_files import NOISE_NOTES, RunLayout
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, read_json, read_record, read_rounds
 from contracts.site_audit import SiteAuditFile
 
-from .schema import ReplicateReport
+from .replicate_schema import ReplicateReport
 
 if TYPE_CHECKING:
     from .run_config import ReportConfig

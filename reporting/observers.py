@@ -25,7 +25,8 @@ from .columns import Column, SiteRow, column
 from .formatting import MISSING, fmt, fmt_dp, fmt_inversion, fmt_two_sided, fmt_white_box
 from .metrics import CLIENT_EPSILON, DP_EPSILON, EPS_TILDE_TWO_SIDED, O1, RM_RN_TWO_SIDED, server
 from .privacy_ledger import server_epsilon
-from .schema import SiteReport, SweepPointReport
+from .schema import SiteReport
+from .sweep_schema import SweepPointReport
 
 SERVER_VIEWS: dict[str, str] = {
     "ideal": "each round's sum only (ideal secure aggregation)",

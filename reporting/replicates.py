@@ -22,16 +22,9 @@ from .blocks import Block, Heading, Para, Table, to_html, to_markdown
 from .columns import SiteRow
 from .html_page import page
 from .inputs import load_run
+from .replicate_schema import ReplicateReport, ReplicateRun, ReplicateSite
 from .run_config import ConfigReader
-from .schema import (
-    SCHEMA_VERSION,
-    ReplicateReport,
-    ReplicateRun,
-    ReplicateSite,
-    ReportFiles,
-    RunReport,
-    report_json,
-)
+from .schema import SCHEMA_VERSION, ReportFiles, RunReport, report_json
 from .sweep_columns import REPLICATE_RUN_COLUMNS, replicate_columns
 from .sweep_report import run_problems
 from .writers import report_to_json_text

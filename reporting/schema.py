@@ -37,6 +37,8 @@ from contracts.dp_level import DPLevel, SecureAggregationMode
 from contracts.json_values import json_safe
 from contracts.run_log import ClientDPLedgerFile, PlatformInfo, RoundRecord
 
+from .replicate_schema import ReplicateReport, ReplicateSite
+
 SCHEMA_VERSION = 5
 """The version of report.json, sweep.json and ``site-reports/site-<id>.json`` (one shape of
 a site, :class:`SiteReport`, in all three). 5: ``privacy.inversion``, the two-sided
@@ -440,126 +442,6 @@ class RunReport:
     """The replicate set this run belongs to (``replicates.json`` beside its folder)."""
     secure_aggregation: SecureAggregationMode = "none"
     """``fl.secure_aggregation``: ``ideal`` when the server held only each round's sum."""
-
-
-@dataclass(frozen=True)
-class OverRuns:
-    """One number over a replicate set's training runs (one seed each): the spread that
-    training, DP noise and audit randomness give on the same consortium's data."""
-
-    values: list[float | None]
-    """Each run's own value, in the order of the set's seeds (None: that run has none)."""
-    n: int
-    """Runs with a value."""
-    mean: float | None
-    sd: float | None
-    """Sample standard deviation over the runs (None below 2 runs)."""
-    low: float | None
-    high: float | None
-    """The between-run 95% interval: where another training run of the same config would
-    read (Student-t prediction interval, clipped to the number's range; None below 2 runs)."""
-    mean_low: float | None
-    mean_high: float | None
-    """The 95% interval of the mean over training runs (Student t)."""
-    lowest: float | None
-    highest: float | None
-    """The range of the runs' values."""
-
-
-@dataclass(frozen=True)
-class ReplicateSite:
-    """A site's headline numbers over a replicate set (keys: ``between_runs.POOLED``)."""
-
-    site_id: int
-    numbers: dict[str, OverRuns]
-
-
-@dataclass(frozen=True)
-class ReplicateRun:
-    """One run of a replicate set."""
-
-    seed: int
-    run_dir: str
-    """Relative to the set's folder."""
-    status: str
-    """``complete`` or ``incomplete`` (then ``problems`` says what is missing)."""
-    problems: list[str]
-    cpu: str | None
-    """The CPU that trained it (``platform.json``), None when unknown."""
-
-
-@dataclass(frozen=True)
-class ReplicateReport:
-    """Everything ``replicates.json`` holds: one config trained and audited once per seed on
-    the same partition (``partition_seed``)."""
-
-    schema_version: int
-    name: str | None
-    partition_seed: int | None
-    runs: list[ReplicateRun]
-    sites: list[ReplicateSite]
-
-
-@dataclass(frozen=True)
-class PointComparison:
-    """Two sweep points compared on one site's number by a paired test over their seeds."""
-
-    site_id: int
-    metric: str
-    first: str
-    second: str
-    """The points' labels."""
-    n_pairs: int
-    """Seeds that both points have a value for."""
-    mean_first: float | None
-    mean_second: float | None
-    p_value: float | None
-    """Two-sided paired t-test over the seeds (None below 2 pairs)."""
-    alpha: float
-    """The level each comparison is held to (0.05 over all the sweep's comparisons)."""
-
-
-@dataclass(frozen=True)
-class SweepPointReport:
-    """One point of a sweep: a run with some config overrides (an unreadable run: the
-    defaults)."""
-
-    label: str
-    overrides: dict[str, Any]
-    run_dir: str
-    status: Literal["complete", "incomplete"]
-    problems: list[str]
-    private: bool | None = None
-    """True when DP is on at any level, False when off, None when the run says neither."""
-    theoretical_eps: float | None = None
-    """The largest site's record-level accountant epsilon (the weakest guarantee)."""
-    global_accuracy: float | None = None
-    global_loss: float | None = None
-    rounds_completed: int = 0
-    max_eps_tilde: float | None = None
-    max_eps_tilde_two_sided: float | None = None
-    sites: list[SiteReport] = field(default_factory=list)
-    report_html: str | None = None
-    dp_level: DPLevel | None = None
-    canaries: int | None = None
-    replicates: ReplicateReport | None = None
-    """The point's runs over seeds (``replicates: N``): the replicate set of ``run_dir``,
-    whose numbers the fields above are."""
-    secure_aggregation: SecureAggregationMode = "none"
-    client_dp: ClientDPLedgerFile | None = None
-    """The point's client-level DP ledger (its mechanism, noise and clipping)."""
-
-
-@dataclass(frozen=True)
-class SweepReport:
-    """Everything ``sweep.json`` holds."""
-
-    schema_version: int
-    points: list[SweepPointReport]
-    meaning: str
-    two_sided_meaning: str
-    comparisons: list[PointComparison] = field(default_factory=list)
-    """Neighbouring points with replicates, compared site by site (paired over seeds)."""
 
 
 Verdict = Literal["evidence", "flagged", "inconclusive", "none", "no result"]

@@ -25,11 +25,11 @@ from .formatting import violation_warnings
 from .inputs import RunInputs, load_replicates, load_site_audit
 from .manifest import build_manifest
 from .plain_language import INVERSION_THREAT, INVERSION_THREAT_SUM, THREAT_MODEL, plain_reading
+from .replicate_schema import ReplicateSite
 from .run_config import ReportConfig
 from .schema import (
     SCHEMA_VERSION,
     ConsortiumStanding,
-    ReplicateSite,
     ReportFiles,
     RunReport,
     SitePageReport,

@@ -43,13 +43,9 @@ from .metrics import (
     Metric,
 )
 from .privacy_ledger import released_model_epsilon
-from .schema import (
-    OverRuns,
-    ReplicateRun,
-    ReplicateSite,
-    SiteReport,
-    SweepPointReport,
-)
+from .replicate_schema import OverRuns, ReplicateRun, ReplicateSite
+from .schema import SiteReport
+from .sweep_schema import SweepPointReport
 
 
 def _number(m: Metric, off: bool = False) -> Column[SiteRow]:

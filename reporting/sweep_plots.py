@@ -43,7 +43,9 @@ from .plots import (
     _svg,
 )
 from .privacy_ledger import released_model_epsilon
-from .schema import OverRuns, SiteReport, SweepPointReport
+from .replicate_schema import OverRuns
+from .schema import SiteReport
+from .sweep_schema import SweepPointReport
 
 
 def _eps_positions(points: list[SweepPointReport]) -> tuple[dict[str, float], float, bool]:

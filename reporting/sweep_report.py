@@ -54,15 +54,9 @@ from .inputs import load_run
 from .observers import OBSERVER_COLUMNS, OBSERVERS_NOTE, observer_rows, observers_plot
 from .report_writer import write_report
 from .run_config import ConfigReader
-from .schema import (
-    SCHEMA_VERSION,
-    ReportFiles,
-    RunReport,
-    SweepPointReport,
-    SweepReport,
-    report_json,
-)
+from .schema import SCHEMA_VERSION, ReportFiles, RunReport, report_json
 from .sweep_columns import POINT_COLUMNS, SWEEP_SITE_COLUMNS, PointSite, sweep_replicate_columns
+from .sweep_schema import SweepPointReport, SweepReport
 from .writers import report_to_json_text
 
 

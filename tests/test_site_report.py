@@ -52,7 +52,8 @@ from reporting.html_page import SORT_SCRIPT
 from reporting.manifest import PACKAGES
 from reporting.metrics import EPS_TILDE_TWO_SIDED
 from reporting.privacy_ledger import update_violations
-from reporting.schema import FLAGS, ReplicateReport, ReplicateRun, ReplicateSite, SiteReport
+from reporting.replicate_schema import ReplicateReport, ReplicateRun, ReplicateSite
+from reporting.schema import FLAGS, SiteReport
 from reporting.site_columns import UPDATE_COLUMNS
 from reporting.site_page import update_blocks
 from reporting.standing import BANDS, rank_band
