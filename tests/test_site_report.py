@@ -474,7 +474,8 @@ def test_every_plot_has_axis_labels(
     consortium: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     figures: list[tuple[str, Any]] = []
-    monkeypatch.setattr(plots, "_svg", lambda panels, **_: figures.append(panels) or "svg")
+    for module in (plots, sweep_plots):
+        monkeypatch.setattr(module, "_svg", lambda panels, **_: figures.append(panels) or "svg")
     report = build_report(load_run_of(consortium))
     results = {i: make_result([1.0, 1.25], [1.5, 1.75], rm_rn=[0.5, 0.75]) for i in range(4)}
     sweep = build_sweep_report(
@@ -501,7 +502,12 @@ def test_every_plot_has_axis_labels(
             [_with_inversion(p) for p in sweep.points]
         ),
     }
-    public = {n for n in dir(plots) if n.endswith("_plot") and not n.startswith("_")}
+    public = {
+        n
+        for module in (plots, sweep_plots)
+        for n in dir(module)
+        if n.endswith("_plot") and not n.startswith("_")
+    }
     assert public == set(calls)
     # Values carry their unit; x axes are categorical (site), counts (round) or labelled.
     unit = re.compile(r"\((nats|fraction|cross-entropy)|fraction of")
