@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 from audit.canaries.canary import CanaryResult
-from audit.canaries.client_canaries import ClientCanaryResult
 from audit.canaries.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.config import ONE_SIDED_SHARES, TWO_SIDED_SHARES
 from audit.inversion.scores import InversionResult
@@ -15,7 +14,6 @@ from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
 from audit.panoramia.sides import SIDES
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, Interval
 from contracts.reply_keys import DECLARED_SIZE_ADJACENCY
-from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 
 from .metrics import two_sided
 from .privacy_ledger import EPS_TILDE_ABOVE_NOTE
@@ -24,7 +22,6 @@ from .schema import (
     HEADLINE,
     SCORERS,
     TPR_FPR_KEYS,
-    BoundViolation,
     ConsortiumSummary,
     FlaggedSites,
     PrivacyReport,
@@ -493,108 +490,6 @@ def consortium_lines(c: ConsortiumSummary) -> list[str]:
         f"rounds: {c.rounds_completed}; final global accuracy {fmt(c.final_global_accuracy)}, "
         f"loss {fmt(c.final_global_loss)}",
         *first_leaks_line(c.first_leaking_round),
-    ]
-
-
-VIOLATION_TITLE = "BOUND VIOLATION"
-"""The banner's title: a measured lower bound above the guarantee it measures."""
-UNTRAINED_HEADLINE = "Training did not happen as configured."
-"""The headline of rounds that aggregated no site's update."""
-VIOLATION_HEADLINE = f"{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee"
-
-
-def violation_warnings(sites: list[SiteReport], prefix: str = "") -> list[str]:
-    """A line per bound violation of the sites, for stderr."""
-    return [
-        f"{VIOLATION_TITLE}: {prefix}{v.message}" for s in sites for v in s.checks.bound_violations
-    ]
-
-
-def canary_banner(canaries: int) -> str:
-    """Every report of a run trained with canaries says so."""
-    return (
-        f"This run was trained with {canaries} canaries per site: this model is not the plain "
-        "model. A fair coin decided for each canary record whether its site trained on it (for "
-        "the canary audit); the accuracy and every audit number shown are this "
-        "canary-trained model's."
-    )
-
-
-CLIENT_CANARY_NOTE = (
-    "Canary clients (simulation only, docs/client_canaries.md): the estimate reads the "
-    "client-level epsilon as a Gaussian mechanism (one pooled variance), with an approximate "
-    "95% interval; it is an estimate, not a bound. The two-variance fit is a sensitivity "
-    "reading: with few canaries it drifts upwards. The lower bound must stay at or below "
-    "the site-level client epsilon."
-)
-CANARIES_OUTNUMBER = (
-    "The canaries outnumber the real sites ({canaries:.0f} canary clients against {sites} "
-    "sites a round): the model measured is not the one this consortium trains without them."
-)
-
-
-def client_canary_lines(result: ClientCanaryResult) -> list[str]:
-    """The "Canary clients" section of report.md / report.html, one sentence a line."""
-    total = 2 * result.canary_clients
-    acc = result.accountant_epsilon
-    lines = [
-        f"{result.inserted} of {total} canary directions were inserted as clients (scaled to "
-        f"the {result.scale}); the other {total - result.inserted} are the null. Epsilon at "
-        f"delta = {result.delta:g}:",
-        *(
-            f"{threat.replace('_', '-')}: estimate {fmt(e.eps_estimate, 2)} "
-            f"[{fmt(e.eps_estimate_low, 2)}, {fmt(e.eps_estimate_high, 2)}]"
-            + (f" ({e.eps_estimate / acc:.2f} x the accountant's)" if acc else "")
-            + f"; two-variance {fmt(e.eps_estimate_two_variance, 2)}; lower bound "
-            f"{fmt(e.eps_lb, 2)} (f-DP, beta = {result.beta:g})."
-            for threat, e in result.estimates.items()
-        ),
-    ]
-    if acc is not None:
-        lines.append(
-            f"Client-level accountant: {acc:.2f} for a client in all {result.rounds} rounds."
-        )
-    cost = result.accuracy_cost
-    if cost is not None:
-        lines.append(
-            f"Global accuracy {fmt(result.accuracy_with_canaries)} with the canaries, "
-            f"{fmt(result.accuracy_without_canaries)} without (the run trained again): "
-            f"cost {cost:+.3f}."
-        )
-    if result.outweighed:
-        lines.append(
-            CANARIES_OUTNUMBER.format(
-                canaries=result.mean_canaries_per_round, sites=result.sites_per_round
-            )
-        )
-    return [*lines, CLIENT_CANARY_NOTE]
-
-
-def training_banner_lines(rounds: list[RoundRecord]) -> list[str]:
-    """The banner's lines when rounds aggregated nothing: a run that never trained (every
-    number below is of the initial model), or the rounds that carried the model over."""
-    untrained = untrained_reason(rounds)
-    if untrained is not None:
-        return [f"{untrained[0].upper()}{untrained[1:]}; every number below is of that model."]
-    empty = empty_rounds(rounds)
-    if not empty:
-        return []
-    listed = ", ".join(str(r) for r in empty)
-    return [
-        f"Round{'s' * (len(empty) != 1)} {listed}: no site's update was aggregated; the "
-        "global model was carried over unchanged (each round's failures are in "
-        "metrics.jsonl)."
-    ]
-
-
-def violation_banner_lines(violations: list[BoundViolation]) -> list[str]:
-    """The banner's lines: one per violation, then what to do."""
-    if not violations:
-        return []
-    return [
-        *(v.message for v in violations),
-        "Do not trust the guarantee or the bound until the cause is found: check the "
-        "accountant's inputs (noise, sampling, rounds, delta), the DP training and the audit.",
     ]
 
 

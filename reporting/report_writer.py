@@ -7,7 +7,7 @@ from contracts.files import atomic_write_text
 from contracts.run_files import RunLayout
 
 from .aggregate import build_report
-from .formatting import violation_warnings
+from .banners import violation_warnings
 from .inputs import RunInputs, load_run
 from .lost_sites import LostSites, lost_sites
 from .run_config import ReportConfig

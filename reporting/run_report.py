@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from . import plots
+from .banners import (
+    canary_banner,
+    client_canary_lines,
+    training_banner_lines,
+    violation_banner_lines,
+)
 from .between_runs import run_lines
 from .blocks import (
     Banner,
@@ -38,15 +44,11 @@ from .formatting import (
     ROC_NOTE,
     ROW_COLOURS,
     SECURE_SUM_NOTE,
-    canary_banner,
-    client_canary_lines,
     consortium_lines,
     levels_lines,
     scoped_reasons,
     scorer_cells,
     scorer_headers,
-    training_banner_lines,
-    violation_banner_lines,
 )
 from .html_page import page
 from .lost_sites import lost_sites

@@ -15,6 +15,7 @@ from audit.result import AuditResult
 from contracts.run_log import PlatformInfo
 
 from . import plots
+from .banners import canary_banner, violation_banner_lines
 from .between_runs import HEADLINE, another_run_line
 from .blocks import Banner, Block, Bullets, Figure, Heading, Meaning, Para, Raw, Table, to_html
 from .formatting import (
@@ -35,7 +36,6 @@ from .formatting import (
     UPDATES_CAPTION,
     UPDATES_NOTE,
     WHITE_BOX_MEANING,
-    canary_banner,
     first_leaking_text,
     fmt,
     fmt_best,
@@ -53,7 +53,6 @@ from .formatting import (
     ordering_text,
     scoped_reasons,
     scorer_values,
-    violation_banner_lines,
 )
 from .html_page import esc, page
 from .metrics import CANARY_FDP, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, mechanism, server

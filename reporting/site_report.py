@@ -21,7 +21,7 @@ from contracts.run_files import RunLayout, exposed_records_name, inversion_galle
 from contracts.run_log import ClientDPLedgerFile, PlatformInfo, read_record
 
 from .aggregate import site_report
-from .formatting import violation_warnings
+from .banners import violation_warnings
 from .inputs import RunInputs, load_replicates, load_site_audit
 from .manifest import build_manifest
 from .plain_language import INVERSION_THREAT, INVERSION_THREAT_SUM, THREAT_MODEL, plain_reading

@@ -20,6 +20,7 @@ from contracts.run_files import RunLayout
 
 from . import sweep_plots
 from .aggregate import build_report
+from .banners import canary_banner, violation_banner_lines, violation_warnings
 from .between_runs import (
     ACCURACY,
     BETWEEN_RUNS_NOTE,
@@ -42,13 +43,7 @@ from .blocks import (
     to_markdown,
 )
 from .columns import SiteRow, site_row_class
-from .formatting import (
-    NOT_A_BOUND,
-    TIGHT_ONLY,
-    canary_banner,
-    violation_banner_lines,
-    violation_warnings,
-)
+from .formatting import NOT_A_BOUND, TIGHT_ONLY
 from .html_page import SORT_SCRIPT, page
 from .inputs import load_run
 from .observers import OBSERVER_COLUMNS, OBSERVERS_NOTE, observer_rows, observers_plot
