@@ -19,7 +19,7 @@ from pathlib import Path
 
 from contracts.run_files import RunLayout
 from reporting import write_report
-from simulations.config import report_config
+from simulations.config_file import report_config
 
 
 def cpu_seconds() -> float:

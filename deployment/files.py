@@ -25,7 +25,8 @@ from deployment.flower_apps import (
     STATE_DIR_NAME,
     refuse_simulation_settings,
 )
-from simulations.config import ExperimentConfig, dump_config
+from simulations.config import ExperimentConfig
+from simulations.config_file import dump_config
 from simulations.run_dir import DatasetMeta, adopt_config, prepare_run_dir
 
 APP_PUBLISHER = "panoramia"

@@ -56,13 +56,8 @@ from simulations.apps import (
     inversion_settings,
     server_settings,
 )
-from simulations.config import (
-    ConfigError,
-    ExperimentConfig,
-    load_config,
-    report_config,
-    validate_config,
-)
+from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
+from simulations.config_file import report_config
 from simulations.reference_models import site_pool
 from simulations.run_dir import DatasetMeta, read_public
 

@@ -41,7 +41,7 @@ from contracts.run_files import RunLayout, site_refusals_name
 from ml.tasks import TorchTask
 from reporting import ReportFiles, write_report
 from server.app import AuditFanout, run_audits, site_map, wait_for_nodes
-from simulations.config import report_config
+from simulations.config_file import report_config
 
 __all__ = ["Records", "add_site_audits", "audit_sites", "site_runtime"]
 

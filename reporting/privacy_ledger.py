@@ -82,7 +82,7 @@ _TOLERANCE = 1e-9
 @dataclass(frozen=True)
 class PrivacySettings:
     """What a run config says about DP and canaries (read by the config's owner,
-    ``simulations.config.privacy_settings``)."""
+    ``simulations.config_file.privacy_settings``)."""
 
     dp_level: DPLevel | None
     """None when the config says nothing about DP."""

@@ -1,7 +1,7 @@
 """What the report needs of a run's config, typed (:class:`ReportConfig`).
 
 Whoever asks for a report (the CLI, the runner, a sweep, a deployment) hands it in; the
-config's owner (``simulations.config.report_config``) reads ``config.yaml`` into it. The
+config's owner (``simulations.config_file.report_config``) reads ``config.yaml`` into it. The
 report itself reads no config key.
 """
 

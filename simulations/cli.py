@@ -72,7 +72,8 @@ def _run_config(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
     """``run``'s config and run directory: ``--resume``'s own config (untouched since the
     run wrote it) with the ``--set`` it may take, or CONFIG's, which a run directory that
     already holds a run must hold too."""
-    from simulations.config import ConfigError, check_config_digest, load_config
+    from simulations.config import ConfigError, load_config
+    from simulations.config_file import check_config_digest
 
     if args.resume is not None:
         run_dir = Path(args.resume)
@@ -122,7 +123,7 @@ def _say_losses(layout: RunLayout, resume: str, label: str = "") -> bool:
     """The run's lost sites on stderr, one line each (after ``label``), what to change when
     Ray's memory killer caused them, and how to audit them again; whether it lost any."""
     from reporting import written_report_losses
-    from simulations.config import report_config
+    from simulations.config_file import report_config
 
     lost: LostSites = written_report_losses(layout, report_config(layout))
     for line in lost.lines():
@@ -206,7 +207,7 @@ def _with_plugins(config: ExperimentConfig, modules: list[str]) -> ExperimentCon
 def cmd_report(args: argparse.Namespace) -> int:
     from contracts.errors import RunFileError
     from reporting import write_report, write_site_report
-    from simulations.config import report_config
+    from simulations.config_file import report_config
 
     layout = RunLayout(Path(args.run_dir))
     try:
@@ -235,7 +236,7 @@ def _print_warnings(lines: list[str]) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from reporting import SweepPoint, write_sweep_report
-    from simulations.config import report_config
+    from simulations.config_file import report_config
     from simulations.shared_ray import SharedRay
     from simulations.sweep import expand, load_sweep
 

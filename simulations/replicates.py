@@ -19,14 +19,8 @@ import yaml
 
 from contracts.run_files import RunLayout, replicate_run_dir
 from reporting.schema import ReportFiles
-from simulations.config import (
-    SEED_LIMIT,
-    ExperimentConfig,
-    apply_overrides,
-    dump_config,
-    report_config,
-    validate_config,
-)
+from simulations.config import SEED_LIMIT, ExperimentConfig, apply_overrides, validate_config
+from simulations.config_file import dump_config, report_config
 from simulations.runner import run_experiment
 from simulations.shared_ray import SharedRay
 from simulations.sizes import check_replicates

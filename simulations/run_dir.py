@@ -26,13 +26,8 @@ from contracts.run_log import read_json
 from ml.canaries import draw_canaries
 from ml.datasets import DataError, Dataset, load_dataset
 from ml.partition import SiteSplit, partition, partition_summary
-from simulations.config import (
-    ConfigError,
-    ExperimentConfig,
-    check_config_digest,
-    dump_config,
-    load_config,
-)
+from simulations.config import ConfigError, ExperimentConfig, load_config
+from simulations.config_file import check_config_digest, dump_config
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +144,7 @@ def adopt_config(config: ExperimentConfig, layout: RunLayout) -> None:
     """Check ``config`` against the one ``layout`` holds, field by field, before anything
     runs in it (:func:`simulations.resume.check_same_run`: a mismatch is refused, naming the
     keys; so is a ``config.yaml`` edited by hand,
-    :func:`~simulations.config.check_config_digest`). A changed ``audit.*`` sets the audits
+    :func:`~simulations.config_file.check_config_digest`). A changed ``audit.*`` sets the audits
     on disk aside (``audits-superseded-<k>``), so every site audits again under the new
     settings. Then ``config.yaml`` is the new one.
     A directory without ``config.yaml`` is left as it is (its caller writes one once the

@@ -22,7 +22,8 @@ from server.round_audits import plan_audits
 from server.stop import StopSwitch, stop_on_signals
 from simulations.apps import build_apps
 from simulations.canary_twin import train_twin_and_record
-from simulations.config import ExperimentConfig, ResourcesConfig, report_config
+from simulations.config import ExperimentConfig, ResourcesConfig
+from simulations.config_file import report_config
 from simulations.platform_info import collect_platform, write_platform
 from simulations.ray_start import check_fits, start_ray
 from simulations.reference_models import (

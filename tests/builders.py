@@ -40,7 +40,7 @@ from contracts.json_values import json_safe
 from contracts.run_files import RunLayout
 from reporting import ReportFiles, RunInputs, load_run, write_report, write_site_report
 from reporting.site_report import site_report_paths
-from simulations.config import report_config
+from simulations.config_file import report_config
 
 # Per-record scores that must never leave audits/ (distinctive digits to search for).
 SECRET_SCORES = [0.918273645512, 0.127364554321, 0.564738291023]

@@ -22,7 +22,8 @@ from ml.datasets import DataError
 from ml.partition import PartitionError
 from simulations.cli import build_parser
 from simulations.cli import main as cli_main
-from simulations.config import DIGEST_LINE, ConfigError, check_config_digest, validate_config
+from simulations.config import ConfigError, validate_config
+from simulations.config_file import DIGEST_LINE, check_config_digest
 from simulations.resume import check_resume
 from simulations.run_dir import prepare_run_dir
 from simulations.sizes import check_sizes

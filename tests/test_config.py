@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from simulations.config import ConfigError, dump_config, load_config, validate_config
+from simulations.config import ConfigError, load_config, validate_config
+from simulations.config_file import dump_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -32,7 +32,8 @@ from deployment.flower_apps import (
     read_run,
 )
 from deployment.local_consortium import LocalConsortium, RunStatus
-from simulations.config import dump_config, validate_config
+from simulations.config import validate_config
+from simulations.config_file import dump_config
 from simulations.processes import ProcessGroup, descendants, is_alive
 from simulations.run_dir import prepare_run_dir
 

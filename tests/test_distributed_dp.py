@@ -31,7 +31,8 @@ from deployment.flower_apps import IdealSecureAggregationRefused, refuse_simulat
 from server.client_dp import ClientDPLedger, ClientDPSettings, gaussian_epsilon
 from server.strategy import SiteFedAvg
 from simulations.apps import server_settings
-from simulations.config import ConfigError, dump_config, validate_config
+from simulations.config import ConfigError, validate_config
+from simulations.config_file import dump_config
 from simulations.run_dir import DatasetMeta
 from simulations.runner import run_experiment
 

@@ -31,7 +31,8 @@ from contracts.json_values import from_dict, json_safe
 from ml.datasets import load_dataset
 from reporting.aggregate import site_report
 from reporting.inputs import SiteAuditRead
-from simulations.config import privacy_settings, validate_config
+from simulations.config import validate_config
+from simulations.config_file import privacy_settings
 from simulations.run_dir import DatasetMeta
 from simulations.run_task import make_task
 

@@ -27,7 +27,7 @@ from reporting import SweepPoint, write_sweep_report
 from reporting.columns import SiteRow
 from reporting.observers import NOT_SEEN, OBSERVER_COLUMNS, SERVER_VIEWS
 from reporting.sweep_report import build_sweep_report
-from simulations.config import report_config
+from simulations.config_file import report_config
 from simulations.sweep import expand, load_sweep
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,7 +18,8 @@ from contracts.run_log import read_rounds
 from ml.datasets import load_dataset
 from ml.saved_models import load_global_model
 from reporting.privacy_ledger import outside_guarantee
-from simulations.config import report_config, validate_config
+from simulations.config import validate_config
+from simulations.config_file import report_config
 from simulations.run_dir import DatasetMeta
 from simulations.run_task import make_task
 from simulations.runner import run_experiment

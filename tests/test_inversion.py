@@ -276,7 +276,7 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
 
     from contracts.run_files import inversion_gallery_name
     from reporting import SweepPoint, write_sweep_report
-    from simulations.config import report_config
+    from simulations.config_file import report_config
 
     result = make_result([1.0, 1.0], [1.25, 1.5], o1=[0.25, 0.5])
     audit = ok_audit(0, result) | {"inversion": [json_safe(inversion_entry(1, 0.912, 0.301))]}

@@ -44,7 +44,8 @@ from reporting.privacy_ledger import (
     site_privacy,
 )
 from simulations.cli import main as cli_main
-from simulations.config import DPConfig, privacy_settings, report_config
+from simulations.config import DPConfig
+from simulations.config_file import privacy_settings, report_config
 
 CANARY_BANNER = "trained with 200 canaries per site: this model is not the plain model"
 

@@ -18,7 +18,8 @@ from reporting import SweepPoint, build_sweep_report, write_sweep_report
 from reporting.between_runs import HEADLINE, POOLED, over_runs
 from simulations import shared_ray
 from simulations.cli import main as cli_main
-from simulations.config import ConfigError, load_config, report_config, validate_config
+from simulations.config import ConfigError, load_config, validate_config
+from simulations.config_file import report_config
 from simulations.local_ray import LocalRayHead
 from simulations.replicates import replicate_configs
 from simulations.runner import RAY_ADDRESS_ENV, run_experiment

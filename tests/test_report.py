@@ -49,7 +49,7 @@ from reporting.plots import roc_plot
 from reporting.run_report import render_markdown
 from reporting.schema import TPR_FPR_KEYS, report_json
 from reporting.writers import report_to_json_text, site_rows, write_rows
-from simulations.config import report_config
+from simulations.config_file import report_config
 
 MEMBER_NOT_TIGHT = AuditFlags(
     saturated=False, c_lb_not_tight=True, reasons=["eps_tilde above its side's RM;RN"]

@@ -36,7 +36,7 @@ from builders import (
 from contracts.json_values import json_safe
 from reporting import SweepPoint, build_report, write_sweep_report
 from reporting.formatting import fmt_est, fmt_two_sided
-from simulations.config import report_config
+from simulations.config_file import report_config
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 TIMEOUT_S = 180

@@ -59,7 +59,8 @@ from reporting.site_page import update_blocks
 from reporting.standing import BANDS, rank_band
 from reporting.sweep_report import render_sweep_html
 from simulations.cli import main as cli_main
-from simulations.config import ConfigError, report_config, validate_config
+from simulations.config import ConfigError, validate_config
+from simulations.config_file import report_config
 
 FAILED_ERROR = "ValueError: too few records for the splits at site 4"
 # Distinctive indices and scores of a site-local exposed-records file.

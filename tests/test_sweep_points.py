@@ -26,7 +26,8 @@ from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
 from reporting import SweepPoint, sweep_plots, write_sweep_report
 from reporting.sweep_columns import SWEEP_SITE_COLUMNS
 from reporting.sweep_report import build_sweep_report
-from simulations.config import ConfigError, report_config
+from simulations.config import ConfigError
+from simulations.config_file import report_config
 from simulations.sweep import expand, load_sweep
 
 

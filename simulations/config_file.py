@@ -1,0 +1,141 @@
+"""A run's ``config.yaml``: written with the digest of its settings, checked for edits, and
+read back for the report (:func:`report_config`), which needs no more than a few keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from audit.result import finite
+from contracts.dp_level import (
+    RECORD_LEVELS,
+    DPLevel,
+    resolve_dp_level,
+)
+from contracts.errors import RunFileError
+from contracts.run_files import RunLayout
+from reporting.privacy_ledger import PrivacySettings, record_accountant_name
+from reporting.run_config import ReportConfig
+from simulations.config import (
+    ConfigError,
+    ExperimentConfig,
+)
+
+DIGEST_LINE = "# panoramia-fl wrote this run's settings; their sha256: "
+"""The first line of a run's ``config.yaml``: edited settings no longer match it."""
+
+
+def _digest(settings: Any) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def dump_config(config: ExperimentConfig) -> str:
+    """YAML of the resolved config (paths as strings, inf as .inf), after a comment line
+    holding the digest of its settings (:func:`check_config_digest`)."""
+    body = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    return f"{DIGEST_LINE}{_digest(yaml.safe_load(body))}\n{body}"
+
+
+def check_config_digest(path: Path) -> None:
+    """A run's ``config.yaml`` still holds the settings the run wrote into it: a
+    :class:`ConfigError` naming it when they were edited since (the model and audits on
+    disk were not made with the edited ones). A file without the digest line (an older
+    run's, or one a user's own Flower app wrote) is taken as it is."""
+    first, _, body = path.read_text(encoding="utf-8").partition("\n")
+    if not first.startswith(DIGEST_LINE):
+        return
+    try:
+        settings = yaml.safe_load(body)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if first.removeprefix(DIGEST_LINE).strip() != _digest(settings):
+        raise ConfigError(
+            f"{path} was edited after the run wrote it (its settings no longer match the "
+            "digest on its first line): what is on disk was not made with them; put it back, "
+            f"change what may change with --resume {path.parent} --set KEY=VALUE, or start "
+            "another run"
+        )
+
+
+def report_config(layout: RunLayout, *, optional: bool = False) -> ReportConfig:
+    """What the report needs of the run's ``config.yaml`` (:func:`report_config_of`);
+    ``optional``: a directory without one reads as an empty config (a site's report from
+    its audit file alone). A :class:`RunFileError` names the file when it is missing (and
+    not optional) or malformed."""
+    path = layout.config
+    if not optional and not layout.root.is_dir():
+        raise RunFileError(f"run directory {layout.root} does not exist")
+    if not path.exists():
+        if optional:
+            return report_config_of({})
+        raise RunFileError(f"{path} is missing (the run's resolved config)")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise RunFileError(f"{path} is not valid YAML: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RunFileError(f"{path} must hold a mapping, got {type(data).__name__}")
+    return report_config_of(data, file=path)
+
+
+def report_config_of(raw: dict[str, Any], *, file: Path | None = None) -> ReportConfig:
+    """:class:`ReportConfig` of a config read as plain data. Lenient: an older run's
+    config, or the one a user's own Flower app writes (``deployment.site_audits``), need
+    not validate; a key it lacks or holds in another type reads as unknown (None)."""
+    audit = _section(raw, "audit")
+    return ReportConfig(
+        privacy=privacy_settings(raw),
+        name=None if raw.get("name") is None else str(raw["name"]),
+        seed=_whole(raw.get("seed")),
+        audit_seed=_whole(_section(audit, "settings").get("seed")),
+        audited=audit.get("enabled") is not False,
+        file=file,
+        record=raw,
+    )
+
+
+def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
+    """The DP level (:func:`contracts.dp_level.resolve_dp_level`), the record-level
+    accountant's name, delta, declared size and canaries of a config read as plain data
+    (:class:`RunFileError` when ``dp.level`` is not a DP level)."""
+    dp = raw.get("dp")
+    section: dict[str, Any] = dp if isinstance(dp, dict) else {}
+    level: DPLevel | None = None
+    if "dp" in raw:
+        target = section.get("target_epsilon")
+        try:
+            level = resolve_dp_level(
+                section.get("level"),
+                enabled=bool(section.get("enabled") if isinstance(dp, dict) else dp),
+                record_epsilon_inf=isinstance(target, int | float) and math.isinf(target),
+            )
+        except ValueError as exc:
+            raise RunFileError(f"config.yaml: {exc}") from exc
+    canaries = finite(_section(raw, "audit").get("canaries"))
+    accountant = str(section.get("accountant") or "rdp")
+    secure = _section(raw, "fl").get("secure_aggregation", "none")
+    return PrivacySettings(
+        dp_level=level,
+        record_accountant=(record_accountant_name(accountant) if level in RECORD_LEVELS else None),
+        delta=finite(section.get("delta")),
+        canaries=int(canaries) if canaries and canaries > 0 else None,
+        secure_aggregation="ideal" if secure == "ideal" else "none",
+        declared_size=_whole(section.get("declared_size")),
+    )
+
+
+def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
+    value = raw.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
