@@ -307,12 +307,22 @@ _DP_SOURCES = {
 
 def _privacy_table(site: SiteReport) -> Table:
     """Every guarantee that speaks for the site's records, the canary audit and the check."""
-    p, c = site.privacy, site.checks
+    violated = bool(site.checks.bound_violations)
+    return Table(
+        item_columns("guarantee or check", "value"),
+        [*_guarantee_items(site), *_measured_items(site)],
+        attrs=' id="privacy"',
+        row_class=lambda i: "violation" if violated and i.name == "ordering check" else None,
+    )
+
+
+def _guarantee_items(site: SiteReport) -> list[Item]:
+    """The DP guarantees that speak for the site's records, each with what it covers."""
+    p = site.privacy
     client_what = "; ".join(
         x for x in (p.client_accountant, p.client_sampling, p.client_neighboring_relation) if x
     )
-    canary = p.canary
-    items = [
+    return [
         Item(
             "DP guarantee for your records",
             fmt_dp(p.dp_epsilon, p.dp_delta, _DP_SOURCES.get(p.dp_epsilon_source or ""))
@@ -348,6 +358,15 @@ def _privacy_table(site: SiteReport) -> Table:
             "the record-level epsilon client-level DP implies (one record moves your clipped "
             "update by at most twice the clipping norm)",
         ),
+    ]
+
+
+def _measured_items(site: SiteReport) -> list[Item]:
+    """What was measured against those guarantees: the canary and white-box audits, the best
+    lower bound, the ordering check and what was sent outside the guarantee."""
+    p, c = site.privacy, site.checks
+    canary = p.canary
+    return [
         Item(
             "canary audit eps lower bound [interval]",
             fmt_canary(canary, p.canaries),
@@ -389,13 +408,6 @@ def _privacy_table(site: SiteReport) -> Table:
         Item("ordering check", ordering_text(site), f"{BOUNDS_BELOW_DP}; {NOT_A_BOUND}"),
         Item("sent outside the guarantee", fmt_outside(p), OUTSIDE_MEANING),
     ]
-    violated = bool(c.bound_violations)
-    return Table(
-        item_columns("guarantee or check", "value"),
-        items,
-        attrs=' id="privacy"',
-        row_class=lambda i: "violation" if violated and i.name == "ordering check" else None,
-    )
 
 
 def _comparisons_table(site: SiteReport, audit: AuditResult) -> Table:
