@@ -201,6 +201,15 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
         ),
         *_observers(points),
         *_over_seeds(report),
+        *_plot_blocks(points),
+        *_inversion(points),
+    ]
+
+
+def _plot_blocks(points: list[SweepPointReport]) -> list[Block]:
+    """The sweep's figures (html only): measured against theoretical epsilon, accuracy
+    against privacy, and per site accuracy and lower bounds against the accountant's."""
+    return [
         Heading("Measured epsilon against the theoretical epsilon", only="html"),
         Figure(
             sweep_plots.sweep_eps_plot(points),
@@ -236,7 +245,6 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
             f"the audit is from tight. {NOT_A_BOUND}: above the line it is no contradiction.",
             alt="measured lower bounds vs accountant epsilon per site",
         ),
-        *_inversion(points),
     ]
 
 
