@@ -12,13 +12,12 @@ from .report_writer import (
     written_report_losses,
 )
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport, report_json
-from .site_report import SITE_REPORTS_DIR, write_site_report
+from .site_report import write_site_report
 from .sweep_report import SweepPoint, build_sweep_report, write_sweep_report
 
 __all__ = [
     "SCHEMA_VERSION",
     "LostSites",
-    "SITE_REPORTS_DIR",
     "ReportFiles",
     "RunInputs",
     "RunReport",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
-from contracts.run_files import RunLayout
+from contracts.run_files import REPLICATES_FILE, REPLICATES_HTML, REPLICATES_MD, RunLayout
 from contracts.run_log import PlatformInfo, read_record
 
 from .aggregate import build_report
@@ -137,10 +137,10 @@ def write_replicate_report(
     )
     blocks = replicate_blocks(report)
     files = ReportFiles(
-        json_path=atomic_write_text(set_dir / "replicates.json", report_to_json_text(report)),
-        md_path=atomic_write_text(set_dir / "replicates.md", to_markdown(blocks)),
+        json_path=atomic_write_text(set_dir / REPLICATES_FILE, report_to_json_text(report)),
+        md_path=atomic_write_text(set_dir / REPLICATES_MD, to_markdown(blocks)),
         html_path=atomic_write_text(
-            set_dir / "replicates.html",
+            set_dir / REPLICATES_HTML,
             page(replicate_title(report), to_html(blocks), data=report_json(report)),
         ),
     )

@@ -39,12 +39,10 @@ from .site_page import render_site_page
 from .standing import consortium_standing, standing_unavailable
 from .writers import report_to_json_text
 
-SITE_REPORTS_DIR = "site-reports"
-
 
 def site_report_paths(layout: RunLayout, site_id: int) -> ReportFiles:
     """Where a site's report goes: ``site-reports/site-<id>.json`` and ``.html``."""
-    base = layout.root / SITE_REPORTS_DIR / f"site-{site_id}"
+    base = layout.site_reports / f"site-{site_id}"
     return ReportFiles(json_path=base.with_suffix(".json"), html_path=base.with_suffix(".html"))
 
 
@@ -58,7 +56,7 @@ def _site_local_link(layout: RunLayout, name: str) -> str | None:
     path = layout.site_state / name
     if not path.exists():
         return None
-    return Path(os.path.relpath(path, layout.root / SITE_REPORTS_DIR)).as_posix()
+    return Path(os.path.relpath(path, layout.site_reports)).as_posix()
 
 
 def build_site_page_report(

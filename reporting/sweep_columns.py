@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from audit.inversion.scores import InversionResult
+from contracts.run_files import REPORT_HTML
 
 from .columns import (
     Column,
@@ -112,7 +113,7 @@ def _point_status_cell(p: SweepPointReport) -> str:
 
 
 def _report_link(p: SweepPointReport) -> str:
-    link = f'<a href="{esc(p.report_html)}">report.html</a>' if p.report_html else MISSING
+    link = f'<a href="{esc(p.report_html)}">{REPORT_HTML}</a>' if p.report_html else MISSING
     return td(link, raw=True, cls="text")
 
 
@@ -177,7 +178,7 @@ REPLICATE_RUN_COLUMNS: tuple[Column[ReplicateRun], ...] = (
     Column(
         "report",
         html=lambda r: td(
-            f'<a href="{esc(r.run_dir)}/report.html">report.html</a>', raw=True, cls="text"
+            f'<a href="{esc(r.run_dir)}/{REPORT_HTML}">{REPORT_HTML}</a>', raw=True, cls="text"
         ),
     ),
 )

@@ -16,7 +16,7 @@ from typing import Any
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
-from contracts.run_files import RunLayout
+from contracts.run_files import REPORT_HTML, RunLayout
 
 from . import sweep_plots
 from .aggregate import build_report
@@ -111,7 +111,7 @@ def _point(
     eps = [s.privacy.dp_epsilon for s in report.sites if s.privacy.dp_epsilon is not None]
     # Any level counts: client-level DP alone makes the point private too.
     config_dp = config.privacy.private
-    html_path = run_dir / "report.html"
+    html_path = layout.report_html
     return SweepPointReport(
         label=point.label,
         overrides=dict(point.overrides),
@@ -126,7 +126,7 @@ def _point(
         max_eps_tilde=report.consortium.max_eps_tilde,
         max_eps_tilde_two_sided=report.consortium.max_eps_tilde_two_sided,
         sites=report.sites,
-        report_html=os.path.join(rel, "report.html") if html_path.exists() else None,
+        report_html=os.path.join(rel, REPORT_HTML) if html_path.exists() else None,
         dp_level=report.dp_level,
         canaries=report.canaries,
         replicates=report.replicates,

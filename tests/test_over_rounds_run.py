@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from builders import run_files
 
-from contracts.run_files import local_model_name
-from reporting import SITE_REPORTS_DIR
+from contracts.run_files import SITE_REPORTS_DIR, local_model_name
 from simulations.config import load_config
 from simulations.runner import run_experiment
 

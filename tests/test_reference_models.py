@@ -16,8 +16,7 @@ import torch
 from builders import run_files
 
 from clients.site_data import SiteData
-from contracts.run_files import exposed_records_name
-from reporting import SITE_REPORTS_DIR
+from contracts.run_files import SITE_REPORTS_DIR, exposed_records_name
 from simulations.config import validate_config
 from simulations.reference_models import ReferenceModelsDone, site_pool, split_public
 from simulations.replicates import replicate_configs
