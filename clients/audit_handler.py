@@ -85,16 +85,9 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         from audit.panoramia.pipeline import run_audits_of
 
         if model is not None and data.has_canaries:
-            # Fail before the long PANORAMIA run when the coins cannot be audited.
-            _, coins = data.canary_records()
-            if coins.all() or not coins.any():
-                raise ValueError(
-                    f"site {data.site_id}: all {len(coins)} canary coins came out "
-                    f"{'included' if coins.all() else 'excluded'}; the canary audit needs "
-                    "both (use more canaries)"
-                )
+            _check_canary_coins(data)
         settings = policy.settings.model_copy(
-            update={"seed": policy.settings.seed * 1_000 + seed * 7 + data.site_id}
+            update={"seed": audit_seed(policy.settings.seed, seed, data.site_id)}
         )
         holdout = None
         if policy.use_holdout and len(data.holdout_x) > 0:
@@ -102,13 +95,7 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         public = None
         if policy.use_public_pool and data.public_x is not None:
             public = data.records("public")
-        references = None
-        if policy.reference_states is not None:
-            references = []
-            for state in policy.reference_states:
-                ref = task.make_model()
-                ref.load_state_dict(state)
-                references.append(ref)
+        references = _reference_models(task, policy.reference_states)
         targets = dict(earlier)
         if model is not None:
             targets[_FINAL] = model
@@ -127,30 +114,80 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         own = [round_leakage(results[-r], r) for r in sorted(updates)]
         if model is None:
             return SiteResults(by_round=by_round, updates=own)
-        result = results[_FINAL]
-        if policy.exposed_records > 0 and policy.exposed_records_path is not None:
-            write_exposed_records(
-                policy.exposed_records_path,
-                task,
-                model,
-                data,
-                references,
-                k=policy.exposed_records,
-                device_name=settings.device,
-            )
-        canary = None
-        if data.has_canaries:
-            canary = canary_audit_of(
-                task,
-                model,
-                data,
-                beta=settings.beta,
-                delta=settings.delta,
-                device_name=settings.device,
-            )
-        return SiteResults(result=result, canary=canary, by_round=by_round, updates=own)
+        canary = _final_model_extras(policy, task, model, data, references, settings)
+        return SiteResults(result=results[_FINAL], canary=canary, by_round=by_round, updates=own)
 
     return runner
+
+
+def _final_model_extras(
+    policy: SiteAuditPolicy,
+    task: Any,
+    model: torch.nn.Module,
+    data: SiteData,
+    references: list[torch.nn.Module] | None,
+    settings: AuditConfig,
+) -> CanaryResult | None:
+    """After the final model's PANORAMIA audit: its most exposed members, written at the
+    site (never in the reply), and its canary audit when the site has canaries."""
+    if policy.exposed_records > 0 and policy.exposed_records_path is not None:
+        write_exposed_records(
+            policy.exposed_records_path,
+            task,
+            model,
+            data,
+            references,
+            k=policy.exposed_records,
+            device_name=settings.device,
+        )
+    if not data.has_canaries:
+        return None
+    return canary_audit_of(
+        task,
+        model,
+        data,
+        beta=settings.beta,
+        delta=settings.delta,
+        device_name=settings.device,
+    )
+
+
+def audit_seed(settings_seed: int, run_seed: int, site_id: int) -> int:
+    """The seed of one site's audit: ``settings_seed * 1000 + run_seed * 7 + site_id``.
+
+    Why a mix: every site of a run, and each run of a replicate set, draws its own audit
+    randomness (splits, generator, classifiers) while ``audit.settings.seed`` and the run's
+    seed still reproduce it. The multipliers are the ones runs have always used (changing
+    them would change every saved run's audit numbers); they are not collision-free
+    (``run_seed * 7 + site_id`` repeats across seeds once a consortium has more than 7
+    sites), which only makes two audits share a seed, never wrong.
+    """
+    return settings_seed * 1_000 + run_seed * 7 + site_id
+
+
+def _check_canary_coins(data: SiteData) -> None:
+    """Fail before the long PANORAMIA run when the coins cannot be audited."""
+    _, coins = data.canary_records()
+    if coins.all() or not coins.any():
+        raise ValueError(
+            f"site {data.site_id}: all {len(coins)} canary coins came out "
+            f"{'included' if coins.all() else 'excluded'}; the canary audit needs "
+            "both (use more canaries)"
+        )
+
+
+def _reference_models(
+    task: Any, states: tuple[dict[str, torch.Tensor], ...] | None
+) -> list[torch.nn.Module] | None:
+    """The shared reference models, each built by the task and loaded (None: none)."""
+    if states is None:
+        return None
+    references = []
+    for state in states:
+        ref = task.make_model()
+        ref.load_state_dict(state)
+        references.append(ref)
+    return references
 
 
 def canary_audit_of(
