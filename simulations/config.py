@@ -393,54 +393,9 @@ class ExperimentConfig(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ExperimentConfig:
-        client = self.dp.client
         _who_holds_updates(self)
-        central = self.dp.client_level and not self.dp.distributed
-        if central and self.fl.strategy not in ("fedavg", "fedprox"):
-            # Flower's noise calibration is for the (uniform) mean of clipped updates; a
-            # server optimiser (FedAdam) would noise its own step instead. (Distributed
-            # noise is in the sum already: a server optimiser post-processes it.)
-            raise ValueError(
-                f"dp.level: client-level DP needs fl.strategy fedavg or fedprox, "
-                f"not {self.fl.strategy}"
-            )
-        if central and client.clipping == "adaptive":
-            per_round = sites_per_round(self.partition.num_sites, self.fl.fraction_train)
-            count_std = client.clipped_count_stddev or per_round / 20
-            z = client.noise_multiplier
-            if z is not None and z >= 2 * count_std:
-                raise ValueError(
-                    f"dp.client.clipped_count_stddev: adaptive clipping with noise_multiplier "
-                    f"{z} needs clipped_count_stddev > {z / 2} (now {count_std:g})"
-                )
-        if self.audit.canaries and not self.audit.enabled:
-            raise ValueError("audit.canaries: canaries are audited in the audit phase (enabled)")
-        if self.audit.gradient_canaries and not self.dp.record_level:
-            raise ValueError(
-                "audit.gradient_canaries: gradient canaries audit a site's DP-SGD, so they need "
-                f"record-level DP (dp.level record or both; now {self.dp.level})"
-            )
-        if self.audit.gradient_canaries and not self.audit.enabled:
-            raise ValueError(
-                "audit.gradient_canaries: the canaries are audited in the audit phase (enabled)"
-            )
-        inversion = self.audit.inversion
-        if inversion is not None:
-            if not self.audit.enabled:
-                raise ValueError(
-                    "audit.inversion: the inversion audit runs in the audit phase (enabled)"
-                )
-            late = [r for r in inversion.rounds if r > self.fl.rounds]
-            if late:
-                raise ValueError(
-                    f"audit.inversion.rounds: {late} outside 1..fl.rounds ({self.fl.rounds})"
-                )
-        check_round_choice("audit.", self.audit.rounds, self.audit.every, self.fl.rounds)
-        updates = self.audit.updates
-        if updates is not None:
-            if not self.audit.enabled:
-                raise ValueError("audit.updates: the updates are audited in the audit phase")
-            check_round_choice("audit.updates.", updates.rounds, updates.every, self.fl.rounds)
+        _check_central_client_dp(self)
+        _check_audit_phase(self)
         settings = self.audit.settings
         if "delta" not in settings.model_fields_set:
             # The one-run bounds state eps at the accountant's delta, so they can be checked
@@ -455,6 +410,63 @@ class ExperimentConfig(StrictModel):
                 "epsilon at dp.delta (leave audit.settings.delta unset)"
             )
         return self
+
+
+def _check_central_client_dp(config: ExperimentConfig) -> None:
+    """Central client-level DP: a strategy Flower's calibration fits, and adaptive
+    clipping's count noise below the update noise it must not swamp."""
+    client = config.dp.client
+    central = config.dp.client_level and not config.dp.distributed
+    if central and config.fl.strategy not in ("fedavg", "fedprox"):
+        # Flower's noise calibration is for the (uniform) mean of clipped updates; a
+        # server optimiser (FedAdam) would noise its own step instead. (Distributed
+        # noise is in the sum already: a server optimiser post-processes it.)
+        raise ValueError(
+            f"dp.level: client-level DP needs fl.strategy fedavg or fedprox, "
+            f"not {config.fl.strategy}"
+        )
+    if central and client.clipping == "adaptive":
+        per_round = sites_per_round(config.partition.num_sites, config.fl.fraction_train)
+        count_std = client.clipped_count_stddev or per_round / 20
+        z = client.noise_multiplier
+        if z is not None and z >= 2 * count_std:
+            raise ValueError(
+                f"dp.client.clipped_count_stddev: adaptive clipping with noise_multiplier "
+                f"{z} needs clipped_count_stddev > {z / 2} (now {count_std:g})"
+            )
+
+
+def _check_audit_phase(config: ExperimentConfig) -> None:
+    """Canaries, gradient canaries, the inversion audit and update audits run in the audit
+    phase, on rounds the run has."""
+    if config.audit.canaries and not config.audit.enabled:
+        raise ValueError("audit.canaries: canaries are audited in the audit phase (enabled)")
+    if config.audit.gradient_canaries and not config.dp.record_level:
+        raise ValueError(
+            "audit.gradient_canaries: gradient canaries audit a site's DP-SGD, so they need "
+            f"record-level DP (dp.level record or both; now {config.dp.level})"
+        )
+    if config.audit.gradient_canaries and not config.audit.enabled:
+        raise ValueError(
+            "audit.gradient_canaries: the canaries are audited in the audit phase (enabled)"
+        )
+    inversion = config.audit.inversion
+    if inversion is not None:
+        if not config.audit.enabled:
+            raise ValueError(
+                "audit.inversion: the inversion audit runs in the audit phase (enabled)"
+            )
+        late = [r for r in inversion.rounds if r > config.fl.rounds]
+        if late:
+            raise ValueError(
+                f"audit.inversion.rounds: {late} outside 1..fl.rounds ({config.fl.rounds})"
+            )
+    check_round_choice("audit.", config.audit.rounds, config.audit.every, config.fl.rounds)
+    updates = config.audit.updates
+    if updates is not None:
+        if not config.audit.enabled:
+            raise ValueError("audit.updates: the updates are audited in the audit phase")
+        check_round_choice("audit.updates.", updates.rounds, updates.every, config.fl.rounds)
 
 
 def _who_holds_updates(config: ExperimentConfig) -> None:
