@@ -249,17 +249,7 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     update = _leaving_update(runtime, asked, state, result.state_dict)
     if update is not None:
         result = replace(result, state_dict=applied(state, update))
-    if runtime.updates is not None and runtime.updates.wants(asked.server_round):
-        keep_local_model(runtime.updates, asked.server_round, result)
-    if keeps_round and runtime.inversion is not None:
-        keep_round(
-            runtime.inversion,
-            asked.server_round,
-            state,
-            result,
-            epochs=asked.local_epochs,
-            steps=asked.local_steps,
-        )
+    _keep_for_audits(runtime, asked, state, result, inversion=keeps_round)
     # Under record-level DP the count and the loss stay here: the accountant covers neither
     # (contracts.wire.REPLY_KEYS); FedAvg then averages by the unit weight.
     record_dp = runtime.dp is not None
@@ -274,6 +264,29 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         return _secure_sum_reply(msg, runtime.secure_sum, asked, state, result, reply)
     content = RecordDict({ARRAYS: ArrayRecord(result.state_dict), METRICS: reply.to_record()})
     return Message(content=content, reply_to=msg)
+
+
+def _keep_for_audits(
+    runtime: SiteRuntime,
+    asked: TrainInstructions,
+    state: dict[str, torch.Tensor],
+    result: LocalTrainResult,
+    *,
+    inversion: bool,
+) -> None:
+    """What the site keeps of the round for its own audits, never sent: its local model
+    (``audit.updates``) and, with ``inversion``, the round's state for the inversion audit."""
+    if runtime.updates is not None and runtime.updates.wants(asked.server_round):
+        keep_local_model(runtime.updates, asked.server_round, result)
+    if inversion and runtime.inversion is not None:
+        keep_round(
+            runtime.inversion,
+            asked.server_round,
+            state,
+            result,
+            epochs=asked.local_epochs,
+            steps=asked.local_steps,
+        )
 
 
 def _leaving_update(
