@@ -59,9 +59,14 @@ def register(subparsers: Any) -> None:
             "--delta instead (labels are inclusion coins)."
         ),
     )
+    _add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every option of ``bounds``: the test's, then ``--one-run``'s."""
     _add_test_arguments(parser)
     _add_one_run_arguments(parser)
-    parser.set_defaults(func=run)
 
 
 def _add_test_arguments(parser: argparse.ArgumentParser) -> None:
@@ -360,8 +365,7 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry point: ``python -m simulations.cmd_bounds FILE [...]``."""
     parser = argparse.ArgumentParser(prog="panoramia-fl bounds")
-    _add_test_arguments(parser)
-    _add_one_run_arguments(parser)
+    _add_arguments(parser)
     return run(parser.parse_args(argv))
 
 

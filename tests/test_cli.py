@@ -261,7 +261,13 @@ def no_training(monkeypatch):
         calls.append(phases)
 
     monkeypatch.setattr(simulations.runner, "_simulate", simulate)
-    monkeypatch.setattr(reporting, "write_report", lambda layout, config: None)
+    monkeypatch.setattr(
+        reporting,
+        "write_report",
+        lambda layout, config: reporting.ReportFiles(
+            json_path=layout.report_json, html_path=layout.report_html
+        ),
+    )
     return calls
 
 
