@@ -85,7 +85,7 @@ def test_a_site_holds_each_estimate_once(tmp_path: Path) -> None:
     site = json.loads((_run(tmp_path) / "report.json").read_text())["sites"][0]
     assert set(site) == {
         *("site_id", "status", "error", "n_members", "n_holdout", "elapsed_s"),
-        *("audit", "privacy", "checks", "by_round"),
+        *("audit", "privacy", "checks", "by_round", "updates"),
     }
     game = site["audit"]["one_sided"]
     assert set(game["eps_tilde"]) == {"mean", "std", "low", "high", "n"}
