@@ -105,114 +105,193 @@ def train_locally(
 ) -> LocalTrainResult:
     """Train a fresh copy of the global model on the site's members.
 
-    With ``dp`` the model is wrapped anew each round (hooks are never registered twice),
-    the accountant continues from ``ledger`` and the ledger is updated in place.
-    ``secure_noise`` (a real deployment): DP-SGD's noise and Poisson sampling come from the
-    OS's entropy, not from ``seed`` (:mod:`clients.noise`); otherwise both follow ``seed``
-    (a simulation, reproducible).
-
-    ``canaries`` (with ``dp``): the site's gradient canaries go through every real step and
-    the round's update, and the conformance hooks observe each step's sampling, clipping,
-    noise and accounting (:mod:`clients.gradient_canaries`); updated in place.
-
-    ``local_steps``: that many batches (one step each, over as many epochs as they take)
-    instead of ``epochs`` epochs; the result then holds the records those steps used, unless
-    ``keep_used`` is off (no copy of each batch to the CPU when nobody will read them).
+    With ``dp`` the model is wrapped anew each round and the accountant continues from
+    ``ledger`` (updated in place). ``secure_noise`` (a deployment): DP-SGD's noise and
+    Poisson sampling come from the OS's entropy (:mod:`clients.noise`), else from ``seed``.
+    ``canaries`` (with ``dp``): gradient canaries through every real step, and the hooks
+    of the conformance checks (:mod:`clients.gradient_canaries`). ``local_steps``: that
+    many batches instead of ``epochs`` epochs; the result then holds their records unless
+    ``keep_used`` is off.
     """
+    setup = _fresh_training(task, global_state, x=x, y=y, seed=seed, device=device)
+    model, anchor = setup.module, setup.anchor
+    # Under DP the proximal gradient joins after the noise (_pull_after_noise), not the loss.
+    prox = _proximal(model, anchor, proximal_mu) if proximal_mu > 0 and dp is None else None
+    if dp is not None:
+        assert ledger is not None
+        setup = _made_private(
+            setup,
+            task,
+            _PrivateSite(dp, ledger, canaries, secure_noise=secure_noise, seed=seed),
+            records=len(x),
+            proximal_mu=proximal_mu,
+            device=device,
+        )
+
+    def loss_fn(batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        loss = task.batch_loss(setup.module, batch)
+        return loss + prox() if prox is not None else loss
+
+    used: list[tuple[torch.Tensor, ...]] | None = [] if keep_used else None
+    losses = _train_steps(
+        setup, loss_fn, device=device, epochs=epochs, steps=local_steps, used=used
+    )
+    epsilon = None if dp is None or ledger is None else _round_closed(setup, ledger, dp)
+    return LocalTrainResult(
+        # The original module holds the trained weights (Opacus wraps it): clean keys.
+        state_dict={k: v.detach().cpu() for k, v in model.state_dict().items()},
+        train_loss=float(np.mean(losses)),
+        num_examples=int(len(x)),
+        dp_epsilon=epsilon,
+        noise_multiplier=setup.sigma,
+        used=None if local_steps is None or used is None else _concat(used),
+    )
+
+
+def _round_closed(setup: _Training, ledger: PrivacyLedger, dp: DPSettings) -> float:
+    """The site's epsilon after the round: the real-path audit's hooks finished and the
+    accountant's history written back to ``ledger``."""
+    if setup.real_path is not None:
+        setup.real_path.finish()
+    ledger.history = [tuple(h) for h in setup.engine.accountant.history]
+    return ledger.epsilon(dp.delta)
+
+
+def _fresh_training(
+    task: TrainableTask,
+    global_state: dict[str, torch.Tensor],
+    *,
+    x: np.ndarray,
+    y: np.ndarray | None,
+    seed: int,
+    device: torch.device,
+) -> _Training:
+    """A fresh copy of the global model on ``device`` with its optimizer and shuffled
+    loader (seeded), and a copy of its trainable weights (the proximal anchor)."""
     torch.manual_seed(seed)
     model = task.make_model()
     model.load_state_dict(global_state)
     model.to(device).train()
     optimizer = task.optimizer.build(model.parameters())
     loader = task.loader(x, y, shuffle=True, seed=seed, device=device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    anchor = [p.detach().clone() for p in params]
-    # Under DP the proximal gradient joins after the noise (_pull_after_noise), not the loss.
-    prox = _proximal(model, anchor, proximal_mu) if proximal_mu > 0 and dp is None else None
+    anchor = [p.detach().clone() for p in model.parameters() if p.requires_grad]
+    return _Training(module=model, optimizer=optimizer, loader=loader, anchor=anchor)
+
+
+@dataclass(frozen=True)
+class _PrivateSite:
+    """A site's DP-SGD settings for one round: its ledger, its gradient canaries, and where
+    its noise and sampling come from (the OS's entropy on a deployment, else ``seed``)."""
+
+    dp: DPSettings
+    ledger: PrivacyLedger
+    canaries: CanaryState | None
+    secure_noise: bool
+    seed: int
+
+
+@dataclass
+class _Training:
+    """What the training loop steps: the model (Opacus's wrapper under DP), its optimizer
+    and loader, and under DP the privacy engine, the noise multiplier and the real-path
+    audit's hooks."""
+
+    module: nn.Module
+    optimizer: Any
+    loader: Any
+    anchor: list[torch.Tensor]
+    engine: Any = None
+    sigma: float | None = None
+    real_path: gradient_canaries.RealPathAudit | None = None
+
+
+def _made_private(
+    plain: _Training,
+    task: TrainableTask,
+    site: _PrivateSite,
+    *,
+    records: int,
+    proximal_mu: float,
+    device: torch.device,
+) -> _Training:
+    """``plain`` wrapped for DP-SGD: the accountant continued from the site's ledger, Poisson
+    sampling at the declared rate, the divisor fixed, the proximal pull after the noise, and
+    the real-path audit's hooks when the site has gradient canaries."""
+    from opacus import PrivacyEngine
+
+    dp, canaries = site.dp, site.canaries
+    engine = PrivacyEngine(accountant=dp.accountant)
+    engine.accountant.history = list(site.ledger.history)
+    generator = entropy_generator(device) if site.secure_noise else None
+    sampling = dp.sampling(records=records, batch_size=int(plain.loader.batch_size or 1))
+    sigma = dp.noise_for(sampling.sample_rate)
+    loader, index_log = plain.loader, None
+    if canaries is not None:  # the records each real batch loads, for the sampling checks
+        loader, index_log = logged_loader(loader)
+    with warnings.catch_warnings():
+        # Opacus's notices on wrapping (e.g. the RDP orders it tries): expected here.
+        # Deprecations are not silenced.
+        warnings.simplefilter("ignore", UserWarning)
+        module, optimizer, loader = engine.make_private(
+            module=plain.module,
+            optimizer=plain.optimizer,
+            data_loader=poisson_loader(loader, sampling, generator),
+            noise_multiplier=sigma,
+            max_grad_norm=dp.max_grad_norm,
+            poisson_sampling=False,  # the loader above samples already
+        )
+    # Opacus divides by int(len(dataset) * rate): a function of the records' count.
+    optimizer.expected_batch_size = sampling.expected_batch_size
+    if generator is not None:
+        draw_noise_securely(optimizer, generator)
+    if proximal_mu > 0:
+        params = [p for p in plain.module.parameters() if p.requires_grad]
+        _pull_after_noise(optimizer, params, plain.anchor, proximal_mu)
     real_path = None
+    if canaries is not None and index_log is not None:
+        real_path = gradient_canaries.attach(
+            optimizer,
+            canaries,
+            accountant=engine.accountant,
+            batch_sampler=loader.batch_sampler,
+            index_log=index_log,
+            make_block_optimizer=task.optimizer.build,
+            sample_rate=sampling.sample_rate,
+            max_grad_norm=dp.max_grad_norm,
+            records=records,
+            seed=None if site.secure_noise else site.seed,
+        )
+    return _Training(module, optimizer, loader, plain.anchor, engine, sigma, real_path)
 
-    trained: nn.Module = model
-    engine = None
-    sigma = None
-    if dp is not None:
-        from opacus import PrivacyEngine
 
-        assert ledger is not None
-        engine = PrivacyEngine(accountant=dp.accountant)
-        engine.accountant.history = list(ledger.history)
-        generator = entropy_generator(device) if secure_noise else None
-        sampling = dp.sampling(records=len(x), batch_size=int(loader.batch_size or 1))
-        sample_rate = sampling.sample_rate
-        sigma = dp.noise_for(sample_rate)
-        index_log = None
-        if canaries is not None:  # the records each real batch loads, for the sampling checks
-            loader, index_log = logged_loader(loader)
-        with warnings.catch_warnings():
-            # Opacus's notices on wrapping (e.g. the RDP orders it tries): expected here.
-            # Deprecations are not silenced.
-            warnings.simplefilter("ignore", UserWarning)
-            trained, optimizer, loader = engine.make_private(
-                module=model,
-                optimizer=optimizer,
-                data_loader=poisson_loader(loader, sampling, generator),
-                noise_multiplier=sigma,
-                max_grad_norm=dp.max_grad_norm,
-                poisson_sampling=False,  # the loader above samples already
-            )
-        # Opacus divides by int(len(dataset) * rate): a function of the records' count.
-        optimizer.expected_batch_size = sampling.expected_batch_size
-        if generator is not None:
-            draw_noise_securely(optimizer, generator)
-        if proximal_mu > 0:
-            _pull_after_noise(optimizer, params, anchor, proximal_mu)
-        if canaries is not None and index_log is not None:
-            real_path = gradient_canaries.attach(
-                optimizer,
-                canaries,
-                accountant=engine.accountant,
-                batch_sampler=loader.batch_sampler,
-                index_log=index_log,
-                make_block_optimizer=task.optimizer.build,
-                sample_rate=sample_rate,
-                max_grad_norm=dp.max_grad_norm,
-                records=len(x),
-                seed=None if secure_noise else seed,
-            )
-
-    def loss_fn(batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        loss = task.batch_loss(trained, batch)
-        return loss + prox() if prox is not None else loss
-
+def _train_steps(
+    setup: _Training,
+    loss_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
+    *,
+    device: torch.device,
+    epochs: int,
+    steps: int | None,
+    used: list[tuple[torch.Tensor, ...]] | None,
+) -> list[float]:
+    """The round's training: ``epochs`` epochs, or ``steps`` batches (their records
+    appended to ``used`` when given); each epoch's mean loss. Under DP-SGD an empty Poisson
+    batch still takes its noise-only step."""
+    optimizer = setup.optimizer
+    empty = None if setup.engine is None else lambda: noise_only_step(optimizer)
     losses = []
-    used: list[tuple[torch.Tensor, ...]] = []
-    empty = None if dp is None else lambda: noise_only_step(optimizer)
     with warnings.catch_warnings():
         # torch's backward-hook notices, raised on every batch of Opacus's per-sample
         # gradients. Deprecations are not silenced.
         warnings.simplefilter("ignore", UserWarning)
-        if local_steps is None:
+        if steps is None:
             for _ in range(epochs):
-                losses.append(run_epoch(trained, loader, optimizer, loss_fn, device, empty))
+                losses.append(
+                    run_epoch(setup.module, setup.loader, optimizer, loss_fn, device, empty)
+                )
         else:
-            batches = _first_batches(loader, local_steps, used if keep_used else None)
-            losses.append(run_epoch(trained, batches, optimizer, loss_fn, device, empty))
-
-    if real_path is not None:
-        real_path.finish()
-    epsilon = None
-    if engine is not None and ledger is not None and dp is not None:
-        ledger.history = [tuple(h) for h in engine.accountant.history]
-        epsilon = ledger.epsilon(dp.delta)
-    # The original module holds the trained weights (Opacus wraps it): clean keys.
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    return LocalTrainResult(
-        state_dict=state,
-        train_loss=float(np.mean(losses)),
-        num_examples=int(len(x)),
-        dp_epsilon=epsilon,
-        noise_multiplier=sigma,
-        used=None if local_steps is None or not keep_used else _concat(used),
-    )
+            batches = _first_batches(setup.loader, steps, used)
+            losses.append(run_epoch(setup.module, batches, optimizer, loss_fn, device, empty))
+    return losses
 
 
 def poisson_loader(

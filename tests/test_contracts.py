@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import types
 from pathlib import Path
-from typing import Annotated, Any, Literal
 
 import pytest
 import torch
@@ -29,11 +27,8 @@ from flwr.supercore.task_identity import TaskIdentity
 from audit.canaries.canary import CanaryResult
 from audit.site_results import SiteResults
 from clients.app import SiteRuntime, build_client_app
-from contracts.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from contracts.json_values import FLAT_IN_OLDER, INLINE, NullAs, from_dict, json_safe
+from contracts.json_values import from_dict, json_safe
 from contracts.reply_keys import COVERAGES, KIND_JSON, NORM_BIT, REPLY_KEYS, kind_key
-from contracts.run_files import CheckpointMeta
-from contracts.run_log import ClientDPLedgerFile, ClientDPSite, RoundRecord, SiteRound, read_rounds
 from contracts.site_audit import SiteAudit, SiteAuditFile
 from contracts.wire import (
     ARRAYS,
@@ -55,7 +50,6 @@ from contracts.wire import (
 )
 from server.app import site_audit_file
 from server.run_log import (
-    append_round,
     read_site_audit,
     sites_needing_audit,
     write_site_audit,
@@ -379,47 +373,6 @@ def test_a_reply_without_an_audit_is_a_failure(task_identity):
 # --- the run directory ------------------------------------------------------------------
 
 
-def test_run_layout_keeps_todays_names(tmp_path):
-    layout = run_files(tmp_path)
-    expected = {
-        layout.config: "config.yaml",
-        layout.partition: "partition.json",
-        layout.dataset: "dataset.json",
-        layout.metrics: "metrics.jsonl",
-        layout.audit(3): "audits/site-3.json",
-        layout.round_checkpoint(7): "checkpoints/round-0007.pt",
-        layout.round_checkpoint(12345): "checkpoints/round-12345.pt",
-        layout.final_model: "global_model.pt",
-        layout.client_dp_ledger: "client_dp.json",
-        layout.site_file(2): "sites/site-2.npz",
-        layout.public: "sites/public.npz",
-        layout.site_state: "site_state",
-        layout.site_dp_ledger(1): "site_state/site-1-dp-ledger.json",
-        layout.exposed_records(1): "site_state/site-1-exposed-records.json",
-        layout.reference_models: "reference_models",
-        layout.reference_manifest: "reference_models/manifest.json",
-        layout.reference_model(0): "reference_models/ref-0.pt",
-        layout.deployment: "deployment",
-    }
-    for path, name in expected.items():
-        assert path == tmp_path / name
-
-
-def test_run_layout_finds_checkpoints_and_audit_files(tmp_path):
-    layout = run_files(str(tmp_path))  # a str is taken as a path
-    assert layout.round_checkpoints() == {} and layout.audit_files() == {}
-    for n in (1, 2, 10):
-        layout.round_checkpoint(n).parent.mkdir(exist_ok=True)
-        layout.round_checkpoint(n).touch()
-    (layout.checkpoints / "round-0003.pt.tmp").touch()
-    assert sorted(layout.round_checkpoints()) == [1, 2, 10]
-    layout.audits.mkdir()
-    for site in (0, -1):
-        layout.audit(site).touch()
-    (layout.audits / "site-1.tmp").touch()
-    assert layout.audit_files() == {-1: layout.audit(-1), 0: layout.audit(0)}
-
-
 def test_site_audit_file_reads_todays_and_older_files(tmp_path):
     today = SiteAuditFile(
         site_id=0,
@@ -469,78 +422,6 @@ def test_site_audit_file_reads_todays_and_older_files(tmp_path):
     ) == [5]
 
 
-def test_checkpoint_meta_is_written_as_todays_dict(tmp_path):
-    meta = CheckpointMeta(
-        modality="image",
-        model="cnn",
-        model_options={"width": 8},
-        num_classes=10,
-        input_shape=(1, 8, 8),
-        dp=True,
-        dp_level="both",
-    )
-    path = run_files(tmp_path).final_model
-    save_checkpoint(path, Checkpoint(round=3, state_dict={"w": torch.zeros(1)}, meta=meta))
-    raw = torch.load(path, weights_only=True)
-    assert list(raw) == ["round", "state_dict", "meta"]
-    assert raw["meta"] == {
-        "modality": "image",
-        "model": "cnn",
-        "model_options": {"width": 8},
-        "num_classes": 10,
-        "input_shape": [1, 8, 8],
-        "dp": True,
-        "dp_level": "both",
-    }
-    assert list(raw["meta"]) == list(json_safe(meta))
-    assert load_checkpoint(path).meta == meta
-
-
-def test_checkpoint_without_meta_and_older_meta(tmp_path):
-    path = Path(tmp_path) / "old.pt"
-    save_checkpoint(path, Checkpoint(round=1, state_dict={}, meta=None))
-    assert torch.load(path, weights_only=True)["meta"] == {}
-    assert load_checkpoint(path).meta is None
-    older = {"modality": "tabular", "model": "mlp", "num_classes": 2, "input_shape": [5]}
-    meta = from_dict(CheckpointMeta, older)
-    assert (meta.dp, meta.dp_level, meta.model_options, meta.input_shape) == (False, None, {}, (5,))
-    with pytest.raises(ValueError, match="'model' is missing"):
-        from_dict(CheckpointMeta, {"modality": "image"})
-
-
-def test_round_log_is_one_record_for_writer_and_reader(tmp_path: Path) -> None:
-    first = RoundRecord(
-        round=1,
-        global_loss=0.9,
-        elapsed_s=2.5,
-        sites={"10": SiteRound(0.3, None, 100), "2": SiteRound(0.4, 1.5, 90, 2.0)},
-        failures={"3": "timeout"},
-    )
-    append_round(run_files(tmp_path), first)
-    append_round(run_files(tmp_path), RoundRecord(round=2))
-    line = json.loads(run_files(tmp_path).metrics.read_text().splitlines()[0])
-    # Top-level nulls and empties are left out; a site's numbers are all there.
-    assert "global_accuracy" not in line and line["sites"]["10"]["dp_epsilon"] is None
-    back = read_rounds(run_files(tmp_path))
-    assert back[0] == first  # the same record (dicts compare without order)
-    assert list(back[0].sites) == ["2", "10"]  # numeric order
-    assert back[1] == RoundRecord(round=2)
-
-
-def test_run_log_records_name_the_bad_key() -> None:
-    with pytest.raises(ValueError, match=r"key 'sites\.0\.train_loss' must be a number"):
-        from_dict(RoundRecord, {"round": 1, "sites": {"0": {"train_loss": "low"}}})
-    with pytest.raises(ValueError, match="key 'round' is missing"):
-        from_dict(RoundRecord, {"sites": {}})
-    with pytest.raises(ValueError, match=r"key 'sites\.1\.rounds' must be a list"):
-        from_dict(ClientDPLedgerFile, {"sites": {"1": {"rounds": 3}}})
-    ledger = ClientDPLedgerFile(delta=1e-5, sites={"1": ClientDPSite([1, 2], float("inf"), 0.5)})
-    # A non-finite epsilon is written as null and read back as None (its field is optional).
-    assert from_dict(ClientDPLedgerFile, json.loads(json.dumps(ledger.to_dict()))).sites["1"] == (
-        ClientDPSite([1, 2], None, 0.5)
-    )
-
-
 def test_docs_list_every_reply_key_with_its_coverage():
     """docs/security.md's table is the coverage table's, row for row."""
     text = (Path(__file__).parents[1] / "docs" / "security.md").read_text()
@@ -574,95 +455,3 @@ def test_ray_memory_killer_is_recognised_in_errors_and_in_site_error_texts():
     assert memory_killed(f"<class 'ray.exceptions.OutOfMemoryError'>:<'{message}'>")
     assert not memory_killed(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"))
     assert not memory_killed("SplitError: too few records for the audit's splits")
-
-
-# --- the one checked decoder ------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class _Inner:
-    x: float
-    tag: Literal["a", "b"] = "a"
-
-
-@dataclasses.dataclass(frozen=True)
-class _Record:
-    count: int
-    share: float
-    name: str
-    on: bool
-    low: Annotated[float, NullAs(-math.inf)]
-    inner: _Inner
-    pair: tuple[float, float | None]
-    shape: tuple[int, ...]
-    by_site: dict[str, _Inner]
-    by_round: dict[int, float]
-    inner_flat: _Inner = dataclasses.field(default=_Inner(0.0), metadata=INLINE)
-    maybe: float | None = None
-    items: list[_Inner] = dataclasses.field(default_factory=list)
-    anything: Any = None
-
-
-def test_the_decoder_reads_what_json_safe_writes_and_checks_every_key():
-    record = _Record(
-        count=3,
-        share=0.5,
-        name="n",
-        on=True,
-        low=-math.inf,
-        inner=_Inner(1.5, "b"),
-        pair=(1.0, None),
-        shape=(1, 28, 28),
-        by_site={"10": _Inner(1.0), "2": _Inner(2.0)},
-        by_round={12: 0.5, 3: 0.25},
-        inner_flat=_Inner(4.0, "b"),
-        maybe=None,
-        items=[_Inner(0.0)],
-        anything={"k": [1, "x"]},
-    )
-    data = json.loads(json.dumps(json_safe(record)))
-    assert data["low"] is None and data["x"] == 4.0 and "inner_flat" not in data  # inline
-    back = from_dict(_Record, data)
-    assert back == record
-    assert list(back.by_site) == ["2", "10"] and list(back.by_round) == [3, 12]  # numeric order
-    # A plain float's null is a non-finite number of unknown sign.
-    assert math.isnan(from_dict(_Record, data | {"share": None}).share)
-    for change, why in (
-        ({"count": 2.5}, "'count' must be an integer, got 2.5"),
-        ({"count": True}, "'count' must be an integer, got True"),
-        ({"share": "0.5"}, "'share' must be a number, got '0.5'"),
-        ({"share": float("inf")}, "'share' must be finite"),
-        ({"name": 1}, "'name' must be a string, got 1"),
-        ({"on": 1}, "'on' must be true or false, got 1"),
-        ({"inner": {"x": 1.0, "tag": "c"}}, r"'inner\.tag' must be one of \['a', 'b'\]"),
-        ({"pair": [1.0]}, "'pair' must be a list of 2, got 1"),
-        ({"shape": [1, "28"]}, r"'shape\[1\]' must be an integer"),
-        ({"by_site": {"2": {"x": "1"}}}, r"'by_site\.2\.x' must be a number"),
-        ({"by_round": {"first": 0.5}}, "'by_round' must be keyed by numbers"),
-        ({"items": [{"x": 0.0}, {}]}, r"'items\[1\]\.x' is missing"),
-        ({"x": "4"}, "'x' must be a number, got '4'"),  # an inline field's key
-    ):
-        with pytest.raises(ValueError, match=why):
-            from_dict(_Record, data | change)
-    with pytest.raises(ValueError, match=r"key 'a\.b\.inner' must be a JSON object, got 3"):
-        from_dict(_Record, data | {"inner": 3}, "a.b")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Game:
-    c: float
-    ceiling: float
-
-
-@dataclasses.dataclass(frozen=True)
-class _Result:
-    name: str
-    game: _Game = dataclasses.field(metadata=FLAT_IN_OLDER)
-
-
-def test_a_field_older_files_held_flat_is_read_from_its_parent():
-    assert from_dict(_Result, {"name": "r", "game": {"c": 1.0, "ceiling": 2.0}}) == from_dict(
-        _Result, {"name": "r", "c": 1.0, "ceiling": 2.0}
-    )
-    with pytest.raises(ValueError, match=r"key 'result\.c' must be a number"):
-        from_dict(_Result, {"name": "r", "c": "1", "ceiling": 2.0}, "result")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import make_idx_folder
+from idx_files import make_idx_folder
 
 from ml.datasets import DataError, load_dataset
 from ml.datasets.image import read_idx

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from builders import make_idx_folder, run_files
+from builders import run_files
+from idx_files import make_idx_folder
 from torch import nn
 
 from contracts.checkpoint import load_checkpoint
