@@ -14,7 +14,6 @@ import pytest
 import torch
 from opacus import PrivacyEngine
 from opacus.accountants import utils as accountant_utils
-from opacus.data_loader import DPDataLoader
 from opacus.grad_sample import grad_sample_module
 from opacus.optimizers import optimizer as dp_optimizer
 from opacus.optimizers.optimizer import DPOptimizer
@@ -252,10 +251,15 @@ def _grad_sample_halved(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _fixed_size_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The loader keeps its shuffled fixed-size batches instead of Poisson sampling."""
-    monkeypatch.setattr(
-        DPDataLoader, "from_data_loader", classmethod(lambda cls, loader, **_: loader)
-    )
+    """The sampler draws shuffled batches of the expected size instead of Poisson ones
+    (each record still at rate q)."""
+
+    def fixed(self):
+        size = max(1, round(self.num_samples * self.sample_rate))
+        for _ in range(self.steps):
+            yield torch.randperm(self.num_samples, generator=self.generator)[:size].tolist()
+
+    monkeypatch.setattr(UniformWithReplacementSampler, "__iter__", fixed)
 
 
 FAULTS: list[tuple[Callable[[pytest.MonkeyPatch], None], str, float | None]] = [

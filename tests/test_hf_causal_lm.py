@@ -23,6 +23,8 @@ from contracts.wire import (
     AUDIT,
     AUDIT_QUERY,
     CONFIG,
+    NUM_EXAMPLES,
+    UNIT_WEIGHT,
     AuditInstructions,
     TrainInstructions,
     audit_reply,
@@ -151,7 +153,9 @@ def _federate(config, run_dir: Path) -> tuple[dict[str, torch.Tensor], object, d
             for site in (0, 1)
         ]
         assert not any(r.has_error() for r in replies), [r.error for r in replies if r.has_error()]
-        arrays, _ = FedAvg().aggregate_train(server_round, replies)
+        # Under DP the replies carry no record count: the sites are averaged uniformly.
+        weight = UNIT_WEIGHT if config.dp.any_level else NUM_EXAMPLES
+        arrays, _ = FedAvg(weighted_by_key=weight).aggregate_train(server_round, replies)
         state = arrays.to_torch_state_dict()
     assert any(not torch.equal(start[k], state[k]) for k in state)  # fine-tuned
     return state, app, contexts
