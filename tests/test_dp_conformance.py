@@ -262,6 +262,17 @@ def _fixed_size_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(UniformWithReplacementSampler, "__iter__", fixed)
 
 
+def _one_record_in_every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampler draws at rate q, but one record rides along in every batch."""
+    draw = UniformWithReplacementSampler.__iter__
+
+    def favoured(self):
+        for indices in draw(self):
+            yield indices if 0 in indices else [0, *indices]
+
+    monkeypatch.setattr(UniformWithReplacementSampler, "__iter__", favoured)
+
+
 FAULTS: list[tuple[Callable[[pytest.MonkeyPatch], None], str, float | None]] = [
     (_half_noise, "noise_level", 0.5),
     (_reused_noise, "noise_reuse", 1.0),
@@ -273,6 +284,7 @@ FAULTS: list[tuple[Callable[[pytest.MonkeyPatch], None], str, float | None]] = [
     (_divided_by_realised_batch, "noise_per_step", None),
     (_grad_sample_halved, "clipping", 0.5),
     (_fixed_size_batches, "batch_dispersion", 0.0),
+    (_one_record_in_every_batch, "record_extremes", 10.0),
 ]
 
 
