@@ -95,15 +95,10 @@ def keep_round(
     steps: int | None,
 ) -> None:
     """Keep what the server holds of this round (and the records the steps used)."""
-    update = {
-        k: result.state_dict[k].float() - v.float()
-        for k, v in global_state.items()
-        if v.is_floating_point()
-    }
     kept = {
         "version": _STATE_VERSION,
         "global": {k: v.detach().cpu() for k, v in global_state.items()},
-        "update": update,
+        "update": _update(global_state, result.state_dict),
         "num_examples": result.num_examples,
         "epochs": epochs,
         "steps": steps,
@@ -114,11 +109,11 @@ def keep_round(
     atomic_write(settings.state_path(server_round), lambda f: torch.save(kept, f), private=True)
 
 
-def _aggregate_update(
+def _update(
     received: dict[str, torch.Tensor], after: dict[str, torch.Tensor]
 ) -> dict[str, torch.Tensor]:
-    """The round's aggregate update (the global weights after it minus before), over the
-    floating-point arrays, as :func:`keep_round` keeps the site's own."""
+    """``after - received`` over the floating-point arrays (float32): the site's own update
+    (:func:`keep_round`) or, under secure aggregation, the round's aggregate one."""
     return {k: after[k].float() - v.float() for k, v in received.items() if v.is_floating_point()}
 
 
@@ -149,7 +144,7 @@ def inversion_audit(
             continue  # the site was not sampled in that round
         kept = torch.load(path, weights_only=True)
         if sums is not None:
-            kept["update"] = _aggregate_update(kept["global"], sums[server_round])
+            kept["update"] = _update(kept["global"], sums[server_round])
         result, gallery = _attack_round(settings, task, data, kept, server_round, seed)
         out.append(result)
         if gallery is not None and len(out) == 1:
