@@ -273,6 +273,23 @@ def _one_record_in_every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(UniformWithReplacementSampler, "__iter__", favoured)
 
 
+def _every_fifth_step_unprotected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every fifth step the optimizer applies the raw mean gradient: no clipping, no noise,
+    no accounting."""
+    step, taken = DPOptimizer.step, [0]
+
+    def skipping(self, closure=None):
+        taken[0] += 1
+        if taken[0] % 5:
+            return step(self, closure)
+        for p in self.params:
+            if p.grad_sample is not None and len(p.grad_sample):
+                p.grad = p.grad_sample.mean(0)
+        return self.original_optimizer.step()
+
+    monkeypatch.setattr(DPOptimizer, "step", skipping)
+
+
 FAULTS: list[tuple[Callable[[pytest.MonkeyPatch], None], str, float | None]] = [
     (_half_noise, "noise_level", 0.5),
     (_reused_noise, "noise_reuse", 1.0),
@@ -285,6 +302,7 @@ FAULTS: list[tuple[Callable[[pytest.MonkeyPatch], None], str, float | None]] = [
     (_grad_sample_halved, "clipping", 0.5),
     (_fixed_size_batches, "batch_dispersion", 0.0),
     (_one_record_in_every_batch, "record_extremes", 10.0),
+    (_every_fifth_step_unprotected, "observed", None),
 ]
 
 
