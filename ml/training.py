@@ -23,7 +23,7 @@ def run_epoch(
     The loss is summed on the device, in float64 (as a Python float would), and read once
     at the end: a read per step would make the host wait for each step, and the GPU for
     the host between steps."""
-    total, count = torch.zeros((), dtype=torch.float64), 0
+    total, count = torch.zeros((), dtype=torch.float64, device=device), 0
     for batch in loader:
         # A no-op for the task's loaders (records already on the device); Opacus's empty
         # Poisson batch is built on the host.
@@ -36,6 +36,6 @@ def run_epoch(
         loss = loss_fn(batch)
         loss.backward()
         optimizer.step()
-        total = total.to(loss.device) + loss.detach().double() * len(batch[0])
+        total += loss.detach().double() * len(batch[0])
         count += len(batch[0])
     return float(total) / max(count, 1)
