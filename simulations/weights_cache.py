@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from filelock import FileLock
 
+from contracts.files import atomic_write
+
 log = logging.getLogger("panoramia_fl")
 
 CACHE_ENV = "PANORAMIA_FL_CACHE"
@@ -179,17 +181,8 @@ class WeightsCache:
             "digest": _state_digest(state),
             "state": state,
         }
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{key[:16]}-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                torch.save(entry, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path(key))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # Private, as mkstemp made it; the key's lock (held by the caller) keeps one writer.
+        atomic_write(self.path(key), lambda fh: torch.save(entry, fh), private=True)
 
 
 def _read_entry(path: Path, key: str) -> State:
