@@ -135,7 +135,7 @@ def inversion_settings(
     config: ExperimentConfig, site_id: int, state_dir: Path
 ) -> InversionSettings | None:
     """The site's gradient-inversion audit (``audit.inversion``), kept in its own folder."""
-    if config.audit.inversion is None:
+    if config.audit.inversion is None or not config.audit.inversion.attacks(site_id):
         return None
     return InversionSettings(
         config=config.audit.inversion,

@@ -461,6 +461,12 @@ def _check_audit_phase(config: ExperimentConfig) -> None:
             raise ValueError(
                 f"audit.inversion.rounds: {late} outside 1..fl.rounds ({config.fl.rounds})"
             )
+        absent = [s for s in inversion.sites or [] if s >= config.partition.num_sites]
+        if absent:
+            raise ValueError(
+                f"audit.inversion.sites: {absent} outside 0..partition.num_sites - 1 "
+                f"({config.partition.num_sites - 1})"
+            )
     check_round_choice("audit.", config.audit.rounds, config.audit.every, config.fl.rounds)
     updates = config.audit.updates
     if updates is not None:

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -29,11 +30,28 @@ def test_default_config_is_valid():
             {"audit": {"inversion": {"learning_rate": float("inf")}}},
             "audit.inversion.learning_rate: Input should be a finite number",
         ),
+        ({"audit": {"inversion": {"sites": []}}}, "audit.inversion.sites: a non-empty list"),
+        (
+            {"partition": {"num_sites": 2}, "audit": {"inversion": {"sites": [0, 2]}}},
+            "audit.inversion.sites: [2] outside",
+        ),
     ],
 )
 def test_bad_values_name_the_key(raw, key):
-    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=re.escape(key)):
         validate_config(raw)
+
+
+def test_only_the_listed_sites_run_the_inversion_audit(tmp_path):
+    from simulations.apps import inversion_settings
+
+    config = validate_config(
+        {"partition": {"num_sites": 3}, "audit": {"inversion": {"sites": [1]}}}
+    )
+    attacking = [s for s in range(3) if inversion_settings(config, s, tmp_path) is not None]
+    assert attacking == [1]
+    every = validate_config({"partition": {"num_sites": 3}, "audit": {"inversion": {}}})
+    assert all(inversion_settings(every, s, tmp_path) is not None for s in range(3))
 
 
 def test_overrides_and_round_trip(tmp_path):

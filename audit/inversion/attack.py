@@ -86,6 +86,11 @@ class InversionConfig(BaseModel):
         description="the rounds whose update each site attacks (default: the first, where "
         "the model is least trained and attacks do best)",
     )
+    sites: list[int] | None = Field(
+        None,
+        description="the sites that run the attack (default: every site); on a large "
+        "consortium a few sites bound what the server could rebuild at a fraction of the cost",
+    )
     iterations: int = Field(
         ITERATIONS,
         ge=1,
@@ -139,6 +144,17 @@ class InversionConfig(BaseModel):
         if not rounds or any(r < 1 for r in rounds):
             raise ValueError(f"a non-empty list of rounds >= 1, not {rounds}")
         return sorted(set(rounds))
+
+    @field_validator("sites")
+    @classmethod
+    def _some_sites(cls, sites: list[int] | None) -> list[int] | None:
+        if sites is not None and (not sites or any(s < 0 for s in sites)):
+            raise ValueError(f"a non-empty list of site ids >= 0, not {sites}")
+        return None if sites is None else sorted(set(sites))
+
+    def attacks(self, site_id: int) -> bool:
+        """Whether site ``site_id`` runs the attack."""
+        return self.sites is None or site_id in self.sites
 
 
 @dataclass(frozen=True)
