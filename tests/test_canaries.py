@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from builders import run_files
+from builders import TINY_AUDIT, run_files
 from scipy import stats
 
 from audit.canaries.canary import CANARY_SCORE, CanaryResult, canary_audit
@@ -25,17 +25,6 @@ from simulations.run_dir import DatasetMeta, prepare_run_dir
 from simulations.run_task import make_task
 
 pytestmark = pytest.mark.ray
-
-TINY_AUDIT = {
-    "quick": True,
-    "helper_epochs": 2,
-    "splits": {"generator": 100, "train": 60, "val": 30},
-    "generator": {"kind": "cgan", "epochs": 2},
-    "classifier": {"epochs": [2], "gbm_iterations": [50]},
-    # The run's two reference models still calibrate the scores; one epoch each is enough
-    # for what is checked here (the default is 10).
-    "calibration": {"epochs": 1},
-}
 
 
 def _digits_config(name: str = "canaries", **sections: dict) -> object:
