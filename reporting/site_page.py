@@ -19,23 +19,8 @@ from .banners import canary_banner, violation_banner_lines
 from .between_runs import HEADLINE, another_run_line
 from .blocks import Banner, Block, Bullets, Figure, Heading, Meaning, Para, Raw, Table, to_html
 from .formatting import (
-    BOUND_RECALL_CAPTION,
-    BOUNDS_BELOW_DP,
-    BY_ROUND_CAPTION,
-    BY_ROUND_NOTE,
-    EPS_PLOT_CAPTION,
-    INVERSION_MEANING,
-    LOW_FPR_NOTE,
     MISSING,
-    NOT_A_BOUND,
-    ONE_MODEL_INTERVAL,
-    OUTSIDE_MEANING,
-    PR_CAPTION,
-    ROC_NOTE,
     SIDE_LABELS,
-    UPDATES_CAPTION,
-    UPDATES_NOTE,
-    WHITE_BOX_MEANING,
     first_leaking_text,
     fmt,
     fmt_best,
@@ -55,6 +40,7 @@ from .formatting import (
     scorer_values,
 )
 from .html_page import esc, page
+from .meanings import NOTES, Note
 from .metrics import CANARY_FDP, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, mechanism, server
 from .privacy_ledger import server_epsilon
 from .schema import SCORERS, SitePageReport, SiteReport, mean_of, report_json
@@ -159,7 +145,7 @@ def _between_runs(report: SitePageReport) -> list[Block]:
         return []
     numbers = report.between_runs.numbers if report.between_runs is not None else {}
     another = another_run_line(numbers[HEADLINE]) if HEADLINE in numbers else None
-    return [Para(f"{ONE_MODEL_INTERVAL}."), *([Para(another)] if another else [])]
+    return [Para(f"{NOTES[Note.ONE_MODEL_INTERVAL]}."), *([Para(another)] if another else [])]
 
 
 def _exposed(report: SitePageReport) -> list[Block]:
@@ -208,7 +194,7 @@ def _inversion(report: SitePageReport) -> list[Block]:
     blocks: list[Block] = [
         Heading(f"Can the server rebuild your records from {held}?"),
         Para(" ".join(inversion_sentence(r) for r in results)),
-        Para(f"How to read it: {INVERSION_MEANING}."),
+        Para(f"How to read it: {NOTES[Note.INVERSION]}."),
         Table(INVERSION_COLUMNS, results, attrs=' id="inversion"'),
     ]
     if report.inversion_gallery_link is not None:
@@ -248,10 +234,10 @@ def by_round_blocks(
         return []
     return [
         Heading(title, level),
-        Para(f"{first_leaking_text(site.by_round)} {BY_ROUND_NOTE}"),
+        Para(f"{first_leaking_text(site.by_round)} {NOTES[Note.BY_ROUND]}"),
         Figure(
             plots.by_round_plot(site.by_round),
-            BY_ROUND_CAPTION,
+            NOTES[Note.BY_ROUND_CAPTION],
             alt=f"leakage against round, site {site.site_id}",
         ),
         Table(BY_ROUND_COLUMNS, site.by_round, attrs=f' id="by-round-{site.site_id}"'),
@@ -268,10 +254,10 @@ def update_blocks(
         return []
     return [
         Heading(title, level),
-        Para(UPDATES_NOTE),
+        Para(NOTES[Note.UPDATES]),
         Figure(
             plots.updates_plot(rows),
-            UPDATES_CAPTION,
+            NOTES[Note.UPDATES_CAPTION],
             alt=f"leakage of the site's updates against round, site {site.site_id}",
         ),
         Table(UPDATE_COLUMNS, rows, attrs=f' id="updates-{site.site_id}"'),
@@ -386,7 +372,7 @@ def _measured_items(site: SiteReport) -> list[Item]:
         Item(
             "white-box, mechanism level: f-DP eps lower bound / estimate [95% interval]",
             fmt_white_box(mechanism(site)),
-            WHITE_BOX_MEANING,
+            NOTES[Note.WHITE_BOX],
         ),
         Item(
             "white-box, server level: f-DP eps lower bound / estimate [95% interval]",
@@ -405,8 +391,12 @@ def _measured_items(site: SiteReport) -> list[Item]:
             "the largest one-run lower bound (canary audit or O(1); Steinke et al. or f-DP), "
             "with the method that gave it",
         ),
-        Item("ordering check", ordering_text(site), f"{BOUNDS_BELOW_DP}; {NOT_A_BOUND}"),
-        Item("sent outside the guarantee", fmt_outside(p), OUTSIDE_MEANING),
+        Item(
+            "ordering check",
+            ordering_text(site),
+            f"{NOTES[Note.BOUNDS_BELOW_DP]}; {NOTES[Note.NOT_A_BOUND]}",
+        ),
+        Item("sent outside the guarantee", fmt_outside(p), NOTES[Note.OUTSIDE]),
     ]
 
 
@@ -451,27 +441,27 @@ def _detail(site: SiteReport, audit: AuditResult) -> list[Block]:
         Bullets(levels_lines([site])),
         Figure(
             plots.site_eps_plot([site]),
-            EPS_PLOT_CAPTION,
+            NOTES[Note.EPS_PLOT_CAPTION],
             alt=f"eps_tilde, site {site.site_id}",
         ),
         Heading("Comparisons", 3),
         _comparisons_table(site, audit),
         Heading("Low false-positive rates", 3),
-        Para(LOW_FPR_NOTE),
+        Para(NOTES[Note.LOW_FPR]),
         Table(LOW_FPR_COLUMNS, [(s, scorer_values(audit, s)) for s in SCORERS], ' id="low-fpr"'),
         Figure(
             plots.roc_plot(site.site_id, audit.roc, len(audit.repeats)),
-            ROC_NOTE,
+            NOTES[Note.ROC],
             alt=f"log-scale ROC, site {site.site_id}",
         ),
         Figure(
             plots.precision_recall_plot([site]),
-            PR_CAPTION,
+            NOTES[Note.PR_CAPTION],
             alt=f"precision-recall, site {site.site_id}",
         ),
         Figure(
             plots.bound_recall_plot([site]),
-            BOUND_RECALL_CAPTION,
+            NOTES[Note.BOUND_RECALL_CAPTION],
             alt=f"bound against recall, site {site.site_id}",
         ),
     ]

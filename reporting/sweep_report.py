@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
 from contracts.run_files import REPORT_HTML, RunLayout
@@ -43,9 +42,9 @@ from .blocks import (
     to_markdown,
 )
 from .columns import SiteRow, site_row_class
-from .formatting import NOT_A_BOUND, TIGHT_ONLY
 from .html_page import SORT_SCRIPT, page
 from .inputs import load_run
+from .meanings import NOTES, Note
 from .observers import OBSERVER_COLUMNS, OBSERVERS_NOTE, observer_rows, observers_plot
 from .report_writer import write_report
 from .run_config import ConfigReader
@@ -83,8 +82,8 @@ def build_sweep_report(
     return SweepReport(
         schema_version=SCHEMA_VERSION,
         points=reports,
-        meaning=EPS_TILDE_MEANING,
-        two_sided_meaning=TWO_SIDED_MEANING,
+        meaning=NOTES[Note.EPS_TILDE],
+        two_sided_meaning=NOTES[Note.TWO_SIDED],
         comparisons=compare_neighbours(reports),
     )
 
@@ -215,7 +214,8 @@ def _plot_blocks(points: list[SweepPointReport]) -> list[Block]:
             sweep_plots.sweep_eps_plot(points),
             "One marker per site and point: eps_tilde one-sided and two-sided with their 95% "
             "intervals, RM;RN and O(1) lower bounds. Non-private points sit at the 'inf' "
-            f"position. Lower bounds should stay below the dotted y = eps line; {TIGHT_ONLY}.",
+            "position. Lower bounds should stay below the dotted y = eps line; "
+            f"{NOTES[Note.TIGHT_ONLY]}.",
             alt="measured vs theoretical epsilon",
         ),
         Heading("Accuracy against privacy", only="html"),
@@ -242,7 +242,8 @@ def _plot_blocks(points: list[SweepPointReport]) -> list[Block]:
             "eps_tilde (two-sided where measured); all against the site's record-level DP "
             "guarantee (log scale), with the y = x line; points without DP at 'no DP', right. "
             "A lower bound above the line is a bound violation; the gap below it is how far "
-            f"the audit is from tight. {NOT_A_BOUND}: above the line it is no contradiction.",
+            f"the audit is from tight. {NOTES[Note.NOT_A_BOUND]}: above the line it is no "
+            "contradiction.",
             alt="measured lower bounds vs accountant epsilon per site",
         ),
     ]
