@@ -72,6 +72,7 @@ class Note(Enum):
     THREAT_NOT_COVERED = "threat_not_covered"
     INVERSION_THREAT = "inversion_threat"
     INVERSION_THREAT_SUM = "inversion_threat_sum"
+    CLASS_SLICES = "class_slices"
     NOT_PROOF = "not_proof"
     LOWER_BOUND_WHEN = "lower_bound_when"
     NONMEMBER_SIDE = "nonmember_side"
@@ -317,6 +318,12 @@ NOTES: dict[Note, str] = {
         "It does not say which of your records are exposed: per-record results never leave "
         "your site (set audit.exposed_records to keep a list of the most exposed ones "
         "there)."
+    ),
+    Note.CLASS_SLICES: (
+        "Per-class slices replay the two-sided game on the slots of one label (the game pairs "
+        "each member with a non-member of its label). Each class's four bounds are at the "
+        "two-sided level divided by the number of labels (Bonferroni), so all classes' "
+        "claims, the most exposed one's included, hold together at the audit's beta."
     ),
 }
 """Every sentence of :class:`Note`, by key."""

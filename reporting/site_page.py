@@ -9,7 +9,6 @@ like report.html does.
 
 from __future__ import annotations
 
-from audit.panoramia.class_slices import CLASS_SLICES_MEANING
 from audit.panoramia.sides import SIDES
 from audit.result import AuditResult
 from contracts.run_log import PlatformInfo
@@ -269,7 +268,7 @@ def _per_class(audit: AuditResult | None) -> list[Block]:
         return []
     return [
         Heading("Which of your classes are exposed"),
-        Para(CLASS_SLICES_MEANING),
+        Para(NOTES[Note.CLASS_SLICES]),
         Table(PER_CLASS_COLUMNS, audit.per_class, attrs=' id="per-class"'),
     ]
 
