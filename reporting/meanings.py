@@ -73,6 +73,18 @@ class Note(Enum):
     INVERSION_THREAT = "inversion_threat"
     INVERSION_THREAT_SUM = "inversion_threat_sum"
     CLASS_SLICES = "class_slices"
+    RECORD_GUARANTEE = "record_guarantee"
+    RECORD_ACCOUNTANT = "record_accountant"
+    CLIENT_ACCOUNTANT = "client_accountant"
+    SERVER_GUARANTEE = "server_guarantee"
+    CLIENT_IMPLIED_RECORD = "client_implied_record"
+    CANARY_BOUND = "canary_bound"
+    CANARY_FDP = "canary_fdp"
+    WHITE_BOX_SERVER = "white_box_server"
+    WHITE_BOX_COST = "white_box_cost"
+    BEST_LOWER_BOUND = "best_lower_bound"
+    DP_ACCOUNTANT = "dp_accountant"
+    LOSS_GAP = "loss_gap"
     NOT_PROOF = "not_proof"
     LOWER_BOUND_WHEN = "lower_bound_when"
     NONMEMBER_SIDE = "nonmember_side"
@@ -324,6 +336,50 @@ NOTES: dict[Note, str] = {
         "each member with a non-member of its label). Each class's four bounds are at the "
         "two-sided level divided by the number of labels (Bonferroni), so all classes' "
         "claims, the most exposed one's included, hold together at the audit's beta."
+    ),
+    Note.RECORD_GUARANTEE: (
+        "the record-level epsilon that applies: the smaller of the record-level "
+        "accountant's and the one client-level DP implies per record (an upper bound on how "
+        "much any one of your records can change what the model reveals)"
+    ),
+    Note.RECORD_ACCOUNTANT: ("your site's own DP-SGD training, all rounds"),
+    Note.CLIENT_ACCOUNTANT: (
+        "the client-level noise on the aggregate (the server's, or the sites' own shares "
+        "under distributed DP): covers adding or removing your whole site, against those "
+        "who see the global model"
+    ),
+    Note.SERVER_GUARANTEE: (
+        "what holds against the server itself: your DP-SGD's epsilon, or under distributed "
+        "client-level DP the noise of your own share (of the whole sum, with secure "
+        "aggregation); central client-level DP gives none (the server sees your update "
+        "before its noise)"
+    ),
+    Note.CLIENT_IMPLIED_RECORD: (
+        "the record-level epsilon client-level DP implies (one record moves your clipped "
+        "update by at most twice the clipping norm)"
+    ),
+    Note.CANARY_BOUND: (
+        "canary records trained on by a fair coin each, guessed from the final model "
+        "(Steinke et al. 2023, one run, delta = 0): a lower bound on epsilon"
+    ),
+    Note.CANARY_FDP: (
+        "the same guesses read against a Gaussian trade-off curve (Mahloujifar et al. "
+        "2025): the largest Gaussian-DP mu they reject, as epsilon at delta"
+    ),
+    Note.WHITE_BOX_SERVER: (
+        "the same canaries read from your round updates only (local steps hidden)"
+    ),
+    Note.WHITE_BOX_COST: (
+        "gradient canaries inside your own DP-SGD (audit.gradient_canaries); the coins and "
+        "statistics stay at your site"
+    ),
+    Note.BEST_LOWER_BOUND: (
+        "the largest one-run lower bound (canary audit or O(1); Steinke et al. or f-DP), "
+        "with the method that gave it"
+    ),
+    Note.DP_ACCOUNTANT: ("the training's record-level guarantee (an upper bound), if any"),
+    Note.LOSS_GAP: (
+        "the model's mean loss on its members and on held-out records (generalization gap)"
     ),
 }
 """Every sentence of :class:`Note`, by key."""

@@ -313,35 +313,27 @@ def _guarantee_items(site: SiteReport) -> list[Item]:
             fmt_dp(p.dp_epsilon, p.dp_delta, _DP_SOURCES.get(p.dp_epsilon_source or ""))
             if p.dp_epsilon is not None
             else "off (no DP)",
-            "the record-level epsilon that applies: the smaller of the record-level "
-            "accountant's and the one client-level DP implies per record (an upper bound on how "
-            "much any one of your records can change what the model reveals)",
+            NOTES[Note.RECORD_GUARANTEE],
         ),
         Item(
             "record-level accountant (DP-SGD at your site)",
             fmt_dp(p.dp_epsilon, p.dp_delta, p.record_accountant),
-            "your site's own DP-SGD training, all rounds",
+            NOTES[Note.RECORD_ACCOUNTANT],
         ),
         Item(
             "client-level accountant, site level",
             fmt_dp(p.client_epsilon, p.client_delta, client_what or None),
-            "the client-level noise on the aggregate (the server's, or the sites' own shares "
-            "under distributed DP): covers adding or removing your whole site, against those "
-            "who see the global model",
+            NOTES[Note.CLIENT_ACCOUNTANT],
         ),
         Item(
             "DP guarantee for your records against the server",
             fmt(server_epsilon(p)) if server_epsilon(p) is not None else "none",
-            "what holds against the server itself: your DP-SGD's epsilon, or under "
-            "distributed client-level DP the noise of your own share (of the whole sum, with "
-            "secure aggregation); central client-level DP gives none (the server sees your "
-            "update before its noise)",
+            NOTES[Note.SERVER_GUARANTEE],
         ),
         Item(
             "client-level DP, implied per record",
             fmt(p.client_epsilon_record) if p.client_epsilon_record is not None else "off",
-            "the record-level epsilon client-level DP implies (one record moves your clipped "
-            "update by at most twice the clipping norm)",
+            NOTES[Note.CLIENT_IMPLIED_RECORD],
         ),
     ]
 
@@ -355,8 +347,7 @@ def _measured_items(site: SiteReport) -> list[Item]:
         Item(
             "canary audit eps lower bound [interval]",
             fmt_canary(canary, p.canaries),
-            "canary records trained on by a fair coin each, guessed from the final model "
-            "(Steinke et al. 2023, one run, delta = 0): a lower bound on epsilon",
+            NOTES[Note.CANARY_BOUND],
         ),
         Item(
             "canary audit f-DP eps lower bound",
@@ -365,8 +356,7 @@ def _measured_items(site: SiteReport) -> list[Item]:
                 None if canary is None else canary.fdp_mu,
                 c.fdp_delta,
             ),
-            "the same guesses read against a Gaussian trade-off curve (Mahloujifar et al. "
-            "2025): the largest Gaussian-DP mu they reject, as epsilon at delta",
+            NOTES[Note.CANARY_FDP],
         ),
         Item(
             "white-box, mechanism level: f-DP eps lower bound / estimate [95% interval]",
@@ -376,19 +366,17 @@ def _measured_items(site: SiteReport) -> list[Item]:
         Item(
             "white-box, server level: f-DP eps lower bound / estimate [95% interval]",
             fmt_white_box(server(site)),
-            "the same canaries read from your round updates only (local steps hidden)",
+            NOTES[Note.WHITE_BOX_SERVER],
         ),
         Item(
             "white-box canaries and their cost",
             fmt_white_box_cost(p.gradient_canaries),
-            "gradient canaries inside your own DP-SGD (audit.gradient_canaries); the coins and "
-            "statistics stay at your site",
+            NOTES[Note.WHITE_BOX_COST],
         ),
         Item(
             "best lower bound",
             fmt_best(c.best_eps_lb, c.best_eps_lb_method),
-            "the largest one-run lower bound (canary audit or O(1); Steinke et al. or f-DP), "
-            "with the method that gave it",
+            NOTES[Note.BEST_LOWER_BOUND],
         ),
         Item(
             "ordering check",
@@ -420,12 +408,12 @@ def _comparisons_table(site: SiteReport, audit: AuditResult) -> Table:
         Item(
             "DP accountant epsilon",
             dp,
-            "the training's record-level guarantee (an upper bound), if any",
+            NOTES[Note.DP_ACCOUNTANT],
         ),
         Item(
             "f loss members / holdout",
             fmt_loss_gap(site),
-            "the model's mean loss on its members and on held-out records (generalization gap)",
+            NOTES[Note.LOSS_GAP],
         ),
     ]
     return Table(item_columns("comparison", "value [95% CI]"), items, attrs=' id="comparisons"')
