@@ -85,6 +85,8 @@ class Note(Enum):
     BEST_LOWER_BOUND = "best_lower_bound"
     DP_ACCOUNTANT = "dp_accountant"
     LOSS_GAP = "loss_gap"
+    BETWEEN_RUNS = "between_runs"
+    COMPARISONS = "comparisons"
     NOT_PROOF = "not_proof"
     LOWER_BOUND_WHEN = "lower_bound_when"
     NONMEMBER_SIDE = "nonmember_side"
@@ -380,6 +382,20 @@ NOTES: dict[Note, str] = {
     Note.DP_ACCOUNTANT: ("the training's record-level guarantee (an upper bound), if any"),
     Note.LOSS_GAP: (
         "the model's mean loss on its members and on held-out records (generalization gap)"
+    ),
+    Note.BETWEEN_RUNS: (
+        "Mean: over the runs. Between-run 95% interval: where another training run of this "
+        "config on the same data would read (a Student-t prediction interval over the "
+        "runs). Mean's 95% interval: how well the runs pin the config's mean. Range: the "
+        "lowest and highest run. Each run's own report gives intervals over audit repeats "
+        "of its one trained model, which leave out the spread between training runs."
+    ),
+    Note.COMPARISONS: (
+        "Each pair of neighbouring points is compared site by site on the two-sided "
+        "eps_tilde by a paired t-test over the seeds both ran (seed k of one point against "
+        "seed k of the other: the same data and start). The level is 0.05 over all the "
+        "comparisons listed (Bonferroni). Few seeds give the test little power: 'no "
+        "difference' is not evidence of equal leakage."
     ),
 }
 """Every sentence of :class:`Note`, by key."""

@@ -22,8 +22,6 @@ from .aggregate import build_report
 from .banners import canary_banner, violation_banner_lines, violation_warnings
 from .between_runs import (
     ACCURACY,
-    BETWEEN_RUNS_NOTE,
-    COMPARISONS_NOTE,
     HEADLINE,
     NO_COMPARISONS,
     compare_neighbours,
@@ -307,7 +305,7 @@ def _over_seeds(report: SweepReport) -> list[Block]:
         Heading("Over training seeds"),
         Para(
             "Each point below ran once per seed on the same partition; the tables above show "
-            f"its first seed's run. {BETWEEN_RUNS_NOTE}"
+            f"its first seed's run. {NOTES[Note.BETWEEN_RUNS]}"
         ),
         Table(sweep_replicate_columns(HEADLINE, ACCURACY), rows, attrs=' class="sortable"'),
         Figure(
@@ -316,7 +314,7 @@ def _over_seeds(report: SweepReport) -> list[Block]:
             alt="eps_tilde and accuracy over training seeds",
         ),
         Heading("Do neighbouring points differ beyond run-to-run spread?", 3),
-        Para(COMPARISONS_NOTE),
+        Para(NOTES[Note.COMPARISONS]),
         Bullets([comparison_line(c) for c in report.comparisons] or [NO_COMPARISONS]),
     ]
 
