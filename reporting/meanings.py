@@ -5,7 +5,9 @@ reader sees, written once here and looked up by key (:class:`Note`, or a flag's 
 The audit library's own statements of what eps_tilde and its two-sided game mean
 (:data:`audit.result.EPS_TILDE_MEANING`, :data:`audit.result.TWO_SIDED_MEANING`) stay with
 the audit, which returns them in every result (``AuditResult.meaning``) to callers without a
-report; the report reads them through :data:`NOTES` like every other sentence.
+report; the report reads them through :data:`NOTES` like every other sentence. So does the
+line on how the DP noise was drawn (``contracts.run_files.NOISE_NOTES``): the server writes
+it into its ledger and ``noise.json``, and the report quotes it from there.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from reporting.columns import (
 )
 from reporting.formatting import flag_labels
 from reporting.html_page import _FLAG_BADGE_KIND
-from reporting.meanings import FLAG_PROSE, MEANING_POINTS
+from reporting.meanings import FLAG_PROSE, MEANING_POINTS, NOTES, Note
 from reporting.schema import FLAGS, FlaggedSites
 
 
@@ -104,6 +104,7 @@ def test_flags_are_declared_once() -> None:
     flag_fields = [f.name for f in dataclasses.fields(AuditFlags) if f.type in ("bool", bool)]
     assert list(FLAGS) == flag_fields == [f.name for f in dataclasses.fields(FlaggedSites)]
     assert list(FLAG_PROSE) == list(FLAGS)
+    assert set(NOTES) == set(Note)
     assert all(prose.meaning in MEANING_POINTS for prose in FLAG_PROSE.values())
     for flag in FLAGS.values():
         assert _FLAG_BADGE_KIND[flag.label] == flag.badge
