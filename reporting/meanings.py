@@ -7,7 +7,7 @@ The audit library's own statements of what eps_tilde and its two-sided game mean
 the audit, which returns them in every result (``AuditResult.meaning``) to callers without a
 report; the report reads them through :data:`NOTES` like every other sentence. So does the
 line on how the DP noise was drawn (``contracts.run_files.NOISE_NOTES``): the server writes
-it into its ledger and ``noise.json``, and the report quotes it from there.
+it into its ledger and ``noise.json``; the report looks it up by the source noise.json names.
 """
 
 from __future__ import annotations
