@@ -25,13 +25,13 @@ from charts.svg import Axes, LegendEntry, Style, Text, render_figure
 from .columns import Column, SiteRow, column
 from .formatting import (
     MISSING,
-    ONE_MODEL_INTERVAL,
     fmt,
     fmt_dp,
     fmt_est,
     fmt_two_sided,
     fmt_white_box,
 )
+from .meanings import NOTES, Note
 from .metrics import (
     CLIENT_EPSILON,
     DP_EPSILON,
@@ -166,7 +166,7 @@ OBSERVERS_NOTE = (
     "round's global model beside it, the rounds whose update lies above its global model "
     "(intervals apart), and the update's lower bounds (RM;RN, O(1)), which may not exceed "
     "the site's DP-SGD epsilon after that round. Under secure aggregation the server holds "
-    f"no update, only each round's sum: the round's global model. {ONE_MODEL_INTERVAL}."
+    f"no update, only each round's sum: the round's global model. {NOTES[Note.ONE_MODEL_INTERVAL]}."
 )
 
 
