@@ -6,21 +6,25 @@ from __future__ import annotations
 from .aggregate import build_report
 from .inputs import RunInputs, load_run
 from .lost_sites import LostSites
-from .report_writer import (
-    report_warnings,
-    write_report,
-    written_report_losses,
-)
+from .report_writer import RunReportFiles, report_warnings, write_report
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport, report_json
 from .site_report import write_site_report
-from .sweep_report import SweepPoint, build_sweep_report, write_sweep_report
+from .sweep_report import (
+    SWEEP_JSON,
+    SweepPoint,
+    build_sweep_report,
+    saved_sweep_points,
+    write_sweep_report,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SWEEP_JSON",
     "LostSites",
     "ReportFiles",
     "RunInputs",
     "RunReport",
+    "RunReportFiles",
     "SitePageReport",
     "SweepPoint",
     "build_report",
@@ -28,8 +32,8 @@ __all__ = [
     "load_run",
     "report_json",
     "report_warnings",
+    "saved_sweep_points",
     "write_report",
     "write_site_report",
     "write_sweep_report",
-    "written_report_losses",
 ]

@@ -8,12 +8,12 @@ each audit is.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
 from contracts.run_files import REPORT_HTML, RunLayout
@@ -23,8 +23,6 @@ from .aggregate import build_report
 from .banners import canary_banner, violation_banner_lines, violation_warnings
 from .between_runs import (
     ACCURACY,
-    BETWEEN_RUNS_NOTE,
-    COMPARISONS_NOTE,
     HEADLINE,
     NO_COMPARISONS,
     compare_neighbours,
@@ -43,9 +41,9 @@ from .blocks import (
     to_markdown,
 )
 from .columns import SiteRow, site_row_class
-from .formatting import NOT_A_BOUND, TIGHT_ONLY
 from .html_page import SORT_SCRIPT, page
 from .inputs import load_run
+from .meanings import NOTES, Note
 from .observers import OBSERVER_COLUMNS, OBSERVERS_NOTE, observer_rows, observers_plot
 from .report_writer import write_report
 from .run_config import ConfigReader
@@ -83,8 +81,8 @@ def build_sweep_report(
     return SweepReport(
         schema_version=SCHEMA_VERSION,
         points=reports,
-        meaning=EPS_TILDE_MEANING,
-        two_sided_meaning=TWO_SIDED_MEANING,
+        meaning=NOTES[Note.EPS_TILDE],
+        two_sided_meaning=NOTES[Note.TWO_SIDED],
         comparisons=compare_neighbours(reports),
     )
 
@@ -166,6 +164,9 @@ def _canary_lines(report: SweepReport) -> list[str]:
 
 
 TITLE = "PANORAMIA sweep comparison"
+SWEEP_JSON = "sweep.json"
+"""The sweep report's numbers, in its folder; its points' labels, overrides and run
+directories also let the report be written again (:func:`saved_sweep_points`)."""
 
 
 def sweep_blocks(report: SweepReport) -> list[Block]:
@@ -215,7 +216,8 @@ def _plot_blocks(points: list[SweepPointReport]) -> list[Block]:
             sweep_plots.sweep_eps_plot(points),
             "One marker per site and point: eps_tilde one-sided and two-sided with their 95% "
             "intervals, RM;RN and O(1) lower bounds. Non-private points sit at the 'inf' "
-            f"position. Lower bounds should stay below the dotted y = eps line; {TIGHT_ONLY}.",
+            "position. Lower bounds should stay below the dotted y = eps line; "
+            f"{NOTES[Note.TIGHT_ONLY]}.",
             alt="measured vs theoretical epsilon",
         ),
         Heading("Accuracy against privacy", only="html"),
@@ -242,7 +244,8 @@ def _plot_blocks(points: list[SweepPointReport]) -> list[Block]:
             "eps_tilde (two-sided where measured); all against the site's record-level DP "
             "guarantee (log scale), with the y = x line; points without DP at 'no DP', right. "
             "A lower bound above the line is a bound violation; the gap below it is how far "
-            f"the audit is from tight. {NOT_A_BOUND}: above the line it is no contradiction.",
+            f"the audit is from tight. {NOTES[Note.NOT_A_BOUND]}: above the line it is no "
+            "contradiction.",
             alt="measured lower bounds vs accountant epsilon per site",
         ),
     ]
@@ -264,8 +267,13 @@ def _observers(points: list[SweepPointReport]) -> list[Block]:
                 "(record level; client level, site-wide; a record against the server), the "
                 "server's inversion audit (mean quality above its public-record baseline; "
                 "under secure aggregation attacked on the round's sum) and white-box "
-                "server-level estimate, the model users' two-sided eps_tilde and O(1). A "
-                "missing marker is a reading the point does not allow or did not run.",
+                "server-level estimate, the largest two-sided eps_tilde of each site's "
+                "updates over the audited rounds (filled) beside the same round's global "
+                "model (hollow): what the server learns beside a model user; the model "
+                "users' two-sided eps_tilde and O(1) of the final model. Bars: 95% intervals "
+                "over audit repeats of one model. A missing marker is a reading the point "
+                "does not allow or did not run (on the updates' panel: 'sum only' under "
+                "secure aggregation, 'not run' without audit.updates).",
                 alt="what each party can measure, per sweep point",
             )
         )
@@ -306,7 +314,7 @@ def _over_seeds(report: SweepReport) -> list[Block]:
         Heading("Over training seeds"),
         Para(
             "Each point below ran once per seed on the same partition; the tables above show "
-            f"its first seed's run. {BETWEEN_RUNS_NOTE}"
+            f"its first seed's run. {NOTES[Note.BETWEEN_RUNS]}"
         ),
         Table(sweep_replicate_columns(HEADLINE, ACCURACY), rows, attrs=' class="sortable"'),
         Figure(
@@ -315,7 +323,7 @@ def _over_seeds(report: SweepReport) -> list[Block]:
             alt="eps_tilde and accuracy over training seeds",
         ),
         Heading("Do neighbouring points differ beyond run-to-run spread?", 3),
-        Para(COMPARISONS_NOTE),
+        Para(NOTES[Note.COMPARISONS]),
         Bullets([comparison_line(c) for c in report.comparisons] or [NO_COMPARISONS]),
     ]
 
@@ -349,8 +357,34 @@ def write_sweep_report(
     )
     warnings = [w for p in report.points for w in violation_warnings(p.sites, f"point {p.label}: ")]
     return ReportFiles(
-        json_path=atomic_write_text(sweep_dir / "sweep.json", report_to_json_text(report)),
+        json_path=atomic_write_text(sweep_dir / SWEEP_JSON, report_to_json_text(report)),
         html_path=atomic_write_text(sweep_dir / "sweep.html", render_sweep_html(report)),
         md_path=atomic_write_text(sweep_dir / "sweep.md", render_sweep_markdown(report)),
         warnings=warnings,
     )
+
+
+def saved_sweep_points(sweep_dir: Path) -> list[SweepPoint]:
+    """The points that ``sweep_dir``'s :data:`SWEEP_JSON` lists, in its order (label,
+    overrides, run directory), so that its report can be written again from the points'
+    saved runs without running anything (after an upgrade: ``panoramia-fl report
+    SWEEP_DIR``). A :class:`RunFileError` names the file and what is wrong with it."""
+    path = Path(sweep_dir) / SWEEP_JSON
+    try:
+        saved = json.loads(path.read_text())
+        points = [
+            SweepPoint(
+                str(p["label"]), dict(p["overrides"]), RunLayout(Path(sweep_dir) / p["run_dir"])
+            )
+            for p in saved["points"]
+        ]
+    except OSError as exc:
+        raise RunFileError(f"{path} cannot be read ({exc.strerror})") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RunFileError(
+            f"{path}: not a sweep report (each of its points needs a label, overrides and "
+            f"run_dir): {exc!r}"
+        ) from exc
+    if not points:
+        raise RunFileError(f"{path} lists no points")
+    return points
