@@ -80,7 +80,7 @@ _ROUND_CHECKPOINT = re.compile(r"^round-(\d+)\.pt$")
 _AUDIT_FILE = re.compile(r"^site-(-?\d+)\.json$")
 
 
-def site_dp_ledger_name(site_id: int) -> str:
+def site_accountant_history_name(site_id: int) -> str:
     """The site's record-level DP ledger, in its state directory."""
     return f"site-{site_id}-dp-ledger.json"
 
@@ -207,7 +207,7 @@ class RunLayout:
         return self.root / FINAL_MODEL_FILE
 
     @property
-    def client_dp_ledger(self) -> Path:
+    def client_dp_accounting(self) -> Path:
         return self.root / CLIENT_DP_LEDGER
 
     @property
@@ -241,8 +241,8 @@ class RunLayout:
     def site_state(self) -> Path:
         return self.root / SITE_STATE_DIR
 
-    def site_dp_ledger(self, site_id: int) -> Path:
-        return self.site_state / site_dp_ledger_name(site_id)
+    def site_accountant_history(self, site_id: int) -> Path:
+        return self.site_state / site_accountant_history_name(site_id)
 
     def exposed_records(self, site_id: int) -> Path:
         return self.site_state / exposed_records_name(site_id)

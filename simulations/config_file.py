@@ -25,6 +25,7 @@ from reporting.run_config import ReportConfig
 from simulations.config import (
     ConfigError,
     ExperimentConfig,
+    audit_value,
 )
 
 DIGEST_LINE = "# panoramia-fl wrote this run's settings; their sha256: "
@@ -119,7 +120,7 @@ def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
             )
         except ValueError as exc:
             raise RunFileError(f"config.yaml: {exc}") from exc
-    canaries = finite(_section(raw, "audit").get("canaries"))
+    canaries = finite(audit_value(_section(raw, "audit"), "input_canaries"))
     accountant = str(section.get("accountant") or "rdp")
     secure = _section(raw, "fl").get("secure_aggregation", "none")
     return PrivacySettings(

@@ -24,7 +24,7 @@ from reporting.columns import md_table
 from reporting.formatting import FIRST_LEAK, first_leaking_text, first_leaks_line
 from reporting.site_columns import PER_CLASS_COLUMNS
 from server.round_audits import plan_audits, with_rounds
-from server.run_log import append_round, write_site_audit
+from server.run_writer import append_round, write_site_audit
 from simulations.config import ConfigError, validate_config
 
 # --- config -------------------------------------------------------------------------------
