@@ -224,9 +224,9 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     asked = TrainInstructions.from_record(msg.content.config_records[CONFIG])
     state = msg.content.array_records[ARRAYS].to_torch_state_dict()
     accountant_history = _accountant_history(runtime, context) if runtime.dp is not None else None
-    canary_state = None
+    gradient_canary_state = None
     if runtime.gradient_canaries is not None and runtime.dp is not None:
-        canary_state = runtime.gradient_canaries.load_or_new()
+        gradient_canary_state = runtime.gradient_canaries.load_or_new()
     keeps_round = runtime.inversion is not None and runtime.inversion.wants(asked.server_round)
     result = train_locally(
         runtime.task,
@@ -240,7 +240,7 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         dp=runtime.dp,
         accountant_history=accountant_history,
         secure_noise=runtime.secure_noise,
-        gradient_canaries=canary_state,
+        gradient_canaries=gradient_canary_state,
         local_steps=asked.local_steps,
         keep_used=keeps_round,
     )
@@ -248,8 +248,8 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     runtime.policy.check_release(result.dp_epsilon)
     if accountant_history is not None:
         _save_accountant_history(accountant_history, runtime, context)
-    if canary_state is not None and runtime.gradient_canaries is not None:
-        canary_state.save(runtime.gradient_canaries.state_path)
+    if gradient_canary_state is not None and runtime.gradient_canaries is not None:
+        gradient_canary_state.save(runtime.gradient_canaries.state_path)
     update = _leaving_update(runtime, asked, state, result.state_dict)
     if update is not None:
         result = replace(result, state_dict=applied(state, update))

@@ -211,8 +211,8 @@ def input_canary_audit_of(
     from audit.panoramia.settings import resolve_device
     from audit.stats.one_run_methods import DEFAULT_DELTA
 
-    canaries, coins = data.input_canary_records()
-    losses = task.per_record_loss(model, canaries.x, canaries.y, device=resolve_device(device_name))
+    records, coins = data.input_canary_records()
+    losses = task.per_record_loss(model, records.x, records.y, device=resolve_device(device_name))
     kind = data.input_canary_kind or "unknown"
     delta = DEFAULT_DELTA if delta is None else delta
     return input_canary_audit(losses, coins, beta=beta, kind=kind, delta=delta)

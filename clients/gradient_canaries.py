@@ -332,9 +332,9 @@ class RealPathAudit:
     """A round's gradient canaries and conformance observations, on the real optimizer."""
 
     def __init__(
-        self, canaries: RoundGradientCanaries, observer: StepObserver, log: IndexLog
+        self, gradient_canaries: RoundGradientCanaries, observer: StepObserver, log: IndexLog
     ) -> None:
-        self.gradient_canaries, self.observer, self.log = canaries, observer, log
+        self.gradient_canaries, self.observer, self.log = gradient_canaries, observer, log
 
     def finish(self) -> None:
         self.gradient_canaries.finish()
@@ -365,7 +365,7 @@ def attach(
     """
     require_dp_optimizer(optimizer)
     generator = _generator(seed)
-    canaries = RoundGradientCanaries(
+    round_canaries = RoundGradientCanaries(
         state,
         optimizer,
         batch_sampler=batch_sampler,
@@ -386,11 +386,11 @@ def attach(
         optimizer,
         accountant=accountant,
         evidence=state.evidence,
-        on_noise=canaries.noise_block,
-        on_step=canaries.observe,
+        on_noise=round_canaries.noise_block,
+        on_step=round_canaries.observe,
     )
     observer.install()
-    return RealPathAudit(canaries, observer, index_log)
+    return RealPathAudit(round_canaries, observer, index_log)
 
 
 MEMORY_PER_GRADIENT_CANARY = 110

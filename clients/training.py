@@ -226,14 +226,16 @@ def _made_private(
     the noise, and the real-path audit's hooks when the site has gradient canaries."""
     from opacus import PrivacyEngine
 
-    dp, canary_state = site.dp, site.gradient_canaries
+    dp, gradient_canary_state = site.dp, site.gradient_canaries
     engine = PrivacyEngine(accountant=dp.accountant)
     engine.accountant.history = list(site.accountant_history.history)
     generator = entropy_generator(device) if site.secure_noise else None
     sampling = dp.sampling(records=records, batch_size=int(plain.loader.batch_size or 1))
     sigma = dp.noise_for(sampling.sample_rate)
     loader, index_log = plain.loader, None
-    if canary_state is not None:  # the records each real batch loads, for the sampling checks
+    if (
+        gradient_canary_state is not None
+    ):  # the records each real batch loads, for the sampling checks
         loader, index_log = logged_loader(loader)
     with warnings.catch_warnings():
         # Opacus's notices on wrapping (e.g. the RDP orders it tries): expected here.
@@ -255,10 +257,10 @@ def _made_private(
         params = [p for p in plain.module.parameters() if p.requires_grad]
         _pull_after_noise(optimizer, params, plain.anchor, proximal_mu)
     real_path = None
-    if canary_state is not None and index_log is not None:
+    if gradient_canary_state is not None and index_log is not None:
         real_path = gradient_canaries.attach(
             optimizer,
-            canary_state,
+            gradient_canary_state,
             accountant=engine.accountant,
             batch_sampler=loader.batch_sampler,
             index_log=index_log,

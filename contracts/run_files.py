@@ -37,7 +37,7 @@ REFERENCE_MODELS_DIR = "reference_models"
 """The run's shared reference models (public records only) and their manifest."""
 DEPLOYMENT_DIR = "deployment"
 """``flwr run``'s app folder, run config and logs."""
-NO_CANARY_TWIN_DIR = "no-canary-twin"
+CANARY_CLIENT_TWIN_DIR = "no-canary-twin"
 """The run trained again without its canary clients (``audit.canary_clients``)."""
 NOISE_FILE = "noise.json"
 """Where the run's DP randomness came from (:data:`NoiseSource`), written by the server."""
@@ -215,14 +215,14 @@ class RunLayout:
         return self.root / CLIENT_CANARIES_FILE
 
     @property
-    def no_canary_twin(self) -> Path:
+    def canary_client_twin(self) -> Path:
         """The same run without its canary clients (the canaries' accuracy cost)."""
-        return self.root / NO_CANARY_TWIN_DIR
+        return self.root / CANARY_CLIENT_TWIN_DIR
 
     @property
     def twin(self) -> RunLayout:
-        """The run directory of :attr:`no_canary_twin`."""
-        return RunLayout(self.no_canary_twin)
+        """The run directory of :attr:`canary_client_twin`."""
+        return RunLayout(self.canary_client_twin)
 
     @property
     def sites(self) -> Path:

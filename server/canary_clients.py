@@ -135,11 +135,11 @@ class CanaryClients(DelegatingStrategy):
         ok = [m for m in real if not m.has_error()]
         if not ok or self._current is None:
             return self.inner.aggregate_train(server_round, real)  # nothing to hide among
-        canaries = list(self._canary_client_replies(server_round, ok))
+        canary_replies = list(self._canary_client_replies(server_round, ok))
         if self.dp_wrapper is not None:
             # Flower sizes the noise (z C / k) for k clients averaged: canaries count.
-            self._dp_fields().num_sampled_clients = self.sites_per_round + len(canaries)
-        return self.inner.aggregate_train(server_round, real + canaries)
+            self._dp_fields().num_sampled_clients = self.sites_per_round + len(canary_replies)
+        return self.inner.aggregate_train(server_round, real + canary_replies)
 
     def _dp_fields(self) -> Any:
         """The Flower DP wrapper, whose noise fields (``clipping_norm``,

@@ -246,11 +246,14 @@ def _write_site_files(
         data = site_data(dataset, split)
         if config.audit.input_canaries > 0:
             # Coins from (seed, site) only: the same whatever the partition or audit settings.
-            canaries = draw_input_canaries(
+            input_canaries = draw_input_canaries(
                 dataset, config.audit.input_canaries, seed=config.seed, site_id=split.site_id
             )
             data = data.with_input_canaries(
-                canaries.x, canaries.y, canaries.included, kind=canaries.kind
+                input_canaries.x,
+                input_canaries.y,
+                input_canaries.included,
+                kind=input_canaries.kind,
             )
         data.save(layout.site_file(split.site_id))
 

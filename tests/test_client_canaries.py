@@ -154,7 +154,7 @@ def test_dp_run_writes_the_file_the_ledger_and_the_report_section(dp_run):
     assert result["scale"] == "clipping norm"
     assert set(result["estimates"]) == {"final", "all_iterates"}
     assert result["accountant_epsilon"] > 0
-    assert not run_files(run_dir).no_canary_twin.exists()  # audit.canary_client_twin: false
+    assert not run_files(run_dir).canary_client_twin.exists()  # audit.canary_client_twin: false
     report = json.loads((run_dir / "report.json").read_text())
     final = result["estimates"]["final"]
     assert final["eps_estimate_low"] <= final["eps_estimate"] <= final["eps_estimate_high"]
