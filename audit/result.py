@@ -170,8 +170,8 @@ class ClassSlice:
 
 @dataclass(frozen=True)
 class ClassSliceResult:
-    """One label's slice over repeats (see
-    :data:`audit.panoramia.class_slices.CLASS_SLICES_MEANING`)."""
+    """One label's slice over repeats: the two-sided game on that label's slots, each bound at
+    the two-sided level over the number of labels (:mod:`audit.panoramia.class_slices`)."""
 
     label: int
     slots: int

@@ -214,6 +214,20 @@ def _refuse(msg: Message, context: Context, runtime: SiteRuntime, refusal: SiteR
     return Message(Error(code=SITE_REFUSED_CODE, reason=reason), reply_to=msg)
 
 
+def round_training_seed(run_seed: int, server_round: int, site_id: int) -> int:
+    """The seed of one site's local training in one round: ``run_seed * 100_003 +
+    server_round * 1_009 + site_id``.
+
+    Why a mix: each site and each round draws its own batches and initial randomness (and,
+    where no OS entropy is asked for, its DP noise and Poisson sampling) while the run's seed
+    still reproduces them all. The multipliers keep the terms apart: no two (round, site)
+    pairs of a run share a seed while sites number under 1_009, and no two runs of different
+    seeds (a replicate set, a sweep) share one while rounds also stay under 99. The values are
+    the ones runs have always used: changing them would change every saved run's training.
+    """
+    return run_seed * 100_003 + server_round * 1_009 + site_id
+
+
 def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     """One round of local training, within the site's policy."""
     dp = runtime.dp
@@ -234,7 +248,7 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         x=runtime.data.training_x,
         y=runtime.data.training_y,
         epochs=asked.local_epochs,
-        seed=asked.seed * 100_003 + asked.server_round * 1_009 + runtime.site_id,
+        seed=round_training_seed(asked.seed, asked.server_round, runtime.site_id),
         device=runtime.device,
         proximal_mu=asked.proximal_mu or 0.0,
         dp=runtime.dp,

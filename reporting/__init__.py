@@ -6,11 +6,7 @@ from __future__ import annotations
 from .aggregate import build_report
 from .inputs import RunInputs, load_run
 from .lost_sites import LostSites
-from .report_writer import (
-    report_warnings,
-    write_report,
-    written_report_losses,
-)
+from .report_writer import RunReportFiles, report_warnings, write_report
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport, report_json
 from .site_report import write_site_report
 from .sweep_report import SweepPoint, build_sweep_report, write_sweep_report
@@ -21,6 +17,7 @@ __all__ = [
     "ReportFiles",
     "RunInputs",
     "RunReport",
+    "RunReportFiles",
     "SitePageReport",
     "SweepPoint",
     "build_report",
@@ -31,5 +28,4 @@ __all__ = [
     "write_report",
     "write_site_report",
     "write_sweep_report",
-    "written_report_losses",
 ]

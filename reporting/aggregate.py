@@ -14,11 +14,12 @@ from collections.abc import Callable
 from audit.canaries.client_canaries import ClientCanaryResult
 from audit.panoramia.over_rounds import first_leaking_round
 from audit.panoramia.sides import SIDES
-from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, finite
+from audit.result import AuditFlags, AuditResult, finite
 from contracts.run_files import NOISE_NOTES
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, empty_rounds
 
 from .inputs import RunInputs, SiteAuditRead
+from .meanings import NOTES, Note
 from .metrics import EPS_TILDE, EPS_TILDE_TWO_SIDED
 from .privacy_ledger import PrivacySettings, checks, run_canaries, site_privacy
 from .schema import (
@@ -60,8 +61,8 @@ def build_report(inputs: RunInputs) -> RunReport:
         client_dp=inputs.client_dp,
         client_canaries=inputs.client_canaries,
         noise=noise_note(settings, inputs),
-        meaning=EPS_TILDE_MEANING,
-        two_sided_meaning=TWO_SIDED_MEANING,
+        meaning=NOTES[Note.EPS_TILDE],
+        two_sided_meaning=NOTES[Note.TWO_SIDED],
         replicates=inputs.replicates,
         secure_aggregation=settings.secure_aggregation,
     )

@@ -10,6 +10,7 @@ from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 from .formatting import (
     fmt,
 )
+from .meanings import NOTES, Note
 from .schema import (
     BoundViolation,
     SiteReport,
@@ -43,21 +44,6 @@ def canary_banner(canaries: int) -> str:
     )
 
 
-CLIENT_CANARY_NOTE = (
-    "Canary clients (simulation only, docs/client_canaries.md): the estimate reads the "
-    "client-level epsilon as a Gaussian mechanism (one pooled variance), with an approximate "
-    "95% interval; it is an estimate, not a bound. The two-variance fit is a sensitivity "
-    "reading: with few canaries it drifts upwards. The lower bound must stay at or below "
-    "the site-level client epsilon."
-)
-
-
-CANARIES_OUTNUMBER = (
-    "The canaries outnumber the real sites ({canaries:.0f} canary clients against {sites} "
-    "sites a round): the model measured is not the one this consortium trains without them."
-)
-
-
 def client_canary_lines(result: ClientCanaryResult) -> list[str]:
     """The "Canary clients" section of report.md / report.html, one sentence a line."""
     total = 2 * result.canary_clients
@@ -88,11 +74,11 @@ def client_canary_lines(result: ClientCanaryResult) -> list[str]:
         )
     if result.outweighed:
         lines.append(
-            CANARIES_OUTNUMBER.format(
+            NOTES[Note.CANARIES_OUTNUMBER].format(
                 canaries=result.mean_canaries_per_round, sites=result.sites_per_round
             )
         )
-    return [*lines, CLIENT_CANARY_NOTE]
+    return [*lines, NOTES[Note.CLIENT_CANARIES]]
 
 
 def training_banner_lines(rounds: list[RoundRecord]) -> list[str]:

@@ -30,20 +30,6 @@ LEVEL = 0.95
 """The level of every between-run interval and of the sweep's comparisons (overall)."""
 
 
-BETWEEN_RUNS_NOTE = (
-    "Mean: over the runs. Between-run 95% interval: where another training run of this "
-    "config on the same data would read (a Student-t prediction interval over the runs). "
-    "Mean's 95% interval: how well the runs pin the config's mean. Range: the lowest and "
-    "highest run. Each run's own report gives intervals over audit repeats of its one "
-    "trained model, which leave out the spread between training runs."
-)
-COMPARISONS_NOTE = (
-    "Each pair of neighbouring points is compared site by site on the two-sided eps_tilde "
-    "by a paired t-test over the seeds both ran (seed k of one point against seed k of the "
-    "other: the same data and start). The level is 0.05 over all the comparisons listed "
-    "(Bonferroni). Few seeds give the test little power: 'no difference' is not evidence "
-    "of equal leakage."
-)
 NO_COMPARISONS = "No two neighbouring points both ran over seeds: nothing to compare."
 
 

@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from .banners import UNTRAINED_HEADLINE, VIOLATION_HEADLINE
 from .columns import Column, ColumnGroup, html_table, md_table, md_text
-from .formatting import MEANING_POINTS
 from .html_page import esc
 from .lost_sites import LOST_HEADLINE
+from .meanings import MEANING_POINTS
 
 Format = Literal["md", "html"]
 

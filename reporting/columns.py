@@ -15,7 +15,6 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from audit.panoramia.sides import SIDES
 
 from .formatting import (
-    ABOVE_LABEL,
     MISSING,
     SIDE_LABELS,
     flag_labels,
@@ -39,6 +38,7 @@ from .formatting import (
 )
 from .headline_flags import flag_effects
 from .html_page import badge, esc, flag_badges, td
+from .meanings import NOTES, Note
 from .metrics import (
     C_EPS_LB,
     C_LB,
@@ -209,7 +209,9 @@ def _dp_text(site: SiteReport) -> str:
 def _check_badges(site: SiteReport) -> list[tuple[str, str]]:
     """(label, badge kind) per bound violation and for eps_tilde above the guarantee."""
     found = [(f"VIOLATION: {v.label}", "violation") for v in site.checks.bound_violations]
-    return found + [(ABOVE_LABEL, "above")] * bool(site.checks.eps_tilde_above_accountant)
+    return found + [(NOTES[Note.ABOVE_LABEL], "above")] * bool(
+        site.checks.eps_tilde_above_accountant
+    )
 
 
 def _dp_cell(site: SiteReport) -> str:

@@ -7,16 +7,13 @@ import math
 
 from audit.canaries.canary import CanaryResult
 from audit.canaries.gradient_canaries import GradientCanaryResult, LevelAudit
-from audit.config import ONE_SIDED_SHARES, TWO_SIDED_SHARES
 from audit.inversion.scores import InversionResult
-from audit.panoramia.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
 from audit.panoramia.sides import SIDES
-from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING, AuditFlags, AuditResult, Interval
-from contracts.reply_keys import DECLARED_SIZE_ADJACENCY
+from audit.result import AuditFlags, AuditResult, Interval
 
+from .meanings import NOTES, Note
 from .metrics import two_sided
-from .privacy_ledger import EPS_TILDE_ABOVE_NOTE
 from .schema import (
     FLAGS,
     HEADLINE,
@@ -35,133 +32,6 @@ MISSING = "-"
 SIDE_LABELS: dict[str, str] = {"member": "member", "nonmember": "non-member"}
 SCORER_LABELS: dict[str, str] = {"baseline": "b", "mia": "MIA", "rm_rn": "RM;RN"}
 FPR_LABELS: dict[str, str] = {"0.01": "1%", "0.001": "0.1%"}
-
-TIGHT_ONLY = "eps_tilde is a lower bound on epsilon only where c_lb is tight"
-"""The caveat every place that shows eps_tilde repeats."""
-NOT_A_BOUND = "eps_tilde is a measurement, not a bound"
-ABOVE_LABEL = "eps_tilde above DP eps (not a bound)"
-"""The badge and flag of eps_tilde above the guarantee (never a violation)."""
-ONE_MODEL_INTERVAL = (
-    "Each 95% interval here is over audit repeats of this one trained model: another "
-    "training run of the same config (another seed, or the same seed on another CPU) trains "
-    "another model, whose number may fall outside it"
-)
-HEADLINE_NOTE = (
-    "eps_tilde two-sided: the larger side's leakage with its 95% interval; "
-    f"{TIGHT_ONLY}. O(1): a lower bound on epsilon from real records. {ONE_MODEL_INTERVAL}. "
-    "The full tables follow."
-)
-BOUNDS_BELOW_DP = (
-    "Every lower bound (canary, O(1), their f-DP readings, RM;RN) must be at most DP eps, "
-    "the record-level guarantee that applies to the site's records (the canary clients' "
-    "bound: at most the site-level client epsilon)"
-)
-LEDGER_INTRO = (
-    "Each site's guarantees (accountant, delta) beside its measured lower bounds and "
-    f"eps_tilde. {BOUNDS_BELOW_DP}; {NOT_A_BOUND}."
-)
-SECURE_SUM_NOTE = (
-    "; secure aggregation: ideal (the server held only each round's sum of the updates: a "
-    "simulation of what a secure-aggregation protocol promises, docs/dp_settings.md)."
-)
-"""What the ledger says of a run under ``fl.secure_aggregation: ideal``."""
-ROW_COLOURS = (
-    "Row colours: yellow = saturated (eps_tilde reads headroom, not leakage); red = c_lb not "
-    "tight (eps_tilde may overstate); grey = failed or missing audit; dark red border = a bound "
-    "violation (see the banner at the top). Row colours and the badges beside eps_tilde are the "
-    "one-sided game's; the badges beside the two-sided eps_tilde are its sides' (hover a row "
-    "for the reasons)."
-)
-"""The per-site table's legend in HTML (its rows are coloured by :func:`site_row_class`)."""
-FLAG_LEGEND = (
-    f"{TIGHT_ONLY}; sites flagged saturated read headroom (ceiling - c_lb), not leakage; "
-    "sites flagged c_lb not tight may overstate it. Flags are per game: the one-sided game "
-    "and each side of the two-sided one."
-)
-EPS_PLOT_CAPTION = (
-    "eps_tilde (one-sided) and eps_tilde two-sided with their 95% t-intervals over repeats; "
-    "RM;RN and O(1) lower bounds beside them where the run had real non-members; grey bar: "
-    "one-sided headroom ceiling - c_lb, the largest one-sided eps_tilde this audit set can "
-    f"show. {TIGHT_ONLY}."
-)
-ROC_NOTE = (
-    "True-positive rate against false-positive rate on log axes, mean over repeats: b (blue) "
-    "and the MIA (red) in the privacy game (members against generated records), RM;RN (green) "
-    "against real held-out non-members; dotted: chance (TPR = FPR). A curve far above the "
-    "diagonal at the left exposes a few records with high confidence."
-)
-PR_CAPTION = (
-    "Precision against recall of b (blue, no access to the model) and of the MIA (red, sees "
-    "the target model) in the privacy game, one line per repeat."
-)
-BOUND_RECALL_CAPTION = (
-    "The bound at each recall level: c for b (blue) and c+eps for the MIA (red); the dashed "
-    "line is the ceiling, the bound of a perfect scorer."
-)
-LOW_FPR_NOTE = (
-    "TPR at 1% / 0.1% FPR: the fraction of members a scorer flags while flagging at most "
-    "1% / 0.1% of the non-members (generated records for b and the MIA, real held-out "
-    "records for RM;RN). It shows whether a few records are exposed with high confidence, "
-    "which the AUC averages away."
-)
-BY_ROUND_NOTE = (
-    "Every round is audited with the same non-members, helper, reference models and games: "
-    "only the model changes."
-)
-BY_ROUND_CAPTION = (
-    "Two-sided eps_tilde per audited round (95% t-interval over repeats) and O(1), beside "
-    "the global model's accuracy."
-)
-UPDATES_NOTE = (
-    "The site's own updates (the local model it sent the server in each chosen round) play "
-    "the same games, with the same non-members, helper and reference models, as that "
-    "round's global model: what the server could measure of the site's records, beside what "
-    "anyone holding the global model could. Under record-level DP the update of round r is "
-    "covered by the site's DP-SGD epsilon after round r (the last column): no lower bound of "
-    "that round (RM;RN, O(1)) may exceed it; eps_tilde is a measurement, not a bound."
-)
-UPDATES_CAPTION = (
-    "Two-sided eps_tilde (95% t-interval over repeats) and RM;RN of the site's update and of "
-    "the global model per audited round, beside its DP-SGD epsilon after the round."
-)
-FIRST_LEAK = "first audited round whose two-sided eps_tilde interval excludes 0"
-TOO_FEW_FOR_CLASS = "too few records for a bound"
-"""A class whose slots let even a perfect attack reach no useful bound."""
-
-MEANING_POINTS: tuple[str, ...] = (
-    EPS_TILDE_MEANING,
-    "Read eps_tilde as a lower bound on epsilon only when c_lb is tight; it is never an upper "
-    "bound, and eps_tilde = 0 does not show that the model is private (the audit found no "
-    "evidence, which a weak audit also finds).",
-    *(flag.meaning for flag in FLAGS.values()),
-    "RM;RN (real held-out non-members, c = 0) and O(1) (Steinke et al. 2023) are lower "
-    "bounds on epsilon at the audit's level beta. DP eps is the accountant's epsilon, an "
-    "upper bound under DP-SGD's assumptions; a lower bound above it would signal a bug.",
-    "DP eps per site is the record-level guarantee that applies to its records: the smaller "
-    "of the record-level accountant's (DP-SGD at the site) and the record-level epsilon that "
-    "client-level DP implies (one record moves the site's clipped update by at most twice the "
-    "clipping norm). Client-level DP's own epsilon is site-level: it covers adding or removing "
-    "the whole site. Every measured lower bound (canary, O(1), RM;RN on either side) must stay "
-    f"at or below DP eps; eps_tilde may exceed it without contradiction, as {NOT_A_BOUND}.",
-    TWO_SIDED_MEANING,
-    "Each side of the two-sided game has its own c_lb, ceiling and flags (saturated, c_lb "
-    "not tight against that side's RM;RN, RM;RN capped, above real non-members), diagnosed as "
-    "above; side names the side whose eps_tilde is larger. The headline (two-sided "
-    "eps_tilde) is diagnosed against RM;RN's two-sided reading too, with the same "
-    f"{NOT_TIGHT_TOLERANCE} tolerance. The one-sided eps_tilde (the paper's) is reported "
-    "unchanged beside it.",
-    f"Levels: the one-sided c_lb and {{c+eps}}_lb are each at beta/{ONE_SIDED_SHARES} (so "
-    "eps_tilde holds at beta), as are RM;RN's two; the two-sided game's four bounds (b and "
-    f"MIA on each side) are at beta/{TWO_SIDED_SHARES} each, as are RM;RN's two-sided ones; "
-    "O(1) is at beta.",
-    LOW_FPR_NOTE,
-    "O(1) > 0 with the one-sided eps_tilde = RM;RN = 0: O(1) also guesses 'non-member' (for "
-    "records of high loss), while the one-sided PANORAMIA and RM;RN count only 'member' "
-    "guesses (the generator's closeness is one-sided, Definition 3). A model whose members "
-    "and non-members are equally easy at the top of its confidence, but which fails on more "
-    "non-members, leaks through its generalization gap (f loss: members vs holdout) without "
-    "any member standing out; the two-sided values (side: non-member) and O(1) can read that.",
-)
 
 
 def fmt(value: float | int | None, digits: int = 3) -> str:
@@ -308,26 +178,6 @@ def inversion_sentence(result: InversionResult) -> str:
     )
 
 
-INVERSION_MEANING = (
-    "the attack a curious server can run from what it holds (the global weights it sent, "
-    "your update, your record count, the run's batch size, local epochs or steps and "
-    "optimizer): dummy records optimised until their simulated update matches yours. Each "
-    "of your records is scored against its best-matching reconstruction (SSIM for images, "
-    "1 = identical; the share of fields right for rows); the baseline is the same attack on "
-    "an update from public records, so it reads what chance gives"
-)
-
-
-WHITE_BOX_MEANING = (
-    "what the server could learn about one of the site's records from what the site sends, "
-    "measured white-box by gradient canaries inside the site's own DP-SGD: the one-run f-DP "
-    "lower bound on epsilon / the Gaussian estimate [95% interval over the canaries]. "
-    "Mechanism: every noisy gradient step (what the DP guarantee covers; the check that the DP "
-    "setup does what the accountant assumes). Server: the round updates the site sends"
-)
-"""What the white-box numbers mean, for every place that shows them."""
-
-
 def fmt_best(value: float | None, method: str | None) -> str:
     """``value (method)`` of the best one-run lower bound."""
     return _detailed(value, [method], "", MISSING)
@@ -446,7 +296,9 @@ def first_leaking_text(by_round: list[RoundLeakage]) -> str:
     audited = ", ".join(str(e.round) for e in by_round)
     if first is None:
         return f"No audited round ({audited}) has a two-sided interval above 0."
-    return f"Leakage first shows at round {first}, the {FIRST_LEAK} (audited: {audited})."
+    return (
+        f"Leakage first shows at round {first}, the {NOTES[Note.FIRST_LEAK]} (audited: {audited})."
+    )
 
 
 def first_leaks_line(first: dict[str, int | None]) -> list[str]:
@@ -454,7 +306,7 @@ def first_leaks_line(first: dict[str, int | None]) -> list[str]:
     if not first:
         return []
     parts = [f"site {sid}: {'none' if r is None else f'round {r}'}" for sid, r in first.items()]
-    return [f"{FIRST_LEAK}: " + "; ".join(parts)]
+    return [f"{NOTES[Note.FIRST_LEAK]}: " + "; ".join(parts)]
 
 
 def consortium_lines(c: ConsortiumSummary) -> list[str]:
@@ -483,7 +335,7 @@ def consortium_lines(c: ConsortiumSummary) -> list[str]:
             else "no violation"
         )
         + (
-            f"; {ABOVE_LABEL} at sites {_ids(c.eps_tilde_above_accountant_sites)}"
+            f"; {NOTES[Note.ABOVE_LABEL]} at sites {_ids(c.eps_tilde_above_accountant_sites)}"
             if c.eps_tilde_above_accountant_sites
             else ""
         ),
@@ -506,16 +358,8 @@ def ordering_text(site: SiteReport) -> str:
     if site.privacy.dp_epsilon is None and site.privacy.client_epsilon is None:
         return "no DP (nothing to check)"
     if site.checks.eps_tilde_above_accountant:
-        return f"ok; eps_tilde above DP eps ({EPS_TILDE_ABOVE_NOTE})"
+        return f"ok; eps_tilde above DP eps ({NOTES[Note.EPS_TILDE_ABOVE]})"
     return "ok (every lower bound <= DP eps)"
-
-
-OUTSIDE_MEANING = (
-    "the keys of the site's train replies that its record-level guarantee does not cover; "
-    "the guarantee covers the training given the site's declared size (its sampling rate, "
-    "steps and divisor), and under the site's own member count that size is not covered: "
-    f"{DECLARED_SIZE_ADJACENCY}. What covers every key a site sends: docs/security.md"
-)
 
 
 def fmt_outside(p: PrivacyReport) -> str:

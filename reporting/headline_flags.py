@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from audit.result import AuditFlags, AuditResult
 
+from .meanings import FLAG_PROSE
 from .schema import FLAGS
 
 NOT_A_FINDING = ("saturated", "c_lb_not_tight", "above_real_nonmembers")
@@ -13,17 +14,6 @@ NOT_A_FINDING = ("saturated", "c_lb_not_tight", "above_real_nonmembers")
 ceiling, a cross-check with real records that reads lower, generated non-members that read
 above real ones. (``rm_rn_capped`` only says the cross-check can neither confirm nor refute
 the number.)"""
-
-EFFECTS: dict[str, str] = {
-    "saturated": "it reads the audit's own ceiling, not the model's leakage",
-    "c_lb_not_tight": "it may overstate the leakage: the same attack reads lower against real "
-    "records the model never saw (RM;RN)",
-    "rm_rn_capped": "real records the model never saw were too few to confirm or refute it",
-    "above_real_nonmembers": "it is not a measurement of leakage: the generated non-members "
-    "read above real ones, so the model may be telling look-alike records from real ones "
-    "rather than recognising the site's",
-}
-"""Per flag of :data:`~.schema.FLAGS`: what it means for the number it is raised on."""
 
 
 def headline_flags(audit: AuditResult) -> list[str]:
@@ -48,4 +38,4 @@ def flag_effects(audit: AuditResult) -> str | None:
     if not names:
         return None
     labels = ", ".join(FLAGS[name].label for name in names)
-    return f"flagged ({labels}): {'; '.join(EFFECTS[name] for name in names)}"
+    return f"flagged ({labels}): {'; '.join(FLAG_PROSE[name].effect for name in names)}"

@@ -11,33 +11,11 @@ import math
 from audit.conformance.checks import ConformanceResult
 from audit.result import AuditResult, Interval
 
-from .formatting import NOT_A_BOUND, SIDE_LABELS, fmt, scorer_values
+from .formatting import SIDE_LABELS, fmt, scorer_values
 from .headline_flags import flag_effects, headline_flags, not_a_finding
+from .meanings import FLAG_PROSE, NOTES, Note
 from .metrics import O1, RM_RN, RM_RN_TWO_SIDED
 from .schema import FLAGS, PlainReading, SiteReport, Verdict, mean_of
-
-THREAT_MODEL: tuple[str, str, str] = (
-    "Who: anyone who holds the final shared model (every site of the consortium, and "
-    "whoever the model is given to) and can run it on records of their choice.",
-    "What they try: to tell whether a given record of yours was used in training "
-    "(membership inference), from how well the model fits that record, with look-alike "
-    "records and models that never saw your data for comparison.",
-    "Not covered: attackers who watch the model updates exchanged during training, who "
-    "collude with the server or other sites, or who try to rebuild records.",
-)
-
-
-INVERSION_THREAT = (
-    "Rebuilding records (audit.inversion, its own section): the server, which sees each of "
-    "your updates with the weights it sent, tries to rebuild your records from them; your "
-    "site ran that attack on its own updates and compared the result with its records."
-)
-INVERSION_THREAT_SUM = (
-    "Rebuilding records (audit.inversion, its own section): the server, which under secure "
-    "aggregation holds only each round's sum of the sites' updates, tries to rebuild your "
-    "records from it; your site ran that attack on the round's sum and compared the result "
-    "with its records."
-)
 
 
 def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
@@ -70,11 +48,8 @@ def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
         measured=_measured(site, audit),
         meaning=_meaning(site, audit, verdict, value),
         not_shown=[
-            "It is not proof of privacy: a reading of 0 means this audit found no evidence, "
-            "and a weaker audit finds none either.",
-            "It is a lower bound on the model's privacy loss (its DP epsilon) only when the "
-            "baseline is as good as any attacker without the model can be; it is never an "
-            "upper bound: a stronger attack could find more.",
+            NOTES[Note.NOT_PROOF],
+            NOTES[Note.LOWER_BOUND_WHEN],
             _not_shown_records(exposed_records),
             _coverage(site),
         ],
@@ -233,30 +208,15 @@ def _meaning(site: SiteReport, audit: AuditResult, verdict: str, value: float | 
             "the baseline is as strong as any attacker without the model."
         )
         if side == "nonmember":
-            lines.append(
-                "The leakage is in 'not a member' guesses: the model fits your training records "
-                "much more closely than similar records it never saw, so a record it fits badly "
-                "is almost surely not in your data. Ruling people out of a small or known "
-                "population also points at those who remain."
-            )
+            lines.append(NOTES[Note.NONMEMBER_SIDE])
         elif side is not None:
-            lines.append(
-                "The leakage is in 'member' guesses: for some of your records the model is "
-                "confident enough to say correctly that they were used in training."
-            )
+            lines.append(NOTES[Note.MEMBER_SIDE])
     elif verdict == "flagged":
-        lines.append(
-            "The number above does not measure how much the model leaks about your records "
-            "(its flags below say why); read the cross-checks with your real records, RM;RN "
-            "and O(1), instead."
-        )
+        lines.append(NOTES[Note.FLAGGED_READING])
     elif verdict == "inconclusive":
-        lines.append(
-            "The reading is too close to zero to say the model leaks; more repeats or a larger "
-            "audit set could tell."
-        )
+        lines.append(NOTES[Note.INCONCLUSIVE_READING])
     else:
-        lines.append("This audit measured no leakage about your records.")
+        lines.append(NOTES[Note.NO_LEAKAGE_READING])
     lines += _flag_lines(audit)
     lines.append(_low_fpr_line(audit))
     lines.append(_dp_line(site))
@@ -269,7 +229,9 @@ def _flag_lines(audit: AuditResult) -> list[str]:
     two = audit.two_sided
     own = {n for n in FLAGS if two is not None and two.flags and getattr(two.flags, n)}
     where = "" if two is None else f"On the {SIDE_LABELS[two.side]} side: "
-    lines = [("" if name in own else where) + FLAGS[name].plain for name in headline_flags(audit)]
+    lines = [
+        ("" if name in own else where) + FLAG_PROSE[name].plain for name in headline_flags(audit)
+    ]
     return lines + [realness_line(audit)]
 
 
@@ -311,7 +273,7 @@ def _dp_line(site: SiteReport) -> str:
         )
     if site.checks.eps_tilde_above_accountant:
         return (
-            head + f"eps_tilde reads above it. {NOT_A_BOUND}: its "
+            head + f"eps_tilde reads above it. {NOTES[Note.NOT_A_BOUND]}: its "
             "baseline is weaker than the best attacker without the model could be, so this is no "
             "contradiction. Every measured lower bound is below the guarantee, as it should be."
         )
@@ -320,14 +282,8 @@ def _dp_line(site: SiteReport) -> str:
 
 def _not_shown_records(exposed_records: bool) -> str:
     if exposed_records:
-        return (
-            "It does not say which of your records are exposed. Your site's own list of its "
-            "most exposed records is linked below; it stays at your site."
-        )
-    return (
-        "It does not say which of your records are exposed: per-record results never leave "
-        "your site (set audit.exposed_records to keep a list of the most exposed ones there)."
-    )
+        return NOTES[Note.RECORDS_LISTED]
+    return NOTES[Note.RECORDS_NOT_LISTED]
 
 
 def _pct(value: float) -> str:

@@ -35,6 +35,7 @@ from contracts.reply_keys import COVERED, NUM_EXAMPLES, REPLY_KEYS, TRAIN_LOSS
 from contracts.run_log import ClientDPLedgerFile, RoundRecord, SiteRound
 from contracts.site_audit import SiteAuditFile
 
+from .meanings import NOTES, Note
 from .metrics import (
     CANARY,
     CANARY_FDP,
@@ -68,8 +69,6 @@ CLIENT_CANARY_THREAT: ThreatModel = "final"
 """The canary clients' threat model the ledger shows (who sees the released model, as every
 other audit of the report); report.json's ``client_canaries`` holds both."""
 
-EPS_TILDE_ABOVE_NOTE = "c_lb not tight; eps_tilde is a measurement, not a bound"
-"""Why eps_tilde above the accountant's epsilon is a flag, not a violation."""
 
 _RECORD_SCOPE = "one record in the released model"
 _UPDATE_SCOPE = "one record in the site's updates up to that round"
@@ -397,7 +396,7 @@ def eps_tilde_above(site: SiteReport) -> str | None:
     ]
     if not above:
         return None
-    return f"{EPS_TILDE_ABOVE_NOTE} ({', '.join(above)} > DP eps {dp:.3f})"
+    return f"{NOTES[Note.EPS_TILDE_ABOVE]} ({', '.join(above)} > DP eps {dp:.3f})"
 
 
 def checks(site: SiteReport, fdp_delta: float | None) -> ChecksReport:

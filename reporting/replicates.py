@@ -17,11 +17,12 @@ from contracts.run_files import REPLICATES_FILE, REPLICATES_HTML, REPLICATES_MD,
 from contracts.run_log import PlatformInfo, read_record
 
 from .aggregate import build_report
-from .between_runs import BETWEEN_RUNS_NOTE, POOLED, Pooled, over_runs
+from .between_runs import POOLED, Pooled, over_runs
 from .blocks import Block, Heading, Para, Table, to_html, to_markdown
 from .columns import SiteRow
 from .html_page import page
 from .inputs import load_run
+from .meanings import NOTES, Note
 from .replicate_schema import ReplicateReport, ReplicateRun, ReplicateSite
 from .run_config import ConfigReader
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, report_json
@@ -107,7 +108,7 @@ def replicate_blocks(report: ReplicateReport) -> list[Block]:
             f"on the same partition (partition seed {report.partition_seed}): training, DP "
             "noise and audit randomness vary between them, the sites' data does not."
         ),
-        Para(BETWEEN_RUNS_NOTE),
+        Para(NOTES[Note.BETWEEN_RUNS]),
         Heading("Runs"),
         Table(REPLICATE_RUN_COLUMNS, report.runs, row_class=lambda r: r.status),
     ]

@@ -3,6 +3,8 @@ site's own report, written from the run directory's files."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from contracts.files import atomic_write_text
 from contracts.run_files import RunLayout
 
@@ -23,16 +25,19 @@ def report_warnings(inputs: RunInputs, report: RunReport) -> list[str]:
     return [*inputs.warnings, *violation_warnings(report.sites)]
 
 
-def written_report_losses(layout: RunLayout, config: ReportConfig) -> LostSites:
-    """What the run in ``layout`` lost (:func:`~.lost_sites.lost_sites`), read from its
-    files as :func:`write_report` reads them."""
-    return lost_sites(build_report(load_run(layout, config)), audited=config.audited)
+@dataclass(frozen=True)
+class RunReportFiles(ReportFiles):
+    """The files of a run's report, and what the run lost (for stderr and the exit status)."""
+
+    lost: LostSites = field(default_factory=LostSites)
+    """The sites the run lost (:func:`~.lost_sites.lost_sites`), as the report opens with."""
 
 
-def write_report(layout: RunLayout, config: ReportConfig) -> ReportFiles:
+def write_report(layout: RunLayout, config: ReportConfig) -> RunReportFiles:
     """Write report.json, .csv, .md, .html, ledger.csv and each audited site's own report
     into a run directory; ``config``: the run's, as its caller read it. ``warnings`` holds a
-    line per input left out and per bound violation (for stderr).
+    line per input left out and per bound violation (for stderr), ``lost`` the sites the run
+    lost.
 
     Sites in partition.json without an audit file are "missing"; failed audits keep their
     error text; per-record scores in audits/ are never copied. Raises
@@ -41,7 +46,7 @@ def write_report(layout: RunLayout, config: ReportConfig) -> ReportFiles:
     """
     inputs = load_run(layout, config)
     report = build_report(inputs)
-    return ReportFiles(
+    return RunReportFiles(
         json_path=atomic_write_text(layout.report_json, report_to_json_text(report)),
         csv_path=write_rows(layout.report_csv, site_rows(report.sites)),
         md_path=atomic_write_text(
@@ -53,4 +58,5 @@ def write_report(layout: RunLayout, config: ReportConfig) -> ReportFiles:
         site_reports=write_site_reports(inputs, report),
         ledger_csv_path=write_rows(layout.ledger_csv, ledger_csv_rows(report)),
         warnings=report_warnings(inputs, report),
+        lost=lost_sites(report, audited=config.audited),
     )

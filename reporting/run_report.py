@@ -34,16 +34,7 @@ from .columns import (
     site_row_class,
 )
 from .formatting import (
-    BOUND_RECALL_CAPTION,
-    EPS_PLOT_CAPTION,
-    FLAG_LEGEND,
-    HEADLINE_NOTE,
-    LEDGER_INTRO,
     MISSING,
-    PR_CAPTION,
-    ROC_NOTE,
-    ROW_COLOURS,
-    SECURE_SUM_NOTE,
     consortium_lines,
     levels_lines,
     scoped_reasons,
@@ -52,6 +43,7 @@ from .formatting import (
 )
 from .html_page import page
 from .lost_sites import lost_sites
+from .meanings import NOTES, Note
 from .schema import RunReport, SiteReport, report_json
 from .site_page import by_round_blocks, update_blocks
 
@@ -89,8 +81,8 @@ def report_blocks(
         Banner("canaries", [canary_banner(report.canaries)] if report.canaries else []),
         Heading("Headline"),
         Table(HEADLINE_COLUMNS, sites, attrs=' id="headline"', row_class=site_row_class),
-        Para(HEADLINE_NOTE, only="md"),
-        Para(f"{HEADLINE_NOTE} Hover a cell for the full value.", only="html"),
+        Para(NOTES[Note.HEADLINE], only="md"),
+        Para(f"{NOTES[Note.HEADLINE]} Hover a cell for the full value.", only="html"),
         Bullets(run_lines(report)),
         Heading("Consortium summary", 3),
         Bullets(consortium_lines(report.consortium)),
@@ -114,8 +106,8 @@ def report_blocks(
             row_class=site_row_class,
             row_title=lambda s: "; ".join(f"{scope}: {r}" for scope, r in scoped_reasons(s)),
         ),
-        Para(ROW_COLOURS, only="html"),
-        Para(FLAG_LEGEND, only="md"),
+        Para(NOTES[Note.ROW_COLOURS], only="html"),
+        Para(NOTES[Note.FLAG_LEGEND], only="md"),
         Bullets(levels_lines(sites)),
         *_problems(report),
         *_ledger(report),
@@ -187,8 +179,8 @@ def _ledger(report: RunReport) -> list[Block]:
     return [
         Heading("Privacy ledger"),
         Para(
-            f"{LEDGER_INTRO} DP level of the run: {report.dp_level or MISSING}"
-            + (SECURE_SUM_NOTE if report.secure_aggregation == "ideal" else ".")
+            f"{NOTES[Note.LEDGER_INTRO]} DP level of the run: {report.dp_level or MISSING}"
+            + (NOTES[Note.SECURE_SUM] if report.secure_aggregation == "ideal" else ".")
         ),
         *([Para(f"DP {report.noise}.")] if report.noise else []),
         Table(LEDGER_COLUMNS, ledger_rows(report), only="md"),
@@ -207,20 +199,20 @@ def _figures(report: RunReport) -> list[Block]:
     sites = report.sites
     return [
         Heading("eps_tilde per site", only="html"),
-        Figure(plots.site_eps_plot(sites), EPS_PLOT_CAPTION, alt="eps_tilde per site"),
+        Figure(plots.site_eps_plot(sites), NOTES[Note.EPS_PLOT_CAPTION], alt="eps_tilde per site"),
         Heading("Low-FPR ROC per site (log-log)", only="html"),
-        Para(ROC_NOTE, only="html"),
+        Para(NOTES[Note.ROC], only="html"),
         *_roc_figures(report),
         Heading("Precision-recall: baseline b vs MIA", only="html"),
         Figure(
             plots.precision_recall_plot(sites),
-            PR_CAPTION,
+            NOTES[Note.PR_CAPTION],
             alt="precision-recall per site",
         ),
         Heading("Lower bound against recall", only="html"),
         Figure(
             plots.bound_recall_plot(sites),
-            BOUND_RECALL_CAPTION,
+            NOTES[Note.BOUND_RECALL_CAPTION],
             alt="bound against recall per site",
         ),
     ]

@@ -21,7 +21,6 @@ from audit.canaries.canary import CanaryResult
 from audit.canaries.client_canaries import ClientCanaryResult
 from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.inversion.scores import InversionResult
-from audit.panoramia.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.panoramia.sides import SIDES
 from audit.result import (
@@ -63,59 +62,20 @@ def mean_of(iv: Interval | None) -> float | None:
 
 @dataclass(frozen=True)
 class Flag:
-    """What a flag of :class:`audit.result.AuditFlags` says, for every place that shows it."""
+    """How a flag of :class:`audit.result.AuditFlags` is shown (its prose:
+    :data:`~.meanings.FLAG_PROSE`)."""
 
     label: str
     """Its short label (tables, badges, reasons)."""
     badge: str
     """The CSS kind of its badge (``saturated``: yellow, ``not-tight``: red)."""
-    meaning: str
-    """What it means (the report's "what eps_tilde means" list)."""
-    plain: str
-    """What it means to a privacy officer (a site's own report)."""
 
 
 FLAGS: dict[str, Flag] = {
-    "saturated": Flag(
-        "saturated",
-        badge="saturated",
-        meaning="saturated: c_lb is within the saturation margin of the ceiling (the bound a "
-        "perfect scorer reaches on this audit set). eps_tilde can then only read the headroom "
-        "ceiling - c_lb, which is a limit of the audit, not leakage of the model.",
-        plain="The audit hit its own ceiling: the look-alike records were already easy to "
-        "tell from real ones without the model, so the number shows a limit of the audit, not "
-        "how exposed your records are.",
-    ),
-    "c_lb_not_tight": Flag(
-        "c_lb not tight",
-        badge="not-tight",
-        meaning="c_lb_not_tight: eps_tilde's interval lies above the RM;RN bound's interval. "
-        "RM;RN is itself only a lower bound, so this proves nothing, but the baseline may be "
-        "too weak and eps_tilde may overstate the leakage.",
-        plain="A cross-check against real records the model never saw (RM;RN) reads "
-        "lower, so the number may overstate the leakage.",
-    ),
-    "rm_rn_capped": Flag(
-        "RM;RN capped",
-        badge="saturated",
-        meaning="rm_rn_capped: eps_tilde lies above RM;RN, but RM;RN's own ceiling (its audit "
-        "set is cut from the site's real non-members, fewer than the game's) leaves no room to "
-        "show that value, so the comparison can neither confirm nor refute eps_tilde.",
-        plain="The cross-check against real records the model never saw had too few "
-        "records to confirm or refute the number.",
-    ),
-    "above_real_nonmembers": Flag(
-        "above real non-members",
-        badge="not-tight",
-        meaning="above_real_nonmembers (generated non-members only): eps_tilde's mean exceeds "
-        "RM;RN's (the same attack with the site's real held-out records as non-members) by "
-        f"more than {NOT_TIGHT_TOLERANCE}, intervals overlapping or not. Part of eps_tilde may "
-        "then be the model telling the game's non-members (generated records) from real ones "
-        "rather than recognising its members.",
-        plain="The same attack reads less when the records the model never saw are real ones "
-        "rather than look-alikes: part of the number may come from the model telling "
-        "look-alike records from real ones, not from recognising your records.",
-    ),
+    "saturated": Flag("saturated", badge="saturated"),
+    "c_lb_not_tight": Flag("c_lb not tight", badge="not-tight"),
+    "rm_rn_capped": Flag("RM;RN capped", badge="saturated"),
+    "above_real_nonmembers": Flag("above real non-members", badge="not-tight"),
 }
 """Each flag of :class:`audit.result.AuditFlags` (by field name), in display order."""
 

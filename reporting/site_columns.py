@@ -19,17 +19,9 @@ from .columns import (
     _titled,
     column,
 )
-from .formatting import (
-    FPR_LABELS,
-    MISSING,
-    SCORER_LABELS,
-    SIDE_LABELS,
-    TOO_FEW_FOR_CLASS,
-    flag_labels,
-    fmt,
-    fmt_est,
-)
+from .formatting import FPR_LABELS, MISSING, SCORER_LABELS, SIDE_LABELS, flag_labels, fmt, fmt_est
 from .html_page import flag_badges, td
+from .meanings import NOTES, Note
 from .metrics import (
     Value,
     round_o1,
@@ -192,6 +184,6 @@ PER_CLASS_COLUMNS: tuple[Column[ClassSliceResult], ...] = (
     _estimate("eps_tilde two-sided [95% CI]", lambda c: c.eps_tilde),
     _titled(f"MIA TPR at {FPR_LABELS['0.01']} FPR", lambda c: mean_of(c.tpr_at_1pct_fpr)),
     column("level of each bound", lambda c: f"{c.level:.2g}"),
-    column("", lambda c: TOO_FEW_FOR_CLASS if c.too_few else "", cls="text"),
+    column("", lambda c: NOTES[Note.TOO_FEW_FOR_CLASS] if c.too_few else "", cls="text"),
 )
 """A site's two-sided game per label (its own report)."""

@@ -9,7 +9,6 @@ like report.html does.
 
 from __future__ import annotations
 
-from audit.panoramia.class_slices import CLASS_SLICES_MEANING
 from audit.panoramia.sides import SIDES
 from audit.result import AuditResult
 from contracts.run_log import PlatformInfo
@@ -19,23 +18,8 @@ from .banners import canary_banner, violation_banner_lines
 from .between_runs import HEADLINE, another_run_line
 from .blocks import Banner, Block, Bullets, Figure, Heading, Meaning, Para, Raw, Table, to_html
 from .formatting import (
-    BOUND_RECALL_CAPTION,
-    BOUNDS_BELOW_DP,
-    BY_ROUND_CAPTION,
-    BY_ROUND_NOTE,
-    EPS_PLOT_CAPTION,
-    INVERSION_MEANING,
-    LOW_FPR_NOTE,
     MISSING,
-    NOT_A_BOUND,
-    ONE_MODEL_INTERVAL,
-    OUTSIDE_MEANING,
-    PR_CAPTION,
-    ROC_NOTE,
     SIDE_LABELS,
-    UPDATES_CAPTION,
-    UPDATES_NOTE,
-    WHITE_BOX_MEANING,
     first_leaking_text,
     fmt,
     fmt_best,
@@ -55,6 +39,7 @@ from .formatting import (
     scorer_values,
 )
 from .html_page import esc, page
+from .meanings import NOTES, Note
 from .metrics import CANARY_FDP, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, mechanism, server
 from .privacy_ledger import server_epsilon
 from .schema import SCORERS, SitePageReport, SiteReport, mean_of, report_json
@@ -159,7 +144,7 @@ def _between_runs(report: SitePageReport) -> list[Block]:
         return []
     numbers = report.between_runs.numbers if report.between_runs is not None else {}
     another = another_run_line(numbers[HEADLINE]) if HEADLINE in numbers else None
-    return [Para(f"{ONE_MODEL_INTERVAL}."), *([Para(another)] if another else [])]
+    return [Para(f"{NOTES[Note.ONE_MODEL_INTERVAL]}."), *([Para(another)] if another else [])]
 
 
 def _exposed(report: SitePageReport) -> list[Block]:
@@ -208,7 +193,7 @@ def _inversion(report: SitePageReport) -> list[Block]:
     blocks: list[Block] = [
         Heading(f"Can the server rebuild your records from {held}?"),
         Para(" ".join(inversion_sentence(r) for r in results)),
-        Para(f"How to read it: {INVERSION_MEANING}."),
+        Para(f"How to read it: {NOTES[Note.INVERSION]}."),
         Table(INVERSION_COLUMNS, results, attrs=' id="inversion"'),
     ]
     if report.inversion_gallery_link is not None:
@@ -248,10 +233,10 @@ def by_round_blocks(
         return []
     return [
         Heading(title, level),
-        Para(f"{first_leaking_text(site.by_round)} {BY_ROUND_NOTE}"),
+        Para(f"{first_leaking_text(site.by_round)} {NOTES[Note.BY_ROUND]}"),
         Figure(
             plots.by_round_plot(site.by_round),
-            BY_ROUND_CAPTION,
+            NOTES[Note.BY_ROUND_CAPTION],
             alt=f"leakage against round, site {site.site_id}",
         ),
         Table(BY_ROUND_COLUMNS, site.by_round, attrs=f' id="by-round-{site.site_id}"'),
@@ -268,10 +253,10 @@ def update_blocks(
         return []
     return [
         Heading(title, level),
-        Para(UPDATES_NOTE),
+        Para(NOTES[Note.UPDATES]),
         Figure(
             plots.updates_plot(rows),
-            UPDATES_CAPTION,
+            NOTES[Note.UPDATES_CAPTION],
             alt=f"leakage of the site's updates against round, site {site.site_id}",
         ),
         Table(UPDATE_COLUMNS, rows, attrs=f' id="updates-{site.site_id}"'),
@@ -283,7 +268,7 @@ def _per_class(audit: AuditResult | None) -> list[Block]:
         return []
     return [
         Heading("Which of your classes are exposed"),
-        Para(CLASS_SLICES_MEANING),
+        Para(NOTES[Note.CLASS_SLICES]),
         Table(PER_CLASS_COLUMNS, audit.per_class, attrs=' id="per-class"'),
     ]
 
@@ -328,35 +313,27 @@ def _guarantee_items(site: SiteReport) -> list[Item]:
             fmt_dp(p.dp_epsilon, p.dp_delta, _DP_SOURCES.get(p.dp_epsilon_source or ""))
             if p.dp_epsilon is not None
             else "off (no DP)",
-            "the record-level epsilon that applies: the smaller of the record-level "
-            "accountant's and the one client-level DP implies per record (an upper bound on how "
-            "much any one of your records can change what the model reveals)",
+            NOTES[Note.RECORD_GUARANTEE],
         ),
         Item(
             "record-level accountant (DP-SGD at your site)",
             fmt_dp(p.dp_epsilon, p.dp_delta, p.record_accountant),
-            "your site's own DP-SGD training, all rounds",
+            NOTES[Note.RECORD_ACCOUNTANT],
         ),
         Item(
             "client-level accountant, site level",
             fmt_dp(p.client_epsilon, p.client_delta, client_what or None),
-            "the client-level noise on the aggregate (the server's, or the sites' own shares "
-            "under distributed DP): covers adding or removing your whole site, against those "
-            "who see the global model",
+            NOTES[Note.CLIENT_ACCOUNTANT],
         ),
         Item(
             "DP guarantee for your records against the server",
             fmt(server_epsilon(p)) if server_epsilon(p) is not None else "none",
-            "what holds against the server itself: your DP-SGD's epsilon, or under "
-            "distributed client-level DP the noise of your own share (of the whole sum, with "
-            "secure aggregation); central client-level DP gives none (the server sees your "
-            "update before its noise)",
+            NOTES[Note.SERVER_GUARANTEE],
         ),
         Item(
             "client-level DP, implied per record",
             fmt(p.client_epsilon_record) if p.client_epsilon_record is not None else "off",
-            "the record-level epsilon client-level DP implies (one record moves your clipped "
-            "update by at most twice the clipping norm)",
+            NOTES[Note.CLIENT_IMPLIED_RECORD],
         ),
     ]
 
@@ -370,8 +347,7 @@ def _measured_items(site: SiteReport) -> list[Item]:
         Item(
             "canary audit eps lower bound [interval]",
             fmt_canary(canary, p.canaries),
-            "canary records trained on by a fair coin each, guessed from the final model "
-            "(Steinke et al. 2023, one run, delta = 0): a lower bound on epsilon",
+            NOTES[Note.CANARY_BOUND],
         ),
         Item(
             "canary audit f-DP eps lower bound",
@@ -380,33 +356,34 @@ def _measured_items(site: SiteReport) -> list[Item]:
                 None if canary is None else canary.fdp_mu,
                 c.fdp_delta,
             ),
-            "the same guesses read against a Gaussian trade-off curve (Mahloujifar et al. "
-            "2025): the largest Gaussian-DP mu they reject, as epsilon at delta",
+            NOTES[Note.CANARY_FDP],
         ),
         Item(
             "white-box, mechanism level: f-DP eps lower bound / estimate [95% interval]",
             fmt_white_box(mechanism(site)),
-            WHITE_BOX_MEANING,
+            NOTES[Note.WHITE_BOX],
         ),
         Item(
             "white-box, server level: f-DP eps lower bound / estimate [95% interval]",
             fmt_white_box(server(site)),
-            "the same canaries read from your round updates only (local steps hidden)",
+            NOTES[Note.WHITE_BOX_SERVER],
         ),
         Item(
             "white-box canaries and their cost",
             fmt_white_box_cost(p.gradient_canaries),
-            "gradient canaries inside your own DP-SGD (audit.gradient_canaries); the coins and "
-            "statistics stay at your site",
+            NOTES[Note.WHITE_BOX_COST],
         ),
         Item(
             "best lower bound",
             fmt_best(c.best_eps_lb, c.best_eps_lb_method),
-            "the largest one-run lower bound (canary audit or O(1); Steinke et al. or f-DP), "
-            "with the method that gave it",
+            NOTES[Note.BEST_LOWER_BOUND],
         ),
-        Item("ordering check", ordering_text(site), f"{BOUNDS_BELOW_DP}; {NOT_A_BOUND}"),
-        Item("sent outside the guarantee", fmt_outside(p), OUTSIDE_MEANING),
+        Item(
+            "ordering check",
+            ordering_text(site),
+            f"{NOTES[Note.BOUNDS_BELOW_DP]}; {NOTES[Note.NOT_A_BOUND]}",
+        ),
+        Item("sent outside the guarantee", fmt_outside(p), NOTES[Note.OUTSIDE]),
     ]
 
 
@@ -431,12 +408,12 @@ def _comparisons_table(site: SiteReport, audit: AuditResult) -> Table:
         Item(
             "DP accountant epsilon",
             dp,
-            "the training's record-level guarantee (an upper bound), if any",
+            NOTES[Note.DP_ACCOUNTANT],
         ),
         Item(
             "f loss members / holdout",
             fmt_loss_gap(site),
-            "the model's mean loss on its members and on held-out records (generalization gap)",
+            NOTES[Note.LOSS_GAP],
         ),
     ]
     return Table(item_columns("comparison", "value [95% CI]"), items, attrs=' id="comparisons"')
@@ -451,27 +428,27 @@ def _detail(site: SiteReport, audit: AuditResult) -> list[Block]:
         Bullets(levels_lines([site])),
         Figure(
             plots.site_eps_plot([site]),
-            EPS_PLOT_CAPTION,
+            NOTES[Note.EPS_PLOT_CAPTION],
             alt=f"eps_tilde, site {site.site_id}",
         ),
         Heading("Comparisons", 3),
         _comparisons_table(site, audit),
         Heading("Low false-positive rates", 3),
-        Para(LOW_FPR_NOTE),
+        Para(NOTES[Note.LOW_FPR]),
         Table(LOW_FPR_COLUMNS, [(s, scorer_values(audit, s)) for s in SCORERS], ' id="low-fpr"'),
         Figure(
             plots.roc_plot(site.site_id, audit.roc, len(audit.repeats)),
-            ROC_NOTE,
+            NOTES[Note.ROC],
             alt=f"log-scale ROC, site {site.site_id}",
         ),
         Figure(
             plots.precision_recall_plot([site]),
-            PR_CAPTION,
+            NOTES[Note.PR_CAPTION],
             alt=f"precision-recall, site {site.site_id}",
         ),
         Figure(
             plots.bound_recall_plot([site]),
-            BOUND_RECALL_CAPTION,
+            NOTES[Note.BOUND_RECALL_CAPTION],
             alt=f"bound against recall, site {site.site_id}",
         ),
     ]

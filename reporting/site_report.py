@@ -24,7 +24,8 @@ from .aggregate import site_report
 from .banners import violation_warnings
 from .inputs import RunInputs, load_replicates, load_site_audit
 from .manifest import build_manifest
-from .plain_language import INVERSION_THREAT, INVERSION_THREAT_SUM, THREAT_MODEL, plain_reading
+from .meanings import NOTES, THREAT_MODEL, Note
+from .plain_language import plain_reading
 from .replicate_schema import ReplicateSite
 from .run_config import ReportConfig
 from .schema import (
@@ -76,7 +77,7 @@ def build_site_page_report(
         run_name=config.name,
         site=site,
         reading=plain_reading(site, exposed_records=link is not None),
-        threat_model=[*THREAT_MODEL, *_inversion_threat(site, secure)],
+        threat_model=[*(NOTES[n] for n in THREAT_MODEL), *_inversion_threat(site, secure)],
         standing=standing,
         manifest=build_manifest(config, result, _platform(layout)),
         exposed_records_link=link,
@@ -91,7 +92,7 @@ def _inversion_threat(site: SiteReport, secure: SecureAggregationMode) -> list[s
     """The inversion audit's threat, on what the server held; none without the audit."""
     if not site.privacy.inversion:
         return []
-    return [INVERSION_THREAT_SUM if secure == "ideal" else INVERSION_THREAT]
+    return [NOTES[Note.INVERSION_THREAT_SUM] if secure == "ideal" else NOTES[Note.INVERSION_THREAT]]
 
 
 def _platform(layout: RunLayout) -> PlatformInfo | None:

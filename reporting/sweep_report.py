@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
 from contracts.run_files import REPORT_HTML, RunLayout
@@ -23,8 +22,6 @@ from .aggregate import build_report
 from .banners import canary_banner, violation_banner_lines, violation_warnings
 from .between_runs import (
     ACCURACY,
-    BETWEEN_RUNS_NOTE,
-    COMPARISONS_NOTE,
     HEADLINE,
     NO_COMPARISONS,
     compare_neighbours,
@@ -43,9 +40,9 @@ from .blocks import (
     to_markdown,
 )
 from .columns import SiteRow, site_row_class
-from .formatting import NOT_A_BOUND, TIGHT_ONLY
 from .html_page import SORT_SCRIPT, page
 from .inputs import load_run
+from .meanings import NOTES, Note
 from .observers import OBSERVER_COLUMNS, OBSERVERS_NOTE, observer_rows, observers_plot
 from .report_writer import write_report
 from .run_config import ConfigReader
@@ -83,8 +80,8 @@ def build_sweep_report(
     return SweepReport(
         schema_version=SCHEMA_VERSION,
         points=reports,
-        meaning=EPS_TILDE_MEANING,
-        two_sided_meaning=TWO_SIDED_MEANING,
+        meaning=NOTES[Note.EPS_TILDE],
+        two_sided_meaning=NOTES[Note.TWO_SIDED],
         comparisons=compare_neighbours(reports),
     )
 
@@ -215,7 +212,8 @@ def _plot_blocks(points: list[SweepPointReport]) -> list[Block]:
             sweep_plots.sweep_eps_plot(points),
             "One marker per site and point: eps_tilde one-sided and two-sided with their 95% "
             "intervals, RM;RN and O(1) lower bounds. Non-private points sit at the 'inf' "
-            f"position. Lower bounds should stay below the dotted y = eps line; {TIGHT_ONLY}.",
+            "position. Lower bounds should stay below the dotted y = eps line; "
+            f"{NOTES[Note.TIGHT_ONLY]}.",
             alt="measured vs theoretical epsilon",
         ),
         Heading("Accuracy against privacy", only="html"),
@@ -242,7 +240,8 @@ def _plot_blocks(points: list[SweepPointReport]) -> list[Block]:
             "eps_tilde (two-sided where measured); all against the site's record-level DP "
             "guarantee (log scale), with the y = x line; points without DP at 'no DP', right. "
             "A lower bound above the line is a bound violation; the gap below it is how far "
-            f"the audit is from tight. {NOT_A_BOUND}: above the line it is no contradiction.",
+            f"the audit is from tight. {NOTES[Note.NOT_A_BOUND]}: above the line it is no "
+            "contradiction.",
             alt="measured lower bounds vs accountant epsilon per site",
         ),
     ]
@@ -306,7 +305,7 @@ def _over_seeds(report: SweepReport) -> list[Block]:
         Heading("Over training seeds"),
         Para(
             "Each point below ran once per seed on the same partition; the tables above show "
-            f"its first seed's run. {BETWEEN_RUNS_NOTE}"
+            f"its first seed's run. {NOTES[Note.BETWEEN_RUNS]}"
         ),
         Table(sweep_replicate_columns(HEADLINE, ACCURACY), rows, attrs=' class="sortable"'),
         Figure(
@@ -315,7 +314,7 @@ def _over_seeds(report: SweepReport) -> list[Block]:
             alt="eps_tilde and accuracy over training seeds",
         ),
         Heading("Do neighbouring points differ beyond run-to-run spread?", 3),
-        Para(COMPARISONS_NOTE),
+        Para(NOTES[Note.COMPARISONS]),
         Bullets([comparison_line(c) for c in report.comparisons] or [NO_COMPARISONS]),
     ]
 

@@ -116,6 +116,18 @@ def canary_client_settings(
     )
 
 
+def gradient_canary_seed(run_seed: int, site_id: int) -> int:
+    """The seed of one site's gradient canaries in a simulation: ``run_seed * 1_000 +
+    site_id``.
+
+    Why a mix: each site draws its own canary directions and coins while the run's seed still
+    reproduces them (a deployment draws them from the site's OS entropy instead). While sites
+    number under 1_000, no two sites of any two runs share a seed. The values are the ones
+    runs have always used: changing them would change every saved run's white-box audit.
+    """
+    return run_seed * 1_000 + site_id
+
+
 def gradient_canary_settings(
     config: ExperimentConfig, site_id: int, state_dir: Path, *, seeded: bool
 ) -> GradientCanarySettings | None:
@@ -127,7 +139,7 @@ def gradient_canary_settings(
         pairs=config.audit.gradient_canaries,
         state_path=state_dir / gradient_canaries_name(site_id),
         beta=config.audit.settings.beta,
-        seed=config.seed * 1_000 + site_id if seeded else None,
+        seed=gradient_canary_seed(config.seed, site_id) if seeded else None,
     )
 
 

@@ -65,7 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"{run_dir}: {untrained}; report: {layout.report_html}")
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
     print(f"done: {timings}\nreport: {layout.report_html}")
-    return SITES_LOST if _say_losses(layout, f"panoramia-fl run --resume {run_dir}") else 0
+    return SITES_LOST if _say_losses(outcome.lost, f"panoramia-fl run --resume {run_dir}") else 0
 
 
 def _run_config(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
@@ -119,13 +119,10 @@ def _memory_killed(err: Exception, resume: str, *, kept: Path) -> int:
     return SITES_LOST
 
 
-def _say_losses(layout: RunLayout, resume: str, label: str = "") -> bool:
-    """The run's lost sites on stderr, one line each (after ``label``), what to change when
-    Ray's memory killer caused them, and how to audit them again; whether it lost any."""
-    from reporting import written_report_losses
-    from simulations.config_file import report_config
-
-    lost: LostSites = written_report_losses(layout, report_config(layout))
+def _say_losses(lost: LostSites, resume: str, label: str = "") -> bool:
+    """A run's lost sites (as its written report has them) on stderr, one line each (after
+    ``label``), what to change when Ray's memory killer caused them, and how to audit them
+    again; whether it lost any."""
     for line in lost.lines():
         print(f"panoramia-fl: {label}{line}", file=sys.stderr)
     if lost.memory_killed:
@@ -185,9 +182,9 @@ def _run_replicates(args: argparse.Namespace) -> int:
             raise
         return _memory_killed(err, again, kept=set_dir)
     lost = False
-    for seed, layout in outcome.runs:
+    for seed, _ in outcome.runs:
         _print_warnings(outcome.report_warnings.get(seed, []))
-        lost |= _say_losses(layout, again, label=f"seed {seed}: ")
+        lost |= _say_losses(outcome.lost[seed], again, label=f"seed {seed}: ")
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
     print(f"done: {timings}, total {time.time() - t0:.1f}s\nreport: {outcome.files.html_path}")
     return SITES_LOST if lost else 0
@@ -253,8 +250,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 print(f"sweep point {label}: {run_dir}", file=sys.stderr)
                 with shared.joined(config):
                     runs = _sweep_point_runs(config, run_dir, sweep, args)
-                for seed, layout in runs:
-                    lost |= _say_losses(layout, again, label=f"{label}, seed {seed}: ")
+                for seed, _, run_lost in runs:
+                    lost |= _say_losses(run_lost, again, label=f"{label}, seed {seed}: ")
                 done.append(SweepPoint(label, overrides, layout=runs[0][1]))
     except KeyboardInterrupt as stop:
         _exit_interrupted(stop, f"rerun the sweep to continue from {run_dir}: {again}")
@@ -270,16 +267,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def _sweep_point_runs(
     config: ExperimentConfig, run_dir: Path, sweep: SweepConfig, args: argparse.Namespace
-) -> list[tuple[int, RunLayout]]:
-    """One point of a sweep: its run, or its replicate set's runs (seed, run directory)."""
+) -> list[tuple[int, RunLayout, LostSites]]:
+    """One point of a sweep: its run, or its replicate set's runs (seed, run directory, the
+    sites it lost)."""
     from simulations.replicates import run_replicates
     from simulations.runner import run_experiment
 
     if sweep.replicates > 1:
-        return run_replicates(
+        outcome = run_replicates(
             config, run_dir, sweep.replicates, verbose=args.verbose, key="replicates"
-        ).runs
-    return [(config.seed, run_experiment(config, run_dir, verbose=args.verbose).layout)]
+        )
+        return [(seed, layout, outcome.lost[seed]) for seed, layout in outcome.runs]
+    run = run_experiment(config, run_dir, verbose=args.verbose)
+    return [(config.seed, run.layout, run.lost)]
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

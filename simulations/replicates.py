@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from contracts.run_files import RunLayout, replicate_run_dir
+from reporting import LostSites
 from reporting.schema import ReportFiles
 from simulations.config import SEED_LIMIT, ExperimentConfig, apply_overrides, validate_config
 from simulations.config_file import dump_config, report_config
@@ -36,6 +37,8 @@ class ReplicateOutcome:
     report_warnings: dict[int, list[str]] = field(default_factory=dict)
     """Each run's report warnings (:attr:`~simulations.runner.RunOutcome.report_warnings`),
     by seed."""
+    lost: dict[int, LostSites] = field(default_factory=dict)
+    """The sites each run lost (:attr:`~simulations.runner.RunOutcome.lost`), by seed."""
     timings: dict[str, float] = field(default_factory=dict)
     """Each run's total seconds (``seed-<s>_s``)."""
 
@@ -70,6 +73,7 @@ def run_replicates(
     runs: list[tuple[int, RunLayout]] = []
     timings: dict[str, float] = {}
     report_warnings: dict[int, list[str]] = {}
+    lost: dict[int, LostSites] = {}
     with SharedRay() as shared:  # Ray starts once for the set
         for seed, replicate in replicate_configs(config, n, key=key):
             run_dir = replicate_run_dir(set_dir, seed)
@@ -79,6 +83,7 @@ def run_replicates(
             timings[f"seed-{seed}_s"] = outcome.timings["total_s"]
             runs.append((seed, outcome.layout))
             report_warnings[seed] = outcome.report_warnings
+            lost[seed] = outcome.lost
     files = write_replicate_report(
         set_dir,
         runs,
@@ -87,5 +92,5 @@ def run_replicates(
         partition_seed=config.partition.seed_for(config.seed),
     )
     return ReplicateOutcome(
-        files=files, runs=runs, report_warnings=report_warnings, timings=timings
+        files=files, runs=runs, report_warnings=report_warnings, lost=lost, timings=timings
     )

@@ -18,6 +18,7 @@ import torch
 
 from contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
 from contracts.run_files import RunLayout
+from reporting import LostSites
 from server.round_audits import plan_audits
 from server.stop import StopSwitch, stop_on_signals
 from simulations.apps import build_apps
@@ -47,6 +48,9 @@ class RunOutcome:
     report_warnings: list[str] = field(default_factory=list)
     """The written report's lines for stderr (``reporting.ReportFiles.warnings``); none when
     the run wrote no report."""
+    lost: LostSites = field(default_factory=LostSites)
+    """The sites the run lost, as its written report says (``reporting.RunReportFiles.lost``);
+    none when the run wrote no report."""
 
     @property
     def run_dir(self) -> Path:
@@ -261,7 +265,8 @@ def _run(
         t = time.time()
         from reporting import write_report as write
 
-        outcome.report_warnings = write(layout, report_config(layout)).warnings
+        files = write(layout, report_config(layout))
+        outcome.report_warnings, outcome.lost = files.warnings, files.lost
         outcome.timings["report_s"] = time.time() - t
     outcome.timings["total_s"] = time.time() - t0
     return outcome

@@ -264,7 +264,7 @@ def no_training(monkeypatch):
     monkeypatch.setattr(
         reporting,
         "write_report",
-        lambda layout, config: reporting.ReportFiles(
+        lambda layout, config: reporting.RunReportFiles(
             json_path=layout.report_json, html_path=layout.report_html
         ),
     )

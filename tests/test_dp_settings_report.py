@@ -44,6 +44,9 @@ def test_the_settings_sweep_compares_four_settings_at_one_epsilon_for_2_and_8_si
     targets = {c.dp.target_epsilon or c.dp.client.target_epsilon for _, _, c in points}
     assert targets == {None, 8}
     assert all(c.audit.inversion is not None for _, _, c in points)
+    # 2 or 8 sites hold the same records: the comparison is of who holds them
+    held = {c.partition.num_sites * c.partition.records_per_site for _, _, c in points}
+    assert len(held) == 1
 
 
 def _run(

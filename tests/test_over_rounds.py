@@ -21,7 +21,8 @@ from contracts.site_audit import SiteAudit, SiteAuditFile
 from contracts.wire import AuditInstructions, WireError, audit_record, audit_reply
 from reporting import plots
 from reporting.columns import md_table
-from reporting.formatting import FIRST_LEAK, first_leaking_text, first_leaks_line
+from reporting.formatting import first_leaking_text, first_leaks_line
+from reporting.meanings import NOTES, Note
 from reporting.site_columns import PER_CLASS_COLUMNS
 from server.round_audits import plan_audits, with_rounds
 from server.run_writer import append_round, write_site_audit
@@ -179,7 +180,7 @@ def test_the_views_draw_the_curve_and_name_the_first_leaking_round() -> None:
     assert first_leaking_text(lines).startswith("Leakage first shows at round 2,")
     assert first_leaking_text(lines[:1]).startswith("No audited round (1)")
     assert first_leaks_line({"2": 4, "10": None}) == [
-        f"{FIRST_LEAK}: site 2: round 4; site 10: none"
+        f"{NOTES[Note.FIRST_LEAK]}: site 2: round 4; site 10: none"
     ]
     assert first_leaks_line({}) == []
     table = md_table(PER_CLASS_COLUMNS, with_class_slices(make_result([0.5], [1.0])).per_class)

@@ -197,24 +197,25 @@ def _module_name(path: Path) -> str:
 
 
 def _import_time_nodes(
-    body: list[ast.stmt], *, lazy: bool = False
+    body: list[ast.stmt], *, lazy: bool = False, typing: bool = False
 ) -> Iterator[ast.Import | ast.ImportFrom]:
     """The imports a module runs when it is imported (with ``lazy``, also those inside its
-    functions); never those under ``if TYPE_CHECKING:`` (read by type checkers only)."""
+    functions); those under ``if TYPE_CHECKING:`` (read by type checkers only) with
+    ``typing``."""
     for node in body:
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
         elif isinstance(node, ast.If):
-            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
-                yield from _import_time_nodes(node.body, lazy=lazy)
-            yield from _import_time_nodes(node.orelse, lazy=lazy)
+            if typing or not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                yield from _import_time_nodes(node.body, lazy=lazy, typing=typing)
+            yield from _import_time_nodes(node.orelse, lazy=lazy, typing=typing)
         elif isinstance(node, ast.Try):
             for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
-                yield from _import_time_nodes(block, lazy=lazy)
+                yield from _import_time_nodes(block, lazy=lazy, typing=typing)
         elif isinstance(node, ast.With | ast.ClassDef) or (
             lazy and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         ):
-            yield from _import_time_nodes(node.body, lazy=lazy)
+            yield from _import_time_nodes(node.body, lazy=lazy, typing=typing)
 
 
 def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
@@ -226,14 +227,14 @@ def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
-def _import_graph(*, lazy: bool) -> dict[str, set[str]]:
+def _import_graph(*, lazy: bool, typing: bool = False) -> dict[str, set[str]]:
     """Module -> the modules of ours it imports, relative imports included (``from a import
     b`` counts as importing ``a.b`` when that is a module)."""
     modules = {_module_name(p): p for package in PACKAGES for p in _package_files(package)}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         targets: set[str] = set()
-        for node in _import_time_nodes(ast.parse(path.read_text()).body, lazy=lazy):
+        for node in _import_time_nodes(ast.parse(path.read_text()).body, lazy=lazy, typing=typing):
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
             else:
@@ -264,19 +265,24 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
-@pytest.mark.parametrize("lazy", [False, True], ids=["at import time", "lazy ones included"])
-def test_no_module_import_cycle(lazy):
+@pytest.mark.parametrize(
+    ("lazy", "typing"),
+    [(False, False), (True, False), (True, True)],
+    ids=["at import time", "lazy ones included", "type-only ones included"],
+)
+def test_no_module_import_cycle(lazy, typing):
     """No module imports one that imports it back, directly or through others: at import
-    time a cycle makes the import order decide which names exist, and a lazy import back
-    is the same tangle, deferred."""
-    assert _cycles(_import_graph(lazy=lazy)) == []
+    time a cycle makes the import order decide which names exist, and a lazy or type-only
+    import back (``reporting.inputs`` -> ``run_config`` -> ``privacy_ledger`` -> ``inputs``
+    once) is the same tangle, deferred."""
+    assert _cycles(_import_graph(lazy=lazy, typing=typing)) == []
 
 
 def test_reporting_modules_import_downwards():
     """Inside ``reporting`` too (its modules import each other relatively): the graph of its
     modules is acyclic, so each imports only modules below it, and it reaches them all
     (a relative import the graph missed would hide a cycle)."""
-    graph = _import_graph(lazy=True)
+    graph = _import_graph(lazy=True, typing=True)
     inside = {m: {t for t in ts if t.startswith("reporting.")} for m, ts in graph.items()}
     inside = {m: ts for m, ts in inside.items() if m.startswith("reporting.")}
     assert _cycles(inside) == []
@@ -294,7 +300,7 @@ def test_the_parts_of_a_package_import_downwards(package: str) -> None:
     def part(module: str) -> str:
         return ".".join(module.split(".")[:2])
 
-    graph = _import_graph(lazy=True)
+    graph = _import_graph(lazy=True, typing=True)
     parts: dict[str, set[str]] = {}
     for module, targets in graph.items():
         if module.split(".")[0] == package and module != package:

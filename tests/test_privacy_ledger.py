@@ -37,12 +37,9 @@ from reporting import (
 )
 from reporting.formatting import fmt_outside
 from reporting.inputs import SiteAuditRead
+from reporting.meanings import NOTES, Note
 from reporting.metrics import LOWER_BOUNDS, METRICS
-from reporting.privacy_ledger import (
-    EPS_TILDE_ABOVE_NOTE,
-    released_model_epsilon,
-    site_privacy,
-)
+from reporting.privacy_ledger import released_model_epsilon, site_privacy
 from simulations.cli import main as cli_main
 from simulations.config import DPConfig
 from simulations.config_file import privacy_settings, report_config
@@ -240,7 +237,7 @@ def test_csv_and_ledger_csv_carry_the_ledger(ledger_run: Path) -> None:
         )
     assert "canary audit eps lower bound = 3.000" in rows[2]["checks_bound_violations"]
     assert rows[0]["checks_bound_violations"] == ""
-    assert rows[1]["checks_eps_tilde_above_accountant"].startswith(EPS_TILDE_ABOVE_NOTE)
+    assert rows[1]["checks_eps_tilde_above_accountant"].startswith(NOTES[Note.EPS_TILDE_ABOVE])
 
     with (ledger_run / "ledger.csv").open(newline="") as fh:
         ledger = list(csv.DictReader(fh))
@@ -418,11 +415,11 @@ def test_eps_tilde_above_the_guarantee_is_a_flag_not_a_violation(ledger_run: Pat
     assert site["bound_violations"] == []
     assert site["eps_tilde_above_accountant"] is True
     reason = site["eps_tilde_above_accountant_reason"]
-    assert reason.startswith(EPS_TILDE_ABOVE_NOTE) and "> DP eps 3.000" in reason
+    assert reason.startswith(NOTES[Note.EPS_TILDE_ABOVE]) and "> DP eps 3.000" in reason
     assert report["consortium"]["eps_tilde_above_accountant_sites"] == [1]
     assert _sites(ledger_run)[0]["eps_tilde_above_accountant"] is False
     md = (ledger_run / "report.md").read_text()
-    assert f"site 1: {EPS_TILDE_ABOVE_NOTE}" in md
+    assert f"site 1: {NOTES[Note.EPS_TILDE_ABOVE]}" in md
     assert "eps_tilde is a measurement, not a bound" in (
         site_pages(ledger_run, 1).html_path.read_text()
     )

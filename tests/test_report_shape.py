@@ -32,8 +32,9 @@ from reporting.columns import (
     SiteRow,
     md_table,
 )
-from reporting.formatting import MEANING_POINTS, flag_labels
+from reporting.formatting import flag_labels
 from reporting.html_page import _FLAG_BADGE_KIND
+from reporting.meanings import FLAG_PROSE, MEANING_POINTS, NOTES, Note
 from reporting.schema import FLAGS, FlaggedSites
 
 
@@ -102,8 +103,10 @@ def test_a_site_holds_each_estimate_once(tmp_path: Path) -> None:
 def test_flags_are_declared_once() -> None:
     flag_fields = [f.name for f in dataclasses.fields(AuditFlags) if f.type in ("bool", bool)]
     assert list(FLAGS) == flag_fields == [f.name for f in dataclasses.fields(FlaggedSites)]
+    assert list(FLAG_PROSE) == list(FLAGS)
+    assert set(NOTES) == set(Note)
+    assert all(prose.meaning in MEANING_POINTS for prose in FLAG_PROSE.values())
     for flag in FLAGS.values():
-        assert flag.meaning in MEANING_POINTS
         assert _FLAG_BADGE_KIND[flag.label] == flag.badge
     raised = AuditFlags(
         saturated=True, c_lb_not_tight=True, rm_rn_capped=True, above_real_nonmembers=True

@@ -43,10 +43,11 @@ from reporting.columns import md_table
 from reporting.formatting import fmt, fmt_est, fmt_two_sided
 from reporting.html_page import SORT_SCRIPT
 from reporting.manifest import PACKAGES
+from reporting.meanings import FLAG_PROSE
 from reporting.metrics import EPS_TILDE_TWO_SIDED
 from reporting.privacy_ledger import update_violations
 from reporting.replicate_schema import ReplicateReport, ReplicateRun, ReplicateSite
-from reporting.schema import FLAGS, SiteReport
+from reporting.schema import SiteReport
 from reporting.site_columns import UPDATE_COLUMNS
 from reporting.site_page import update_blocks
 from reporting.standing import BANDS, rank_band
@@ -548,6 +549,6 @@ def test_the_reading_says_what_the_baseline_knew_of_real_records(tmp_path: Path)
     write_report_of(run)
     meaning = {i: " ".join(_page_json(run, i)["reading"]["meaning"]) for i in range(3)}
     assert "only from 123 of your own records" in meaning[0]
-    assert meaning[0].count(FLAGS["above_real_nonmembers"].plain) == 1
+    assert meaning[0].count(FLAG_PROSE["above_real_nonmembers"].plain) == 1
     assert "never saw a real record" in meaning[1]
     assert "only from 123" not in meaning[2] and "never saw a real record" not in meaning[2]

@@ -19,13 +19,6 @@ from audit.panoramia.sides import SIDES, BoundRule, Scored, Side
 from audit.result import ClassSlice, ClassSliceResult, Interval
 from audit.stats.roc import roc_summary
 
-CLASS_SLICES_MEANING = (
-    "Per-class slices replay the two-sided game on the slots of one label (the game pairs "
-    "each member with a non-member of its label). Each class's four bounds are at the "
-    "two-sided level divided by the number of labels (Bonferroni), so all classes' claims, "
-    "the most exposed one's included, hold together at the audit's beta."
-)
-
 MIN_CLASS_CEILING = 1.0
 """A class whose slots let even a perfect attack reach no more than this bound (at the
 class's level) is flagged as having too few records: its eps_tilde can only read ~0."""

@@ -1,0 +1,477 @@
+"""What the report's numbers and flags mean, and why they are caveated: every such sentence a
+reader sees, written once here and looked up by key (:class:`Note`, or a flag's name in
+:data:`~.schema.FLAGS` for :data:`FLAG_PROSE`).
+
+The audit library's own statements of what eps_tilde and its two-sided game mean
+(:data:`audit.result.EPS_TILDE_MEANING`, :data:`audit.result.TWO_SIDED_MEANING`) stay with
+the audit, which returns them in every result (``AuditResult.meaning``) to callers without a
+report; the report reads them through :data:`NOTES` like every other sentence. The line on
+how the DP noise was drawn (``contracts.run_files.NOISE_NOTES``) stays in contracts too: the
+server writes it into its ledger and ``noise.json``; the report looks it up by the source
+noise.json names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from audit.config import ONE_SIDED_SHARES, TWO_SIDED_SHARES
+from audit.panoramia.diagnosis import NOT_TIGHT_TOLERANCE
+from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
+from contracts.reply_keys import DECLARED_SIZE_ADJACENCY
+
+
+class Note(Enum):
+    """The key of one sentence (or caption, legend, template) of :data:`NOTES`."""
+
+    EPS_TILDE = "eps_tilde"
+    """The audit's own statement of what eps_tilde means (report.json's ``meaning``)."""
+    TWO_SIDED = "two_sided"
+    """The audit's statement of the two-sided game (report.json's ``two_sided_meaning``)."""
+    TIGHT_ONLY = "tight_only"
+    """The caveat every place that shows eps_tilde repeats."""
+    NOT_A_BOUND = "not_a_bound"
+    ABOVE_LABEL = "above_label"
+    """The badge and flag of eps_tilde above the guarantee (never a violation)."""
+    EPS_TILDE_ABOVE = "eps_tilde_above"
+    """Why eps_tilde above the accountant's epsilon is a flag, not a violation."""
+    ONE_MODEL_INTERVAL = "one_model_interval"
+    HEADLINE = "headline"
+    BOUNDS_BELOW_DP = "bounds_below_dp"
+    LEDGER_INTRO = "ledger_intro"
+    SECURE_SUM = "secure_sum"
+    """What the ledger says of a run under ``fl.secure_aggregation: ideal``."""
+    ROW_COLOURS = "row_colours"
+    """The per-site table's legend in HTML (its rows are coloured by ``site_row_class``)."""
+    FLAG_LEGEND = "flag_legend"
+    EPS_PLOT_CAPTION = "eps_plot_caption"
+    ROC = "roc"
+    PR_CAPTION = "pr_caption"
+    BOUND_RECALL_CAPTION = "bound_recall_caption"
+    LOW_FPR = "low_fpr"
+    BY_ROUND = "by_round"
+    BY_ROUND_CAPTION = "by_round_caption"
+    UPDATES = "updates"
+    UPDATES_CAPTION = "updates_caption"
+    FIRST_LEAK = "first_leak"
+    TOO_FEW_FOR_CLASS = "too_few_for_class"
+    """A class whose slots let even a perfect attack reach no useful bound."""
+    INVERSION = "inversion"
+    WHITE_BOX = "white_box"
+    """What the white-box numbers mean, for every place that shows them."""
+    OUTSIDE = "outside"
+    CLIENT_CANARIES = "client_canaries"
+    CANARIES_OUTNUMBER = "canaries_outnumber"
+    """A template: ``canaries`` (mean canary clients a round) and ``sites`` (a round's)."""
+    READ_AS_LOWER_BOUND = "read_as_lower_bound"
+    ONE_RUN_BOUNDS = "one_run_bounds"
+    DP_EPS = "dp_eps"
+    SIDES = "sides"
+    LEVELS = "levels"
+    O1_ABOVE = "o1_above"
+    THREAT_WHO = "threat_who"
+    THREAT_WHAT = "threat_what"
+    THREAT_NOT_COVERED = "threat_not_covered"
+    INVERSION_THREAT = "inversion_threat"
+    INVERSION_THREAT_SUM = "inversion_threat_sum"
+    CLASS_SLICES = "class_slices"
+    RECORD_GUARANTEE = "record_guarantee"
+    RECORD_ACCOUNTANT = "record_accountant"
+    CLIENT_ACCOUNTANT = "client_accountant"
+    SERVER_GUARANTEE = "server_guarantee"
+    CLIENT_IMPLIED_RECORD = "client_implied_record"
+    CANARY_BOUND = "canary_bound"
+    CANARY_FDP = "canary_fdp"
+    WHITE_BOX_SERVER = "white_box_server"
+    WHITE_BOX_COST = "white_box_cost"
+    BEST_LOWER_BOUND = "best_lower_bound"
+    DP_ACCOUNTANT = "dp_accountant"
+    LOSS_GAP = "loss_gap"
+    BETWEEN_RUNS = "between_runs"
+    COMPARISONS = "comparisons"
+    NOT_PROOF = "not_proof"
+    LOWER_BOUND_WHEN = "lower_bound_when"
+    NONMEMBER_SIDE = "nonmember_side"
+    MEMBER_SIDE = "member_side"
+    FLAGGED_READING = "flagged_reading"
+    INCONCLUSIVE_READING = "inconclusive_reading"
+    NO_LEAKAGE_READING = "no_leakage_reading"
+    RECORDS_LISTED = "records_listed"
+    RECORDS_NOT_LISTED = "records_not_listed"
+
+
+_TIGHT_ONLY = "eps_tilde is a lower bound on epsilon only where c_lb is tight"
+_NOT_A_BOUND = "eps_tilde is a measurement, not a bound"
+_ONE_MODEL_INTERVAL = (
+    "Each 95% interval here is over audit repeats of this one trained model: another "
+    "training run of the same config (another seed, or the same seed on another CPU) trains "
+    "another model, whose number may fall outside it"
+)
+_BOUNDS_BELOW_DP = (
+    "Every lower bound (canary, O(1), their f-DP readings, RM;RN) must be at most DP eps, "
+    "the record-level guarantee that applies to the site's records (the canary clients' "
+    "bound: at most the site-level client epsilon)"
+)
+
+NOTES: dict[Note, str] = {
+    Note.EPS_TILDE: EPS_TILDE_MEANING,
+    Note.TWO_SIDED: TWO_SIDED_MEANING,
+    Note.TIGHT_ONLY: _TIGHT_ONLY,
+    Note.NOT_A_BOUND: _NOT_A_BOUND,
+    Note.ABOVE_LABEL: "eps_tilde above DP eps (not a bound)",
+    Note.EPS_TILDE_ABOVE: "c_lb not tight; eps_tilde is a measurement, not a bound",
+    Note.ONE_MODEL_INTERVAL: _ONE_MODEL_INTERVAL,
+    Note.HEADLINE: (
+        "eps_tilde two-sided: the larger side's leakage with its 95% interval; "
+        f"{_TIGHT_ONLY}. O(1): a lower bound on epsilon from real records. "
+        f"{_ONE_MODEL_INTERVAL}. The full tables follow."
+    ),
+    Note.BOUNDS_BELOW_DP: _BOUNDS_BELOW_DP,
+    Note.LEDGER_INTRO: (
+        "Each site's guarantees (accountant, delta) beside its measured lower bounds and "
+        f"eps_tilde. {_BOUNDS_BELOW_DP}; {_NOT_A_BOUND}."
+    ),
+    Note.SECURE_SUM: (
+        "; secure aggregation: ideal (the server held only each round's sum of the updates: a "
+        "simulation of what a secure-aggregation protocol promises, docs/dp_settings.md)."
+    ),
+    Note.ROW_COLOURS: (
+        "Row colours: yellow = saturated (eps_tilde reads headroom, not leakage); red = c_lb "
+        "not tight (eps_tilde may overstate); grey = failed or missing audit; dark red border "
+        "= a bound violation (see the banner at the top). Row colours and the badges beside "
+        "eps_tilde are the one-sided game's; the badges beside the two-sided eps_tilde are its "
+        "sides' (hover a row for the reasons)."
+    ),
+    Note.FLAG_LEGEND: (
+        f"{_TIGHT_ONLY}; sites flagged saturated read headroom (ceiling - c_lb), not leakage; "
+        "sites flagged c_lb not tight may overstate it. Flags are per game: the one-sided game "
+        "and each side of the two-sided one."
+    ),
+    Note.EPS_PLOT_CAPTION: (
+        "eps_tilde (one-sided) and eps_tilde two-sided with their 95% t-intervals over "
+        "repeats; RM;RN and O(1) lower bounds beside them where the run had real non-members; "
+        "grey bar: one-sided headroom ceiling - c_lb, the largest one-sided eps_tilde this "
+        f"audit set can show. {_TIGHT_ONLY}."
+    ),
+    Note.ROC: (
+        "True-positive rate against false-positive rate on log axes, mean over repeats: b "
+        "(blue) and the MIA (red) in the privacy game (members against generated records), "
+        "RM;RN (green) against real held-out non-members; dotted: chance (TPR = FPR). A curve "
+        "far above the diagonal at the left exposes a few records with high confidence."
+    ),
+    Note.PR_CAPTION: (
+        "Precision against recall of b (blue, no access to the model) and of the MIA (red, "
+        "sees the target model) in the privacy game, one line per repeat."
+    ),
+    Note.BOUND_RECALL_CAPTION: (
+        "The bound at each recall level: c for b (blue) and c+eps for the MIA (red); the "
+        "dashed line is the ceiling, the bound of a perfect scorer."
+    ),
+    Note.LOW_FPR: (
+        "TPR at 1% / 0.1% FPR: the fraction of members a scorer flags while flagging at most "
+        "1% / 0.1% of the non-members (generated records for b and the MIA, real held-out "
+        "records for RM;RN). It shows whether a few records are exposed with high confidence, "
+        "which the AUC averages away."
+    ),
+    Note.BY_ROUND: (
+        "Every round is audited with the same non-members, helper, reference models and "
+        "games: only the model changes."
+    ),
+    Note.BY_ROUND_CAPTION: (
+        "Two-sided eps_tilde per audited round (95% t-interval over repeats) and O(1), beside "
+        "the global model's accuracy."
+    ),
+    Note.UPDATES: (
+        "The site's own updates (the local model it sent the server in each chosen round) "
+        "play the same games, with the same non-members, helper and reference models, as "
+        "that round's global model: what the server could measure of the site's records, "
+        "beside what anyone holding the global model could. Under record-level DP the update "
+        "of round r is covered by the site's DP-SGD epsilon after round r (the last column): "
+        "no lower bound of that round (RM;RN, O(1)) may exceed it; eps_tilde is a "
+        "measurement, not a bound."
+    ),
+    Note.UPDATES_CAPTION: (
+        "Two-sided eps_tilde (95% t-interval over repeats) and RM;RN of the site's update and "
+        "of the global model per audited round, beside its DP-SGD epsilon after the round."
+    ),
+    Note.FIRST_LEAK: "first audited round whose two-sided eps_tilde interval excludes 0",
+    Note.TOO_FEW_FOR_CLASS: "too few records for a bound",
+    Note.INVERSION: (
+        "the attack a curious server can run from what it holds (the global weights it sent, "
+        "your update, your record count, the run's batch size, local epochs or steps and "
+        "optimizer): dummy records optimised until their simulated update matches yours. "
+        "Each of your records is scored against its best-matching reconstruction (SSIM for "
+        "images, 1 = identical; the share of fields right for rows); the baseline is the same "
+        "attack on an update from public records, so it reads what chance gives"
+    ),
+    Note.WHITE_BOX: (
+        "what the server could learn about one of the site's records from what the site "
+        "sends, measured white-box by gradient canaries inside the site's own DP-SGD: the "
+        "one-run f-DP lower bound on epsilon / the Gaussian estimate [95% interval over the "
+        "canaries]. Mechanism: every noisy gradient step (what the DP guarantee covers; the "
+        "check that the DP setup does what the accountant assumes). Server: the round updates "
+        "the site sends"
+    ),
+    Note.OUTSIDE: (
+        "the keys of the site's train replies that its record-level guarantee does not cover; "
+        "the guarantee covers the training given the site's declared size (its sampling rate, "
+        "steps and divisor), and under the site's own member count that size is not covered: "
+        f"{DECLARED_SIZE_ADJACENCY}. What covers every key a site sends: docs/security.md"
+    ),
+    Note.CLIENT_CANARIES: (
+        "Canary clients (simulation only, docs/client_canaries.md): the estimate reads the "
+        "client-level epsilon as a Gaussian mechanism (one pooled variance), with an "
+        "approximate 95% interval; it is an estimate, not a bound. The two-variance fit is a "
+        "sensitivity reading: with few canaries it drifts upwards. The lower bound must stay "
+        "at or below the site-level client epsilon."
+    ),
+    Note.CANARIES_OUTNUMBER: (
+        "The canaries outnumber the real sites ({canaries:.0f} canary clients against {sites} "
+        "sites a round): the model measured is not the one this consortium trains without "
+        "them."
+    ),
+    Note.READ_AS_LOWER_BOUND: (
+        "Read eps_tilde as a lower bound on epsilon only when c_lb is tight; it is never an "
+        "upper bound, and eps_tilde = 0 does not show that the model is private (the audit "
+        "found no evidence, which a weak audit also finds)."
+    ),
+    Note.ONE_RUN_BOUNDS: (
+        "RM;RN (real held-out non-members, c = 0) and O(1) (Steinke et al. 2023) are lower "
+        "bounds on epsilon at the audit's level beta. DP eps is the accountant's epsilon, an "
+        "upper bound under DP-SGD's assumptions; a lower bound above it would signal a bug."
+    ),
+    Note.DP_EPS: (
+        "DP eps per site is the record-level guarantee that applies to its records: the "
+        "smaller of the record-level accountant's (DP-SGD at the site) and the record-level "
+        "epsilon that client-level DP implies (one record moves the site's clipped update by "
+        "at most twice the clipping norm). Client-level DP's own epsilon is site-level: it "
+        "covers adding or removing the whole site. Every measured lower bound (canary, O(1), "
+        "RM;RN on either side) must stay at or below DP eps; eps_tilde may exceed it without "
+        f"contradiction, as {_NOT_A_BOUND}."
+    ),
+    Note.SIDES: (
+        "Each side of the two-sided game has its own c_lb, ceiling and flags (saturated, c_lb "
+        "not tight against that side's RM;RN, RM;RN capped, above real non-members), "
+        "diagnosed as above; side names the side whose eps_tilde is larger. The headline "
+        "(two-sided eps_tilde) is diagnosed against RM;RN's two-sided reading too, with the "
+        f"same {NOT_TIGHT_TOLERANCE} tolerance. The one-sided eps_tilde (the paper's) is "
+        "reported unchanged beside it."
+    ),
+    Note.LEVELS: (
+        f"Levels: the one-sided c_lb and {{c+eps}}_lb are each at beta/{ONE_SIDED_SHARES} (so "
+        "eps_tilde holds at beta), as are RM;RN's two; the two-sided game's four bounds (b and "
+        f"MIA on each side) are at beta/{TWO_SIDED_SHARES} each, as are RM;RN's two-sided "
+        "ones; O(1) is at beta."
+    ),
+    Note.O1_ABOVE: (
+        "O(1) > 0 with the one-sided eps_tilde = RM;RN = 0: O(1) also guesses 'non-member' "
+        "(for records of high loss), while the one-sided PANORAMIA and RM;RN count only "
+        "'member' guesses (the generator's closeness is one-sided, Definition 3). A model "
+        "whose members and non-members are equally easy at the top of its confidence, but "
+        "which fails on more non-members, leaks through its generalization gap (f loss: "
+        "members vs holdout) without any member standing out; the two-sided values (side: "
+        "non-member) and O(1) can read that."
+    ),
+    Note.THREAT_WHO: (
+        "Who: anyone who holds the final shared model (every site of the consortium, and "
+        "whoever the model is given to) and can run it on records of their choice."
+    ),
+    Note.THREAT_WHAT: (
+        "What they try: to tell whether a given record of yours was used in training "
+        "(membership inference), from how well the model fits that record, with look-alike "
+        "records and models that never saw your data for comparison."
+    ),
+    Note.THREAT_NOT_COVERED: (
+        "Not covered: attackers who watch the model updates exchanged during training, who "
+        "collude with the server or other sites, or who try to rebuild records."
+    ),
+    Note.INVERSION_THREAT: (
+        "Rebuilding records (audit.inversion, its own section): the server, which sees each "
+        "of your updates with the weights it sent, tries to rebuild your records from them; "
+        "your site ran that attack on its own updates and compared the result with its "
+        "records."
+    ),
+    Note.INVERSION_THREAT_SUM: (
+        "Rebuilding records (audit.inversion, its own section): the server, which under "
+        "secure aggregation holds only each round's sum of the sites' updates, tries to "
+        "rebuild your records from it; your site ran that attack on the round's sum and "
+        "compared the result with its records."
+    ),
+    Note.NOT_PROOF: (
+        "It is not proof of privacy: a reading of 0 means this audit found no evidence, and "
+        "a weaker audit finds none either."
+    ),
+    Note.LOWER_BOUND_WHEN: (
+        "It is a lower bound on the model's privacy loss (its DP epsilon) only when the "
+        "baseline is as good as any attacker without the model can be; it is never an upper "
+        "bound: a stronger attack could find more."
+    ),
+    Note.NONMEMBER_SIDE: (
+        "The leakage is in 'not a member' guesses: the model fits your training records "
+        "much more closely than similar records it never saw, so a record it fits badly is "
+        "almost surely not in your data. Ruling people out of a small or known population "
+        "also points at those who remain."
+    ),
+    Note.MEMBER_SIDE: (
+        "The leakage is in 'member' guesses: for some of your records the model is "
+        "confident enough to say correctly that they were used in training."
+    ),
+    Note.FLAGGED_READING: (
+        "The number above does not measure how much the model leaks about your records (its "
+        "flags below say why); read the cross-checks with your real records, RM;RN and "
+        "O(1), instead."
+    ),
+    Note.INCONCLUSIVE_READING: (
+        "The reading is too close to zero to say the model leaks; more repeats or a larger "
+        "audit set could tell."
+    ),
+    Note.NO_LEAKAGE_READING: ("This audit measured no leakage about your records."),
+    Note.RECORDS_LISTED: (
+        "It does not say which of your records are exposed. Your site's own list of its "
+        "most exposed records is linked below; it stays at your site."
+    ),
+    Note.RECORDS_NOT_LISTED: (
+        "It does not say which of your records are exposed: per-record results never leave "
+        "your site (set audit.exposed_records to keep a list of the most exposed ones "
+        "there)."
+    ),
+    Note.CLASS_SLICES: (
+        "Per-class slices replay the two-sided game on the slots of one label (the game pairs "
+        "each member with a non-member of its label). Each class's four bounds are at the "
+        "two-sided level divided by the number of labels (Bonferroni), so all classes' "
+        "claims, the most exposed one's included, hold together at the audit's beta."
+    ),
+    Note.RECORD_GUARANTEE: (
+        "the record-level epsilon that applies: the smaller of the record-level "
+        "accountant's and the one client-level DP implies per record (an upper bound on how "
+        "much any one of your records can change what the model reveals)"
+    ),
+    Note.RECORD_ACCOUNTANT: ("your site's own DP-SGD training, all rounds"),
+    Note.CLIENT_ACCOUNTANT: (
+        "the client-level noise on the aggregate (the server's, or the sites' own shares "
+        "under distributed DP): covers adding or removing your whole site, against those "
+        "who see the global model"
+    ),
+    Note.SERVER_GUARANTEE: (
+        "what holds against the server itself: your DP-SGD's epsilon, or under distributed "
+        "client-level DP the noise of your own share (of the whole sum, with secure "
+        "aggregation); central client-level DP gives none (the server sees your update "
+        "before its noise)"
+    ),
+    Note.CLIENT_IMPLIED_RECORD: (
+        "the record-level epsilon client-level DP implies (one record moves your clipped "
+        "update by at most twice the clipping norm)"
+    ),
+    Note.CANARY_BOUND: (
+        "canary records trained on by a fair coin each, guessed from the final model "
+        "(Steinke et al. 2023, one run, delta = 0): a lower bound on epsilon"
+    ),
+    Note.CANARY_FDP: (
+        "the same guesses read against a Gaussian trade-off curve (Mahloujifar et al. "
+        "2025): the largest Gaussian-DP mu they reject, as epsilon at delta"
+    ),
+    Note.WHITE_BOX_SERVER: (
+        "the same canaries read from your round updates only (local steps hidden)"
+    ),
+    Note.WHITE_BOX_COST: (
+        "gradient canaries inside your own DP-SGD (audit.gradient_canaries); the coins and "
+        "statistics stay at your site"
+    ),
+    Note.BEST_LOWER_BOUND: (
+        "the largest one-run lower bound (canary audit or O(1); Steinke et al. or f-DP), "
+        "with the method that gave it"
+    ),
+    Note.DP_ACCOUNTANT: ("the training's record-level guarantee (an upper bound), if any"),
+    Note.LOSS_GAP: (
+        "the model's mean loss on its members and on held-out records (generalization gap)"
+    ),
+    Note.BETWEEN_RUNS: (
+        "Mean: over the runs. Between-run 95% interval: where another training run of this "
+        "config on the same data would read (a Student-t prediction interval over the "
+        "runs). Mean's 95% interval: how well the runs pin the config's mean. Range: the "
+        "lowest and highest run. Each run's own report gives intervals over audit repeats "
+        "of its one trained model, which leave out the spread between training runs."
+    ),
+    Note.COMPARISONS: (
+        "Each pair of neighbouring points is compared site by site on the two-sided "
+        "eps_tilde by a paired t-test over the seeds both ran (seed k of one point against "
+        "seed k of the other: the same data and start). The level is 0.05 over all the "
+        "comparisons listed (Bonferroni). Few seeds give the test little power: 'no "
+        "difference' is not evidence of equal leakage."
+    ),
+}
+"""Every sentence of :class:`Note`, by key."""
+
+
+@dataclass(frozen=True)
+class FlagProse:
+    """What a flag of :class:`audit.result.AuditFlags` says, for every place that shows it."""
+
+    meaning: str
+    """What it means (the report's "what eps_tilde means" list)."""
+    plain: str
+    """What it means to a privacy officer (a site's own report)."""
+    effect: str
+    """What it means for the number it is raised on (a headline shown flagged)."""
+
+
+FLAG_PROSE: dict[str, FlagProse] = {
+    "saturated": FlagProse(
+        meaning="saturated: c_lb is within the saturation margin of the ceiling (the bound a "
+        "perfect scorer reaches on this audit set). eps_tilde can then only read the headroom "
+        "ceiling - c_lb, which is a limit of the audit, not leakage of the model.",
+        plain="The audit hit its own ceiling: the look-alike records were already easy to "
+        "tell from real ones without the model, so the number shows a limit of the audit, not "
+        "how exposed your records are.",
+        effect="it reads the audit's own ceiling, not the model's leakage",
+    ),
+    "c_lb_not_tight": FlagProse(
+        meaning="c_lb_not_tight: eps_tilde's interval lies above the RM;RN bound's interval. "
+        "RM;RN is itself only a lower bound, so this proves nothing, but the baseline may be "
+        "too weak and eps_tilde may overstate the leakage.",
+        plain="A cross-check against real records the model never saw (RM;RN) reads "
+        "lower, so the number may overstate the leakage.",
+        effect="it may overstate the leakage: the same attack reads lower against real "
+        "records the model never saw (RM;RN)",
+    ),
+    "rm_rn_capped": FlagProse(
+        meaning="rm_rn_capped: eps_tilde lies above RM;RN, but RM;RN's own ceiling (its audit "
+        "set is cut from the site's real non-members, fewer than the game's) leaves no room to "
+        "show that value, so the comparison can neither confirm nor refute eps_tilde.",
+        plain="The cross-check against real records the model never saw had too few "
+        "records to confirm or refute the number.",
+        effect="real records the model never saw were too few to confirm or refute it",
+    ),
+    "above_real_nonmembers": FlagProse(
+        meaning="above_real_nonmembers (generated non-members only): eps_tilde's mean exceeds "
+        "RM;RN's (the same attack with the site's real held-out records as non-members) by "
+        f"more than {NOT_TIGHT_TOLERANCE}, intervals overlapping or not. Part of eps_tilde may "
+        "then be the model telling the game's non-members (generated records) from real ones "
+        "rather than recognising its members.",
+        plain="The same attack reads less when the records the model never saw are real ones "
+        "rather than look-alikes: part of the number may come from the model telling "
+        "look-alike records from real ones, not from recognising your records.",
+        effect="it is not a measurement of leakage: the generated non-members "
+        "read above real ones, so the model may be telling look-alike records from real ones "
+        "rather than recognising the site's",
+    ),
+}
+"""The prose of each flag of :data:`~.schema.FLAGS` (the same names, in its order)."""
+
+THREAT_MODEL: tuple[Note, ...] = (Note.THREAT_WHO, Note.THREAT_WHAT, Note.THREAT_NOT_COVERED)
+"""The threat model of a site's own report, one sentence a line."""
+
+MEANING_POINTS: tuple[str, ...] = (
+    NOTES[Note.EPS_TILDE],
+    NOTES[Note.READ_AS_LOWER_BOUND],
+    *(prose.meaning for prose in FLAG_PROSE.values()),
+    NOTES[Note.ONE_RUN_BOUNDS],
+    NOTES[Note.DP_EPS],
+    NOTES[Note.TWO_SIDED],
+    NOTES[Note.SIDES],
+    NOTES[Note.LEVELS],
+    NOTES[Note.LOW_FPR],
+    NOTES[Note.O1_ABOVE],
+)
+"""The report's "what eps_tilde means" list, in its order."""
