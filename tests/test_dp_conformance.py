@@ -97,11 +97,11 @@ def _run(digits, dp: DPSettings) -> tuple[ConformanceResult, GradientCanaryResul
             seed=r,
             device=torch.device("cpu"),
             dp=dp,
-            ledger=ledger,
+            accountant_history=ledger,
             gradient_canaries=canaries,
         )
         state = out.state_dict
-    result = canaries.audit(beta=BETA, seed=0, dp=dp, ledger=ledger)
+    result = canaries.audit(beta=BETA, seed=0, dp=dp, accountant_history=ledger)
     assert result.conformance is not None
     return result.conformance, result, ledger.epsilon(DELTA)
 
@@ -389,7 +389,7 @@ def test_a_ledger_may_hold_more_steps_than_were_taken_never_fewer(digits, sigma_
         seed=0,
         device=torch.device("cpu"),
         dp=dp,
-        ledger=AccountantHistory(accountant=dp.accountant, history=[]),
+        accountant_history=AccountantHistory(accountant=dp.accountant, history=[]),
         gradient_canaries=canaries,
     )
     assert canaries.evidence is not None
@@ -437,7 +437,7 @@ def test_null_trials_stay_within_beta():
             seed=1_000 + t,
             device=torch.device("cpu"),
             dp=dp,
-            ledger=AccountantHistory(accountant="gdp", history=[]),
+            accountant_history=AccountantHistory(accountant="gdp", history=[]),
             gradient_canaries=canaries,
         )
         assert canaries.evidence is not None

@@ -212,7 +212,7 @@ def test_dp_ledger_continues_across_rounds():
             seed=r,
             device=torch.device("cpu"),
             dp=dp,
-            ledger=ledger,
+            accountant_history=ledger,
         )
         state = out.state_dict
         eps.append(out.dp_epsilon)
@@ -254,7 +254,7 @@ def test_dp_sgd_takes_its_rate_and_steps_from_the_declared_size():
             seed=0,
             device=torch.device("cpu"),
             dp=dp,
-            ledger=ledger,
+            accountant_history=ledger,
         )
         histories.append(ledger.history)
     assert histories[0] == histories[1]

@@ -70,7 +70,7 @@ def _train(digits, *, epochs, canaries=None, seed=0, dp=None, **kw):
         seed=seed,
         device=torch.device("cpu"),
         dp=dp,
-        ledger=ledger,
+        accountant_history=ledger,
         gradient_canaries=canaries,
         **kw,
     )
@@ -123,7 +123,7 @@ def test_null_directions_never_inserted_stay_within_beta():
 def _audit(
     state: GradientCanaryState, ledger: AccountantHistory, epochs: int
 ) -> GradientCanaryResult:
-    return state.audit(beta=BETA, seed=0, dp=_dp(epochs), ledger=ledger)
+    return state.audit(beta=BETA, seed=0, dp=_dp(epochs), accountant_history=ledger)
 
 
 def test_honest_dp_sgd_reads_below_and_near_its_accountant(digits):

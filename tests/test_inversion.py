@@ -98,7 +98,7 @@ def _audit_one_step(
         seed=0,
         device=torch.device("cpu"),
         dp=dp,
-        ledger=ledger,
+        accountant_history=ledger,
         local_steps=steps,
     )
     assert (result.used is None) == (steps is None)

@@ -61,7 +61,7 @@ def _train_twice(runtime) -> list[dict[str, torch.Tensor]]:
             seed=123,  # what the server would send: the same both times
             device=torch.device("cpu"),
             dp=runtime.dp,
-            ledger=AccountantHistory(accountant=runtime.dp.accountant, history=[]),
+            accountant_history=AccountantHistory(accountant=runtime.dp.accountant, history=[]),
             secure_noise=runtime.secure_noise,
         )
         out.append(result.state_dict)

@@ -275,7 +275,7 @@ def test_the_round_writer_writes_a_resumed_round_under_its_global_number(tmp_pat
         sites,
         layout=layout,
         round_offset=2,
-        ledger=ledger,
+        client_dp=ledger,
         on_commit=lambda r, scores: written.append(r),
     )
     writer.write_round(1, ArrayRecord({"w": torch.ones(3)}), {"loss": 0.5, "accuracy": 0.75})
