@@ -25,8 +25,8 @@ AUDITS_DIR = "audits"
 """The server's per-site audit files (:class:`contracts.site_audit.SiteAuditFile`)."""
 CHECKPOINTS_DIR = "checkpoints"
 FINAL_MODEL_FILE = "global_model.pt"
-CLIENT_DP_LEDGER = "client_dp.json"
-"""The server's client-level DP ledger (``server.client_dp``), read by the report."""
+CLIENT_DP_FILE = "client_dp.json"
+"""The server's client-level DP accounting (``server.client_dp``), read by the report."""
 CLIENT_CANARIES_FILE = "client_canaries.json"
 """What the canary clients measured (``server.canary_clients``), read by the report."""
 SITES_DIR = "sites"
@@ -81,7 +81,8 @@ _AUDIT_FILE = re.compile(r"^site-(-?\d+)\.json$")
 
 
 def site_accountant_history_name(site_id: int) -> str:
-    """The site's record-level DP ledger, in its state directory."""
+    """The site's DP-SGD accountant history, in its state directory (the file kept the name
+    it had when the history was called a ledger, so older runs still resume)."""
     return f"site-{site_id}-dp-ledger.json"
 
 
@@ -208,7 +209,7 @@ class RunLayout:
 
     @property
     def client_dp_accounting(self) -> Path:
-        return self.root / CLIENT_DP_LEDGER
+        return self.root / CLIENT_DP_FILE
 
     @property
     def client_canaries(self) -> Path:

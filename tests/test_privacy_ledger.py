@@ -27,8 +27,7 @@ from builders import (
 
 from audit.site_results import SiteResults
 from contracts.errors import RunFileError
-from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
-from contracts.run_files import NOISE_NOTES
+from contracts.run_files import CLIENT_DP_FILE, NOISE_NOTES
 from contracts.run_log import ClientDPFile, ClientDPSite, RoundRecord, SiteRound
 from reporting import (
     SCHEMA_VERSION,

@@ -22,7 +22,7 @@ from builders import (
     write_run,
 )
 
-from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
+from contracts.run_files import CLIENT_DP_FILE
 from reporting import SweepPoint, sweep_plots, write_sweep_report
 from reporting.sweep_columns import SWEEP_SITE_COLUMNS
 from reporting.sweep_report import build_sweep_report
