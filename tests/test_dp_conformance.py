@@ -395,11 +395,11 @@ def test_a_ledger_may_hold_more_steps_than_were_taken_never_fewer(digits, sigma_
     assert canaries.evidence is not None
     taken = canaries.evidence.n_steps
 
-    def steps_check(ledger_steps: int):
+    def steps_check(accounted_steps: int):
         result = conformance_audit(
             canaries.evidence,
             beta=BETA,
-            ledger_steps=ledger_steps,
+            accounted_steps=accounted_steps,
             epsilon_taken=1.0,
             epsilon_accounted=1.0,
             epsilon_target=None,
@@ -444,7 +444,7 @@ def test_null_trials_stay_within_beta():
         result = conformance_audit(
             canaries.evidence,
             beta=BETA,
-            ledger_steps=canaries.evidence.n_steps,
+            accounted_steps=canaries.evidence.n_steps,
             epsilon_taken=0.0,
             epsilon_accounted=0.0,
             epsilon_target=None,
