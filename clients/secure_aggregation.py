@@ -127,7 +127,9 @@ def masked_update(
         total = total + mask if me < peer else total - mask
     out, start = {}, 0
     for name, values in encoded.items():
-        out[name] = values + total[start : start + values.size].reshape(values.shape)
+        # asarray: a 0-d entry (BatchNorm's batch count) would come out a numpy scalar,
+        # which no Flower Array holds.
+        out[name] = np.asarray(values + total[start : start + values.size].reshape(values.shape))
         start += values.size
     settings.path.unlink()
     return out

@@ -9,10 +9,17 @@ from .lost_sites import LostSites
 from .report_writer import RunReportFiles, report_warnings, write_report
 from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport, report_json
 from .site_report import write_site_report
-from .sweep_report import SweepPoint, build_sweep_report, write_sweep_report
+from .sweep_report import (
+    SWEEP_JSON,
+    SweepPoint,
+    build_sweep_report,
+    saved_sweep_points,
+    write_sweep_report,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SWEEP_JSON",
     "LostSites",
     "ReportFiles",
     "RunInputs",
@@ -25,6 +32,7 @@ __all__ = [
     "load_run",
     "report_json",
     "report_warnings",
+    "saved_sweep_points",
     "write_report",
     "write_site_report",
     "write_sweep_report",

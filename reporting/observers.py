@@ -19,14 +19,34 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from charts.svg import Axes, LegendEntry, Marker, Style, render_figure
+from audit.result import Interval
+from charts.svg import Axes, LegendEntry, Style, Text, render_figure
 
 from .columns import Column, SiteRow, column
-from .formatting import MISSING, fmt, fmt_dp, fmt_inversion, fmt_two_sided, fmt_white_box
-from .metrics import CLIENT_EPSILON, DP_EPSILON, EPS_TILDE_TWO_SIDED, O1, RM_RN_TWO_SIDED, server
+from .formatting import (
+    MISSING,
+    fmt,
+    fmt_dp,
+    fmt_est,
+    fmt_two_sided,
+    fmt_white_box,
+)
+from .meanings import NOTES, Note
+from .metrics import (
+    CLIENT_EPSILON,
+    DP_EPSILON,
+    EPS_TILDE_TWO_SIDED,
+    O1,
+    RM_RN_TWO_SIDED,
+    Value,
+    number,
+    server,
+)
 from .privacy_ledger import server_epsilon
 from .schema import SiteReport
+from .sweep_columns import inversion_cell
 from .sweep_schema import SweepPointReport
+from .update_membership import bounds_cell, peak_global, peak_update, update_cell, versus_cell
 
 SERVER_VIEWS: dict[str, str] = {
     "ideal": "each round's sum only (ideal secure aggregation)",
@@ -72,11 +92,10 @@ def _white_box_server(row: SiteRow) -> str:
 
 
 def _inversion(row: SiteRow) -> str:
-    attacked = row.site.privacy.inversion
-    if not attacked:
-        return "off"
-    text = fmt_inversion(attacked[0])
-    return f"{text} (on the round's sum)" if _point(row).secure_aggregation == "ideal" else text
+    text = inversion_cell(row.site, _point(row))
+    if row.site.privacy.inversion and _point(row).secure_aggregation == "ideal":
+        return f"{text} (on the round's sum)"
+    return text
 
 
 def _against_server(site: SiteReport) -> str:
@@ -110,10 +129,26 @@ OBSERVER_COLUMNS: tuple[Column[SiteRow], ...] = (
     column(f"eps of {COVERS['server']}", lambda r: _against_server(r.site)),
     column("server: white-box server level, f-DP eps_lb / estimate [95% CI]", _white_box_server),
     column("server: inversion, first attacked round (baseline)", _inversion, cls="text"),
+    column(
+        "server: the site's update, largest two-sided eps_tilde [95% CI] (its round)",
+        lambda r: update_cell(r.site, _point(r)),
+        cls="text",
+    ),
+    column(
+        "model users, same round: global model's two-sided eps_tilde [95% CI]; update vs it",
+        lambda r: versus_cell(r.site, _point(r)),
+        cls="text",
+    ),
+    column(
+        "server: that update's RM;RN two-sided / O(1) [95% CI] (the guarantee against the "
+        "server that covers it)",
+        lambda r: bounds_cell(r.site, _point(r)),
+        cls="text",
+    ),
     column("model users: eps_tilde two-sided [95% CI] (side)", lambda r: fmt_two_sided(r.site)),
     column(
-        "model users: RM;RN two-sided / O(1)",
-        lambda r: f"{fmt(RM_RN_TWO_SIDED.value(r.site))} / {fmt(O1.value(r.site))}",
+        "model users: RM;RN two-sided / O(1) [95% CI]",
+        lambda r: f"{fmt_est(RM_RN_TWO_SIDED.get(r.site))} / {fmt_est(O1.get(r.site))}",
     ),
     column("canary clients: client eps estimate [95% CI] / lower bound", _canary_clients),
 )
@@ -124,7 +159,14 @@ OBSERVERS_NOTE = (
     "covers; the rest is measured, grouped by who could measure it. The server's readings "
     "are taken on what it holds at that point: one site's update, or only the round's sum "
     "under secure aggregation, where a reading of one site's update is not measured. Model "
-    "users (and other sites) hold the released global model at every point."
+    "users (and other sites) hold the released global model at every point. Does the server "
+    "learn more about a site's records than a model user? Each site audits the updates it "
+    "sent (audit.updates) with the same games as the global model of the same round: the "
+    "update columns give the round whose update reads the largest two-sided eps_tilde, that "
+    "round's global model beside it, the rounds whose update lies above its global model "
+    "(intervals apart), and the update's lower bounds (RM;RN, O(1)), which may not exceed "
+    "the site's DP-SGD epsilon after that round. Under secure aggregation the server holds "
+    f"no update, only each round's sum: the round's global model. {NOTES[Note.ONE_MODEL_INTERVAL]}."
 )
 
 
@@ -133,13 +175,17 @@ def observer_rows(points: list[SweepPointReport]) -> list[SiteRow]:
     return [SiteRow(s, p.global_accuracy, p) for p in points for s in p.sites]
 
 
-Reading = tuple[str, Callable[[SiteReport], float | None], str, Marker]
-"""(panel, a site's number, colour, marker)."""
+Reading = tuple[str, Callable[[SiteReport], Value], Style]
+"""(name, a site's number or estimate (drawn with its interval), its marker's style)."""
 
 _READINGS: tuple[Reading, ...] = (
-    ("accountant eps, record level", DP_EPSILON.value, "#1f77b4", "s"),
-    ("accountant eps, client level (site)", CLIENT_EPSILON.value, "#ff7f0e", "o"),
-    ("eps of a record against the server", lambda s: server_epsilon(s.privacy), "#2ca02c", "^"),
+    ("accountant eps, record level", DP_EPSILON.value, Style("#1f77b4", marker="s")),
+    ("accountant eps, client level (site)", CLIENT_EPSILON.value, Style("#ff7f0e", marker="o")),
+    (
+        "eps of a record against the server",
+        lambda s: server_epsilon(s.privacy),
+        Style("#2ca02c", marker="^"),
+    ),
 )
 
 
@@ -156,25 +202,36 @@ def _white_box_estimate(site: SiteReport) -> float | None:
     return None if level is None else level.eps_estimate
 
 
+_UPDATES: tuple[Reading, ...] = (
+    ("the site's update (its peak round, 95% CI)", peak_update, Style("#8c564b", marker="D")),
+    (
+        "the global model of that round (95% CI)",
+        peak_global,
+        Style("#7f7f7f", marker="o", filled=False),
+    ),
+)
+"""The update membership audit: what the server learns beside a model user."""
+
 _PANELS: tuple[tuple[str, str, tuple[Reading, ...]], ...] = (
     ("accuracy", "global accuracy", ()),
     ("the accountants", "epsilon (log)", _READINGS),
     (
         "the server",
         "inversion: quality above baseline",
-        (("inversion (first round)", _inversion_gap, "#d62728", "D"),),
+        (("inversion (first round)", _inversion_gap, Style("#d62728", marker="D")),),
     ),
     (
         "the server",
         "white-box server-level estimate (eps)",
-        (("white-box server estimate", _white_box_estimate, "#17becf", "s"),),
+        (("white-box server estimate", _white_box_estimate, Style("#17becf", marker="s")),),
     ),
+    ("the server: the sites' updates", "eps_tilde two-sided (peak round)", _UPDATES),
     (
         "model users",
         "eps_tilde two-sided / O(1)",
         (
-            ("eps_tilde two-sided", EPS_TILDE_TWO_SIDED.value, "#800000", "D"),
-            ("O(1)", O1.value, "#9467bd", "^"),
+            ("eps_tilde two-sided (95% CI)", EPS_TILDE_TWO_SIDED.get, Style("#800000", marker="D")),
+            ("O(1) (95% CI)", O1.get, Style("#9467bd", marker="^")),
         ),
     ),
 )
@@ -194,11 +251,13 @@ def observers_plot(points: list[SweepPointReport]) -> str | None:
             for x, p in enumerate(points):
                 if p.global_accuracy is not None:
                     ax.point(x, p.global_accuracy, Style("#444444", marker="s"))
-        for name, value, colour, marker in readings:
-            style = Style(colour, marker=marker)
-            drawn = _draw(ax, points, value, style)
+        for j, (name, value, style) in enumerate(readings):
+            # A site's readings side by side in its slot.
+            drawn = _draw(ax, points, value, style, shift=0.3 * (j - (len(readings) - 1) / 2))
             if drawn:
                 legend.append(LegendEntry(name, style, "marker"))
+        if readings is _UPDATES and ax.points:
+            _say_unread(ax, points)
         if ax.points:
             ax.ylog = who == "the accountants"
             panels.append(ax)
@@ -214,20 +273,36 @@ def observers_plot(points: list[SweepPointReport]) -> str | None:
     )
 
 
+def _say_unread(ax: Axes, points: list[SweepPointReport]) -> None:
+    """Name why a point has no update marker: the server held only the sum, or the audit
+    did not run."""
+    for x, p in enumerate(points):
+        if not any(s.updates for s in p.sites):
+            why = "sum only" if p.secure_aggregation == "ideal" else "not run"
+            ax.texts.append(Text(x, 0.0, why, "#555555", size=8, dy=4))
+
+
 def _draw(
     ax: Axes,
     points: list[SweepPointReport],
-    value: Callable[[SiteReport], float | None],
+    value: Callable[[SiteReport], Value],
     style: Style,
+    shift: float = 0.0,
 ) -> bool:
-    """The number of each site at each point, sites spread around the point; drawn?"""
+    """The number of each site at each point (an estimate with its interval), sites spread
+    around the point and each reading ``shift`` of a site's slot aside; drawn?"""
     drawn = False
     for x, p in enumerate(points):
         n = len(p.sites)
         for k, site in enumerate(p.sites):
-            v = value(site)
+            got = value(site)
+            v = number(got)
             if v is None or (ax.title == "the accountants" and v <= 0):
                 continue
-            ax.point(x + 0.5 * (k - (n - 1) / 2) / max(n, 1), v, style)
+            at = x + 0.5 * (k - (n - 1) / 2 + shift) / max(n, 1)
+            if isinstance(got, Interval):
+                ax.point(at, v, style, low=got.low, high=got.high)
+            else:
+                ax.point(at, v, style)
             drawn = True
     return drawn

@@ -69,6 +69,18 @@ def _first_inversion(site: SiteReport) -> InversionResult | None:
     return site.privacy.inversion[0] if site.privacy.inversion else None
 
 
+def inversion_cell(site: SiteReport, point: SweepPointReport) -> str:
+    """The site's first attacked round; where other sites of the point ran the attack and
+    this one did not (``audit.inversion.sites``), which did; "off" where none did."""
+    first = _first_inversion(site)
+    if first is not None or site.status != "ok":
+        return fmt_inversion(first)
+    attacked = [s.site_id for s in point.sites if s.privacy.inversion]
+    if not attacked:
+        return "off"
+    return f"not run at this site (audit.inversion.sites: {', '.join(map(str, attacked))})"
+
+
 def _point(r: SiteRow) -> SweepPointReport:
     assert r.point is not None, "a sweep row names its point"
     return r.point
@@ -87,7 +99,7 @@ SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
     _number(CLIENT_EPSILON, off=True),
     _titled("accuracy (global)", lambda r: r.global_accuracy),
     *map(_number, (HOLDOUT_ACCURACY, INPUT_CANARY, MECHANISM_FDP, MECHANISM_ESTIMATE, SERVER_FDP)),
-    column("inversion, first attacked round", lambda r: fmt_inversion(_first_inversion(r.site))),
+    column("inversion, first attacked round", lambda r: inversion_cell(r.site, _point(r))),
     _number(EPS_TILDE),
     column("eps_tilde 95% CI", lambda r: fmt_interval(EPS_TILDE.get(r.site))),
     column("eps_tilde two-sided [95% CI] (side)", lambda r: fmt_two_sided(r.site)),

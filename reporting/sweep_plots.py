@@ -5,6 +5,7 @@ and accuracy per point, per site over the points, and the numbers between runs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from charts.svg import Axes, LegendEntry, Style, Text
@@ -166,13 +167,19 @@ def _site_eps_axis(ax: Axes, pos: dict[str, float], no_dp_x: float, finite: list
 
 
 def _site_grid(
-    points: list[SweepPointReport], *, title: str, draw: Any, legend: list[LegendEntry]
+    points: list[SweepPointReport],
+    *,
+    title: str,
+    draw: Any,
+    legend: list[LegendEntry],
+    has: Callable[[SiteReport], bool] = lambda site: True,
 ) -> str | None:
-    """One panel per site; ``draw(ax, rows, pos, finite)`` plots a site's points at ``pos``."""
+    """One panel per site with a result that ``has`` it; ``draw(ax, rows, pos, finite)``
+    plots a site's points at ``pos``."""
     panels = []
     for sid, rows in _site_rows(points).items():
         pos, no_dp_x, finite = _site_eps_positions(rows)
-        drawn = [(p, s) for p, s in rows if p.label in pos and s.status == "ok"]
+        drawn = [(p, s) for p, s in rows if p.label in pos and s.status == "ok" and has(s)]
         if not drawn:
             continue
         ax = Axes(title=f"site {sid}")
@@ -225,8 +232,6 @@ def sweep_site_inversion_plot(points: list[SweepPointReport]) -> str | None:
 
     def draw(ax: Axes, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
         for p, s in rows:
-            if not s.privacy.inversion:
-                continue
             first, x = s.privacy.inversion[0], pos[p.label]
             ax.point(x, first.quality_mean, attack_style)
             ax.point(x, first.baseline_quality_mean, base_style)
@@ -241,6 +246,8 @@ def sweep_site_inversion_plot(points: list[SweepPointReport]) -> str | None:
             LegendEntry("attack on the site's update (mean)", attack_style, "marker"),
             LegendEntry("baseline: public records' update", base_style, "marker"),
         ],
+        # Only the sites that ran the attack (audit.inversion.sites) get a panel.
+        has=lambda site: bool(site.privacy.inversion),
     )
 
 

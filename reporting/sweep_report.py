@@ -8,6 +8,7 @@ each audit is.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +164,9 @@ def _input_canary_lines(report: SweepReport) -> list[str]:
 
 
 TITLE = "PANORAMIA sweep comparison"
+SWEEP_JSON = "sweep.json"
+"""The sweep report's numbers, in its folder; its points' labels, overrides and run
+directories also let the report be written again (:func:`saved_sweep_points`)."""
 
 
 def sweep_blocks(report: SweepReport) -> list[Block]:
@@ -263,8 +267,13 @@ def _observers(points: list[SweepPointReport]) -> list[Block]:
                 "(record level; client level, site-wide; a record against the server), the "
                 "server's inversion audit (mean quality above its public-record baseline; "
                 "under secure aggregation attacked on the round's sum) and white-box "
-                "server-level estimate, the model users' two-sided eps_tilde and O(1). A "
-                "missing marker is a reading the point does not allow or did not run.",
+                "server-level estimate, the largest two-sided eps_tilde of each site's "
+                "updates over the audited rounds (filled) beside the same round's global "
+                "model (hollow): what the server learns beside a model user; the model "
+                "users' two-sided eps_tilde and O(1) of the final model. Bars: 95% intervals "
+                "over audit repeats of one model. A missing marker is a reading the point "
+                "does not allow or did not run (on the updates' panel: 'sum only' under "
+                "secure aggregation, 'not run' without audit.updates).",
                 alt="what each party can measure, per sweep point",
             )
         )
@@ -348,8 +357,34 @@ def write_sweep_report(
     )
     warnings = [w for p in report.points for w in violation_warnings(p.sites, f"point {p.label}: ")]
     return ReportFiles(
-        json_path=atomic_write_text(sweep_dir / "sweep.json", report_to_json_text(report)),
+        json_path=atomic_write_text(sweep_dir / SWEEP_JSON, report_to_json_text(report)),
         html_path=atomic_write_text(sweep_dir / "sweep.html", render_sweep_html(report)),
         md_path=atomic_write_text(sweep_dir / "sweep.md", render_sweep_markdown(report)),
         warnings=warnings,
     )
+
+
+def saved_sweep_points(sweep_dir: Path) -> list[SweepPoint]:
+    """The points that ``sweep_dir``'s :data:`SWEEP_JSON` lists, in its order (label,
+    overrides, run directory), so that its report can be written again from the points'
+    saved runs without running anything (after an upgrade: ``panoramia-fl report
+    SWEEP_DIR``). A :class:`RunFileError` names the file and what is wrong with it."""
+    path = Path(sweep_dir) / SWEEP_JSON
+    try:
+        saved = json.loads(path.read_text())
+        points = [
+            SweepPoint(
+                str(p["label"]), dict(p["overrides"]), RunLayout(Path(sweep_dir) / p["run_dir"])
+            )
+            for p in saved["points"]
+        ]
+    except OSError as exc:
+        raise RunFileError(f"{path} cannot be read ({exc.strerror})") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RunFileError(
+            f"{path}: not a sweep report (each of its points needs a label, overrides and "
+            f"run_dir): {exc!r}"
+        ) from exc
+    if not points:
+        raise RunFileError(f"{path} lists no points")
+    return points

@@ -61,7 +61,7 @@ class SweepPointReport:
     whose numbers the fields above are."""
     secure_aggregation: SecureAggregationMode = "none"
     client_dp: ClientDPFile | None = None
-    """The point's client-level DP ledger (its mechanism, noise and clipping)."""
+    """The point's client-level DP accounting (its mechanism, noise and clipping)."""
 
 
 @dataclass(frozen=True)

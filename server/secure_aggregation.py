@@ -165,7 +165,7 @@ class SecureAggregation(DelegatingStrategy):
         for name, array in self._current.items():
             now = array.numpy()
             mean = now.astype(np.float64) + total[name] / weight
-            arrays[name] = Array(mean.astype(now.dtype))
+            arrays[name] = Array(np.asarray(mean.astype(now.dtype)))  # 0-d stays an array
         metrics = MetricRecord({key: weight})
         content = RecordDict({ARRAYS: ArrayRecord(arrays), METRICS: metrics})
         return Message(content=content, dst_node_id=0, message_type=MessageType.TRAIN)

@@ -17,7 +17,7 @@ from contracts.json_values import json_safe
 from contracts.run_files import CONFIG_FILE, RunLayout
 
 if TYPE_CHECKING:
-    from reporting import LostSites
+    from reporting import LostSites, ReportFiles
     from simulations.config import ExperimentConfig
     from simulations.sweep import SweepConfig
 
@@ -203,12 +203,14 @@ def _with_plugins(config: ExperimentConfig, modules: list[str]) -> ExperimentCon
 
 def cmd_report(args: argparse.Namespace) -> int:
     from contracts.errors import RunFileError
-    from reporting import write_report, write_site_report
+    from reporting import SWEEP_JSON, write_report, write_site_report
     from simulations.config_file import report_config
 
     layout = RunLayout(Path(args.run_dir))
     try:
-        if args.site is not None:
+        if not layout.config.exists() and (layout.root / SWEEP_JSON).exists():
+            files = _sweep_report_again(layout.root, site=args.site)
+        elif args.site is not None:
             config = report_config(layout, optional=True)
             check_writable(layout.site_reports)
             files = write_site_report(layout, args.site, config)
@@ -223,6 +225,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     _print_warnings(files.warnings)
     print(files.html_path)
     return 0
+
+
+def _sweep_report_again(sweep_dir: Path, *, site: int | None) -> ReportFiles:
+    """``report SWEEP_DIR``: each point's report and the sweep's, written again from the
+    points' saved runs (nothing trains or audits)."""
+    from reporting import saved_sweep_points, write_sweep_report
+    from simulations.config_file import report_config
+
+    if site is not None:
+        raise UserError(f"--site: {sweep_dir} is a sweep; give one of its points' run folders")
+    points = saved_sweep_points(sweep_dir)
+    check_writable(sweep_dir)
+    for layout in (p.layout for p in points if p.layout.config.exists()):
+        check_writable(layout.root)
+        check_writable(layout.site_reports)
+    return write_sweep_report(sweep_dir, points, report_config, write_point_reports=True)
 
 
 def _print_warnings(lines: list[str]) -> None:
@@ -386,9 +404,15 @@ def _add_run_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def _add_report_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     report = sub.add_parser(
-        "report", help="regenerate report.* and site-reports/ from a run's saved results"
+        "report",
+        help="regenerate report.* and site-reports/ from a run's saved results, or a "
+        "sweep's sweep.* and its points' reports from their saved runs",
     )
-    report.add_argument("run_dir", help="the run directory (holds config.yaml and audits/)")
+    report.add_argument(
+        "run_dir",
+        help="the run directory (holds config.yaml and audits/), or a sweep's folder (holds "
+        "sweep.json)",
+    )
     report.add_argument(
         "--site",
         type=int,

@@ -227,10 +227,13 @@ def _commit_all(tmp_path: Path, updates: list[dict[str, np.ndarray]]) -> dict[in
 
 def test_masks_cancel_in_the_sum_of_all_sites_and_hide_each_update(tmp_path):
     rng = np.random.default_rng(1)
-    updates = [{"w": rng.normal(size=20_000)} for _ in range(3)]
+    # A 0-d entry too (a BatchNorm's batch count): masked, it is still an array.
+    updates = [{"w": rng.normal(size=20_000), "n": np.array(2.0)} for _ in range(3)]
     keys = _commit_all(tmp_path, updates)
     asked = SecureSumInstructions(server_round=4, weight_key="num-examples", peers=keys)
-    masked = [masked_update(SecureSumSettings(s, tmp_path), asked)["w"] for s in range(3)]
+    replies = [masked_update(SecureSumSettings(s, tmp_path), asked) for s in range(3)]
+    assert all(isinstance(r["n"], np.ndarray) and r["n"].shape == () for r in replies)
+    masked = [r["w"] for r in replies]
     total = np.zeros(20_000, dtype=np.uint64)
     for m in masked:
         total += m

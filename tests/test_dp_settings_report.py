@@ -22,11 +22,14 @@ from builders import (
 )
 
 from audit.canaries.gradient_canaries import gradient_canary_audit
+from audit.panoramia.over_rounds import RoundLeakage
+from audit.result import Interval
 from contracts.json_values import json_safe
 from reporting import SweepPoint, write_sweep_report
 from reporting.columns import SiteRow
 from reporting.observers import NOT_SEEN, OBSERVER_COLUMNS, SERVER_VIEWS
 from reporting.sweep_report import build_sweep_report
+from reporting.update_membership import NOT_RUN, SUM_ONLY, SUM_ONLY_SHORT
 from simulations.config_file import report_config
 from simulations.sweep import expand, load_sweep
 
@@ -103,6 +106,9 @@ def test_the_sweep_says_what_the_server_holds_and_what_each_party_measured(tmp_p
     }
     assert SERVER_VIEWS["client"] in rows["central"]
     assert SERVER_VIEWS["ideal"] in rows["distributed"]
+    # The update membership audit: off centrally; with only the sum, nothing to audit.
+    assert f"| {NOT_RUN} | not run | not run |" in rows["central"]
+    assert f"| {SUM_ONLY} | {SUM_ONLY_SHORT} | {SUM_ONLY_SHORT} |" in rows["distributed"]
     # Against the server: nothing centrally, the site-level guarantee's record level with
     # the sum only; the inversion audit read the round's sum there.
     observers = [line for line in md.splitlines() if SERVER_VIEWS["client"] in line]
@@ -161,3 +167,67 @@ def test_a_white_box_server_reading_under_secure_aggregation_is_not_measured(tmp
     ]
     white_box = [next(v for k, v in row.items() if "white-box" in k) for row in cells]
     assert white_box == [NOT_SEEN, "off (record-level DP only)"]
+
+
+def _line(round_: int, low: float, high: float, *, bound: float = 0.1, dp: float | None = None):
+    """A round's audit in brief: two-sided eps_tilde over [low, high], RM;RN and O(1) at
+    ``bound``, the DP-SGD epsilon after the round (updates under record-level DP)."""
+    iv = Interval(mean=(low + high) / 2, std=0.1, low=low, high=high, n=5)
+    lb = Interval(mean=bound, std=0.05, low=bound - 0.1, high=bound + 0.1, n=5)
+    return RoundLeakage(round_, iv, "member", lb, 0.55, 0.02, 0.0, rm_rn_eps_lb=lb, dp_epsilon=dp)
+
+
+def _with_rounds(run: Path, site: int, **lines: list[RoundLeakage]) -> None:
+    path = run / "audits" / f"site-{site}.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | json_safe(lines)))
+
+
+def test_the_sweep_says_whether_the_server_learns_more_from_an_update_than_a_model_user(
+    tmp_path,
+):
+    """Per site the update whose two-sided eps_tilde is largest over the audited rounds, its
+    round's global model beside it and the rounds whose update lies above it; its lower
+    bounds against the DP-SGD epsilon after its round (a violation named); where the update
+    audit or the inversion audit did not run at a site, said so."""
+    central = _run(tmp_path, "central", level="client", secure="none", ledger=None)
+    models = [_line(1, 0.0, 0.0), _line(3, 0.0, 0.3)]
+    _with_rounds(central, 0, updates=[_line(1, 0.5, 1.1), _line(3, 0.0, 0.4)], by_round=models)
+    _with_rounds(central, 1, updates=[_line(1, 0.0, 0.2), _line(3, 0.0, 0.1)], by_round=models)
+    local = _run(tmp_path, "local", level="record", secure="none", ledger=None)
+    _with_rounds(local, 0, updates=[_line(3, 0.0, 0.2, bound=0.5, dp=0.25)], by_round=models)
+    inversion = local / "audits" / "site-1.json"
+    inversion.write_text(json.dumps(json.loads(inversion.read_text()) | {"inversion": []}))
+    points = [SweepPoint(n, {}, run_files(r)) for n, r in (("central", central), ("local", local))]
+    report = build_sweep_report(tmp_path, points, report_config)
+    cells = {
+        (p.label, s.site_id): {
+            c.header: c.md(SiteRow(s, p.global_accuracy, p)) for c in OBSERVER_COLUMNS if c.md
+        }
+        for p in report.points
+        for s in p.sites
+    }
+
+    def cell(point: str, site: int, header_part: str) -> str:
+        row = cells[point, site]
+        return row[next(h for h in row if header_part in h)]
+
+    update, versus, bounds = "the site's update", "model users, same round", "that update"
+    assert cell("central", 0, update) == "0.800 [0.500, 1.100] (round 1; audited 1, 3)"
+    assert cell("central", 0, versus) == (
+        "0.000 [0.000, 0.000]; update above it in round 1 (intervals apart)"
+    )
+    assert cell("central", 0, bounds) == (
+        "0.100 [0.000, 0.200] / 0.100 [0.000, 0.200] (no guarantee against the server)"
+    )
+    # Site 1's largest update is round 1's (a tie goes to the first), within its model's.
+    assert cell("central", 1, update) == "0.100 [0.000, 0.200] (round 1; audited 1, 3)"
+    assert cell("central", 1, versus).endswith("; update not above it in any audited round")
+    assert cell("local", 0, bounds) == (
+        "0.500 [0.400, 0.600] / 0.500 [0.400, 0.600] (DP-SGD eps 0.25 after the round); "
+        "VIOLATION: RM;RN two-sided of the round-3 update, O(1) of the round-3 update above "
+        "the DP-SGD eps"
+    )
+    assert cell("local", 1, update) == "not audited at this site"
+    assert cell("local", 1, "inversion") == "not run at this site (audit.inversion.sites: 0)"
+    md = write_sweep_report(tmp_path / "sweep", points, report_config).md_path.read_text()
+    assert "not run at this site (audit.inversion.sites: 0)" in md

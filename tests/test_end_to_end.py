@@ -9,8 +9,11 @@ import pytest
 import yaml
 from builders import run_files
 
+from audit.result import Interval
 from clients.site_data import SiteData
 from reporting import SCHEMA_VERSION
+from reporting.formatting import fmt_est
+from reporting.update_membership import SUM_ONLY, SUM_ONLY_SHORT
 from simulations.cli import main as cli_main
 from simulations.config import validate_config
 from simulations.runner import run_experiment
@@ -198,9 +201,14 @@ def test_two_point_sweep(tmp_path):
         "base": "base.yaml",
         "output_dir": str(tmp_path / "runs"),
         "points": {
-            # The private point's sites also audit their DP-SGD white-box.
-            "eps=1": {"dp.target_epsilon": 1, "audit.gradient_canaries": 1000},
-            "no DP": {"dp.target_epsilon": "inf"},
+            # The private point's sites also audit their DP-SGD white-box and their own
+            # update; the other's server holds only each round's sum.
+            "eps=1": {
+                "dp.target_epsilon": 1,
+                "audit.gradient_canaries": 1000,
+                "audit.updates": {"rounds": [1]},
+            },
+            "no DP": {"dp.target_epsilon": "inf", "fl.secure_aggregation": "ideal"},
         },
         "overrides": {"dp.enabled": True},
     }
@@ -242,6 +250,66 @@ def test_two_point_sweep(tmp_path):
     assert all((p.stat().st_mode & 0o077) == 0 for p in (run / "site_state").glob("*.npz"))
     for name in ("report.json", "audits/site-0.json"):
         assert '"coins"' not in (run / name).read_text()
+    _says_what_the_server_learns_from_the_updates(folder, private)
+    _the_report_is_written_again_without_training(folder)
+
+
+def _interval(saved: dict) -> Interval:
+    return Interval(**saved)
+
+
+def _says_what_the_server_learns_from_the_updates(folder, private) -> None:
+    """The sweep's "What each party can measure" table: the sites' updates of round 1 beside
+    the round's global model (here the final one) at the private point; only the sum under
+    secure aggregation at the other."""
+    rows = {}
+    lines = (folder / "sweep.md").read_text().split("## What each party can measure")[1]
+    for line in lines.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if cells and cells[0] in ("eps=1", "no_DP"):
+            rows[cells[0], int(cells[1])] = cells
+    header = lines.split("\n| ")[1].split(" |\n")[0].split(" | ")
+    update, versus, bounds = (
+        header.index(h)
+        for h in (
+            "server: the site's update, largest two-sided eps_tilde [95% CI] (its round)",
+            "model users, same round: global model's two-sided eps_tilde [95% CI]; update vs it",
+            "server: that update's RM;RN two-sided / O(1) [95% CI] (the guarantee against the "
+            "server that covers it)",
+        )
+    )
+    for site in private["sites"]:
+        (line,) = site["updates"]
+        cells = rows["eps=1", site["site_id"]]
+        assert (
+            cells[update]
+            == f"{fmt_est(_interval(line['eps_tilde_two_sided']))} (round 1; audited 1)"
+        )
+        (model,) = site["by_round"]
+        assert cells[versus].startswith(fmt_est(_interval(model["eps_tilde_two_sided"])) + "; ")
+        # Round 1's update is covered by the DP-SGD epsilon after round 1, the run's.
+        assert line["dp_epsilon"] == pytest.approx(site["privacy"]["dp_epsilon"])
+        assert cells[bounds].endswith(f"(DP-SGD eps {line['dp_epsilon']:.2f} after the round)")
+    for site_id in (0, 1):
+        cells = rows["no_DP", site_id]
+        assert (cells[update], cells[versus], cells[bounds]) == (SUM_ONLY, *[SUM_ONLY_SHORT] * 2)
+
+
+def _the_report_is_written_again_without_training(folder) -> None:
+    """``panoramia-fl report SWEEP_DIR`` after an upgrade: the sweep's report and its points'
+    from their saved runs, nothing trained or audited again."""
+    sweep_json = (folder / "sweep.json").read_text()
+    saved = ("global_model.pt", "checkpoints/*", "audits/*", "metrics.jsonl")
+    kept = {p: p.stat().st_mtime_ns for name in saved for p in folder.glob(f"*/{name}")}
+    assert len(kept) > 8
+    # sweep.json lists the points (labels, overrides, run folders): it is all that is read.
+    for name in ("sweep.html", "sweep.md", "eps=1/report.html"):
+        (folder / name).unlink()
+    (folder / "sweep.json").write_text(sweep_json.replace('"global_accuracy"', '"stale"'))
+    assert cli_main(["report", str(folder)]) == 0
+    assert (folder / "sweep.json").read_text() == sweep_json
+    assert (folder / "sweep.html").exists() and (folder / "eps=1" / "report.html").exists()
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept
 
 
 def test_cli_config_error_names_key(tmp_path, capsys):

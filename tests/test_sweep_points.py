@@ -232,3 +232,25 @@ def test_a_sweep_without_points_exits_2_and_writes_nothing(tmp_path: Path, capsy
     assert cli_main(["sweep", str(path)]) == 2
     assert "grid: fl.learning_rate lists no value" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not Path("out/s").exists()
+
+
+def test_report_writes_a_sweeps_reports_again_from_its_saved_runs(
+    sweep_runs: dict[str, Path], capsys
+) -> None:
+    """``panoramia-fl report SWEEP_DIR``: the sweep's files and each point's report again,
+    from the points sweep.json lists; a folder that is no sweep's is named."""
+    from simulations.cli import main as cli_main
+
+    folder = sweep_runs["base"] / "again"
+    files = write_sweep_report(folder, _points(sweep_runs), report_config, write_point_reports=True)
+    before = files.json_path.read_text()
+    files.html_path.unlink()
+    (sweep_runs["rec"] / "report.html").unlink()
+    assert cli_main(["report", str(folder)]) == 0
+    assert files.json_path.read_text() == before and files.html_path.exists()
+    assert (sweep_runs["rec"] / "report.html").exists()  # each point's own report too
+    assert cli_main(["report", str(folder), "--site", "0"]) == 2
+    assert f"--site: {folder} is a sweep" in capsys.readouterr().err
+    files.json_path.write_text(json.dumps({"points": [{"label": "x"}]}))
+    assert cli_main(["report", str(folder)]) == 2
+    assert f"{files.json_path}: not a sweep report" in capsys.readouterr().err
