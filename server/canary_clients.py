@@ -41,7 +41,7 @@ from audit.canaries.client_canaries import (
     ClientCanaryResult,
     estimate_threat,
 )
-from audit.stats.one_run_methods import DEFAULT_DELTA
+from audit.stats.one_run_methods import DEFAULT_BETA, DEFAULT_DELTA
 from contracts.checkpoint import StateDict, load_checkpoint
 from contracts.files import atomic_write_text
 from contracts.json_values import json_safe
@@ -64,7 +64,7 @@ class CanaryClientSettings:
     """The trainable parameters, in the order the directions flatten them."""
     delta: float = DEFAULT_DELTA
     """delta of the estimate and the bound (``dp.delta``)."""
-    beta: float = 0.05
+    beta: float = DEFAULT_BETA
     """Level of the lower bound."""
 
     def design(self, dim: int) -> CanaryClientDesign:
