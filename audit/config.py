@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from audit.stats.one_run_methods import DEFAULT_DELTA
+from audit.stats.one_run_methods import DEFAULT_BETA, DEFAULT_DELTA
 
 GbmFeatures = Literal["loss", "loss+pixels"]
 """The gbm design's inputs: loss features (+label), or those and pooled pixels."""
@@ -155,7 +155,7 @@ class AuditConfig(StrictModel):
     """Settings of :func:`audit.run_audit`."""
 
     beta: float = Field(
-        0.05, gt=0, lt=1, description="overall level, shared among the game's bounds"
+        DEFAULT_BETA, gt=0, lt=1, description="overall level, shared among the game's bounds"
     )
     repeats: int = Field(5, ge=1, description="re-split b/MIA training data and redraw the game")
     quick: bool = Field(

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from audit.canaries.canary import CanaryResult
 from audit.canaries.gradient_canaries import GradientCanaryResult
+from audit.canaries.input_canaries import InputCanaryResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import AuditResult
+from contracts.json_values import older_key
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,9 @@ class SiteResults:
     result: AuditResult | None = None
     """PANORAMIA on the final model, with its comparisons on the site's real non-members;
     None when only earlier rounds were asked for (and in a failed audit's file)."""
-    canary: CanaryResult | None = None
-    """The one-run audit of the site's canary records (``audit.canaries``)."""
+    input_canaries: InputCanaryResult | None = field(default=None, metadata=older_key("canary"))
+    """The one-run audit of the site's input canaries (``audit.input_canaries``); key
+    ``canary`` in files older than the name."""
     by_round: list[RoundLeakage] = field(default_factory=list)
     """PANORAMIA in brief on earlier rounds' global models (``audit.rounds`` /
     ``audit.every``); in the audit file the final round's too, each with the round's

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from clients.gradient_canaries import CanaryState
-from clients.privacy import DPSettings, PrivacyLedger
+from clients.gradient_canaries import GradientCanaryState
+from clients.privacy import AccountantHistory, DPSettings
 from clients.training import train_locally
 from ml.datasets import load_dataset
 from simulations.config import load_config
@@ -99,8 +99,8 @@ def _train(
     """One site's rounds from ``start``, with ``pairs`` canary pairs (0: without the audit);
     its training time and weights. With the audit, its hooks' time, the audit phase's time
     and the checks' outcome go into ``audited``."""
-    ledger = PrivacyLedger(accountant="prv", history=[])
-    canaries = CanaryState.new(pairs, seed=1) if pairs else None
+    accountant_history = AccountantHistory(accountant="prv", history=[])
+    canaries = GradientCanaryState.new(pairs, seed=1) if pairs else None
     state = start
     began = time.perf_counter()
     for r in range(args.rounds):
@@ -113,14 +113,14 @@ def _train(
             seed=r,
             device=torch.device("cpu"),
             dp=dp,
-            ledger=ledger,
-            canaries=canaries,
+            accountant_history=accountant_history,
+            gradient_canaries=canaries,
         )
         state = out.state_dict
     elapsed = time.perf_counter() - began
     if canaries is not None:
         began = time.perf_counter()
-        result = canaries.audit(beta=0.05, seed=0, dp=dp, ledger=ledger)
+        result = canaries.audit(beta=0.05, seed=0, dp=dp, accountant_history=accountant_history)
         assert result.conformance is not None
         audited.update(
             hooks=canaries.seconds,

@@ -28,7 +28,7 @@ import torch
 
 from audit.inversion.attack import InversionConfig, LocalTraining, RecordSpec, invert
 from clients.inversion import InversionSettings, inversion_audit, keep_round
-from clients.privacy import PrivacyLedger
+from clients.privacy import AccountantHistory
 from clients.site_data import SiteData
 from clients.training import LocalTrainResult, train_locally
 from ml.datasets import load_dataset
@@ -78,7 +78,9 @@ def main() -> None:
         seed=config.seed,
         device=torch.device("cpu"),
         dp=dp,
-        ledger=None if dp is None else PrivacyLedger(accountant=dp.accountant, history=[]),
+        accountant_history=None
+        if dp is None
+        else AccountantHistory(accountant=dp.accountant, history=[]),
         local_steps=config.fl.local_steps,
     )
     trained = time.perf_counter() - began

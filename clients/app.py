@@ -37,9 +37,9 @@ from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.site_results import SiteResults
 from clients.audit_handler import AuditRunner
 from clients.distributed_dp import DistributedDPSettings, applied, noise_generator, privatised
-from clients.gradient_canaries import CanaryState, GradientCanarySettings
+from clients.gradient_canaries import GradientCanarySettings, GradientCanaryState
 from clients.inversion import InversionSettings, inversion_audit, keep_round
-from clients.privacy import DPSettings, PrivacyLedger
+from clients.privacy import AccountantHistory, DPSettings
 from clients.secure_aggregation import SecureSumError, SecureSumSettings, commit, masked_update
 from clients.site_data import SiteData
 from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
@@ -75,7 +75,7 @@ from contracts.wire import (
     round_arrays,
 )
 
-LEDGER_KEY = "dp-ledger"
+ACCOUNTANT_HISTORY_KEY = "dp-accountant_history"
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class SiteRuntime:
     device: torch.device
     torch_threads: int
     dp: DPSettings | None
-    ledger_path: Path | None
+    accountant_history_path: Path | None
     audit_runner: AuditRunner | None
     """Runs the audit (:func:`clients.audit_handler.make_audit_runner`): PANORAMIA, the
     canaries' one-run audit, and the earlier rounds' brief audits."""
@@ -115,17 +115,21 @@ class SiteRuntime:
 Resolver = Callable[[Context], SiteRuntime]
 
 
-def _ledger(runtime: SiteRuntime, context: Context) -> PrivacyLedger:
+def _accountant_history(runtime: SiteRuntime, context: Context) -> AccountantHistory:
     assert runtime.dp is not None
-    if LEDGER_KEY in context.state.config_records:
-        text = str(context.state.config_records[LEDGER_KEY]["json"])
-        return PrivacyLedger.from_json(text)
-    return PrivacyLedger.load(runtime.ledger_path, accountant=runtime.dp.accountant)
+    if ACCOUNTANT_HISTORY_KEY in context.state.config_records:
+        text = str(context.state.config_records[ACCOUNTANT_HISTORY_KEY]["json"])
+        return AccountantHistory.from_json(text)
+    return AccountantHistory.load(runtime.accountant_history_path, accountant=runtime.dp.accountant)
 
 
-def _save_ledger(ledger: PrivacyLedger, runtime: SiteRuntime, context: Context) -> None:
-    context.state.config_records[LEDGER_KEY] = ConfigRecord({"json": ledger.to_json()})
-    ledger.save(runtime.ledger_path)
+def _save_accountant_history(
+    accountant_history: AccountantHistory, runtime: SiteRuntime, context: Context
+) -> None:
+    context.state.config_records[ACCOUNTANT_HISTORY_KEY] = ConfigRecord(
+        {"json": accountant_history.to_json()}
+    )
+    accountant_history.save(runtime.accountant_history_path)
 
 
 _CLIPPING_MODS = {"fixed": fixedclipping_mod, "adaptive": adaptiveclipping_mod}
@@ -233,10 +237,10 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     torch.set_num_threads(runtime.torch_threads)
     asked = TrainInstructions.from_record(msg.content.config_records[CONFIG])
     state = msg.content.array_records[ARRAYS].to_torch_state_dict()
-    ledger = _ledger(runtime, context) if runtime.dp is not None else None
-    canaries = None
+    accountant_history = _accountant_history(runtime, context) if runtime.dp is not None else None
+    gradient_canary_state = None
     if runtime.gradient_canaries is not None and runtime.dp is not None:
-        canaries = runtime.gradient_canaries.load_or_new()
+        gradient_canary_state = runtime.gradient_canaries.load_or_new()
     keeps_round = runtime.inversion is not None and runtime.inversion.wants(asked.server_round)
     result = train_locally(
         runtime.task,
@@ -248,18 +252,18 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         device=runtime.device,
         proximal_mu=asked.proximal_mu or 0.0,
         dp=runtime.dp,
-        ledger=ledger,
+        accountant_history=accountant_history,
         secure_noise=runtime.secure_noise,
-        canaries=canaries,
+        gradient_canaries=gradient_canary_state,
         local_steps=asked.local_steps,
         keep_used=keeps_round,
     )
     # An update above the site's maximum is not sent, so its steps are not spent.
     runtime.policy.check_release(result.dp_epsilon)
-    if ledger is not None:
-        _save_ledger(ledger, runtime, context)
-    if canaries is not None and runtime.gradient_canaries is not None:
-        canaries.save(runtime.gradient_canaries.state_path)
+    if accountant_history is not None:
+        _save_accountant_history(accountant_history, runtime, context)
+    if gradient_canary_state is not None and runtime.gradient_canaries is not None:
+        gradient_canary_state.save(runtime.gradient_canaries.state_path)
     update = _leaving_update(runtime, asked, state, result.state_dict)
     if update is not None:
         result = replace(result, state_dict=applied(state, update))
@@ -370,10 +374,10 @@ def _audit(
     updates = {k.server_round: k.model(runtime.task) for k in kept}
     results = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier, updates)
     results = replace(results, updates=with_epsilons(results.updates, kept))
-    dp_eps = ledger = None
+    dp_eps = accountant_history = None
     if runtime.dp is not None:
-        ledger = _ledger(runtime, context)
-        dp_eps = ledger.epsilon(runtime.dp.delta)
+        accountant_history = _accountant_history(runtime, context)
+        dp_eps = accountant_history.epsilon(runtime.dp.delta)
     if asked.main:
         inversion = []
         if runtime.inversion is not None:
@@ -386,7 +390,7 @@ def _audit(
             )
         results = replace(
             results,
-            gradient_canaries=_gradient_canary_audit(runtime, asked.seed, ledger),
+            gradient_canaries=_gradient_canary_audit(runtime, asked.seed, accountant_history),
             inversion=inversion,
         )
     return SiteAudit(
@@ -409,21 +413,24 @@ def _round_sums(runtime: SiteRuntime, arrays: Any) -> dict[int, dict[str, torch.
 
 
 def _gradient_canary_audit(
-    runtime: SiteRuntime, seed: int, ledger: PrivacyLedger | None
+    runtime: SiteRuntime, seed: int, accountant_history: AccountantHistory | None
 ) -> GradientCanaryResult | None:
     """The site's white-box audit of its own DP-SGD: its canaries' statistics and the
-    conformance checks of its real steps against its ledger."""
+    conformance checks of its real steps against its accountant history."""
     settings = runtime.gradient_canaries
-    if settings is None or runtime.dp is None or ledger is None:
+    if settings is None or runtime.dp is None or accountant_history is None:
         return None
     if not settings.state_path.exists():
         raise RuntimeError(
             f"site {runtime.site_id}: no gradient-canary statistics at {settings.state_path} "
             "(the site took part in no DP-SGD round)"
         )
-    state = CanaryState.load(settings.state_path)
+    state = GradientCanaryState.load(settings.state_path)
     result = state.audit(
-        beta=settings.beta, seed=seed * 31 + runtime.site_id, dp=runtime.dp, ledger=ledger
+        beta=settings.beta,
+        seed=seed * 31 + runtime.site_id,
+        dp=runtime.dp,
+        accountant_history=accountant_history,
     )
     if runtime.secure_sum is not None:
         # The server holds the round's sum, not this site's update: the server level reads

@@ -1,5 +1,5 @@
 """A site's local audit: PANORAMIA on its own members, comparisons on its own holdout, and
-(simulation only) the one-run audit of the site's canaries."""
+(simulation only) the one-run audit of the site's input canaries."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from audit.canaries.canary import CanaryResult
+from audit.canaries.input_canaries import InputCanaryResult
 from audit.config import AuditConfig
 from audit.site_results import SiteResults
 from clients.site_data import SiteData
@@ -55,8 +55,8 @@ AuditRunner = Callable[
 ]
 """``runner(task, final_model, data, seed, earlier, updates) -> SiteResults``: PANORAMIA
 (``result``, None when only earlier rounds are asked for), its brief audits of earlier
-rounds (``by_round``) and of the site's own updates (``updates``), and the canary audit
-(``canary``, when the site has canaries)."""
+rounds (``by_round``) and of the site's own updates (``updates``), and the input-canary
+audit (``input_canaries``, when the site has them)."""
 
 
 def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
@@ -70,7 +70,7 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
     With ``policy.exposed_records`` > 0 the runner also writes the site's most exposed
     members to ``policy.exposed_records_path``; the returned output (the reply's content)
     never holds them. When ``data`` has canaries, the runner audits them after PANORAMIA
-    (:func:`canary_audit_of`).
+    (:func:`input_canary_audit_of`).
     """
 
     def runner(
@@ -84,8 +84,8 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         from audit.panoramia.over_rounds import round_leakage  # heavy: only in processes that audit
         from audit.panoramia.pipeline import run_audits_of
 
-        if model is not None and data.has_canaries:
-            _check_canary_coins(data)
+        if model is not None and data.has_input_canaries:
+            _check_input_canary_coins(data)
         settings = policy.settings.model_copy(
             update={"seed": audit_seed(policy.settings.seed, seed, data.site_id)}
         )
@@ -114,8 +114,10 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         own = [round_leakage(results[-r], r) for r in sorted(updates)]
         if model is None:
             return SiteResults(by_round=by_round, updates=own)
-        canary = _final_model_extras(policy, task, model, data, references, settings)
-        return SiteResults(result=results[_FINAL], canary=canary, by_round=by_round, updates=own)
+        input_canaries = _final_model_extras(policy, task, model, data, references, settings)
+        return SiteResults(
+            result=results[_FINAL], input_canaries=input_canaries, by_round=by_round, updates=own
+        )
 
     return runner
 
@@ -127,7 +129,7 @@ def _final_model_extras(
     data: SiteData,
     references: list[torch.nn.Module] | None,
     settings: AuditConfig,
-) -> CanaryResult | None:
+) -> InputCanaryResult | None:
     """After the final model's PANORAMIA audit: its most exposed members, written at the
     site (never in the reply), and its canary audit when the site has canaries."""
     if policy.exposed_records > 0 and policy.exposed_records_path is not None:
@@ -140,9 +142,9 @@ def _final_model_extras(
             k=policy.exposed_records,
             device_name=settings.device,
         )
-    if not data.has_canaries:
+    if not data.has_input_canaries:
         return None
-    return canary_audit_of(
+    return input_canary_audit_of(
         task,
         model,
         data,
@@ -165,9 +167,9 @@ def audit_seed(settings_seed: int, run_seed: int, site_id: int) -> int:
     return settings_seed * 1_000 + run_seed * 7 + site_id
 
 
-def _check_canary_coins(data: SiteData) -> None:
+def _check_input_canary_coins(data: SiteData) -> None:
     """Fail before the long PANORAMIA run when the coins cannot be audited."""
-    _, coins = data.canary_records()
+    _, coins = data.input_canary_records()
     if coins.all() or not coins.any():
         raise ValueError(
             f"site {data.site_id}: all {len(coins)} canary coins came out "
@@ -190,7 +192,7 @@ def _reference_models(
     return references
 
 
-def canary_audit_of(
+def input_canary_audit_of(
     task: Any,
     model: torch.nn.Module,
     data: SiteData,
@@ -198,22 +200,22 @@ def canary_audit_of(
     beta: float,
     device_name: str,
     delta: float | None = None,
-) -> CanaryResult:
+) -> InputCanaryResult:
     """The one-run canary audit of ``data``'s canaries against ``model``.
 
-    Scores every canary (included or not) by the model's per-record loss and hands the
-    losses and the coins to :func:`audit.canaries.canary.canary_audit` (its f-DP bound at ``delta``;
-    None: :data:`audit.stats.one_run.DEFAULT_DELTA`).
+    Scores every input canary (included or not) by the model's per-record loss and hands
+    the losses and the coins to :func:`audit.canaries.input_canaries.input_canary_audit` (its
+    f-DP bound at ``delta``; None: :data:`audit.stats.one_run.DEFAULT_DELTA`).
     """
-    from audit.canaries.canary import canary_audit
+    from audit.canaries.input_canaries import input_canary_audit
     from audit.panoramia.settings import resolve_device
     from audit.stats.one_run_methods import DEFAULT_DELTA
 
-    canaries, coins = data.canary_records()
-    losses = task.per_record_loss(model, canaries.x, canaries.y, device=resolve_device(device_name))
-    kind = data.canary_kind or "unknown"
+    records, coins = data.input_canary_records()
+    losses = task.per_record_loss(model, records.x, records.y, device=resolve_device(device_name))
+    kind = data.input_canary_kind or "unknown"
     delta = DEFAULT_DELTA if delta is None else delta
-    return canary_audit(losses, coins, beta=beta, kind=kind, delta=delta)
+    return input_canary_audit(losses, coins, beta=beta, kind=kind, delta=delta)
 
 
 def write_exposed_records(

@@ -307,6 +307,6 @@ class StepObserver:
             np.stack(self.subset) if self.subset else np.zeros((0, k), np.float32),
             coordinates=self.coordinates,
             draws=draws,
-            ledger_steps=recorded_steps(self.accountant.history) - self.started_at,
+            accounted_steps=recorded_steps(self.accountant.history) - self.started_at,
             clip_ratio=self.clip_ratio,
         )

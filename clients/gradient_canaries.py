@@ -7,7 +7,7 @@ block that no record's loss touches. At every real step of the site's Opacus opt
 
 1. right after the model's own noise call, the inserted canaries are drawn by a copy of the
    site's real batch sampler (same class and rate, its own population and generator), their
-   per-sample gradient ``CANARY_GRADIENT x C e_j`` goes through the optimizer's own clipping
+   per-sample gradient ``GRADIENT_CANARY_NORM x C e_j`` goes through the optimizer's own clipping
    code, and the block is noised by the optimizer's own ``add_noise`` (its current noise
    multiplier, clipping norm and noise function): a fault in the sampler, the clipping or
    the noise reaches the canaries as it reaches the model;
@@ -15,7 +15,7 @@ block that no record's loss touches. At every real step of the site's Opacus opt
    mechanism-level statistic adds this step's log-likelihood ratio per canary at the noise
    multiplier and sampling rate the accountant *recorded*;
 3. the block is stepped by the site's own optimizer kind (its round update is the
-   server-level view, added up at the end of the round by :meth:`RoundCanaries.finish`).
+   server-level view, added up at the end of the round by :meth:`RoundGradientCanaries.finish`).
 
 The canaries draw from a generator of their own, never the model's, and the conformance
 hooks only read: the trained weights are bit for bit those of the same run without them.
@@ -46,7 +46,7 @@ from audit.canaries.gradient_canaries import (
 from audit.conformance.checks import conformance_audit
 from audit.conformance.evidence import ConformanceEvidence
 from clients.dp_observer import IndexLog, StepObserver, require_dp_optimizer
-from clients.privacy import DPSettings, PrivacyLedger
+from clients.privacy import AccountantHistory, DPSettings
 from contracts.files import atomic_write
 
 _STATE_VERSION = 2
@@ -69,14 +69,14 @@ class GradientCanarySettings:
     seed: int | None
     """Coins from this seed (a simulation), or None: from the OS's entropy (a deployment)."""
 
-    def load_or_new(self) -> CanaryState:
+    def load_or_new(self) -> GradientCanaryState:
         if self.state_path.exists():
-            return CanaryState.load(self.state_path)
-        return CanaryState.new(self.pairs, seed=self.seed)
+            return GradientCanaryState.load(self.state_path)
+        return GradientCanaryState.new(self.pairs, seed=self.seed)
 
 
 @dataclass
-class CanaryState:
+class GradientCanaryState:
     """A site's canaries and the statistics accumulated over its rounds (site-local)."""
 
     coins: np.ndarray
@@ -98,7 +98,7 @@ class CanaryState:
     """What the site observed of its real DP-SGD steps (None before the first round)."""
 
     @classmethod
-    def new(cls, pairs: int, *, seed: int | None) -> CanaryState:
+    def new(cls, pairs: int, *, seed: int | None) -> GradientCanaryState:
         """``2 * pairs`` canaries with their coins: from ``seed`` (a simulation) or, with
         ``seed=None``, from the OS's entropy (a deployment: the server cannot know them)."""
         entropy = secrets.randbits(128) if seed is None else seed
@@ -121,7 +121,7 @@ class CanaryState:
         atomic_write(path, lambda f: np.savez(f, **arrays), private=True)
 
     @classmethod
-    def load(cls, path: Path) -> CanaryState:
+    def load(cls, path: Path) -> GradientCanaryState:
         with np.load(path, allow_pickle=False) as data:
             if int(data["version"]) != _STATE_VERSION:
                 raise ValueError(
@@ -148,19 +148,21 @@ class CanaryState:
             )
 
     def audit(
-        self, *, beta: float, seed: int, dp: DPSettings, ledger: PrivacyLedger
+        self, *, beta: float, seed: int, dp: DPSettings, accountant_history: AccountantHistory
     ) -> GradientCanaryResult:
         """Both threat levels' bounds and estimates (:mod:`audit.canaries.gradient_canaries`)
-        and the conformance checks of the real steps against ``ledger`` and ``dp``
+        and the conformance checks of the real steps against ``accountant_history`` and ``dp``
         (:mod:`audit.conformance.checks`)."""
         if self.evidence is None or self.evidence.n_steps == 0:
             raise ValueError("no DP-SGD step was observed (nothing trained)")
         conformance = conformance_audit(
             self.evidence,
             beta=beta,
-            ledger_steps=sum(int(h[2]) for h in ledger.history),
-            epsilon_taken=PrivacyLedger(dp.accountant, self.evidence.history()).epsilon(dp.delta),
-            epsilon_ledger=ledger.epsilon(dp.delta),
+            accounted_steps=sum(int(h[2]) for h in accountant_history.history),
+            epsilon_taken=AccountantHistory(dp.accountant, self.evidence.history()).epsilon(
+                dp.delta
+            ),
+            epsilon_accounted=accountant_history.epsilon(dp.delta),
             epsilon_target=dp.target_epsilon if dp.noise_multiplier is None else None,
         )
         stats: dict[ThreatLevel, np.ndarray] = {}
@@ -184,7 +186,7 @@ class CanaryState:
         )
 
 
-CANARY_GRADIENT = 10.0
+GRADIENT_CANARY_NORM = 10.0
 """A canary's per-sample gradient norm, in units of the configured clipping norm C: above C,
 as real records' gradients often are, so the real clipping has work to do (a clipping at 2C
 makes every canary twice as loud)."""
@@ -230,12 +232,12 @@ def _sampler_twin(batch_sampler: Any, population: int, generator: torch.Generato
     return twin
 
 
-class RoundCanaries:
+class RoundGradientCanaries:
     """The canaries of one round of local DP-SGD, driven by the real optimizer's calls."""
 
     def __init__(
         self,
-        state: CanaryState,
+        state: GradientCanaryState,
         optimizer: Any,
         *,
         batch_sampler: Any,
@@ -266,11 +268,11 @@ class RoundCanaries:
         return drawn
 
     def _clipped(self) -> float:
-        """A canary's gradient after the real clipping: one row of norm CANARY_GRADIENT x C
+        """A canary's gradient after the real clipping: one row of norm GRADIENT_CANARY_NORM x C
         through the optimizer's own clipping code and settings."""
         # Opacus keeps per-sample and clipped gradients as attributes of the parameter.
         probe: Any = torch.zeros(1, requires_grad=True)
-        probe.grad_sample = torch.full((1, 1), CANARY_GRADIENT * self.clip)
+        probe.grad_sample = torch.full((1, 1), GRADIENT_CANARY_NORM * self.clip)
         probe.summed_grad = None
         view = _view(self.optimizer, [probe], self.generator)
         _call(self.real_clip, self.optimizer, "clip_and_accumulate", view)
@@ -329,18 +331,20 @@ def _generator(seed: int | None) -> torch.Generator:
 class RealPathAudit:
     """A round's gradient canaries and conformance observations, on the real optimizer."""
 
-    def __init__(self, canaries: RoundCanaries, observer: StepObserver, log: IndexLog) -> None:
-        self.canaries, self.observer, self.log = canaries, observer, log
+    def __init__(
+        self, gradient_canaries: RoundGradientCanaries, observer: StepObserver, log: IndexLog
+    ) -> None:
+        self.gradient_canaries, self.observer, self.log = gradient_canaries, observer, log
 
     def finish(self) -> None:
-        self.canaries.finish()
+        self.gradient_canaries.finish()
         self.observer.finish(self.log.draws)
-        self.canaries.state.seconds += self.observer.seconds
+        self.gradient_canaries.state.seconds += self.observer.seconds
 
 
 def attach(
     optimizer: Any,
-    state: CanaryState,
+    state: GradientCanaryState,
     *,
     accountant: Any,
     batch_sampler: Any,
@@ -361,7 +365,7 @@ def attach(
     """
     require_dp_optimizer(optimizer)
     generator = _generator(seed)
-    canaries = RoundCanaries(
+    round_canaries = RoundGradientCanaries(
         state,
         optimizer,
         batch_sampler=batch_sampler,
@@ -382,14 +386,14 @@ def attach(
         optimizer,
         accountant=accountant,
         evidence=state.evidence,
-        on_noise=canaries.noise_block,
-        on_step=canaries.observe,
+        on_noise=round_canaries.noise_block,
+        on_step=round_canaries.observe,
     )
     observer.install()
-    return RealPathAudit(canaries, observer, index_log)
+    return RealPathAudit(round_canaries, observer, index_log)
 
 
-MEMORY_PER_CANARY = 110
+MEMORY_PER_GRADIENT_CANARY = 110
 """Bytes a site's process holds per gradient canary at its peak: the coin, both statistics,
 the phantom block with its gradient and optimizer state, and one step's draws (104-108
 bytes measured at 8 million canaries, training and audit); what ``simulations.sizes``

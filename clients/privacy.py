@@ -1,5 +1,5 @@
 """DP-SGD for one site: its sampling constants, noise calibration over the whole training
-and a persistent ledger.
+and its persistent accountant history.
 
 The accountant's history (noise multiplier, sample rate, steps) spans every round the site
 takes part in. It lives in the site's Flower ``Context.state`` (kept across messages) and in
@@ -97,7 +97,7 @@ History = list[tuple[float, float, int]]
 
 
 @dataclass
-class PrivacyLedger:
+class AccountantHistory:
     """The accountant history of one site, persisted as JSON."""
 
     accountant: str
@@ -116,12 +116,12 @@ class PrivacyLedger:
         return json.dumps({"accountant": self.accountant, "history": self.history})
 
     @classmethod
-    def from_json(cls, text: str) -> PrivacyLedger:
+    def from_json(cls, text: str) -> AccountantHistory:
         data = json.loads(text)
         return cls(accountant=data["accountant"], history=[tuple(h) for h in data["history"]])
 
     @classmethod
-    def load(cls, path: Path | None, *, accountant: str) -> PrivacyLedger:
+    def load(cls, path: Path | None, *, accountant: str) -> AccountantHistory:
         if path is not None and path.exists():
             return cls.from_json(path.read_text())
         return cls(accountant=accountant, history=[])

@@ -3,8 +3,8 @@
 In simulation the harness writes these files when it partitions the dataset; under the
 Deployment Engine each hospital points its SuperNode at its own file (``data-path``).
 
-Simulations may add canaries (``audit.canaries``): records made up by the harness, each
-trained on by an independent fair coin (``canary_included``) and audited one-run after
+Simulations may add canaries (``audit.input_canaries``): records made up by the harness, each
+trained on by an independent fair coin (``input_canary_included``) and audited one-run after
 training. They are never members: ``records("train")`` and ``train_x`` hold the members
 only, while local training uses :attr:`SiteData.training_x` (members plus the included
 canaries).
@@ -24,8 +24,12 @@ from contracts.files import atomic_write
 
 _PARTS = ("train", "holdout", "test", "public")
 _AXES = ("x", "y", "groups")
-_CANARY_ARRAYS = ("canary_x", "canary_y", "canary_included")
-_CANARY_KIND = "canary_kind"
+_INPUT_CANARY_ARRAYS = ("input_canary_x", "input_canary_y", "input_canary_included")
+_INPUT_CANARY_KIND = "input_canary_kind"
+_OLDER_KEYS = {
+    key.removeprefix("input_"): key for key in (*_INPUT_CANARY_ARRAYS, _INPUT_CANARY_KIND)
+}
+"""Input-canary keys of site files written before they said which canaries (``canary_x``)."""
 
 
 @dataclass(frozen=True)
@@ -47,64 +51,73 @@ class SiteData:
     holdout_groups: np.ndarray | None = None
     test_groups: np.ndarray | None = None
     public_groups: np.ndarray | None = None
-    canary_x: np.ndarray | None = None
-    canary_y: np.ndarray | None = None
-    canary_included: np.ndarray | None = None
+    input_canary_x: np.ndarray | None = None
+    input_canary_y: np.ndarray | None = None
+    input_canary_included: np.ndarray | None = None
     """One coin per canary: true where the canary is in the training data."""
-    canary_kind: str | None = None
+    input_canary_kind: str | None = None
     """How the canaries were made (e.g. ``noise_image``)."""
 
     def __post_init__(self) -> None:
-        if (self.canary_x is None) != (self.canary_included is None):
+        if (self.input_canary_x is None) != (self.input_canary_included is None):
             raise ValueError(
-                f"site {self.site_id}: canary_x and canary_included come together or not at all"
+                f"site {self.site_id}: input_canary_x and input_canary_included come together "
+                "or not at all"
             )
-        if self.canary_x is not None and self.canary_included is not None:
-            n = len(self.canary_x)
-            if len(self.canary_included) != n or (
-                self.canary_y is not None and len(self.canary_y) != n
+        if self.input_canary_x is not None and self.input_canary_included is not None:
+            n = len(self.input_canary_x)
+            if len(self.input_canary_included) != n or (
+                self.input_canary_y is not None and len(self.input_canary_y) != n
             ):
                 raise ValueError(
-                    f"site {self.site_id}: {n} canaries but {len(self.canary_included)} coins"
-                    + ("" if self.canary_y is None else f" and {len(self.canary_y)} labels")
+                    f"site {self.site_id}: {n} canaries but {len(self.input_canary_included)} coins"
+                    + (
+                        ""
+                        if self.input_canary_y is None
+                        else f" and {len(self.input_canary_y)} labels"
+                    )
                 )
-            if (self.canary_y is None) != (self.train_y is None):
+            if (self.input_canary_y is None) != (self.train_y is None):
                 raise ValueError(f"site {self.site_id}: canaries and members disagree on labels")
 
     @property
-    def has_canaries(self) -> bool:
-        return self.canary_x is not None and len(self.canary_x) > 0
+    def has_input_canaries(self) -> bool:
+        return self.input_canary_x is not None and len(self.input_canary_x) > 0
 
     @property
     def training_x(self) -> np.ndarray:
         """What local training uses: the members, then the included canaries."""
-        if self.canary_x is None or self.canary_included is None:
+        if self.input_canary_x is None or self.input_canary_included is None:
             return self.train_x
-        return np.concatenate([self.train_x, self.canary_x[self.canary_included]])
+        return np.concatenate([self.train_x, self.input_canary_x[self.input_canary_included]])
 
     @property
     def training_y(self) -> np.ndarray | None:
         """Labels of :attr:`training_x` (``None`` where the task has none)."""
-        if self.train_y is None or self.canary_y is None or self.canary_included is None:
+        if (
+            self.train_y is None
+            or self.input_canary_y is None
+            or self.input_canary_included is None
+        ):
             return self.train_y
-        return np.concatenate([self.train_y, self.canary_y[self.canary_included]])
+        return np.concatenate([self.train_y, self.input_canary_y[self.input_canary_included]])
 
-    def canary_records(self) -> tuple[Records, np.ndarray]:
+    def input_canary_records(self) -> tuple[Records, np.ndarray]:
         """All canaries (included or not) and their coins (true: trained on)."""
-        if self.canary_x is None or self.canary_included is None:
+        if self.input_canary_x is None or self.input_canary_included is None:
             raise ValueError(f"site {self.site_id}: no canaries")
-        return Records(self.canary_x, self.canary_y), self.canary_included
+        return Records(self.input_canary_x, self.input_canary_y), self.input_canary_included
 
-    def with_canaries(
+    def with_input_canaries(
         self, x: np.ndarray, y: np.ndarray | None, included: np.ndarray, *, kind: str
     ) -> SiteData:
         """The same site with canaries ``(x, y)`` and their coins ``included``."""
         return replace(
             self,
-            canary_x=x,
-            canary_y=y,
-            canary_included=np.asarray(included, dtype=bool),
-            canary_kind=str(kind),
+            input_canary_x=x,
+            input_canary_y=y,
+            input_canary_included=np.asarray(included, dtype=bool),
+            input_canary_kind=str(kind),
         )
 
     def records(self, part: str) -> Records:
@@ -126,13 +139,13 @@ class SiteData:
                 value = getattr(self, f"{part}_{axis}")
                 if value is not None:
                     arrays[f"{part}_{axis}"] = value
-        for key in _CANARY_ARRAYS:
+        for key in _INPUT_CANARY_ARRAYS:
             value = getattr(self, key)
             if value is not None:
                 arrays[key] = value
-        if self.canary_kind is not None:
+        if self.input_canary_kind is not None:
             # A 0-d unicode array: loads without pickle.
-            arrays[_CANARY_KIND] = np.asarray(self.canary_kind, dtype=np.str_)
+            arrays[_INPUT_CANARY_KIND] = np.asarray(self.input_canary_kind, dtype=np.str_)
         # A site's records: owner-only (0600 in a 0700 folder), durable, atomic.
         atomic_write(path, lambda fh: np.savez(fh, **arrays), private=True)
 
@@ -141,12 +154,12 @@ class SiteData:
         if not path.exists():
             raise MissingFileError(f"site data file not found: {path}")
         with np.load(path, allow_pickle=False) as f:
-            kwargs = {key: f[key] for key in f.files if key not in ("site_id", _CANARY_KIND)}
-            site_id = int(f["site_id"])
-            kind = str(f[_CANARY_KIND]) if _CANARY_KIND in f.files else None
-        kwargs[_CANARY_KIND] = kind
-        if kwargs.get("canary_included") is not None:
-            kwargs["canary_included"] = kwargs["canary_included"].astype(bool)
+            arrays = {_OLDER_KEYS.get(key, key): f[key] for key in f.files}
+        site_id = int(arrays.pop("site_id"))
+        kind = arrays.pop(_INPUT_CANARY_KIND, None)
+        kwargs: dict[str, Any] = {**arrays, _INPUT_CANARY_KIND: None if kind is None else str(kind)}
+        if kwargs.get("input_canary_included") is not None:
+            kwargs["input_canary_included"] = kwargs["input_canary_included"].astype(bool)
         for part in _PARTS:
             for axis in _AXES:
                 kwargs.setdefault(f"{part}_{axis}", None)

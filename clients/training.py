@@ -13,9 +13,9 @@ from torch import nn
 
 from clients import gradient_canaries
 from clients.dp_observer import logged_loader
-from clients.gradient_canaries import CanaryState
+from clients.gradient_canaries import GradientCanaryState
 from clients.noise import draw_noise_securely, entropy_generator
-from clients.privacy import DPSettings, PrivacyLedger, Sampling
+from clients.privacy import AccountantHistory, DPSettings, Sampling
 from ml.training import run_epoch
 
 
@@ -97,18 +97,18 @@ def train_locally(
     device: torch.device,
     proximal_mu: float = 0.0,
     dp: DPSettings | None = None,
-    ledger: PrivacyLedger | None = None,
+    accountant_history: AccountantHistory | None = None,
     secure_noise: bool = False,
-    canaries: CanaryState | None = None,
+    gradient_canaries: GradientCanaryState | None = None,
     local_steps: int | None = None,
     keep_used: bool = True,
 ) -> LocalTrainResult:
     """Train a fresh copy of the global model on the site's members.
 
     With ``dp`` the model is wrapped anew each round and the accountant continues from
-    ``ledger`` (updated in place). ``secure_noise`` (a deployment): DP-SGD's noise and
+    ``accountant_history`` (updated in place). ``secure_noise`` (a deployment): DP-SGD's noise and
     Poisson sampling come from the OS's entropy (:mod:`clients.noise`), else from ``seed``.
-    ``canaries`` (with ``dp``): gradient canaries through every real step, and the hooks
+    ``gradient_canaries`` (with ``dp``): gradient canaries through every real step, and the hooks
     of the conformance checks (:mod:`clients.gradient_canaries`). ``local_steps``: that
     many batches instead of ``epochs`` epochs; the result then holds their records unless
     ``keep_used`` is off.
@@ -118,11 +118,13 @@ def train_locally(
     # Under DP the proximal gradient joins after the noise (_pull_after_noise), not the loss.
     prox = _proximal(model, anchor, proximal_mu) if proximal_mu > 0 and dp is None else None
     if dp is not None:
-        assert ledger is not None
+        assert accountant_history is not None
         setup = _made_private(
             setup,
             task,
-            _PrivateSite(dp, ledger, canaries, secure_noise=secure_noise, seed=seed),
+            _PrivateSite(
+                dp, accountant_history, gradient_canaries, secure_noise=secure_noise, seed=seed
+            ),
             records=len(x),
             proximal_mu=proximal_mu,
             device=device,
@@ -136,7 +138,11 @@ def train_locally(
     losses = _train_steps(
         setup, loss_fn, device=device, epochs=epochs, steps=local_steps, used=used
     )
-    epsilon = None if dp is None or ledger is None else _round_closed(setup, ledger, dp)
+    epsilon = (
+        None
+        if dp is None or accountant_history is None
+        else _round_closed(setup, accountant_history, dp)
+    )
     return LocalTrainResult(
         # The original module holds the trained weights (Opacus wraps it): clean keys.
         state_dict={k: v.detach().cpu() for k, v in model.state_dict().items()},
@@ -148,13 +154,13 @@ def train_locally(
     )
 
 
-def _round_closed(setup: _Training, ledger: PrivacyLedger, dp: DPSettings) -> float:
+def _round_closed(setup: _Training, accountant_history: AccountantHistory, dp: DPSettings) -> float:
     """The site's epsilon after the round: the real-path audit's hooks finished and the
-    accountant's history written back to ``ledger``."""
+    accountant's history written back to ``accountant_history``."""
     if setup.real_path is not None:
         setup.real_path.finish()
-    ledger.history = [tuple(h) for h in setup.engine.accountant.history]
-    return ledger.epsilon(dp.delta)
+    accountant_history.history = [tuple(h) for h in setup.engine.accountant.history]
+    return accountant_history.epsilon(dp.delta)
 
 
 def _fresh_training(
@@ -180,12 +186,13 @@ def _fresh_training(
 
 @dataclass(frozen=True)
 class _PrivateSite:
-    """A site's DP-SGD settings for one round: its ledger, its gradient canaries, and where
-    its noise and sampling come from (the OS's entropy on a deployment, else ``seed``)."""
+    """A site's DP-SGD settings for one round: its accountant history, its gradient canaries,
+    and where its noise and sampling come from (the OS's entropy on a deployment, else
+    ``seed``)."""
 
     dp: DPSettings
-    ledger: PrivacyLedger
-    canaries: CanaryState | None
+    accountant_history: AccountantHistory
+    gradient_canaries: GradientCanaryState | None
     secure_noise: bool
     seed: int
 
@@ -214,19 +221,21 @@ def _made_private(
     proximal_mu: float,
     device: torch.device,
 ) -> _Training:
-    """``plain`` wrapped for DP-SGD: the accountant continued from the site's ledger, Poisson
-    sampling at the declared rate, the divisor fixed, the proximal pull after the noise, and
-    the real-path audit's hooks when the site has gradient canaries."""
+    """``plain`` wrapped for DP-SGD: the accountant continued from the site's accountant
+    history, Poisson sampling at the declared rate, the divisor fixed, the proximal pull after
+    the noise, and the real-path audit's hooks when the site has gradient canaries."""
     from opacus import PrivacyEngine
 
-    dp, canaries = site.dp, site.canaries
+    dp, gradient_canary_state = site.dp, site.gradient_canaries
     engine = PrivacyEngine(accountant=dp.accountant)
-    engine.accountant.history = list(site.ledger.history)
+    engine.accountant.history = list(site.accountant_history.history)
     generator = entropy_generator(device) if site.secure_noise else None
     sampling = dp.sampling(records=records, batch_size=int(plain.loader.batch_size or 1))
     sigma = dp.noise_for(sampling.sample_rate)
     loader, index_log = plain.loader, None
-    if canaries is not None:  # the records each real batch loads, for the sampling checks
+    if (
+        gradient_canary_state is not None
+    ):  # the records each real batch loads, for the sampling checks
         loader, index_log = logged_loader(loader)
     with warnings.catch_warnings():
         # Opacus's notices on wrapping (e.g. the RDP orders it tries): expected here.
@@ -248,10 +257,10 @@ def _made_private(
         params = [p for p in plain.module.parameters() if p.requires_grad]
         _pull_after_noise(optimizer, params, plain.anchor, proximal_mu)
     real_path = None
-    if canaries is not None and index_log is not None:
+    if gradient_canary_state is not None and index_log is not None:
         real_path = gradient_canaries.attach(
             optimizer,
-            canaries,
+            gradient_canary_state,
             accountant=engine.accountant,
             batch_sampler=loader.batch_sampler,
             index_log=index_log,

@@ -10,7 +10,8 @@ imported.
 
 How a field is laid out in JSON, when not as its own key, is its metadata: :data:`INLINE`
 (its keys sit in its parent's object) or :data:`FLAT_IN_OLDER` (older files held them
-there). A float field that may be infinite says which infinity its ``null`` was with
+there); a field renamed since older files were written names their key with
+:func:`older_key`. A float field that may be infinite says which infinity its ``null`` was with
 ``Annotated[float, NullAs(...)]``.
 """
 
@@ -39,6 +40,15 @@ read from there."""
 FLAT_IN_OLDER: Mapping[str, str] = types.MappingProxyType({JSON_LAYOUT: "flat_in_older"})
 """Field metadata: the field (a dataclass) has its own key, but older files held its keys in
 its parent's object; without the key it is read from there."""
+
+OLDER_KEY = "older_key"
+"""The field metadata key that names the key older files held the field under."""
+
+
+def older_key(name: str) -> Mapping[str, str]:
+    """Field metadata: older files held the field under the key ``name``; without its own
+    key it is read from there."""
+    return types.MappingProxyType({OLDER_KEY: name})
 
 
 @dataclass(frozen=True)
@@ -118,12 +128,13 @@ def _record(hint: Any, data: Any, where: str, env: Env) -> Any:
         raise ValueError(f"{_named(where)} must be a JSON object, got {_shown(data)}")
     values = {}
     for f, field_hint in _layout(cls):
-        key = f"{where}.{f.name}" if where else f.name
+        name = f.metadata.get(OLDER_KEY, f.name) if f.name not in data else f.name
+        key = f"{where}.{name}" if where else name
         layout = f.metadata.get(JSON_LAYOUT)
         if layout == "inline" or (layout == "flat_in_older" and f.name not in data):
             values[f.name] = _value(field_hint, data, where, env)
-        elif f.name in data:
-            values[f.name] = _value(field_hint, data[f.name], key, env)
+        elif name in data:
+            values[f.name] = _value(field_hint, data[name], key, env)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ValueError(f"key '{key}' is missing")
     try:

@@ -101,7 +101,7 @@ NORM_BIT = _reply_key(
 KIND_JSON = _reply_key(
     "<kind>-json",
     "each kind of audit the site ran (the results' fields: the final model's audit, its "
-    "canaries, earlier rounds, its own updates, ...), summary numbers only",
+    "input canaries, earlier rounds, its own updates, ...), summary numbers only",
     audit="audit",
 )
 """The pattern of an audit reply's per-kind keys (:func:`kind_key`)."""

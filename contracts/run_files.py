@@ -25,8 +25,8 @@ AUDITS_DIR = "audits"
 """The server's per-site audit files (:class:`contracts.site_audit.SiteAuditFile`)."""
 CHECKPOINTS_DIR = "checkpoints"
 FINAL_MODEL_FILE = "global_model.pt"
-CLIENT_DP_LEDGER = "client_dp.json"
-"""The server's client-level DP ledger (``server.client_dp``), read by the report."""
+CLIENT_DP_FILE = "client_dp.json"
+"""The server's client-level DP accounting (``server.client_dp``), read by the report."""
 CLIENT_CANARIES_FILE = "client_canaries.json"
 """What the canary clients measured (``server.canary_clients``), read by the report."""
 SITES_DIR = "sites"
@@ -37,7 +37,7 @@ REFERENCE_MODELS_DIR = "reference_models"
 """The run's shared reference models (public records only) and their manifest."""
 DEPLOYMENT_DIR = "deployment"
 """``flwr run``'s app folder, run config and logs."""
-NO_CANARY_TWIN_DIR = "no-canary-twin"
+CANARY_CLIENT_TWIN_DIR = "no-canary-twin"
 """The run trained again without its canary clients (``audit.canary_clients``)."""
 NOISE_FILE = "noise.json"
 """Where the run's DP randomness came from (:data:`NoiseSource`), written by the server."""
@@ -80,8 +80,9 @@ _ROUND_CHECKPOINT = re.compile(r"^round-(\d+)\.pt$")
 _AUDIT_FILE = re.compile(r"^site-(-?\d+)\.json$")
 
 
-def site_dp_ledger_name(site_id: int) -> str:
-    """The site's record-level DP ledger, in its state directory."""
+def site_accountant_history_name(site_id: int) -> str:
+    """The site's DP-SGD accountant history, in its state directory (the file kept the name
+    it had when the history was called a ledger, so older runs still resume)."""
     return f"site-{site_id}-dp-ledger.json"
 
 
@@ -207,22 +208,22 @@ class RunLayout:
         return self.root / FINAL_MODEL_FILE
 
     @property
-    def client_dp_ledger(self) -> Path:
-        return self.root / CLIENT_DP_LEDGER
+    def client_dp_accounting(self) -> Path:
+        return self.root / CLIENT_DP_FILE
 
     @property
     def client_canaries(self) -> Path:
         return self.root / CLIENT_CANARIES_FILE
 
     @property
-    def no_canary_twin(self) -> Path:
+    def canary_client_twin(self) -> Path:
         """The same run without its canary clients (the canaries' accuracy cost)."""
-        return self.root / NO_CANARY_TWIN_DIR
+        return self.root / CANARY_CLIENT_TWIN_DIR
 
     @property
     def twin(self) -> RunLayout:
-        """The run directory of :attr:`no_canary_twin`."""
-        return RunLayout(self.no_canary_twin)
+        """The run directory of :attr:`canary_client_twin`."""
+        return RunLayout(self.canary_client_twin)
 
     @property
     def sites(self) -> Path:
@@ -241,8 +242,8 @@ class RunLayout:
     def site_state(self) -> Path:
         return self.root / SITE_STATE_DIR
 
-    def site_dp_ledger(self, site_id: int) -> Path:
-        return self.site_state / site_dp_ledger_name(site_id)
+    def site_accountant_history(self, site_id: int) -> Path:
+        return self.site_state / site_accountant_history_name(site_id)
 
     def exposed_records(self, site_id: int) -> Path:
         return self.site_state / exposed_records_name(site_id)

@@ -1,6 +1,6 @@
 """The server's run logs, each one typed record that the writer (``server``) and the reader
 (``reporting``) share: a line of ``metrics.jsonl`` (:class:`RoundRecord`) and the client-level
-DP ledger ``client_dp.json`` (:class:`ClientDPLedgerFile`).
+DP ledger ``client_dp.json`` (:class:`ClientDPFile`).
 
 :func:`read_record` and :func:`read_rounds` read them through the one checked decoder
 (:func:`contracts.json_values.from_dict`). Their ``to_dict`` leaves out top-level keys that
@@ -114,7 +114,7 @@ class ShortRound:
 
 
 @dataclass(frozen=True)
-class ClientDPLedgerFile:
+class ClientDPFile:
     """``client_dp.json``: which rounds each site's update took part in under client-level
     DP, and its epsilons (written by ``server.client_dp`` each round)."""
 

@@ -329,7 +329,7 @@ def write_site_summary(run: DeploymentRun) -> Path:
     """``partition.json`` from what the sites reported, for runs whose data never was on
     the server (real sites): members from the audits or the last round's example counts."""
     from contracts.run_log import read_rounds
-    from server.run_log import read_site_audit
+    from server.run_writer import read_site_audit
 
     rounds = read_rounds(run.layout)
     sites = []

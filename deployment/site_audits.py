@@ -90,7 +90,7 @@ def site_runtime(
         device=resolve_device(settings.device),
         torch_threads=torch_threads,
         dp=None,
-        ledger_path=None,
+        accountant_history_path=None,
         audit_runner=make_audit_runner(
             SiteAuditPolicy(settings=settings, use_holdout=holdout is not None)
         ),

@@ -16,12 +16,12 @@ from audit.panoramia.over_rounds import first_leaking_round
 from audit.panoramia.sides import SIDES
 from audit.result import AuditFlags, AuditResult, finite
 from contracts.run_files import NOISE_NOTES
-from contracts.run_log import ClientDPLedgerFile, RoundRecord, empty_rounds
+from contracts.run_log import ClientDPFile, RoundRecord, empty_rounds
 
 from .inputs import RunInputs, SiteAuditRead
 from .meanings import NOTES, Note
 from .metrics import EPS_TILDE, EPS_TILDE_TWO_SIDED
-from .privacy_ledger import PrivacySettings, checks, run_canaries, site_privacy
+from .privacy_ledger import PrivacySettings, checks, run_input_canaries, site_privacy
 from .schema import (
     FLAGS,
     HEADLINE,
@@ -57,7 +57,7 @@ def build_report(inputs: RunInputs) -> RunReport:
         sites=sites,
         consortium=consortium_summary(sites, inputs.rounds),
         dp_level=settings.dp_level,
-        canaries=run_canaries(settings, sites),
+        canaries=run_input_canaries(settings, sites),
         client_dp=inputs.client_dp,
         client_canaries=inputs.client_canaries,
         noise=noise_note(settings, inputs),
@@ -82,7 +82,7 @@ def site_report(
     sizes: tuple[int | None, int | None] = (None, None),
     rounds: list[RoundRecord],
     settings: PrivacySettings,
-    client_dp: ClientDPLedgerFile | None,
+    client_dp: ClientDPFile | None,
     client_canaries: ClientCanaryResult | None = None,
 ) -> SiteReport:
     """One site's :class:`SiteReport`: the only place one is built (the consortium report,

@@ -34,7 +34,7 @@ def violation_warnings(sites: list[SiteReport], prefix: str = "") -> list[str]:
     ]
 
 
-def canary_banner(canaries: int) -> str:
+def input_canary_banner(canaries: int) -> str:
     """Every report of a run trained with canaries says so."""
     return (
         f"This run was trained with {canaries} canaries per site: this model is not the plain "
@@ -74,7 +74,7 @@ def client_canary_lines(result: ClientCanaryResult) -> list[str]:
         )
     if result.outweighed:
         lines.append(
-            NOTES[Note.CANARIES_OUTNUMBER].format(
+            NOTES[Note.CANARY_CLIENTS_OUTNUMBER].format(
                 canaries=result.mean_canaries_per_round, sites=result.sites_per_round
             )
         )

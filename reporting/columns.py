@@ -20,11 +20,11 @@ from .formatting import (
     flag_labels,
     fmt,
     fmt_best,
-    fmt_canary,
     fmt_conformance,
     fmt_dp,
     fmt_est,
     fmt_fdp,
+    fmt_input_canary,
     fmt_interval,
     fmt_loss_gap,
     fmt_outside,
@@ -42,11 +42,11 @@ from .meanings import NOTES, Note
 from .metrics import (
     C_EPS_LB,
     C_LB,
-    CANARY_FDP,
     CEILING,
     EPS_TILDE,
     HEADROOM,
     HOLDOUT_ACCURACY,
+    INPUT_CANARY_FDP,
     O1,
     O1_FDP,
     RM_RN,
@@ -399,7 +399,7 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
     ),
     column(
         "canary_eps_lb [interval] (canaries)",
-        lambda r: fmt_canary(r.site.privacy.canary, r.site.privacy.canaries),
+        lambda r: fmt_input_canary(r.site.privacy.canary, r.site.privacy.canaries),
         fold=1,
     ),
     column(
@@ -422,7 +422,7 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
     column(
         "canary f-DP eps_lb (GDP mu, delta)",
         lambda r: fmt_fdp(
-            CANARY_FDP.value(r.site),
+            INPUT_CANARY_FDP.value(r.site),
             None if r.site.privacy.canary is None else r.site.privacy.canary.fdp_mu,
             r.site.checks.fdp_delta,
         ),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from audit.canaries.canary import CanaryResult
 from audit.canaries.gradient_canaries import GradientCanaryResult, LevelAudit
+from audit.canaries.input_canaries import InputCanaryResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
 from audit.panoramia.sides import SIDES
@@ -85,7 +85,7 @@ def fmt_theoretical_eps(eps: float | None, private: bool | None) -> str:
     return "inf (no DP)" if private is False else MISSING
 
 
-def fmt_canary(canary: CanaryResult | None, count: int | None) -> str:
+def fmt_input_canary(canary: InputCanaryResult | None, count: int | None) -> str:
     """``eps_lb [low, high] (N canaries)`` of a canary audit."""
     if count is None and canary is None:
         return MISSING

@@ -24,7 +24,7 @@ from audit.site_results import SiteResults
 from contracts.errors import RunFileError
 from contracts.json_values import from_dict
 from contracts.run_files import NOISE_NOTES, RunLayout
-from contracts.run_log import ClientDPLedgerFile, RoundRecord, read_json, read_record, read_rounds
+from contracts.run_log import ClientDPFile, RoundRecord, read_json, read_record, read_rounds
 from contracts.site_audit import SiteAuditFile
 
 from .replicate_schema import ReplicateReport
@@ -50,7 +50,7 @@ class RunInputs:
     """One entry per site in partition.json: its audit file as read (one that does not read
     as the site's audit reads as failed, saying why), None when it has none ("missing")."""
     has_metrics: bool = True
-    client_dp: ClientDPLedgerFile | None = None
+    client_dp: ClientDPFile | None = None
     """``client_dp.json``, when the run has one (client-level DP)."""
     client_canaries: ClientCanaryResult | None = None
     """``client_canaries.json``, when the run had ``audit.canary_clients``."""
@@ -93,7 +93,7 @@ def load_run(layout: RunLayout, config: ReportConfig) -> RunInputs:
             for s in sites
         },
         has_metrics=layout.metrics.exists(),
-        client_dp=read_record(ClientDPLedgerFile, layout.client_dp_ledger),
+        client_dp=read_record(ClientDPFile, layout.client_dp_accounting),
         client_canaries=load_client_canaries(layout.client_canaries),
         noise_source=_noise_source(layout.noise),
         replicates=load_replicates(layout),

@@ -62,7 +62,7 @@ class Note(Enum):
     """What the white-box numbers mean, for every place that shows them."""
     OUTSIDE = "outside"
     CLIENT_CANARIES = "client_canaries"
-    CANARIES_OUTNUMBER = "canaries_outnumber"
+    CANARY_CLIENTS_OUTNUMBER = "canaries_outnumber"
     """A template: ``canaries`` (mean canary clients a round) and ``sites`` (a round's)."""
     READ_AS_LOWER_BOUND = "read_as_lower_bound"
     ONE_RUN_BOUNDS = "one_run_bounds"
@@ -81,8 +81,8 @@ class Note(Enum):
     CLIENT_ACCOUNTANT = "client_accountant"
     SERVER_GUARANTEE = "server_guarantee"
     CLIENT_IMPLIED_RECORD = "client_implied_record"
-    CANARY_BOUND = "canary_bound"
-    CANARY_FDP = "canary_fdp"
+    INPUT_CANARY_BOUND = "canary_bound"
+    INPUT_CANARY_FDP = "canary_fdp"
     WHITE_BOX_SERVER = "white_box_server"
     WHITE_BOX_COST = "white_box_cost"
     BEST_LOWER_BOUND = "best_lower_bound"
@@ -226,7 +226,7 @@ NOTES: dict[Note, str] = {
         "sensitivity reading: with few canaries it drifts upwards. The lower bound must stay "
         "at or below the site-level client epsilon."
     ),
-    Note.CANARIES_OUTNUMBER: (
+    Note.CANARY_CLIENTS_OUTNUMBER: (
         "The canaries outnumber the real sites ({canaries:.0f} canary clients against {sites} "
         "sites a round): the model measured is not the one this consortium trains without "
         "them."
@@ -363,11 +363,11 @@ NOTES: dict[Note, str] = {
         "the record-level epsilon client-level DP implies (one record moves your clipped "
         "update by at most twice the clipping norm)"
     ),
-    Note.CANARY_BOUND: (
+    Note.INPUT_CANARY_BOUND: (
         "canary records trained on by a fair coin each, guessed from the final model "
         "(Steinke et al. 2023, one run, delta = 0): a lower bound on epsilon"
     ),
-    Note.CANARY_FDP: (
+    Note.INPUT_CANARY_FDP: (
         "the same guesses read against a Gaussian trade-off curve (Mahloujifar et al. "
         "2025): the largest Gaussian-DP mu they reject, as epsilon at delta"
     ),

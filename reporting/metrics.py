@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from audit.canaries.canary import CanaryResult
 from audit.canaries.gradient_canaries import LevelAudit, reading_level
+from audit.canaries.input_canaries import InputCanaryResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import AuditResult, Interval, TwoSidedResult, finite
 
@@ -96,7 +96,7 @@ def _two(get: Callable[[TwoSidedResult], Value]) -> Callable[[SiteReport], Value
     return lambda s: None if (t := two_sided(s)) is None else get(t)
 
 
-def _canary(get: Callable[[CanaryResult], Value]) -> Callable[[SiteReport], Value]:
+def _input_canary(get: Callable[[InputCanaryResult], Value]) -> Callable[[SiteReport], Value]:
     return lambda s: None if s.privacy.canary is None else get(s.privacy.canary)
 
 
@@ -110,7 +110,7 @@ def _audit_level(key: str) -> Callable[[SiteReport], float | None]:
     return lambda s: None if s.audit is None else s.audit.levels.get(key)
 
 
-def _canary_level(site: SiteReport) -> float | None:
+def _input_canary_level(site: SiteReport) -> float | None:
     return None if site.privacy.canary is None else site.privacy.canary.beta
 
 
@@ -218,23 +218,23 @@ O1_FDP = Metric(
     pooled="o1_fdp",
     pooled_label="O(1) (f-DP)",
 )
-CANARY = Metric(
+INPUT_CANARY = Metric(
     "canary_eps_lb",
     "canary_eps_lb",
-    _canary(lambda c: c.eps_lb),
+    _input_canary(lambda c: c.eps_lb),
     name="canary audit eps lower bound",
     checked="released",
-    level=_canary_level,
+    level=_input_canary_level,
     pooled="canary",
     pooled_label="canary one-run bound (Steinke)",
 )
-CANARY_FDP = Metric(
+INPUT_CANARY_FDP = Metric(
     "canary_eps_lb_fdp",
     "canary f-DP eps_lb",
-    _canary(lambda c: c.eps_lb_fdp),
+    _input_canary(lambda c: c.eps_lb_fdp),
     name="canary audit f-DP eps lower bound",
     checked="released",
-    level=_canary_level,
+    level=_input_canary_level,
     pooled="canary_fdp",
     pooled_label="canary one-run bound (f-DP)",
 )
@@ -328,8 +328,8 @@ METRICS: tuple[Metric, ...] = (
     RM_RN_NONMEMBER,
     O1,
     O1_FDP,
-    CANARY,
-    CANARY_FDP,
+    INPUT_CANARY,
+    INPUT_CANARY_FDP,
     CLIENT_EPS_LB,
     MECHANISM_FDP,
     MECHANISM_STEINKE,
@@ -343,8 +343,8 @@ METRICS: tuple[Metric, ...] = (
 """Every number of a site the reports show, in the order a replicate set pools them."""
 
 LOWER_BOUNDS: tuple[Metric, ...] = (
-    CANARY,
-    CANARY_FDP,
+    INPUT_CANARY,
+    INPUT_CANARY_FDP,
     O1,
     O1_FDP,
     RM_RN,

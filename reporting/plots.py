@@ -29,7 +29,7 @@ _MIA = "#d62728"
 _TWO_SIDED = "#800000"
 _RMRN = "#2ca02c"
 _O1 = "#9467bd"
-_CANARY = "#ff7f0e"
+_INPUT_CANARY = "#ff7f0e"
 _WHITE_BOX = "#1f77b4"
 _SERVER = "#17becf"
 _GREY = "#666666"
@@ -263,7 +263,7 @@ def training_plot(rounds: list[RoundRecord]) -> str | None:
     accuracy = Axes(
         title="global model: accuracy", xlabel="round", ylabel="global accuracy (fraction)"
     )
-    accuracy.plot(xs, _nan(r.global_accuracy for r in rounds), Style(_CANARY, marker="s"))
+    accuracy.plot(xs, _nan(r.global_accuracy for r in rounds), Style(_INPUT_CANARY, marker="s"))
     train = Axes(title="site train loss", xlabel="round", ylabel="train loss (cross-entropy, nats)")
     dp = Axes(
         title="site DP epsilon (accountant, cumulative)", xlabel="round", ylabel="epsilon (nats)"
@@ -306,11 +306,11 @@ def by_round_plot(by_round: list[RoundLeakage], *, title: str = "") -> str | Non
     accuracy = Axes(
         title="global accuracy", xlabel="round", ylabel="accuracy (fraction)", xticks=ticks
     )
-    accuracy.plot(xs, _nan(e.global_accuracy for e in by_round), Style(_CANARY, marker="s"))
+    accuracy.plot(xs, _nan(e.global_accuracy for e in by_round), Style(_INPUT_CANARY, marker="s"))
     legend = [
         LegendEntry("eps_tilde two-sided (95% CI)", Style(_TWO_SIDED, marker="D"), "marker"),
         LegendEntry("O(1) eps lower bound", Style(_O1, marker="^"), "marker"),
-        LegendEntry("global accuracy", Style(_CANARY, marker="s"), "marker"),
+        LegendEntry("global accuracy", Style(_INPUT_CANARY, marker="s"), "marker"),
     ]
     return _svg([leak, accuracy], size=(320.0, 270.0), cols=2, title=title, legend=legend)
 
@@ -345,6 +345,6 @@ def updates_plot(rows: list[UpdateRow], *, title: str = "") -> str | None:
         ]
     eps = _nan(r.update.dp_epsilon for r in rows)
     if any(math.isfinite(e) for e in eps):
-        leak.plot(xs, eps, Style(_CANARY, marker="s", dash=_DASHED))
-        legend.append(LegendEntry("DP-SGD epsilon after the round", Style(_CANARY), "line"))
+        leak.plot(xs, eps, Style(_INPUT_CANARY, marker="s", dash=_DASHED))
+        legend.append(LegendEntry("DP-SGD epsilon after the round", Style(_INPUT_CANARY), "line"))
     return _svg([leak], size=(420.0, 280.0), title=title, legend=legend)

@@ -32,15 +32,15 @@ from audit.site_results import SiteResults
 from audit.stats.one_run import METHOD_LABELS, Method
 from contracts.dp_level import CLIENT_LEVELS, RECORD_LEVELS, DPLevel, SecureAggregationMode
 from contracts.reply_keys import COVERED, NUM_EXAMPLES, REPLY_KEYS, TRAIN_LOSS
-from contracts.run_log import ClientDPLedgerFile, RoundRecord, SiteRound
+from contracts.run_log import ClientDPFile, RoundRecord, SiteRound
 from contracts.site_audit import SiteAuditFile
 
 from .meanings import NOTES, Note
 from .metrics import (
-    CANARY,
-    CANARY_FDP,
     EPS_TILDE,
     EPS_TILDE_TWO_SIDED,
+    INPUT_CANARY,
+    INPUT_CANARY_FDP,
     LOWER_BOUNDS,
     O1,
     O1_FDP,
@@ -80,7 +80,7 @@ _TOLERANCE = 1e-9
 
 @dataclass(frozen=True)
 class PrivacySettings:
-    """What a run config says about DP and canaries (read by the config's owner,
+    """What a run config says about DP and input canaries (read by the config's owner,
     ``simulations.config_file.privacy_settings``)."""
 
     dp_level: DPLevel | None
@@ -89,8 +89,8 @@ class PrivacySettings:
     """"Opacus RDP" / "Opacus PRV" when record-level DP is on."""
     delta: float | None
     """``dp.delta`` (record level; client level too unless its ledger states its own)."""
-    canaries: int | None
-    """``audit.canaries`` when positive."""
+    input_canaries: int | None
+    """``audit.input_canaries`` (older configs: ``audit.canaries``) when positive."""
     secure_aggregation: SecureAggregationMode = "none"
     """``fl.secure_aggregation``: ``ideal`` when the server held only each round's sum."""
     declared_size: int | None = None
@@ -116,7 +116,7 @@ def site_privacy(
     audit: SiteAuditFile[SiteResults] | None,
     rounds: list[RoundRecord],
     settings: PrivacySettings,
-    client_dp: ClientDPLedgerFile | None,
+    client_dp: ClientDPFile | None,
     client_canaries: ClientCanaryResult | None = None,
 ) -> PrivacyReport:
     """The site's guarantees with their accountants, delta and canaries, and the canary
@@ -136,7 +136,7 @@ def site_privacy(
     # DP on without an accountant's number yet (a run cut short): delta is still known.
     delta = settings.delta if record is not None or settings.private or client is not None else None
     client_on = settings.client_level or client is not None or client_dp is not None
-    canary = results.canary
+    canary = results.input_canaries
     est = None if client_canaries is None else client_canaries.estimates.get(CLIENT_CANARY_THREAT)
     return PrivacyReport(
         dp_epsilon=record,
@@ -162,7 +162,7 @@ def site_privacy(
         client_eps_lb_beta=None if client_canaries is None else client_canaries.beta,
         canaries=canary.n_canaries
         if canary is not None and canary.n_canaries
-        else settings.canaries,
+        else settings.input_canaries,
         canary=canary,
         gradient_canaries=results.gradient_canaries,
         inversion=list(results.inversion),
@@ -291,8 +291,8 @@ def update_violations(site: SiteReport) -> list[BoundViolation]:
 def conformance_violations(site: SiteReport) -> list[BoundViolation]:
     """The failed conformance checks of the site's real DP-SGD steps
     (:mod:`audit.conformance.checks`), each a violation of the guarantee as stated."""
-    canaries = site.privacy.gradient_canaries
-    conformance = None if canaries is None else canaries.conformance
+    gradient = site.privacy.gradient_canaries
+    conformance = None if gradient is None else gradient.conformance
     if conformance is None:
         return []
     dp = site.privacy.dp_epsilon
@@ -334,8 +334,8 @@ def white_box_violation_message(
 
 
 _ONE_RUN_BOUNDS: tuple[tuple[str, Method, Metric], ...] = (
-    ("canary audit", "steinke", CANARY),
-    ("canary audit", "fdp", CANARY_FDP),
+    ("canary audit", "steinke", INPUT_CANARY),
+    ("canary audit", "fdp", INPUT_CANARY_FDP),
     ("O(1)", "steinke", O1),
     ("O(1)", "fdp", O1_FDP),
 )
@@ -412,9 +412,9 @@ def checks(site: SiteReport, fdp_delta: float | None) -> ChecksReport:
     )
 
 
-def run_canaries(settings: PrivacySettings, sites: list[SiteReport]) -> int | None:
+def run_input_canaries(settings: PrivacySettings, sites: list[SiteReport]) -> int | None:
     """Canaries per site of the run: the config's, else the largest count a site reports."""
-    if settings.canaries:
-        return settings.canaries
+    if settings.input_canaries:
+        return settings.input_canaries
     counts = [c for s in sites if (c := s.privacy.canaries)]
     return max(counts) if counts else None

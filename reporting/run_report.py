@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from . import plots
 from .banners import (
-    canary_banner,
     client_canary_lines,
+    input_canary_banner,
     training_banner_lines,
     violation_banner_lines,
 )
@@ -78,7 +78,7 @@ def report_blocks(
         Banner("lost", lost_sites(report, audited=audited).lines()),
         Banner("untrained", training_banner_lines(report.rounds)),
         Banner("violation", violation_banner_lines(violations)),
-        Banner("canaries", [canary_banner(report.canaries)] if report.canaries else []),
+        Banner("canaries", [input_canary_banner(report.canaries)] if report.canaries else []),
         Heading("Headline"),
         Table(HEADLINE_COLUMNS, sites, attrs=' id="headline"', row_class=site_row_class),
         Para(NOTES[Note.HEADLINE], only="md"),

@@ -17,9 +17,9 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, Literal
 
-from audit.canaries.canary import CanaryResult
 from audit.canaries.client_canaries import ClientCanaryResult
 from audit.canaries.gradient_canaries import GradientCanaryResult
+from audit.canaries.input_canaries import InputCanaryResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.panoramia.sides import SIDES
@@ -34,7 +34,7 @@ from audit.result import (
 )
 from contracts.dp_level import DPLevel, SecureAggregationMode
 from contracts.json_values import json_safe
-from contracts.run_log import ClientDPLedgerFile, PlatformInfo, RoundRecord
+from contracts.run_log import ClientDPFile, PlatformInfo, RoundRecord
 
 from .replicate_schema import ReplicateReport, ReplicateSite
 
@@ -225,7 +225,7 @@ class PrivacyReport:
     """The canary clients' f-DP lower bound on the client-level epsilon (final model)."""
     client_eps_lb_beta: float | None
     canaries: int | None
-    canary: CanaryResult | None
+    canary: InputCanaryResult | None
     gradient_canaries: GradientCanaryResult | None = None
     """The site's white-box audit of its own DP-SGD (gradient canaries): what the server
     could learn, at the mechanism and server levels; None when off."""
@@ -392,7 +392,7 @@ class RunReport:
     dp_level: DPLevel | None
     """The run's ``dp.level``; None: the config says nothing about DP."""
     canaries: int | None
-    client_dp: ClientDPLedgerFile | None
+    client_dp: ClientDPFile | None
     client_canaries: ClientCanaryResult | None
     noise: str | None
     """How the run's DP noise was drawn (``contracts.run_files.NOISE_NOTES``)."""

@@ -14,7 +14,7 @@ from audit.result import AuditResult
 from contracts.run_log import PlatformInfo
 
 from . import plots
-from .banners import canary_banner, violation_banner_lines
+from .banners import input_canary_banner, violation_banner_lines
 from .between_runs import HEADLINE, another_run_line
 from .blocks import Banner, Block, Bullets, Figure, Heading, Meaning, Para, Raw, Table, to_html
 from .formatting import (
@@ -23,10 +23,10 @@ from .formatting import (
     first_leaking_text,
     fmt,
     fmt_best,
-    fmt_canary,
     fmt_dp,
     fmt_est,
     fmt_fdp,
+    fmt_input_canary,
     fmt_loss_gap,
     fmt_outside,
     fmt_two_sided,
@@ -40,7 +40,7 @@ from .formatting import (
 )
 from .html_page import esc, page
 from .meanings import NOTES, Note
-from .metrics import CANARY_FDP, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, mechanism, server
+from .metrics import INPUT_CANARY_FDP, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, mechanism, server
 from .privacy_ledger import server_epsilon
 from .schema import SCORERS, SitePageReport, SiteReport, mean_of, report_json
 from .site_columns import (
@@ -76,7 +76,7 @@ def render_site_page(report: SitePageReport) -> str:
     blocks: list[Block] = [
         Heading(title, 1),
         Banner("violation", violation_banner_lines(site.checks.bound_violations)),
-        Banner("canaries", [canary_banner(canaries)] if canaries else []),
+        Banner("canaries", [input_canary_banner(canaries)] if canaries else []),
         Para(
             "How much the consortium's final shared model reveals about this site's own "
             "training records, measured at the site with PANORAMIA. "
@@ -346,17 +346,17 @@ def _measured_items(site: SiteReport) -> list[Item]:
     return [
         Item(
             "canary audit eps lower bound [interval]",
-            fmt_canary(canary, p.canaries),
-            NOTES[Note.CANARY_BOUND],
+            fmt_input_canary(canary, p.canaries),
+            NOTES[Note.INPUT_CANARY_BOUND],
         ),
         Item(
             "canary audit f-DP eps lower bound",
             fmt_fdp(
-                CANARY_FDP.value(site),
+                INPUT_CANARY_FDP.value(site),
                 None if canary is None else canary.fdp_mu,
                 c.fdp_delta,
             ),
-            NOTES[Note.CANARY_FDP],
+            NOTES[Note.INPUT_CANARY_FDP],
         ),
         Item(
             "white-box, mechanism level: f-DP eps lower bound / estimate [95% interval]",

@@ -18,7 +18,7 @@ from contracts.dp_level import SecureAggregationMode
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
 from contracts.run_files import RunLayout, exposed_records_name, inversion_gallery_name
-from contracts.run_log import ClientDPLedgerFile, PlatformInfo, read_record
+from contracts.run_log import ClientDPFile, PlatformInfo, read_record
 
 from .aggregate import site_report
 from .banners import violation_warnings
@@ -142,7 +142,7 @@ def write_site_report(layout: RunLayout, site_id: int, config: ReportConfig) -> 
         audit,
         rounds=[],
         settings=config.privacy,
-        client_dp=read_record(ClientDPLedgerFile, layout.client_dp_ledger),
+        client_dp=read_record(ClientDPFile, layout.client_dp_accounting),
     )
     page = build_site_page_report(
         layout,

@@ -29,12 +29,12 @@ from .formatting import (
 from .html_page import badge, esc, flag_badges, td
 from .metrics import (
     C_LB,
-    CANARY,
     CEILING,
     CLIENT_EPSILON,
     DP_EPSILON,
     EPS_TILDE,
     HOLDOUT_ACCURACY,
+    INPUT_CANARY,
     MECHANISM_ESTIMATE,
     MECHANISM_FDP,
     O1,
@@ -98,7 +98,7 @@ SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
     _number(DP_EPSILON, off=True),
     _number(CLIENT_EPSILON, off=True),
     _titled("accuracy (global)", lambda r: r.global_accuracy),
-    *map(_number, (HOLDOUT_ACCURACY, CANARY, MECHANISM_FDP, MECHANISM_ESTIMATE, SERVER_FDP)),
+    *map(_number, (HOLDOUT_ACCURACY, INPUT_CANARY, MECHANISM_FDP, MECHANISM_ESTIMATE, SERVER_FDP)),
     column("inversion, first attacked round", lambda r: inversion_cell(r.site, _point(r))),
     _number(EPS_TILDE),
     column("eps_tilde 95% CI", lambda r: fmt_interval(EPS_TILDE.get(r.site))),

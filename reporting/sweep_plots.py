@@ -12,10 +12,10 @@ from charts.svg import Axes, LegendEntry, Style, Text
 
 from .between_runs import ACCURACY, HEADLINE
 from .metrics import (
-    CANARY,
     EPS_TILDE,
     EPS_TILDE_TWO_SIDED,
     HOLDOUT_ACCURACY,
+    INPUT_CANARY,
     MECHANISM_ESTIMATE,
     MECHANISM_FDP,
     O1,
@@ -24,11 +24,11 @@ from .metrics import (
 )
 from .plots import (
     _BASELINE,
-    _CANARY,
     _CYCLE,
     _DASHED,
     _DOTTED,
     _EPS_SERIES,
+    _INPUT_CANARY,
     _MIN_GRID_WIDTH,
     _O1,
     _SERVER,
@@ -115,7 +115,7 @@ def sweep_accuracy_plot(points: list[SweepPointReport]) -> str | None:
     ax = Axes(title="Utility against privacy", ylabel="final global accuracy (fraction)")
     for p in drawn:
         assert p.global_accuracy is not None
-        ax.point(pos[p.label], p.global_accuracy, Style(_CANARY, marker="o"))
+        ax.point(pos[p.label], p.global_accuracy, Style(_INPUT_CANARY, marker="o"))
         ax.texts.append(Text(pos[p.label], p.global_accuracy, p.label, "#222", dx=5, dy=5))
     _eps_axis(ax, pos, inf_x, log)
     return _svg([ax], size=(675.0, 340.0))
@@ -196,7 +196,7 @@ def _site_grid(
 def sweep_site_accuracy_plot(points: list[SweepPointReport]) -> str | None:
     """Per site: accuracy (global and on the site's holdout) against its accountant eps."""
     global_style = Style(_BASELINE, marker="s", filled=False)
-    holdout_style = Style(_CANARY, marker="o")
+    holdout_style = Style(_INPUT_CANARY, marker="o")
 
     def draw(ax: Axes, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
         for p, s in rows:
@@ -265,7 +265,7 @@ _BOUND_SERIES: tuple[Series, ...] = (
     ),
     (MECHANISM_ESTIMATE.get, _WHITE_BOX, "o", "white-box mechanism estimate (95% CI)"),
     (SERVER_FDP.get, _SERVER, "s", "white-box server f-DP bound"),
-    (CANARY.get, _CANARY, "*", "canary eps lower bound"),
+    (INPUT_CANARY.get, _INPUT_CANARY, "*", "canary eps lower bound"),
     (_eps_tilde, _TWO_SIDED, "D", "eps_tilde, two-sided where measured (95% CI)"),
     (O1.get, _O1, "^", "O(1) eps lower bound (95% CI)"),
 )
@@ -332,7 +332,7 @@ def sweep_replicates_plot(points: list[SweepPointReport]) -> str | None:
                 style,
             )
         first = replicates.sites[0].numbers.get(ACCURACY)
-        _between_runs_point(accuracy, x, first, Style(_CANARY, marker="s"))
+        _between_runs_point(accuracy, x, first, Style(_INPUT_CANARY, marker="s"))
     eps.hlines.append((0.0, Style("#808080", width=0.8)))
     legend = [
         LegendEntry(f"site {sid}", Style(_CYCLE[k % len(_CYCLE)], marker="D"), "marker")

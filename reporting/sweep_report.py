@@ -20,7 +20,7 @@ from contracts.run_files import REPORT_HTML, RunLayout
 
 from . import sweep_plots
 from .aggregate import build_report
-from .banners import canary_banner, violation_banner_lines, violation_warnings
+from .banners import input_canary_banner, violation_banner_lines, violation_warnings
 from .between_runs import (
     ACCURACY,
     HEADLINE,
@@ -150,7 +150,7 @@ def run_problems(report: RunReport, *, has_metrics: bool) -> list[str]:
     return problems
 
 
-def _canary_lines(report: SweepReport) -> list[str]:
+def _input_canary_lines(report: SweepReport) -> list[str]:
     """One banner per canary count (usually one for the whole sweep), naming its points."""
     by_count: dict[int, list[str]] = {}
     for p in report.points:
@@ -159,7 +159,7 @@ def _canary_lines(report: SweepReport) -> list[str]:
     lines = []
     for count, labels in by_count.items():
         which = "every point" if len(labels) == len(report.points) else ", ".join(labels)
-        lines.append(f"{which}: {canary_banner(count)}")
+        lines.append(f"{which}: {input_canary_banner(count)}")
     return lines
 
 
@@ -177,7 +177,7 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
     return [
         Heading(TITLE, 1),
         Banner("violation", violation_banner_lines(violations)),
-        Banner("canaries", _canary_lines(report)),
+        Banner("canaries", _input_canary_lines(report)),
         Para(
             intro + "Incomplete points are listed with what is missing; their available "
             "numbers are still shown.",

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from contracts.dp_level import DPLevel, SecureAggregationMode
-from contracts.run_log import ClientDPLedgerFile
+from contracts.run_log import ClientDPFile
 
 from .replicate_schema import ReplicateReport
 from .schema import SiteReport
@@ -60,8 +60,8 @@ class SweepPointReport:
     """The point's runs over seeds (``replicates: N``): the replicate set of ``run_dir``,
     whose numbers the fields above are."""
     secure_aggregation: SecureAggregationMode = "none"
-    client_dp: ClientDPLedgerFile | None = None
-    """The point's client-level DP ledger (its mechanism, noise and clipping)."""
+    client_dp: ClientDPFile | None = None
+    """The point's client-level DP accounting (its mechanism, noise and clipping)."""
 
 
 @dataclass(frozen=True)

@@ -55,9 +55,9 @@ from contracts.wire import (
     audit_reply,
     round_arrays,
 )
-from server.canary_clients import CanaryClients, CanaryClientSettings, measure_canaries
+from server.canary_clients import CanaryClients, CanaryClientSettings, measure_canary_clients
 from server.client_dp import (
-    ClientDPLedger,
+    ClientDPAccounting,
     ClientDPSettings,
     client_clipping,
     wrap_strategy,
@@ -69,7 +69,7 @@ from server.round_audits import (
     round_weights,
     with_rounds,
 )
-from server.run_log import read_site_audit, truncate_rounds, write_site_audit
+from server.run_writer import read_site_audit, truncate_rounds, write_site_audit
 from server.secure_aggregation import SecureAggregation
 from server.stop import StoppableGrid, StopSwitch
 from server.strategy import (
@@ -94,7 +94,7 @@ class ServerSettings:
     seed: int
     strategy: StrategySettings
     client_dp: ClientDPSettings | None
-    """Client-level DP (Flower's wrappers and the run's ledger); ``None``: off."""
+    """Client-level DP (Flower's wrappers and the run's client-level accounting); ``None``: off."""
     initial_state: Callable[[], StateDict]
     canary_clients: CanaryClientSettings | None = None
     """Canary clients in the rounds (simulation only); ``None``: none."""
@@ -214,10 +214,10 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
     )
     if done >= settings.rounds:
         if not layout.client_canaries.exists():  # stopped between the last round and this
-            _measure_canaries(settings, sites.sites_per_round)
+            _measure_canary_clients(settings, sites.sites_per_round)
         return state
     strategy = _aggregating_strategy(settings, sites, done)
-    ledger = _client_dp_ledger(settings, sites.sites_per_round, done)
+    client_dp = _client_dp_accounting(settings, sites.sites_per_round, done)
     bar = _progress(settings.rounds, "FL rounds", settings.progress)
     bar.update(done)
 
@@ -231,7 +231,7 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         layout=layout,
         round_offset=done,
         meta=settings.checkpoint_meta,
-        ledger=ledger,
+        client_dp=client_dp,
         stop=settings.stop,
         on_commit=show,
     )
@@ -245,26 +245,26 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         timeout=settings.timeout_s,
     )
     bar.close()
-    _measure_canaries(settings, sites.sites_per_round)
+    _measure_canary_clients(settings, sites.sites_per_round)
     return result.arrays.to_torch_state_dict()
 
 
-def _client_dp_ledger(
+def _client_dp_accounting(
     settings: ServerSettings, sites_per_round: int, done: int
-) -> ClientDPLedger | None:
-    """The client-level DP ledger (None without client-level DP), cut back to the ``done``
+) -> ClientDPAccounting | None:
+    """The client-level DP accounting (None without client-level DP), cut back to the ``done``
     rounds a resumed run keeps."""
     if settings.client_dp is None:
         return None
-    ledger = ClientDPLedger.load_or_new(
+    client_dp = ClientDPAccounting.load_or_new(
         settings.layout,
         settings.client_dp,
         population_size=settings.num_sites,
         sites_per_round=sites_per_round,
     )
-    ledger.truncate(done)
-    ledger.noise_note = NOISE_NOTES[settings.noise_source]
-    return ledger
+    client_dp.truncate(done)
+    client_dp.noise_note = NOISE_NOTES[settings.noise_source]
+    return client_dp
 
 
 def _train_instructions(settings: ServerSettings, done: int) -> ConfigRecord:
@@ -322,12 +322,12 @@ def _central_evaluation(
     return evaluate_fn
 
 
-def _measure_canaries(settings: ServerSettings, sites_per_round: int) -> None:
+def _measure_canary_clients(settings: ServerSettings, sites_per_round: int) -> None:
     """``client_canaries.json`` from the round checkpoints, when the run has canaries."""
     if settings.canary_clients is None:
         return
     dp = settings.client_dp
-    measure_canaries(
+    measure_canary_clients(
         settings.layout,
         settings.canary_clients,
         initial_state=settings.initial_state,

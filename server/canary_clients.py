@@ -8,8 +8,8 @@ round's global model plus its fixed unit direction over the trainable parameters
 the clipping norm (client-level DP) or the median norm of the real sites' updates in that
 round (no DP). The noise of the mean is sized for every client averaged, canaries included,
 so the noise multiplier keeps its meaning. The math (directions, cosines, estimates) is
-:mod:`audit.canaries.client_canaries`; :func:`measure_canaries` reads the round checkpoints after
-training and writes ``client_canaries.json``.
+:mod:`audit.canaries.client_canaries`; :func:`measure_canary_clients` reads the round
+checkpoints after training and writes ``client_canaries.json``.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from flwr.serverapp.strategy import Strategy
 from audit.canaries.client_canaries import (
     LB_METHOD,
     THREAT_MODELS,
-    CanaryCosines,
-    CanaryDesign,
+    CanaryClientCosines,
+    CanaryClientDesign,
     ClientCanaryResult,
     estimate_threat,
 )
-from audit.stats.one_run_methods import DEFAULT_DELTA
+from audit.stats.one_run_methods import DEFAULT_BETA, DEFAULT_DELTA
 from contracts.checkpoint import StateDict, load_checkpoint
 from contracts.files import atomic_write_text
 from contracts.json_values import json_safe
@@ -64,11 +64,11 @@ class CanaryClientSettings:
     """The trainable parameters, in the order the directions flatten them."""
     delta: float = DEFAULT_DELTA
     """delta of the estimate and the bound (``dp.delta``)."""
-    beta: float = 0.05
+    beta: float = DEFAULT_BETA
     """Level of the lower bound."""
 
-    def design(self, dim: int) -> CanaryDesign:
-        return CanaryDesign(count=self.count, dim=dim, seed=self.seed)
+    def design(self, dim: int) -> CanaryClientDesign:
+        return CanaryClientDesign(count=self.count, dim=dim, seed=self.seed)
 
     def in_round(self, included: np.ndarray, global_round: int) -> np.ndarray:
         """Indices of the inserted canaries taking part in ``global_round`` (seeded)."""
@@ -135,18 +135,18 @@ class CanaryClients(DelegatingStrategy):
         ok = [m for m in real if not m.has_error()]
         if not ok or self._current is None:
             return self.inner.aggregate_train(server_round, real)  # nothing to hide among
-        canaries = list(self._canary_replies(server_round, ok))
+        canary_replies = list(self._canary_client_replies(server_round, ok))
         if self.dp_wrapper is not None:
             # Flower sizes the noise (z C / k) for k clients averaged: canaries count.
-            self._dp_fields().num_sampled_clients = self.sites_per_round + len(canaries)
-        return self.inner.aggregate_train(server_round, real + canaries)
+            self._dp_fields().num_sampled_clients = self.sites_per_round + len(canary_replies)
+        return self.inner.aggregate_train(server_round, real + canary_replies)
 
     def _dp_fields(self) -> Any:
         """The Flower DP wrapper, whose noise fields (``clipping_norm``,
         ``num_sampled_clients``) its declared type, ``Strategy``, does not name."""
         return self.dp_wrapper
 
-    def _canary_replies(self, server_round: int, real: list[Message]) -> Iterator[Message]:
+    def _canary_client_replies(self, server_round: int, real: list[Message]) -> Iterator[Message]:
         assert self._current is not None
         directions, included = self._design(self._current)
         chosen = self.settings.in_round(included, self.round_offset + server_round)
@@ -189,7 +189,7 @@ class CanaryClients(DelegatingStrategy):
             yield Message(content=content, dst_node_id=0, message_type=MessageType.TRAIN)
 
 
-def measure_canaries(
+def measure_canary_clients(
     layout: RunLayout,
     settings: CanaryClientSettings,
     *,
@@ -214,7 +214,7 @@ def measure_canaries(
 
     design = settings.design(initial.size)
     included = design.included()
-    values = CanaryCosines.from_deltas(design.directions(), deltas())
+    values = CanaryClientCosines.from_deltas(design.directions(), deltas())
     per_round = [settings.in_round(included, r).size for r in range(1, rounds + 1)]
     result = ClientCanaryResult(
         canary_clients=settings.count,

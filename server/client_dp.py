@@ -1,4 +1,5 @@
-"""Client-level DP: Flower's strategy wrappers, and each site's ledger over the rounds.
+"""Client-level DP: Flower's strategy wrappers, and each site's client-level accounting over
+the rounds.
 
 Each round the sampled sites' updates are clipped to an L2 norm ``C`` and Gaussian noise of
 std ``z * C`` is added to their sum, i.e. ``z * C / k`` to their uniform mean (``k`` sites per
@@ -24,7 +25,7 @@ site's update. Accounting is ours but uses Flower's own ``RdpAccountant`` (the
   the noise for the ``k`` sampled sites (``z C / k``) while the mean has ``k' < k`` updates,
   so that round's release has the smaller multiplier ``z k' / k``; distributed, only the
   ``k'`` reporting sites' shares are in the sum (``z C sqrt(k' / k)``), multiplier
-  ``z sqrt(k' / k)``. The ledger records it under ``short_rounds`` and accounts it so (a
+  ``z sqrt(k' / k)``. The accounting records it under ``short_rounds`` and accounts it so (a
   round that averaged no site released nothing);
 * ``epsilon_server`` / ``epsilon_record_server``: what holds against the server itself.
   Central: nothing (it sees each update before the noise). Distributed without secure
@@ -32,7 +33,7 @@ site's update. Accounting is ours but uses Flower's own ``RdpAccountant`` (the
   ``z / sqrt(k)``. Distributed with (ideal) secure aggregation: it holds only the sum, so the
   site-level epsilon holds against it too.
 
-The ledger lives in the run directory (``client_dp.json``) and is written with each round's
+The accounting lives in the run directory (``client_dp.json``) and is written with each round's
 metrics before the round's checkpoint, so ``--resume`` continues it (rounds past the last
 checkpoint are dropped and redone).
 """
@@ -60,10 +61,10 @@ from contracts.dp_level import SecureAggregationMode
 from contracts.files import atomic_write_text
 from contracts.registry import Registry
 from contracts.run_files import RunLayout
-from contracts.run_log import ClientDPLedgerFile, ClientDPSite, ShortRound, from_dict
+from contracts.run_log import ClientDPFile, ClientDPSite, ShortRound, from_dict
 from contracts.wire import ClientClipping
 
-LEDGER_SCHEMA_VERSION = 2
+CLIENT_DP_SCHEMA_VERSION = 2
 """2: ``mechanism``, ``secure_aggregation`` and each site's epsilons against the server."""
 ACCOUNTANT = "Flower RdpAccountant (dp-accounting RDP)"
 SAMPLING = "no-amplification"
@@ -224,7 +225,7 @@ def calibrate_noise_multiplier(target_epsilon: float, *, rounds: int, delta: flo
 
 
 @dataclass
-class ClientDPLedger:
+class ClientDPAccounting:
     """Which rounds each site took part in under client-level DP, and what they cost."""
 
     settings: ClientDPSettings
@@ -301,8 +302,8 @@ class ClientDPLedger:
         return mixed_gaussian_epsilon(releases, delta=self.settings.delta)
 
     def to_dict(self) -> dict[str, Any]:
-        return ClientDPLedgerFile(
-            schema_version=LEDGER_SCHEMA_VERSION,
+        return ClientDPFile(
+            schema_version=CLIENT_DP_SCHEMA_VERSION,
             accountant=ACCOUNTANT,
             **asdict(self.settings),
             population_size=self.population_size,
@@ -328,7 +329,7 @@ class ClientDPLedger:
         ).to_dict()
 
     def save(self, layout: RunLayout) -> Path:
-        path = layout.client_dp_ledger
+        path = layout.client_dp_accounting
         return atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
@@ -339,14 +340,14 @@ class ClientDPLedger:
         *,
         population_size: int,
         sites_per_round: int,
-    ) -> ClientDPLedger:
-        """The run's ledger; refuses one written under other DP settings."""
-        ledger = cls(settings, population_size=population_size, sites_per_round=sites_per_round)
-        path = layout.client_dp_ledger
+    ) -> ClientDPAccounting:
+        """The run's accounting; refuses one written under other DP settings."""
+        accounting = cls(settings, population_size=population_size, sites_per_round=sites_per_round)
+        path = layout.client_dp_accounting
         if not path.exists():
-            return ledger
+            return accounting
         try:
-            file = from_dict(ClientDPLedgerFile, json.loads(path.read_text()))
+            file = from_dict(ClientDPFile, json.loads(path.read_text()))
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from exc
         kept = {k: getattr(file, k) for k in asdict(settings)}
@@ -355,6 +356,6 @@ class ClientDPLedger:
                 f"{path}: written under other client-level DP settings ({kept}); "
                 "a resumed run must keep dp.client"
             )
-        ledger.rounds = {int(s): list(v.rounds) for s, v in file.sites.items()}
-        ledger.short_rounds = {int(r): v.aggregated for r, v in file.short_rounds.items()}
-        return ledger
+        accounting.rounds = {int(s): list(v.rounds) for s, v in file.sites.items()}
+        accounting.short_rounds = {int(r): v.aggregated for r, v in file.short_rounds.items()}
+        return accounting

@@ -19,7 +19,7 @@ from contracts.run_files import RunLayout
 from contracts.run_log import read_rounds
 from contracts.site_audit import SiteAuditFile
 from contracts.wire import round_arrays
-from server.run_log import read_site_audit, sites_needing_audit
+from server.run_writer import read_site_audit, sites_needing_audit
 
 log = logging.getLogger(__name__)
 

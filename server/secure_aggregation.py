@@ -58,7 +58,7 @@ from contracts.secure_sum import (
     weight_of,
 )
 from contracts.wire import ARRAYS, CONFIG, METRICS, WireError, error_reason
-from server.strategy import DelegatingStrategy, RoundRecord, SiteAwareMixin
+from server.strategy import DelegatingStrategy, RoundReplies, SiteAwareMixin
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class SecureAggregation(DelegatingStrategy):
             return None, None
         return self.inner.aggregate_train(server_round, [self._sum_reply(total, record)])
 
-    def _secure_sum(self, server_round: int, record: RoundRecord) -> dict[str, np.ndarray] | None:
+    def _secure_sum(self, server_round: int, record: RoundReplies) -> dict[str, np.ndarray] | None:
         """The weighted sum of the accepted sites' updates (float64), or None when a site's
         masked update is missing (the round is then void)."""
         assert self._grid is not None and self._current is not None
@@ -143,7 +143,7 @@ class SecureAggregation(DelegatingStrategy):
         return arrays
 
     @staticmethod
-    def _void(record: RoundRecord, missing: dict[int, str]) -> None:
+    def _void(record: RoundReplies, missing: dict[int, str]) -> None:
         """Mark every site of the round failed: the sum cannot be unmasked."""
         lost = "; ".join(f"site {s}: {why}" for s, why in sorted(missing.items()))
         reason = (
@@ -155,7 +155,7 @@ class SecureAggregation(DelegatingStrategy):
         record.sites.clear()
         log.warning(reason)
 
-    def _sum_reply(self, total: dict[str, np.ndarray], record: RoundRecord) -> Message:
+    def _sum_reply(self, total: dict[str, np.ndarray], record: RoundReplies) -> Message:
         """One reply standing for the round: the global weights plus the sum over the total
         weight, weighted by the total weight."""
         assert self._current is not None

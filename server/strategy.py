@@ -28,8 +28,7 @@ from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx, Result, Strategy
 from contracts.checkpoint import Checkpoint, save_checkpoint
 from contracts.registry import Registry
 from contracts.run_files import CheckpointMeta, RunLayout
-from contracts.run_log import RoundRecord as RoundLine
-from contracts.run_log import SiteRound
+from contracts.run_log import RoundRecord, SiteRound
 from contracts.secure_sum import SECURE_SUM, SecureSumKey
 from contracts.wire import (
     ARRAYS,
@@ -43,8 +42,8 @@ from contracts.wire import (
     error_reason,
     message_keys,
 )
-from server.client_dp import ClientDPLedger
-from server.run_log import append_round
+from server.client_dp import ClientDPAccounting
+from server.run_writer import append_round
 from server.sampling import sites_per_round
 from server.stop import StopSwitch
 
@@ -67,7 +66,7 @@ class StrategySettings:
 
 
 @dataclass
-class RoundRecord:
+class RoundReplies:
     """What the sites reported in one round (by site id)."""
 
     sites: dict[int, TrainReply] = field(default_factory=dict)
@@ -112,7 +111,7 @@ class SiteAwareMixin(FedAvg):
         self.site_fraction = fraction
         self.sampling_seed = seed
         self.round_offset = round_offset
-        self.rounds: dict[int, RoundRecord] = {}
+        self.rounds: dict[int, RoundReplies] = {}
         self._sent: dict[int, ArrayRecord] = {}
 
     @property
@@ -129,7 +128,7 @@ class SiteAwareMixin(FedAvg):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         chosen = set(self.sites_for_round(server_round))
-        self.rounds[server_round] = RoundRecord(sampled=sorted(chosen))
+        self.rounds[server_round] = RoundReplies(sampled=sorted(chosen))
         self._sent = {server_round: arrays}  # what replies must match (names, shapes)
         messages = super().configure_train(server_round, arrays, config, grid)
         kept = [m for m in messages if self.site_of_node.get(m.metadata.dst_node_id) in chosen]
@@ -148,7 +147,7 @@ class SiteAwareMixin(FedAvg):
         """The replies fit to aggregate; every other one marks its site failed (reason).
         ``secure_sum``: the replies hold a key for the round's secure sum instead of weights
         (:mod:`server.secure_aggregation`)."""
-        record = self.rounds.setdefault(server_round, RoundRecord())
+        record = self.rounds.setdefault(server_round, RoundReplies())
         kept = []
         for msg in replies:
             site = self.site_of_node.get(msg.metadata.src_node_id, -1)
@@ -162,7 +161,7 @@ class SiteAwareMixin(FedAvg):
         return sorted(kept, key=lambda msg: self.site_of_node[msg.metadata.src_node_id])
 
     def _rejection(
-        self, server_round: int, site: int, msg: Message, record: RoundRecord, secure_sum: bool
+        self, server_round: int, site: int, msg: Message, record: RoundReplies, secure_sum: bool
     ) -> str | None:
         """Why ``msg`` (from ``site``, by the node map) may not be aggregated, or None."""
         if msg.has_error():
@@ -264,7 +263,7 @@ EvaluateFn = Callable[[int, ArrayRecord], MetricRecord | None]
 
 
 class RoundWriter(DelegatingStrategy):
-    """Writes each finished round of ``strategy.start``: the client-level DP ledger, the
+    """Writes each finished round of ``strategy.start``: the client-level DP accounting, the
     metrics line, then the checkpoint, which commits the round; once per round, in order.
 
     A kill at any point loses nothing finished, and a resumed run drops (and redoes)
@@ -281,7 +280,7 @@ class RoundWriter(DelegatingStrategy):
         layout: RunLayout,
         round_offset: int = 0,
         meta: CheckpointMeta | None = None,
-        ledger: ClientDPLedger | None = None,
+        client_dp: ClientDPAccounting | None = None,
         stop: StopSwitch | None = None,
         on_commit: Callable[[int, dict[str, float]], None] | None = None,
     ) -> None:
@@ -289,7 +288,7 @@ class RoundWriter(DelegatingStrategy):
         global round and its scores once the round is written (progress display)."""
         super().__init__(inner)
         self.sites, self.layout, self.round_offset = sites, layout, round_offset
-        self.meta, self.ledger, self.stop, self.on_commit = meta, ledger, stop, on_commit
+        self.meta, self.client_dp, self.stop, self.on_commit = meta, client_dp, stop, on_commit
         self._started = time.time()
 
     def start(
@@ -325,18 +324,19 @@ class RoundWriter(DelegatingStrategy):
         )
 
     def write_round(self, server_round: int, arrays: ArrayRecord, scores: dict[str, Any]) -> None:
-        """The ledger, the metrics line and the checkpoint of this start's ``server_round``."""
+        """The client-level DP accounting, the metrics line and the checkpoint of this start's
+        ``server_round``."""
         global_round = self.round_offset + server_round
         record = self.sites.rounds.get(server_round)
-        ledger = self.ledger
-        if ledger is not None:
+        client_dp = self.client_dp
+        if client_dp is not None:
             # The noise was sized for every sampled site; fewer may have been averaged.
             aggregated = None if record is None else len(record.sites)
-            ledger.record_round(
+            client_dp.record_round(
                 global_round, self.sites.sites_for_round(server_round), aggregated=aggregated
             )
-            ledger.save(self.layout)
-        line = RoundLine(
+            client_dp.save(self.layout)
+        line = RoundRecord(
             round=global_round,
             global_loss=scores.get("loss"),
             global_accuracy=scores.get("accuracy"),
@@ -347,7 +347,7 @@ class RoundWriter(DelegatingStrategy):
                     train_loss=m.train_loss,
                     dp_epsilon=m.dp_epsilon,
                     num_examples=m.num_examples,
-                    dp_epsilon_client=None if ledger is None else ledger.epsilon(site),
+                    dp_epsilon_client=None if client_dp is None else client_dp.epsilon(site),
                     sent=record.sent.get(site),
                 )
                 for site, m in sorted(record.sites.items())

@@ -22,7 +22,7 @@ from contracts.run_files import (
     RunLayout,
     exposed_records_name,
     gradient_canaries_name,
-    site_dp_ledger_name,
+    site_accountant_history_name,
 )
 from ml.tasks import TorchTask
 from server.app import ServerSettings, build_server_app
@@ -224,7 +224,7 @@ class SiteResolver:
             device=pick_device(config.resources.num_gpus),
             torch_threads=config.resources.torch_threads,
             dp=dp_settings(config, members=len(data.training_x)),
-            ledger_path=self.state_dir / site_dp_ledger_name(site_id),
+            accountant_history_path=self.state_dir / site_accountant_history_name(site_id),
             audit_runner=runner,
             return_scores=audit_cfg.enabled and audit_cfg.settings.return_scores,
             gradient_canaries=gradient_canary_settings(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import types
 from pathlib import Path
 from typing import Any, Literal
 
@@ -190,7 +191,7 @@ class RayConfig(StrictModel):
     temp_dir: Path | None = Field(None, description="Ray session files (default: run dir)")
 
 
-MIN_CANARIES = 20
+MIN_INPUT_CANARIES = 20
 MIN_CANARY_CLIENTS = 10
 
 
@@ -232,6 +233,19 @@ class UpdateAuditConfig(StrictModel):
         return self
 
 
+RENAMED_AUDIT_KEYS = types.MappingProxyType(
+    {"canaries": "input_canaries", "canary_twin": "canary_client_twin"}
+)
+"""``audit`` keys renamed to say which canaries they mean: older configs and older runs'
+``config.yaml`` (which resume and re-render read) give them under the old name."""
+
+
+def audit_value(audit: dict[str, Any], key: str) -> Any:
+    """``audit[key]`` of a config read as plain data, or under the key's older name."""
+    older = [old for old, new in RENAMED_AUDIT_KEYS.items() if new == key]
+    return audit.get(key, audit.get(older[0]) if older else None)
+
+
 class AuditPhaseConfig(StrictModel):
     enabled: bool = True
     use_holdout: bool = Field(True, description="RM;RN and O(1) with the site's holdout")
@@ -255,10 +269,10 @@ class AuditPhaseConfig(StrictModel):
         description="K > 0: each site writes the indices and scores of its K members with the "
         "highest calibrated MIA score into its own state directory (never into its reply)",
     )
-    canaries: int = Field(
+    input_canaries: int = Field(
         0,
         ge=0,
-        description="simulation only: N canary records per site, each trained on by an "
+        description="simulation only: N input canaries per site, records each trained on by an "
         "independent fair coin and audited one-run (Steinke et al. 2023) after training; never "
         "part of PANORAMIA's members, RM;RN or O(1). The trained model is not the plain one.",
     )
@@ -287,7 +301,7 @@ class AuditPhaseConfig(StrictModel):
         "the reconstruction with its records; only summary numbers leave it "
         "(docs/inversion.md). Off (null) by default; {} takes the defaults (round 1)",
     )
-    canary_twin: bool = Field(
+    canary_client_twin: bool = Field(
         True,
         description="with canary_clients: train the run again without them (no-canary-twin/) "
         "for the accuracy they cost; false skips that second training.",
@@ -338,12 +352,22 @@ class AuditPhaseConfig(StrictModel):
             raise ValueError(f"0 (off) or at least {MIN_GRADIENT_CANARIES}, not {n}")
         return n
 
-    @field_validator("canaries")
+    @model_validator(mode="before")
     @classmethod
-    def _enough_canaries(cls, n: int) -> int:
+    def _renamed_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for old, new in RENAMED_AUDIT_KEYS.items():
+            if old in data and new in data:
+                raise ValueError(f"{old} is the older name of {new}: give {new} only")
+        return {RENAMED_AUDIT_KEYS.get(key, key): value for key, value in data.items()}
+
+    @field_validator("input_canaries")
+    @classmethod
+    def _enough_input_canaries(cls, n: int) -> int:
         # Fewer coins than this give a one-run audit no power (and may all land one way).
-        if 0 < n < MIN_CANARIES:
-            raise ValueError(f"0 (off) or at least {MIN_CANARIES}, not {n}")
+        if 0 < n < MIN_INPUT_CANARIES:
+            raise ValueError(f"0 (off) or at least {MIN_INPUT_CANARIES}, not {n}")
         return n
 
 
@@ -439,8 +463,10 @@ def _check_central_client_dp(config: ExperimentConfig) -> None:
 def _check_audit_phase(config: ExperimentConfig) -> None:
     """Canaries, gradient canaries, the inversion audit and update audits run in the audit
     phase, on rounds the run has."""
-    if config.audit.canaries and not config.audit.enabled:
-        raise ValueError("audit.canaries: canaries are audited in the audit phase (enabled)")
+    if config.audit.input_canaries and not config.audit.enabled:
+        raise ValueError(
+            "audit.input_canaries: input canaries are audited in the audit phase (enabled)"
+        )
     if config.audit.gradient_canaries and not config.dp.record_level:
         raise ValueError(
             "audit.gradient_canaries: gradient canaries audit a site's DP-SGD, so they need "

@@ -25,6 +25,7 @@ from reporting.run_config import ReportConfig
 from simulations.config import (
     ConfigError,
     ExperimentConfig,
+    audit_value,
 )
 
 DIGEST_LINE = "# panoramia-fl wrote this run's settings; their sha256: "
@@ -104,7 +105,7 @@ def report_config_of(raw: dict[str, Any], *, file: Path | None = None) -> Report
 
 def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
     """The DP level (:func:`contracts.dp_level.resolve_dp_level`), the record-level
-    accountant's name, delta, declared size and canaries of a config read as plain data
+    accountant's name, delta, declared size and input canaries of a config read as plain data
     (:class:`RunFileError` when ``dp.level`` is not a DP level)."""
     dp = raw.get("dp")
     section: dict[str, Any] = dp if isinstance(dp, dict) else {}
@@ -119,14 +120,14 @@ def privacy_settings(raw: dict[str, Any]) -> PrivacySettings:
             )
         except ValueError as exc:
             raise RunFileError(f"config.yaml: {exc}") from exc
-    canaries = finite(_section(raw, "audit").get("canaries"))
+    input_canaries = finite(audit_value(_section(raw, "audit"), "input_canaries"))
     accountant = str(section.get("accountant") or "rdp")
     secure = _section(raw, "fl").get("secure_aggregation", "none")
     return PrivacySettings(
         dp_level=level,
         record_accountant=(record_accountant_name(accountant) if level in RECORD_LEVELS else None),
         delta=finite(section.get("delta")),
-        canaries=int(canaries) if canaries and canaries > 0 else None,
+        input_canaries=int(input_canaries) if input_canaries and input_canaries > 0 else None,
         secure_aggregation="ideal" if secure == "ideal" else "none",
         declared_size=_whole(section.get("declared_size")),
     )

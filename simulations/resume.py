@@ -36,10 +36,10 @@ _TRAINED = {
     "fl": "the rounds already trained used it",
     "dp": "the rounds already trained, and their privacy ledgers, used it",
 }
-_CANARIES = "audit.canaries"
+_INPUT_CANARIES = "audit.input_canaries"
 _CANARY_CLIENTS = "audit.canary_clients"
 _ALLOWED = (
-    "resources.*, ray.*, audit.* (but audit.canaries and audit.canary_clients), name, "
+    "resources.*, ray.*, audit.* (but audit.input_canaries and audit.canary_clients), name, "
     "output_dir, and fl.rounds no lower than the rounds done"
 )
 
@@ -74,8 +74,8 @@ def changed_keys(old: ExperimentConfig, new: ExperimentConfig) -> dict[str, tupl
 def _refusal(key: str, old: ExperimentConfig, new: ExperimentConfig, done: int) -> str | None:
     """Why ``key`` may not change on resume, or ``None`` when it may."""
     top = key.split(".", 1)[0]
-    if key == _CANARIES or key.startswith(_CANARIES + "."):
-        return "the canaries are in the sites' data files and were trained on"
+    if key == _INPUT_CANARIES or key.startswith(_INPUT_CANARIES + "."):
+        return "the input canaries are in the sites' data files and were trained on"
     if key == _CANARY_CLIENTS:
         return "the canary clients were averaged into the rounds already trained"
     if top in RESUMABLE:

@@ -23,8 +23,8 @@ from contracts.files import atomic_write, atomic_write_text, check_writable
 from contracts.json_values import from_dict
 from contracts.run_files import RunLayout
 from contracts.run_log import read_json
-from ml.canaries import draw_canaries
 from ml.datasets import DataError, Dataset, load_dataset
+from ml.input_canaries import draw_input_canaries
 from ml.partition import SiteSplit, partition, partition_summary
 from simulations.config import ConfigError, ExperimentConfig, load_config
 from simulations.config_file import check_config_digest, dump_config
@@ -120,7 +120,7 @@ def site_data(dataset: Dataset, split: SiteSplit) -> SiteData:
 
 def _data_keys(config: ExperimentConfig) -> tuple:
     """What the partition and the site files are made from."""
-    return (config.seed, config.data, config.partition, config.audit.canaries)
+    return (config.seed, config.data, config.partition, config.audit.input_canaries)
 
 
 def _prepared(config: ExperimentConfig, layout: RunLayout) -> bool:
@@ -187,8 +187,8 @@ def prepare_run_dir(
     A run directory that already holds a run must hold one this config may continue
     (:func:`adopt_config`). A run directory already prepared from the same data keys (seed,
     data, partition, canaries) keeps its partition and site files. With
-    ``audit.canaries`` > 0 each site file also holds the site's canaries and coins
-    (:func:`ml.canaries.draw_canaries`).
+    ``audit.input_canaries`` > 0 each site file also holds the site's canaries and coins
+    (:func:`ml.input_canaries.draw_input_canaries`).
     """
     layout.root.mkdir(parents=True, exist_ok=True)
     _refuse_folders_at_files(layout)
@@ -221,7 +221,7 @@ def prepare_run_dir(
 def _refuse_folders_at_files(layout: RunLayout) -> None:
     """A folder where the run writes a file is an error naming it (before anything runs)."""
     written = (layout.config, layout.partition, layout.dataset, layout.metrics, layout.noise)
-    for path in (*written, layout.final_model, layout.client_dp_ledger, layout.client_canaries):
+    for path in (*written, layout.final_model, layout.client_dp_accounting, layout.client_canaries):
         if path.is_dir():
             raise RunFileError(f"{path} is a directory where the run writes a file: move it away")
 
@@ -241,15 +241,20 @@ def _load_checked_dataset(config: ExperimentConfig) -> Dataset:
 def _write_site_files(
     config: ExperimentConfig, layout: RunLayout, dataset: Dataset, sites: list[SiteSplit]
 ) -> None:
-    """Each site's data file, with its canaries and coins when ``audit.canaries`` > 0."""
+    """Each site's data file, with its canaries and coins when ``audit.input_canaries`` > 0."""
     for split in sites:
         data = site_data(dataset, split)
-        if config.audit.canaries > 0:
+        if config.audit.input_canaries > 0:
             # Coins from (seed, site) only: the same whatever the partition or audit settings.
-            canaries = draw_canaries(
-                dataset, config.audit.canaries, seed=config.seed, site_id=split.site_id
+            input_canaries = draw_input_canaries(
+                dataset, config.audit.input_canaries, seed=config.seed, site_id=split.site_id
             )
-            data = data.with_canaries(canaries.x, canaries.y, canaries.included, kind=canaries.kind)
+            data = data.with_input_canaries(
+                input_canaries.x,
+                input_canaries.y,
+                input_canaries.included,
+                kind=input_canaries.kind,
+            )
         data.save(layout.site_file(split.site_id))
 
 

@@ -22,7 +22,7 @@ from reporting import LostSites
 from server.round_audits import plan_audits
 from server.stop import StopSwitch, stop_on_signals
 from simulations.apps import build_apps
-from simulations.canary_twin import train_twin_and_record
+from simulations.canary_client_twin import train_twin_and_record
 from simulations.config import ExperimentConfig, ResourcesConfig
 from simulations.config_file import report_config
 from simulations.platform_info import collect_platform, write_platform
@@ -259,7 +259,7 @@ def _run(
     meta = prepare_run_dir(config, layout, check=lambda m: check_run_task(config, m))
     outcome.timings["data_s"] = time.time() - t0
     _run_phases(config, meta, layout, outcome, verbose=verbose)
-    if config.audit.canary_clients > 0 and config.audit.canary_twin:
+    if config.audit.canary_clients > 0 and config.audit.canary_client_twin:
         _train_twin(config, layout, outcome, verbose=verbose)
     if write_report:
         t = time.time()

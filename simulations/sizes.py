@@ -8,10 +8,10 @@ import math
 import os
 from pathlib import Path
 
-from clients.gradient_canaries import MEMORY_PER_CANARY
+from clients.gradient_canaries import MEMORY_PER_GRADIENT_CANARY
 from simulations.config import ConfigError, ExperimentConfig
 
-CANARY_SHARE = 0.5
+GRADIENT_CANARY_SHARE = 0.5
 """The part of a site's share of the memory its gradient canaries may take; the rest holds
 torch, the model, the site's data and the audit (about 1 GB a site on the default)."""
 
@@ -53,8 +53,8 @@ def check_sizes(
     config: ExperimentConfig, *, memory: int | None = None, cpus: float | None = None
 ) -> None:
     """Refuse ``audit.gradient_canaries`` that cannot fit: ``2 K`` canaries of
-    :data:`~clients.gradient_canaries.MEMORY_PER_CANARY` bytes in each training site's
-    process, against :data:`CANARY_SHARE` of the site's share of ``memory`` (default: this
+    :data:`~clients.gradient_canaries.MEMORY_PER_GRADIENT_CANARY` bytes in each training site's
+    process, against :data:`GRADIENT_CANARY_SHARE` of the site's share of ``memory`` (default: this
     machine's) among the sites that train at once on ``cpus`` (default: the local Ray's)."""
     pairs = config.audit.gradient_canaries
     if not pairs:
@@ -62,14 +62,14 @@ def check_sizes(
     memory = machine_memory() if memory is None else memory
     cpus = float(config.ray.num_cpus or os.cpu_count() or 1) if cpus is None else cpus
     at_once = sites_at_once(config, cpus)
-    room = CANARY_SHARE * memory / at_once
-    need = 2 * pairs * MEMORY_PER_CANARY
+    room = GRADIENT_CANARY_SHARE * memory / at_once
+    need = 2 * pairs * MEMORY_PER_GRADIENT_CANARY
     if need <= room:
         return
-    most = int(room // (2 * MEMORY_PER_CANARY))
+    most = int(room // (2 * MEMORY_PER_GRADIENT_CANARY))
     raise ConfigError(
         f"audit.gradient_canaries: {pairs} pairs need about {_gb(need)} in each site's process "
-        f"(2 x {pairs} canaries x {MEMORY_PER_CANARY} bytes), but {_gb(memory)} of memory "
+        f"(2 x {pairs} canaries x {MEMORY_PER_GRADIENT_CANARY} bytes), but {_gb(memory)} of memory "
         f"for {at_once} site{'s' * (at_once != 1)} training at once leave the canaries about "
         f"{_gb(room)} each: at most about {most:,} pairs here; lower it, or run fewer sites "
         "at once (raise resources.num_cpus)"

@@ -408,7 +408,7 @@ def with_quality(result: AuditResult) -> AuditResult:
     return dataclasses.replace(result, quality=dict(QUALITY))
 
 
-def client_dp_ledger(
+def client_dp_accounting(
     sites: dict[int, tuple[float, float]], *, delta: float = 1e-5
 ) -> dict[str, Any]:
     return {
@@ -432,7 +432,7 @@ def client_dp_ledger(
 
 
 def set_config(run: Path, **dp: Any) -> None:
-    """Rewrite config.yaml as the new harness resolves it (dp.level, audit.canaries)."""
+    """Rewrite config.yaml as the new harness resolves it (dp.level, audit.input_canaries)."""
     config = yaml.safe_load((run / "config.yaml").read_text())
     canaries = dp.pop("canaries", 0)
     config["dp"] = {
@@ -442,7 +442,7 @@ def set_config(run: Path, **dp: Any) -> None:
         "accountant": "rdp",
         "client": {"noise_multiplier": None, "clipping": "fixed", "clipping_norm": 1.0},
     } | dp
-    config["audit"] = {"enabled": True, "canaries": canaries}
+    config["audit"] = {"enabled": True, "input_canaries": canaries}
     (run / "config.yaml").write_text(yaml.safe_dump(config))
 
 

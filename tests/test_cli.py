@@ -292,9 +292,11 @@ def test_resume_allows_audit_settings_but_not_canaries(run_dir):
     old = validate_config(_raw())
     new = validate_config(_raw(audit={"enabled": True, "use_holdout": False}))
     check_resume(old, new, ["audit.enabled=true", "audit.use_holdout=false"], run_files(run_dir))
-    canaries = validate_config(_raw(audit={"enabled": True, "canaries": 20}))
-    with pytest.raises(ConfigError, match=r"cannot change audit\.canaries \(0 -> 20: the canar"):
-        check_resume(old, canaries, ["audit.canaries=20", "audit.enabled=true"], run_files(run_dir))
+    canaries = validate_config(_raw(audit={"enabled": True, "input_canaries": 20}))
+    with pytest.raises(ConfigError, match=r"change audit\.input_canaries \(0 -> 20: the input"):
+        check_resume(
+            old, canaries, ["audit.input_canaries=20", "audit.enabled=true"], run_files(run_dir)
+        )
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ import yaml
 from builders import load_run_of, run_files
 
 from audit.canaries.client_canaries import (
-    CanaryCosines,
-    CanaryDesign,
+    CanaryClientCosines,
+    CanaryClientDesign,
     estimate_threat,
     gaussian_fit_epsilon,
     gaussian_pair_delta,
@@ -50,12 +50,15 @@ def test_unequal_variances_cost_more_than_the_shift_alone():
 
 
 def test_design_is_seeded_unit_and_coin_split():
-    a, b = CanaryDesign(count=50, dim=300, seed=4), CanaryDesign(count=50, dim=300, seed=4)
+    a, b = (
+        CanaryClientDesign(count=50, dim=300, seed=4),
+        CanaryClientDesign(count=50, dim=300, seed=4),
+    )
     assert np.array_equal(a.directions(), b.directions())
     assert np.array_equal(a.included(), b.included())
     assert np.allclose(np.linalg.norm(a.directions(), axis=1), 1.0, atol=1e-5)
     assert 30 < a.included().sum() < 70
-    other = CanaryDesign(count=50, dim=300, seed=5)
+    other = CanaryClientDesign(count=50, dim=300, seed=5)
     assert not np.array_equal(a.included(), other.included())
 
 
@@ -66,11 +69,11 @@ def test_gaussian_mechanism_estimate_recovers_the_analytical_epsilon():
     eps, its interval covers it, and the lower bound stays below it."""
     z, delta, dim = 0.5, 1e-5, 20_000
     seed = 0
-    design = CanaryDesign(count=1000, dim=dim, seed=seed)
+    design = CanaryClientDesign(count=1000, dim=dim, seed=seed)
     directions, included = design.directions(), design.included()
     noise = np.random.default_rng([seed, 1]).standard_normal(dim)
     release = directions[included].sum(axis=0).astype(np.float64) + z * noise
-    values = CanaryCosines.from_deltas(directions, [release])
+    values = CanaryClientCosines.from_deltas(directions, [release])
     est = estimate_threat("final", values.final, included, delta=delta, beta=0.05)
     mu = 1 / math.sqrt(z * z + (included.sum() - 1) / dim)
     analytical = gdp_eps(mu=mu, delta=delta)
@@ -94,10 +97,10 @@ def test_two_variance_fit_drifts_upwards_with_few_canaries_the_pooled_reading_do
 
 
 def test_all_iterates_takes_the_largest_cosine_of_any_round():
-    design = CanaryDesign(count=10, dim=500, seed=0)
+    design = CanaryClientDesign(count=10, dim=500, seed=0)
     d = design.directions()
     rounds = [d[0] * 3.0 + d[1], d[1] * 3.0 + d[0]]
-    values = CanaryCosines.from_deltas(d, rounds)
+    values = CanaryClientCosines.from_deltas(d, rounds)
     cos = lambda v, u: float(v @ u) / float(np.linalg.norm(u))  # noqa: E731
     assert values.all_iterates[0] == pytest.approx(max(cos(d[0], r) for r in rounds), rel=1e-5)
     assert values.final[0] == pytest.approx(cos(d[0], rounds[0] + rounds[1]), rel=1e-5)
@@ -138,7 +141,7 @@ CLIENT_DP = {"level": "client", "client": {"noise_multiplier": 1.0, "clipping_no
 @pytest.fixture(scope="module")
 def dp_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("canary-clients-dp")
-    raw = _raw(CLIENT_DP, canary_twin=False)
+    raw = _raw(CLIENT_DP, canary_client_twin=False)
     config = validate_config({**raw, "output_dir": str(out)})
     return config, run_experiment(config, out / "dp").run_dir
 
@@ -151,7 +154,7 @@ def test_dp_run_writes_the_file_the_ledger_and_the_report_section(dp_run):
     assert result["scale"] == "clipping norm"
     assert set(result["estimates"]) == {"final", "all_iterates"}
     assert result["accountant_epsilon"] > 0
-    assert not run_files(run_dir).no_canary_twin.exists()  # audit.canary_twin: false
+    assert not run_files(run_dir).canary_client_twin.exists()  # audit.canary_client_twin: false
     report = json.loads((run_dir / "report.json").read_text())
     final = result["estimates"]["final"]
     assert final["eps_estimate_low"] <= final["eps_estimate"] <= final["eps_estimate_high"]

@@ -10,7 +10,7 @@ from builders import run_files
 
 from contracts.checkpoint import load_checkpoint
 from server.client_dp import (
-    ClientDPLedger,
+    ClientDPAccounting,
     ClientDPSettings,
     calibrate_noise_multiplier,
     gaussian_epsilon,
@@ -71,7 +71,7 @@ def test_calibrated_noise_meets_the_target_and_no_less_noise_would():
 
 def test_ledger_counts_a_site_only_in_its_rounds_and_truncates(tmp_path):
     settings = ClientDPSettings(noise_multiplier=1.5, delta=1e-5)
-    ledger = ClientDPLedger(settings, population_size=3, sites_per_round=2)
+    ledger = ClientDPAccounting(settings, population_size=3, sites_per_round=2)
     for round_, sites in [(1, [0, 1]), (2, [1, 2]), (3, [0, 1])]:
         ledger.record_round(round_, sites)
     assert ledger.rounds == {0: [1, 3], 1: [1, 2, 3], 2: [2]}
@@ -79,14 +79,14 @@ def test_ledger_counts_a_site_only_in_its_rounds_and_truncates(tmp_path):
     assert ledger.epsilon(2) < ledger.epsilon(0) < ledger.epsilon(1)
     assert ledger.epsilon_record(1) == pytest.approx(gaussian_epsilon(0.75, releases=3, delta=1e-5))
     ledger.save(run_files(tmp_path))
-    again = ClientDPLedger.load_or_new(
+    again = ClientDPAccounting.load_or_new(
         run_files(tmp_path), settings, population_size=3, sites_per_round=2
     )
     assert again.rounds == ledger.rounds
     again.truncate(2)
     assert again.rounds == {0: [1], 1: [1, 2], 2: [2]}
     with pytest.raises(ValueError, match="other client-level DP settings"):
-        ClientDPLedger.load_or_new(
+        ClientDPAccounting.load_or_new(
             run_files(tmp_path),
             ClientDPSettings(noise_multiplier=3.0, delta=1e-5),
             population_size=3,
@@ -165,7 +165,7 @@ def test_noise_has_the_configured_std_and_accounting_resumes(tmp_path):
     # The clipped mean adds at most `norm` in L2 over all coordinates: negligible here.
     assert np.std(update) == pytest.approx(expected, rel=0.05)
 
-    ledger = json.loads(run_files(run_dir).client_dp_ledger.read_text())
+    ledger = json.loads(run_files(run_dir).client_dp_accounting.read_text())
     assert ledger["noise_multiplier"] == z and ledger["sampling"] == "no-amplification"
     assert {s: v["rounds"] for s, v in ledger["sites"].items()} == {"0": [1, 2], "1": [1, 2]}
     two = gaussian_epsilon(z, releases=2, delta=1e-5)
@@ -180,7 +180,7 @@ def test_noise_has_the_configured_std_and_accounting_resumes(tmp_path):
     run_files(run_dir).round_checkpoint(2).unlink()
     (run_dir / "global_model.pt").unlink()
     run_experiment(_config(dp, rounds=3, sites=sites), run_dir, write_report=False)
-    ledger = json.loads(run_files(run_dir).client_dp_ledger.read_text())
+    ledger = json.loads(run_files(run_dir).client_dp_accounting.read_text())
     assert ledger["sites"]["0"]["rounds"] == [1, 2, 3]
     assert ledger["sites"]["0"]["epsilon"] == pytest.approx(
         gaussian_epsilon(z, releases=3, delta=1e-5)
@@ -203,7 +203,7 @@ def test_adaptive_clipping_at_the_sites_runs_and_is_accounted(tmp_path):
     }
     run_dir = tmp_path / "run"
     run_experiment(_config(dp, rounds=2), run_dir, write_report=False)
-    ledger = json.loads(run_files(run_dir).client_dp_ledger.read_text())
+    ledger = json.loads(run_files(run_dir).client_dp_accounting.read_text())
     assert ledger["clipping"] == "adaptive" and ledger["clipping_side"] == "client"
     assert ledger["sites"]["1"]["epsilon"] == pytest.approx(
         gaussian_epsilon(0.5, releases=2, delta=1e-5)

@@ -24,7 +24,7 @@ from flwr.serverapp.strategy.strategy_utils import validate_message_reply_consis
 from flwr.supercore import differential_privacy as flwr_differential_privacy
 from flwr.supercore.task_identity import TaskIdentity
 
-from audit.canaries.canary import CanaryResult
+from audit.canaries.input_canaries import InputCanaryResult
 from audit.site_results import SiteResults
 from clients.app import SiteRuntime, build_client_app
 from contracts.json_values import from_dict, json_safe
@@ -49,7 +49,7 @@ from contracts.wire import (
     audit_reply,
 )
 from server.app import site_audit_file
-from server.run_log import (
+from server.run_writer import (
     read_site_audit,
     sites_needing_audit,
     write_site_audit,
@@ -148,7 +148,7 @@ def test_under_record_level_dp_no_count_and_no_loss_travel(task_identity):
 def test_every_key_a_reply_carries_has_its_coverage():
     """The coverage table lists each key a train or audit reply can carry, on its side."""
     train = TrainReply(0, 0.5, 10, dp_epsilon=1.0, noise_multiplier=1.0).to_record()
-    audit = audit_record(_audit(SiteResults(result=RESULT, canary=CANARY), dp_epsilon=1.0))
+    audit = audit_record(_audit(SiteResults(result=RESULT, input_canaries=CANARY), dp_epsilon=1.0))
     kinds = {kind_key(kind.name) for kind in dataclasses.fields(SiteResults)}
     assert {ARRAYS, *train} == {k for k, v in REPLY_KEYS.items() if v.train and k != NORM_BIT}
     assert {KIND_JSON if k in kinds else k for k in audit} == {
@@ -168,7 +168,7 @@ def test_whoami_and_audit_instructions_round_trip(task_identity):
 
 
 RESULT = make_result([1.0, 1.25], [1.5, 2.0], rm_rn=[0.5, 0.75], o1=[0.25, 0.5])
-CANARY = from_dict(CanaryResult, canary_block(1.5, 3.0, fdp=(2.0, 0.8)))
+CANARY = from_dict(InputCanaryResult, canary_block(1.5, 3.0, fdp=(2.0, 0.8)))
 
 
 def _audit(results: SiteResults, *, dp_epsilon: float | None = None) -> SiteAudit[SiteResults]:
@@ -185,9 +185,17 @@ def _audit(results: SiteResults, *, dp_epsilon: float | None = None) -> SiteAudi
 @pytest.mark.parametrize("canary", [None, CANARY])
 @pytest.mark.parametrize("dp_epsilon", [None, 2.0])
 def test_audit_reply_round_trips(canary, dp_epsilon, task_identity):
-    reply = _audit(SiteResults(result=RESULT, canary=canary), dp_epsilon=dp_epsilon)
+    reply = _audit(SiteResults(result=RESULT, input_canaries=canary), dp_epsilon=dp_epsilon)
     content = _sent(RecordDict({AUDIT: audit_record(reply)}))
     assert audit_reply(content.config_records[AUDIT], SiteResults) == reply
+
+
+def test_an_audit_file_from_before_input_canaries_had_their_name_reads_the_same():
+    """Older audit files hold the input-canary audit under ``canary``: it loads as today's."""
+    results = SiteResults(result=RESULT, input_canaries=CANARY)
+    today = json_safe(results)
+    older = {("canary" if key == "input_canaries" else key): v for key, v in today.items()}
+    assert "canary" in older and from_dict(SiteResults, older) == results
 
 
 def test_a_reply_of_the_wrong_types_names_the_key(task_identity):
@@ -286,7 +294,7 @@ def _audit_site(runner, *, site_id: int = 2) -> Message:
         device=torch.device("cpu"),
         torch_threads=1,
         dp=None,
-        ledger_path=None,
+        accountant_history_path=None,
         audit_runner=runner,
     )
     app = build_client_app(lambda context: runtime)
@@ -329,7 +337,7 @@ FILE_KEYS = [
     "elapsed_s",
     "dp_epsilon",
     "result",
-    "canary",
+    "input_canaries",
     "by_round",
     "gradient_canaries",
     "inversion",
@@ -380,7 +388,7 @@ def test_site_audit_file_reads_todays_and_older_files(tmp_path):
         n_holdout=100,
         elapsed_s=3.5,
         dp_epsilon=2.5,
-        results=SiteResults(result=RESULT, canary=CANARY),
+        results=SiteResults(result=RESULT, input_canaries=CANARY),
         status="ok",
         model_round=2,
     )

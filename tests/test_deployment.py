@@ -171,10 +171,10 @@ def test_resolver_builds_the_site_of_the_node(prepared):
     assert len(runtime.data.train_x) > 0 and runtime.dp is not None
     # The ledger lives in the node's state dir, per run directory, on disk: every message
     # runs in a fresh ClientApp process.
-    assert runtime.ledger_path == (
+    assert runtime.accountant_history_path == (
         Path(node["state-dir"]) / files.run_dir.name / "site-1-dp-ledger.json"
     )
-    assert runtime.ledger_path.parent.is_dir()
+    assert runtime.accountant_history_path.parent.is_dir()
 
 
 def test_resolver_rejects_mismatched_node_config(prepared):

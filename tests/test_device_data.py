@@ -70,7 +70,7 @@ def test_dp_sgd_batches_are_gathered_and_bit_identical_to_the_host_loader():
     of DP-SGD gives the weights it gave with torch's record-by-record loader."""
     from dataclasses import dataclass
 
-    from clients.privacy import DPSettings, PrivacyLedger
+    from clients.privacy import AccountantHistory, DPSettings
     from ml.tasks.image import ImageClassificationTask
 
     @dataclass
@@ -102,7 +102,7 @@ def test_dp_sgd_batches_are_gathered_and_bit_identical_to_the_host_loader():
             seed=5,
             device=torch.device("cpu"),
             dp=dp,
-            ledger=PrivacyLedger(accountant="prv", history=[]),
+            accountant_history=AccountantHistory(accountant="prv", history=[]),
         ).state_dict
         for task in (ours, HostLoaderTask(modality="image", dp=True, **options))
     ]

@@ -28,7 +28,7 @@ from contracts.checkpoint import load_checkpoint
 from contracts.secure_sum import FIXED_POINT_BITS, SecureSumInstructions
 from contracts.wire import ARRAYS
 from deployment.flower_apps import IdealSecureAggregationRefused, refuse_simulation_settings
-from server.client_dp import ClientDPLedger, ClientDPSettings, gaussian_epsilon
+from server.client_dp import ClientDPAccounting, ClientDPSettings, gaussian_epsilon
 from server.strategy import SiteFedAvg
 from simulations.apps import server_settings
 from simulations.config import ConfigError, validate_config
@@ -118,11 +118,11 @@ def test_the_clipping_is_flowers():
 # -- accounting ---------------------------------------------------------------------------
 
 
-def _ledger(mechanism: str, secure: str = "none") -> ClientDPLedger:
+def _ledger(mechanism: str, secure: str = "none") -> ClientDPAccounting:
     settings = ClientDPSettings(
         noise_multiplier=Z, delta=1e-5, mechanism=mechanism, secure_aggregation=secure
     )  # type: ignore[arg-type]  # literal strings from the parametrisation
-    ledger = ClientDPLedger(settings, population_size=4, sites_per_round=4)
+    ledger = ClientDPAccounting(settings, population_size=4, sites_per_round=4)
     for r in (1, 2, 3):
         ledger.record_round(r, [0, 1, 2, 3], aggregated=4 if r < 3 else 2)
     return ledger
@@ -134,11 +134,11 @@ def test_distributed_epsilons_equal_central_and_count_dropouts_as_they_happened(
     # Round 3 summed 2 of the 4 shares: multiplier z sqrt(1/2) (central: z * 2/4).
     assert distributed.round_multiplier(3) == pytest.approx(Z * np.sqrt(0.5))
     assert central.round_multiplier(3) == pytest.approx(Z * 0.5)
-    both = ClientDPLedger(central.settings, population_size=4, sites_per_round=4)
+    both = ClientDPAccounting(central.settings, population_size=4, sites_per_round=4)
     for r in (1, 2):
         both.record_round(r, [0, 1, 2, 3])
     assert both.epsilon(0) == pytest.approx(full)
-    twin = ClientDPLedger(distributed.settings, population_size=4, sites_per_round=4)
+    twin = ClientDPAccounting(distributed.settings, population_size=4, sites_per_round=4)
     for r in (1, 2):
         twin.record_round(r, [0, 1, 2, 3])
     assert twin.epsilon(0) == both.epsilon(0) and twin.epsilon_record(0) == both.epsilon_record(0)
@@ -411,5 +411,5 @@ def test_the_secure_sum_is_the_clear_mean_and_carries_the_central_noise(runs):
         load_checkpoint(layout.round_checkpoint(1)).state_dict
     )
     assert step.std() == pytest.approx(compute_stdv(Z, CLIP, SITES), rel=0.05)
-    ledger = layout.client_dp_ledger.read_text()
+    ledger = layout.client_dp_accounting.read_text()
     assert '"mechanism": "distributed"' in ledger and '"secure_aggregation": "ideal"' in ledger

@@ -23,8 +23,8 @@ from scipy import stats
 from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.conformance.checks import STATISTICAL_CHECKS, ConformanceResult, conformance_audit
 from audit.site_results import SiteResults
-from clients.gradient_canaries import CanaryState
-from clients.privacy import DPSettings, PrivacyLedger
+from clients.gradient_canaries import GradientCanaryState
+from clients.privacy import AccountantHistory, DPSettings
 from clients.training import train_locally
 from contracts.json_values import from_dict, json_safe
 from ml.datasets import load_dataset
@@ -85,8 +85,8 @@ def _run(digits, dp: DPSettings) -> tuple[ConformanceResult, GradientCanaryResul
     """Two rounds of a site's DP-SGD with its white-box audit; the conformance checks, the
     whole audit and the epsilon the ledger reports."""
     dataset, task, state = digits
-    canaries = CanaryState.new(200, seed=1)
-    ledger = PrivacyLedger(accountant=dp.accountant, history=[])
+    canaries = GradientCanaryState.new(200, seed=1)
+    ledger = AccountantHistory(accountant=dp.accountant, history=[])
     for r in range(ROUNDS):
         out = train_locally(
             task,
@@ -97,11 +97,11 @@ def _run(digits, dp: DPSettings) -> tuple[ConformanceResult, GradientCanaryResul
             seed=r,
             device=torch.device("cpu"),
             dp=dp,
-            ledger=ledger,
-            canaries=canaries,
+            accountant_history=ledger,
+            gradient_canaries=canaries,
         )
         state = out.state_dict
-    result = canaries.audit(beta=BETA, seed=0, dp=dp, ledger=ledger)
+    result = canaries.audit(beta=BETA, seed=0, dp=dp, accountant_history=ledger)
     assert result.conformance is not None
     return result.conformance, result, ledger.epsilon(DELTA)
 
@@ -378,7 +378,7 @@ def test_training_without_a_dp_optimizer_stops_the_round(digits, sigma_for_eps2,
 def test_a_ledger_may_hold_more_steps_than_were_taken_never_fewer(digits, sigma_for_eps2):
     """More (a round trained again after a restart) is conservative; fewer is a violation."""
     dataset, task, start = digits
-    canaries = CanaryState.new(100, seed=2)
+    canaries = GradientCanaryState.new(100, seed=2)
     dp = _fixed(sigma_for_eps2)
     train_locally(
         task,
@@ -389,19 +389,19 @@ def test_a_ledger_may_hold_more_steps_than_were_taken_never_fewer(digits, sigma_
         seed=0,
         device=torch.device("cpu"),
         dp=dp,
-        ledger=PrivacyLedger(accountant=dp.accountant, history=[]),
-        canaries=canaries,
+        accountant_history=AccountantHistory(accountant=dp.accountant, history=[]),
+        gradient_canaries=canaries,
     )
     assert canaries.evidence is not None
     taken = canaries.evidence.n_steps
 
-    def steps_check(ledger_steps: int):
+    def steps_check(accounted_steps: int):
         result = conformance_audit(
             canaries.evidence,
             beta=BETA,
-            ledger_steps=ledger_steps,
+            accounted_steps=accounted_steps,
             epsilon_taken=1.0,
-            epsilon_ledger=1.0,
+            epsilon_accounted=1.0,
             epsilon_target=None,
         )
         return next(c for c in result.checks if c.name == "steps")
@@ -426,7 +426,7 @@ def test_null_trials_stay_within_beta():
     trials = 200
     alarms = dict.fromkeys(STATISTICAL_CHECKS, 0)
     for t in range(trials):
-        canaries = CanaryState.new(100, seed=t)
+        canaries = GradientCanaryState.new(100, seed=t)
         members = np.random.default_rng(t).choice(len(dataset.x), 200, replace=False)
         train_locally(
             task,
@@ -437,16 +437,16 @@ def test_null_trials_stay_within_beta():
             seed=1_000 + t,
             device=torch.device("cpu"),
             dp=dp,
-            ledger=PrivacyLedger(accountant="gdp", history=[]),
-            canaries=canaries,
+            accountant_history=AccountantHistory(accountant="gdp", history=[]),
+            gradient_canaries=canaries,
         )
         assert canaries.evidence is not None
         result = conformance_audit(
             canaries.evidence,
             beta=BETA,
-            ledger_steps=canaries.evidence.n_steps,
+            accounted_steps=canaries.evidence.n_steps,
             epsilon_taken=0.0,
-            epsilon_ledger=0.0,
+            epsilon_accounted=0.0,
             epsilon_target=None,
         )
         for check in result.failed:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import yaml
 from builders import (
-    client_dp_ledger,
+    client_dp_accounting,
     inversion_entry,
     make_result,
     ok_audit,
@@ -66,12 +66,12 @@ def _run(
     config["fl"] = {"secure_aggregation": secure}
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     if ledger is not None:
-        run_files(run).client_dp_ledger.write_text(json.dumps(ledger))
+        run_files(run).client_dp_accounting.write_text(json.dumps(ledger))
     return run
 
 
 def _ledger(mechanism: str, secure: str, server: float | None) -> dict[str, Any]:
-    ledger = client_dp_ledger({0: (8.0, 18.8), 1: (8.0, 18.8)})
+    ledger = client_dp_accounting({0: (8.0, 18.8), 1: (8.0, 18.8)})
     ledger |= {"schema_version": 2, "mechanism": mechanism, "secure_aggregation": secure}
     for site in ledger["sites"].values():
         site |= {

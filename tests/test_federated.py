@@ -10,7 +10,7 @@ import pytest
 import torch
 from builders import run_files
 
-from clients.privacy import DPSettings, PrivacyLedger
+from clients.privacy import AccountantHistory, DPSettings
 from clients.training import train_locally
 from contracts.checkpoint import load_checkpoint
 from contracts.reply_keys import ARRAYS, COVERED, REPLY_KEYS
@@ -140,7 +140,9 @@ def test_train_replies_carry_only_what_the_guarantee_covers(dp_run):
     # The sites sampled at the declared size's rate, not their own count's.
     steps = -(-DECLARED // 32)
     for s in range(3):
-        history = PrivacyLedger.load(layout.site_dp_ledger(s), accountant="rdp").history
+        history = AccountantHistory.load(
+            layout.site_accountant_history(s), accountant="rdp"
+        ).history
         assert [(q, n) for _, q, n in history] == [(1 / steps, 2 * steps)]  # two rounds
 
 
@@ -197,7 +199,7 @@ def test_dp_ledger_continues_across_rounds():
         accountant="rdp",
         total_epochs=2,
     )
-    ledger = PrivacyLedger(accountant="rdp", history=[])
+    ledger = AccountantHistory(accountant="rdp", history=[])
     state = task.make_model().state_dict()
     eps = []
     for r in range(2):
@@ -210,12 +212,12 @@ def test_dp_ledger_continues_across_rounds():
             seed=r,
             device=torch.device("cpu"),
             dp=dp,
-            ledger=ledger,
+            accountant_history=ledger,
         )
         state = out.state_dict
         eps.append(out.dp_epsilon)
     assert eps[1] > eps[0] > 0
-    restored = PrivacyLedger.from_json(ledger.to_json())
+    restored = AccountantHistory.from_json(ledger.to_json())
     assert restored.epsilon(1e-5) == pytest.approx(eps[1])
     assert np.isfinite(eps[1])
 
@@ -242,7 +244,7 @@ def test_dp_sgd_takes_its_rate_and_steps_from_the_declared_size():
     )
     histories = []
     for n in (200, 300):
-        ledger = PrivacyLedger(accountant="rdp", history=[])
+        ledger = AccountantHistory(accountant="rdp", history=[])
         train_locally(
             task,
             task.make_model().state_dict(),
@@ -252,7 +254,7 @@ def test_dp_sgd_takes_its_rate_and_steps_from_the_declared_size():
             seed=0,
             device=torch.device("cpu"),
             dp=dp,
-            ledger=ledger,
+            accountant_history=ledger,
         )
         histories.append(ledger.history)
     assert histories[0] == histories[1]

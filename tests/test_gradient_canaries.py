@@ -13,8 +13,8 @@ from scipy import stats
 
 from audit.canaries.gradient_canaries import GradientCanaryResult, gradient_canary_audit
 from audit.site_results import SiteResults
-from clients.gradient_canaries import CanaryState, GradientCanarySettings
-from clients.privacy import DPSettings, PrivacyLedger
+from clients.gradient_canaries import GradientCanarySettings, GradientCanaryState
+from clients.privacy import AccountantHistory, DPSettings
 from clients.training import train_locally
 from contracts.json_values import from_dict, json_safe
 from ml.datasets import load_dataset
@@ -60,7 +60,7 @@ def _dp(epochs: int, **kw) -> DPSettings:
 def _train(digits, *, epochs, canaries=None, seed=0, dp=None, **kw):
     dataset, task, start = digits
     dp = dp or _dp(epochs)
-    ledger = PrivacyLedger(accountant=dp.accountant, history=[])
+    ledger = AccountantHistory(accountant=dp.accountant, history=[])
     out = train_locally(
         task,
         start,
@@ -70,8 +70,8 @@ def _train(digits, *, epochs, canaries=None, seed=0, dp=None, **kw):
         seed=seed,
         device=torch.device("cpu"),
         dp=dp,
-        ledger=ledger,
-        canaries=canaries,
+        accountant_history=ledger,
+        gradient_canaries=canaries,
         **kw,
     )
     return out, ledger
@@ -79,10 +79,10 @@ def _train(digits, *, epochs, canaries=None, seed=0, dp=None, **kw):
 
 def test_canaries_cost_no_accuracy_weights_are_bit_identical(digits):
     plain, _ = _train(digits, epochs=2)
-    state = CanaryState.new(200, seed=1)
-    with_canaries, _ = _train(digits, epochs=2, canaries=state)
+    state = GradientCanaryState.new(200, seed=1)
+    with_gradient_canaries, _ = _train(digits, epochs=2, canaries=state)
     for key, value in plain.state_dict.items():
-        assert torch.equal(value, with_canaries.state_dict[key]), key
+        assert torch.equal(value, with_gradient_canaries.state_dict[key]), key
     assert state.steps > 0 and state.rounds == 1
     assert np.isfinite(state.mechanism).all() and state.mechanism.std() > 0
 
@@ -120,12 +120,14 @@ def test_null_directions_never_inserted_stay_within_beta():
         assert stats.binomtest(count, trials).proportion_ci(0.95, method="exact").high <= BETA
 
 
-def _audit(state: CanaryState, ledger: PrivacyLedger, epochs: int) -> GradientCanaryResult:
-    return state.audit(beta=BETA, seed=0, dp=_dp(epochs), ledger=ledger)
+def _audit(
+    state: GradientCanaryState, ledger: AccountantHistory, epochs: int
+) -> GradientCanaryResult:
+    return state.audit(beta=BETA, seed=0, dp=_dp(epochs), accountant_history=ledger)
 
 
 def test_honest_dp_sgd_reads_below_and_near_its_accountant(digits):
-    state = CanaryState.new(10_000, seed=2)
+    state = GradientCanaryState.new(10_000, seed=2)
     _, ledger = _train(digits, epochs=10, canaries=state)
     eps = ledger.epsilon(DELTA)
     result = _audit(state, ledger, 10)
@@ -157,7 +159,7 @@ def test_half_the_noise_is_caught_at_the_mechanism_level(digits, monkeypatch):
     # The fault where the real work happens: Opacus's noise draw, as a plugin could patch it.
     real = dp_optimizer._generate_noise
     monkeypatch.setattr(dp_optimizer, "_generate_noise", lambda *a, **k: 0.5 * real(*a, **k))
-    state = CanaryState.new(10_000, seed=3)
+    state = GradientCanaryState.new(10_000, seed=3)
     _, ledger = _train(digits, epochs=10, canaries=state)
     claimed = ledger.epsilon(DELTA)
     assert claimed == pytest.approx(2.0, rel=0.05)  # the accountant saw the full noise
@@ -171,7 +173,7 @@ def test_half_the_noise_is_caught_at_the_mechanism_level(digits, monkeypatch):
 
 
 def test_honest_site_passes_the_ordering_check(digits):
-    state = CanaryState.new(2_000, seed=4)
+    state = GradientCanaryState.new(2_000, seed=4)
     _, ledger = _train(digits, epochs=4, canaries=state)
     assert _ledger_checks(_audit(state, ledger, 4), ledger.epsilon(DELTA)).bound_violations == []
 

@@ -22,7 +22,7 @@ from audit.inversion.attack import (
 )
 from audit.inversion.scores import InversionResult, tabular_scores
 from clients.inversion import InversionSettings, inversion_audit, keep_round
-from clients.privacy import DPSettings, PrivacyLedger
+from clients.privacy import AccountantHistory, DPSettings
 from clients.site_data import SiteData
 from clients.training import train_locally
 from contracts.json_values import json_safe
@@ -88,7 +88,7 @@ def _audit_one_step(
     torch.manual_seed(0)
     start = {k: v.clone() for k, v in task.make_model().state_dict().items()}
     data = _site(dataset, n)
-    ledger = None if dp is None else PrivacyLedger(accountant=dp.accountant, history=[])
+    ledger = None if dp is None else AccountantHistory(accountant=dp.accountant, history=[])
     result = train_locally(
         task,
         start,
@@ -98,7 +98,7 @@ def _audit_one_step(
         seed=0,
         device=torch.device("cpu"),
         dp=dp,
-        ledger=ledger,
+        accountant_history=ledger,
         local_steps=steps,
     )
     assert (result.used is None) == (steps is None)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from flwr.app import Context, RecordDict
 
-from clients.privacy import PrivacyLedger
+from clients.privacy import AccountantHistory
 from clients.training import train_locally
 from contracts.run_files import NOISE_NOTES
 from deployment.files import prepare_deployment, run_config_values
@@ -61,7 +61,7 @@ def _train_twice(runtime) -> list[dict[str, torch.Tensor]]:
             seed=123,  # what the server would send: the same both times
             device=torch.device("cpu"),
             dp=runtime.dp,
-            ledger=PrivacyLedger(accountant=runtime.dp.accountant, history=[]),
+            accountant_history=AccountantHistory(accountant=runtime.dp.accountant, history=[]),
             secure_noise=runtime.secure_noise,
         )
         out.append(result.state_dict)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from audit.canaries.canary import canary_audit
+from audit.canaries.input_canaries import input_canary_audit
 from audit.stats.bounds import clopper_pearson_lower
 from audit.stats.o1 import o1_lower_bound
 from audit.stats.one_run import (
@@ -230,7 +230,7 @@ def test_canary_fdp_at_least_steinke_when_every_guess_is_right() -> None:
     rng = np.random.default_rng(0)
     coins = rng.integers(0, 2, 200).astype(bool)
     losses = np.where(coins, 0.01, 3.0) + rng.uniform(0, 0.001, 200)
-    result = canary_audit(losses, coins, beta=0.05, kind="noise_image", delta=1e-5)
+    result = input_canary_audit(losses, coins, beta=0.05, kind="noise_image", delta=1e-5)
     assert result.correct == result.guesses and result.fdp_correct == result.fdp_guesses
     assert result.eps_lb_fdp is not None and result.fdp_mu is not None
     assert result.eps_lb_fdp >= result.eps_lb > 0

@@ -25,7 +25,7 @@ from reporting.formatting import first_leaking_text, first_leaks_line
 from reporting.meanings import NOTES, Note
 from reporting.site_columns import PER_CLASS_COLUMNS
 from server.round_audits import plan_audits, with_rounds
-from server.run_log import append_round, write_site_audit
+from server.run_writer import append_round, write_site_audit
 from simulations.config import ConfigError, validate_config
 
 # --- config -------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from builders import (
     LEDGER_ACCOUNTANT,
     QUALITY,
     canary_block,
-    client_dp_ledger,
+    client_dp_accounting,
     flat,
     make_result,
     ok_audit,
@@ -27,9 +27,8 @@ from builders import (
 
 from audit.site_results import SiteResults
 from contracts.errors import RunFileError
-from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
-from contracts.run_files import NOISE_NOTES
-from contracts.run_log import ClientDPLedgerFile, ClientDPSite, RoundRecord, SiteRound
+from contracts.run_files import CLIENT_DP_FILE, NOISE_NOTES
+from contracts.run_log import ClientDPFile, ClientDPSite, RoundRecord, SiteRound
 from reporting import (
     SCHEMA_VERSION,
     SweepPoint,
@@ -112,7 +111,7 @@ def ledger_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     _add_client_metrics(run, {0: 31.2, 1: 30.0, 2: 29.0})
     (run / CLIENT_DP_FILE).write_text(
-        json.dumps(client_dp_ledger({0: (31.2, 118.0), 1: (1.5, 3.0), 2: (29.0, 110.0)}))
+        json.dumps(client_dp_accounting({0: (31.2, 118.0), 1: (1.5, 3.0), 2: (29.0, 110.0)}))
     )
     write_report_of(run)
     return run
@@ -287,7 +286,7 @@ def test_dp_epsilon_against_the_server_is_the_record_level_one_alone(
     """The server sees each site's update before client-level noise: only the site's own
     DP-SGD protects its records against it. The smaller of the two holds only against
     readers of the released model (what the measured bounds are checked against)."""
-    ledger = ClientDPLedgerFile(
+    ledger = ClientDPFile(
         schema_version=1,
         accountant=LEDGER_ACCOUNTANT,
         noise_multiplier=1.0,

@@ -46,8 +46,8 @@ from contracts.wire import (
     kind_key,
 )
 from server.app import ServerSettings, build_server_app
-from server.client_dp import ClientDPLedger, ClientDPSettings, gaussian_epsilon
-from server.strategy import RoundRecord, RoundWriter, StrategySettings, make_strategy
+from server.client_dp import ClientDPAccounting, ClientDPSettings, gaussian_epsilon
+from server.strategy import RoundReplies, RoundWriter, StrategySettings, make_strategy
 
 pytestmark = pytest.mark.ray
 
@@ -243,7 +243,7 @@ def test_sampled_sites_that_drop_out_are_accounted(tmp_path, ray_init_args):
     settings = ClientDPSettings(noise_multiplier=z, delta=1e-5, clipping_norm=100.0)
     run_dir = tmp_path / "run"
     _simulate(run_dir, sites=3, client_dp=settings, init_args=ray_init_args)
-    ledger = json.loads(run_files(run_dir).client_dp_ledger.read_text())
+    ledger = json.loads(run_files(run_dir).client_dp_accounting.read_text())
     assert ledger["short_rounds"] == {
         str(r): {"sampled": 3, "aggregated": 2, "noise_multiplier": z * 2 / 3}
         for r in range(1, ROUNDS + 1)
@@ -262,20 +262,20 @@ def test_the_round_writer_writes_a_resumed_round_under_its_global_number(tmp_pat
     sites = make_strategy(
         StrategySettings(), num_sites=2, site_of_node={7: 0, 8: 1}, round_offset=2
     )
-    sites.rounds[1] = RoundRecord(
+    sites.rounds[1] = RoundReplies(
         sites={0: TrainReply(site_id=0, train_loss=0.25, num_examples=10)},
         failures={1: "rejected: wrong shape"},
         sampled=[0, 1],
     )
     dp = ClientDPSettings(noise_multiplier=1.0, delta=1e-5)
-    ledger = ClientDPLedger(dp, population_size=2, sites_per_round=2)
+    ledger = ClientDPAccounting(dp, population_size=2, sites_per_round=2)
     written: list[int] = []
     writer = RoundWriter(
         sites,
         sites,
         layout=layout,
         round_offset=2,
-        ledger=ledger,
+        client_dp=ledger,
         on_commit=lambda r, scores: written.append(r),
     )
     writer.write_round(1, ArrayRecord({"w": torch.ones(3)}), {"loss": 0.5, "accuracy": 0.75})
@@ -283,7 +283,9 @@ def test_the_round_writer_writes_a_resumed_round_under_its_global_number(tmp_pat
     assert (line.round, line.global_loss, line.global_accuracy) == (3, 0.5, 0.75)
     assert list(line.sites) == ["0"] and line.failures == {"1": "rejected: wrong shape"}
     assert line.sites["0"].dp_epsilon_client == ledger.epsilon(0) > 0
-    assert json.loads(layout.client_dp_ledger.read_text())["short_rounds"]["3"]["aggregated"] == 1
+    assert (
+        json.loads(layout.client_dp_accounting.read_text())["short_rounds"]["3"]["aggregated"] == 1
+    )
     checkpoint = load_checkpoint(layout.round_checkpoint(3))
     assert checkpoint.round == 3 and torch.equal(checkpoint.state_dict["w"], torch.ones(3))
     assert list(layout.round_checkpoints()) == [3] and written == [3]

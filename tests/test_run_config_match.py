@@ -15,7 +15,7 @@ from audit.site_results import SiteResults
 from contracts.checkpoint import Checkpoint, save_checkpoint
 from contracts.site_audit import SiteAuditFile
 from deployment.files import prepare_deployment
-from server.run_log import sites_needing_audit, write_site_audit
+from server.run_writer import sites_needing_audit, write_site_audit
 from simulations.cli import main as cli_main
 from simulations.config import validate_config
 from simulations.resume import RunConfigMismatchError

@@ -13,8 +13,8 @@ from builders import run_files
 from contracts.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from contracts.json_values import from_dict, json_safe
 from contracts.run_files import CheckpointMeta
-from contracts.run_log import ClientDPLedgerFile, ClientDPSite, RoundRecord, SiteRound, read_rounds
-from server.run_log import append_round
+from contracts.run_log import ClientDPFile, ClientDPSite, RoundRecord, SiteRound, read_rounds
+from server.run_writer import append_round
 
 
 def test_run_layout_keeps_todays_names(tmp_path):
@@ -28,11 +28,11 @@ def test_run_layout_keeps_todays_names(tmp_path):
         layout.round_checkpoint(7): "checkpoints/round-0007.pt",
         layout.round_checkpoint(12345): "checkpoints/round-12345.pt",
         layout.final_model: "global_model.pt",
-        layout.client_dp_ledger: "client_dp.json",
+        layout.client_dp_accounting: "client_dp.json",
         layout.site_file(2): "sites/site-2.npz",
         layout.public: "sites/public.npz",
         layout.site_state: "site_state",
-        layout.site_dp_ledger(1): "site_state/site-1-dp-ledger.json",
+        layout.site_accountant_history(1): "site_state/site-1-dp-ledger.json",
         layout.exposed_records(1): "site_state/site-1-exposed-records.json",
         layout.reference_models: "reference_models",
         layout.reference_manifest: "reference_models/manifest.json",
@@ -122,9 +122,9 @@ def test_run_log_records_name_the_bad_key() -> None:
     with pytest.raises(ValueError, match="key 'round' is missing"):
         from_dict(RoundRecord, {"sites": {}})
     with pytest.raises(ValueError, match=r"key 'sites\.1\.rounds' must be a list"):
-        from_dict(ClientDPLedgerFile, {"sites": {"1": {"rounds": 3}}})
-    ledger = ClientDPLedgerFile(delta=1e-5, sites={"1": ClientDPSite([1, 2], float("inf"), 0.5)})
+        from_dict(ClientDPFile, {"sites": {"1": {"rounds": 3}}})
+    ledger = ClientDPFile(delta=1e-5, sites={"1": ClientDPSite([1, 2], float("inf"), 0.5)})
     # A non-finite epsilon is written as null and read back as None (its field is optional).
-    assert from_dict(ClientDPLedgerFile, json.loads(json.dumps(ledger.to_dict()))).sites["1"] == (
+    assert from_dict(ClientDPFile, json.loads(json.dumps(ledger.to_dict()))).sites["1"] == (
         ClientDPSite([1, 2], None, 0.5)
     )

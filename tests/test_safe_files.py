@@ -19,7 +19,7 @@ import torch
 import yaml
 from builders import make_result, ok_audit, run_files, write_run
 
-from clients.privacy import PrivacyLedger
+from clients.privacy import AccountantHistory
 from contracts.checkpoint import Checkpoint, latest_round_checkpoint, save_checkpoint
 from reporting.writers import csv_cell
 from simulations.config import ConfigError, validate_config
@@ -50,8 +50,8 @@ def test_site_local_files_are_owner_only(tmp_path, umask_022):
         assert _mode(layout.site_file(site)) == 0o600  # the site's records
     assert _mode(layout.public) == 0o600  # in sites/, as docs/run_outputs.md says
     assert _mode(layout.sites) == 0o700
-    ledger = layout.site_dp_ledger(0)
-    PrivacyLedger(accountant="rdp", history=[(1.0, 0.1, 10)]).save(ledger)
+    ledger = layout.site_accountant_history(0)
+    AccountantHistory(accountant="rdp", history=[(1.0, 0.1, 10)]).save(ledger)
     assert _mode(ledger) == 0o600 and _mode(layout.site_state) == 0o700
     # What the server shares stays readable as before (umask 022).
     assert _mode(layout.config) == 0o644

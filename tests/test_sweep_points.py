@@ -12,7 +12,7 @@ import yaml
 from builders import (
     QUALITY,
     canary_block,
-    client_dp_ledger,
+    client_dp_accounting,
     flat,
     make_result,
     ok_audit,
@@ -22,7 +22,7 @@ from builders import (
     write_run,
 )
 
-from contracts.run_files import CLIENT_DP_LEDGER as CLIENT_DP_FILE
+from contracts.run_files import CLIENT_DP_FILE
 from reporting import SweepPoint, sweep_plots, write_sweep_report
 from reporting.sweep_columns import SWEEP_SITE_COLUMNS
 from reporting.sweep_report import build_sweep_report
@@ -131,7 +131,7 @@ def sweep_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         audits={0: ok_audit(0, make_result([1.0, 1.0], [1.5, 1.75], o1=[0.5, 0.75]))},
     )
     set_config(client, level="client", enabled=False)
-    (client / CLIENT_DP_FILE).write_text(json.dumps(client_dp_ledger({0: (1.5, 6.0)})))
+    (client / CLIENT_DP_FILE).write_text(json.dumps(client_dp_accounting({0: (1.5, 6.0)})))
     nodp = write_run(
         base / "nodp",
         n_sites=1,

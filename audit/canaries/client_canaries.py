@@ -41,8 +41,8 @@ from audit.stats.one_run import Method, gdp_eps, one_run_bound
 from contracts.json_values import NullAs
 
 __all__ = [
-    "CanaryDesign",
-    "CanaryCosines",
+    "CanaryClientDesign",
+    "CanaryClientCosines",
     "ThreatEstimate",
     "ClientCanaryResult",
     "THREAT_MODELS",
@@ -63,7 +63,7 @@ _Z95 = 1.959963984540054
 
 
 @dataclass(frozen=True)
-class CanaryDesign:
+class CanaryClientDesign:
     """``2 * count`` directions in ``dim`` dimensions and their coins, all from ``seed``."""
 
     count: int
@@ -101,7 +101,7 @@ def cosines(directions: np.ndarray, delta: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class CanaryCosines:
+class CanaryClientCosines:
     """The cosines of both threat models, built round by round."""
 
     final: np.ndarray
@@ -110,7 +110,7 @@ class CanaryCosines:
     @classmethod
     def from_deltas(
         cls, directions: np.ndarray, round_deltas: Iterable[np.ndarray]
-    ) -> CanaryCosines:
+    ) -> CanaryClientCosines:
         """From each round's global delta (flat); the final delta is their sum."""
         total: np.ndarray | None = None
         best = np.full(directions.shape[0], -np.inf)

@@ -465,18 +465,18 @@ def _clipping(ev: ConformanceEvidence) -> ConformanceCheck:
     )
 
 
-def _steps(ev: ConformanceEvidence, ledger_steps: int) -> ConformanceCheck:
+def _steps(ev: ConformanceEvidence, accounted_steps: int) -> ConformanceCheck:
     """The ledger against the steps taken: per round (the accountant's own record of the
     round) and in total. A ledger holding more steps than were observed in total, with
     every round matching, is conservative (a round trained again after a restart)."""
     taken = ev.n_steps
     per_round = np.bincount(ev.steps["round"].astype(int), minlength=ev.rounds)
-    factor = ledger_steps / taken if taken else None
-    if np.array_equal(per_round, ev.ledger_steps) and ledger_steps >= taken:
+    factor = accounted_steps / taken if taken else None
+    if np.array_equal(per_round, ev.accounted_steps) and accounted_steps >= taken:
         extra = (
             ""
-            if ledger_steps == taken
-            else f" (and {ledger_steps - taken} more, e.g. a round trained again after a "
+            if accounted_steps == taken
+            else f" (and {accounted_steps - taken} more, e.g. a round trained again after a "
             "restart: conservative)"
         )
         return _check(
@@ -487,14 +487,14 @@ def _steps(ev: ConformanceEvidence, ledger_steps: int) -> ConformanceCheck:
         )
     rounds = (
         ""
-        if np.array_equal(per_round, ev.ledger_steps)
-        else f"; per round the accountant recorded {', '.join(map(str, ev.ledger_steps))} "
+        if np.array_equal(per_round, ev.accounted_steps)
+        else f"; per round the accountant recorded {', '.join(map(str, ev.accounted_steps))} "
         f"where {', '.join(map(str, per_round))} were taken"
     )
     return _check(
         "steps",
         False,
-        f"the site's ledger accounts for {ledger_steps} of the {taken} noisy steps taken over "
+        f"the site's ledger accounts for {accounted_steps} of the {taken} noisy steps taken over "
         f"{ev.rounds} rounds{rounds}: its epsilon does not cover the training as taken",
         factor=factor,
     )
@@ -523,14 +523,14 @@ def conformance_audit(
     evidence: ConformanceEvidence,
     *,
     beta: float,
-    ledger_steps: int,
+    accounted_steps: int,
     epsilon_taken: float,
-    epsilon_ledger: float,
+    epsilon_accounted: float,
     epsilon_target: float | None,
 ) -> ConformanceResult:
     """Every check of :data:`CHECKS` on a site's ``evidence``.
 
-    ``ledger_steps`` and ``epsilon_ledger``: what the site's ledger holds;
+    ``accounted_steps`` and ``epsilon_accounted``: what the site's ledger holds;
     ``epsilon_taken``: the run's accountant over :meth:`ConformanceEvidence.history` (the
     steps observed, at the recorded noise and rate); ``epsilon_target``: the epsilon the
     noise was calibrated for (None: a noise multiplier was given).
@@ -543,8 +543,8 @@ def conformance_audit(
         *_noise_checks(evidence, level),
         *_batch_checks(evidence, rates, level),
         *_record_checks(evidence, rates, level),
-        _steps(evidence, ledger_steps),
-        _epsilon(epsilon_taken, epsilon_ledger, epsilon_target, evidence.n_steps),
+        _steps(evidence, accounted_steps),
+        _epsilon(epsilon_taken, epsilon_accounted, epsilon_target, evidence.n_steps),
     ]
     by_name = {c.name: c for c in found}
     return ConformanceResult(

@@ -83,8 +83,8 @@ class ConformanceEvidence:
     and its size."""
     counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     """Per record, the draws that loaded it."""
-    ledger_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    """Per round, the steps the accountant added to the site's ledger."""
+    accounted_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """Per round, the steps the accountant added to the site's history."""
     clip_ratio: np.ndarray = field(default_factory=lambda: np.zeros(0))
     """Per round, the clipping norm the real clipping used over ``C`` where the clean sum
     differed from the reference (NaN: it did not)."""
@@ -99,7 +99,7 @@ class ConformanceEvidence:
 
     @property
     def rounds(self) -> int:
-        return int(self.ledger_steps.size)
+        return int(self.accounted_steps.size)
 
     @property
     def n_steps(self) -> int:
@@ -112,7 +112,7 @@ class ConformanceEvidence:
         *,
         coordinates: int,
         draws: list[list[int]],
-        ledger_steps: int,
+        accounted_steps: int,
         clip_ratio: float,
     ) -> None:
         """Append one round: its steps (``round`` is filled in here), its loader draws
@@ -135,7 +135,7 @@ class ConformanceEvidence:
         )
         for drawn in draws:
             np.add.at(self.counts, np.asarray(drawn, np.int64), 1)
-        self.ledger_steps = np.append(self.ledger_steps, int(ledger_steps))
+        self.accounted_steps = np.append(self.accounted_steps, int(accounted_steps))
         self.clip_ratio = np.append(self.clip_ratio, float(clip_ratio))
 
     def history(self) -> list[tuple[float, float, int]]:
@@ -162,7 +162,7 @@ class ConformanceEvidence:
             "draw_round": self.draw_round,
             "draw_size": self.draw_size,
             "counts": self.counts,
-            "ledger_steps": self.ledger_steps,
+            "accounted_steps": self.accounted_steps,
             "clip_ratio": self.clip_ratio,
             **{f"step_{name}": self.steps[name] for name in STEP_FIELDS},
         }
@@ -186,7 +186,9 @@ class ConformanceEvidence:
             draw_round=get("draw_round").astype(np.int64),
             draw_size=get("draw_size").astype(np.int64),
             counts=get("counts").astype(np.int64),
-            ledger_steps=get("ledger_steps").astype(np.int64),
+            accounted_steps=get(
+                "accounted_steps" if _PREFIX + "accounted_steps" in data else "ledger_steps"
+            ).astype(np.int64),  # ledger_steps: state files written before the rename
             clip_ratio=get("clip_ratio").astype(float),
         )
 

@@ -16,3 +16,6 @@ METHOD_LABELS: dict[Method, str] = {
 DEFAULT_DELTA = 1e-5
 """The default delta, defined here only: of the one-run bounds when nobody states one (the
 f-DP paper's Table 1), of the run config's ``dp.delta`` and of the canary clients' estimate."""
+DEFAULT_BETA = 0.05
+"""The default level of every lower bound, defined here only: of ``audit.settings.beta`` and
+of the canary clients' bound."""

@@ -1,9 +1,11 @@
-"""Canary records for the one-run audit (``audit.canaries``; simulation only).
+"""Input canaries: made-up records for the one-run audit (``audit.input_canaries``;
+simulation only).
 
 Each site gets ``n`` made-up records that no real record equals, and an independent fair
 coin per canary that says whether the site trains on it. After training, the site's audit
-guesses the coins from the final model's losses (:func:`audit.canaries.canary.canary_audit`): the
-ground truth that PANORAMIA's estimates can be read against.
+guesses the coins from the final model's losses
+(:func:`audit.canaries.input_canaries.input_canary_audit`): the ground truth that
+PANORAMIA's estimates can be read against.
 
 The coins come from their own random stream, seeded by ``(seed, site_id)`` only and drawn
 before the contents (which come from another stream). So the coins depend on nothing else:
@@ -31,9 +33,9 @@ import numpy as np
 from contracts.tabular_schema import Attribute, attributes_from_schema, infer_attributes
 from ml.datasets import Dataset
 
-__all__ = ["CANARY_KINDS", "CanarySet", "canary_coins", "draw_canaries"]
+__all__ = ["INPUT_CANARY_KINDS", "InputCanarySet", "input_canary_coins", "draw_input_canaries"]
 
-CANARY_KINDS = {"image": "noise_image", "tabular": "rare_row", "text": "random_tokens"}
+INPUT_CANARY_KINDS = {"image": "noise_image", "tabular": "rare_row", "text": "random_tokens"}
 """The canary kind of each modality."""
 
 _COIN_STREAM = 0xC0125
@@ -49,7 +51,7 @@ Draw = Callable[[np.random.Generator, int], tuple[np.ndarray, np.ndarray | None]
 
 
 @dataclass(frozen=True)
-class CanarySet:
+class InputCanarySet:
     """One site's canaries: records, labels (``None`` for text) and their coins."""
 
     x: np.ndarray
@@ -62,13 +64,13 @@ class CanarySet:
         return int(len(self.x))
 
 
-def canary_coins(n: int, *, seed: int, site_id: int) -> np.ndarray:
+def input_canary_coins(n: int, *, seed: int, site_id: int) -> np.ndarray:
     """The ``n`` inclusion coins of a site: independent fair coins from ``(seed, site_id)``."""
     rng = np.random.default_rng([seed, site_id, _COIN_STREAM])
     return rng.integers(0, 2, size=n).astype(bool)
 
 
-def draw_canaries(dataset: Dataset, n: int, *, seed: int, site_id: int) -> CanarySet:
+def draw_input_canaries(dataset: Dataset, n: int, *, seed: int, site_id: int) -> InputCanarySet:
     """Draw ``n`` canaries of ``dataset``'s modality and their coins for one site.
 
     Parameters
@@ -83,20 +85,22 @@ def draw_canaries(dataset: Dataset, n: int, *, seed: int, site_id: int) -> Canar
 
     Returns
     -------
-    CanarySet
+    InputCanarySet
         Records in the dtype and shape of ``dataset.x``; coins drawn before the contents.
     """
     if n < 1:
         raise ValueError(f"number of canaries must be at least 1, got {n!r}")
     modality = dataset.modality
-    if modality not in CANARY_KINDS:
-        raise ValueError(f"no canaries for modality {modality!r}; known: {sorted(CANARY_KINDS)}")
+    if modality not in INPUT_CANARY_KINDS:
+        raise ValueError(
+            f"no canaries for modality {modality!r}; known: {sorted(INPUT_CANARY_KINDS)}"
+        )
     # Coins first, from their own generator: nothing drawn below can change them.
-    included = canary_coins(n, seed=seed, site_id=site_id)
+    included = input_canary_coins(n, seed=seed, site_id=site_id)
     rng = np.random.default_rng([seed, site_id, _CONTENT_STREAM])
     draw = {"image": _image_draw, "tabular": _tabular_draw, "text": _text_draw}[modality]
     x, y = _distinct(draw(dataset), rng, n, dataset)
-    return CanarySet(x=x, y=y, included=included, kind=CANARY_KINDS[modality])
+    return InputCanarySet(x=x, y=y, included=included, kind=INPUT_CANARY_KINDS[modality])
 
 
 # -- per modality ---------------------------------------------------------------------

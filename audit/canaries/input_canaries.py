@@ -1,10 +1,10 @@
-"""One-run audit on canaries (Steinke, Nasr and Jagielski, 2023), delta = 0, and its f-DP
-reading (Mahloujifar, Melis and Chaudhuri, 2025) at ``delta``.
+"""One-run audit on input canaries (Steinke, Nasr and Jagielski, 2023), delta = 0, and its
+f-DP reading (Mahloujifar, Melis and Chaudhuri, 2025) at ``delta``.
 
-A site draws ``n`` canary records and includes each in its training data by an independent
-fair coin before training starts. After training, the canaries are scored by the negative
-per-record loss of the final model (lower loss: guessed "included") and the guesses with
-abstention and their bound come from the same code as the O(1) comparison
+A site draws ``n`` input canaries (made-up records) and includes each in its training data
+by an independent fair coin before training starts. After training, the canaries are
+scored by the negative per-record loss of the final model (lower loss: guessed "included")
+and the guesses with abstention and their bound come from the same code as the O(1) comparison
 (:func:`audit.stats.o1.o1_lower_bound`): guess "included" for the highest scores, "excluded" for
 the lowest, abstain in between, and bound eps from the number of correct guesses against
 ``Binomial(guesses, sigmoid(eps))``, with a union bound over the threshold pairs tried.
@@ -31,15 +31,15 @@ from audit.stats.bounds import clopper_pearson_lower, logit
 from audit.stats.o1 import O1Summary, o1_lower_bound
 from audit.stats.one_run import DEFAULT_DELTA, one_run_bound
 
-__all__ = ["CANARY_SCORE", "CanaryResult", "canary_audit"]
+__all__ = ["INPUT_CANARY_SCORE", "InputCanaryResult", "input_canary_audit"]
 
-CANARY_SCORE = "negative per-record loss of the final model"
-"""What the canary audit scores each canary by (higher: guessed "included")."""
+INPUT_CANARY_SCORE = "negative per-record loss of the final model"
+"""What the input-canary audit scores each canary by (higher: guessed "included")."""
 
 
 @dataclass(frozen=True)
-class CanaryResult:
-    """The canary audit of one site: counts, the certified bound and the guessing rule."""
+class InputCanaryResult:
+    """The input-canary audit of one site: counts, the certified bound and the guessing rule."""
 
     n_canaries: int
     n_included: int
@@ -72,14 +72,14 @@ class CanaryResult:
     fdp_correct: int | None = None
 
 
-def canary_audit(
+def input_canary_audit(
     losses: np.ndarray,
     included: np.ndarray,
     *,
     beta: float,
     kind: str,
     delta: float = DEFAULT_DELTA,
-) -> CanaryResult:
+) -> InputCanaryResult:
     """Lower-bound eps from the final model's losses on canaries with known coins.
 
     Parameters
@@ -98,7 +98,7 @@ def canary_audit(
 
     Returns
     -------
-    CanaryResult
+    InputCanaryResult
         ``eps_lb`` from :func:`audit.stats.o1.o1_lower_bound` on ``-losses`` and the coins, and
         the selected rule's counts and interval; ``eps_lb_fdp`` and ``fdp_mu`` from
         :func:`audit.stats.one_run.one_run_bound` on the same scores and threshold pairs.
@@ -107,7 +107,7 @@ def canary_audit(
     summary = o1_lower_bound(-loss, membership, beta=beta)
     hi = _rule_upper_end(summary)
     fdp = one_run_bound(-loss, membership, method="fdp", beta=beta, delta=delta)
-    return CanaryResult(
+    return InputCanaryResult(
         n_canaries=int(membership.size),
         n_included=int(membership.sum()),
         eps_lb=summary.lower_bound,
@@ -118,7 +118,7 @@ def canary_audit(
         nonmember_guesses=summary.nonmember_guesses,
         n_pairs_tried=summary.n_pairs_tried,
         beta=summary.beta,
-        score=CANARY_SCORE,
+        score=INPUT_CANARY_SCORE,
         kind=str(kind),
         eps_lb_fdp=fdp.eps_lb,
         fdp_mu=fdp.mu,
@@ -144,8 +144,8 @@ def _checked_inputs(losses: np.ndarray, included: np.ndarray) -> tuple[np.ndarra
     if n_included in (0, membership.size):
         which = "included" if n_included == 0 else "excluded"
         raise ValueError(
-            f"canary audit needs included and excluded canaries; none of the {membership.size} "
-            f"canaries is {which}"
+            "the input-canary audit needs included and excluded canaries; none of the "
+            f"{membership.size} canaries is {which}"
         )
     return loss, membership
 

@@ -1,4 +1,5 @@
-"""The run directory's per-round log (``metrics.jsonl``, :class:`contracts.run_log.RoundRecord`)
+"""What the server writes into the run directory: its per-round log (``metrics.jsonl``,
+:class:`contracts.run_log.RoundRecord`)
 and per-site audit files (:class:`contracts.site_audit.SiteAuditFile` of
 :class:`audit.site_results.SiteResults`)."""
 
