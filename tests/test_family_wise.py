@@ -10,10 +10,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import make_result, ok_audit, set_config, site_pages, write_report_of, write_run
+from builders import (
+    make_result,
+    ok_audit,
+    set_config,
+    site_pages,
+    white_box_audit,
+    write_report_of,
+    write_run,
+)
 from statsmodels.stats.multitest import multipletests
 
-from audit.canaries.gradient_canaries import GradientCanaryResult, gradient_canary_audit
+from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.conformance.checks import (
     CHECKS,
     STATISTICAL_CHECKS,
@@ -34,21 +42,7 @@ DO_NOT_TRUST = "Do not trust the guarantee"
 
 @pytest.fixture(scope="module")
 def canaries() -> GradientCanaryResult:
-    rng = np.random.default_rng(0)
-    coins = rng.integers(0, 2, 400).astype(bool)
-    return gradient_canary_audit(
-        {"mechanism": rng.normal(size=400) + coins},
-        coins,
-        steps=100,
-        rounds=2,
-        overhead_s=1.0,
-        sample_rate=0.05,
-        noise_multiplier=1.0,
-        max_grad_norm=1.0,
-        beta=BETA,
-        delta=1e-5,
-        seed=0,
-    )
+    return white_box_audit()
 
 
 def _conformance(site: int, flag: float | None, exact_failed: str | None) -> ConformanceResult:
