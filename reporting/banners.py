@@ -7,6 +7,7 @@ from __future__ import annotations
 from audit.canaries.client_canaries import ClientCanaryResult
 from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 
+from .family_wise import ConsortiumReading, consortium_reading
 from .formatting import (
     fmt,
 )
@@ -99,7 +100,8 @@ def training_banner_lines(rounds: list[RoundRecord]) -> list[str]:
 
 
 def violation_banner_lines(violations: list[BoundViolation]) -> list[str]:
-    """The banner's lines: one per violation, then what to do."""
+    """The banner's lines: one per violation, then what to do (a site's own page: each flag
+    read at the site's level)."""
     if not violations:
         return []
     return [
@@ -107,3 +109,44 @@ def violation_banner_lines(violations: list[BoundViolation]) -> list[str]:
         "Do not trust the guarantee or the bound until the cause is found: check the "
         "accountant's inputs (noise, sampling, rounds, delta), the DP training and the audit.",
     ]
+
+
+def consortium_banner_lines(sites: list[tuple[str, SiteReport]], scope: str) -> list[str]:
+    """The banner of a run's or a sweep's (``scope``) named sites: their violations, each
+    failed statistical conformance check read across every site's checks
+    (:func:`~.family_wise.consortium_reading`), then what to do; when every violation is a
+    statistical flag consistent with chance, that is what the last line says."""
+    violations = [v for _, s in sites for v in s.checks.bound_violations]
+    reading = consortium_reading(sites)
+    if reading is None:
+        return violation_banner_lines(violations)
+    # A bound above the guarantee, a failed exact check or a surviving flag: do not trust.
+    only_chance = all(v.conformance and v.level is not None for v in violations) and not any(
+        f.survives for f in reading.flags
+    )
+    lines = violation_banner_lines(violations)
+    last = [NOTES[Note.ONLY_CHANCE]] if only_chance else lines[-1:]
+    return [*lines[:-1], *family_wise_lines(reading, scope), *last]
+
+
+def family_wise_lines(reading: ConsortiumReading, scope: str) -> list[str]:
+    """The consortium-level reading of the failed statistical checks, one line each after
+    the numbers they are read against."""
+    counts = reading.reading
+    head = NOTES[Note.FAMILY_WISE].format(
+        scope=scope,
+        checks=counts.checks,
+        sites=reading.sites,
+        chance=counts.chance,
+        beta=reading.beta,
+    )
+    flags = [
+        NOTES[Note.FLAG_SURVIVES if f.survives else Note.FLAG_BY_CHANCE].format(
+            where=f.where,
+            check=f.check.name.replace("_", " "),
+            p="none" if f.check.p_value is None else f"{f.check.p_value:.2g}",
+            checks=counts.checks,
+        )
+        for f in reading.flags
+    ]
+    return [head, *flags]

@@ -99,6 +99,16 @@ class Note(Enum):
     NO_LEAKAGE_READING = "no_leakage_reading"
     RECORDS_LISTED = "records_listed"
     RECORDS_NOT_LISTED = "records_not_listed"
+    FAMILY_WISE = "family_wise"
+    """A template: the consortium's statistical conformance checks (``scope``, ``checks``,
+    ``sites``, ``chance``, ``beta``), before its flags' lines."""
+    FLAG_SURVIVES = "flag_survives"
+    """A template: a statistical flag that survives Holm (``where``, ``check``, ``p``)."""
+    FLAG_BY_CHANCE = "flag_by_chance"
+    """A template: a statistical flag that does not survive Holm (``where``, ``check``,
+    ``p``, ``checks``)."""
+    ONLY_CHANCE = "only_chance"
+    """The banner's last line when every item is a flag consistent with chance."""
 
 
 _TIGHT_ONLY = "eps_tilde is a lower bound on epsilon only where c_lb is tight"
@@ -399,6 +409,23 @@ NOTES: dict[Note, str] = {
         "seed k of the other: the same data and start). The level is 0.05 over all the "
         "comparisons listed (Bonferroni). Few seeds give the test little power: 'no "
         "difference' is not evidence of equal leakage."
+    ),
+    Note.FAMILY_WISE: (
+        "Across the {scope}: {checks} statistical conformance checks ran on {sites} DP-SGD "
+        "sites, each at its site's own level; an honest consortium shows at least one such "
+        "flag with probability {chance:.0%}. Each flag is read family-wise (Holm's correction "
+        "at beta = {beta:g} over all {checks} checks)."
+    ),
+    Note.FLAG_SURVIVES: "{where}, {check} (p = {p}): survives: treat as a DP bug.",
+    Note.FLAG_BY_CHANCE: (
+        "{where}, {check} (p = {p}): does not survive: consistent with chance across "
+        "{checks} checks; rerun the site's training with another seed, or check what its "
+        "line above names (the step pair, the batches)."
+    ),
+    Note.ONLY_CHANCE: (
+        "No flag survives the family-wise correction and nothing else is violated: the "
+        "consortium's checks are consistent with honest DP-SGD. Each site's own page still "
+        "reads its flag at the site's own level."
     ),
 }
 """Every sentence of :class:`Note`, by key."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from . import plots
 from .banners import (
     client_canary_lines,
+    consortium_banner_lines,
     input_canary_banner,
     training_banner_lines,
-    violation_banner_lines,
 )
 from .between_runs import run_lines
 from .blocks import (
@@ -72,12 +72,12 @@ def report_blocks(
     explanation folded under it, then the full tables, the ledger, the plots and the
     rounds."""
     sites = report.sites
-    violations = [v for s in sites for v in s.checks.bound_violations]
+    named = [(f"site {s.site_id}", s) for s in sites]
     return [
         Heading(title(run_name), 1),
         Banner("lost", lost_sites(report, audited=audited).lines()),
         Banner("untrained", training_banner_lines(report.rounds)),
-        Banner("violation", violation_banner_lines(violations)),
+        Banner("violation", consortium_banner_lines(named, "run")),
         Banner("canaries", [input_canary_banner(report.canaries)] if report.canaries else []),
         Heading("Headline"),
         Table(HEADLINE_COLUMNS, sites, attrs=' id="headline"', row_class=site_row_class),

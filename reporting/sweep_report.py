@@ -20,7 +20,7 @@ from contracts.run_files import REPORT_HTML, RunLayout
 
 from . import sweep_plots
 from .aggregate import build_report
-from .banners import input_canary_banner, violation_banner_lines, violation_warnings
+from .banners import consortium_banner_lines, input_canary_banner, violation_warnings
 from .between_runs import (
     ACCURACY,
     HEADLINE,
@@ -172,11 +172,11 @@ directories also let the report be written again (:func:`saved_sweep_points`).""
 def sweep_blocks(report: SweepReport) -> list[Block]:
     """The sweep, section by section: banners, the points, each point's sites, the plots."""
     points = report.points
-    violations = [v for p in points for s in p.sites for v in s.checks.bound_violations]
+    named = [(f"point {p.label}, site {s.site_id}", s) for p in points for s in p.sites]
     intro = f"Sweep schema version {report.schema_version}; {len(points)} points. "
     return [
         Heading(TITLE, 1),
-        Banner("violation", violation_banner_lines(violations)),
+        Banner("violation", consortium_banner_lines(named, "sweep")),
         Banner("canaries", _input_canary_lines(report)),
         Para(
             intro + "Incomplete points are listed with what is missing; their available "

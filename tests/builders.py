@@ -15,8 +15,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import yaml
 
+from audit.canaries.gradient_canaries import GradientCanaryResult, gradient_canary_audit
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import (
@@ -583,4 +585,24 @@ def inversion_entry(round_: int, quality: float, baseline: float) -> InversionRe
         step_budget=300,
         baseline_iterations=300,
         cut_short=False,
+    )
+
+
+def white_box_audit() -> GradientCanaryResult:
+    """A site's white-box audit (mechanism level only) of 400 gradient canaries, their scores
+    drawn by hand: a real audit without training, at beta = 0.05."""
+    rng = np.random.default_rng(0)
+    coins = rng.integers(0, 2, 400).astype(bool)
+    return gradient_canary_audit(
+        {"mechanism": rng.normal(size=400) + coins},
+        coins,
+        steps=100,
+        rounds=2,
+        overhead_s=1.0,
+        sample_rate=0.05,
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        beta=0.05,
+        delta=1e-5,
+        seed=0,
     )

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 from builders import (
     client_dp_accounting,
@@ -17,11 +16,11 @@ from builders import (
     ok_audit,
     run_files,
     set_config,
+    white_box_audit,
     write_report_of,
     write_run,
 )
 
-from audit.canaries.gradient_canaries import gradient_canary_audit
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import Interval
 from contracts.json_values import json_safe
@@ -140,21 +139,7 @@ def test_a_white_box_server_reading_under_secure_aggregation_is_not_measured(tmp
     """Record-level DP with secure aggregation: the site's gradient canaries read its own
     DP-SGD (the mechanism level) but not the server level, which would read the site's own
     update; the table says so instead of showing a number."""
-    rng = np.random.default_rng(0)
-    coins = rng.integers(0, 2, 400).astype(bool)
-    canaries = gradient_canary_audit(
-        {"mechanism": rng.normal(size=400) + coins},
-        coins,
-        steps=100,
-        rounds=2,
-        overhead_s=1.0,
-        sample_rate=0.05,
-        noise_multiplier=1.0,
-        max_grad_norm=1.0,
-        beta=0.05,
-        delta=1e-5,
-        seed=0,
-    )
+    canaries = white_box_audit()
     run = _run(tmp_path, "r", level="record", secure="ideal", ledger=None)
     audit_file = run / "audits" / "site-0.json"
     audit = json.loads(audit_file.read_text()) | {"gradient_canaries": json_safe(canaries)}
