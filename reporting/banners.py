@@ -4,6 +4,8 @@ not happen as configured, canaries in the model; stderr's warnings say the same.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from audit.canaries.client_canaries import ClientCanaryResult
 from contracts.run_log import RoundRecord, empty_rounds, untrained_reason
 
@@ -27,12 +29,26 @@ UNTRAINED_HEADLINE = "Training did not happen as configured."
 
 VIOLATION_HEADLINE = f"{VIOLATION_TITLE}: a measured lower bound is above the DP guarantee"
 
+CHANCE_FLAGS_HEADLINE = (
+    "DP-SGD check flagged at a site, consistent with chance across the consortium"
+)
+"""The headline when every violation is a statistical check's flag that does not survive the
+family-wise correction: the site's page still shows its flag, the consortium reads it as
+chance."""
+
 
 def violation_warnings(sites: list[SiteReport], prefix: str = "") -> list[str]:
     """A line per bound violation of the sites, for stderr."""
     return [
         f"{VIOLATION_TITLE}: {prefix}{v.message}" for s in sites for v in s.checks.bound_violations
     ]
+
+
+def chance_flags_warnings(sites: list[tuple[str, SiteReport]], scope: str) -> list[str]:
+    """For stderr, after the sites' violation lines: the consortium's reading when every
+    violation is a statistical flag consistent with chance (:func:`consortium_banner`)."""
+    kind, lines = consortium_banner(sites, scope)
+    return [f"{CHANCE_FLAGS_HEADLINE}: {lines[-1]}"] if kind == "chance_flags" else []
 
 
 def input_canary_banner(canaries: int) -> str:
@@ -111,22 +127,26 @@ def violation_banner_lines(violations: list[BoundViolation]) -> list[str]:
     ]
 
 
-def consortium_banner_lines(sites: list[tuple[str, SiteReport]], scope: str) -> list[str]:
+def consortium_banner(
+    sites: list[tuple[str, SiteReport]], scope: str
+) -> tuple[Literal["violation", "chance_flags"], list[str]]:
     """The banner of a run's or a sweep's (``scope``) named sites: their violations, each
     failed statistical conformance check read across every site's checks
-    (:func:`~.family_wise.consortium_reading`), then what to do; when every violation is a
-    statistical flag consistent with chance, that is what the last line says."""
+    (:func:`~.family_wise.consortium_reading`), then what to do. When every violation is a
+    statistical flag consistent with chance, the banner's kind is ``chance_flags`` and its
+    last line says so. Returns the banner's kind and lines."""
     violations = [v for _, s in sites for v in s.checks.bound_violations]
     reading = consortium_reading(sites)
+    lines = violation_banner_lines(violations)
     if reading is None:
-        return violation_banner_lines(violations)
+        return "violation", lines
     # A bound above the guarantee, a failed exact check or a surviving flag: do not trust.
     only_chance = all(v.conformance and v.level is not None for v in violations) and not any(
         f.survives for f in reading.flags
     )
-    lines = violation_banner_lines(violations)
     last = [NOTES[Note.ONLY_CHANCE]] if only_chance else lines[-1:]
-    return [*lines[:-1], *family_wise_lines(reading, scope), *last]
+    body = [*lines[:-1], *family_wise_lines(reading, scope), *last]
+    return ("chance_flags" if only_chance else "violation"), body
 
 
 def family_wise_lines(reading: ConsortiumReading, scope: str) -> list[str]:

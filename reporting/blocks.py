@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .banners import UNTRAINED_HEADLINE, VIOLATION_HEADLINE
+from .banners import CHANCE_FLAGS_HEADLINE, UNTRAINED_HEADLINE, VIOLATION_HEADLINE
 from .columns import Column, ColumnGroup, html_table, md_table, md_text
 from .html_page import esc
 from .lost_sites import LOST_HEADLINE
@@ -76,7 +76,7 @@ class Banner:
     """Loud lines at the top: sites the run lost, rounds that aggregated nothing, bound
     violations, or the canaries a model trained with."""
 
-    kind: Literal["lost", "untrained", "violation", "canaries"]
+    kind: Literal["lost", "untrained", "violation", "chance_flags", "canaries"]
     lines: Sequence[str]
     only: Format | None = None
 
@@ -156,6 +156,9 @@ def _markdown(block: Block) -> list[str]:
             return [*(f"> **{UNTRAINED_HEADLINE}** {md_text(x)}" for x in lines), ""]
         case Banner("violation", lines) if lines:
             return [f"> **{VIOLATION_HEADLINE}**", ">", *(f"> - {md_text(x)}" for x in lines), ""]
+        case Banner("chance_flags", lines) if lines:
+            head = CHANCE_FLAGS_HEADLINE
+            return [f"> **{head}**", ">", *(f"> - {md_text(x)}" for x in lines), ""]
         case Banner("canaries", lines) if lines:
             return [*(f"> **Canaries.** {md_text(x)}" for x in lines), ""]
         case Meaning():
@@ -214,6 +217,8 @@ def _html(block: Block) -> str:
             return "".join(_alert(UNTRAINED_HEADLINE, f" {esc(x)}") for x in lines)
         case Banner("violation", lines):
             return _alert(VIOLATION_HEADLINE, f"<ul>{_lis(lines)}</ul>") if lines else ""
+        case Banner("chance_flags", lines):
+            return _alert(CHANCE_FLAGS_HEADLINE, f"<ul>{_lis(lines)}</ul>") if lines else ""
         case Banner("canaries", lines):
             return "".join(
                 f'<div class="canaries"><strong>Canaries.</strong> {esc(x)}</div>' for x in lines

@@ -9,11 +9,11 @@ from contracts.files import atomic_write_text
 from contracts.run_files import RunLayout
 
 from .aggregate import build_report
-from .banners import violation_warnings
+from .banners import chance_flags_warnings, violation_warnings
 from .inputs import RunInputs, load_run
 from .lost_sites import LostSites, lost_sites
 from .run_config import ReportConfig
-from .run_report import render_html, render_markdown
+from .run_report import named_sites, render_html, render_markdown
 from .schema import ReportFiles, RunReport
 from .site_report import write_site_reports
 from .writers import ledger_csv_rows, report_to_json_text, site_rows, write_rows
@@ -21,8 +21,10 @@ from .writers import ledger_csv_rows, report_to_json_text, site_rows, write_rows
 
 def report_warnings(inputs: RunInputs, report: RunReport) -> list[str]:
     """One line per input left out (``inputs.warnings``: an audit file of no listed site)
-    and per bound violation (a measured lower bound above the DP guarantee)."""
-    return [*inputs.warnings, *violation_warnings(report.sites)]
+    and per bound violation (a measured lower bound above the DP guarantee), then the
+    consortium's reading when those are all flags consistent with chance."""
+    violations = violation_warnings(report.sites)
+    return [*inputs.warnings, *violations, *chance_flags_warnings(named_sites(report), "run")]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import plots
 from .banners import (
     client_canary_lines,
-    consortium_banner_lines,
+    consortium_banner,
     input_canary_banner,
     training_banner_lines,
 )
@@ -52,6 +52,11 @@ def title(run_name: str | None) -> str:
     return "PANORAMIA consortium audit report" + (f" - {run_name}" if run_name else "")
 
 
+def named_sites(report: RunReport) -> list[tuple[str, SiteReport]]:
+    """The run's sites as its banner and warnings name them."""
+    return [(f"site {s.site_id}", s) for s in report.sites]
+
+
 def render_markdown(report: RunReport, run_name: str | None = None, *, audited: bool = True) -> str:
     """The Markdown text of ``report.md`` (the tables; the plots are in report.html);
     ``run_name`` (the config's ``name``) goes into its title; ``audited``: the run audits
@@ -72,12 +77,12 @@ def report_blocks(
     explanation folded under it, then the full tables, the ledger, the plots and the
     rounds."""
     sites = report.sites
-    named = [(f"site {s.site_id}", s) for s in sites]
+    named = named_sites(report)
     return [
         Heading(title(run_name), 1),
         Banner("lost", lost_sites(report, audited=audited).lines()),
         Banner("untrained", training_banner_lines(report.rounds)),
-        Banner("violation", consortium_banner_lines(named, "run")),
+        Banner(*consortium_banner(named, "run")),
         Banner("canaries", [input_canary_banner(report.canaries)] if report.canaries else []),
         Heading("Headline"),
         Table(HEADLINE_COLUMNS, sites, attrs=' id="headline"', row_class=site_row_class),

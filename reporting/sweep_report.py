@@ -20,7 +20,12 @@ from contracts.run_files import REPORT_HTML, RunLayout
 
 from . import sweep_plots
 from .aggregate import build_report
-from .banners import consortium_banner_lines, input_canary_banner, violation_warnings
+from .banners import (
+    chance_flags_warnings,
+    consortium_banner,
+    input_canary_banner,
+    violation_warnings,
+)
 from .between_runs import (
     ACCURACY,
     HEADLINE,
@@ -47,7 +52,7 @@ from .meanings import NOTES, Note
 from .observers import OBSERVER_COLUMNS, OBSERVERS_NOTE, observer_rows, observers_plot
 from .report_writer import write_report
 from .run_config import ConfigReader
-from .schema import SCHEMA_VERSION, ReportFiles, RunReport, report_json
+from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SiteReport, report_json
 from .sweep_columns import POINT_COLUMNS, SWEEP_SITE_COLUMNS, PointSite, sweep_replicate_columns
 from .sweep_schema import SweepPointReport, SweepReport
 from .writers import report_to_json_text
@@ -169,14 +174,19 @@ SWEEP_JSON = "sweep.json"
 directories also let the report be written again (:func:`saved_sweep_points`)."""
 
 
+def _named_sites(points: list[SweepPointReport]) -> list[tuple[str, SiteReport]]:
+    """The sweep's sites as its banner and warnings name them."""
+    return [(f"point {p.label}, site {s.site_id}", s) for p in points for s in p.sites]
+
+
 def sweep_blocks(report: SweepReport) -> list[Block]:
     """The sweep, section by section: banners, the points, each point's sites, the plots."""
     points = report.points
-    named = [(f"point {p.label}, site {s.site_id}", s) for p in points for s in p.sites]
+    named = _named_sites(points)
     intro = f"Sweep schema version {report.schema_version}; {len(points)} points. "
     return [
         Heading(TITLE, 1),
-        Banner("violation", consortium_banner_lines(named, "sweep")),
+        Banner(*consortium_banner(named, "sweep")),
         Banner("canaries", _input_canary_lines(report)),
         Para(
             intro + "Incomplete points are listed with what is missing; their available "
@@ -356,6 +366,7 @@ def write_sweep_report(
         sweep_dir, points, read_config, write_point_reports=write_point_reports
     )
     warnings = [w for p in report.points for w in violation_warnings(p.sites, f"point {p.label}: ")]
+    warnings += chance_flags_warnings(_named_sites(report.points), "sweep")
     return ReportFiles(
         json_path=atomic_write_text(sweep_dir / SWEEP_JSON, report_to_json_text(report)),
         html_path=atomic_write_text(sweep_dir / "sweep.html", render_sweep_html(report)),

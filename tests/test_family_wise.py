@@ -30,6 +30,7 @@ from audit.conformance.checks import (
     check_level,
 )
 from contracts.json_values import json_safe
+from reporting.banners import CHANCE_FLAGS_HEADLINE, VIOLATION_HEADLINE
 from reporting.family_wise import family_wise
 from reporting.meanings import NOTES, Note
 
@@ -94,6 +95,12 @@ def _banner(run: Path) -> list[str]:
     return [line[4:] for line in md_path.read_text().splitlines() if line.startswith("> - ")]
 
 
+def _headline(run: Path) -> str:
+    md_path = write_report_of(run).md_path
+    assert md_path is not None
+    return next(line for line in md_path.read_text().splitlines() if line.startswith("> **"))
+
+
 def _site_page(run: Path) -> str:
     return site_pages(run, 2).html_path.read_text()
 
@@ -122,6 +129,9 @@ def test_one_flag_at_its_own_level_among_many_checks_is_read_as_chance(tmp_path,
     assert "does not survive: consistent with chance across 72 checks" in flag
     assert banner[0].startswith("site 2: its DP-SGD does not do what its accountant assumes")
     assert banner[-1] == NOTES[Note.ONLY_CHANCE]
+    # the consortium's headline says chance, not a violation
+    assert _headline(run) == f"> **{CHANCE_FLAGS_HEADLINE}**"
+    assert write_report_of(run).warnings[-1].startswith(f"{CHANCE_FLAGS_HEADLINE}: No flag")
     # the site's own page reads the flag at the site's level, as before
     page = _site_page(run)
     assert DO_NOT_TRUST in page and "family-wise" not in page
@@ -133,6 +143,8 @@ def test_a_flag_far_below_beta_over_the_checks_survives(tmp_path, canaries):
     flag = next(line for line in banner if line.startswith("site 2, noise level (p = "))
     assert flag.endswith("survives: treat as a DP bug.")
     assert banner[-1].startswith(DO_NOT_TRUST)
+    assert _headline(run) == f"> **{VIOLATION_HEADLINE}**"
+    assert not any(CHANCE_FLAGS_HEADLINE in w for w in write_report_of(run).warnings)
 
 
 def test_a_failed_exact_check_keeps_its_wording(tmp_path, canaries):
@@ -144,3 +156,4 @@ def test_a_failed_exact_check_keeps_its_wording(tmp_path, canaries):
     both = _banner(_run(tmp_path / "both", canaries, flag=0.99 * LEVEL, exact_failed="clipping"))
     assert any("does not survive" in line for line in both)
     assert both[-1].startswith(DO_NOT_TRUST)
+    assert _headline(tmp_path / "both" / "run") == f"> **{VIOLATION_HEADLINE}**"
