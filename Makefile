@@ -61,10 +61,13 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-# One worker per core, each taking whole test files (a module's shared run stays in one
-# worker); each worker starts one Ray head that its experiments join.
+# One worker more than there are cores, each taking whole test files (a module's shared run
+# stays in one worker; each worker starts one Ray head that its experiments join): the Ray
+# tests spend much of their time waiting on processes starting, so a third worker on two
+# cores keeps both busy.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: venv data browser lint typecheck
-	$(PY) -m pytest -q -n auto --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 format: venv
 	$(VENV)/bin/ruff check --fix .

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from builders import run_files
+from builders import TINY_AUDIT, run_files
 from flwr.app import Message
 from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv
 from flwr.superlink.grid.inmemory_grid import InMemoryGrid
@@ -42,14 +42,7 @@ Z, CLIP, SITES = 1.5, 0.02, 3
 # The audit phase, small: what is checked is what each site reads and what comes back.
 AUDIT = {
     "enabled": True,
-    "settings": {
-        "quick": True,
-        "helper_epochs": 2,
-        "splits": {"generator": 100, "train": 60, "val": 30},
-        "generator": {"kind": "cgan", "epochs": 2},
-        "classifier": {"epochs": [2], "gbm_iterations": [50]},
-        "calibration": {"reference_models": 0},
-    },
+    "settings": TINY_AUDIT,
     "inversion": {"rounds": [1], "iterations": 5, "restarts": 1, "max_records": 8},
 }
 
