@@ -89,9 +89,8 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         settings = policy.settings.model_copy(
             update={"seed": audit_seed(policy.settings.seed, seed, data.site_id)}
         )
-        holdout = None
-        if policy.use_holdout and len(data.holdout_x) > 0:
-            holdout = data.records("holdout")
+        use_holdout = policy.use_holdout and len(data.holdout_x) > 0
+        holdout = data.records("holdout") if use_holdout else None
         public = None
         if policy.use_public_pool and data.public_x is not None:
             public = data.records("public")

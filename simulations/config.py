@@ -31,14 +31,15 @@ from contracts.dp_level import (
     SecureAggregationMode,
     resolve_dp_level,
 )
-from contracts.errors import UserError
 from contracts.plugins import PLUGINS_KEY, PluginError, import_plugins
 from ml.partition import PartitionConfig
 from server.sampling import sites_per_round
-
-
-class ConfigError(UserError, ValueError):
-    """A config file or override is invalid; the message names the key."""
+from simulations.config_keys import (
+    ConfigError,
+    apply_overrides,
+    format_validation_error,
+    parse_override,
+)
 
 
 class DataConfig(StrictModel):
@@ -537,18 +538,6 @@ def _who_holds_updates(config: ExperimentConfig) -> None:
         )
 
 
-def _format_error(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        # Whole-config checks name their keys themselves.
-        lines.append(f"{key}: {msg}" if key else msg)
-    return "; ".join(lines)
-
-
 def _plugin_error(err: ValidationError) -> PluginError | None:
     """A plugin's own error as it was raised (it names the module and the plugins key)."""
     for e in err.errors():
@@ -558,34 +547,6 @@ def _plugin_error(err: ValidationError) -> PluginError | None:
     return None
 
 
-def parse_override(item: str) -> tuple[str, Any]:
-    """``"fl.rounds=3"`` -> ("fl.rounds", 3); the value is parsed as YAML."""
-    if "=" not in item:
-        raise ConfigError(f"--set {item!r}: expected key=value")
-    key, raw = item.split("=", 1)
-    value = yaml.safe_load(raw) if raw else None
-    if isinstance(value, str) and value.lower() in {"inf", "+inf", ".inf"}:
-        value = math.inf
-    return key.strip(), value
-
-
-def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Set dotted keys in a nested dict (copying), creating sections as needed."""
-    out = yaml.safe_load(yaml.safe_dump(raw)) or {}
-    for dotted, value in overrides.items():
-        parts = dotted.split(".")
-        node = out
-        for part in parts[:-1]:
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise ConfigError(f"{dotted}: {part!r} is not a section")
-            node = child
-        node[parts[-1]] = value
-    return out
-
-
 def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
     try:
         return ExperimentConfig.model_validate(raw)
@@ -593,7 +554,7 @@ def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
         plugin = _plugin_error(err)
         if plugin is not None:
             raise plugin from None
-        raise ConfigError(_format_error(err)) from None
+        raise ConfigError(format_validation_error(err)) from None
 
 
 def load_config(path: Path, overrides: list[str] | None = None) -> ExperimentConfig:
