@@ -106,10 +106,9 @@ def train_locally(
     """Train a fresh copy of the global model on the site's members.
 
     ``dp``: wrapped anew each round, the accountant going on from ``accountant_history``
-    (updated in place); noise and sampling from the OS's entropy with ``secure_noise`` (a
-    deployment, :mod:`clients.noise`), else from ``seed``; ``gradient_canaries``: canaries and
-    the conformance checks' hooks. ``local_steps``: that many batches, their records kept
-    unless ``keep_used`` is off."""
+    (updated in place); noise and sampling from the OS with ``secure_noise`` (a deployment,
+    :mod:`clients.noise`), else from ``seed``; ``gradient_canaries``: canaries and conformance
+    hooks. ``local_steps``: that many batches, their records kept unless ``keep_used`` is off."""
     setup = _fresh_training(task, global_state, x=x, y=y, seed=seed, device=device)
     model, anchor = setup.module, setup.anchor
     # Under DP the proximal gradient joins after the noise (_pull_after_noise), not the loss.
@@ -135,8 +134,9 @@ def train_locally(
     losses = _train_steps(
         setup, loss_fn, device=device, epochs=epochs, steps=local_steps, used=used
     )
-    history = None if dp is None else accountant_history
-    epsilon = None if dp is None or history is None else _round_closed(setup, history, dp)
+    epsilon = None
+    if dp is not None and accountant_history is not None:
+        epsilon = _round_closed(setup, accountant_history, dp)
     return LocalTrainResult(
         # The original module holds the trained weights (Opacus wraps it): clean keys.
         state_dict={k: v.detach().cpu() for k, v in model.state_dict().items()},
