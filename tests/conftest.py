@@ -45,7 +45,10 @@ def shared_ray_head(request: pytest.FixtureRequest) -> Iterator[LocalRayHead | N
     if not wanted or os.environ.get(RAY_ADDRESS_ENV):
         yield None
         return
-    with LocalRayHead(num_cpus=2) as head:
+    # One CPU: a simulation then starts one site actor, not two, and its sites take turns
+    # in it. Each actor costs seconds of CPU to start (Python, torch, Flower), which the
+    # suite's workers otherwise pay twice per run while competing for the same two cores.
+    with LocalRayHead(num_cpus=1) as head:
         os.environ[RAY_ADDRESS_ENV] = head.address
         try:
             yield head

@@ -53,7 +53,7 @@ sys.exit(main(sys.argv[1:]))
 @pytest.fixture(scope="module")
 def ray_head():
     """The module's Ray cluster; on exit its processes and session files are removed."""
-    with LocalRayHead(num_cpus=2) as head:
+    with LocalRayHead(num_cpus=1) as head:  # one site actor per run (conftest.py)
         yield head
 
 
