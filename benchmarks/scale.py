@@ -2,7 +2,7 @@
 what runs beside the membership audit, timed per stage with its CPU time and peak memory.
 
     python benchmarks/scale.py [--sites 2 8 32] [--records 1000 5000 20000]
-        [--models small_cnn resnet18] [--variants plain dp dp+canaries inversion]
+        [--models small_cnn resnet18] [--variants plain dp dp+gradient-canaries inversion]
         [--base configs/scale.yaml] [--set key=value ...] [--out DIR] [--keep] [--dry-run]
 
 Every cell is ``--base`` (default ``configs/scale.yaml``) with its sites
@@ -11,7 +11,7 @@ holdout and test splits), model (``resnet18`` with GroupNorm) and variant:
 
 - ``plain``: no DP; the membership audits only;
 - ``dp``: record-level DP-SGD (the base's ``dp``, eps = 4 in configs/scale.yaml);
-- ``dp+canaries``: and the base's gradient canaries (``audit.gradient_canaries``);
+- ``dp+gradient-canaries``: and the base's gradient canaries (``audit.gradient_canaries``);
 - ``inversion``: no DP, and each site's gradient-inversion audit of round 1.
 
 A cell whose sites x records exceed the dataset's training records is skipped (Fashion-MNIST
@@ -57,10 +57,10 @@ from charts.svg import Axes, Style, render_figure  # noqa: E402
 VARIANTS = {
     "plain": ["dp.enabled=false", "audit.gradient_canaries=0"],
     "dp": ["audit.gradient_canaries=0"],
-    "dp+canaries": [],
+    "dp+gradient-canaries": [],
     "inversion": ["dp.enabled=false", "audit.gradient_canaries=0", "audit.inversion={}"],
 }
-"""Each variant's overrides of the base (configs/scale.yaml has DP and canaries on)."""
+"""Each variant's overrides of the base (configs/scale.yaml has DP and gradient canaries on)."""
 MODEL_SETS = {"small_cnn": ["model.name=small_cnn"], "resnet18": ["model.name=resnet18"]}
 MODEL_SETS["resnet18"].append("model.options={norm: group}")
 SAMPLE_S = 1.0

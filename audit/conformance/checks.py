@@ -25,8 +25,9 @@ from :mod:`audit.conformance.distributions`):
 Deterministic checks (no share of beta): ``observed`` (every consumed step passed through the
 real clipping and noise calls, and the rows clipped are the records the loader drew),
 ``clipping`` (the clean sum equals the per-sample gradients clipped at ``C``, and they sum to
-the batch gradient), ``steps`` (the ledger holds every noisy step taken) and ``epsilon`` (the
-accountant's epsilon over the steps taken is within the target the noise was calibrated for).
+the batch gradient), ``steps`` (the accountant's history holds every noisy step taken) and
+``epsilon`` (the accountant's epsilon over the steps taken is within the target the noise was
+calibrated for).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ CHECKS: dict[str, str] = {
     "batch_dispersion": "the spread of the loader's batch sizes against Binomial(N, q)",
     "record_dispersion": "the spread of the records' inclusion counts against Binomial(T, q)",
     "record_extremes": "the most and least drawn records against Binomial(T, q)",
-    "steps": "the noisy steps taken against the steps in the site's ledger",
+    "steps": "the noisy steps taken against the steps in the site's accountant history",
     "epsilon": "the accountant's epsilon over the steps taken against the target the noise "
     "was calibrated for",
 }
@@ -466,8 +467,8 @@ def _clipping(ev: ConformanceEvidence) -> ConformanceCheck:
 
 
 def _steps(ev: ConformanceEvidence, accounted_steps: int) -> ConformanceCheck:
-    """The ledger against the steps taken: per round (the accountant's own record of the
-    round) and in total. A ledger holding more steps than were observed in total, with
+    """The accountant's history against the steps taken: per round (its own record of the
+    round) and in total. A history holding more steps than were observed in total, with
     every round matching, is conservative (a round trained again after a restart)."""
     taken = ev.n_steps
     per_round = np.bincount(ev.steps["round"].astype(int), minlength=ev.rounds)
@@ -482,7 +483,8 @@ def _steps(ev: ConformanceEvidence, accounted_steps: int) -> ConformanceCheck:
         return _check(
             "steps",
             True,
-            f"the ledger holds all {taken} noisy steps taken over {ev.rounds} rounds{extra}",
+            f"the accountant's history holds all {taken} noisy steps taken over {ev.rounds} "
+            f"rounds{extra}",
             factor=factor,
         )
     rounds = (
@@ -494,24 +496,24 @@ def _steps(ev: ConformanceEvidence, accounted_steps: int) -> ConformanceCheck:
     return _check(
         "steps",
         False,
-        f"the site's ledger accounts for {accounted_steps} of the {taken} noisy steps taken over "
-        f"{ev.rounds} rounds{rounds}: its epsilon does not cover the training as taken",
+        f"the site's accountant history accounts for {accounted_steps} of the {taken} noisy steps "
+        f"taken over {ev.rounds} rounds{rounds}: its epsilon does not cover the training as taken",
         factor=factor,
     )
 
 
-def _epsilon(taken: float, ledger: float, target: float | None, steps: int) -> ConformanceCheck:
+def _epsilon(taken: float, accounted: float, target: float | None, steps: int) -> ConformanceCheck:
     over = f"over the {steps} steps taken, at the noise and rate the accountant recorded"
     above = []
-    if taken > ledger + EPSILON_TOLERANCE:
-        above.append(f"above the {ledger:.2f} the site's ledger reports")
+    if taken > accounted + EPSILON_TOLERANCE:
+        above.append(f"above the {accounted:.2f} the site's accountant reports")
     if target is not None and taken > target + EPSILON_TOLERANCE:
         above.append(
             f"{taken / target:.2f} x the target {target:g} the noise was calibrated for (the "
             "noise was calibrated for fewer steps, or a lower sampling rate, than taken)"
         )
     if above:
-        factor = taken / target if target is not None else taken / ledger if ledger else None
+        factor = taken / target if target is not None else taken / accounted if accounted else None
         return _check(
             "epsilon", False, f"{over}, epsilon is {taken:.2f}: {'; '.join(above)}", factor=factor
         )
@@ -530,7 +532,7 @@ def conformance_audit(
 ) -> ConformanceResult:
     """Every check of :data:`CHECKS` on a site's ``evidence``.
 
-    ``accounted_steps`` and ``epsilon_accounted``: what the site's ledger holds;
+    ``accounted_steps`` and ``epsilon_accounted``: what the site's accountant history holds;
     ``epsilon_taken``: the run's accountant over :meth:`ConformanceEvidence.history` (the
     steps observed, at the recorded noise and rate); ``epsilon_target``: the epsilon the
     noise was calibrated for (None: a noise multiplier was given).
