@@ -2,8 +2,9 @@
 ``run --resume``: every round is logged exactly once, every checkpoint and the final model
 are there, and nothing finished before the kill is redone.
 
-Every run of the module joins one Ray head (``ray.address``): a kill ends the run's driver
-and, with it, the site actors it owns; Ray starts once instead of twice per case."""
+Every run of the module but the Ctrl-C case's first (whose private Ray is what it checks)
+joins the session's Ray head (``RAY_ADDRESS``, tests/conftest.py): a kill ends the run's
+driver and, with it, the site actors it owns; Ray starts once instead of twice per case."""
 
 from __future__ import annotations
 
@@ -24,14 +25,15 @@ import yaml
 from builders import run_files, start_interruptible
 
 from contracts.checkpoint import load_checkpoint
-from simulations.local_ray import LocalRayHead
 from simulations.processes import is_alive
+from simulations.runner import RAY_ADDRESS_ENV
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 REPO = Path(__file__).resolve().parents[1]
 ROUNDS = 3
 TIMEOUT_S = 300.0
+POLL_S = 0.05  # a round takes seconds: the kills still land where they are meant to
 
 # The first run of a scenario may stall one round's checkpoint, so that a kill lands
 # between the round's metrics line and its checkpoint (the window a real crash may hit).
@@ -51,14 +53,15 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.fixture(scope="module")
-def ray_head():
-    """The module's Ray cluster; on exit its processes and session files are removed."""
-    with LocalRayHead(num_cpus=1) as head:  # one site actor per run (conftest.py)
-        yield head
+def ray_address() -> str:
+    """The cluster the module's runs join: the session's head (or the one ``$RAY_ADDRESS``
+    named before the session started)."""
+    return os.environ[RAY_ADDRESS_ENV]
 
 
-def _config(path: Path, ray_head: LocalRayHead | None) -> Path:
-    """The module's run; ``ray_head`` None: the run starts a private Ray of its own."""
+def _config(path: Path, *, private: bool = False) -> Path:
+    """The module's run; ``private``: the run starts a Ray of its own (one CPU, as the
+    session's head has: one site actor), wherever it is started."""
     raw = {
         "name": "kill",
         "seed": 11,
@@ -68,8 +71,8 @@ def _config(path: Path, ray_head: LocalRayHead | None) -> Path:
         "resources": {"num_gpus": 0, "audit_num_gpus": 0},
         "audit": {"enabled": False},
     }
-    if ray_head is not None:
-        raw["ray"] = {"address": ray_head.address}
+    if private:
+        raw["ray"] = {"num_cpus": 1}
     path.write_text(yaml.safe_dump(raw))
     return path
 
@@ -139,7 +142,7 @@ def _kill_when(argv: list[str], log: Path, ready: Callable[[], bool]) -> None:
         while not ready():
             assert proc.poll() is None, f"the run ended first:\n{log.read_text()[-4000:]}"
             assert time.time() < deadline, log.read_text()[-4000:]
-            time.sleep(0.01)
+            time.sleep(POLL_S)
     finally:
         _kill_session(proc)
 
@@ -197,10 +200,10 @@ class KilledAtTheEnd:
 
 
 @pytest.fixture(scope="module")
-def killed_at_the_end(tmp_path_factory, ray_head) -> KilledAtTheEnd:
+def killed_at_the_end(tmp_path_factory, ray_address) -> KilledAtTheEnd:
     base = tmp_path_factory.mktemp("reference")
     run_dir, log = base / "run", base / "log.txt"
-    config = _config(base / "config.yaml", ray_head)
+    config = _config(base / "config.yaml")
     _kill_when(_cli(str(config), "--out", str(run_dir)), log, (run_dir / "global_model.pt").exists)
     killed = KilledAtTheEnd(
         run_dir, _snapshot(run_dir), _lines(run_dir), (run_dir / "global_model.pt").read_bytes()
@@ -235,9 +238,9 @@ def test_kill_after_the_final_model_redoes_nothing(killed_at_the_end):
     "moment",
     ["round 2 checkpointed", "round 2 logged, its checkpoint not yet written"],
 )
-def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path, ray_head, reference, moment):
+def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path, ray_address, reference, moment):
     run_dir, log = tmp_path / "run", tmp_path / "log.txt"
-    config = str(_config(tmp_path / "config.yaml", ray_head))
+    config = str(_config(tmp_path / "config.yaml"))
     if moment == "round 2 checkpointed":
         ready = run_files(run_dir).round_checkpoint(2).exists
         _kill_when(_cli(config, "--out", str(run_dir)), log, ready)
@@ -273,12 +276,12 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path, ray_head, refere
             assert got["sites"][site]["train_loss"] == pytest.approx(entry["train_loss"], rel=2e-3)
 
 
-def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_head, reference):
+def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_address, reference):
     """SIGINT to the run's process group (as Ctrl-C sends it) after round 1: exit 130 within
     seconds, the run's private Ray gone, nothing half-written; ``--resume`` then ends with
     the model of a run never interrupted."""
     run_dir, log = tmp_path / "run", tmp_path / "log.txt"
-    config = str(_config(tmp_path / "config.yaml", None))
+    config = str(_config(tmp_path / "config.yaml", private=True))
     env = {k: v for k, v in _env().items() if k != "RAY_ADDRESS"}
     proc = start_interruptible(_cli(config, "--out", str(run_dir)), cwd=REPO, env=env, log=log)
     try:
@@ -286,7 +289,7 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_head, referen
         while not run_files(run_dir).round_checkpoint(1).exists():
             assert proc.poll() is None, f"the run ended first:\n{log.read_text()[-4000:]}"
             assert time.time() < deadline, log.read_text()[-4000:]
-            time.sleep(0.01)
+            time.sleep(POLL_S)
         os.killpg(proc.pid, signal.SIGINT)
         rc = proc.wait(timeout=30)
         assert rc == 130, log.read_text()[-4000:]
@@ -301,7 +304,7 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_head, referen
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))
     assert len(checkpoints) < ROUNDS and not (run_dir / "global_model.pt").exists()
 
-    env["RAY_ADDRESS"] = ray_head.address
+    env["RAY_ADDRESS"] = ray_address
     proc = subprocess.Popen(
         _cli("--resume", str(run_dir)),
         cwd=REPO,
