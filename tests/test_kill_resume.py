@@ -1,6 +1,7 @@
 """``kill -9`` of a real run (digits, 3 sites, 3 rounds on Ray) at several moments, then
 ``run --resume``: every round is logged exactly once, every checkpoint and the final model
-are there, and nothing finished before the kill is redone.
+are there, and nothing finished before the kill is redone. The two moments inside round 2
+are hit in turn on one run (killed, resumed, killed again, resumed to the end).
 
 Every run of the module but the Ctrl-C case's first (whose private Ray is what it checks)
 joins the session's Ray head (``RAY_ADDRESS``, tests/conftest.py): a kill ends the run's
@@ -234,33 +235,54 @@ def test_kill_after_the_final_model_redoes_nothing(killed_at_the_end):
     assert (run_dir / "report.html").exists()
 
 
-@pytest.mark.parametrize(
-    "moment",
-    ["round 2 checkpointed", "round 2 logged, its checkpoint not yet written"],
-)
-def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path, ray_address, reference, moment):
-    run_dir, log = tmp_path / "run", tmp_path / "log.txt"
-    config = str(_config(tmp_path / "config.yaml"))
-    if moment == "round 2 checkpointed":
-        ready = run_files(run_dir).round_checkpoint(2).exists
-        _kill_when(_cli(config, "--out", str(run_dir)), log, ready)
-        kept = 2
-    else:
-        _kill_when(
-            _stalled(run_files(run_dir).round_checkpoint(2).name, config, "--out", str(run_dir)),
-            log,
-            lambda: _has_round(run_dir, 2),
-        )
-        assert not run_files(run_dir).round_checkpoint(2).exists()
-        kept = 1
+LOGGED = "round 2 logged, its checkpoint not yet written"
+CHECKPOINTED = "round 2 checkpointed"
+
+
+@dataclass(frozen=True)
+class KilledMidRun:
+    """What a run held when a kill landed: its first ``kept`` rounds' metrics lines, and the
+    mtimes of their checkpoints and of the site files (a redone one would change)."""
+
+    kept: int
+    logged: list[str]
+    done: dict[str, int]
+
+
+def _held(run_dir: Path, kept: int) -> KilledMidRun:
     assert run_files(run_dir).round_checkpoint(kept).exists()
     finished = [
         str(run_files(run_dir).round_checkpoint(r).relative_to(run_dir)) for r in range(1, kept + 1)
     ]
     done = {k: v for k, v in _snapshot(run_dir).items() if k.startswith("sites/") or k in finished}
-    logged = _lines(run_dir)[:kept]
+    return KilledMidRun(kept, _lines(run_dir)[:kept], done)
 
+
+@pytest.fixture(scope="module")
+def killed_mid_run(tmp_path_factory, ray_address) -> tuple[Path, dict[str, KilledMidRun]]:
+    """One run killed twice in round 2, then resumed to the end: first between round 2's
+    metrics line and its checkpoint (its saving stalled), then, resumed, once the redone
+    round 2's checkpoint is written. Each moment's case checks the finished run against what
+    the run held at its kill (a third run of the module's size would only repeat rounds)."""
+    base = tmp_path_factory.mktemp("killed")
+    run_dir, log = base / "run", base / "log.txt"
+    config = str(_config(base / "config.yaml"))
+    second = run_files(run_dir).round_checkpoint(2)
+    _kill_when(
+        _stalled(second.name, config, "--out", str(run_dir)), log, lambda: _has_round(run_dir, 2)
+    )
+    assert not second.exists()
+    held = {LOGGED: _held(run_dir, 1)}
+    _kill_when(_cli("--resume", str(run_dir)), log, second.exists)
+    held[CHECKPOINTED] = _held(run_dir, 2)
     _run_to_end(_cli("--resume", str(run_dir)), log)
+    return run_dir, held
+
+
+@pytest.mark.parametrize("moment", [CHECKPOINTED, LOGGED])
+def test_kill_9_then_resume_loses_and_repeats_nothing(killed_mid_run, reference, moment):
+    run_dir, held = killed_mid_run
+    kept, logged, done = held[moment].kept, held[moment].logged, held[moment].done
     rounds = _assert_complete(run_dir)
     # What was finished before the kill is kept as it was, not redone.
     assert _lines(run_dir)[:kept] == logged
