@@ -1,9 +1,11 @@
 """``kill -9`` of a real run (digits, 3 sites, 3 rounds on Ray) at several moments, then
 ``run --resume``: every round is logged exactly once, every checkpoint and the final model
-are there, and nothing finished before the kill is redone.
+are there, and nothing finished before the kill is redone. The two moments inside round 2
+are hit in turn on one run (killed, resumed, killed again, resumed to the end).
 
-Every run of the module joins one Ray head (``ray.address``): a kill ends the run's driver
-and, with it, the site actors it owns; Ray starts once instead of twice per case."""
+Every run of the module but the Ctrl-C case's first (whose private Ray is what it checks)
+joins the session's Ray head (``RAY_ADDRESS``, tests/conftest.py): a kill ends the run's
+driver and, with it, the site actors it owns; Ray starts once instead of twice per case."""
 
 from __future__ import annotations
 
@@ -24,14 +26,15 @@ import yaml
 from builders import run_files, start_interruptible
 
 from contracts.checkpoint import load_checkpoint
-from simulations.local_ray import LocalRayHead
 from simulations.processes import is_alive
+from simulations.runner import RAY_ADDRESS_ENV
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 REPO = Path(__file__).resolve().parents[1]
 ROUNDS = 3
 TIMEOUT_S = 300.0
+POLL_S = 0.05  # a round takes seconds: the kills still land where they are meant to
 
 # The first run of a scenario may stall one round's checkpoint, so that a kill lands
 # between the round's metrics line and its checkpoint (the window a real crash may hit).
@@ -51,14 +54,15 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.fixture(scope="module")
-def ray_head():
-    """The module's Ray cluster; on exit its processes and session files are removed."""
-    with LocalRayHead(num_cpus=1) as head:  # one site actor per run (conftest.py)
-        yield head
+def ray_address() -> str:
+    """The cluster the module's runs join: the session's head (or the one ``$RAY_ADDRESS``
+    named before the session started)."""
+    return os.environ[RAY_ADDRESS_ENV]
 
 
-def _config(path: Path, ray_head: LocalRayHead | None) -> Path:
-    """The module's run; ``ray_head`` None: the run starts a private Ray of its own."""
+def _config(path: Path, *, private: bool = False) -> Path:
+    """The module's run; ``private``: the run starts a Ray of its own (one CPU, as the
+    session's head has: one site actor), wherever it is started."""
     raw = {
         "name": "kill",
         "seed": 11,
@@ -68,8 +72,8 @@ def _config(path: Path, ray_head: LocalRayHead | None) -> Path:
         "resources": {"num_gpus": 0, "audit_num_gpus": 0},
         "audit": {"enabled": False},
     }
-    if ray_head is not None:
-        raw["ray"] = {"address": ray_head.address}
+    if private:
+        raw["ray"] = {"num_cpus": 1}
     path.write_text(yaml.safe_dump(raw))
     return path
 
@@ -139,7 +143,7 @@ def _kill_when(argv: list[str], log: Path, ready: Callable[[], bool]) -> None:
         while not ready():
             assert proc.poll() is None, f"the run ended first:\n{log.read_text()[-4000:]}"
             assert time.time() < deadline, log.read_text()[-4000:]
-            time.sleep(0.01)
+            time.sleep(POLL_S)
     finally:
         _kill_session(proc)
 
@@ -197,10 +201,10 @@ class KilledAtTheEnd:
 
 
 @pytest.fixture(scope="module")
-def killed_at_the_end(tmp_path_factory, ray_head) -> KilledAtTheEnd:
+def killed_at_the_end(tmp_path_factory, ray_address) -> KilledAtTheEnd:
     base = tmp_path_factory.mktemp("reference")
     run_dir, log = base / "run", base / "log.txt"
-    config = _config(base / "config.yaml", ray_head)
+    config = _config(base / "config.yaml")
     _kill_when(_cli(str(config), "--out", str(run_dir)), log, (run_dir / "global_model.pt").exists)
     killed = KilledAtTheEnd(
         run_dir, _snapshot(run_dir), _lines(run_dir), (run_dir / "global_model.pt").read_bytes()
@@ -231,33 +235,54 @@ def test_kill_after_the_final_model_redoes_nothing(killed_at_the_end):
     assert (run_dir / "report.html").exists()
 
 
-@pytest.mark.parametrize(
-    "moment",
-    ["round 2 checkpointed", "round 2 logged, its checkpoint not yet written"],
-)
-def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path, ray_head, reference, moment):
-    run_dir, log = tmp_path / "run", tmp_path / "log.txt"
-    config = str(_config(tmp_path / "config.yaml", ray_head))
-    if moment == "round 2 checkpointed":
-        ready = run_files(run_dir).round_checkpoint(2).exists
-        _kill_when(_cli(config, "--out", str(run_dir)), log, ready)
-        kept = 2
-    else:
-        _kill_when(
-            _stalled(run_files(run_dir).round_checkpoint(2).name, config, "--out", str(run_dir)),
-            log,
-            lambda: _has_round(run_dir, 2),
-        )
-        assert not run_files(run_dir).round_checkpoint(2).exists()
-        kept = 1
+LOGGED = "round 2 logged, its checkpoint not yet written"
+CHECKPOINTED = "round 2 checkpointed"
+
+
+@dataclass(frozen=True)
+class KilledMidRun:
+    """What a run held when a kill landed: its first ``kept`` rounds' metrics lines, and the
+    mtimes of their checkpoints and of the site files (a redone one would change)."""
+
+    kept: int
+    logged: list[str]
+    done: dict[str, int]
+
+
+def _held(run_dir: Path, kept: int) -> KilledMidRun:
     assert run_files(run_dir).round_checkpoint(kept).exists()
     finished = [
         str(run_files(run_dir).round_checkpoint(r).relative_to(run_dir)) for r in range(1, kept + 1)
     ]
     done = {k: v for k, v in _snapshot(run_dir).items() if k.startswith("sites/") or k in finished}
-    logged = _lines(run_dir)[:kept]
+    return KilledMidRun(kept, _lines(run_dir)[:kept], done)
 
+
+@pytest.fixture(scope="module")
+def killed_mid_run(tmp_path_factory, ray_address) -> tuple[Path, dict[str, KilledMidRun]]:
+    """One run killed twice in round 2, then resumed to the end: first between round 2's
+    metrics line and its checkpoint (its saving stalled), then, resumed, once the redone
+    round 2's checkpoint is written. Each moment's case checks the finished run against what
+    the run held at its kill (a third run of the module's size would only repeat rounds)."""
+    base = tmp_path_factory.mktemp("killed")
+    run_dir, log = base / "run", base / "log.txt"
+    config = str(_config(base / "config.yaml"))
+    second = run_files(run_dir).round_checkpoint(2)
+    _kill_when(
+        _stalled(second.name, config, "--out", str(run_dir)), log, lambda: _has_round(run_dir, 2)
+    )
+    assert not second.exists()
+    held = {LOGGED: _held(run_dir, 1)}
+    _kill_when(_cli("--resume", str(run_dir)), log, second.exists)
+    held[CHECKPOINTED] = _held(run_dir, 2)
     _run_to_end(_cli("--resume", str(run_dir)), log)
+    return run_dir, held
+
+
+@pytest.mark.parametrize("moment", [CHECKPOINTED, LOGGED])
+def test_kill_9_then_resume_loses_and_repeats_nothing(killed_mid_run, reference, moment):
+    run_dir, held = killed_mid_run
+    kept, logged, done = held[moment].kept, held[moment].logged, held[moment].done
     rounds = _assert_complete(run_dir)
     # What was finished before the kill is kept as it was, not redone.
     assert _lines(run_dir)[:kept] == logged
@@ -273,12 +298,12 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path, ray_head, refere
             assert got["sites"][site]["train_loss"] == pytest.approx(entry["train_loss"], rel=2e-3)
 
 
-def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_head, reference):
+def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_address, reference):
     """SIGINT to the run's process group (as Ctrl-C sends it) after round 1: exit 130 within
     seconds, the run's private Ray gone, nothing half-written; ``--resume`` then ends with
     the model of a run never interrupted."""
     run_dir, log = tmp_path / "run", tmp_path / "log.txt"
-    config = str(_config(tmp_path / "config.yaml", None))
+    config = str(_config(tmp_path / "config.yaml", private=True))
     env = {k: v for k, v in _env().items() if k != "RAY_ADDRESS"}
     proc = start_interruptible(_cli(config, "--out", str(run_dir)), cwd=REPO, env=env, log=log)
     try:
@@ -286,7 +311,7 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_head, referen
         while not run_files(run_dir).round_checkpoint(1).exists():
             assert proc.poll() is None, f"the run ended first:\n{log.read_text()[-4000:]}"
             assert time.time() < deadline, log.read_text()[-4000:]
-            time.sleep(0.01)
+            time.sleep(POLL_S)
         os.killpg(proc.pid, signal.SIGINT)
         rc = proc.wait(timeout=30)
         assert rc == 130, log.read_text()[-4000:]
@@ -301,7 +326,7 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_head, referen
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))
     assert len(checkpoints) < ROUNDS and not (run_dir / "global_model.pt").exists()
 
-    env["RAY_ADDRESS"] = ray_head.address
+    env["RAY_ADDRESS"] = ray_address
     proc = subprocess.Popen(
         _cli("--resume", str(run_dir)),
         cwd=REPO,

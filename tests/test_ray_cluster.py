@@ -27,7 +27,9 @@ TINY_AUDIT = {
 def test_experiment_runs_on_an_existing_ray_cluster(tmp_path):
     run_dir = tmp_path / "on-cluster"
     seen: list[tuple[int, int]] = []
-    with LocalRayHead(num_cpus=2) as head:
+    # One CPU, as the session's head (conftest.py): the run starts one site actor, not two,
+    # and its two sites take turns in it; what is checked here does not need more.
+    with LocalRayHead(num_cpus=1) as head:
         config = validate_config(
             {
                 "name": "on-cluster",
