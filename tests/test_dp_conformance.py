@@ -40,6 +40,11 @@ DELTA = 1e-5
 RECORDS = 320
 ROUNDS = 2
 
+Run = tuple[ConformanceResult, GradientCanaryResult, float]
+"""A run's conformance checks, its whole white-box audit and its ledger's epsilon."""
+Fault = Callable[[pytest.MonkeyPatch], None]
+"""Patches one fault into Opacus (for one test or one run)."""
+
 
 def _task(width: int, batch: int):
     dataset = load_dataset("digits")
@@ -81,7 +86,7 @@ def sigma_for_eps2() -> float:
     return _calibrated("rdp").noise_for(32 / RECORDS)
 
 
-def _run(digits, dp: DPSettings) -> tuple[ConformanceResult, GradientCanaryResult, float]:
+def _run(digits, dp: DPSettings) -> Run:
     """Two rounds of a site's DP-SGD with its white-box audit; the conformance checks, the
     whole audit and the epsilon the ledger reports."""
     dataset, task, state = digits
@@ -132,8 +137,15 @@ def _violations(result: GradientCanaryResult, dp_epsilon: float):
     return report.checks.bound_violations
 
 
-def test_honest_run_passes_every_check(digits, sigma_for_eps2):
-    conformance, result, eps = _run(digits, _fixed(sigma_for_eps2))
+@pytest.fixture(scope="module")
+def honest(digits, sigma_for_eps2) -> Run:
+    """One honest run, read by every test that needs one (it is seeded: each would be the
+    same run)."""
+    return _run(digits, _fixed(sigma_for_eps2))
+
+
+def test_honest_run_passes_every_check(honest):
+    conformance, result, eps = honest
     assert eps == pytest.approx(2.0, abs=0.02)
     assert [c.name for c in conformance.failed] == []
     assert conformance.steps == result.steps > 0 and conformance.rounds == ROUNDS
@@ -290,7 +302,23 @@ def _every_fifth_step_unprotected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(DPOptimizer, "step", skipping)
 
 
-FAULTS: list[tuple[Callable[[pytest.MonkeyPatch], None], str, float | None]] = [
+@pytest.fixture(scope="module")
+def faulted(digits, sigma_for_eps2) -> Callable[[Fault], Run]:
+    """``fault -> its run``, each fault's run made once (it is seeded: every test reading it
+    would make the same run), with the fault patched in for that run only."""
+    runs: dict[Fault, Run] = {}
+
+    def run(fault: Fault) -> Run:
+        if fault not in runs:
+            with pytest.MonkeyPatch.context() as patch:
+                fault(patch)
+                runs[fault] = _run(digits, _fixed(sigma_for_eps2))
+        return runs[fault]
+
+    return run
+
+
+FAULTS: list[tuple[Fault, str, float | None]] = [
     (_half_noise, "noise_level", 0.5),
     (_reused_noise, "noise_reuse", 1.0),
     (_sampling_at_2q, "batch_total", 2.0),
@@ -307,11 +335,8 @@ FAULTS: list[tuple[Callable[[pytest.MonkeyPatch], None], str, float | None]] = [
 
 
 @pytest.mark.parametrize(("fault", "check", "factor"), FAULTS, ids=[f[0].__name__ for f in FAULTS])
-def test_fault_on_the_real_path_is_a_named_violation(
-    digits, sigma_for_eps2, monkeypatch, fault, check, factor
-):
-    fault(monkeypatch)
-    conformance, result, eps = _run(digits, _fixed(sigma_for_eps2))
+def test_fault_on_the_real_path_is_a_named_violation(faulted, fault, check, factor):
+    conformance, result, eps = faulted(fault)
     failed = {c.name: c for c in conformance.failed}
     assert check in failed, [c.message for c in conformance.checks]
     if factor is not None:
@@ -322,15 +347,14 @@ def test_fault_on_the_real_path_is_a_named_violation(
     assert failed[check].message in violation.message
 
 
-def test_half_noise_reads_in_the_report_as_half(digits, sigma_for_eps2, monkeypatch):
-    honest = _run(digits, _fixed(sigma_for_eps2))[1]
-    _half_noise(monkeypatch)
-    conformance, result, eps = _run(digits, _fixed(sigma_for_eps2))
+def test_half_noise_reads_in_the_report_as_half(honest, faulted):
+    conformance, result, eps = faulted(_half_noise)
     assert eps == pytest.approx(2.0, abs=0.02)  # the accountant saw the full noise
     (noise,) = [c for c in conformance.failed if c.name == "noise_level"]
     assert noise.message.startswith("noise 0.5") and "what the accountant assumes" in noise.message
     # The canaries went through the same noise call: the mechanism estimate rises with it.
-    assert result.levels["mechanism"].eps_estimate > 1.5 * honest.levels["mechanism"].eps_estimate
+    honest_mechanism = honest[1].levels["mechanism"].eps_estimate
+    assert result.levels["mechanism"].eps_estimate > 1.5 * honest_mechanism
 
 
 @pytest.mark.parametrize("reset_accountant", [False, True])
