@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torchvision.models import resnet18
 
 from contracts.errors import UserError
 from ml.models import MODELS
@@ -127,6 +126,10 @@ def resnet18_small(
     """
     if norm not in ("batch", "group"):
         raise UserError(f"model.options.norm: 'batch' or 'group', not {norm!r}")
+    # Here, not at the top: torchvision.models imports torch._dynamo (about 1.3 CPU-s), which
+    # a process that builds a small_cnn and never trains (a run's driver) does not need.
+    from torchvision.models import resnet18
+
     channels = input_shape[0]
     group = dp or norm == "group"
     norm_layer = (lambda c: nn.GroupNorm(min(32, c), c)) if group else nn.BatchNorm2d
