@@ -189,10 +189,13 @@ def test_noise_has_the_configured_std_and_accounting_resumes(tmp_path):
     assert [r["round"] for r in lines] == [1, 2, 3]
 
 
-@pytest.mark.slow
-def test_adaptive_clipping_at_the_sites_runs_and_is_accounted(tmp_path):
+@pytest.fixture(scope="module")
+def both_levels_run(tmp_path_factory) -> object:
+    """Record-level DP-SGD at the sites under client-level DP with adaptive clipping by the
+    sites' mod: one run for the adaptive clipping's and the two levels' checks."""
     dp = {
-        "level": "client",
+        "level": "both",
+        "noise_multiplier": 1.0,
         "client": {
             "noise_multiplier": 0.5,
             "clipping": "adaptive",
@@ -201,8 +204,14 @@ def test_adaptive_clipping_at_the_sites_runs_and_is_accounted(tmp_path):
             "clipped_count_stddev": 1.0,
         },
     }
-    run_dir = tmp_path / "run"
-    run_experiment(_config(dp, rounds=2), run_dir, write_report=False)
+    run_dir = tmp_path_factory.mktemp("both") / "run"
+    run_experiment(_config(dp, rounds=2), run_dir, write_report=True)
+    return run_dir
+
+
+@pytest.mark.slow
+def test_adaptive_clipping_at_the_sites_runs_and_is_accounted(both_levels_run):
+    run_dir = both_levels_run
     ledger = json.loads(run_files(run_dir).client_dp_accounting.read_text())
     assert ledger["clipping"] == "adaptive" and ledger["clipping_side"] == "client"
     assert ledger["sites"]["1"]["epsilon"] == pytest.approx(
@@ -213,10 +222,8 @@ def test_adaptive_clipping_at_the_sites_runs_and_is_accounted(tmp_path):
 
 
 @pytest.mark.slow
-def test_both_levels_report_each_epsilon_and_the_smaller_record_guarantee(tmp_path):
-    dp = {"level": "both", "noise_multiplier": 1.0, "client": {"noise_multiplier": 0.5}}
-    run_dir = tmp_path / "run"
-    run_experiment(_config(dp, rounds=2), run_dir, write_report=True)
+def test_both_levels_report_each_epsilon_and_the_smaller_record_guarantee(both_levels_run):
+    run_dir = both_levels_run
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     last = lines[-1]["sites"]["0"]
     assert last["dp_epsilon"] > 0 and last["dp_epsilon_client"] > 0

@@ -31,6 +31,9 @@ TINY = {
     "data": {"name": "digits"},
     "partition": {"scheme": "iid", "num_sites": 2, "records_per_site": 300},
     "fl": {"rounds": 1, "local_epochs": 1, "batch_size": 32},
+    # The set's own Ray head offers one CPU, as the session's does: each run starts one site
+    # actor instead of one per CPU (seconds of CPU each to start).
+    "ray": {"num_cpus": 1},
     "audit": {
         "settings": {
             "quick": True,
