@@ -6,13 +6,8 @@ image folders. Tests import them from here, never from one another."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -523,39 +518,6 @@ TINY_AUDIT = {
 }
 """Audit settings for runs on 8x8 digits whose audit is not what is checked: one epoch each,
 no reference models (their training is a Ray session of its own)."""
-
-
-def _default_sigint() -> None:
-    """A background job starts with SIGINT ignored; a terminal's Ctrl-C would not be."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def start_interruptible(
-    argv: list[str], *, cwd: Path, env: dict[str, str], log: Path
-) -> subprocess.Popen:
-    """``argv`` in a session of its own (its process group takes a Ctrl-C as a terminal's
-    would: SIGINT not ignored), its output appended to ``log``."""
-    with open(log, "ab") as fh:
-        return subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_default_sigint,
-        )
-
-
-def load_benchmark(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` as a module (benchmarks are scripts, not a package)."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def inversion_entry(round_: int, quality: float, baseline: float) -> InversionResult:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from builders import load_benchmark
+from launchers import load_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"

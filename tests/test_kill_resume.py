@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from builders import run_files, start_interruptible
+from builders import run_files
+from launchers import start_interruptible
 
 from contracts.checkpoint import load_checkpoint
 from simulations.processes import is_alive

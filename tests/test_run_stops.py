@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import TINY_AUDIT, start_interruptible
+from builders import TINY_AUDIT
+from launchers import start_interruptible
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 

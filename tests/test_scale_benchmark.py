@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from builders import load_benchmark
+from launchers import load_benchmark
 
 BURN = """
 import subprocess, sys, time
