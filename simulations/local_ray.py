@@ -100,6 +100,13 @@ class LocalRayHead:
             str(free_port(self.host)),
             "--object-manager-port",
             str(free_port(self.host)),
+            # Workers and drivers bind ports the OS picks: with Ray's default range
+            # (10002-19999) two heads on one machine hand out the same ports, and a driver
+            # that loses the race aborts ("Failed to start the grpc server").
+            "--min-worker-port",
+            "0",
+            "--max-worker-port",
+            "0",
         ]
         self.processes.start("ray-head", argv, env=env, log_path=self.log_path)
         wait_for_port(self.host, self.port, timeout_s=self.start_timeout_s, group=self.processes)
