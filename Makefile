@@ -64,10 +64,10 @@ typecheck: venv
 # One worker more than there are cores, each taking whole test files (a module's shared run
 # stays in one worker; each worker starts one Ray head that its experiments join): the Ray
 # tests spend much of their time waiting on processes starting, so a third worker on two
-# cores keeps both busy. Files go out in collection order, the long ones first (conftest.py).
+# cores keeps both busy.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: venv data browser lint typecheck
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 format: venv
 	$(VENV)/bin/ruff check --fix .

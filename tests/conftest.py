@@ -25,15 +25,6 @@ os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 torch.set_num_threads(1)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files that hold a long-running (``slow``) test first, each file's tests kept together
-    and in order: ``make test`` hands whole files to its workers in this order
-    (``--no-loadscope-reorder``), so the long runs start at once and the many short files
-    fill the end, instead of one long file running alone on an otherwise idle machine."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)
-
-
 @pytest.fixture(autouse=True)
 def seeded_rngs() -> None:
     """Every test starts from the same global RNG state (torch, numpy, random), whatever ran
