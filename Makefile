@@ -66,13 +66,19 @@ typecheck: venv
 # tests spend much of their time waiting on processes starting, so a third worker on two
 # cores keeps both busy.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 # mypy beside the suite, not before it: it keeps one core busy (about 45 s on a fresh clone)
-# while the other would wait for it; either one failing fails the target.
+# while the other would wait for it. Its report prints after the suite's; either one failing
+# fails the target.
 test: venv data browser lint
-	$(MAKE) --no-print-directory -j2 typecheck suite
+	@echo "mypy runs beside the test suite; its report follows the suite's"
+	@report=$$(mktemp); $(VENV)/bin/mypy > $$report 2>&1 & mypy=$$!; \
+	$(PYTEST); suite=$$?; \
+	wait $$mypy; types=$$?; echo "mypy:"; cat $$report; rm -f $$report; \
+	[ $$suite -eq 0 ] && [ $$types -eq 0 ]
 
 suite: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST)
 
 format: venv
 	$(VENV)/bin/ruff check --fix .
