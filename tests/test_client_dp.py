@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -190,7 +191,7 @@ def test_noise_has_the_configured_std_and_accounting_resumes(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def both_levels_run(tmp_path_factory) -> object:
+def both_levels_run(tmp_path_factory) -> Path:
     """Record-level DP-SGD at the sites under client-level DP with adaptive clipping by the
     sites' mod: one run for the adaptive clipping's and the two levels' checks."""
     dp = {

@@ -9,25 +9,17 @@ which a leaking feature, a label mix or a missing union penalty exceeds.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from launchers import load_benchmark
 from scipy import stats
 
 pytestmark = pytest.mark.slow
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "null_validity.py"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("null_validity", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve annotations through it
-    spec.loader.exec_module(module)
+    module = load_benchmark("null_validity")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield module
