@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
+import scipy
 
 from contracts.json_values import FLAT_IN_OLDER
 
@@ -87,7 +87,7 @@ class Interval:
         if n < 2:
             return cls(mean=mean, std=0.0, low=mean, high=mean, n=n)
         std = float(arr.std(ddof=1))
-        half = float(stats.t.ppf(0.975, df=n - 1)) * std / math.sqrt(n)
+        half = float(scipy.stats.t.ppf(0.975, df=n - 1)) * std / math.sqrt(n)
         return cls(mean=mean, std=std, low=mean - half, high=mean + half, n=n)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import stats
+import scipy
 
 from audit.result import finite
 
@@ -77,7 +77,7 @@ def over_runs(values: Sequence[float | None], bounds: tuple[float, float]) -> Ov
     if n < 2:
         return OverRuns(list(values), n, mean, None, None, None, None, None, lowest, highest)
     sd = float(xs.std(ddof=1))
-    t = float(stats.t.ppf(0.5 + LEVEL / 2, n - 1))
+    t = float(scipy.stats.t.ppf(0.5 + LEVEL / 2, n - 1))
     # Another run: its own spread plus the uncertainty of the mean (a prediction interval).
     run_half, mean_half = t * sd * math.sqrt(1 + 1 / n), t * sd / math.sqrt(n)
     lo, hi = bounds
@@ -103,7 +103,7 @@ def paired_p_value(first: Sequence[float], second: Sequence[float]) -> float | N
     if np.allclose(diffs, diffs[0], rtol=0, atol=1e-12):
         # No spread in the differences: the t statistic is 0/0 or infinite.
         return 1.0 if abs(diffs[0]) <= 1e-12 else 0.0
-    return float(stats.ttest_rel(first, second).pvalue)
+    return float(scipy.stats.ttest_rel(first, second).pvalue)
 
 
 def another_run_line(numbers: OverRuns) -> str | None:

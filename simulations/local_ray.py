@@ -38,6 +38,10 @@ class LocalRayHead:
         default is a new short folder in ``/tmp``, removed on exit.
     start_timeout_s
         How long to wait for the head's GCS port.
+    log_monitor
+        Whether the head runs Ray's log monitor, which sends the workers' output to drivers
+        that ask for it (``--verbose`` runs). Without it that output stays in the session's
+        log files, and the head spends less CPU while it waits.
     """
 
     def __init__(
@@ -47,6 +51,7 @@ class LocalRayHead:
         num_gpus: int = 0,
         temp_dir: Path | None = None,
         start_timeout_s: float = 120.0,
+        log_monitor: bool = True,
     ) -> None:
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
@@ -55,6 +60,7 @@ class LocalRayHead:
             Path(tempfile.mkdtemp(prefix="pfl-rc-", dir="/tmp")) if temp_dir is None else temp_dir
         )
         self.start_timeout_s = start_timeout_s
+        self.log_monitor = log_monitor
         self.host = "127.0.0.1"
         self.port = 0
         self.processes = ProcessGroup()
@@ -91,6 +97,8 @@ class LocalRayHead:
             "--include-dashboard",
             "false",
             "--disable-usage-stats",
+            "--include-log-monitor",
+            str(self.log_monitor).lower(),
             # Fixed default ports would collide with any other Ray instance here.
             "--ray-client-server-port",
             str(free_port(self.host)),

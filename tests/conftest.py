@@ -48,7 +48,9 @@ def shared_ray_head(request: pytest.FixtureRequest) -> Iterator[LocalRayHead | N
     # One CPU: a simulation then starts one site actor, not two, and its sites take turns
     # in it. Each actor costs seconds of CPU to start (Python, torch, Flower), which the
     # suite's workers otherwise pay twice per run while competing for the same two cores.
-    with LocalRayHead(num_cpus=1) as head:
+    # No log monitor: no test reads worker output through a driver, and it polls the
+    # workers' log files for the whole session.
+    with LocalRayHead(num_cpus=1, log_monitor=False) as head:
         os.environ[RAY_ADDRESS_ENV] = head.address
         try:
             yield head

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import numpy as np
-from scipy import optimize, special
+import scipy
 
 from audit.stats.one_run import Method, gdp_eps, one_run_bound
 from contracts.json_values import NullAs
@@ -129,9 +129,9 @@ def _log_prob_region(mean: float, std: float, lo: float, hi: float) -> float:
     """log P[lo < X < hi] for X ~ N(mean, std^2), from whichever tail is small."""
     a, b = (lo - mean) / std, (hi - mean) / std
     if a > 0:  # both in the upper tail: sf(a) - sf(b)
-        la, lb = special.log_ndtr(-a), special.log_ndtr(-b)
+        la, lb = scipy.special.log_ndtr(-a), scipy.special.log_ndtr(-b)
     else:
-        la, lb = special.log_ndtr(b), special.log_ndtr(a)
+        la, lb = scipy.special.log_ndtr(b), scipy.special.log_ndtr(a)
     if lb == -np.inf:
         return float(la)
     return float(la + np.log1p(-np.exp(min(lb - la, 0.0)))) if la > lb else -np.inf
@@ -188,7 +188,9 @@ def gaussian_fit_epsilon(inserted: np.ndarray, null: np.ndarray, *, delta: float
             hi *= 2
             if hi > _EPS_MAX:
                 return math.inf
-        eps = optimize.brentq(lambda e, a=a, b=b: gaussian_pair_delta(a, b, e) - delta, 0.0, hi)
+        eps = scipy.optimize.brentq(
+            lambda e, a=a, b=b: gaussian_pair_delta(a, b, e) - delta, 0.0, hi
+        )
         best = max(best, float(eps))
     return best
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
+import scipy
 
 from audit.conformance.distributions import (
     binomial_sum_tails,
@@ -221,7 +221,7 @@ def _noise_per_step(noise: _Noise, names: list[str], level: float) -> Conformanc
     with np.errstate(divide="ignore", invalid="ignore"):  # no noise at all: noise_level
         ratio = np.nan_to_num(noise.y / others, nan=1.0, posinf=1.0)
     worst = int(np.argmin(ratio))
-    p_one = float(stats.f.cdf(ratio[worst], noise.dof, (t - 1) * noise.dof))
+    p_one = float(scipy.stats.f.cdf(ratio[worst], noise.dof, (t - 1) * noise.dof))
     factor = math.sqrt(float(ratio[worst]))
     return _test(
         "noise_per_step",

@@ -8,7 +8,7 @@ compares it with the check's share of beta.
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
+import scipy
 
 __all__ = [
     "binomial_sum_tails",
@@ -24,7 +24,7 @@ __all__ = [
 
 def normal_p(z: float, *, side: str) -> float:
     """The p-value of a standard normal ``z``: ``"low"``, ``"high"`` or ``"both"`` tails."""
-    low, high = float(stats.norm.cdf(z)), float(stats.norm.sf(z))
+    low, high = float(scipy.stats.norm.cdf(z)), float(scipy.stats.norm.sf(z))
     return {"low": low, "high": high, "both": min(1.0, 2.0 * min(low, high))}[side]
 
 
@@ -32,8 +32,8 @@ def dispersion_p(statistic: float, *, mean: float, variance: float, side: str) -
     """The p-value of a sum of squared standardised deviations, read on the gamma law with
     its exact mean and variance (chi-square-like at few terms, normal at many)."""
     shape, scale = mean * mean / variance, variance / mean
-    low = float(stats.gamma.cdf(statistic, shape, scale=scale))
-    high = float(stats.gamma.sf(statistic, shape, scale=scale))
+    low = float(scipy.stats.gamma.cdf(statistic, shape, scale=scale))
+    high = float(scipy.stats.gamma.sf(statistic, shape, scale=scale))
     return {"low": low, "high": high, "both": min(1.0, 2.0 * min(low, high))}[side]
 
 
@@ -43,12 +43,12 @@ def binomial_sum_tails(total: int, *, trials: int, rates: np.ndarray) -> tuple[f
     continuity correction."""
     rates = np.asarray(rates, dtype=float)
     if np.all(rates == rates[0]):
-        law = stats.binom(trials * rates.size, rates[0])
+        law = scipy.stats.binom(trials * rates.size, rates[0])
         return float(law.cdf(total)), float(law.sf(total - 1))
     mean = trials * rates.sum()
     sd = float(np.sqrt(trials * (rates * (1 - rates)).sum()))
-    return float(stats.norm.cdf((total + 0.5 - mean) / sd)), float(
-        stats.norm.sf((total - 0.5 - mean) / sd)
+    return float(scipy.stats.norm.cdf((total + 0.5 - mean) / sd)), float(
+        scipy.stats.norm.sf((total - 0.5 - mean) / sd)
     )
 
 
@@ -57,7 +57,7 @@ def count_pmf(groups: list[tuple[int, float]]) -> np.ndarray:
     ``groups`` (a pmf over 0..sum of trials)."""
     pmf = np.ones(1)
     for trials, q in groups:
-        pmf = np.convolve(pmf, stats.binom.pmf(np.arange(trials + 1), trials, q))
+        pmf = np.convolve(pmf, scipy.stats.binom.pmf(np.arange(trials + 1), trials, q))
     return pmf
 
 
@@ -90,7 +90,7 @@ def kurtosis_z(b: np.ndarray, n: int) -> np.ndarray:
 def unit_correlation_sf(c: float, k: int) -> float:
     """``P(|<w, w'>| >= c)`` for independent directions ``w, w'`` uniform on the unit sphere
     of ``R^k`` (``<w, w'>^2`` is Beta(1/2, (k - 1)/2))."""
-    return float(stats.beta.sf(c * c, 0.5, (k - 1) / 2.0))
+    return float(scipy.stats.beta.sf(c * c, 0.5, (k - 1) / 2.0))
 
 
 def largest_pair_correlation(rows: np.ndarray, *, chunk: int = 2048) -> tuple[float, int, int]:

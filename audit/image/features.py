@@ -9,7 +9,7 @@ so the confidence is recomputed from the logits in float64 (the "logit-scaled co
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
+import scipy
 
 from audit.panoramia.calibration import CALIBRATION_NAMES
 from audit.panoramia.components import ClassifierData
@@ -36,8 +36,8 @@ def confidence_features(features: np.ndarray, y: np.ndarray | None) -> np.ndarra
     zy = z[rows, yi]
     others = z.copy()
     others[rows, yi] = -np.inf
-    lse_all = logsumexp(z, axis=1)
-    conf_logit = zy - logsumexp(others, axis=1)
+    lse_all = scipy.special.logsumexp(z, axis=1)
+    conf_logit = zy - scipy.special.logsumexp(others, axis=1)
     margin = zy - others.max(axis=1)
     log_p = zy - lse_all
     logp_all = z - lse_all[:, None]

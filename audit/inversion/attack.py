@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import scipy
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from scipy.optimize import linear_sum_assignment
 from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
@@ -556,7 +556,7 @@ def _pool_rows(
     aligned = [ref]
     for other in restarts[1:]:
         cost = torch.cdist(ref, other).numpy()
-        _, cols = linear_sum_assignment(cost)
+        _, cols = scipy.optimize.linear_sum_assignment(cost)
         aligned.append(other[torch.as_tensor(cols)])
     stack = torch.stack(aligned)  # (R, n, d)
     out = torch.zeros_like(ref)

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from audit.inversion.attack import AttackKind, Fields, LocalTraining, Reconstruction
 
@@ -52,7 +52,7 @@ def _assign(score: np.ndarray) -> np.ndarray:
     """Each true record's reconstruction: one-to-one (highest total) when there are at least
     as many reconstructions as records, else each record's best."""
     if score.shape[1] >= score.shape[0]:
-        rows, cols = linear_sum_assignment(-score)
+        rows, cols = scipy.optimize.linear_sum_assignment(-score)
         match = np.empty(score.shape[0], dtype=int)
         match[rows] = cols
         return match

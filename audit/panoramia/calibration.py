@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy
 import torch
-from scipy.special import logsumexp
 
 from audit.panoramia.components import Records
 from audit.panoramia.task import AuditTask
@@ -39,7 +39,7 @@ def log_likelihood(features: np.ndarray, y: np.ndarray | None) -> np.ndarray:
     if y is None or feats.shape[1] < 3:
         return -feats[:, 0]
     z = feats[:, 1:]
-    return z[np.arange(len(z)), np.asarray(y, dtype=np.int64)] - logsumexp(z, axis=1)
+    return z[np.arange(len(z)), np.asarray(y, dtype=np.int64)] - scipy.special.logsumexp(z, axis=1)
 
 
 def logit_confidence(log_p: np.ndarray) -> np.ndarray:
@@ -90,7 +90,7 @@ def calibrated_statistics(
     mean = ref_conf.mean(axis=1)
     std = ref_conf.std(axis=1, ddof=1) if k > 1 else np.zeros_like(mean)
     lira = logit_confidence(own) - mean
-    rmia = own - (logsumexp(ref.log_p, axis=1) - math.log(k))
+    rmia = own - (scipy.special.logsumexp(ref.log_p, axis=1) - math.log(k))
     return np.column_stack([lira, rmia, mean, std])
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import optimize, special, stats
+import scipy
 
 from audit.result import BoundSummary, Curve
 
@@ -83,10 +83,10 @@ def clopper_pearson_lower(
     """
     tp_arr, r_arr = np.broadcast_arrays(np.asarray(tp, dtype=float), np.asarray(r, dtype=float))
     # P[Bin(r, p) >= tp] = I_p(tp, r - tp + 1), so the boundary is the inverse regularised
-    # incomplete beta function (stats.beta.ppf without its argument checks). tp = 0 is
+    # incomplete beta function (scipy.stats.beta.ppf without its argument checks). tp = 0 is
     # evaluated at tp = 1 and then zeroed: cheaper than fancy indexing on 10^6 levels.
     tp_safe = np.maximum(tp_arr, 1.0)
-    out = np.asarray(special.betaincinv(tp_safe, r_arr - tp_safe + 1.0, level), dtype=float)
+    out = np.asarray(scipy.special.betaincinv(tp_safe, r_arr - tp_safe + 1.0, level), dtype=float)
     out[tp_arr <= 0] = 0.0
     return float(out) if out.ndim == 0 else out
 
@@ -425,7 +425,7 @@ def _worst_case_tail(tp: int, r: int, p: float, mu: float) -> float:
     if mu >= tp:
         return 1.0
     f = np.arange(tp + 1)
-    g = stats.binom.sf(tp - f - 1, r, p)
+    g = scipy.stats.binom.sf(tp - f - 1, r, p)
     if mu <= 0:
         return float(g[0])
     lo = int(math.floor(mu))
@@ -444,7 +444,7 @@ def _relaxed_p_lo(tp: int, r: int, level: float, mu: float, p_hi: float) -> floa
     if _worst_case_tail(tp, r, p_hi, mu) <= level:
         return p_hi
     return float(
-        optimize.brentq(
+        scipy.optimize.brentq(
             lambda p: _worst_case_tail(tp, r, p, mu) - level, 0.0, p_hi, xtol=1e-13, rtol=1e-12
         )
     )

@@ -47,7 +47,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, special
+import scipy
 
 from audit.stats.bounds import (
     _check_beta,
@@ -129,7 +129,7 @@ def steinke_eps_lb(*, m: int, guesses: int, correct: int, beta: float, delta: fl
 
 def _blow_up_inverse(x: float, mu: float) -> float:
     """The least type-I error that gives power ``x`` against mu-GDP: Phi(Phi^-1(x) - mu)."""
-    return float(special.ndtr(special.ndtri(x) - mu))
+    return float(scipy.special.ndtr(scipy.special.ndtri(x) - mu))
 
 
 def fdp_rejects(*, mu: float, m: int, guesses: int, correct: int, beta: float) -> bool:
@@ -194,8 +194,8 @@ def gdp_delta(eps: float, mu: float) -> float:
     """delta(eps) of mu-GDP: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)."""
     if mu <= 0.0:
         return 0.0
-    a = float(special.log_ndtr(-eps / mu + mu / 2))
-    b = eps + float(special.log_ndtr(-eps / mu - mu / 2))
+    a = float(scipy.special.log_ndtr(-eps / mu + mu / 2))
+    b = eps + float(scipy.special.log_ndtr(-eps / mu - mu / 2))
     # log-space difference: e^eps overflows long before the product does.
     return math.exp(a) * -math.expm1(b - a) if b < a else 0.0
 
@@ -208,7 +208,7 @@ def gdp_eps(*, mu: float, delta: float) -> float:
     hi = max(1.0, mu * mu)
     while gdp_delta(hi, mu) > delta:
         hi *= 2.0
-    return float(optimize.brentq(lambda e: gdp_delta(e, mu) - delta, 0.0, hi, xtol=1e-10))
+    return float(scipy.optimize.brentq(lambda e: gdp_delta(e, mu) - delta, 0.0, hi, xtol=1e-10))
 
 
 def fdp_eps_lb(
@@ -266,7 +266,7 @@ def _search(
         i, j = (int(x) for x in np.unravel_index(int(flat), g.shape))
         if not valid[i, j]:
             break
-        if method == "steinke" and best[0] >= 0 and p_cp[i, j] <= special.expit(best_value):
+        if method == "steinke" and best[0] >= 0 and p_cp[i, j] <= scipy.special.expit(best_value):
             break
         k, right = int(g[i, j]), int(c[i, j])
         if method == "steinke":
