@@ -513,11 +513,11 @@ TINY_AUDIT = {
     "helper_epochs": 1,
     "splits": {"generator": 100, "train": 60, "val": 30},
     "generator": {"kind": "cgan", "epochs": 1},
-    "classifier": {"epochs": [1], "gbm_iterations": [20]},
+    "classifier": {"epochs": [1], "gbm_iterations": [20], "gbm_learning_rates": [0.1]},
     "calibration": {"reference_models": 0},
 }
 """Audit settings for runs on 8x8 digits whose audit is not what is checked: one epoch each,
-no reference models (their training is a Ray session of its own)."""
+one boosting candidate, no reference models (their training is a Ray session of its own)."""
 
 
 def inversion_entry(round_: int, quality: float, baseline: float) -> InversionResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,33 @@ TINY_AUDIT = {
     # for what is checked here (the default is 10).
     "calibration": {"epochs": 1},
 }
+
+
+def _runs_log_monitor(head: LocalRayHead) -> bool:
+    """Whether Ray's log monitor is among the head's processes, once ``ray start`` has
+    started them all (it says so in its log)."""
+    deadline = time.time() + 120
+    while "Ray runtime started" not in head.log_path.read_text(errors="replace"):
+        assert time.time() < deadline, head.log_path.read_text(errors="replace")
+        time.sleep(0.2)
+    pids = [pid for s in head.processes.started for pid, _ in descendants(s.proc.pid)]
+    cmdlines = []
+    for pid in pids:
+        try:
+            cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+        except OSError:
+            continue  # gone meanwhile
+    assert cmdlines, "the head has no processes"
+    return any(b"log_monitor.py" in cmdline for cmdline in cmdlines)
+
+
+@pytest.mark.ray
+def test_the_session_head_runs_no_log_monitor(shared_ray_head: LocalRayHead | None) -> None:
+    """The test session's head is started with ``log_monitor=False`` (conftest.py); a head's
+    default, which ``--verbose`` runs read their workers' output through, keeps it (below)."""
+    if shared_ray_head is None:
+        pytest.skip("the session joins a cluster named by RAY_ADDRESS")
+    assert not _runs_log_monitor(shared_ray_head)
 
 
 @pytest.mark.slow
@@ -43,6 +71,7 @@ def test_experiment_runs_on_an_existing_ray_cluster(tmp_path):
             }
         )
         outcome = run_experiment(config, run_dir)
+        assert _runs_log_monitor(head)
         # The run's driver and its site workers were this cluster's, not a private Ray.
         logs = head.temp_dir / "session_latest" / "logs"
         drivers = list(logs.glob("python-core-driver-*"))
