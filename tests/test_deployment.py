@@ -307,28 +307,27 @@ def loopback(tmp_path_factory: pytest.TempPathFactory) -> Loopback:
         bad = consortium.run(
             deployments[0].app_dir, bad_run_config, timeout_s=600, log_path=tmp_path / "bad.log"
         )
-        statuses = []
-        for files in deployments:
-            if files is deployments[1]:
-                shutil.copy(deployments[0].layout.final_model, files.layout.final_model)
-            statuses.append(
-                consortium.run(
-                    files.app_dir,
-                    files.run_config,
-                    timeout_s=1500,
-                    log_path=files.run_dir / "deployment" / "serverapp.log",
-                )
+        dp, policy = deployments
+
+        def run(files: DeploymentFiles) -> RunStatus:
+            log_path = files.run_dir / "deployment" / "serverapp.log"
+            return consortium.run(
+                files.app_dir, files.run_config, timeout_s=1500, log_path=log_path
             )
+
+        dp_status = run(dp)
+        shutil.copy(dp.layout.final_model, policy.layout.final_model)  # what the policy run audits
+        policy_status = run(policy)
         seen = [(s.proc.pid, s.start) for s in consortium.processes.started]
         seen += [d for s in consortium.processes.started for d in descendants(s.proc.pid)]
         work_dir = consortium.work_dir
     time.sleep(0.5)
     return Loopback(
         nodes=nodes,
-        dp=deployments[0],
-        dp_status=statuses[0],
-        policy=deployments[1],
-        policy_status=statuses[1],
+        dp=dp,
+        dp_status=dp_status,
+        policy=policy,
+        policy_status=policy_status,
         bad_status=bad,
         bad_log=tmp_path / "bad.log",
         started_processes=started,
