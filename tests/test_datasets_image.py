@@ -1,6 +1,8 @@
 """The image loaders on small files written here in the real formats."""
 
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +106,17 @@ def test_cifar_batches_are_unpickled_with_numpy_arrays_only(tmp_path, protocol):
 def test_digits_is_always_there():
     ds = load_dataset("digits")
     assert ds.input_shape == (1, 8, 8) and len(ds) + len(ds.public_x) == 1797
+
+
+def test_digits_are_scikit_learns_without_importing_it():
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    ds = load_dataset("digits", options={"public_fraction": 0})
+    order = np.random.default_rng(12345).permutation(len(bunch.target))
+    assert np.array_equal(ds.x[:, 0], np.clip(bunch.images[order] * 16, 0, 255).astype(np.uint8))
+    assert np.array_equal(ds.y, bunch.target[order])
+    # A site process that only trains on digits never pays for importing scikit-learn.
+    probe = "import sys; from ml.datasets import load_dataset; load_dataset('digits'); "
+    probe += "sys.exit('sklearn' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
