@@ -68,9 +68,11 @@ typecheck: venv
 # One worker more than there are cores, each taking whole test files (a module's shared run
 # stays in one worker; each worker starts one Ray head that its experiments join): the Ray
 # tests spend much of their time waiting on processes starting, so a third worker on two
-# cores keeps both busy.
+# cores keeps both busy. Files go out in the order tests/conftest.py gives them (process-heavy
+# files first): xdist's default order, most tests first, would leave the long one-test
+# simulation files for last, run by one worker while the others sit idle.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # mypy beside the suite, not before it: it keeps one core busy (about 45 s on a fresh clone)
 # while the other would wait for it. Its report prints after the suite's; either one failing
 # fails the target.

@@ -25,6 +25,20 @@ os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files that start processes (marked ``ray`` or ``slow``: simulations, deployments, CLI
+    runs) run first, the in-process files after them, each group in file order. The workers
+    take whole files (``--dist loadfile --no-loadscope-reorder``, see the Makefile), so the
+    suite ends on short files that even out the workers, not on one long run while the other
+    workers have finished."""
+    heavy = {
+        item.path
+        for item in items
+        if any(item.iter_markers("ray")) or any(item.iter_markers("slow"))
+    }
+    items.sort(key=lambda item: item.path not in heavy)
+
+
 @pytest.fixture(autouse=True)
 def seeded_rngs() -> None:
     """Every test starts from the same global RNG state (torch, numpy, random), whatever ran
