@@ -18,6 +18,7 @@ from audit.result import AuditFlags, AuditResult, finite
 from contracts.run_files import NOISE_NOTES
 from contracts.run_log import ClientDPFile, RoundRecord, empty_rounds
 
+from .gate import gate_lines, verdict_of
 from .inputs import RunInputs, SiteAuditRead
 from .meanings import NOTES, Note
 from .metrics import EPS_TILDE, EPS_TILDE_TWO_SIDED
@@ -49,6 +50,7 @@ def build_report(inputs: RunInputs) -> RunReport:
         )
         for site_id, audit in sorted(inputs.audits.items())
     ]
+    policy = inputs.config.policy
     return RunReport(
         schema_version=SCHEMA_VERSION,
         run=inputs.config.record,
@@ -65,6 +67,7 @@ def build_report(inputs: RunInputs) -> RunReport:
         two_sided_meaning=NOTES[Note.TWO_SIDED],
         replicates=inputs.replicates,
         secure_aggregation=settings.secure_aggregation,
+        gate=None if policy is None else verdict_of(policy, gate_lines(policy, sites)),
     )
 
 

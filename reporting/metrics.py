@@ -305,6 +305,15 @@ DP_EPSILON = Metric(
     pooled="dp_epsilon",
     pooled_label="record-level accountant eps",
 )
+INVERSION_SHARE_REBUILT = Metric(
+    "inversion_share_rebuilt",
+    "share rebuilt by gradient inversion",
+    lambda s: max((r.share_rebuilt for r in s.privacy.inversion), default=None),
+    name="the largest share of the site's records the server's gradient inversion rebuilt "
+    "(over the attacked rounds)",
+    unit="fraction",
+    gloss="records whose best reconstruction is at or above the measure's threshold",
+)
 CLIENT_EPSILON = Metric(
     "client_epsilon",
     "accountant eps client (site-level)",
@@ -337,6 +346,7 @@ METRICS: tuple[Metric, ...] = (
     SERVER_FDP,
     SERVER_STEINKE,
     HOLDOUT_ACCURACY,
+    INVERSION_SHARE_REBUILT,
     DP_EPSILON,
     CLIENT_EPSILON,
 )
@@ -359,6 +369,15 @@ LOWER_BOUNDS: tuple[Metric, ...] = (
 )
 """The measured lower bounds on epsilon (the entries with a guarantee to stay at or below),
 in the order the ordering check lists its violations."""
+
+
+REBUILT_SHARES: tuple[Metric, ...] = (INVERSION_SHARE_REBUILT,)
+"""The shares of a site's records an attack rebuilt (unit ``fraction``): what a release
+policy's ``max_rebuilt_share`` holds every one of to (an attack that rebuilds records adds
+its entry here)."""
+
+METRIC_KEYS: dict[str, Metric] = {m.key: m for m in METRICS}
+"""Every entry of :data:`METRICS` by its key (what a release policy names)."""
 
 
 def round_two_sided(e: RoundLeakage) -> Interval:

@@ -14,6 +14,7 @@ from typing import Any
 
 from contracts.run_files import RunLayout
 
+from .gate_policy import GatePolicy
 from .privacy_ledger import PrivacySettings
 
 
@@ -34,6 +35,8 @@ class ReportConfig:
     """``config.yaml`` itself, hashed byte for byte by each site's manifest; None: none."""
     record: dict[str, Any] = field(default_factory=dict)
     """The config as ``config.yaml`` holds it: report.json's ``run``, copied, never read."""
+    policy: GatePolicy | None = None
+    """``report.policy``, read: the release policy whose verdict the report shows."""
 
 
 ConfigReader = Callable[[RunLayout], ReportConfig]

@@ -41,6 +41,7 @@ from .formatting import (
     scorer_cells,
     scorer_headers,
 )
+from .gate_blocks import gate_blocks
 from .html_page import page
 from .lost_sites import lost_sites
 from .meanings import NOTES, Note
@@ -84,6 +85,7 @@ def report_blocks(
         Banner("untrained", training_banner_lines(report.rounds)),
         Banner(*consortium_banner(named, "run")),
         Banner("canaries", [input_canary_banner(report.canaries)] if report.canaries else []),
+        *gate_blocks(report.gate),
         Heading("Headline"),
         Table(HEADLINE_COLUMNS, sites, attrs=' id="headline"', row_class=site_row_class),
         Para(NOTES[Note.HEADLINE], only="md"),

@@ -36,6 +36,7 @@ from contracts.dp_level import DPLevel, SecureAggregationMode
 from contracts.json_values import json_safe
 from contracts.run_log import ClientDPFile, PlatformInfo, RoundRecord
 
+from .gate_schema import GateVerdict
 from .replicate_schema import ReplicateReport, ReplicateSite
 
 SCHEMA_VERSION = 5
@@ -402,6 +403,8 @@ class RunReport:
     """The replicate set this run belongs to (``replicates.json`` beside its folder)."""
     secure_aggregation: SecureAggregationMode = "none"
     """``fl.secure_aggregation``: ``ideal`` when the server held only each round's sum."""
+    gate: GateVerdict | None = None
+    """The verdict of the run's release policy (``report.policy``); None: it names none."""
 
 
 Verdict = Literal["evidence", "flagged", "inconclusive", "none", "no result"]
@@ -481,6 +484,8 @@ class SitePageReport:
     page (linked, never copied); None when the site wrote none."""
     secure_aggregation: SecureAggregationMode = "none"
     """``ideal``: the server held only each round's sum (what its readings attack)."""
+    gate: GateVerdict | None = None
+    """The run's release policy on this site's own rules alone; None: the run names none."""
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from .formatting import (
     scoped_reasons,
     scorer_values,
 )
+from .gate_blocks import gate_blocks
 from .html_page import esc, page
 from .meanings import NOTES, Note
 from .metrics import INPUT_CANARY_FDP, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, mechanism, server
@@ -87,6 +88,7 @@ def render_site_page(report: SitePageReport) -> str:
             )
         ),
         Raw(_headline(report)),
+        *gate_blocks(report.gate),
         *_between_runs(report),
         Heading("What was measured"),
         Bullets(reading.measured),

@@ -22,6 +22,7 @@ from contracts.run_log import ClientDPFile, PlatformInfo, read_record
 
 from .aggregate import site_report
 from .banners import violation_warnings
+from .gate import site_gate_lines, verdict_of
 from .inputs import RunInputs, load_replicates, load_site_audit
 from .manifest import build_manifest
 from .meanings import NOTES, THREAT_MODEL, Note
@@ -72,6 +73,7 @@ def build_site_page_report(
     """A site's report from its numbers, its standing and the run directory's files."""
     link = exposed_records_link(layout, site.site_id)
     secure = config.privacy.secure_aggregation
+    policy = config.policy
     return SitePageReport(
         schema_version=SCHEMA_VERSION,
         run_name=config.name,
@@ -85,6 +87,7 @@ def build_site_page_report(
         between_runs=_between_runs(layout, site.site_id),
         inversion_gallery_link=_site_local_link(layout, inversion_gallery_name(site.site_id)),
         secure_aggregation=secure,
+        gate=None if policy is None else verdict_of(policy, site_gate_lines(policy, site)),
     )
 
 

@@ -1,4 +1,4 @@
-"""``panoramia-fl``: run, resume, report, sweep, audit, bounds and cache."""
+"""``panoramia-fl``: run, resume, report, sweep, audit, bounds, gate and cache."""
 
 from __future__ import annotations
 
@@ -459,12 +459,13 @@ def _add_cache_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def build_parser() -> argparse.ArgumentParser:
     """``panoramia-fl`` and its commands, each added by a function of its own."""
-    from simulations import cmd_bounds
+    from simulations import cmd_bounds, cmd_gate
 
     parser = argparse.ArgumentParser(
         prog="panoramia-fl",
         description="Federated training with per-site PANORAMIA privacy audits: run, resume, "
-        "report, sweep, audit, bounds and cache. 'panoramia-fl COMMAND --help' describes each.",
+        "report, sweep, audit, bounds, gate and cache. 'panoramia-fl COMMAND --help' describes "
+        "each.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
     for add_command in (
@@ -476,6 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         add_command(sub)
     cmd_bounds.register(sub)
+    cmd_gate.register(sub)
     return parser
 
 

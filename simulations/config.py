@@ -372,6 +372,28 @@ class AuditPhaseConfig(StrictModel):
         return n
 
 
+class ReportSectionConfig(StrictModel):
+    """What the run's report adds to its numbers."""
+
+    policy: Path | None = Field(
+        None,
+        description="a release policy (configs/policies/): the report and the evidence pack "
+        "show its verdict (panoramia-fl gate checks it on its own)",
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _readable_policy(cls, policy: Path | None) -> Path | None:
+        # Read now, so a bad policy stops the run before it trains; kept absolute, so that
+        # the run's config.yaml names it wherever its report is written again.
+        if policy is None:
+            return None
+        from simulations.policy_file import load_policy
+
+        load_policy(policy)
+        return policy.resolve()
+
+
 SEED_LIMIT = 2**32
 """Seeds are below this (numpy's seeds are 32-bit)."""
 
@@ -396,6 +418,7 @@ class ExperimentConfig(StrictModel):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     audit: AuditPhaseConfig = Field(default_factory=AuditPhaseConfig)
+    report: ReportSectionConfig = Field(default_factory=ReportSectionConfig)
 
     @field_validator("plugins")
     @classmethod

@@ -27,6 +27,7 @@ from simulations.config import (
     ExperimentConfig,
     audit_value,
 )
+from simulations.policy_file import load_policy
 
 DIGEST_LINE = "# panoramia-fl wrote this run's settings; their sha256: "
 """The first line of a run's ``config.yaml``: edited settings no longer match it."""
@@ -92,6 +93,7 @@ def report_config_of(raw: dict[str, Any], *, file: Path | None = None) -> Report
     config, or the one a user's own Flower app writes (``deployment.site_audits``), need
     not validate; a key it lacks or holds in another type reads as unknown (None)."""
     audit = _section(raw, "audit")
+    policy = _section(raw, "report").get("policy")
     return ReportConfig(
         privacy=privacy_settings(raw),
         name=None if raw.get("name") is None else str(raw["name"]),
@@ -100,6 +102,7 @@ def report_config_of(raw: dict[str, Any], *, file: Path | None = None) -> Report
         audited=audit.get("enabled") is not False,
         file=file,
         record=raw,
+        policy=None if policy is None else load_policy(Path(policy)),
     )
 
 
