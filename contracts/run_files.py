@@ -60,6 +60,8 @@ REPORT_CSV = "report.csv"
 """The report's site table, one row per site."""
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
+EVIDENCE_PDF = "evidence.pdf"
+"""The consortium's evidence pack (``report --pdf``); a site's is ``site-reports/site-<id>.pdf``."""
 LEDGER_CSV = "ledger.csv"
 """The run's privacy ledger, one row per site and guarantee."""
 SITE_REPORTS_DIR = "site-reports"
@@ -291,6 +293,10 @@ class RunLayout:
     @property
     def report_html(self) -> Path:
         return self.root / REPORT_HTML
+
+    @property
+    def evidence_pdf(self) -> Path:
+        return self.root / EVIDENCE_PDF
 
     @property
     def ledger_csv(self) -> Path:

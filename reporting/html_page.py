@@ -27,10 +27,13 @@ def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def page(title: str, body: list[str], *, data: Any, script: str | None = None) -> str:
+def page(
+    title: str, body: list[str], *, data: Any, script: str | None = None, style: str = ""
+) -> str:
     """A complete HTML document with the given body parts and embedded JSON data.
 
-    ``script`` (trusted, never built from the inputs) runs inline at the end of the body.
+    ``script`` (trusted, never built from the inputs) runs inline at the end of the body;
+    ``style`` (trusted) follows the style sheet (a printed page's).
     """
     return "\n".join(
         [
@@ -39,7 +42,7 @@ def page(title: str, body: list[str], *, data: Any, script: str | None = None) -
             "<head>",
             '<meta charset="utf-8">',
             f"<title>{esc(title)}</title>",
-            f"<style>\n{CSS}\n</style>",
+            f"<style>\n{CSS}\n{style}</style>",
             "</head>",
             "<body>",
             *body,

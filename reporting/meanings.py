@@ -109,6 +109,19 @@ class Note(Enum):
     ``p``, ``checks``)."""
     ONLY_CHANCE = "only_chance"
     """The banner's last line when every item is a flag consistent with chance."""
+    PACK_INTRO = "pack_intro"
+    """The evidence pack's opening: what it is and in which order it reads."""
+    NO_POLICY = "no_policy"
+    """The evidence pack's verdict section when the run names no release policy."""
+    CANARY_THREAT = "canary_threat"
+    CANARY_LIMITS = "canary_limits"
+    WHITE_BOX_THREAT = "white_box_threat"
+    WHITE_BOX_LIMITS = "white_box_limits"
+    INVERSION_LIMITS = "inversion_limits"
+    CLIENT_CANARY_THREAT = "client_canary_threat"
+    NO_CONFORMANCE = "no_conformance"
+    SECURE_AGGREGATION_NONE = "secure_aggregation_none"
+    """What the design section says of a run without secure aggregation."""
 
 
 _TIGHT_ONLY = "eps_tilde is a lower bound on epsilon only where c_lb is tight"
@@ -426,6 +439,55 @@ NOTES: dict[Note, str] = {
         "No flag survives the family-wise correction and nothing else is violated: the "
         "consortium's checks are consistent with honest DP-SGD. Each site's own page still "
         "reads its flag at the site's own level."
+    ),
+    Note.PACK_INTRO: (
+        "This evidence pack records the privacy audits of a model trained across the "
+        "consortium's sites, in the order a data protection impact assessment reads them: "
+        "the verdict against the consortium's release policy, the attacks tried (who holds "
+        "what, what each found, what it cannot show), the design choices that resist them, "
+        "the risk that remains, and what it takes to reproduce every number."
+    ),
+    Note.NO_POLICY: (
+        "The run names no release policy (report.policy in its config), so there is no "
+        "verdict; check it against one with: panoramia-fl gate RUN_DIR --policy FILE."
+    ),
+    Note.CANARY_THREAT: (
+        "Who: whoever holds the final shared model and knows the canary records your site "
+        "planted (the audit plays this attacker). What they try: to tell which canaries, each "
+        "kept or left out by a fair coin, the model trained on."
+    ),
+    Note.CANARY_LIMITS: (
+        "Canaries are records made to stand out, so the bound speaks for the most exposed "
+        "kind of record, and for a model that trained with them, which is not the one the "
+        "consortium trains without them."
+    ),
+    Note.WHITE_BOX_THREAT: (
+        "Who: the server, which receives what your site sends, or anyone who could watch "
+        "every noisy step of your site's DP-SGD. What they try: to tell whether one record "
+        "took part in training, from the gradients themselves."
+    ),
+    Note.WHITE_BOX_LIMITS: (
+        "The canaries are gradients made to be found: the bound checks the DP mechanism as "
+        "it ran against what its accountant assumes, and says little of how exposed your "
+        "natural records are."
+    ),
+    Note.INVERSION_LIMITS: (
+        "One attack with a fixed budget of steps: a stronger or longer attack could rebuild "
+        "more. A record counts as rebuilt when its best reconstruction passes a similarity "
+        "threshold, which is not the same as identical."
+    ),
+    Note.CLIENT_CANARY_THREAT: (
+        "Who: whoever holds the global models of the rounds (every site, the server). What "
+        "they try: to tell whether a whole site took part, from canary clients that join "
+        "the rounds by a fair coin (simulation only)."
+    ),
+    Note.NO_CONFORMANCE: (
+        "No conformance checks of the DP-SGD steps ran (they need record-level DP and "
+        "audit.gradient_canaries)."
+    ),
+    Note.SECURE_AGGREGATION_NONE: (
+        "none: the server received each site's update in the clear (what the white-box "
+        "server level and the inversion audit attack)."
     ),
 }
 """Every sentence of :class:`Note`, by key."""

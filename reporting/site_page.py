@@ -43,7 +43,15 @@ from .html_page import esc, page
 from .meanings import NOTES, Note
 from .metrics import INPUT_CANARY_FDP, O1, O1_FDP, RM_RN, RM_RN_TWO_SIDED, mechanism, server
 from .privacy_ledger import server_epsilon
-from .schema import SCORERS, SitePageReport, SiteReport, mean_of, report_json
+from .schema import (
+    SCORERS,
+    ConsortiumStanding,
+    ReproManifest,
+    SitePageReport,
+    SiteReport,
+    mean_of,
+    report_json,
+)
 from .site_columns import (
     BOUNDS_COLUMNS,
     BY_ROUND_COLUMNS,
@@ -87,7 +95,7 @@ def render_site_page(report: SitePageReport) -> str:
                 else "Rebuilt by the site from its own audit file alone."
             )
         ),
-        Raw(_headline(report)),
+        Raw(headline_box(report)),
         *gate_blocks(report.gate),
         *_between_runs(report),
         Heading("What was measured"),
@@ -100,7 +108,7 @@ def render_site_page(report: SitePageReport) -> str:
         *_conformance(site),
         *_inversion(report),
         Heading("Where your site stands in the consortium"),
-        Bullets(_standing(report)),
+        Bullets(standing_lines(report.standing)),
         Heading("Threat model"),
         Bullets(report.threat_model, ordered=True),
         *by_round_blocks(site),
@@ -112,12 +120,13 @@ def render_site_page(report: SitePageReport) -> str:
         _privacy_table(site),
         Heading("Reproducibility"),
         Para("Versions and commit are those of the environment that wrote this page."),
-        _manifest(report),
+        manifest_table(report.manifest),
     ]
     return page(title, to_html(blocks), data=report_json(report))
 
 
-def _headline(report: SitePageReport) -> str:
+def headline_box(report: SitePageReport) -> str:
+    """The verdict of the site's reading, its two headline numbers and the sentence."""
     site, reading = report.site, report.reading
     verdict = reading.verdict
     numbers = ""
@@ -213,8 +222,8 @@ def _inversion(report: SitePageReport) -> list[Block]:
     return blocks
 
 
-def _standing(report: SitePageReport) -> list[str]:
-    st = report.standing
+def standing_lines(st: ConsortiumStanding) -> list[str]:
+    """Where the site stands: its rank and band, and what the page does not show."""
     lines = []
     if st.rank is not None and st.n_ranked is not None:
         others = st.rank - 1
@@ -297,13 +306,13 @@ def _privacy_table(site: SiteReport) -> Table:
     violated = bool(site.checks.bound_violations)
     return Table(
         item_columns("guarantee or check", "value"),
-        [*_guarantee_items(site), *_measured_items(site)],
+        [*guarantee_items(site), *_measured_items(site)],
         attrs=' id="privacy"',
         row_class=lambda i: "violation" if violated and i.name == "ordering check" else None,
     )
 
 
-def _guarantee_items(site: SiteReport) -> list[Item]:
+def guarantee_items(site: SiteReport) -> list[Item]:
     """The DP guarantees that speak for the site's records, each with what it covers."""
     p = site.privacy
     client_what = "; ".join(
@@ -463,8 +472,8 @@ def _failed(site: SiteReport) -> Block:
     )
 
 
-def _manifest(report: SitePageReport) -> Table:
-    m = report.manifest
+def manifest_table(m: ReproManifest) -> Table:
+    """What it takes to reproduce the numbers: config digest, seeds, versions, platform."""
     items = [
         Item("config file", m.config_file or "none (not found beside the audit)"),
         Item("config sha256", m.config_sha256 or MISSING),

@@ -81,7 +81,7 @@ def build_site_page_report(
         reading=plain_reading(site, exposed_records=link is not None),
         threat_model=[*(NOTES[n] for n in THREAT_MODEL), *_inversion_threat(site, secure)],
         standing=standing,
-        manifest=build_manifest(config, result, _platform(layout)),
+        manifest=build_manifest(config, result, platform_of(layout)),
         exposed_records_link=link,
         source=source,
         between_runs=_between_runs(layout, site.site_id),
@@ -98,7 +98,7 @@ def _inversion_threat(site: SiteReport, secure: SecureAggregationMode) -> list[s
     return [NOTES[Note.INVERSION_THREAT_SUM] if secure == "ideal" else NOTES[Note.INVERSION_THREAT]]
 
 
-def _platform(layout: RunLayout) -> PlatformInfo | None:
+def platform_of(layout: RunLayout) -> PlatformInfo | None:
     """The run's ``platform.json``; None without one (or unreadable: the page still goes)."""
     try:
         return read_record(PlatformInfo, layout.platform)
@@ -134,7 +134,13 @@ def write_site_reports(inputs: RunInputs, report: RunReport) -> list[ReportFiles
 
 
 def write_site_report(layout: RunLayout, site_id: int, config: ReportConfig) -> ReportFiles:
-    """Rebuild one site's report from ``audits/site-<id>.json`` alone (plus ``config``, as
+    """Rebuild one site's report from ``audits/site-<id>.json`` alone
+    (:func:`site_page_alone`)."""
+    return _write(layout, site_page_alone(layout, site_id, config))
+
+
+def site_page_alone(layout: RunLayout, site_id: int, config: ReportConfig) -> SitePageReport:
+    """One site's report from ``audits/site-<id>.json`` alone (plus ``config``, as
     its caller read config.yaml when there, the server's client_dp.json, platform.json and
     the site's entry of the replicate set's replicates.json, when there); a
     :class:`RunFileError` when the audit file is missing or client_dp.json malformed."""
@@ -147,7 +153,7 @@ def write_site_report(layout: RunLayout, site_id: int, config: ReportConfig) -> 
         settings=config.privacy,
         client_dp=read_record(ClientDPFile, layout.client_dp_accounting),
     )
-    page = build_site_page_report(
+    return build_site_page_report(
         layout,
         site,
         result,
@@ -155,7 +161,6 @@ def write_site_report(layout: RunLayout, site_id: int, config: ReportConfig) -> 
         standing=standing_unavailable(),
         source="site",
     )
-    return _write(layout, page)
 
 
 def _write(layout: RunLayout, page: SitePageReport) -> ReportFiles:

@@ -18,6 +18,7 @@ from contracts.run_files import CONFIG_FILE, RunLayout
 
 if TYPE_CHECKING:
     from reporting import LostSites, ReportFiles
+    from reporting.run_config import ReportConfig
     from simulations.config import ExperimentConfig
     from simulations.sweep import SweepConfig
 
@@ -207,24 +208,51 @@ def cmd_report(args: argparse.Namespace) -> int:
     from simulations.config_file import report_config
 
     layout = RunLayout(Path(args.run_dir))
+    sweep = not layout.config.exists() and (layout.root / SWEEP_JSON).exists()
+    if args.pdf:
+        from reporting.pdf import chromium
+
+        if sweep:
+            raise UserError(f"--pdf: {layout.root} is a sweep; give one of its points' run folders")
+        chromium()  # before any work: without it, say what to install
+    pdfs: list[Path] = []
     try:
-        if not layout.config.exists() and (layout.root / SWEEP_JSON).exists():
+        if sweep:
             files = _sweep_report_again(layout.root, site=args.site)
         elif args.site is not None:
             config = report_config(layout, optional=True)
             check_writable(layout.site_reports)
             files = write_site_report(layout, args.site, config)
+            pdfs = _site_pack(layout, args.site, config) if args.pdf else []
         else:
             config = report_config(layout)
             check_writable(layout.root)
             check_writable(layout.site_reports)
             files = write_report(layout, config)
+            pdfs = _packs(layout, config) if args.pdf else []
     except RunFileError as err:
         print(f"panoramia-fl: error: {err}", file=sys.stderr)
         return 2
     _print_warnings(files.warnings)
     print(files.html_path)
+    for pdf in pdfs:
+        print(pdf)
     return 0
+
+
+def _packs(layout: RunLayout, config: ReportConfig) -> list[Path]:
+    """``report --pdf``: the consortium's evidence pack and each audited site's."""
+    from reporting.evidence_files import write_evidence_packs
+
+    packs = write_evidence_packs(layout, config)
+    return [packs.consortium, *packs.sites]
+
+
+def _site_pack(layout: RunLayout, site_id: int, config: ReportConfig) -> list[Path]:
+    """``report --site ID --pdf``: that site's evidence pack from its audit file alone."""
+    from reporting.evidence_files import write_site_evidence_pack
+
+    return [write_site_evidence_pack(layout, site_id, config)]
 
 
 def _sweep_report_again(sweep_dir: Path, *, site: int | None) -> ReportFiles:
@@ -419,6 +447,13 @@ def _add_report_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         metavar="ID",
         help="only rebuild site-reports/site-ID.* from audits/site-ID.json alone "
         "(plus config.yaml if present); the consortium standing then reads unavailable",
+    )
+    report.add_argument(
+        "--pdf",
+        action="store_true",
+        help="also print the evidence pack to PDF with headless Chromium: evidence.pdf and "
+        "site-reports/site-ID.pdf per audited site (with --site: that site's alone); "
+        "docs/evidence.md",
     )
     report.set_defaults(func=cmd_report)
 
