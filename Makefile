@@ -40,18 +40,19 @@ data:
 	  exit 1; \
 	fi
 
-# Chromium renders the report pages in tests/test_report_browser.py (headless, offline).
+# Chromium renders the report pages in tests/test_report_browser.py (headless, offline) and
+# prints the evidence packs (report --pdf); poppler-utils reads the PDFs back in the tests.
 browser:
-	@if command -v chromium >/dev/null 2>&1; then exit 0; fi; \
+	@if command -v chromium >/dev/null 2>&1 && command -v pdftotext >/dev/null 2>&1; then exit 0; fi; \
 	if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	  apt-get install -y -q chromium >/dev/null 2>&1 || \
-	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null; }; \
+	  apt-get install -y -q chromium poppler-utils >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium poppler-utils >/dev/null; }; \
 	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
-	  sudo apt-get install -y -q chromium >/dev/null; \
+	  sudo apt-get install -y -q chromium poppler-utils >/dev/null; \
 	fi; \
-	if ! command -v chromium >/dev/null 2>&1; then \
-	  echo "Chromium not found (the report pages are tested in it)."; \
-	  echo "Install it with: sudo apt-get install chromium"; \
+	if ! command -v chromium >/dev/null 2>&1 || ! command -v pdftotext >/dev/null 2>&1; then \
+	  echo "Chromium or poppler-utils not found (the report pages and PDFs are tested with them)."; \
+	  echo "Install them with: sudo apt-get install chromium poppler-utils"; \
 	  exit 1; \
 	fi
 
