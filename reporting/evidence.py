@@ -42,9 +42,8 @@ from .metrics import (
     Metric,
 )
 from .plain_language import conformance_sentence
-from .run_report import title as report_title
 from .schema import ReproManifest, RunReport, SitePageReport, SiteReport, report_json
-from .site_columns import CONFORMANCE_COLUMNS, INVERSION_COLUMNS, Item, item_columns
+from .site_columns import CONFORMANCE_COLUMNS, Item, item_columns
 from .site_page import guarantee_items, headline_box, manifest_table, standing_lines
 
 PRINT_STYLE = """
@@ -156,7 +155,7 @@ def _attack_blocks(
         results,
         *([Para(" ".join(rounds))] if rounds else []),
         Para("What it means. " + NOTES[attack.meaning]),
-        *([Bullets([NOTES[n] for n in attack.limits])] if attack.limits else []),
+        *([Bullets([NOTES[n].rstrip(".") + "." for n in attack.limits])] if attack.limits else []),
     ]
 
 
@@ -195,7 +194,6 @@ def _design(
             Table(item_columns("guarantee", "value"), guarantee_items(site)),
             Para(NOTES[Note.NO_CONFORMANCE] if result is None else conformance_sentence(result)),
             *([Table(CONFORMANCE_COLUMNS, list(result.checks))] if result else []),
-            *([Table(INVERSION_COLUMNS, site.privacy.inversion)] if site.privacy.inversion else []),
         ]
     return blocks
 
@@ -252,7 +250,7 @@ def consortium_pack_html(
     report: RunReport, manifest: ReproManifest, *, run_name: str | None
 ) -> str:
     """The consortium's evidence pack as a printable page: every site's numbers."""
-    title = "Evidence pack: " + report_title(run_name).removeprefix("PANORAMIA ")
+    title = "Evidence pack: the consortium" + (f" - {run_name}" if run_name else "")
     sites = report.sites
     blocks: list[Block] = [
         *_opening(title),

@@ -53,6 +53,11 @@ def gate_lines(
     return [replace(line, where=prefix + line.where) for line in lines]
 
 
+def unread_run_line(policy: GatePolicy, where: str, why: str) -> GateLine:
+    """The one line of a run that could not be read (a sweep's point): not measured."""
+    return _line(policy, None, where, "its run", None, why)
+
+
 def site_gate_lines(policy: GatePolicy, site: SiteReport) -> list[GateLine]:
     """The lines of one site alone (its own page and pack): no consortium rule, whose
     reading is another site's number."""
@@ -75,7 +80,8 @@ def _line(
 ) -> GateLine:
     """A line; ``passed`` None: not measured (a failure unless the rule or policy allows)."""
     if passed is None:
-        allowed = ((rule and rule.not_measured) or policy.not_measured) == "allow"
+        own = None if rule is None else rule.not_measured
+        allowed = (own or policy.not_measured) == "allow"
         return GateLine(where, text, "not measured", not allowed, value, detail)
     return GateLine(where, text, "pass" if passed else "fail", not passed, value, detail)
 

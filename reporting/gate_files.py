@@ -11,7 +11,7 @@ from contracts.files import atomic_write_text
 from contracts.run_files import RunLayout
 
 from .aggregate import build_report
-from .gate import GateLine, GateVerdict, gate_lines, junit_xml, verdict_of
+from .gate import GateLine, GateVerdict, gate_lines, junit_xml, unread_run_line, verdict_of
 from .gate_policy import GatePolicy
 from .inputs import load_run
 from .run_config import ConfigReader
@@ -45,7 +45,7 @@ def _point_lines(
     try:
         report = build_report(load_run(layout, read_config(layout)))
     except RunFileError as err:
-        return [GateLine(where, "its run", "not measured", True, None, str(err))]
+        return [unread_run_line(policy, where, str(err))]
     return gate_lines(policy, report.sites, prefix=f"{where}, ")
 
 
