@@ -179,7 +179,7 @@ def _design(
                 f"DP level: {dp_level or MISSING}.",
                 "Secure aggregation: "
                 + (
-                    NOTES[Note.SECURE_SUM].removeprefix("; secure aggregation: ")
+                    NOTES[Note.SECURE_AGGREGATION_IDEAL]
                     if secure == "ideal"
                     else NOTES[Note.SECURE_AGGREGATION_NONE]
                 ),

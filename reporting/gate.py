@@ -18,7 +18,7 @@ from dataclasses import replace
 from audit.result import Interval
 
 from .formatting import fmt
-from .gate_policy import GatePolicy, Requirements, ThresholdRule
+from .gate_policy import GatePolicy, Reading, Requirements, ThresholdRule
 from .gate_schema import GateLine, GateVerdict
 from .headline_flags import headline_flags
 from .metrics import LOWER_BOUNDS, METRIC_KEYS, REBUILT_SHARES, Metric
@@ -27,8 +27,8 @@ from .schema import FLAGS, SiteReport
 
 def verdict_of(policy: GatePolicy, lines: list[GateLine]) -> GateVerdict:
     """The verdict of ``lines``: passed when none counts as a failure."""
-    counts = {o: sum(line.outcome == o for line in lines) for o in ("pass", "fail")}
-    counts["not measured"] = sum(line.outcome == "not measured" for line in lines)
+    outcomes = ("pass", "fail", "not measured")
+    counts = {o: sum(line.outcome == o for line in lines) for o in outcomes}
     counts["failing"] = sum(line.failed for line in lines)
     return GateVerdict(policy.name, policy.description, not counts["failing"], lines, counts)
 
@@ -86,7 +86,7 @@ def _line(
     return GateLine(where, text, "pass" if passed else "fail", not passed, value, detail)
 
 
-def reading(metric: Metric, site: SiteReport, read: str) -> float | None:
+def reading(metric: Metric, site: SiteReport, read: Reading) -> float | None:
     """The number a rule reads of ``metric`` at ``site``: its interval's end or its value
     (a number without an interval is its own interval); None when not measured."""
     value = metric.get(site)

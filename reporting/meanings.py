@@ -120,12 +120,17 @@ class Note(Enum):
     INVERSION_LIMITS = "inversion_limits"
     CLIENT_CANARY_THREAT = "client_canary_threat"
     NO_CONFORMANCE = "no_conformance"
+    SECURE_AGGREGATION_IDEAL = "secure_aggregation_ideal"
     SECURE_AGGREGATION_NONE = "secure_aggregation_none"
     """What the design section says of a run without secure aggregation."""
 
 
 _TIGHT_ONLY = "eps_tilde is a lower bound on epsilon only where c_lb is tight"
 _NOT_A_BOUND = "eps_tilde is a measurement, not a bound"
+_SECURE_IDEAL = (
+    "ideal (the server held only each round's sum of the updates: a simulation of what a "
+    "secure-aggregation protocol promises, docs/dp_settings.md)."
+)
 _ONE_MODEL_INTERVAL = (
     "Each 95% interval here is over audit repeats of this one trained model: another "
     "training run of the same config (another seed, or the same seed on another CPU) trains "
@@ -155,10 +160,8 @@ NOTES: dict[Note, str] = {
         "Each site's guarantees (accountant, delta) beside its measured lower bounds and "
         f"eps_tilde. {_BOUNDS_BELOW_DP}; {_NOT_A_BOUND}."
     ),
-    Note.SECURE_SUM: (
-        "; secure aggregation: ideal (the server held only each round's sum of the updates: a "
-        "simulation of what a secure-aggregation protocol promises, docs/dp_settings.md)."
-    ),
+    Note.SECURE_SUM: f"; secure aggregation: {_SECURE_IDEAL}",
+    Note.SECURE_AGGREGATION_IDEAL: _SECURE_IDEAL,
     Note.ROW_COLOURS: (
         "Row colours: yellow = saturated (eps_tilde reads headroom, not leakage); red = c_lb "
         "not tight (eps_tilde may overstate); grey = failed or missing audit; dark red border "
