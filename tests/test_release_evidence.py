@@ -246,14 +246,23 @@ def test_a_policy_named_in_the_config_shows_its_verdict(run, tmp_path):
     assert {line["where"] for line in page["gate"]["lines"]} == {"site 1"}
 
 
-def test_a_bad_policy_in_the_config_names_report_policy(tmp_path):
+def test_report_policy_is_read_when_the_config_loads(tmp_path, monkeypatch):
+    """A bad policy stops the config naming report.policy; a good one is kept absolute in
+    the run's config.yaml and read back for its report from another folder."""
     from simulations.config import ConfigError, load_config
+    from simulations.config_file import dump_config, report_config_of
 
     bad = _policy(tmp_path, {"rules": [{"metric": "nope", "at_most": 1}]})
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"report": {"policy": str(bad)}}))
     with pytest.raises(ConfigError, match=r"report\.policy: .*rules\.0\.metric: unknown metric"):
         load_config(config)
+    monkeypatch.chdir(REPO)
+    config.write_text(yaml.safe_dump({"report": {"policy": "configs/policies/strict.yaml"}}))
+    written = dump_config(load_config(config))
+    monkeypatch.chdir(tmp_path)
+    policy = report_config_of(yaml.safe_load(written)).policy
+    assert policy is not None and policy.name == "strict"
 
 
 def _tool(name: str) -> str:
