@@ -70,6 +70,13 @@ def check_run_task(config: ExperimentConfig, meta: DatasetMeta) -> None:
             f"audit.inversion: {meta.modality} records are not supported "
             f"({', '.join(MODALITIES)}); set it to null"
         )
+    if config.audit.attribute_inference is not None:
+        from audit.tabular.attribute_attack import sensitive_attribute
+
+        width = int(meta.input_shape[-1]) if meta.input_shape else 0
+        sensitive_attribute(
+            config.audit.attribute_inference.field, meta.schema, width, modality=meta.modality
+        )
     model = make_task(config, meta).make_model()
     if config.dp.record_level:
         check_private(model, config.model.name)
