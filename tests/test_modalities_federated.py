@@ -77,4 +77,4 @@ def test_federated_run_with_audits(tmp_path, modality):
             assert inferred["pairs"] > 10 and inferred["eps_lb"]["mean"] >= 0
         assert "## Attribute inference" in (tmp_path / modality / "report.md").read_text()
         page = (tmp_path / modality / "site-reports" / "site-0.html").read_text()
-        assert 'id="attribute-inference"' in page and "members' health" in page
+        assert 'id="attribute-inference"' in page and "members&#x27; health" in page

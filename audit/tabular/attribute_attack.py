@@ -40,17 +40,18 @@ class UnknownFieldError(UserError, ValueError):
 
 
 def sensitive_attribute(
-    name: str, schema: dict[str, Any] | None, width: int, *, modality: str = "tabular"
+    name: str, schema: dict[str, Any] | None, x: np.ndarray, *, modality: str = "tabular"
 ) -> Attribute:
-    """The attribute called ``name`` in the records' encoding; an :class:`UnknownFieldError`
-    naming the key and listing the fields otherwise (also for records that are not rows)."""
+    """The attribute called ``name`` in the encoding of the records ``x`` (the schema's, else
+    the one :func:`~contracts.tabular_schema.infer_attributes` reads from them); an
+    :class:`UnknownFieldError` naming the key and listing the fields otherwise (also for
+    records that are not rows)."""
     if modality != "tabular":
         raise UnknownFieldError(
             f"{ATTRIBUTE_INFERENCE_KEY}.field: {modality} records have no fields; attribute "
             "inference reads tabular records (set it to null)"
         )
-    attributes = resolve_attributes(np.zeros((1, width)), schema)
-    by_name = {a.name: a for a in attributes}
+    by_name = {a.name: a for a in resolve_attributes(x, schema)}
     if name not in by_name:
         raise UnknownFieldError(
             f"{ATTRIBUTE_INFERENCE_KEY}.field: {name!r} is not a field of the records; "

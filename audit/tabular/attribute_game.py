@@ -137,9 +137,7 @@ def attribute_inference_audit(
     the fields) when ``config.field`` is not a field of the records.
     """
     began = time.perf_counter()
-    attribute = sensitive_attribute(
-        config.field, schema, members.x.shape[1], modality=str(task.modality)
-    )
+    attribute = sensitive_attribute(config.field, schema, members.x, modality=str(task.modality))
     if public is not None and len(public) > 0:
         reference, players, where = public, nonmembers, "public"
     else:
