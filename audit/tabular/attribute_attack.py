@@ -77,8 +77,8 @@ class SensitiveField:
             return cls(attribute, coding, np.eye(k, dtype=np.float32))
         codes = coding.encode(reference)[:, 0]
         column = reference[:, attribute.start]
-        # A level the reference records never take keeps its neighbours' ends (never queried
-        # as a guess can only name levels a predictor saw).
+        # A level no reference record takes is queried at the column's median: the prior,
+        # trained on those records, gives it no weight, so it never becomes a guess.
         values = np.array(
             [np.median(column[codes == c]) if (codes == c).any() else np.nan for c in range(k)]
         )

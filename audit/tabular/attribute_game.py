@@ -107,12 +107,12 @@ def play(
         keep("eps_lb", max(sides.values()))
         keep("ceiling", bounds.ceiling(game.membership, beta=beta / SIDE_SHARES))
         keep("pairs", len(mi))
-        for name, g in (("accuracy", "attack"), ("baseline_accuracy", "baseline")):
-            on_m = guesses_members.correct(getattr(guesses_members, g))[mi].mean()
-            on_n = guesses_nonmembers.correct(getattr(guesses_nonmembers, g))[ni].mean()
-            keep(f"{name}_members", on_m)
-            keep(f"{name}_nonmembers", on_n)
-            keep(f"{'advantage' if g == 'attack' else 'baseline_advantage'}", on_m - on_n)
+        for prefix, which in (("", "attack"), ("baseline_", "baseline")):
+            on_m = guesses_members.correct(getattr(guesses_members, which))[mi].mean()
+            on_n = guesses_nonmembers.correct(getattr(guesses_nonmembers, which))[ni].mean()
+            keep(f"{prefix}accuracy_members", on_m)
+            keep(f"{prefix}accuracy_nonmembers", on_n)
+            keep(f"{prefix}advantage", on_m - on_n)
     return out
 
 
