@@ -17,6 +17,7 @@ from audit.canaries.input_canaries import InputCanaryResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import AuditResult
+from audit.tabular.attribute_result import AttributeInferenceResult
 from contracts.json_values import older_key
 
 
@@ -42,6 +43,9 @@ class SiteResults:
     """PANORAMIA in brief on the site's own local models of chosen rounds, the weights it
     sent the server (``audit.updates``), with the same games as the global models of those
     rounds (``by_round``); each with the site's DP-SGD epsilon after its round."""
+    attribute_inference: AttributeInferenceResult | None = None
+    """Attribute inference on the final model: does it reveal a sensitive field better for
+    the site's members than for its held-out records (``audit.attribute_inference``)?"""
 
     def __post_init__(self) -> None:
         for f in fields(self):

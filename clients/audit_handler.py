@@ -14,6 +14,7 @@ import torch
 from audit.canaries.input_canaries import InputCanaryResult
 from audit.config import AuditConfig
 from audit.site_results import SiteResults
+from audit.tabular.attribute_result import AttributeInferenceConfig, AttributeInferenceResult
 from clients.site_data import SiteData
 from contracts.files import atomic_write_text
 
@@ -32,6 +33,8 @@ class SiteAuditPolicy:
     """K > 0: write the site's K most exposed members to ``exposed_records_path``."""
     exposed_records_path: Path | None = None
     """A file in the site's own state directory; required when ``exposed_records`` > 0."""
+    attribute_inference: AttributeInferenceConfig | None = None
+    """The sensitive field whose inference from the final model the site measures."""
 
     def __post_init__(self) -> None:
         if self.exposed_records > 0 and self.exposed_records_path is None:
@@ -115,7 +118,11 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
             return SiteResults(by_round=by_round, updates=own)
         input_canaries = _final_model_extras(policy, task, model, data, references, settings)
         return SiteResults(
-            result=results[_FINAL], input_canaries=input_canaries, by_round=by_round, updates=own
+            result=results[_FINAL],
+            input_canaries=input_canaries,
+            by_round=by_round,
+            updates=own,
+            attribute_inference=_attribute_inference(policy, task, model, data, settings),
         )
 
     return runner
@@ -150,6 +157,40 @@ def _final_model_extras(
         beta=settings.beta,
         delta=settings.delta,
         device_name=settings.device,
+    )
+
+
+def _attribute_inference(
+    policy: SiteAuditPolicy,
+    task: Any,
+    model: torch.nn.Module,
+    data: SiteData,
+    settings: AuditConfig,
+) -> AttributeInferenceResult | None:
+    """The final model's attribute-inference audit on the site's members against its
+    held-out records (its guesses trained on the public pool when the site has one)."""
+    if policy.attribute_inference is None:
+        return None
+    from audit.panoramia.settings import resolve_device
+    from audit.tabular.attribute_game import attribute_inference_audit
+
+    if len(data.holdout_x) == 0:
+        raise ValueError(
+            f"site {data.site_id}: audit.attribute_inference plays its members against "
+            "held-out records, and the site has none (partition.holdout_fraction > 0)"
+        )
+    public = data.records("public") if data.public_x is not None else None
+    return attribute_inference_audit(
+        task,
+        model,
+        data.records("train"),
+        data.records("holdout"),
+        config=policy.attribute_inference,
+        schema=getattr(task, "schema", None),
+        public=public,
+        beta=settings.beta,
+        seed=settings.seed,
+        device=resolve_device(settings.device),
     )
 
 

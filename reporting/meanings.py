@@ -19,6 +19,7 @@ from enum import Enum
 from audit.config import ONE_SIDED_SHARES, TWO_SIDED_SHARES
 from audit.panoramia.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
+from audit.tabular.attribute_result import ATTRIBUTE_INFERENCE_MEANING
 from contracts.reply_keys import DECLARED_SIZE_ADJACENCY
 
 
@@ -58,6 +59,8 @@ class Note(Enum):
     TOO_FEW_FOR_CLASS = "too_few_for_class"
     """A class whose slots let even a perfect attack reach no useful bound."""
     INVERSION = "inversion"
+    ATTRIBUTE_INFERENCE = "attribute_inference"
+    """The audit's statement of its attribute-inference game (audit.attribute_inference)."""
     WHITE_BOX = "white_box"
     """What the white-box numbers mean, for every place that shows them."""
     OUTSIDE = "outside"
@@ -145,6 +148,7 @@ _BOUNDS_BELOW_DP = (
 NOTES: dict[Note, str] = {
     Note.EPS_TILDE: EPS_TILDE_MEANING,
     Note.TWO_SIDED: TWO_SIDED_MEANING,
+    Note.ATTRIBUTE_INFERENCE: ATTRIBUTE_INFERENCE_MEANING,
     Note.TIGHT_ONLY: _TIGHT_ONLY,
     Note.NOT_A_BOUND: _NOT_A_BOUND,
     Note.ABOVE_LABEL: "eps_tilde above DP eps (not a bound)",

@@ -18,6 +18,7 @@ from audit.canaries.gradient_canaries import LevelAudit, reading_level
 from audit.canaries.input_canaries import InputCanaryResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import AuditResult, Interval, TwoSidedResult, finite
+from audit.tabular.attribute_result import AttributeInferenceResult
 
 from .schema import SiteReport, mean_of
 
@@ -98,6 +99,18 @@ def _two(get: Callable[[TwoSidedResult], Value]) -> Callable[[SiteReport], Value
 
 def _input_canary(get: Callable[[InputCanaryResult], Value]) -> Callable[[SiteReport], Value]:
     return lambda s: None if s.privacy.canary is None else get(s.privacy.canary)
+
+
+def _attribute(
+    get: Callable[[AttributeInferenceResult], Value],
+) -> Callable[[SiteReport], Value]:
+    return lambda s: None if (a := s.privacy.attribute_inference) is None else get(a)
+
+
+def _attribute_level(site: SiteReport) -> float | None:
+    """Each side of the attribute-inference game holds at beta/2."""
+    a = site.privacy.attribute_inference
+    return None if a is None else a.beta / 2
 
 
 def _level(
@@ -290,6 +303,26 @@ SERVER_STEINKE = Metric(
     checked="site_dp",
     level=_white_box_level,
 )
+ATTRIBUTE_EPS_LB = Metric(
+    "attribute_eps_lb",
+    "attribute inference eps_lb",
+    _attribute(lambda a: a.eps_lb),
+    name="attribute-inference eps lower bound (two-sided)",
+    gloss="guessing membership by how much more the model-based guess of the sensitive field "
+    "believes its true value than a baseline without the model, on members against real "
+    "held-out records (c = 0): an eps lower bound",
+    checked="released",
+    level=_attribute_level,
+)
+ATTRIBUTE_ADVANTAGE = Metric(
+    "attribute_advantage",
+    "attribute inference advantage",
+    _attribute(lambda a: a.advantage),
+    name="attribute-inference advantage (accuracy on members minus on held-out records)",
+    unit="fraction",
+    gloss="how much more often the model-based guess names the sensitive field right for "
+    "the model's members than for people it never saw (the baseline's gap beside it)",
+)
 HOLDOUT_ACCURACY = Metric(
     "holdout_accuracy",
     "accuracy (site holdout)",
@@ -345,6 +378,8 @@ METRICS: tuple[Metric, ...] = (
     MECHANISM_ESTIMATE,
     SERVER_FDP,
     SERVER_STEINKE,
+    ATTRIBUTE_EPS_LB,
+    ATTRIBUTE_ADVANTAGE,
     HOLDOUT_ACCURACY,
     INVERSION_SHARE_REBUILT,
     DP_EPSILON,
@@ -366,6 +401,7 @@ LOWER_BOUNDS: tuple[Metric, ...] = (
     MECHANISM_STEINKE,
     SERVER_FDP,
     SERVER_STEINKE,
+    ATTRIBUTE_EPS_LB,
 )
 """The measured lower bounds on epsilon (the entries with a guarantee to stay at or below),
 in the order the ordering check lists its violations."""

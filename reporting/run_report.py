@@ -25,6 +25,7 @@ from .blocks import (
     to_markdown,
 )
 from .columns import (
+    ATTRIBUTE_SITE_COLUMNS,
     HEADLINE_COLUMNS,
     LEDGER_COLUMNS,
     LEDGER_GROUPS,
@@ -118,6 +119,7 @@ def report_blocks(
         Bullets(levels_lines(sites)),
         *_problems(report),
         *_ledger(report),
+        *_attribute_inference(report),
         *_client_canaries(report),
         *_figures(report),
         *_over_rounds(report),
@@ -128,6 +130,18 @@ def report_blocks(
             "under record-level DP) and its accountant epsilon per round (when DP is on).",
             alt="training curves",
         ),
+    ]
+
+
+def _attribute_inference(report: RunReport) -> list[Block]:
+    """Each site's attribute-inference audit, when any site ran one."""
+    sites = [s for s in report.sites if s.privacy.attribute_inference is not None]
+    if not sites:
+        return []
+    return [
+        Heading("Attribute inference"),
+        Para(NOTES[Note.ATTRIBUTE_INFERENCE]),
+        Table(ATTRIBUTE_SITE_COLUMNS, sites, attrs=' id="attribute-inference"'),
     ]
 
 

@@ -32,6 +32,7 @@ from audit.result import (
     TwoSidedResult,
     finite,
 )
+from audit.tabular.attribute_result import AttributeInferenceResult
 from contracts.dp_level import DPLevel, SecureAggregationMode
 from contracts.json_values import json_safe
 from contracts.run_log import ClientDPFile, PlatformInfo, RoundRecord
@@ -243,6 +244,9 @@ class PrivacyReport:
     declared_size: int | None = None
     """Record level: the public record count its DP-SGD's sampling rate, steps and divisor
     came from (``dp.declared_size``); None: the site's own member count (not sent)."""
+    attribute_inference: AttributeInferenceResult | None = None
+    """Whether the final model reveals a sensitive field better for the site's members than
+    for its held-out records (``audit.attribute_inference``); None when off."""
     outside_guarantee: list[str] = field(default_factory=list)
     """Record level: the keys of its train replies that its guarantee does not cover
     (``contracts.reply_keys.REPLY_KEYS``), e.g. ``dp-epsilon`` derived from its own member

@@ -11,7 +11,8 @@ from typing import NamedTuple
 from audit.conformance.checks import CHECKS, ConformanceCheck
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
-from audit.result import ClassSliceResult, SideResult
+from audit.result import ClassSliceResult, Interval, SideResult
+from audit.tabular.attribute_result import AttributeInferenceResult
 
 from .columns import (
     Column,
@@ -84,6 +85,42 @@ INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
     column("attack: match loss / steps of its budget / s", _inversion_cost),
 )
 """A site's inversion audit, one row per attacked round (its own page)."""
+
+
+class GuessRow(NamedTuple):
+    """A row of a site's attribute-inference table: one guess's accuracies."""
+
+    guess: str
+    members: Interval
+    nonmembers: Interval
+    advantage: Interval
+
+
+def guess_rows(result: AttributeInferenceResult) -> list[GuessRow]:
+    """The model-based guess, then the baseline without the model."""
+    return [
+        GuessRow(
+            "with the model",
+            result.accuracy_members,
+            result.accuracy_nonmembers,
+            result.advantage,
+        ),
+        GuessRow(
+            "baseline (public records, no model)",
+            result.baseline_accuracy_members,
+            result.baseline_accuracy_nonmembers,
+            result.baseline_advantage,
+        ),
+    ]
+
+
+ATTRIBUTE_COLUMNS: tuple[Column[GuessRow], ...] = (
+    column("guess of the sensitive field", lambda r: r.guess, cls="text"),
+    _estimate("accuracy on members [95% CI]", lambda r: r.members),
+    _estimate("on held-out records [95% CI]", lambda r: r.nonmembers),
+    _estimate("advantage [95% CI]", lambda r: r.advantage),
+)
+"""A site's attribute-inference audit, one row per guess (its own page)."""
 
 
 class Game(NamedTuple):

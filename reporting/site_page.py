@@ -20,6 +20,7 @@ from .blocks import Banner, Block, Bullets, Figure, Heading, Meaning, Para, Raw,
 from .formatting import (
     MISSING,
     SIDE_LABELS,
+    attribute_sentence,
     first_leaking_text,
     fmt,
     fmt_best,
@@ -53,6 +54,7 @@ from .schema import (
     report_json,
 )
 from .site_columns import (
+    ATTRIBUTE_COLUMNS,
     BOUNDS_COLUMNS,
     BY_ROUND_COLUMNS,
     CONFORMANCE_COLUMNS,
@@ -62,6 +64,7 @@ from .site_columns import (
     UPDATE_COLUMNS,
     Game,
     Item,
+    guess_rows,
     item_columns,
 )
 
@@ -107,6 +110,7 @@ def render_site_page(report: SitePageReport) -> str:
         *_exposed(report),
         *_conformance(site),
         *_inversion(report),
+        *_attribute_inference(site),
         Heading("Where your site stands in the consortium"),
         Bullets(standing_lines(report.standing)),
         Heading("Threat model"),
@@ -220,6 +224,27 @@ def _inversion(report: SitePageReport) -> list[Block]:
             )
         )
     return blocks
+
+
+def _attribute_inference(site: SiteReport) -> list[Block]:
+    """Does the model reveal a sensitive field of the site's members (audit.attribute_inference)?"""
+    result = site.privacy.attribute_inference
+    if result is None:
+        return []
+    where = "public records" if result.reference == "public" else "a share of your held-out records"
+    return [
+        Heading(f"Does the model reveal your members' {result.field}?"),
+        Para(attribute_sentence(result)),
+        Para(f"How to read it: {NOTES[Note.ATTRIBUTE_INFERENCE]}"),
+        Para(
+            f"{result.pairs:,} pairs per game, {result.eps_lb.n} games; the guesses trained on "
+            f"{result.n_reference:,} {where}; always guessing the most frequent value is right "
+            f"for {result.majority_share:.0%}. The eps lower bound's sides: members "
+            f"{fmt_est(result.eps_lb_member)}, held-out {fmt_est(result.eps_lb_nonmember)} "
+            f"(ceiling {fmt(result.ceiling)}, each side at beta/2)."
+        ),
+        Table(ATTRIBUTE_COLUMNS, guess_rows(result), attrs=' id="attribute-inference"'),
+    ]
 
 
 def standing_lines(st: ConsortiumStanding) -> list[str]:

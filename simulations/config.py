@@ -24,6 +24,7 @@ from audit.canaries.gradient_canaries import MIN_GRADIENT_CANARIES
 from audit.config import AuditConfig, StrictModel
 from audit.inversion.attack import InversionConfig
 from audit.stats.one_run_methods import DEFAULT_DELTA
+from audit.tabular.attribute_result import AttributeInferenceConfig
 from contracts.dp_level import (
     CLIENT_LEVELS,
     RECORD_LEVELS,
@@ -302,6 +303,13 @@ class AuditPhaseConfig(StrictModel):
         "the reconstruction with its records; only summary numbers leave it "
         "(docs/inversion.md). Off (null) by default; {} takes the defaults (round 1)",
     )
+    attribute_inference: AttributeInferenceConfig | None = Field(
+        None,
+        description="each site measures whether the final model reveals this sensitive field "
+        "({field: name}, a column of the tabular schema) better for its members than for its "
+        "held-out records, beside a baseline without the model (docs/attribute_inference.md). "
+        "Off (null) by default",
+    )
     canary_client_twin: bool = Field(
         True,
         description="with canary_clients: train the run again without them (no-canary-twin/) "
@@ -517,6 +525,13 @@ def _check_audit_phase(config: ExperimentConfig) -> None:
                 f"audit.inversion.sites: {absent} outside 0..partition.num_sites - 1 "
                 f"({config.partition.num_sites - 1})"
             )
+    if config.audit.attribute_inference is not None and not (
+        config.audit.enabled and config.partition.holdout_fraction > 0
+    ):
+        raise ValueError(
+            "audit.attribute_inference: runs in the audit phase (enabled) against the sites' "
+            "held-out records (partition.holdout_fraction > 0)"
+        )
     check_round_choice("audit.", config.audit.rounds, config.audit.every, config.fl.rounds)
     updates = config.audit.updates
     if updates is not None:

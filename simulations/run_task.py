@@ -3,6 +3,7 @@ reference models and the standalone audit)."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from audit.inversion.attack import MODALITIES
@@ -70,6 +71,13 @@ def check_run_task(config: ExperimentConfig, meta: DatasetMeta) -> None:
             f"audit.inversion: {meta.modality} records are not supported "
             f"({', '.join(MODALITIES)}); set it to null"
         )
+    inferred = config.audit.attribute_inference
+    if inferred is not None and (meta.schema is not None or meta.modality != "tabular"):
+        # Without a schema the fields are read from a site's records, at its audit.
+        from audit.tabular.attribute_attack import sensitive_attribute
+
+        rows = np.zeros((1, int(np.prod(meta.input_shape))), dtype=np.float32)
+        sensitive_attribute(inferred.field, meta.schema, rows, modality=meta.modality)
     model = make_task(config, meta).make_model()
     if config.dp.record_level:
         check_private(model, config.model.name)

@@ -342,6 +342,7 @@ FILE_KEYS = [
     "gradient_canaries",
     "inversion",
     "updates",
+    "attribute_inference",
     "status",
     "error",
     "traceback",
@@ -397,7 +398,8 @@ def test_site_audit_file_reads_todays_and_older_files(tmp_path):
     assert from_dict(SiteAuditFile[SiteResults], data) == today
     # An ok file as written before the one-sided game nested (result schema 2): the
     # one-sided keys sit in the result and in each repeat.
-    old = {k: data[k] for k in FILE_KEYS if k not in ("by_round", "gradient_canaries", "inversion")}
+    newer = ("by_round", "gradient_canaries", "inversion", "attribute_inference")
+    old = {k: data[k] for k in FILE_KEYS if k not in newer}
     old["result"] = schema_2(data["result"])
     assert "one_sided" not in old["result"] and "c_lb" in old["result"]["repeats"][0]
     read = from_dict(SiteAuditFile[SiteResults], old)

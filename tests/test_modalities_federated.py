@@ -68,3 +68,13 @@ def test_federated_run_with_audits(tmp_path, modality):
         assert game["eps_tilde"] == pytest.approx(max(0.0, game["c_eps_lb"] - game["c_lb"]))
         assert game["c_lb"] <= game["ceiling"] + 1e-9
         assert game["rm_rn_eps_lb"] is not None and audit["o1_eps_lb"] is not None
+    if modality == "tabular":
+        # configs/tabular.yaml's attribute inference: each site's result reaches the
+        # consortium report and the site's own page.
+        for site in report["sites"]:
+            inferred = site["privacy"]["attribute_inference"]
+            assert inferred["field"] == "health" and inferred["levels"] == 4
+            assert inferred["pairs"] > 10 and inferred["eps_lb"]["mean"] >= 0
+        assert "## Attribute inference" in (tmp_path / modality / "report.md").read_text()
+        page = (tmp_path / modality / "site-reports" / "site-0.html").read_text()
+        assert 'id="attribute-inference"' in page and "members&#x27; health" in page

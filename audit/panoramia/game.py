@@ -52,6 +52,7 @@ class PrivacyGame:
 GAME_STREAM = 0
 RM_RN_STREAM = 1
 O1_STREAM = 2
+ATTRIBUTE_STREAM = 3
 """Coin streams: each game of a repeat draws its own coins (never a prefix of another's)."""
 
 
@@ -60,8 +61,8 @@ def draw_game(m: int, *, seed: int, stream: int = GAME_STREAM) -> PrivacyGame:
 
     Both outcomes must occur for the bounds to be defined; with m >= 2 a draw without one of
     them has probability 2^(1-m) and is redrawn (the coins stay independent of everything
-    the classifiers see). Streams keep the games of one repeat (PANORAMIA's, RM;RN's, O(1)'s)
-    and of different repeats on independent coins.
+    the classifiers see). Streams keep the games of one repeat (PANORAMIA's, RM;RN's, O(1)'s,
+    attribute inference's) and of different repeats on independent coins.
     """
     if m < 2:
         raise ValueError(f"the privacy game needs at least 2 pairs, got m={m}")
