@@ -27,6 +27,8 @@ from .gate_blocks import gate_blocks
 from .html_page import page
 from .meanings import NOTES, THREAT_MODEL, Note
 from .metrics import (
+    ATTRIBUTE_ADVANTAGE,
+    ATTRIBUTE_EPS_LB,
     CLIENT_EPS_LB,
     EPS_TILDE,
     EPS_TILDE_TWO_SIDED,
@@ -111,6 +113,14 @@ ATTACKS: tuple[Attack, ...] = (
         Note.INVERSION,
         (Note.INVERSION_LIMITS,),
         lambda s: bool(s.privacy.inversion),
+    ),
+    Attack(
+        "Inferring a sensitive field (attribute inference)",
+        _notes(Note.ATTRIBUTE_THREAT),
+        (ATTRIBUTE_EPS_LB, ATTRIBUTE_ADVANTAGE),
+        Note.ATTRIBUTE_INFERENCE,
+        (Note.ATTRIBUTE_LIMITS, Note.NOT_PROOF),
+        lambda s: s.privacy.attribute_inference is not None,
     ),
     Attack(
         "Canary clients (client-level DP)",

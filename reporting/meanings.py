@@ -122,6 +122,8 @@ class Note(Enum):
     WHITE_BOX_LIMITS = "white_box_limits"
     INVERSION_LIMITS = "inversion_limits"
     CLIENT_CANARY_THREAT = "client_canary_threat"
+    ATTRIBUTE_THREAT = "attribute_threat"
+    ATTRIBUTE_LIMITS = "attribute_limits"
     NO_CONFORMANCE = "no_conformance"
     SECURE_AGGREGATION_IDEAL = "secure_aggregation_ideal"
     SECURE_AGGREGATION_NONE = "secure_aggregation_none"
@@ -487,6 +489,16 @@ NOTES: dict[Note, str] = {
         "Who: whoever holds the global models of the rounds (every site, the server). What "
         "they try: to tell whether a whole site took part, from canary clients that join "
         "the rounds by a fair coin (simulation only)."
+    ),
+    Note.ATTRIBUTE_THREAT: (
+        "Who: whoever may query the final shared model and knows every field of a patient's "
+        "record but the sensitive one. What they try: to infer that field better for your "
+        "members than for people the model never saw."
+    ),
+    Note.ATTRIBUTE_LIMITS: (
+        "One attack (the model's likelihood of the label weighed by a public prior): a "
+        "stronger attacker could infer more; a small advantage also bounds how much the "
+        "model reveals of the field through membership, not what it reveals of everyone."
     ),
     Note.NO_CONFORMANCE: (
         "No conformance checks of the DP-SGD steps ran (they need record-level DP and "

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from builders import load_run_of, make_result, ok_audit, site_pages, write_report_of, write_run
+from builders import (
+    load_run_of,
+    make_result,
+    ok_audit,
+    report_config,
+    run_files,
+    site_pages,
+    write_report_of,
+    write_run,
+)
 from launchers import load_benchmark
 from scipy import stats
 
@@ -22,7 +31,9 @@ from audit.tabular.attribute_result import AttributeInferenceResult
 from contracts.errors import UserError
 from contracts.json_values import json_safe
 from reporting.aggregate import build_report
+from reporting.evidence import site_pack_html
 from reporting.metrics import ATTRIBUTE_ADVANTAGE, ATTRIBUTE_EPS_LB
+from reporting.site_report import site_page_alone
 from simulations.config import load_config
 from simulations.config_keys import ConfigError
 from simulations.run_dir import DatasetMeta
@@ -137,3 +148,7 @@ def test_the_result_reaches_the_page_the_report_and_the_ordering_check(tmp_path)
     assert sites[1]["checks"]["bound_violations"] == []
     (site0, _) = build_report(load_run_of(run)).sites
     assert ATTRIBUTE_ADVANTAGE.value(site0) == pytest.approx(0.16)
+    layout = run_files(run)
+    pack = site_pack_html(site_page_alone(layout, 0, report_config(layout)), dp_level="record")
+    assert "Inferring a sensitive field (attribute inference)" in pack
+    assert "1.400 [1.400, 1.400]" in pack
