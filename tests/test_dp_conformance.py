@@ -345,6 +345,12 @@ def test_fault_on_the_real_path_is_a_named_violation(faulted, fault, check, fact
     violation = violations[f"dp_conformance_{check}"]
     assert violation.message.startswith("site 4: its DP-SGD does not do what its accountant")
     assert failed[check].message in violation.message
+    # Every failed check's sentence gives what an honest run gives and what it crossed: a
+    # test's p-value below its level, an exact check's threshold.
+    for failure in failed.values():
+        assert "an honest run" in failure.message, failure.message
+        if failure.name in STATISTICAL_CHECKS:
+            assert f"p = {failure.p_value:.2g}, below the level" in failure.message
 
 
 def test_half_noise_reads_in_the_report_as_half(honest, faulted):
