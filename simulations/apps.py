@@ -238,6 +238,7 @@ class SiteResolver:
                 else None
             ),
             updates=update_audit_settings(config, site_id, self.state_dir),
+            client_level_dp=config.dp.client_level,
         )
 
 

@@ -526,6 +526,12 @@ def test_a_config_yaml_edited_by_hand_is_refused_on_resume(run_dir, capsys, no_t
     (line,) = _stderr_lines(capsys)
     assert line.startswith(f"panoramia-fl: error: {layout.config} was edited after the run wrote")
     assert f"--resume {run_dir} --set KEY=VALUE" in line
+    # Without its digest line (a YAML tool's load and dump drops it) the edit is refused too.
+    edited = text.replace("batch_size: 32", "batch_size: 16").partition("\n")[2]
+    layout.config.write_text(edited)
+    assert cli_main(["run", "--resume", str(run_dir)]) == 2
+    (line,) = _stderr_lines(capsys)
+    assert line.startswith(f"panoramia-fl: error: {layout.config} was edited after the run wrote")
     assert cli_main(["run", str(layout.config), "--out", str(run_dir)]) == 2  # as a new run
     layout.config.write_text(text + "# a note of the operator's\n")
     before["config.yaml"] = layout.config.read_bytes()
