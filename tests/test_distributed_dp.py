@@ -30,11 +30,11 @@ from contracts.run_log import read_rounds
 from contracts.secure_sum import FIXED_POINT_BITS, SecureSumInstructions
 from contracts.wire import ARRAYS, METRICS
 from deployment.flower_apps import IdealSecureAggregationRefused, refuse_simulation_settings
+from reporting.privacy_ledger import outside_guarantee
 from server.client_dp import ClientDPAccounting, ClientDPSettings, gaussian_epsilon
 from server.strategy import SiteFedAvg
 from simulations.apps import server_settings
 from simulations.config import ConfigError, validate_config
-from reporting.privacy_ledger import outside_guarantee
 from simulations.config_file import dump_config, report_config
 from simulations.run_dir import DatasetMeta
 from simulations.runner import run_experiment
