@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from audit.canaries.input_canaries import InputCanaryResult
-from audit.config import AuditConfig
+from audit.config import AuditConfig, AuditSeeding
 from audit.site_results import SiteResults
 from clients.site_data import SiteData
 from contracts.files import atomic_write_text
@@ -32,6 +33,8 @@ class SiteAuditPolicy:
     """K > 0: write the site's K most exposed members to ``exposed_records_path``."""
     exposed_records_path: Path | None = None
     """A file in the site's own state directory; required when ``exposed_records`` > 0."""
+    seeding: AuditSeeding = "sequence"
+    """How the site's audit seed is drawn (:func:`audit_seed`)."""
 
     def __post_init__(self) -> None:
         if self.exposed_records > 0 and self.exposed_records_path is None:
@@ -87,7 +90,9 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         if model is not None and data.has_input_canaries:
             _check_input_canary_coins(data)
         settings = policy.settings.model_copy(
-            update={"seed": audit_seed(policy.settings.seed, seed, data.site_id)}
+            update={
+                "seed": audit_seed(policy.settings.seed, seed, data.site_id, seeding=policy.seeding)
+            }
         )
         use_holdout = policy.use_holdout and len(data.holdout_x) > 0
         holdout = data.records("holdout") if use_holdout else None
@@ -153,17 +158,23 @@ def _final_model_extras(
     )
 
 
-def audit_seed(settings_seed: int, run_seed: int, site_id: int) -> int:
-    """The seed of one site's audit: ``settings_seed * 1000 + run_seed * 7 + site_id``.
+def audit_seed(
+    settings_seed: int, run_seed: int, site_id: int, *, seeding: AuditSeeding = "sequence"
+) -> int:
+    """The seed of one site's audit.
 
-    Why a mix: every site of a run, and each run of a replicate set, draws its own audit
-    randomness (splits, generator, classifiers) while ``audit.settings.seed`` and the run's
-    seed still reproduce it. The multipliers are the ones runs have always used (changing
-    them would change every saved run's audit numbers); they are not collision-free
-    (``run_seed * 7 + site_id`` repeats across seeds once a consortium has more than 7
-    sites), which only makes two audits share a seed, never wrong.
+    Every site of a run, and each run of a replicate set, draws its own audit randomness
+    (splits, generator, classifiers) while ``audit.settings.seed`` and the run's seed still
+    reproduce it. ``sequence``: the first word of numpy's ``SeedSequence`` of entropy
+    ``(settings_seed, run_seed)`` spawned for the site (``spawn_key=(site_id,)``), so no two
+    sites of any runs share a stream. ``legacy`` (runs written before it; their config says
+    so): ``settings_seed * 1000 + run_seed * 7 + site_id``, which repeats across seeds once
+    a consortium has more than 7 sites.
     """
-    return settings_seed * 1_000 + run_seed * 7 + site_id
+    if seeding == "legacy":
+        return settings_seed * 1_000 + run_seed * 7 + site_id
+    sequence = np.random.SeedSequence(entropy=(settings_seed, run_seed), spawn_key=(site_id,))
+    return int(sequence.generate_state(1)[0])
 
 
 def _check_input_canary_coins(data: SiteData) -> None:

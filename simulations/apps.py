@@ -215,6 +215,7 @@ class SiteResolver:
                     reference_states=None if states is None else tuple(states),
                     exposed_records=audit_cfg.exposed_records,
                     exposed_records_path=self.state_dir / exposed_records_name(site_id),
+                    seeding=audit_cfg.seeding,
                 )
             )
         return SiteRuntime(

@@ -38,7 +38,7 @@ MEMORY_ADVICE = (
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from simulations.runner import run_experiment
+    from simulations.runner import run_experiment, training_done
 
     if args.seeds is not None:
         return _run_replicates(args)
@@ -48,10 +48,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         outcome = run_experiment(config, run_dir, verbose=args.verbose)
     except KeyboardInterrupt as stop:
+        # Training done: the stop came in the audit phase (or the report).
+        abandoned = (
+            "the site audits in progress were abandoned"
+            if training_done(config, layout)
+            else "the round in progress was abandoned"
+        )
         _exit_interrupted(
             stop,
-            f"finished rounds and audits are kept in {run_dir}; the round in progress was "
-            f"abandoned; continue with: panoramia-fl run --resume {run_dir}",
+            f"finished rounds and audits are kept in {run_dir}; {abandoned}; continue with: "
+            f"panoramia-fl run --resume {run_dir}",
         )
     except Exception as err:
         if not memory_killed(err):
@@ -74,7 +80,7 @@ def _run_config(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
     run wrote it) with the ``--set`` it may take, or CONFIG's, which a run directory that
     already holds a run must hold too."""
     from simulations.config import ConfigError, load_config
-    from simulations.config_file import check_config_digest
+    from simulations.config_file import check_config_digest, load_run_config
 
     if args.resume is not None:
         run_dir = Path(args.resume)
@@ -86,11 +92,11 @@ def _run_config(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
                 f"--plugin: a resumed run imports the plugins its {CONFIG_FILE} lists"
             )
         check_config_digest(stored)
-        config = load_config(stored, args.set)
+        config = load_run_config(stored, args.set)
         if args.set:
             from simulations.resume import check_resume
 
-            check_resume(load_config(stored), config, args.set, RunLayout(run_dir))
+            check_resume(load_run_config(stored), config, args.set, RunLayout(run_dir))
         return config, run_dir
     if args.config is None:
         raise ConfigError("give a CONFIG file, or --resume RUN_DIR")
@@ -99,7 +105,7 @@ def _run_config(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
     existing = RunLayout(run_dir).config
     if existing.exists():
         check_config_digest(existing)
-        if load_config(existing) != config:
+        if load_run_config(existing) != config:
             raise ConfigError(
                 f"{run_dir} already holds a run with another config; use "
                 f"--resume {run_dir}, another --out, or another name"
@@ -175,8 +181,8 @@ def _run_replicates(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as stop:
         _exit_interrupted(
             stop,
-            f"finished runs, rounds and audits are kept in {set_dir}; the round in progress "
-            f"was abandoned; continue with {again}",
+            f"finished runs, rounds and audits are kept in {set_dir}; the round or the audits "
+            f"in progress were abandoned; continue with {again}",
         )
     except Exception as err:
         if not memory_killed(err):
@@ -337,6 +343,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         site=args.site,
         run=RunLayout(checkpoint.parent),
         overrides=args.set,
+        warn=lambda line: _print_warnings([line]),
     )
     one = result.one_sided
     summary = json_safe(

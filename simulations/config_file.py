@@ -27,6 +27,7 @@ from simulations.config import (
     ConfigError,
     ExperimentConfig,
     audit_value,
+    load_config,
 )
 
 DIGEST_LINE = "# panoramia-fl wrote this run's settings; their sha256: "
@@ -79,6 +80,20 @@ def check_config_digest(path: Path) -> None:
             f"disk was not made with them; put it back, change what may change with --resume "
             f"{path.parent} --set KEY=VALUE, or start another run"
         )
+
+
+def load_run_config(path: Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """A run's ``config.yaml`` (with ``overrides``, ``key=value``) as the run was made: one
+    written before ``audit.seeding`` existed seeds its audits as it always did (``legacy``),
+    so a resumed old run audits its remaining sites as it audited the others."""
+    config = load_config(path, overrides)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    audit = raw.get("audit") if isinstance(raw, dict) else None
+    written_before = isinstance(audit, dict) and "seeding" not in audit
+    if written_before and not any(o.startswith("audit.seeding=") for o in overrides or []):
+        seeding = config.audit.model_copy(update={"seeding": "legacy"})
+        config = config.model_copy(update={"audit": seeding})
+    return config
 
 
 def report_config(layout: RunLayout, *, optional: bool = False) -> ReportConfig:

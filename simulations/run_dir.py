@@ -27,7 +27,12 @@ from ml.datasets import DataError, Dataset, load_dataset
 from ml.input_canaries import draw_input_canaries
 from ml.partition import SiteSplit, partition, partition_summary
 from simulations.config import ConfigError, ExperimentConfig, load_config
-from simulations.config_file import check_config_digest, dump_config, write_run_config
+from simulations.config_file import (
+    check_config_digest,
+    dump_config,
+    load_run_config,
+    write_run_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +162,7 @@ def adopt_config(config: ExperimentConfig, layout: RunLayout) -> None:
         return
     check_config_digest(layout.config)
     try:
-        stored = load_config(layout.config)
+        stored = load_run_config(layout.config)
     except ConfigError as err:
         raise ConfigError(
             f"{layout.config}: cannot be read, so the run in {layout.root} cannot be "

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from audit.panoramia.components import Records
 from audit.result import AuditResult
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
 from contracts.errors import UserError
-from contracts.run_files import RunLayout
+from contracts.run_files import CheckpointMeta, RunLayout
 from ml.datasets import load_dataset
 from ml.partition import partition
 from ml.saved_models import load_global_model
-from simulations.config import load_config
+from simulations.config import ExperimentConfig, load_config
 from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import DatasetMeta, site_data
 from simulations.run_task import make_task
@@ -25,10 +26,18 @@ def audit_saved_model(
     site: int,
     run: RunLayout,
     overrides: list[str] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> AuditResult:
     """Run the configured audit of ``site``'s members (and holdout) against the model;
-    ``run``: the run directory the checkpoint sits in (its reference models, if any)."""
+    ``run``: the run directory the checkpoint sits in (its reference models, if any);
+    ``warn``: told each way the checkpoint's own metadata differs from the config
+    (:func:`checkpoint_mismatches`)."""
     config = load_config(config_path, overrides)
+    model, saved = load_global_model(checkpoint)
+    assert saved.meta is not None  # load_global_model refuses a checkpoint without it
+    for line in checkpoint_mismatches(checkpoint, saved.meta, config):
+        if warn is not None:
+            warn(line)
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     sites = partition(dataset, config.partition, seed=config.partition.seed_for(config.seed))
     if not 0 <= site < len(sites):
@@ -39,7 +48,6 @@ def audit_saved_model(
     if dataset.public_x is not None:
         public = Records(dataset.public_x, dataset.public_y, dataset.public_groups)
         data = data.with_public(site_pool(config, public))
-    model, _ = load_global_model(checkpoint)
     # The run's shared reference models, when the checkpoint sits in its run directory.
     states = load_reference_states(run)
     runner = make_audit_runner(
@@ -48,8 +56,28 @@ def audit_saved_model(
             use_holdout=config.audit.use_holdout,
             use_public_pool=config.audit.reference_pool,
             reference_states=None if states is None else tuple(states),
+            seeding=config.audit.seeding,
         )
     )
     results = runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed, {}, {})
     assert results.result is not None  # the final model was given
     return results.result
+
+
+def checkpoint_mismatches(
+    checkpoint: Path, meta: CheckpointMeta, config: ExperimentConfig
+) -> list[str]:
+    """A line per setting the checkpoint's metadata records otherwise than ``config`` (the
+    model, its options, the DP level; a checkpoint older than a field says nothing of it)."""
+    recorded = (
+        ("model.name", meta.model, config.model.name),
+        ("model.options", dict(meta.model_options), dict(config.model.options)),
+        ("dp.level", meta.dp_level, config.dp.level),
+    )
+    return [
+        f"warning: {checkpoint} was trained with {key} {saved!r}, the config says {given!r}: "
+        "the audit reads the checkpoint's model, everything else (data, sites, the audit's "
+        "own models) as the config says; is it the run's config?"
+        for key, saved, given in recorded
+        if saved is not None and saved != given
+    ]

@@ -16,6 +16,7 @@ from builders import run_files, write_run
 
 import reporting
 import simulations.runner
+from clients.audit_handler import audit_seed
 from contracts.checkpoint import Checkpoint, save_checkpoint
 from contracts.errors import MissingFileError, RunFileError, UnknownNameError, UserError
 from ml.datasets import DataError
@@ -23,7 +24,7 @@ from ml.partition import PartitionError
 from simulations.cli import build_parser
 from simulations.cli import main as cli_main
 from simulations.config import ConfigError, validate_config
-from simulations.config_file import DIGEST_LINE, check_config_digest
+from simulations.config_file import DIGEST_LINE, check_config_digest, dump_config, load_run_config
 from simulations.resume import check_resume
 from simulations.run_dir import prepare_run_dir
 from simulations.sizes import check_sizes
@@ -556,3 +557,26 @@ def test_cache_show_and_clear(tmp_path, monkeypatch, capsys):
     assert WeightsCache(folder, "reference-models").load("k" * 64) is None
     assert cli_main(["cache", "show", "--cache", "off"]) == 0
     assert "off" in capsys.readouterr().out
+
+
+def test_audit_seeds_never_repeat_across_a_replicate_set() -> None:
+    """New runs draw each site's audit seed from a seed sequence: 5 runs of 20 sites, 100
+    seeds; the legacy mix repeats (site 7 of seed 0 is site 0 of seed 1)."""
+    pairs = [(run, site) for run in range(5) for site in range(20)]
+    assert len({audit_seed(0, run, site) for run, site in pairs}) == len(pairs)
+    assert audit_seed(0, 0, 7, seeding="legacy") == audit_seed(0, 1, 0, seeding="legacy")
+    assert audit_seed(3, 2, 1) == audit_seed(3, 2, 1) != audit_seed(4, 2, 1)
+
+
+def test_a_run_written_before_seed_sequences_keeps_its_seeding(tmp_path: Path) -> None:
+    """A run's config.yaml says which seeding its audits use; one written before the key
+    existed reads as legacy, so a resumed old run audits as it did."""
+    path = tmp_path / "config.yaml"
+    text = dump_config(validate_config(_raw()))
+    path.write_text(text)
+    assert load_run_config(path).audit.seeding == "sequence"
+    old = yaml.safe_load(text)
+    del old["audit"]["seeding"]
+    path.write_text(yaml.safe_dump(old))
+    assert load_run_config(path).audit.seeding == "legacy"
+    assert load_run_config(path, ["audit.seeding=sequence"]).audit.seeding == "sequence"

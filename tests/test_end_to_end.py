@@ -342,12 +342,18 @@ def test_cli_config_error_names_key(tmp_path, capsys):
     assert "fl.rounds" in capsys.readouterr().err
 
 
-def test_audit_command_on_saved_model(run_dir, tmp_path):
+def test_audit_command_on_saved_model(run_dir, tmp_path, capsys):
     out = tmp_path / "audit.json"
     args = ["audit", str(run_dir / "global_model.pt"), "--config", str(run_dir / "config.yaml")]
     assert cli_main([*args, "--site", "1", "--out", str(out)]) == 0
+    assert "was trained with" not in capsys.readouterr().err  # the run's own config
     result = json.loads(out.read_text())
     assert result["schema_version"] == 3  # the audit's result, its one-sided game nested
     rep = result["repeats"][0]["one_sided"]
     assert rep["eps_tilde"] == pytest.approx(max(0.0, rep["c_eps_lb"] - rep["c_lb"]))
     assert cli_main([*args, "--site", "9"]) == 2
+    # A config other than the checkpoint's own metadata says: a warning naming the key.
+    other = ["--set", "dp.level=client", "--set", "dp.client.noise_multiplier=1.0"]
+    assert cli_main([*args, "--site", "9", *other]) == 2
+    err = capsys.readouterr().err
+    assert "was trained with dp.level 'none', the config says 'client'" in err
