@@ -8,6 +8,7 @@ from pathlib import Path
 from audit.panoramia.components import Records
 from audit.result import AuditResult
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
+from contracts.checkpoint import load_checkpoint
 from contracts.errors import UserError
 from contracts.run_files import CheckpointMeta, RunLayout
 from ml.datasets import load_dataset
@@ -33,10 +34,9 @@ def audit_saved_model(
     ``warn``: told each way the checkpoint's own metadata differs from the config
     (:func:`checkpoint_mismatches`)."""
     config = load_config(config_path, overrides)
-    model, saved = load_global_model(checkpoint)
-    assert saved.meta is not None  # load_global_model refuses a checkpoint without it
-    for line in checkpoint_mismatches(checkpoint, saved.meta, config):
-        if warn is not None:
+    meta = load_checkpoint(checkpoint).meta
+    if meta is not None and warn is not None:
+        for line in checkpoint_mismatches(checkpoint, meta, config):
             warn(line)
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     sites = partition(dataset, config.partition, seed=config.partition.seed_for(config.seed))
@@ -48,6 +48,7 @@ def audit_saved_model(
     if dataset.public_x is not None:
         public = Records(dataset.public_x, dataset.public_y, dataset.public_groups)
         data = data.with_public(site_pool(config, public))
+    model, _ = load_global_model(checkpoint)
     # The run's shared reference models, when the checkpoint sits in its run directory.
     states = load_reference_states(run)
     runner = make_audit_runner(
