@@ -158,6 +158,12 @@ def _final_model_extras(
     )
 
 
+AUDIT_SEEDS = 2**21
+"""``sequence`` seeds lie in ``[0, AUDIT_SEEDS)``: the audit derives its stages' seeds as
+``seed * 1009 + repeat`` (:mod:`audit.panoramia.repeat`), and scikit-learn takes seeds below
+2**32."""
+
+
 def audit_seed(
     settings_seed: int, run_seed: int, site_id: int, *, seeding: AuditSeeding = "sequence"
 ) -> int:
@@ -166,15 +172,16 @@ def audit_seed(
     Every site of a run, and each run of a replicate set, draws its own audit randomness
     (splits, generator, classifiers) while ``audit.settings.seed`` and the run's seed still
     reproduce it. ``sequence``: the first word of numpy's ``SeedSequence`` of entropy
-    ``(settings_seed, run_seed)`` spawned for the site (``spawn_key=(site_id,)``), so no two
-    sites of any runs share a stream. ``legacy`` (runs written before it; their config says
-    so): ``settings_seed * 1000 + run_seed * 7 + site_id``, which repeats across seeds once
-    a consortium has more than 7 sites.
+    ``(settings_seed, run_seed)`` spawned for the site (``spawn_key=(site_id,)``), modulo
+    :data:`AUDIT_SEEDS`: the sites of all runs draw independently (two share a seed with
+    probability 1 / AUDIT_SEEDS, not by construction). ``legacy`` (runs written before it;
+    their config says so): ``settings_seed * 1000 + run_seed * 7 + site_id``, which repeats
+    across seeds once a consortium has more than 7 sites.
     """
     if seeding == "legacy":
         return settings_seed * 1_000 + run_seed * 7 + site_id
     sequence = np.random.SeedSequence(entropy=(settings_seed, run_seed), spawn_key=(site_id,))
-    return int(sequence.generate_state(1)[0])
+    return int(sequence.generate_state(1)[0]) % AUDIT_SEEDS
 
 
 def _check_input_canary_coins(data: SiteData) -> None:
