@@ -266,7 +266,7 @@ def _print_warnings(lines: list[str]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from reporting import SweepPoint, write_sweep_progress, write_sweep_report
+    from reporting import SWEEP_JSON, SweepPoint, write_sweep_progress, write_sweep_report
     from simulations.config_file import report_config
     from simulations.runner import nothing_to_run
     from simulations.shared_ray import SharedRay
@@ -281,7 +281,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     run_dir = sweep_dir
     # sweep.json after each point: a stopped sweep's report shows the finished ones, and
     # running the same sweep again continues it (a finished point's run has nothing to do).
-    write_sweep_progress(sweep_dir, done, report_config, [label for label, _, _ in points])
+    # The first one only where there is none: a sweep run again keeps its report meanwhile.
+    if not (sweep_dir / SWEEP_JSON).exists():
+        write_sweep_progress(sweep_dir, done, report_config, [label for label, _, _ in points])
     try:
         with SharedRay() as shared:  # Ray starts once for the sweep, if a point needs it
             for i, (label, overrides, config) in enumerate(points):
