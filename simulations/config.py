@@ -425,7 +425,6 @@ class ExperimentConfig(StrictModel):
     def _consistent(self) -> ExperimentConfig:
         _who_holds_updates(self)
         _check_central_client_dp(self)
-        _check_declared_size(self)
         _check_audit_phase(self)
         settings = self.audit.settings
         if "delta" not in settings.model_fields_set:
@@ -441,26 +440,6 @@ class ExperimentConfig(StrictModel):
                 "epsilon at dp.delta (leave audit.settings.delta unset)"
             )
         return self
-
-
-MAX_STEPS_PER_ROUND = 1_000_000
-"""The most noisy steps a site's round may take: ceil(declared size / batch size) a local
-epoch (clients.privacy.Sampling), each a forward and backward pass, so more never finish."""
-
-
-def _check_declared_size(config: ExperimentConfig) -> None:
-    """A declared size whose DP-SGD rounds could not finish is refused before any work."""
-    fl, size = config.fl, config.dp.declared_size
-    if size is None or not config.dp.record_level or fl.local_steps is not None:
-        return
-    steps = math.ceil(size / fl.batch_size) * fl.local_epochs
-    if steps > MAX_STEPS_PER_ROUND:
-        raise ValueError(
-            f"dp.declared_size: {size} records at fl.batch_size {fl.batch_size} make {steps} "
-            f"noisy steps a round ({fl.local_epochs} local epochs), more than "
-            f"{MAX_STEPS_PER_ROUND} ever finish: declare a size near the sites' record "
-            "counts, or set fl.local_steps"
-        )
 
 
 def _check_central_client_dp(config: ExperimentConfig) -> None:

@@ -514,6 +514,28 @@ def test_gradient_canaries_that_cannot_fit_are_refused_with_their_estimate(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_declared_size_that_never_finishes_is_refused_before_any_work(
+    tmp_path, capsys, monkeypatch
+):
+    """dp.declared_size sets a site's DP-SGD steps: one whose rounds could not finish is
+    refused as gradient-canary sizes are, naming the key, before the run directory exists."""
+    monkeypatch.delenv(simulations.runner.RAY_ADDRESS_ENV, raising=False)
+    raw = _raw(dp={"level": "record", "noise_multiplier": 1.0, "declared_size": 10**12})
+    with pytest.raises(ConfigError, match="dp.declared_size: 1000000000000 records"):
+        check_sizes(validate_config(raw), memory=23 * 10**9, cpus=2)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert cli_main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
+    (line,) = _stderr_lines(capsys)
+    assert line.startswith(
+        "panoramia-fl: error: dp.declared_size: 1000000000000 records at fl.batch_size 32 make "
+        "31250000000 noisy steps a round"
+    )
+    assert not (tmp_path / "run").exists()
+    fits = validate_config({**raw, "dp": {**raw["dp"], "declared_size": 10**6}})
+    check_sizes(fits, memory=23 * 10**9, cpus=2)
+
+
 def test_a_config_yaml_edited_by_hand_is_refused_on_resume(run_dir, capsys, no_training):
     """The run keeps a digest of its resolved settings in config.yaml's first line: an edited
     setting is refused before anything runs; a comment is not a setting, and what --set

@@ -35,11 +35,6 @@ def test_default_config_is_valid():
             {"partition": {"num_sites": 2}, "audit": {"inversion": {"sites": [0, 2]}}},
             "audit.inversion.sites: [2] outside",
         ),
-        # A size whose DP-SGD rounds never finish, refused before any work.
-        (
-            {"dp": {"enabled": True, "target_epsilon": 2, "declared_size": 10**12}},
-            "dp.declared_size: 1000000000000 records at fl.batch_size 64 make 15625000000",
-        ),
     ],
 )
 def test_bad_values_name_the_key(raw, key):
