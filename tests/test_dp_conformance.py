@@ -30,6 +30,7 @@ from contracts.json_values import from_dict, json_safe
 from ml.datasets import load_dataset
 from reporting.aggregate import site_report
 from reporting.inputs import SiteAuditRead
+from reporting.plain_language import conformance_sentence
 from simulations.config import validate_config
 from simulations.config_file import privacy_settings
 from simulations.run_dir import DatasetMeta
@@ -154,6 +155,8 @@ def test_honest_run_passes_every_check(honest):
     assert _violations(result, eps) == []
     written = json.loads(json.dumps(json_safe(conformance)))
     assert from_dict(ConformanceResult, written) == conformance
+    # The site's page names what the checks compare: the steps in the accountant's history.
+    assert "the steps in the accountant's history)" in conformance_sentence(conformance)
 
 
 # Faults a plugin module could inject into Opacus: (name, patch, the check that must fail,
