@@ -8,6 +8,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from audit.stats.one_run_methods import DEFAULT_BETA, DEFAULT_DELTA
 
+AuditSeeding = Literal["sequence", "legacy"]
+"""How a federated run seeds each site's audit from ``settings.seed``, its own seed and the
+site: ``sequence`` (numpy's SeedSequence, independent streams for every site of every run)
+or ``legacy`` (``settings_seed * 1000 + run_seed * 7 + site_id``, which repeats across the
+runs of a replicate set once a consortium has more than 7 sites; runs written before
+``sequence`` keep it)."""
 GbmFeatures = Literal["loss", "loss+pixels"]
 """The gbm design's inputs: loss features (+label), or those and pooled pixels."""
 

@@ -110,6 +110,9 @@ class SiteRuntime:
     """Secure aggregation (ideal): the update leaves only masked, in the round's sum."""
     updates: UpdateAuditSettings | None = None
     """The site keeps its chosen rounds' local models and audits them at audit time."""
+    client_level_dp: bool = False
+    """The run is under client-level DP (central or distributed): the site's replies carry
+    only what that guarantee covers (no loss, no count; FedAvg's weight is the unit one)."""
 
 
 Resolver = Callable[[Context], SiteRuntime]
@@ -268,13 +271,13 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     if update is not None:
         result = replace(result, state_dict=applied(state, update))
     _keep_for_audits(runtime, asked, state, result, inversion=keeps_round)
-    # Under record-level DP the count and the loss stay here: the accountant covers neither
-    # (contracts.wire.REPLY_KEYS); FedAvg then averages by the unit weight.
-    record_dp = runtime.dp is not None
+    # Under DP at either level the count and the loss stay here: no accountant covers them
+    # (contracts.reply_keys.REPLY_KEYS); FedAvg then averages by the unit weight.
+    private = runtime.dp is not None or runtime.client_level_dp
     reply = TrainReply(
         site_id=runtime.site_id,
-        train_loss=None if record_dp else result.train_loss,
-        num_examples=None if record_dp else result.num_examples,
+        train_loss=None if private else result.train_loss,
+        num_examples=None if private else result.num_examples,
         dp_epsilon=result.dp_epsilon,
         noise_multiplier=result.noise_multiplier,
     )

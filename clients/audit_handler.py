@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from audit.canaries.input_canaries import InputCanaryResult
-from audit.config import AuditConfig
+from audit.config import AuditConfig, AuditSeeding
 from audit.site_results import SiteResults
 from audit.tabular.attribute_result import AttributeInferenceConfig, AttributeInferenceResult
 from clients.site_data import SiteData
@@ -35,6 +36,8 @@ class SiteAuditPolicy:
     """A file in the site's own state directory; required when ``exposed_records`` > 0."""
     attribute_inference: AttributeInferenceConfig | None = None
     """The sensitive field whose inference from the final model the site measures."""
+    seeding: AuditSeeding = "sequence"
+    """How the site's audit seed is drawn (:func:`audit_seed`)."""
 
     def __post_init__(self) -> None:
         if self.exposed_records > 0 and self.exposed_records_path is None:
@@ -90,7 +93,9 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         if model is not None and data.has_input_canaries:
             _check_input_canary_coins(data)
         settings = policy.settings.model_copy(
-            update={"seed": audit_seed(policy.settings.seed, seed, data.site_id)}
+            update={
+                "seed": audit_seed(policy.settings.seed, seed, data.site_id, seeding=policy.seeding)
+            }
         )
         use_holdout = policy.use_holdout and len(data.holdout_x) > 0
         holdout = data.records("holdout") if use_holdout else None
@@ -194,17 +199,30 @@ def _attribute_inference(
     )
 
 
-def audit_seed(settings_seed: int, run_seed: int, site_id: int) -> int:
-    """The seed of one site's audit: ``settings_seed * 1000 + run_seed * 7 + site_id``.
+AUDIT_SEEDS = 2**21
+"""``sequence`` seeds lie in ``[0, AUDIT_SEEDS)``: the audit derives its stages' seeds as
+``seed * 1009 + repeat`` (:mod:`audit.panoramia.repeat`), and scikit-learn takes seeds below
+2**32."""
 
-    Why a mix: every site of a run, and each run of a replicate set, draws its own audit
-    randomness (splits, generator, classifiers) while ``audit.settings.seed`` and the run's
-    seed still reproduce it. The multipliers are the ones runs have always used (changing
-    them would change every saved run's audit numbers); they are not collision-free
-    (``run_seed * 7 + site_id`` repeats across seeds once a consortium has more than 7
-    sites), which only makes two audits share a seed, never wrong.
+
+def audit_seed(
+    settings_seed: int, run_seed: int, site_id: int, *, seeding: AuditSeeding = "sequence"
+) -> int:
+    """The seed of one site's audit.
+
+    Every site of a run, and each run of a replicate set, draws its own audit randomness
+    (splits, generator, classifiers) while ``audit.settings.seed`` and the run's seed still
+    reproduce it. ``sequence``: the first word of numpy's ``SeedSequence`` of entropy
+    ``(settings_seed, run_seed)`` spawned for the site (``spawn_key=(site_id,)``), modulo
+    :data:`AUDIT_SEEDS`: the sites of all runs draw independently (two share a seed with
+    probability 1 / AUDIT_SEEDS, not by construction). ``legacy`` (runs written before it;
+    their config says so): ``settings_seed * 1000 + run_seed * 7 + site_id``, which repeats
+    across seeds once a consortium has more than 7 sites.
     """
-    return settings_seed * 1_000 + run_seed * 7 + site_id
+    if seeding == "legacy":
+        return settings_seed * 1_000 + run_seed * 7 + site_id
+    sequence = np.random.SeedSequence(entropy=(settings_seed, run_seed), spawn_key=(site_id,))
+    return int(sequence.generate_state(1)[0]) % AUDIT_SEEDS
 
 
 def _check_input_canary_coins(data: SiteData) -> None:

@@ -1,13 +1,17 @@
 """The one base class of errors a user causes and can fix, and how to recognise Ray's memory
 killer in an error; imports nothing of ours.
 
-``panoramia-fl`` prints a :class:`UserError` as one line ``error: <message>`` and exits 2;
+``panoramia-fl`` prints a :class:`UserError` as one line ``panoramia-fl: error: <message>``
+(:data:`ERROR_PREFIX`) and exits 2;
 any other exception is a bug and keeps its traceback. Subclasses keep their historical
 built-in bases (``ValueError``, ``KeyError``, ``FileNotFoundError``) so callers that catch
 those still do.
 """
 
 from __future__ import annotations
+
+ERROR_PREFIX = "panoramia-fl: error: "
+"""How every error line of the ``panoramia-fl`` command opens."""
 
 
 class UserError(Exception):

@@ -7,8 +7,12 @@ adjacency); :mod:`contracts.wire` builds and checks the messages from these keys
 report's privacy ledger and docs/security.md read their coverage. Standard library only, so
 the report reads it without importing Flower.
 
-Without record-level DP nothing a site sends is covered against the server (client-level DP
-noises the aggregate after the server has seen each update).
+Under client-level DP (central or distributed, with or without ideal secure aggregation) a
+train reply carries only what that guarantee covers as well: the update the mechanism clips
+and noises, the site's id and its unit weight; never the loss or the count, which no
+accountant covers. Against the server itself only record-level DP, or distributed DP's noise
+share, covers the update (central client-level DP noises the aggregate after the server has
+seen each update).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 Coverage = Literal["dp_output", "public", "declared", "outside", "audit"]
-"""What covers a value a site sends, under record-level DP."""
+"""What covers a value a site sends, under DP (record level; client level for the keys a
+client-level reply carries)."""
 COVERAGES: dict[Coverage, str] = {
     "dp_output": "covered: an output of the site's DP-SGD, or a function of it alone",
     "public": "covered: says nothing about the records",
@@ -25,7 +30,7 @@ COVERAGES: dict[Coverage, str] = {
     "covered when that size is a public number (dp.declared_size), outside the guarantee "
     "when it is the site's own member count",
     "outside": "outside the guarantee: computed from the records without noise; the site "
-    "sends it only without record-level DP",
+    "sends it only without DP (record or client level)",
     "audit": "outside the guarantee: the site's audit of its own records (exact counts, "
     "results without noise), sent once after training, as its policy allows",
 }
@@ -71,11 +76,11 @@ TRAIN_LOSS = _reply_key(
     "the mean loss of the round's local training on the site's records",
     train="outside",
 )
-"""Never sent under record-level DP."""
+"""Never sent under DP at either level."""
 NUM_EXAMPLES = _reply_key(
     "num-examples", "the number of records the site trained on (FedAvg's weight)", train="outside"
 )
-"""Flower's: FedAvg's default ``weighted_by_key``. Never sent under record-level DP."""
+"""Flower's: FedAvg's default ``weighted_by_key``. Never sent under DP at either level."""
 UNIT_WEIGHT = _reply_key(
     "unit-weight", "the site's FedAvg weight under DP: 1 for every site", train="public"
 )
@@ -98,6 +103,13 @@ NORM_BIT = _reply_key(
     train="dp_output",
 )
 """Flower's: ``adaptiveclipping_mod`` adds it to the reply; a function of the update alone."""
+PUBLIC_KEY = _reply_key(
+    "public-key",
+    "the site's fresh key for the round's secure sum (fl.secure_aggregation: ideal); its "
+    "update leaves later, masked",
+    train="public",
+)
+"""A train reply's key under ideal secure aggregation (:mod:`contracts.secure_sum`)."""
 KIND_JSON = _reply_key(
     "<kind>-json",
     "each kind of audit the site ran (the results' fields: the final model's audit, its "

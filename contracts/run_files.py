@@ -15,6 +15,9 @@ from typing import Any, Literal
 
 CONFIG_FILE = "config.yaml"
 """The resolved experiment config (written by the harness, read by the report)."""
+CONFIG_DIGEST_FILE = "config.sha256"
+"""The digest of ``config.yaml``'s settings, beside it: an edit of ``config.yaml`` (its own
+digest line removed too) no longer matches it."""
 PARTITION_FILE = "partition.json"
 """Site sizes and label histograms (the harness, or the server from the sites' replies)."""
 DATASET_FILE = "dataset.json"
@@ -151,6 +154,10 @@ class RunLayout:
     @property
     def config(self) -> Path:
         return self.root / CONFIG_FILE
+
+    @property
+    def config_digest(self) -> Path:
+        return self.root / CONFIG_DIGEST_FILE
 
     @property
     def partition(self) -> Path:

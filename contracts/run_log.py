@@ -82,9 +82,10 @@ def untrained_reason(rounds: list[RoundRecord]) -> str | None:
         else f"e.g. round {first[0]}, site {first[1]}: {first[2].splitlines()[0][:200]}"
     )
     n = len(rounds)
+    where = "in the run's one round" if n == 1 else f"in any of the {n} rounds"
     return (
-        f"no site's update was aggregated in any of the {n} round{'s' * (n != 1)} ({why}): "
-        "the global model is the initial, untrained one"
+        f"no site's update was aggregated {where} ({why}): the global model is the initial, "
+        "untrained one"
     )
 
 

@@ -24,11 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from contracts.reply_keys import PUBLIC_KEY
 from contracts.wire import NUM_EXAMPLES, UNIT_WEIGHT, WireError
 
 SECURE_SUM = "secure_sum"
 """The record name of a round's key in a train reply, and the query action of step 2."""
-PUBLIC_KEY = "public-key"
 SERVER_ROUND = "server-round"
 PEER_SITES = "peer-sites"
 PEER_KEYS = "peer-keys"

@@ -330,17 +330,18 @@ class TrainReply:
     """A site's numbers after one round of local training (beside its weights).
 
     Every site of a run reports the same keys (Flower aggregates only replies whose
-    MetricRecords agree): which optional ones are present depends on whether the run uses
-    record-level DP, which every site shares. What covers each key:
+    MetricRecords agree): which optional ones are present depends on the run's DP level,
+    which every site shares. What covers each key:
     :data:`contracts.reply_keys.REPLY_KEYS`.
     """
 
     site_id: int
     train_loss: float | None
-    """None under record-level DP (its accountant does not cover it)."""
+    """None under DP at either level (no accountant covers it)."""
     num_examples: int | None
-    """FedAvg's weight without DP (the default ``weighted_by_key``); None under
-    record-level DP (``contracts.reply_keys.DECLARED_SIZE_ADJACENCY``)."""
+    """FedAvg's weight without DP (the default ``weighted_by_key``); None under DP at
+    either level (``contracts.reply_keys.DECLARED_SIZE_ADJACENCY``; FedAvg then weighs by
+    :data:`UNIT_WEIGHT`)."""
     dp_epsilon: float | None = None
     """The site's record-level (Opacus) epsilon so far; None without record-level DP."""
     noise_multiplier: float | None = None
@@ -365,12 +366,15 @@ class TrainReply:
         return MetricRecord(values)
 
     @classmethod
-    def from_record(cls, record: MetricRecord, *, record_dp: bool | None = None) -> TrainReply:
-        """``record_dp`` (the run's setting, when known): the keys that depend on it must be
-        there or absent as it says, so every reply of a round carries the same keys."""
+    def from_record(
+        cls, record: MetricRecord, *, record_dp: bool | None = None, any_dp: bool | None = None
+    ) -> TrainReply:
+        """``record_dp`` and ``any_dp`` (the run's record-level DP and DP at either level,
+        when known; ``any_dp`` defaults to ``record_dp``): the keys that depend on them must
+        be there or absent as they say, so every reply of a round carries the same keys."""
         what = "train reply"
         if record_dp is not None:
-            _check_dp_keys(record, record_dp, what)
+            _check_dp_keys(record, record_dp, record_dp if any_dp is None else any_dp, what)
         reply = cls(
             site_id=_int(record, SITE_ID, what),
             train_loss=_opt_float(record, TRAIN_LOSS, what),
@@ -394,21 +398,18 @@ class TrainReply:
         return reply
 
 
-def _check_dp_keys(record: MetricRecord, record_dp: bool, what: str) -> None:
-    dp_keys, plain_keys = (DP_EPSILON, NOISE_MULTIPLIER), (TRAIN_LOSS, NUM_EXAMPLES)
-    needed, never = (dp_keys, plain_keys) if record_dp else (plain_keys, dp_keys)
-    for key in needed:
-        _get(record, key, what)
-    for key in never:
-        if key in record:
-            raise WireError(
-                f"{what}: key {key!r} is not sent "
-                + (
-                    "under record-level DP (its accountant does not cover it)"
-                    if record_dp
-                    else "without record-level DP"
-                )
-            )
+def _check_dp_keys(record: MetricRecord, record_dp: bool, any_dp: bool, what: str) -> None:
+    """DP-SGD's keys exactly under record-level DP; the count and the loss exactly without DP
+    at any level (no accountant covers them)."""
+    for keys, sent, why in (
+        ((DP_EPSILON, NOISE_MULTIPLIER), record_dp, "without record-level DP"),
+        ((TRAIN_LOSS, NUM_EXAMPLES), not any_dp, "under DP (no accountant covers it)"),
+    ):
+        for key in keys:
+            if sent:
+                _get(record, key, what)
+            elif key in record:
+                raise WireError(f"{what}: key {key!r} is not sent {why}")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ from .sweep_report import (
     SWEEP_JSON,
     SweepPoint,
     build_sweep_report,
+    saved_sweep,
     saved_sweep_points,
+    write_sweep_progress,
     write_sweep_report,
 )
 
@@ -32,8 +34,10 @@ __all__ = [
     "load_run",
     "report_json",
     "report_warnings",
+    "saved_sweep",
     "saved_sweep_points",
     "write_report",
     "write_site_report",
+    "write_sweep_progress",
     "write_sweep_report",
 ]

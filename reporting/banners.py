@@ -118,13 +118,23 @@ def training_banner_lines(rounds: list[RoundRecord]) -> list[str]:
 def violation_banner_lines(violations: list[BoundViolation]) -> list[str]:
     """The banner's lines: one per violation, then what to do (a site's own page: each flag
     read at the site's level)."""
-    if not violations:
-        return []
-    return [
-        *(v.message for v in violations),
-        "Do not trust the guarantee or the bound until the cause is found: check the "
-        "accountant's inputs (noise, sampling, rounds, delta), the DP training and the audit.",
-    ]
+    return _with_what_to_do([v.message for v in violations])
+
+
+_WHAT_TO_DO = (
+    "Do not trust the guarantee or the bound until the cause is found: check the "
+    "accountant's inputs (noise, sampling, rounds, delta), the DP training and the audit."
+)
+
+
+def _with_what_to_do(messages: list[str]) -> list[str]:
+    return [*messages, _WHAT_TO_DO] if messages else []
+
+
+def _named_message(name: str, site: SiteReport, violation: BoundViolation) -> str:
+    """A violation's sentence under the site's name in a banner (``point p, site s`` in a
+    sweep): its sentence opens with ``site s:``, which the name replaces."""
+    return f"{name}: {violation.message.removeprefix(f'site {site.site_id}: ')}"
 
 
 def consortium_banner(
@@ -137,7 +147,9 @@ def consortium_banner(
     last line says so. Returns the banner's kind and lines."""
     violations = [v for _, s in sites for v in s.checks.bound_violations]
     reading = consortium_reading(sites)
-    lines = violation_banner_lines(violations)
+    lines = _with_what_to_do(
+        [_named_message(name, s, v) for name, s in sites for v in s.checks.bound_violations]
+    )
     if reading is None:
         return "violation", lines
     # A bound above the guarantee, a failed exact check or a surviving flag: do not trust.

@@ -60,7 +60,7 @@ from .metrics import (
     server,
     two_sided,
 )
-from .privacy_ledger import server_epsilon
+from .privacy_ledger import released_model_epsilon, server_epsilon
 from .schema import SiteReport, mean_of
 from .sweep_schema import SweepPointReport
 
@@ -204,8 +204,13 @@ def _two_sided_effects_text(site: SiteReport) -> str:
 
 
 def _dp_text(site: SiteReport) -> str:
-    eps = site.privacy.dp_epsilon
-    return fmt(eps, 2) if eps is not None else "off"
+    """The record-level guarantee that applies (:func:`released_model_epsilon`), saying when
+    it is the one client-level DP implies."""
+    eps = released_model_epsilon(site.privacy)
+    if eps is None:
+        return "off"
+    record = site.privacy.dp_epsilon
+    return fmt(eps, 2) + (" (implied by client-level DP)" if record is None or eps < record else "")
 
 
 def _check_badges(site: SiteReport) -> list[tuple[str, str]]:
@@ -218,7 +223,7 @@ def _check_badges(site: SiteReport) -> list[tuple[str, str]]:
 
 def _dp_cell(site: SiteReport) -> str:
     badges = "".join(badge(label, kind) for label, kind in _check_badges(site))
-    return td(esc(_dp_text(site)) + badges, title=site.privacy.dp_epsilon, raw=True)
+    return td(esc(_dp_text(site)) + badges, title=released_model_epsilon(site.privacy), raw=True)
 
 
 def _flags_md(site: SiteReport) -> str:

@@ -398,11 +398,13 @@ def ordering_text(site: SiteReport) -> str:
 
 
 def fmt_outside(p: PrivacyReport) -> str:
-    """What the site sent outside its record-level guarantee, and its declared size."""
-    if p.record_accountant is None:
-        return "off (no record-level DP)"
+    """What the site sent outside its DP guarantee, and its declared size (record level)."""
+    if p.record_accountant is None and not p.client_level:
+        return "off (no DP)"
     size = (
-        f"declared size {p.declared_size}, public"
+        "client-level DP"
+        if p.record_accountant is None
+        else f"declared size {p.declared_size}, public"
         if p.declared_size is not None
         else "declared size: its own member count"
     )

@@ -12,6 +12,19 @@ from .schema import RunReport
 
 LOST_HEADLINE = "Sites were lost in this run."
 
+NOT_STARTED = (
+    "The run stopped before its first round finished: nothing was trained or audited yet, so "
+    "no site was lost and there is nothing to report; panoramia-fl run --resume RUN_DIR "
+    "continues it."
+)
+"""What the report of a run stopped before any round says, instead of lost sites."""
+
+
+def stopped_before_training(report: RunReport) -> bool:
+    """No round logged and no site audited: the run stopped before its first round."""
+    return not report.rounds and all(s.status == "missing" for s in report.sites)
+
+
 MEMORY_KILLER = (
     "Ray's memory killer ended site processes: the machine ran short of memory with this many "
     "sites at once."
@@ -70,7 +83,9 @@ def lost_sites(report: RunReport, *, audited: bool) -> LostSites:
             s.site_id: _first_line(s.error) for s in report.sites if s.status == "failed"
         },
         missing_audits=(
-            [s.site_id for s in report.sites if s.status == "missing"] if audited else []
+            [s.site_id for s in report.sites if s.status == "missing"]
+            if audited and not stopped_before_training(report)
+            else []
         ),
         lost_updates={
             r.round: {site: _first_line(why) for site, why in r.failures.items()}

@@ -246,8 +246,9 @@ NOTES: dict[Note, str] = {
         "the site sends"
     ),
     Note.OUTSIDE: (
-        "the keys of the site's train replies that its record-level guarantee does not cover; "
-        "the guarantee covers the training given the site's declared size (its sampling rate, "
+        "the keys of the site's train replies that its DP guarantee (record or client level) "
+        "does not cover; a record-level guarantee covers the training given the site's "
+        "declared size (its sampling rate, "
         "steps and divisor), and under the site's own member count that size is not covered: "
         f"{DECLARED_SIZE_ADJACENCY}. What covers every key a site sends: docs/security.md"
     ),

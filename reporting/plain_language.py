@@ -318,7 +318,7 @@ def conformance_sentence(result: ConformanceResult) -> str:
     checked = (
         f"Your site also checked each of its {result.steps:,} real DP-SGD steps against what "
         "its accountant assumes (the records each batch drew, the clipping at C, the noise "
-        "added and its independence, the steps in the ledger)"
+        "added and its independence, the steps in the accountant's history)"
     )
     if not result.failed:
         return f"{checked}: all {len(result.checks)} checks passed."

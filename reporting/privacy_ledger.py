@@ -144,7 +144,10 @@ def site_privacy(
         dp_delta=delta,
         record_accountant=(settings.record_accountant or "Opacus") if record_on else None,
         declared_size=settings.declared_size if record_on else None,
-        outside_guarantee=outside_guarantee(site_id, rounds, settings) if record_on else [],
+        outside_guarantee=(
+            outside_guarantee(site_id, rounds, settings) if record_on or client_on else []
+        ),
+        client_level=client_on,
         client_epsilon=client,
         client_epsilon_record=None if ledger_site is None else ledger_site.epsilon_record,
         client_accountant=None if client_dp is None else client_dp.accountant,
@@ -186,8 +189,9 @@ def sent_keys(site: SiteRound) -> list[str]:
 def outside_guarantee(
     site_id: int, rounds: list[RoundRecord], settings: PrivacySettings
 ) -> list[str]:
-    """The train-reply keys the site sent that its record-level guarantee does not cover
-    (:data:`contracts.reply_keys.REPLY_KEYS`): those computed from its records without noise,
+    """The train-reply keys the site sent that its DP guarantee (record or client level) does
+    not cover (:data:`contracts.reply_keys.REPLY_KEYS`): those computed from its records
+    without noise (a run before client-level replies left the loss and count at the site),
     those derived from its declared size when that is its own member count
     (``declared``), and any key the table does not know."""
     covered = COVERED | ({"declared"} if settings.declared_size is not None else set())

@@ -11,7 +11,7 @@ from contracts.run_files import RunLayout
 from .aggregate import build_report
 from .banners import chance_flags_warnings, violation_warnings
 from .inputs import RunInputs, load_run
-from .lost_sites import LostSites, lost_sites
+from .lost_sites import NOT_STARTED, LostSites, lost_sites, stopped_before_training
 from .run_config import ReportConfig
 from .run_report import named_sites, render_html, render_markdown
 from .schema import ReportFiles, RunReport
@@ -24,7 +24,13 @@ def report_warnings(inputs: RunInputs, report: RunReport) -> list[str]:
     and per bound violation (a measured lower bound above the DP guarantee), then the
     consortium's reading when those are all flags consistent with chance."""
     violations = violation_warnings(report.sites)
-    return [*inputs.warnings, *violations, *chance_flags_warnings(named_sites(report), "run")]
+    stopped = [NOT_STARTED] if stopped_before_training(report) else []
+    return [
+        *stopped,
+        *inputs.warnings,
+        *violations,
+        *chance_flags_warnings(named_sites(report), "run"),
+    ]
 
 
 @dataclass(frozen=True)

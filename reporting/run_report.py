@@ -44,7 +44,7 @@ from .formatting import (
 )
 from .gate_blocks import gate_blocks
 from .html_page import page
-from .lost_sites import lost_sites
+from .lost_sites import NOT_STARTED, lost_sites, stopped_before_training
 from .meanings import NOTES, Note
 from .schema import RunReport, SiteReport, report_json
 from .site_page import by_round_blocks, update_blocks
@@ -83,7 +83,12 @@ def report_blocks(
     return [
         Heading(title(run_name), 1),
         Banner("lost", lost_sites(report, audited=audited).lines()),
-        Banner("untrained", training_banner_lines(report.rounds)),
+        Banner(
+            "untrained",
+            [NOT_STARTED]
+            if stopped_before_training(report)
+            else training_banner_lines(report.rounds),
+        ),
         Banner(*consortium_banner(named, "run")),
         Banner("canaries", [input_canary_banner(report.canaries)] if report.canaries else []),
         *gate_blocks(report.gate),

@@ -248,9 +248,12 @@ class PrivacyReport:
     """Whether the final model reveals a sensitive field better for the site's members than
     for its held-out records (``audit.attribute_inference``); None when off."""
     outside_guarantee: list[str] = field(default_factory=list)
-    """Record level: the keys of its train replies that its guarantee does not cover
-    (``contracts.reply_keys.REPLY_KEYS``), e.g. ``dp-epsilon`` derived from its own member
-    count, or an older run's ``train-loss``."""
+    """Under DP (record or client level): the keys of its train replies that its guarantee
+    does not cover (``contracts.reply_keys.REPLY_KEYS``), e.g. ``dp-epsilon`` derived from
+    its own member count, or an older run's ``train-loss``."""
+    client_level: bool = False
+    """Client-level DP (central or distributed) was on: its guarantee decides what the site's
+    train replies may carry."""
 
 
 CONFORMANCE_PREFIX = "dp_conformance_"

@@ -75,9 +75,11 @@ def build_sweep_report(
     read_config: ConfigReader,
     *,
     write_point_reports: bool = False,
+    unfinished: tuple[str, ...] = (),
 ) -> SweepReport:
-    """Aggregate the sweep's points, each with its config as ``read_config`` reads it (pure
-    unless ``write_point_reports``)."""
+    """Aggregate the sweep's finished points, each with its config as ``read_config`` reads
+    it (pure unless ``write_point_reports``); ``unfinished``: the labels of those not
+    finished yet."""
     labels = [p.label for p in points]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
@@ -89,6 +91,7 @@ def build_sweep_report(
         meaning=NOTES[Note.EPS_TILDE],
         two_sided_meaning=NOTES[Note.TWO_SIDED],
         comparisons=compare_neighbours(reports),
+        unfinished=list(unfinished),
     )
 
 
@@ -194,6 +197,7 @@ def sweep_blocks(report: SweepReport) -> list[Block]:
             only="html",
         ),
         Para(intro + "Plots are in sweep.html; sweep.json holds the numbers in full.", only="md"),
+        *([Para(unfinished_line(report.unfinished))] if report.unfinished else []),
         Meaning(),
         Heading("Points"),
         Para("Click a column header to sort a table by it (again to reverse).", only="html"),
@@ -355,6 +359,7 @@ def write_sweep_report(
     read_config: ConfigReader,
     *,
     write_point_reports: bool = False,
+    unfinished: tuple[str, ...] = (),
 ) -> ReportFiles:
     """Write ``sweep.json``, ``sweep.md`` and a self-contained ``sweep.html`` comparing the
     points (labels unique, in display order) into ``sweep_dir``; ``warnings``: a line per bound
@@ -363,7 +368,11 @@ def write_sweep_report(
     sweep_dir = Path(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     report = build_sweep_report(
-        sweep_dir, points, read_config, write_point_reports=write_point_reports
+        sweep_dir,
+        points,
+        read_config,
+        write_point_reports=write_point_reports,
+        unfinished=unfinished,
     )
     warnings = [w for p in report.points for w in violation_warnings(p.sites, f"point {p.label}: ")]
     warnings += chance_flags_warnings(_named_sites(report.points), "sweep")
@@ -373,6 +382,35 @@ def write_sweep_report(
         md_path=atomic_write_text(sweep_dir / "sweep.md", render_sweep_markdown(report)),
         warnings=warnings,
     )
+
+
+def unfinished_line(labels: list[str]) -> str:
+    """What a stopped sweep's report says of the points it did not finish."""
+    return (
+        f"Not finished: {', '.join(labels)}. The sweep stopped before "
+        f"{'these points' if len(labels) > 1 else 'this point'} finished; only the points "
+        "above are compared. Run the same sweep command again to continue it: finished "
+        "points are kept, an unfinished one resumes from its last round."
+    )
+
+
+def write_sweep_progress(
+    sweep_dir: Path, points: list[SweepPoint], read_config: ConfigReader, unfinished: list[str]
+) -> Path:
+    """``sweep.json`` of the points finished so far and the labels of the others (a sweep
+    writes it after each point, so a stopped sweep can be reported, :func:`saved_sweep`)."""
+    sweep_dir = Path(sweep_dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    report = build_sweep_report(sweep_dir, points, read_config, unfinished=tuple(unfinished))
+    return atomic_write_text(sweep_dir / SWEEP_JSON, report_to_json_text(report))
+
+
+def saved_sweep(sweep_dir: Path) -> tuple[list[SweepPoint], list[str]]:
+    """The finished points :data:`SWEEP_JSON` lists (:func:`saved_sweep_points`) and the
+    labels of those it did not finish."""
+    points = saved_sweep_points(sweep_dir)
+    saved = json.loads((Path(sweep_dir) / SWEEP_JSON).read_text())
+    return points, [str(label) for label in saved.get("unfinished", [])]
 
 
 def saved_sweep_points(sweep_dir: Path) -> list[SweepPoint]:
@@ -397,5 +435,12 @@ def saved_sweep_points(sweep_dir: Path) -> list[SweepPoint]:
             f"run_dir): {exc!r}"
         ) from exc
     if not points:
+        unfinished = saved.get("unfinished") if isinstance(saved, dict) else None
+        if unfinished:
+            raise RunFileError(
+                f"{path}: the sweep stopped before any point finished (not finished: "
+                f"{', '.join(map(str, unfinished))}); run the same sweep command again to "
+                "continue it"
+            )
         raise RunFileError(f"{path} lists no points")
     return points

@@ -74,3 +74,6 @@ class SweepReport:
     two_sided_meaning: str
     comparisons: list[PointComparison] = field(default_factory=list)
     """Neighbouring points with replicates, compared site by site (paired over seeds)."""
+    unfinished: list[str] = field(default_factory=list)
+    """The labels of the points the sweep had not finished when this was written (it is
+    written after each point; a stopped sweep's stays so)."""

@@ -61,8 +61,8 @@ class StrategySettings:
     """Average site updates uniformly (under DP at either level) instead of by example
     count (:data:`contracts.wire.UNIT_WEIGHT`)."""
     record_dp: bool = False
-    """The sites train with DP-SGD: their replies carry its keys and never a count or a
-    loss (:meth:`contracts.wire.TrainReply.from_record`)."""
+    """The sites train with DP-SGD: their replies carry its keys (never a count or a loss
+    under DP at either level: :meth:`contracts.wire.TrainReply.from_record`)."""
 
 
 @dataclass
@@ -103,11 +103,14 @@ class SiteAwareMixin(FedAvg):
         seed: int,
         round_offset: int = 0,
         record_dp: bool = False,
+        any_dp: bool = False,
     ) -> None:
         """``round_offset``: rounds already done before this start (a resumed run);
-        ``record_dp``: :attr:`StrategySettings.record_dp`."""
+        ``record_dp``: :attr:`StrategySettings.record_dp`; ``any_dp``: DP at either level
+        (:attr:`StrategySettings.uniform_weights`), so no reply carries a count or a loss."""
         self.site_of_node = dict(site_of_node)
         self.record_dp = record_dp
+        self.any_dp = any_dp
         self.site_fraction = fraction
         self.sampling_seed = seed
         self.round_offset = round_offset
@@ -176,7 +179,7 @@ class SiteAwareMixin(FedAvg):
             if METRICS not in msg.content.metric_records:
                 raise WireError(f"train reply: no {METRICS!r} record")
             metrics = msg.content.metric_records[METRICS]
-            reply = TrainReply.from_record(metrics, record_dp=self.record_dp)
+            reply = TrainReply.from_record(metrics, record_dp=self.record_dp, any_dp=self.any_dp)
             if self.weighted_by_key not in metrics:
                 raise WireError(f"train reply: no {self.weighted_by_key!r}, the strategy's weight")
             if reply.site_id != site:
@@ -418,5 +421,6 @@ def make_strategy(
         seed=settings.seed,
         round_offset=round_offset,
         record_dp=settings.record_dp,
+        any_dp=settings.uniform_weights,
     )
     return strategy

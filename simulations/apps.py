@@ -216,6 +216,7 @@ class SiteResolver:
                     exposed_records=audit_cfg.exposed_records,
                     exposed_records_path=self.state_dir / exposed_records_name(site_id),
                     attribute_inference=audit_cfg.attribute_inference,
+                    seeding=audit_cfg.seeding,
                 )
             )
         return SiteRuntime(
@@ -239,6 +240,7 @@ class SiteResolver:
                 else None
             ),
             updates=update_audit_settings(config, site_id, self.state_dir),
+            client_level_dp=config.dp.client_level,
         )
 
 

@@ -8,10 +8,11 @@ import logging
 import os
 import signal
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from contracts.errors import UserError, memory_killed, memory_killer_line
+from contracts.errors import ERROR_PREFIX, UserError, memory_killed, memory_killer_line
 from contracts.files import atomic_write_text, check_writable
 from contracts.json_values import json_safe
 from contracts.run_files import CONFIG_FILE, RunLayout
@@ -38,7 +39,7 @@ MEMORY_ADVICE = (
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from simulations.runner import run_experiment
+    from simulations.runner import run_experiment, training_done
 
     if args.seeds is not None:
         return _run_replicates(args)
@@ -48,10 +49,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         outcome = run_experiment(config, run_dir, verbose=args.verbose)
     except KeyboardInterrupt as stop:
+        # Training done: the stop came in the audit phase (or the report).
+        abandoned = (
+            "the site audits in progress were abandoned"
+            if training_done(config, layout)
+            else "the round in progress was abandoned"
+        )
         _exit_interrupted(
             stop,
-            f"finished rounds and audits are kept in {run_dir}; the round in progress was "
-            f"abandoned; continue with: panoramia-fl run --resume {run_dir}",
+            f"finished rounds and audits are kept in {run_dir}; {abandoned}; continue with: "
+            f"panoramia-fl run --resume {run_dir}",
         )
     except Exception as err:
         if not memory_killed(err):
@@ -74,7 +81,7 @@ def _run_config(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
     run wrote it) with the ``--set`` it may take, or CONFIG's, which a run directory that
     already holds a run must hold too."""
     from simulations.config import ConfigError, load_config
-    from simulations.config_file import check_config_digest
+    from simulations.config_file import check_config_digest, load_run_config
 
     if args.resume is not None:
         run_dir = Path(args.resume)
@@ -86,11 +93,11 @@ def _run_config(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
                 f"--plugin: a resumed run imports the plugins its {CONFIG_FILE} lists"
             )
         check_config_digest(stored)
-        config = load_config(stored, args.set)
+        config = load_run_config(stored, args.set)
         if args.set:
             from simulations.resume import check_resume
 
-            check_resume(load_config(stored), config, args.set, RunLayout(run_dir))
+            check_resume(load_run_config(stored), config, args.set, RunLayout(run_dir))
         return config, run_dir
     if args.config is None:
         raise ConfigError("give a CONFIG file, or --resume RUN_DIR")
@@ -99,7 +106,7 @@ def _run_config(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
     existing = RunLayout(run_dir).config
     if existing.exists():
         check_config_digest(existing)
-        if load_config(existing) != config:
+        if load_run_config(existing) != config:
             raise ConfigError(
                 f"{run_dir} already holds a run with another config; use "
                 f"--resume {run_dir}, another --out, or another name"
@@ -112,7 +119,7 @@ def _memory_killed(err: Exception, resume: str, *, kept: Path) -> int:
     what is kept and how to continue; the exit status :data:`SITES_LOST`."""
     what = (memory_killer_line(err) or type(err).__name__)[:300]
     print(
-        f"panoramia-fl: error: Ray's memory killer ended a process of the run, as the machine "
+        f"{ERROR_PREFIX}Ray's memory killer ended a process of the run, as the machine "
         f"ran short of memory ({what}); {MEMORY_ADVICE}. Finished rounds and audits are kept "
         f"in {kept}; continue with: {resume}",
         file=sys.stderr,
@@ -175,8 +182,8 @@ def _run_replicates(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as stop:
         _exit_interrupted(
             stop,
-            f"finished runs, rounds and audits are kept in {set_dir}; the round in progress "
-            f"was abandoned; continue with {again}",
+            f"finished runs, rounds and audits are kept in {set_dir}; the round or the audits "
+            f"in progress were abandoned; continue with {again}",
         )
     except Exception as err:
         if not memory_killed(err):
@@ -231,7 +238,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             files = write_report(layout, config)
             pdfs = _packs(layout, config) if args.pdf else []
     except RunFileError as err:
-        print(f"panoramia-fl: error: {err}", file=sys.stderr)
+        print(f"{ERROR_PREFIX}{err}", file=sys.stderr)
         return 2
     _print_warnings(files.warnings)
     print(files.html_path)
@@ -258,17 +265,26 @@ def _site_pack(layout: RunLayout, site_id: int, config: ReportConfig) -> list[Pa
 def _sweep_report_again(sweep_dir: Path, *, site: int | None) -> ReportFiles:
     """``report SWEEP_DIR``: each point's report and the sweep's, written again from the
     points' saved runs (nothing trains or audits)."""
-    from reporting import saved_sweep_points, write_sweep_report
+    from reporting import saved_sweep, write_sweep_report
     from simulations.config_file import report_config
 
     if site is not None:
         raise UserError(f"--site: {sweep_dir} is a sweep; give one of its points' run folders")
-    points = saved_sweep_points(sweep_dir)
+    points, unfinished = saved_sweep(sweep_dir)
     check_writable(sweep_dir)
     for layout in (p.layout for p in points if p.layout.config.exists()):
         check_writable(layout.root)
         check_writable(layout.site_reports)
-    return write_sweep_report(sweep_dir, points, report_config, write_point_reports=True)
+    files = write_sweep_report(
+        sweep_dir,
+        points,
+        report_config,
+        write_point_reports=True,
+        unfinished=tuple(unfinished),
+    )
+    if unfinished:
+        print(f"panoramia-fl: sweep not finished: {', '.join(unfinished)}", file=sys.stderr)
+    return files
 
 
 def _print_warnings(lines: list[str]) -> None:
@@ -278,8 +294,9 @@ def _print_warnings(lines: list[str]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from reporting import SweepPoint, write_sweep_report
+    from reporting import SWEEP_JSON, SweepPoint, write_sweep_progress, write_sweep_report
     from simulations.config_file import report_config
+    from simulations.runner import nothing_to_run
     from simulations.shared_ray import SharedRay
     from simulations.sweep import expand, load_sweep
 
@@ -287,20 +304,33 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     points = expand(sweep)
     sweep_dir = sweep.output_dir / sweep.name
     again = f"panoramia-fl sweep {args.sweep}" + "".join(f" --set {s}" for s in args.set)
-    done, lost = [], False
+    done: list[SweepPoint] = []
+    lost = False
     run_dir = sweep_dir
+    # sweep.json after each point: a stopped sweep's report shows the finished ones, and
+    # running the same sweep again continues it (a finished point's run has nothing to do).
+    # The first one only where there is none: a sweep run again keeps its report meanwhile.
+    if not (sweep_dir / SWEEP_JSON).exists():
+        write_sweep_progress(sweep_dir, done, report_config, [label for label, _, _ in points])
     try:
-        with SharedRay() as shared:  # Ray starts once for the sweep
-            for label, overrides, config in points:
+        with SharedRay() as shared:  # Ray starts once for the sweep, if a point needs it
+            for i, (label, overrides, config) in enumerate(points):
                 run_dir = sweep_dir / label
                 print(f"sweep point {label}: {run_dir}", file=sys.stderr)
-                with shared.joined(config):
+                finished = sweep.replicates == 1 and nothing_to_run(config, RunLayout(run_dir))
+                with nullcontext() if finished else shared.joined(config):
                     runs = _sweep_point_runs(config, run_dir, sweep, args)
                 for seed, _, run_lost in runs:
                     lost |= _say_losses(run_lost, again, label=f"{label}, seed {seed}: ")
                 done.append(SweepPoint(label, overrides, layout=runs[0][1]))
+                rest = [label for label, _, _ in points[i + 1 :]]
+                write_sweep_progress(sweep_dir, done, report_config, rest)
     except KeyboardInterrupt as stop:
-        _exit_interrupted(stop, f"rerun the sweep to continue from {run_dir}: {again}")
+        _exit_interrupted(
+            stop,
+            f"the sweep's finished points are in {sweep_dir / 'sweep.json'} (panoramia-fl "
+            f"report {sweep_dir}); run the same sweep again to continue from {run_dir}: {again}",
+        )
     except Exception as err:
         if not memory_killed(err):
             raise
@@ -343,6 +373,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         site=args.site,
         run=RunLayout(checkpoint.parent),
         overrides=args.set,
+        warn=lambda line: _print_warnings([line]),
     )
     one = result.one_sided
     summary = json_safe(
@@ -535,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except UserError as err:
         # Only errors the user can fix: anything else is a bug and keeps its traceback.
-        print(f"panoramia-fl: error: {err}", file=sys.stderr)
+        print(f"{ERROR_PREFIX}{err}", file=sys.stderr)
         return 2
 
 

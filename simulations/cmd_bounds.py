@@ -32,7 +32,7 @@ import numpy as np
 
 # The bounds (scipy) are imported where they are computed: the CLI's parser stays light.
 from audit.stats.one_run_methods import DEFAULT_DELTA, METHOD_LABELS, METHODS
-from contracts.errors import UserError
+from contracts.errors import ERROR_PREFIX, UserError
 from contracts.json_values import json_safe
 
 EXIT_USAGE = 2
@@ -159,8 +159,10 @@ def _read_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
                 raise InputError(
                     f"{path}: column 'score', line {row_no}: not a number: {raw_score!r}"
                 ) from None
-            if math.isnan(score):
-                raise InputError(f"{path}: column 'score', line {row_no}: NaN score")
+            if not math.isfinite(score):
+                raise InputError(
+                    f"{path}: column 'score', line {row_no}: not a finite score: {raw_score!r}"
+                )
             if raw_label in _TRUE:
                 labels.append(1)
             elif raw_label in _FALSE:
@@ -189,9 +191,11 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
     except (TypeError, ValueError):
         raise InputError(f"{path}: array 'scores' is not numeric") from None
     raw = np.asarray(data["labels"]).ravel()
-    if np.isnan(scores).any():
-        idx = int(np.flatnonzero(np.isnan(scores))[0])
-        raise InputError(f"{path}: array 'scores': NaN score at index {idx}")
+    if not np.isfinite(scores).all():
+        idx = int(np.flatnonzero(~np.isfinite(scores))[0])
+        raise InputError(
+            f"{path}: array 'scores': not a finite score at index {idx}: {scores[idx]!r}"
+        )
     try:
         labels_f = raw.astype(float)
     except (TypeError, ValueError):
@@ -222,16 +226,41 @@ def _check_beta(beta: float) -> float:
 
 
 def _clopper_pearson(
-    path: Path, scores: np.ndarray, labels: np.ndarray, beta: float, grid: int | None
+    path: Path,
+    scores: np.ndarray,
+    labels: np.ndarray,
+    beta: float,
+    grid: int | None,
+    *,
+    guessed: str = "members",
 ) -> dict[str, Any]:
-    """The PANORAMIA-style bound's JSON fields for one (already oriented) score vector."""
+    """The PANORAMIA-style bound's JSON fields for one (already oriented) score vector
+    (``guessed``: what its label 1 stands for). Never a negative bound: a file whose ceiling
+    (a perfect scorer's bound) is not above 0 is refused, naming its counts; a bound below 0
+    (no evidence at ``beta``) reads 0, its raw value beside it."""
     from audit.stats.bounds import ceiling, lower_bound, thresholds_tried
 
     summary = lower_bound(scores, labels, beta=beta, threshold_grid=grid)
+    top = ceiling(labels, beta=beta, threshold_grid=grid)
+    if not top > 0:
+        raise InputError(
+            f"{path}: {labels.size} rows ({int(labels.sum())} {guessed}) are too few for a "
+            f"bound at beta={beta:g}: even a perfect scorer's bound (the ceiling, {top:.2f}) "
+            f"is not above 0; a positive ceiling needs more than log2(thresholds / beta) "
+            f"{guessed}"
+        )
+    fields = dataclasses.asdict(summary)
+    if fields["lower_bound"] < 0:
+        fields["lower_bound_raw"] = fields["lower_bound"]
+        fields["lower_bound"] = 0.0
+        fields["clamped"] = (
+            "the test found no evidence at this beta: its bound (the logit of the precision's "
+            "lower confidence limit) is below 0, read as 0 (an epsilon bound is never negative)"
+        )
     return {
         "bound": "clopper_pearson",
-        **dataclasses.asdict(summary),
-        "ceiling": ceiling(labels, beta=beta, threshold_grid=grid),
+        **fields,
+        "ceiling": top,
         "thresholds_tried": thresholds_tried(scores, threshold_grid=grid),
         "file": str(path),
         "n": int(labels.size),
@@ -247,7 +276,10 @@ def _two_sided(
 
     half = _check_beta(beta) / 2
     sides: dict[str, dict[str, Any]] = {
-        side: _clopper_pearson(path, *oriented(scores, labels, side), half, grid) for side in SIDES
+        side: _clopper_pearson(
+            path, *oriented(scores, labels, side), half, grid, guessed=f"{side}s"
+        )
+        for side in SIDES
     }
     return {
         "two_sided": True,
@@ -316,22 +348,25 @@ def run(args: argparse.Namespace) -> int:
     one_run = getattr(args, "one_run", None)
     if one_run is not None and (args.o1 or getattr(args, "two_sided", False)):
         print(
-            "error: --one-run cannot be combined with --o1 or --two-sided: it already counts "
-            "both kinds of guesses",
+            f"{ERROR_PREFIX}--one-run cannot be combined with --o1 or --two-sided: it already "
+            "counts both kinds of guesses",
             file=sys.stderr,
         )
         return EXIT_USAGE
     if one_run is None and (
         getattr(args, "guesses", None) is not None or getattr(args, "delta", None) is not None
     ):
-        print("error: --guesses and --delta need --one-run", file=sys.stderr)
+        print(f"{ERROR_PREFIX}--guesses and --delta need --one-run", file=sys.stderr)
         return EXIT_USAGE
     if getattr(args, "idealised", False) and (one_run is None or args.guesses is not None):
-        print("error: --idealised needs --one-run and a search (not --guesses)", file=sys.stderr)
+        print(
+            f"{ERROR_PREFIX}--idealised needs --one-run and a search (not --guesses)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     if getattr(args, "two_sided", False) and args.o1:
         print(
-            "error: --two-sided and --o1 cannot be combined: the O(1) bound already counts "
+            f"{ERROR_PREFIX}--two-sided and --o1 cannot be combined: the O(1) bound already counts "
             "both member and non-member guesses",
             file=sys.stderr,
         )
@@ -352,11 +387,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             out = _clopper_pearson(path, scores, labels, args.beta, args.grid)
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{ERROR_PREFIX}{exc}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as exc:
         # bounds' own checks (one label only, beta out of range, ...): name the file too.
-        print(f"error: {path}: {exc}", file=sys.stderr)
+        print(f"{ERROR_PREFIX}{path}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(json.dumps(json_safe(out), allow_nan=False))
     return 0

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from audit.canaries.gradient_canaries import MIN_GRADIENT_CANARIES
-from audit.config import AuditConfig, StrictModel
+from audit.config import AuditConfig, AuditSeeding, StrictModel
 from audit.inversion.attack import InversionConfig
 from audit.stats.one_run_methods import DEFAULT_DELTA
 from audit.tabular.attribute_result import AttributeInferenceConfig
@@ -250,6 +250,11 @@ def audit_value(audit: dict[str, Any], key: str) -> Any:
 
 class AuditPhaseConfig(StrictModel):
     enabled: bool = True
+    seeding: AuditSeeding = Field(
+        "sequence",
+        description="how each site's audit is seeded (a run's config.yaml "
+        "without it: legacy, as it was written)",
+    )
     use_holdout: bool = Field(True, description="RM;RN and O(1) with the site's holdout")
     reference_pool: bool = Field(
         False,

@@ -19,13 +19,15 @@ from contracts.dp_level import (
     resolve_dp_level,
 )
 from contracts.errors import RunFileError
-from contracts.run_files import RunLayout
+from contracts.files import atomic_write_text
+from contracts.run_files import CONFIG_DIGEST_FILE, RunLayout
 from reporting.privacy_ledger import PrivacySettings, record_accountant_name
 from reporting.run_config import ReportConfig
 from simulations.config import (
     ConfigError,
     ExperimentConfig,
     audit_value,
+    load_config,
 )
 from simulations.policy_file import load_policy
 
@@ -44,25 +46,55 @@ def dump_config(config: ExperimentConfig) -> str:
     return f"{DIGEST_LINE}{_digest(yaml.safe_load(body))}\n{body}"
 
 
+def write_run_config(layout: RunLayout, text: str) -> None:
+    """A run's ``config.yaml`` (``text``: :func:`dump_config`'s), then its digest again in
+    ``config.sha256`` beside it: a YAML tool that drops the first line cannot drop that."""
+    if not layout.config.exists() or layout.config.read_text(encoding="utf-8") != text:
+        atomic_write_text(layout.config, text)
+    digest = text.partition("\n")[0].removeprefix(DIGEST_LINE) + "\n"
+    if not layout.config_digest.exists() or layout.config_digest.read_text() != digest:
+        atomic_write_text(layout.config_digest, digest)
+
+
 def check_config_digest(path: Path) -> None:
     """A run's ``config.yaml`` still holds the settings the run wrote into it: a
     :class:`ConfigError` naming it when they were edited since (the model and audits on
-    disk were not made with the edited ones). A file without the digest line (an older
-    run's, or one a user's own Flower app wrote) is taken as it is."""
+    disk were not made with the edited ones). The settings must match the digest on its
+    first line or the one in ``config.sha256`` beside it (:func:`write_run_config`), so
+    removing the first line does not pass an edit. A file with neither (an older run's, or
+    one a user's own Flower app wrote) is taken as it is."""
     first, _, body = path.read_text(encoding="utf-8").partition("\n")
-    if not first.startswith(DIGEST_LINE):
+    sidecar = path.parent / CONFIG_DIGEST_FILE
+    digests = {first.removeprefix(DIGEST_LINE).strip()} if first.startswith(DIGEST_LINE) else set()
+    if sidecar.is_file():
+        digests.add(sidecar.read_text(encoding="utf-8").strip())
+    if not digests:
         return
     try:
-        settings = yaml.safe_load(body)
+        settings = yaml.safe_load(body if first.startswith("#") else f"{first}\n{body}")
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    if first.removeprefix(DIGEST_LINE).strip() != _digest(settings):
+    if _digest(settings) not in digests:
         raise ConfigError(
             f"{path} was edited after the run wrote it (its settings no longer match the "
-            "digest on its first line): what is on disk was not made with them; put it back, "
-            f"change what may change with --resume {path.parent} --set KEY=VALUE, or start "
-            "another run"
+            f"digest the run kept in {CONFIG_DIGEST_FILE} and on its first line): what is on "
+            f"disk was not made with them; put it back, change what may change with --resume "
+            f"{path.parent} --set KEY=VALUE, or start another run"
         )
+
+
+def load_run_config(path: Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """A run's ``config.yaml`` (with ``overrides``, ``key=value``) as the run was made: one
+    written before ``audit.seeding`` existed seeds its audits as it always did (``legacy``),
+    so a resumed old run audits its remaining sites as it audited the others."""
+    config = load_config(path, overrides)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    audit = raw.get("audit") if isinstance(raw, dict) else None
+    written_before = isinstance(audit, dict) and "seeding" not in audit
+    if written_before and not any(o.startswith("audit.seeding=") for o in overrides or []):
+        seeding = config.audit.model_copy(update={"seeding": "legacy"})
+        config = config.model_copy(update={"audit": seeding})
+    return config
 
 
 def report_config(layout: RunLayout, *, optional: bool = False) -> ReportConfig:

@@ -116,7 +116,9 @@ class LocalRayHead:
             "--max-worker-port",
             "0",
         ]
-        self.processes.start("ray-head", argv, env=env, log_path=self.log_path)
+        # Its own session: Ray's processes and what they signal stay apart from this one's
+        # process group (a pytest worker's, a terminal's); the harness stops the head itself.
+        self.processes.start("ray-head", argv, env=env, log_path=self.log_path, own_session=True)
         wait_for_port(self.host, self.port, timeout_s=self.start_timeout_s, group=self.processes)
         return self
 

@@ -93,8 +93,12 @@ class ProcessGroup:
         env: dict[str, str],
         log_path: Path,
         cwd: Path | None = None,
+        own_session: bool = False,
     ) -> subprocess.Popen:
-        """Start ``argv`` with stdout and stderr appended to ``log_path``."""
+        """Start ``argv`` with stdout and stderr appended to ``log_path``; ``own_session``:
+        in a session of its own, so that no signal to this process's group (a terminal's
+        Ctrl-C, a test's) reaches it, nor any it or its children send to their group reaches
+        this process: :meth:`stop` ends it."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         try:
@@ -105,6 +109,7 @@ class ProcessGroup:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                start_new_session=own_session,
             )
         except OSError as err:
             log.close()

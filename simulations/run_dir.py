@@ -27,7 +27,12 @@ from ml.datasets import DataError, Dataset, load_dataset
 from ml.input_canaries import draw_input_canaries
 from ml.partition import SiteSplit, partition, partition_summary
 from simulations.config import ConfigError, ExperimentConfig, load_config
-from simulations.config_file import check_config_digest, dump_config
+from simulations.config_file import (
+    check_config_digest,
+    dump_config,
+    load_run_config,
+    write_run_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +162,7 @@ def adopt_config(config: ExperimentConfig, layout: RunLayout) -> None:
         return
     check_config_digest(layout.config)
     try:
-        stored = load_config(layout.config)
+        stored = load_run_config(layout.config)
     except ConfigError as err:
         raise ConfigError(
             f"{layout.config}: cannot be read, so the run in {layout.root} cannot be "
@@ -168,9 +173,7 @@ def adopt_config(config: ExperimentConfig, layout: RunLayout) -> None:
         moved = layout.superseded_audits()
         layout.audits.rename(moved)
         log.warning("audit.* changed: the audits of the old settings moved to %s", moved)
-    text = dump_config(config)
-    if layout.config.read_text() != text:
-        atomic_write_text(layout.config, text)
+    write_run_config(layout, dump_config(config))
 
 
 def prepare_run_dir(
@@ -213,7 +216,7 @@ def prepare_run_dir(
     # The config only once the set-up succeeded: a partition that fails (too few records
     # for the sites) leaves nothing that would refuse the corrected command as another run.
     atomic_write_text(layout.partition, json.dumps(summary, indent=1))
-    atomic_write_text(layout.config, text)
+    write_run_config(layout, text)
     meta.write(layout)
     return meta
 

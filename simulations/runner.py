@@ -235,6 +235,16 @@ def training_done(config: ExperimentConfig, layout: RunLayout) -> bool:
     return final is not None and final.round >= config.fl.rounds
 
 
+def nothing_to_run(config: ExperimentConfig, layout: RunLayout) -> bool:
+    """``layout`` already holds ``config``'s run with its training and every audit done (a
+    point of a sweep run again): running it only writes its report, no simulation, so no
+    Ray is needed. Conservative: a canary-client twin always counts as work."""
+    if not layout.config.exists() or not training_done(config, layout):
+        return False
+    twin = config.audit.canary_clients > 0 and config.audit.canary_client_twin
+    return not twin and not _plan_phases(config, layout)
+
+
 def run_experiment(
     config: ExperimentConfig, run_dir: Path, *, verbose: bool = False, write_report: bool = True
 ) -> RunOutcome:

@@ -15,6 +15,11 @@ GRADIENT_CANARY_SHARE = 0.5
 """The part of a site's share of the memory its gradient canaries may take; the rest holds
 torch, the model, the site's data and the audit (about 1 GB a site on the default)."""
 
+MAX_STEPS_PER_ROUND = 1_000_000
+"""The most noisy steps a site's round may take: ceil(declared size / batch size) a local
+epoch (:class:`clients.privacy.Sampling`), each a forward and backward pass, so more never
+finish."""
+
 MAX_REPLICATES = 1000
 """The most runs a replicate set takes (``--seeds``, a sweep's ``replicates``): each is a
 whole training and audit run, a minute or more; more is a typo, not a plan."""
@@ -52,10 +57,13 @@ def _gb(n: float) -> str:
 def check_sizes(
     config: ExperimentConfig, *, memory: int | None = None, cpus: float | None = None
 ) -> None:
-    """Refuse ``audit.gradient_canaries`` that cannot fit: ``2 K`` canaries of
+    """Refuse a ``dp.declared_size`` whose rounds never finish (over
+    :data:`MAX_STEPS_PER_ROUND` noisy steps) and ``audit.gradient_canaries`` that cannot
+    fit: ``2 K`` canaries of
     :data:`~clients.gradient_canaries.MEMORY_PER_GRADIENT_CANARY` bytes in each training site's
     process, against :data:`GRADIENT_CANARY_SHARE` of the site's share of ``memory`` (default: this
     machine's) among the sites that train at once on ``cpus`` (default: the local Ray's)."""
+    _check_declared_size(config)
     pairs = config.audit.gradient_canaries
     if not pairs:
         return
@@ -74,6 +82,22 @@ def check_sizes(
         f"{_gb(room)} each: at most about {most:,} pairs here; lower it, or run fewer sites "
         "at once (raise resources.num_cpus)"
     )
+
+
+def _check_declared_size(config: ExperimentConfig) -> None:
+    """A ``dp.declared_size`` whose DP-SGD rounds could not finish, refused before any
+    work (with ``fl.local_steps`` the steps are those, whatever the size)."""
+    fl, size = config.fl, config.dp.declared_size
+    if size is None or not config.dp.record_level or fl.local_steps is not None:
+        return
+    steps = math.ceil(size / fl.batch_size) * fl.local_epochs
+    if steps > MAX_STEPS_PER_ROUND:
+        raise ConfigError(
+            f"dp.declared_size: {size} records at fl.batch_size {fl.batch_size} make {steps} "
+            f"noisy steps a round ({fl.local_epochs} local epochs), more than "
+            f"{MAX_STEPS_PER_ROUND} ever finish: declare a size near the sites' record "
+            "counts, or set fl.local_steps"
+        )
 
 
 def check_replicates(n: int, first_seed: int, *, key: str, seed_limit: int) -> None:

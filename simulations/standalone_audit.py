@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from audit.panoramia.components import Records
 from audit.result import AuditResult
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
+from contracts.checkpoint import load_checkpoint
 from contracts.errors import UserError
-from contracts.run_files import RunLayout
+from contracts.run_files import CheckpointMeta, RunLayout
 from ml.datasets import load_dataset
 from ml.partition import partition
 from ml.saved_models import load_global_model
-from simulations.config import load_config
+from simulations.config import ExperimentConfig, load_config
 from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import DatasetMeta, site_data
 from simulations.run_task import make_task
@@ -25,10 +27,17 @@ def audit_saved_model(
     site: int,
     run: RunLayout,
     overrides: list[str] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> AuditResult:
     """Run the configured audit of ``site``'s members (and holdout) against the model;
-    ``run``: the run directory the checkpoint sits in (its reference models, if any)."""
+    ``run``: the run directory the checkpoint sits in (its reference models, if any);
+    ``warn``: told each way the checkpoint's own metadata differs from the config
+    (:func:`checkpoint_mismatches`)."""
     config = load_config(config_path, overrides)
+    meta = load_checkpoint(checkpoint).meta
+    if meta is not None and warn is not None:
+        for line in checkpoint_mismatches(checkpoint, meta, config):
+            warn(line)
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)
     sites = partition(dataset, config.partition, seed=config.partition.seed_for(config.seed))
     if not 0 <= site < len(sites):
@@ -48,8 +57,28 @@ def audit_saved_model(
             use_holdout=config.audit.use_holdout,
             use_public_pool=config.audit.reference_pool,
             reference_states=None if states is None else tuple(states),
+            seeding=config.audit.seeding,
         )
     )
     results = runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed, {}, {})
     assert results.result is not None  # the final model was given
     return results.result
+
+
+def checkpoint_mismatches(
+    checkpoint: Path, meta: CheckpointMeta, config: ExperimentConfig
+) -> list[str]:
+    """A line per setting the checkpoint's metadata records otherwise than ``config`` (the
+    model, its options, the DP level; a checkpoint older than a field says nothing of it)."""
+    recorded = (
+        ("model.name", meta.model, config.model.name),
+        ("model.options", dict(meta.model_options), dict(config.model.options)),
+        ("dp.level", meta.dp_level, config.dp.level),
+    )
+    return [
+        f"warning: {checkpoint} was trained with {key} {saved!r}, the config says {given!r}: "
+        "the audit reads the checkpoint's model, everything else (data, sites, the audit's "
+        "own models) as the config says; is it the run's config?"
+        for key, saved, given in recorded
+        if saved is not None and saved != given
+    ]

@@ -356,7 +356,8 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_cli_module_entry_point(tmp_path: Path) -> None:
     path = tmp_path / "s.csv"
-    path.write_text("score,label\n0.9,1\n0.8,1\n0.3,0\n0.1,0\n")
+    rows = [f"{1 - i / 100},1" for i in range(20)] + [f"{i / 100},0" for i in range(20)]
+    path.write_text("score,label\n" + "\n".join(rows) + "\n")
     proc = subprocess.run(
         [sys.executable, "-m", "simulations.cmd_bounds", str(path), "--beta", "0.1"],
         cwd=REPO,
@@ -366,8 +367,38 @@ def test_cli_module_entry_point(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
-    assert got["predictions"] == 2 and got["true_positives"] == 2
-    assert got["lower_bound"] == pytest.approx(_logit((0.1 / 4) ** 0.5))
+    assert got["predictions"] == 20 and got["true_positives"] == 20
+    assert got["lower_bound"] == pytest.approx(_logit((0.1 / 40) ** (1 / 20)))
+
+
+def test_cli_never_prints_a_negative_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Too few rows for any positive bound: refused, naming the counts; no evidence: 0, the
+    raw value beside it; an infinite score refused as NaN is; errors open as every
+    panoramia-fl error does."""
+    few = tmp_path / "few.csv"
+    few.write_text("score,label\n0.9,1\n0.8,1\n0.3,0\n0.1,0\n")
+    for extra in ([], ["--two-sided"]):
+        rc, out, err = _run_cli(["bounds", str(few), *extra], capsys)
+        assert rc == 2 and out == ""
+        assert err.startswith(f"panoramia-fl: error: {few}: 4 rows (2 members")
+        assert "too few for a bound" in err and "ceiling" in err
+    rng = np.random.default_rng(2)
+    t, s = rng.normal(size=400), rng.permutation(np.repeat([0, 1], 200))
+    csv_path, _ = _write(tmp_path, "null", t, s)
+    rc, out, _ = _run_cli(["bounds", str(csv_path)], capsys)
+    got = json.loads(out)
+    assert rc == 0 and got["lower_bound"] == 0.0 and got["lower_bound_raw"] < 0
+    assert got["ceiling"] > 0 and "no evidence" in got["clamped"]
+    inf = tmp_path / "inf.csv"
+    inf.write_text("score,label\n0.9,1\ninf,1\n0.3,0\n")
+    rc, out, err = _run_cli(["bounds", str(inf)], capsys)
+    assert rc == 2 and out == "" and err.startswith("panoramia-fl: error: ")
+    assert "line 3: not a finite score: 'inf'" in err
+    _, npz_path = _write(tmp_path, "inf", np.array([0.9, np.inf, 0.3]), np.array([1, 1, 0]))
+    rc, _, err = _run_cli(["bounds", str(npz_path)], capsys)
+    assert rc == 2 and "not a finite score at index 1" in err
 
 
 def _write(tmp_path: Path, name: str, t: np.ndarray, s: np.ndarray) -> tuple[Path, Path]:
@@ -456,10 +487,12 @@ def test_cli_two_sided_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     rc, out, err = _run_cli(["bounds", str(tmp_path / "missing.npz"), "--two-sided"], capsys)
     assert rc == 2 and out == "" and "missing.npz" in err
     # The stand-alone entry point knows the flag too, and the help says beta is shared.
+    rows = [f"{1 - i / 100},1" for i in range(20)] + [f"{i / 100},0" for i in range(20)]
+    path.write_text("score,label\n" + "\n".join(rows) + "\n")
     assert cmd_bounds.main([str(path), "--two-sided", "--beta", "0.1"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert got["member"]["predictions"] == 2 and got["nonmember"]["predictions"] == 2
-    assert got["member"]["lower_bound"] == pytest.approx(_logit((0.05 / 4) ** 0.5))
+    assert got["member"]["predictions"] == 20 and got["nonmember"]["predictions"] == 20
+    assert got["member"]["lower_bound"] == pytest.approx(_logit((0.05 / 40) ** (1 / 20)))
     sub = argparse.ArgumentParser(prog="panoramia-fl bounds")
     cmd_bounds._add_arguments(sub)
     assert "beta/2" in " ".join(sub.format_help().split())

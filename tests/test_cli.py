@@ -16,6 +16,7 @@ from builders import run_files, write_run
 
 import reporting
 import simulations.runner
+from clients.audit_handler import audit_seed
 from contracts.checkpoint import Checkpoint, save_checkpoint
 from contracts.errors import MissingFileError, RunFileError, UnknownNameError, UserError
 from ml.datasets import DataError
@@ -23,7 +24,7 @@ from ml.partition import PartitionError
 from simulations.cli import build_parser
 from simulations.cli import main as cli_main
 from simulations.config import ConfigError, validate_config
-from simulations.config_file import DIGEST_LINE, check_config_digest
+from simulations.config_file import DIGEST_LINE, check_config_digest, dump_config, load_run_config
 from simulations.resume import check_resume
 from simulations.run_dir import prepare_run_dir
 from simulations.sizes import check_sizes
@@ -513,6 +514,28 @@ def test_gradient_canaries_that_cannot_fit_are_refused_with_their_estimate(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_declared_size_that_never_finishes_is_refused_before_any_work(
+    tmp_path, capsys, monkeypatch
+):
+    """dp.declared_size sets a site's DP-SGD steps: one whose rounds could not finish is
+    refused as gradient-canary sizes are, naming the key, before the run directory exists."""
+    monkeypatch.delenv(simulations.runner.RAY_ADDRESS_ENV, raising=False)
+    raw = _raw(dp={"level": "record", "noise_multiplier": 1.0, "declared_size": 10**12})
+    with pytest.raises(ConfigError, match="dp.declared_size: 1000000000000 records"):
+        check_sizes(validate_config(raw), memory=23 * 10**9, cpus=2)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert cli_main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
+    (line,) = _stderr_lines(capsys)
+    assert line.startswith(
+        "panoramia-fl: error: dp.declared_size: 1000000000000 records at fl.batch_size 32 make "
+        "31250000000 noisy steps a round"
+    )
+    assert not (tmp_path / "run").exists()
+    fits = validate_config({**raw, "dp": {**raw["dp"], "declared_size": 10**6}})
+    check_sizes(fits, memory=23 * 10**9, cpus=2)
+
+
 def test_a_config_yaml_edited_by_hand_is_refused_on_resume(run_dir, capsys, no_training):
     """The run keeps a digest of its resolved settings in config.yaml's first line: an edited
     setting is refused before anything runs; a comment is not a setting, and what --set
@@ -526,6 +549,12 @@ def test_a_config_yaml_edited_by_hand_is_refused_on_resume(run_dir, capsys, no_t
     (line,) = _stderr_lines(capsys)
     assert line.startswith(f"panoramia-fl: error: {layout.config} was edited after the run wrote")
     assert f"--resume {run_dir} --set KEY=VALUE" in line
+    # Without its digest line (a YAML tool's load and dump drops it) the edit is refused too.
+    edited = text.replace("batch_size: 32", "batch_size: 16").partition("\n")[2]
+    layout.config.write_text(edited)
+    assert cli_main(["run", "--resume", str(run_dir)]) == 2
+    (line,) = _stderr_lines(capsys)
+    assert line.startswith(f"panoramia-fl: error: {layout.config} was edited after the run wrote")
     assert cli_main(["run", str(layout.config), "--out", str(run_dir)]) == 2  # as a new run
     layout.config.write_text(text + "# a note of the operator's\n")
     before["config.yaml"] = layout.config.read_bytes()
@@ -550,3 +579,26 @@ def test_cache_show_and_clear(tmp_path, monkeypatch, capsys):
     assert WeightsCache(folder, "reference-models").load("k" * 64) is None
     assert cli_main(["cache", "show", "--cache", "off"]) == 0
     assert "off" in capsys.readouterr().out
+
+
+def test_audit_seeds_never_repeat_across_a_replicate_set() -> None:
+    """New runs draw each site's audit seed from a seed sequence: 5 runs of 20 sites, 100
+    seeds; the legacy mix repeats (site 7 of seed 0 is site 0 of seed 1)."""
+    pairs = [(run, site) for run in range(5) for site in range(20)]
+    assert len({audit_seed(0, run, site) for run, site in pairs}) == len(pairs)
+    assert audit_seed(0, 0, 7, seeding="legacy") == audit_seed(0, 1, 0, seeding="legacy")
+    assert audit_seed(3, 2, 1) == audit_seed(3, 2, 1) != audit_seed(4, 2, 1)
+
+
+def test_a_run_written_before_seed_sequences_keeps_its_seeding(tmp_path: Path) -> None:
+    """A run's config.yaml says which seeding its audits use; one written before the key
+    existed reads as legacy, so a resumed old run audits as it did."""
+    path = tmp_path / "config.yaml"
+    text = dump_config(validate_config(_raw()))
+    path.write_text(text)
+    assert load_run_config(path).audit.seeding == "sequence"
+    old = yaml.safe_load(text)
+    del old["audit"]["seeding"]
+    path.write_text(yaml.safe_dump(old))
+    assert load_run_config(path).audit.seeding == "legacy"
+    assert load_run_config(path, ["audit.seeding=sequence"]).audit.seeding == "sequence"

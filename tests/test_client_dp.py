@@ -175,6 +175,11 @@ def test_noise_has_the_configured_std_and_accounting_resumes(tmp_path):
     assert [r["sites"]["1"]["dp_epsilon_client"] for r in lines] == pytest.approx(
         [gaussian_epsilon(z, releases=1, delta=1e-5), two]
     )
+    # Central client-level DP: no site's loss or count reached the server (nor the log).
+    replies = [site for r in lines for site in r["sites"].values()]
+    assert not any(site.get("train_loss") is not None for site in replies)
+    assert not any(site.get("num_examples") is not None for site in replies)
+    assert not any({"train-loss", "num-examples"} & set(site["sent"]) for site in replies)
 
     # A kill after round 2's ledger and metrics but before its checkpoint: resume redoes
     # round 2 and goes on to round 3 (more rounds are allowed on resume).

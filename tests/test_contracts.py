@@ -28,7 +28,7 @@ from audit.canaries.input_canaries import InputCanaryResult
 from audit.site_results import SiteResults
 from clients.app import SiteRuntime, build_client_app
 from contracts.json_values import from_dict, json_safe
-from contracts.reply_keys import COVERAGES, KIND_JSON, NORM_BIT, REPLY_KEYS, kind_key
+from contracts.reply_keys import COVERAGES, KIND_JSON, NORM_BIT, PUBLIC_KEY, REPLY_KEYS, kind_key
 from contracts.site_audit import SiteAudit, SiteAuditFile
 from contracts.wire import (
     ARRAYS,
@@ -139,10 +139,23 @@ def test_under_record_level_dp_no_count_and_no_loss_travel(task_identity):
             TrainReply(0, None, None, dp_epsilon=1.5).to_record(), record_dp=True
         )
     leaky = TrainReply(0, 0.5, 10, dp_epsilon=1.5, noise_multiplier=0.9).to_record()
-    with pytest.raises(WireError, match="'train-loss' is not sent under record-level DP"):
+    with pytest.raises(WireError, match="'train-loss' is not sent under DP"):
         TrainReply.from_record(leaky, record_dp=True)
     with pytest.raises(WireError, match="'dp-epsilon' is not sent without record-level DP"):
         TrainReply.from_record(leaky, record_dp=False)
+
+
+def test_under_client_level_dp_no_count_and_no_loss_travel():
+    """Client-level DP (central or distributed): neither the count nor the loss travels,
+    and the server refuses a reply that carries them."""
+    private = TrainReply(site_id=0, train_loss=None, num_examples=None).to_record()
+    assert set(private) == {"site-id", UNIT_WEIGHT}
+    assert TrainReply.from_record(private, record_dp=False, any_dp=True).train_loss is None
+    leaky = TrainReply(site_id=0, train_loss=0.5, num_examples=10).to_record()
+    with pytest.raises(WireError, match="'train-loss' is not sent under DP"):
+        TrainReply.from_record(leaky, record_dp=False, any_dp=True)
+    with pytest.raises(WireError, match="'train-loss' is missing"):
+        TrainReply.from_record(private, record_dp=False, any_dp=False)
 
 
 def test_every_key_a_reply_carries_has_its_coverage():
@@ -150,7 +163,8 @@ def test_every_key_a_reply_carries_has_its_coverage():
     train = TrainReply(0, 0.5, 10, dp_epsilon=1.0, noise_multiplier=1.0).to_record()
     audit = audit_record(_audit(SiteResults(result=RESULT, input_canaries=CANARY), dp_epsilon=1.0))
     kinds = {kind_key(kind.name) for kind in dataclasses.fields(SiteResults)}
-    assert {ARRAYS, *train} == {k for k, v in REPLY_KEYS.items() if v.train and k != NORM_BIT}
+    secure_sum_only = {NORM_BIT, PUBLIC_KEY}  # a mod's key, the secure sum's key
+    assert {ARRAYS, *train} == {k for k, v in REPLY_KEYS.items() if v.train} - secure_sum_only
     assert {KIND_JSON if k in kinds else k for k in audit} == {
         k for k, v in REPLY_KEYS.items() if v.audit
     }

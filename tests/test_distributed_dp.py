@@ -25,14 +25,17 @@ from clients.distributed_dp import (
 )
 from clients.secure_aggregation import SecureSumError, SecureSumSettings, commit, masked_update
 from contracts.checkpoint import load_checkpoint
+from contracts.reply_keys import NUM_EXAMPLES, TRAIN_LOSS
+from contracts.run_log import read_rounds
 from contracts.secure_sum import FIXED_POINT_BITS, SecureSumInstructions
-from contracts.wire import ARRAYS
+from contracts.wire import ARRAYS, METRICS
 from deployment.flower_apps import IdealSecureAggregationRefused, refuse_simulation_settings
+from reporting.privacy_ledger import outside_guarantee
 from server.client_dp import ClientDPAccounting, ClientDPSettings, gaussian_epsilon
 from server.strategy import SiteFedAvg
 from simulations.apps import server_settings
 from simulations.config import ConfigError, validate_config
-from simulations.config_file import dump_config
+from simulations.config_file import dump_config, report_config
 from simulations.run_dir import DatasetMeta
 from simulations.runner import run_experiment
 
@@ -406,3 +409,27 @@ def test_the_secure_sum_is_the_clear_mean_and_carries_the_central_noise(runs):
     assert step.std() == pytest.approx(compute_stdv(Z, CLIP, SITES), rel=0.05)
     ledger = layout.client_dp_accounting.read_text()
     assert '"mechanism": "distributed"' in ledger and '"secure_aggregation": "ideal"' in ledger
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_client_level_replies_carry_no_loss_and_no_count(runs):
+    """Distributed DP in the clear and under ideal secure aggregation: no reply that reached
+    the server carries a site's loss or its count, metrics.jsonl keeps neither, and the
+    ledger finds nothing sent outside the guarantee."""
+    for name in ("clear", "ideal"):
+        run_dir, seen = runs[name]
+        numbers = [
+            m.content.metric_records[METRICS]
+            for m in seen["replies"]
+            if not m.has_error() and METRICS in m.content.metric_records
+        ]
+        assert numbers and not any(TRAIN_LOSS in n or NUM_EXAMPLES in n for n in numbers)
+        layout = run_files(run_dir)
+        rounds = read_rounds(layout)
+        for entry in rounds:
+            for site in entry.sites.values():
+                assert site.train_loss is None and site.num_examples is None
+                assert site.sent is not None and TRAIN_LOSS not in site.sent
+        settings = report_config(layout).privacy
+        assert all(outside_guarantee(s, rounds, settings) == [] for s in range(SITES)), name

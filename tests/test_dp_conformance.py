@@ -30,6 +30,7 @@ from contracts.json_values import from_dict, json_safe
 from ml.datasets import load_dataset
 from reporting.aggregate import site_report
 from reporting.inputs import SiteAuditRead
+from reporting.plain_language import conformance_sentence
 from simulations.config import validate_config
 from simulations.config_file import privacy_settings
 from simulations.run_dir import DatasetMeta
@@ -154,6 +155,8 @@ def test_honest_run_passes_every_check(honest):
     assert _violations(result, eps) == []
     written = json.loads(json.dumps(json_safe(conformance)))
     assert from_dict(ConformanceResult, written) == conformance
+    # The site's page names what the checks compare: the steps in the accountant's history.
+    assert "the steps in the accountant's history)" in conformance_sentence(conformance)
 
 
 # Faults a plugin module could inject into Opacus: (name, patch, the check that must fail,
@@ -345,6 +348,12 @@ def test_fault_on_the_real_path_is_a_named_violation(faulted, fault, check, fact
     violation = violations[f"dp_conformance_{check}"]
     assert violation.message.startswith("site 4: its DP-SGD does not do what its accountant")
     assert failed[check].message in violation.message
+    # Every failed check's sentence gives what an honest run gives and what it crossed: a
+    # test's p-value below its level, an exact check's threshold.
+    for failure in failed.values():
+        assert "an honest run" in failure.message, failure.message
+        if failure.name in STATISTICAL_CHECKS:
+            assert f"p = {failure.p_value:.2g}, below the level" in failure.message
 
 
 def test_half_noise_reads_in_the_report_as_half(honest, faulted):

@@ -11,11 +11,12 @@ from builders import run_files
 
 from audit.result import Interval
 from clients.site_data import SiteData
-from reporting import SCHEMA_VERSION
+from reporting import SCHEMA_VERSION, SweepPoint, write_sweep_progress
 from reporting.formatting import fmt_est
 from reporting.update_membership import SUM_ONLY, SUM_ONLY_SHORT
 from simulations.cli import main as cli_main
 from simulations.config import validate_config
+from simulations.config_file import report_config
 from simulations.runner import run_experiment
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -252,6 +253,7 @@ def test_two_point_sweep(tmp_path):
         assert '"coins"' not in (run / name).read_text()
     _says_what_the_server_learns_from_the_updates(folder, private)
     _the_report_is_written_again_without_training(folder)
+    _a_stopped_sweep_reports_what_finished_and_continues(folder, tmp_path / "sweep.yaml")
 
 
 def _interval(saved: dict) -> Interval:
@@ -312,6 +314,27 @@ def _the_report_is_written_again_without_training(folder) -> None:
     assert {p: p.stat().st_mtime_ns for p in kept} == kept
 
 
+def _a_stopped_sweep_reports_what_finished_and_continues(folder, sweep_file) -> None:
+    """sweep.json as the sweep writes it after its first point (stopped in the second):
+    ``report`` shows the finished point and names the other; the same sweep run again
+    continues it, without training or auditing a finished point again."""
+    saved = ("global_model.pt", "checkpoints/*", "audits/*", "metrics.jsonl")
+    kept = {p: p.stat().st_mtime_ns for name in saved for p in folder.glob(f"*/{name}")}
+    first = SweepPoint("eps=1", {}, run_files(folder / "eps=1"))
+    write_sweep_progress(folder, [first], report_config, ["no_DP"])
+    (folder / "sweep.md").unlink()
+    assert cli_main(["report", str(folder)]) == 0
+    assert [p["label"] for p in json.loads((folder / "sweep.json").read_text())["points"]] == [
+        "eps=1"
+    ]
+    assert "Not finished: no_DP. The sweep stopped before" in (folder / "sweep.md").read_text()
+    assert cli_main(["sweep", str(sweep_file)]) == 0
+    result = json.loads((folder / "sweep.json").read_text())
+    assert [p["label"] for p in result["points"]] == ["eps=1", "no_DP"]
+    assert result["unfinished"] == []
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept
+
+
 def test_cli_config_error_names_key(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("fl: {rounds: -1}\n")
@@ -319,12 +342,18 @@ def test_cli_config_error_names_key(tmp_path, capsys):
     assert "fl.rounds" in capsys.readouterr().err
 
 
-def test_audit_command_on_saved_model(run_dir, tmp_path):
+def test_audit_command_on_saved_model(run_dir, tmp_path, capsys):
     out = tmp_path / "audit.json"
     args = ["audit", str(run_dir / "global_model.pt"), "--config", str(run_dir / "config.yaml")]
     assert cli_main([*args, "--site", "1", "--out", str(out)]) == 0
+    assert "was trained with" not in capsys.readouterr().err  # the run's own config
     result = json.loads(out.read_text())
     assert result["schema_version"] == 3  # the audit's result, its one-sided game nested
     rep = result["repeats"][0]["one_sided"]
     assert rep["eps_tilde"] == pytest.approx(max(0.0, rep["c_eps_lb"] - rep["c_lb"]))
     assert cli_main([*args, "--site", "9"]) == 2
+    # A config other than the checkpoint's own metadata says: a warning naming the key.
+    other = ["--set", "dp.level=client", "--set", "dp.client.noise_multiplier=1.0"]
+    assert cli_main([*args, "--site", "9", *other]) == 2
+    err = capsys.readouterr().err
+    assert "was trained with dp.level 'none', the config says 'client'" in err

@@ -13,6 +13,7 @@ import pytest
 from builders import (
     make_result,
     ok_audit,
+    run_files,
     set_config,
     site_pages,
     white_box_audit,
@@ -30,9 +31,11 @@ from audit.conformance.checks import (
     check_level,
 )
 from contracts.json_values import json_safe
+from reporting import SweepPoint, write_sweep_report
 from reporting.banners import CHANCE_FLAGS_HEADLINE, VIOLATION_HEADLINE
 from reporting.family_wise import family_wise
 from reporting.meanings import NOTES, Note
+from simulations.config_file import report_config
 
 BETA = 0.05
 LEVEL = check_level(BETA)
@@ -157,3 +160,16 @@ def test_a_failed_exact_check_keeps_its_wording(tmp_path, canaries):
     assert any("does not survive" in line for line in both)
     assert both[-1].startswith(DO_NOT_TRUST)
     assert _headline(tmp_path / "both" / "run") == f"> **{VIOLATION_HEADLINE}**"
+
+
+def test_a_sweep_banner_names_the_point_on_every_line(tmp_path, canaries):
+    """A sweep's banner opens with the violation under its point's and site's name, as its
+    family-wise lines name them."""
+    run = _run(tmp_path, canaries, flag=BETA / CHECKS_RUN / 100)
+    sweep = write_sweep_report(
+        tmp_path / "sweep", [SweepPoint("eps8", {}, run_files(run))], report_config
+    )
+    md = sweep.md_path.read_text().splitlines()
+    banner = [line[4:] for line in md if line.startswith("> - ")]
+    assert banner[0].startswith("point eps8, site 2: its DP-SGD does not do what its accountant")
+    assert any(line.startswith("point eps8, site 2, noise level (p = ") for line in banner)

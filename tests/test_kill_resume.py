@@ -9,10 +9,8 @@ driver and, with it, the site actors it owns; Ray starts once instead of twice p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,10 +22,9 @@ import pytest
 import torch
 import yaml
 from builders import run_files
-from launchers import start_interruptible
+from launchers import SessionPopen, end_session, interrupt, session_processes, start_interruptible
 
 from contracts.checkpoint import load_checkpoint
-from simulations.processes import is_alive
 from simulations.runner import RAY_ADDRESS_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -79,53 +76,14 @@ def _config(path: Path, *, private: bool = False) -> Path:
     return path
 
 
-def _session(sid: int) -> list[tuple[int, int]]:
-    """(pid, start time) of every live process in session ``sid`` (Ray's included)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        if fields[0] not in ("Z", "X") and int(fields[3]) == sid:
-            found.append((int(entry.name), int(fields[19])))
-    return found
-
-
-def _kill_session(proc: subprocess.Popen) -> None:
-    """SIGKILL the child's process group, then anything of its session still alive."""
-    sid = proc.pid
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(sid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    deadline = time.time() + 30
-    while left := _session(sid):
-        for pid, start in left:
-            if is_alive(pid, start):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        assert time.time() < deadline, f"processes of the killed run survive: {left}"
-        time.sleep(0.2)
-
-
 def _env() -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path}
 
 
-def _start(argv: list[str], log: Path) -> subprocess.Popen:
+def _start(argv: list[str], log: Path) -> SessionPopen:
     with open(log, "ab") as fh:
-        return subprocess.Popen(
-            argv,
-            cwd=REPO,
-            env=_env(),
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        return SessionPopen(argv, cwd=REPO, env=_env(), stdout=fh, stderr=subprocess.STDOUT)
 
 
 def _run_to_end(argv: list[str], log: Path) -> None:
@@ -133,7 +91,7 @@ def _run_to_end(argv: list[str], log: Path) -> None:
     try:
         rc = proc.wait(timeout=TIMEOUT_S)
     finally:
-        _kill_session(proc)  # Ray's leftovers too, whatever happened
+        end_session(proc)  # Ray's leftovers too, whatever happened
     assert rc == 0, log.read_text()[-4000:]
 
 
@@ -146,7 +104,7 @@ def _kill_when(argv: list[str], log: Path, ready: Callable[[], bool]) -> None:
             assert time.time() < deadline, log.read_text()[-4000:]
             time.sleep(POLL_S)
     finally:
-        _kill_session(proc)
+        end_session(proc)
 
 
 def _lines(run_dir: Path) -> list[str]:
@@ -313,33 +271,32 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_address, refe
             assert proc.poll() is None, f"the run ended first:\n{log.read_text()[-4000:]}"
             assert time.time() < deadline, log.read_text()[-4000:]
             time.sleep(POLL_S)
-        os.killpg(proc.pid, signal.SIGINT)
+        interrupt(proc)
         rc = proc.wait(timeout=30)
         assert rc == 130, log.read_text()[-4000:]
-        assert "--resume" in log.read_text()
+        assert "the round in progress was abandoned; continue with" in log.read_text()
         deadline = time.time() + 30  # Ray's workers notice their raylet is gone
-        while left := _session(proc.pid):
+        while left := session_processes(proc.pid, since=proc.started):
             assert time.time() < deadline, f"processes of the run survive: {left}"
             time.sleep(0.2)
     finally:
-        _kill_session(proc)
+        end_session(proc)
     assert not [p for p in run_dir.rglob("*.tmp")], "a half-written file remains"
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))
     assert len(checkpoints) < ROUNDS and not (run_dir / "global_model.pt").exists()
 
     env["RAY_ADDRESS"] = ray_address
-    proc = subprocess.Popen(
+    proc = SessionPopen(
         _cli("--resume", str(run_dir)),
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        start_new_session=True,
     )
     try:
         _, err = proc.communicate(timeout=TIMEOUT_S)
     finally:
-        _kill_session(proc)
+        end_session(proc)
     assert proc.returncode == 0, err.decode()[-4000:]
     rounds = _assert_complete(run_dir)
     # The model of a run never interrupted, up to the float noise of the order in which
@@ -354,3 +311,21 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_address, refe
     diff = torch.cat([(got[k].double() - v.double()).flatten() for k, v in want.items()])
     norm = torch.cat([v.double().flatten() for v in want.values()]).norm()
     assert diff.norm() <= 1e-2 * norm, f"{diff.norm() / norm:.2e} of the model's norm"
+
+
+def test_no_signal_of_these_tests_can_reach_the_test_runner(shared_ray_head):
+    """The session's Ray head (whose processes a run's kill makes Ray clean up) runs in a
+    session of its own, and a test signals only a child alive in a session of its own:
+    neither the head's nor a child's signals reach the xdist worker running the tests."""
+    ours = os.getsid(0)
+    if shared_ray_head is not None:
+        pids = shared_ray_head.processes.pids()
+        assert pids and all(os.getsid(pid) != ours for pid in pids)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(AssertionError, match="not a session of its own"):
+            interrupt(child)
+        assert child.poll() is None  # nothing was sent
+    finally:
+        child.kill()
+        child.wait(timeout=30)

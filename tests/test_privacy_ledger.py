@@ -175,6 +175,10 @@ def test_ledger_rows_and_values(ledger_run: Path) -> None:
         assert "0.800 / 0.810" in text  # accuracy global / site holdout
         assert "0.125 / 0.562" in text  # f loss members / holdout
     assert page.index('id="ledger"') > page.index("<h2>Per-site audit</h2>")
+    # The headline's record-level guarantee is the one that applies: site 1's is the one
+    # client-level DP implies, not its DP-SGD's 50.
+    headline = md[: md.index("Privacy ledger")]
+    assert "| 3.00 (implied by client-level DP) |" in headline and "| 50.00 " not in headline
 
 
 def test_best_lower_bound_is_the_largest_one_run_bound_and_names_it(ledger_run: Path) -> None:
@@ -550,7 +554,21 @@ def _sent_rounds(*sites: SiteRound) -> list[RoundRecord]:
             {"level": "none"},
             _sent_rounds(SiteRound(train_loss=0.5)),
             [],
-            "off (no record-level DP)",
+            "off (no DP)",
+        ),
+        # Client-level DP, central or distributed: the reply carries no loss and no count.
+        (
+            {"level": "distributed"},
+            _sent_rounds(SiteRound(sent=["arrays", "site-id", "unit-weight"])),
+            [],
+            "nothing (client-level DP)",
+        ),
+        # A client-level run from before: its loss and count are named.
+        (
+            {"level": "client"},
+            _sent_rounds(SiteRound(train_loss=0.5, num_examples=10)),
+            ["num-examples", "train-loss"],
+            "num-examples, train-loss (client-level DP)",
         ),
     ],
 )

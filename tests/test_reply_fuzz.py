@@ -62,10 +62,12 @@ def _site(context: Context) -> int:
     return int(context.node_config["partition-id"])
 
 
-def _good_train(site: int, msg: Message) -> tuple[dict[str, Any], dict[str, Any]]:
+def _good_train(site: int, msg: Message, *, private: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A well-formed reply; ``private`` (client-level DP): no loss, no count."""
     state = msg.content.array_records[ARRAYS].to_torch_state_dict()
     arrays = {k: v + STEP.get(site, 0.0) for k, v in state.items()}
-    reply = TrainReply(site_id=site, train_loss=0.5 + site, num_examples=EXAMPLES.get(site, 10))
+    loss, count = (None, None) if private else (0.5 + site, EXAMPLES.get(site, 10))
+    reply = TrainReply(site_id=site, train_loss=loss, num_examples=count)
     return arrays, dict(reply.to_record())
 
 
@@ -73,7 +75,9 @@ def _bad_train(site: int, rnd: int, arrays: dict, metrics: dict) -> tuple[dict |
     """Site ``site``'s malformed reply of round ``rnd`` (None arrays: no ArrayRecord)."""
     case = (rnd, site)
     if case == (1, 2):
-        del metrics[TRAIN_LOSS]  # a missing key: WireError was uncaught
+        # A missing key (WireError was uncaught); under DP, the loss no reply may carry.
+        if metrics.pop(TRAIN_LOSS, None) is None:
+            metrics[TRAIN_LOSS] = 0.5
     elif case == (1, 3):
         metrics[NUM_EXAMPLES] = -100  # with another site's +100: ZeroDivisionError
     elif case == (1, 4):
@@ -137,13 +141,15 @@ def _audit_record(site: int) -> ConfigRecord:
     return record
 
 
-def fuzz_client_app() -> ClientApp:
+def fuzz_client_app(*, private: bool = False) -> ClientApp:
+    """Sites whose replies are well formed (``private``: as under client-level DP), site 2
+    and above malformed in their own way each round."""
     app = ClientApp()
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
         site = _site(context)
-        arrays, metrics = _good_train(site, msg)
+        arrays, metrics = _good_train(site, msg, private=private)
         rnd = int(msg.content.config_records["config"]["server-round"])
         if site >= 2:
             arrays, metrics = _bad_train(site, rnd, arrays, metrics)  # type: ignore[assignment]  # malformed on purpose
@@ -185,7 +191,7 @@ def _simulate(
     run_dir.mkdir(parents=True)
     run_simulation(
         server_app=build_server_app(settings),
-        client_app=fuzz_client_app(),
+        client_app=fuzz_client_app(private=client_dp is not None),
         num_supernodes=sites,
         backend_config={
             "client_resources": {"num_cpus": 1, "num_gpus": 0.0},

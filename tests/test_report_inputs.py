@@ -23,6 +23,7 @@ from builders import (
 from contracts.errors import RunFileError
 from reporting import build_report
 from reporting.schema import report_json
+from simulations.cli import main as cli_main
 
 
 def test_eps_tilde_is_copied_not_recomputed(tmp_path: Path) -> None:
@@ -183,6 +184,26 @@ def test_rounds_that_aggregated_nothing_are_reported_first(tmp_path: Path) -> No
     assert "non-finite weights" in first and "initial, untrained one" in first
     html_first = files.html_path.read_text().split('id="headline"')[0]
     assert "No site&#x27;s update was aggregated in any of the 3 rounds" in html_first
+
+
+def test_one_round_that_aggregated_nothing_reads_as_one(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "r", n_sites=2, audits={}, n_rounds=1)
+    _empty_rounds(run, [1])
+    first = write_report_of(run).md_path.read_text().split("\n## ")[0]
+    assert "No site's update was aggregated in the run's one round" in first
+
+
+def test_a_run_stopped_before_any_round_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing logged, nothing audited: the report says the run stopped before its first
+    round (on stderr too), not that sites were lost."""
+    run = write_run(tmp_path / "r", n_sites=2, audits={}, n_rounds=0)
+    assert cli_main(["report", str(run)]) == 0
+    assert "panoramia-fl: The run stopped before its first round" in capsys.readouterr().err
+    first = (run / "report.md").read_text().split("\n## ")[0]
+    assert "The run stopped before its first round finished" in first
+    assert "Sites were lost" not in first
 
 
 OOM = "OutOfMemoryError: Task was killed due to the node running low on memory."

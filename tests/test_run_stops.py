@@ -11,10 +11,8 @@ start costs seconds of imports and Ray actors."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from builders import TINY_AUDIT
-from launchers import start_interruptible
+from launchers import end_session, interrupt, start_interruptible
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
@@ -140,16 +138,17 @@ def test_ctrl_c_in_the_audits_then_sites_lost_to_the_memory_killer(
             f"(pid {proc.pid} on {os.uname().nodename} since "
             + _said(second.stderr)[0].split(" since ")[1]
         ]
-        os.killpg(proc.pid, signal.SIGINT)
+        interrupt(proc)
         rc = proc.wait(timeout=60)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        end_session(proc)
     text = log.read_text()
     assert rc == 130, text[-4000:]
     assert "Traceback" not in text, text[-4000:]
-    assert text.rstrip().endswith(f"continue with: panoramia-fl run --resume {run_dir}")
+    assert text.rstrip().endswith(
+        f"the site audits in progress were abandoned; continue with: panoramia-fl run "
+        f"--resume {run_dir}"
+    )
     audits = _audits(run_dir)
     assert sorted(audits) == [0, 1]  # site 2's audit, cut short, is left to --resume
     assert audits[0]["status"] == "ok"

@@ -150,8 +150,16 @@ def _check(name: str, passed: bool, message: str, **kw: Any) -> ConformanceCheck
     return ConformanceCheck(name=name, passed=bool(passed), message=message, **values)
 
 
-def _test(name: str, p: float, level: float, factor: float, message: str) -> ConformanceCheck:
-    return _check(name, p >= level, message, factor=factor, p_value=p, level=level)
+def _test(
+    name: str, p: float, level: float, factor: float, message: str, *, honest: str
+) -> ConformanceCheck:
+    """A statistical check: what was measured, what an honest run gives, and the p-value
+    against the check's level (a failure crossed it)."""
+    passed = p >= level
+    where = "at or above" if passed else "below"
+    text = f"{message}, where an honest run gives {honest} (p = {p:.2g}, {where} the level "
+    text += f"{level:.2g})"
+    return _check(name, passed, text, factor=factor, p_value=p, level=level)
 
 
 def _untested(name: str, why: str) -> ConformanceCheck:
@@ -210,6 +218,7 @@ def _noise_level(noise: _Noise, level: float) -> ConformanceCheck:
         factor,
         f"noise {factor:.2f} x what the accountant assumes (sigma C, measured over "
         f"{noise.y.size} steps)",
+        honest=f"1.00 x (+- {spread / 2:.2g})",
     )
 
 
@@ -231,6 +240,7 @@ def _noise_per_step(noise: _Noise, names: list[str], level: float) -> Conformanc
         f"the least noisy step ({names[worst]}) carries {factor:.2f} x the noise of the "
         "other steps (in the consumed gradient: less noise there, or a step-dependent scale "
         "such as a division by the realised batch size, which reveals it)",
+        honest="1.00 x on every step, up to the F law's spread over the steps",
     )
 
 
@@ -249,7 +259,9 @@ def _noise_shape(ev: ConformanceEvidence, usable: np.ndarray, level: float) -> C
         p,
         level,
         observed / mean,
-        f"the noise's kurtosis is {observed:.2f} where Gaussian noise has {mean:.2f}",
+        f"the noise's kurtosis averages {observed:.4f} over {kurt.size} steps, a combined "
+        f"z-statistic of {z:.1f}",
+        honest=f"a kurtosis of {mean:.4f} (Gaussian noise) and a z-statistic about N(0, 1)",
     )
 
 
@@ -265,8 +277,8 @@ def _noise_lag1(ev: ConformanceEvidence, level: float) -> ConformanceCheck:
         normal_p(z, side="both"),
         level,
         mean,
-        f"successive steps' noise correlates at {mean:+.2g} on average over {lag.size} pairs "
-        f"(independent noise: 0 +- {1 / math.sqrt(ev.coordinates * lag.size):.2g})",
+        f"successive steps' noise correlates at {mean:+.2g} on average over {lag.size} pairs",
+        honest=f"0 +- {1 / math.sqrt(ev.coordinates * lag.size):.2g} (independent noise)",
     )
 
 
@@ -287,6 +299,7 @@ def _noise_reuse(ev: ConformanceEvidence, level: float) -> ConformanceCheck:
         best,
         f"the most alike pair of steps' noise ({a} and {b}) correlates at {best:.2f} on "
         f"{k} coordinates, of {int(pairs)} pairs",
+        honest=f"correlations of about +- {1 / math.sqrt(k):.2g} (independent noise)",
     )
 
 
@@ -343,6 +356,7 @@ def _batch_checks(ev: ConformanceEvidence, rates: np.ndarray, level: float):
         f"the loader's {sizes.size} batches hold {sizes.mean():.1f} records on average, where "
         f"the accountant's q = {q.mean():.4g} of {n} records gives {n * q.mean():.1f}: "
         f"sampling at {factor:.2f} x the accountant's rate",
+        honest="1.00 x, up to Binomial(N, q)'s spread",
     )
     var = n * q * (1 - q)
     statistic = float(((sizes - n * q) ** 2 / var).sum())
@@ -355,6 +369,7 @@ def _batch_checks(ev: ConformanceEvidence, rates: np.ndarray, level: float):
         ratio,
         f"the loader's batch sizes vary {ratio:.2f} x as much about N q as Poisson sampling "
         "at the accountant's rate does",
+        honest="1.00 x, up to the spread of the variance over the batches",
     )
     return [total, dispersion]
 
@@ -381,6 +396,7 @@ def _record_checks(ev: ConformanceEvidence, rates: np.ndarray, level: float):
         ratio,
         f"the records' inclusion counts vary {ratio:.2f} x as much as independent Poisson "
         f"draws at the accountant's rate give ({int(trials.sum())} draws)",
+        honest="1.00 x, up to the spread of the variance over the records",
     )
     pmf = count_pmf([(int(t), float(p)) for t, p in zip(trials, q, strict=True)])
     top, bottom = int(np.argmax(counts)), int(np.argmin(counts))
@@ -395,6 +411,7 @@ def _record_checks(ev: ConformanceEvidence, rates: np.ndarray, level: float):
         f"record {worst} was drawn {int(counts[worst])} times in {int(trials.sum())} draws, "
         f"where the accountant's rate gives {mean:.1f} on average (most drawn "
         f"{int(counts[top])}, least {int(counts[bottom])})",
+        honest=f"extremes within Binomial({int(trials.sum())}, q)'s tails over {n} records",
     )
     return [dispersion, extremes]
 
@@ -423,7 +440,12 @@ def _observed(ev: ConformanceEvidence, rates: np.ndarray) -> ConformanceCheck:
     if flags.size == 0:
         problems.append("no step was observed")
     if problems:
-        return _check("observed", False, "; ".join(problems))
+        return _check(
+            "observed",
+            False,
+            f"{'; '.join(problems)}, where an honest run has none (an exact check: one such "
+            "step fails it)",
+        )
     return _check(
         "observed",
         True,
@@ -443,7 +465,8 @@ def _clipping(ev: ConformanceEvidence) -> ConformanceCheck:
             False,
             f"the per-sample gradients sum to {ratio:.2f} x the batch's gradient (relative "
             f"distance up to {sample_worst:.3g}): they are computed wrong, so the clipping "
-            "bounds something other than each record's gradient",
+            f"bounds something other than each record's gradient; an honest run gives 1.00 x "
+            f"(distance about 1e-6, float32 rounding), the check fails above {CLIP_TOLERANCE:g}",
             factor=ratio,
         )
     if clip_worst > CLIP_TOLERANCE:
@@ -454,7 +477,9 @@ def _clipping(ev: ConformanceEvidence) -> ConformanceCheck:
             "clipping",
             False,
             f"the clean clipped sum differs from the per-sample gradients clipped at the "
-            f"configured C = {ev.clip_norm:g} (relative distance up to {clip_worst:.3g}){at}",
+            f"configured C = {ev.clip_norm:g} (relative distance up to {clip_worst:.3g}){at}; an "
+            f"honest run gives about 1e-6 (float32 rounding), the check fails above "
+            f"{CLIP_TOLERANCE:g}",
             factor=used,
         )
     return _check(
@@ -497,7 +522,9 @@ def _steps(ev: ConformanceEvidence, accounted_steps: int) -> ConformanceCheck:
         "steps",
         False,
         f"the site's accountant history accounts for {accounted_steps} of the {taken} noisy steps "
-        f"taken over {ev.rounds} rounds{rounds}: its epsilon does not cover the training as taken",
+        f"taken over {ev.rounds} rounds{rounds}: its epsilon does not cover the training as "
+        "taken; an honest run's history holds every step taken (an exact check: one step "
+        "missing fails it)",
         factor=factor,
     )
 
@@ -515,7 +542,12 @@ def _epsilon(taken: float, accounted: float, target: float | None, steps: int) -
     if above:
         factor = taken / target if target is not None else taken / accounted if accounted else None
         return _check(
-            "epsilon", False, f"{over}, epsilon is {taken:.2f}: {'; '.join(above)}", factor=factor
+            "epsilon",
+            False,
+            f"{over}, epsilon is {taken:.2f}: {'; '.join(above)}; an honest run stays within "
+            f"{EPSILON_TOLERANCE:g} of both (Opacus's calibration tolerance), the threshold "
+            "it crossed",
+            factor=factor,
         )
     goal = "" if target is None else f", within the target {target:g}"
     return _check("epsilon", True, f"{over}, epsilon is {taken:.2f}{goal}")
