@@ -32,6 +32,8 @@ from contracts.run_log import ClientDPFile, ClientDPSite, RoundRecord, SiteRound
 from reporting import (
     SCHEMA_VERSION,
     SweepPoint,
+    build_report,
+    load_run,
     write_sweep_report,
 )
 from reporting.formatting import fmt_outside
@@ -39,6 +41,7 @@ from reporting.inputs import SiteAuditRead
 from reporting.meanings import NOTES, Note
 from reporting.metrics import LOWER_BOUNDS, METRICS
 from reporting.privacy_ledger import released_model_epsilon, site_privacy
+from reporting.run_report import render_markdown
 from simulations.cli import main as cli_main
 from simulations.config import DPConfig
 from simulations.config_file import privacy_settings, report_config
@@ -513,6 +516,19 @@ def test_client_level_only_counts_as_private_in_a_sweep(tmp_path: Path) -> None:
     assert point["private"] is True and point["dp_level"] == "client"
     assert point["theoretical_eps"] is None
     assert "unknown (DP on)" in sweep.html_path.read_text()
+
+
+def test_the_headline_names_the_record_guarantee_client_level_dp_implies(tmp_path: Path) -> None:
+    """Client-level DP alone: the headline's record-level guarantee is the one it implies,
+    said as such, never "off" while the ledger holds it."""
+    result = make_result([1.0, 1.25], [1.5, 1.75])
+    run = write_run(tmp_path / "client", n_sites=1, audits={0: ok_audit(0, result)})
+    set_config(run, level="client", enabled=False, client={"noise_multiplier": 1.0})
+    (run / CLIENT_DP_FILE).write_text(json.dumps(client_dp_accounting({0: (9.4, 18.84)})))
+    layout = run_files(run)
+    md = render_markdown(build_report(load_run(layout, report_config(layout))))
+    headline = md[: md.index("Privacy ledger")]
+    assert "| 18.84 (implied by client-level DP) |" in headline and "| off |" not in headline
 
 
 def _sent_rounds(*sites: SiteRound) -> list[RoundRecord]:
