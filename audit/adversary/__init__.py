@@ -17,9 +17,11 @@ only, no Flower; the scoring reuses :mod:`audit.inversion.scores`.
 """
 
 from audit.adversary.attacks import ATTACKS, Craft
-from audit.adversary.crafted import AdversaryUnsupported, CraftedModel, PassThrough, SiteOptimizer
+from audit.adversary.crafted import CraftedModel, SiteOptimizer
 from audit.adversary.dead import craft_dead
 from audit.adversary.imprint import craft_imprint
+from audit.adversary.layers import AdversaryUnsupported
+from audit.adversary.passthrough import PassThrough
 from audit.adversary.rebuild import rebuild, update_of
 from audit.adversary.scores import RebuiltShare, rebuilt_share
 from audit.adversary.trap import craft_trap

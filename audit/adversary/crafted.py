@@ -1,10 +1,9 @@
-"""What a crafted model is and the parts every attack shares: the layer it writes, the
-convolutions it turns into a pass-through, and the scale of the weights it sends.
+"""What a crafted model is, and the scale of the weights every attack sends.
 
 A server that does not play fair keeps the agreed architecture and chooses the weights. The
 attacks here write the **first fully connected layer** (its rows and biases) and the next
 one (its columns); every layer before the first linear one is set so that the record
-reaches it as unchanged as the architecture allows (:func:`pass_through`).
+reaches it as whole as the architecture allows (:mod:`audit.adversary.passthrough`).
 
 Scale matters twice, because the server reads the site's update, not its gradient:
 
@@ -15,7 +14,7 @@ Scale matters twice, because the server reads the site's update, not its gradien
   rounding, and one near it moves the bins before the next local step (FedAvg).
 
 :func:`calibrate` therefore scales the written layer, the next one and the one after it so
-that a local step moves the first two by a thousandth of their size and, for Adam, keeps
+that a local step moves the first two by at most a hundredth of their size and, for Adam, keeps
 their gradients a thousandth of ``eps``.
 """
 
@@ -30,22 +29,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from contracts.errors import UserError
+from audit.adversary.layers import AdversaryUnsupported, first_two, linear_layers
+from audit.adversary.passthrough import PassThrough
 
-__all__ = [
-    "AdversaryUnsupported",
-    "CraftedModel",
-    "PassThrough",
-    "SiteOptimizer",
-    "calibrate",
-    "features",
-    "linear_layers",
-    "pass_through",
-]
-
-
-class AdversaryUnsupported(UserError, ValueError):
-    """The attack cannot be crafted for this model (its layers say why)."""
+__all__ = ["CraftedModel", "SiteOptimizer", "calibrate", "start"]
 
 
 @dataclass(frozen=True)
@@ -61,41 +48,6 @@ class SiteOptimizer:
         """The largest first-layer gradient the crafted weights aim for: a thousandth of
         Adam's ``eps`` (where Adam's step is still linear in the gradient), else 1."""
         return 1e-3 * self.eps if self.name != "sgd" else 1.0
-
-
-@dataclass(frozen=True)
-class PassThrough:
-    """How an image reaches the first linear layer of a crafted image model, and back.
-
-    Every convolution copies its first input channel (an identity kernel), every norm layer
-    shifts its output positive (so the ReLUs pass it) and every 2x2 max-pool keeps the
-    maximum: the linear layer sees ``scale * maxpool_f(x) + offset`` on each channel, with
-    ``f`` the architecture's total pooling factor; ``scale`` and ``offset`` are fitted on
-    public images (batch-norm in training mode rescales by the batch's statistics, so the
-    affine map holds up to the batch: :func:`pass_through`)."""
-
-    factor: int
-    """Input pixels per side of one feature (4 for the small CNN: 28x28 comes back 7x7)."""
-    channels: int
-    """Channels the linear layer sees (each a copy of the pooled image)."""
-    scale: float
-    offset: float
-
-    def to_image(self, rows: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-        """Feature rows ``(n, C*h*w)`` back to images ``(n, *shape)`` in the input's range:
-        channels averaged, the affine map undone, each feature repeated ``factor`` times
-        per side (nearest neighbour: the resolution that came back, no more)."""
-        side = shape[-1] // self.factor
-        maps = rows.reshape(len(rows), self.channels, -1, side).mean(dim=1, keepdim=True)
-        image = (maps - self.offset) / self.scale
-        image = image.repeat_interleave(self.factor, dim=2).repeat_interleave(self.factor, dim=3)
-        return image.expand(-1, shape[0], -1, -1).clamp(-1.0, 1.0)
-
-    def comes_back(self, images: torch.Tensor) -> torch.Tensor:
-        """What the architecture lets through of ``images``: each ``factor`` x ``factor``
-        block's maximum, repeated over the block (the best any rebuild can do)."""
-        pooled = F.max_pool2d(images.float(), self.factor)
-        return pooled.repeat_interleave(self.factor, dim=2).repeat_interleave(self.factor, dim=3)
 
 
 @dataclass(frozen=True)
@@ -121,103 +73,13 @@ class CraftedModel:
     """Scales chosen while crafting (for the record; not needed to rebuild)."""
 
 
-def linear_layers(model: nn.Module) -> list[tuple[str, nn.Linear]]:
-    """The model's linear layers in definition order (the forward order of the project's
-    models), with their state-dict prefixes."""
-    return [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-
-
-def _first_two(model: nn.Module) -> tuple[str, nn.Linear, nn.Linear]:
-    linears = linear_layers(model)
-    if len(linears) < 2:
-        raise AdversaryUnsupported(
-            f"{type(model).__name__}: the attacks write a linear layer and the one after it; "
-            f"this model has {len(linears)} linear layer(s)"
-        )
-    return linears[0][0], linears[0][1], linears[1][1]
-
-
-_NORMS = (nn.BatchNorm2d, nn.GroupNorm)
-_PASSED = (nn.Conv2d, *_NORMS, nn.ReLU, nn.MaxPool2d, nn.Flatten, nn.Sequential)
-POSITIVE_SHIFT = 8.0
-"""What each norm layer adds so that standardised pixels stay positive through the ReLU."""
-
-
-def pass_through(model: nn.Module, first: nn.Linear, public: torch.Tensor) -> PassThrough | None:
-    """Set every layer before ``first`` so that the record reaches it (see
-    :class:`PassThrough`); ``None`` when ``first`` reads the record itself (the MLP).
-
-    Raises :class:`AdversaryUnsupported` for a layer it cannot set (e.g. a residual block)."""
-    before: list[nn.Module] = []
-    for module in model.modules():
-        if module is first:
-            break
-        if module is not model:
-            before.append(module)
-    if not any(isinstance(m, nn.Conv2d) for m in before):
-        return None
-    for module in before:
-        if not isinstance(module, _PASSED):
-            raise AdversaryUnsupported(
-                f"{type(model).__name__}: cannot make {type(module).__name__} pass the image "
-                "through (convolutions, norms, ReLU and max-pooling only)"
-            )
-    with torch.no_grad():
-        for module in before:
-            if isinstance(module, nn.Conv2d):
-                kh, kw = module.kernel_size
-                module.weight.zero_()
-                module.weight[:, 0, kh // 2, kw // 2] = 1.0
-                if module.bias is not None:
-                    module.bias.zero_()
-            elif isinstance(module, _NORMS) and module.weight is not None:
-                module.weight.fill_(1.0)
-                module.bias.fill_(POSITIVE_SHIFT)
-    sees = features(model, first, public)
-    factor = public.shape[-1] // round((sees.shape[1] / first_channels(model, first)) ** 0.5)
-    channels = first_channels(model, first)
-    pooled = F.max_pool2d(public.float(), factor)[:, :1].flatten(1)
-    mapped = sees.reshape(len(public), channels, -1)[:, 0]
-    # Least squares of mapped on pooled: the affine map batch statistics made.
-    design = torch.stack([pooled.flatten(), torch.ones(pooled.numel())], dim=1)
-    solution = torch.linalg.lstsq(design.double(), mapped.flatten()[:, None].double()).solution
-    return PassThrough(
-        factor=factor,
-        channels=channels,
-        scale=float(solution[0, 0]),
-        offset=float(solution[1, 0]),
-    )
-
-
-def first_channels(model: nn.Module, first: nn.Linear) -> int:
-    """Channels of the feature map ``first`` reads: the last convolution's output."""
-    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
-    return convs[-1].out_channels if convs else 1
-
-
-def features(model: nn.Module, layer: nn.Linear, records: torch.Tensor) -> torch.Tensor:
-    """What ``layer`` reads for each record ``(n, in_features)``, the model in training
-    mode (as a site trains it: batch-norm on the batch's statistics)."""
-    seen: list[torch.Tensor] = []
-    hook = layer.register_forward_pre_hook(lambda _m, args: seen.append(args[0].detach()))
-    was_training = model.training
-    try:
-        model.train()
-        with torch.no_grad():
-            model(records)
-    finally:
-        hook.remove()
-        model.train(was_training)
-    return seen[0]
-
-
 def _largest_gradients(
     model: nn.Module, public: torch.Tensor, *, batch: int, seed: int
 ) -> tuple[float, float]:
     """The largest gradient entry of the written layer and of the next one, over public
     batches of ``batch`` records with labels drawn at random (the server needs no labels:
     the loss's gradient is as large)."""
-    _, first, second = _first_two(model)
+    _, first, second = first_two(model)
     generator = torch.Generator().manual_seed(seed)
     classes = linear_layers(model)[-1][1].out_features
     written, following = 0.0, 0.0
@@ -240,9 +102,15 @@ def _largest_gradients(
     return written, following
 
 
+def _size(layer: nn.Linear) -> float:
+    """A layer's largest weight or bias: the one float32 rounds most coarsely."""
+    return max(float(layer.weight.detach().abs().max()), float(layer.bias.detach().abs().max()))
+
+
 MOVE = 1e-2
-"""The share of its own size a crafted weight moves in one local step: far above float32's
-rounding (1e-7), far below what would move a bin's edge by a bin."""
+"""The share of its own size the largest crafted weight moves in one local step: far above
+float32's rounding (1e-7) for most records' weight changes, small enough that a few steps
+move few bin edges."""
 MARGIN = 10.0
 """Site records may give larger gradients than public ones: this much headroom."""
 
@@ -264,19 +132,19 @@ def calibrate(
     ``s f`` (``s`` the written layer's scale): both moves fix ``f`` and ``v / s``, Adam's
     bound the rest. Without a layer after the next (the small CNN's head) only the first
     step is linear for Adam and the next layer moves from the second step on (FedAvg)."""
-    _, first, second = _first_two(model)
+    _, first, second = first_two(model)
     linears = linear_layers(model)
     third = linears[2][1] if len(linears) > 2 else None
     rate = optimizer.learning_rate / (optimizer.eps if optimizer.name != "sgd" else 1.0)
     bound = optimizer.largest_gradient() / MARGIN
     with torch.no_grad():
-        first_scale = float(first.weight.detach().abs().max())
+        first_scale = _size(first)
         first.weight.div_(first_scale)
         first.bias.div_(first_scale)
     factor = 1.0
     for _ in range(2):  # the second pass corrects what downstream ReLUs changed
         g_written, g_following = _largest_gradients(model, public, batch=batch, seed=seed)
-        s = float(first.weight.detach().abs().max())
+        s = _size(first)
         v = float(second.weight.detach().abs().max())
         # Gradients per unit of scale: g_written = gw * v, g_following = gv * s (the
         # current f inside gw and gv; f below is a correction to it).
@@ -304,5 +172,5 @@ def start(model: nn.Module) -> tuple[nn.Module, str, nn.Linear, nn.Linear]:
     """A copy of ``model`` to craft (the caller's stays as it was), its written layer's
     prefix, that layer and the next linear one."""
     crafted = copy.deepcopy(model).cpu().float()
-    name, first, second = _first_two(crafted)
+    name, first, second = first_two(crafted)
     return crafted, name, first, second

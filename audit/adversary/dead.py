@@ -17,7 +17,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from audit.adversary.crafted import AdversaryUnsupported, CraftedModel, linear_layers, start
+from audit.adversary.crafted import CraftedModel, start
+from audit.adversary.layers import AdversaryUnsupported, linear_layers
 
 __all__ = ["craft_dead"]
 

@@ -19,14 +19,9 @@ import torch
 from torch import nn
 
 from audit.adversary.attacks import ATTACKS
-from audit.adversary.crafted import (
-    CraftedModel,
-    SiteOptimizer,
-    calibrate,
-    features,
-    pass_through,
-    start,
-)
+from audit.adversary.crafted import CraftedModel, SiteOptimizer, calibrate, start
+from audit.adversary.layers import features
+from audit.adversary.passthrough import pass_through
 
 __all__ = ["craft_imprint"]
 

@@ -23,7 +23,7 @@ import numpy as np
 import scipy
 import torch
 
-from audit.adversary.crafted import PassThrough
+from audit.adversary.passthrough import PassThrough
 from audit.inversion.scores import image_scores
 from contracts.tabular_schema import Attribute, resolve_attributes
 
