@@ -54,6 +54,8 @@ CRAFT_RECORDS = 1024
 """Public records the server crafts from (bin thresholds, scales), at most half of them;
 the baseline's public sites are drawn from the rest (with replacement when a site needs
 more records than the rest holds)."""
+SIGMAS: set[float] = set()
+"""DP-SGD noise multipliers the sites' training used (printed)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ def _site_update(
         local_steps=kind.steps,
     )
     used = x if out.used is None else _rows_of(x, out.used[0], task)
+    if out.noise_multiplier is not None:
+        SIGMAS.add(round(out.noise_multiplier, 3))
     return update_of(crafted, out.state_dict), used
 
 
@@ -213,7 +217,7 @@ def run(args: argparse.Namespace, config: ExperimentConfig, overrides: list[str]
                     dataset.public_x[decoy],
                     dataset.public_y[decoy],
                     kind,
-                    seed=repeat,
+                    seed=10_000 + repeat,
                 )
                 found = _score(task, dataset, crafted, rebuild(crafted, update), used)
                 chance = _score(task, dataset, crafted, rebuild(crafted, chance_update), used)
@@ -222,7 +226,9 @@ def run(args: argparse.Namespace, config: ExperimentConfig, overrides: list[str]
                     chances.setdefault(ref, []).append(chance[ref])
             for ref in scores:
                 print(_line(attack, kind, scores[ref], chances[ref], ref), flush=True)
-        print(f"{attack}: {time.perf_counter() - began:.0f} s", flush=True)
+        sigma = f"; DP-SGD noise multiplier {sorted(SIGMAS)}" if SIGMAS else ""
+        print(f"{attack}: {time.perf_counter() - began:.0f} s{sigma}", flush=True)
+        SIGMAS.clear()
 
 
 if __name__ == "__main__":
