@@ -7,9 +7,11 @@ many public records, scored against the same site records).
 
 For each attack (imprint, trap) and each kind of round:
 
-* ``FedSGD``: one local step of one batch (``fl.local_steps: 1``); scored against that
-  batch's records;
-* ``FedAvg, 1 batch``: the config's local epochs on a site holding one batch of records;
+* ``FedSGD``: one local step of one batch (``fl.local_steps: 1``) of a site holding
+  ``--members`` records, ``--repeats`` times (other seeds: other batches; under DP-SGD a
+  Poisson batch at the site's sampling rate); scored against that batch's records;
+* ``FedAvg, 1 batch``: the config's local epochs on a site holding one batch of records
+  (``--repeats`` sites of different members);
 * ``FedAvg, site``: the config's local epochs on ``--members`` records (a site of the
   config's size); scored against all of them.
 
@@ -36,6 +38,7 @@ from audit.adversary import (
     CraftedModel,
     RebuiltShare,
     SiteOptimizer,
+    craft_dead,
     rebuild,
     rebuilt_share,
     update_of,
@@ -176,13 +179,13 @@ def run(args: argparse.Namespace, config: ExperimentConfig, overrides: list[str]
     batch, epochs = config.fl.batch_size, config.fl.local_epochs
     r = args.repeats
     kinds = {
-        "fedsgd": Round(f"FedSGD (1 step of {batch})", batch, 1, 1, r),
+        "fedsgd": Round(f"FedSGD (1 step of {batch})", args.members, 1, 1, r),
         "fedavg-batch": Round(f"FedAvg ({epochs} ep, {batch} rec)", batch, epochs, None, r),
         "fedavg-site": Round(
             f"FedAvg ({epochs} ep, {args.members} rec)", args.members, epochs, None, 1
         ),
     }
-    optimizer = SiteOptimizer(config.fl.optimizer, config.fl.learning_rate)  # type: ignore[arg-type]  # fl.optimizer: one of sgd, adam, adamw
+    optimizer = SiteOptimizer(config.fl.optimizer, config.fl.learning_rate)
     rng = np.random.default_rng(config.seed)
     members = rng.choice(len(dataset.x), args.members, replace=False)
     crafting = min(CRAFT_RECORDS, len(dataset.public_x) // 2)
@@ -204,8 +207,9 @@ def run(args: argparse.Namespace, config: ExperimentConfig, overrides: list[str]
             scores: dict[str, list[RebuiltShare]] = {}
             chances: dict[str, list[RebuiltShare]] = {}
             for repeat in range(kind.repeats):
-                taken = slice(repeat * kind.records, (repeat + 1) * kind.records)
-                site = members[taken]
+                # Disjoint sites while members last (a whole site: the same, seeded anew).
+                begin = (repeat * kind.records) % len(members)
+                site = members[begin : begin + kind.records]
                 decoy = rng.choice(others, kind.records, replace=kind.records > len(others))
                 update, used = _site_update(
                     task, config, crafted, dataset.x[site], dataset.y[site], kind, seed=repeat
@@ -229,6 +233,12 @@ def run(args: argparse.Namespace, config: ExperimentConfig, overrides: list[str]
         sigma = f"; DP-SGD noise multiplier {sorted(SIGMAS)}" if SIGMAS else ""
         print(f"{attack}: {time.perf_counter() - began:.0f} s{sigma}", flush=True)
         SIGMAS.clear()
+    dead = craft_dead(model, public=public, seed=config.seed)
+    kind = kinds["fedavg-site"]
+    site = members[: kind.records]
+    update, _ = _site_update(task, config, dead, dataset.x[site], dataset.y[site], kind, seed=0)
+    moved = sorted(key for key, delta in update.items() if bool(delta.any()))
+    print(f"dead model, {kind.name}: parameters with a non-zero update: {moved}", flush=True)
 
 
 if __name__ == "__main__":

@@ -213,8 +213,12 @@ def test_imprint_through_the_small_cnn_rebuilds_what_its_pooling_lets_through():
     records = task.tensors(site, labels)[0]
     rebuilt = rebuild(crafted, _update(task, crafted, site, labels))
     chance = rebuild(crafted, _update(task, crafted, decoy, labels))
-    passed = {"reference": "passthrough", "passthrough": crafted.passthrough}
-    through = rebuilt_share(rebuilt, records, **passed).share
+    through = rebuilt_share(
+        rebuilt, records, reference="passthrough", passthrough=crafted.passthrough
+    ).share
     assert through >= 0.5
-    assert rebuilt_share(chance, records, **passed).share <= 0.1
+    chance_share = rebuilt_share(
+        chance, records, reference="passthrough", passthrough=crafted.passthrough
+    ).share
+    assert chance_share <= 0.1
     assert rebuilt_share(rebuilt, records).share <= through

@@ -126,7 +126,8 @@ def calibrate(
     """Scale, in place, the written layer (rows and biases: its units fire for the same
     records at any scale), the next layer (``v``) and, when there is one, the layer after
     it (``f``, which scales every gradient reaching the two), so that one local step moves
-    the written and the next layer's weights by :data:`MOVE` of their size, and for Adam
+    the written and the next layer's weights by at most :data:`MOVE` of their size (a tenth
+    of it on public records), and for Adam
     every gradient of the two stays :meth:`SiteOptimizer.largest_gradient` (where Adam's
     step is linear). The written layer's gradient grows with ``v f``, the next one's with
     ``s f`` (``s`` the written layer's scale): both moves fix ``f`` and ``v / s``, Adam's
@@ -137,10 +138,6 @@ def calibrate(
     third = linears[2][1] if len(linears) > 2 else None
     rate = optimizer.learning_rate / (optimizer.eps if optimizer.name != "sgd" else 1.0)
     bound = optimizer.largest_gradient() / MARGIN
-    with torch.no_grad():
-        first_scale = _size(first)
-        first.weight.div_(first_scale)
-        first.bias.div_(first_scale)
     factor = 1.0
     for _ in range(2):  # the second pass corrects what downstream ReLUs changed
         g_written, g_following = _largest_gradients(model, public, batch=batch, seed=seed)
