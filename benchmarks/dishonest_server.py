@@ -228,11 +228,11 @@ def run(args: argparse.Namespace, config: ExperimentConfig, overrides: list[str]
                 for ref in found:
                     scores.setdefault(ref, []).append(found[ref])
                     chances.setdefault(ref, []).append(chance[ref])
+            sigma = f"  DP-SGD sigma {'/'.join(f'{z:g}' for z in sorted(SIGMAS))}" if SIGMAS else ""
+            SIGMAS.clear()
             for ref in scores:
-                print(_line(attack, kind, scores[ref], chances[ref], ref), flush=True)
-        sigma = f"; DP-SGD noise multiplier {sorted(SIGMAS)}" if SIGMAS else ""
-        print(f"{attack}: {time.perf_counter() - began:.0f} s{sigma}", flush=True)
-        SIGMAS.clear()
+                print(_line(attack, kind, scores[ref], chances[ref], ref) + sigma, flush=True)
+        print(f"{attack}: {time.perf_counter() - began:.0f} s", flush=True)
     dead = craft_dead(model, public=public, seed=config.seed)
     kind = kinds["fedavg-site"]
     site = members[: kind.records]

@@ -23,6 +23,7 @@ from audit.adversary import (
 )
 from clients.privacy import AccountantHistory, DPSettings
 from clients.training import train_locally
+from contracts.secure_sum import FIXED_POINT_BITS
 from ml.datasets.tabular import encode_frame
 from ml.tasks.base import OptimizerSpec, TorchTask, build_task
 
@@ -111,6 +112,30 @@ def test_imprint_rebuilds_most_of_a_fedsgd_batch_exactly(table):
     site, baseline = _shares(task, crafted, table)
     assert site.share >= 0.5, site
     assert baseline.share <= 0.05, baseline
+
+
+def test_imprint_read_through_a_fixed_point_secure_sum_needs_its_resolution(table):
+    """The secure sum carries weight changes in steps of 2**-32: at a learning rate of 1e-4
+    Adam's linear steps at the default scale are about that size and nothing comes back;
+    crafted for that resolution, the same update rounded to it still gives half a batch."""
+    x, y, schema = table
+    task = _task(x.shape[1], schema, "adam", 1e-4)
+    step = 2.0**-FIXED_POINT_BITS
+    records = torch.as_tensor(x[:BATCH])
+    shares = []
+    for resolution in (0.0, step):
+        crafted = craft_imprint(
+            task.make_model(),
+            public=torch.as_tensor(x[300:]),
+            seed=0,
+            optimizer=SiteOptimizer("adam", 1e-4),
+            batch_size=BATCH,
+            resolution=resolution,
+        )
+        update = _update(task, crafted, x[:BATCH], y[:BATCH])
+        rounded = {key: torch.round(delta / step) * step for key, delta in update.items()}
+        shares.append(rebuilt_share(rebuild(crafted, rounded), records, schema=schema).share)
+    assert shares[0] <= 0.1 and shares[1] >= 0.5, shares
 
 
 def test_trap_rebuilds_more_than_its_baseline(table):
