@@ -206,6 +206,7 @@ def run(args: argparse.Namespace, config: ExperimentConfig, overrides: list[str]
             kind = kinds[name]
             scores: dict[str, list[RebuiltShare]] = {}
             chances: dict[str, list[RebuiltShare]] = {}
+            SIGMAS.clear()
             for repeat in range(kind.repeats):
                 # Disjoint sites while members last (a whole site: the same, seeded anew).
                 begin = (repeat * kind.records) % len(members)
@@ -229,7 +230,6 @@ def run(args: argparse.Namespace, config: ExperimentConfig, overrides: list[str]
                     scores.setdefault(ref, []).append(found[ref])
                     chances.setdefault(ref, []).append(chance[ref])
             sigma = f"  DP-SGD sigma {'/'.join(f'{z:g}' for z in sorted(SIGMAS))}" if SIGMAS else ""
-            SIGMAS.clear()
             for ref in scores:
                 print(_line(attack, kind, scores[ref], chances[ref], ref) + sigma, flush=True)
         print(f"{attack}: {time.perf_counter() - began:.0f} s", flush=True)
