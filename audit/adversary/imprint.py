@@ -81,7 +81,7 @@ def craft_imprint(
     thresholds = torch.cat([low[None], inner])
     with torch.no_grad():
         first.weight.copy_(a.expand(first.out_features, -1))
-        first.bias.fill_(float(low - 10 * (m.max() - m.min()) - 1))
+        first.bias.fill_(-float(m.max() + 10 * (m.max() - m.min()) + 1))
         first.bias[:k] = -thresholds
         # One column for every unit: the same dL/dh for each (the difference of neighbours
         # then holds the bin's records only); positive next-layer biases keep its ReLUs on.
@@ -93,7 +93,7 @@ def craft_imprint(
     )
     return CraftedModel(
         attack="imprint",
-        state_dict={k_: v.detach().clone() for k_, v in crafted.state_dict().items()},
+        state_dict={key: v.detach().clone() for key, v in crafted.state_dict().items()},
         layer=name,
         units=torch.arange(k),
         input_shape=tuple(public.shape[1:]),
