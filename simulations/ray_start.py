@@ -32,8 +32,8 @@ def start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, ke
     # and it costs every worker a setup process of its own, and the workers Ray starts
     # ahead of time (which have none) go unused.
     joins = init_args.get("address") is not None
-    runtime_env = {"runtime_env": {"env_vars": {"PYTHONPATH": pythonpath}}} if joins else {}
-    ray.init(**runtime_env, **init_args)
+    runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}} if joins else None
+    ray.init(runtime_env=runtime_env, **init_args)
     if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
         signal.signal(signal.SIGTERM, on_sigterm)
     have = ray.cluster_resources()
