@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -167,12 +168,22 @@ def update_audit_settings(
     return UpdateAuditSettings(rounds=rounds, site_id=site_id, state_dir=state_dir)
 
 
+_BUILT: dict[str, dict[int, SiteRuntime]] = {}
+"""The sites this process has built, by resolver (:attr:`SiteResolver.key`): the sites of
+one resolver at a time, so a long-lived worker holds no earlier run's records."""
+
+
 class SiteResolver:
     """``context -> SiteRuntime``, cached per site within a worker process.
 
     In simulation the site id is the node's ``partition-id``; ``data-path`` in the node
     config (Deployment Engine) points at the site's own data file instead of the run's.
     ``state_dir`` is where the site keeps its own files (default: the run's ``site_state``).
+
+    Flower's simulation sends the ClientApp, and this resolver with it, pickled with every
+    message, so the cache lives in the process (keyed by :attr:`key`, which travels with
+    the pickle), not in the instance: a site's data, public pool and reference models are
+    read once per worker, not once per round.
     """
 
     def __init__(
@@ -185,13 +196,18 @@ class SiteResolver:
     ) -> None:
         self.config, self.meta, self.layout = config, meta, layout
         self.state_dir = state_dir if state_dir is not None else layout.site_state
-        self._cache: dict[int, SiteRuntime] = {}
+        self.key = uuid.uuid4().hex
+        """This resolver's sites in the process's cache (the same in every unpickled copy)."""
 
     def __call__(self, context: Context) -> SiteRuntime:
         site_id = int(context.node_config["partition-id"])
-        if site_id not in self._cache:
-            self._cache[site_id] = self._build(site_id, context)
-        return self._cache[site_id]
+        if self.key not in _BUILT:
+            _BUILT.clear()
+            _BUILT[self.key] = {}
+        built = _BUILT[self.key]
+        if site_id not in built:
+            built[site_id] = self._build(site_id, context)
+        return built[site_id]
 
     def _build(self, site_id: int, context: Context) -> SiteRuntime:
         config = self.config

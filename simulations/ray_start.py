@@ -27,7 +27,13 @@ def start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, ke
     # Ray's workers do not see this driver's sys.path changes; Flower passes them the same way.
     pythonpath = os.pathsep.join(p for p in (*sys.path, os.environ.get("PYTHONPATH")) if p)
     os.environ["PYTHONPATH"] = pythonpath
-    ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **init_args)
+    # A Ray started here inherits this environment, and its workers with it. A cluster
+    # joined was started elsewhere: only a job's runtime environment reaches its workers,
+    # and it costs every worker a setup process of its own, and the workers Ray starts
+    # ahead of time (which have none) go unused.
+    joins = init_args.get("address") is not None
+    runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}} if joins else None
+    ray.init(runtime_env=runtime_env, **init_args)
     if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
         signal.signal(signal.SIGTERM, on_sigterm)
     have = ray.cluster_resources()
