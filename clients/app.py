@@ -3,6 +3,10 @@
 Message types handled:
 
 - ``train``: one round of local training; replies with weights and the site's metrics.
+- ``query.announce``: the server's word on the coming round (the digest of its model and its
+  sites), which the site publishes on the bulletin (:mod:`clients.model_checks`); before it
+  trains, the site checks the model it got and refuses a flagged one (Flower's error reply
+  with :data:`~contracts.model_checks.MODEL_FLAGGED_CODE`: nothing trained, nothing sent).
 - ``query.whoami``: the site id (Flower replies carry node ids, not site ids).
 - ``query.audit``: run PANORAMIA on the site's own members against the final model; replies
   with summary numbers and curves only, or, when the audit raises, with Flower's error reply
@@ -39,16 +43,23 @@ from clients.audit_handler import AuditRunner
 from clients.distributed_dp import DistributedDPSettings, applied, noise_generator, privatised
 from clients.gradient_canaries import GradientCanarySettings, GradientCanaryState
 from clients.inversion import InversionSettings, inversion_audit, keep_round
+from clients.model_checks import BulletinConflict, ModelCheckSettings, check_received, publish
 from clients.privacy import AccountantHistory, DPSettings
 from clients.secure_aggregation import SecureSumError, SecureSumSettings, commit, masked_update
 from clients.site_data import SiteData
-from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
+from clients.site_policy import MODEL_CHECKS_KEY, SitePolicy, SiteRefusal, log_refusal
 from clients.training import LocalTrainResult, TrainableTask, train_locally
 from clients.update_audits import (
     UpdateAuditSettings,
     keep_local_model,
     kept_models,
     with_epsilons,
+)
+from contracts.model_checks import (
+    ANNOUNCE,
+    MODEL_FLAGGED_CODE,
+    ModelFlag,
+    RoundAnnouncement,
 )
 from contracts.secure_sum import (
     SECURE_SUM,
@@ -110,6 +121,8 @@ class SiteRuntime:
     """Secure aggregation (ideal): the update leaves only masked, in the round's sum."""
     updates: UpdateAuditSettings | None = None
     """The site keeps its chosen rounds' local models and audits them at audit time."""
+    model_checks: ModelCheckSettings | None = None
+    """The checks on each received model before training; None: the site trains any model."""
 
 
 Resolver = Callable[[Context], SiteRuntime]
@@ -152,9 +165,24 @@ def build_client_app(resolve: Resolver) -> ClientApp:
     def train(msg: Message, context: Context) -> Message:
         runtime = resolve(context)
         try:
+            flag = _checked(msg, context, runtime)
+            if flag is not None:
+                return _refuse_model(msg, context, runtime, flag)
             return _train(msg, context, runtime)
         except SiteRefusal as refusal:
             return _refuse(msg, context, runtime, refusal)
+
+    @app.query(ANNOUNCE)
+    def announce(msg: Message, context: Context) -> Message:
+        runtime = resolve(context)
+        try:
+            announced = RoundAnnouncement.from_values(msg.content.config_records[CONFIG])
+            if runtime.model_checks is not None:
+                publish(runtime.model_checks, runtime.site_id, announced)
+        except (BulletinConflict, WireError) as err:
+            reason = f"{type(err).__name__}: site {runtime.site_id}: {err}"
+            return Message(Error(code=SITE_REFUSED_CODE, reason=reason), reply_to=msg)
+        return Message(content=RecordDict(), reply_to=msg)
 
     @app.query(SECURE_SUM)
     def secure_sum(msg: Message, context: Context) -> Message:
@@ -212,6 +240,36 @@ def _refuse(msg: Message, context: Context, runtime: SiteRuntime, refusal: SiteR
         log_refusal(runtime.refusal_log, runtime.site_id, refusal, run_id=int(context.run_id))
     reason = f"SiteRefusal: site {runtime.site_id}: {refusal}"
     return Message(Error(code=SITE_REFUSED_CODE, reason=reason), reply_to=msg)
+
+
+def _checked(msg: Message, context: Context, runtime: SiteRuntime) -> ModelFlag | None:
+    """The site's verdict on the model of a train message (None: it passed, or the site
+    runs no checks)."""
+    if runtime.model_checks is None:
+        return None
+    asked = TrainInstructions.from_record(msg.content.config_records[CONFIG])
+    return check_received(
+        runtime.model_checks,
+        site_id=runtime.site_id,
+        server_round=asked.server_round,
+        received=msg.content.array_records[ARRAYS],
+        task=runtime.task,
+        data=runtime.data,
+        context=context,
+    )
+
+
+def _refuse_model(
+    msg: Message, context: Context, runtime: SiteRuntime, flag: ModelFlag
+) -> Message:
+    """The error reply of a flagged model (its verdict), after the site's own log."""
+    logging.getLogger(__name__).warning("%s", flag.sentence())
+    if runtime.refusal_log is not None:
+        refusal = SiteRefusal(MODEL_CHECKS_KEY, f"the model of round {flag.server_round}", "; ".join(
+            o.sentence() for o in flag.flagged
+        ))
+        log_refusal(runtime.refusal_log, runtime.site_id, refusal, run_id=int(context.run_id))
+    return Message(Error(code=MODEL_FLAGGED_CODE, reason=flag.to_reason()), reply_to=msg)
 
 
 def round_training_seed(run_seed: int, server_round: int, site_id: int) -> int:

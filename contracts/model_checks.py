@@ -15,8 +15,9 @@ the reports (the site page, the consortium report, the dishonest-server section)
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from contracts.json_values import from_dict, json_safe
 
@@ -104,3 +105,40 @@ class ModelFlag:
         except ValueError:  # JSONDecodeError included
             return None
         return flag if flag.flagged else None
+
+
+ANNOUNCE = "announce"
+"""The query action (``query.announce``) by which the server announces a round's model to
+each of its sites before it sends ``train`` (:class:`RoundAnnouncement`)."""
+_ROUND, _DIGEST, _SITES = "server-round", "model-digest", "round-sites"
+
+
+@dataclass(frozen=True)
+class RoundAnnouncement:
+    """The server's word on a round, to one site: the digest of the model it will send
+    (``audit.received_model.digest``) and the round's sites. The site publishes it on the
+    bulletin and replies with nothing."""
+
+    server_round: int
+    digest: str
+    sites: tuple[int, ...]
+
+    def to_values(self) -> dict[str, Any]:
+        return {_ROUND: self.server_round, _DIGEST: self.digest, _SITES: list(self.sites)}
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> RoundAnnouncement:
+        """Checked (a :class:`contracts.wire.WireError` naming the key)."""
+        from contracts.wire import WireError  # Flower's records: the site's side only
+
+        what = f"{ANNOUNCE} query"
+        server_round, digest, sites = values.get(_ROUND), values.get(_DIGEST), values.get(_SITES)
+        if not isinstance(server_round, int) or isinstance(server_round, bool) or server_round < 1:
+            raise WireError(f"{what}: key {_ROUND!r} must be a round >= 1")
+        if not isinstance(digest, str) or len(digest) != 64:
+            raise WireError(f"{what}: key {_DIGEST!r} must be a SHA-256 hex digest")
+        if not isinstance(sites, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sites
+        ):
+            raise WireError(f"{what}: key {_SITES!r} must be a list of site ids")
+        return cls(server_round=server_round, digest=digest, sites=tuple(sorted(set(sites))))

@@ -242,6 +242,12 @@ class RunLayout:
     def site_state(self) -> Path:
         return self.root / SITE_STATE_DIR
 
+    @property
+    def bulletin(self) -> Path:
+        """``bulletin/``: the digests of each round's model as the sites published them
+        (``clients.model_checks``; written by sites only, read by sites)."""
+        return self.root / "bulletin"
+
     def site_accountant_history(self, site_id: int) -> Path:
         return self.site_state / site_accountant_history_name(site_id)
 
