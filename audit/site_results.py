@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 
 from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.canaries.input_canaries import InputCanaryResult
+from audit.dishonest_server import DishonestServerResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import AuditResult
@@ -42,6 +43,9 @@ class SiteResults:
     """PANORAMIA in brief on the site's own local models of chosen rounds, the weights it
     sent the server (``audit.updates``), with the same games as the global models of those
     rounds (``by_round``); each with the site's DP-SGD epsilon after its round."""
+    dishonest_server: list[DishonestServerResult] = field(default_factory=list)
+    """What the run's dishonest server (``fl.adversary``, simulations only) rebuilt of the
+    site's records in each round it attacked the site, scored by the site."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

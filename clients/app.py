@@ -40,6 +40,13 @@ from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.site_results import SiteResults
 from clients.audit_handler import AuditRunner
+from clients.dishonest_server import (
+    DishonestServerSettings,
+    held_models,
+    held_rounds,
+    keep_used,
+    score_rebuilt,
+)
 from clients.distributed_dp import DistributedDPSettings, applied, noise_generator, privatised
 from clients.gradient_canaries import GradientCanarySettings, GradientCanaryState
 from clients.inversion import InversionSettings, inversion_audit, keep_round
@@ -50,6 +57,7 @@ from clients.site_data import SiteData
 from clients.site_policy import MODEL_CHECKS_KEY, SitePolicy, SiteRefusal, log_refusal
 from clients.training import LocalTrainResult, TrainableTask, train_locally
 from clients.update_audits import (
+    KeptModel,
     UpdateAuditSettings,
     keep_local_model,
     kept_models,
@@ -121,6 +129,9 @@ class SiteRuntime:
     """Secure aggregation (ideal): the update leaves only masked, in the round's sum."""
     updates: UpdateAuditSettings | None = None
     """The site keeps its chosen rounds' local models and audits them at audit time."""
+    dishonest_server: DishonestServerSettings | None = None
+    """Simulation: the rounds the run's dishonest server attacks the site in (it keeps the
+    records its steps used, to score what that server rebuilt)."""
     model_checks: ModelCheckSettings | None = None
     """The checks on each received model before training; None: the site trains any model."""
 
@@ -300,6 +311,9 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     if runtime.gradient_canaries is not None and runtime.dp is not None:
         gradient_canary_state = runtime.gradient_canaries.load_or_new()
     keeps_round = runtime.inversion is not None and runtime.inversion.wants(asked.server_round)
+    attacked = runtime.dishonest_server is not None and runtime.dishonest_server.wants(
+        asked.server_round
+    )
     result = train_locally(
         runtime.task,
         state,
@@ -314,7 +328,7 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         secure_noise=runtime.secure_noise,
         gradient_canaries=gradient_canary_state,
         local_steps=asked.local_steps,
-        keep_used=keeps_round,
+        keep_used=keeps_round or attacked,
     )
     # An update above the site's maximum is not sent, so its steps are not spent.
     runtime.policy.check_release(result.dp_epsilon)
@@ -326,6 +340,8 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     if update is not None:
         result = replace(result, state_dict=applied(state, update))
     _keep_for_audits(runtime, asked, state, result, inversion=keeps_round)
+    if attacked and runtime.dishonest_server is not None:
+        keep_used(runtime.dishonest_server, asked.server_round, result.used)
     # Under record-level DP the count and the loss stay here: the accountant covers neither
     # (contracts.wire.REPLY_KEYS); FedAvg then averages by the unit weight.
     record_dp = runtime.dp is not None
@@ -427,8 +443,11 @@ def _audit(
 
     final = model_of(ARRAYS) if asked.main else None
     earlier = {r: model_of(round_arrays(r)) for r in asked.rounds}
+    attacked = held_rounds(msg.content) if asked.main else []
+    held = held_models(msg.content, attacked)
     # The site's own updates are audited with its main audit (a resumed run keeps them).
     kept = kept_models(runtime.updates) if asked.main and runtime.updates is not None else []
+    kept = _server_held(runtime, kept, held)
     updates = {k.server_round: k.model(runtime.task) for k in kept}
     results = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier, updates)
     results = replace(results, updates=with_epsilons(results.updates, kept))
@@ -444,12 +463,18 @@ def _audit(
                 runtime.task,
                 runtime.data,
                 seed=asked.seed * 31 + runtime.site_id,
-                sums=_round_sums(runtime, arrays),
+                sums=_round_sums(runtime, arrays, held),
+            )
+        rebuilt = []
+        if runtime.dishonest_server is not None and attacked:
+            rebuilt = score_rebuilt(
+                runtime.dishonest_server, runtime.task, runtime.data, msg.content, attacked
             )
         results = replace(
             results,
             gradient_canaries=_gradient_canary_audit(runtime, asked.seed, accountant_history),
             inversion=inversion,
+            dishonest_server=rebuilt,
         )
     return SiteAudit(
         site_id=runtime.site_id,
@@ -461,13 +486,33 @@ def _audit(
     )
 
 
-def _round_sums(runtime: SiteRuntime, arrays: Any) -> dict[int, dict[str, torch.Tensor]] | None:
+def _round_sums(
+    runtime: SiteRuntime, arrays: Any, held: dict[int, dict[str, torch.Tensor]]
+) -> dict[int, dict[str, torch.Tensor]] | None:
     """Under secure aggregation, the global weights after each round the inversion audit
-    attacks (sent with the audit: the server held only that round's sum); else None."""
+    attacks (sent with the audit: the server held only that round's sum), or the site's
+    local model as a dishonest server held it (``held``); else None."""
     if runtime.secure_sum is None or runtime.inversion is None:
         return None
     rounds = [r for r in runtime.inversion.config.rounds if round_arrays(r) in arrays]
-    return {r: arrays[round_arrays(r)].to_torch_state_dict() for r in rounds}
+    sums = {r: arrays[round_arrays(r)].to_torch_state_dict() for r in rounds}
+    return sums | {r: model for r, model in held.items() if r in runtime.inversion.config.rounds}
+
+
+def _server_held(
+    runtime: SiteRuntime, kept: list[KeptModel], held: dict[int, dict[str, torch.Tensor]]
+) -> list[KeptModel]:
+    """The site's local models its update audit reads: what the server held of them. Its
+    own copies, each replaced by a dishonest server's where one read it; under secure
+    aggregation only those (an honest server holds no site's update there)."""
+    if runtime.updates is None:
+        return kept
+    eps = {k.server_round: k.dp_epsilon for k in kept}
+    by_round = {} if runtime.secure_sum is not None else {k.server_round: k for k in kept}
+    for r, state in held.items():
+        if runtime.updates.wants(r):
+            by_round[r] = KeptModel(server_round=r, state_dict=state, dp_epsilon=eps.get(r))
+    return [by_round[r] for r in sorted(by_round)]
 
 
 def _gradient_canary_audit(

@@ -99,6 +99,12 @@ def inversion_state_name(site_id: int, server_round: int) -> str:
     return f"site-{site_id}-inversion-round-{server_round}.pt"
 
 
+def used_records_name(site_id: int, server_round: int) -> str:
+    """The records a site's steps used in a round a dishonest server (``fl.adversary``)
+    attacked it, kept in its state directory to score what that server rebuilt; never sent."""
+    return f"site-{site_id}-used-records-round-{server_round}.pt"
+
+
 def local_model_name(site_id: int, server_round: int) -> str:
     """The site's local model of one round, the weights it sent (``audit.updates``), kept
     in its state directory for its audit of its own update; never sent again."""

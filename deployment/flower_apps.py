@@ -90,6 +90,10 @@ class IdealSecureAggregationRefused(DeploymentConfigError):
     """``fl.secure_aggregation: ideal`` on a deployment: no real protocol backs it."""
 
 
+class DishonestServerRefused(DeploymentConfigError):
+    """``fl.adversary`` on a deployment: an attack on real sites, never a setting."""
+
+
 @dataclass(frozen=True)
 class DeploymentRun:
     """What one ``flwr run`` is about, read from the run config."""
@@ -184,6 +188,13 @@ def parse_phases(text: str) -> tuple[str, ...]:
 
 def refuse_simulation_settings(config: ExperimentConfig) -> None:
     """Settings that exist in simulations only, each refused by a named error."""
+    if config.fl.adversary:
+        # The sites' own records would go to a server built to rebuild them.
+        raise DishonestServerRefused(
+            "fl.adversary: the dishonest server is a simulation's measurement (it sends "
+            "sites crafted models to rebuild their records); remove it under the Deployment "
+            "Engine"
+        )
     if config.audit.canary_clients > 0:
         # Virtual clients the server adds itself: a measurement of a simulated run, never
         # something to put into a real consortium's model.

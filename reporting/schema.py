@@ -20,6 +20,7 @@ from typing import Any, Literal
 from audit.canaries.client_canaries import ClientCanaryResult
 from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.canaries.input_canaries import InputCanaryResult
+from audit.dishonest_server import DishonestServerResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.panoramia.sides import SIDES
@@ -233,6 +234,10 @@ class PrivacyReport:
     """The site's gradient-inversion audit: how well the server could rebuild its records
     from its updates (under secure aggregation: from each round's sum), per attacked round,
     beside the public-record baseline (summary numbers only); empty when off."""
+    dishonest_server: list[DishonestServerResult] = field(default_factory=list)
+    """What the run's dishonest server (``fl.adversary``, simulations only) rebuilt of the
+    site's records, per attacked round, beside its public-record baseline (the site's
+    scores, summary numbers only); empty when the server played fair."""
     client_epsilon_server: float | None = None
     """Site-level client epsilon against the server itself: distributed DP only (each
     update it received carried the site's noise share, or it held only the sum under

@@ -20,6 +20,7 @@ from .blocks import Banner, Block, Bullets, Figure, Heading, Meaning, Para, Raw,
 from .formatting import (
     MISSING,
     SIDE_LABELS,
+    dishonest_server_sentence,
     first_leaking_text,
     fmt,
     fmt_best,
@@ -47,6 +48,7 @@ from .site_columns import (
     BOUNDS_COLUMNS,
     BY_ROUND_COLUMNS,
     CONFORMANCE_COLUMNS,
+    DISHONEST_SERVER_COLUMNS,
     INVERSION_COLUMNS,
     LOW_FPR_COLUMNS,
     PER_CLASS_COLUMNS,
@@ -97,6 +99,7 @@ def render_site_page(report: SitePageReport) -> str:
         *_exposed(report),
         *_conformance(site),
         *_inversion(report),
+        *_dishonest_server(report),
         Heading("Where your site stands in the consortium"),
         Bullets(_standing(report)),
         Heading("Threat model"),
@@ -209,6 +212,19 @@ def _inversion(report: SitePageReport) -> list[Block]:
             )
         )
     return blocks
+
+
+def _dishonest_server(report: SitePageReport) -> list[Block]:
+    """What the run's dishonest server (fl.adversary) rebuilt of the site's records."""
+    results = report.site.privacy.dishonest_server
+    if not results:
+        return []
+    return [
+        Heading("What a server that does not play fair could rebuild"),
+        Para(" ".join(dishonest_server_sentence(r) for r in results)),
+        Para(f"How to read it: {NOTES[Note.DISHONEST_SERVER]}."),
+        Table(DISHONEST_SERVER_COLUMNS, results, attrs=' id="dishonest-server"'),
+    ]
 
 
 def _standing(report: SitePageReport) -> list[str]:
