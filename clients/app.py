@@ -177,8 +177,10 @@ def build_client_app(resolve: Resolver) -> ClientApp:
         runtime = resolve(context)
         try:
             flag = _checked(msg, context, runtime)
-            if flag is not None:
-                return _refuse_model(msg, context, runtime, flag)
+            if flag is not None and runtime.model_checks is not None:
+                if runtime.model_checks.refuse:
+                    return _refuse_model(msg, context, runtime, flag)
+                logging.getLogger(__name__).warning("record only, trained: %s", flag.sentence())
             return _train(msg, context, runtime)
         except SiteRefusal as refusal:
             return _refuse(msg, context, runtime, refusal)
@@ -265,20 +267,21 @@ def _checked(msg: Message, context: Context, runtime: SiteRuntime) -> ModelFlag 
         server_round=asked.server_round,
         received=msg.content.array_records[ARRAYS],
         task=runtime.task,
-        data=runtime.data,
+        records=runtime.data.training_x,
+        labels=runtime.data.training_y,
         context=context,
     )
 
 
-def _refuse_model(
-    msg: Message, context: Context, runtime: SiteRuntime, flag: ModelFlag
-) -> Message:
+def _refuse_model(msg: Message, context: Context, runtime: SiteRuntime, flag: ModelFlag) -> Message:
     """The error reply of a flagged model (its verdict), after the site's own log."""
     logging.getLogger(__name__).warning("%s", flag.sentence())
     if runtime.refusal_log is not None:
-        refusal = SiteRefusal(MODEL_CHECKS_KEY, f"the model of round {flag.server_round}", "; ".join(
-            o.sentence() for o in flag.flagged
-        ))
+        refusal = SiteRefusal(
+            MODEL_CHECKS_KEY,
+            f"the model of round {flag.server_round}",
+            "; ".join(o.sentence() for o in flag.flagged),
+        )
         log_refusal(runtime.refusal_log, runtime.site_id, refusal, run_id=int(context.run_id))
     return Message(Error(code=MODEL_FLAGGED_CODE, reason=flag.to_reason()), reply_to=msg)
 

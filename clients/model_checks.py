@@ -19,22 +19,21 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context
+from torch import nn
 
 from audit.received_model.consistency import BulletinEntry, consistency
 from audit.received_model.digest import model_digest
 from audit.received_model.plausibility import AgreedTraining, plausibility
 from audit.received_model.structure import structure
-from clients.site_data import SiteData
-from torch import nn
 from contracts.files import PRIVATE_FILE_MODE, private_dir
-from contracts.model_checks import CheckOutcome, ModelFlag, RoundAnnouncement
+from contracts.model_checks import CheckOutcome, CheckRecord, ModelFlag, RoundAnnouncement
 
 PREVIOUS_MODEL = "model-checks.previous"
 """Node state: the trained parameters of the last global model the site accepted."""
@@ -55,6 +54,11 @@ class ModelCheckSettings:
     """The agreed number of sites per round."""
     records: int = 512
     """The site's records the structure checks run on (its first ones)."""
+    refuse: bool = True
+    """Refuse a flagged model; False (``record``, simulation only): log the verdict and
+    train anyway, so that a run measures an attack and whether the checks see it."""
+    log: Path | None = None
+    """The site's own log of every check (:class:`contracts.model_checks.CheckRecord`)."""
 
 
 class CheckedTask(Protocol):
@@ -143,12 +147,15 @@ def check_received(
     server_round: int,
     received: ArrayRecord,
     task: CheckedTask,
-    data: SiteData,
+    records: np.ndarray,
+    labels: np.ndarray | None,
     context: Context,
 ) -> ModelFlag | None:
-    """Every check of the model ``received`` for ``server_round``; the verdict when one
-    flags it (nothing is kept then), else None, and the model becomes the site's previous
-    one."""
+    """Every check of the model ``received`` for ``server_round`` (the structure checks on
+    the first :attr:`ModelCheckSettings.records` of the site's ``records`` and their
+    ``labels``, which the task's tensors may need), logged at the
+    site; the verdict when one flags it, else None. The model becomes the site's previous one unless
+    the site refuses it."""
     outcomes: list[CheckOutcome] = []
     if settings.bulletin is not None:
         outcomes.append(
@@ -169,13 +176,27 @@ def check_received(
             previous[1], params, agreed=settings.agreed, rounds=server_round - previous[0]
         )
         outcomes += [checked] if checked is not None else []
-    inputs = task.tensors(data.training_x[: settings.records], None)[0]
+    n = settings.records
+    inputs = task.tensors(records[:n], None if labels is None else labels[:n])[0]
     outcomes += structure(model, inputs, batch_size=settings.batch_size)
-    flagged = [o for o in outcomes if o.flagged]
-    if flagged:
-        return ModelFlag(site_id=site_id, server_round=server_round, flagged=flagged)
-    _keep(context, server_round, params)
-    return None
+    record = CheckRecord(site_id=site_id, server_round=server_round, outcomes=outcomes)
+    refused = settings.refuse and bool(record.flagged)
+    if settings.log is not None:
+        _append(settings.log, replace(record, refused=refused))
+    if not refused:
+        _keep(context, server_round, params)
+    if not record.flagged:
+        return None
+    return ModelFlag(site_id=site_id, server_round=server_round, flagged=record.flagged)
+
+
+def _append(path: Path, record: CheckRecord) -> None:
+    private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
+    try:
+        os.write(fd, (record.to_line() + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 def _previous(context: Context) -> tuple[int, Mapping[str, np.ndarray]] | None:
@@ -190,4 +211,3 @@ def _keep(context: Context, server_round: int, params: Mapping[str, np.ndarray])
         {k: Array(np.ascontiguousarray(v)) for k, v in params.items()}
     )
     context.state.config_records[PREVIOUS_ROUND] = ConfigRecord({"round": server_round})
-

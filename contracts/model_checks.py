@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from contracts.json_values import from_dict, json_safe
@@ -142,3 +143,31 @@ class RoundAnnouncement:
         ):
             raise WireError(f"{what}: key {_SITES!r} must be a list of site ids")
         return cls(server_round=server_round, digest=digest, sites=tuple(sorted(set(sites))))
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    """One line of a site's own log of its checks (``contracts.run_files.model_checks_name``
+    in its state folder): every check of one received model, and what the site did."""
+
+    site_id: int
+    server_round: int
+    outcomes: list[CheckOutcome] = field(default_factory=list)
+    refused: bool = False
+    """The site refused the model (``refuse``); False: it passed, or was trained anyway
+    (``record``, a simulation measuring an attack)."""
+
+    @property
+    def flagged(self) -> list[CheckOutcome]:
+        """The checks above their threshold."""
+        return [o for o in self.outcomes if o.flagged]
+
+    def to_line(self) -> str:
+        return json.dumps(json_safe(self), sort_keys=True)
+
+
+def read_check_records(path: Path) -> list[CheckRecord]:
+    """A site's log of its checks (empty when it has none), in the order written."""
+    if not path.exists():
+        return []
+    return [from_dict(CheckRecord, json.loads(line)) for line in path.read_text().splitlines()]

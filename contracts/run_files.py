@@ -132,6 +132,12 @@ def exposed_records_name(site_id: int) -> str:
     return f"site-{site_id}-exposed-records.json"
 
 
+def model_checks_name(site_id: int) -> str:
+    """The site's log of its checks of each received model (``clients.model_checks``,
+    :class:`contracts.model_checks.CheckRecord` lines), in its state directory."""
+    return f"site-{site_id}-model-checks.jsonl"
+
+
 def site_refusals_name(site_id: int) -> str:
     """The site's log of what its policy refused (``clients.site_policy``), in its state
     directory; never sent to the server."""

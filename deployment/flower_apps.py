@@ -58,6 +58,7 @@ from simulations.apps import (
 )
 from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
 from simulations.config_file import report_config
+from simulations.model_checks import deployed_model_check_settings
 from simulations.reference_models import site_pool
 from simulations.run_dir import DatasetMeta, read_public
 
@@ -123,7 +124,8 @@ class NodeSettings:
         ``site_state``.
     ``public-path`` (str)
         Public records of the same kind (``x``/``y`` arrays) used as a reference pool.
-    ``policy-max-epsilon``, ``policy-allow-scores``, ``policy-allow-tracebacks``
+    ``policy-max-epsilon``, ``policy-allow-scores``, ``policy-allow-tracebacks``,
+    ``policy-model-checks``, ``policy-bulletin``
         The site's own policy (:mod:`clients.site_policy`): the run config cannot change it.
     """
 
@@ -333,6 +335,9 @@ class DeploymentResolver:
                 run.config, node.partition_id, state, seeded=False
             ),
             inversion=inversion_settings(run.config, node.partition_id, state),
+            model_checks=deployed_model_check_settings(
+                run.config, node.policy, node.partition_id, state
+            ),
         )
 
 

@@ -35,6 +35,7 @@ from audit.result import (
 )
 from contracts.dp_level import DPLevel, SecureAggregationMode
 from contracts.json_values import json_safe
+from contracts.model_checks import CheckRecord
 from contracts.run_log import ClientDPFile, PlatformInfo, RoundRecord
 
 from .replicate_schema import ReplicateReport, ReplicateSite
@@ -486,6 +487,8 @@ class SitePageReport:
     page (linked, never copied); None when the site wrote none."""
     secure_aggregation: SecureAggregationMode = "none"
     """``ideal``: the server held only each round's sum (what its readings attack)."""
+    model_checks: list[CheckRecord] = field(default_factory=list)
+    """The received models this site's checks flagged (``fl.model_checks``), by round."""
 
 
 @dataclass(frozen=True)

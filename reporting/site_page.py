@@ -100,6 +100,7 @@ def render_site_page(report: SitePageReport) -> str:
         *_conformance(site),
         *_inversion(report),
         *_dishonest_server(report),
+        *_model_checks(report),
         Heading("Where your site stands in the consortium"),
         Bullets(_standing(report)),
         Heading("Threat model"),
@@ -224,6 +225,23 @@ def _dishonest_server(report: SitePageReport) -> list[Block]:
         Para(" ".join(dishonest_server_sentence(r) for r in results)),
         Para(f"How to read it: {NOTES[Note.DISHONEST_SERVER]}."),
         Table(DISHONEST_SERVER_COLUMNS, results, attrs=' id="dishonest-server"'),
+    ]
+
+
+def _model_checks(report: SitePageReport) -> list[Block]:
+    """The received models this site's checks flagged (fl.model_checks)."""
+    if not report.model_checks:
+        return []
+    done = {True: "refused: trained nothing, sent nothing", False: "recorded, trained anyway"}
+    return [
+        Heading("Models the server sent that your site's checks flagged"),
+        Bullets(
+            [
+                f"Round {r.server_round} ({done[r.refused]}): "
+                + "; ".join(o.sentence() for o in r.flagged)
+                for r in report.model_checks
+            ]
+        ),
     ]
 
 

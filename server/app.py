@@ -56,6 +56,7 @@ from contracts.wire import (
     round_arrays,
 )
 from server.adversary import AdversarySettings, DishonestServer, Holdings
+from server.announce import AnnouncingStrategy
 from server.canary_clients import CanaryClients, CanaryClientSettings, measure_canary_clients
 from server.client_dp import (
     ClientDPAccounting,
@@ -122,6 +123,9 @@ class ServerSettings:
     aggregate_rounds: tuple[int, ...] = ()
     """Rounds whose global weights go with each main audit, so that a site can read what the
     server held of that round, the sum (secure aggregation with ``audit.inversion``)."""
+    announce: bool = False
+    """Announce each round's model to its sites before training, for the sites' consistency
+    check (:mod:`server.announce`; ``fl.model_checks``)."""
     adversary: AdversarySettings | None = None
     """A server that does not play fair (``fl.adversary``, simulations only); None: honest."""
 
@@ -228,6 +232,8 @@ def run_training(
             _measure_canary_clients(settings, sites.sites_per_round)
         return state
     strategy = _aggregating_strategy(settings, sites, done, held)
+    if settings.announce:
+        strategy = AnnouncingStrategy(strategy, sites, timeout=settings.timeout_s)
     client_dp = _client_dp_accounting(settings, sites.sites_per_round, done)
     bar = _progress(settings.rounds, "FL rounds", settings.progress)
     bar.update(done)

@@ -35,6 +35,7 @@ from server.sampling import sites_per_round
 from server.stop import StopSwitch
 from server.strategy import StrategySettings
 from simulations.config import ExperimentConfig
+from simulations.model_checks import checks_mode, model_check_settings
 from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import DatasetMeta, load_public
 from simulations.run_task import audit_device, make_task, pick_device
@@ -296,6 +297,7 @@ class SiteResolver:
             ),
             updates=update_audit_settings(config, site_id, self.state_dir),
             dishonest_server=dishonest_server_settings(config, site_id, self.state_dir),
+            model_checks=model_check_settings(config, self.layout, site_id, self.state_dir),
         )
 
 
@@ -368,6 +370,7 @@ def server_settings(
         secure_aggregation=config.fl.secure_aggregation,
         aggregate_rounds=aggregate_rounds(config),
         adversary=adversary_settings(config, task, layout),
+        announce=checks_mode(config) != "off",
     )
 
 

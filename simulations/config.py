@@ -56,6 +56,9 @@ class ModelConfig(StrictModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+ModelChecksMode = Literal["off", "refuse", "record"]
+
+
 class FLConfig(StrictModel):
     strategy: str = Field(
         "fedavg", description="registered strategy: fedavg, fedprox, fedadam or a plugin's"
@@ -85,6 +88,11 @@ class FLConfig(StrictModel):
         default_factory=list,
         description="a server that does not play fair (simulation only; "
         "docs/threat_models.md): attacks by name at chosen rounds and target sites",
+    )
+    model_checks: ModelChecksMode | None = Field(
+        None,
+        description="sites check each received model before training (docs/model_checks.md)"
+        ": refuse, record (log, train anyway), off; default: record with fl.adversary, else off",
     )
 
 

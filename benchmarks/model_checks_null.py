@@ -1,0 +1,328 @@
+"""The sites' checks on received models: false flags on honest rounds, detection of crafted ones.
+
+Honest rounds: in-process FedAvg with the project's own local training (``train_locally``,
+Opacus under DP) between two sites of each setting (the default image config, tabular, text;
+each without DP and with record-level DP-SGD at epsilon 8), each site training on its first
+``--records`` records, ``--epochs`` local epochs a round. Before every round each site runs
+every check a site runs in a run (:func:`clients.model_checks.check_received`: the consistency
+check against a bulletin the sites publish the round's announcement on, plausibility against
+the previous global model, the structure checks on its own records). Seeds 100-101 are the
+calibration rounds (thresholds chosen on them: ``audit/received_model/thresholds.py``); seeds
+0-3 are the evaluation rounds whose false-flag rates are printed with Clopper-Pearson
+intervals (95%, two-sided).
+
+Detection: on the evaluation runs of the image and tabular settings, at rounds 1, 4 and 7 the
+server replaces the model it sends with one crafted by ``audit.adversary`` from that round's
+global model and public records: ``imprint`` and ``trap`` to site 0, and ``inconsistent`` (the
+real model to site 0, the dead model to site 1), announced as the real model (what
+``server.announce`` does: it announces the round's global model); each check's detection rate
+over the sites that received a crafted model, and the rate of the checks that need no bulletin
+(a server that sends every site the same crafted model and announces it).
+
+Run::
+
+    nice -n 10 python benchmarks/model_checks_null.py               # ~10 min on 2 busy cores
+    python benchmarks/model_checks_null.py --seeds 1 --rounds 3 --settings tabular   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, Context, RecordDict
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from null_validity import clopper_pearson  # noqa: E402
+
+from audit.adversary import SiteOptimizer, craft_dead, craft_imprint, craft_trap  # noqa: E402
+from audit.received_model.digest import model_digest  # noqa: E402
+from clients.model_checks import ModelCheckSettings, check_received, publish  # noqa: E402
+from clients.privacy import AccountantHistory  # noqa: E402
+from clients.site_data import SiteData  # noqa: E402
+from clients.training import train_locally  # noqa: E402
+from contracts.model_checks import (  # noqa: E402
+    CHECK_NAMES,
+    RoundAnnouncement,
+    read_check_records,  # noqa: E402
+)
+from contracts.run_files import RunLayout  # noqa: E402
+from simulations.apps import dp_settings  # noqa: E402
+from simulations.config import load_config  # noqa: E402
+from simulations.model_checks import agreed_training  # noqa: E402
+from simulations.run_dir import load_public, prepare_run_dir  # noqa: E402
+from simulations.run_task import make_task  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DP = ["dp.enabled=true", "dp.target_epsilon=8"]
+SETTINGS: dict[str, tuple[str, list[str]]] = {
+    "image": ("configs/default.yaml", []),
+    "image+dp": ("configs/default.yaml", DP),
+    "tabular": ("configs/tabular.yaml", []),
+    "tabular+dp": ("configs/tabular.yaml", DP),
+    "text": ("configs/text.yaml", []),
+    "text+dp": ("configs/text.yaml", DP),
+}
+CALIBRATION_SEEDS = (100, 101)
+ATTACK_ROUNDS = (1, 4, 7)
+SITES = (0, 1)
+NO_BULLETIN = ("plausibility", "lone_units", "repeated_rows", "dead_units")
+
+
+@dataclass
+class Setting:
+    """One config's task, two sites' first records, public records for the crafting."""
+
+    name: str
+    config: Any
+    task: Any
+    sites: dict[int, tuple[np.ndarray, np.ndarray | None]]
+    public: torch.Tensor | None
+
+
+def build(name: str, root: Path, records: int, epochs: int) -> Setting:
+    path, overrides = SETTINGS[name]
+    overrides = [*overrides, f"fl.local_epochs={epochs}"]
+    config = load_config(REPO / path, overrides)
+    layout = RunLayout(root / name)
+    meta = prepare_run_dir(config, layout)
+    task = make_task(config, meta)
+    sites = {}
+    for site in SITES:
+        data = SiteData.load(layout.site_file(site))
+        y = data.training_y
+        sites[site] = (data.training_x[:records], None if y is None else y[:records])
+    public = load_public(layout)
+    x = None if public is None else task.tensors(public.x[:2000], public.y[:2000])[0]
+    return Setting(name, config, task, sites, x)
+
+
+@dataclass
+class Site:
+    """One simulated site's checks: its settings (bulletin, log) and node state."""
+
+    settings: ModelCheckSettings
+    context: Context
+
+    def check(self, site: int, setting: Setting, rnd: int, received: ArrayRecord):
+        """Check the model as a site does before training, once every site of the round has
+        published its announcement; (checks flagged, every outcome)."""
+        check_received(
+            self.settings,
+            site_id=site,
+            server_round=rnd,
+            received=received,
+            task=setting.task,
+            records=setting.sites[site][0],
+            labels=setting.sites[site][1],
+            context=self.context,
+        )
+        assert self.settings.log is not None
+        last = read_check_records(self.settings.log)[-1]
+        return {o.check for o in last.flagged}, {o.check: o.statistic for o in last.outcomes}
+
+
+def site_checks(setting: Setting, folder: Path) -> dict[int, Site]:
+    fl = setting.config.fl
+    largest = max(len(x) for x, _ in setting.sites.values())
+    steps = fl.local_epochs * math.ceil(largest / fl.batch_size)
+    made = {}
+    for site in SITES:
+        settings = ModelCheckSettings(
+            batch_size=fl.batch_size,
+            agreed=agreed_training(setting.config, steps),
+            bulletin=folder / "bulletin",
+            min_sites=len(SITES),
+            refuse=False,  # record: the benchmark reads every statistic
+            log=folder / f"site-{site}.jsonl",
+        )
+        context = Context(run_id=0, node_id=site, node_config={}, state=RecordDict(), run_config={})
+        made[site] = Site(settings, context)
+    return made
+
+
+def as_record(state: dict[str, torch.Tensor]) -> ArrayRecord:
+    return ArrayRecord({k: v.detach().cpu().contiguous() for k, v in state.items()})
+
+
+def digest_of(record: ArrayRecord) -> str:
+    return model_digest({k: a.numpy() for k, a in record.items()})
+
+
+def fedavg(states: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
+    total = sum(weights)
+    out = {}
+    for k, v in states[0].items():
+        if v.is_floating_point():
+            out[k] = sum(w * s[k] for s, w in zip(states, weights, strict=True)) / total
+        else:
+            out[k] = v.clone()
+    return out
+
+
+def crafted(setting: Setting, state: dict[str, torch.Tensor], attack: str, seed: int):
+    model = setting.task.make_model()
+    model.load_state_dict(state)
+    fl = setting.config.fl
+    options = {
+        "public": setting.public,
+        "seed": seed,
+    }
+    site_optimizer = SiteOptimizer(name=fl.optimizer, learning_rate=fl.learning_rate)
+    if attack == "imprint":
+        made = craft_imprint(model, optimizer=site_optimizer, batch_size=fl.batch_size, **options)
+    elif attack == "trap":
+        made = craft_trap(model, optimizer=site_optimizer, batch_size=fl.batch_size, **options)
+    else:
+        made = craft_dead(model, **options)
+    return as_record(made.state_dict)
+
+
+def detect(setting, seed, rnd, state, sites, out) -> None:
+    """Each attack of this round, checked by the sites it reaches (their node state copied,
+    so the honest run goes on as before); the round's bulletin announces the real model."""
+    for attack in ("imprint", "trap", "inconsistent"):
+        craft = "dead" if attack == "inconsistent" else attack
+        model = crafted(setting, state, craft, seed * 1_000 + rnd)
+        targets = {1: model} if attack == "inconsistent" else {0: model}
+        for site, received in targets.items():
+            copy = Site(
+                replace(sites[site].settings, log=sites[site].settings.log.with_suffix(".attack")),
+                Context(run_id=0, node_id=site, node_config={},
+                        state=_copied(sites[site].context.state), run_config={}),
+            )  # fmt: skip
+            flags, stats = copy.check(site, setting, rnd, received)
+            out["attacks"].append((setting.name, attack, seed, rnd, site, flags, stats))
+
+
+def _copied(state: RecordDict) -> RecordDict:
+    copy = RecordDict()
+    for name, record in state.array_records.items():
+        copy.array_records[name] = ArrayRecord({k: a for k, a in record.items()})
+    for name, record in state.config_records.items():
+        copy.config_records[name] = record
+    return copy
+
+
+def run_seed(setting: Setting, seed: int, rounds: int, *, attacks: bool, out: dict) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    state = {k: v.detach().clone() for k, v in setting.task.make_model().state_dict().items()}
+    dp = dp_settings(setting.config, members=len(setting.sites[0][0]))
+    with tempfile.TemporaryDirectory() as tmp:
+        sites = site_checks(setting, Path(tmp))
+        histories = {s: AccountantHistory(dp.accountant, []) for s in SITES} if dp else {}
+        for rnd in range(1, rounds + 1):
+            received = as_record(state)
+            digest = digest_of(received)
+            for site in SITES:  # the announce phase: every site publishes before any trains
+                publish(sites[site].settings, site, RoundAnnouncement(rnd, digest, SITES))
+            if attacks and rnd in ATTACK_ROUNDS and setting.public is not None:
+                detect(setting, seed, rnd, state, sites, out)
+            for site in SITES:
+                flags, stats = sites[site].check(site, setting, rnd, received)
+                out["honest"].append((setting.name, seed, rnd, site, flags, stats))
+            trained, weights = [], []
+            for site in SITES:
+                x, y = setting.sites[site]
+                result = train_locally(
+                    setting.task,
+                    state,
+                    x=x,
+                    y=y,
+                    epochs=setting.config.fl.local_epochs,
+                    seed=seed * 100_003 + rnd * 1_009 + site,
+                    device=torch.device("cpu"),
+                    dp=dp,
+                    accountant_history=histories.get(site),
+                    keep_used=False,
+                )
+                trained.append(result.state_dict)
+                weights.append(1.0 if dp else float(len(x)))
+            state = fedavg(trained, weights)
+
+
+def rate(k: int, n: int) -> str:
+    lo, hi = clopper_pearson(k, n)
+    return f"{k}/{n} = {k / max(n, 1):.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def span(values: list[float]) -> str:
+    return f"{min(values):.4g} to {max(values):.4g}"
+
+
+def report(out: dict, calibration: dict) -> None:
+    print(f"\n## Calibration rounds (seeds {CALIBRATION_SEEDS}): each check's statistic")
+    by_check: dict[str, list[float]] = defaultdict(list)
+    for *_, stats in calibration["honest"]:
+        for check, value in stats.items():
+            by_check[check].append(value)
+    for check in CHECK_NAMES:
+        values = by_check.get(check, [])
+        if values:
+            print(f"  {check:14s} n={len(values):4d}  min {min(values):.4g}  max {max(values):.4g}")
+    print("\n## Evaluation rounds: false flags per check (95% Clopper-Pearson)")
+    honest = out["honest"]
+    for check in CHECK_NAMES:
+        rows = [r for r in honest if check in r[5]]
+        k = sum(check in r[4] for r in rows)
+        values = [r[5][check] for r in rows]
+        if rows:
+            print(f"  {check:14s} {rate(k, len(rows))}  statistic {span(values)}")
+    rows = honest
+    print(f"  {'any check':14s} {rate(sum(bool(r[4]) for r in rows), len(rows))}")
+    for name in SETTINGS:
+        mine = [r for r in honest if r[0] == name]
+        if mine:
+            print(f"    {name:12s} any: {rate(sum(bool(r[4]) for r in mine), len(mine))}")
+    print("\n## Detection per attack (sites that received a crafted model)")
+    for attack in ("imprint", "trap", "inconsistent"):
+        rows = [r for r in out["attacks"] if r[1] == attack]
+        if not rows:
+            continue
+        print(f"  {attack}: any check {rate(sum(bool(r[5]) for r in rows), len(rows))}")
+        no_bulletin = sum(bool(r[5] & set(NO_BULLETIN)) for r in rows)
+        print(f"    without the bulletin (structure, plausibility): {rate(no_bulletin, len(rows))}")
+        for check in CHECK_NAMES:
+            has = [r for r in rows if check in r[6]]
+            if has:
+                k = sum(check in r[5] for r in has)
+                values = [r[6][check] for r in has]
+                print(f"    {check:14s} {rate(k, len(has))}  statistic {span(values)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--seeds", type=int, default=4, help="evaluation seeds 0..n-1")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--records", type=int, default=256, help="records per site")
+    parser.add_argument("--epochs", type=int, default=2, help="local epochs a round")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    started = time.time()
+    out: dict = {"honest": [], "attacks": []}
+    calibration: dict = {"honest": [], "attacks": []}
+    with tempfile.TemporaryDirectory() as root:
+        for name in args.settings:
+            setting = build(name, Path(root), args.records, args.epochs)
+            for seed in CALIBRATION_SEEDS:
+                run_seed(setting, seed, args.rounds, attacks=False, out=calibration)
+            for seed in range(args.seeds):
+                run_seed(setting, seed, args.rounds, attacks=True, out=out)
+            print(f"{name}: done at {time.time() - started:.0f} s", flush=True)
+    report(out, calibration)
+
+
+if __name__ == "__main__":
+    main()
