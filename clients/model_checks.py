@@ -21,17 +21,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
-import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context
-from torch import nn
 
 from audit.received_model.consistency import BulletinEntry, consistency
 from audit.received_model.digest import model_digest
 from audit.received_model.plausibility import AgreedTraining, plausibility
 from audit.received_model.structure import structure
+from clients.training import TrainableTask
 from contracts.files import PRIVATE_FILE_MODE, private_dir
 from contracts.model_checks import CheckOutcome, CheckRecord, ModelFlag, RoundAnnouncement
 
@@ -59,14 +57,6 @@ class ModelCheckSettings:
     train anyway, so that a run measures an attack and whether the checks see it."""
     log: Path | None = None
     """The site's own log of every check (:class:`contracts.model_checks.CheckRecord`)."""
-
-
-class CheckedTask(Protocol):
-    """What the checks need of a site's task: its model and its records as tensors."""
-
-    def make_model(self) -> nn.Module: ...
-
-    def tensors(self, x: np.ndarray, y: np.ndarray | None) -> tuple[torch.Tensor, ...]: ...
 
 
 class BulletinConflict(RuntimeError):
@@ -146,7 +136,7 @@ def check_received(
     site_id: int,
     server_round: int,
     received: ArrayRecord,
-    task: CheckedTask,
+    task: TrainableTask,
     records: np.ndarray,
     labels: np.ndarray | None,
     context: Context,
@@ -202,7 +192,8 @@ def _append(path: Path, record: CheckRecord) -> None:
 def _previous(context: Context) -> tuple[int, Mapping[str, np.ndarray]] | None:
     if PREVIOUS_MODEL not in context.state.array_records:
         return None
-    server_round = int(context.state.config_records[PREVIOUS_ROUND]["round"])
+    server_round = context.state.config_records[PREVIOUS_ROUND]["round"]
+    assert isinstance(server_round, int)
     return server_round, numpy_arrays(context.state.array_records[PREVIOUS_MODEL])
 
 

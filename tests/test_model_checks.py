@@ -10,6 +10,7 @@ model. A flagged site trains nothing, sends nothing, and says why.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 import torch
 from builders import run_files
 from flwr.app import ArrayRecord, Context, RecordDict
+from flwr.simulation import run_simulation
 
 from audit.adversary import SiteOptimizer, craft_dead, craft_imprint, craft_trap
 from audit.received_model.consistency import BulletinEntry, consistency
@@ -27,6 +29,7 @@ from audit.received_model.plausibility import (
     ClientClipping,
     plausibility,
 )
+from clients.app import build_client_app
 from clients.model_checks import (
     BulletinConflict,
     FileBulletin,
@@ -42,7 +45,13 @@ from contracts.model_checks import (
     read_check_records,
 )
 from contracts.run_files import model_checks_name
+from contracts.run_log import RoundRecord, read_rounds
 from ml.tasks.base import OptimizerSpec, TorchTask, build_task
+from reporting.site_report import flagged_models
+from server.app import build_server_app
+from simulations.apps import SiteResolver, server_settings
+from simulations.config import validate_config
+from simulations.run_dir import prepare_run_dir
 
 CPU = torch.device("cpu")
 BATCH = 32
@@ -239,10 +248,70 @@ def test_plausibility_under_client_level_dp_reads_the_clipping_norm_and_the_nois
 
 
 def test_a_flag_survives_the_round_line(tmp_path):
-    from contracts.run_log import RoundRecord, read_rounds
-
     flag = ModelFlag(0, 2, [CheckOutcome("dead_units", 1.0, 0.9, "0 to 0.1")])
     line = RoundRecord(round=2, failures={"0": flag.sentence()}, flagged={"0": flag})
     layout = run_files(tmp_path)
     layout.metrics.write_text(json.dumps(line.to_dict()) + "\n")
     assert read_rounds(layout)[0].flagged == {"0": flag}
+
+
+@pytest.fixture(scope="module")
+def attacked_run(tmp_path_factory, ray_init_args) -> Path:
+    """One round, two digits sites, ``fl.model_checks: refuse``; the server (``fl.adversary``)
+    sends site 0 imprint weights in place of the global model. The train phase only (the
+    attack's scoring is the audit phase's, tested with the attacks)."""
+    logging.getLogger("flwr").setLevel(logging.ERROR)
+    config = validate_config(
+        {
+            "name": "checks",
+            "data": {"name": "digits"},
+            "partition": {"scheme": "iid", "num_sites": 2},
+            "model": {"name": "small_cnn", "options": {"width": 4}},
+            "fl": {
+                "rounds": 1,
+                "local_epochs": 1,
+                "batch_size": 64,
+                "model_checks": "refuse",
+                "adversary": [{"attack": "imprint", "rounds": [1], "sites": [0]}],
+            },
+            "audit": {"enabled": True, "settings": {"quick": True}},
+        }
+    )
+    layout = run_files(tmp_path_factory.mktemp("checks") / "run")
+    meta = prepare_run_dir(config, layout)
+    run_simulation(
+        server_app=build_server_app(
+            server_settings(config, meta, layout, phases=("train",), progress=False)
+        ),
+        client_app=build_client_app(SiteResolver(config, meta, layout)),
+        num_supernodes=2,
+        backend_config={
+            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+            "init_args": ray_init_args,
+        },
+    )
+    return layout.root
+
+
+@pytest.mark.ray
+def test_the_site_sent_a_crafted_model_trains_nothing_and_says_why(attacked_run):
+    layout = run_files(attacked_run)
+    (line,) = read_rounds(layout)
+    # Site 0 sent nothing (no update aggregated, no key received); site 1 trained.
+    assert list(line.sites) == ["1"] and set(line.failures) == {"0"}
+    flag = line.flagged["0"]
+    assert {"consistency", "repeated_rows"} <= set(flag.checks)
+    assert line.failures["0"].startswith(
+        "site 0 refused the model of round 1 (trained nothing, sent nothing): consistency"
+    )
+    # Both sites published the announced (real) model; site 0 got other weights.
+    entries = FileBulletin(layout.bulletin).read(1)
+    assert [e.site_id for e in entries] == [0, 1] and len({e.digest for e in entries}) == 1
+    (own,) = read_check_records(layout.site_state / model_checks_name(0))
+    assert own.refused and own.server_round == 1
+    (other,) = read_check_records(layout.site_state / model_checks_name(1))
+    assert not other.refused and not other.flagged
+    # The site's page lists it (refused, with each check's statistic and threshold).
+    (shown,) = flagged_models(layout, 0)
+    assert shown.refused and shown.flagged == flag.flagged
+    assert flagged_models(layout, 1) == []
