@@ -2,7 +2,7 @@
 
 Honest rounds: in-process FedAvg with the project's own local training (``train_locally``,
 Opacus under DP) between two sites of each setting (the default image config, tabular, text;
-each without DP and with record-level DP-SGD at epsilon 8), each site training on its first
+each without DP and with record-level DP-SGD at noise multiplier 1.0), each site training on its first
 ``--records`` records, ``--epochs`` local epochs a round. Before every round each site runs
 every check a site runs in a run (:func:`clients.model_checks.check_received`: the consistency
 check against a bulletin the sites publish the round's announcement on, plausibility against
@@ -28,12 +28,12 @@ Run::
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import tempfile
 import time
 import warnings
-from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from null_validity import clopper_pearson  # noqa: E402
 
 from audit.adversary import SiteOptimizer, craft_dead, craft_imprint, craft_trap  # noqa: E402
 from audit.received_model.digest import model_digest  # noqa: E402
+from audit.received_model.thresholds import THRESHOLDS  # noqa: E402
 from clients.model_checks import ModelCheckSettings, check_received, publish  # noqa: E402
 from clients.privacy import AccountantHistory  # noqa: E402
 from clients.site_data import SiteData  # noqa: E402
@@ -65,7 +66,7 @@ from simulations.run_dir import load_public, prepare_run_dir  # noqa: E402
 from simulations.run_task import make_task  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DP = ["dp.enabled=true", "dp.target_epsilon=8", "dp.accountant=rdp"]  # RDP: faster, same noise
+DP = ["dp.enabled=true", "dp.noise_multiplier=1.0", "dp.accountant=rdp"]  # sigma set: no calibration
 SETTINGS: dict[str, tuple[str, list[str]]] = {
     "image": ("configs/default.yaml", []),
     "image+dp": ("configs/default.yaml", DP),
@@ -77,7 +78,7 @@ SETTINGS: dict[str, tuple[str, list[str]]] = {
 CALIBRATION_SEEDS = (100,)
 ATTACK_ROUNDS = (1, 4, 7)
 SITES = (0, 1)
-NO_BULLETIN = ("plausibility", "lone_units", "repeated_rows", "dead_units")
+STRUCTURE = ("lone_units", "repeated_rows", "dead_units")
 
 
 @dataclass
@@ -133,7 +134,7 @@ class Site:
         )
         assert self.settings.log is not None
         last = read_check_records(self.settings.log)[-1]
-        return {o.check for o in last.flagged}, {o.check: o.statistic for o in last.outcomes}
+        return {o.check: [o.statistic, o.threshold] for o in last.outcomes}
 
 
 def site_checks(setting: Setting, folder: Path) -> dict[int, Site]:
@@ -205,8 +206,8 @@ def detect(setting, seed, rnd, state, sites, out) -> None:
                 Context(run_id=0, node_id=site, node_config={},
                         state=_copied(sites[site].context.state), run_config={}),
             )  # fmt: skip
-            flags, stats = copy.check(site, setting, rnd, received)
-            out["attacks"].append((setting.name, attack, seed, rnd, site, flags, stats))
+            stats = copy.check(site, setting, rnd, received)
+            out["attacks"].append([setting.name, attack, seed, rnd, site, stats])
 
 
 def _copied(state: RecordDict) -> RecordDict:
@@ -234,8 +235,8 @@ def run_seed(setting: Setting, seed: int, rounds: int, *, attacks: bool, out: di
             if attacks and rnd in ATTACK_ROUNDS and setting.public is not None:
                 detect(setting, seed, rnd, state, sites, out)
             for site in SITES:
-                flags, stats = sites[site].check(site, setting, rnd, received)
-                out["honest"].append((setting.name, seed, rnd, site, flags, stats))
+                stats = sites[site].check(site, setting, rnd, received)
+                out["honest"].append([setting.name, seed, rnd, site, stats])
             trained, weights = [], []
             for site in SITES:
                 x, y = setting.sites[site]
@@ -265,53 +266,71 @@ def span(values: list[float]) -> str:
     return f"{min(values):.4g} to {max(values):.4g}"
 
 
-def report_calibration(calibration: dict) -> None:
+def flagged(stats: dict[str, list[float]]) -> set[str]:
+    """The checks above their threshold: the structure checks' as set now (thresholds.py),
+    the others' as the check computed it (exact or a proof)."""
+    return {
+        check
+        for check, (value, threshold) in stats.items()
+        if value > (THRESHOLDS[check][0] if check in STRUCTURE else threshold)
+    }
+
+
+def report_calibration(rows: list) -> None:
     print(f"\n## Calibration rounds (seeds {CALIBRATION_SEEDS}): each check's statistic")
-    by_check: dict[str, list[float]] = defaultdict(list)
-    for *_, stats in calibration["honest"]:
-        for check, value in stats.items():
-            by_check[check].append(value)
     for check in CHECK_NAMES:
-        values = by_check.get(check, [])
+        values = [r[-1][check][0] for r in rows if check in r[-1]]
         if values:
             print(f"  {check:14s} n={len(values):4d}  {span(values)}")
+    for name in SETTINGS:
+        mine = [r for r in rows if r[0] == name]
+        for check in STRUCTURE:
+            values = [r[-1][check][0] for r in mine if check in r[-1]]
+            if values:
+                print(f"    {name:12s} {check:14s} {span(values)}")
 
 
 def report(out: dict) -> None:
     print("\n## Evaluation rounds: false flags per check (95% Clopper-Pearson)")
     honest = out["honest"]
     for check in CHECK_NAMES:
-        rows = [r for r in honest if check in r[5]]
-        k = sum(check in r[4] for r in rows)
-        values = [r[5][check] for r in rows]
+        rows = [r for r in honest if check in r[-1]]
         if rows:
+            k = sum(check in flagged(r[-1]) for r in rows)
+            values = [r[-1][check][0] for r in rows]
             print(f"  {check:14s} {rate(k, len(rows))}  statistic {span(values)}")
-    rows = honest
-    print(f"  {'any check':14s} {rate(sum(bool(r[4]) for r in rows), len(rows))}")
+    print(f"  {'any check':14s} {rate(sum(bool(flagged(r[-1])) for r in honest), len(honest))}")
     for name in SETTINGS:
         mine = [r for r in honest if r[0] == name]
         if mine:
-            print(f"    {name:12s} any: {rate(sum(bool(r[4]) for r in mine), len(mine))}")
+            print(f"    {name:12s} any: {rate(sum(bool(flagged(r[-1])) for r in mine), len(mine))}")
     print("\n## Detection per attack (sites that received a crafted model)")
     for attack in ("imprint", "trap", "inconsistent"):
         rows = [r for r in out["attacks"] if r[1] == attack]
         if not rows:
             continue
-        print(f"  {attack}: any check {rate(sum(bool(r[5]) for r in rows), len(rows))}")
-        no_bulletin = sum(bool(r[5] & set(NO_BULLETIN)) for r in rows)
-        print(f"    without the bulletin (structure, plausibility): {rate(no_bulletin, len(rows))}")
+        print(f"  {attack}: any check {rate(sum(bool(flagged(r[-1])) for r in rows), len(rows))}")
+        alone = sum(bool(flagged(r[-1]) - {"consistency"}) for r in rows)
+        print(f"    without the bulletin (structure, plausibility): {rate(alone, len(rows))}")
         for check in CHECK_NAMES:
-            has = [r for r in rows if check in r[6]]
+            has = [r for r in rows if check in r[-1]]
             if has:
-                k = sum(check in r[5] for r in has)
-                values = [r[6][check] for r in has]
+                k = sum(check in flagged(r[-1]) for r in has)
+                values = [r[-1][check][0] for r in has]
                 print(f"    {check:14s} {rate(k, len(has))}  statistic {span(values)}")
+        for name in SETTINGS:
+            mine = [r for r in rows if r[0] == name]
+            if mine:
+                k = sum(bool(flagged(r[-1]) - {"consistency"}) for r in mine)
+                print(f"      {name:12s} without the bulletin: {rate(k, len(mine))}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--phase", choices=("calibration", "evaluation"), required=True)
+    parser.add_argument("--save", type=Path, help="write the rounds' statistics here (JSON)")
+    parser.add_argument("--load", type=Path, help="report saved statistics, run nothing")
     parser.add_argument("--seeds", type=int, default=4, help="evaluation seeds 0..n-1")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--records", type=int, default=128, help="records per site")
@@ -319,22 +338,24 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="Secure RNG turned off")
-    started = time.time()
-    out: dict = {"honest": [], "attacks": []}
-    calibration: dict = {"honest": [], "attacks": []}
-    with tempfile.TemporaryDirectory() as root:
-        for name in args.settings:
-            setting = build(name, Path(root), args.records, args.epochs)
-            if args.phase == "calibration":
-                for seed in CALIBRATION_SEEDS:
-                    run_seed(setting, seed, args.rounds, attacks=False, out=calibration)
-            else:
-                for seed in range(args.seeds):
-                    run_seed(setting, seed, args.rounds, attacks=True, out=out)
-            print(f"{name}: done at {time.time() - started:.0f} s", flush=True)
-    (report_calibration if args.phase == "calibration" else report)(
-        calibration if args.phase == "calibration" else out
-    )
+    rows: dict = {"honest": [], "attacks": []}
+    if args.load is not None:
+        rows = json.loads(args.load.read_text())
+    else:
+        started = time.time()
+        with tempfile.TemporaryDirectory() as root:
+            for name in args.settings:
+                setting = build(name, Path(root), args.records, args.epochs)
+                calibrating = args.phase == "calibration"
+                for seed in CALIBRATION_SEEDS if calibrating else range(args.seeds):
+                    run_seed(setting, seed, args.rounds, attacks=not calibrating, out=rows)
+                print(f"{name}: done at {time.time() - started:.0f} s", flush=True)
+                if args.save is not None:
+                    args.save.write_text(json.dumps(rows))
+    if args.phase == "calibration":
+        report_calibration(rows["honest"])
+    else:
+        report(rows)
 
 
 if __name__ == "__main__":
