@@ -2,27 +2,30 @@
 
 Honest rounds: in-process FedAvg with the project's own local training (``train_locally``,
 Opacus under DP) between two sites of each setting (the default image config, tabular, text;
-each without DP and with record-level DP-SGD at noise multiplier 1.0), each site training on its first
-``--records`` records, ``--epochs`` local epochs a round. Before every round each site runs
-every check a site runs in a run (:func:`clients.model_checks.check_received`: the consistency
-check against a bulletin the sites publish the round's announcement on, plausibility against
-the previous global model, the structure checks on its own records). Seeds 100-101 are the
-calibration rounds (thresholds chosen on them: ``audit/received_model/thresholds.py``); seeds
-0-3 are the evaluation rounds whose false-flag rates are printed with Clopper-Pearson
-intervals (95%, two-sided).
+each without DP and with record-level DP-SGD at noise multiplier 1.0, set rather than
+calibrated to an epsilon, which only costs time), each site training on its first
+``--records`` records for ``--epochs`` local epochs a round. Before every round the server's
+announcement (the digest of the round's model) is published by every site, then each site runs
+every check a site runs in a run (:func:`clients.model_checks.check_received`: consistency
+against that bulletin, plausibility against the previous global model, the structure checks
+on its own records). ``--phase calibration`` runs seed 100 of each setting and prints each
+check's statistic (the thresholds in ``audit/received_model/thresholds.py`` come from it);
+``--phase evaluation`` runs seeds 0..n-1 and prints each check's false-flag rate with its
+95% Clopper-Pearson interval.
 
-Detection: on the evaluation runs of the image and tabular settings, at rounds 1, 4 and 7 the
+Detection (evaluation phase): on the image and tabular settings, at rounds 1, 4 and 7 the
 server replaces the model it sends with one crafted by ``audit.adversary`` from that round's
-global model and public records: ``imprint`` and ``trap`` to site 0, and ``inconsistent`` (the
-real model to site 0, the dead model to site 1), announced as the real model (what
-``server.announce`` does: it announces the round's global model); each check's detection rate
-over the sites that received a crafted model, and the rate of the checks that need no bulletin
+global model and 2,000 public records: ``imprint`` and ``trap`` to site 0, and
+``inconsistent`` (the real model to site 0, the dead model to site 1); the round's
+announcement is the real model (what ``server.announce`` does). Each check's detection rate
+over the sites that received a crafted model, and that of the checks that need no bulletin
 (a server that sends every site the same crafted model and announces it).
 
 Run::
 
-    nice -n 10 python benchmarks/model_checks_null.py               # ~10 min on 2 busy cores
-    python benchmarks/model_checks_null.py --seeds 1 --rounds 3 --settings tabular   # quick
+    nice -n 10 python benchmarks/model_checks_null.py --phase calibration --rounds 7   # ~2 min
+    nice -n 10 python benchmarks/model_checks_null.py --phase evaluation --rounds 7   # ~10 min
+    python benchmarks/model_checks_null.py --phase evaluation --load stats.json   # report only
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ from simulations.run_dir import load_public, prepare_run_dir  # noqa: E402
 from simulations.run_task import make_task  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DP = ["dp.enabled=true", "dp.noise_multiplier=1.0", "dp.accountant=rdp"]  # sigma set: no calibration
+DP = ["dp.enabled=true", "dp.noise_multiplier=1.0", "dp.accountant=rdp"]
 SETTINGS: dict[str, tuple[str, list[str]]] = {
     "image": ("configs/default.yaml", []),
     "image+dp": ("configs/default.yaml", DP),

@@ -40,7 +40,8 @@ class AnnouncingStrategy(DelegatingStrategy):
         messages = list(self.inner.configure_train(server_round, arrays, config, grid))
         if not messages:
             return messages
-        nodes = [m.metadata.dst_node_id for m in messages]
+        # The round's sites (messages to nodes outside the node map are not the sites').
+        nodes = [n for m in messages if (n := m.metadata.dst_node_id) in self.sites.site_of_node]
         # Every message of a round carries the same (global) round number.
         global_round = TrainInstructions.from_record(
             messages[0].content.config_records[CONFIG]
