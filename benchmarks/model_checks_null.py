@@ -108,7 +108,7 @@ def build(name: str, root: Path, records: int, epochs: int) -> Setting:
         y = data.training_y
         sites[site] = (data.training_x[:records], None if y is None else y[:records])
     public = load_public(layout)
-    if public is None or config.data.name == "text":  # text models have no first ReLU layer
+    if public is None or meta.modality == "text":  # the text models have no first ReLU layer
         return Setting(name, config, task, sites, None)
     y = None if public.y is None else public.y[:2000]
     x = task.tensors(public.x[:2000], y)[0]
