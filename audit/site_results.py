@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 
 from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.canaries.input_canaries import InputCanaryResult
+from audit.dishonest_server import DishonestServerResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import AuditResult
@@ -46,6 +47,9 @@ class SiteResults:
     attribute_inference: AttributeInferenceResult | None = None
     """Attribute inference on the final model: does it reveal a sensitive field better for
     the site's members than for its held-out records (``audit.attribute_inference``)?"""
+    dishonest_server: list[DishonestServerResult] = field(default_factory=list)
+    """What the run's dishonest server (``fl.adversary``, simulations only) rebuilt of the
+    site's records in each round it attacked the site, scored by the site."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -3,6 +3,10 @@
 Message types handled:
 
 - ``train``: one round of local training; replies with weights and the site's metrics.
+- ``query.announce``: the server's word on the coming round (the digest of its model and its
+  sites), which the site publishes on the bulletin (:mod:`clients.model_checks`); before it
+  trains, the site checks the model it got and refuses a flagged one (Flower's error reply
+  with :data:`~contracts.model_checks.MODEL_FLAGGED_CODE`: nothing trained, nothing sent).
 - ``query.whoami``: the site id (Flower replies carry node ids, not site ids).
 - ``query.audit``: run PANORAMIA on the site's own members against the final model; replies
   with summary numbers and curves only, or, when the audit raises, with Flower's error reply
@@ -36,19 +40,34 @@ from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.site_results import SiteResults
 from clients.audit_handler import AuditRunner
+from clients.dishonest_server import (
+    DishonestServerSettings,
+    held_models,
+    held_rounds,
+    keep_used,
+    score_rebuilt,
+)
 from clients.distributed_dp import DistributedDPSettings, applied, noise_generator, privatised
 from clients.gradient_canaries import GradientCanarySettings, GradientCanaryState
 from clients.inversion import InversionSettings, inversion_audit, keep_round
+from clients.model_checks import BulletinConflict, ModelCheckSettings, check_received, publish
 from clients.privacy import AccountantHistory, DPSettings
 from clients.secure_aggregation import SecureSumError, SecureSumSettings, commit, masked_update
 from clients.site_data import SiteData
-from clients.site_policy import SitePolicy, SiteRefusal, log_refusal
+from clients.site_policy import MODEL_CHECKS_KEY, SitePolicy, SiteRefusal, log_refusal
 from clients.training import LocalTrainResult, TrainableTask, train_locally
 from clients.update_audits import (
+    KeptModel,
     UpdateAuditSettings,
     keep_local_model,
     kept_models,
     with_epsilons,
+)
+from contracts.model_checks import (
+    ANNOUNCE,
+    MODEL_FLAGGED_CODE,
+    ModelFlag,
+    RoundAnnouncement,
 )
 from contracts.secure_sum import (
     SECURE_SUM,
@@ -113,6 +132,11 @@ class SiteRuntime:
     client_level_dp: bool = False
     """The run is under client-level DP (central or distributed): the site's replies carry
     only what that guarantee covers (no loss, no count; FedAvg's weight is the unit one)."""
+    dishonest_server: DishonestServerSettings | None = None
+    """Simulation: the rounds the run's dishonest server attacks the site in (it keeps the
+    records its steps used, to score what that server rebuilt)."""
+    model_checks: ModelCheckSettings | None = None
+    """The checks on each received model before training; None: the site trains any model."""
 
 
 Resolver = Callable[[Context], SiteRuntime]
@@ -155,9 +179,26 @@ def build_client_app(resolve: Resolver) -> ClientApp:
     def train(msg: Message, context: Context) -> Message:
         runtime = resolve(context)
         try:
+            flag = _checked(msg, context, runtime)
+            if flag is not None and runtime.model_checks is not None:
+                if runtime.model_checks.refuse:
+                    return _refuse_model(msg, context, runtime, flag)
+                logging.getLogger(__name__).warning("record only, trained: %s", flag.sentence())
             return _train(msg, context, runtime)
         except SiteRefusal as refusal:
             return _refuse(msg, context, runtime, refusal)
+
+    @app.query(ANNOUNCE)
+    def announce(msg: Message, context: Context) -> Message:
+        runtime = resolve(context)
+        try:
+            announced = RoundAnnouncement.from_values(msg.content.config_records[CONFIG])
+            if runtime.model_checks is not None:
+                publish(runtime.model_checks, runtime.site_id, announced)
+        except (BulletinConflict, WireError) as err:
+            reason = f"{type(err).__name__}: site {runtime.site_id}: {err}"
+            return Message(Error(code=SITE_REFUSED_CODE, reason=reason), reply_to=msg)
+        return Message(content=RecordDict(), reply_to=msg)
 
     @app.query(SECURE_SUM)
     def secure_sum(msg: Message, context: Context) -> Message:
@@ -217,6 +258,37 @@ def _refuse(msg: Message, context: Context, runtime: SiteRuntime, refusal: SiteR
     return Message(Error(code=SITE_REFUSED_CODE, reason=reason), reply_to=msg)
 
 
+def _checked(msg: Message, context: Context, runtime: SiteRuntime) -> ModelFlag | None:
+    """The site's verdict on the model of a train message (None: it passed, or the site
+    runs no checks)."""
+    if runtime.model_checks is None:
+        return None
+    asked = TrainInstructions.from_record(msg.content.config_records[CONFIG])
+    return check_received(
+        runtime.model_checks,
+        site_id=runtime.site_id,
+        server_round=asked.server_round,
+        received=msg.content.array_records[ARRAYS],
+        task=runtime.task,
+        records=runtime.data.training_x,
+        labels=runtime.data.training_y,
+        context=context,
+    )
+
+
+def _refuse_model(msg: Message, context: Context, runtime: SiteRuntime, flag: ModelFlag) -> Message:
+    """The error reply of a flagged model (its verdict), after the site's own log."""
+    logging.getLogger(__name__).warning("%s", flag.sentence())
+    if runtime.refusal_log is not None:
+        refusal = SiteRefusal(
+            MODEL_CHECKS_KEY,
+            f"the model of round {flag.server_round}",
+            "; ".join(o.sentence() for o in flag.flagged),
+        )
+        log_refusal(runtime.refusal_log, runtime.site_id, refusal, run_id=int(context.run_id))
+    return Message(Error(code=MODEL_FLAGGED_CODE, reason=flag.to_reason()), reply_to=msg)
+
+
 def round_training_seed(run_seed: int, server_round: int, site_id: int) -> int:
     """The seed of one site's local training in one round: ``run_seed * 100_003 +
     server_round * 1_009 + site_id``.
@@ -245,6 +317,9 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     if runtime.gradient_canaries is not None and runtime.dp is not None:
         gradient_canary_state = runtime.gradient_canaries.load_or_new()
     keeps_round = runtime.inversion is not None and runtime.inversion.wants(asked.server_round)
+    attacked = runtime.dishonest_server is not None and runtime.dishonest_server.wants(
+        asked.server_round
+    )
     result = train_locally(
         runtime.task,
         state,
@@ -259,7 +334,7 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
         secure_noise=runtime.secure_noise,
         gradient_canaries=gradient_canary_state,
         local_steps=asked.local_steps,
-        keep_used=keeps_round,
+        keep_used=keeps_round or attacked,
     )
     # An update above the site's maximum is not sent, so its steps are not spent.
     runtime.policy.check_release(result.dp_epsilon)
@@ -271,6 +346,8 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     if update is not None:
         result = replace(result, state_dict=applied(state, update))
     _keep_for_audits(runtime, asked, state, result, inversion=keeps_round)
+    if attacked and runtime.dishonest_server is not None:
+        keep_used(runtime.dishonest_server, asked.server_round, result.used)
     # Under DP at either level the count and the loss stay here: no accountant covers them
     # (contracts.reply_keys.REPLY_KEYS); FedAvg then averages by the unit weight.
     private = runtime.dp is not None or runtime.client_level_dp
@@ -372,8 +449,11 @@ def _audit(
 
     final = model_of(ARRAYS) if asked.main else None
     earlier = {r: model_of(round_arrays(r)) for r in asked.rounds}
+    attacked = held_rounds(msg.content) if asked.main else []
+    held = held_models(msg.content, attacked)
     # The site's own updates are audited with its main audit (a resumed run keeps them).
     kept = kept_models(runtime.updates) if asked.main and runtime.updates is not None else []
+    kept = _server_held(runtime, kept, held)
     updates = {k.server_round: k.model(runtime.task) for k in kept}
     results = runtime.audit_runner(runtime.task, final, runtime.data, asked.seed, earlier, updates)
     results = replace(results, updates=with_epsilons(results.updates, kept))
@@ -389,12 +469,18 @@ def _audit(
                 runtime.task,
                 runtime.data,
                 seed=asked.seed * 31 + runtime.site_id,
-                sums=_round_sums(runtime, arrays),
+                sums=_round_sums(runtime, arrays, held),
+            )
+        rebuilt = []
+        if runtime.dishonest_server is not None and attacked:
+            rebuilt = score_rebuilt(
+                runtime.dishonest_server, runtime.task, runtime.data, msg.content, attacked
             )
         results = replace(
             results,
             gradient_canaries=_gradient_canary_audit(runtime, asked.seed, accountant_history),
             inversion=inversion,
+            dishonest_server=rebuilt,
         )
     return SiteAudit(
         site_id=runtime.site_id,
@@ -406,13 +492,33 @@ def _audit(
     )
 
 
-def _round_sums(runtime: SiteRuntime, arrays: Any) -> dict[int, dict[str, torch.Tensor]] | None:
+def _round_sums(
+    runtime: SiteRuntime, arrays: Any, held: dict[int, dict[str, torch.Tensor]]
+) -> dict[int, dict[str, torch.Tensor]] | None:
     """Under secure aggregation, the global weights after each round the inversion audit
-    attacks (sent with the audit: the server held only that round's sum); else None."""
+    attacks (sent with the audit: the server held only that round's sum), or the site's
+    local model as a dishonest server held it (``held``); else None."""
     if runtime.secure_sum is None or runtime.inversion is None:
         return None
     rounds = [r for r in runtime.inversion.config.rounds if round_arrays(r) in arrays]
-    return {r: arrays[round_arrays(r)].to_torch_state_dict() for r in rounds}
+    sums = {r: arrays[round_arrays(r)].to_torch_state_dict() for r in rounds}
+    return sums | {r: model for r, model in held.items() if r in runtime.inversion.config.rounds}
+
+
+def _server_held(
+    runtime: SiteRuntime, kept: list[KeptModel], held: dict[int, dict[str, torch.Tensor]]
+) -> list[KeptModel]:
+    """The site's local models its update audit reads: what the server held of them. Its
+    own copies, each replaced by a dishonest server's where one read it; under secure
+    aggregation only those (an honest server holds no site's update there)."""
+    if runtime.updates is None:
+        return kept
+    eps = {k.server_round: k.dp_epsilon for k in kept}
+    by_round = {} if runtime.secure_sum is not None else {k.server_round: k for k in kept}
+    for r, state in held.items():
+        if runtime.updates.wants(r):
+            by_round[r] = KeptModel(server_round=r, state_dict=state, dp_epsilon=eps.get(r))
+    return [by_round[r] for r in sorted(by_round)]
 
 
 def _gradient_canary_audit(

@@ -12,6 +12,12 @@ On the Deployment Engine the run config is the operator's; the policy is in each
     Whether per-record game scores (``audit.settings.return_scores``) may leave the site.
 ``policy-allow-tracebacks`` (bool, default false)
     Whether an error reply may carry traceback frames (the site's file paths and code).
+``policy-model-checks`` (bool, default true)
+    Whether the site checks each model it receives before training and refuses a flagged
+    one (:mod:`clients.model_checks`, ``docs/model_checks.md``).
+``policy-bulletin`` (path)
+    The bulletin folder the consortium's sites share (and the server cannot rewrite), for
+    the consistency check; default: none (that check is not run).
 
 A refusal is a :class:`SiteRefusal` naming the policy key and what the run asked for; the
 ClientApp sends it back as Flower's error reply (:data:`contracts.wire.SITE_REFUSED_CODE`)
@@ -36,7 +42,15 @@ from contracts.files import PRIVATE_FILE_MODE, private_dir
 MAX_EPSILON_KEY = "policy-max-epsilon"
 ALLOW_SCORES_KEY = "policy-allow-scores"
 ALLOW_TRACEBACKS_KEY = "policy-allow-tracebacks"
-POLICY_KEYS = (MAX_EPSILON_KEY, ALLOW_SCORES_KEY, ALLOW_TRACEBACKS_KEY)
+MODEL_CHECKS_KEY = "policy-model-checks"
+BULLETIN_KEY = "policy-bulletin"
+POLICY_KEYS = (
+    MAX_EPSILON_KEY,
+    ALLOW_SCORES_KEY,
+    ALLOW_TRACEBACKS_KEY,
+    MODEL_CHECKS_KEY,
+    BULLETIN_KEY,
+)
 
 
 class SitePolicyError(UserError, ValueError):
@@ -51,8 +65,8 @@ class SiteRefusal(Exception):
         self.key, self.asked, self.why = key, asked, why
 
 
-def _bool(node_config: Mapping[str, Any], key: str) -> bool:
-    value = node_config.get(key, False)
+def _bool(node_config: Mapping[str, Any], key: str, default: bool = False) -> bool:
+    value = node_config.get(key, default)
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
@@ -80,11 +94,16 @@ class SitePolicy:
     max_epsilon: float | None = None
     allow_scores: bool = False
     allow_tracebacks: bool = False
+    model_checks: bool = True
+    """Check each received model before training (simulation: ``fl.model_checks`` decides)."""
+    bulletin: Path | None = None
+    """The consortium's bulletin folder (consistency check); None: not checked."""
 
     @classmethod
     def simulated(cls) -> SitePolicy:
-        """Simulation: the operator runs every site, so nothing is the site's to refuse."""
-        return cls(max_epsilon=None, allow_scores=True, allow_tracebacks=True)
+        """Simulation: the operator runs every site, so nothing is the site's to refuse (the
+        run's ``fl.model_checks`` says whether the sites check the models they get)."""
+        return cls(max_epsilon=None, allow_scores=True, allow_tracebacks=True, model_checks=False)
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any]) -> SitePolicy:
@@ -93,6 +112,10 @@ class SitePolicy:
             max_epsilon=_max_epsilon(node_config),
             allow_scores=_bool(node_config, ALLOW_SCORES_KEY),
             allow_tracebacks=_bool(node_config, ALLOW_TRACEBACKS_KEY),
+            model_checks=_bool(node_config, MODEL_CHECKS_KEY, default=True),
+            bulletin=Path(str(node_config[BULLETIN_KEY])).expanduser()
+            if node_config.get(BULLETIN_KEY)
+            else None,
         )
 
     def check_training(self, *, record_dp: bool, target_epsilon: float | None) -> None:

@@ -39,6 +39,8 @@ class TrainableTask(Protocol):
 
     def batch_loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor: ...
 
+    def tensors(self, x: np.ndarray, y: np.ndarray | None) -> tuple[torch.Tensor, ...]: ...
+
 
 @dataclass(frozen=True)
 class LocalTrainResult:

@@ -104,6 +104,12 @@ def inversion_state_name(site_id: int, server_round: int) -> str:
     return f"site-{site_id}-inversion-round-{server_round}.pt"
 
 
+def used_records_name(site_id: int, server_round: int) -> str:
+    """The records a site's steps used in a round a dishonest server (``fl.adversary``)
+    attacked it, kept in its state directory to score what that server rebuilt; never sent."""
+    return f"site-{site_id}-used-records-round-{server_round}.pt"
+
+
 def local_model_name(site_id: int, server_round: int) -> str:
     """The site's local model of one round, the weights it sent (``audit.updates``), kept
     in its state directory for its audit of its own update; never sent again."""
@@ -129,6 +135,12 @@ def exposed_records_name(site_id: int) -> str:
     Written by the site; the site's report only links it, never reads it.
     """
     return f"site-{site_id}-exposed-records.json"
+
+
+def model_checks_name(site_id: int) -> str:
+    """The site's log of its checks of each received model (``clients.model_checks``,
+    :class:`contracts.model_checks.CheckRecord` lines), in its state directory."""
+    return f"site-{site_id}-model-checks.jsonl"
 
 
 def site_refusals_name(site_id: int) -> str:
@@ -250,6 +262,12 @@ class RunLayout:
     @property
     def site_state(self) -> Path:
         return self.root / SITE_STATE_DIR
+
+    @property
+    def bulletin(self) -> Path:
+        """``bulletin/``: the digests of each round's model as the sites published them
+        (``clients.model_checks``; written by sites only, read by sites)."""
+        return self.root / "bulletin"
 
     def site_accountant_history(self, site_id: int) -> Path:
         return self.site_state / site_accountant_history_name(site_id)

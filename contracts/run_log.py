@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from contracts.errors import RunFileError
 from contracts.json_values import from_dict, json_safe
+from contracts.model_checks import ModelFlag
 from contracts.run_files import RunLayout
 
 R = TypeVar("R")
@@ -54,6 +55,9 @@ class RoundRecord:
     sites: dict[str, SiteRound] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     """site id -> why its update was lost this round."""
+    flagged: dict[str, ModelFlag] = field(default_factory=dict)
+    """site id -> its checks' verdict on the round's model, which it refused (trained
+    nothing, sent nothing; ``contracts.model_checks``); those sites are in ``failures`` too."""
 
     def to_dict(self) -> dict[str, Any]:
         return _compact(json_safe(self))

@@ -58,6 +58,7 @@ from simulations.apps import (
 )
 from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
 from simulations.config_file import report_config
+from simulations.model_checks import deployed_model_check_settings
 from simulations.reference_models import site_pool
 from simulations.run_dir import DatasetMeta, read_public
 
@@ -90,6 +91,10 @@ class IdealSecureAggregationRefused(DeploymentConfigError):
     """``fl.secure_aggregation: ideal`` on a deployment: no real protocol backs it."""
 
 
+class DishonestServerRefused(DeploymentConfigError):
+    """``fl.adversary`` on a deployment: an attack on real sites, never a setting."""
+
+
 @dataclass(frozen=True)
 class DeploymentRun:
     """What one ``flwr run`` is about, read from the run config."""
@@ -119,7 +124,8 @@ class NodeSettings:
         ``site_state``.
     ``public-path`` (str)
         Public records of the same kind (``x``/``y`` arrays) used as a reference pool.
-    ``policy-max-epsilon``, ``policy-allow-scores``, ``policy-allow-tracebacks``
+    ``policy-max-epsilon``, ``policy-allow-scores``, ``policy-allow-tracebacks``,
+    ``policy-model-checks``, ``policy-bulletin``
         The site's own policy (:mod:`clients.site_policy`): the run config cannot change it.
     """
 
@@ -184,6 +190,13 @@ def parse_phases(text: str) -> tuple[str, ...]:
 
 def refuse_simulation_settings(config: ExperimentConfig) -> None:
     """Settings that exist in simulations only, each refused by a named error."""
+    if config.fl.adversary:
+        # The sites' own records would go to a server built to rebuild them.
+        raise DishonestServerRefused(
+            "fl.adversary: the dishonest server is a simulation's measurement (it sends "
+            "sites crafted models to rebuild their records); remove it under the Deployment "
+            "Engine"
+        )
     if config.audit.canary_clients > 0:
         # Virtual clients the server adds itself: a measurement of a simulated run, never
         # something to put into a real consortium's model.
@@ -322,6 +335,9 @@ class DeploymentResolver:
                 run.config, node.partition_id, state, seeded=False
             ),
             inversion=inversion_settings(run.config, node.partition_id, state),
+            model_checks=deployed_model_check_settings(
+                run.config, node.policy, node.partition_id, state
+            ),
         )
 
 

@@ -21,6 +21,7 @@ from .formatting import (
     fmt,
     fmt_best,
     fmt_conformance,
+    fmt_dishonest_server,
     fmt_dp,
     fmt_est,
     fmt_fdp,
@@ -45,6 +46,7 @@ from .metrics import (
     C_EPS_LB,
     C_LB,
     CEILING,
+    DISHONEST_SERVER,
     EPS_TILDE,
     HEADROOM,
     HOLDOUT_ACCURACY,
@@ -358,6 +360,11 @@ SITE_GROUPS = grouped(
 guarantee first, the rest folded (each group narrow enough for a 1,400-px window)."""
 
 
+DISHONEST_SERVER_HEADER = "dishonest server: share rebuilt (baseline), attack, round"
+"""The column of what a dishonest server (``fl.adversary``) rebuilt, in every table that
+sets the sites side by side."""
+
+
 class SiteRow(NamedTuple):
     """A site in a table that needs more than the site: the run's global accuracy, and in a
     sweep the point it belongs to."""
@@ -443,6 +450,12 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
     column(
         "white-box server: f-DP eps_lb / estimate [95% CI]",
         lambda r: fmt_white_box(server(r.site)),
+    ),
+    column(
+        DISHONEST_SERVER_HEADER,
+        lambda r: fmt_dishonest_server(r.site.privacy.dishonest_server),
+        title=lambda r: DISHONEST_SERVER.value(r.site),
+        cls="text",
     ),
     column(
         "DP-SGD conformance (the real steps against the accountant)",

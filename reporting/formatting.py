@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from audit.canaries.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.canaries.input_canaries import InputCanaryResult
+from audit.dishonest_server import DishonestServerResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
 from audit.panoramia.sides import SIDES
@@ -146,6 +148,46 @@ def fmt_inversion(result: InversionResult | None) -> str:
         f"{name} {fmt(result.quality_mean, 2)} (baseline {fmt(result.baseline_quality_mean, 2)})"
         f"; {result.share_rebuilt:.0%} >= {fmt(result.threshold, 2)}"
         + ("; cut by the time guard" if result.cut_short else "")
+    )
+
+
+def fmt_dishonest_server(results: Sequence[DishonestServerResult]) -> str:
+    """The first decoded round: ``72% (baseline 0%), imprint, round 1``, with
+    ``inconsistent`` and ``sum`` where they apply; "not attacked" without any."""
+    if not results:
+        return "not attacked"
+    decoded = [r for r in results if r.share_rebuilt is not None]
+    r = decoded[0] if decoded else results[0]
+    how = r.attack if r.decoded in (None, r.attack) else f"{r.attack} ({r.decoded})"
+    held = "; from the round's sum" if r.server_held == "sum" else ""
+    if r.share_rebuilt is None:
+        return f"{how}, round {r.round}{held}: nothing decoded (the update's audits read it)"
+    return (
+        f"{r.share_rebuilt:.0%} (baseline {r.baseline_share_rebuilt or 0:.0%}), {how}, "
+        f"round {r.round}{held}"
+    )
+
+
+def dishonest_server_sentence(result: DishonestServerResult) -> str:
+    """One plain sentence: what the dishonest server rebuilt in that round."""
+    held = (
+        "the round's sum, which its different models made your update"
+        if result.server_held == "sum"
+        else "your update"
+    )
+    if result.share_rebuilt is None:
+        return (
+            f"In round {result.round} the server sent you the real model and every other "
+            f"site a model whose update is zero ({result.attack}), and held {held}: its "
+            "audits of your update below read what it held."
+        )
+    what = "images" if result.measure == "ssim" else "records"
+    return (
+        f"In round {result.round} the server sent you {result.decoded} weights "
+        f"({result.attack}) and, from {held}, rebuilt {result.share_rebuilt:.0%} of the "
+        f"{result.n_records:,} {what} your update came from, against "
+        f"{result.baseline_share_rebuilt or 0:.0%} from an update of public records "
+        f"({result.site_checks})."
     )
 
 

@@ -61,6 +61,7 @@ class Note(Enum):
     INVERSION = "inversion"
     ATTRIBUTE_INFERENCE = "attribute_inference"
     """The audit's statement of its attribute-inference game (audit.attribute_inference)."""
+    DISHONEST_SERVER = "dishonest_server"
     WHITE_BOX = "white_box"
     """What the white-box numbers mean, for every place that shows them."""
     OUTSIDE = "outside"
@@ -236,6 +237,15 @@ NOTES: dict[Note, str] = {
         "Each of your records is scored against its best-matching reconstruction (SSIM for "
         "images, 1 = identical; the share of fields right for rows); the baseline is the same "
         "attack on an update from public records, so it reads what chance gives"
+    ),
+    Note.DISHONEST_SERVER: (
+        "a simulated server that does not play fair (fl.adversary) chose the weights it sent "
+        "you (the agreed architecture, crafted values) and decoded records from what it "
+        "held: your update, or under secure aggregation the round's sum, which sending the "
+        "other sites models whose update is zero (inconsistent) makes your update. Your site "
+        "compared each row it rebuilt with the records your update came from (rows: every "
+        "field within the tolerance; images: SSIM at least 0.9); the baseline is the same "
+        "attack on an update from public records, chance. Only these shares left your site"
     ),
     Note.WHITE_BOX: (
         "what the server could learn about one of the site's records from what the site "

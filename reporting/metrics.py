@@ -355,6 +355,25 @@ CLIENT_EPSILON = Metric(
     pooled_label="client-level accountant eps",
 )
 
+
+def _first_attack(site: SiteReport) -> float | None:
+    attacked = [r for r in site.privacy.dishonest_server if r.share_rebuilt is not None]
+    return attacked[0].share_rebuilt if attacked else None
+
+
+DISHONEST_SERVER = Metric(
+    "dishonest_server_share",
+    "dishonest server: share rebuilt",
+    _first_attack,
+    name="share of the site's records a dishonest server rebuilt (first decoded round)",
+    unit="fraction",
+    gloss="the share of the records in the attacked update that the server's crafted model "
+    "gave back (rows: every field within the tolerance; images: SSIM at least 0.9), read "
+    "against the same attack on public records",
+    pooled="dishonest_server_share",
+    pooled_label="dishonest server: share rebuilt",
+)
+
 METRICS: tuple[Metric, ...] = (
     C_LB,
     C_EPS_LB,
@@ -384,6 +403,7 @@ METRICS: tuple[Metric, ...] = (
     INVERSION_SHARE_REBUILT,
     DP_EPSILON,
     CLIENT_EPSILON,
+    DISHONEST_SERVER,
 )
 """Every number of a site the reports show, in the order a replicate set pools them."""
 

@@ -22,10 +22,11 @@ from collections.abc import Callable
 from audit.result import Interval
 from charts.svg import Axes, LegendEntry, Style, Text, render_figure
 
-from .columns import Column, SiteRow, column
+from .columns import DISHONEST_SERVER_HEADER, Column, SiteRow, column
 from .formatting import (
     MISSING,
     fmt,
+    fmt_dishonest_server,
     fmt_dp,
     fmt_est,
     fmt_two_sided,
@@ -129,6 +130,11 @@ OBSERVER_COLUMNS: tuple[Column[SiteRow], ...] = (
     column(f"eps of {COVERS['server']}", lambda r: _against_server(r.site)),
     column("server: white-box server level, f-DP eps_lb / estimate [95% CI]", _white_box_server),
     column("server: inversion, first attacked round (baseline)", _inversion, cls="text"),
+    column(
+        f"server, not playing fair: {DISHONEST_SERVER_HEADER}",
+        lambda r: fmt_dishonest_server(r.site.privacy.dishonest_server),
+        cls="text",
+    ),
     column(
         "server: the site's update, largest two-sided eps_tilde [95% CI] (its round)",
         lambda r: update_cell(r.site, _point(r)),

@@ -170,6 +170,7 @@ def site_privacy(
         gradient_canaries=results.gradient_canaries,
         inversion=list(results.inversion),
         attribute_inference=results.attribute_inference,
+        dishonest_server=list(results.dishonest_server),
         client_epsilon_server=None if ledger_site is None else ledger_site.epsilon_server,
         client_epsilon_record_server=(
             None if ledger_site is None else ledger_site.epsilon_record_server

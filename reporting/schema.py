@@ -20,6 +20,7 @@ from typing import Any, Literal
 from audit.canaries.client_canaries import ClientCanaryResult
 from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.canaries.input_canaries import InputCanaryResult
+from audit.dishonest_server import DishonestServerResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.panoramia.sides import SIDES
@@ -35,6 +36,7 @@ from audit.result import (
 from audit.tabular.attribute_result import AttributeInferenceResult
 from contracts.dp_level import DPLevel, SecureAggregationMode
 from contracts.json_values import json_safe
+from contracts.model_checks import CheckRecord
 from contracts.run_log import ClientDPFile, PlatformInfo, RoundRecord
 
 from .gate_schema import GateVerdict
@@ -235,6 +237,10 @@ class PrivacyReport:
     """The site's gradient-inversion audit: how well the server could rebuild its records
     from its updates (under secure aggregation: from each round's sum), per attacked round,
     beside the public-record baseline (summary numbers only); empty when off."""
+    dishonest_server: list[DishonestServerResult] = field(default_factory=list)
+    """What the run's dishonest server (``fl.adversary``, simulations only) rebuilt of the
+    site's records, per attacked round, beside its public-record baseline (the site's
+    scores, summary numbers only); empty when the server played fair."""
     client_epsilon_server: float | None = None
     """Site-level client epsilon against the server itself: distributed DP only (each
     update it received carried the site's noise share, or it held only the sum under
@@ -493,6 +499,8 @@ class SitePageReport:
     """``ideal``: the server held only each round's sum (what its readings attack)."""
     gate: GateVerdict | None = None
     """The run's release policy on this site's own rules alone; None: the run names none."""
+    model_checks: list[CheckRecord] = field(default_factory=list)
+    """The received models this site's checks flagged (``fl.model_checks``), by round."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from audit.conformance.checks import CHECKS, ConformanceCheck
+from audit.dishonest_server import DishonestServerResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import ClassSliceResult, Interval, SideResult
@@ -121,6 +122,33 @@ ATTRIBUTE_COLUMNS: tuple[Column[GuessRow], ...] = (
     _estimate("advantage [95% CI]", lambda r: r.advantage),
 )
 """A site's attribute-inference audit, one row per guess (its own page)."""
+
+
+def _share(share: float | None) -> str:
+    return MISSING if share is None else _pct(share)
+
+
+DISHONEST_SERVER_COLUMNS: tuple[Column[DishonestServerResult], ...] = (
+    column("round", lambda r: str(r.round)),
+    column("attack (model decoded)", lambda r: f"{r.attack} ({r.decoded or 'none'})", cls="text"),
+    column(
+        "the server held",
+        lambda r: "the round's sum" if r.server_held == "sum" else "your update",
+        cls="text",
+    ),
+    column(
+        "records in the update / rows returned", lambda r: f"{r.n_records:,} / {r.n_returned:,}"
+    ),
+    column("rebuilt", lambda r: _share(r.share_rebuilt)),
+    column("baseline (public records)", lambda r: _share(r.baseline_share_rebuilt)),
+    column(
+        "looser (images: SSIM >= 0.6; rows: categories right)",
+        lambda r: _share(r.share_rebuilt_loose),
+    ),
+    column("your checks of the model received", lambda r: r.site_checks, cls="text"),
+)
+"""What a dishonest server rebuilt of a site's records, one row per attacked round (its own
+page)."""
 
 
 class Game(NamedTuple):

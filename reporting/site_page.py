@@ -21,6 +21,7 @@ from .formatting import (
     MISSING,
     SIDE_LABELS,
     attribute_sentence,
+    dishonest_server_sentence,
     first_leaking_text,
     fmt,
     fmt_best,
@@ -58,6 +59,7 @@ from .site_columns import (
     BOUNDS_COLUMNS,
     BY_ROUND_COLUMNS,
     CONFORMANCE_COLUMNS,
+    DISHONEST_SERVER_COLUMNS,
     INVERSION_COLUMNS,
     LOW_FPR_COLUMNS,
     PER_CLASS_COLUMNS,
@@ -111,6 +113,8 @@ def render_site_page(report: SitePageReport) -> str:
         *_conformance(site),
         *_inversion(report),
         *_attribute_inference(site),
+        *_dishonest_server(report),
+        *_model_checks(report),
         Heading("Where your site stands in the consortium"),
         Bullets(standing_lines(report.standing)),
         Heading("Threat model"),
@@ -244,6 +248,36 @@ def _attribute_inference(site: SiteReport) -> list[Block]:
             f"(ceiling {fmt(result.ceiling)}, each side at beta/2)."
         ),
         Table(ATTRIBUTE_COLUMNS, guess_rows(result), attrs=' id="attribute-inference"'),
+    ]
+
+
+def _dishonest_server(report: SitePageReport) -> list[Block]:
+    """What the run's dishonest server (fl.adversary) rebuilt of the site's records."""
+    results = report.site.privacy.dishonest_server
+    if not results:
+        return []
+    return [
+        Heading("What a server that does not play fair could rebuild"),
+        Para(" ".join(dishonest_server_sentence(r) for r in results)),
+        Para(f"How to read it: {NOTES[Note.DISHONEST_SERVER]}."),
+        Table(DISHONEST_SERVER_COLUMNS, results, attrs=' id="dishonest-server"'),
+    ]
+
+
+def _model_checks(report: SitePageReport) -> list[Block]:
+    """The received models this site's checks flagged (fl.model_checks)."""
+    if not report.model_checks:
+        return []
+    done = {True: "refused: trained nothing, sent nothing", False: "recorded, trained anyway"}
+    return [
+        Heading("Models the server sent that your site's checks flagged"),
+        Bullets(
+            [
+                f"Round {r.server_round} ({done[r.refused]}): "
+                + "; ".join(o.sentence() for o in r.flagged)
+                for r in report.model_checks
+            ]
+        ),
     ]
 
 

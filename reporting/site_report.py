@@ -17,8 +17,14 @@ from audit.result import AuditResult
 from contracts.dp_level import SecureAggregationMode
 from contracts.errors import RunFileError
 from contracts.files import atomic_write_text
-from contracts.run_files import RunLayout, exposed_records_name, inversion_gallery_name
-from contracts.run_log import ClientDPFile, PlatformInfo, read_record
+from contracts.model_checks import CheckRecord, read_check_records
+from contracts.run_files import (
+    RunLayout,
+    exposed_records_name,
+    inversion_gallery_name,
+    model_checks_name,
+)
+from contracts.run_log import ClientDPFile, PlatformInfo, read_record, read_rounds
 
 from .aggregate import site_report
 from .banners import violation_warnings
@@ -88,7 +94,24 @@ def build_site_page_report(
         inversion_gallery_link=_site_local_link(layout, inversion_gallery_name(site.site_id)),
         secure_aggregation=secure,
         gate=None if policy is None else verdict_of(policy, site_gate_lines(policy, site)),
+        model_checks=flagged_models(layout, site.site_id),
     )
+
+
+def flagged_models(layout: RunLayout, site_id: int) -> list[CheckRecord]:
+    """The received models the site's checks flagged: its own log of its checks where the
+    site's files are here (simulation, or the site's own rebuild), else the models it
+    refused as the server's round lines say (``metrics.jsonl``)."""
+    own = layout.site_state / model_checks_name(site_id)
+    if own.exists():
+        return [r for r in read_check_records(own) if r.flagged]
+    if not layout.metrics.exists():
+        return []
+    return [
+        CheckRecord(site_id=site_id, server_round=r.round, outcomes=flag.flagged, refused=True)
+        for r in read_rounds(layout)
+        if (flag := r.flagged.get(str(site_id))) is not None
+    ]
 
 
 def _inversion_threat(site: SiteReport, secure: SecureAggregationMode) -> list[str]:

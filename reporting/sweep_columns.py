@@ -11,6 +11,7 @@ from audit.inversion.scores import InversionResult
 from contracts.run_files import REPORT_HTML
 
 from .columns import (
+    DISHONEST_SERVER_HEADER,
     Column,
     SiteRow,
     _check_badges,
@@ -21,6 +22,7 @@ from .columns import (
 from .formatting import (
     MISSING,
     fmt,
+    fmt_dishonest_server,
     fmt_interval,
     fmt_inversion,
     fmt_theoretical_eps,
@@ -31,6 +33,7 @@ from .metrics import (
     C_LB,
     CEILING,
     CLIENT_EPSILON,
+    DISHONEST_SERVER,
     DP_EPSILON,
     EPS_TILDE,
     HOLDOUT_ACCURACY,
@@ -100,6 +103,11 @@ SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
     _titled("accuracy (global)", lambda r: r.global_accuracy),
     *map(_number, (HOLDOUT_ACCURACY, INPUT_CANARY, MECHANISM_FDP, MECHANISM_ESTIMATE, SERVER_FDP)),
     column("inversion, first attacked round", lambda r: inversion_cell(r.site, _point(r))),
+    column(
+        DISHONEST_SERVER_HEADER,
+        lambda r: fmt_dishonest_server(r.site.privacy.dishonest_server),
+        title=lambda r: DISHONEST_SERVER.value(r.site),
+    ),
     _number(EPS_TILDE),
     column("eps_tilde 95% CI", lambda r: fmt_interval(EPS_TILDE.get(r.site))),
     column("eps_tilde two-sided [95% CI] (side)", lambda r: fmt_two_sided(r.site)),

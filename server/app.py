@@ -55,6 +55,8 @@ from contracts.wire import (
     audit_reply,
     round_arrays,
 )
+from server.adversary import AdversarySettings, DishonestServer, Holdings
+from server.announce import AnnouncingStrategy
 from server.canary_clients import CanaryClients, CanaryClientSettings, measure_canary_clients
 from server.client_dp import (
     ClientDPAccounting,
@@ -121,6 +123,11 @@ class ServerSettings:
     aggregate_rounds: tuple[int, ...] = ()
     """Rounds whose global weights go with each main audit, so that a site can read what the
     server held of that round, the sum (secure aggregation with ``audit.inversion``)."""
+    announce: bool = False
+    """Announce each round's model to its sites before training, for the sites' consistency
+    check (:mod:`server.announce`; ``fl.model_checks``)."""
+    adversary: AdversarySettings | None = None
+    """A server that does not play fair (``fl.adversary``, simulations only); None: honest."""
 
     @property
     def fanout(self) -> AuditFanout:
@@ -147,6 +154,8 @@ class AuditFanout:
     progress: bool = True
     aggregate_rounds: tuple[int, ...] = ()
     """Rounds whose global weights go with each main audit besides ``audit_rounds``'."""
+    held: Holdings | None = None
+    """What a dishonest server held of each site: it goes with that site's main audit."""
 
 
 def wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
@@ -193,11 +202,17 @@ def _progress(total: int, desc: str, enabled: bool) -> Any:
     return tqdm(total=total, desc=desc, disable=not enabled, leave=True)
 
 
-def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, int]) -> StateDict:
+def run_training(
+    grid: Grid,
+    settings: ServerSettings,
+    site_of_node: dict[int, int],
+    held: Holdings | None = None,
+) -> StateDict:
     """Rounds from the last checkpoint to ``settings.rounds``; returns the final weights.
 
     Each round is written by :class:`~server.strategy.RoundWriter` (its checkpoint last), so
     a resumed run continues from the last checkpoint and redoes whatever lies past it.
+    ``held``: where a dishonest server (``settings.adversary``) keeps what it held.
     """
     layout = settings.layout
     latest = latest_round_checkpoint(layout)
@@ -216,7 +231,9 @@ def run_training(grid: Grid, settings: ServerSettings, site_of_node: dict[int, i
         if not layout.client_canaries.exists():  # stopped between the last round and this
             _measure_canary_clients(settings, sites.sites_per_round)
         return state
-    strategy = _aggregating_strategy(settings, sites, done)
+    strategy = _aggregating_strategy(settings, sites, done, held)
+    if settings.announce:
+        strategy = AnnouncingStrategy(strategy, sites, timeout=settings.timeout_s)
     client_dp = _client_dp_accounting(settings, sites.sites_per_round, done)
     bar = _progress(settings.rounds, "FL rounds", settings.progress)
     bar.update(done)
@@ -279,9 +296,12 @@ def _train_instructions(settings: ServerSettings, done: int) -> ConfigRecord:
     ).to_record()
 
 
-def _aggregating_strategy(settings: ServerSettings, sites: SiteAwareMixin, done: int) -> Strategy:
+def _aggregating_strategy(
+    settings: ServerSettings, sites: SiteAwareMixin, done: int, held: Holdings | None = None
+) -> Strategy:
     """The site-aware strategy inside Flower's central DP wrapper (if any), the canary
-    clients (if any), and the reply screening or the secure sum outermost."""
+    clients (if any), a dishonest server (if any), and the reply screening or the secure sum
+    outermost."""
     strategy: Strategy = sites
     dp = settings.client_dp
     central = dp is not None and dp.mechanism == "central"
@@ -300,8 +320,17 @@ def _aggregating_strategy(settings: ServerSettings, sites: SiteAwareMixin, done:
             dp_wrapper=strategy if central else None,
             clipping_norm=None if dp is None else dp.clipping_norm,
         )
+    adversary = None
+    if settings.adversary is not None:
+        # Outside the DP wrappers: the server reads each update before its own noise.
+        strategy = adversary = DishonestServer(
+            strategy, sites, settings.adversary, Holdings() if held is None else held
+        )
     if settings.secure_aggregation == "ideal":
-        return SecureAggregation(strategy, sites, timeout=settings.timeout_s)
+        secure = SecureAggregation(strategy, sites, timeout=settings.timeout_s)
+        if adversary is not None:
+            adversary.secure_sum = secure
+        return secure
     # Around every aggregating strategy: none, Flower's DP wrappers included, reads an
     # unchecked reply.
     return ScreenedStrategy(strategy, sites)
@@ -377,6 +406,8 @@ def run_audits(
         if plan.main:
             records[ARRAYS] = ArrayRecord(state)
             sent |= set(settings.aggregate_rounds)
+            if settings.held is not None:
+                records.update(settings.held.audit_records(plan.site))
         records.update({round_arrays(r): weights[round_arrays(r)] for r in sorted(sent)})
         messages.append(
             Message(
@@ -514,8 +545,9 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
         nodes = wait_for_nodes(grid, settings.num_sites, settings.node_wait_s)
         site_of_node = site_map(grid, nodes, settings.timeout_s)
         state, model_round = None, settings.rounds
+        held = None if settings.adversary is None else Holdings()
         if "train" in settings.phases:
-            state = run_training(grid, settings, site_of_node)
+            state = run_training(grid, settings, site_of_node, held)
             save_checkpoint(
                 settings.layout.final_model,
                 Checkpoint(round=settings.rounds, state_dict=state, meta=settings.checkpoint_meta),
@@ -524,6 +556,6 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
             if state is None:
                 final = load_checkpoint(settings.layout.final_model)
                 state, model_round = final.state_dict, final.round
-            run_audits(grid, settings.fanout, site_of_node, state, model_round)
+            run_audits(grid, replace(settings.fanout, held=held), site_of_node, state, model_round)
 
     return app

@@ -72,6 +72,9 @@ class SecureAggregation(DelegatingStrategy):
         self.sites, self.timeout = sites, timeout
         self._grid: Grid | None = None
         self._current: ArrayRecord | None = None
+        self.held_sum: dict[str, np.ndarray] | None = None
+        """The round's weighted sum of the updates (float64), all the server holds of it (a
+        dishonest server reads it: :mod:`server.adversary`); None before it is read."""
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -82,6 +85,7 @@ class SecureAggregation(DelegatingStrategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        self.held_sum = None
         self.sites.screen(server_round, replies, secure_sum=True)
         record = self.sites.rounds[server_round]
         if not record.public_keys:
@@ -97,6 +101,7 @@ class SecureAggregation(DelegatingStrategy):
         total = self._secure_sum(server_round, record)
         if total is None:
             return None, None
+        self.held_sum = total
         return self.inner.aggregate_train(server_round, [self._sum_reply(total, record)])
 
     def _secure_sum(self, server_round: int, record: RoundReplies) -> dict[str, np.ndarray] | None:

@@ -26,6 +26,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx, Result, Strategy
 
 from contracts.checkpoint import Checkpoint, save_checkpoint
+from contracts.model_checks import MODEL_FLAGGED_CODE, ModelFlag
 from contracts.registry import Registry
 from contracts.run_files import CheckpointMeta, RunLayout
 from contracts.run_log import RoundRecord, SiteRound
@@ -80,6 +81,8 @@ class RoundReplies:
     """The sites asked to train this round."""
     public_keys: dict[int, bytes] = field(default_factory=dict)
     """Under secure aggregation: each accepted site's key for the round's secure sum."""
+    flagged: dict[int, ModelFlag] = field(default_factory=dict)
+    """Sites that refused the round's model, with their checks' verdict (also a failure)."""
 
 
 class SiteAwareMixin(FedAvg):
@@ -159,6 +162,9 @@ class SiteAwareMixin(FedAvg):
                 kept.append(msg)
             else:
                 record.failures[site] = why
+                flag = flagged_model(msg)
+                if flag is not None and site >= 0:
+                    record.flagged[site] = flag
         # In site order, not arrival order: the aggregate's float sums then do not depend on
         # which site finished first, so a rerun or a resumed run gets the same model.
         return sorted(kept, key=lambda msg: self.site_of_node[msg.metadata.src_node_id])
@@ -213,6 +219,13 @@ class SiteAwareMixin(FedAvg):
         if SECURE_SUM not in msg.content.config_records:
             raise WireError(f"train reply: no {SECURE_SUM!r} record")
         return SecureSumKey.from_values(msg.content.config_records[SECURE_SUM]).public_key
+
+
+def flagged_model(msg: Message) -> ModelFlag | None:
+    """The site's verdict when its reply refuses the round's model (else None)."""
+    if not msg.has_error() or msg.error.code != MODEL_FLAGGED_CODE:
+        return None
+    return ModelFlag.from_reason(str(msg.error.reason or ""))
 
 
 class DelegatingStrategy(Strategy):
@@ -358,6 +371,7 @@ class RoundWriter(DelegatingStrategy):
             if record is not None
             else {},
             failures={} if record is None else {str(s): r for s, r in record.failures.items()},
+            flagged={} if record is None else {str(s): f for s, f in record.flagged.items()},
         )
         append_round(self.layout, line)
         if line.empty:

@@ -9,8 +9,10 @@ import numpy as np
 import torch
 from flwr.app import Context
 
+from audit.inversion.attack import LocalTraining
 from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
+from clients.dishonest_server import DishonestServerSettings
 from clients.distributed_dp import DistributedDPSettings
 from clients.gradient_canaries import GradientCanarySettings
 from clients.inversion import InversionSettings
@@ -26,6 +28,7 @@ from contracts.run_files import (
     site_accountant_history_name,
 )
 from ml.tasks import TorchTask
+from server.adversary import AdversarySettings, Attack
 from server.app import ServerSettings, build_server_app
 from server.canary_clients import CanaryClientSettings
 from server.client_dp import ClientDPSettings, calibrate_noise_multiplier
@@ -33,6 +36,7 @@ from server.sampling import sites_per_round
 from server.stop import StopSwitch
 from server.strategy import StrategySettings
 from simulations.config import ExperimentConfig
+from simulations.model_checks import checks_mode, model_check_settings
 from simulations.reference_models import load_reference_states, site_pool
 from simulations.run_dir import DatasetMeta, load_public
 from simulations.run_task import audit_device, make_task, pick_device
@@ -173,6 +177,60 @@ _BUILT: dict[str, dict[int, SiteRuntime]] = {}
 one resolver at a time, so a long-lived worker holds no earlier run's records."""
 
 
+def adversary_settings(
+    config: ExperimentConfig, task: TorchTask, layout: RunLayout
+) -> AdversarySettings | None:
+    """The run's dishonest server (``fl.adversary``): its attacks, the public records it
+    crafts from, and the agreed model and local training; None: an honest server."""
+    if not config.fl.adversary:
+        return None
+    spec = task.optimizer
+
+    def public() -> tuple[torch.Tensor, torch.Tensor]:
+        records = load_public(layout)
+        if records is None:
+            raise ValueError("fl.adversary: the server crafts its models from public records")
+        x, y = task.tensors(records.x, records.y)[:2]
+        return x, y
+
+    return AdversarySettings(
+        attacks=tuple(
+            Attack(
+                attack=a.attack,
+                rounds=tuple(a.rounds),
+                sites=tuple(a.sites),
+                crafted=a.crafted,
+                options=a.options,
+            )
+            for a in config.fl.adversary
+        ),
+        make_model=task.make_model,
+        public=public,
+        training=LocalTraining(
+            num_examples=config.fl.batch_size,
+            batch_size=config.fl.batch_size,
+            epochs=config.fl.local_epochs,
+            steps=config.fl.local_steps,
+            optimizer=spec.name,
+            learning_rate=spec.learning_rate,
+            momentum=spec.momentum,
+            weight_decay=spec.weight_decay,
+        ),
+        seed=config.seed,
+    )
+
+
+def dishonest_server_settings(
+    config: ExperimentConfig, site_id: int, state_dir: Path
+) -> DishonestServerSettings | None:
+    """The rounds the run's dishonest server attacks this site in (every site of an
+    ``inconsistent`` round gets a crafted model; only its target's update is read)."""
+    rounds = sorted({r for a in config.fl.adversary if site_id in a.sites for r in a.rounds})
+    if not rounds:
+        return None
+    return DishonestServerSettings(rounds=tuple(rounds), site_id=site_id, state_dir=state_dir)
+
+
 class SiteResolver:
     """``context -> SiteRuntime``, cached per site within a worker process.
 
@@ -257,6 +315,8 @@ class SiteResolver:
             ),
             updates=update_audit_settings(config, site_id, self.state_dir),
             client_level_dp=config.dp.client_level,
+            dishonest_server=dishonest_server_settings(config, site_id, self.state_dir),
+            model_checks=model_check_settings(config, self.layout, site_id, self.state_dir),
         )
 
 
@@ -328,6 +388,8 @@ def server_settings(
         stop=stop,
         secure_aggregation=config.fl.secure_aggregation,
         aggregate_rounds=aggregate_rounds(config),
+        adversary=adversary_settings(config, task, layout),
+        announce=checks_mode(config) != "off",
     )
 
 

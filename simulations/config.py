@@ -35,6 +35,7 @@ from contracts.dp_level import (
 from contracts.plugins import PLUGINS_KEY, PluginError, import_plugins
 from ml.partition import PartitionConfig
 from server.sampling import sites_per_round
+from simulations.adversary_config import AdversaryAttack, check_adversary
 from simulations.config_keys import (
     ConfigError,
     apply_overrides,
@@ -54,6 +55,9 @@ class DataConfig(StrictModel):
 class ModelConfig(StrictModel):
     name: str = "small_cnn"
     options: dict[str, Any] = Field(default_factory=dict)
+
+
+ModelChecksMode = Literal["off", "refuse", "record"]
 
 
 class FLConfig(StrictModel):
@@ -80,6 +84,16 @@ class FLConfig(StrictModel):
         "none",
         description="ideal: the server's strategy gets only each round's weighted sum "
         "(simulation only; docs/dp_settings.md); none: each site's update in the clear",
+    )
+    adversary: list[AdversaryAttack] = Field(
+        default_factory=list,
+        description="a server that does not play fair (simulation only; "
+        "docs/threat_models.md): attacks by name at chosen rounds and target sites",
+    )
+    model_checks: ModelChecksMode | None = Field(
+        None,
+        description="sites check each received model before training (docs/model_checks.md)"
+        ": refuse, record (log, train anyway), off; default: record with fl.adversary, else off",
     )
 
 
@@ -457,6 +471,12 @@ class ExperimentConfig(StrictModel):
         _who_holds_updates(self)
         _check_central_client_dp(self)
         _check_audit_phase(self)
+        check_adversary(
+            self.fl.adversary,
+            num_rounds=self.fl.rounds,
+            num_sites=self.partition.num_sites,
+            audit_enabled=self.audit.enabled,
+        )
         settings = self.audit.settings
         if "delta" not in settings.model_fields_set:
             # The one-run bounds state eps at the accountant's delta, so they can be checked
@@ -574,7 +594,10 @@ def _who_holds_updates(config: ExperimentConfig) -> None:
             "audit.canary_clients: under fl.secure_aggregation ideal they need dp.level "
             "distributed (the server no longer sees the update norms that scale them)"
         )
-    if config.audit.updates is not None:
+    if config.audit.updates is not None and not any(
+        a.attack == "inconsistent" for a in config.fl.adversary
+    ):
+        # Under inconsistent the sum is the target's update: the audit reads what it held.
         raise ValueError(
             "audit.updates: under fl.secure_aggregation ideal the server holds only each "
             "round's sum, never a site's own update; audit the global models with audit.rounds"
