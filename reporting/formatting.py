@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 from audit.canaries.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.canaries.input_canaries import InputCanaryResult
-from audit.dishonest_server import DishonestServerResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
 from audit.panoramia.sides import SIDES
 from audit.result import AuditFlags, AuditResult, Interval
+from contracts.dishonest_server import DishonestServerResult
 
 from .meanings import NOTES, Note
 from .metrics import two_sided

@@ -20,7 +20,6 @@ from typing import Any, Literal
 from audit.canaries.client_canaries import ClientCanaryResult
 from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.canaries.input_canaries import InputCanaryResult
-from audit.dishonest_server import DishonestServerResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.panoramia.sides import SIDES
@@ -33,6 +32,7 @@ from audit.result import (
     TwoSidedResult,
     finite,
 )
+from contracts.dishonest_server import DishonestServerResult
 from contracts.dp_level import DPLevel, SecureAggregationMode
 from contracts.json_values import json_safe
 from contracts.run_log import ClientDPFile, PlatformInfo, RoundRecord
