@@ -1,0 +1,43 @@
+"""A server that does not play fair (``audit.adversary``): the weights it crafts, the records
+it rebuilds from a site's update, and the share of the site's records that comes back.
+
+The server keeps the agreed architecture and chooses the weights it sends:
+
+* :func:`craft_imprint`: bins of one measurement in the first fully connected layer (Fowl
+  et al. 2022); a bin holding one record gives it back exactly;
+* :func:`craft_trap`: random rows shifted so that each unit fires for few records
+  (Boenisch et al. 2023);
+* :func:`craft_dead`: every ReLU dead on any record, so the site's update is zero (what the
+  other sites receive in the inconsistency attack of Pasquini et al. 2022, under secure
+  aggregation).
+
+:func:`rebuild` reads the records from a gradient or a weight change; the site scores them
+against its own records with :func:`rebuilt_share` (only that summary leaves it). Torch
+only, no Flower; the scoring reuses :mod:`audit.inversion.scores`.
+"""
+
+from audit.adversary.attacks import ATTACKS, Craft
+from audit.adversary.crafted import CraftedModel, SiteOptimizer
+from audit.adversary.dead import craft_dead
+from audit.adversary.imprint import craft_imprint
+from audit.adversary.layers import AdversaryUnsupported
+from audit.adversary.passthrough import PassThrough
+from audit.adversary.rebuild import rebuild, update_of
+from audit.adversary.scores import RebuiltShare, rebuilt_share
+from audit.adversary.trap import craft_trap
+
+__all__ = [
+    "ATTACKS",
+    "AdversaryUnsupported",
+    "Craft",
+    "CraftedModel",
+    "PassThrough",
+    "RebuiltShare",
+    "SiteOptimizer",
+    "craft_dead",
+    "craft_imprint",
+    "craft_trap",
+    "rebuild",
+    "rebuilt_share",
+    "update_of",
+]
