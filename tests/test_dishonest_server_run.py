@@ -24,7 +24,7 @@ BINS = 128
 ATTACK = {"attack": "inconsistent", "rounds": [1], "sites": [0], "bins": BINS}
 
 
-def _config(*, adversary: list[dict[str, Any]], **fl: Any) -> Any:
+def _config(*, adversary: list[dict[str, Any]], updates: list[int] | None = None, **fl: Any) -> Any:
     return validate_config(
         {
             "name": "dishonest",
@@ -43,6 +43,7 @@ def _config(*, adversary: list[dict[str, Any]], **fl: Any) -> Any:
                 "enabled": True,
                 "reference_pool": True,
                 "settings": {**TINY_AUDIT, "generator": {"kind": "reference_pool"}},
+                "updates": None if updates is None else {"rounds": updates},
             },
         }
     )
@@ -71,14 +72,11 @@ def test_one_model_per_site_and_round_and_an_honest_default() -> None:
     assert _config(adversary=[]).fl.adversary == []
     with pytest.raises(ConfigError, match=r"fl\.adversary\.1: round 1, site 1 is attacked"):
         _config(adversary=[ATTACK, {"attack": "trap", "sites": [1]}])
-    # inconsistent reads the round's sum as the target's update: the update audit may too.
-    config = _config(adversary=[ATTACK], secure_aggregation="ideal", local_steps=None)
+    # inconsistent makes the round's sum its target's update: the update audit may read it.
+    config = _config(adversary=[ATTACK], updates=[1], secure_aggregation="ideal")
     assert config.fl.adversary[0].crafted == "imprint"
     with pytest.raises(ConfigError, match="audit.updates: under fl.secure_aggregation"):
-        validate_config(
-            {**config.model_dump(mode="json"), "fl": {"rounds": 1, "secure_aggregation": "ideal"}}
-            | {"audit": {**config.audit.model_dump(mode="json"), "updates": {"rounds": [1]}}}
-        )
+        _config(adversary=[{"attack": "imprint"}], updates=[1], secure_aggregation="ideal")
 
 
 def test_a_deployment_refuses_the_dishonest_server() -> None:
