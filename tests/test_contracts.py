@@ -342,6 +342,7 @@ FILE_KEYS = [
     "gradient_canaries",
     "inversion",
     "updates",
+    "dishonest_server",
     "status",
     "error",
     "traceback",
