@@ -7,9 +7,11 @@ many public records, scored against the same site records).
 
 For each attack (imprint, trap) and each kind of round:
 
-* ``FedSGD``: one local step of one batch (``fl.local_steps: 1``); scored against that
-  batch's records;
-* ``FedAvg, 1 batch``: the config's local epochs on a site holding one batch of records;
+* ``FedSGD``: one local step of one batch (``fl.local_steps: 1``) of a site holding
+  ``--members`` records, ``--repeats`` times (other seeds: other batches; under DP-SGD a
+  Poisson batch at the site's sampling rate); scored against that batch's records;
+* ``FedAvg, 1 batch``: the config's local epochs on a site holding one batch of records
+  (``--repeats`` sites of different members);
 * ``FedAvg, site``: the config's local epochs on ``--members`` records (a site of the
   config's size); scored against all of them.
 
@@ -36,6 +38,7 @@ from audit.adversary import (
     CraftedModel,
     RebuiltShare,
     SiteOptimizer,
+    craft_dead,
     rebuild,
     rebuilt_share,
     update_of,
@@ -54,6 +57,8 @@ CRAFT_RECORDS = 1024
 """Public records the server crafts from (bin thresholds, scales), at most half of them;
 the baseline's public sites are drawn from the rest (with replacement when a site needs
 more records than the rest holds)."""
+SIGMAS: set[float] = set()
+"""DP-SGD noise multipliers the sites' training used (printed)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,8 @@ def _site_update(
         local_steps=kind.steps,
     )
     used = x if out.used is None else _rows_of(x, out.used[0], task)
+    if out.noise_multiplier is not None:
+        SIGMAS.add(round(out.noise_multiplier, 3))
     return update_of(crafted, out.state_dict), used
 
 
@@ -172,13 +179,13 @@ def run(args: argparse.Namespace, config: ExperimentConfig, overrides: list[str]
     batch, epochs = config.fl.batch_size, config.fl.local_epochs
     r = args.repeats
     kinds = {
-        "fedsgd": Round(f"FedSGD (1 step of {batch})", batch, 1, 1, r),
+        "fedsgd": Round(f"FedSGD (1 step of {batch})", args.members, 1, 1, r),
         "fedavg-batch": Round(f"FedAvg ({epochs} ep, {batch} rec)", batch, epochs, None, r),
         "fedavg-site": Round(
             f"FedAvg ({epochs} ep, {args.members} rec)", args.members, epochs, None, 1
         ),
     }
-    optimizer = SiteOptimizer(config.fl.optimizer, config.fl.learning_rate)  # type: ignore[arg-type]  # fl.optimizer: one of sgd, adam, adamw
+    optimizer = SiteOptimizer(config.fl.optimizer, config.fl.learning_rate)
     rng = np.random.default_rng(config.seed)
     members = rng.choice(len(dataset.x), args.members, replace=False)
     crafting = min(CRAFT_RECORDS, len(dataset.public_x) // 2)
@@ -199,9 +206,11 @@ def run(args: argparse.Namespace, config: ExperimentConfig, overrides: list[str]
             kind = kinds[name]
             scores: dict[str, list[RebuiltShare]] = {}
             chances: dict[str, list[RebuiltShare]] = {}
+            SIGMAS.clear()
             for repeat in range(kind.repeats):
-                taken = slice(repeat * kind.records, (repeat + 1) * kind.records)
-                site = members[taken]
+                # Disjoint sites while members last (a whole site: the same, seeded anew).
+                begin = (repeat * kind.records) % len(members)
+                site = members[begin : begin + kind.records]
                 decoy = rng.choice(others, kind.records, replace=kind.records > len(others))
                 update, used = _site_update(
                     task, config, crafted, dataset.x[site], dataset.y[site], kind, seed=repeat
@@ -213,16 +222,23 @@ def run(args: argparse.Namespace, config: ExperimentConfig, overrides: list[str]
                     dataset.public_x[decoy],
                     dataset.public_y[decoy],
                     kind,
-                    seed=repeat,
+                    seed=10_000 + repeat,
                 )
                 found = _score(task, dataset, crafted, rebuild(crafted, update), used)
                 chance = _score(task, dataset, crafted, rebuild(crafted, chance_update), used)
                 for ref in found:
                     scores.setdefault(ref, []).append(found[ref])
                     chances.setdefault(ref, []).append(chance[ref])
+            sigma = f"  DP-SGD sigma {'/'.join(f'{z:g}' for z in sorted(SIGMAS))}" if SIGMAS else ""
             for ref in scores:
-                print(_line(attack, kind, scores[ref], chances[ref], ref), flush=True)
+                print(_line(attack, kind, scores[ref], chances[ref], ref) + sigma, flush=True)
         print(f"{attack}: {time.perf_counter() - began:.0f} s", flush=True)
+    dead = craft_dead(model, public=public, seed=config.seed)
+    kind = kinds["fedavg-site"]
+    site = members[: kind.records]
+    update, _ = _site_update(task, config, dead, dataset.x[site], dataset.y[site], kind, seed=0)
+    moved = sorted(key for key, delta in update.items() if bool(delta.any()))
+    print(f"dead model, {kind.name}: parameters with a non-zero update: {moved}", flush=True)
 
 
 if __name__ == "__main__":

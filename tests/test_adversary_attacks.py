@@ -23,6 +23,7 @@ from audit.adversary import (
 )
 from clients.privacy import AccountantHistory, DPSettings
 from clients.training import train_locally
+from contracts.secure_sum import FIXED_POINT_BITS
 from ml.datasets.tabular import encode_frame
 from ml.tasks.base import OptimizerSpec, TorchTask, build_task
 
@@ -113,6 +114,30 @@ def test_imprint_rebuilds_most_of_a_fedsgd_batch_exactly(table):
     assert baseline.share <= 0.05, baseline
 
 
+def test_imprint_read_through_a_fixed_point_secure_sum_needs_its_resolution(table):
+    """The secure sum carries weight changes in steps of 2**-32: at a learning rate of 1e-4
+    Adam's linear steps at the default scale are about that size and nothing comes back;
+    crafted for that resolution, the same update rounded to it still gives half a batch."""
+    x, y, schema = table
+    task = _task(x.shape[1], schema, "adam", 1e-4)
+    step = 2.0**-FIXED_POINT_BITS
+    records = torch.as_tensor(x[:BATCH])
+    shares = []
+    for resolution in (0.0, step):
+        crafted = craft_imprint(
+            task.make_model(),
+            public=torch.as_tensor(x[300:]),
+            seed=0,
+            optimizer=SiteOptimizer("adam", 1e-4),
+            batch_size=BATCH,
+            resolution=resolution,
+        )
+        update = _update(task, crafted, x[:BATCH], y[:BATCH])
+        rounded = {key: torch.round(delta / step) * step for key, delta in update.items()}
+        shares.append(rebuilt_share(rebuild(crafted, rounded), records, schema=schema).share)
+    assert shares[0] <= 0.1 and shares[1] >= 0.5, shares
+
+
 def test_trap_rebuilds_more_than_its_baseline(table):
     x, _, schema = table
     task = _task(x.shape[1], schema, "sgd", 0.05)
@@ -172,3 +197,53 @@ def test_record_level_dp_noise_takes_the_imprint_away(table):
     loud, _ = _shares(task, crafted, table, **_dp(1.0))
     assert quiet.share >= 0.3, quiet
     assert loud.share == 0.0, loud
+
+
+def _shapes(n: int, rng: np.random.Generator) -> np.ndarray:
+    """Bright rectangles (two per image) on a dark background, uint8 like the image data."""
+    images = np.zeros((n, 1, 28, 28), dtype=np.uint8)
+    for image in images:
+        for _ in range(2):
+            top, left = rng.integers(0, 20, 2)
+            height, width = rng.integers(4, 12, 2)
+            image[0, top : top + height, left : left + width] = rng.integers(120, 256)
+    return images
+
+
+def test_imprint_through_the_small_cnn_rebuilds_what_its_pooling_lets_through():
+    """The small CNN (narrowed to 8 channels: still every shift of the 4x4 window): the
+    convolutions pass the image's maximum filter to the head, one Adam step of a batch of
+    16 gives most images back at SSIM >= 0.9 against what the architecture lets through;
+    the public batch's update none; against the originals fewer (pooling loses detail)."""
+    rng = np.random.default_rng(1)
+    task = build_task(
+        "image",
+        model_name="small_cnn",
+        num_classes=10,
+        input_shape=(1, 28, 28),
+        batch_size=16,
+        optimizer=OptimizerSpec(name="adam", learning_rate=1e-3),
+        model_options={"width": 8},
+    )
+    public, site, decoy = _shapes(128, rng), _shapes(16, rng), _shapes(16, rng)
+    labels = rng.integers(0, 10, 16)
+    crafted = craft_imprint(
+        task.make_model(),
+        public=task.tensors(public, np.zeros(128, dtype=np.int64))[0],
+        seed=0,
+        optimizer=SiteOptimizer("adam", 1e-3),
+        batch_size=16,
+    )
+    assert crafted.passthrough is not None and crafted.passthrough.full
+    records = task.tensors(site, labels)[0]
+    rebuilt = rebuild(crafted, _update(task, crafted, site, labels))
+    chance = rebuild(crafted, _update(task, crafted, decoy, labels))
+    through = rebuilt_share(
+        rebuilt, records, reference="passthrough", passthrough=crafted.passthrough
+    ).share
+    assert through >= 0.5
+    chance_share = rebuilt_share(
+        chance, records, reference="passthrough", passthrough=crafted.passthrough
+    ).share
+    assert chance_share <= 0.1
+    assert rebuilt_share(rebuilt, records).share <= through

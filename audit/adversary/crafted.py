@@ -113,6 +113,9 @@ float32's rounding (1e-7) for most records' weight changes, small enough that a 
 move few bin edges."""
 MARGIN = 10.0
 """Site records may give larger gradients than public ones: this much headroom."""
+STEPS_ABOVE_RESOLUTION = 1e4
+"""The largest step on public records over the server's resolution (most records' steps
+are one to two orders of magnitude smaller)."""
 
 
 def calibrate(
@@ -122,25 +125,31 @@ def calibrate(
     optimizer: SiteOptimizer,
     batch: int,
     seed: int,
+    resolution: float = 0.0,
 ) -> dict[str, float]:
     """Scale, in place, the written layer (rows and biases: its units fire for the same
     records at any scale), the next layer (``v``) and, when there is one, the layer after
     it (``f``, which scales every gradient reaching the two), so that one local step moves
-    the written and the next layer's weights by :data:`MOVE` of their size, and for Adam
+    the written and the next layer's weights by at most :data:`MOVE` of their size (a tenth
+    of it on public records), and for Adam
     every gradient of the two stays :meth:`SiteOptimizer.largest_gradient` (where Adam's
     step is linear). The written layer's gradient grows with ``v f``, the next one's with
     ``s f`` (``s`` the written layer's scale): both moves fix ``f`` and ``v / s``, Adam's
     bound the rest. Without a layer after the next (the small CNN's head) only the first
-    step is linear for Adam and the next layer moves from the second step on (FedAvg)."""
+    step is linear for Adam and the next layer moves from the second step on (FedAvg).
+
+    ``resolution``: the smallest weight change the server can read (a secure sum's fixed
+    point, ``2**-32``). Adam's linear steps are small (``lr`` times a ten-thousandth on
+    public records); the bound is raised, at most to a tenth of ``eps``, until the largest
+    step on public records is :data:`STEPS_ABOVE_RESOLUTION` times it."""
     _, first, second = first_two(model)
     linears = linear_layers(model)
     third = linears[2][1] if len(linears) > 2 else None
     rate = optimizer.learning_rate / (optimizer.eps if optimizer.name != "sgd" else 1.0)
     bound = optimizer.largest_gradient() / MARGIN
-    with torch.no_grad():
-        first_scale = _size(first)
-        first.weight.div_(first_scale)
-        first.bias.div_(first_scale)
+    if optimizer.name != "sgd" and resolution > 0:
+        needed = STEPS_ABOVE_RESOLUTION * resolution * optimizer.eps / optimizer.learning_rate
+        bound = min(max(bound, needed), 0.1 * optimizer.eps)
     factor = 1.0
     for _ in range(2):  # the second pass corrects what downstream ReLUs changed
         g_written, g_following = _largest_gradients(model, public, batch=batch, seed=seed)

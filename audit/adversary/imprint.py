@@ -45,6 +45,7 @@ def craft_imprint(
     measure: Measure = "projection",
     optimizer: SiteOptimizer | None = None,
     batch_size: int = 64,
+    resolution: float = 0.0,
 ) -> CraftedModel:
     """The imprint attack's weights for ``model`` (the agreed architecture; its own weights
     are left as they were).
@@ -59,9 +60,10 @@ def craft_imprint(
         left dead (their bias far below any measurement).
     measure
         ``projection`` (a random unit direction) or ``brightness`` (the mean).
-    optimizer, batch_size
-        The sites' agreed local step and batch size: the weights' scale (see
-        :func:`audit.adversary.crafted.calibrate`).
+    optimizer, batch_size, resolution
+        The sites' agreed local step and batch size, and the smallest weight change the
+        server can read (0: float64; a secure sum's fixed point: ``2**-32``): the weights'
+        scale (see :func:`audit.adversary.crafted.calibrate`).
     """
     optimizer = optimizer or SiteOptimizer()
     crafted, name, first, second = start(model)
@@ -79,17 +81,19 @@ def craft_imprint(
     thresholds = torch.cat([low[None], inner])
     with torch.no_grad():
         first.weight.copy_(a.expand(first.out_features, -1))
-        first.bias.fill_(float(low - 10 * (m.max() - m.min()) - 1))
+        first.bias.fill_(-float(m.max() + 10 * (m.max() - m.min()) + 1))
         first.bias[:k] = -thresholds
         # One column for every unit: the same dL/dh for each (the difference of neighbours
         # then holds the bin's records only); positive next-layer biases keep its ReLUs on.
         column = torch.randn(second.out_features, generator=generator)
         second.weight.copy_(column[:, None].expand(-1, first.out_features))
         second.bias.copy_(second.bias.abs() + 0.1)
-    notes = calibrate(crafted, public, optimizer=optimizer, batch=batch_size, seed=seed)
+    notes = calibrate(
+        crafted, public, optimizer=optimizer, batch=batch_size, seed=seed, resolution=resolution
+    )
     return CraftedModel(
         attack="imprint",
-        state_dict={k_: v.detach().clone() for k_, v in crafted.state_dict().items()},
+        state_dict={key: v.detach().clone() for key, v in crafted.state_dict().items()},
         layer=name,
         units=torch.arange(k),
         input_shape=tuple(public.shape[1:]),

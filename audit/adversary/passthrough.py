@@ -34,11 +34,20 @@ POSITIVE_SHIFT = 8.0
 """What each norm layer adds so that standardised pixels stay positive through the ReLU."""
 
 
-def _dilate(images: torch.Tensor, factor: int) -> torch.Tensor:
-    """Each pixel's ``factor`` x ``factor`` window maximum (window to its lower right; the
-    convolutions' zero padding beyond the border), first channel only."""
+Moves = tuple[tuple[int, int], ...]
+"""A channel's shift (down, right: 0 or 1) at each block."""
+
+
+def _window_maxima(images: torch.Tensor, moves: Moves) -> torch.Tensor:
+    """What a channel with these shifts carries, in the image's units: each block reads its
+    input shifted, then max-pools it 2x2. The first convolution's zero padding is 0 in the
+    image's units; a later one's lies below every value (the maps are shifted positive) and
+    never wins a maximum."""
     x = images[:, :1].float()
-    return F.max_pool2d(F.pad(x, (0, factor - 1, 0, factor - 1), value=0.0), factor, stride=1)
+    for level, (dy, dx) in enumerate(moves):
+        pad = 0.0 if level == 0 else -float("inf")
+        x = F.max_pool2d(F.pad(x, (0, dx, 0, dy), value=pad)[..., dy:, dx:], 2)
+    return x
 
 
 def _erode(dilated: torch.Tensor, factor: int) -> torch.Tensor:
@@ -54,11 +63,22 @@ class PassThrough:
 
     factor: int
     """Input pixels per side of one feature of a channel (4 for the small CNN)."""
-    offsets: tuple[tuple[int, int], ...]
-    """Per channel the head reads: the offset of its window maxima (pixels, 0..factor-1)."""
+    moves: tuple[Moves, ...]
+    """Per channel the head reads: its shift at each block."""
     scales: tuple[float, ...]
     shifts: tuple[float, ...]
     """Per channel: the head reads ``scale * window maximum + shift`` (fitted on public)."""
+
+    @property
+    def offsets(self) -> tuple[tuple[int, int], ...]:
+        """Per channel: the offset of its window maxima (pixels, 0..factor-1)."""
+        return tuple(
+            (
+                sum(2**level * dy for level, (dy, _) in enumerate(moves)),
+                sum(2**level * dx for level, (_, dx) in enumerate(moves)),
+            )
+            for moves in self.moves
+        )
 
     @property
     def full(self) -> bool:
@@ -88,12 +108,15 @@ class PassThrough:
     def comes_back(self, images: torch.Tensor) -> torch.Tensor:
         """What the architecture lets through of ``images``: the closing with the window
         (or, without every offset, each block's maximum): the best any rebuild can do."""
-        dilated = _dilate(images, self.factor)
-        if self.full:
-            back = _erode(dilated, self.factor)
-        else:
-            back = dilated[..., :: self.factor, :: self.factor]
+        n, (height, width) = len(images), images.shape[-2:]
+        if not self.full:
+            back = _window_maxima(images, ((0, 0),) * len(self.moves[0]))
             back = back.repeat_interleave(self.factor, 2).repeat_interleave(self.factor, 3)
+        else:
+            dilated = torch.zeros(n, 1, height, width)
+            for moves, (oy, ox) in dict(zip(self.moves, self.offsets, strict=True)).items():
+                dilated[:, :, oy :: self.factor, ox :: self.factor] = _window_maxima(images, moves)
+            back = _erode(dilated, self.factor)
         return back.expand(-1, images.shape[1], -1, -1)
 
 
@@ -107,23 +130,24 @@ def _before(model: nn.Module, first: nn.Linear) -> list[nn.Module]:
     return before
 
 
-def _set_shifts(convs: list[nn.Conv2d]) -> list[tuple[int, int]]:
-    """Write each convolution's shifted identity kernels; the offsets of the last one's
+def _set_shifts(convs: list[nn.Conv2d]) -> list[Moves]:
+    """Write each convolution's shifted identity kernels; the shifts of the last one's
     channels. Channel ``c`` of block ``l`` copies channel ``c mod m`` of the block before
     (``m`` its distinct channels) shifted by ``d = divmod((c // m) mod 4, 2)`` (0 or 1 per
     axis; none for a kernel without room to shift), so its window moves ``2**l * d``."""
-    offsets, distinct = [(0, 0)], 1  # the first `distinct` channels' offsets differ
-    for level, conv in enumerate(convs):
+    moves: list[Moves] = [()]
+    distinct = 1  # the first `distinct` channels' shifts differ
+    for conv in convs:
         kh, kw = conv.kernel_size
         room = kh >= 3 and kw >= 3 and conv.padding in ((1, 1), 1)
-        new = []
+        new: list[Moves] = []
         for c in range(conv.out_channels):
             source = c % distinct
             dy, dx = divmod((c // distinct) % 4, 2) if room else (0, 0)
             conv.weight[c, source % conv.in_channels, kh // 2 + dy, kw // 2 + dx] = 1.0
-            new.append((offsets[source][0] + 2**level * dy, offsets[source][1] + 2**level * dx))
-        offsets, distinct = new, min(conv.out_channels, distinct * (4 if room else 1))
-    return offsets
+            new.append((*moves[source], (dy, dx)))
+        moves, distinct = new, min(conv.out_channels, distinct * (4 if room else 1))
+    return moves
 
 
 def pass_through(model: nn.Module, first: nn.Linear, public: torch.Tensor) -> PassThrough | None:
@@ -149,15 +173,14 @@ def pass_through(model: nn.Module, first: nn.Linear, public: torch.Tensor) -> Pa
             elif isinstance(module, _NORMS) and module.weight is not None:
                 module.weight.fill_(1.0)
                 module.bias.fill_(POSITIVE_SHIFT)
-        offsets = _set_shifts(convs)
+        moves = _set_shifts(convs)
     factor = 2 ** sum(isinstance(m, nn.MaxPool2d) for m in before)
     sees = features(model, first, public.float())
     side = public.shape[-1] // factor
-    maps = sees.reshape(len(public), len(offsets), side, side)
-    dilated = _dilate(public, factor)[:, 0]
+    maps = sees.reshape(len(public), len(moves), side, side)
     scales, shifts = [], []
-    for channel, (oy, ox) in enumerate(offsets):
-        truth = dilated[:, oy::factor, ox::factor].flatten().double()
+    for channel, channel_moves in enumerate(moves):
+        truth = _window_maxima(public, channel_moves).flatten().double()
         seen = maps[:, channel].flatten().double()
         # Least squares of what the head reads on the window maxima: batch-norm's map.
         design = torch.stack([truth, torch.ones_like(truth)], dim=1)
@@ -165,5 +188,5 @@ def pass_through(model: nn.Module, first: nn.Linear, public: torch.Tensor) -> Pa
         scales.append(float(solution[0, 0]))
         shifts.append(float(solution[1, 0]))
     return PassThrough(
-        factor=factor, offsets=tuple(offsets), scales=tuple(scales), shifts=tuple(shifts)
+        factor=factor, moves=tuple(moves), scales=tuple(scales), shifts=tuple(shifts)
     )

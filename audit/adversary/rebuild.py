@@ -32,7 +32,10 @@ def _tensor(value: Any) -> torch.Tensor:
 
 def update_of(crafted: CraftedModel, returned: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """The site's update as the server computes it: its returned state dict (tensors or
-    numpy arrays by the same keys) minus the crafted weights it was sent, in float64."""
+    numpy arrays by the same keys, as a Flower ``ArrayRecord`` holds them) minus the crafted
+    weights it was sent, in float64. Under secure aggregation the server subtracts what it
+    sent each site, weighted as the sum weights them, from the sum instead: what is left is
+    a linear combination of the sites' updates, which :func:`rebuild` reads as well."""
     return {
         key: _tensor(returned[key]).double() - sent.double()
         for key, sent in crafted.state_dict.items()

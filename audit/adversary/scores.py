@@ -65,16 +65,18 @@ def _levels(block: torch.Tensor) -> torch.Tensor:
     return torch.where(best > 0.5, level, torch.full_like(level, -1))
 
 
-def _spans(attributes: list[Attribute], schema: dict[str, Any] | None, records: torch.Tensor):
+def _spans(
+    attributes: list[Attribute], schema: dict[str, Any] | None, records: torch.Tensor
+) -> dict[int, float]:
     """Each numeric attribute's range in encoded units (the schema's min..max / std)."""
     columns = {c["start"]: c for c in (schema or {}).get("columns", [])}
-    spans = {}
+    spans: dict[int, float] = {}
     for attr in attributes:
         if attr.kind != "numeric":
             continue
         col = columns.get(attr.start, {})
         if {"min", "max", "std"} <= col.keys() and col["std"] > 0:
-            spans[attr.start] = (col["max"] - col["min"]) / col["std"]
+            spans[attr.start] = float(col["max"] - col["min"]) / float(col["std"])
         else:
             values = records[:, attr.start]
             spans[attr.start] = float(values.max() - values.min())

@@ -33,6 +33,7 @@ def craft_trap(
     fires_for: float = 1.0,
     optimizer: SiteOptimizer | None = None,
     batch_size: int = 64,
+    resolution: float = 0.0,
 ) -> CraftedModel:
     """Trap weights for ``model`` (the agreed architecture; its own weights are left as they
     were).
@@ -46,8 +47,9 @@ def craft_trap(
         Trap units (at most the layer's; all by default); the others are left dead.
     fires_for
         Records of a batch of ``batch_size`` each unit is meant to fire for.
-    optimizer, batch_size
-        The sites' agreed local step and batch size (the weights' scale, as for imprint).
+    optimizer, batch_size, resolution
+        The sites' agreed local step, batch size and the server's resolution (the weights'
+        scale, as for imprint).
     """
     optimizer = optimizer or SiteOptimizer()
     crafted, name, first, second = start(model)
@@ -71,7 +73,9 @@ def craft_trap(
         first.bias[k:] = -(projections.max() + 10 * spread + 1)
         # Positive next-layer biases keep its ReLUs on for every record.
         second.bias.copy_(second.bias.abs() + 0.1)
-    notes = calibrate(crafted, public, optimizer=optimizer, batch=batch_size, seed=seed)
+    notes = calibrate(
+        crafted, public, optimizer=optimizer, batch=batch_size, seed=seed, resolution=resolution
+    )
     return CraftedModel(
         attack="trap",
         state_dict={key: v.detach().clone() for key, v in crafted.state_dict().items()},
