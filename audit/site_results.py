@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, fields
 
 from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.canaries.input_canaries import InputCanaryResult
-from audit.dishonest_server import DishonestServerResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import AuditResult
 from audit.tabular.attribute_result import AttributeInferenceResult
+from contracts.dishonest_server import DishonestServerResult
 from contracts.json_values import older_key
 
 

@@ -7,7 +7,7 @@ attacked: the harness, which plays both sides, tells it which rounds to keep). W
 audit query the server hands it what it held of each attacked round
 (:mod:`contracts.dishonest_server`): the site compares the rows the server rebuilt, and the
 same attack's rows from public records (the baseline), with its own records of that round,
-and replies with the shares only (:class:`audit.dishonest_server.DishonestServerResult`).
+and replies with the shares only (:class:`contracts.dishonest_server.DishonestServerResult`).
 The held local model goes to the site's audits of its update (``audit.updates``,
 ``audit.inversion``) in place of its own copy (:func:`held_models`).
 """
@@ -21,13 +21,14 @@ from typing import Any
 import torch
 from flwr.app import RecordDict
 
-from audit.dishonest_server import DishonestServerResult
+from audit.adversary import rebuilt_share
 from clients.site_data import SiteData
 from contracts.dishonest_server import (
     BASELINE,
     HELD_ROUNDS,
     HELD_ROUNDS_KEY,
     REBUILT,
+    DishonestServerResult,
     HeldRound,
     held_model_name,
     read_held_rounds,
@@ -76,12 +77,12 @@ def held_rounds(content: RecordDict) -> list[HeldRound]:
 
 def held_models(content: RecordDict, rounds: list[HeldRound]) -> dict[int, dict[str, torch.Tensor]]:
     """Each attacked round's local model of the site as the server holds it."""
-    out = {}
+    out: dict[int, dict[str, torch.Tensor]] = {}
     for held in rounds:
         name = held_model_name(held.round)
         if name not in content.array_records:
             raise WireError(f"audit query: no {name!r} weights")
-        out[held.round] = content.array_records[name].to_torch_state_dict()
+        out[held.round] = dict(content.array_records[name].to_torch_state_dict())
     return out
 
 
@@ -93,8 +94,6 @@ def score_rebuilt(
     rounds: list[HeldRound],
 ) -> list[DishonestServerResult]:
     """Each attacked round's rows, rebuilt and baseline, against the site's records of it."""
-    from audit.adversary import rebuilt_share
-
     out = []
     for held in rounds:
         truth = _round_records(settings, task, data, held.round)

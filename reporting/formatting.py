@@ -8,12 +8,12 @@ from collections.abc import Sequence
 
 from audit.canaries.gradient_canaries import GradientCanaryResult, LevelAudit
 from audit.canaries.input_canaries import InputCanaryResult
-from audit.dishonest_server import DishonestServerResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
 from audit.panoramia.sides import SIDES
 from audit.result import AuditFlags, AuditResult, Interval
 from audit.tabular.attribute_result import AttributeInferenceResult
+from contracts.dishonest_server import DishonestServerResult
 
 from .meanings import NOTES, Note
 from .metrics import two_sided
@@ -182,12 +182,12 @@ def dishonest_server_sentence(result: DishonestServerResult) -> str:
             "audits of your update below read what it held."
         )
     what = "images" if result.measure == "ssim" else "records"
+    how = "" if result.attack == result.decoded else f" ({result.attack})"
     return (
-        f"In round {result.round} the server sent you {result.decoded} weights "
-        f"({result.attack}) and, from {held}, rebuilt {result.share_rebuilt:.0%} of the "
-        f"{result.n_records:,} {what} your update came from, against "
-        f"{result.baseline_share_rebuilt or 0:.0%} from an update of public records "
-        f"({result.site_checks})."
+        f"In round {result.round} the server sent you {result.decoded} weights{how} and, from "
+        f"{held}, rebuilt {result.share_rebuilt:.0%} of the {result.n_records:,} {what} your "
+        f"update came from, against {result.baseline_share_rebuilt or 0:.0%} from an update "
+        f"of public records. Your checks of the model you received: {result.site_checks}."
     )
 
 

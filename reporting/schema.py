@@ -20,7 +20,6 @@ from typing import Any, Literal
 from audit.canaries.client_canaries import ClientCanaryResult
 from audit.canaries.gradient_canaries import GradientCanaryResult
 from audit.canaries.input_canaries import InputCanaryResult
-from audit.dishonest_server import DishonestServerResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.panoramia.sides import SIDES
@@ -34,6 +33,7 @@ from audit.result import (
     finite,
 )
 from audit.tabular.attribute_result import AttributeInferenceResult
+from contracts.dishonest_server import DishonestServerResult
 from contracts.dp_level import DPLevel, SecureAggregationMode
 from contracts.json_values import json_safe
 from contracts.model_checks import CheckRecord

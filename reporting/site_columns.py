@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from audit.conformance.checks import CHECKS, ConformanceCheck
-from audit.dishonest_server import DishonestServerResult
 from audit.inversion.scores import InversionResult
 from audit.panoramia.over_rounds import RoundLeakage
 from audit.result import ClassSliceResult, Interval, SideResult
 from audit.tabular.attribute_result import AttributeInferenceResult
+from contracts.dishonest_server import DishonestServerResult
 
 from .columns import (
     Column,

@@ -35,6 +35,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from torch import nn
 
+from audit.adversary import ATTACKS, CraftedModel, SiteOptimizer, craft_dead, rebuild
 from audit.inversion.attack import LocalTraining, simulate_update
 from contracts.dishonest_server import (
     BASELINE,
@@ -82,6 +83,8 @@ class AdversarySettings:
     training: LocalTraining
     """The sites' agreed local training; its ``num_examples`` stands in where a reply does
     not say its count (record-level DP)."""
+    optimizer: SiteOptimizer
+    """The sites' agreed local step, which the crafted weights are scaled for."""
     seed: int
 
     def at(self, global_round: int) -> list[Attack]:
@@ -140,8 +143,8 @@ class _Sent:
 
     attack: Attack
     state: StateArrays
-    crafted: Any | None
-    """The :class:`audit.adversary.CraftedModel` the server decodes (None: real or dead)."""
+    crafted: CraftedModel | None
+    """What the server decodes records with (None: the real or the dead model)."""
     target: bool
 
 
@@ -198,8 +201,6 @@ class DishonestServer(DelegatingStrategy):
         self, server_round: int, arrays: ArrayRecord, attacks: list[Attack]
     ) -> dict[int, _Sent]:
         """Each attacked site's model this round (sites not sampled included: harmless)."""
-        from audit.adversary import ATTACKS, craft_dead
-
         global_round = self.sites.round_offset + server_round
         public_x, _ = self.settings.public()
         sent: dict[int, _Sent] = {}
@@ -211,7 +212,7 @@ class DishonestServer(DelegatingStrategy):
                     self._real_model(arrays),
                     public=public_x,
                     seed=seed,
-                    optimizer=_site_optimizer(self.settings.training),
+                    optimizer=self.settings.optimizer,
                     batch_size=self.settings.training.batch_size,
                     **attack.options,
                 )
@@ -281,10 +282,8 @@ class DishonestServer(DelegatingStrategy):
         global_round = self.sites.round_offset + server_round
         rebuilt = baseline = None
         if sent.crafted is not None:
-            from audit.adversary import rebuild
-
             rebuilt = rebuild(sent.crafted, _tensors(update)).detach().cpu().float()
-            baseline = self._baseline(sent, server_round, site)
+            baseline = self._baseline(sent.crafted, server_round, site)
         meta = HeldRound(
             round=global_round,
             attack=sent.attack.attack,
@@ -301,10 +300,8 @@ class DishonestServer(DelegatingStrategy):
             meta.attack,
         )
 
-    def _baseline(self, sent: _Sent, server_round: int, site: int) -> torch.Tensor:
+    def _baseline(self, crafted: CraftedModel, server_round: int, site: int) -> torch.Tensor:
         """The attack's rebuild of the same local training on public records: chance."""
-        from audit.adversary import rebuild
-
         x, y = self.settings.public()
         training = self.settings.training
         reply = self.sites.rounds[server_round].sites.get(site)
@@ -317,24 +314,18 @@ class DishonestServer(DelegatingStrategy):
         pick = torch.as_tensor(rng.choice(len(x), size=n, replace=n > len(x)))
         update = simulate_update(
             self.settings.make_model(),
-            dict(sent.crafted.state_dict),
+            dict(crafted.state_dict),
             x[pick],
             y[pick],
             training,
             differentiable=False,
         )
-        return rebuild(sent.crafted, update).detach().cpu().float()
+        return rebuild(crafted, update).detach().cpu().float()
 
 
 def _seed(seed: int, global_round: int, index: int) -> int:
     """The crafting seed of one attack of one round (from the run's seed)."""
     return int(np.random.SeedSequence([seed, global_round, index]).generate_state(1)[0])
-
-
-def _site_optimizer(training: LocalTraining) -> Any:
-    from audit.adversary import SiteOptimizer
-
-    return SiteOptimizer(name=training.optimizer, learning_rate=training.learning_rate)
 
 
 def _numpy(state: Mapping[str, torch.Tensor]) -> StateArrays:

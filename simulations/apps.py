@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from flwr.app import Context
 
+from audit.adversary import SiteOptimizer
 from audit.inversion.attack import LocalTraining
 from clients.app import SiteRuntime, build_client_app
 from clients.audit_handler import SiteAuditPolicy, make_audit_runner
@@ -216,6 +217,7 @@ def adversary_settings(
             momentum=spec.momentum,
             weight_decay=spec.weight_decay,
         ),
+        optimizer=SiteOptimizer(name=config.fl.optimizer, learning_rate=spec.learning_rate),
         seed=config.seed,
     )
 

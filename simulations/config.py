@@ -600,7 +600,8 @@ def _who_holds_updates(config: ExperimentConfig) -> None:
         # Under inconsistent the sum is the target's update: the audit reads what it held.
         raise ValueError(
             "audit.updates: under fl.secure_aggregation ideal the server holds only each "
-            "round's sum, never a site's own update; audit the global models with audit.rounds"
+            "round's sum, never a site's own update (but under an fl.adversary inconsistent "
+            "attack); audit the global models with audit.rounds"
         )
 
 

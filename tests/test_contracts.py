@@ -357,6 +357,7 @@ FILE_KEYS = [
     "inversion",
     "updates",
     "attribute_inference",
+    "dishonest_server",
     "status",
     "error",
     "traceback",

@@ -366,6 +366,7 @@ def test_contracts_stay_light_and_audit_needs_no_flower():
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("contracts")
     }
     assert audit_uses <= {
+        "contracts.dishonest_server",
         "contracts.errors",
         "contracts.json_values",
         "contracts.registry",

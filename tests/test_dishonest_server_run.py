@@ -1,0 +1,169 @@
+"""A server that does not play fair (``fl.adversary``): its config, its refusal by a
+deployment, and one real simulation in which it sends site 0 imprint weights and site 1 a
+model whose update is zero under ideal secure aggregation, reads the round's sum (then site
+0's update) and hands its rows to site 0, which scores them; only shares reach the run's
+files."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from builders import TINY_AUDIT, run_files
+
+from deployment.flower_apps import DishonestServerRefused, refuse_simulation_settings
+from server.adversary import Held, Holdings
+from simulations.config import ConfigError, validate_config
+from simulations.runner import run_experiment
+
+BINS = 128
+ATTACK = {"attack": "inconsistent", "rounds": [1], "sites": [0], "bins": BINS}
+
+
+def _config(*, adversary: list[dict[str, Any]], updates: list[int] | None = None, **fl: Any) -> Any:
+    return validate_config(
+        {
+            "name": "dishonest",
+            "seed": 3,
+            "data": {"name": "randhie", "options": {"unit": "person", "max_rows": 1200}},
+            "partition": {"scheme": "iid", "num_sites": 2},
+            "model": {"name": "mlp"},
+            "fl": {
+                "rounds": 1,
+                "local_steps": 1,
+                "batch_size": 64,
+                "adversary": adversary,
+                **fl,
+            },
+            "audit": {
+                "enabled": True,
+                "reference_pool": True,
+                "settings": {**TINY_AUDIT, "generator": {"kind": "reference_pool"}},
+                "updates": None if updates is None else {"rounds": updates},
+            },
+        }
+    )
+
+
+# -- the config -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "names"),
+    [
+        ({"attack": "imprint", "rounds": [2]}, "fl.adversary.0.rounds: [2] outside 1..fl.rounds"),
+        ({"attack": "trap", "sites": [5]}, "fl.adversary.0.sites: [5] outside"),
+        ({"attack": "inconsistent", "sites": [0, 1]}, "inconsistent has one target"),
+        ({"attack": "imprint", "craft": "trap"}, "craft: only inconsistent"),
+        ({"attack": "trap", "bins": 8}, "bins: an option of imprint"),
+        ({"attack": "rob"}, "fl.adversary.0.attack"),
+    ],
+)
+def test_each_bad_attack_is_refused_naming_its_key(entry: dict[str, Any], names: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(names)):
+        _config(adversary=[entry])
+
+
+def test_one_model_per_site_and_round_and_an_honest_default() -> None:
+    assert _config(adversary=[]).fl.adversary == []
+    with pytest.raises(ConfigError, match=r"fl\.adversary\.1: round 1, site 1 is attacked"):
+        _config(adversary=[ATTACK, {"attack": "trap", "sites": [1]}])
+    # inconsistent makes the round's sum its target's update: the update audit may read it.
+    config = _config(adversary=[ATTACK], updates=[1], secure_aggregation="ideal")
+    assert config.fl.adversary[0].crafted == "imprint"
+    with pytest.raises(ConfigError, match="audit.updates: under fl.secure_aggregation"):
+        _config(adversary=[{"attack": "imprint"}], updates=[1], secure_aggregation="ideal")
+
+
+def test_a_deployment_refuses_the_dishonest_server() -> None:
+    refuse_simulation_settings(_config(adversary=[]))
+    with pytest.raises(DishonestServerRefused, match="fl.adversary: the dishonest server"):
+        refuse_simulation_settings(_config(adversary=[ATTACK]))
+
+
+# -- one real run ------------------------------------------------------------------------
+
+
+def _numbers(text: str) -> set[str]:
+    """Every decimal number of a text, to 3 significant digits."""
+    return {f"{float(x):.3g}" for x in re.findall(r"-?\d+\.\d+(?:e-?\d+)?", text)}
+
+
+def _rows_found(rows: torch.Tensor, text: str) -> int:
+    """Rows of ``rows`` whose every non-trivial value (not 0 or +-1: one-hot levels) is a
+    number of ``text``."""
+    numbers = _numbers(text)
+    found = 0
+    for row in rows:
+        values = [f"{float(v):.3g}" for v in row if abs(abs(float(v)) - 0.5) < 0.49]
+        found += bool(values) and all(v in numbers for v in values)
+    return found
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Held]]:
+    """The run, with what the server held of each site recorded as it keeps it."""
+    held: list[Held] = []
+    add = Holdings.add
+
+    def recording_add(self: Holdings, site: int, kept: Held) -> None:
+        held.append(kept)
+        add(self, site, kept)
+
+    run_dir = tmp_path_factory.mktemp("dishonest") / "run"
+    config = _config(adversary=[ATTACK], secure_aggregation="ideal")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Holdings, "add", recording_add)
+        run_experiment(config, run_dir)
+    return run_dir, held
+
+
+@pytest.mark.ray
+def test_the_server_rebuilds_the_targets_rows_from_the_secure_sum(attacked) -> None:
+    run_dir, held = attacked
+    # It held site 0's round only (site 1 got the zero-update model), and only the sum.
+    assert [h.meta.server_held for h in held] == ["sum"]
+    layout = run_files(run_dir)
+    audits = {s: json.loads(layout.audit(s).read_text()) for s in (0, 1)}
+    assert audits[1]["dishonest_server"] == []
+    [scored] = audits[0]["dishonest_server"]
+    assert scored["attack"] == "inconsistent" and scored["decoded"] == "imprint"
+    assert scored["n_records"] == 64 and scored["n_returned"] == len(held[0].rebuilt)
+    # FedSGD, 64 rows in 128 bins: most rows alone in theirs come back; public rows, none.
+    assert scored["share_rebuilt"] >= 0.4 > 0.05 >= scored["baseline_share_rebuilt"]
+    assert scored["site_checks"] == "checks not run"
+    report = json.loads(layout.report_json.read_text())
+    shares = {s["site_id"]: s["privacy"]["dishonest_server"] for s in report["sites"]}
+    assert shares[0][0]["share_rebuilt"] == scored["share_rebuilt"] and shares[1] == []
+    md = layout.report_md.read_text()
+    assert f"{scored['share_rebuilt']:.0%} (baseline 0%), inconsistent (imprint), round 1" in md
+
+
+@pytest.mark.ray
+def test_no_rebuilt_row_reaches_the_runs_files_or_pages(attacked) -> None:
+    run_dir, held = attacked
+    rebuilt = held[0].rebuilt
+    layout = run_files(run_dir)
+    # The check finds rows where they are (a file holding them, as the site's own state).
+    assert _rows_found(rebuilt, json.dumps(rebuilt.tolist())) >= len(rebuilt) - 2
+    private = (layout.site_state, layout.sites)
+    scanned = [
+        p
+        for p in run_dir.rglob("*")
+        if p.is_file()
+        and p.suffix in {".json", ".jsonl", ".md", ".html", ".csv", ".log", ".txt", ".yaml"}
+        and not any(d in p.parents for d in private)
+    ]
+    assert {p.name for p in scanned} >= {"report.json", "metrics.jsonl", "site-0.html"}
+    for path in scanned:
+        assert _rows_found(rebuilt, path.read_text()) == 0, path
+    page = (layout.site_reports / "site-0.html").read_text()
+    assert "What a server that does not play fair could rebuild" in page
+    assert (
+        "What a server that does not play fair"
+        not in (layout.site_reports / "site-1.html").read_text()
+    )
