@@ -25,6 +25,7 @@ from audit.adversary import rebuilt_share
 from clients.site_data import SiteData
 from contracts.dishonest_server import (
     BASELINE,
+    CHECKS_NOT_RUN,
     HELD_ROUNDS,
     HELD_ROUNDS_KEY,
     REBUILT,
@@ -35,7 +36,8 @@ from contracts.dishonest_server import (
     rebuilt_name,
 )
 from contracts.files import atomic_write
-from contracts.run_files import used_records_name
+from contracts.model_checks import read_check_records
+from contracts.run_files import model_checks_name, used_records_name
 from contracts.wire import WireError
 
 _STATE_VERSION = 1
@@ -55,6 +57,19 @@ class DishonestServerSettings:
 
     def path(self, server_round: int) -> Path:
         return self.state_dir / used_records_name(self.site_id, server_round)
+
+    def checks_verdict(self, server_round: int) -> str:
+        """Whether the site's own checks (``fl.model_checks``) caught the round's model: what
+        its check log says of that round."""
+        logged = read_check_records(self.state_dir / model_checks_name(self.site_id))
+        records = [r for r in logged if r.server_round == server_round]
+        if not records:
+            return CHECKS_NOT_RUN
+        flagged = sorted({o.check for r in records for o in r.flagged})
+        if not flagged:
+            return "passed every check (not caught)"
+        done = "refused" if any(r.refused for r in records) else "trained anyway"
+        return f"caught by {', '.join(flagged)} ({done})"
 
 
 def keep_used(
@@ -120,6 +135,7 @@ def score_rebuilt(
                 share_rebuilt=None if shares is None else float(shares.share),
                 baseline_share_rebuilt=None if base is None else float(base.share),
                 share_rebuilt_loose=None if shares is None else shares.share_loose,
+                site_checks=settings.checks_verdict(held.round),
             )
         )
     return out

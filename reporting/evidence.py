@@ -30,6 +30,7 @@ from .metrics import (
     ATTRIBUTE_ADVANTAGE,
     ATTRIBUTE_EPS_LB,
     CLIENT_EPS_LB,
+    DISHONEST_SERVER,
     EPS_TILDE,
     EPS_TILDE_TWO_SIDED,
     INPUT_CANARY,
@@ -113,6 +114,14 @@ ATTACKS: tuple[Attack, ...] = (
         Note.INVERSION,
         (Note.INVERSION_LIMITS,),
         lambda s: bool(s.privacy.inversion),
+    ),
+    Attack(
+        "Crafted models from a server that does not play fair",
+        _notes(Note.DISHONEST_THREAT),
+        (DISHONEST_SERVER,),
+        Note.DISHONEST_SERVER,
+        (Note.DISHONEST_LIMITS,),
+        lambda s: bool(s.privacy.dishonest_server),
     ),
     Attack(
         "Inferring a sensitive field (attribute inference)",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from audit.result import AuditFlags, AuditResult
 
-from .meanings import FLAG_PROSE
+from .flag_prose import FLAG_PROSE
 from .schema import FLAGS
 
 NOT_A_FINDING = ("saturated", "c_lb_not_tight", "above_real_nonmembers")

@@ -1,6 +1,6 @@
 """What the report's numbers and flags mean, and why they are caveated: every such sentence a
-reader sees, written once here and looked up by key (:class:`Note`, or a flag's name in
-:data:`~.schema.FLAGS` for :data:`FLAG_PROSE`).
+reader sees, written once here and looked up by key (:class:`Note`; a flag's sentences are
+in :mod:`.flag_prose`).
 
 The audit library's own statements of what eps_tilde and its two-sided game mean
 (:data:`audit.result.EPS_TILDE_MEANING`, :data:`audit.result.TWO_SIDED_MEANING`) stay with
@@ -13,7 +13,6 @@ noise.json names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
 from audit.config import ONE_SIDED_SHARES, TWO_SIDED_SHARES
@@ -21,6 +20,8 @@ from audit.panoramia.diagnosis import NOT_TIGHT_TOLERANCE
 from audit.result import EPS_TILDE_MEANING, TWO_SIDED_MEANING
 from audit.tabular.attribute_result import ATTRIBUTE_INFERENCE_MEANING
 from contracts.reply_keys import DECLARED_SIZE_ADJACENCY
+
+from .flag_prose import FLAG_PROSE
 
 
 class Note(Enum):
@@ -124,6 +125,8 @@ class Note(Enum):
     INVERSION_LIMITS = "inversion_limits"
     CLIENT_CANARY_THREAT = "client_canary_threat"
     ATTRIBUTE_THREAT = "attribute_threat"
+    DISHONEST_THREAT = "dishonest_threat"
+    DISHONEST_LIMITS = "dishonest_limits"
     ATTRIBUTE_LIMITS = "attribute_limits"
     NO_CONFORMANCE = "no_conformance"
     SECURE_AGGREGATION_IDEAL = "secure_aggregation_ideal"
@@ -511,6 +514,15 @@ NOTES: dict[Note, str] = {
         "stronger attacker could infer more; a small advantage also bounds how much the "
         "model reveals of the field through membership, not what it reveals of everyone."
     ),
+    Note.DISHONEST_THREAT: (
+        "Who: a server that does not play fair (simulated: fl.adversary), choosing the "
+        "weights it sends your site. What it tries: to read your records back exactly from "
+        "your update, or from the round's sum when it sends the other sites dead models."
+    ),
+    Note.DISHONEST_LIMITS: (
+        "Three named attacks, each with one decoding: a better-crafted model could rebuild "
+        "more. A site whose checks refuse a crafted model trains nothing and sends nothing."
+    ),
     Note.NO_CONFORMANCE: (
         "No conformance checks of the DP-SGD steps ran (they need record-level DP and "
         "audit.gradient_canaries)."
@@ -522,61 +534,6 @@ NOTES: dict[Note, str] = {
 }
 """Every sentence of :class:`Note`, by key."""
 
-
-@dataclass(frozen=True)
-class FlagProse:
-    """What a flag of :class:`audit.result.AuditFlags` says, for every place that shows it."""
-
-    meaning: str
-    """What it means (the report's "what eps_tilde means" list)."""
-    plain: str
-    """What it means to a privacy officer (a site's own report)."""
-    effect: str
-    """What it means for the number it is raised on (a headline shown flagged)."""
-
-
-FLAG_PROSE: dict[str, FlagProse] = {
-    "saturated": FlagProse(
-        meaning="saturated: c_lb is within the saturation margin of the ceiling (the bound a "
-        "perfect scorer reaches on this audit set). eps_tilde can then only read the headroom "
-        "ceiling - c_lb, which is a limit of the audit, not leakage of the model.",
-        plain="The audit hit its own ceiling: the look-alike records were already easy to "
-        "tell from real ones without the model, so the number shows a limit of the audit, not "
-        "how exposed your records are.",
-        effect="it reads the audit's own ceiling, not the model's leakage",
-    ),
-    "c_lb_not_tight": FlagProse(
-        meaning="c_lb_not_tight: eps_tilde's interval lies above the RM;RN bound's interval. "
-        "RM;RN is itself only a lower bound, so this proves nothing, but the baseline may be "
-        "too weak and eps_tilde may overstate the leakage.",
-        plain="A cross-check against real records the model never saw (RM;RN) reads "
-        "lower, so the number may overstate the leakage.",
-        effect="it may overstate the leakage: the same attack reads lower against real "
-        "records the model never saw (RM;RN)",
-    ),
-    "rm_rn_capped": FlagProse(
-        meaning="rm_rn_capped: eps_tilde lies above RM;RN, but RM;RN's own ceiling (its audit "
-        "set is cut from the site's real non-members, fewer than the game's) leaves no room to "
-        "show that value, so the comparison can neither confirm nor refute eps_tilde.",
-        plain="The cross-check against real records the model never saw had too few "
-        "records to confirm or refute the number.",
-        effect="real records the model never saw were too few to confirm or refute it",
-    ),
-    "above_real_nonmembers": FlagProse(
-        meaning="above_real_nonmembers (generated non-members only): eps_tilde's mean exceeds "
-        "RM;RN's (the same attack with the site's real held-out records as non-members) by "
-        f"more than {NOT_TIGHT_TOLERANCE}, intervals overlapping or not. Part of eps_tilde may "
-        "then be the model telling the game's non-members (generated records) from real ones "
-        "rather than recognising its members.",
-        plain="The same attack reads less when the records the model never saw are real ones "
-        "rather than look-alikes: part of the number may come from the model telling "
-        "look-alike records from real ones, not from recognising your records.",
-        effect="it is not a measurement of leakage: the generated non-members "
-        "read above real ones, so the model may be telling look-alike records from real ones "
-        "rather than recognising the site's",
-    ),
-}
-"""The prose of each flag of :data:`~.schema.FLAGS` (the same names, in its order)."""
 
 THREAT_MODEL: tuple[Note, ...] = (Note.THREAT_WHO, Note.THREAT_WHAT, Note.THREAT_NOT_COVERED)
 """The threat model of a site's own report, one sentence a line."""

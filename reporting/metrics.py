@@ -427,7 +427,7 @@ LOWER_BOUNDS: tuple[Metric, ...] = (
 in the order the ordering check lists its violations."""
 
 
-REBUILT_SHARES: tuple[Metric, ...] = (INVERSION_SHARE_REBUILT,)
+REBUILT_SHARES: tuple[Metric, ...] = (INVERSION_SHARE_REBUILT, DISHONEST_SERVER)
 """The shares of a site's records an attack rebuilt (unit ``fraction``): what a release
 policy's ``max_rebuilt_share`` holds every one of to (an attack that rebuilds records adds
 its entry here)."""

@@ -11,9 +11,10 @@ import math
 from audit.conformance.checks import ConformanceResult
 from audit.result import AuditResult, Interval
 
+from .flag_prose import FLAG_PROSE
 from .formatting import SIDE_LABELS, fmt, scorer_values
 from .headline_flags import flag_effects, headline_flags, not_a_finding
-from .meanings import FLAG_PROSE, NOTES, Note
+from .meanings import NOTES, Note
 from .metrics import O1, RM_RN, RM_RN_TWO_SIDED
 from .schema import FLAGS, PlainReading, SiteReport, Verdict, mean_of
 

@@ -67,7 +67,7 @@ def mean_of(iv: Interval | None) -> float | None:
 @dataclass(frozen=True)
 class Flag:
     """How a flag of :class:`audit.result.AuditFlags` is shown (its prose:
-    :data:`~.meanings.FLAG_PROSE`)."""
+    :data:`~.flag_prose.FLAG_PROSE`)."""
 
     label: str
     """Its short label (tables, badges, reasons)."""

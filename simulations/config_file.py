@@ -23,12 +23,8 @@ from contracts.files import atomic_write_text
 from contracts.run_files import CONFIG_DIGEST_FILE, RunLayout
 from reporting.privacy_ledger import PrivacySettings, record_accountant_name
 from reporting.run_config import ReportConfig
-from simulations.config import (
-    ConfigError,
-    ExperimentConfig,
-    audit_value,
-    load_config,
-)
+from simulations.audit_phase_config import audit_value
+from simulations.config import ConfigError, ExperimentConfig, load_config
 from simulations.policy_file import load_policy
 
 DIGEST_LINE = "# panoramia-fl wrote this run's settings; their sha256: "

@@ -13,10 +13,14 @@ from typing import Any
 
 import pytest
 import torch
-from builders import TINY_AUDIT, run_files
+import yaml
+from builders import TINY_AUDIT, report_config, run_files
 
 from deployment.flower_apps import DishonestServerRefused, refuse_simulation_settings
+from reporting.evidence import site_pack_html
+from reporting.site_report import site_page_alone
 from server.adversary import Held, Holdings
+from simulations.cli import main
 from simulations.config import ConfigError, validate_config
 from simulations.runner import run_experiment
 
@@ -135,7 +139,9 @@ def test_the_server_rebuilds_the_targets_rows_from_the_secure_sum(attacked) -> N
     assert scored["n_records"] == 64 and scored["n_returned"] == len(held[0].rebuilt)
     # FedSGD, 64 rows in 128 bins: most rows alone in theirs come back; public rows, none.
     assert scored["share_rebuilt"] >= 0.4 > 0.05 >= scored["baseline_share_rebuilt"]
-    assert scored["site_checks"] == "checks not run"
+    # fl.model_checks defaults to record with fl.adversary: the site trained anyway, and its
+    # own checks of the imprint model (repeated rows) say they caught it.
+    assert "repeated_rows" in scored["site_checks"] and "trained anyway" in scored["site_checks"]
     report = json.loads(layout.report_json.read_text())
     shares = {s["site_id"]: s["privacy"]["dishonest_server"] for s in report["sites"]}
     assert shares[0][0]["share_rebuilt"] == scored["share_rebuilt"] and shares[1] == []
@@ -167,3 +173,21 @@ def test_no_rebuilt_row_reaches_the_runs_files_or_pages(attacked) -> None:
         "What a server that does not play fair"
         not in (layout.site_reports / "site-1.html").read_text()
     )
+
+
+@pytest.mark.ray
+def test_the_gate_and_the_evidence_pack_read_what_was_rebuilt(attacked, tmp_path, capsys) -> None:
+    """A release policy's max_rebuilt_share reads the dishonest server's share (exit 1 above
+    it), and the site's evidence pack reports the attack."""
+    run_dir, _ = attacked
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump({"name": "rebuilt", "requirements": {"max_rebuilt_share": 0.1}})
+    )
+    code = main(["gate", str(run_dir), "--policy", str(policy)])
+    lines = capsys.readouterr().out.splitlines()
+    [site0] = [line for line in lines if " site 0: " in line]
+    assert code == 1 and "FAIL" in site0 and "dishonest server: share rebuilt" in site0
+    layout = run_files(run_dir)
+    pack = site_pack_html(site_page_alone(layout, 0, report_config(layout)), dp_level=None)
+    assert "Crafted models from a server that does not play fair" in pack

@@ -369,6 +369,7 @@ def test_contracts_stay_light_and_audit_needs_no_flower():
         "contracts.dishonest_server",
         "contracts.errors",
         "contracts.json_values",
+        "contracts.model_checks",
         "contracts.registry",
         "contracts.tabular_schema",
     }, audit_uses

@@ -32,9 +32,10 @@ from reporting.columns import (
     SiteRow,
     md_table,
 )
+from reporting.flag_prose import FLAG_PROSE
 from reporting.formatting import flag_labels
 from reporting.html_page import _FLAG_BADGE_KIND
-from reporting.meanings import FLAG_PROSE, MEANING_POINTS, NOTES, Note
+from reporting.meanings import MEANING_POINTS, NOTES, Note
 from reporting.schema import FLAGS, FlaggedSites
 
 

@@ -40,10 +40,10 @@ from reporting.aggregate import build_report
 from reporting.between_runs import POOLED, over_runs
 from reporting.blocks import to_html
 from reporting.columns import md_table
+from reporting.flag_prose import FLAG_PROSE
 from reporting.formatting import fmt, fmt_est, fmt_two_sided
 from reporting.html_page import SORT_SCRIPT
 from reporting.manifest import PACKAGES
-from reporting.meanings import FLAG_PROSE
 from reporting.metrics import EPS_TILDE_TWO_SIDED
 from reporting.privacy_ledger import update_violations
 from reporting.replicate_schema import ReplicateReport, ReplicateRun, ReplicateSite
