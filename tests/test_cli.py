@@ -91,7 +91,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 def test_every_argument_of_every_command_has_help():
     parser = build_parser()
     commands = _subcommands(parser)
-    assert set(commands) == {"run", "report", "sweep", "audit", "bounds", "cache"}
+    assert set(commands) == {"run", "report", "sweep", "audit", "bounds", "cache", "gate"}
     missing = [
         f"{name} {action.option_strings or action.dest}"
         for name, command in [("panoramia-fl", parser), *commands.items()]
