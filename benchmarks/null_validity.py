@@ -215,9 +215,10 @@ def null_tally(
     seed: int = 0,
     protocol: str = "paired-score",
     generator: str = "reference_pool",
+    classifier: dict[str, object] | None = None,
 ) -> Tally:
     """Audit ``targets`` null targets, ``repeats`` games each, non-members from
-    ``generator`` (``generator.kind``)."""
+    ``generator`` (``generator.kind``); ``classifier`` replaces classifier settings."""
     tally = Tally()
     for t in range(targets):
         data = _draw(mod, seed * 1000 + t)
@@ -232,6 +233,7 @@ def null_tally(
                 modality=mod.name,
                 protocol=protocol,
                 generator={"kind": generator},
+                classifier=classifier,
             ),
             nonmembers=data["nonmembers"],
             public_pool=data["pool"],
