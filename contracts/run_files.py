@@ -122,6 +122,12 @@ def inversion_gallery_name(site_id: int) -> str:
     return f"site-{site_id}-inversion.png"
 
 
+def rebuilt_gallery_name(site_id: int) -> str:
+    """The site's thumbnails of its records beside what a dishonest server (``fl.adversary``)
+    rebuilt of them (a PNG), in its state directory; the site's report only links it."""
+    return f"site-{site_id}-dishonest-server.png"
+
+
 def secure_sum_state_name(site_id: int) -> str:
     """What a site keeps between the two steps of a secure sum (``fl.secure_aggregation``):
     its update of the round and its private key, in its state directory; never sent, and

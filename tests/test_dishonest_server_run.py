@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import yaml
 from builders import TINY_AUDIT, report_config, run_files
 
 from contracts.model_checks import read_check_records
-from contracts.run_files import local_model_name, model_checks_name
+from contracts.run_files import local_model_name, model_checks_name, rebuilt_gallery_name
 from deployment.flower_apps import DishonestServerRefused, refuse_simulation_settings
 from reporting.evidence import site_pack_html
 from reporting.site_report import site_page_alone
@@ -121,9 +122,8 @@ def _rows_found(rows: torch.Tensor, text: str) -> int:
     return found
 
 
-@pytest.fixture(scope="module")
-def attacked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Held]]:
-    """The run, with what the server held of each site recorded as it keeps it."""
+def _run_recording(config: Any, run_dir: Path) -> list[Held]:
+    """Run ``config``, recording what the server held of each site as it keeps it."""
     held: list[Held] = []
     add = Holdings.add
 
@@ -131,6 +131,15 @@ def attacked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Held]
         held.append(kept)
         add(self, site, kept)
 
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Holdings, "add", recording_add)
+        run_experiment(config, run_dir)
+    return held
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Held]]:
+    """The tabular run, and what the server held of each site."""
     run_dir = tmp_path_factory.mktemp("dishonest") / "run"
     config = _config(
         adversary=[ATTACK, TRAP],
@@ -139,10 +148,35 @@ def attacked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Held]
         rounds=2,
         secure_aggregation="ideal",
     )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Holdings, "add", recording_add)
-        run_experiment(config, run_dir)
-    return run_dir, held
+    return run_dir, _run_recording(config, run_dir)
+
+
+@pytest.fixture(scope="module")
+def attacked_images(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Held]]:
+    """The default image model (the small CNN) on 8x8 digits, FedSGD, one round: the server
+    sends site 0 imprint weights and reads its update."""
+    run_dir = tmp_path_factory.mktemp("dishonest-images") / "run"
+    config = validate_config(
+        {
+            "name": "dishonest-images",
+            "seed": 3,
+            "data": {"name": "digits"},
+            "partition": {"scheme": "iid", "num_sites": 2},
+            "model": {"name": "small_cnn"},
+            "fl": {
+                "rounds": 1,
+                "local_steps": 1,
+                "batch_size": 64,
+                "adversary": [{"attack": "imprint", "rounds": [1], "sites": [0]}],
+            },
+            "audit": {
+                "enabled": True,
+                "reference_pool": True,
+                "settings": {**TINY_AUDIT, "generator": {"kind": "reference_pool"}},
+            },
+        }
+    )
+    return run_dir, _run_recording(config, run_dir)
 
 
 @pytest.mark.ray
@@ -210,9 +244,10 @@ def test_every_site_sent_a_crafted_model_flags_it_by_consistency(attacked) -> No
 
 
 @pytest.mark.ray
-def test_no_rebuilt_row_reaches_the_runs_files_or_pages(attacked) -> None:
-    run_dir, held = attacked
-    rebuilt = torch.cat([h.rebuilt for h in held])
+@pytest.mark.parametrize("run", ["attacked", "attacked_images"])
+def test_no_rebuilt_row_reaches_the_runs_files_or_pages(run, request) -> None:
+    run_dir, held = request.getfixturevalue(run)
+    rebuilt = torch.cat([h.rebuilt.flatten(1) for h in held])  # rows, or images' pixels
     layout = run_files(run_dir)
     # The check finds rows where they are (a file holding them, as the site's own state).
     assert _rows_found(rebuilt, json.dumps(rebuilt.tolist())) >= len(rebuilt) - 2
@@ -229,10 +264,9 @@ def test_no_rebuilt_row_reaches_the_runs_files_or_pages(attacked) -> None:
         assert _rows_found(rebuilt, path.read_text()) == 0, path
     page = (layout.site_reports / "site-0.html").read_text()
     assert "What a server that does not play fair could rebuild" in page
-    assert (
-        "What a server that does not play fair"
-        not in (layout.site_reports / "site-2.html").read_text()
-    )
+    never_attacked = max(layout.audit_files())
+    other = (layout.site_reports / f"site-{never_attacked}.html").read_text()
+    assert "What a server that does not play fair" not in other
 
 
 @pytest.mark.ray
@@ -251,3 +285,23 @@ def test_the_gate_and_the_evidence_pack_read_what_was_rebuilt(attacked, tmp_path
     layout = run_files(run_dir)
     pack = site_pack_html(site_page_alone(layout, 0, report_config(layout)), dp_level=None)
     assert "Crafted models from a server that does not play fair" in pack
+
+
+@pytest.mark.ray
+def test_images_rebuilt_in_a_run_show_on_the_sites_own_page_only(attacked_images) -> None:
+    """The small CNN's imprint inside a run: the site scores the images (SSIM) and keeps
+    thumbnails of its records beside the server's rebuilds in its own folder; only its own
+    page (and that page's JSON) links them, no other page or file of the run."""
+    run_dir, held = attacked_images
+    layout = run_files(run_dir)
+    [scored] = json.loads(layout.audit(0).read_text())["dishonest_server"]
+    assert (scored["measure"], scored["decoded"], scored["n_records"]) == ("ssim", "imprint", 64)
+    assert scored["n_returned"] == len(held[0].rebuilt) > 32
+    thumbnails = layout.site_state / rebuilt_gallery_name(0)
+    assert stat.S_IMODE(thumbnails.stat().st_mode) == 0o600
+    page = (layout.site_reports / "site-0.html").read_text()
+    assert f'<img src="../site_state/{thumbnails.name}"' in page
+    own = {layout.site_reports / "site-0.html", layout.site_reports / "site-0.json"}
+    for path in run_dir.rglob("*"):
+        if path.is_file() and path.suffix in {".html", ".md", ".json", ".csv", ".jsonl"}:
+            assert (thumbnails.name in path.read_text()) == (path in own), path
