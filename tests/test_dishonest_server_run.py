@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import stat
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -224,6 +226,32 @@ def test_secure_aggregation_hands_the_server_the_targets_own_update(attacked) ->
         assert torch.allclose(from_sum, own, rtol=0, atol=1e-6 * float(own.abs().max())), key
     [update] = json.loads(layout.audit(0).read_text())["updates"]
     assert update["round"] == 1
+
+
+@pytest.mark.ray
+def test_what_the_server_held_is_kept_with_the_runs_state(attacked, tmp_path) -> None:
+    """A run resumed after its attacked rounds hands the sites what the server held then:
+    each round's file (0600) reads back as it was held, and gives the same audit query; a
+    round past the last checkpoint is dropped (a resumed run redoes it)."""
+    run_dir, held = attacked
+    for folder in ("checkpoints", "server_held"):
+        shutil.copytree(run_dir / folder, tmp_path / folder)
+    layout = run_files(tmp_path)
+    assert stat.S_IMODE(layout.server_held(1).stat().st_mode) == 0o600
+    loaded = Holdings.load(layout)
+    assert {s: [h.meta for h in kept] for s, kept in loaded.by_site.items()} == {
+        0: [held[0].meta],
+        1: [held[1].meta],
+    }
+    for site, kept in ((0, held[0]), (1, held[1])):
+        [back] = loaded.by_site[site]
+        assert back.rebuilt is not None and kept.rebuilt is not None
+        assert torch.equal(back.rebuilt, kept.rebuilt)
+        assert all(np.array_equal(back.model[k], kept.model[k]) for k in kept.model)
+        query, again = Holdings({site: [kept]}).audit_records(site), loaded.audit_records(site)
+        assert again.keys() == query.keys()
+    layout.round_checkpoint(2).unlink()  # as if stopped before round 2 was committed
+    assert list(Holdings.load(layout).by_site) == [0] and not layout.server_held(2).exists()
 
 
 @pytest.mark.ray
