@@ -8,6 +8,8 @@ audit query the server hands it what it held of each attacked round
 (:mod:`contracts.dishonest_server`): the site compares the rows the server rebuilt, and the
 same attack's rows from public records (the baseline), with its own records of that round,
 and replies with the shares only (:class:`contracts.dishonest_server.DishonestServerResult`).
+For images it also keeps, in its own state directory, thumbnails of its records beside the
+server's rebuilds of them (:func:`write_thumbnails`), which only its own page links.
 The held local model goes to the site's audits of its update (``audit.updates``,
 ``audit.inversion``) in place of its own copy (:func:`held_models`).
 """
@@ -22,6 +24,8 @@ import torch
 from flwr.app import RecordDict
 
 from audit.adversary import rebuilt_share
+from audit.inversion.scores import image_scores
+from clients.inversion import write_gallery
 from clients.site_data import SiteData
 from contracts.dishonest_server import (
     BASELINE,
@@ -37,10 +41,12 @@ from contracts.dishonest_server import (
 )
 from contracts.files import atomic_write
 from contracts.model_checks import read_check_records
-from contracts.run_files import model_checks_name, used_records_name
+from contracts.run_files import model_checks_name, rebuilt_gallery_name, used_records_name
 from contracts.wire import WireError
 
 _STATE_VERSION = 1
+THUMBNAILS = 8
+"""Records shown beside their rebuilds on the site's own page (the best rebuilt first)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,10 @@ class DishonestServerSettings:
 
     def path(self, server_round: int) -> Path:
         return self.state_dir / used_records_name(self.site_id, server_round)
+
+    @property
+    def thumbnails_path(self) -> Path:
+        return self.state_dir / rebuilt_gallery_name(self.site_id)
 
     def checks_verdict(self, server_round: int) -> str:
         """Whether the site's own checks (``fl.model_checks``) caught the round's model: what
@@ -108,8 +118,10 @@ def score_rebuilt(
     content: RecordDict,
     rounds: list[HeldRound],
 ) -> list[DishonestServerResult]:
-    """Each attacked round's rows, rebuilt and baseline, against the site's records of it."""
+    """Each attacked round's rows, rebuilt and baseline, against the site's records of it;
+    for images, the first decoded round's thumbnails (:func:`write_thumbnails`)."""
     out = []
+    shown = False
     for held in rounds:
         truth = _round_records(settings, task, data, held.round)
         name = rebuilt_name(held.round)
@@ -122,6 +134,9 @@ def score_rebuilt(
             n_returned = len(rebuilt)
             shares = rebuilt_share(rebuilt, truth, schema=schema)
             base = rebuilt_share(torch.as_tensor(arrays[BASELINE].numpy()), truth, schema=schema)
+            if truth.dim() == 4 and n_returned and not shown:
+                write_thumbnails(settings.thumbnails_path, truth, rebuilt)
+                shown = True
         out.append(
             DishonestServerResult(
                 round=held.round,
@@ -139,6 +154,16 @@ def score_rebuilt(
             )
         )
     return out
+
+
+def write_thumbnails(path: Path, truth: torch.Tensor, rebuilt: torch.Tensor) -> None:
+    """The site's records that came back best (at most :data:`THUMBNAILS`), each as
+    original | the server's rebuild (its SSIM match), a PNG in the site's own folder."""
+    scores = image_scores(truth, rebuilt)
+    order = scores.quality.argsort()[::-1][:THUMBNAILS]
+    gap = torch.ones((*truth.shape[1:-1], 1))
+    rows = [torch.cat([truth[i], gap, rebuilt[scores.match[i]]], -1) for i in order]
+    write_gallery(path, rows)
 
 
 def _round_records(

@@ -148,7 +148,7 @@ def inversion_audit(
         result, gallery = _attack_round(settings, task, data, kept, server_round, seed)
         out.append(result)
         if gallery is not None and len(out) == 1:
-            _write_gallery(settings.gallery_path, gallery)
+            write_gallery(settings.gallery_path, gallery)
     if not out:
         # Not sampled in those rounds (fraction_train < 1), or a resumed run that trained them
         # before audit.inversion was set: nothing to attack, and the rest of the audit stands.
@@ -292,7 +292,9 @@ def _gallery_rows(
     ]
 
 
-def _write_gallery(path: Path, rows: list[torch.Tensor]) -> None:
+def write_gallery(path: Path, rows: list[torch.Tensor]) -> None:
+    """Images side by side, one row of ``rows`` (each ``(C, H, W)`` in [-1, 1]) under the
+    other, as a PNG only the site can read (0600), enlarged to be seen."""
     from PIL import Image
 
     gap = torch.ones((*rows[0].shape[:-2], 1, rows[0].shape[-1]))

@@ -36,6 +36,9 @@ SITES_DIR = "sites"
 """Simulated sites' data files and the public split."""
 SITE_STATE_DIR = "site_state"
 """Simulated sites' own files (site-local in a real deployment; the server never reads them)."""
+SERVER_HELD_DIR = "server_held"
+"""What a dishonest server (``fl.adversary``, simulations only) held of the sites it attacked,
+one file a round (``server.adversary``): its own state, kept so a resumed run reports it."""
 REFERENCE_MODELS_DIR = "reference_models"
 """The run's shared reference models (public records only) and their manifest."""
 DEPLOYMENT_DIR = "deployment"
@@ -120,6 +123,12 @@ def inversion_gallery_name(site_id: int) -> str:
     """The site's gallery of its records beside their reconstructions (a PNG), in its
     state directory; the site's report only links it, never reads it."""
     return f"site-{site_id}-inversion.png"
+
+
+def rebuilt_gallery_name(site_id: int) -> str:
+    """The site's thumbnails of its records beside what a dishonest server (``fl.adversary``)
+    rebuilt of them (a PNG), in its state directory; the site's report only links it."""
+    return f"site-{site_id}-dishonest-server.png"
 
 
 def secure_sum_state_name(site_id: int) -> str:
@@ -262,6 +271,10 @@ class RunLayout:
     @property
     def site_state(self) -> Path:
         return self.root / SITE_STATE_DIR
+
+    def server_held(self, server_round: int) -> Path:
+        """``server_held/round-XXXX.pt``: what a dishonest server held of a (global) round."""
+        return self.root / SERVER_HELD_DIR / f"round-{server_round:04d}.pt"
 
     @property
     def bulletin(self) -> Path:

@@ -495,6 +495,9 @@ class SitePageReport:
     inversion_gallery_link: str | None = None
     """The site-local gallery of its records beside their reconstructions, relative to the
     page (linked, never copied); None when the site wrote none."""
+    rebuilt_gallery_link: str | None = None
+    """The site-local thumbnails of its records beside what a dishonest server rebuilt of
+    them (images), relative to the page (linked, never copied); None when there are none."""
     secure_aggregation: SecureAggregationMode = "none"
     """``ideal``: the server held only each round's sum (what its readings attack)."""
     gate: GateVerdict | None = None

@@ -256,12 +256,24 @@ def _dishonest_server(report: SitePageReport) -> list[Block]:
     results = report.site.privacy.dishonest_server
     if not results:
         return []
-    return [
+    blocks: list[Block] = [
         Heading("What a server that does not play fair could rebuild"),
         Para(" ".join(dishonest_server_sentence(r) for r in results)),
         Para(f"How to read it: {NOTES[Note.DISHONEST_SERVER]}."),
         Table(DISHONEST_SERVER_COLUMNS, results, attrs=' id="dishonest-server"'),
     ]
+    if report.rebuilt_gallery_link is not None:
+        link = esc(report.rebuilt_gallery_link)
+        blocks.append(
+            Raw(
+                f'<figure class="site-local"><img src="{link}" alt="your records beside what '
+                "the server rebuilt of them\"><figcaption>Your site's own thumbnails "
+                "(site-local, linked, never sent): the records of the first attacked round "
+                "that came back best, each as original | the server's rebuild. "
+                f'<a href="{link}">{link}</a></figcaption></figure>'
+            )
+        )
+    return blocks
 
 
 def _model_checks(report: SitePageReport) -> list[Block]:

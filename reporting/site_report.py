@@ -23,6 +23,7 @@ from contracts.run_files import (
     exposed_records_name,
     inversion_gallery_name,
     model_checks_name,
+    rebuilt_gallery_name,
 )
 from contracts.run_log import ClientDPFile, PlatformInfo, read_record, read_rounds
 
@@ -92,6 +93,7 @@ def build_site_page_report(
         source=source,
         between_runs=_between_runs(layout, site.site_id),
         inversion_gallery_link=_site_local_link(layout, inversion_gallery_name(site.site_id)),
+        rebuilt_gallery_link=_site_local_link(layout, rebuilt_gallery_name(site.site_id)),
         secure_aggregation=secure,
         gate=None if policy is None else verdict_of(policy, site_gate_lines(policy, site)),
         model_checks=flagged_models(layout, site.site_id),

@@ -16,14 +16,18 @@ update before its own noise, and keeps its own weights sane):
   strategy each reply moved back onto the real global model (the update applied to it), so
   the run's model is the one an honest server would build from those updates.
 
-What the server holds (:class:`Holdings`) stays in its memory and goes to each attacked site
-with its audit query (:mod:`contracts.dishonest_server`): the site scores it against its own
-records; the run directory, the logs and the reports get the site's summary numbers only.
+What the server holds (:class:`Holdings`) goes to each attacked site with its audit query
+(:mod:`contracts.dishonest_server`): the site scores it against its own records; the logs
+and the reports get the site's summary numbers only. The server keeps it with the run's
+state too, one file a round (:meth:`RunLayout.server_held`, 0600), so that a run resumed
+after its attacked rounds still hands it to the sites: what it rebuilt and the local models
+it read, never a site's records.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -47,8 +51,11 @@ from contracts.dishonest_server import (
     HeldRound,
     held_model_name,
     held_rounds_json,
+    read_held_rounds,
     rebuilt_name,
 )
+from contracts.files import atomic_write
+from contracts.run_files import SERVER_HELD_DIR, RunLayout
 from contracts.secure_sum import weight_of
 from contracts.wire import ARRAYS, CONFIG
 from server.strategy import DelegatingStrategy, SiteAwareMixin
@@ -104,12 +111,47 @@ class Held:
 
 @dataclass
 class Holdings:
-    """Everything the dishonest server held, by site, in round order (in memory only)."""
+    """Everything the dishonest server held, by site, in round order; with ``layout``,
+    each round is also written with the run's state (:meth:`load` reads it back)."""
 
     by_site: dict[int, list[Held]] = field(default_factory=dict)
+    layout: RunLayout | None = None
 
     def add(self, site: int, held: Held) -> None:
         self.by_site.setdefault(site, []).append(held)
+        if self.layout is not None:
+            self._write(held.meta.round)
+
+    def _write(self, global_round: int) -> None:
+        """The round's file: every site held that round (a redone round overwrites it)."""
+        assert self.layout is not None
+        sites = {
+            site: _held_state(h)
+            for site, kept in self.by_site.items()
+            for h in kept
+            if h.meta.round == global_round
+        }
+        state = {"version": _HELD_VERSION, "round": global_round, "sites": sites}
+        path = self.layout.server_held(global_round)
+        atomic_write(path, lambda f: torch.save(state, f), private=True)
+
+    @classmethod
+    def load(cls, layout: RunLayout) -> Holdings:
+        """What the server held of the rounds a resumed run keeps (those with a round
+        checkpoint); a round past them is redone, so its file is dropped."""
+        holdings = cls(layout=layout)
+        kept = layout.round_checkpoints()
+        for path in sorted((layout.root / SERVER_HELD_DIR).glob("round-*.pt")):
+            match = re.fullmatch(r"round-(\d+)\.pt", path.name)
+            if match is None:
+                continue
+            if int(match.group(1)) not in kept:
+                path.unlink()
+                continue
+            state = torch.load(path, weights_only=True)
+            for site, held in sorted(state["sites"].items()):
+                holdings.by_site.setdefault(int(site), []).append(_held_of(held))
+        return holdings
 
     def audit_records(self, site: int) -> dict[str, Any]:
         """The records the site's audit query carries (none for a site not attacked)."""
@@ -128,6 +170,25 @@ class Holdings:
                     {REBUILT: Array(h.rebuilt.numpy()), BASELINE: Array(h.baseline.numpy())}
                 )
         return records
+
+
+_HELD_VERSION = 1
+
+
+def _held_state(held: Held) -> dict[str, Any]:
+    """One site's round as the server's state file holds it (tensors and text only)."""
+    return {
+        "meta": held_rounds_json([held.meta]),
+        "model": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in held.model.items()},
+        "rebuilt": held.rebuilt,
+        "baseline": held.baseline,
+    }
+
+
+def _held_of(state: Mapping[str, Any]) -> Held:
+    [meta] = read_held_rounds(state["meta"])
+    model = {k: v.numpy() for k, v in state["model"].items()}
+    return Held(meta=meta, model=model, rebuilt=state["rebuilt"], baseline=state["baseline"])
 
 
 class HeldSum(Protocol):

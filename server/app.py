@@ -545,7 +545,7 @@ def build_server_app(settings: ServerSettings) -> ServerApp:
         nodes = wait_for_nodes(grid, settings.num_sites, settings.node_wait_s)
         site_of_node = site_map(grid, nodes, settings.timeout_s)
         state, model_round = None, settings.rounds
-        held = None if settings.adversary is None else Holdings()
+        held = None if settings.adversary is None else Holdings.load(settings.layout)
         if "train" in settings.phases:
             state = run_training(grid, settings, site_of_node, held)
             save_checkpoint(
