@@ -15,6 +15,8 @@ import tomli
 from builders import run_files
 from flwr.app import Context, RecordDict
 
+from clients.site_policy import SiteRefusal
+from contracts.run_files import site_refusals_name
 from deployment.consortium_tls import make_demo_credentials
 from deployment.files import (
     DeploymentFiles,
@@ -175,6 +177,16 @@ def test_resolver_builds_the_site_of_the_node(prepared):
         Path(node["state-dir"]) / files.run_dir.name / "site-1-dp-ledger.json"
     )
     assert runtime.accountant_history_path.parent.is_dir()
+    # A SuperNode whose node config has no ``policy-*`` key runs under the strict defaults:
+    # per-record scores asked for by the operator's run config are refused, naming the key,
+    # and logged in the node's own state dir (what the site then does with the refusal is
+    # tests/test_site_policy.py's, in a real run).
+    assert not any(k.startswith("policy-") for k in node)
+    with pytest.raises(SiteRefusal, match="policy-allow-scores=false refuses"):
+        runtime.policy.check_audit(return_scores=True)
+    assert runtime.refusal_log == (
+        Path(node["state-dir"]) / files.run_dir.name / site_refusals_name(1)
+    )
 
 
 def test_resolver_rejects_mismatched_node_config(prepared):
@@ -262,8 +274,6 @@ class Loopback:
     nodes: list[dict]
     dp: DeploymentFiles
     dp_status: RunStatus
-    policy: DeploymentFiles
-    policy_status: RunStatus
     bad_status: RunStatus
     bad_log: Path
     started_processes: int
@@ -273,9 +283,11 @@ class Loopback:
 
 @pytest.fixture(scope="module")
 def loopback(tmp_path_factory: pytest.TempPathFactory) -> Loopback:
-    """A SuperLink and two SuperNodes on default policy, which run a wrong run config, a
-    two-round DP run and an audit of its final model whose config asks for per-record
-    scores, then stop."""
+    """A SuperLink and two SuperNodes on default policy, which run a wrong run config and a
+    two-round DP run with its audits, then stop. (What a site's policy refuses is checked in
+    a real simulation, tests/test_site_policy.py, and the policy a SuperNode's node config
+    gives its runtime here, in-process: each run on the consortium costs a process per
+    message.)"""
     tmp_path = tmp_path_factory.mktemp("loopback")
     config = _config("loopback", rounds=2, dp=True)
     # As at real sites, each "hospital" keeps its own records outside the run directory and
@@ -288,36 +300,24 @@ def loopback(tmp_path_factory: pytest.TempPathFactory) -> Loopback:
         own.parent.mkdir()
         shutil.move(run_files(source).site_file(i), own)
         nodes.append({"partition-id": i, "num-partitions": 2, "data-path": str(own)})
-    raw = _config("policy").model_dump(mode="json")
-    raw["audit"]["settings"]["return_scores"] = True
-    # The policy run audits only (training is what the DP run shows the policy allows).
-    deployments = [
-        prepare_deployment(config, tmp_path / "loopback", meta=meta),
-        prepare_deployment(validate_config(raw), tmp_path / "policy", meta=meta, phases=("audit",)),
-    ]
-    for files in deployments:
-        assert not (files.run_dir / "sites").exists()
-        files.layout.public.parent.mkdir()
-        shutil.copy(run_files(source).public, files.layout.public)  # central evaluation
+    dp = prepare_deployment(config, tmp_path / "loopback", meta=meta)
+    assert not (dp.run_dir / "sites").exists()
+    dp.layout.public.parent.mkdir()
+    shutil.copy(run_files(source).public, dp.layout.public)  # central evaluation
     bad_run_config = tmp_path / "bad-run-config.toml"
     bad_run_config.write_text('run-dir = "relative/dir"\n')
     with LocalConsortium(nodes) as consortium:
         started = len(consortium.processes.started)
         # A wrong run config fails that run only, with the key named in the run's log.
         bad = consortium.run(
-            deployments[0].app_dir, bad_run_config, timeout_s=600, log_path=tmp_path / "bad.log"
+            dp.app_dir, bad_run_config, timeout_s=600, log_path=tmp_path / "bad.log"
         )
-        dp, policy = deployments
-
-        def run(files: DeploymentFiles) -> RunStatus:
-            log_path = files.run_dir / "deployment" / "serverapp.log"
-            return consortium.run(
-                files.app_dir, files.run_config, timeout_s=1500, log_path=log_path
-            )
-
-        dp_status = run(dp)
-        shutil.copy(dp.layout.final_model, policy.layout.final_model)  # what the policy run audits
-        policy_status = run(policy)
+        dp_status = consortium.run(
+            dp.app_dir,
+            dp.run_config,
+            timeout_s=1500,
+            log_path=dp.run_dir / "deployment" / "serverapp.log",
+        )
         seen = [(s.proc.pid, s.start) for s in consortium.processes.started]
         seen += [d for s in consortium.processes.started for d in descendants(s.proc.pid)]
         work_dir = consortium.work_dir
@@ -326,8 +326,6 @@ def loopback(tmp_path_factory: pytest.TempPathFactory) -> Loopback:
         nodes=nodes,
         dp=dp,
         dp_status=dp_status,
-        policy=policy,
-        policy_status=policy_status,
         bad_status=bad,
         bad_log=tmp_path / "bad.log",
         started_processes=started,
@@ -384,37 +382,6 @@ def test_loopback_consortium_trains_audits_and_reports(loopback: Loopback):
     report = json.loads((run_dir / "report.json").read_text())
     assert {s["site_id"] for s in report["sites"]} == {0, 1}
     assert (run_dir / "report.html").exists()
-
-
-@pytest.mark.slow
-def test_loopback_sites_refuse_per_record_scores_by_default(loopback: Loopback):
-    """The operator's run config asks for per-record scores; every SuperNode runs with the
-    default policy (no ``policy-*`` keys): each refuses, naming the key, logs it, and no
-    score reaches the server's files. (The same nodes trained the DP run: the policy allows
-    training.)"""
-    files = loopback.policy
-    nodes = [*files.node_configs, *loopback.nodes]
-    assert not any(k.startswith("policy-") for node in nodes for k in node)
-    assert loopback.policy_status.ok, loopback.policy_status
-    run_dir = files.run_dir
-    for site, node in enumerate(loopback.nodes):
-        audit = json.loads((run_dir / "audits" / f"site-{site}.json").read_text())
-        assert audit["status"] == "failed" and audit["result"] is None
-        assert (
-            "policy-allow-scores=false refuses audit.settings.return_scores=true"
-            in (audit["error"])
-        )
-        assert audit["traceback"] is None
-        state = Path(node["data-path"]).parent / "panoramia-state"
-        log = state / run_dir.name / f"site-{site}-refusals.jsonl"
-        assert json.loads(log.read_text().splitlines()[-1])["policy_key"] == (
-            "policy-allow-scores=false"
-        )
-    # The server's files (the sites keep theirs next to their data) hold no per-record score.
-    for path in run_dir.rglob("*"):
-        if path.is_file():
-            text = path.read_bytes().decode("utf-8", errors="replace")
-            assert '"scores": [' not in text and '"scores": {' not in text, path
 
 
 @pytest.mark.slow
