@@ -7,8 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from builders import run_files
 
+from clients.site_data import SiteData
+from clients.training import train_locally
 from contracts.checkpoint import load_checkpoint
 from server.client_dp import (
     ClientDPAccounting,
@@ -18,6 +21,8 @@ from server.client_dp import (
 )
 from simulations.apps import client_dp_settings
 from simulations.config import ConfigError, validate_config
+from simulations.run_dir import DatasetMeta
+from simulations.run_task import make_task
 from simulations.runner import run_experiment
 
 pytestmark = pytest.mark.ray
@@ -128,17 +133,33 @@ def test_client_target_epsilon_is_calibrated_over_the_rounds():
 CLIP_NORM = 0.01
 
 
-@pytest.fixture(scope="module")
-def plain_step(tmp_path_factory) -> float:
-    """Round 2's global step without client-level DP (one run for both clipping sides)."""
-    plain_dir = tmp_path_factory.mktemp("plain") / "run"
-    run_experiment(_config({"level": "none"}, rounds=2), plain_dir, write_report=False)
-    return float(np.linalg.norm(_update(plain_dir, 2)))
+def _unclipped_step(run_dir: Path, config) -> float:
+    """Round 2's global step had no update been clipped: the sites' own local training from
+    round 1's global model, as the run's sites train, averaged by FedAvg's record weights
+    (in-process: a run of its own costs a Ray session)."""
+    layout = run_files(run_dir)
+    task = make_task(config, DatasetMeta.read(layout))
+    start = load_checkpoint(layout.round_checkpoint(1)).state_dict
+    updates, weights = [], []
+    for site in range(config.partition.num_sites):
+        data = SiteData.load(layout.site_file(site))
+        trained = train_locally(
+            task,
+            start,
+            x=data.train_x,
+            y=data.train_y,
+            epochs=config.fl.local_epochs,
+            seed=config.seed,
+            device=torch.device("cpu"),
+        ).state_dict
+        updates.append(np.concatenate([(trained[k] - v).numpy().ravel() for k, v in start.items()]))
+        weights.append(len(data.train_x))
+    return float(np.linalg.norm(np.average(updates, axis=0, weights=weights)))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("side", ["server", "client"])
-def test_updates_are_clipped(tmp_path, side, plain_step):
+def test_updates_are_clipped(tmp_path, side):
     """Noise negligible, clipping norm far below the plain update: the global step (the
     mean of the clipped site updates) is at most the norm, and at it when both clip."""
     norm = CLIP_NORM
@@ -147,10 +168,11 @@ def test_updates_are_clipped(tmp_path, side, plain_step):
         "client": {"noise_multiplier": 1e-6, "clipping_norm": norm, "clipping_side": side},
     }
     run_dir = tmp_path / "run"
-    run_experiment(_config(dp, rounds=2), run_dir, write_report=False)
+    config = _config(dp, rounds=2)
+    run_experiment(config, run_dir, write_report=False)
     step = np.linalg.norm(_update(run_dir, 2))
     assert 0.2 * norm < step <= norm * 1.001
-    assert plain_step > 20 * norm  # so clipping did act
+    assert _unclipped_step(run_dir, config) > 20 * norm  # so clipping did act
 
 
 @pytest.mark.slow
