@@ -11,40 +11,40 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names for type checkers (``X as X``: a re-export)
-    from audit.config import AuditConfig as AuditConfig
-    from audit.config import ClassifierConfig as ClassifierConfig
-    from audit.config import GeneratorConfig as GeneratorConfig
-    from audit.config import SplitConfig as SplitConfig
-    from audit.panoramia.components import AuditContext as AuditContext
-    from audit.panoramia.components import ClassifierData as ClassifierData
-    from audit.panoramia.components import Records as Records
-    from audit.panoramia.pipeline import run_audit as run_audit
-    from audit.panoramia.task import AuditTask as AuditTask
-    from audit.result import EPS_TILDE_MEANING as EPS_TILDE_MEANING
-    from audit.result import AuditFlags as AuditFlags
-    from audit.result import AuditResult as AuditResult
-    from audit.result import BoundSummary as BoundSummary
-    from audit.result import Curve as Curve
-    from audit.result import Interval as Interval
-    from audit.result import RepeatResult as RepeatResult
+    from panoramia_fl.audit.config import AuditConfig as AuditConfig
+    from panoramia_fl.audit.config import ClassifierConfig as ClassifierConfig
+    from panoramia_fl.audit.config import GeneratorConfig as GeneratorConfig
+    from panoramia_fl.audit.config import SplitConfig as SplitConfig
+    from panoramia_fl.audit.panoramia.components import AuditContext as AuditContext
+    from panoramia_fl.audit.panoramia.components import ClassifierData as ClassifierData
+    from panoramia_fl.audit.panoramia.components import Records as Records
+    from panoramia_fl.audit.panoramia.pipeline import run_audit as run_audit
+    from panoramia_fl.audit.panoramia.task import AuditTask as AuditTask
+    from panoramia_fl.audit.result import EPS_TILDE_MEANING as EPS_TILDE_MEANING
+    from panoramia_fl.audit.result import AuditFlags as AuditFlags
+    from panoramia_fl.audit.result import AuditResult as AuditResult
+    from panoramia_fl.audit.result import BoundSummary as BoundSummary
+    from panoramia_fl.audit.result import Curve as Curve
+    from panoramia_fl.audit.result import Interval as Interval
+    from panoramia_fl.audit.result import RepeatResult as RepeatResult
 
 _HOMES = {
-    "AuditContext": "audit.panoramia.components",
-    "ClassifierData": "audit.panoramia.components",
-    "Records": "audit.panoramia.components",
-    "AuditConfig": "audit.config",
-    "ClassifierConfig": "audit.config",
-    "GeneratorConfig": "audit.config",
-    "SplitConfig": "audit.config",
-    "run_audit": "audit.panoramia.pipeline",
-    "EPS_TILDE_MEANING": "audit.result",
-    "AuditFlags": "audit.result",
-    "AuditResult": "audit.result",
-    "BoundSummary": "audit.result",
-    "Curve": "audit.result",
-    "Interval": "audit.result",
-    "RepeatResult": "audit.result",
-    "AuditTask": "audit.panoramia.task",
+    "AuditContext": "panoramia_fl.audit.panoramia.components",
+    "ClassifierData": "panoramia_fl.audit.panoramia.components",
+    "Records": "panoramia_fl.audit.panoramia.components",
+    "AuditConfig": "panoramia_fl.audit.config",
+    "ClassifierConfig": "panoramia_fl.audit.config",
+    "GeneratorConfig": "panoramia_fl.audit.config",
+    "SplitConfig": "panoramia_fl.audit.config",
+    "run_audit": "panoramia_fl.audit.panoramia.pipeline",
+    "EPS_TILDE_MEANING": "panoramia_fl.audit.result",
+    "AuditFlags": "panoramia_fl.audit.result",
+    "AuditResult": "panoramia_fl.audit.result",
+    "BoundSummary": "panoramia_fl.audit.result",
+    "Curve": "panoramia_fl.audit.result",
+    "Interval": "panoramia_fl.audit.result",
+    "RepeatResult": "panoramia_fl.audit.result",
+    "AuditTask": "panoramia_fl.audit.panoramia.task",
 }
 
 __all__ = sorted(_HOMES)

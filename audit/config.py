@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from audit.stats.one_run_methods import DEFAULT_BETA, DEFAULT_DELTA
+from panoramia_fl.audit.stats.one_run_methods import DEFAULT_BETA, DEFAULT_DELTA
 
 AuditSeeding = Literal["sequence", "legacy"]
 """How a federated run seeds each site's audit from ``settings.seed``, its own seed and the

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import scipy
 
-from contracts.json_values import FLAT_IN_OLDER
+from panoramia_fl.contracts.json_values import FLAT_IN_OLDER
 
 RESULT_SCHEMA_VERSION = 3
 """3: the one-sided game nested as ``one_sided``, as each side of the two-sided game is

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from audit.canaries.gradient_canaries import GradientCanaryResult
-from audit.canaries.input_canaries import InputCanaryResult
-from audit.inversion.scores import InversionResult
-from audit.panoramia.over_rounds import RoundLeakage
-from audit.result import AuditResult
-from audit.tabular.attribute_result import AttributeInferenceResult
-from contracts.dishonest_server import DishonestServerResult
-from contracts.json_values import older_key
+from panoramia_fl.audit.canaries.gradient_canaries import GradientCanaryResult
+from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
+from panoramia_fl.audit.inversion.scores import InversionResult
+from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
+from panoramia_fl.audit.result import AuditResult
+from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
+from panoramia_fl.contracts.dishonest_server import DishonestServerResult
+from panoramia_fl.contracts.json_values import older_key
 
 
 @dataclass(frozen=True)

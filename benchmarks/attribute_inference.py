@@ -32,14 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from null_validity import clopper_pearson  # noqa: E402
 
-from audit.panoramia.components import Records  # noqa: E402
-from audit.tabular.attribute_game import attribute_inference_audit  # noqa: E402
-from audit.tabular.attribute_result import (  # noqa: E402
+from panoramia_fl.audit.panoramia.components import Records  # noqa: E402
+from panoramia_fl.audit.tabular.attribute_game import attribute_inference_audit  # noqa: E402
+from panoramia_fl.audit.tabular.attribute_result import (  # noqa: E402
     AttributeInferenceConfig,
     AttributeInferenceResult,
 )
-from ml.datasets import Dataset, load_dataset  # noqa: E402
-from ml.tasks import TorchTask, build_task  # noqa: E402
+from panoramia_fl.ml.datasets import Dataset, load_dataset  # noqa: E402
+from panoramia_fl.ml.tasks import TorchTask, build_task  # noqa: E402
 
 BETA = 0.05
 CPU = torch.device("cpu")

@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from audit import AuditConfig, AuditResult, Records, run_audit
-from ml.datasets import load_dataset
-from ml.tasks import build_task
+from panoramia_fl.audit import AuditConfig, AuditResult, Records, run_audit
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.tasks import build_task
 
 # Preset audit settings per non-member source. The reference pool needs no D_G beyond a
 # label histogram, so more of the member set goes to the classifiers and the game.
@@ -203,7 +203,7 @@ def checks(rows: list[dict[str, Any]]) -> list[str]:
 
 def time_quick(args: argparse.Namespace, ds, task, device: torch.device) -> int:
     """One quick-mode audit with the default settings and a game of ``--time-quick-m`` slots."""
-    from audit.panoramia.settings import resolve_config
+    from panoramia_fl.audit.panoramia.settings import resolve_config
 
     given = AuditConfig(
         quick=True,

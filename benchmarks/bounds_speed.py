@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from audit.stats.bounds import bound_curve, ceiling, hoeffding_lower_bound, lower_bound
-from audit.stats.o1 import o1_lower_bound
+from panoramia_fl.audit.stats.bounds import bound_curve, ceiling, hoeffding_lower_bound, lower_bound
+from panoramia_fl.audit.stats.o1 import o1_lower_bound
 
 
 def _best_time(fn: Callable[[], object], repeats: int) -> float:

@@ -1,6 +1,6 @@
 """What a server that does not play fair rebuilds of one site's records, in process (no
 Flower): crafted weights (``audit.adversary``) trained by the site's own local training
-(``clients.training.train_locally``: the config's optimizer, batch size and local epochs;
+(``clients.site_training.train_locally``: the config's optimizer, batch size and local epochs;
 real Opacus DP-SGD with ``--dp-epsilon``), the records rebuilt from the update, scored at
 the site against its own records, beside the baseline (the same attack on an update of as
 many public records, scored against the same site records).
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from audit.adversary import (
+from panoramia_fl.audit.adversary import (
     ATTACKS,
     CraftedModel,
     RebuiltShare,
@@ -43,14 +43,14 @@ from audit.adversary import (
     rebuilt_share,
     update_of,
 )
-from clients.privacy import AccountantHistory
-from clients.training import train_locally
-from ml.datasets import Dataset, load_dataset
-from ml.tasks import TorchTask
-from simulations.apps import dp_settings
-from simulations.config import ExperimentConfig, load_config
-from simulations.run_dir import DatasetMeta
-from simulations.run_task import make_task
+from panoramia_fl.clients.privacy import AccountantHistory
+from panoramia_fl.clients.site_training import train_locally
+from panoramia_fl.ml.datasets import Dataset, load_dataset
+from panoramia_fl.ml.tasks import TorchTask
+from panoramia_fl.simulations.apps import dp_settings
+from panoramia_fl.simulations.experiment_config import ExperimentConfig, load_config
+from panoramia_fl.simulations.run_dir import DatasetMeta
+from panoramia_fl.simulations.run_task import make_task
 
 CPU = torch.device("cpu")
 CRAFT_RECORDS = 1024

@@ -146,7 +146,7 @@ class Sampler:
 
 def _stages(args: argparse.Namespace, runs: Path) -> list[Stage]:
     py = sys.executable
-    cli = [py, "-m", "simulations.cli", "run"]
+    cli = [py, "-m", "panoramia_fl.simulations.cli", "run"]
     data = [] if args.data_root is None else ["--set", f"data.root={args.data_root}"]
     pipeline = [py, "benchmarks/pipeline.py", "--sites", "16", "--records", "700"]
     pipeline += ["--rounds", "2", "--quick"]

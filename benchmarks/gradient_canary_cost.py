@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from clients.gradient_canaries import GradientCanaryState
-from clients.privacy import AccountantHistory, DPSettings
-from clients.training import train_locally
-from ml.datasets import load_dataset
-from simulations.config import load_config
-from simulations.run_dir import DatasetMeta
-from simulations.run_task import make_task
+from panoramia_fl.clients.privacy import AccountantHistory, DPSettings
+from panoramia_fl.clients.real_path_canaries import GradientCanaryState
+from panoramia_fl.clients.site_training import train_locally
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.simulations.experiment_config import load_config
+from panoramia_fl.simulations.run_dir import DatasetMeta
+from panoramia_fl.simulations.run_task import make_task
 
 
 def main() -> None:

@@ -20,8 +20,8 @@ import warnings
 
 import numpy as np
 
-from audit.canaries.client_canaries import pooled_gaussian_epsilon
-from audit.canaries.gradient_canaries import llr_increment, split_rule_bounds
+from panoramia_fl.audit.canaries.client_canaries import pooled_gaussian_epsilon
+from panoramia_fl.audit.canaries.gradient_canaries import llr_increment, split_rule_bounds
 
 DELTA = 1e-5
 BETA = 0.05

@@ -2,7 +2,7 @@
 
 One site of the default (Fashion-MNIST, the small CNN, 1,100 members drawn at random, batch
 64, Adam, 8 local epochs) trains round 1 from the seeded initial model as a run's site does
-(``clients.training.train_locally``), keeps it (``clients.inversion.keep_round``) and runs
+(``clients.site_training.train_locally``), keeps it (``clients.inversion.keep_round``) and runs
 its inversion audit (``clients.inversion.inversion_audit``, the config's
 ``audit.inversion`` or its defaults); prints the wall time of the audit and its numbers
 beside the public-record baseline. ``--set`` takes the CLI's overrides, e.g.
@@ -26,17 +26,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from audit.inversion.attack import InversionConfig, LocalTraining, RecordSpec, invert
-from clients.inversion import InversionSettings, inversion_audit, keep_round
-from clients.privacy import AccountantHistory
-from clients.site_data import SiteData
-from clients.training import LocalTrainResult, train_locally
-from ml.datasets import load_dataset
-from ml.tasks import TorchTask
-from simulations.apps import dp_settings
-from simulations.config import ExperimentConfig, load_config
-from simulations.run_dir import DatasetMeta
-from simulations.run_task import make_task
+from panoramia_fl.audit.inversion.attack import InversionConfig, LocalTraining, RecordSpec, invert
+from panoramia_fl.clients.inversion import InversionSettings, inversion_audit, keep_round
+from panoramia_fl.clients.privacy import AccountantHistory
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.clients.site_training import LocalTrainResult, train_locally
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.tasks import TorchTask
+from panoramia_fl.simulations.apps import dp_settings
+from panoramia_fl.simulations.experiment_config import ExperimentConfig, load_config
+from panoramia_fl.simulations.run_dir import DatasetMeta
+from panoramia_fl.simulations.run_task import make_task
 
 
 def main() -> None:

@@ -49,24 +49,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from null_validity import clopper_pearson  # noqa: E402
 
-from audit.adversary import SiteOptimizer, craft_dead, craft_imprint, craft_trap  # noqa: E402
-from audit.received_model.digest import model_digest  # noqa: E402
-from audit.received_model.thresholds import THRESHOLDS  # noqa: E402
-from clients.model_checks import ModelCheckSettings, check_received, publish  # noqa: E402
-from clients.privacy import AccountantHistory  # noqa: E402
-from clients.site_data import SiteData  # noqa: E402
-from clients.training import train_locally  # noqa: E402
-from contracts.model_checks import (  # noqa: E402
+from panoramia_fl.audit.adversary import SiteOptimizer, craft_dead, craft_imprint, craft_trap  # noqa: E402
+from panoramia_fl.audit.received_model.digest import model_digest  # noqa: E402
+from panoramia_fl.audit.received_model.thresholds import THRESHOLDS  # noqa: E402
+from panoramia_fl.clients.model_checks import ModelCheckSettings, check_received, publish  # noqa: E402
+from panoramia_fl.clients.privacy import AccountantHistory  # noqa: E402
+from panoramia_fl.clients.site_data import SiteData  # noqa: E402
+from panoramia_fl.clients.site_training import train_locally  # noqa: E402
+from panoramia_fl.contracts.model_checks import (  # noqa: E402
     CHECK_NAMES,
     RoundAnnouncement,
     read_check_records,  # noqa: E402
 )
-from contracts.run_files import RunLayout  # noqa: E402
-from simulations.apps import dp_settings  # noqa: E402
-from simulations.config import load_config  # noqa: E402
-from simulations.model_checks import agreed_training  # noqa: E402
-from simulations.run_dir import load_public, prepare_run_dir  # noqa: E402
-from simulations.run_task import make_task  # noqa: E402
+from panoramia_fl.contracts.run_files import RunLayout  # noqa: E402
+from panoramia_fl.simulations.apps import dp_settings  # noqa: E402
+from panoramia_fl.simulations.experiment_config import load_config  # noqa: E402
+from panoramia_fl.simulations.model_checks import agreed_training  # noqa: E402
+from panoramia_fl.simulations.run_dir import load_public, prepare_run_dir  # noqa: E402
+from panoramia_fl.simulations.run_task import make_task  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DP = ["dp.enabled=true", "dp.noise_multiplier=1.0", "dp.accountant=rdp"]

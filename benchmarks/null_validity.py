@@ -32,9 +32,9 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from audit import AuditConfig, AuditResult, Records, run_audit  # noqa: E402
-from ml.datasets import Dataset, load_dataset  # noqa: E402
-from ml.tasks import TorchTask, build_task  # noqa: E402
+from panoramia_fl.audit import AuditConfig, AuditResult, Records, run_audit  # noqa: E402
+from panoramia_fl.ml.datasets import Dataset, load_dataset  # noqa: E402
+from panoramia_fl.ml.tasks import TorchTask, build_task  # noqa: E402
 
 METRICS = (
     "eps_tilde (one-sided, paper)",

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from contracts.run_files import RunLayout
-from simulations.config import validate_config
-from simulations.runner import run_experiment
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.runner import run_experiment
 
 
 def config_for(num_sites: int, args: argparse.Namespace) -> dict:

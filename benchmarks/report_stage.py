@@ -17,9 +17,9 @@ import statistics
 import time
 from pathlib import Path
 
-from contracts.run_files import RunLayout
-from reporting import write_report
-from simulations.config_file import report_config
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.reporting import write_report
+from panoramia_fl.simulations.config_file import report_config
 
 
 def cpu_seconds() -> float:

@@ -52,7 +52,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script: the project's packages from this checkout
 
-from charts.svg import Axes, Style, render_figure  # noqa: E402
+from panoramia_fl.charts.svg import Axes, Style, render_figure  # noqa: E402
 
 VARIANTS = {
     "plain": ["dp.enabled=false", "audit.gradient_canaries=0"],
@@ -164,8 +164,8 @@ def gpu_sampler(out: Path) -> Any:
 def child(base: Path, overrides: list[str], run_dir: Path) -> None:
     """One cell, in its own process: the run as the CLI does it, with its start and stage
     times printed for the parent."""
-    from simulations.config import load_config
-    from simulations.runner import run_experiment
+    from panoramia_fl.simulations.experiment_config import load_config
+    from panoramia_fl.simulations.runner import run_experiment
 
     config = load_config(base, overrides)
     print(f"SCALE_T0 {time.time():.3f}", flush=True)
@@ -346,8 +346,8 @@ def main() -> int:
         return 0
     args = parse()
     args.base, args.out = args.base.resolve(), args.out.resolve()
-    from ml.datasets import load_dataset
-    from simulations.config import load_config
+    from panoramia_fl.ml.datasets import load_dataset
+    from panoramia_fl.simulations.experiment_config import load_config
 
     data = load_config(args.base, args.overrides).data
     pool = len(load_dataset(data.name, root=data.root, options=data.options).x)

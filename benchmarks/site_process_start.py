@@ -70,7 +70,7 @@ def self_time_by_package(importtime_log: str, after: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--module", default="deployment.flower_apps")
+    parser.add_argument("--module", default="panoramia_fl.deployment.flower_apps")
     parser.add_argument("--top", type=int, default=12, help="packages to list")
     args = parser.parse_args()
     runtime = [run_import([RUNTIME])[0] for _ in range(args.repeats)]

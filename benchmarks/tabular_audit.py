@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from audit import run_audit
-from audit.config import AuditConfig
-from audit.panoramia.components import GENERATORS, AuditContext, Records
-from audit.tabular.generators import MSTGenerator
-from ml.datasets import load_dataset
-from ml.tasks import build_task
-from ml.tasks.base import OptimizerSpec
+from panoramia_fl.audit import run_audit
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.components import GENERATORS, AuditContext, Records
+from panoramia_fl.audit.tabular.generators import MSTGenerator
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.tasks import build_task
+from panoramia_fl.ml.tasks.base import OptimizerSpec
 
 
 def _generator_kind(args: argparse.Namespace) -> str:

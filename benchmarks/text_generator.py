@@ -36,12 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from audit import AuditConfig, GeneratorConfig, Records, run_audit  # noqa: E402
-from audit.config import ClassifierConfig, SplitConfig  # noqa: E402
-from audit.panoramia.settings import resolve_device  # noqa: E402
-from ml.tasks import build_task  # noqa: E402
-from ml.tasks.base import OptimizerSpec
-from ml.training import run_epoch  # noqa: E402
+from panoramia_fl.audit import AuditConfig, GeneratorConfig, Records, run_audit  # noqa: E402
+from panoramia_fl.audit.config import ClassifierConfig, SplitConfig  # noqa: E402
+from panoramia_fl.audit.panoramia.settings import resolve_device  # noqa: E402
+from panoramia_fl.ml.tasks import build_task  # noqa: E402
+from panoramia_fl.ml.tasks.base import OptimizerSpec
+from panoramia_fl.ml.training import run_epoch  # noqa: E402
 
 VARIANTS: dict[str, dict] = {
     "scratch": {"pretrain_epochs": 0},
@@ -56,7 +56,7 @@ def load_site(args: argparse.Namespace) -> dict[str, np.ndarray]:
     if args.data_npz:
         with np.load(args.data_npz) as z:
             return {k: z[k] for k in z.files}
-    from ml.datasets import load_dataset
+    from panoramia_fl.ml.datasets import load_dataset
 
     data = load_dataset("bible", options={"vocab_size": args.vocab_size})
     rng = np.random.default_rng(args.seed)

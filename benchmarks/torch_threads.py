@@ -3,7 +3,7 @@ are the same bit for bit (what ``resources.torch_threads`` above 1 would change)
 
 One site of the default (Fashion-MNIST, the small CNN, 1,100 records drawn at random, Adam,
 batch 64) trains ``--epochs`` local epochs from the seeded initial model, as a run's site
-does (``clients.training.train_locally``), with each thread count in turn, ``--repeats``
+does (``clients.site_training.train_locally``), with each thread count in turn, ``--repeats``
 times; prints CPU and wall seconds of each, and the largest weight difference.
 
     python benchmarks/torch_threads.py [--threads 2] [--epochs 1] [--repeats 2]
@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clients.training import train_locally
-from ml.datasets import load_dataset
-from simulations.config import load_config
-from simulations.run_dir import DatasetMeta
-from simulations.run_task import make_task
+from panoramia_fl.clients.site_training import train_locally
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.simulations.experiment_config import load_config
+from panoramia_fl.simulations.run_dir import DatasetMeta
+from panoramia_fl.simulations.run_task import make_task
 
 
 def main() -> None:

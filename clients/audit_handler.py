@@ -12,12 +12,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from audit.canaries.input_canaries import InputCanaryResult
-from audit.config import AuditConfig, AuditSeeding
-from audit.site_results import SiteResults
-from audit.tabular.attribute_result import AttributeInferenceConfig, AttributeInferenceResult
-from clients.site_data import SiteData
-from contracts.files import atomic_write_text
+from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
+from panoramia_fl.audit.config import AuditConfig, AuditSeeding
+from panoramia_fl.audit.site_results import SiteResults
+from panoramia_fl.audit.tabular.attribute_result import (
+    AttributeInferenceConfig,
+    AttributeInferenceResult,
+)
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.contracts.files import atomic_write_text
 
 EXPOSED_RECORDS_SCHEMA_VERSION = 1
 
@@ -87,8 +90,10 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
         earlier: Mapping[int, torch.nn.Module],
         updates: Mapping[int, torch.nn.Module],
     ) -> SiteResults:
-        from audit.panoramia.over_rounds import round_leakage  # heavy: only in processes that audit
-        from audit.panoramia.pipeline import run_audits_of
+        from panoramia_fl.audit.panoramia.over_rounds import (
+            round_leakage,  # heavy: only in processes that audit
+        )
+        from panoramia_fl.audit.panoramia.pipeline import run_audits_of
 
         if model is not None and data.has_input_canaries:
             _check_input_canary_coins(data)
@@ -176,8 +181,8 @@ def _attribute_inference(
     held-out records (its guesses trained on the public pool when the site has one)."""
     if policy.attribute_inference is None:
         return None
-    from audit.panoramia.settings import resolve_device
-    from audit.tabular.attribute_game import attribute_inference_audit
+    from panoramia_fl.audit.panoramia.settings import resolve_device
+    from panoramia_fl.audit.tabular.attribute_game import attribute_inference_audit
 
     if len(data.holdout_x) == 0:
         raise ValueError(
@@ -265,9 +270,9 @@ def input_canary_audit_of(
     the losses and the coins to :func:`audit.canaries.input_canaries.input_canary_audit` (its
     f-DP bound at ``delta``; None: :data:`audit.stats.one_run.DEFAULT_DELTA`).
     """
-    from audit.canaries.input_canaries import input_canary_audit
-    from audit.panoramia.settings import resolve_device
-    from audit.stats.one_run_methods import DEFAULT_DELTA
+    from panoramia_fl.audit.canaries.input_canaries import input_canary_audit
+    from panoramia_fl.audit.panoramia.settings import resolve_device
+    from panoramia_fl.audit.stats.one_run_methods import DEFAULT_DELTA
 
     records, coins = data.input_canary_records()
     losses = task.per_record_loss(model, records.x, records.y, device=resolve_device(device_name))
@@ -292,8 +297,8 @@ def write_exposed_records(
     for itself stay inside it, so without shared ones the file says it fell back to f's
     log-likelihood.
     """
-    from audit.panoramia.exposure import most_exposed
-    from audit.panoramia.settings import resolve_device
+    from panoramia_fl.audit.panoramia.exposure import most_exposed
+    from panoramia_fl.audit.panoramia.settings import resolve_device
 
     exposed = most_exposed(
         task, model, data.records("train"), references, k=k, device=resolve_device(device_name)

@@ -23,11 +23,11 @@ from typing import Any
 import torch
 from flwr.app import RecordDict
 
-from audit.adversary import rebuilt_share
-from audit.inversion.scores import image_scores
-from clients.inversion import write_gallery
-from clients.site_data import SiteData
-from contracts.dishonest_server import (
+from panoramia_fl.audit.adversary import rebuilt_share
+from panoramia_fl.audit.inversion.scores import image_scores
+from panoramia_fl.clients.inversion import write_gallery
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.contracts.dishonest_server import (
     BASELINE,
     CHECKS_NOT_RUN,
     HELD_ROUNDS,
@@ -39,10 +39,14 @@ from contracts.dishonest_server import (
     read_held_rounds,
     rebuilt_name,
 )
-from contracts.files import atomic_write
-from contracts.model_checks import read_check_records
-from contracts.run_files import model_checks_name, rebuilt_gallery_name, used_records_name
-from contracts.wire import WireError
+from panoramia_fl.contracts.files import atomic_write
+from panoramia_fl.contracts.model_checks import read_check_records
+from panoramia_fl.contracts.run_files import (
+    model_checks_name,
+    rebuilt_gallery_name,
+    used_records_name,
+)
+from panoramia_fl.contracts.wire import WireError
 
 _STATE_VERSION = 1
 THUMBNAILS = 8

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from clients.noise import entropy_generator
+from panoramia_fl.clients.noise import entropy_generator
 
 _STREAM = 0xD157
 """Names the distributed noise's random stream, apart from the round's other draws."""

@@ -10,7 +10,7 @@ the real work, never a replay of it:
   them (their sum against the batch gradient, their clipping at the *configured* ``C`` as a
   reference) and the clean clipped sum ``S`` the real clipping produced;
 * that the real ``add_noise`` was called (and, with gradient canaries, the canary block's
-  noise through the same call, :mod:`clients.gradient_canaries`);
+  noise through the same call, :mod:`clients.real_path_canaries`);
 * at the inner optimizer's ``step``, where the gradient ``u`` is consumed after the real
   noise and scaling: the noise residual ``u - (<u, S> / |S|^2) S`` (inner products, moments,
   the correlation with the previous step's, a fixed coordinate subset), and the noise
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from audit.conformance.checks import CLIP_TOLERANCE
-from audit.conformance.evidence import (
+from panoramia_fl.audit.conformance.checks import CLIP_TOLERANCE
+from panoramia_fl.audit.conformance.evidence import (
     NO_ACCOUNTANT_STEP,
     NO_CLEAN_SUM,
     NO_NOISE_CALL,

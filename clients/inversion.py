@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from audit.inversion.attack import (
+from panoramia_fl.audit.inversion.attack import (
     Fields,
     InversionConfig,
     LocalTraining,
@@ -30,18 +30,18 @@ from audit.inversion.attack import (
     invert,
     simulate_update,
 )
-from audit.inversion.scores import (
+from panoramia_fl.audit.inversion.scores import (
     InversionResult,
     RecordScores,
     image_scores,
     summarise,
     tabular_scores,
 )
-from clients.site_data import SiteData
-from clients.training import LocalTrainResult
-from contracts.files import atomic_write
-from contracts.run_files import inversion_gallery_name, inversion_state_name
-from contracts.tabular_schema import resolve_attributes
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.clients.site_training import LocalTrainResult
+from panoramia_fl.contracts.files import atomic_write
+from panoramia_fl.contracts.run_files import inversion_gallery_name, inversion_state_name
+from panoramia_fl.contracts.tabular_schema import resolve_attributes
 
 _STATE_VERSION = 1
 log = logging.getLogger(__name__)

@@ -25,13 +25,18 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context
 
-from audit.received_model.consistency import BulletinEntry, consistency
-from audit.received_model.digest import model_digest
-from audit.received_model.plausibility import AgreedTraining, plausibility
-from audit.received_model.structure import structure
-from clients.training import TrainableTask
-from contracts.files import PRIVATE_FILE_MODE, private_dir
-from contracts.model_checks import CheckOutcome, CheckRecord, ModelFlag, RoundAnnouncement
+from panoramia_fl.audit.received_model.consistency import BulletinEntry, consistency
+from panoramia_fl.audit.received_model.digest import model_digest
+from panoramia_fl.audit.received_model.plausibility import AgreedTraining, plausibility
+from panoramia_fl.audit.received_model.structure import structure
+from panoramia_fl.clients.site_training import TrainableTask
+from panoramia_fl.contracts.files import PRIVATE_FILE_MODE, private_dir
+from panoramia_fl.contracts.model_checks import (
+    CheckOutcome,
+    CheckRecord,
+    ModelFlag,
+    RoundAnnouncement,
+)
 
 PREVIOUS_MODEL = "model-checks.previous"
 """Node state: the trained parameters of the last global model the site accepted."""

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from contracts.files import atomic_write_text
+from panoramia_fl.contracts.files import atomic_write_text
 
 
 @dataclass(frozen=True)

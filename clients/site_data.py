@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from audit.panoramia.components import Records
-from contracts.errors import MissingFileError
-from contracts.files import atomic_write
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.contracts.errors import MissingFileError
+from panoramia_fl.contracts.files import atomic_write
 
 _PARTS = ("train", "holdout", "test", "public")
 _AXES = ("x", "y", "groups")

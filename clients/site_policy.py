@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contracts.errors import UserError
-from contracts.files import PRIVATE_FILE_MODE, private_dir
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.contracts.files import PRIVATE_FILE_MODE, private_dir
 
 MAX_EPSILON_KEY = "policy-max-epsilon"
 ALLOW_SCORES_KEY = "policy-allow-scores"

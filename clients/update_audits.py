@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from audit.panoramia.over_rounds import RoundLeakage
-from clients.training import LocalTrainResult
-from contracts.files import atomic_write
-from contracts.run_files import local_model_name
+from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
+from panoramia_fl.clients.site_training import LocalTrainResult
+from panoramia_fl.contracts.files import atomic_write
+from panoramia_fl.contracts.run_files import local_model_name
 
 _STATE_VERSION = 1
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from contracts.errors import MissingFileError, RunFileError
-from contracts.files import atomic_write
-from contracts.json_values import from_dict, json_safe
-from contracts.run_files import CheckpointMeta, RunLayout
+from panoramia_fl.contracts.errors import MissingFileError, RunFileError
+from panoramia_fl.contracts.files import atomic_write
+from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.contracts.run_files import CheckpointMeta, RunLayout
 
 if TYPE_CHECKING:
     import torch

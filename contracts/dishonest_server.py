@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from contracts.json_values import from_dict, json_safe
+from panoramia_fl.contracts.json_values import from_dict, json_safe
 
 AttackName = Literal["imprint", "trap", "inconsistent"]
 """``fl.adversary[].attack``."""

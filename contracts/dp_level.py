@@ -1,7 +1,7 @@
 """The DP level of a run (``dp.level``) and the rule that resolves it from a config, and
 its secure-aggregation setting (``fl.secure_aggregation``).
 
-The config loader (``simulations.config.DPConfig``) and the report (which reads a run's
+The config loader (``simulations.experiment_config.DPConfig``) and the report (which reads a run's
 ``config.yaml`` as plain data) both resolve the level through :func:`resolve_dp_level`.
 """
 

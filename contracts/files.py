@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from contracts.errors import RunFileError
+from panoramia_fl.contracts.errors import RunFileError
 
 PRIVATE_FILE_MODE = 0o600
 """Site-local files: the site's own account only."""

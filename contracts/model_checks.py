@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from contracts.json_values import from_dict, json_safe
+from panoramia_fl.contracts.json_values import from_dict, json_safe
 
 MODEL_FLAGGED_CODE = 4005
 """The Flower ``Error`` code of a site that refused a round's model: a check flagged it."""
@@ -130,7 +130,7 @@ class RoundAnnouncement:
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> RoundAnnouncement:
         """Checked (a :class:`contracts.wire.WireError` naming the key)."""
-        from contracts.wire import WireError  # Flower's records: the site's side only
+        from panoramia_fl.contracts.wire import WireError  # Flower's records: the site's side only
 
         what = f"{ANNOUNCE} query"
         server_round, digest, sites = values.get(_ROUND), values.get(_DIGEST), values.get(_SITES)

@@ -18,7 +18,7 @@ import re
 import traceback
 from collections.abc import Iterable
 
-from contracts.errors import NameTakenError, UserError
+from panoramia_fl.contracts.errors import NameTakenError, UserError
 
 PLUGINS_KEY = "plugins"
 """The config key that lists them."""

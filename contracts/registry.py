@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from contracts.errors import NameTakenError, UnknownNameError
+from panoramia_fl.contracts.errors import NameTakenError, UnknownNameError
 
 T = TypeVar("T")
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from contracts.errors import RunFileError
-from contracts.json_values import from_dict, json_safe
-from contracts.model_checks import ModelFlag
-from contracts.run_files import RunLayout
+from panoramia_fl.contracts.errors import RunFileError
+from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.contracts.model_checks import ModelFlag
+from panoramia_fl.contracts.run_files import RunLayout
 
 R = TypeVar("R")
 

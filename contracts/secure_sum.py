@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from contracts.reply_keys import PUBLIC_KEY
-from contracts.wire import NUM_EXAMPLES, UNIT_WEIGHT, WireError
+from panoramia_fl.contracts.reply_keys import PUBLIC_KEY
+from panoramia_fl.contracts.wire import NUM_EXAMPLES, UNIT_WEIGHT, WireError
 
 SECURE_SUM = "secure_sum"
 """The record name of a round's key in a train reply, and the query action of step 2."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Generic, Literal, TypeVar
 
-from contracts.json_values import INLINE
+from panoramia_fl.contracts.json_values import INLINE
 
 K = TypeVar("K")
 """The audit's results: a dataclass of the kinds of audit, each optional."""

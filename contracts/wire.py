@@ -50,8 +50,8 @@ from flwr.app import (
     RecordDict,
 )
 
-from contracts.json_values import from_dict, json_safe
-from contracts.reply_keys import (
+from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.contracts.reply_keys import (
     ARRAYS,
     DP_EPSILON,
     ELAPSED_S,
@@ -64,7 +64,7 @@ from contracts.reply_keys import (
     UNIT_WEIGHT,
     kind_key,
 )
-from contracts.site_audit import K, SiteAudit
+from panoramia_fl.contracts.site_audit import K, SiteAudit
 
 # Record names inside a message's RecordDict (the weights' name, ARRAYS, is a reply key).
 CONFIG = "config"

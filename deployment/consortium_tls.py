@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from contracts.errors import UserError
+from panoramia_fl.contracts.errors import UserError
 
 
 class CredentialsError(UserError, RuntimeError):

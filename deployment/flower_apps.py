@@ -2,7 +2,7 @@
 
 ``flwr run`` imports two module-level objects, :data:`server_app` and :data:`client_app`
 (``[tool.flwr.app.components]`` in the app's ``pyproject.toml``). They wrap the same apps
-the simulation runs (:func:`server.app.build_server_app`, :func:`clients.app.build_client_app`);
+the simulation runs (:func:`server.server_app.build_server_app`, :func:`clients.client_app.build_client_app`);
 what a simulation passes in a closure they read from Flower's context instead.
 
 Run config (the same for the server and every site; defaults in :data:`RUN_CONFIG_DEFAULTS`):
@@ -12,7 +12,7 @@ Run config (the same for the server and every site; defaults in :data:`RUN_CONFI
     audits, report). Under ``flwr run`` the ServerApp's working directory is wherever the
     SuperLink was started, so a relative path is an error.
 ``experiment-config``
-    The resolved :class:`~simulations.config.ExperimentConfig` as YAML text. Empty: read
+    The resolved :class:`~simulations.experiment_config.ExperimentConfig` as YAML text. Empty: read
     ``<run-dir>/config.yaml`` (possible only where the run directory is visible, e.g. on a
     loopback consortium).
 ``dataset-meta``
@@ -41,26 +41,31 @@ import yaml
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from audit.panoramia.components import Records
-from clients.app import SiteRuntime, build_client_app
-from clients.site_data import SiteData
-from clients.site_policy import SitePolicy
-from contracts.errors import UserError
-from contracts.files import private_dir
-from contracts.json_values import from_dict
-from contracts.run_files import RunLayout, site_refusals_name
-from server.app import ServerSettings, build_server_app
-from simulations.apps import (
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.clients.client_app import SiteRuntime, build_client_app
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.clients.site_policy import SitePolicy
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.contracts.files import private_dir
+from panoramia_fl.contracts.json_values import from_dict
+from panoramia_fl.contracts.run_files import RunLayout, site_refusals_name
+from panoramia_fl.server.server_app import ServerSettings, build_server_app
+from panoramia_fl.simulations.apps import (
     SiteResolver,
     gradient_canary_settings,
     inversion_settings,
     server_settings,
 )
-from simulations.config import ConfigError, ExperimentConfig, load_config, validate_config
-from simulations.config_file import report_config
-from simulations.model_checks import deployed_model_check_settings
-from simulations.reference_models import site_pool
-from simulations.run_dir import DatasetMeta, read_public
+from panoramia_fl.simulations.config_file import report_config
+from panoramia_fl.simulations.experiment_config import (
+    ConfigError,
+    ExperimentConfig,
+    load_config,
+    validate_config,
+)
+from panoramia_fl.simulations.model_checks import deployed_model_check_settings
+from panoramia_fl.simulations.reference_models import site_pool
+from panoramia_fl.simulations.run_dir import DatasetMeta, read_public
 
 log = logging.getLogger(__name__)
 
@@ -344,8 +349,8 @@ class DeploymentResolver:
 def write_site_summary(run: DeploymentRun) -> Path:
     """``partition.json`` from what the sites reported, for runs whose data never was on
     the server (real sites): members from the audits or the last round's example counts."""
-    from contracts.run_log import read_rounds
-    from server.run_writer import read_site_audit
+    from panoramia_fl.contracts.run_log import read_rounds
+    from panoramia_fl.server.run_writer import read_site_audit
 
     rounds = read_rounds(run.layout)
     sites = []
@@ -383,7 +388,7 @@ def _server_main(grid: Grid, context: Context) -> None:
     if not run.layout.partition.exists():
         write_site_summary(run)
     if run.write_report:
-        from reporting import write_report
+        from panoramia_fl.reporting import write_report
 
         files = write_report(run.layout, report_config(run.layout))
         log.info("report written: %s", files)

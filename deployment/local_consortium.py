@@ -28,14 +28,14 @@ from typing import IO, Any
 
 import tomli_w
 
-from deployment.consortium_tls import ConsortiumTLS
-from deployment.files import (
+from panoramia_fl.deployment.consortium_tls import ConsortiumTLS
+from panoramia_fl.deployment.flwr_run_files import (
     DeploymentFiles,
     node_config_arg,
     prepare_deployment,
 )
-from simulations.config import ConfigError, ExperimentConfig, load_config
-from simulations.processes import ProcessError, ProcessGroup, free_port, wait_for_port
+from panoramia_fl.simulations.experiment_config import ConfigError, ExperimentConfig, load_config
+from panoramia_fl.simulations.processes import ProcessError, ProcessGroup, free_port, wait_for_port
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 """The folder holding the project's packages (``server``, ``clients``, ``audit``, ``ml`` ...)."""

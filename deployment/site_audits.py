@@ -28,20 +28,20 @@ from flwr.app import ArrayRecord, Context
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
-from audit.config import AuditConfig
-from audit.panoramia.components import Records
-from clients.app import SiteRuntime, add_site_queries
-from clients.audit_handler import SiteAuditPolicy, make_audit_runner
-from clients.site_data import SiteData
-from clients.site_policy import SitePolicy
-from contracts.checkpoint import StateDict
-from contracts.dp_level import DPLevel
-from contracts.files import atomic_write_text
-from contracts.run_files import RunLayout, site_refusals_name
-from ml.tasks import TorchTask
-from reporting import ReportFiles, write_report
-from server.app import AuditFanout, run_audits, site_map, wait_for_nodes
-from simulations.config_file import report_config
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.clients.audit_handler import SiteAuditPolicy, make_audit_runner
+from panoramia_fl.clients.client_app import SiteRuntime, add_site_queries
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.clients.site_policy import SitePolicy
+from panoramia_fl.contracts.checkpoint import StateDict
+from panoramia_fl.contracts.dp_level import DPLevel
+from panoramia_fl.contracts.files import atomic_write_text
+from panoramia_fl.contracts.run_files import RunLayout, site_refusals_name
+from panoramia_fl.ml.tasks import TorchTask
+from panoramia_fl.reporting import ReportFiles, write_report
+from panoramia_fl.server.server_app import AuditFanout, run_audits, site_map, wait_for_nodes
+from panoramia_fl.simulations.config_file import report_config
 
 __all__ = ["Records", "add_site_audits", "audit_sites", "site_runtime"]
 
@@ -67,7 +67,9 @@ def site_runtime(
     defaults), so the site, not the server, decides. ``state_dir`` holds the site's own
     refusal log (None: the Python log only).
     """
-    from audit.panoramia.settings import resolve_device  # heavy: only in processes that audit
+    from panoramia_fl.audit.panoramia.settings import (
+        resolve_device,  # heavy: only in processes that audit
+    )
 
     settings = settings or AuditConfig()
     empty = members.x[:0]

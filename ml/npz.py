@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contracts.errors import UserError
+from panoramia_fl.contracts.errors import UserError
 
 
 class NpzError(UserError, ValueError):

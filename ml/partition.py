@@ -13,8 +13,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from contracts.errors import UserError
-from ml.datasets import Dataset
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.ml.datasets import Dataset
 
 
 class PartitionConfig(BaseModel):

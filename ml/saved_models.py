@@ -1,6 +1,6 @@
 """Loading a saved global model back into its architecture.
 
->>> from ml.saved_models import load_global_model
+>>> from panoramia_fl.ml.saved_models import load_global_model
 >>> model, checkpoint = load_global_model("runs/default/global_model.pt")
 
 The checkpoint's ``meta`` names the modality, the registered model and its options, so the
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from contracts.checkpoint import Checkpoint, load_checkpoint
-from contracts.errors import UserError
-from contracts.run_files import CheckpointMeta
-from ml.tasks import TorchTask, build_task
+from panoramia_fl.contracts.checkpoint import Checkpoint, load_checkpoint
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.contracts.run_files import CheckpointMeta
+from panoramia_fl.ml.tasks import TorchTask, build_task
 
 
 def task_from_meta(meta: CheckpointMeta) -> TorchTask:

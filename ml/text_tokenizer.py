@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from contracts.errors import UserError
+from panoramia_fl.contracts.errors import UserError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

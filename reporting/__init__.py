@@ -3,13 +3,13 @@ report, and sweep reports."""
 
 from __future__ import annotations
 
-from .aggregate import build_report
-from .inputs import RunInputs, load_run
-from .lost_sites import LostSites
-from .report_writer import RunReportFiles, report_warnings, write_report
-from .schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport, report_json
-from .site_report import write_site_report
-from .sweep_report import (
+from .assembly.aggregate import build_report
+from .assembly.inputs import RunInputs, load_run
+from .run.report_writer import RunReportFiles, report_warnings, write_report
+from .schemas.lost_sites import LostSites
+from .schemas.schema import SCHEMA_VERSION, ReportFiles, RunReport, SitePageReport, report_json
+from .site.site_report import write_site_report
+from .sweeps.sweep_report import (
     SWEEP_JSON,
     SweepPoint,
     build_sweep_report,

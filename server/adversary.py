@@ -39,9 +39,9 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from torch import nn
 
-from audit.adversary import ATTACKS, CraftedModel, SiteOptimizer, craft_dead, rebuild
-from audit.inversion.attack import LocalTraining, simulate_update
-from contracts.dishonest_server import (
+from panoramia_fl.audit.adversary import ATTACKS, CraftedModel, SiteOptimizer, craft_dead, rebuild
+from panoramia_fl.audit.inversion.attack import LocalTraining, simulate_update
+from panoramia_fl.contracts.dishonest_server import (
     BASELINE,
     HELD_ROUNDS,
     HELD_ROUNDS_KEY,
@@ -54,11 +54,11 @@ from contracts.dishonest_server import (
     read_held_rounds,
     rebuilt_name,
 )
-from contracts.files import atomic_write
-from contracts.run_files import SERVER_HELD_DIR, RunLayout
-from contracts.secure_sum import weight_of
-from contracts.wire import ARRAYS, CONFIG
-from server.strategy import DelegatingStrategy, SiteAwareMixin
+from panoramia_fl.contracts.files import atomic_write
+from panoramia_fl.contracts.run_files import SERVER_HELD_DIR, RunLayout
+from panoramia_fl.contracts.secure_sum import weight_of
+from panoramia_fl.contracts.wire import ARRAYS, CONFIG
+from panoramia_fl.server.strategy import DelegatingStrategy, SiteAwareMixin
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from audit.received_model.digest import model_digest
-from contracts.model_checks import ANNOUNCE, RoundAnnouncement
-from contracts.wire import CONFIG, TrainInstructions, error_reason
-from server.strategy import DelegatingStrategy, SiteAwareMixin
+from panoramia_fl.audit.received_model.digest import model_digest
+from panoramia_fl.contracts.model_checks import ANNOUNCE, RoundAnnouncement
+from panoramia_fl.contracts.wire import CONFIG, TrainInstructions, error_reason
+from panoramia_fl.server.strategy import DelegatingStrategy, SiteAwareMixin
 
 log = logging.getLogger(__name__)
 

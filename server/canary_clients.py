@@ -33,7 +33,7 @@ from flwr.app import (
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from audit.canaries.client_canaries import (
+from panoramia_fl.audit.canaries.client_canaries import (
     LB_METHOD,
     THREAT_MODELS,
     CanaryClientCosines,
@@ -41,14 +41,14 @@ from audit.canaries.client_canaries import (
     ClientCanaryResult,
     estimate_threat,
 )
-from audit.stats.one_run_methods import DEFAULT_BETA, DEFAULT_DELTA
-from contracts.checkpoint import StateDict, load_checkpoint
-from contracts.files import atomic_write_text
-from contracts.json_values import json_safe
-from contracts.run_files import RunLayout
-from contracts.wire import ARRAYS, METRICS
-from server.client_dp import gaussian_epsilon
-from server.strategy import DelegatingStrategy
+from panoramia_fl.audit.stats.one_run_methods import DEFAULT_BETA, DEFAULT_DELTA
+from panoramia_fl.contracts.checkpoint import StateDict, load_checkpoint
+from panoramia_fl.contracts.files import atomic_write_text
+from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.contracts.wire import ARRAYS, METRICS
+from panoramia_fl.server.client_dp import gaussian_epsilon
+from panoramia_fl.server.strategy import DelegatingStrategy
 
 
 @dataclass(frozen=True)

@@ -57,12 +57,12 @@ from flwr.serverapp.strategy import (
 from flwr.serverapp.strategy.dp_adaptive_clipping import DifferentialPrivacyAdaptiveBase
 from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
 
-from contracts.dp_level import SecureAggregationMode
-from contracts.files import atomic_write_text
-from contracts.registry import Registry
-from contracts.run_files import RunLayout
-from contracts.run_log import ClientDPFile, ClientDPSite, ShortRound, from_dict
-from contracts.wire import ClientClipping
+from panoramia_fl.contracts.dp_level import SecureAggregationMode
+from panoramia_fl.contracts.files import atomic_write_text
+from panoramia_fl.contracts.registry import Registry
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.contracts.run_log import ClientDPFile, ClientDPSite, ShortRound, from_dict
+from panoramia_fl.contracts.wire import ClientClipping
 
 CLIENT_DP_SCHEMA_VERSION = 2
 """2: ``mechanism``, ``secure_aggregation`` and each site's epsilons against the server."""

@@ -12,14 +12,14 @@ from dataclasses import dataclass, replace
 
 from flwr.app import ArrayRecord
 
-from audit.panoramia.over_rounds import RoundLeakage, round_leakage
-from audit.site_results import SiteResults
-from contracts.checkpoint import load_checkpoint
-from contracts.run_files import RunLayout
-from contracts.run_log import read_rounds
-from contracts.site_audit import SiteAuditFile
-from contracts.wire import round_arrays
-from server.run_writer import read_site_audit, sites_needing_audit
+from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage, round_leakage
+from panoramia_fl.audit.site_results import SiteResults
+from panoramia_fl.contracts.checkpoint import load_checkpoint
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.contracts.run_log import read_rounds
+from panoramia_fl.contracts.site_audit import SiteAuditFile
+from panoramia_fl.contracts.wire import round_arrays
+from panoramia_fl.server.run_writer import read_site_audit, sites_needing_audit
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from audit.site_results import SiteResults
-from contracts.files import atomic_write_text
-from contracts.json_values import from_dict, json_safe
-from contracts.run_files import RunLayout
-from contracts.run_log import RoundRecord
-from contracts.site_audit import SiteAuditFile
+from panoramia_fl.audit.site_results import SiteResults
+from panoramia_fl.contracts.files import atomic_write_text
+from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.contracts.run_log import RoundRecord
+from panoramia_fl.contracts.site_audit import SiteAuditFile
 
 
 def append_round(layout: RunLayout, record: RoundRecord) -> None:

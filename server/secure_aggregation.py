@@ -8,7 +8,7 @@ otherwise, around every aggregating strategy. A round:
    sum, no weights (:meth:`~server.strategy.SiteAwareMixin.screen` checks them and refuses
    weights sent in the clear);
 2. every accepted site gets the list of the accepted sites and their keys and answers with
-   its weighted update in fixed point plus pairwise masks (:mod:`clients.secure_aggregation`);
+   its weighted update in fixed point plus pairwise masks (:mod:`clients.secure_sum_site`);
    the server adds the masked arrays modulo ``2**64``, where the masks cancel, and reads the
    weighted sum of the updates;
 3. the strategy inside receives one reply standing for the round: the global weights plus
@@ -21,7 +21,7 @@ happened). A site that fails in step 2 leaves its masks in the others' arrays, s
 cannot be read: the round is void (every site of it is marked failed with the reason, the
 model is carried over, nothing is released). A real protocol recovers the dropped site's
 masks; this one is named ideal because it does not, among other things
-(:mod:`clients.secure_aggregation`).
+(:mod:`clients.secure_sum_site`).
 
 What is lost on the server's side: every check of one update's values (finiteness, norms,
 and the clipping of central client-level DP, which is why the config refuses that pairing).
@@ -48,7 +48,7 @@ from flwr.app import (
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from contracts.secure_sum import (
+from panoramia_fl.contracts.secure_sum import (
     FIXED_POINT_BITS,
     MIN_PARTIES,
     RING_DTYPE,
@@ -57,8 +57,8 @@ from contracts.secure_sum import (
     check_masked,
     weight_of,
 )
-from contracts.wire import ARRAYS, CONFIG, METRICS, WireError, error_reason
-from server.strategy import DelegatingStrategy, RoundReplies, SiteAwareMixin
+from panoramia_fl.contracts.wire import ARRAYS, CONFIG, METRICS, WireError, error_reason
+from panoramia_fl.server.strategy import DelegatingStrategy, RoundReplies, SiteAwareMixin
 
 log = logging.getLogger(__name__)
 

@@ -25,13 +25,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx, Result, Strategy
 
-from contracts.checkpoint import Checkpoint, save_checkpoint
-from contracts.model_checks import MODEL_FLAGGED_CODE, ModelFlag
-from contracts.registry import Registry
-from contracts.run_files import CheckpointMeta, RunLayout
-from contracts.run_log import RoundRecord, SiteRound
-from contracts.secure_sum import SECURE_SUM, SecureSumKey
-from contracts.wire import (
+from panoramia_fl.contracts.checkpoint import Checkpoint, save_checkpoint
+from panoramia_fl.contracts.model_checks import MODEL_FLAGGED_CODE, ModelFlag
+from panoramia_fl.contracts.registry import Registry
+from panoramia_fl.contracts.run_files import CheckpointMeta, RunLayout
+from panoramia_fl.contracts.run_log import RoundRecord, SiteRound
+from panoramia_fl.contracts.secure_sum import SECURE_SUM, SecureSumKey
+from panoramia_fl.contracts.wire import (
     ARRAYS,
     CONFIG,
     METRICS,
@@ -43,10 +43,10 @@ from contracts.wire import (
     error_reason,
     message_keys,
 )
-from server.client_dp import ClientDPAccounting
-from server.run_writer import append_round
-from server.sampling import sites_per_round
-from server.stop import StopSwitch
+from panoramia_fl.server.client_dp import ClientDPAccounting
+from panoramia_fl.server.run_writer import append_round
+from panoramia_fl.server.sampling import sites_per_round
+from panoramia_fl.server.stop import StopSwitch
 
 log = logging.getLogger(__name__)
 

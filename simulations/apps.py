@@ -9,38 +9,38 @@ import numpy as np
 import torch
 from flwr.app import Context
 
-from audit.adversary import SiteOptimizer
-from audit.inversion.attack import LocalTraining
-from clients.app import SiteRuntime, build_client_app
-from clients.audit_handler import SiteAuditPolicy, make_audit_runner
-from clients.dishonest_server import DishonestServerSettings
-from clients.distributed_dp import DistributedDPSettings
-from clients.gradient_canaries import GradientCanarySettings
-from clients.inversion import InversionSettings
-from clients.privacy import DPSettings
-from clients.secure_aggregation import SecureSumSettings
-from clients.site_data import SiteData
-from clients.update_audits import UpdateAuditSettings
-from contracts.run_files import (
+from panoramia_fl.audit.adversary import SiteOptimizer
+from panoramia_fl.audit.inversion.attack import LocalTraining
+from panoramia_fl.clients.audit_handler import SiteAuditPolicy, make_audit_runner
+from panoramia_fl.clients.client_app import SiteRuntime, build_client_app
+from panoramia_fl.clients.dishonest_server import DishonestServerSettings
+from panoramia_fl.clients.distributed_dp import DistributedDPSettings
+from panoramia_fl.clients.inversion import InversionSettings
+from panoramia_fl.clients.privacy import DPSettings
+from panoramia_fl.clients.real_path_canaries import GradientCanarySettings
+from panoramia_fl.clients.secure_sum_site import SecureSumSettings
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.clients.update_audits import UpdateAuditSettings
+from panoramia_fl.contracts.run_files import (
     CheckpointMeta,
     RunLayout,
     exposed_records_name,
     gradient_canaries_name,
     site_accountant_history_name,
 )
-from ml.tasks import TorchTask
-from server.adversary import AdversarySettings, Attack
-from server.app import ServerSettings, build_server_app
-from server.canary_clients import CanaryClientSettings
-from server.client_dp import ClientDPSettings, calibrate_noise_multiplier
-from server.sampling import sites_per_round
-from server.stop import StopSwitch
-from server.strategy import StrategySettings
-from simulations.config import ExperimentConfig
-from simulations.model_checks import checks_mode, model_check_settings
-from simulations.reference_models import load_reference_states, site_pool
-from simulations.run_dir import DatasetMeta, load_public
-from simulations.run_task import audit_device, make_task, pick_device
+from panoramia_fl.ml.tasks import TorchTask
+from panoramia_fl.server.adversary import AdversarySettings, Attack
+from panoramia_fl.server.canary_clients import CanaryClientSettings
+from panoramia_fl.server.client_dp import ClientDPSettings, calibrate_noise_multiplier
+from panoramia_fl.server.sampling import sites_per_round
+from panoramia_fl.server.server_app import ServerSettings, build_server_app
+from panoramia_fl.server.stop import StopSwitch
+from panoramia_fl.server.strategy import StrategySettings
+from panoramia_fl.simulations.experiment_config import ExperimentConfig
+from panoramia_fl.simulations.model_checks import checks_mode, model_check_settings
+from panoramia_fl.simulations.reference_models import load_reference_states, site_pool
+from panoramia_fl.simulations.run_dir import DatasetMeta, load_public
+from panoramia_fl.simulations.run_task import audit_device, make_task, pick_device
 
 
 def dp_settings(config: ExperimentConfig, *, members: int | None = None) -> DPSettings | None:

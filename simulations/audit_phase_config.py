@@ -1,5 +1,5 @@
 """The ``audit`` section of an experiment's config: which audits each site runs and on
-which rounds (validated alone; :mod:`simulations.config` checks it against the rest)."""
+which rounds (validated alone; :mod:`simulations.experiment_config` checks it against the rest)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from audit.canaries.gradient_canaries import MIN_GRADIENT_CANARIES
-from audit.config import AuditConfig, AuditSeeding, StrictModel
-from audit.inversion.attack import InversionConfig
-from audit.tabular.attribute_result import AttributeInferenceConfig
+from panoramia_fl.audit.canaries.gradient_canaries import MIN_GRADIENT_CANARIES
+from panoramia_fl.audit.config import AuditConfig, AuditSeeding, StrictModel
+from panoramia_fl.audit.inversion.attack import InversionConfig
+from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceConfig
 
 MIN_INPUT_CANARIES = 20
 MIN_CANARY_CLIENTS = 10

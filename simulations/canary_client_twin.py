@@ -12,12 +12,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from contracts.run_files import RunLayout
-from contracts.run_log import read_rounds
-from reporting.inputs import load_client_canaries
-from server.canary_clients import write_result
-from simulations.config import ExperimentConfig, apply_overrides, validate_config
-from simulations.run_dir import DatasetMeta, prepare_run_dir
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.contracts.run_log import read_rounds
+from panoramia_fl.reporting.assembly.inputs import load_client_canaries
+from panoramia_fl.server.canary_clients import write_result
+from panoramia_fl.simulations.experiment_config import (
+    ExperimentConfig,
+    apply_overrides,
+    validate_config,
+)
+from panoramia_fl.simulations.run_dir import DatasetMeta, prepare_run_dir
 
 Train = Callable[[ExperimentConfig, DatasetMeta, RunLayout], None]
 """``train(config, meta, layout)``: the training phase of a run directory."""

@@ -12,16 +12,16 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from contracts.errors import ERROR_PREFIX, UserError, memory_killed, memory_killer_line
-from contracts.files import atomic_write_text, check_writable
-from contracts.json_values import json_safe
-from contracts.run_files import CONFIG_FILE, RunLayout
+from panoramia_fl.contracts.errors import ERROR_PREFIX, UserError, memory_killed, memory_killer_line
+from panoramia_fl.contracts.files import atomic_write_text, check_writable
+from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.contracts.run_files import CONFIG_FILE, RunLayout
 
 if TYPE_CHECKING:
-    from reporting import LostSites, ReportFiles
-    from reporting.run_config import ReportConfig
-    from simulations.config import ExperimentConfig
-    from simulations.sweep import SweepConfig
+    from panoramia_fl.reporting import LostSites, ReportFiles
+    from panoramia_fl.reporting.assembly.run_config import ReportConfig
+    from panoramia_fl.simulations.experiment_config import ExperimentConfig
+    from panoramia_fl.simulations.sweep import SweepConfig
 
 # Each command imports what it runs (config, Flower, torch ...) when it runs: ``--help`` and
 # argument errors stay instant.
@@ -39,7 +39,7 @@ MEMORY_ADVICE = (
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from simulations.runner import run_experiment, training_done
+    from panoramia_fl.simulations.runner import run_experiment, training_done
 
     if args.seeds is not None:
         return _run_replicates(args)
@@ -64,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not memory_killed(err):
             raise
         return _memory_killed(err, f"panoramia-fl run --resume {run_dir}", kept=run_dir)
-    from contracts.run_log import read_rounds, untrained_reason
+    from panoramia_fl.contracts.run_log import read_rounds, untrained_reason
 
     _print_warnings(outcome.report_warnings)
     untrained = untrained_reason(read_rounds(layout))
@@ -80,8 +80,8 @@ def _run_config(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
     """``run``'s config and run directory: ``--resume``'s own config (untouched since the
     run wrote it) with the ``--set`` it may take, or CONFIG's, which a run directory that
     already holds a run must hold too."""
-    from simulations.config import ConfigError, load_config
-    from simulations.config_file import check_config_digest, load_run_config
+    from panoramia_fl.simulations.config_file import check_config_digest, load_run_config
+    from panoramia_fl.simulations.experiment_config import ConfigError, load_config
 
     if args.resume is not None:
         run_dir = Path(args.resume)
@@ -95,7 +95,7 @@ def _run_config(args: argparse.Namespace) -> tuple[ExperimentConfig, Path]:
         check_config_digest(stored)
         config = load_run_config(stored, args.set)
         if args.set:
-            from simulations.resume import check_resume
+            from panoramia_fl.simulations.resume import check_resume
 
             check_resume(load_run_config(stored), config, args.set, RunLayout(run_dir))
         return config, run_dir
@@ -167,8 +167,8 @@ def _run_replicates(args: argparse.Namespace) -> int:
     """``run CONFIG --seeds N``: N runs of the config, one per seed, and their report."""
     import time
 
-    from simulations.config import ConfigError, load_config
-    from simulations.replicates import SET_SUFFIX, run_replicates
+    from panoramia_fl.simulations.experiment_config import ConfigError, load_config
+    from panoramia_fl.simulations.replicate_runs import SET_SUFFIX, run_replicates
 
     if args.resume is not None or args.config is None:
         raise ConfigError("--seeds: give a CONFIG (to continue a set, run the same command again)")
@@ -203,21 +203,21 @@ def _with_plugins(config: ExperimentConfig, modules: list[str]) -> ExperimentCon
     config.yaml then lists them, so a resumed run and every site import them too)."""
     if not modules:
         return config
-    from simulations.config import validate_config
+    from panoramia_fl.simulations.experiment_config import validate_config
 
     plugins = list(dict.fromkeys([*config.plugins, *modules]))
     return validate_config({**config.model_dump(mode="json"), "plugins": plugins})
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from contracts.errors import RunFileError
-    from reporting import SWEEP_JSON, write_report, write_site_report
-    from simulations.config_file import report_config
+    from panoramia_fl.contracts.errors import RunFileError
+    from panoramia_fl.reporting import SWEEP_JSON, write_report, write_site_report
+    from panoramia_fl.simulations.config_file import report_config
 
     layout = RunLayout(Path(args.run_dir))
     sweep = not layout.config.exists() and (layout.root / SWEEP_JSON).exists()
     if args.pdf:
-        from reporting.pdf import chromium
+        from panoramia_fl.reporting.pages.pdf import chromium
 
         if sweep:
             raise UserError(f"--pdf: {layout.root} is a sweep; give one of its points' run folders")
@@ -249,7 +249,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _packs(layout: RunLayout, config: ReportConfig) -> list[Path]:
     """``report --pdf``: the consortium's evidence pack and each audited site's."""
-    from reporting.evidence_files import write_evidence_packs
+    from panoramia_fl.reporting.evidence.evidence_files import write_evidence_packs
 
     packs = write_evidence_packs(layout, config)
     return [packs.consortium, *packs.sites]
@@ -257,7 +257,7 @@ def _packs(layout: RunLayout, config: ReportConfig) -> list[Path]:
 
 def _site_pack(layout: RunLayout, site_id: int, config: ReportConfig) -> list[Path]:
     """``report --site ID --pdf``: that site's evidence pack from its audit file alone."""
-    from reporting.evidence_files import write_site_evidence_pack
+    from panoramia_fl.reporting.evidence.evidence_files import write_site_evidence_pack
 
     return [write_site_evidence_pack(layout, site_id, config)]
 
@@ -265,8 +265,8 @@ def _site_pack(layout: RunLayout, site_id: int, config: ReportConfig) -> list[Pa
 def _sweep_report_again(sweep_dir: Path, *, site: int | None) -> ReportFiles:
     """``report SWEEP_DIR``: each point's report and the sweep's, written again from the
     points' saved runs (nothing trains or audits)."""
-    from reporting import saved_sweep, write_sweep_report
-    from simulations.config_file import report_config
+    from panoramia_fl.reporting import saved_sweep, write_sweep_report
+    from panoramia_fl.simulations.config_file import report_config
 
     if site is not None:
         raise UserError(f"--site: {sweep_dir} is a sweep; give one of its points' run folders")
@@ -294,11 +294,16 @@ def _print_warnings(lines: list[str]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from reporting import SWEEP_JSON, SweepPoint, write_sweep_progress, write_sweep_report
-    from simulations.config_file import report_config
-    from simulations.runner import nothing_to_run
-    from simulations.shared_ray import SharedRay
-    from simulations.sweep import expand, load_sweep
+    from panoramia_fl.reporting import (
+        SWEEP_JSON,
+        SweepPoint,
+        write_sweep_progress,
+        write_sweep_report,
+    )
+    from panoramia_fl.simulations.config_file import report_config
+    from panoramia_fl.simulations.runner import nothing_to_run
+    from panoramia_fl.simulations.shared_ray import SharedRay
+    from panoramia_fl.simulations.sweep import expand, load_sweep
 
     sweep = load_sweep(Path(args.sweep), args.set)
     points = expand(sweep)
@@ -346,8 +351,8 @@ def _sweep_point_runs(
 ) -> list[tuple[int, RunLayout, LostSites]]:
     """One point of a sweep: its run, or its replicate set's runs (seed, run directory, the
     sites it lost)."""
-    from simulations.replicates import run_replicates
-    from simulations.runner import run_experiment
+    from panoramia_fl.simulations.replicate_runs import run_replicates
+    from panoramia_fl.simulations.runner import run_experiment
 
     if sweep.replicates > 1:
         outcome = run_replicates(
@@ -359,7 +364,7 @@ def _sweep_point_runs(
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from simulations.standalone_audit import audit_saved_model
+    from panoramia_fl.simulations.standalone_audit import audit_saved_model
 
     checkpoint = Path(args.checkpoint)
     if args.out:
@@ -396,7 +401,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from simulations.weights_cache import cache_dir_setting, cache_summary, clear_cache
+    from panoramia_fl.simulations.weights_cache import cache_dir_setting, cache_summary, clear_cache
 
     root = cache_dir_setting()
     if root is None:
@@ -525,7 +530,7 @@ def _add_cache_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def build_parser() -> argparse.ArgumentParser:
     """``panoramia-fl`` and its commands, each added by a function of its own."""
-    from simulations import cmd_bounds, cmd_gate
+    from panoramia_fl.simulations import cmd_bounds, cmd_gate
 
     parser = argparse.ArgumentParser(
         prog="panoramia-fl",
@@ -557,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("run", "sweep"):
         signal.signal(signal.SIGTERM, _terminate)
     if getattr(args, "cache", None):
-        from simulations.weights_cache import CACHE_ENV
+        from panoramia_fl.simulations.weights_cache import CACHE_ENV
 
         # The variable, not an argument: every stage of the run (and a sweep's every point)
         # reads the same folder, as it would with the variable set by the user.

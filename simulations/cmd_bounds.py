@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 # The bounds (scipy) are imported where they are computed: the CLI's parser stays light.
-from audit.stats.one_run_methods import DEFAULT_DELTA, METHOD_LABELS, METHODS
-from contracts.errors import ERROR_PREFIX, UserError
-from contracts.json_values import json_safe
+from panoramia_fl.audit.stats.one_run_methods import DEFAULT_DELTA, METHOD_LABELS, METHODS
+from panoramia_fl.contracts.errors import ERROR_PREFIX, UserError
+from panoramia_fl.contracts.json_values import json_safe
 
 EXIT_USAGE = 2
 _TRUE = {"1", "1.0", "true"}
@@ -177,7 +177,7 @@ def _read_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    from ml.npz import npz_headers, read_npz
+    from panoramia_fl.ml.npz import npz_headers, read_npz
 
     files = npz_headers(path)
     for key in ("scores", "labels"):
@@ -238,7 +238,7 @@ def _clopper_pearson(
     (``guessed``: what its label 1 stands for). Never a negative bound: a file whose ceiling
     (a perfect scorer's bound) is not above 0 is refused, naming its counts; a bound below 0
     (no evidence at ``beta``) reads 0, its raw value beside it."""
-    from audit.stats.bounds import ceiling, lower_bound, thresholds_tried
+    from panoramia_fl.audit.stats.bounds import ceiling, lower_bound, thresholds_tried
 
     summary = lower_bound(scores, labels, beta=beta, threshold_grid=grid)
     top = ceiling(labels, beta=beta, threshold_grid=grid)
@@ -272,7 +272,7 @@ def _two_sided(
     path: Path, scores: np.ndarray, labels: np.ndarray, beta: float, grid: int | None
 ) -> dict[str, Any]:
     """Member and non-member sides, each at ``beta / 2``; ``max_bound`` holds at ``beta``."""
-    from audit.panoramia.sides import SIDES, oriented
+    from panoramia_fl.audit.panoramia.sides import SIDES, oriented
 
     half = _check_beta(beta) / 2
     sides: dict[str, dict[str, Any]] = {
@@ -299,7 +299,7 @@ def _one_run(
 ) -> dict[str, Any]:
     """The one-run bound's JSON fields; ``idealised`` says whether the level pays for the
     search over guess counts."""
-    from audit.stats.one_run import one_run_bound
+    from panoramia_fl.audit.stats.one_run import one_run_bound
 
     kwargs = {} if args.grid is None else {"grid_size": args.grid}
     bound = one_run_bound(
@@ -376,7 +376,7 @@ def run(args: argparse.Namespace) -> int:
         if one_run is not None:
             out = _one_run(path, scores, labels, args)
         elif args.o1:
-            from audit.stats.o1 import o1_lower_bound
+            from panoramia_fl.audit.stats.o1 import o1_lower_bound
 
             kwargs = {} if args.grid is None else {"grid_size": args.grid}
             o1 = o1_lower_bound(scores, labels, beta=args.beta, **kwargs)

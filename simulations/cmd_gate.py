@@ -43,10 +43,15 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from contracts.files import check_writable
-    from reporting.gate_files import GATE_JSON, GATE_JUNIT, gate_folder, write_gate_files
-    from simulations.config_file import report_config
-    from simulations.policy_file import load_policy
+    from panoramia_fl.contracts.files import check_writable
+    from panoramia_fl.reporting.evidence.gate_files import (
+        GATE_JSON,
+        GATE_JUNIT,
+        gate_folder,
+        write_gate_files,
+    )
+    from panoramia_fl.simulations.config_file import report_config
+    from panoramia_fl.simulations.policy_file import load_policy
 
     policy = load_policy(args.policy)
     json_path = args.json or args.run_dir / GATE_JSON

@@ -12,20 +12,20 @@ from typing import Any
 
 import yaml
 
-from audit.result import finite
-from contracts.dp_level import (
+from panoramia_fl.audit.result import finite
+from panoramia_fl.contracts.dp_level import (
     RECORD_LEVELS,
     DPLevel,
     resolve_dp_level,
 )
-from contracts.errors import RunFileError
-from contracts.files import atomic_write_text
-from contracts.run_files import CONFIG_DIGEST_FILE, RunLayout
-from reporting.privacy_ledger import PrivacySettings, record_accountant_name
-from reporting.run_config import ReportConfig
-from simulations.audit_phase_config import audit_value
-from simulations.config import ConfigError, ExperimentConfig, load_config
-from simulations.policy_file import load_policy
+from panoramia_fl.contracts.errors import RunFileError
+from panoramia_fl.contracts.files import atomic_write_text
+from panoramia_fl.contracts.run_files import CONFIG_DIGEST_FILE, RunLayout
+from panoramia_fl.reporting.assembly.run_config import ReportConfig
+from panoramia_fl.reporting.privacy.privacy_ledger import PrivacySettings, record_accountant_name
+from panoramia_fl.simulations.audit_phase_config import audit_value
+from panoramia_fl.simulations.experiment_config import ConfigError, ExperimentConfig, load_config
+from panoramia_fl.simulations.policy_file import load_policy
 
 DIGEST_LINE = "# panoramia-fl wrote this run's settings; their sha256: "
 """The first line of a run's ``config.yaml``: edited settings no longer match it."""

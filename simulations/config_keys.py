@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from contracts.errors import UserError
+from panoramia_fl.contracts.errors import UserError
 
 
 class ConfigError(UserError, ValueError):

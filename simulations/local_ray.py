@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from simulations.processes import ProcessGroup, free_port, wait_for_port
+from panoramia_fl.simulations.processes import ProcessGroup, free_port, wait_for_port
 
 
 def _ray_bin() -> str:

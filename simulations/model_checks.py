@@ -14,12 +14,12 @@ import json
 import math
 from pathlib import Path
 
-from audit.received_model.plausibility import AgreedTraining, ClientClipping
-from clients.model_checks import ModelCheckSettings
-from clients.site_policy import SitePolicy
-from contracts.run_files import RunLayout, model_checks_name
-from server.sampling import sites_per_round
-from simulations.config import ExperimentConfig, ModelChecksMode
+from panoramia_fl.audit.received_model.plausibility import AgreedTraining, ClientClipping
+from panoramia_fl.clients.model_checks import ModelCheckSettings
+from panoramia_fl.clients.site_policy import SitePolicy
+from panoramia_fl.contracts.run_files import RunLayout, model_checks_name
+from panoramia_fl.server.sampling import sites_per_round
+from panoramia_fl.simulations.experiment_config import ExperimentConfig, ModelChecksMode
 
 
 def checks_mode(config: ExperimentConfig) -> ModelChecksMode:

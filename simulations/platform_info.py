@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from contracts.files import atomic_write_text
-from contracts.run_files import RunLayout
-from contracts.run_log import PlatformInfo
+from panoramia_fl.contracts.files import atomic_write_text
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.contracts.run_log import PlatformInfo
 
 
 def cpu_model() -> str | None:

@@ -1,5 +1,5 @@
 """A release policy's YAML file (``panoramia-fl gate --policy``, ``report.policy``), read
-into :class:`reporting.gate_policy.GatePolicy`: a bad file or key is one
+into :class:`reporting.gate.gate_policy.GatePolicy`: a bad file or key is one
 :class:`~simulations.config_keys.ConfigError` naming the file and the dotted key."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from reporting.gate_policy import GatePolicy
-from simulations.config_keys import ConfigError, format_validation_error
+from panoramia_fl.reporting.gate.gate_policy import GatePolicy
+from panoramia_fl.simulations.config_keys import ConfigError, format_validation_error
 
 
 def load_policy(path: Path) -> GatePolicy:

@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import Any
 
-from simulations.config import ConfigError
+from panoramia_fl.simulations.experiment_config import ConfigError
 
 
 def start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, key: str) -> None:

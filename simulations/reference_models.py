@@ -28,20 +28,20 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-import audit.panoramia.calibration
-import ml
-from audit.panoramia.calibration import train_reference_model
-from audit.panoramia.components import Records
-from audit.panoramia.splits import cut_at, shuffled_groups
-from contracts.errors import RunFileError
-from contracts.files import atomic_write, atomic_write_text
-from contracts.run_files import RunLayout
-from contracts.run_log import read_json
-from ml.models import MODELS
-from simulations.config import ExperimentConfig
-from simulations.run_dir import DatasetMeta, load_public
-from simulations.run_task import make_task, pick_device
-from simulations.weights_cache import (
+import panoramia_fl.audit.panoramia.calibration
+from panoramia_fl import ml
+from panoramia_fl.audit.panoramia.calibration import train_reference_model
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.audit.panoramia.splits import cut_at, shuffled_groups
+from panoramia_fl.contracts.errors import RunFileError
+from panoramia_fl.contracts.files import atomic_write, atomic_write_text
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.contracts.run_log import read_json
+from panoramia_fl.ml.models import MODELS
+from panoramia_fl.simulations.experiment_config import ExperimentConfig
+from panoramia_fl.simulations.run_dir import DatasetMeta, load_public
+from panoramia_fl.simulations.run_task import make_task, pick_device
+from panoramia_fl.simulations.weights_cache import (
     WeightsCache,
     device_fingerprint,
     digest_arrays,
@@ -116,7 +116,10 @@ def _code_files(config: ExperimentConfig, meta: DatasetMeta) -> list[Path]:
     model and task wherever they live (a plugin's included); a model option naming a
     file or folder (a pretrained model) counts by its content."""
     task = make_task(config, meta)
-    files = [*Path(ml.__file__).parent.rglob("*.py"), Path(audit.panoramia.calibration.__file__)]
+    files = [
+        *Path(ml.__file__).parent.rglob("*.py"),
+        Path(panoramia_fl.audit.panoramia.calibration.__file__),
+    ]
     for obj in (MODELS.get(config.model.name), type(task)):
         source = inspect.getsourcefile(obj)
         if source is not None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
-from contracts.run_files import RunLayout
-from simulations.config import ConfigError, ExperimentConfig
+from panoramia_fl.contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.simulations.experiment_config import ConfigError, ExperimentConfig
 
 
 class RunConfigMismatchError(ConfigError):

@@ -16,23 +16,23 @@ from typing import Any
 
 import numpy as np
 
-from audit.panoramia.components import Records
-from clients.site_data import SiteData
-from contracts.errors import RunFileError
-from contracts.files import atomic_write, atomic_write_text, check_writable
-from contracts.json_values import from_dict
-from contracts.run_files import RunLayout
-from contracts.run_log import read_json
-from ml.datasets import DataError, Dataset, load_dataset
-from ml.input_canaries import draw_input_canaries
-from ml.partition import SiteSplit, partition, partition_summary
-from simulations.config import ConfigError, ExperimentConfig, load_config
-from simulations.config_file import (
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.contracts.errors import RunFileError
+from panoramia_fl.contracts.files import atomic_write, atomic_write_text, check_writable
+from panoramia_fl.contracts.json_values import from_dict
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.contracts.run_log import read_json
+from panoramia_fl.ml.canary_records import draw_input_canaries
+from panoramia_fl.ml.datasets import DataError, Dataset, load_dataset
+from panoramia_fl.ml.partition import SiteSplit, partition, partition_summary
+from panoramia_fl.simulations.config_file import (
     check_config_digest,
     dump_config,
     load_run_config,
     write_run_config,
 )
+from panoramia_fl.simulations.experiment_config import ConfigError, ExperimentConfig, load_config
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def adopt_config(config: ExperimentConfig, layout: RunLayout) -> None:
     set-up succeeded, so a config whose data cannot be loaded or partitioned leaves
     nothing behind).
     """
-    from simulations.resume import audit_changed, check_same_run
+    from panoramia_fl.simulations.resume import audit_changed, check_same_run
 
     if not layout.config.exists():
         return
@@ -191,7 +191,7 @@ def prepare_run_dir(
     (:func:`adopt_config`). A run directory already prepared from the same data keys (seed,
     data, partition, canaries) keeps its partition and site files. With
     ``audit.input_canaries`` > 0 each site file also holds the site's canaries and coins
-    (:func:`ml.input_canaries.draw_input_canaries`).
+    (:func:`ml.canary_records.draw_input_canaries`).
     """
     layout.root.mkdir(parents=True, exist_ok=True)
     _refuse_folders_at_files(layout)

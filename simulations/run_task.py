@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from audit.inversion.attack import MODALITIES
-from contracts.plugins import import_plugins
-from ml.models import check_private
-from ml.tasks import TorchTask, build_task
-from ml.tasks.base import OptimizerSpec
-from simulations.config import ConfigError, ExperimentConfig
-from simulations.run_dir import DatasetMeta
+from panoramia_fl.audit.inversion.attack import MODALITIES
+from panoramia_fl.contracts.plugins import import_plugins
+from panoramia_fl.ml.models import check_private
+from panoramia_fl.ml.tasks import TorchTask, build_task
+from panoramia_fl.ml.tasks.base import OptimizerSpec
+from panoramia_fl.simulations.experiment_config import ConfigError, ExperimentConfig
+from panoramia_fl.simulations.run_dir import DatasetMeta
 
 
 def pick_device(resources_gpus: float | str) -> torch.device:
@@ -63,7 +63,7 @@ def make_task(config: ExperimentConfig, meta: DatasetMeta) -> TorchTask:
 def check_run_task(config: ExperimentConfig, meta: DatasetMeta) -> None:
     """Before any site starts: the strategy is registered, the model builds from its
     options and, with record-level DP, Opacus can train it (each error names its key)."""
-    from server.strategy import STRATEGIES
+    from panoramia_fl.server.strategy import STRATEGIES
 
     STRATEGIES.get(config.fl.strategy)
     if config.audit.inversion is not None and meta.modality not in MODALITIES:
@@ -74,7 +74,7 @@ def check_run_task(config: ExperimentConfig, meta: DatasetMeta) -> None:
     inferred = config.audit.attribute_inference
     if inferred is not None and (meta.schema is not None or meta.modality != "tabular"):
         # Without a schema the fields are read from a site's records, at its audit.
-        from audit.tabular.attribute_attack import sensitive_attribute
+        from panoramia_fl.audit.tabular.attribute_attack import sensitive_attribute
 
         rows = np.zeros((1, int(np.prod(meta.input_shape))), dtype=np.float32)
         sensitive_attribute(inferred.field, meta.schema, rows, modality=meta.modality)

@@ -16,25 +16,25 @@ from typing import Any
 
 import torch
 
-from contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
-from contracts.run_files import RunLayout
-from reporting import LostSites
-from server.round_audits import plan_audits
-from server.stop import StopSwitch, stop_on_signals
-from simulations.apps import build_apps
-from simulations.canary_client_twin import train_twin_and_record
-from simulations.config import ExperimentConfig, ResourcesConfig
-from simulations.config_file import report_config
-from simulations.platform_info import collect_platform, write_platform
-from simulations.ray_start import check_fits, start_ray
-from simulations.reference_models import (
+from panoramia_fl.contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.reporting import LostSites
+from panoramia_fl.server.round_audits import plan_audits
+from panoramia_fl.server.stop import StopSwitch, stop_on_signals
+from panoramia_fl.simulations.apps import build_apps
+from panoramia_fl.simulations.canary_client_twin import train_twin_and_record
+from panoramia_fl.simulations.config_file import report_config
+from panoramia_fl.simulations.experiment_config import ExperimentConfig, ResourcesConfig
+from panoramia_fl.simulations.platform_info import collect_platform, write_platform
+from panoramia_fl.simulations.ray_start import check_fits, start_ray
+from panoramia_fl.simulations.reference_models import (
     ReferenceModelsDone,
     ensure_reference_models,
     reference_count,
 )
-from simulations.run_dir import DatasetMeta, hold_run_dir, prepare_run_dir
-from simulations.run_task import check_run_task
-from simulations.sizes import check_sizes
+from panoramia_fl.simulations.run_dir import DatasetMeta, hold_run_dir, prepare_run_dir
+from panoramia_fl.simulations.run_task import check_run_task
+from panoramia_fl.simulations.sizes import check_sizes
 
 log = logging.getLogger("panoramia_fl")
 
@@ -273,7 +273,7 @@ def _run(
         _train_twin(config, layout, outcome, verbose=verbose)
     if write_report:
         t = time.time()
-        from reporting import write_report as write
+        from panoramia_fl.reporting import write_report as write
 
         files = write(layout, report_config(layout))
         outcome.report_warnings, outcome.lost = files.warnings, files.lost

@@ -18,9 +18,9 @@ from types import TracebackType
 
 import torch
 
-from simulations.config import ExperimentConfig
-from simulations.local_ray import LocalRayHead
-from simulations.runner import RAY_ADDRESS_ENV, ray_address
+from panoramia_fl.simulations.experiment_config import ExperimentConfig
+from panoramia_fl.simulations.local_ray import LocalRayHead
+from panoramia_fl.simulations.runner import RAY_ADDRESS_ENV, ray_address
 
 
 class SharedRay:

@@ -8,8 +8,8 @@ import math
 import os
 from pathlib import Path
 
-from clients.gradient_canaries import MEMORY_PER_GRADIENT_CANARY
-from simulations.config import ConfigError, ExperimentConfig
+from panoramia_fl.clients.real_path_canaries import MEMORY_PER_GRADIENT_CANARY
+from panoramia_fl.simulations.experiment_config import ConfigError, ExperimentConfig
 
 GRADIENT_CANARY_SHARE = 0.5
 """The part of a site's share of the memory its gradient canaries may take; the rest holds
@@ -60,7 +60,7 @@ def check_sizes(
     """Refuse a ``dp.declared_size`` whose rounds never finish (over
     :data:`MAX_STEPS_PER_ROUND` noisy steps) and ``audit.gradient_canaries`` that cannot
     fit: ``2 K`` canaries of
-    :data:`~clients.gradient_canaries.MEMORY_PER_GRADIENT_CANARY` bytes in each training site's
+    :data:`~clients.real_path_canaries.MEMORY_PER_GRADIENT_CANARY` bytes in each training site's
     process, against :data:`GRADIENT_CANARY_SHARE` of the site's share of ``memory`` (default: this
     machine's) among the sites that train at once on ``cpus`` (default: the local Ray's)."""
     _check_declared_size(config)

@@ -5,19 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from audit.panoramia.components import Records
-from audit.result import AuditResult
-from clients.audit_handler import SiteAuditPolicy, make_audit_runner
-from contracts.checkpoint import load_checkpoint
-from contracts.errors import UserError
-from contracts.run_files import CheckpointMeta, RunLayout
-from ml.datasets import load_dataset
-from ml.partition import partition
-from ml.saved_models import load_global_model
-from simulations.config import ExperimentConfig, load_config
-from simulations.reference_models import load_reference_states, site_pool
-from simulations.run_dir import DatasetMeta, site_data
-from simulations.run_task import make_task
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.audit.result import AuditResult
+from panoramia_fl.clients.audit_handler import SiteAuditPolicy, make_audit_runner
+from panoramia_fl.contracts.checkpoint import load_checkpoint
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.contracts.run_files import CheckpointMeta, RunLayout
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.partition import partition
+from panoramia_fl.ml.saved_models import load_global_model
+from panoramia_fl.simulations.experiment_config import ExperimentConfig, load_config
+from panoramia_fl.simulations.reference_models import load_reference_states, site_pool
+from panoramia_fl.simulations.run_dir import DatasetMeta, site_data
+from panoramia_fl.simulations.run_task import make_task
 
 
 def audit_saved_model(

@@ -25,7 +25,7 @@ Exactly one of ``grid`` and ``points``. Labels become run directory names, made
 filesystem-safe (``record eps=4`` -> ``record_eps=4``); they must stay distinct.
 
 ``replicates: N`` (or ``panoramia-fl sweep FILE --set replicates=N``) runs every point once
-per seed on the same partition (``simulations.replicates``): ``<label>/seed-<s>/``, and the
+per seed on the same partition (``simulations.replicate_runs``): ``<label>/seed-<s>/``, and the
 sweep report shows each point's between-run interval and compares neighbouring points.
 """
 
@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from simulations.config import (
+from panoramia_fl.simulations.experiment_config import (
     SEED_LIMIT,
     ConfigError,
     ExperimentConfig,
@@ -48,7 +48,7 @@ from simulations.config import (
     parse_override,
     validate_config,
 )
-from simulations.sizes import check_replicates
+from panoramia_fl.simulations.sizes import check_replicates
 
 _ONE_OF = "give exactly one of grid (a product of values) or points (label -> overrides)"
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from filelock import FileLock
 
-from contracts.files import atomic_write
+from panoramia_fl.contracts.files import atomic_write
 
 log = logging.getLogger("panoramia_fl")
 

@@ -13,10 +13,13 @@ from typing import Any
 import numpy as np
 import yaml
 
-from audit.canaries.gradient_canaries import GradientCanaryResult, gradient_canary_audit
-from audit.inversion.scores import InversionResult
-from audit.panoramia.over_rounds import RoundLeakage
-from audit.result import (
+from panoramia_fl.audit.canaries.gradient_canaries import (
+    GradientCanaryResult,
+    gradient_canary_audit,
+)
+from panoramia_fl.audit.inversion.scores import InversionResult
+from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
+from panoramia_fl.audit.result import (
     AuditFlags,
     AuditResult,
     BoundSummary,
@@ -30,11 +33,11 @@ from audit.result import (
     TwoSidedRepeat,
     TwoSidedResult,
 )
-from contracts.json_values import json_safe
-from contracts.run_files import RunLayout
-from reporting import ReportFiles, RunInputs, load_run, write_report, write_site_report
-from reporting.site_report import site_report_paths
-from simulations.config_file import report_config
+from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.reporting import ReportFiles, RunInputs, load_run, write_report, write_site_report
+from panoramia_fl.reporting.site.site_report import site_report_paths
+from panoramia_fl.simulations.config_file import report_config
 
 # Per-record scores that must never leave audits/ (distinctive digits to search for).
 SECRET_SCORES = [0.918273645512, 0.127364554321, 0.564738291023]

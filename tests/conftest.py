@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from simulations import runner
-from simulations.config import validate_config
-from simulations.local_ray import LocalRayHead
-from simulations.runner import RAY_ADDRESS_ENV
-from simulations.weights_cache import CACHE_ENV
+from panoramia_fl.simulations import runner
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.local_ray import LocalRayHead
+from panoramia_fl.simulations.runner import RAY_ADDRESS_ENV
+from panoramia_fl.simulations.weights_cache import CACHE_ENV
 
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from simulations.processes import is_alive
+from panoramia_fl.simulations.processes import is_alive
 
 
 def _default_sigint() -> None:

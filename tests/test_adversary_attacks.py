@@ -1,5 +1,5 @@
 """A server that does not play fair (``audit.adversary``): crafted weights sent to a site
-that trains them with the project's own local training (``clients.training``, real Opacus
+that trains them with the project's own local training (``clients.site_training``, real Opacus
 under DP-SGD), the records rebuilt from its update and scored against its own records, each
 against the baseline of an update computed on public records."""
 
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from audit.adversary import (
+from panoramia_fl.audit.adversary import (
     ATTACKS,
     CraftedModel,
     SiteOptimizer,
@@ -21,11 +21,11 @@ from audit.adversary import (
     rebuilt_share,
     update_of,
 )
-from clients.privacy import AccountantHistory, DPSettings
-from clients.training import train_locally
-from contracts.secure_sum import FIXED_POINT_BITS
-from ml.datasets.tabular import encode_frame
-from ml.tasks.base import OptimizerSpec, TorchTask, build_task
+from panoramia_fl.clients.privacy import AccountantHistory, DPSettings
+from panoramia_fl.clients.site_training import train_locally
+from panoramia_fl.contracts.secure_sum import FIXED_POINT_BITS
+from panoramia_fl.ml.datasets.tabular import encode_frame
+from panoramia_fl.ml.tasks.base import OptimizerSpec, TorchTask, build_task
 
 CPU = torch.device("cpu")
 BATCH = 32

@@ -25,19 +25,19 @@ from builders import (
 from launchers import load_benchmark
 from scipy import stats
 
-from audit.result import Interval
-from audit.tabular.attribute_attack import UnknownFieldError, sensitive_attribute
-from audit.tabular.attribute_result import AttributeInferenceResult
-from contracts.errors import UserError
-from contracts.json_values import json_safe
-from reporting.aggregate import build_report
-from reporting.evidence import site_pack_html
-from reporting.metrics import ATTRIBUTE_ADVANTAGE, ATTRIBUTE_EPS_LB
-from reporting.site_report import site_page_alone
-from simulations.config import load_config
-from simulations.config_keys import ConfigError
-from simulations.run_dir import DatasetMeta
-from simulations.run_task import check_run_task
+from panoramia_fl.audit.result import Interval
+from panoramia_fl.audit.tabular.attribute_attack import UnknownFieldError, sensitive_attribute
+from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.reporting.assembly.aggregate import build_report
+from panoramia_fl.reporting.evidence.evidence import site_pack_html
+from panoramia_fl.reporting.numbers.metrics import ATTRIBUTE_ADVANTAGE, ATTRIBUTE_EPS_LB
+from panoramia_fl.reporting.site.site_report import site_page_alone
+from panoramia_fl.simulations.config_keys import ConfigError
+from panoramia_fl.simulations.experiment_config import load_config
+from panoramia_fl.simulations.run_dir import DatasetMeta
+from panoramia_fl.simulations.run_task import check_run_task
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FIELD = "health"

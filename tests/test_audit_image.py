@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from audit.config import AuditConfig
-from audit.image.classifier import auc, make_image_classifier
-from audit.image.features import confidence_features, design_matrix, pooled_pixels
-from audit.image.filter import FilteredGenerator
-from audit.image.generators import make_cgan, make_vae
-from audit.panoramia.components import AuditContext, ClassifierData, Records
-from ml.datasets import load_dataset
-from ml.tasks import build_task
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.image.classifier import auc, make_image_classifier
+from panoramia_fl.audit.image.features import confidence_features, design_matrix, pooled_pixels
+from panoramia_fl.audit.image.filter import FilteredGenerator
+from panoramia_fl.audit.image.generators import make_cgan, make_vae
+from panoramia_fl.audit.panoramia.components import AuditContext, ClassifierData, Records
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.tasks import build_task
 
 CPU = torch.device("cpu")
 

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from audit import AuditConfig, AuditResult, Records, run_audit
-from audit.panoramia import components as comp
-from audit.result import Interval
-from audit.stats.one_run import gdp_eps
-from contracts.json_values import from_dict, json_safe
-from ml.datasets import load_dataset
-from ml.tasks import build_task
+from panoramia_fl.audit import AuditConfig, AuditResult, Records, run_audit
+from panoramia_fl.audit.panoramia import components as comp
+from panoramia_fl.audit.result import Interval
+from panoramia_fl.audit.stats.one_run import gdp_eps
+from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.tasks import build_task
 
 CPU = torch.device("cpu")
 
@@ -299,7 +299,7 @@ def test_a_trained_generators_helper_learns_real_records_but_no_game_record(
 ) -> None:
     """With generated non-members the helper (hence b, and the MIA's reference view) also
     trains on the public pool and D_G: real records, none of them ever in a game."""
-    from audit.panoramia.splits import split_members
+    from panoramia_fl.audit.panoramia.splits import split_members
 
     trained = _records_trained_on(site, monkeypatch)
     cfg = {"generator": {"kind": "cgan", "epochs": 1}, "quick": True, "seed": 5}

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audit.config import AuditConfig, SplitConfig
-from audit.panoramia.components import AuditContext, Records
-from audit.panoramia.game import draw_game
-from audit.panoramia.reference_pool import ReferencePoolGenerator, make_reference_pool
-from audit.panoramia.settings import resolve_config
-from audit.panoramia.sides import break_ties
-from audit.panoramia.splits import SplitError, resplit, split_members, split_sizes
+from panoramia_fl.audit.config import AuditConfig, SplitConfig
+from panoramia_fl.audit.panoramia.components import AuditContext, Records
+from panoramia_fl.audit.panoramia.game import draw_game
+from panoramia_fl.audit.panoramia.reference_pool import ReferencePoolGenerator, make_reference_pool
+from panoramia_fl.audit.panoramia.settings import resolve_config
+from panoramia_fl.audit.panoramia.sides import break_ties
+from panoramia_fl.audit.panoramia.splits import SplitError, resplit, split_members, split_sizes
 
 
 def _all(splits) -> np.ndarray:

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from audit.stats import bounds
-from audit.stats.bounds import (
+from panoramia_fl.audit.stats import bounds
+from panoramia_fl.audit.stats.bounds import (
     approx_dp_lower_bound,
     bound_curve,
     ceiling,
@@ -23,8 +23,8 @@ from audit.stats.bounds import (
     lower_bound,
     thresholds_tried,
 )
-from audit.stats.o1 import o1_lower_bound
-from simulations import cmd_bounds
+from panoramia_fl.audit.stats.o1 import o1_lower_bound
+from panoramia_fl.simulations import cmd_bounds
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -359,7 +359,7 @@ def test_cli_module_entry_point(tmp_path: Path) -> None:
     rows = [f"{1 - i / 100},1" for i in range(20)] + [f"{i / 100},0" for i in range(20)]
     path.write_text("score,label\n" + "\n".join(rows) + "\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "simulations.cmd_bounds", str(path), "--beta", "0.1"],
+        [sys.executable, "-m", "panoramia_fl.simulations.cmd_bounds", str(path), "--beta", "0.1"],
         cwd=REPO,
         capture_output=True,
         text=True,

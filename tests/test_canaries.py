@@ -13,17 +13,29 @@ import torch
 from builders import TINY_AUDIT, run_files
 from scipy import stats
 
-from audit.canaries.input_canaries import INPUT_CANARY_SCORE, InputCanaryResult, input_canary_audit
-from audit.config import AuditConfig
-from audit.stats.o1 import o1_lower_bound
-from clients.audit_handler import SiteAuditPolicy, input_canary_audit_of, make_audit_runner
-from clients.site_data import SiteData
-from contracts.json_values import from_dict, json_safe
-from ml.datasets import Dataset, load_dataset
-from ml.input_canaries import INPUT_CANARY_KINDS, draw_input_canaries, input_canary_coins
-from simulations.config import validate_config
-from simulations.run_dir import DatasetMeta, prepare_run_dir
-from simulations.run_task import make_task
+from panoramia_fl.audit.canaries.input_canaries import (
+    INPUT_CANARY_SCORE,
+    InputCanaryResult,
+    input_canary_audit,
+)
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.stats.o1 import o1_lower_bound
+from panoramia_fl.clients.audit_handler import (
+    SiteAuditPolicy,
+    input_canary_audit_of,
+    make_audit_runner,
+)
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.ml.canary_records import (
+    INPUT_CANARY_KINDS,
+    draw_input_canaries,
+    input_canary_coins,
+)
+from panoramia_fl.ml.datasets import Dataset, load_dataset
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.run_dir import DatasetMeta, prepare_run_dir
+from panoramia_fl.simulations.run_task import make_task
 
 pytestmark = pytest.mark.ray
 
@@ -382,7 +394,7 @@ def test_site_audit_fails_fast_on_one_sided_coins() -> None:
 
 @pytest.mark.slow
 def test_federated_run_writes_canary_audit(tmp_path: Path) -> None:
-    from simulations.runner import run_experiment
+    from panoramia_fl.simulations.runner import run_experiment
 
     config = _digits_config(
         "fl-canaries", partition={"scheme": "quantity", "num_sites": 2, "sizes": [500, 500]}
@@ -398,7 +410,7 @@ def test_federated_run_writes_canary_audit(tmp_path: Path) -> None:
     assert canary["eps_interval"][0] == canary["eps_lb"]
     # It is the audit of these canaries against the final global model: redone here, it
     # reads the same.
-    from ml.saved_models import load_global_model, task_from_meta
+    from panoramia_fl.ml.saved_models import load_global_model, task_from_meta
 
     model, checkpoint = load_global_model(run_dir / "global_model.pt")
     task = task_from_meta(checkpoint.meta)
@@ -416,7 +428,7 @@ def test_federated_run_writes_canary_audit(tmp_path: Path) -> None:
 
 
 def test_too_few_canaries_is_a_config_error_naming_the_key():
-    from simulations.config import ConfigError, validate_config
+    from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
 
     with pytest.raises(ConfigError, match=r"audit\.input_canaries: 0 \(off\) or at least 20"):
         validate_config({"audit": {"input_canaries": 5}})

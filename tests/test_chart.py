@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from charts.svg import (
+from panoramia_fl.charts.svg import (
     MARGIN_LEFT,
     MARGIN_RIGHT,
     Axes,

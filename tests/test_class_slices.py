@@ -7,11 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from audit import AuditConfig, Records, run_audit
-from audit.panoramia.class_slices import MIN_CLASS_CEILING, aggregate_slices, class_slices
-from audit.panoramia.pipeline import run_audits_of
-from audit.panoramia.sides import SIDES, BoundRule, Scored
-from ml.tasks import build_task
+from panoramia_fl.audit import AuditConfig, Records, run_audit
+from panoramia_fl.audit.panoramia.class_slices import (
+    MIN_CLASS_CEILING,
+    aggregate_slices,
+    class_slices,
+)
+from panoramia_fl.audit.panoramia.pipeline import run_audits_of
+from panoramia_fl.audit.panoramia.sides import SIDES, BoundRule, Scored
+from panoramia_fl.ml.tasks import build_task
 
 CPU = torch.device("cpu")
 EXPOSED = (2, 3)

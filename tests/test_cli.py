@@ -14,20 +14,30 @@ import torch
 import yaml
 from builders import run_files, write_run
 
-import reporting
-import simulations.runner
-from clients.audit_handler import audit_seed
-from contracts.checkpoint import Checkpoint, save_checkpoint
-from contracts.errors import MissingFileError, RunFileError, UnknownNameError, UserError
-from ml.datasets import DataError
-from ml.partition import PartitionError
-from simulations.cli import build_parser
-from simulations.cli import main as cli_main
-from simulations.config import ConfigError, validate_config
-from simulations.config_file import DIGEST_LINE, check_config_digest, dump_config, load_run_config
-from simulations.resume import check_resume
-from simulations.run_dir import prepare_run_dir
-from simulations.sizes import check_sizes
+import panoramia_fl.simulations.runner
+from panoramia_fl import reporting
+from panoramia_fl.clients.audit_handler import audit_seed
+from panoramia_fl.contracts.checkpoint import Checkpoint, save_checkpoint
+from panoramia_fl.contracts.errors import (
+    MissingFileError,
+    RunFileError,
+    UnknownNameError,
+    UserError,
+)
+from panoramia_fl.ml.datasets import DataError
+from panoramia_fl.ml.partition import PartitionError
+from panoramia_fl.simulations.cli import build_parser
+from panoramia_fl.simulations.cli import main as cli_main
+from panoramia_fl.simulations.config_file import (
+    DIGEST_LINE,
+    check_config_digest,
+    dump_config,
+    load_run_config,
+)
+from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
+from panoramia_fl.simulations.resume import check_resume
+from panoramia_fl.simulations.run_dir import prepare_run_dir
+from panoramia_fl.simulations.sizes import check_sizes
 
 pytestmark = pytest.mark.ray
 
@@ -117,7 +127,7 @@ def test_help_loads_neither_torch_nor_flower():
     command that needs them."""
     code = (
         "import sys\n"
-        "from simulations.cli import main\n"
+        "from panoramia_fl.simulations.cli import main\n"
         "for argv in [['--help'], *([c, '--help'] for c in sys.argv[1:])]:\n"
         "    try:\n"
         "        main(argv)\n"
@@ -199,7 +209,7 @@ def test_an_internal_error_is_not_dressed_as_a_user_error(tmp_path, monkeypatch)
         "def broken(layout, config):\n"
         "    raise KeyError('dp-epsilon')\n"
         "r.write_report = broken\n"
-        "from simulations.cli import main\n"
+        "from panoramia_fl.simulations.cli import main\n"
         f"sys.exit(main(['report', {str(tmp_path)!r}]))\n"
     )
     env = {
@@ -261,7 +271,7 @@ def no_training(monkeypatch):
     def simulate(config, meta, layout, *, phases, **_):
         calls.append(phases)
 
-    monkeypatch.setattr(simulations.runner, "_simulate", simulate)
+    monkeypatch.setattr(panoramia_fl.simulations.runner, "_simulate", simulate)
     monkeypatch.setattr(
         reporting,
         "write_report",
@@ -381,7 +391,7 @@ def test_torn_run_files_on_resume_are_named(run_dir, capsys):
 
 
 def test_a_torn_reference_manifest_is_named(tmp_path):
-    from simulations.reference_models import load_reference_states
+    from panoramia_fl.simulations.reference_models import load_reference_states
 
     layout = run_files(tmp_path)
     layout.reference_models.mkdir()
@@ -424,7 +434,7 @@ def test_a_resource_request_the_cluster_cannot_meet_is_an_error_first(
 ):
     """The local Ray a run would start (no cluster to join) has this machine's CPUs: 64 per
     site is refused before anything is prepared, not left waiting on an empty actor pool."""
-    monkeypatch.delenv(simulations.runner.RAY_ADDRESS_ENV, raising=False)
+    monkeypatch.delenv(panoramia_fl.simulations.runner.RAY_ADDRESS_ENV, raising=False)
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(_raw(resources={"num_cpus": 64})))
     assert cli_main(["run", str(config), "--out", str(tmp_path / "run")]) == 2
@@ -505,7 +515,7 @@ def test_gradient_canaries_that_cannot_fit_are_refused_with_their_estimate(
     with pytest.raises(ConfigError, match="for 1 site training at once"):
         check_sizes(alone, memory=23 * 10**9, cpus=4)
     # The CLI refuses it on this machine before the run directory exists.
-    monkeypatch.delenv(simulations.runner.RAY_ADDRESS_ENV, raising=False)
+    monkeypatch.delenv(panoramia_fl.simulations.runner.RAY_ADDRESS_ENV, raising=False)
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(raw))
     assert cli_main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
@@ -519,7 +529,7 @@ def test_a_declared_size_that_never_finishes_is_refused_before_any_work(
 ):
     """dp.declared_size sets a site's DP-SGD steps: one whose rounds could not finish is
     refused as gradient-canary sizes are, naming the key, before the run directory exists."""
-    monkeypatch.delenv(simulations.runner.RAY_ADDRESS_ENV, raising=False)
+    monkeypatch.delenv(panoramia_fl.simulations.runner.RAY_ADDRESS_ENV, raising=False)
     raw = _raw(dp={"level": "record", "noise_multiplier": 1.0, "declared_size": 10**12})
     with pytest.raises(ConfigError, match="dp.declared_size: 1000000000000 records"):
         check_sizes(validate_config(raw), memory=23 * 10**9, cpus=2)
@@ -567,7 +577,7 @@ def test_a_config_yaml_edited_by_hand_is_refused_on_resume(run_dir, capsys, no_t
 def test_cache_show_and_clear(tmp_path, monkeypatch, capsys):
     import torch
 
-    from simulations.weights_cache import CACHE_ENV, WeightsCache
+    from panoramia_fl.simulations.weights_cache import CACHE_ENV, WeightsCache
 
     folder = tmp_path / "cache"
     monkeypatch.setenv(CACHE_ENV, "off")  # --cache overrides it (and is undone after)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from builders import load_run_of, run_files
 
-from audit.canaries.client_canaries import (
+from panoramia_fl.audit.canaries.client_canaries import (
     CanaryClientCosines,
     CanaryClientDesign,
     estimate_threat,
@@ -19,13 +19,13 @@ from audit.canaries.client_canaries import (
     gaussian_pair_delta,
     pooled_gaussian_epsilon,
 )
-from audit.stats.one_run import gdp_delta, gdp_eps
-from contracts.checkpoint import load_checkpoint
-from deployment.flower_apps import DeploymentConfigError, read_run
-from reporting import build_report
-from reporting.run_report import render_markdown
-from simulations.config import ConfigError, validate_config
-from simulations.runner import run_experiment
+from panoramia_fl.audit.stats.one_run import gdp_delta, gdp_eps
+from panoramia_fl.contracts.checkpoint import load_checkpoint
+from panoramia_fl.deployment.flower_apps import DeploymentConfigError, read_run
+from panoramia_fl.reporting import build_report
+from panoramia_fl.reporting.run.run_report import render_markdown
+from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
+from panoramia_fl.simulations.runner import run_experiment
 
 pytestmark = pytest.mark.ray
 

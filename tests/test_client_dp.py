@@ -10,20 +10,20 @@ import pytest
 import torch
 from builders import run_files
 
-from clients.site_data import SiteData
-from clients.training import train_locally
-from contracts.checkpoint import load_checkpoint
-from server.client_dp import (
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.clients.site_training import train_locally
+from panoramia_fl.contracts.checkpoint import load_checkpoint
+from panoramia_fl.server.client_dp import (
     ClientDPAccounting,
     ClientDPSettings,
     calibrate_noise_multiplier,
     gaussian_epsilon,
 )
-from simulations.apps import client_dp_settings
-from simulations.config import ConfigError, validate_config
-from simulations.run_dir import DatasetMeta
-from simulations.run_task import make_task
-from simulations.runner import run_experiment
+from panoramia_fl.simulations.apps import client_dp_settings
+from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
+from panoramia_fl.simulations.run_dir import DatasetMeta
+from panoramia_fl.simulations.run_task import make_task
+from panoramia_fl.simulations.runner import run_experiment
 
 pytestmark = pytest.mark.ray
 

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from simulations.config import ConfigError, load_config, validate_config
-from simulations.config_file import dump_config
+from panoramia_fl.simulations.config_file import dump_config
+from panoramia_fl.simulations.experiment_config import ConfigError, load_config, validate_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ def test_bad_values_name_the_key(raw, key):
 
 
 def test_only_the_listed_sites_run_the_inversion_audit(tmp_path):
-    from simulations.apps import inversion_settings
+    from panoramia_fl.simulations.apps import inversion_settings
 
     config = validate_config(
         {"partition": {"num_sites": 3}, "audit": {"inversion": {"sites": [1]}}}

@@ -24,13 +24,20 @@ from flwr.serverapp.strategy.strategy_utils import validate_message_reply_consis
 from flwr.supercore import differential_privacy as flwr_differential_privacy
 from flwr.supercore.task_identity import TaskIdentity
 
-from audit.canaries.input_canaries import InputCanaryResult
-from audit.site_results import SiteResults
-from clients.app import SiteRuntime, build_client_app
-from contracts.json_values import from_dict, json_safe
-from contracts.reply_keys import COVERAGES, KIND_JSON, NORM_BIT, PUBLIC_KEY, REPLY_KEYS, kind_key
-from contracts.site_audit import SiteAudit, SiteAuditFile
-from contracts.wire import (
+from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
+from panoramia_fl.audit.site_results import SiteResults
+from panoramia_fl.clients.client_app import SiteRuntime, build_client_app
+from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.contracts.reply_keys import (
+    COVERAGES,
+    KIND_JSON,
+    NORM_BIT,
+    PUBLIC_KEY,
+    REPLY_KEYS,
+    kind_key,
+)
+from panoramia_fl.contracts.site_audit import SiteAudit, SiteAuditFile
+from panoramia_fl.contracts.wire import (
     ARRAYS,
     AUDIT,
     AUDIT_FAILED_CODE,
@@ -48,12 +55,12 @@ from contracts.wire import (
     audit_record,
     audit_reply,
 )
-from server.app import site_audit_file
-from server.run_writer import (
+from panoramia_fl.server.run_writer import (
     read_site_audit,
     sites_needing_audit,
     write_site_audit,
 )
+from panoramia_fl.server.server_app import site_audit_file
 
 
 @pytest.fixture
@@ -466,7 +473,7 @@ def test_ray_memory_killer_is_recognised_in_errors_and_in_site_error_texts():
     torch is not (fewer parallel sites would not help it)."""
     import ray.exceptions
 
-    from contracts.errors import memory_killed, memory_killer_line
+    from panoramia_fl.contracts.errors import memory_killed, memory_killer_line
 
     message = "Task was killed due to the node running low on memory.\nMemory on the node ..."
     killed = ray.exceptions.OutOfMemoryError(message)

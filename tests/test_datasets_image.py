@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from idx_files import make_idx_folder
 
-from ml.datasets import DataError, load_dataset
-from ml.datasets.image import _digits_table, read_idx
+from panoramia_fl.ml.datasets import DataError, load_dataset
+from panoramia_fl.ml.datasets.image import _digits_table, read_idx
 
 
 @pytest.mark.parametrize("compress", [True, False])

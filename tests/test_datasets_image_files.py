@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from contracts.errors import UserError
-from ml.datasets import DataError, load_dataset
-from ml.partition import PartitionConfig, partition
-from simulations.cli import main as cli_main
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.ml.datasets import DataError, load_dataset
+from panoramia_fl.ml.partition import PartitionConfig, partition
+from panoramia_fl.simulations.cli import main as cli_main
 
 pytestmark = pytest.mark.ray
 

@@ -15,17 +15,10 @@ import tomli
 from builders import run_files
 from flwr.app import Context, RecordDict
 
-from clients.site_policy import SiteRefusal
-from contracts.run_files import site_refusals_name
-from deployment.consortium_tls import make_demo_credentials
-from deployment.files import (
-    DeploymentFiles,
-    node_config_arg,
-    prepare_deployment,
-    run_config_values,
-    write_app_dir,
-)
-from deployment.flower_apps import (
+from panoramia_fl.clients.site_policy import SiteRefusal
+from panoramia_fl.contracts.run_files import site_refusals_name
+from panoramia_fl.deployment.consortium_tls import make_demo_credentials
+from panoramia_fl.deployment.flower_apps import (
     RUN_CONFIG_DEFAULTS,
     DeploymentConfigError,
     DeploymentResolver,
@@ -33,11 +26,18 @@ from deployment.flower_apps import (
     parse_phases,
     read_run,
 )
-from deployment.local_consortium import LocalConsortium, RunStatus
-from simulations.config import validate_config
-from simulations.config_file import dump_config
-from simulations.processes import ProcessGroup, descendants, is_alive
-from simulations.run_dir import prepare_run_dir
+from panoramia_fl.deployment.flwr_run_files import (
+    DeploymentFiles,
+    node_config_arg,
+    prepare_deployment,
+    run_config_values,
+    write_app_dir,
+)
+from panoramia_fl.deployment.local_consortium import LocalConsortium, RunStatus
+from panoramia_fl.simulations.config_file import dump_config
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.processes import ProcessGroup, descendants, is_alive
+from panoramia_fl.simulations.run_dir import prepare_run_dir
 
 TINY_AUDIT = {
     "quick": True,
@@ -134,8 +134,8 @@ def test_app_manifest_is_a_valid_flower_app(tmp_path):
     config, _ = load_and_validate(app_dir / "pyproject.toml", check_module=True)
     components = config["tool"]["flwr"]["app"]["components"]
     assert components == {
-        "serverapp": "deployment.flower_apps:server_app",
-        "clientapp": "deployment.flower_apps:client_app",
+        "serverapp": "panoramia_fl.deployment.flower_apps:server_app",
+        "clientapp": "panoramia_fl.deployment.flower_apps:client_app",
     }
     assert set(config["tool"]["flwr"]["app"]["config"]) == set(RUN_CONFIG_DEFAULTS)
     fab = build_fab_from_disk(app_dir)
@@ -204,7 +204,7 @@ def test_resolver_rejects_mismatched_node_config(prepared):
 
 
 def test_prepare_for_real_sites_keeps_data_off_the_server(tmp_path):
-    from simulations.run_dir import DatasetMeta
+    from panoramia_fl.simulations.run_dir import DatasetMeta
 
     config = _config("real", audit=False)
     meta = DatasetMeta(name="digits", modality="image", num_classes=10, input_shape=(1, 8, 8))
@@ -226,7 +226,7 @@ def test_prepare_for_real_sites_keeps_data_off_the_server(tmp_path):
 def test_cli_prepare_only_prints_the_commands(tmp_path, capsys):
     import yaml
 
-    from deployment.local_consortium import main
+    from panoramia_fl.deployment.local_consortium import main
 
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(yaml.safe_dump(_config("cli", audit=False).model_dump(mode="json")))
@@ -411,7 +411,7 @@ def test_tls_consortium_admits_registered_nodes_only(tmp_path):
 
 
 def test_flower_cli_has_the_flags_the_consortium_uses():
-    from deployment.local_consortium import _bin
+    from panoramia_fl.deployment.local_consortium import _bin
 
     superlink = subprocess.run(
         [_bin("flower-superlink"), "--help"], capture_output=True, text=True, timeout=300

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from clients.training import train_locally
-from ml.datasets import load_dataset
-from ml.tasks import build_task
-from ml.training import run_epoch
+from panoramia_fl.clients.site_training import train_locally
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.tasks import build_task
+from panoramia_fl.ml.training import run_epoch
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device on this machine"))]  # fmt: skip
@@ -70,8 +70,8 @@ def test_dp_sgd_batches_are_gathered_and_bit_identical_to_the_host_loader():
     of DP-SGD gives the weights it gave with torch's record-by-record loader."""
     from dataclasses import dataclass
 
-    from clients.privacy import AccountantHistory, DPSettings
-    from ml.tasks.image import ImageClassificationTask
+    from panoramia_fl.clients.privacy import AccountantHistory, DPSettings
+    from panoramia_fl.ml.tasks.image import ImageClassificationTask
 
     @dataclass
     class HostLoaderTask(ImageClassificationTask):

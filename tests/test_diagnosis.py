@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from audit.config import AuditConfig
-from audit.panoramia.assembly import _two_sided
-from audit.panoramia.diagnosis import diagnose
-from audit.result import BoundSummary, Interval, SideRepeat, TwoSidedRepeat
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.assembly import _two_sided
+from panoramia_fl.audit.panoramia.diagnosis import diagnose
+from panoramia_fl.audit.result import BoundSummary, Interval, SideRepeat, TwoSidedRepeat
 
 
 @pytest.mark.parametrize(

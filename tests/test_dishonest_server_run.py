@@ -21,15 +21,19 @@ import torch
 import yaml
 from builders import TINY_AUDIT, report_config, run_files
 
-from contracts.model_checks import read_check_records
-from contracts.run_files import local_model_name, model_checks_name, rebuilt_gallery_name
-from deployment.flower_apps import DishonestServerRefused, refuse_simulation_settings
-from reporting.evidence import site_pack_html
-from reporting.site_report import site_page_alone
-from server.adversary import Held, Holdings
-from simulations.cli import main
-from simulations.config import ConfigError, validate_config
-from simulations.runner import run_experiment
+from panoramia_fl.contracts.model_checks import read_check_records
+from panoramia_fl.contracts.run_files import (
+    local_model_name,
+    model_checks_name,
+    rebuilt_gallery_name,
+)
+from panoramia_fl.deployment.flower_apps import DishonestServerRefused, refuse_simulation_settings
+from panoramia_fl.reporting.evidence.evidence import site_pack_html
+from panoramia_fl.reporting.site.site_report import site_page_alone
+from panoramia_fl.server.adversary import Held, Holdings
+from panoramia_fl.simulations.cli import main
+from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
+from panoramia_fl.simulations.runner import run_experiment
 
 BINS = 128
 ATTACK = {"attack": "inconsistent", "rounds": [1], "sites": [0], "bins": BINS}

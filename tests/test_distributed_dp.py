@@ -17,27 +17,35 @@ from flwr.app import Message
 from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv
 from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
-from clients.distributed_dp import (
+from panoramia_fl.clients.distributed_dp import (
     DistributedDPSettings,
     add_share,
     clipped_update,
     noise_generator,
 )
-from clients.secure_aggregation import SecureSumError, SecureSumSettings, commit, masked_update
-from contracts.checkpoint import load_checkpoint
-from contracts.reply_keys import NUM_EXAMPLES, TRAIN_LOSS
-from contracts.run_log import read_rounds
-from contracts.secure_sum import FIXED_POINT_BITS, SecureSumInstructions
-from contracts.wire import ARRAYS, METRICS
-from deployment.flower_apps import IdealSecureAggregationRefused, refuse_simulation_settings
-from reporting.privacy_ledger import outside_guarantee
-from server.client_dp import ClientDPAccounting, ClientDPSettings, gaussian_epsilon
-from server.strategy import SiteFedAvg
-from simulations.apps import server_settings
-from simulations.config import ConfigError, validate_config
-from simulations.config_file import dump_config, report_config
-from simulations.run_dir import DatasetMeta
-from simulations.runner import run_experiment
+from panoramia_fl.clients.secure_sum_site import (
+    SecureSumError,
+    SecureSumSettings,
+    commit,
+    masked_update,
+)
+from panoramia_fl.contracts.checkpoint import load_checkpoint
+from panoramia_fl.contracts.reply_keys import NUM_EXAMPLES, TRAIN_LOSS
+from panoramia_fl.contracts.run_log import read_rounds
+from panoramia_fl.contracts.secure_sum import FIXED_POINT_BITS, SecureSumInstructions
+from panoramia_fl.contracts.wire import ARRAYS, METRICS
+from panoramia_fl.deployment.flower_apps import (
+    IdealSecureAggregationRefused,
+    refuse_simulation_settings,
+)
+from panoramia_fl.reporting.privacy.privacy_ledger import outside_guarantee
+from panoramia_fl.server.client_dp import ClientDPAccounting, ClientDPSettings, gaussian_epsilon
+from panoramia_fl.server.strategy import SiteFedAvg
+from panoramia_fl.simulations.apps import server_settings
+from panoramia_fl.simulations.config_file import dump_config, report_config
+from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
+from panoramia_fl.simulations.run_dir import DatasetMeta
+from panoramia_fl.simulations.runner import run_experiment
 
 Z, CLIP, SITES = 1.5, 0.02, 3
 

@@ -21,16 +21,16 @@ from builders import (
     write_run,
 )
 
-from audit.panoramia.over_rounds import RoundLeakage
-from audit.result import Interval
-from contracts.json_values import json_safe
-from reporting import SweepPoint, write_sweep_report
-from reporting.columns import SiteRow
-from reporting.observers import NOT_SEEN, OBSERVER_COLUMNS, SERVER_VIEWS
-from reporting.sweep_report import build_sweep_report
-from reporting.update_membership import NOT_RUN, SUM_ONLY, SUM_ONLY_SHORT
-from simulations.config_file import report_config
-from simulations.sweep import expand, load_sweep
+from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
+from panoramia_fl.audit.result import Interval
+from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.reporting import SweepPoint, write_sweep_report
+from panoramia_fl.reporting.layout.columns import SiteRow
+from panoramia_fl.reporting.privacy.update_membership import NOT_RUN, SUM_ONLY, SUM_ONLY_SHORT
+from panoramia_fl.reporting.sweeps.observers import NOT_SEEN, OBSERVER_COLUMNS, SERVER_VIEWS
+from panoramia_fl.reporting.sweeps.sweep_report import build_sweep_report
+from panoramia_fl.simulations.config_file import report_config
+from panoramia_fl.simulations.sweep import expand, load_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,15 +9,15 @@ import pytest
 import yaml
 from builders import run_files
 
-from audit.result import Interval
-from clients.site_data import SiteData
-from reporting import SCHEMA_VERSION, SweepPoint, write_sweep_progress
-from reporting.formatting import fmt_est
-from reporting.update_membership import SUM_ONLY, SUM_ONLY_SHORT
-from simulations.cli import main as cli_main
-from simulations.config import validate_config
-from simulations.config_file import report_config
-from simulations.runner import run_experiment
+from panoramia_fl.audit.result import Interval
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.reporting import SCHEMA_VERSION, SweepPoint, write_sweep_progress
+from panoramia_fl.reporting.numbers.formatting import fmt_est
+from panoramia_fl.reporting.privacy.update_membership import SUM_ONLY, SUM_ONLY_SHORT
+from panoramia_fl.simulations.cli import main as cli_main
+from panoramia_fl.simulations.config_file import report_config
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.runner import run_experiment
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 

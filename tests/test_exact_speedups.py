@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from ml.datasets import load_dataset
-from ml.models.image import MaxPool2x2
-from ml.tasks import build_task
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.models.image import MaxPool2x2
+from panoramia_fl.ml.tasks import build_task
 
 
 @pytest.mark.parametrize("shape", [(8, 4, 12, 12), (5, 3, 7, 9)])

@@ -12,13 +12,17 @@ import torch
 import torch.nn.functional as F
 from builders import run_files
 
-from audit.panoramia.calibration import calibrated_statistics, log_likelihood, reference_statistics
-from audit.panoramia.components import Records
-from audit.panoramia.exposure import SCORE_MEANINGS, most_exposed
-from clients.audit_handler import SiteAuditPolicy, write_exposed_records
-from clients.site_data import SiteData
-from contracts.run_files import exposed_records_name
-from simulations.config import ConfigError, validate_config
+from panoramia_fl.audit.panoramia.calibration import (
+    calibrated_statistics,
+    log_likelihood,
+    reference_statistics,
+)
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.audit.panoramia.exposure import SCORE_MEANINGS, most_exposed
+from panoramia_fl.clients.audit_handler import SiteAuditPolicy, write_exposed_records
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.contracts.run_files import exposed_records_name
+from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
 
 
 class _LinearTask:
@@ -95,7 +99,7 @@ def test_exposed_records_config_and_policy() -> None:
     assert validate_config({"audit": {"exposed_records": 5}}).audit.exposed_records == 5
     with pytest.raises(ConfigError, match="audit.exposed_records"):
         validate_config({"audit": {"exposed_records": -1}})
-    from audit.config import AuditConfig
+    from panoramia_fl.audit.config import AuditConfig
 
     with pytest.raises(ValueError, match="exposed_records_path"):
         SiteAuditPolicy(settings=AuditConfig(), exposed_records=3)

@@ -22,20 +22,20 @@ from builders import (
 )
 from statsmodels.stats.multitest import multipletests
 
-from audit.canaries.gradient_canaries import GradientCanaryResult
-from audit.conformance.checks import (
+from panoramia_fl.audit.canaries.gradient_canaries import GradientCanaryResult
+from panoramia_fl.audit.conformance.checks import (
     CHECKS,
     STATISTICAL_CHECKS,
     ConformanceCheck,
     ConformanceResult,
     check_level,
 )
-from contracts.json_values import json_safe
-from reporting import SweepPoint, write_sweep_report
-from reporting.banners import CHANCE_FLAGS_HEADLINE, VIOLATION_HEADLINE
-from reporting.family_wise import family_wise
-from reporting.meanings import NOTES, Note
-from simulations.config_file import report_config
+from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.reporting import SweepPoint, write_sweep_report
+from panoramia_fl.reporting.layout.banners import CHANCE_FLAGS_HEADLINE, VIOLATION_HEADLINE
+from panoramia_fl.reporting.numbers.meanings import NOTES, Note
+from panoramia_fl.reporting.privacy.family_wise import family_wise
+from panoramia_fl.simulations.config_file import report_config
 
 BETA = 0.05
 LEVEL = check_level(BETA)

@@ -10,19 +10,19 @@ import pytest
 import torch
 from builders import run_files
 
-from clients.privacy import AccountantHistory, DPSettings
-from clients.training import train_locally
-from contracts.checkpoint import load_checkpoint
-from contracts.reply_keys import ARRAYS, COVERED, REPLY_KEYS
-from contracts.run_log import read_rounds
-from ml.datasets import load_dataset
-from ml.saved_models import load_global_model
-from reporting.privacy_ledger import outside_guarantee
-from simulations.config import validate_config
-from simulations.config_file import report_config
-from simulations.run_dir import DatasetMeta
-from simulations.run_task import make_task
-from simulations.runner import run_experiment
+from panoramia_fl.clients.privacy import AccountantHistory, DPSettings
+from panoramia_fl.clients.site_training import train_locally
+from panoramia_fl.contracts.checkpoint import load_checkpoint
+from panoramia_fl.contracts.reply_keys import ARRAYS, COVERED, REPLY_KEYS
+from panoramia_fl.contracts.run_log import read_rounds
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.saved_models import load_global_model
+from panoramia_fl.reporting.privacy.privacy_ledger import outside_guarantee
+from panoramia_fl.simulations.config_file import report_config
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.run_dir import DatasetMeta
+from panoramia_fl.simulations.run_task import make_task
+from panoramia_fl.simulations.runner import run_experiment
 
 pytestmark = pytest.mark.ray
 
@@ -152,7 +152,7 @@ def test_partial_participation_is_seeded(tmp_path):
     run_experiment(config, tmp_path / "a", write_report=False)
     sites = [sorted(r["sites"]) for r in _rounds(tmp_path / "a")]
     assert all(len(s) == 2 for s in sites)
-    from server.strategy import StrategySettings, make_strategy
+    from panoramia_fl.server.strategy import StrategySettings, make_strategy
 
     strategy = make_strategy(
         StrategySettings(fraction_train=0.67, seed=7),

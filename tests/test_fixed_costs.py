@@ -7,10 +7,10 @@ import pickle
 
 from flwr.app import Context, RecordDict
 
-from contracts.run_files import RunLayout
-from simulations.apps import SiteResolver
-from simulations.config import validate_config
-from simulations.run_dir import prepare_run_dir
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.simulations.apps import SiteResolver
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.run_dir import prepare_run_dir
 
 
 def _context(site_id: int) -> Context:

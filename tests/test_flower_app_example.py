@@ -14,8 +14,8 @@ from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.simulation import run_simulation
 from flwr.supercore.task_identity import TaskIdentity
 
-from audit.config import AuditConfig
-from contracts.wire import ARRAYS, CONFIG, SITE_REFUSED_CODE, AuditInstructions
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.contracts.wire import ARRAYS, CONFIG, SITE_REFUSED_CODE, AuditInstructions
 
 APP_DIR = Path(__file__).resolve().parents[1] / "examples" / "flower_app"
 

@@ -12,10 +12,10 @@ from builders import run_files
 from idx_files import make_idx_folder
 from torch import nn
 
-from contracts.checkpoint import load_checkpoint
-from ml.models import MODELS
-from simulations.cli import main as cli_main
-from simulations.config import load_config
+from panoramia_fl.contracts.checkpoint import load_checkpoint
+from panoramia_fl.ml.models import MODELS
+from panoramia_fl.simulations.cli import main as cli_main
+from panoramia_fl.simulations.experiment_config import load_config
 
 pytestmark = pytest.mark.ray
 

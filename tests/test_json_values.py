@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 import pytest
 
-from contracts.json_values import FLAT_IN_OLDER, INLINE, NullAs, from_dict, json_safe
+from panoramia_fl.contracts.json_values import FLAT_IN_OLDER, INLINE, NullAs, from_dict, json_safe
 
 # --- the one checked decoder ------------------------------------------------------------
 

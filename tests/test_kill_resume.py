@@ -24,8 +24,8 @@ import yaml
 from builders import run_files
 from launchers import SessionPopen, end_session, interrupt, session_processes, start_interruptible
 
-from contracts.checkpoint import load_checkpoint
-from simulations.runner import RAY_ADDRESS_ENV
+from panoramia_fl.contracts.checkpoint import load_checkpoint
+from panoramia_fl.simulations.runner import RAY_ADDRESS_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
@@ -38,15 +38,15 @@ POLL_S = 0.05  # a round takes seconds: the kills still land where they are mean
 # between the round's metrics line and its checkpoint (the window a real crash may hit).
 STALL = """
 import sys, time
-import server.strategy
+import panoramia_fl.server.strategy
 stall_at = sys.argv.pop(1)
-real = server.strategy.save_checkpoint
+real = panoramia_fl.server.strategy.save_checkpoint
 def stalled(path, checkpoint):
     if path.name == stall_at:
         time.sleep(600)
     real(path, checkpoint)
-server.strategy.save_checkpoint = stalled
-from simulations.cli import main
+panoramia_fl.server.strategy.save_checkpoint = stalled
+from panoramia_fl.simulations.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -123,7 +123,7 @@ def _has_round(run_dir: Path, r: int) -> bool:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "simulations.cli", "run", *args]
+    return [sys.executable, "-m", "panoramia_fl.simulations.cli", "run", *args]
 
 
 def _stalled(name: str, *args: str) -> list[str]:

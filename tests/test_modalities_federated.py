@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from simulations.config import load_config
-from simulations.runner import run_experiment
+from panoramia_fl.simulations.experiment_config import load_config
+from panoramia_fl.simulations.runner import run_experiment
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

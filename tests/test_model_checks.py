@@ -20,38 +20,38 @@ from builders import run_files
 from flwr.app import ArrayRecord, Context, RecordDict
 from flwr.simulation import run_simulation
 
-from audit.adversary import SiteOptimizer, craft_dead, craft_imprint, craft_trap
-from audit.received_model.consistency import BulletinEntry, consistency
-from audit.received_model.digest import model_digest
-from audit.received_model.plausibility import (
+from panoramia_fl.audit.adversary import SiteOptimizer, craft_dead, craft_imprint, craft_trap
+from panoramia_fl.audit.received_model.consistency import BulletinEntry, consistency
+from panoramia_fl.audit.received_model.digest import model_digest
+from panoramia_fl.audit.received_model.plausibility import (
     ADAM_STEP_BOUND,
     AgreedTraining,
     ClientClipping,
     plausibility,
 )
-from clients.app import build_client_app
-from clients.model_checks import (
+from panoramia_fl.clients.client_app import build_client_app
+from panoramia_fl.clients.model_checks import (
     BulletinConflict,
     FileBulletin,
     ModelCheckSettings,
     check_received,
     publish,
 )
-from clients.training import train_locally
-from contracts.model_checks import (
+from panoramia_fl.clients.site_training import train_locally
+from panoramia_fl.contracts.model_checks import (
     CheckOutcome,
     ModelFlag,
     RoundAnnouncement,
     read_check_records,
 )
-from contracts.run_files import model_checks_name
-from contracts.run_log import RoundRecord, read_rounds
-from ml.tasks.base import OptimizerSpec, TorchTask, build_task
-from reporting.site_report import flagged_models
-from server.app import build_server_app
-from simulations.apps import SiteResolver, server_settings
-from simulations.config import validate_config
-from simulations.run_dir import prepare_run_dir
+from panoramia_fl.contracts.run_files import model_checks_name
+from panoramia_fl.contracts.run_log import RoundRecord, read_rounds
+from panoramia_fl.ml.tasks.base import OptimizerSpec, TorchTask, build_task
+from panoramia_fl.reporting.site.site_report import flagged_models
+from panoramia_fl.server.server_app import build_server_app
+from panoramia_fl.simulations.apps import SiteResolver, server_settings
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.run_dir import prepare_run_dir
 
 CPU = torch.device("cpu")
 BATCH = 32

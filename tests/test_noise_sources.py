@@ -12,14 +12,18 @@ import pytest
 import torch
 from flwr.app import Context, RecordDict
 
-from clients.privacy import AccountantHistory
-from clients.training import train_locally
-from contracts.run_files import NOISE_NOTES
-from deployment.files import prepare_deployment, run_config_values
-from deployment.flower_apps import DeploymentResolver, deployed_server_settings, read_run
-from server.app import seed_server_noise
-from simulations.apps import SiteResolver, server_settings
-from simulations.config import validate_config
+from panoramia_fl.clients.privacy import AccountantHistory
+from panoramia_fl.clients.site_training import train_locally
+from panoramia_fl.contracts.run_files import NOISE_NOTES
+from panoramia_fl.deployment.flower_apps import (
+    DeploymentResolver,
+    deployed_server_settings,
+    read_run,
+)
+from panoramia_fl.deployment.flwr_run_files import prepare_deployment, run_config_values
+from panoramia_fl.server.server_app import seed_server_noise
+from panoramia_fl.simulations.apps import SiteResolver, server_settings
+from panoramia_fl.simulations.experiment_config import validate_config
 
 CONFIG = {
     "name": "noise",

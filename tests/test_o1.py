@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from audit.stats.o1 import O1Summary, count_grid, o1_lower_bound
+from panoramia_fl.audit.stats.o1 import O1Summary, count_grid, o1_lower_bound
 
 
 def _sigmoid(x: float) -> float:

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from audit.canaries.input_canaries import input_canary_audit
-from audit.stats.bounds import clopper_pearson_lower
-from audit.stats.o1 import o1_lower_bound
-from audit.stats.one_run import (
+from panoramia_fl.audit.canaries.input_canaries import input_canary_audit
+from panoramia_fl.audit.stats.bounds import clopper_pearson_lower
+from panoramia_fl.audit.stats.o1 import o1_lower_bound
+from panoramia_fl.audit.stats.one_run import (
     fdp_eps_lb,
     fdp_mu_lb,
     fdp_rejects,
@@ -23,7 +23,7 @@ from audit.stats.one_run import (
     one_run_bound,
     steinke_eps_lb,
 )
-from simulations import cmd_bounds
+from panoramia_fl.simulations import cmd_bounds
 
 
 def _run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:

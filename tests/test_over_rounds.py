@@ -13,20 +13,20 @@ import pytest
 from builders import by_round_lines, make_result, run_files, with_class_slices
 from flwr.app import ConfigRecord
 
-from audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
-from audit.site_results import SiteResults
-from contracts.json_values import from_dict, json_safe
-from contracts.run_log import RoundRecord
-from contracts.site_audit import SiteAudit, SiteAuditFile
-from contracts.wire import AuditInstructions, WireError, audit_record, audit_reply
-from reporting import plots
-from reporting.columns import md_table
-from reporting.formatting import first_leaking_text, first_leaks_line
-from reporting.meanings import NOTES, Note
-from reporting.site_columns import PER_CLASS_COLUMNS
-from server.round_audits import plan_audits, with_rounds
-from server.run_writer import append_round, write_site_audit
-from simulations.config import ConfigError, validate_config
+from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
+from panoramia_fl.audit.site_results import SiteResults
+from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.contracts.run_log import RoundRecord
+from panoramia_fl.contracts.site_audit import SiteAudit, SiteAuditFile
+from panoramia_fl.contracts.wire import AuditInstructions, WireError, audit_record, audit_reply
+from panoramia_fl.reporting.layout.columns import md_table
+from panoramia_fl.reporting.layout.site_columns import PER_CLASS_COLUMNS
+from panoramia_fl.reporting.numbers.formatting import first_leaking_text, first_leaks_line
+from panoramia_fl.reporting.numbers.meanings import NOTES, Note
+from panoramia_fl.reporting.pages import plots
+from panoramia_fl.server.round_audits import plan_audits, with_rounds
+from panoramia_fl.server.run_writer import append_round, write_site_audit
+from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
 
 # --- config -------------------------------------------------------------------------------
 
@@ -112,7 +112,7 @@ def test_a_resumed_run_asks_only_for_the_rounds_a_site_lacks(tmp_path: Path) -> 
 def test_new_lines_join_the_kept_ones_with_the_round_accuracy(tmp_path: Path) -> None:
     for r in range(1, 9):
         append_round(run_files(tmp_path), RoundRecord(round=r, global_accuracy=r / 10))
-    from server.round_audits import global_accuracy
+    from panoramia_fl.server.round_audits import global_accuracy
 
     before = _ok_file(1, by_round=by_round_lines([1]))
     merged = with_rounds(

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from builders import run_files
 
-from contracts.run_files import SITE_REPORTS_DIR, local_model_name
-from simulations.config import load_config
-from simulations.runner import run_experiment
+from panoramia_fl.contracts.run_files import SITE_REPORTS_DIR, local_model_name
+from panoramia_fl.simulations.experiment_config import load_config
+from panoramia_fl.simulations.runner import run_experiment
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 

@@ -89,7 +89,7 @@ def test_pins_and_console_script():
     assert vision_version[1] == torch_version[1] + 15, (torch_version, vision_version)
     assert any(d.startswith("flwr[simulation]>=1.42,<1.43") for d in deps)
     assert any(d.startswith("opacus>=1.6,<1.7") for d in deps)
-    assert project["scripts"]["panoramia-fl"] == "simulations.cli:main"
+    assert project["scripts"]["panoramia-fl"] == "panoramia_fl.simulations.cli:main"
 
 
 # The layout by concern: each top-level package and the packages of ours it may import.
@@ -239,7 +239,7 @@ def _import_graph(*, lazy: bool, typing: bool = False) -> dict[str, set[str]]:
                 targets.update(alias.name for alias in node.names)
             else:
                 base = _absolute(name, path, node)
-                # ``from . import plots`` imports reporting.plots; its package is importing.
+                # ``from . import plots`` imports reporting.pages.plots; its package is importing.
                 targets.update([base] if node.module else [])
                 targets.update(f"{base}.{alias.name}" for alias in node.names)
         graph[name] = {t for t in targets if t in modules and t != name}
@@ -273,7 +273,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_module_import_cycle(lazy, typing):
     """No module imports one that imports it back, directly or through others: at import
     time a cycle makes the import order decide which names exist, and a lazy or type-only
-    import back (``reporting.inputs`` -> ``run_config`` -> ``privacy_ledger`` -> ``inputs``
+    import back (``reporting.assembly.inputs`` -> ``run_config`` -> ``privacy_ledger`` -> ``inputs``
     once) is the same tangle, deferred."""
     assert _cycles(_import_graph(lazy=lazy, typing=typing)) == []
 
@@ -286,9 +286,11 @@ def test_reporting_modules_import_downwards():
     inside = {m: {t for t in ts if t.startswith("reporting.")} for m, ts in graph.items()}
     inside = {m: ts for m, ts in inside.items() if m.startswith("reporting.")}
     assert _cycles(inside) == []
-    assert {"reporting.schema", "reporting.metrics", "reporting.columns"} <= set().union(
-        *inside.values()
-    )
+    assert {
+        "panoramia_fl.reporting.schemas.schema",
+        "panoramia_fl.reporting.numbers.metrics",
+        "panoramia_fl.reporting.layout.columns",
+    } <= set().union(*inside.values())
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -366,12 +368,12 @@ def test_contracts_stay_light_and_audit_needs_no_flower():
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("contracts")
     }
     assert audit_uses <= {
-        "contracts.dishonest_server",
-        "contracts.errors",
-        "contracts.json_values",
-        "contracts.model_checks",
-        "contracts.registry",
-        "contracts.tabular_schema",
+        "panoramia_fl.contracts.dishonest_server",
+        "panoramia_fl.contracts.errors",
+        "panoramia_fl.contracts.json_values",
+        "panoramia_fl.contracts.model_checks",
+        "panoramia_fl.contracts.registry",
+        "panoramia_fl.contracts.tabular_schema",
     }, audit_uses
 
 

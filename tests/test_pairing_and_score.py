@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 import torch
 
-from audit import AuditConfig, Records, run_audit
-from audit.panoramia.audit_sets import FeatureSet
-from audit.panoramia.components import AuditContext, make_generator
-from audit.panoramia.pairing import pair_members
-from audit.panoramia.reference_pool import ReferencePoolGenerator
-from audit.panoramia.repeat import RepeatInputs, play_repeat
-from audit.panoramia.settings import resolve_config
-from audit.panoramia.timing import StageTimer
-from ml.datasets import load_dataset
-from ml.tasks import build_task
+from panoramia_fl.audit import AuditConfig, Records, run_audit
+from panoramia_fl.audit.panoramia.audit_sets import FeatureSet
+from panoramia_fl.audit.panoramia.components import AuditContext, make_generator
+from panoramia_fl.audit.panoramia.pairing import pair_members
+from panoramia_fl.audit.panoramia.reference_pool import ReferencePoolGenerator
+from panoramia_fl.audit.panoramia.repeat import RepeatInputs, play_repeat
+from panoramia_fl.audit.panoramia.settings import resolve_config
+from panoramia_fl.audit.panoramia.timing import StageTimer
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.tasks import build_task
 
 
 def _pool(n: int, classes: int, seed: int) -> Records:

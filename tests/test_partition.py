@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from ml.datasets import Dataset, load_dataset
-from ml.partition import PartitionConfig, PartitionError, partition, partition_summary
+from panoramia_fl.ml.datasets import Dataset, load_dataset
+from panoramia_fl.ml.partition import PartitionConfig, PartitionError, partition, partition_summary
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from builders import TINY_AUDIT, run_files
 
-from contracts.plugins import PluginError, import_plugins
-from ml.datasets import DataError
-from simulations.cli import main as cli_main
-from simulations.config import validate_config
-from simulations.run_dir import prepare_run_dir
+from panoramia_fl.contracts.plugins import PluginError, import_plugins
+from panoramia_fl.ml.datasets import DataError
+from panoramia_fl.simulations.cli import main as cli_main
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.run_dir import prepare_run_dir
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plugin"
 
@@ -63,10 +63,10 @@ def test_a_plugin_cannot_replace_a_builtin_name(outside: Path):
     """A plugin registering the built-in ``small_cnn`` is refused as it registers, naming
     both modules (docs/plugins.md), whether or not the built-in's module was imported yet;
     the built-in keeps its name."""
-    from ml.models import MODELS
+    from panoramia_fl.ml.models import MODELS
 
     source = (
-        "from ml.models import MODELS\n\n"
+        "from panoramia_fl.ml.models import MODELS\n\n"
         "@MODELS.register('small_cnn', modality='image')\n"
         "def mine(*, num_classes, dp, input_shape):\n"
         "    raise AssertionError('the impostor was built')\n"
@@ -76,9 +76,9 @@ def test_a_plugin_cannot_replace_a_builtin_name(outside: Path):
         validate_config({"plugins": [impostor]})
     assert str(caught.value) == (
         "plugins: module 'impostor_plugin': model 'small_cnn' is a built-in name (registered "
-        "by ml.models.image); impostor_plugin must register its own under another name"
+        "by panoramia_fl.ml.models.image); impostor_plugin must register its own under another name"
     )
-    assert MODELS.get("small_cnn").__module__ == "ml.models.image"
+    assert MODELS.get("small_cnn").__module__ == "panoramia_fl.ml.models.image"
 
 
 def test_builders_and_loaders_with_the_wrong_signature_are_refused_as_they_register(
@@ -87,7 +87,7 @@ def test_builders_and_loaders_with_the_wrong_signature_are_refused_as_they_regis
     bad_model = _module(
         outside,
         "bad_model_plugin",
-        "from ml.models import MODELS\n"
+        "from panoramia_fl.ml.models import MODELS\n"
         "@MODELS.register('bad_net')\n"
         "def bad_net(classes, *, dp):\n"
         "    raise AssertionError('never called')\n",
@@ -100,7 +100,7 @@ def test_builders_and_loaders_with_the_wrong_signature_are_refused_as_they_regis
     bad_loader = _module(
         outside,
         "bad_loader_plugin",
-        "from ml.datasets import DATASETS\n"
+        "from panoramia_fl.ml.datasets import DATASETS\n"
         "@DATASETS.register('bad_scans')\n"
         "def bad_scans(root):\n"
         "    raise AssertionError('never called')\n",
@@ -114,7 +114,7 @@ def test_a_dataset_without_a_public_split_when_the_audit_needs_one(outside: Path
         outside,
         "private_only_plugin",
         "import numpy as np\n"
-        "from ml.datasets import DATASETS, Dataset\n"
+        "from panoramia_fl.ml.datasets import DATASETS, Dataset\n"
         "@DATASETS.register('private_only')\n"
         "def private_only(root, options):\n"
         "    x = np.zeros((200, 1, 8, 8), np.uint8)\n"
@@ -135,15 +135,15 @@ def test_a_dataset_without_a_public_split_when_the_audit_needs_one(outside: Path
 
 
 def test_a_plugin_strategy_is_checked_and_built_like_the_built_in_ones(outside: Path):
-    from server.strategy import StrategySettings, make_strategy
-    from simulations.run_dir import DatasetMeta
-    from simulations.run_task import check_run_task
+    from panoramia_fl.server.strategy import StrategySettings, make_strategy
+    from panoramia_fl.simulations.run_dir import DatasetMeta
+    from panoramia_fl.simulations.run_task import check_run_task
 
     plugin = _module(
         outside,
         "median_plugin",
         "from flwr.serverapp.strategy import FedMedian\n"
-        "from server.strategy import STRATEGIES, SiteAwareMixin\n"
+        "from panoramia_fl.server.strategy import STRATEGIES, SiteAwareMixin\n"
         "@STRATEGIES.register('site_median')\n"
         "class SiteFedMedian(SiteAwareMixin, FedMedian):\n"
         "    pass\n",

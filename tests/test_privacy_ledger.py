@@ -25,26 +25,26 @@ from builders import (
     write_run,
 )
 
-from audit.site_results import SiteResults
-from contracts.errors import RunFileError
-from contracts.run_files import CLIENT_DP_FILE, NOISE_NOTES
-from contracts.run_log import ClientDPFile, ClientDPSite, RoundRecord, SiteRound
-from reporting import (
+from panoramia_fl.audit.site_results import SiteResults
+from panoramia_fl.contracts.errors import RunFileError
+from panoramia_fl.contracts.run_files import CLIENT_DP_FILE, NOISE_NOTES
+from panoramia_fl.contracts.run_log import ClientDPFile, ClientDPSite, RoundRecord, SiteRound
+from panoramia_fl.reporting import (
     SCHEMA_VERSION,
     SweepPoint,
     build_report,
     load_run,
     write_sweep_report,
 )
-from reporting.formatting import fmt_outside
-from reporting.inputs import SiteAuditRead
-from reporting.meanings import NOTES, Note
-from reporting.metrics import LOWER_BOUNDS, METRICS
-from reporting.privacy_ledger import released_model_epsilon, site_privacy
-from reporting.run_report import render_markdown
-from simulations.cli import main as cli_main
-from simulations.config import DPConfig
-from simulations.config_file import privacy_settings, report_config
+from panoramia_fl.reporting.assembly.inputs import SiteAuditRead
+from panoramia_fl.reporting.numbers.formatting import fmt_outside
+from panoramia_fl.reporting.numbers.meanings import NOTES, Note
+from panoramia_fl.reporting.numbers.metrics import LOWER_BOUNDS, METRICS
+from panoramia_fl.reporting.privacy.privacy_ledger import released_model_epsilon, site_privacy
+from panoramia_fl.reporting.run.run_report import render_markdown
+from panoramia_fl.simulations.cli import main as cli_main
+from panoramia_fl.simulations.config_file import privacy_settings, report_config
+from panoramia_fl.simulations.experiment_config import DPConfig
 
 CANARY_BANNER = "trained with 200 canaries per site: this model is not the plain model"
 

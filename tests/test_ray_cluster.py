@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from simulations.config import validate_config
-from simulations.local_ray import LocalRayHead
-from simulations.processes import descendants, is_alive
-from simulations.runner import ray_init_args, run_experiment
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.local_ray import LocalRayHead
+from panoramia_fl.simulations.processes import descendants, is_alive
+from panoramia_fl.simulations.runner import ray_init_args, run_experiment
 
 TINY_AUDIT = {
     "quick": True,

@@ -15,14 +15,14 @@ import pytest
 import torch
 from builders import run_files
 
-from clients.site_data import SiteData
-from contracts.run_files import SITE_REPORTS_DIR, exposed_records_name
-from simulations.config import validate_config
-from simulations.reference_models import ReferenceModelsDone, site_pool, split_public
-from simulations.replicates import replicate_configs
-from simulations.run_dir import load_public
-from simulations.runner import run_experiment
-from simulations.weights_cache import CACHE_ENV
+from panoramia_fl.clients.site_data import SiteData
+from panoramia_fl.contracts.run_files import SITE_REPORTS_DIR, exposed_records_name
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.reference_models import ReferenceModelsDone, site_pool, split_public
+from panoramia_fl.simulations.replicate_runs import replicate_configs
+from panoramia_fl.simulations.run_dir import load_public
+from panoramia_fl.simulations.runner import run_experiment
+from panoramia_fl.simulations.weights_cache import CACHE_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 

@@ -13,9 +13,9 @@ from typing import get_args
 import pytest
 import torch
 
-from contracts.errors import NameTakenError, UnknownNameError, UserError
-from contracts.plugins import PluginError, import_plugins
-from contracts.registry import Registry
+from panoramia_fl.contracts.errors import NameTakenError, UnknownNameError, UserError
+from panoramia_fl.contracts.plugins import PluginError, import_plugins
+from panoramia_fl.contracts.registry import Registry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,7 +29,7 @@ def plugins(tmp_path, monkeypatch):
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
         textwrap.dedent(f"""
-        from contracts.registry import Registry
+        from panoramia_fl.contracts.registry import Registry
 
         THINGS = Registry(
             "thing",
@@ -132,12 +132,12 @@ def test_a_plugin_cannot_take_a_builtin_name_before_its_module_is_imported(
 
 
 def _project_registries() -> dict[str, Registry]:
-    from audit.panoramia.components import CLASSIFIERS, GENERATORS
-    from ml.datasets import DATASETS
-    from ml.models import MODELS
-    from ml.tasks.base import TASKS
-    from server.client_dp import CLIPPINGS
-    from server.strategy import STRATEGIES
+    from panoramia_fl.audit.panoramia.components import CLASSIFIERS, GENERATORS
+    from panoramia_fl.ml.datasets import DATASETS
+    from panoramia_fl.ml.models import MODELS
+    from panoramia_fl.ml.tasks.base import TASKS
+    from panoramia_fl.server.client_dp import CLIPPINGS
+    from panoramia_fl.server.strategy import STRATEGIES
 
     return {
         "data.name": DATASETS,
@@ -160,8 +160,8 @@ def test_every_builtin_name_is_registered_by_its_module(key) -> None:
 
 
 def test_config_choices_are_the_registered_names() -> None:
-    from server.client_dp import CLIPPING_SIDES, CLIPPINGS
-    from simulations.config import ClientDPConfig
+    from panoramia_fl.server.client_dp import CLIPPING_SIDES, CLIPPINGS
+    from panoramia_fl.simulations.experiment_config import ClientDPConfig
 
     def choices(model, field: str) -> list[str]:
         return sorted(get_args(model.model_fields[field].annotation))
@@ -172,9 +172,9 @@ def test_config_choices_are_the_registered_names() -> None:
 
 def test_a_strategy_is_any_registered_name_and_an_unknown_one_stops_the_run_first() -> None:
     # fl.strategy is free text (a plugin may register one); the run checks it before Ray.
-    from simulations.config import validate_config
-    from simulations.run_dir import DatasetMeta
-    from simulations.run_task import check_run_task
+    from panoramia_fl.simulations.experiment_config import validate_config
+    from panoramia_fl.simulations.run_dir import DatasetMeta
+    from panoramia_fl.simulations.run_task import check_run_task
 
     config = validate_config({"fl": {"strategy": "fedmedian"}, "data": {"name": "digits"}})
     meta = DatasetMeta(name="digits", modality="image", num_classes=10, input_shape=(1, 8, 8))
@@ -185,9 +185,9 @@ def test_a_strategy_is_any_registered_name_and_an_unknown_one_stops_the_run_firs
 def test_an_image_run_never_imports_transformers() -> None:
     code = textwrap.dedent("""
         import sys
-        from audit.panoramia.components import CLASSIFIERS, GENERATORS
-        from ml.datasets import DATASETS
-        from ml.tasks import build_task
+        from panoramia_fl.audit.panoramia.components import CLASSIFIERS, GENERATORS
+        from panoramia_fl.ml.datasets import DATASETS
+        from panoramia_fl.ml.tasks import build_task
 
         DATASETS.get("digits")
         task = build_task("image", model_name="small_cnn", num_classes=10, input_shape=(1, 8, 8))
@@ -207,8 +207,8 @@ def test_an_image_run_never_imports_transformers() -> None:
 
 
 def test_a_generator_for_another_modality_is_refused() -> None:
-    from audit.config import AuditConfig
-    from audit.panoramia.components import AuditContext, make_generator
+    from panoramia_fl.audit.config import AuditConfig
+    from panoramia_fl.audit.panoramia.components import AuditContext, make_generator
 
     image_task = SimpleNamespace(modality="image")
     context = AuditContext(task=image_task, device=torch.device("cpu"))  # type: ignore[arg-type]  # a stand-in task
@@ -217,7 +217,7 @@ def test_a_generator_for_another_modality_is_refused() -> None:
 
 
 def test_a_model_for_another_modality_is_refused() -> None:
-    from ml.tasks import build_task
+    from panoramia_fl.ml.tasks import build_task
 
     task = build_task("tabular", model_name="small_cnn", num_classes=2, input_shape=(3,))
     with pytest.raises(UserError, match="model.name: 'small_cnn' is a model for image records"):

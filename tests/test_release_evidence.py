@@ -31,13 +31,13 @@ from builders import (
 )
 from PIL import Image
 
-from audit.conformance.checks import CHECKS, ConformanceCheck, ConformanceResult
-from contracts.json_values import json_safe
-from reporting import build_report
-from reporting.formatting import fmt_est, fmt_two_sided
-from reporting.meanings import NOTES, Note
-from reporting.metrics import EPS_TILDE_TWO_SIDED, O1, RM_RN_TWO_SIDED
-from simulations.cli import main
+from panoramia_fl.audit.conformance.checks import CHECKS, ConformanceCheck, ConformanceResult
+from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.reporting import build_report
+from panoramia_fl.reporting.numbers.formatting import fmt_est, fmt_two_sided
+from panoramia_fl.reporting.numbers.meanings import NOTES, Note
+from panoramia_fl.reporting.numbers.metrics import EPS_TILDE_TWO_SIDED, O1, RM_RN_TWO_SIDED
+from panoramia_fl.simulations.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 STRICT = REPO / "configs" / "policies" / "strict.yaml"
@@ -249,8 +249,8 @@ def test_a_policy_named_in_the_config_shows_its_verdict(run, tmp_path):
 def test_report_policy_is_read_when_the_config_loads(tmp_path, monkeypatch):
     """A bad policy stops the config naming report.policy; a good one is kept absolute in
     the run's config.yaml and read back for its report from another folder."""
-    from simulations.config import ConfigError, load_config
-    from simulations.config_file import dump_config, report_config_of
+    from panoramia_fl.simulations.config_file import dump_config, report_config_of
+    from panoramia_fl.simulations.experiment_config import ConfigError, load_config
 
     bad = _policy(tmp_path, {"rules": [{"metric": "nope", "at_most": 1}]})
     config = tmp_path / "c.yaml"

@@ -13,17 +13,17 @@ import pytest
 import yaml
 from builders import run_files
 
-from contracts.run_files import REPLICATES_FILE, replicate_run_dir
-from reporting import SweepPoint, build_sweep_report, write_sweep_report
-from reporting.between_runs import HEADLINE, POOLED, over_runs
-from simulations import shared_ray
-from simulations.cli import main as cli_main
-from simulations.config import ConfigError, load_config, validate_config
-from simulations.config_file import report_config
-from simulations.local_ray import LocalRayHead
-from simulations.replicates import replicate_configs
-from simulations.runner import RAY_ADDRESS_ENV, run_experiment
-from simulations.sweep import expand, load_sweep
+from panoramia_fl.contracts.run_files import REPLICATES_FILE, replicate_run_dir
+from panoramia_fl.reporting import SweepPoint, build_sweep_report, write_sweep_report
+from panoramia_fl.reporting.layout.between_runs import HEADLINE, POOLED, over_runs
+from panoramia_fl.simulations import shared_ray
+from panoramia_fl.simulations.cli import main as cli_main
+from panoramia_fl.simulations.config_file import report_config
+from panoramia_fl.simulations.experiment_config import ConfigError, load_config, validate_config
+from panoramia_fl.simulations.local_ray import LocalRayHead
+from panoramia_fl.simulations.replicate_runs import replicate_configs
+from panoramia_fl.simulations.runner import RAY_ADDRESS_ENV, run_experiment
+from panoramia_fl.simulations.sweep import expand, load_sweep
 
 TINY = {
     "name": "tiny",

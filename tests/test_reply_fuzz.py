@@ -1,6 +1,6 @@
 """One bad site cannot crash the server, poison the weights or pose as another site.
 
-The real ServerApp (:func:`server.app.build_server_app`) runs in a real Flower simulation
+The real ServerApp (:func:`server.server_app.build_server_app`) runs in a real Flower simulation
 with five sites: sites 0 and 1 reply as the project's ClientApp would, sites 2-4 send a
 different malformed reply each round and each audit (every defect the security review
 reproduced, and a few more). The run must finish with the good sites' weights, metrics and
@@ -24,12 +24,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.clientapp import ClientApp
 from flwr.simulation import run_simulation
 
-from audit.site_results import SiteResults
-from contracts.checkpoint import load_checkpoint
-from contracts.json_values import json_safe
-from contracts.run_log import read_rounds
-from contracts.site_audit import SiteAudit
-from contracts.wire import (
+from panoramia_fl.audit.site_results import SiteResults
+from panoramia_fl.contracts.checkpoint import load_checkpoint
+from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.contracts.run_log import read_rounds
+from panoramia_fl.contracts.site_audit import SiteAudit
+from panoramia_fl.contracts.wire import (
     ARRAYS,
     AUDIT,
     AUDIT_QUERY,
@@ -45,9 +45,9 @@ from contracts.wire import (
     audit_record,
     kind_key,
 )
-from server.app import ServerSettings, build_server_app
-from server.client_dp import ClientDPAccounting, ClientDPSettings, gaussian_epsilon
-from server.strategy import RoundReplies, RoundWriter, StrategySettings, make_strategy
+from panoramia_fl.server.client_dp import ClientDPAccounting, ClientDPSettings, gaussian_epsilon
+from panoramia_fl.server.server_app import ServerSettings, build_server_app
+from panoramia_fl.server.strategy import RoundReplies, RoundWriter, StrategySettings, make_strategy
 
 pytestmark = pytest.mark.ray
 

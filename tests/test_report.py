@@ -25,27 +25,27 @@ from builders import (
     write_run,
 )
 
-from audit.result import (
+from panoramia_fl.audit.result import (
     EPS_TILDE_MEANING,
     TWO_SIDED_MEANING,
     AuditFlags,
     AuditResult,
     Interval,
 )
-from audit.stats.roc import LOW_FPRS
-from contracts.json_values import from_dict
-from reporting import (
+from panoramia_fl.audit.stats.roc import LOW_FPRS
+from panoramia_fl.contracts.json_values import from_dict
+from panoramia_fl.reporting import (
     SCHEMA_VERSION,
     ReportFiles,
     SweepPoint,
     build_report,
     write_sweep_report,
 )
-from reporting.plots import roc_plot
-from reporting.run_report import render_markdown
-from reporting.schema import TPR_FPR_KEYS
-from reporting.writers import report_to_json_text, site_rows, write_rows
-from simulations.config_file import report_config
+from panoramia_fl.reporting.assembly.writers import report_to_json_text, site_rows, write_rows
+from panoramia_fl.reporting.pages.plots import roc_plot
+from panoramia_fl.reporting.run.run_report import render_markdown
+from panoramia_fl.reporting.schemas.schema import TPR_FPR_KEYS
+from panoramia_fl.simulations.config_file import report_config
 
 MEMBER_NOT_TIGHT = AuditFlags(
     saturated=False, c_lb_not_tight=True, reasons=["eps_tilde above its side's RM;RN"]

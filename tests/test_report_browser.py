@@ -33,10 +33,10 @@ from builders import (
     write_run,
 )
 
-from contracts.json_values import json_safe
-from reporting import SweepPoint, build_report, write_sweep_report
-from reporting.formatting import fmt_est, fmt_two_sided
-from simulations.config_file import report_config
+from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.reporting import SweepPoint, build_report, write_sweep_report
+from panoramia_fl.reporting.numbers.formatting import fmt_est, fmt_two_sided
+from panoramia_fl.simulations.config_file import report_config
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 TIMEOUT_S = 180

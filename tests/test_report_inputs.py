@@ -20,10 +20,10 @@ from builders import (
     write_run,
 )
 
-from contracts.errors import RunFileError
-from reporting import build_report
-from reporting.schema import report_json
-from simulations.cli import main as cli_main
+from panoramia_fl.contracts.errors import RunFileError
+from panoramia_fl.reporting import build_report
+from panoramia_fl.reporting.schemas.schema import report_json
+from panoramia_fl.simulations.cli import main as cli_main
 
 
 def test_eps_tilde_is_copied_not_recomputed(tmp_path: Path) -> None:

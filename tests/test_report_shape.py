@@ -1,4 +1,4 @@
-"""One result shape: a site's numbers are held once (reporting/schema.py, nested like the
+"""One result shape: a site's numbers are held once (reporting/schemas/schema.py, nested like the
 AuditResult) and every output shows them: report.json, report.csv, the tables."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from builders import (
     write_run,
 )
 
-from audit.result import AuditFlags
-from contracts.json_values import json_safe
-from reporting.columns import (
+from panoramia_fl.audit.result import AuditFlags
+from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.reporting.layout.columns import (
     HEADLINE_COLUMNS,
     LEDGER_COLUMNS,
     LEDGER_GROUPS,
@@ -32,11 +32,11 @@ from reporting.columns import (
     SiteRow,
     md_table,
 )
-from reporting.flag_prose import FLAG_PROSE
-from reporting.formatting import flag_labels
-from reporting.html_page import _FLAG_BADGE_KIND
-from reporting.meanings import MEANING_POINTS, NOTES, Note
-from reporting.schema import FLAGS, FlaggedSites
+from panoramia_fl.reporting.numbers.flag_prose import FLAG_PROSE
+from panoramia_fl.reporting.numbers.formatting import flag_labels
+from panoramia_fl.reporting.numbers.meanings import MEANING_POINTS, NOTES, Note
+from panoramia_fl.reporting.pages.html_page import _FLAG_BADGE_KIND
+from panoramia_fl.reporting.schemas.schema import FLAGS, FlaggedSites
 
 
 def _leaves(obj: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], float]]:
@@ -117,7 +117,7 @@ def test_flags_are_declared_once() -> None:
 
 def test_tables_have_a_cell_per_header_and_the_headline_is_narrow(tmp_path: Path) -> None:
     run = _run(tmp_path)
-    from reporting import build_report
+    from panoramia_fl.reporting import build_report
 
     report = build_report(load_run_of(run))
     for columns, rows in (

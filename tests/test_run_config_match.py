@@ -11,15 +11,15 @@ import torch
 import yaml
 from builders import make_result, run_files
 
-from audit.site_results import SiteResults
-from contracts.checkpoint import Checkpoint, save_checkpoint
-from contracts.site_audit import SiteAuditFile
-from deployment.files import prepare_deployment
-from server.run_writer import sites_needing_audit, write_site_audit
-from simulations.cli import main as cli_main
-from simulations.config import validate_config
-from simulations.resume import RunConfigMismatchError
-from simulations.run_dir import DatasetMeta, prepare_run_dir
+from panoramia_fl.audit.site_results import SiteResults
+from panoramia_fl.contracts.checkpoint import Checkpoint, save_checkpoint
+from panoramia_fl.contracts.site_audit import SiteAuditFile
+from panoramia_fl.deployment.flwr_run_files import prepare_deployment
+from panoramia_fl.server.run_writer import sites_needing_audit, write_site_audit
+from panoramia_fl.simulations.cli import main as cli_main
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.resume import RunConfigMismatchError
+from panoramia_fl.simulations.run_dir import DatasetMeta, prepare_run_dir
 
 RAW = {
     "name": "point",

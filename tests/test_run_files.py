@@ -10,11 +10,17 @@ import pytest
 import torch
 from builders import run_files
 
-from contracts.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from contracts.json_values import from_dict, json_safe
-from contracts.run_files import CheckpointMeta
-from contracts.run_log import ClientDPFile, ClientDPSite, RoundRecord, SiteRound, read_rounds
-from server.run_writer import append_round
+from panoramia_fl.contracts.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.contracts.run_files import CheckpointMeta
+from panoramia_fl.contracts.run_log import (
+    ClientDPFile,
+    ClientDPSite,
+    RoundRecord,
+    SiteRound,
+    read_rounds,
+)
+from panoramia_fl.server.run_writer import append_round
 
 
 def test_run_layout_keeps_todays_names(tmp_path):

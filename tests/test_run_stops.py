@@ -37,8 +37,7 @@ from pathlib import Path
 import ray
 import ray.exceptions
 
-import clients.app as site_app
-
+import panoramia_fl.clients.client_app as site_app
 CONTROL = Path({control!r})
 KILLED = (
     "Task was killed due to the node running low on memory.\\n"
@@ -92,7 +91,7 @@ def faults(tmp_path: Path) -> Faults:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "simulations.cli", "run", *args]
+    return [sys.executable, "-m", "panoramia_fl.simulations.cli", "run", *args]
 
 
 def _run(argv: list[str], faults: Faults) -> subprocess.CompletedProcess:

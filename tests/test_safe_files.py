@@ -19,13 +19,13 @@ import torch
 import yaml
 from builders import make_result, ok_audit, run_files, write_run
 
-from clients.privacy import AccountantHistory
-from contracts.checkpoint import Checkpoint, latest_round_checkpoint, save_checkpoint
-from reporting.writers import csv_cell
-from simulations.config import ConfigError, validate_config
-from simulations.resume import rounds_done
-from simulations.run_dir import prepare_run_dir
-from simulations.runner import training_done
+from panoramia_fl.clients.privacy import AccountantHistory
+from panoramia_fl.contracts.checkpoint import Checkpoint, latest_round_checkpoint, save_checkpoint
+from panoramia_fl.reporting.assembly.writers import csv_cell
+from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
+from panoramia_fl.simulations.resume import rounds_done
+from panoramia_fl.simulations.run_dir import prepare_run_dir
+from panoramia_fl.simulations.runner import training_done
 
 
 def _mode(path: Path) -> int:
@@ -112,7 +112,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Each command in the read-only mount, its exit status and stderr collected.
 COMMANDS = """
 import contextlib, io, json, sys
-from simulations.cli import main
+from panoramia_fl.simulations.cli import main
 codes = {}
 for name, argv in json.loads(sys.argv[1]).items():
     err = io.StringIO()

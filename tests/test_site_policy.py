@@ -19,19 +19,19 @@ from builders import run_files
 from flwr.app import Context
 from flwr.simulation import run_simulation
 
-from clients.app import build_client_app
-from clients.site_policy import (
+from panoramia_fl.clients.client_app import build_client_app
+from panoramia_fl.clients.site_policy import (
     ALLOW_SCORES_KEY,
     MAX_EPSILON_KEY,
     SitePolicy,
     SitePolicyError,
     SiteRefusal,
 )
-from contracts.run_files import site_refusals_name
-from contracts.wire import AuditFailure
-from simulations.apps import SiteResolver, server_settings
-from simulations.config import validate_config
-from simulations.run_dir import prepare_run_dir
+from panoramia_fl.contracts.run_files import site_refusals_name
+from panoramia_fl.contracts.wire import AuditFailure
+from panoramia_fl.simulations.apps import SiteResolver, server_settings
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.run_dir import prepare_run_dir
 
 pytestmark = pytest.mark.ray
 
@@ -91,7 +91,7 @@ def refused_run(tmp_path_factory, ray_init_args) -> Path:
         policy = SitePolicy.from_node_config(NODE_POLICIES[site])
         return replace(sites(context), policy=policy, refusal_log=state / site_refusals_name(site))
 
-    from server.app import build_server_app
+    from panoramia_fl.server.server_app import build_server_app
 
     settings = server_settings(
         config, meta, run_files(run_dir), phases=("train", "audit"), progress=False

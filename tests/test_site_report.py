@@ -25,35 +25,35 @@ from builders import (
     write_run,
 )
 
-from audit.inversion.scores import InversionResult
-from audit.result import AuditFlags, AuditResult, Interval
-from contracts.json_values import from_dict, json_safe
-from contracts.run_files import exposed_records_name
-from reporting import (
-    SCHEMA_VERSION,
-    SweepPoint,
-    build_sweep_report,
-    plots,
-    sweep_plots,
+from panoramia_fl.audit.inversion.scores import InversionResult
+from panoramia_fl.audit.result import AuditFlags, AuditResult, Interval
+from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.contracts.run_files import exposed_records_name
+from panoramia_fl.reporting import SCHEMA_VERSION, SweepPoint, build_sweep_report
+from panoramia_fl.reporting.assembly.aggregate import build_report
+from panoramia_fl.reporting.assembly.manifest import PACKAGES
+from panoramia_fl.reporting.layout.between_runs import POOLED, over_runs
+from panoramia_fl.reporting.layout.blocks import to_html
+from panoramia_fl.reporting.layout.columns import md_table
+from panoramia_fl.reporting.layout.site_columns import UPDATE_COLUMNS
+from panoramia_fl.reporting.numbers.flag_prose import FLAG_PROSE
+from panoramia_fl.reporting.numbers.formatting import fmt, fmt_est, fmt_two_sided
+from panoramia_fl.reporting.numbers.metrics import EPS_TILDE_TWO_SIDED
+from panoramia_fl.reporting.pages import plots
+from panoramia_fl.reporting.pages.html_page import SORT_SCRIPT
+from panoramia_fl.reporting.privacy.privacy_ledger import update_violations
+from panoramia_fl.reporting.schemas.replicate_schema import (
+    ReplicateReport,
+    ReplicateRun,
+    ReplicateSite,
 )
-from reporting.aggregate import build_report
-from reporting.between_runs import POOLED, over_runs
-from reporting.blocks import to_html
-from reporting.columns import md_table
-from reporting.flag_prose import FLAG_PROSE
-from reporting.formatting import fmt, fmt_est, fmt_two_sided
-from reporting.html_page import SORT_SCRIPT
-from reporting.manifest import PACKAGES
-from reporting.metrics import EPS_TILDE_TWO_SIDED
-from reporting.privacy_ledger import update_violations
-from reporting.replicate_schema import ReplicateReport, ReplicateRun, ReplicateSite
-from reporting.schema import SiteReport
-from reporting.site_columns import UPDATE_COLUMNS
-from reporting.site_page import update_blocks
-from reporting.standing import BANDS, rank_band
-from reporting.sweep_report import render_sweep_html
-from simulations.cli import main as cli_main
-from simulations.config_file import report_config
+from panoramia_fl.reporting.schemas.schema import SiteReport
+from panoramia_fl.reporting.site.site_page import update_blocks
+from panoramia_fl.reporting.site.standing import BANDS, rank_band
+from panoramia_fl.reporting.sweeps import sweep_plots
+from panoramia_fl.reporting.sweeps.sweep_report import render_sweep_html
+from panoramia_fl.simulations.cli import main as cli_main
+from panoramia_fl.simulations.config_file import report_config
 
 FAILED_ERROR = "ValueError: too few records for the splits at site 4"
 # Distinctive indices and scores of a site-local exposed-records file.

@@ -22,13 +22,14 @@ from builders import (
     write_run,
 )
 
-from contracts.run_files import CLIENT_DP_FILE
-from reporting import SweepPoint, sweep_plots, write_sweep_report
-from reporting.sweep_columns import SWEEP_SITE_COLUMNS
-from reporting.sweep_report import build_sweep_report
-from simulations.config import ConfigError
-from simulations.config_file import report_config
-from simulations.sweep import expand, load_sweep
+from panoramia_fl.contracts.run_files import CLIENT_DP_FILE
+from panoramia_fl.reporting import SweepPoint, write_sweep_report
+from panoramia_fl.reporting.layout.sweep_columns import SWEEP_SITE_COLUMNS
+from panoramia_fl.reporting.sweeps import sweep_plots
+from panoramia_fl.reporting.sweeps.sweep_report import build_sweep_report
+from panoramia_fl.simulations.config_file import report_config
+from panoramia_fl.simulations.experiment_config import ConfigError
+from panoramia_fl.simulations.sweep import expand, load_sweep
 
 
 def _sweep_file(tmp_path: Path, body: dict[str, Any]) -> Path:
@@ -226,7 +227,7 @@ def test_site_plots_draw_against_the_accountant_eps(
 
 
 def test_a_sweep_without_points_exits_2_and_writes_nothing(tmp_path: Path, capsys) -> None:
-    from simulations.cli import main as cli_main
+    from panoramia_fl.simulations.cli import main as cli_main
 
     path = _sweep_file(tmp_path, {"grid": {"fl.learning_rate": []}, "output_dir": "out"})
     assert cli_main(["sweep", str(path)]) == 2
@@ -239,7 +240,7 @@ def test_report_writes_a_sweeps_reports_again_from_its_saved_runs(
 ) -> None:
     """``panoramia-fl report SWEEP_DIR``: the sweep's files and each point's report again,
     from the points sweep.json lists; a folder that is no sweep's is named."""
-    from simulations.cli import main as cli_main
+    from panoramia_fl.simulations.cli import main as cli_main
 
     folder = sweep_runs["base"] / "again"
     files = write_sweep_report(folder, _points(sweep_runs), report_config, write_point_reports=True)

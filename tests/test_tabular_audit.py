@@ -10,21 +10,21 @@ import torch
 from builders import run_files
 from flwr.app import Context, RecordDict
 
-from audit import run_audit
-from audit.config import AuditConfig
-from audit.panoramia.components import (
+from panoramia_fl.audit import run_audit
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.components import (
     AuditContext,
     ClassifierData,
     Records,
     make_classifier,
     make_generator,
 )
-from audit.stats.bounds import lower_bound
-from audit.tabular.classifier import GradientBoostingMembership
-from audit.tabular.generators import MSTGenerator
-from contracts.json_values import json_safe
-from ml.datasets import load_dataset
-from ml.tasks import build_task
+from panoramia_fl.audit.stats.bounds import lower_bound
+from panoramia_fl.audit.tabular.classifier import GradientBoostingMembership
+from panoramia_fl.audit.tabular.generators import MSTGenerator
+from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.tasks import build_task
 
 CPU = torch.device("cpu")
 
@@ -144,12 +144,12 @@ def test_a_sites_audit_gets_the_datasets_schema(tmp_path, monkeypatch) -> None:
     ``dataset.json`` (simulation) and the ``dataset-meta`` run config (deployment) carry the
     schema to every site's task, and the site's MST generator resolves its attributes from it.
     """
-    import audit.tabular.generators as tabular_generators
-    from deployment.files import run_config_values
-    from deployment.flower_apps import read_run
-    from simulations.apps import SiteResolver
-    from simulations.config import load_config
-    from simulations.run_dir import DatasetMeta, prepare_run_dir
+    import panoramia_fl.audit.tabular.generators as tabular_generators
+    from panoramia_fl.deployment.flower_apps import read_run
+    from panoramia_fl.deployment.flwr_run_files import run_config_values
+    from panoramia_fl.simulations.apps import SiteResolver
+    from panoramia_fl.simulations.experiment_config import load_config
+    from panoramia_fl.simulations.run_dir import DatasetMeta, prepare_run_dir
 
     config = load_config(
         Path(__file__).resolve().parents[1] / "configs" / "tabular.yaml",

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from audit.tabular.attributes import rare_value_mask
-from contracts.tabular_schema import attributes_from_schema, infer_attributes
-from ml.datasets import DataError, load_dataset, parse_options
-from ml.models import MODELS
-from ml.tasks import build_task
+from panoramia_fl.audit.tabular.attributes import rare_value_mask
+from panoramia_fl.contracts.tabular_schema import attributes_from_schema, infer_attributes
+from panoramia_fl.ml.datasets import DataError, load_dataset, parse_options
+from panoramia_fl.ml.models import MODELS
+from panoramia_fl.ml.tasks import build_task
 
 
 @pytest.fixture(autouse=True)

@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audit.panoramia.components import Records
-from audit.tabular.attributes import Discretizer, rare_value_mask
-from audit.tabular.generators import MSTGenerator
-from audit.tabular.mst import (
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.audit.tabular.attributes import Discretizer, rare_value_mask
+from panoramia_fl.audit.tabular.generators import MSTGenerator
+from panoramia_fl.audit.tabular.mst import (
     TreeSynthesizer,
     marginal_tv,
     maximum_spanning_tree,
     mutual_information,
     zcdp_rho,
 )
-from contracts.tabular_schema import infer_attributes, resolve_attributes
+from panoramia_fl.contracts.tabular_schema import infer_attributes, resolve_attributes
 
 
 def small_table(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from audit import AuditConfig, ClassifierData, Records, run_audit
-from audit.panoramia.components import AuditContext, make_classifier, make_generator
-from audit.text.generator import Gpt2Generator, TextGeneratorOptions, start_marker
-from audit.text.lm import LMShape, build_lm, sample_lm
-from ml.datasets import load_dataset
-from ml.tasks import build_task
-from ml.tasks.base import OptimizerSpec
+from panoramia_fl.audit import AuditConfig, ClassifierData, Records, run_audit
+from panoramia_fl.audit.panoramia.components import AuditContext, make_classifier, make_generator
+from panoramia_fl.audit.text.generator import Gpt2Generator, TextGeneratorOptions, start_marker
+from panoramia_fl.audit.text.lm import LMShape, build_lm, sample_lm
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.tasks import build_task
+from panoramia_fl.ml.tasks.base import OptimizerSpec
 
 CPU = torch.device("cpu")
 TINY = {"n_layer": 1, "n_embd": 32, "n_head": 2, "dropout": 0.0}

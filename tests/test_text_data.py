@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from ml.datasets import DataError, load_dataset, parse_options
-from ml.datasets.text import chunk_documents, vocab_of
+from panoramia_fl.ml.datasets import DataError, load_dataset, parse_options
+from panoramia_fl.ml.datasets.text import chunk_documents, vocab_of
 
 
 def test_chunk_documents_first_n_and_groups() -> None:

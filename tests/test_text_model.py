@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers.pytorch_utils import Conv1D
 
-from ml.models import MODELS
-from ml.tasks import build_task
-from ml.tasks.base import OptimizerSpec
-from ml.training import run_epoch
+from panoramia_fl.ml.models import MODELS
+from panoramia_fl.ml.tasks import build_task
+from panoramia_fl.ml.tasks.base import OptimizerSpec
+from panoramia_fl.ml.training import run_epoch
 
 CPU = torch.device("cpu")
 VOCAB = 64

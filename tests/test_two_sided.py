@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audit.panoramia.game import GAME_STREAM, O1_STREAM, RM_RN_STREAM, draw_game
-from audit.panoramia.sides import SIDES, BoundRule, Scored, break_ties, oriented
-from audit.stats import bounds
-from audit.stats.roc import LOW_FPRS, mean_roc, roc_summary
+from panoramia_fl.audit.panoramia.game import GAME_STREAM, O1_STREAM, RM_RN_STREAM, draw_game
+from panoramia_fl.audit.panoramia.sides import SIDES, BoundRule, Scored, break_ties, oriented
+from panoramia_fl.audit.stats import bounds
+from panoramia_fl.audit.stats.roc import LOW_FPRS, mean_roc, roc_summary
 
 
 def _scores(seed: int, m: int = 400, shift: float = 0.0):

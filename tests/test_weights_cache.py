@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from audit.panoramia.components import Records
-from simulations.config import apply_overrides, validate_config
-from simulations.reference_models import reference_keys
-from simulations.run_dir import DatasetMeta
-from simulations.weights_cache import (
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.simulations.experiment_config import apply_overrides, validate_config
+from panoramia_fl.simulations.reference_models import reference_keys
+from panoramia_fl.simulations.run_dir import DatasetMeta
+from panoramia_fl.simulations.weights_cache import (
     CACHE_ENV,
     WeightsCache,
     cache_dir_setting,

@@ -16,15 +16,15 @@ against its own records with :func:`rebuilt_share` (only that summary leaves it)
 only, no Flower; the scoring reuses :mod:`audit.inversion.scores`.
 """
 
-from audit.adversary.attacks import ATTACKS, Craft
-from audit.adversary.crafted import CraftedModel, SiteOptimizer
-from audit.adversary.dead import craft_dead
-from audit.adversary.imprint import craft_imprint
-from audit.adversary.layers import AdversaryUnsupported
-from audit.adversary.passthrough import PassThrough
-from audit.adversary.rebuild import rebuild, update_of
-from audit.adversary.scores import RebuiltShare, rebuilt_share
-from audit.adversary.trap import craft_trap
+from panoramia_fl.audit.adversary.attacks import ATTACKS, Craft
+from panoramia_fl.audit.adversary.crafted import CraftedModel, SiteOptimizer
+from panoramia_fl.audit.adversary.dead import craft_dead
+from panoramia_fl.audit.adversary.imprint import craft_imprint
+from panoramia_fl.audit.adversary.layers import AdversaryUnsupported
+from panoramia_fl.audit.adversary.passthrough import PassThrough
+from panoramia_fl.audit.adversary.rebuild import rebuild, update_of
+from panoramia_fl.audit.adversary.scores import RebuiltShare, rebuilt_share
+from panoramia_fl.audit.adversary.trap import craft_trap
 
 __all__ = [
     "ATTACKS",

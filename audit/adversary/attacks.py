@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from audit.adversary.crafted import CraftedModel
-from contracts.registry import Registry
+from panoramia_fl.audit.adversary.crafted import CraftedModel
+from panoramia_fl.contracts.registry import Registry
 
 __all__ = ["ATTACKS", "Craft"]
 
@@ -21,5 +21,8 @@ Craft = Callable[..., CraftedModel]
 ATTACKS: Registry[Craft] = Registry(
     "attack",
     config_key="fl.adversary.attack",
-    builtins={"imprint": "audit.adversary.imprint", "trap": "audit.adversary.trap"},
+    builtins={
+        "imprint": "panoramia_fl.audit.adversary.imprint",
+        "trap": "panoramia_fl.audit.adversary.trap",
+    },
 )

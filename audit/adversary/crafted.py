@@ -29,8 +29,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from audit.adversary.layers import AdversaryUnsupported, first_two, linear_layers
-from audit.adversary.passthrough import PassThrough
+from panoramia_fl.audit.adversary.layers import AdversaryUnsupported, first_two, linear_layers
+from panoramia_fl.audit.adversary.passthrough import PassThrough
 
 __all__ = ["CraftedModel", "SiteOptimizer", "calibrate", "start"]
 

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from audit.adversary.crafted import CraftedModel, start
-from audit.adversary.layers import AdversaryUnsupported, linear_layers
+from panoramia_fl.audit.adversary.crafted import CraftedModel, start
+from panoramia_fl.audit.adversary.layers import AdversaryUnsupported, linear_layers
 
 __all__ = ["craft_dead"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from contracts.errors import UserError
+from panoramia_fl.contracts.errors import UserError
 
 __all__ = ["AdversaryUnsupported", "features", "first_two", "linear_layers"]
 

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from audit.adversary.layers import AdversaryUnsupported, features
+from panoramia_fl.audit.adversary.layers import AdversaryUnsupported, features
 
 __all__ = ["PassThrough", "pass_through"]
 

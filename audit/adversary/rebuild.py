@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from audit.adversary.crafted import CraftedModel
+from panoramia_fl.audit.adversary.crafted import CraftedModel
 
 __all__ = ["rebuild", "update_of"]
 

@@ -23,9 +23,9 @@ import numpy as np
 import scipy
 import torch
 
-from audit.adversary.passthrough import PassThrough
-from audit.inversion.scores import image_scores
-from contracts.tabular_schema import Attribute, resolve_attributes
+from panoramia_fl.audit.adversary.passthrough import PassThrough
+from panoramia_fl.audit.inversion.scores import image_scores
+from panoramia_fl.contracts.tabular_schema import Attribute, resolve_attributes
 
 __all__ = ["IMAGE_THRESHOLDS", "TOLERANCE", "RebuiltShare", "rebuilt_share"]
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from audit.adversary.attacks import ATTACKS
-from audit.adversary.crafted import CraftedModel, SiteOptimizer, calibrate, start
-from audit.adversary.layers import features
-from audit.adversary.passthrough import pass_through
+from panoramia_fl.audit.adversary.attacks import ATTACKS
+from panoramia_fl.audit.adversary.crafted import CraftedModel, SiteOptimizer, calibrate, start
+from panoramia_fl.audit.adversary.layers import features
+from panoramia_fl.audit.adversary.passthrough import pass_through
 
 __all__ = ["craft_trap"]
 

@@ -37,8 +37,8 @@ from typing import Annotated, Literal
 import numpy as np
 import scipy
 
-from audit.stats.one_run import Method, gdp_eps, one_run_bound
-from contracts.json_values import NullAs
+from panoramia_fl.audit.stats.one_run import Method, gdp_eps, one_run_bound
+from panoramia_fl.contracts.json_values import NullAs
 
 __all__ = [
     "CanaryClientDesign",

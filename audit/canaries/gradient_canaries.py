@@ -6,7 +6,7 @@ loss touches, clipped and noised by the site's DP optimizer's own code beside th
 (Dirac canaries on coordinates no real gradient reaches). An inserted canary (coin 1) is a
 phantom record: at every step a copy of the site's sampler draws it at the site's real rate,
 and its clipped per-sample gradient ``C e_j`` joins the noisy sum; a never-inserted one only
-receives noise (:mod:`clients.gradient_canaries`). Two threat levels are read, each a
+receives noise (:mod:`clients.real_path_canaries`). Two threat levels are read, each a
 statistic per canary accumulated at the site:
 
 * ``mechanism``: every noisy summed gradient, what the DP guarantee covers. With
@@ -43,10 +43,10 @@ from typing import Annotated, Literal
 
 import numpy as np
 
-from audit.canaries.client_canaries import pooled_gaussian_epsilon
-from audit.conformance.checks import ConformanceResult
-from audit.stats.one_run import fdp_eps_lb, one_run_bound, steinke_eps_lb
-from contracts.json_values import NullAs
+from panoramia_fl.audit.canaries.client_canaries import pooled_gaussian_epsilon
+from panoramia_fl.audit.conformance.checks import ConformanceResult
+from panoramia_fl.audit.stats.one_run import fdp_eps_lb, one_run_bound, steinke_eps_lb
+from panoramia_fl.contracts.json_values import NullAs
 
 __all__ = [
     "MIN_GRADIENT_CANARIES",

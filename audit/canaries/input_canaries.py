@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.stats.bounds import clopper_pearson_lower, logit
-from audit.stats.o1 import O1Summary, o1_lower_bound
-from audit.stats.one_run import DEFAULT_DELTA, one_run_bound
+from panoramia_fl.audit.stats.bounds import clopper_pearson_lower, logit
+from panoramia_fl.audit.stats.o1 import O1Summary, o1_lower_bound
+from panoramia_fl.audit.stats.one_run import DEFAULT_DELTA, one_run_bound
 
 __all__ = ["INPUT_CANARY_SCORE", "InputCanaryResult", "input_canary_audit"]
 

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import scipy
 
-from audit.conformance.distributions import (
+from panoramia_fl.audit.conformance.distributions import (
     binomial_sum_tails,
     count_pmf,
     dispersion_p,
@@ -49,7 +49,7 @@ from audit.conformance.distributions import (
     normal_p,
     unit_correlation_sf,
 )
-from audit.conformance.evidence import (
+from panoramia_fl.audit.conformance.evidence import (
     NO_ACCOUNTANT_STEP,
     NO_CLEAN_SUM,
     NO_NOISE_CALL,

@@ -26,15 +26,15 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 from torch import nn
 
-from audit.config import AuditConfig
-from audit.image.features import loss_matrix, loss_matrix_names, one_hot, pooled_pixels
-from audit.panoramia.components import (
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.image.features import loss_matrix, loss_matrix_names, one_hot, pooled_pixels
+from panoramia_fl.audit.panoramia.components import (
     CLASSIFIERS,
     AuditContext,
     ClassifierData,
     SelectionScore,
 )
-from audit.stats.roc import auc
+from panoramia_fl.audit.stats.roc import auc
 
 Param = int | float | str
 """A selected hyper-parameter or choice (rounds, learning rate, feature set, column...)."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import scipy
 
-from audit.panoramia.calibration import CALIBRATION_NAMES
-from audit.panoramia.components import ClassifierData
+from panoramia_fl.audit.panoramia.calibration import CALIBRATION_NAMES
+from panoramia_fl.audit.panoramia.components import ClassifierData
 
 
 def confidence_features(features: np.ndarray, y: np.ndarray | None) -> np.ndarray:

@@ -13,11 +13,11 @@ import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 from threadpoolctl import threadpool_limits
 
-from audit.config import AuditConfig
-from audit.image.classifier import _threads
-from audit.image.features import one_hot, pooled_pixels
-from audit.panoramia.components import AuditContext, Records
-from audit.stats.roc import auc
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.image.classifier import _threads
+from panoramia_fl.audit.image.features import one_hot, pooled_pixels
+from panoramia_fl.audit.panoramia.components import AuditContext, Records
+from panoramia_fl.audit.stats.roc import auc
 
 
 class RealSyntheticFilter:

@@ -16,9 +16,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from audit.config import AuditConfig
-from audit.panoramia.components import GENERATORS, AuditContext, Records, TrainedGenerator
-from audit.panoramia.pairing import PairedDraw
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.components import (
+    GENERATORS,
+    AuditContext,
+    Records,
+    TrainedGenerator,
+)
+from panoramia_fl.audit.panoramia.pairing import PairedDraw
 
 
 def to_unit(x: np.ndarray) -> torch.Tensor:
@@ -254,7 +259,7 @@ def _tail_mean(losses: list[torch.Tensor], *, scale: float = 1.0) -> float:
 def _with_filter(gen: _ConditionalImageGenerator, config: AuditConfig, context: AuditContext):
     if not config.generator.filter:
         return gen
-    from audit.image.filter import FilteredGenerator
+    from panoramia_fl.audit.image.filter import FilteredGenerator
 
     return FilteredGenerator(gen, config, context)
 

@@ -45,7 +45,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from contracts.errors import UserError
+from panoramia_fl.contracts.errors import UserError
 
 __all__ = [
     "AttackKind",

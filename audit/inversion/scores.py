@@ -11,7 +11,7 @@ import numpy as np
 import scipy
 import torch
 
-from audit.inversion.attack import AttackKind, Fields, LocalTraining, Reconstruction
+from panoramia_fl.audit.inversion.attack import AttackKind, Fields, LocalTraining, Reconstruction
 
 __all__ = ["InversionResult", "RecordScores", "image_scores", "summarise", "tabular_scores"]
 

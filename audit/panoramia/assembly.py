@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from audit.config import AuditConfig
-from audit.panoramia.class_slices import aggregate_slices
-from audit.panoramia.diagnosis import diagnose
-from audit.panoramia.sides import SIDES, Side
-from audit.panoramia.timing import StageTimer
-from audit.result import (
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.class_slices import aggregate_slices
+from panoramia_fl.audit.panoramia.diagnosis import diagnose
+from panoramia_fl.audit.panoramia.sides import SIDES, Side
+from panoramia_fl.audit.panoramia.timing import StageTimer
+from panoramia_fl.audit.result import (
     AuditResult,
     Interval,
     RepeatResult,
@@ -20,7 +20,7 @@ from audit.result import (
     SideResult,
     TwoSidedResult,
 )
-from audit.stats.roc import mean_roc
+from panoramia_fl.audit.stats.roc import mean_roc
 
 
 def _all_or_none(values: list[float | None]) -> list[float] | None:

@@ -11,8 +11,8 @@ from typing import Literal
 
 import numpy as np
 
-from audit.panoramia.components import ClassifierData, Records
-from audit.panoramia.game import PrivacyGame
+from panoramia_fl.audit.panoramia.components import ClassifierData, Records
+from panoramia_fl.audit.panoramia.game import PrivacyGame
 
 View = Literal["h", "f"]
 """Whose outputs a classifier sees: the helper h (baseline b) or the target f (MIA)."""

@@ -19,8 +19,8 @@ import numpy as np
 import scipy
 import torch
 
-from audit.panoramia.components import Records
-from audit.panoramia.task import AuditTask
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.audit.panoramia.task import AuditTask
 
 CALIBRATION_NAMES = ("lira_offline", "rmia_offline", "ref_conf_mean", "ref_conf_std")
 """Columns of :func:`calibrated_statistics`."""

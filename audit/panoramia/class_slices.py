@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from audit.panoramia.sides import SIDES, BoundRule, Scored, Side
-from audit.result import ClassSlice, ClassSliceResult, Interval
-from audit.stats.roc import roc_summary
+from panoramia_fl.audit.panoramia.sides import SIDES, BoundRule, Scored, Side
+from panoramia_fl.audit.result import ClassSlice, ClassSliceResult, Interval
+from panoramia_fl.audit.stats.roc import roc_summary
 
 MIN_CLASS_CEILING = 1.0
 """A class whose slots let even a perfect attack reach no more than this bound (at the

@@ -14,18 +14,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.config import AuditConfig
-from audit.panoramia.audit_sets import FeatureSet, classifier_data, game_data
-from audit.panoramia.calibration import log_likelihood
-from audit.panoramia.components import AuditContext, make_classifier
-from audit.panoramia.game import O1_STREAM, RM_RN_STREAM, draw_game
-from audit.panoramia.score_attack import Candidates
-from audit.panoramia.sides import SIDES, BoundRule, Scored, Side, break_ties
-from audit.panoramia.splits import MemberSplits, cut_at, shuffled_groups
-from audit.result import RocSummary
-from audit.stats.o1 import o1_lower_bound
-from audit.stats.one_run import one_run_bound
-from audit.stats.roc import roc_summary
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.audit_sets import FeatureSet, classifier_data, game_data
+from panoramia_fl.audit.panoramia.calibration import log_likelihood
+from panoramia_fl.audit.panoramia.components import AuditContext, make_classifier
+from panoramia_fl.audit.panoramia.game import O1_STREAM, RM_RN_STREAM, draw_game
+from panoramia_fl.audit.panoramia.score_attack import Candidates
+from panoramia_fl.audit.panoramia.sides import SIDES, BoundRule, Scored, Side, break_ties
+from panoramia_fl.audit.panoramia.splits import MemberSplits, cut_at, shuffled_groups
+from panoramia_fl.audit.result import RocSummary
+from panoramia_fl.audit.stats.o1 import o1_lower_bound
+from panoramia_fl.audit.stats.one_run import one_run_bound
+from panoramia_fl.audit.stats.roc import roc_summary
 
 
 def clip(v: float) -> float:

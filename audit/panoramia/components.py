@@ -16,10 +16,10 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from audit.config import AuditConfig
-from audit.panoramia.task import AuditTask
-from contracts.errors import UnknownNameError
-from contracts.registry import Registry
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.task import AuditTask
+from panoramia_fl.contracts.errors import UnknownNameError
+from panoramia_fl.contracts.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -151,11 +151,11 @@ GENERATORS: Registry[GeneratorFactory] = Registry(
     "generator",
     config_key="audit.generator.kind",
     builtins={
-        "reference_pool": "audit.panoramia.reference_pool",
-        "cgan": "audit.image.generators",
-        "vae": "audit.image.generators",
-        "mst": "audit.tabular.generators",
-        "gpt2": "audit.text.generator",
+        "reference_pool": "panoramia_fl.audit.panoramia.reference_pool",
+        "cgan": "panoramia_fl.audit.image.generators",
+        "vae": "panoramia_fl.audit.image.generators",
+        "mst": "panoramia_fl.audit.tabular.generators",
+        "gpt2": "panoramia_fl.audit.text.generator",
     },
 )
 """Generator factories by ``generator.kind``; ``modality=`` at registration restricts one to
@@ -164,7 +164,7 @@ the records of that modality (none: any)."""
 CLASSIFIERS: Registry[ClassifierFactory] = Registry(
     "membership classifier",
     config_key="task.modality",
-    builtins={m: f"audit.{m}.classifier" for m in ("image", "tabular", "text")},
+    builtins={m: f"panoramia_fl.audit.{m}.classifier" for m in ("image", "tabular", "text")},
 )
 """The membership-classifier design of each modality."""
 

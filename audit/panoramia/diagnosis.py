@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from audit.result import AuditFlags, Interval
+from panoramia_fl.audit.result import AuditFlags, Interval
 
 NOT_TIGHT_TOLERANCE = 0.05
 """eps_tilde may clear RM;RN by this much before it is flagged (``c_lb_not_tight``: the

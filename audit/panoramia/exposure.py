@@ -18,14 +18,14 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from audit.panoramia.calibration import (
+from panoramia_fl.audit.panoramia.calibration import (
     CALIBRATION_NAMES,
     calibrated_statistics,
     log_likelihood,
     reference_statistics,
 )
-from audit.panoramia.components import Records
-from audit.panoramia.task import AuditTask
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.audit.panoramia.task import AuditTask
 
 ExposureScore = Literal["lira_offline", "log_likelihood"]
 

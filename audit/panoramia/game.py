@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.panoramia.components import Records
+from panoramia_fl.audit.panoramia.components import Records
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ import torch
 from sklearn.ensemble import HistGradientBoostingClassifier
 from threadpoolctl import threadpool_limits
 
-from audit.panoramia.components import ClassifierData, SelectionScore
-from audit.stats.roc import auc
+from panoramia_fl.audit.panoramia.components import ClassifierData, SelectionScore
+from panoramia_fl.audit.stats.roc import auc
 
 
 @dataclass(frozen=True)

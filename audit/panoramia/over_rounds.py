@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from audit.result import AuditResult, Interval
+from panoramia_fl.audit.result import AuditResult, Interval
 
 
 @dataclass(frozen=True)

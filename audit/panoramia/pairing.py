@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from audit.panoramia.components import Generator, Records
+from panoramia_fl.audit.panoramia.components import Generator, Records
 
 Pairing = Literal["label", "none"]
 

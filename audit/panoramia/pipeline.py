@@ -23,22 +23,22 @@ from typing import TypedDict, Unpack
 import numpy as np
 import torch
 
-from audit.config import AuditConfig
-from audit.panoramia.assembly import assemble
-from audit.panoramia.audit_sets import FeatureSet
-from audit.panoramia.calibration import (
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.assembly import assemble
+from panoramia_fl.audit.panoramia.audit_sets import FeatureSet
+from panoramia_fl.audit.panoramia.calibration import (
     ReferenceStatistics,
     calibrated_statistics,
     reference_statistics,
     train_reference_models,
 )
-from audit.panoramia.components import AuditContext, Records
-from audit.panoramia.repeat import RepeatInputs, play_repeat
-from audit.panoramia.settings import resolve_config, resolve_device
-from audit.panoramia.sources import ProgressFn, Sources, draw_sources
-from audit.panoramia.task import AuditTask
-from audit.panoramia.timing import StageTimer
-from audit.result import AuditResult, RepeatResult
+from panoramia_fl.audit.panoramia.components import AuditContext, Records
+from panoramia_fl.audit.panoramia.repeat import RepeatInputs, play_repeat
+from panoramia_fl.audit.panoramia.settings import resolve_config, resolve_device
+from panoramia_fl.audit.panoramia.sources import ProgressFn, Sources, draw_sources
+from panoramia_fl.audit.panoramia.task import AuditTask
+from panoramia_fl.audit.panoramia.timing import StageTimer
+from panoramia_fl.audit.result import AuditResult, RepeatResult
 
 __all__ = ["run_audit", "run_audits_of"]
 

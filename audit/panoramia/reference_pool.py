@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.config import AuditConfig
-from audit.panoramia.components import GENERATORS, AuditContext, Records
-from audit.panoramia.pairing import PairedDraw
-from audit.panoramia.splits import shuffled_groups
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.components import GENERATORS, AuditContext, Records
+from panoramia_fl.audit.panoramia.pairing import PairedDraw
+from panoramia_fl.audit.panoramia.splits import shuffled_groups
 
 
 class ReferencePoolGenerator:

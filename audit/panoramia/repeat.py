@@ -14,20 +14,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.config import AuditConfig
-from audit.panoramia.audit_sets import FeatureSet, View, classifier_data, game_data
-from audit.panoramia.class_slices import class_slices
-from audit.panoramia.comparisons import O1Outcome, RmRnOutcome, o1_eps_lb, rm_rn
-from audit.panoramia.components import AuditContext, ClassifierData, make_classifier
-from audit.panoramia.game import PrivacyGame, draw_game
-from audit.panoramia.score_attack import Candidates, candidate_count
-from audit.panoramia.sides import SIDES, BoundRule, Scored, Side, break_ties
-from audit.panoramia.splits import MemberSplits, resplit
-from audit.panoramia.timing import StageTimer
-from audit.panoramia.two_sided import ScoredGame, side_repeat, two_sided_repeat
-from audit.result import RepeatResult
-from audit.stats import bounds
-from audit.stats.roc import roc_summary
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.audit_sets import FeatureSet, View, classifier_data, game_data
+from panoramia_fl.audit.panoramia.class_slices import class_slices
+from panoramia_fl.audit.panoramia.comparisons import O1Outcome, RmRnOutcome, o1_eps_lb, rm_rn
+from panoramia_fl.audit.panoramia.components import AuditContext, ClassifierData, make_classifier
+from panoramia_fl.audit.panoramia.game import PrivacyGame, draw_game
+from panoramia_fl.audit.panoramia.score_attack import Candidates, candidate_count
+from panoramia_fl.audit.panoramia.sides import SIDES, BoundRule, Scored, Side, break_ties
+from panoramia_fl.audit.panoramia.splits import MemberSplits, resplit
+from panoramia_fl.audit.panoramia.timing import StageTimer
+from panoramia_fl.audit.panoramia.two_sided import ScoredGame, side_repeat, two_sided_repeat
+from panoramia_fl.audit.result import RepeatResult
+from panoramia_fl.audit.stats import bounds
+from panoramia_fl.audit.stats.roc import roc_summary
 
 RECALL_GRID = [round(0.05 * k, 2) for k in range(1, 21)]
 """Recall levels of the reported precision / bound curves."""

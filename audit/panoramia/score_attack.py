@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.panoramia.audit_sets import FeatureSet, View
-from audit.panoramia.calibration import log_likelihood
-from audit.panoramia.game import PrivacyGame
-from audit.panoramia.sides import BoundRule, Scored, Side, break_ties
-from audit.result import BoundSummary
+from panoramia_fl.audit.panoramia.audit_sets import FeatureSet, View
+from panoramia_fl.audit.panoramia.calibration import log_likelihood
+from panoramia_fl.audit.panoramia.game import PrivacyGame
+from panoramia_fl.audit.panoramia.sides import BoundRule, Scored, Side, break_ties
+from panoramia_fl.audit.result import BoundSummary
 
 RAW = "log_p"
 CALIBRATED = ("lira_offline", "rmia_offline")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from audit.config import AuditConfig
+from panoramia_fl.audit.config import AuditConfig
 
 TRAINED_GENERATOR = {"image": "cgan", "tabular": "mst", "text": "gpt2"}
 """What ``generator.kind = "auto"`` means without a public pool, per modality."""

@@ -15,8 +15,8 @@ from typing import Literal
 
 import numpy as np
 
-from audit.result import BoundSummary
-from audit.stats import bounds
+from panoramia_fl.audit.result import BoundSummary
+from panoramia_fl.audit.stats import bounds
 
 Side = Literal["member", "nonmember"]
 SIDES: tuple[Side, Side] = ("member", "nonmember")

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.config import AuditConfig
-from audit.panoramia.components import AuditContext, Generator, Records, make_generator
-from audit.panoramia.pairing import pair_members
-from audit.panoramia.splits import MemberSplits, split_members
-from audit.panoramia.timing import StageTimer
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.components import AuditContext, Generator, Records, make_generator
+from panoramia_fl.audit.panoramia.pairing import pair_members
+from panoramia_fl.audit.panoramia.splits import MemberSplits, split_members
+from panoramia_fl.audit.panoramia.timing import StageTimer
 
 ProgressFn = Callable[[str], None]
 """Receives one human-readable line per stage."""

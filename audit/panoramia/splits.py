@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.config import SplitConfig
+from panoramia_fl.audit.config import SplitConfig
 
 
 class SplitError(ValueError):

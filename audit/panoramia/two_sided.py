@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.panoramia.comparisons import RmRnOutcome, clip
-from audit.panoramia.sides import SIDES, BoundRule, Scored, Side
-from audit.result import SideRepeat, TwoSidedRepeat
+from panoramia_fl.audit.panoramia.comparisons import RmRnOutcome, clip
+from panoramia_fl.audit.panoramia.sides import SIDES, BoundRule, Scored, Side
+from panoramia_fl.audit.result import SideRepeat, TwoSidedRepeat
 
 ScoredGame = dict[tuple[str, Side], Scored]
 """The game's scores of b (``"baseline"``) and the MIA (``"mia"``), per side."""

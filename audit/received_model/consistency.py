@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from audit.received_model.thresholds import THRESHOLDS
-from contracts.model_checks import CheckOutcome
+from panoramia_fl.audit.received_model.thresholds import THRESHOLDS
+from panoramia_fl.contracts.model_checks import CheckOutcome
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import math
 import torch
 from torch import nn
 
-from audit.received_model.thresholds import THRESHOLDS
-from contracts.model_checks import CheckName, CheckOutcome
+from panoramia_fl.audit.received_model.thresholds import THRESHOLDS
+from panoramia_fl.contracts.model_checks import CheckName, CheckOutcome
 
 COLLINEAR_COSINE = 0.99
 """Two weight rows with ``|cos| >= 0.99`` are one measurement repeated."""

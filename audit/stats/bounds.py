@@ -43,7 +43,7 @@ from typing import Literal
 import numpy as np
 import scipy
 
-from audit.result import BoundSummary, Curve
+from panoramia_fl.audit.result import BoundSummary, Curve
 
 __all__ = [
     "approx_dp_lower_bound",

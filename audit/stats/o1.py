@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.stats.bounds import (
+from panoramia_fl.audit.stats.bounds import (
     _check_beta,
     _check_inputs,
     clopper_pearson_lower,

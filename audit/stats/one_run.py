@@ -49,15 +49,15 @@ from dataclasses import dataclass
 import numpy as np
 import scipy
 
-from audit.stats.bounds import (
+from panoramia_fl.audit.stats.bounds import (
     _check_beta,
     _check_inputs,
     _relaxed_p_lo,
     clopper_pearson_lower,
     logit,
 )
-from audit.stats.o1 import GuessPairs, count_grid, guess_pairs
-from audit.stats.one_run_methods import DEFAULT_DELTA, METHOD_LABELS, METHODS, Method
+from panoramia_fl.audit.stats.o1 import GuessPairs, count_grid, guess_pairs
+from panoramia_fl.audit.stats.one_run_methods import DEFAULT_DELTA, METHOD_LABELS, METHODS, Method
 
 __all__ = [
     "DEFAULT_DELTA",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.result import RocSummary
-from audit.stats.bounds import _check_inputs
+from panoramia_fl.audit.result import RocSummary
+from panoramia_fl.audit.stats.bounds import _check_inputs
 
 LOW_FPRS = (0.01, 0.001)
 """FPR levels reported as ``tpr_at_fpr``."""

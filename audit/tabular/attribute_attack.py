@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from audit.panoramia.components import Records
-from audit.panoramia.task import AuditTask
-from audit.tabular.attribute_result import ATTRIBUTE_INFERENCE_KEY
-from audit.tabular.attributes import Discretizer
-from contracts.errors import UserError
-from contracts.tabular_schema import Attribute, resolve_attributes
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.audit.panoramia.task import AuditTask
+from panoramia_fl.audit.tabular.attribute_result import ATTRIBUTE_INFERENCE_KEY
+from panoramia_fl.audit.tabular.attributes import Discretizer
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.contracts.tabular_schema import Attribute, resolve_attributes
 
 _FLOOR = 1e-9
 """The smallest probability a guess gives a value (a log of 0 would be -inf)."""

@@ -27,17 +27,25 @@ import time
 import numpy as np
 import torch
 
-from audit.panoramia.components import Records
-from audit.panoramia.game import ATTRIBUTE_STREAM, draw_game
-from audit.panoramia.pairing import pair_members
-from audit.panoramia.reference_pool import ReferencePoolGenerator
-from audit.panoramia.sides import SIDES, break_ties, oriented
-from audit.panoramia.splits import cut_at, shuffled_groups
-from audit.panoramia.task import AuditTask
-from audit.result import Interval
-from audit.stats import bounds
-from audit.tabular.attribute_attack import Guessers, Guesses, SensitiveField, sensitive_attribute
-from audit.tabular.attribute_result import AttributeInferenceConfig, AttributeInferenceResult
+from panoramia_fl.audit.panoramia.components import Records
+from panoramia_fl.audit.panoramia.game import ATTRIBUTE_STREAM, draw_game
+from panoramia_fl.audit.panoramia.pairing import pair_members
+from panoramia_fl.audit.panoramia.reference_pool import ReferencePoolGenerator
+from panoramia_fl.audit.panoramia.sides import SIDES, break_ties, oriented
+from panoramia_fl.audit.panoramia.splits import cut_at, shuffled_groups
+from panoramia_fl.audit.panoramia.task import AuditTask
+from panoramia_fl.audit.result import Interval
+from panoramia_fl.audit.stats import bounds
+from panoramia_fl.audit.tabular.attribute_attack import (
+    Guessers,
+    Guesses,
+    SensitiveField,
+    sensitive_attribute,
+)
+from panoramia_fl.audit.tabular.attribute_result import (
+    AttributeInferenceConfig,
+    AttributeInferenceResult,
+)
 
 SIDE_SHARES = 2
 """The two sides share beta: beta/2 each."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from audit.result import Interval
+from panoramia_fl.audit.result import Interval
 
 ATTRIBUTE_INFERENCE_KEY = "audit.attribute_inference"
 """The config key of the setting (errors name it)."""

@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from contracts.tabular_schema import Attribute
+from panoramia_fl.contracts.tabular_schema import Attribute
 
 
 @dataclass

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.config import AuditConfig
-from audit.panoramia.components import (
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.components import (
     CLASSIFIERS,
     AuditContext,
     ClassifierData,
     SelectionScore,
 )
-from audit.panoramia.gbm_selection import ValidatedBoosting
+from panoramia_fl.audit.panoramia.gbm_selection import ValidatedBoosting
 
 
 def design_matrix(data: ClassifierData, *, use_reference: bool) -> np.ndarray:

@@ -24,12 +24,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from audit.config import AuditConfig
-from audit.panoramia.components import GENERATORS, AuditContext, Records
-from audit.tabular.attributes import Discretizer, rare_value_mask
-from audit.tabular.mst import TreeSynthesizer, marginal_tv
-from audit.tabular.synthetic_filter import SyntheticFilter
-from contracts.tabular_schema import Attribute, resolve_attributes
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.components import GENERATORS, AuditContext, Records
+from panoramia_fl.audit.tabular.attributes import Discretizer, rare_value_mask
+from panoramia_fl.audit.tabular.mst import TreeSynthesizer, marginal_tv
+from panoramia_fl.audit.tabular.synthetic_filter import SyntheticFilter
+from panoramia_fl.contracts.tabular_schema import Attribute, resolve_attributes
 
 _MAX_FILTER_ROUNDS = 30
 

@@ -22,10 +22,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.config import AuditConfig
-from audit.panoramia.components import CLASSIFIERS, AuditContext, ClassifierData, SelectionScore
-from audit.panoramia.gbm_selection import ValidatedBoosting
-from audit.text.features import (
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.components import (
+    CLASSIFIERS,
+    AuditContext,
+    ClassifierData,
+    SelectionScore,
+)
+from panoramia_fl.audit.panoramia.gbm_selection import ValidatedBoosting
+from panoramia_fl.audit.text.features import (
     NaiveBayesRatio,
     calibrated_stats,
     loss_stats,
@@ -94,7 +99,7 @@ def make_text_classifier(config: AuditConfig, context: AuditContext):
     cc = config.classifier
     design = getattr(cc, "design", "gbm")
     if design == "stacked":
-        from audit.text.neural import TextNeuralClassifier
+        from panoramia_fl.audit.text.neural import TextNeuralClassifier
 
         epochs = sorted(set(cc.epochs))
         return TextNeuralClassifier(

@@ -39,9 +39,14 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from transformers import GPT2LMHeadModel
 
-from audit.config import AuditConfig
-from audit.panoramia.components import GENERATORS, AuditContext, Records, TrainedGenerator
-from audit.text.lm import LMShape, build_lm, load_lm, mean_loss, sample_lm, train_lm
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.audit.panoramia.components import (
+    GENERATORS,
+    AuditContext,
+    Records,
+    TrainedGenerator,
+)
+from panoramia_fl.audit.text.lm import LMShape, build_lm, load_lm, mean_loss, sample_lm, train_lm
 
 
 class TextGeneratorOptions(BaseModel):

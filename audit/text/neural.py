@@ -23,7 +23,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 from torch import nn
 
-from audit.panoramia.components import ClassifierData, SelectionScore
+from panoramia_fl.audit.panoramia.components import ClassifierData, SelectionScore
 
 
 def loss_inputs(data: ClassifierData, *, use_reference: bool) -> np.ndarray:

@@ -20,9 +20,9 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 from torch import nn
 
-from audit.config import AuditConfig
-from deployment.site_audits import Records, add_site_audits, audit_sites, site_runtime
-from ml.tasks.image import ImageClassificationTask
+from panoramia_fl.audit.config import AuditConfig
+from panoramia_fl.deployment.site_audits import Records, add_site_audits, audit_sites, site_runtime
+from panoramia_fl.ml.tasks.image import ImageClassificationTask
 
 
 class Net(nn.Module):

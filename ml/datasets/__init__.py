@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from contracts.errors import UserError
-from contracts.plugins import PluginError, qualified_name
-from contracts.registry import Registry
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.contracts.plugins import PluginError, qualified_name
+from panoramia_fl.contracts.registry import Registry
 
 
 class DataError(UserError, ValueError):
@@ -75,10 +75,12 @@ DATASETS: Registry[Loader] = Registry(
     "dataset",
     config_key="data.name",
     builtins={
-        **dict.fromkeys(("fashion_mnist", "mnist", "cifar10", "digits"), "ml.datasets.image"),
-        **dict.fromkeys(("image_folder", "npz"), "ml.datasets.image_files"),
-        **dict.fromkeys(("randhie", "csv"), "ml.datasets.tabular"),
-        **dict.fromkeys(("bible", "text_files"), "ml.datasets.text"),
+        **dict.fromkeys(
+            ("fashion_mnist", "mnist", "cifar10", "digits"), "panoramia_fl.ml.datasets.image"
+        ),
+        **dict.fromkeys(("image_folder", "npz"), "panoramia_fl.ml.datasets.image_files"),
+        **dict.fromkeys(("randhie", "csv"), "panoramia_fl.ml.datasets.tabular"),
+        **dict.fromkeys(("bible", "text_files"), "panoramia_fl.ml.datasets.text"),
     },
     check=check_loader,
 )

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
+from panoramia_fl.ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
 
 FASHION_MNIST_DEBIAN = Path("/usr/share/datasets/fashion-mnist")
 _IDX_DTYPES = {

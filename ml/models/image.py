@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from contracts.errors import UserError
-from ml.models import MODELS
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.ml.models import MODELS
 
 
 class _MaxPool2x2(torch.autograd.Function):

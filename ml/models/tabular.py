@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from ml.models import MODELS
+from panoramia_fl.ml.models import MODELS
 
 PAPER_HIDDEN = (150, 100, 50, 10)
 

@@ -20,7 +20,7 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.pytorch_utils import Conv1D
 
-from ml.models import MODELS
+from panoramia_fl.ml.models import MODELS
 
 EOT_ID = 256
 """Compact id of ``<|endoftext|>`` (see :class:`ml.text_tokenizer.CompactVocab`)."""

@@ -4,6 +4,6 @@ A task satisfies :class:`audit.AuditTask` (its protocol), so the audit library c
 helper model and compute per-record losses without importing the harness.
 """
 
-from ml.tasks.base import TorchTask, build_task
+from panoramia_fl.ml.tasks.base import TorchTask, build_task
 
 __all__ = ["TorchTask", "build_task"]

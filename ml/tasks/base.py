@@ -17,10 +17,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from contracts.errors import UserError
-from contracts.registry import Registry
-from ml.models import MODELS, build_model
-from ml.training import run_epoch
+from panoramia_fl.contracts.errors import UserError
+from panoramia_fl.contracts.registry import Registry
+from panoramia_fl.ml.models import MODELS, build_model
+from panoramia_fl.ml.training import run_epoch
 
 
 class GatheredRecords(torch.utils.data.TensorDataset):
@@ -217,7 +217,7 @@ class TorchTask(ABC):
 TASKS: Registry[type[TorchTask]] = Registry(
     "modality",
     config_key="task.modality",
-    builtins={m: f"ml.tasks.{m}" for m in ("image", "tabular", "text")},
+    builtins={m: f"panoramia_fl.ml.tasks.{m}" for m in ("image", "tabular", "text")},
 )
 """The task class of each modality (``@TASKS.register(modality)``)."""
 

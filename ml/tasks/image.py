@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ml.tasks.base import TASKS, ClassificationTask
+from panoramia_fl.ml.tasks.base import TASKS, ClassificationTask
 
 
 def images_to_tensor(x: np.ndarray) -> torch.Tensor:

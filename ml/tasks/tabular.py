@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ml.tasks.base import TASKS, ClassificationTask
+from panoramia_fl.ml.tasks.base import TASKS, ClassificationTask
 
 
 @TASKS.register("tabular")

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ml.models import MODELS
-from ml.tasks.base import TASKS, TorchTask
+from panoramia_fl.ml.models import MODELS
+from panoramia_fl.ml.tasks.base import TASKS, TorchTask
 
 EVAL_BATCH = 128
 """Cap on inference batches: logits are ``(B, T, vocab)``, ~130 MB at B=128, T=64, V=4096."""

@@ -17,8 +17,8 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from ml.datasets import DATASETS, Dataset, LoaderOptions
-from ml.models import MODELS
+from panoramia_fl.ml.datasets import DATASETS, Dataset, LoaderOptions
+from panoramia_fl.ml.models import MODELS
 
 
 class ClinicNet(nn.Module):

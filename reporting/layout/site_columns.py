@@ -1,0 +1,262 @@
+"""A site's own report's tables, declared as :mod:`.columns` declares the run's: its bounds
+per game, low-FPR rates, leakage per round, update audits, per-class game, conformance
+checks and inversion audit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from panoramia_fl.audit.conformance.checks import CHECKS, ConformanceCheck
+from panoramia_fl.audit.inversion.scores import InversionResult
+from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
+from panoramia_fl.audit.result import ClassSliceResult, Interval, SideResult
+from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
+from panoramia_fl.contracts.dishonest_server import DishonestServerResult
+
+from ..numbers.formatting import (
+    FPR_LABELS,
+    MISSING,
+    SCORER_LABELS,
+    SIDE_LABELS,
+    flag_labels,
+    fmt,
+    fmt_est,
+)
+from ..numbers.meanings import NOTES, Note
+from ..numbers.metrics import (
+    Value,
+    round_o1,
+    round_two_sided,
+)
+from ..pages.html_page import flag_badges, td
+from ..schemas.schema import (
+    TPR_FPR_KEYS,
+    UpdateRow,
+    mean_of,
+)
+from .columns import (
+    Column,
+    _estimate,
+    _titled,
+    column,
+)
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}"
+
+
+def _inversion_cost(r: InversionResult) -> str:
+    """``loss / steps of budget / s``; ``(cut)`` where the time guard stopped an attack."""
+    steps = f"{r.iterations:,}" + ("" if r.step_budget is None else f" of {r.step_budget:,}")
+    cut = " (cut by the time guard)" if r.cut_short else ""
+    return f"{fmt(r.match_loss, 3)} / {steps}{cut} / {r.seconds:.0f}"
+
+
+CONFORMANCE_COLUMNS: tuple[Column[ConformanceCheck], ...] = (
+    column("check", lambda c: c.name.replace("_", " "), cls="text"),
+    column("compares", lambda c: CHECKS[c.name], cls="text"),
+    column("result", lambda c: "passed" if c.passed else "FAILED", cls="text"),
+    column("measured", lambda c: c.message, cls="text"),
+    column(
+        "p-value / level",
+        lambda c: "deterministic" if c.level is None else f"{fmt(c.p_value, 4)} / {c.level:.4f}",
+    ),
+)
+"""One row per conformance check of a site's real DP-SGD steps (its own page)."""
+
+
+INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
+    column("round", lambda r: str(r.round)),
+    column("attack", lambda r: r.attack, cls="text"),
+    column("records in the update / scored", lambda r: f"{r.n_records:,} / {r.n_scored:,}"),
+    column(
+        "quality mean / median / max",
+        lambda r: (
+            f"{fmt(r.quality_mean, 3)} / {fmt(r.quality_median, 3)} / {fmt(r.quality_max, 3)}"
+        ),
+    ),
+    column(
+        "rebuilt (>= threshold)", lambda r: f"{_pct(r.share_rebuilt)} (>= {fmt(r.threshold, 2)})"
+    ),
+    column("PSNR dB", lambda r: fmt(r.psnr_mean, 1)),
+    column(
+        "baseline: quality mean / max / rebuilt / PSNR",
+        lambda r: (
+            f"{fmt(r.baseline_quality_mean, 3)} / {fmt(r.baseline_quality_max, 3)} / "
+            f"{_pct(r.baseline_share_rebuilt)} / {fmt(r.baseline_psnr_mean, 1)}"
+        ),
+    ),
+    column("restarts' agreement (rows)", lambda r: fmt(r.agreement, 2)),
+    column("record-level DP eps", lambda r: fmt(r.dp_epsilon)),
+    column("attack: match loss / steps of its budget / s", _inversion_cost),
+)
+"""A site's inversion audit, one row per attacked round (its own page)."""
+
+
+class GuessRow(NamedTuple):
+    """A row of a site's attribute-inference table: one guess's accuracies."""
+
+    guess: str
+    members: Interval
+    nonmembers: Interval
+    advantage: Interval
+
+
+def guess_rows(result: AttributeInferenceResult) -> list[GuessRow]:
+    """The model-based guess, then the baseline without the model."""
+    return [
+        GuessRow(
+            "with the model",
+            result.accuracy_members,
+            result.accuracy_nonmembers,
+            result.advantage,
+        ),
+        GuessRow(
+            "baseline (public records, no model)",
+            result.baseline_accuracy_members,
+            result.baseline_accuracy_nonmembers,
+            result.baseline_advantage,
+        ),
+    ]
+
+
+ATTRIBUTE_COLUMNS: tuple[Column[GuessRow], ...] = (
+    column("guess of the sensitive field", lambda r: r.guess, cls="text"),
+    _estimate("accuracy on members [95% CI]", lambda r: r.members),
+    _estimate("on held-out records [95% CI]", lambda r: r.nonmembers),
+    _estimate("advantage [95% CI]", lambda r: r.advantage),
+)
+"""A site's attribute-inference audit, one row per guess (its own page)."""
+
+
+def _share(share: float | None) -> str:
+    return MISSING if share is None else _pct(share)
+
+
+DISHONEST_SERVER_COLUMNS: tuple[Column[DishonestServerResult], ...] = (
+    column("round", lambda r: str(r.round)),
+    column("attack (model decoded)", lambda r: f"{r.attack} ({r.decoded or 'none'})", cls="text"),
+    column(
+        "the server held",
+        lambda r: "the round's sum" if r.server_held == "sum" else "your update",
+        cls="text",
+    ),
+    column(
+        "records in the update / rows returned", lambda r: f"{r.n_records:,} / {r.n_returned:,}"
+    ),
+    column("rebuilt", lambda r: _share(r.share_rebuilt)),
+    column("baseline (public records)", lambda r: _share(r.baseline_share_rebuilt)),
+    column(
+        "looser (images: SSIM >= 0.6; rows: categories right)",
+        lambda r: _share(r.share_rebuilt_loose),
+    ),
+    column("your checks of the model received", lambda r: r.site_checks, cls="text"),
+)
+"""What a dishonest server rebuilt of a site's records, one row per attacked round (its own
+page)."""
+
+
+class Game(NamedTuple):
+    """A row of a site's bounds table: one game, or one side of the two-sided one."""
+
+    name: str
+    game: SideResult
+    level: float | None
+
+
+BOUNDS_COLUMNS: tuple[Column[Game], ...] = (
+    column("game", lambda g: g.name, cls="text"),
+    column("c_lb [95% CI]", lambda g: fmt_est(g.game.c_lb)),
+    column("{c+eps}_lb [95% CI]", lambda g: fmt_est(g.game.c_eps_lb)),
+    _estimate("eps_tilde [95% CI]", lambda g: g.game.eps_tilde),
+    _titled("ceiling", lambda g: g.game.ceiling),
+    _titled("headroom", lambda g: g.game.headroom),
+    column("RM;RN [95% CI]", lambda g: fmt_est(g.game.rm_rn_eps_lb)),
+    column("RM;RN ceiling", lambda g: fmt(g.game.rm_rn_ceiling)),
+    column("level of each bound", lambda g: fmt(g.level, 4)),
+    Column(
+        "flags",
+        md=lambda g: ", ".join(flag_labels(g.game.flags)) or MISSING,
+        html=lambda g: td(flag_badges(flag_labels(g.game.flags)) or MISSING, raw=True, cls="text"),
+    ),
+)
+"""A site's bounds per game and side (its own report)."""
+
+
+class Item(NamedTuple):
+    """A row of a two- or three-column table: a name, its value and what it is."""
+
+    name: str
+    value: str
+    what: str = ""
+
+
+def item_columns(
+    name: str, value: str, what: str | None = "what it is"
+) -> tuple[Column[Item], ...]:
+    """The columns of a table of :class:`Item` rows, headed ``name``, ``value``, ``what``."""
+    return (
+        column(name, lambda i: i.name, cls="text"),
+        column(value, lambda i: i.value, cls="text" if what is None else None),
+        *((column(what, lambda i: i.what, cls="text"),) if what is not None else ()),
+    )
+
+
+def _nth(i: int) -> Callable[[tuple[str, list[float | None]]], str]:
+    return lambda r: fmt(r[1][i])
+
+
+LOW_FPR_COLUMNS: tuple[Column[tuple[str, list[float | None]]], ...] = (
+    column("scorer", lambda r: SCORER_LABELS[r[0]], cls="text"),
+    column("AUC", _nth(0)),
+    *(column(f"TPR at {FPR_LABELS[k]} FPR", _nth(1 + i)) for i, k in enumerate(TPR_FPR_KEYS)),
+)
+"""A site's AUC and TPR at low FPRs per scorer (its own report)."""
+
+
+BY_ROUND_COLUMNS: tuple[Column[RoundLeakage], ...] = (
+    column("round", lambda e: str(e.round)),
+    _estimate("eps_tilde two-sided [95% CI]", round_two_sided),
+    column("side", lambda e: SIDE_LABELS.get(e.side, e.side), cls="text"),
+    _estimate("O(1) [95% CI]", round_o1),
+    _titled("MIA AUC", lambda e: e.mia_auc),
+    _titled(f"MIA TPR at {FPR_LABELS['0.01']} FPR", lambda e: e.tpr_at_1pct_fpr),
+    _titled(f"MIA TPR at {FPR_LABELS['0.001']} FPR", lambda e: e.tpr_at_01pct_fpr),
+    _titled("global accuracy", lambda e: e.global_accuracy),
+)
+"""A site's leakage per audited round (its own report, report.md and report.html)."""
+
+
+def _of(line: RoundLeakage | None, get: Callable[[RoundLeakage], Value]) -> Value:
+    return None if line is None else get(line)
+
+
+UPDATE_COLUMNS: tuple[Column[UpdateRow], ...] = (
+    column("round", lambda r: str(r.round)),
+    _estimate("update: eps_tilde two-sided [95% CI]", lambda r: r.update.eps_tilde_two_sided),
+    _estimate("update: RM;RN two-sided", lambda r: r.update.rm_rn_eps_lb),
+    _estimate("update: O(1)", lambda r: r.update.o1_eps_lb),
+    _estimate(
+        "global: eps_tilde two-sided [95% CI]",
+        lambda r: _of(r.global_model, lambda e: e.eps_tilde_two_sided),
+    ),
+    _estimate("global: RM;RN two-sided", lambda r: _of(r.global_model, lambda e: e.rm_rn_eps_lb)),
+    _estimate("global: O(1)", lambda r: _of(r.global_model, lambda e: e.o1_eps_lb)),
+    _titled("DP-SGD epsilon after the round", lambda r: r.update.dp_epsilon, off=True),
+)
+"""A site's audits of its own updates beside the same rounds' global models (its own
+report, report.md and report.html)."""
+
+
+PER_CLASS_COLUMNS: tuple[Column[ClassSliceResult], ...] = (
+    column("label", lambda c: str(c.label)),
+    column("game slots", lambda c: str(c.slots)),
+    _estimate("eps_tilde two-sided [95% CI]", lambda c: c.eps_tilde),
+    _titled(f"MIA TPR at {FPR_LABELS['0.01']} FPR", lambda c: mean_of(c.tpr_at_1pct_fpr)),
+    column("level of each bound", lambda c: f"{c.level:.2g}"),
+    column("", lambda c: NOTES[Note.TOO_FEW_FOR_CLASS] if c.too_few else "", cls="text"),
+)
+"""A site's two-sided game per label (its own report)."""

@@ -1,0 +1,2 @@
+"""The numbers the reports show (the metric registry) and what they mean: formatting, caveats,
+flag prose, plain language."""

@@ -1,0 +1,1 @@
+"""Sweeps and replicate sets: their reports, tables, figures and what each party can measure."""
