@@ -120,6 +120,20 @@ ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
 }
 PACKAGES = tuple(ALLOWED_IMPORTS)
 MAX_PACKAGE_SHARE = 0.35
+TOP = "panoramia_fl"
+"""The one name the project installs; ``panoramia_fl/<package>`` links each package folder."""
+
+
+def _linked_packages() -> set[str]:
+    """The project's package list: the links in ``panoramia_fl/`` (each to ``../<package>``)."""
+    links = [p for p in (REPO / TOP).iterdir() if p.is_symlink()]
+    assert all(p.readlink() == Path("..", p.name) for p in links), links
+    return {p.name for p in links}
+
+
+def _short(module: str) -> str:
+    """``panoramia_fl.audit.result`` -> ``audit.result`` (the folder path of our modules)."""
+    return module.removeprefix(f"{TOP}.")
 
 
 def _package_files(package: str) -> list[Path]:
@@ -131,9 +145,9 @@ def _our_imports(path: Path) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            names = [_short(alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
+            names = [_short(node.module)]
         else:
             continue
         found += [(node.lineno, n.split(".")[0]) for n in names if n.split(".")[0] in PACKAGES]
@@ -141,14 +155,17 @@ def _our_imports(path: Path) -> list[tuple[int, str]]:
 
 
 def test_every_package_is_in_the_import_table():
-    on_disk = {p.parent.name for p in REPO.glob("*/__init__.py")}
-    assert on_disk == set(PACKAGES)
+    on_disk = {p.parent.name for p in REPO.glob("*/__init__.py")} - {TOP}
+    assert on_disk == _linked_packages() == set(PACKAGES)
     config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert set(config["tool"]["setuptools"]["packages"]["find"]["include"]) == {
-        f"{p}*" for p in PACKAGES
-    }
-    # `flwr run .` ships the code of every package the apps import.
-    assert set(config["tool"]["flwr"]["app"]["fab-include"]) == {f"{p}/**/*.py" for p in PACKAGES}
+    # setuptools and mypy take the one package (mypy the benchmark scripts beside it).
+    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == [f"{TOP}*"]
+    assert config["tool"]["mypy"]["files"] == [TOP, "benchmarks"]
+    # `flwr run .` ships the code of every package the apps import. Flower's FAB builder
+    # skips links, so the manifest names the folders the links point to.
+    fab_include = config["tool"]["flwr"]["app"]["fab-include"]
+    assert fab_include[0] == f"{TOP}/__init__.py"
+    assert sorted(fab_include[1:]) == sorted(f"{p}/**/*.py" for p in PACKAGES)
 
 
 def _readme_layout_table() -> dict[str, frozenset[str]]:
@@ -192,6 +209,7 @@ def test_imports_follow_the_table():
 
 
 def _module_name(path: Path) -> str:
+    """The module's folder path (``reporting.schema``), as :func:`_short` names imports."""
     parts = path.relative_to(REPO).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -221,7 +239,7 @@ def _import_time_nodes(
 def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
     """The module a ``from`` import names, relative ones (``from .schema import``) resolved."""
     if node.level == 0:
-        return node.module or ""
+        return _short(node.module or "")
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     base = package[: len(package) - (node.level - 1)]
     return ".".join([*base, *([node.module] if node.module else [])])
@@ -236,7 +254,7 @@ def _import_graph(*, lazy: bool, typing: bool = False) -> dict[str, set[str]]:
         targets: set[str] = set()
         for node in _import_time_nodes(ast.parse(path.read_text()).body, lazy=lazy, typing=typing):
             if isinstance(node, ast.Import):
-                targets.update(alias.name for alias in node.names)
+                targets.update(_short(alias.name) for alias in node.names)
             else:
                 base = _absolute(name, path, node)
                 # ``from . import plots`` imports reporting.pages.plots; its package is importing.
@@ -287,9 +305,9 @@ def test_reporting_modules_import_downwards():
     inside = {m: ts for m, ts in inside.items() if m.startswith("reporting.")}
     assert _cycles(inside) == []
     assert {
-        "panoramia_fl.reporting.schemas.schema",
-        "panoramia_fl.reporting.numbers.metrics",
-        "panoramia_fl.reporting.layout.columns",
+        "reporting.schemas.schema",
+        "reporting.numbers.metrics",
+        "reporting.layout.columns",
     } <= set().union(*inside.values())
 
 
@@ -316,12 +334,18 @@ def test_the_parts_of_a_package_import_downwards(package: str) -> None:
 def test_audit_is_grouped_by_concern() -> None:
     """``audit/``: at most 14 entries at its top level (the pipeline, the statistics, the
     canary audits, inversion, the dishonest server's attacks, the checks of a received
-    model and the modalities each a package), no module over 600 lines."""
+    model and the modalities each a package)."""
     entries = [p for p in (REPO / "audit").iterdir() if p.name != "__pycache__"]
     assert len(entries) <= 14, sorted(p.name for p in entries)
+
+
+def test_no_module_over_600_lines() -> None:
+    """Every package's modules and the benchmark scripts: a module past 600 lines holds more
+    than one job."""
     long = [
         f"{path.relative_to(REPO)}: {n} lines"
-        for path in _package_files("audit")
+        for folder in (*PACKAGES, "benchmarks")
+        for path in _package_files(folder)
         if (n := len(path.read_text().splitlines())) > 600
     ]
     assert long == []
@@ -339,9 +363,9 @@ def test_contracts_stay_light_and_audit_needs_no_flower():
             for node in nodes
             if isinstance(node, ast.Import | ast.ImportFrom)
             for name in (
-                [a.name for a in node.names]
+                [_short(a.name) for a in node.names]
                 if isinstance(node, ast.Import)
-                else [node.module or ""]
+                else [_short(node.module or "")]
             )
             if name.split(".")[0] not in sys.stdlib_module_names
             and name.split(".")[0] != "contracts"
@@ -362,18 +386,18 @@ def test_contracts_stay_light_and_audit_needs_no_flower():
     ]
     assert anywhere == []
     audit_uses = {
-        node.module
+        _short(node.module or "")
         for path in _package_files("audit")
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("contracts")
+        if isinstance(node, ast.ImportFrom) and _short(node.module or "").startswith("contracts")
     }
     assert audit_uses <= {
-        "panoramia_fl.contracts.dishonest_server",
-        "panoramia_fl.contracts.errors",
-        "panoramia_fl.contracts.json_values",
-        "panoramia_fl.contracts.model_checks",
-        "panoramia_fl.contracts.registry",
-        "panoramia_fl.contracts.tabular_schema",
+        "contracts.dishonest_server",
+        "contracts.errors",
+        "contracts.json_values",
+        "contracts.model_checks",
+        "contracts.registry",
+        "contracts.tabular_schema",
     }, audit_uses
 
 
