@@ -1,7 +1,9 @@
 """The set-up path a fresh machine takes: README's commands, the Makefile, CI, pins."""
 
 import ast
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -441,3 +443,31 @@ def test_test_modules_share_builders_not_each_other():
         if name.split(".")[0] in modules
     ]
     assert crossed == []
+
+
+@pytest.mark.slow
+def test_installed_the_project_is_one_name_and_its_examples_run_outside(tmp_path: Path):
+    """In the environment the project is installed into, from a folder outside the checkout
+    and with no PYTHONPATH of ours: ``panoramia_fl.*`` imports, none of the folder names
+    does (a user's ``server`` or ``ml`` is theirs), and the example plugin and Flower app,
+    copied out, register and build against the installed package."""
+    for example in ("plugin/clinic_plugin", "flower_app/minimal_app.py"):
+        copy = shutil.copytree if (REPO / "examples" / example).is_dir() else shutil.copy
+        copy(REPO / "examples" / example, tmp_path / Path(example).name)
+    code = f"""
+import importlib.util, pathlib
+import panoramia_fl
+from panoramia_fl.deployment import flower_apps
+print("taken:", [p for p in {sorted(PACKAGES)!r} if importlib.util.find_spec(p)])
+import clinic_plugin, minimal_app
+from panoramia_fl.ml.models import MODELS
+server_app, client_app = minimal_app.make_apps(pathlib.Path("run"), rounds=1)
+print("plugin:", MODELS.meta("clinic_cnn")["modality"], type(server_app).__name__)
+print("from:", pathlib.Path(flower_apps.__file__).resolve().is_relative_to({str(REPO)!r}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": "."}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["taken: []", "plugin: image ServerApp", "from: True"]
