@@ -212,6 +212,7 @@ def time_quick(args: argparse.Namespace, ds, task, device: torch.device) -> int:
         generator={"kind": args.time_kind, "epochs": args.generator_epochs},
     )
     cfg = resolve_config(given, modality="image", has_pool=True)
+    assert cfg.splits.generator is not None  # resolve_config fills it in
     test_fraction = 1 - cfg.splits.generator - cfg.splits.train - cfg.splits.val
     n = int(np.ceil(args.time_quick_m / test_fraction)) + 2
     idx = np.random.default_rng(args.seed).permutation(len(ds.x))[:n]
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
     ds = load_dataset("fashion_mnist", root=args.data_root)
+    assert ds.y is not None and ds.public_x is not None  # Fashion-MNIST: labels, a test split
     options = {"width": args.width} if args.model == "small_cnn" else {}
     task = build_task(
         "image",

@@ -141,6 +141,7 @@ def _default_site(eps: float) -> tuple[Any, tuple[np.ndarray, np.ndarray], tuple
     dataset = load_dataset(config.data.name)
     task = make_task(config, DatasetMeta.of(dataset))
     members = np.random.default_rng(0).choice(len(dataset.x), 1_100, replace=False)
+    assert dataset.y is not None
     assert dataset.public_x is not None and dataset.public_y is not None
     members_xy = (dataset.x[members], dataset.y[members])
     return task, members_xy, (dataset.public_x[:2000], dataset.public_y[:2000])

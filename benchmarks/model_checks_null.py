@@ -169,10 +169,13 @@ def digest_of(record: ArrayRecord) -> str:
 
 def fedavg(states: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
     total = sum(weights)
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for k, v in states[0].items():
         if v.is_floating_point():
-            out[k] = sum(w * s[k] for s, w in zip(states, weights, strict=True)) / total
+            summed = torch.zeros_like(v)
+            for s, w in zip(states, weights, strict=True):
+                summed = summed + w * s[k]
+            out[k] = summed / total
         else:
             out[k] = v.clone()
     return out
@@ -182,17 +185,26 @@ def crafted(setting: Setting, state: dict[str, torch.Tensor], attack: str, seed:
     model = setting.task.make_model()
     model.load_state_dict(state)
     fl = setting.config.fl
-    options = {
-        "public": setting.public,
-        "seed": seed,
-    }
     site_optimizer = SiteOptimizer(name=fl.optimizer, learning_rate=fl.learning_rate)
     if attack == "imprint":
-        made = craft_imprint(model, optimizer=site_optimizer, batch_size=fl.batch_size, **options)
+        made = craft_imprint(
+            model,
+            optimizer=site_optimizer,
+            batch_size=fl.batch_size,
+            public=setting.public,
+            seed=seed,
+        )
     elif attack == "trap":
-        made = craft_trap(model, optimizer=site_optimizer, batch_size=fl.batch_size, **options)
+        made = craft_trap(
+            model,
+            optimizer=site_optimizer,
+            batch_size=fl.batch_size,
+            public=setting.public,
+            seed=seed,
+        )
     else:
-        made = craft_dead(model, **options)
+        assert setting.public is not None, "the dead model sizes its biases on public records"
+        made = craft_dead(model, public=setting.public, seed=seed)
     return as_record(made.state_dict)
 
 
@@ -217,8 +229,8 @@ def _copied(state: RecordDict) -> RecordDict:
     copy = RecordDict()
     for name, record in state.array_records.items():
         copy.array_records[name] = ArrayRecord({k: a for k, a in record.items()})
-    for name, record in state.config_records.items():
-        copy.config_records[name] = record
+    for name, config in state.config_records.items():
+        copy.config_records[name] = config
     return copy
 
 

@@ -257,7 +257,13 @@ def positive_control(
         mod.task,
         target,
         data["members"],
-        audit_config(repeats=repeats, seed=seed, modality=mod.name, protocol=protocol, **overrides),
+        audit_config(
+            repeats=repeats,
+            seed=seed,
+            modality=mod.name,
+            protocol=protocol,
+            **overrides,  # type: ignore[arg-type]  # settings by name, never `classifier`
+        ),
         nonmembers=data["nonmembers"],
         public_pool=data["pool"],
     )

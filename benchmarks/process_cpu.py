@@ -17,7 +17,7 @@ import argparse
 import subprocess
 import sys
 import time
-from collections import Counter
+from collections import defaultdict
 
 import psutil
 
@@ -65,11 +65,11 @@ def main() -> int:
             cpu[p.pid] = times.user + times.system
         time.sleep(args.every)
     wall = time.time() - began
-    kinds: Counter[str] = Counter()
+    kinds: defaultdict[str, float] = defaultdict(float)
     for pid, seconds in cpu.items():
         kinds[kind(pid, proc.pid, names.get(pid, ""))] += seconds
     print(f"wall {wall:.1f} s, CPU of all processes {sum(cpu.values()):.1f} s", file=sys.stderr)
-    for name, seconds in kinds.most_common():
+    for name, seconds in sorted(kinds.items(), key=lambda kv: -kv[1]):
         print(f"  {name}: {seconds:.1f} s", file=sys.stderr)
     for pid, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"  {seconds:7.2f} s  {pid}  {names.get(pid, '?')[:100]}", file=sys.stderr)

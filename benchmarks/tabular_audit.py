@@ -78,6 +78,8 @@ def main() -> None:
     torch.set_num_threads(1)
 
     ds = load_dataset("randhie", options={"target": args.target, "unit": args.unit})
+    if ds.groups is None or ds.y is None:
+        raise SystemExit("randhie gives each row's person and label")
     rows = np.flatnonzero(ds.sites == args.site) if args.site else np.arange(len(ds))
     rng = np.random.default_rng(args.seed)
     if len(rows) < args.members + args.nonmembers:
