@@ -341,6 +341,15 @@ def test_audit_is_grouped_by_concern() -> None:
     assert len(entries) <= 14, sorted(p.name for p in entries)
 
 
+def test_reporting_is_grouped_by_concern() -> None:
+    """``reporting/``: at most 12 entries at its top level, each concern a subpackage (what
+    the reports hold, the numbers and their meaning, pages, privacy, tables, the gate, a
+    run's assembly, a site's report, the run's files, sweeps, evidence)."""
+    entries = [p for p in (REPO / "reporting").iterdir() if p.name != "__pycache__"]
+    assert len(entries) <= 12, sorted(p.name for p in entries)
+    assert all(p.is_dir() for p in entries if p.name != "__init__.py"), entries
+
+
 def test_no_module_over_600_lines() -> None:
     """Every package's modules and the benchmark scripts: a module past 600 lines holds more
     than one job."""
