@@ -2,8 +2,9 @@
 
 ``flwr run`` imports two module-level objects, :data:`server_app` and :data:`client_app`
 (``[tool.flwr.app.components]`` in the app's ``pyproject.toml``). They wrap the same apps
-the simulation runs (:func:`server.server_app.build_server_app`, :func:`clients.client_app.build_client_app`);
-what a simulation passes in a closure they read from Flower's context instead.
+the simulation runs (:func:`server.server_app.build_server_app`,
+:func:`clients.client_app.build_client_app`); what a simulation passes in a closure they read
+from Flower's context instead.
 
 Run config (the same for the server and every site; defaults in :data:`RUN_CONFIG_DEFAULTS`):
 

@@ -456,7 +456,7 @@ def _write_reply(
     before = read_site_audit(settings.layout, site)
     outcome = audit_outcome(reply, site)
     if plan.main:
-        audit = _site_audit_file(site, outcome, model_round)
+        audit = site_audit_file(site, outcome, model_round)
     elif isinstance(outcome, AuditFailure) or before is None:
         log.warning(
             "site %d: the audit of rounds %s failed: %s",
@@ -496,14 +496,11 @@ def audit_outcome(reply: Message, site: int) -> SiteAudit[SiteResults] | AuditFa
     return outcome
 
 
-def site_audit_file(site: int, reply: Message, model_round: int) -> SiteAuditFile[SiteResults]:
-    """The site's audit file (``audits/site-<id>.json``) from its reply."""
-    return _site_audit_file(site, audit_outcome(reply, site), model_round)
-
-
-def _site_audit_file(
+def site_audit_file(
     site: int, outcome: SiteAudit[SiteResults] | AuditFailure, model_round: int
 ) -> SiteAuditFile[SiteResults]:
+    """The site's audit file (``audits/site-<id>.json``) from its reply's outcome
+    (:func:`audit_outcome`)."""
     if isinstance(outcome, AuditFailure):
         return SiteAuditFile(
             site_id=site,

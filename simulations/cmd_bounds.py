@@ -395,14 +395,3 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     print(json.dumps(json_safe(out), allow_nan=False))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m simulations.cmd_bounds FILE [...]``."""
-    parser = argparse.ArgumentParser(prog="panoramia-fl bounds")
-    _add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -359,7 +359,15 @@ def test_cli_module_entry_point(tmp_path: Path) -> None:
     rows = [f"{1 - i / 100},1" for i in range(20)] + [f"{i / 100},0" for i in range(20)]
     path.write_text("score,label\n" + "\n".join(rows) + "\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "panoramia_fl.simulations.cmd_bounds", str(path), "--beta", "0.1"],
+        [
+            sys.executable,
+            "-m",
+            "panoramia_fl.simulations.cli",
+            "bounds",
+            str(path),
+            "--beta",
+            "0.1",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -486,11 +494,12 @@ def test_cli_two_sided_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert rc == 2 and out == "" and "beta" in err and str(path) in err
     rc, out, err = _run_cli(["bounds", str(tmp_path / "missing.npz"), "--two-sided"], capsys)
     assert rc == 2 and out == "" and "missing.npz" in err
-    # The stand-alone entry point knows the flag too, and the help says beta is shared.
+    # A file that reads: both sides' bounds; the help says beta is shared.
     rows = [f"{1 - i / 100},1" for i in range(20)] + [f"{i / 100},0" for i in range(20)]
     path.write_text("score,label\n" + "\n".join(rows) + "\n")
-    assert cmd_bounds.main([str(path), "--two-sided", "--beta", "0.1"]) == 0
-    got = json.loads(capsys.readouterr().out)
+    rc, out, _ = _run_cli(["bounds", str(path), "--two-sided", "--beta", "0.1"], capsys)
+    assert rc == 0
+    got = json.loads(out)
     assert got["member"]["predictions"] == 20 and got["nonmember"]["predictions"] == 20
     assert got["member"]["lower_bound"] == pytest.approx(_logit((0.05 / 40) ** (1 / 20)))
     sub = argparse.ArgumentParser(prog="panoramia-fl bounds")

@@ -60,7 +60,7 @@ from panoramia_fl.server.run_writer import (
     sites_needing_audit,
     write_site_audit,
 )
-from panoramia_fl.server.server_app import site_audit_file
+from panoramia_fl.server.server_app import audit_outcome, site_audit_file
 
 
 @pytest.fixture
@@ -339,7 +339,9 @@ def test_failing_site_audit_arrives_as_an_error_and_its_file_says_failed(tmp_pat
     reply = _audit_site(runner)
     assert reply.has_error() and not reply.has_content()
     assert reply.error.code == AUDIT_FAILED_CODE
-    write_site_audit(run_files(tmp_path), site_audit_file(2, reply, model_round=4))
+    write_site_audit(
+        run_files(tmp_path), site_audit_file(2, audit_outcome(reply, 2), model_round=4)
+    )
     data = json.loads(run_files(tmp_path).audit(2).read_text())
     # Every key of today's file, in order: a failed audit's sizes and results are empty.
     assert list(data) == FILE_KEYS
@@ -379,7 +381,9 @@ def test_finished_site_audit_writes_todays_ok_file(tmp_path, task_identity):
 
     reply = _audit_site(runner, site_id=1)
     assert reply.has_content()
-    write_site_audit(run_files(tmp_path), site_audit_file(1, reply, model_round=4))
+    write_site_audit(
+        run_files(tmp_path), site_audit_file(1, audit_outcome(reply, 1), model_round=4)
+    )
     data = json.loads(run_files(tmp_path).audit(1).read_text())
     assert list(data) == FILE_KEYS
     assert data["status"] == "ok" and data["error"] is None
@@ -397,7 +401,8 @@ def test_finished_site_audit_writes_todays_ok_file(tmp_path, task_identity):
 
 def test_a_reply_without_an_audit_is_a_failure(task_identity):
     request = Message(content=RecordDict(), dst_node_id=3, message_type=MessageType.QUERY)
-    file = site_audit_file(0, Message(RecordDict(), reply_to=request), model_round=1)
+    reply = Message(RecordDict(), reply_to=request)
+    file = site_audit_file(0, audit_outcome(reply, 0), model_round=1)
     assert file.status == "failed" and "'audit' record" in (file.error or "")
 
 

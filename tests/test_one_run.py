@@ -23,11 +23,11 @@ from panoramia_fl.audit.stats.one_run import (
     one_run_bound,
     steinke_eps_lb,
 )
-from panoramia_fl.simulations import cmd_bounds
+from panoramia_fl.simulations.cli import main as cli_main
 
 
 def _run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
-    assert cmd_bounds.main(argv) == 0
+    assert cli_main(["bounds", *argv]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -115,15 +115,15 @@ def test_default_search_pays_for_itself(tmp_path: Path, capsys: pytest.CaptureFi
 def test_cli_one_run_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "s.csv"
     path.write_text("score,label\n0.1,0\n0.9,1\n0.5,1\n")
-    assert cmd_bounds.main([str(path), "--guesses", "2"]) == cmd_bounds.EXIT_USAGE
+    assert cli_main(["bounds", str(path), "--guesses", "2"]) == 2
     assert "--one-run" in capsys.readouterr().err
-    assert cmd_bounds.main([str(path), "--one-run", "fdp", "--o1"]) == cmd_bounds.EXIT_USAGE
+    assert cli_main(["bounds", str(path), "--one-run", "fdp", "--o1"]) == 2
     assert "cannot be combined" in capsys.readouterr().err
-    assert cmd_bounds.main([str(path), "--one-run", "fdp", "--delta", "0"]) == 2
+    assert cli_main(["bounds", str(path), "--one-run", "fdp", "--delta", "0"]) == 2
     assert "delta must lie in (0, 1)" in capsys.readouterr().err
-    assert cmd_bounds.main([str(path), "--one-run", "steinke", "--guesses", "9"]) == 2
+    assert cli_main(["bounds", str(path), "--one-run", "steinke", "--guesses", "9"]) == 2
     assert "guesses must lie in [1, 3]" in capsys.readouterr().err
-    assert cmd_bounds.main([str(path), "--one-run", "fdp", "--guesses", "2", "--idealised"]) == 2
+    assert cli_main(["bounds", str(path), "--one-run", "fdp", "--guesses", "2", "--idealised"]) == 2
     assert "--idealised needs" in capsys.readouterr().err
 
 
