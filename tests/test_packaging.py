@@ -190,6 +190,18 @@ def test_readme_layout_table_matches_the_import_table():
     assert _readme_layout_table() == ALLOWED_IMPORTS
 
 
+def test_readme_layout_table_names_every_top_level_folder():
+    """Every folder of the checkout (tracked files, dot folders aside) has its row."""
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    folders = {p.split("/")[0] for p in tracked if "/" in p and not p.startswith(".")}
+    section = (REPO / "README.md").read_text().split("## Layout", 1)[1]
+    first_cells = re.findall(r"^\| ([^|]*) \|", section, re.M)
+    named = {name for cell in first_cells for name in re.findall(r"`(\w+)/`", cell)}
+    assert named == folders
+
+
 def test_import_table_is_a_layering():
     """No cycles: some order puts every package after all it may import."""
     placed: list[str] = []
