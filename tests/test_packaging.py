@@ -362,6 +362,26 @@ def test_reporting_is_grouped_by_concern() -> None:
     assert all(p.is_dir() for p in entries if p.name != "__init__.py"), entries
 
 
+ONE_MODULE_NAMES = (
+    "app",
+    "config",
+    "files",
+    "gradient_canaries",
+    "input_canaries",
+    "replicates",
+    "secure_aggregation",
+    "training",
+)
+"""Names that once each named two modules of different packages (issue 55)."""
+
+
+def test_each_of_these_names_names_one_module() -> None:
+    """``clients/app.py`` beside ``server/app.py`` said two things: each name, one module."""
+    paths = [p for package in PACKAGES for p in _package_files(package)]
+    where = {n: [str(p.relative_to(REPO)) for p in paths if p.stem == n] for n in ONE_MODULE_NAMES}
+    assert {n: found for n, found in where.items() if len(found) > 1} == {}
+
+
 def test_no_module_over_600_lines() -> None:
     """Every package's modules and the benchmark scripts: a module past 600 lines holds more
     than one job."""
