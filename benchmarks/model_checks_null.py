@@ -186,16 +186,9 @@ def crafted(setting: Setting, state: dict[str, torch.Tensor], attack: str, seed:
     model.load_state_dict(state)
     fl = setting.config.fl
     site_optimizer = SiteOptimizer(name=fl.optimizer, learning_rate=fl.learning_rate)
-    if attack == "imprint":
-        made = craft_imprint(
-            model,
-            optimizer=site_optimizer,
-            batch_size=fl.batch_size,
-            public=setting.public,
-            seed=seed,
-        )
-    elif attack == "trap":
-        made = craft_trap(
+    if attack in ("imprint", "trap"):
+        craft = craft_imprint if attack == "imprint" else craft_trap
+        made = craft(
             model,
             optimizer=site_optimizer,
             batch_size=fl.batch_size,
