@@ -205,7 +205,8 @@ def test_an_internal_error_is_not_dressed_as_a_user_error(tmp_path, monkeypatch)
         cli_main(["report", str(tmp_path)])
 
     code = (
-        "import sys, reporting as r\n"
+        "import sys\n"
+        "from panoramia_fl import reporting as r\n"
         "def broken(layout, config):\n"
         "    raise KeyError('dp-epsilon')\n"
         "r.write_report = broken\n"
