@@ -56,7 +56,7 @@ from panoramia_fl.clients.model_checks import ModelCheckSettings, check_received
 from panoramia_fl.clients.privacy import AccountantHistory  # noqa: E402
 from panoramia_fl.clients.site_data import SiteData  # noqa: E402
 from panoramia_fl.clients.site_training import train_locally  # noqa: E402
-from panoramia_fl.contracts.model_checks import (  # noqa: E402
+from panoramia_fl.contracts.model_flags import (  # noqa: E402
     CHECK_NAMES,
     RoundAnnouncement,
     read_check_records,  # noqa: E402
@@ -64,7 +64,7 @@ from panoramia_fl.contracts.model_checks import (  # noqa: E402
 from panoramia_fl.contracts.run_files import RunLayout  # noqa: E402
 from panoramia_fl.simulations.apps import dp_settings  # noqa: E402
 from panoramia_fl.simulations.experiment_config import load_config  # noqa: E402
-from panoramia_fl.simulations.model_checks import agreed_training  # noqa: E402
+from panoramia_fl.simulations.model_check_settings import agreed_training  # noqa: E402
 from panoramia_fl.simulations.run_dir import load_public, prepare_run_dir  # noqa: E402
 from panoramia_fl.simulations.run_task import make_task  # noqa: E402
 

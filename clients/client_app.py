@@ -6,7 +6,7 @@ Message types handled:
 - ``query.announce``: the server's word on the coming round (the digest of its model and its
   sites), which the site publishes on the bulletin (:mod:`clients.model_checks`); before it
   trains, the site checks the model it got and refuses a flagged one (Flower's error reply
-  with :data:`~contracts.model_checks.MODEL_FLAGGED_CODE`: nothing trained, nothing sent).
+  with :data:`~contracts.model_flags.MODEL_FLAGGED_CODE`: nothing trained, nothing sent).
 - ``query.whoami``: the site id (Flower replies carry node ids, not site ids).
 - ``query.audit``: run PANORAMIA on the site's own members against the final model; replies
   with summary numbers and curves only, or, when the audit raises, with Flower's error reply
@@ -78,7 +78,7 @@ from panoramia_fl.clients.update_audits import (
     kept_models,
     with_epsilons,
 )
-from panoramia_fl.contracts.model_checks import (
+from panoramia_fl.contracts.model_flags import (
     ANNOUNCE,
     MODEL_FLAGGED_CODE,
     ModelFlag,

@@ -5,9 +5,9 @@ In the rounds the run's server attacks the site, the site keeps, in its own stat
 the records its local steps used (:func:`keep_used`; a real site would not know it is
 attacked: the harness, which plays both sides, tells it which rounds to keep). With its
 audit query the server hands it what it held of each attacked round
-(:mod:`contracts.dishonest_server`): the site compares the rows the server rebuilt, and the
+(:mod:`contracts.held_rounds`): the site compares the rows the server rebuilt, and the
 same attack's rows from public records (the baseline), with its own records of that round,
-and replies with the shares only (:class:`contracts.dishonest_server.DishonestServerResult`).
+and replies with the shares only (:class:`contracts.held_rounds.DishonestServerResult`).
 For images it also keeps, in its own state directory, thumbnails of its records beside the
 server's rebuilds of them (:func:`write_thumbnails`), which only its own page links.
 The held local model goes to the site's audits of its update (``audit.updates``,
@@ -27,7 +27,8 @@ from panoramia_fl.audit.adversary import rebuilt_share
 from panoramia_fl.audit.inversion.scores import image_scores
 from panoramia_fl.clients.inversion import write_gallery
 from panoramia_fl.clients.site_data import SiteData
-from panoramia_fl.contracts.dishonest_server import (
+from panoramia_fl.contracts.files import atomic_write
+from panoramia_fl.contracts.held_rounds import (
     BASELINE,
     CHECKS_NOT_RUN,
     HELD_ROUNDS,
@@ -39,8 +40,7 @@ from panoramia_fl.contracts.dishonest_server import (
     read_held_rounds,
     rebuilt_name,
 )
-from panoramia_fl.contracts.files import atomic_write
-from panoramia_fl.contracts.model_checks import read_check_records
+from panoramia_fl.contracts.model_flags import read_check_records
 from panoramia_fl.contracts.run_files import (
     model_checks_name,
     rebuilt_gallery_name,

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from panoramia_fl.audit.conformance.checks import CLIP_TOLERANCE
-from panoramia_fl.audit.conformance.evidence import (
+from panoramia_fl.audit.conformance.observed_steps import (
     NO_ACCOUNTANT_STEP,
     NO_CLEAN_SUM,
     NO_NOISE_CALL,

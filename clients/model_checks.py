@@ -1,11 +1,11 @@
 """A site's checks on the model it receives, before it trains (``audit.received_model``).
 
-Two messages a round: ``query.announce`` (:data:`contracts.model_checks.ANNOUNCE`), by which
+Two messages a round: ``query.announce`` (:data:`contracts.model_flags.ANNOUNCE`), by which
 the site publishes the server's announcement of the round on the bulletin
 (:class:`FileBulletin`), then ``train``, before which the site runs every check on the model
 it got: consistency (against the bulletin), plausibility (against the last global model it
 received, kept in its node state) and structure (on its own records). A flagged model is
-refused: :func:`check_received` returns the :class:`~contracts.model_checks.ModelFlag` and
+refused: :func:`check_received` returns the :class:`~contracts.model_flags.ModelFlag` and
 the ClientApp trains nothing and sends it back as the round's error reply.
 
 The bulletin is a folder of one write-once file per site and round, written by sites only:
@@ -31,7 +31,7 @@ from panoramia_fl.audit.received_model.plausibility import AgreedTraining, plaus
 from panoramia_fl.audit.received_model.structure import structure
 from panoramia_fl.clients.site_training import TrainableTask
 from panoramia_fl.contracts.files import PRIVATE_FILE_MODE, private_dir
-from panoramia_fl.contracts.model_checks import (
+from panoramia_fl.contracts.model_flags import (
     CheckOutcome,
     CheckRecord,
     ModelFlag,
@@ -61,7 +61,7 @@ class ModelCheckSettings:
     """Refuse a flagged model; False (``record``, simulation only): log the verdict and
     train anyway, so that a run measures an attack and whether the checks see it."""
     log: Path | None = None
-    """The site's own log of every check (:class:`contracts.model_checks.CheckRecord`)."""
+    """The site's own log of every check (:class:`contracts.model_flags.CheckRecord`)."""
 
 
 class BulletinConflict(RuntimeError):

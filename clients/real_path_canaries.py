@@ -44,7 +44,7 @@ from panoramia_fl.audit.canaries.gradient_canaries import (
     llr_increment,
 )
 from panoramia_fl.audit.conformance.checks import conformance_audit
-from panoramia_fl.audit.conformance.evidence import ConformanceEvidence
+from panoramia_fl.audit.conformance.observed_steps import ConformanceEvidence
 from panoramia_fl.clients.dp_observer import IndexLog, StepObserver, require_dp_optimizer
 from panoramia_fl.clients.privacy import AccountantHistory, DPSettings
 from panoramia_fl.contracts.files import atomic_write

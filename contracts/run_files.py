@@ -148,7 +148,7 @@ def exposed_records_name(site_id: int) -> str:
 
 def model_checks_name(site_id: int) -> str:
     """The site's log of its checks of each received model (``clients.model_checks``,
-    :class:`contracts.model_checks.CheckRecord` lines), in its state directory."""
+    :class:`contracts.model_flags.CheckRecord` lines), in its state directory."""
     return f"site-{site_id}-model-checks.jsonl"
 
 

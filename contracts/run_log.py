@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from panoramia_fl.contracts.errors import RunFileError
 from panoramia_fl.contracts.json_values import from_dict, json_safe
-from panoramia_fl.contracts.model_checks import ModelFlag
+from panoramia_fl.contracts.model_flags import ModelFlag
 from panoramia_fl.contracts.run_files import RunLayout
 
 R = TypeVar("R")
@@ -57,7 +57,7 @@ class RoundRecord:
     """site id -> why its update was lost this round."""
     flagged: dict[str, ModelFlag] = field(default_factory=dict)
     """site id -> its checks' verdict on the round's model, which it refused (trained
-    nothing, sent nothing; ``contracts.model_checks``); those sites are in ``failures`` too."""
+    nothing, sent nothing; ``contracts.model_flags``); those sites are in ``failures`` too."""
 
     def to_dict(self) -> dict[str, Any]:
         return _compact(json_safe(self))

@@ -64,7 +64,7 @@ from panoramia_fl.simulations.experiment_config import (
     load_config,
     validate_config,
 )
-from panoramia_fl.simulations.model_checks import deployed_model_check_settings
+from panoramia_fl.simulations.model_check_settings import deployed_model_check_settings
 from panoramia_fl.simulations.reference_models import site_pool
 from panoramia_fl.simulations.run_dir import DatasetMeta, read_public
 

@@ -17,7 +17,7 @@ update before its own noise, and keeps its own weights sane):
   the run's model is the one an honest server would build from those updates.
 
 What the server holds (:class:`Holdings`) goes to each attacked site with its audit query
-(:mod:`contracts.dishonest_server`): the site scores it against its own records; the logs
+(:mod:`contracts.held_rounds`): the site scores it against its own records; the logs
 and the reports get the site's summary numbers only. The server keeps it with the run's
 state too, one file a round (:meth:`RunLayout.server_held`, 0600), so that a run resumed
 after its attacked rounds still hands it to the sites: what it rebuilt and the local models
@@ -41,7 +41,7 @@ from torch import nn
 
 from panoramia_fl.audit.adversary import ATTACKS, CraftedModel, SiteOptimizer, craft_dead, rebuild
 from panoramia_fl.audit.inversion.attack import LocalTraining, simulate_update
-from panoramia_fl.contracts.dishonest_server import (
+from panoramia_fl.contracts.held_rounds import (
     BASELINE,
     HELD_ROUNDS,
     HELD_ROUNDS_KEY,

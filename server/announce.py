@@ -3,7 +3,7 @@
 Outermost around the run's strategy: ``configure_train`` builds the round's train messages
 (through every wrapper, a dishonest server's included), then sends each site of those
 messages a ``query.announce`` with the digest of the round's global model and the round's
-sites (:class:`contracts.model_checks.RoundAnnouncement`), waits for the replies, and only
+sites (:class:`contracts.model_flags.RoundAnnouncement`), waits for the replies, and only
 then returns the train messages. Each site publishes what it was told on a bulletin only
 sites write; before training, it compares the model it got against every site's entry
 (:mod:`clients.model_checks`). One small message a site a round (a digest, no weights), all
@@ -20,7 +20,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from panoramia_fl.audit.received_model.digest import model_digest
-from panoramia_fl.contracts.model_checks import ANNOUNCE, RoundAnnouncement
+from panoramia_fl.contracts.model_flags import ANNOUNCE, RoundAnnouncement
 from panoramia_fl.contracts.wire import CONFIG, TrainInstructions, error_reason
 from panoramia_fl.server.strategy import DelegatingStrategy, SiteAwareMixin
 

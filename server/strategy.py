@@ -26,7 +26,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx, Result, Strategy
 
 from panoramia_fl.contracts.checkpoint import Checkpoint, save_checkpoint
-from panoramia_fl.contracts.model_checks import MODEL_FLAGGED_CODE, ModelFlag
+from panoramia_fl.contracts.model_flags import MODEL_FLAGGED_CODE, ModelFlag
 from panoramia_fl.contracts.registry import Registry
 from panoramia_fl.contracts.run_files import CheckpointMeta, RunLayout
 from panoramia_fl.contracts.run_log import RoundRecord, SiteRound

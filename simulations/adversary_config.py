@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from panoramia_fl.audit.config import StrictModel
-from panoramia_fl.contracts.dishonest_server import AttackName, CraftName
+from panoramia_fl.contracts.held_rounds import AttackName, CraftName
 
 ADVERSARY_KEY = "fl.adversary"
 

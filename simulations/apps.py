@@ -37,7 +37,7 @@ from panoramia_fl.server.server_app import ServerSettings, build_server_app
 from panoramia_fl.server.stop import StopSwitch
 from panoramia_fl.server.strategy import StrategySettings
 from panoramia_fl.simulations.experiment_config import ExperimentConfig
-from panoramia_fl.simulations.model_checks import checks_mode, model_check_settings
+from panoramia_fl.simulations.model_check_settings import checks_mode, model_check_settings
 from panoramia_fl.simulations.reference_models import load_reference_states, site_pool
 from panoramia_fl.simulations.run_dir import DatasetMeta, load_public
 from panoramia_fl.simulations.run_task import audit_device, make_task, pick_device

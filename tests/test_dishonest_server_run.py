@@ -21,14 +21,14 @@ import torch
 import yaml
 from builders import TINY_AUDIT, report_config, run_files
 
-from panoramia_fl.contracts.model_checks import read_check_records
+from panoramia_fl.contracts.model_flags import read_check_records
 from panoramia_fl.contracts.run_files import (
     local_model_name,
     model_checks_name,
     rebuilt_gallery_name,
 )
 from panoramia_fl.deployment.flower_apps import DishonestServerRefused, refuse_simulation_settings
-from panoramia_fl.reporting.evidence.evidence import site_pack_html
+from panoramia_fl.reporting.evidence.evidence_pack import site_pack_html
 from panoramia_fl.reporting.site.site_report import site_page_alone
 from panoramia_fl.server.adversary import Held, Holdings
 from panoramia_fl.simulations.cli import main

@@ -38,7 +38,7 @@ from panoramia_fl.clients.model_checks import (
     publish,
 )
 from panoramia_fl.clients.site_training import train_locally
-from panoramia_fl.contracts.model_checks import (
+from panoramia_fl.contracts.model_flags import (
     CheckOutcome,
     ModelFlag,
     RoundAnnouncement,

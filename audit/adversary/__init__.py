@@ -23,7 +23,7 @@ from panoramia_fl.audit.adversary.imprint import craft_imprint
 from panoramia_fl.audit.adversary.layers import AdversaryUnsupported
 from panoramia_fl.audit.adversary.passthrough import PassThrough
 from panoramia_fl.audit.adversary.rebuild import rebuild, update_of
-from panoramia_fl.audit.adversary.scores import RebuiltShare, rebuilt_share
+from panoramia_fl.audit.adversary.share_rebuilt import RebuiltShare, rebuilt_share
 from panoramia_fl.audit.adversary.trap import craft_trap
 
 __all__ = [

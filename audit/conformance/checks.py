@@ -49,7 +49,7 @@ from panoramia_fl.audit.conformance.distributions import (
     normal_p,
     unit_correlation_sf,
 )
-from panoramia_fl.audit.conformance.evidence import (
+from panoramia_fl.audit.conformance.observed_steps import (
     NO_ACCOUNTANT_STEP,
     NO_CLEAN_SUM,
     NO_NOISE_CALL,

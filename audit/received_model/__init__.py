@@ -9,5 +9,5 @@ fair sends crafted weights: ``docs/model_checks.md``).
   record in a batch, repeated weight rows, units dead on every record);
 - :mod:`.thresholds`: each check's threshold and the range honest models read.
 
-Each check returns a :class:`contracts.model_checks.CheckOutcome`; no Flower here.
+Each check returns a :class:`contracts.model_flags.CheckOutcome`; no Flower here.
 """

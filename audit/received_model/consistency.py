@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from panoramia_fl.audit.received_model.thresholds import THRESHOLDS
-from panoramia_fl.contracts.model_checks import CheckOutcome
+from panoramia_fl.contracts.model_flags import CheckOutcome
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import numpy as np
 import scipy
 
 from panoramia_fl.audit.received_model.thresholds import THRESHOLDS
-from panoramia_fl.contracts.model_checks import CheckOutcome
+from panoramia_fl.contracts.model_flags import CheckOutcome
 
 ADAM_BETAS = (0.9, 0.999)
 """torch's defaults, which the project's optimizers use."""

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from panoramia_fl.audit.received_model.thresholds import THRESHOLDS
-from panoramia_fl.contracts.model_checks import CheckName, CheckOutcome
+from panoramia_fl.contracts.model_flags import CheckName, CheckOutcome
 
 COLLINEAR_COSINE = 0.99
 """Two weight rows with ``|cos| >= 0.99`` are one measurement repeated."""

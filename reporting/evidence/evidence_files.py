@@ -20,7 +20,7 @@ from ..site.site_report import (
     site_report_paths,
 )
 from ..site.standing import consortium_standing
-from .evidence import consortium_pack_html, site_pack_html
+from .evidence_pack import consortium_pack_html, site_pack_html
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from panoramia_fl.audit.inversion.scores import InversionResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
 from panoramia_fl.audit.result import ClassSliceResult, Interval, SideResult
 from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
-from panoramia_fl.contracts.dishonest_server import DishonestServerResult
+from panoramia_fl.contracts.held_rounds import DishonestServerResult
 
 from ..numbers.formatting import (
     FPR_LABELS,

@@ -13,7 +13,7 @@ from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage, first_leaking
 from panoramia_fl.audit.panoramia.sides import SIDES
 from panoramia_fl.audit.result import AuditFlags, AuditResult, Interval
 from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
-from panoramia_fl.contracts.dishonest_server import DishonestServerResult
+from panoramia_fl.contracts.held_rounds import DishonestServerResult
 
 from ..schemas.schema import (
     FLAGS,

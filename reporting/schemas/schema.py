@@ -33,10 +33,10 @@ from panoramia_fl.audit.result import (
     finite,
 )
 from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
-from panoramia_fl.contracts.dishonest_server import DishonestServerResult
 from panoramia_fl.contracts.dp_level import DPLevel, SecureAggregationMode
+from panoramia_fl.contracts.held_rounds import DishonestServerResult
 from panoramia_fl.contracts.json_values import json_safe
-from panoramia_fl.contracts.model_checks import CheckRecord
+from panoramia_fl.contracts.model_flags import CheckRecord
 from panoramia_fl.contracts.run_log import ClientDPFile, PlatformInfo, RoundRecord
 
 from .gate_schema import GateVerdict

@@ -17,7 +17,7 @@ from panoramia_fl.audit.result import AuditResult
 from panoramia_fl.contracts.dp_level import SecureAggregationMode
 from panoramia_fl.contracts.errors import RunFileError
 from panoramia_fl.contracts.files import atomic_write_text
-from panoramia_fl.contracts.model_checks import CheckRecord, read_check_records
+from panoramia_fl.contracts.model_flags import CheckRecord, read_check_records
 from panoramia_fl.contracts.run_files import (
     RunLayout,
     exposed_records_name,
