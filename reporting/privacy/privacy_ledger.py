@@ -24,7 +24,8 @@ is a reading aid, not a new test.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from panoramia_fl.audit.canaries.client_canaries import ClientCanaryResult, ThreatModel
 from panoramia_fl.audit.result import finite
@@ -116,6 +117,14 @@ class PrivacySettings:
         return None if self.dp_level is None else self.dp_level != "none"
 
 
+def _audit_kinds(results: SiteResults) -> dict[str, Any]:
+    """The kinds of audit the site's report shows as they are: each field of
+    :class:`SiteResults` that :class:`PrivacyReport` has by the same name (a new kind is a
+    field of both, with nothing to add here)."""
+    shown = {f.name for f in fields(PrivacyReport)}
+    return {f.name: getattr(results, f.name) for f in fields(results) if f.name in shown}
+
+
 def site_privacy(
     site_id: int,
     audit: SiteAuditFile[SiteResults] | None,
@@ -172,10 +181,7 @@ def site_privacy(
         if canary is not None and canary.n_canaries
         else settings.input_canaries,
         canary=canary,
-        gradient_canaries=results.gradient_canaries,
-        inversion=list(results.inversion),
-        attribute_inference=results.attribute_inference,
-        dishonest_server=list(results.dishonest_server),
+        **_audit_kinds(results),
         client_epsilon_server=None if ledger_site is None else ledger_site.epsilon_server,
         client_epsilon_record_server=(
             None if ledger_site is None else ledger_site.epsilon_record_server
