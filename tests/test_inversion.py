@@ -154,7 +154,7 @@ def test_the_time_guard_stops_an_attack_and_says_so(digits, tmp_path):
     """A budget no machine finishes under the guard: the audit stops at the guard, records
     the steps it reached against its budget, and the site's page says the reading depends
     on the machine."""
-    from panoramia_fl.reporting.numbers.formatting import inversion_sentence
+    from panoramia_fl.reporting.layout.inversion_report import inversion_sentence
 
     config = InversionConfig(iterations=100_000, restarts=2, max_records=BATCH, time_limit_s=1.0)
     result = _audit_one_step(digits, tmp_path, dp=None, n=BATCH, config=config)

@@ -1,6 +1,6 @@
 """A site's own report's tables, declared as :mod:`.columns` declares the run's: its bounds
-per game, low-FPR rates, leakage per round, update audits, per-class game, conformance
-checks and inversion audit.
+per game, low-FPR rates, leakage per round, update audits, per-class game and conformance
+checks (the inversion audit's are in :mod:`.inversion_report`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from panoramia_fl.audit.conformance.checks import CHECKS, ConformanceCheck
-from panoramia_fl.audit.inversion.scores import InversionResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
 from panoramia_fl.audit.result import ClassSliceResult, Interval, SideResult
 from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
@@ -48,13 +47,6 @@ def _pct(x: float) -> str:
     return f"{x:.0%}"
 
 
-def _inversion_cost(r: InversionResult) -> str:
-    """``loss / steps of budget / s``; ``(cut)`` where the time guard stopped an attack."""
-    steps = f"{r.iterations:,}" + ("" if r.step_budget is None else f" of {r.step_budget:,}")
-    cut = " (cut by the time guard)" if r.cut_short else ""
-    return f"{fmt(r.match_loss, 3)} / {steps}{cut} / {r.seconds:.0f}"
-
-
 CONFORMANCE_COLUMNS: tuple[Column[ConformanceCheck], ...] = (
     column("check", lambda c: c.name.replace("_", " "), cls="text"),
     column("compares", lambda c: CHECKS[c.name], cls="text"),
@@ -66,34 +58,6 @@ CONFORMANCE_COLUMNS: tuple[Column[ConformanceCheck], ...] = (
     ),
 )
 """One row per conformance check of a site's real DP-SGD steps (its own page)."""
-
-
-INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
-    column("round", lambda r: str(r.round)),
-    column("attack", lambda r: r.attack, cls="text"),
-    column("records in the update / scored", lambda r: f"{r.n_records:,} / {r.n_scored:,}"),
-    column(
-        "quality mean / median / max",
-        lambda r: (
-            f"{fmt(r.quality_mean, 3)} / {fmt(r.quality_median, 3)} / {fmt(r.quality_max, 3)}"
-        ),
-    ),
-    column(
-        "rebuilt (>= threshold)", lambda r: f"{_pct(r.share_rebuilt)} (>= {fmt(r.threshold, 2)})"
-    ),
-    column("PSNR dB", lambda r: fmt(r.psnr_mean, 1)),
-    column(
-        "baseline: quality mean / max / rebuilt / PSNR",
-        lambda r: (
-            f"{fmt(r.baseline_quality_mean, 3)} / {fmt(r.baseline_quality_max, 3)} / "
-            f"{_pct(r.baseline_share_rebuilt)} / {fmt(r.baseline_psnr_mean, 1)}"
-        ),
-    ),
-    column("restarts' agreement (rows)", lambda r: fmt(r.agreement, 2)),
-    column("record-level DP eps", lambda r: fmt(r.dp_epsilon)),
-    column("attack: match loss / steps of its budget / s", _inversion_cost),
-)
-"""A site's inversion audit, one row per attacked round (its own page)."""
 
 
 class GuessRow(NamedTuple):

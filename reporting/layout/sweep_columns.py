@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from panoramia_fl.audit.inversion.scores import InversionResult
 from panoramia_fl.contracts.run_files import REPORT_HTML
 
 from ..numbers.formatting import (
@@ -15,7 +14,6 @@ from ..numbers.formatting import (
     fmt,
     fmt_dishonest_server,
     fmt_interval,
-    fmt_inversion,
     fmt_theoretical_eps,
     fmt_two_sided,
 )
@@ -39,7 +37,6 @@ from ..numbers.metrics import (
 from ..pages.html_page import badge, esc, flag_badges, td
 from ..privacy.privacy_ledger import released_model_epsilon
 from ..schemas.replicate_schema import OverRuns, ReplicateRun, ReplicateSite
-from ..schemas.schema import SiteReport
 from ..schemas.sweep_schema import SweepPointReport
 from .columns import (
     DISHONEST_SERVER_HEADER,
@@ -50,6 +47,7 @@ from .columns import (
     _titled,
     column,
 )
+from .inversion_report import inversion_cell
 
 
 def _number(m: Metric, off: bool = False) -> Column[SiteRow]:
@@ -66,22 +64,6 @@ def _sweep_flags_cell(r: SiteRow) -> str:
         if s.error:
             badges += f' <span class="error">{esc(s.error)}</span>'
     return td(badges or MISSING, raw=True, cls="text")
-
-
-def _first_inversion(site: SiteReport) -> InversionResult | None:
-    return site.privacy.inversion[0] if site.privacy.inversion else None
-
-
-def inversion_cell(site: SiteReport, point: SweepPointReport) -> str:
-    """The site's first attacked round; where other sites of the point ran the attack and
-    this one did not (``audit.inversion.sites``), which did; "off" where none did."""
-    first = _first_inversion(site)
-    if first is not None or site.status != "ok":
-        return fmt_inversion(first)
-    attacked = [s.site_id for s in point.sites if s.privacy.inversion]
-    if not attacked:
-        return "off"
-    return f"not run at this site (audit.inversion.sites: {', '.join(map(str, attacked))})"
 
 
 def _point(r: SiteRow) -> SweepPointReport:

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from panoramia_fl.audit.canaries.gradient_canaries import GradientCanaryResult, LevelAudit
 from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
-from panoramia_fl.audit.inversion.scores import InversionResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
 from panoramia_fl.audit.panoramia.sides import SIDES
 from panoramia_fl.audit.result import AuditFlags, AuditResult, Interval
@@ -138,19 +137,6 @@ def fmt_conformance(result: GradientCanaryResult | None) -> str:
     return f"FAILED {len(failed)} of {len(conformance.checks)}: {names}"
 
 
-def fmt_inversion(result: InversionResult | None) -> str:
-    """``mean (baseline mean)`` of an inversion audit's quality measure, with the share
-    rebuilt: e.g. ``SSIM 0.85 (baseline 0.31); 100% >= 0.6``."""
-    if result is None:
-        return MISSING
-    name = "SSIM" if result.measure == "ssim" else "fields"
-    return (
-        f"{name} {fmt(result.quality_mean, 2)} (baseline {fmt(result.baseline_quality_mean, 2)})"
-        f"; {result.share_rebuilt:.0%} >= {fmt(result.threshold, 2)}"
-        + ("; cut by the time guard" if result.cut_short else "")
-    )
-
-
 def fmt_dishonest_server(results: Sequence[DishonestServerResult]) -> str:
     """The first decoded round: ``72% (baseline 0%), imprint, round 1``, with
     ``inconsistent`` and ``sum`` where they apply; "not attacked" without any."""
@@ -188,36 +174,6 @@ def dishonest_server_sentence(result: DishonestServerResult) -> str:
         f"{held}, rebuilt {result.share_rebuilt:.0%} of the {result.n_records:,} {what} your "
         f"update came from, against {result.baseline_share_rebuilt or 0:.0%} from an update "
         f"of public records. Your checks of the model you received: {result.site_checks}."
-    )
-
-
-def inversion_sentence(result: InversionResult) -> str:
-    """One plain sentence: could the server rebuild the site's records in that round?"""
-    what = "images" if result.measure == "ssim" else "rows"
-    gap = result.quality_mean - result.baseline_quality_mean
-    head = (
-        f"From your round-{result.round} update ({result.attack}, {result.n_records:,} "
-        f"records), a curious server rebuilt {result.share_rebuilt:.0%} of the {what} scored "
-        f"at {'SSIM' if result.measure == 'ssim' else 'a share of fields right'} >= "
-        f"{fmt(result.threshold, 2)}, against {result.baseline_share_rebuilt:.0%} for an "
-        "update from public records"
-    )
-    if gap >= 0.1 and result.share_rebuilt > result.baseline_share_rebuilt:
-        reading = ": well above chance, so your records can be rebuilt from what you send."
-    elif gap > 0.02:
-        reading = ": a little above chance; no record is clearly rebuilt."
-    else:
-        reading = ": no better than chance, so no record could be rebuilt this way."
-    if not result.cut_short:
-        return head + reading
-    return (
-        head
-        + reading
-        + (
-            " The time guard (audit.inversion.time_limit_s) stopped the attack or its baseline "
-            f"short of its {result.step_budget or 0:,} steps (the attack took "
-            f"{result.iterations:,}), so this reading depends on this machine's speed."
-        )
     )
 
 

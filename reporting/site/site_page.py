@@ -28,13 +28,13 @@ from ..layout.blocks import (
     Table,
     to_html,
 )
+from ..layout.inversion_report import inversion_section
 from ..layout.site_columns import (
     ATTRIBUTE_COLUMNS,
     BOUNDS_COLUMNS,
     BY_ROUND_COLUMNS,
     CONFORMANCE_COLUMNS,
     DISHONEST_SERVER_COLUMNS,
-    INVERSION_COLUMNS,
     LOW_FPR_COLUMNS,
     PER_CLASS_COLUMNS,
     UPDATE_COLUMNS,
@@ -60,7 +60,6 @@ from ..numbers.formatting import (
     fmt_two_sided,
     fmt_white_box,
     fmt_white_box_cost,
-    inversion_sentence,
     levels_lines,
     ordering_text,
     scoped_reasons,
@@ -130,7 +129,7 @@ def render_site_page(report: SitePageReport) -> str:
         Bullets(reading.not_shown),
         *_exposed(report),
         *_conformance(site),
-        *_inversion(report),
+        *inversion_section(report),
         *_attribute_inference(site),
         *_dishonest_server(report),
         *_model_checks(report),
@@ -220,33 +219,6 @@ def _conformance(site: SiteReport) -> list[Block]:
         ),
         Table(CONFORMANCE_COLUMNS, list(result.checks), attrs=' id="conformance"'),
     ]
-
-
-def _inversion(report: SitePageReport) -> list[Block]:
-    """Could the server rebuild the site's records from its updates (audit.inversion)?"""
-    results = report.site.privacy.inversion
-    if not results:
-        return []
-    held = "the round's sum" if report.secure_aggregation == "ideal" else "your updates"
-    blocks: list[Block] = [
-        Heading(f"Can the server rebuild your records from {held}?"),
-        Para(" ".join(inversion_sentence(r) for r in results)),
-        Para(f"How to read it: {NOTES[Note.INVERSION]}."),
-        Table(INVERSION_COLUMNS, results, attrs=' id="inversion"'),
-    ]
-    if report.inversion_gallery_link is not None:
-        link = esc(report.inversion_gallery_link)
-        blocks.append(
-            Raw(
-                '<figure class="site-local"><img src="'
-                f'{link}" alt="your records beside their reconstructions">'
-                "<figcaption>Your site's own gallery (site-local, linked, never sent): "
-                "the best-rebuilt and a typical record of the first attacked round, each "
-                "as original | the attack's reconstruction | the baseline's (public "
-                f'records) best match. <a href="{link}">{link}</a></figcaption></figure>'
-            )
-        )
-    return blocks
 
 
 def _attribute_inference(site: SiteReport) -> list[Block]:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Literal
 
 from panoramia_fl.audit.result import AuditResult
-from panoramia_fl.contracts.dp_level import SecureAggregationMode
 from panoramia_fl.contracts.errors import RunFileError
 from panoramia_fl.contracts.files import atomic_write_text
 from panoramia_fl.contracts.model_flags import CheckRecord, read_check_records
@@ -34,7 +33,8 @@ from ..assembly.run_config import ReportConfig
 from ..assembly.writers import report_to_json_text
 from ..gate.gate import site_gate_lines, verdict_of
 from ..layout.banners import violation_warnings
-from ..numbers.meanings import NOTES, THREAT_MODEL, Note
+from ..layout.inversion_report import inversion_threat
+from ..numbers.meanings import NOTES, THREAT_MODEL
 from ..numbers.plain_language import plain_reading
 from ..schemas.replicate_schema import ReplicateSite
 from ..schemas.schema import (
@@ -86,7 +86,7 @@ def build_site_page_report(
         run_name=config.name,
         site=site,
         reading=plain_reading(site, exposed_records=link is not None),
-        threat_model=[*(NOTES[n] for n in THREAT_MODEL), *_inversion_threat(site, secure)],
+        threat_model=[*(NOTES[n] for n in THREAT_MODEL), *inversion_threat(site, secure)],
         standing=standing,
         manifest=build_manifest(config, result, platform_of(layout)),
         exposed_records_link=link,
@@ -114,13 +114,6 @@ def flagged_models(layout: RunLayout, site_id: int) -> list[CheckRecord]:
         for r in read_rounds(layout)
         if (flag := r.flagged.get(str(site_id))) is not None
     ]
-
-
-def _inversion_threat(site: SiteReport, secure: SecureAggregationMode) -> list[str]:
-    """The inversion audit's threat, on what the server held; none without the audit."""
-    if not site.privacy.inversion:
-        return []
-    return [NOTES[Note.INVERSION_THREAT_SUM] if secure == "ideal" else NOTES[Note.INVERSION_THREAT]]
 
 
 def platform_of(layout: RunLayout) -> PlatformInfo | None:

@@ -23,7 +23,7 @@ from panoramia_fl.audit.result import Interval
 from panoramia_fl.charts.svg import Axes, LegendEntry, Style, Text, render_figure
 
 from ..layout.columns import DISHONEST_SERVER_HEADER, Column, SiteRow, column
-from ..layout.sweep_columns import inversion_cell
+from ..layout.inversion_report import inversion_cell
 from ..numbers.formatting import (
     MISSING,
     fmt,
