@@ -40,8 +40,6 @@ from ..numbers.formatting import (
 from ..numbers.headline_flags import flag_effects
 from ..numbers.meanings import NOTES, Note
 from ..numbers.metrics import (
-    ATTRIBUTE_ADVANTAGE,
-    ATTRIBUTE_EPS_LB,
     C_EPS_LB,
     C_LB,
     CEILING,
@@ -274,33 +272,6 @@ HEADLINE_COLUMNS: tuple[Column[SiteReport], ...] = (
     column("f accuracy members / holdout", lambda s: fmt_loss_gap(s, "accuracy")),
 )
 """The headline: what a reader needs first, narrow enough for a 1280-px window."""
-
-
-def _attribute_text(get: Callable[[Any], str]) -> Callable[[SiteReport], str]:
-    return lambda s: MISSING if (a := s.privacy.attribute_inference) is None else get(a)
-
-
-ATTRIBUTE_SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
-    _SITE,
-    column("sensitive field", _attribute_text(lambda a: a.field), cls="text"),
-    _estimate("eps lower bound [95% CI]", ATTRIBUTE_EPS_LB.get),
-    _estimate("advantage [95% CI]", ATTRIBUTE_ADVANTAGE.get),
-    _estimate(
-        "baseline's advantage [95% CI]",
-        lambda s: None if (a := s.privacy.attribute_inference) is None else a.baseline_advantage,
-    ),
-    column(
-        "accuracy members / held-out (baseline)",
-        _attribute_text(
-            lambda a: (
-                f"{fmt(a.accuracy_members.mean)} / {fmt(a.accuracy_nonmembers.mean)} "
-                f"({fmt(a.baseline_accuracy_members.mean)} / "
-                f"{fmt(a.baseline_accuracy_nonmembers.mean)})"
-            )
-        ),
-    ),
-)
-"""The consortium's attribute-inference table, one row per site that ran it."""
 
 
 class ColumnGroup(NamedTuple, Generic[Row]):

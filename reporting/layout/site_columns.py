@@ -10,8 +10,7 @@ from typing import NamedTuple
 
 from panoramia_fl.audit.conformance.checks import CHECKS, ConformanceCheck
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
-from panoramia_fl.audit.result import ClassSliceResult, Interval, SideResult
-from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
+from panoramia_fl.audit.result import ClassSliceResult, SideResult
 from panoramia_fl.contracts.held_rounds import DishonestServerResult
 
 from ..numbers.formatting import (
@@ -58,42 +57,6 @@ CONFORMANCE_COLUMNS: tuple[Column[ConformanceCheck], ...] = (
     ),
 )
 """One row per conformance check of a site's real DP-SGD steps (its own page)."""
-
-
-class GuessRow(NamedTuple):
-    """A row of a site's attribute-inference table: one guess's accuracies."""
-
-    guess: str
-    members: Interval
-    nonmembers: Interval
-    advantage: Interval
-
-
-def guess_rows(result: AttributeInferenceResult) -> list[GuessRow]:
-    """The model-based guess, then the baseline without the model."""
-    return [
-        GuessRow(
-            "with the model",
-            result.accuracy_members,
-            result.accuracy_nonmembers,
-            result.advantage,
-        ),
-        GuessRow(
-            "baseline (public records, no model)",
-            result.baseline_accuracy_members,
-            result.baseline_accuracy_nonmembers,
-            result.baseline_advantage,
-        ),
-    ]
-
-
-ATTRIBUTE_COLUMNS: tuple[Column[GuessRow], ...] = (
-    column("guess of the sensitive field", lambda r: r.guess, cls="text"),
-    _estimate("accuracy on members [95% CI]", lambda r: r.members),
-    _estimate("on held-out records [95% CI]", lambda r: r.nonmembers),
-    _estimate("advantage [95% CI]", lambda r: r.advantage),
-)
-"""A site's attribute-inference audit, one row per guess (its own page)."""
 
 
 def _share(share: float | None) -> str:

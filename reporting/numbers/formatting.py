@@ -11,7 +11,6 @@ from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
 from panoramia_fl.audit.panoramia.sides import SIDES
 from panoramia_fl.audit.result import AuditFlags, AuditResult, Interval
-from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
 from panoramia_fl.contracts.held_rounds import DishonestServerResult
 
 from ..schemas.schema import (
@@ -175,40 +174,6 @@ def dishonest_server_sentence(result: DishonestServerResult) -> str:
         f"update came from, against {result.baseline_share_rebuilt or 0:.0%} from an update "
         f"of public records. Your checks of the model you received: {result.site_checks}."
     )
-
-
-def fmt_attribute(result: AttributeInferenceResult | None) -> str:
-    """``eps_lb [CI]; advantage +x (baseline +y)`` of an attribute-inference audit."""
-    if result is None:
-        return MISSING
-    return (
-        f"{result.field}: eps_lb {fmt_est(result.eps_lb)}; advantage "
-        f"{result.advantage.mean:+.3f} (baseline {result.baseline_advantage.mean:+.3f})"
-    )
-
-
-def attribute_sentence(result: AttributeInferenceResult) -> str:
-    """One plain sentence: does the model reveal the field better for the site's members?"""
-    head = (
-        f"Knowing the rest of a record and its label, an attacker who queries the model names "
-        f"'{result.field}' right (one of {result.levels} values) for "
-        f"{result.accuracy_members.mean:.0%} of your members and "
-        f"{result.accuracy_nonmembers.mean:.0%} of your held-out records "
-        f"(advantage {result.advantage.mean:+.1%}); a guess from public records without the "
-        f"model: {result.baseline_accuracy_members.mean:.0%} and "
-        f"{result.baseline_accuracy_nonmembers.mean:.0%}"
-    )
-    if result.eps_lb.mean > 0:
-        reading = (
-            f". The model singles out your members' true value: eps lower bound "
-            f"{fmt_est(result.eps_lb)} at beta = {result.beta:g}."
-        )
-    else:
-        reading = (
-            ". The model does not single out your members' true value more than your held-out "
-            "records' (eps lower bound 0)."
-        )
-    return head + reading
 
 
 def fmt_best(value: float | None, method: str | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..gate.gate_blocks import gate_blocks
+from ..layout.attribute_report import attribute_run_section
 from ..layout.banners import (
     client_canary_lines,
     consortium_banner,
@@ -25,7 +26,6 @@ from ..layout.blocks import (
     to_markdown,
 )
 from ..layout.columns import (
-    ATTRIBUTE_SITE_COLUMNS,
     HEADLINE_COLUMNS,
     LEDGER_COLUMNS,
     LEDGER_GROUPS,
@@ -124,7 +124,7 @@ def report_blocks(
         Bullets(levels_lines(sites)),
         *_problems(report),
         *_ledger(report),
-        *_attribute_inference(report),
+        *attribute_run_section(report),
         *_client_canaries(report),
         *_figures(report),
         *_over_rounds(report),
@@ -135,18 +135,6 @@ def report_blocks(
             "under record-level DP) and its accountant epsilon per round (when DP is on).",
             alt="training curves",
         ),
-    ]
-
-
-def _attribute_inference(report: RunReport) -> list[Block]:
-    """Each site's attribute-inference audit, when any site ran one."""
-    sites = [s for s in report.sites if s.privacy.attribute_inference is not None]
-    if not sites:
-        return []
-    return [
-        Heading("Attribute inference"),
-        Para(NOTES[Note.ATTRIBUTE_INFERENCE]),
-        Table(ATTRIBUTE_SITE_COLUMNS, sites, attrs=' id="attribute-inference"'),
     ]
 
 

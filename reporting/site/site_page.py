@@ -14,6 +14,7 @@ from panoramia_fl.audit.result import AuditResult
 from panoramia_fl.contracts.run_log import PlatformInfo
 
 from ..gate.gate_blocks import gate_blocks
+from ..layout.attribute_report import attribute_section
 from ..layout.banners import input_canary_banner, violation_banner_lines
 from ..layout.between_runs import HEADLINE, another_run_line
 from ..layout.blocks import (
@@ -30,7 +31,6 @@ from ..layout.blocks import (
 )
 from ..layout.inversion_report import inversion_section
 from ..layout.site_columns import (
-    ATTRIBUTE_COLUMNS,
     BOUNDS_COLUMNS,
     BY_ROUND_COLUMNS,
     CONFORMANCE_COLUMNS,
@@ -40,13 +40,11 @@ from ..layout.site_columns import (
     UPDATE_COLUMNS,
     Game,
     Item,
-    guess_rows,
     item_columns,
 )
 from ..numbers.formatting import (
     MISSING,
     SIDE_LABELS,
-    attribute_sentence,
     dishonest_server_sentence,
     first_leaking_text,
     fmt,
@@ -130,7 +128,7 @@ def render_site_page(report: SitePageReport) -> str:
         *_exposed(report),
         *_conformance(site),
         *inversion_section(report),
-        *_attribute_inference(site),
+        *attribute_section(site),
         *_dishonest_server(report),
         *_model_checks(report),
         Heading("Where your site stands in the consortium"),
@@ -218,27 +216,6 @@ def _conformance(site: SiteReport) -> list[Block]:
             "docs/white_box_audit.md."
         ),
         Table(CONFORMANCE_COLUMNS, list(result.checks), attrs=' id="conformance"'),
-    ]
-
-
-def _attribute_inference(site: SiteReport) -> list[Block]:
-    """Does the model reveal a sensitive field of the site's members (audit.attribute_inference)?"""
-    result = site.privacy.attribute_inference
-    if result is None:
-        return []
-    where = "public records" if result.reference == "public" else "a share of your held-out records"
-    return [
-        Heading(f"Does the model reveal your members' {result.field}?"),
-        Para(attribute_sentence(result)),
-        Para(f"How to read it: {NOTES[Note.ATTRIBUTE_INFERENCE]}"),
-        Para(
-            f"{result.pairs:,} pairs per game, {result.eps_lb.n} games; the guesses trained on "
-            f"{result.n_reference:,} {where}; always guessing the most frequent value is right "
-            f"for {result.majority_share:.0%}. The eps lower bound's sides: members "
-            f"{fmt_est(result.eps_lb_member)}, held-out {fmt_est(result.eps_lb_nonmember)} "
-            f"(ceiling {fmt(result.ceiling)}, each side at beta/2)."
-        ),
-        Table(ATTRIBUTE_COLUMNS, guess_rows(result), attrs=' id="attribute-inference"'),
     ]
 
 
