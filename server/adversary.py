@@ -41,6 +41,7 @@ from torch import nn
 
 from panoramia_fl.audit.adversary import ATTACKS, CraftedModel, SiteOptimizer, craft_dead, rebuild
 from panoramia_fl.audit.inversion.attack import LocalTraining, simulate_update
+from panoramia_fl.contracts.files import atomic_write
 from panoramia_fl.contracts.held_rounds import (
     BASELINE,
     HELD_ROUNDS,
@@ -54,7 +55,6 @@ from panoramia_fl.contracts.held_rounds import (
     read_held_rounds,
     rebuilt_name,
 )
-from panoramia_fl.contracts.files import atomic_write
 from panoramia_fl.contracts.run_files import SERVER_HELD_DIR, RunLayout
 from panoramia_fl.contracts.secure_sum import weight_of
 from panoramia_fl.contracts.wire import ARRAYS, CONFIG
