@@ -22,8 +22,9 @@ from panoramia_fl.contracts.dp_level import SecureAggregationMode
 from ..gate.gate_blocks import gate_blocks
 from ..layout.blocks import Block, Bullets, Figure, Heading, Para, Raw, Table, to_html
 from ..layout.columns import HEADLINE_COLUMNS, Column, column, site_row_class
+from ..layout.gradient_canary_report import CONFORMANCE_COLUMNS
 from ..layout.inversion_report import inversion_sentence
-from ..layout.site_columns import CONFORMANCE_COLUMNS, Item, item_columns
+from ..layout.site_columns import Item, item_columns
 from ..numbers.formatting import MISSING, fmt_est
 from ..numbers.meanings import NOTES, THREAT_MODEL, Note
 from ..numbers.metrics import (

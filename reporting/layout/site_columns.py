@@ -1,6 +1,7 @@
 """A site's own report's tables, declared as :mod:`.columns` declares the run's: its bounds
-per game, low-FPR rates, leakage per round, update audits, per-class game and conformance
-checks (the inversion audit's are in :mod:`.inversion_report`).
+per game, low-FPR rates, leakage per round, update audits and per-class game (the
+conformance checks' are in :mod:`.gradient_canary_report`, the inversion audit's in
+:mod:`.inversion_report`).
 """
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from panoramia_fl.audit.conformance.checks import CHECKS, ConformanceCheck
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
 from panoramia_fl.audit.result import ClassSliceResult, SideResult
 from panoramia_fl.contracts.held_rounds import DishonestServerResult
@@ -44,19 +44,6 @@ from .columns import (
 
 def _pct(x: float) -> str:
     return f"{x:.0%}"
-
-
-CONFORMANCE_COLUMNS: tuple[Column[ConformanceCheck], ...] = (
-    column("check", lambda c: c.name.replace("_", " "), cls="text"),
-    column("compares", lambda c: CHECKS[c.name], cls="text"),
-    column("result", lambda c: "passed" if c.passed else "FAILED", cls="text"),
-    column("measured", lambda c: c.message, cls="text"),
-    column(
-        "p-value / level",
-        lambda c: "deterministic" if c.level is None else f"{fmt(c.p_value, 4)} / {c.level:.4f}",
-    ),
-)
-"""One row per conformance check of a site's real DP-SGD steps (its own page)."""
 
 
 def _share(share: float | None) -> str:

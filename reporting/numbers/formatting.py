@@ -110,17 +110,6 @@ def fmt_white_box(level: LevelAudit | None) -> str:
     return f"{fmt(level.eps_lb_fdp)} / {estimate}{fmt(level.eps_estimate_high)}]"
 
 
-def fmt_white_box_cost(result: GradientCanaryResult | None) -> str:
-    """How many canaries watched how many steps, and what they cost."""
-    if result is None:
-        return "off"
-    return (
-        f"{result.n_canaries:,} canaries ({result.n_inserted:,} inserted) over "
-        f"{result.steps:,} noisy steps in {result.rounds} rounds; +{result.overhead_s:.1f} s "
-        "of training, no accuracy cost (they never touch the model)"
-    )
-
-
 def fmt_conformance(result: GradientCanaryResult | None) -> str:
     """How many checks of the site's real DP-SGD steps passed, and which failed."""
     conformance = None if result is None else result.conformance

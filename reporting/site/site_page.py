@@ -29,11 +29,11 @@ from ..layout.blocks import (
     Table,
     to_html,
 )
+from ..layout.gradient_canary_report import conformance_section, fmt_white_box_cost
 from ..layout.inversion_report import inversion_section
 from ..layout.site_columns import (
     BOUNDS_COLUMNS,
     BY_ROUND_COLUMNS,
-    CONFORMANCE_COLUMNS,
     DISHONEST_SERVER_COLUMNS,
     LOW_FPR_COLUMNS,
     PER_CLASS_COLUMNS,
@@ -57,7 +57,6 @@ from ..numbers.formatting import (
     fmt_outside,
     fmt_two_sided,
     fmt_white_box,
-    fmt_white_box_cost,
     levels_lines,
     ordering_text,
     scoped_reasons,
@@ -126,7 +125,7 @@ def render_site_page(report: SitePageReport) -> str:
         Heading("What it does not show"),
         Bullets(reading.not_shown),
         *_exposed(report),
-        *_conformance(site),
+        *conformance_section(site),
         *inversion_section(report),
         *attribute_section(site),
         *_dishonest_server(report),
@@ -194,28 +193,6 @@ def _exposed(report: SitePageReport) -> list[Block]:
             "site: it is never sent to the server, and neither this page nor the consortium "
             "report copies its content.</p>"
         ),
-    ]
-
-
-def _conformance(site: SiteReport) -> list[Block]:
-    """Does the site's DP-SGD do what its accountant assumes (audit.gradient_canaries)?"""
-    canaries = site.privacy.gradient_canaries
-    result = None if canaries is None else canaries.conformance
-    if result is None:
-        return []
-    return [
-        Heading("Does your DP-SGD do what its accountant assumes?"),
-        Para(
-            f"Your site watched its {result.steps:,} real DP-SGD steps over {result.rounds} "
-            "rounds (the records each batch of its loader drew, the real clipping call, the "
-            "gradient its optimizer consumed after the real noise, the accountant's record) and "
-            "checked them against the accountant's recorded noise multiplier and sampling rate "
-            "and the configured clipping norm. A failed check is a violation: the guarantee "
-            "does not hold as stated. The statistical checks share "
-            f"beta = {result.beta:g}; the others are exact. What is and is not verified: "
-            "docs/white_box_audit.md."
-        ),
-        Table(CONFORMANCE_COLUMNS, list(result.checks), attrs=' id="conformance"'),
     ]
 
 
