@@ -114,6 +114,6 @@ def test_digits_are_scikit_learns_without_importing_it():
     bunch = load_digits()
     assert np.array_equal(_digits_table(), np.column_stack([bunch.data, bunch.target]))
     # A site process that only trains on digits never pays for importing scikit-learn.
-    probe = "import sys; from ml.datasets import load_dataset; load_dataset('digits'); "
-    probe += "sys.exit('sklearn' in sys.modules)"
+    probe = "import sys; from panoramia_fl.ml.datasets import load_dataset; "
+    probe += "load_dataset('digits'); sys.exit('sklearn' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
