@@ -5,7 +5,9 @@ are hit in turn on one run (killed, resumed, killed again, resumed to the end).
 
 Every run of the module but the Ctrl-C case's first (whose private Ray is what it checks)
 joins the session's Ray head (``RAY_ADDRESS``, tests/conftest.py): a kill ends the run's
-driver and, with it, the site actors it owns; Ray starts once instead of twice per case."""
+driver and, with it, the site actors it owns; Ray starts once instead of twice per case.
+A run that is killed is a CLI process of its own; a resume that runs to its end runs in the
+test's process."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from builders import run_files
 from launchers import SessionPopen, end_session, interrupt, session_processes, start_interruptible
 
 from panoramia_fl.contracts.checkpoint import load_checkpoint
+from panoramia_fl.simulations.cli import main
 from panoramia_fl.simulations.runner import RAY_ADDRESS_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -86,13 +89,10 @@ def _start(argv: list[str], log: Path) -> SessionPopen:
         return SessionPopen(argv, cwd=REPO, env=_env(), stdout=fh, stderr=subprocess.STDOUT)
 
 
-def _run_to_end(argv: list[str], log: Path) -> None:
-    proc = _start(argv, log)
-    try:
-        rc = proc.wait(timeout=TIMEOUT_S)
-    finally:
-        end_session(proc)  # Ray's leftovers too, whatever happened
-    assert rc == 0, log.read_text()[-4000:]
+def _resume_to_end(run_dir: Path) -> None:
+    """``run --resume`` to the end, in this process: nothing is killed, so the CLI process
+    a kill needs would only pay its imports again."""
+    assert main(["run", "--resume", str(run_dir)]) == 0
 
 
 def _kill_when(argv: list[str], log: Path, ready: Callable[[], bool]) -> None:
@@ -168,7 +168,7 @@ def killed_at_the_end(tmp_path_factory, ray_address) -> KilledAtTheEnd:
     killed = KilledAtTheEnd(
         run_dir, _snapshot(run_dir), _lines(run_dir), (run_dir / "global_model.pt").read_bytes()
     )
-    _run_to_end(_cli("--resume", str(run_dir)), log)
+    _resume_to_end(run_dir)
     return killed
 
 
@@ -234,7 +234,7 @@ def killed_mid_run(tmp_path_factory, ray_address) -> tuple[Path, dict[str, Kille
     held = {LOGGED: _held(run_dir, 1)}
     _kill_when(_cli("--resume", str(run_dir)), log, second.exists)
     held[CHECKPOINTED] = _held(run_dir, 2)
-    _run_to_end(_cli("--resume", str(run_dir)), log)
+    _resume_to_end(run_dir)
     return run_dir, held
 
 
@@ -257,7 +257,7 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(killed_mid_run, reference,
             assert got["sites"][site]["train_loss"] == pytest.approx(entry["train_loss"], rel=2e-3)
 
 
-def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_address, reference):
+def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, reference):
     """SIGINT to the run's process group (as Ctrl-C sends it) after round 1: exit 130 within
     seconds, the run's private Ray gone, nothing half-written; ``--resume`` then ends with
     the model of a run never interrupted."""
@@ -285,19 +285,7 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path, ray_address, refe
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))
     assert len(checkpoints) < ROUNDS and not (run_dir / "global_model.pt").exists()
 
-    env["RAY_ADDRESS"] = ray_address
-    proc = SessionPopen(
-        _cli("--resume", str(run_dir)),
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        _, err = proc.communicate(timeout=TIMEOUT_S)
-    finally:
-        end_session(proc)
-    assert proc.returncode == 0, err.decode()[-4000:]
+    _resume_to_end(run_dir)  # on the session's head
     rounds = _assert_complete(run_dir)
     # The model of a run never interrupted, up to the float noise of the order in which
     # site updates arrive (as in the kill -9 cases above; Adam turns it into differences of

@@ -194,7 +194,7 @@ def test_an_image_run_never_imports_transformers() -> None:
         task.make_model()
         GENERATORS.get("cgan"), GENERATORS.get("reference_pool"), CLASSIFIERS.get("image")
         assert "transformers" not in sys.modules, "transformers imported"
-        assert "audit.text.generator" not in sys.modules
+        assert "panoramia_fl.audit.text.generator" not in sys.modules
     """)
     env = {
         **os.environ,
