@@ -1,5 +1,6 @@
-"""Real Flower simulations on Ray (sklearn digits, 3 sites): plain, DP-SGD, resume (slow);
-local training with FedProx and the DP ledger (fast)."""
+"""Real Flower simulations on Ray (sklearn digits, 3 sites): DP-SGD, partial participation
+(slow); local training with FedProx and the DP ledger (fast). A plain run's files, its
+global model and its resume are checked on tests/test_kill_resume.py's runs."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from builders import run_files
 
 from panoramia_fl.clients.privacy import AccountantHistory, DPSettings
 from panoramia_fl.clients.site_training import train_locally
-from panoramia_fl.contracts.checkpoint import load_checkpoint
 from panoramia_fl.contracts.reply_keys import ARRAYS, COVERED, REPLY_KEYS
 from panoramia_fl.contracts.run_log import read_rounds
 from panoramia_fl.ml.datasets import load_dataset
@@ -43,57 +43,6 @@ def _config(**sections):
 
 def _rounds(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def plain_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("plain") / "run"
-    run_experiment(_config(), run_dir, write_report=False)
-    return run_dir
-
-
-@pytest.mark.slow
-def test_rounds_metrics_and_checkpoints(plain_run):
-    rounds = _rounds(plain_run)
-    assert [r["round"] for r in rounds] == [1, 2]
-    for r in rounds:
-        assert set(r["sites"]) == {"0", "1", "2"}
-        assert all(s["dp_epsilon"] is None and s["train_loss"] > 0 for s in r["sites"].values())
-    assert rounds[1]["global_loss"] < rounds[0]["global_loss"]
-    assert rounds[1]["global_accuracy"] > 0.5
-    assert (
-        run_files(plain_run).round_checkpoint(1).exists()
-        and run_files(plain_run).round_checkpoint(2).exists()
-    )
-    summary = json.loads((plain_run / "partition.json").read_text())
-    assert [s["site_id"] for s in summary["sites"]] == [0, 1, 2]
-    assert (plain_run / "config.yaml").exists()
-
-
-@pytest.mark.slow
-def test_global_model_loader_round_trip(plain_run):
-    model, checkpoint = load_global_model(plain_run / "global_model.pt")
-    assert checkpoint.round == 2
-    assert not any(k.startswith("_module.") for k in checkpoint.state_dict)
-    config = _config()
-    dataset = load_dataset("digits")
-    task = make_task(config, DatasetMeta.of(dataset))
-    scores = task.evaluate(model, dataset.public_x, dataset.public_y, device=torch.device("cpu"))
-    assert scores["accuracy"] == pytest.approx(_rounds(plain_run)[-1]["global_accuracy"])
-
-
-@pytest.mark.slow
-def test_resume_reruns_only_missing_rounds(plain_run):
-    first = run_files(plain_run).round_checkpoint(1)
-    before = first.stat().st_mtime_ns
-    run_files(plain_run).round_checkpoint(2).unlink()
-    (plain_run / "global_model.pt").unlink()
-    lines = (plain_run / "metrics.jsonl").read_text().splitlines()
-    (plain_run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    run_experiment(_config(), plain_run, write_report=False)
-    assert first.stat().st_mtime_ns == before
-    assert [r["round"] for r in _rounds(plain_run)] == [1, 2]
-    assert load_checkpoint(plain_run / "global_model.pt").round == 2
 
 
 DECLARED = 400

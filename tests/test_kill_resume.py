@@ -27,7 +27,12 @@ from builders import run_files
 from launchers import SessionPopen, end_session, interrupt, session_processes, start_interruptible
 
 from panoramia_fl.contracts.checkpoint import load_checkpoint
+from panoramia_fl.ml.datasets import load_dataset
+from panoramia_fl.ml.saved_models import load_global_model
 from panoramia_fl.simulations.cli import main
+from panoramia_fl.simulations.experiment_config import load_config
+from panoramia_fl.simulations.run_dir import DatasetMeta
+from panoramia_fl.simulations.run_task import make_task
 from panoramia_fl.simulations.runner import RAY_ADDRESS_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -192,6 +197,28 @@ def test_kill_after_the_final_model_redoes_nothing(killed_at_the_end):
         (r["round"], r["global_loss"]) for r in logged
     ]
     assert (run_dir / "report.html").exists()
+
+
+def test_a_finished_run_holds_its_rounds_and_a_loadable_global_model(reference):
+    """The run every case compares with, as any finished run: each round's metrics line
+    with every site (no DP: no epsilon), the loss falling, the partition and config kept,
+    and the global model loads back with the accuracy its last round logged."""
+    rounds = [json.loads(line) for line in _lines(reference)]
+    for r in rounds:
+        assert set(r["sites"]) == {"0", "1", "2"}
+        assert all(s["dp_epsilon"] is None and s["train_loss"] > 0 for s in r["sites"].values())
+    assert rounds[-1]["global_loss"] < rounds[0]["global_loss"]
+    assert rounds[-1]["global_accuracy"] > 0.5
+    summary = json.loads((reference / "partition.json").read_text())
+    assert [s["site_id"] for s in summary["sites"]] == [0, 1, 2]
+    config = load_config(reference / "config.yaml")
+    model, checkpoint = load_global_model(reference / "global_model.pt")
+    assert checkpoint.round == ROUNDS
+    assert not any(k.startswith("_module.") for k in checkpoint.state_dict)
+    dataset = load_dataset("digits")
+    task = make_task(config, DatasetMeta.of(dataset))
+    scores = task.evaluate(model, dataset.public_x, dataset.public_y, device=torch.device("cpu"))
+    assert scores["accuracy"] == pytest.approx(rounds[-1]["global_accuracy"])
 
 
 LOGGED = "round 2 logged, its checkpoint not yet written"
