@@ -1,5 +1,5 @@
 """One result shape: a site's numbers are held once (reporting/schemas/schema.py, nested like the
-AuditResult) and every output shows them: report.json, report.csv, the tables."""
+PanoramiaResult) and every output shows them: report.json, report.csv, the tables."""
 
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ def ledger_csv_rows(report: RunReport) -> list[dict[str, Any]]:
     """ledger.csv's rows: each site's guarantees and checks beside its measurements."""
     rows = []
     for s in report.sites:
-        a = s.audit
+        a = s.panoramia
         measured: dict[str, Any] = {}
         if a is not None:
             measured = {

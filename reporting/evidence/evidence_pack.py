@@ -89,7 +89,7 @@ ATTACKS: tuple[Attack, ...] = (
         (EPS_TILDE_TWO_SIDED, EPS_TILDE, RM_RN_TWO_SIDED, O1, O1_FDP),
         Note.READ_AS_LOWER_BOUND,
         (Note.NOT_PROOF, Note.LOWER_BOUND_WHEN, Note.ONE_MODEL_INTERVAL),
-        lambda s: s.audit is not None,
+        lambda s: s.panoramia is not None,
     ),
     Attack(
         "Canary records (one-run audit)",
@@ -256,7 +256,7 @@ def site_pack_html(report: SitePageReport, *, dp_level: str | None) -> str:
 
 
 def _figures(site: SiteReport) -> list[Block]:
-    if site.audit is None:
+    if site.panoramia is None:
         return []
     return [
         Figure(

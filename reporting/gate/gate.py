@@ -184,9 +184,9 @@ def _ordering(site: SiteReport) -> tuple[bool | None, str]:
 
 
 def _flags(site: SiteReport) -> tuple[bool | None, str]:
-    if site.audit is None:
+    if site.panoramia is None:
         return None, f"its audit {site.status}"
-    raised = [FLAGS[name].label for name in headline_flags(site.audit)]
+    raised = [FLAGS[name].label for name in headline_flags(site.panoramia)]
     return (False, f"flagged: {', '.join(raised)}") if raised else (True, "no flag raised")
 
 

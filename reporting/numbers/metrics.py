@@ -17,7 +17,7 @@ from typing import Literal
 from panoramia_fl.audit.canaries.gradient_canaries import LevelAudit, reading_level
 from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
-from panoramia_fl.audit.result import AuditResult, Interval, TwoSidedResult, finite
+from panoramia_fl.audit.result import Interval, PanoramiaResult, TwoSidedResult, finite
 from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
 
 from ..schemas.schema import SiteReport, mean_of
@@ -74,7 +74,7 @@ def number(value: Value) -> float | None:
 
 def two_sided(site: SiteReport) -> TwoSidedResult | None:
     """The site's two-sided game; None without an audit or in an audit older than it."""
-    return None if site.audit is None else site.audit.two_sided
+    return None if site.panoramia is None else site.panoramia.two_sided
 
 
 def mechanism(site: SiteReport) -> LevelAudit | None:
@@ -89,8 +89,8 @@ def server(site: SiteReport) -> LevelAudit | None:
     return None if canaries is None else canaries.server
 
 
-def _audit(get: Callable[[AuditResult], Value]) -> Callable[[SiteReport], Value]:
-    return lambda s: None if s.audit is None else get(s.audit)
+def _audit(get: Callable[[PanoramiaResult], Value]) -> Callable[[SiteReport], Value]:
+    return lambda s: None if s.panoramia is None else get(s.panoramia)
 
 
 def _two(get: Callable[[TwoSidedResult], Value]) -> Callable[[SiteReport], Value]:
@@ -120,7 +120,7 @@ def _level(
 
 
 def _audit_level(key: str) -> Callable[[SiteReport], float | None]:
-    return lambda s: None if s.audit is None else s.audit.levels.get(key)
+    return lambda s: None if s.panoramia is None else s.panoramia.levels.get(key)
 
 
 def _input_canary_level(site: SiteReport) -> float | None:

@@ -234,7 +234,7 @@ def _figures(report: RunReport) -> list[Block]:
 
 def _roc_figures(report: RunReport) -> list[Block]:
     """One log-log ROC figure per ok site whose audit has ROC summaries."""
-    drawn = [(s, s.audit) for s in report.sites if s.audit is not None and s.audit.roc]
+    drawn = [(s, s.panoramia) for s in report.sites if s.panoramia is not None and s.panoramia.roc]
     if not drawn:
         return [Figure(None, "", alt="log-scale ROC (the audits carry no ROC summaries)")]
     return [

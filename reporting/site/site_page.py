@@ -10,7 +10,7 @@ like report.html does.
 from __future__ import annotations
 
 from panoramia_fl.audit.panoramia.sides import SIDES
-from panoramia_fl.audit.result import AuditResult
+from panoramia_fl.audit.result import PanoramiaResult
 from panoramia_fl.contracts.run_log import PlatformInfo
 
 from ..gate.gate_blocks import gate_blocks
@@ -136,9 +136,9 @@ def render_site_page(report: SitePageReport) -> str:
         Bullets(report.threat_model, ordered=True),
         *by_round_blocks(site),
         *update_blocks(site),
-        *_per_class(site.audit),
+        *_per_class(site.panoramia),
         Heading("Detail"),
-        *(_detail(site, site.audit) if site.audit is not None else [_failed(site)]),
+        *(_detail(site, site.panoramia) if site.panoramia is not None else [_failed(site)]),
         Heading("Privacy guarantees and the ordering check", 3),
         _privacy_table(site),
         Heading("Reproducibility"),
@@ -153,15 +153,15 @@ def headline_box(report: SitePageReport) -> str:
     site, reading = report.site, report.reading
     verdict = reading.verdict
     numbers = ""
-    if site.audit is not None:
-        two = fmt_two_sided(site) if site.audit.two_sided else "- (audit predates it)"
+    if site.panoramia is not None:
+        two = fmt_two_sided(site) if site.panoramia.two_sided else "- (audit predates it)"
         numbers = (
             '<div class="numbers">'
             f'<div><div class="label">eps_tilde, two-sided [95% CI] (side)</div>'
             f'<div class="value" id="eps-tilde-two-sided">{esc(two)}</div></div>'
             f'<div><div class="label">eps_tilde, one-sided (the paper\'s) [95% CI]</div>'
             f'<div class="value" id="eps-tilde">'
-            f"{esc(fmt_est(site.audit.one_sided.eps_tilde))}</div></div>"
+            f"{esc(fmt_est(site.panoramia.one_sided.eps_tilde))}</div></div>"
             "</div>"
         )
     return (
@@ -174,7 +174,7 @@ def headline_box(report: SitePageReport) -> str:
 
 def _between_runs(report: SitePageReport) -> list[Block]:
     """Which interval is which: this model's, and (with replicates) another run's."""
-    if report.site.audit is None:
+    if report.site.panoramia is None:
         return []
     numbers = report.between_runs.numbers if report.between_runs is not None else {}
     another = another_run_line(numbers[HEADLINE]) if HEADLINE in numbers else None
@@ -290,7 +290,7 @@ def update_blocks(
     ]
 
 
-def _per_class(audit: AuditResult | None) -> list[Block]:
+def _per_class(audit: PanoramiaResult | None) -> list[Block]:
     if audit is None or not audit.per_class:
         return []
     return [
@@ -300,7 +300,7 @@ def _per_class(audit: AuditResult | None) -> list[Block]:
     ]
 
 
-def _bounds_table(audit: AuditResult) -> Table:
+def _bounds_table(audit: PanoramiaResult) -> Table:
     games = [Game("one-sided (the paper's)", audit.one_sided, audit.levels.get("c_lb"))]
     two = audit.two_sided
     if two is not None:
@@ -414,7 +414,7 @@ def _measured_items(site: SiteReport) -> list[Item]:
     ]
 
 
-def _comparisons_table(site: SiteReport, audit: AuditResult) -> Table:
+def _comparisons_table(site: SiteReport, audit: PanoramiaResult) -> Table:
     p = site.privacy
     dp = (
         f"{fmt(p.dp_epsilon, 2)} ({_DP_SOURCES.get(p.dp_epsilon_source or '', '')})"
@@ -446,7 +446,7 @@ def _comparisons_table(site: SiteReport, audit: AuditResult) -> Table:
     return Table(item_columns("comparison", "value [95% CI]"), items, attrs=' id="comparisons"')
 
 
-def _detail(site: SiteReport, audit: AuditResult) -> list[Block]:
+def _detail(site: SiteReport, audit: PanoramiaResult) -> list[Block]:
     return [
         Meaning(),
         Heading("Bounds per game and side", 3),
