@@ -32,7 +32,7 @@ from panoramia_fl.contracts.run_files import exposed_records_name
 from panoramia_fl.reporting import SCHEMA_VERSION, SweepPoint, build_sweep_report
 from panoramia_fl.reporting.assembly.aggregate import build_report
 from panoramia_fl.reporting.assembly.manifest import PACKAGES
-from panoramia_fl.reporting.layout.between_runs import POOLED, over_runs
+from panoramia_fl.reporting.layout.between_runs import over_runs, pooled
 from panoramia_fl.reporting.layout.blocks import to_html
 from panoramia_fl.reporting.layout.columns import md_table
 from panoramia_fl.reporting.layout.site_columns import UPDATE_COLUMNS
@@ -405,7 +405,7 @@ def test_a_flagged_headline_is_never_shown_as_a_finding(tmp_path: Path) -> None:
 
 def _two_runs() -> ReplicateReport:
     """A replicate set of two runs with one site (the plot's inputs only)."""
-    numbers = {m.key: over_runs([0.5, 0.75], m.bounds) for m in POOLED}
+    numbers = {m.key: over_runs([0.5, 0.75], m.bounds) for m in pooled()}
     runs = [ReplicateRun(s, f"seed-{s}", "complete", [], None) for s in (0, 1)]
     return ReplicateReport(SCHEMA_VERSION, None, 0, runs, [ReplicateSite(0, numbers)])
 

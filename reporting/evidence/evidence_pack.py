@@ -20,23 +20,21 @@ from datetime import UTC, datetime
 from panoramia_fl.contracts.dp_level import SecureAggregationMode
 
 from ..gate.gate_blocks import gate_blocks
+from ..layout.attribute_report import ATTRIBUTE_ADVANTAGE, ATTRIBUTE_EPS_LB
 from ..layout.blocks import Block, Bullets, Figure, Heading, Para, Raw, Table, to_html
 from ..layout.columns import HEADLINE_COLUMNS, Column, column, site_row_class
 from ..layout.gradient_canary_report import CONFORMANCE_COLUMNS
-from ..layout.inversion_report import inversion_sentence
+from ..layout.inversion_report import INVERSION_SHARE_REBUILT, inversion_sentence
 from ..layout.site_columns import Item, item_columns
 from ..numbers.formatting import MISSING, fmt_est
 from ..numbers.meanings import NOTES, THREAT_MODEL, Note
 from ..numbers.metrics import (
-    ATTRIBUTE_ADVANTAGE,
-    ATTRIBUTE_EPS_LB,
     CLIENT_EPS_LB,
     DISHONEST_SERVER,
     EPS_TILDE,
     EPS_TILDE_TWO_SIDED,
     INPUT_CANARY,
     INPUT_CANARY_FDP,
-    INVERSION_SHARE_REBUILT,
     MECHANISM_ESTIMATE,
     MECHANISM_FDP,
     O1,

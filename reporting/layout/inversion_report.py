@@ -1,6 +1,7 @@
 """The gradient-inversion audit (``audit.inversion``) in the reports, in one place: its
-plain sentence, its cell in the sweep's and the observers' tables, its rows and section on a
-site's own page, and its line of the site's threat model."""
+number, its plain sentence, its cell in the sweep's and the observers' tables, its rows and
+section on a site's own page, and its line of the site's threat model (its part of the
+reports, :data:`~.report_parts.REPORT_PARTS`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,23 @@ from panoramia_fl.contracts.dp_level import SecureAggregationMode
 
 from ..numbers.formatting import MISSING, fmt
 from ..numbers.meanings import NOTES, Note
+from ..numbers.metrics import Metric
+from ..numbers.report_parts import REPORT_PARTS, ReportPart
 from ..pages.html_page import esc
 from ..schemas.schema import SitePageReport, SiteReport
 from ..schemas.sweep_schema import SweepPointReport
 from .blocks import Block, Heading, Para, Raw, Table
 from .columns import Column, column
+
+INVERSION_SHARE_REBUILT = Metric(
+    "inversion_share_rebuilt",
+    "share rebuilt by gradient inversion",
+    lambda s: max((r.share_rebuilt for r in s.privacy.inversion), default=None),
+    name="the largest share of the site's records the server's gradient inversion rebuilt "
+    "(over the attacked rounds)",
+    unit="fraction",
+    gloss="records whose best reconstruction is at or above the measure's threshold",
+)
 
 
 def fmt_inversion(result: InversionResult | None) -> str:
@@ -140,3 +153,12 @@ def inversion_threat(site: SiteReport, secure: SecureAggregationMode) -> list[st
     if not site.privacy.inversion:
         return []
     return [NOTES[Note.INVERSION_THREAT_SUM] if secure == "ideal" else NOTES[Note.INVERSION_THREAT]]
+
+
+REPORT_PARTS.register("inversion")(
+    ReportPart(
+        metrics=(INVERSION_SHARE_REBUILT,),
+        rebuilt=(INVERSION_SHARE_REBUILT,),
+        site_section=inversion_section,
+    )
+)

@@ -200,7 +200,7 @@ def _over(key: str, what: Callable[[OverRuns], str]) -> Callable[[PointSite], st
 
 def sweep_replicate_columns(headline: str, accuracy: str) -> tuple[Column[PointSite], ...]:
     """Each point's sites over seeds: the ``headline`` number's and the ``accuracy``'s mean
-    and between-run interval (keys of ``between_runs.POOLED``)."""
+    and between-run interval (keys of ``between_runs.pooled()``)."""
     return (
         column("point", lambda r: r.point.label, cls="text"),
         column("site", lambda r: str(r.site.site_id)),

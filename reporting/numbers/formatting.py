@@ -142,29 +142,6 @@ def fmt_dishonest_server(results: Sequence[DishonestServerResult]) -> str:
     )
 
 
-def dishonest_server_sentence(result: DishonestServerResult) -> str:
-    """One plain sentence: what the dishonest server rebuilt in that round."""
-    held = (
-        "the round's sum, which its different models made your update"
-        if result.server_held == "sum"
-        else "your update"
-    )
-    if result.share_rebuilt is None:
-        return (
-            f"In round {result.round} the server sent you the real model and every other "
-            f"site a model whose update is zero ({result.attack}), and held {held}: its "
-            "audits of your update below read what it held."
-        )
-    what = "images" if result.measure == "ssim" else "records"
-    how = "" if result.attack == result.decoded else f" ({result.attack})"
-    return (
-        f"In round {result.round} the server sent you {result.decoded} weights{how} and, from "
-        f"{held}, rebuilt {result.share_rebuilt:.0%} of the {result.n_records:,} {what} your "
-        f"update came from, against {result.baseline_share_rebuilt or 0:.0%} from an update "
-        f"of public records. Your checks of the model you received: {result.site_checks}."
-    )
-
-
 def fmt_best(value: float | None, method: str | None) -> str:
     """``value (method)`` of the best one-run lower bound."""
     return _detailed(value, [method], "", MISSING)

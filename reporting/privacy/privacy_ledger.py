@@ -47,11 +47,11 @@ from ..numbers.metrics import (
     EPS_TILDE_TWO_SIDED,
     INPUT_CANARY,
     INPUT_CANARY_FDP,
-    LOWER_BOUNDS,
     O1,
     O1_FDP,
     Metric,
 )
+from ..numbers.report_parts import lower_bounds
 from ..schemas.schema import (
     CONFORMANCE_PREFIX,
     BoundViolation,
@@ -256,7 +256,7 @@ def _last_round(site_id: int, rounds: list[RoundRecord], name: str) -> float | N
 
 
 def bound_violations(site: SiteReport) -> list[BoundViolation]:
-    """The measured lower bounds (:data:`~.metrics.LOWER_BOUNDS`) above the guarantee they
+    """The measured lower bounds (:func:`~.report_parts.lower_bounds`) above the guarantee they
     measure: that of the site's records in the released model
     (:func:`released_model_epsilon`); for the canary clients' bound the site-level client
     epsilon; for the white-box bounds the site's DP-SGD epsilon (what holds against the
@@ -267,7 +267,7 @@ def bound_violations(site: SiteReport) -> list[BoundViolation]:
         "site_dp": site.privacy.dp_epsilon,
     }
     found = []
-    for bound in LOWER_BOUNDS:
+    for bound in lower_bounds():
         assert bound.checked is not None and bound.level is not None
         dp, value = guarantees[bound.checked], bound.value(site)
         if dp is None or value is None or not value > dp + _TOLERANCE:

@@ -214,7 +214,7 @@ class BoundViolation:
     """
 
     bound: str
-    """The key of its :data:`~.metrics.LOWER_BOUNDS` entry, or :data:`CONFORMANCE_PREFIX`
+    """The key of its :func:`~.report_parts.lower_bounds` entry, or :data:`CONFORMANCE_PREFIX`
     and the check's name."""
     label: str
     value: float

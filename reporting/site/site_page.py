@@ -14,7 +14,6 @@ from panoramia_fl.audit.result import PanoramiaResult
 from panoramia_fl.contracts.run_log import PlatformInfo
 
 from ..gate.gate_blocks import gate_blocks
-from ..layout.attribute_report import attribute_section
 from ..layout.banners import input_canary_banner, violation_banner_lines
 from ..layout.between_runs import HEADLINE, another_run_line
 from ..layout.blocks import (
@@ -29,12 +28,10 @@ from ..layout.blocks import (
     Table,
     to_html,
 )
-from ..layout.gradient_canary_report import conformance_section, fmt_white_box_cost
-from ..layout.inversion_report import inversion_section
+from ..layout.gradient_canary_report import fmt_white_box_cost
 from ..layout.site_columns import (
     BOUNDS_COLUMNS,
     BY_ROUND_COLUMNS,
-    DISHONEST_SERVER_COLUMNS,
     LOW_FPR_COLUMNS,
     PER_CLASS_COLUMNS,
     UPDATE_COLUMNS,
@@ -45,7 +42,6 @@ from ..layout.site_columns import (
 from ..numbers.formatting import (
     MISSING,
     SIDE_LABELS,
-    dishonest_server_sentence,
     first_leaking_text,
     fmt,
     fmt_best,
@@ -72,6 +68,7 @@ from ..numbers.metrics import (
     mechanism,
     server,
 )
+from ..numbers.report_parts import report_parts
 from ..pages import plots
 from ..pages.html_page import esc, page
 from ..privacy.privacy_ledger import server_epsilon
@@ -125,10 +122,7 @@ def render_site_page(report: SitePageReport) -> str:
         Heading("What it does not show"),
         Bullets(reading.not_shown),
         *_exposed(report),
-        *conformance_section(site),
-        *inversion_section(report),
-        *attribute_section(site),
-        *_dishonest_server(report),
+        *kind_sections(report),
         *_model_checks(report),
         Heading("Where your site stands in the consortium"),
         Bullets(standing_lines(report.standing)),
@@ -146,6 +140,12 @@ def render_site_page(report: SitePageReport) -> str:
         manifest_table(report.manifest),
     ]
     return page(title, to_html(blocks), data=report_json(report))
+
+
+def kind_sections(report: SitePageReport) -> list[Block]:
+    """Each other kind of audit's section (its part of the reports), in the parts' order."""
+    parts = [part.site_section for part in report_parts() if part.site_section is not None]
+    return [block for section in parts for block in section(report)]
 
 
 def headline_box(report: SitePageReport) -> str:
@@ -194,31 +194,6 @@ def _exposed(report: SitePageReport) -> list[Block]:
             "report copies its content.</p>"
         ),
     ]
-
-
-def _dishonest_server(report: SitePageReport) -> list[Block]:
-    """What the run's dishonest server (fl.adversary) rebuilt of the site's records."""
-    results = report.site.privacy.dishonest_server
-    if not results:
-        return []
-    blocks: list[Block] = [
-        Heading("What a server that does not play fair could rebuild"),
-        Para(" ".join(dishonest_server_sentence(r) for r in results)),
-        Para(f"How to read it: {NOTES[Note.DISHONEST_SERVER]}."),
-        Table(DISHONEST_SERVER_COLUMNS, results, attrs=' id="dishonest-server"'),
-    ]
-    if report.rebuilt_gallery_link is not None:
-        link = esc(report.rebuilt_gallery_link)
-        blocks.append(
-            Raw(
-                f'<figure class="site-local"><img src="{link}" alt="your records beside what '
-                "the server rebuilt of them\"><figcaption>Your site's own thumbnails "
-                "(site-local, linked, never sent): the records of the first attacked round "
-                "that came back best, each as original | the server's rebuild. "
-                f'<a href="{link}">{link}</a></figcaption></figure>'
-            )
-        )
-    return blocks
 
 
 def _model_checks(report: SitePageReport) -> list[Block]:
