@@ -426,10 +426,7 @@ def _with_inversion(point: Any) -> Any:
             "threshold": 0.6,
         },
     )
-    sites = [
-        dataclasses.replace(s, privacy=dataclasses.replace(s.privacy, inversion=[entry]))
-        for s in point.sites
-    ]
+    sites = [_with_results(s, inversion=[entry]) if s.audit else s for s in point.sites]
     return dataclasses.replace(point, sites=sites)
 
 

@@ -103,7 +103,7 @@ ATTACKS: tuple[Attack, ...] = (
         (MECHANISM_FDP, MECHANISM_ESTIMATE, SERVER_FDP),
         Note.WHITE_BOX,
         (Note.WHITE_BOX_LIMITS,),
-        lambda s: s.privacy.gradient_canaries is not None,
+        lambda s: s.results.gradient_canaries is not None,
     ),
     Attack(
         "Rebuilding records from what the server holds (gradient inversion)",
@@ -113,7 +113,7 @@ ATTACKS: tuple[Attack, ...] = (
         (INVERSION_SHARE_REBUILT,),
         Note.INVERSION,
         (Note.INVERSION_LIMITS,),
-        lambda s: bool(s.privacy.inversion),
+        lambda s: bool(s.results.inversion),
     ),
     Attack(
         "Crafted models from a server that does not play fair",
@@ -121,7 +121,7 @@ ATTACKS: tuple[Attack, ...] = (
         (DISHONEST_SERVER,),
         Note.DISHONEST_SERVER,
         (Note.DISHONEST_LIMITS,),
-        lambda s: bool(s.privacy.dishonest_server),
+        lambda s: bool(s.results.dishonest_server),
     ),
     Attack(
         "Inferring a sensitive field (attribute inference)",
@@ -129,7 +129,7 @@ ATTACKS: tuple[Attack, ...] = (
         (ATTRIBUTE_EPS_LB, ATTRIBUTE_ADVANTAGE),
         Note.ATTRIBUTE_INFERENCE,
         (Note.ATTRIBUTE_LIMITS, Note.NOT_PROOF),
-        lambda s: s.privacy.attribute_inference is not None,
+        lambda s: s.results.attribute_inference is not None,
     ),
     Attack(
         "Canary clients (client-level DP)",
@@ -167,7 +167,7 @@ def _attack_blocks(
             ran,
         )
     )
-    rounds = [inversion_sentence(r) for s in ran for r in s.privacy.inversion] if own else []
+    rounds = [inversion_sentence(r) for s in ran for r in s.results.inversion] if own else []
     return [
         Heading(attack.name, 3),
         Para("Threat model. " + " ".join(attack.threat(secure))),
@@ -206,7 +206,7 @@ def _design(
         ),
     ]
     for site in sites:
-        canaries = site.privacy.gradient_canaries
+        canaries = site.results.gradient_canaries
         result = None if canaries is None else canaries.conformance
         blocks += [
             Heading(f"Site {site.site_id}: guarantees and the DP-SGD conformance checks", 3),

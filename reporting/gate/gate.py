@@ -161,7 +161,7 @@ def _requirement_lines(policy: GatePolicy, site: SiteReport) -> list[GateLine]:
 
 
 def _conformance(site: SiteReport) -> tuple[bool | None, str]:
-    canaries = site.privacy.gradient_canaries
+    canaries = site.results.gradient_canaries
     result = None if canaries is None else canaries.conformance
     if result is None:
         return None, "no conformance checks ran (audit.gradient_canaries, record-level DP)"

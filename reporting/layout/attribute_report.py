@@ -22,12 +22,12 @@ from .columns import _SITE, Column, _estimate, column
 def _attribute(
     get: Callable[[AttributeInferenceResult], Value],
 ) -> Callable[[SiteReport], Value]:
-    return lambda s: None if (a := s.privacy.attribute_inference) is None else get(a)
+    return lambda s: None if (a := s.results.attribute_inference) is None else get(a)
 
 
 def _attribute_level(site: SiteReport) -> float | None:
     """Each side of the attribute-inference game holds at beta/2."""
-    a = site.privacy.attribute_inference
+    a = site.results.attribute_inference
     return None if a is None else a.beta / 2
 
 
@@ -114,7 +114,7 @@ ATTRIBUTE_COLUMNS: tuple[Column[GuessRow], ...] = (
 
 
 def _attribute_text(get: Callable[[Any], str]) -> Callable[[SiteReport], str]:
-    return lambda s: MISSING if (a := s.privacy.attribute_inference) is None else get(a)
+    return lambda s: MISSING if (a := s.results.attribute_inference) is None else get(a)
 
 
 ATTRIBUTE_SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
@@ -124,7 +124,7 @@ ATTRIBUTE_SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _estimate("advantage [95% CI]", ATTRIBUTE_ADVANTAGE.get),
     _estimate(
         "baseline's advantage [95% CI]",
-        lambda s: None if (a := s.privacy.attribute_inference) is None else a.baseline_advantage,
+        lambda s: None if (a := s.results.attribute_inference) is None else a.baseline_advantage,
     ),
     column(
         "accuracy members / held-out (baseline)",
@@ -142,7 +142,7 @@ ATTRIBUTE_SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
 
 def attribute_section(site: SiteReport) -> list[Block]:
     """Does the model reveal a sensitive field of the site's members (audit.attribute_inference)?"""
-    result = site.privacy.attribute_inference
+    result = site.results.attribute_inference
     if result is None:
         return []
     where = "public records" if result.reference == "public" else "a share of your held-out records"
@@ -163,7 +163,7 @@ def attribute_section(site: SiteReport) -> list[Block]:
 
 def attribute_run_section(report: RunReport) -> list[Block]:
     """Each site's attribute-inference audit, when any site ran one."""
-    sites = [s for s in report.sites if s.privacy.attribute_inference is not None]
+    sites = [s for s in report.sites if s.results.attribute_inference is not None]
     if not sites:
         return []
     return [

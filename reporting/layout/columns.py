@@ -424,13 +424,13 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
     ),
     column(
         DISHONEST_SERVER_HEADER,
-        lambda r: fmt_dishonest_server(r.site.privacy.dishonest_server),
+        lambda r: fmt_dishonest_server(r.site.results.dishonest_server),
         title=lambda r: DISHONEST_SERVER.value(r.site),
         cls="text",
     ),
     column(
         "DP-SGD conformance (the real steps against the accountant)",
-        lambda r: fmt_conformance(r.site.privacy.gradient_canaries),
+        lambda r: fmt_conformance(r.site.results.gradient_canaries),
         cls="text",
     ),
     column("eps_tilde one-sided", lambda r: fmt(EPS_TILDE.value(r.site)), fold=2),

@@ -73,7 +73,7 @@ page)."""
 
 def dishonest_server_section(report: SitePageReport) -> list[Block]:
     """What the run's dishonest server (fl.adversary) rebuilt of the site's records."""
-    results = report.site.privacy.dishonest_server
+    results = report.site.results.dishonest_server
     if not results:
         return []
     blocks: list[Block] = [

@@ -49,7 +49,7 @@ CONFORMANCE_COLUMNS: tuple[Column[ConformanceCheck], ...] = (
 
 def conformance_section(site: SiteReport) -> list[Block]:
     """Does the site's DP-SGD do what its accountant assumes (audit.gradient_canaries)?"""
-    canaries = site.privacy.gradient_canaries
+    canaries = site.results.gradient_canaries
     result = None if canaries is None else canaries.conformance
     if result is None:
         return []

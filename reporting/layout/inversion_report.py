@@ -21,7 +21,7 @@ from .columns import Column, column
 INVERSION_SHARE_REBUILT = Metric(
     "inversion_share_rebuilt",
     "share rebuilt by gradient inversion",
-    lambda s: max((r.share_rebuilt for r in s.privacy.inversion), default=None),
+    lambda s: max((r.share_rebuilt for r in s.results.inversion), default=None),
     name="the largest share of the site's records the server's gradient inversion rebuilt "
     "(over the attacked rounds)",
     unit="fraction",
@@ -73,7 +73,7 @@ def inversion_sentence(result: InversionResult) -> str:
 
 
 def _first_inversion(site: SiteReport) -> InversionResult | None:
-    return site.privacy.inversion[0] if site.privacy.inversion else None
+    return site.results.inversion[0] if site.results.inversion else None
 
 
 def inversion_cell(site: SiteReport, point: SweepPointReport) -> str:
@@ -82,7 +82,7 @@ def inversion_cell(site: SiteReport, point: SweepPointReport) -> str:
     first = _first_inversion(site)
     if first is not None or site.status != "ok":
         return fmt_inversion(first)
-    attacked = [s.site_id for s in point.sites if s.privacy.inversion]
+    attacked = [s.site_id for s in point.sites if s.results.inversion]
     if not attacked:
         return "off"
     return f"not run at this site (audit.inversion.sites: {', '.join(map(str, attacked))})"
@@ -123,7 +123,7 @@ INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
 
 def inversion_section(report: SitePageReport) -> list[Block]:
     """Could the server rebuild the site's records from its updates (audit.inversion)?"""
-    results = report.site.privacy.inversion
+    results = report.site.results.inversion
     if not results:
         return []
     held = "the round's sum" if report.secure_aggregation == "ideal" else "your updates"
@@ -150,7 +150,7 @@ def inversion_section(report: SitePageReport) -> list[Block]:
 
 def inversion_threat(site: SiteReport, secure: SecureAggregationMode) -> list[str]:
     """The inversion audit's threat, on what the server held; none without the audit."""
-    if not site.privacy.inversion:
+    if not site.results.inversion:
         return []
     return [NOTES[Note.INVERSION_THREAT_SUM] if secure == "ideal" else NOTES[Note.INVERSION_THREAT]]
 

@@ -87,7 +87,7 @@ SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
     column("inversion, first attacked round", lambda r: inversion_cell(r.site, _point(r))),
     column(
         DISHONEST_SERVER_HEADER,
-        lambda r: fmt_dishonest_server(r.site.privacy.dishonest_server),
+        lambda r: fmt_dishonest_server(r.site.results.dishonest_server),
         title=lambda r: DISHONEST_SERVER.value(r.site),
     ),
     _number(EPS_TILDE),

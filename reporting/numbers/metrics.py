@@ -80,13 +80,13 @@ def two_sided(site: SiteReport) -> TwoSidedResult | None:
 
 def mechanism(site: SiteReport) -> LevelAudit | None:
     """The mechanism level of the site's gradient canaries (every noisy step)."""
-    canaries = site.privacy.gradient_canaries
+    canaries = site.results.gradient_canaries
     return None if canaries is None else canaries.mechanism
 
 
 def server(site: SiteReport) -> LevelAudit | None:
     """The server level of the site's gradient canaries (its round updates)."""
-    canaries = site.privacy.gradient_canaries
+    canaries = site.results.gradient_canaries
     return None if canaries is None else canaries.server
 
 
@@ -117,7 +117,7 @@ def _input_canary_level(site: SiteReport) -> float | None:
 
 
 def _white_box_level(site: SiteReport) -> float | None:
-    canaries = site.privacy.gradient_canaries
+    canaries = site.results.gradient_canaries
     return None if canaries is None else reading_level(canaries.beta)
 
 
@@ -317,7 +317,7 @@ CLIENT_EPSILON = Metric(
 
 
 def _first_attack(site: SiteReport) -> float | None:
-    attacked = [r for r in site.privacy.dishonest_server if r.share_rebuilt is not None]
+    attacked = [r for r in site.results.dishonest_server if r.share_rebuilt is not None]
     return attacked[0].share_rebuilt if attacked else None
 
 

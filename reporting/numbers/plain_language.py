@@ -69,7 +69,7 @@ def _coverage(site: SiteReport) -> str:
     rounds = "" if earlier else "not earlier rounds, "
     updates = (
         "the updates exchanged during training only through the gradient canaries above"
-        if site.privacy.gradient_canaries is not None
+        if site.results.gradient_canaries is not None
         else "not the updates exchanged during training"
     )
     return (
@@ -170,7 +170,7 @@ def _measured(site: SiteReport, audit: PanoramiaResult) -> list[str]:
             f"of {fmt(None if canary is None else canary.eps_lb)}. The canaries changed the "
             "model: it is not the one the consortium would have trained without them."
         )
-    white_box = site.privacy.gradient_canaries
+    white_box = site.results.gradient_canaries
     mechanism = None if white_box is None else white_box.mechanism
     server = None if white_box is None else white_box.server
     if mechanism is not None:

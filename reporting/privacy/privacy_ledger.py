@@ -24,8 +24,7 @@ is a reading aid, not a new test.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from panoramia_fl.audit.canaries.client_canaries import ClientCanaryResult, ThreatModel
 from panoramia_fl.audit.result import finite
@@ -117,14 +116,6 @@ class PrivacySettings:
         return None if self.dp_level is None else self.dp_level != "none"
 
 
-def _audit_kinds(results: SiteResults) -> dict[str, Any]:
-    """The kinds of audit the site's report shows as they are: each field of
-    :class:`SiteResults` that :class:`PrivacyReport` has by the same name (a new kind is a
-    field of both, with nothing to add here)."""
-    shown = {f.name for f in fields(PrivacyReport)}
-    return {f.name: getattr(results, f.name) for f in fields(results) if f.name in shown}
-
-
 def site_privacy(
     site_id: int,
     audit: SiteAuditFile[SiteResults] | None,
@@ -181,7 +172,6 @@ def site_privacy(
         if canary is not None and canary.n_canaries
         else settings.input_canaries,
         canary=canary,
-        **_audit_kinds(results),
         client_epsilon_server=None if ledger_site is None else ledger_site.epsilon_server,
         client_epsilon_record_server=(
             None if ledger_site is None else ledger_site.epsilon_record_server
@@ -308,7 +298,7 @@ def update_violations(site: SiteReport) -> list[BoundViolation]:
 def conformance_violations(site: SiteReport) -> list[BoundViolation]:
     """The failed conformance checks of the site's real DP-SGD steps
     (:mod:`audit.conformance.checks`), each a violation of the guarantee as stated."""
-    gradient = site.privacy.gradient_canaries
+    gradient = site.results.gradient_canaries
     conformance = None if gradient is None else gradient.conformance
     if conformance is None:
         return []

@@ -11,7 +11,10 @@ per-record scores or curves: only summary numbers of the run's files.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -19,9 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from panoramia_fl.audit.canaries.client_canaries import ClientCanaryResult
-from panoramia_fl.audit.canaries.gradient_canaries import GradientCanaryResult
 from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
-from panoramia_fl.audit.inversion.scores import InversionResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
 from panoramia_fl.audit.panoramia.sides import SIDES
 from panoramia_fl.audit.result import (
@@ -34,9 +35,7 @@ from panoramia_fl.audit.result import (
     finite,
 )
 from panoramia_fl.audit.site_results import SiteResults
-from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
 from panoramia_fl.contracts.dp_level import DPLevel, SecureAggregationMode
-from panoramia_fl.contracts.held_rounds import DishonestServerResult
 from panoramia_fl.contracts.json_values import json_safe
 from panoramia_fl.contracts.model_flags import CheckRecord
 from panoramia_fl.contracts.run_log import ClientDPFile, PlatformInfo, RoundRecord
@@ -165,17 +164,6 @@ class PrivacyReport:
     client_eps_lb_beta: float | None
     canaries: int | None
     canary: InputCanaryResult | None
-    gradient_canaries: GradientCanaryResult | None = None
-    """The site's white-box audit of its own DP-SGD (gradient canaries): what the server
-    could learn, at the mechanism and server levels; None when off."""
-    inversion: list[InversionResult] = field(default_factory=list)
-    """The site's gradient-inversion audit: how well the server could rebuild its records
-    from its updates (under secure aggregation: from each round's sum), per attacked round,
-    beside the public-record baseline (summary numbers only); empty when off."""
-    dishonest_server: list[DishonestServerResult] = field(default_factory=list)
-    """What the run's dishonest server (``fl.adversary``, simulations only) rebuilt of the
-    site's records, per attacked round, beside its public-record baseline (the site's
-    scores, summary numbers only); empty when the server played fair."""
     client_epsilon_server: float | None = None
     """Site-level client epsilon against the server itself: distributed DP only (each
     update it received carried the site's noise share, or it held only the sum under
@@ -185,9 +173,6 @@ class PrivacyReport:
     declared_size: int | None = None
     """Record level: the public record count its DP-SGD's sampling rate, steps and divisor
     came from (``dp.declared_size``); None: the site's own member count (not sent)."""
-    attribute_inference: AttributeInferenceResult | None = None
-    """Whether the final model reveals a sensitive field better for the site's members than
-    for its held-out records (``audit.attribute_inference``); None when off."""
     outside_guarantee: list[str] = field(default_factory=list)
     """Under DP (record or client level): the keys of its train replies that its guarantee
     does not cover (``contracts.reply_keys.REPLY_KEYS``), e.g. ``dp-epsilon`` derived from
@@ -327,6 +312,56 @@ class UpdateRow:
     global_model: RoundLeakage | None
 
 
+@dataclass(frozen=True)
+class SitePrivacy:
+    """A site's ``privacy`` in report.json and its row of ledger.csv: its guarantees
+    (:class:`PrivacyReport`) beside the result of each kind of audit that has no key of its
+    own in the site's report, read from the site's audit (:data:`VIEWS`), never copied."""
+
+    site: SiteReport
+
+
+SHOWN_ELSEWHERE = frozenset({"panoramia", "by_round", "updates", "input_canaries"})
+"""The kinds of audit (fields of ``SiteResults``) a site's report shows under keys of its
+own (``audit``, ``by_round``, ``updates``) or as its privacy's ``canary``; every other kind
+is a key of its ``privacy``, by the kind's name."""
+
+_KINDS_AFTER: dict[str, tuple[str, ...]] = {
+    "canary": ("gradient_canaries", "inversion", "dishonest_server"),
+    "declared_size": ("attribute_inference",),
+}
+"""Where report.json has always placed these kinds among the privacy keys (after the key
+named); any other kind follows the last key."""
+
+
+def dataclass_of(hint: Any) -> type | None:
+    """The dataclass of a field typed ``X`` or ``X | None``, else None."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    for arg in (hint, *(typing.get_args(hint) if union else ())):
+        if dataclasses.is_dataclass(arg) and isinstance(arg, type):
+            return arg
+    return None
+
+
+def _privacy_keys() -> tuple[Key, ...]:
+    """The keys of :class:`SitePrivacy`: each field of :class:`PrivacyReport`, and each kind
+    of audit not :data:`SHOWN_ELSEWHERE` in its place (:data:`_KINDS_AFTER`)."""
+    guarantees, kinds = typing.get_type_hints(PrivacyReport), typing.get_type_hints(SiteResults)
+
+    def guarantee(name: str) -> Key:
+        return Key(name, lambda p: getattr(p.site.privacy, name), dataclass_of(guarantees[name]))
+
+    def kind(name: str) -> Key:
+        return Key(name, lambda p: getattr(p.site.results, name), dataclass_of(kinds[name]))
+
+    placed = {name for after in _KINDS_AFTER.values() for name in after}
+    keys = []
+    for f in dataclasses.fields(PrivacyReport):
+        keys += [guarantee(f.name), *map(kind, _KINDS_AFTER.get(f.name, ()))]
+    rest = [n for n in kinds if n not in SHOWN_ELSEWHERE | placed]
+    return (*keys, *map(kind, rest))
+
+
 _GAME = (
     _key("c_lb", Interval),
     _key("c_eps_lb", Interval),
@@ -382,10 +417,11 @@ VIEWS: dict[type, tuple[Key, ...]] = {
     SiteReport: (
         *map(_key, ("site_id", "status", "error", "n_members", "n_holdout", "elapsed_s")),
         Key("audit", attrgetter("panoramia"), PanoramiaResult),
-        _key("privacy", PrivacyReport),
+        Key("privacy", SitePrivacy, SitePrivacy),
         _key("checks", ChecksReport),
         *map(_key, ("by_round", "updates")),
     ),
+    SitePrivacy: _privacy_keys(),
 }
 """What the report holds of each audit result type, key by key, in report.json's order:
 the audit's own numbers (never recomputed) and the few derived ones (headroom, mean AUCs);

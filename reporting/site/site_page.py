@@ -372,7 +372,7 @@ def _measured_items(site: SiteReport) -> list[Item]:
         ),
         Item(
             "white-box canaries and their cost",
-            fmt_white_box_cost(p.gradient_canaries),
+            fmt_white_box_cost(site.results.gradient_canaries),
             NOTES[Note.WHITE_BOX_COST],
         ),
         Item(
