@@ -76,6 +76,15 @@ class NullAs:
     value: float
 
 
+def dataclass_of(hint: Any) -> type | None:
+    """The dataclass of a field typed ``X`` or ``X | None``, else None."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    for arg in (hint, *(typing.get_args(hint) if union else ())):
+        if dataclasses.is_dataclass(arg) and isinstance(arg, type):
+            return arg
+    return None
+
+
 def json_safe(obj: Any, *, view: View | None = None) -> Any:
     """Plain JSON types from dataclasses, mappings, sequences, paths and numpy scalars;
     non-finite floats become None (``null``). ``view``: the mapping an object is written as,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from panoramia_fl.contracts.files import atomic_write_text
-from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.contracts.json_values import dataclass_of, json_safe
 
 from ..numbers.metrics import (
     EPS_TILDE,
@@ -35,7 +35,6 @@ from ..schemas.schema import (
     RunReport,
     SitePrivacy,
     SiteReport,
-    dataclass_of,
     mean_of,
     report_json,
 )

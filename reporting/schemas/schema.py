@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from panoramia_fl.audit.result import (
 )
 from panoramia_fl.audit.site_results import SiteResults
 from panoramia_fl.contracts.dp_level import DPLevel, SecureAggregationMode
-from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.contracts.json_values import dataclass_of, json_safe
 from panoramia_fl.contracts.model_flags import CheckRecord
 from panoramia_fl.contracts.run_log import ClientDPFile, PlatformInfo, RoundRecord
 from panoramia_fl.contracts.site_audit import SiteAuditFile
@@ -287,14 +286,12 @@ class SiteReport:
 
     @property
     def by_round(self) -> list[RoundLeakage]:
-        """The audits of earlier rounds' global models and of the final one (``audit.rounds``
-        / ``audit.every``), by round; empty when only the final model was audited."""
+        """The audits of the global models by round (``audit.rounds`` / ``audit.every``)."""
         return self.results.by_round
 
     @property
     def updates(self) -> list[RoundLeakage]:
-        """The audits of the site's own updates (``audit.updates``), by round, each with the
-        site's DP-SGD epsilon after its round."""
+        """The audits of the site's own updates by round (``audit.updates``)."""
         return self.results.updates
 
     def update_rows(self) -> list[UpdateRow]:
@@ -322,25 +319,14 @@ class SitePrivacy:
 
 
 SHOWN_ELSEWHERE = frozenset({"panoramia", "by_round", "updates", "input_canaries"})
-"""The kinds of audit (fields of ``SiteResults``) a site's report shows under keys of its
-own (``audit``, ``by_round``, ``updates``) or as its privacy's ``canary``; every other kind
-is a key of its ``privacy``, by the kind's name."""
+"""The kinds of audit a site's report shows under keys of their own or as ``canary``; every
+other field of ``SiteResults`` is a key of its ``privacy``, by the kind's name."""
 
 _KINDS_AFTER: dict[str, tuple[str, ...]] = {
     "canary": ("gradient_canaries", "inversion", "dishonest_server"),
     "declared_size": ("attribute_inference",),
 }
-"""Where report.json has always placed these kinds among the privacy keys (after the key
-named); any other kind follows the last key."""
-
-
-def dataclass_of(hint: Any) -> type | None:
-    """The dataclass of a field typed ``X`` or ``X | None``, else None."""
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    for arg in (hint, *(typing.get_args(hint) if union else ())):
-        if dataclasses.is_dataclass(arg) and isinstance(arg, type):
-            return arg
-    return None
+"""Where report.json has always placed these kinds (after the key named); others go last."""
 
 
 def _privacy_keys() -> tuple[Key, ...]:
