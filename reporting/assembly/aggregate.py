@@ -96,17 +96,17 @@ def site_report(
     audit file lacks them; ``client_canaries`` (run-wide) the canary clients' client-level
     readings."""
     result = None if audit is None else audit.results.panoramia  # set for an ok audit only
-    privacy = site_privacy(site_id, audit, rounds, settings, client_dp, client_canaries)
-    fdp_delta = finite(result.delta) if result is not None else None
-    if fdp_delta is None and privacy.canary is not None:
-        fdp_delta = privacy.canary.fdp_delta  # one delta for both f-DP bounds
     site = SiteReport(
         site_id=site_id,
         audit=audit,
-        privacy=privacy,
+        privacy=site_privacy(site_id, audit, rounds, settings, client_dp, client_canaries),
         checks=ChecksReport(),
         partition_records=sizes if audit is None else (None, None),
     )
+    canary = site.results.input_canaries
+    fdp_delta = finite(result.delta) if result is not None else None
+    if fdp_delta is None and canary is not None:
+        fdp_delta = canary.fdp_delta  # one delta for both f-DP bounds
     return dataclasses.replace(site, checks=checks(site, fdp_delta))
 
 

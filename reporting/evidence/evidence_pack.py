@@ -95,7 +95,7 @@ ATTACKS: tuple[Attack, ...] = (
         (INPUT_CANARY, INPUT_CANARY_FDP),
         Note.INPUT_CANARY_BOUND,
         (Note.CANARY_LIMITS,),
-        lambda s: s.privacy.canary is not None,
+        lambda s: s.results.input_canaries is not None,
     ),
     Attack(
         "Gradient canaries inside DP-SGD (what the server could learn)",

@@ -411,7 +411,7 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
     ),
     column(
         "canary_eps_lb [interval] (canaries)",
-        lambda r: fmt_input_canary(r.site.privacy.canary, r.site.privacy.canaries),
+        lambda r: fmt_input_canary(r.site.results.input_canaries, r.site.privacy.canaries),
         fold=1,
     ),
     column(
@@ -441,7 +441,7 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
         "canary f-DP eps_lb (GDP mu, delta)",
         lambda r: fmt_fdp(
             INPUT_CANARY_FDP.value(r.site),
-            None if r.site.privacy.canary is None else r.site.privacy.canary.fdp_mu,
+            None if r.site.results.input_canaries is None else r.site.results.input_canaries.fdp_mu,
             r.site.checks.fdp_delta,
         ),
         fold=1,

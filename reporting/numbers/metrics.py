@@ -99,7 +99,7 @@ def _two(get: Callable[[TwoSidedResult], Value]) -> Callable[[SiteReport], Value
 
 
 def _input_canary(get: Callable[[InputCanaryResult], Value]) -> Callable[[SiteReport], Value]:
-    return lambda s: None if s.privacy.canary is None else get(s.privacy.canary)
+    return lambda s: None if s.results.input_canaries is None else get(s.results.input_canaries)
 
 
 def _level(
@@ -113,7 +113,7 @@ def _audit_level(key: str) -> Callable[[SiteReport], float | None]:
 
 
 def _input_canary_level(site: SiteReport) -> float | None:
-    return None if site.privacy.canary is None else site.privacy.canary.beta
+    return None if site.results.input_canaries is None else site.results.input_canaries.beta
 
 
 def _white_box_level(site: SiteReport) -> float | None:

@@ -143,7 +143,7 @@ def _flagged_headline(
 
 def _measured(site: SiteReport, audit: PanoramiaResult) -> list[str]:
     m = audit.sizes.get("m")
-    canary, canaries = site.privacy.canary, site.privacy.canaries
+    canary, canaries = site.results.input_canaries, site.privacy.canaries
     lookalikes = (
         "real public records of the same kind that no site trained on"
         if audit.generator_kind == "reference_pool"

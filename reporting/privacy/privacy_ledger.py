@@ -171,7 +171,6 @@ def site_privacy(
         canaries=canary.n_canaries
         if canary is not None and canary.n_canaries
         else settings.input_canaries,
-        canary=canary,
         client_epsilon_server=None if ledger_site is None else ledger_site.epsilon_server,
         client_epsilon_record_server=(
             None if ledger_site is None else ledger_site.epsilon_record_server

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from panoramia_fl.audit.canaries.client_canaries import ClientCanaryResult
-from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
 from panoramia_fl.audit.panoramia.sides import SIDES
 from panoramia_fl.audit.result import (
@@ -162,7 +161,6 @@ class PrivacyReport:
     """The canary clients' f-DP lower bound on the client-level epsilon (final model)."""
     client_eps_lb_beta: float | None
     canaries: int | None
-    canary: InputCanaryResult | None
     client_epsilon_server: float | None = None
     """Site-level client epsilon against the server itself: distributed DP only (each
     update it received carried the site's noise share, or it held only the sum under
@@ -318,15 +316,17 @@ class SitePrivacy:
     site: SiteReport
 
 
-SHOWN_ELSEWHERE = frozenset({"panoramia", "by_round", "updates", "input_canaries"})
-"""The kinds of audit a site's report shows under keys of their own or as ``canary``; every
-other field of ``SiteResults`` is a key of its ``privacy``, by the kind's name."""
+SHOWN_ELSEWHERE = frozenset({"panoramia", "by_round", "updates"})
+"""The kinds of audit a site's report shows under keys of their own; every other field of
+``SiteResults`` is a key of its ``privacy``."""
 
 _KINDS_AFTER: dict[str, tuple[str, ...]] = {
-    "canary": ("gradient_canaries", "inversion", "dishonest_server"),
+    "canaries": ("input_canaries", "gradient_canaries", "inversion", "dishonest_server"),
     "declared_size": ("attribute_inference",),
 }
 """Where report.json has always placed these kinds (after the key named); others go last."""
+_KIND_KEYS = {"input_canaries": "canary"}
+"""The privacy key of a kind that is not its name (``canary``: as report.json has it)."""
 
 
 def _privacy_keys() -> tuple[Key, ...]:
@@ -338,7 +338,8 @@ def _privacy_keys() -> tuple[Key, ...]:
         return Key(name, lambda p: getattr(p.site.privacy, name), dataclass_of(guarantees[name]))
 
     def kind(name: str) -> Key:
-        return Key(name, lambda p: getattr(p.site.results, name), dataclass_of(kinds[name]))
+        get = attrgetter(f"site.results.{name}")
+        return Key(_KIND_KEYS.get(name, name), get, dataclass_of(kinds[name]))
 
     placed = {name for after in _KINDS_AFTER.values() for name in after}
     keys = []

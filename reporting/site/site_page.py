@@ -344,7 +344,7 @@ def _measured_items(site: SiteReport) -> list[Item]:
     """What was measured against those guarantees: the canary and white-box audits, the best
     lower bound, the ordering check and what was sent outside the guarantee."""
     p, c = site.privacy, site.checks
-    canary = p.canary
+    canary = site.results.input_canaries
     return [
         Item(
             "canary audit eps lower bound [interval]",
