@@ -22,10 +22,10 @@ if TYPE_CHECKING:  # the same names for type checkers (``X as X``: a re-export)
     from panoramia_fl.audit.panoramia.task import AuditTask as AuditTask
     from panoramia_fl.audit.result import EPS_TILDE_MEANING as EPS_TILDE_MEANING
     from panoramia_fl.audit.result import AuditFlags as AuditFlags
-    from panoramia_fl.audit.result import AuditResult as AuditResult
     from panoramia_fl.audit.result import BoundSummary as BoundSummary
     from panoramia_fl.audit.result import Curve as Curve
     from panoramia_fl.audit.result import Interval as Interval
+    from panoramia_fl.audit.result import PanoramiaResult as PanoramiaResult
     from panoramia_fl.audit.result import RepeatResult as RepeatResult
 
 _HOMES = {
@@ -39,7 +39,7 @@ _HOMES = {
     "run_audit": "panoramia_fl.audit.panoramia.pipeline",
     "EPS_TILDE_MEANING": "panoramia_fl.audit.result",
     "AuditFlags": "panoramia_fl.audit.result",
-    "AuditResult": "panoramia_fl.audit.result",
+    "PanoramiaResult": "panoramia_fl.audit.result",
     "BoundSummary": "panoramia_fl.audit.result",
     "Curve": "panoramia_fl.audit.result",
     "Interval": "panoramia_fl.audit.result",

@@ -257,8 +257,10 @@ class TwoSidedResult:
 
 
 @dataclass(frozen=True)
-class AuditResult:
-    """Aggregated outcome of :func:`audit.run_audit`."""
+class PanoramiaResult:
+    """The PANORAMIA game's result, under one name from the audit to the page: what
+    :func:`audit.run_audit` returns, ``SiteResults.panoramia`` (key ``result`` in a reply and an
+    audit file) and a site report's ``panoramia`` (key ``audit`` in report.json)."""
 
     modality: str
     generator_kind: str

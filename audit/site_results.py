@@ -2,8 +2,9 @@
 (``contracts.site_audit.SiteAudit[SiteResults]``), as its reply carries them and its audit
 file holds them.
 
-Each field is one kind, None (or empty) when the site did not run it; its name is its key
-in the audit file and, as ``<name>-json``, in the reply (``contracts.wire``). A kind
+Each field is one kind, None (or empty) when the site did not run it; its name (or its
+``json_key``) is its key in the audit file and, as ``<key>-json``, in the reply
+(``contracts.wire``). A kind
 measured per round is a list with one entry per round, in round order, each saying its
 ``round``. docs/development.md says how to add a kind.
 """
@@ -16,19 +17,20 @@ from panoramia_fl.audit.canaries.gradient_canaries import GradientCanaryResult
 from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
 from panoramia_fl.audit.inversion.scores import InversionResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
-from panoramia_fl.audit.result import AuditResult
+from panoramia_fl.audit.result import PanoramiaResult
 from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
 from panoramia_fl.contracts.held_rounds import DishonestServerResult
-from panoramia_fl.contracts.json_values import older_key
+from panoramia_fl.contracts.json_values import json_key, json_name, older_key
 
 
 @dataclass(frozen=True)
 class SiteResults:
     """The audits of one site (summary numbers only: what may leave the site)."""
 
-    result: AuditResult | None = None
+    panoramia: PanoramiaResult | None = field(default=None, metadata=json_key("result"))
     """PANORAMIA on the final model, with its comparisons on the site's real non-members;
-    None when only earlier rounds were asked for (and in a failed audit's file)."""
+    None when only earlier rounds were asked for (and in a failed audit's file). Key
+    ``result`` (``result-json`` in the reply), as files have always had it."""
     input_canaries: InputCanaryResult | None = field(default=None, metadata=older_key("canary"))
     """The one-run audit of the site's input canaries (``audit.input_canaries``); key
     ``canary`` in files older than the name."""
@@ -58,7 +60,7 @@ class SiteResults:
                 rounds = [entry.round for entry in value]
                 if rounds != sorted(set(rounds)):
                     raise ValueError(
-                        f"key '{f.name}' must hold one entry per round, in round order, "
+                        f"key '{json_name(f)}' must hold one entry per round, in round order, "
                         f"got rounds {rounds}"
                     )
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from panoramia_fl.audit import AuditConfig, AuditResult, Records, run_audit
+from panoramia_fl.audit import AuditConfig, PanoramiaResult, Records, run_audit
 from panoramia_fl.ml.datasets import load_dataset
 from panoramia_fl.ml.tasks import build_task
 
@@ -127,7 +127,7 @@ def audit_config(args: argparse.Namespace, variant: str) -> AuditConfig:
     return AuditConfig(**_merge(base, VARIANTS[variant]))
 
 
-def row(level: int, variant: str, res: AuditResult, acc: dict[str, float]) -> dict[str, Any]:
+def row(level: int, variant: str, res: PanoramiaResult, acc: dict[str, float]) -> dict[str, Any]:
     sel = [r.selected for r in res.repeats]
     one = res.one_sided  # the paper's game
     return {

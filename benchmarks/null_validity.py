@@ -32,7 +32,7 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from panoramia_fl.audit import AuditConfig, AuditResult, Records, run_audit  # noqa: E402
+from panoramia_fl.audit import AuditConfig, PanoramiaResult, Records, run_audit  # noqa: E402
 from panoramia_fl.ml.datasets import Dataset, load_dataset  # noqa: E402
 from panoramia_fl.ml.tasks import TorchTask, build_task  # noqa: E402
 
@@ -74,7 +74,7 @@ class Tally:
     games: int = 0
     positive: dict[str, int] = field(default_factory=lambda: dict.fromkeys(METRICS, 0))
 
-    def add(self, result: AuditResult) -> None:
+    def add(self, result: PanoramiaResult) -> None:
         for rep in result.repeats:
             two = rep.two_sided
             assert two is not None
@@ -249,7 +249,7 @@ def positive_control(
     seed: int = 0,
     protocol: str = "paired-score",
     **overrides: object,
-) -> AuditResult:
+) -> PanoramiaResult:
     """A target over-fitted on the members, audited by the same pipeline."""
     data = _draw(mod, 10_000 + seed)
     target = _target(mod, data["members"], epochs=mod.overfit_epochs, seed=seed)
@@ -294,7 +294,7 @@ def _fmt(iv) -> str:
     return "n/a" if iv is None else f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
 
 
-def print_control(name: str, selection: str, result: AuditResult) -> bool:
+def print_control(name: str, selection: str, result: PanoramiaResult) -> bool:
     two = result.two_sided
     assert two is not None
     print(

@@ -128,7 +128,7 @@ def make_audit_runner(policy: SiteAuditPolicy) -> AuditRunner:
             return SiteResults(by_round=by_round, updates=own)
         input_canaries = _final_model_extras(policy, task, model, data, references, settings)
         return SiteResults(
-            result=results[_FINAL],
+            panoramia=results[_FINAL],
             input_canaries=input_canaries,
             by_round=by_round,
             updates=own,

@@ -11,8 +11,9 @@ imported.
 How a field is laid out in JSON, when not as its own key, is its metadata: :data:`INLINE`
 (its keys sit in its parent's object) or :data:`FLAT_IN_OLDER` (older files held them
 there); a field renamed since older files were written names their key with
-:func:`older_key`. A float field that may be infinite says which infinity its ``null`` was with
-``Annotated[float, NullAs(...)]``.
+:func:`older_key`, and one whose Python name differs from its key in every file, older and
+newer, names that key with :func:`json_key`. A float field that may be infinite says which
+infinity its ``null`` was with ``Annotated[float, NullAs(...)]``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,21 @@ def older_key(name: str) -> Mapping[str, str]:
     return types.MappingProxyType({OLDER_KEY: name})
 
 
+JSON_KEY = "json_key"
+"""The field metadata key that names the field's key in JSON when it is not its name."""
+
+
+def json_key(name: str) -> Mapping[str, str]:
+    """Field metadata: the field is written and read under the key ``name`` (the code
+    renamed it; the files keep the key they were written with)."""
+    return types.MappingProxyType({JSON_KEY: name})
+
+
+def json_name(f: dataclasses.Field[Any]) -> str:
+    """A field's key in JSON: its :func:`json_key`, else its name."""
+    return str(f.metadata.get(JSON_KEY, f.name))
+
+
 @dataclass(frozen=True)
 class NullAs:
     """``Annotated[float, NullAs(value)]``: ``null`` in this float field reads as ``value``
@@ -58,6 +74,15 @@ class NullAs:
     reads as NaN (a non-finite number of unknown sign) and only an optional one reads None."""
 
     value: float
+
+
+def dataclass_of(hint: Any) -> type | None:
+    """The dataclass of a field typed ``X`` or ``X | None``, else None."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    for arg in (hint, *(typing.get_args(hint) if union else ())):
+        if dataclasses.is_dataclass(arg) and isinstance(arg, type):
+            return arg
+    return None
 
 
 def json_safe(obj: Any, *, view: View | None = None) -> Any:
@@ -73,7 +98,7 @@ def json_safe(obj: Any, *, view: View | None = None) -> Any:
             if f.metadata.get(JSON_LAYOUT) == "inline" and isinstance(value, dict):
                 out.update(value)
             else:
-                out[f.name] = value
+                out[json_name(f)] = value
         return out
     if isinstance(obj, dict):
         return {str(k): json_safe(v, view=view) for k, v in obj.items()}
@@ -128,10 +153,11 @@ def _record(hint: Any, data: Any, where: str, env: Env) -> Any:
         raise ValueError(f"{_named(where)} must be a JSON object, got {_shown(data)}")
     values = {}
     for f, field_hint in _layout(cls):
-        name = f.metadata.get(OLDER_KEY, f.name) if f.name not in data else f.name
+        own = json_name(f)
+        name = f.metadata.get(OLDER_KEY, own) if own not in data else own
         key = f"{where}.{name}" if where else name
         layout = f.metadata.get(JSON_LAYOUT)
-        if layout == "inline" or (layout == "flat_in_older" and f.name not in data):
+        if layout == "inline" or (layout == "flat_in_older" and own not in data):
             values[f.name] = _value(field_hint, data, where, env)
         elif name in data:
             values[f.name] = _value(field_hint, data[name], key, env)

@@ -50,7 +50,7 @@ from flwr.app import (
     RecordDict,
 )
 
-from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.contracts.json_values import from_dict, json_name, json_safe
 from panoramia_fl.contracts.reply_keys import (
     ARRAYS,
     DP_EPSILON,
@@ -475,7 +475,7 @@ def audit_record(audit: SiteAudit[Any]) -> ConfigRecord:
     for kind in fields(audit.results):
         value = getattr(audit.results, kind.name)
         if value is not None and value != []:
-            record[kind_key(kind.name)] = json.dumps(json_safe(value))
+            record[kind_key(json_name(kind))] = json.dumps(json_safe(value))
     return record
 
 
@@ -484,9 +484,9 @@ def audit_reply(record: ConfigRecord, kinds: type[K]) -> SiteAudit[K]:
     sizes and time must be there, and at least one kind of audit, each read by the results'
     type ``kinds`` with every key checked."""
     what = "audit reply"
-    keys = [kind_key(kind.name) for kind in fields(kinds)]  # type: ignore[arg-type]  # K: a dataclass, unsayable
+    keys = [kind_key(json_name(kind)) for kind in fields(kinds)]  # type: ignore[arg-type]  # K: a dataclass, unsayable
     sent = {
-        kind.name: _json_value(record, key, what)
+        json_name(kind): _json_value(record, key, what)
         for kind, key in zip(fields(kinds), keys, strict=True)  # type: ignore[arg-type]  # as above
         if key in record
     }

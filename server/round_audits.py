@@ -82,7 +82,7 @@ def with_rounds(
     """``audit`` (the site's new file, or its kept one) with ``by_round``: the lines kept
     from ``before``, the new ``earlier`` ones, and the final round's from the main result;
     each with the round's global accuracy. Unchanged when no round was asked for."""
-    result = audit.results.result
+    result = audit.results.panoramia
     if not rounds or not audit.ok or result is None:
         return audit
     lines: dict[int, RoundLeakage] = {}

@@ -511,7 +511,7 @@ def site_audit_file(
             model_round=model_round,
             results=SiteResults(),
         )
-    if outcome.results.result is None:
+    if outcome.results.panoramia is None:
         return SiteAuditFile(
             site_id=site,
             status="failed",

@@ -515,7 +515,7 @@ def _add_audit_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     _add_set_option(
         audit, help="override a key of that config, e.g. --set audit.settings.repeats=1"
     )
-    audit.add_argument("--out", help="write the full AuditResult JSON here")
+    audit.add_argument("--out", help="write the full PanoramiaResult JSON here")
     audit.set_defaults(func=cmd_audit)
 
 

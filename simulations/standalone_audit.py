@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from panoramia_fl.audit.panoramia.components import Records
-from panoramia_fl.audit.result import AuditResult
+from panoramia_fl.audit.result import PanoramiaResult
 from panoramia_fl.clients.audit_handler import SiteAuditPolicy, make_audit_runner
 from panoramia_fl.contracts.checkpoint import load_checkpoint
 from panoramia_fl.contracts.errors import UserError
@@ -28,7 +28,7 @@ def audit_saved_model(
     run: RunLayout,
     overrides: list[str] | None = None,
     warn: Callable[[str], None] | None = None,
-) -> AuditResult:
+) -> PanoramiaResult:
     """Run the configured audit of ``site``'s members (and holdout) against the model;
     ``run``: the run directory the checkpoint sits in (its reference models, if any);
     ``warn``: told each way the checkpoint's own metadata differs from the config
@@ -61,8 +61,8 @@ def audit_saved_model(
         )
     )
     results = runner(make_task(config, DatasetMeta.of(dataset)), model, data, config.seed, {}, {})
-    assert results.result is not None  # the final model was given
-    return results.result
+    assert results.panoramia is not None  # the final model was given
+    return results.panoramia
 
 
 def checkpoint_mismatches(

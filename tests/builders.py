@@ -21,11 +21,11 @@ from panoramia_fl.audit.inversion.scores import InversionResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
 from panoramia_fl.audit.result import (
     AuditFlags,
-    AuditResult,
     BoundSummary,
     ClassSliceResult,
     Curve,
     Interval,
+    PanoramiaResult,
     RepeatResult,
     RocSummary,
     SideRepeat,
@@ -167,8 +167,8 @@ def make_result(
     two_sided: bool = True,
     nonmember_gain: float = 0.5,
     side_flags: dict[str, AuditFlags] | None = None,
-) -> AuditResult:
-    """A real AuditResult whose eps_tilde is max(0, c_eps_lb - c_lb) per repeat.
+) -> PanoramiaResult:
+    """A real PanoramiaResult whose eps_tilde is max(0, c_eps_lb - c_lb) per repeat.
 
     With ``two_sided`` (schema version 2) it also carries the two-sided game, whose
     non-member side reads ``nonmember_gain`` more than the one-sided game, ROC summaries
@@ -228,7 +228,7 @@ def make_result(
         reasons.append("eps_tilde above the RM;RN interval")
     if capped:
         reasons.append("RM;RN's ceiling leaves no room for eps_tilde")
-    return AuditResult(
+    return PanoramiaResult(
         modality="image",
         generator_kind=generator_kind,
         beta=beta,
@@ -310,7 +310,7 @@ def write_run(
     return run_dir
 
 
-def ok_audit(site_id: int, result: AuditResult, *, dp: float | None = None) -> dict[str, Any]:
+def ok_audit(site_id: int, result: PanoramiaResult, *, dp: float | None = None) -> dict[str, Any]:
     return {
         "site_id": site_id,
         "status": "ok",
@@ -357,7 +357,7 @@ def by_round_lines(rounds: list[int]) -> list[RoundLeakage]:
     return lines
 
 
-def with_class_slices(result: AuditResult) -> AuditResult:
+def with_class_slices(result: PanoramiaResult) -> PanoramiaResult:
     """``result`` with two label slices, the second one exposed."""
     slices = [
         ClassSliceResult(0, 120, Interval(0.0, 0.0, 0.0, 0.0, 2), None, 0.006, False),
@@ -404,7 +404,7 @@ def canary_block(
     }
 
 
-def with_quality(result: AuditResult) -> AuditResult:
+def with_quality(result: PanoramiaResult) -> PanoramiaResult:
     return dataclasses.replace(result, quality=dict(QUALITY))
 
 

@@ -32,7 +32,7 @@ from panoramia_fl.contracts.errors import UserError
 from panoramia_fl.contracts.json_values import json_safe
 from panoramia_fl.reporting.assembly.aggregate import build_report
 from panoramia_fl.reporting.evidence.evidence_pack import site_pack_html
-from panoramia_fl.reporting.numbers.metrics import ATTRIBUTE_ADVANTAGE, ATTRIBUTE_EPS_LB
+from panoramia_fl.reporting.layout.attribute_report import ATTRIBUTE_ADVANTAGE, ATTRIBUTE_EPS_LB
 from panoramia_fl.reporting.site.site_report import site_page_alone
 from panoramia_fl.simulations.config_keys import ConfigError
 from panoramia_fl.simulations.experiment_config import load_config

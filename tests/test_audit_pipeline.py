@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from panoramia_fl.audit import AuditConfig, AuditResult, Records, run_audit
+from panoramia_fl.audit import AuditConfig, PanoramiaResult, Records, run_audit
 from panoramia_fl.audit.panoramia import components as comp
 from panoramia_fl.audit.result import Interval
 from panoramia_fl.audit.stats.one_run import gdp_eps
@@ -49,7 +49,7 @@ def site():
     }
 
 
-def _audit(site, reference_models=None, **overrides) -> AuditResult:
+def _audit(site, reference_models=None, **overrides) -> PanoramiaResult:
     cfg = AuditConfig(**{**TINY, "device": "cpu", **overrides})
     return run_audit(
         site["task"],
@@ -63,11 +63,11 @@ def _audit(site, reference_models=None, **overrides) -> AuditResult:
 
 
 @pytest.fixture(scope="module")
-def result(site) -> AuditResult:
+def result(site) -> PanoramiaResult:
     return _audit(site, repeats=2, return_scores=True)
 
 
-def test_result_is_consistent(result: AuditResult) -> None:
+def test_result_is_consistent(result: PanoramiaResult) -> None:
     assert result.generator_kind == "reference_pool" and result.modality == "image"
     assert len(result.repeats) == 2
     for rep in result.repeats:
@@ -134,7 +134,7 @@ def test_result_is_consistent(result: AuditResult) -> None:
     assert result.quality["baseline_auc"] < 0.75
 
 
-def test_two_sided_game_is_consistent(result: AuditResult) -> None:
+def test_two_sided_game_is_consistent(result: PanoramiaResult) -> None:
     two = result.two_sided
     assert two is not None and two.beta == result.beta / 4
     for rep in result.repeats:
@@ -202,9 +202,9 @@ def test_a_junk_generator_gets_a_high_nonmember_closeness_and_reads_zero(site) -
     assert side.eps_tilde.mean < 0.5 * side.c_lb.mean
 
 
-def test_result_round_trips_through_json(result: AuditResult) -> None:
+def test_result_round_trips_through_json(result: PanoramiaResult) -> None:
     text = json.dumps(json_safe(result))
-    back = from_dict(AuditResult, json.loads(text))
+    back = from_dict(PanoramiaResult, json.loads(text))
     assert back == result
 
 

@@ -27,7 +27,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
 from panoramia_fl.audit.site_results import SiteResults
 from panoramia_fl.clients.client_app import SiteRuntime, build_client_app
-from panoramia_fl.contracts.json_values import from_dict, json_safe
+from panoramia_fl.contracts.json_values import from_dict, json_name, json_safe
 from panoramia_fl.contracts.reply_keys import (
     COVERAGES,
     KIND_JSON,
@@ -100,7 +100,7 @@ def test_absent_optional_is_none_never_a_sentinel(task_identity):
     back = TrainReply.from_record(_sent(RecordDict({METRICS: record})).metric_records[METRICS])
     assert back.dp_epsilon is None and back.noise_multiplier is None
 
-    audit = _audit(SiteResults(result=RESULT))
+    audit = _audit(SiteResults(panoramia=RESULT))
     sent = audit_record(audit)
     assert set(sent) == {"site-id", "n-members", "n-holdout", "elapsed-s", "result-json"}
     assert audit_reply(sent, SiteResults) == audit
@@ -168,8 +168,10 @@ def test_under_client_level_dp_no_count_and_no_loss_travel():
 def test_every_key_a_reply_carries_has_its_coverage():
     """The coverage table lists each key a train or audit reply can carry, on its side."""
     train = TrainReply(0, 0.5, 10, dp_epsilon=1.0, noise_multiplier=1.0).to_record()
-    audit = audit_record(_audit(SiteResults(result=RESULT, input_canaries=CANARY), dp_epsilon=1.0))
-    kinds = {kind_key(kind.name) for kind in dataclasses.fields(SiteResults)}
+    audit = audit_record(
+        _audit(SiteResults(panoramia=RESULT, input_canaries=CANARY), dp_epsilon=1.0)
+    )
+    kinds = {kind_key(json_name(kind)) for kind in dataclasses.fields(SiteResults)}
     secure_sum_only = {NORM_BIT, PUBLIC_KEY}  # a mod's key, the secure sum's key
     assert {ARRAYS, *train} == {k for k, v in REPLY_KEYS.items() if v.train} - secure_sum_only
     assert {KIND_JSON if k in kinds else k for k in audit} == {
@@ -206,14 +208,14 @@ def _audit(results: SiteResults, *, dp_epsilon: float | None = None) -> SiteAudi
 @pytest.mark.parametrize("canary", [None, CANARY])
 @pytest.mark.parametrize("dp_epsilon", [None, 2.0])
 def test_audit_reply_round_trips(canary, dp_epsilon, task_identity):
-    reply = _audit(SiteResults(result=RESULT, input_canaries=canary), dp_epsilon=dp_epsilon)
+    reply = _audit(SiteResults(panoramia=RESULT, input_canaries=canary), dp_epsilon=dp_epsilon)
     content = _sent(RecordDict({AUDIT: audit_record(reply)}))
     assert audit_reply(content.config_records[AUDIT], SiteResults) == reply
 
 
 def test_an_audit_file_from_before_input_canaries_had_their_name_reads_the_same():
     """Older audit files hold the input-canary audit under ``canary``: it loads as today's."""
-    results = SiteResults(result=RESULT, input_canaries=CANARY)
+    results = SiteResults(panoramia=RESULT, input_canaries=CANARY)
     today = json_safe(results)
     older = {("canary" if key == "input_canaries" else key): v for key, v in today.items()}
     assert "canary" in older and from_dict(SiteResults, older) == results
@@ -223,7 +225,7 @@ def test_a_reply_of_the_wrong_types_names_the_key(task_identity):
     """Every kind of audit in a reply is read by its type: a string in a number field, a
     missing key or an unknown side is refused with the key's path, as is a reply with no
     audit at all."""
-    record = audit_record(_audit(SiteResults(result=RESULT)))
+    record = audit_record(_audit(SiteResults(panoramia=RESULT)))
     data = json.loads(str(record["result-json"]))
     data["one_sided"]["eps_tilde"]["mean"] = "0.5"
     record["result-json"] = json.dumps(data)
@@ -377,7 +379,7 @@ FILE_KEYS = [
 
 def test_finished_site_audit_writes_todays_ok_file(tmp_path, task_identity):
     def runner(task, model, data, seed, earlier, updates):
-        return SiteResults(result=dataclasses.replace(RESULT, sizes={"seed": seed}))
+        return SiteResults(panoramia=dataclasses.replace(RESULT, sizes={"seed": seed}))
 
     reply = _audit_site(runner, site_id=1)
     assert reply.has_content()
@@ -391,7 +393,7 @@ def test_finished_site_audit_writes_todays_ok_file(tmp_path, task_identity):
     assert data["result"]["schema_version"] == 3 and "one_sided" in data["result"]
     assert (data["n_members"], data["n_holdout"], data["dp_epsilon"]) == (30, 10, None)
     file = read_site_audit(run_files(tmp_path), 1)
-    assert file is not None and file.results.result == dataclasses.replace(
+    assert file is not None and file.results.panoramia == dataclasses.replace(
         RESULT, sizes={"seed": 3}
     )
     assert sites_needing_audit(run_files(tmp_path), [1], 4) == [] and sites_needing_audit(
@@ -416,7 +418,7 @@ def test_site_audit_file_reads_todays_and_older_files(tmp_path):
         n_holdout=100,
         elapsed_s=3.5,
         dp_epsilon=2.5,
-        results=SiteResults(result=RESULT, input_canaries=CANARY),
+        results=SiteResults(panoramia=RESULT, input_canaries=CANARY),
         status="ok",
         model_round=2,
     )
@@ -430,7 +432,7 @@ def test_site_audit_file_reads_todays_and_older_files(tmp_path):
     old["result"] = schema_2(data["result"])
     assert "one_sided" not in old["result"] and "c_lb" in old["result"]["repeats"][0]
     read = from_dict(SiteAuditFile[SiteResults], old)
-    assert read.results.result == dataclasses.replace(RESULT, schema_version=2)
+    assert read.results.panoramia == dataclasses.replace(RESULT, schema_version=2)
     assert dataclasses.replace(read, results=today.results) == today
     old["result"]["eps_tilde"]["mean"] = "0.5"  # named by the key the old file has
     with pytest.raises(ValueError, match=r"key 'result\.eps_tilde\.mean' must be a number"):

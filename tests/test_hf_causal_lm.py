@@ -173,7 +173,7 @@ def test_fine_tuned_at_two_sites_under_fedavg_and_audited(gpt2_dir, tmp_path, dp
     reply = app(query, contexts[0])
     assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
     audit = audit_reply(reply.content.config_records[AUDIT], SiteResults)
-    result = audit.results.result
+    result = audit.results.panoramia
     assert result is not None and result.modality == "text"
     assert result.generator_kind == "gpt2" and result.sizes["m"] > 0
     # The generator is the pretrained model fine-tuned on D_G: no pre-training on a pool.

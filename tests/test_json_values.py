@@ -10,7 +10,14 @@ from typing import Annotated, Any, Literal
 
 import pytest
 
-from panoramia_fl.contracts.json_values import FLAT_IN_OLDER, INLINE, NullAs, from_dict, json_safe
+from panoramia_fl.contracts.json_values import (
+    FLAT_IN_OLDER,
+    INLINE,
+    NullAs,
+    from_dict,
+    json_key,
+    json_safe,
+)
 
 # --- the one checked decoder ------------------------------------------------------------
 
@@ -102,3 +109,21 @@ def test_a_field_older_files_held_flat_is_read_from_its_parent():
     )
     with pytest.raises(ValueError, match=r"key 'result\.c' must be a number"):
         from_dict(_Result, {"name": "r", "c": "1", "ceiling": 2.0}, "result")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Renamed:
+    game: _Game | None = dataclasses.field(default=None, metadata=json_key("result"))
+    rounds: list[int] = dataclasses.field(default_factory=list)
+
+
+def test_a_field_with_a_json_key_is_written_and_read_under_that_key_alone():
+    """The code's name of a field may differ from its key in the files: ``json_key`` keeps
+    the key (``SiteResults.panoramia`` is ``result`` in every audit file and reply)."""
+    renamed = _Renamed(game=_Game(c=1.0, ceiling=2.0), rounds=[1])
+    written = json_safe(renamed)
+    assert list(written) == ["result", "rounds"] and written["result"] == {"c": 1.0, "ceiling": 2.0}
+    assert from_dict(_Renamed, json.loads(json.dumps(written))) == renamed
+    assert from_dict(_Renamed, {"game": {"c": 1.0, "ceiling": 2.0}}) == _Renamed()  # not its key
+    with pytest.raises(ValueError, match=r"key 'file\.result\.c' must be a number"):
+        from_dict(_Renamed, {"result": {"c": "1", "ceiling": 2.0}}, "file")

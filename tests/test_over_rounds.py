@@ -90,7 +90,7 @@ def _ok_file(
         n_members=100,
         n_holdout=10,
         model_round=model_round,
-        results=SiteResults(result=result, by_round=by_round),
+        results=SiteResults(panoramia=result, by_round=by_round),
     )
 
 
@@ -126,7 +126,7 @@ def test_new_lines_join_the_kept_ones_with_the_round_accuracy(tmp_path: Path) ->
     assert [e.round for e in lines] == [1, 2, 4, 8]
     assert [e.global_accuracy for e in lines] == [0.1, 0.2, 0.4, 0.8]
     # The final round's line is the main audit's two-sided result.
-    final = before.results.result
+    final = before.results.panoramia
     assert final is not None and final.two_sided is not None
     assert lines[-1].eps_tilde_two_sided == final.two_sided.eps_tilde
     reread = from_dict(SiteAuditFile[SiteResults], json.loads(json.dumps(json_safe(merged))))

@@ -39,7 +39,7 @@ from panoramia_fl.reporting import (
 from panoramia_fl.reporting.assembly.inputs import SiteAuditRead
 from panoramia_fl.reporting.numbers.formatting import fmt_outside
 from panoramia_fl.reporting.numbers.meanings import NOTES, Note
-from panoramia_fl.reporting.numbers.metrics import LOWER_BOUNDS, METRICS
+from panoramia_fl.reporting.numbers.report_parts import lower_bounds, site_metrics
 from panoramia_fl.reporting.privacy.privacy_ledger import released_model_epsilon, site_privacy
 from panoramia_fl.reporting.run.run_report import render_markdown
 from panoramia_fl.simulations.cli import main as cli_main
@@ -406,11 +406,14 @@ def test_rm_rn_on_either_side_is_checked(tmp_path: Path, capsys: Any) -> None:
 
 
 def test_every_bound_of_the_registry_is_checked_once() -> None:
-    """A metric with a guarantee is in the ordering check's list, once, with its level."""
-    checked = [m for m in METRICS if m.checked is not None]
-    assert sorted(m.key for m in LOWER_BOUNDS) == sorted(m.key for m in checked)
-    assert len(set(m.key for m in LOWER_BOUNDS)) == len(LOWER_BOUNDS)
-    assert all(m.level is not None for m in LOWER_BOUNDS)
+    """A metric with a guarantee (every kind's included) is in the ordering check's list,
+    once, with its level."""
+    checked = [m for m in site_metrics() if m.checked is not None]
+    bounds = lower_bounds()
+    assert sorted(m.key for m in bounds) == sorted(m.key for m in checked)
+    assert len(set(m.key for m in bounds)) == len(bounds)
+    assert all(m.level is not None for m in bounds)
+    assert {"mechanism_eps_lb_fdp", "attribute_eps_lb"} <= {m.key for m in bounds}
 
 
 def test_eps_tilde_above_the_guarantee_is_a_flag_not_a_violation(ledger_run: Path) -> None:

@@ -15,7 +15,7 @@ from builders import run_files
 
 from panoramia_fl.contracts.run_files import REPLICATES_FILE, replicate_run_dir
 from panoramia_fl.reporting import SweepPoint, build_sweep_report, write_sweep_report
-from panoramia_fl.reporting.layout.between_runs import HEADLINE, POOLED, over_runs
+from panoramia_fl.reporting.layout.between_runs import HEADLINE, over_runs, pooled
 from panoramia_fl.simulations import shared_ray
 from panoramia_fl.simulations.cli import main as cli_main
 from panoramia_fl.simulations.config_file import report_config
@@ -197,7 +197,7 @@ def test_between_run_interval_covers_another_run() -> None:
         assert iv.low is not None and iv.high is not None
         covered += iv.low <= row[5] <= iv.high
     assert covered / trials == pytest.approx(0.95, abs=0.015)
-    one = over_runs([0.4, None], POOLED[0].bounds)
+    one = over_runs([0.4, None], pooled()[0].bounds)
     assert one.n == 1 and one.mean == 0.4 and one.low is None
 
 

@@ -125,7 +125,7 @@ RESULT = make_result([1.0, 1.0], [1.25, 1.25])
 
 
 def _audit_record(site: int) -> ConfigRecord:
-    results = SiteResults(result=RESULT)
+    results = SiteResults(panoramia=RESULT)
     record = audit_record(
         SiteAudit(site_id=site, n_members=10, n_holdout=5, elapsed_s=0.5, results=results)
     )

@@ -1,4 +1,4 @@
-"""Unit tests of the report writer on hand-built run directories with real AuditResults."""
+"""Unit tests of the report writer on hand-built run directories with real PanoramiaResults."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ from panoramia_fl.audit.result import (
     EPS_TILDE_MEANING,
     TWO_SIDED_MEANING,
     AuditFlags,
-    AuditResult,
     Interval,
+    PanoramiaResult,
 )
 from panoramia_fl.audit.stats.roc import LOW_FPRS
 from panoramia_fl.contracts.json_values import from_dict
@@ -92,9 +92,9 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ReportFiles
     return run, write_report_of(run)
 
 
-def _audit_file(run_dir: Path, site_id: int) -> AuditResult:
+def _audit_file(run_dir: Path, site_id: int) -> PanoramiaResult:
     data = json.loads((run_dir / "audits" / f"site-{site_id}.json").read_text())
-    return from_dict(AuditResult, data["result"])
+    return from_dict(PanoramiaResult, data["result"])
 
 
 def _all_keys(obj: Any) -> set[str]:

@@ -349,8 +349,8 @@ def test_site_page_in_the_browser(pages: dict[str, Path], tmp_path: Path, site_i
         assert [row[0] for row in check.table("round")["rows"]] == ["1", "2", "3"]
         assert [row[0] for row in check.table("label")["rows"]] == ["0", "1"]
         assert fmt_two_sided(site) in check.text  # the headline: two-sided eps_tilde ...
-        assert site.audit is not None  # ... beside the paper's one-sided:
-        assert fmt_est(site.audit.one_sided.eps_tilde) in check.text
+        assert site.panoramia is not None  # ... beside the paper's one-sided:
+        assert fmt_est(site.panoramia.one_sided.eps_tilde) in check.text
         ids = {"bounds", "comparisons", "low-fpr", "manifest", "by-round-1", "per-class"}
         assert ids <= {t["id"] for t in check.tables}
         assert check.tables_past_the_window == []

@@ -1,5 +1,5 @@
 """One result shape: a site's numbers are held once (reporting/schemas/schema.py, nested like the
-AuditResult) and every output shows them: report.json, report.csv, the tables."""
+PanoramiaResult) and every output shows them: report.json, report.csv, the tables."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from builders import (
 )
 
 from panoramia_fl.audit.result import AuditFlags
+from panoramia_fl.audit.site_results import SiteResults
 from panoramia_fl.contracts.json_values import json_safe
 from panoramia_fl.reporting.layout.columns import (
     HEADLINE_COLUMNS,
@@ -35,6 +36,13 @@ from panoramia_fl.reporting.layout.columns import (
 from panoramia_fl.reporting.numbers.flag_prose import FLAG_PROSE
 from panoramia_fl.reporting.numbers.formatting import flag_labels
 from panoramia_fl.reporting.numbers.meanings import MEANING_POINTS, NOTES, Note
+from panoramia_fl.reporting.numbers.report_parts import (
+    PART_MODULES,
+    REPORT_PARTS,
+    ReportPart,
+    rebuilt_shares,
+    report_parts,
+)
 from panoramia_fl.reporting.pages.html_page import _FLAG_BADGE_KIND
 from panoramia_fl.reporting.schemas.schema import FLAGS, FlaggedSites
 
@@ -146,3 +154,18 @@ def test_html_groups_show_every_column_once(full, groups) -> None:
     assert all(g.columns[0] is key for g in groups)
     assert len(shown) == len(set(map(id, shown)))
     assert {id(c) for c in shown} == {id(c) for c in full[1:] if c.html is not None}
+
+
+def test_each_report_part_is_a_kind_of_audit_with_its_section() -> None:
+    """Every module of the one list registers its kind's part (the site page shows each
+    one's section); a part under a name no field of SiteResults has is refused, as is a
+    rebuilt share that is not one of its metrics."""
+    parts = report_parts()
+    assert set(PART_MODULES) <= {f.name for f in dataclasses.fields(SiteResults)}
+    assert len(parts) == len(PART_MODULES) and all(p.site_section for p in parts)
+    with pytest.raises(ValueError, match="'no_such_kind' names no kind of audit"):
+        REPORT_PARTS.register("no_such_kind")(ReportPart())
+    share = rebuilt_shares()[0]
+    with pytest.raises(ValueError, match="a rebuilt share must be one of its metrics"):
+        REPORT_PARTS.register("by_round")(ReportPart(rebuilt=(share,)))
+    assert "no_such_kind" not in REPORT_PARTS.names() and "by_round" not in REPORT_PARTS.names()

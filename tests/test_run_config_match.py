@@ -37,7 +37,7 @@ def _config(**changes):
 
 def _ok_file(site: int) -> SiteAuditFile[SiteResults]:
     """A site's ok audit of round 2's model."""
-    results = SiteResults(result=make_result([0.5], [1.0]))
+    results = SiteResults(panoramia=make_result([0.5], [1.0]))
     return SiteAuditFile(site_id=site, status="ok", results=results, model_round=2)
 
 

@@ -26,13 +26,13 @@ from builders import (
 )
 
 from panoramia_fl.audit.inversion.scores import InversionResult
-from panoramia_fl.audit.result import AuditFlags, AuditResult, Interval
+from panoramia_fl.audit.result import AuditFlags, Interval, PanoramiaResult
 from panoramia_fl.contracts.json_values import from_dict, json_safe
 from panoramia_fl.contracts.run_files import exposed_records_name
 from panoramia_fl.reporting import SCHEMA_VERSION, SweepPoint, build_sweep_report
 from panoramia_fl.reporting.assembly.aggregate import build_report
 from panoramia_fl.reporting.assembly.manifest import PACKAGES
-from panoramia_fl.reporting.layout.between_runs import POOLED, over_runs
+from panoramia_fl.reporting.layout.between_runs import over_runs, pooled
 from panoramia_fl.reporting.layout.blocks import to_html
 from panoramia_fl.reporting.layout.columns import md_table
 from panoramia_fl.reporting.layout.site_columns import UPDATE_COLUMNS
@@ -135,8 +135,8 @@ def test_aggregator_writes_one_report_per_audited_site(consortium: Path) -> None
         assert _embedded(page) == data
         assert page.count('class="meaning"') == 1
         site = build_report(load_run_of(consortium)).sites[site_id]
-        assert site.audit is not None
-        assert fmt_two_sided(site) in page and fmt_est(site.audit.one_sided.eps_tilde) in page
+        assert site.panoramia is not None
+        assert fmt_two_sided(site) in page and fmt_est(site.panoramia.one_sided.eps_tilde) in page
         assert len(data["threat_model"]) == 3
         reading = data["reading"]
         assert reading["verdict"] == "evidence"
@@ -156,8 +156,10 @@ def _numbers(text: str) -> list[tuple[float, int]]:
 
 def _eps_tildes(site: Any) -> list[float]:
     """A site's eps_tilde values as its page would show them: two-sided and one-sided."""
-    assert site.audit is not None
-    return [v for v in (EPS_TILDE_TWO_SIDED.value(site), site.audit.one_sided.eps_tilde.mean) if v]
+    assert site.panoramia is not None
+    return [
+        v for v in (EPS_TILDE_TWO_SIDED.value(site), site.panoramia.one_sided.eps_tilde.mean) if v
+    ]
 
 
 def test_standing_ranks_without_other_sites_numbers_or_ids(consortium: Path) -> None:
@@ -403,7 +405,7 @@ def test_a_flagged_headline_is_never_shown_as_a_finding(tmp_path: Path) -> None:
 
 def _two_runs() -> ReplicateReport:
     """A replicate set of two runs with one site (the plot's inputs only)."""
-    numbers = {m.key: over_runs([0.5, 0.75], m.bounds) for m in POOLED}
+    numbers = {m.key: over_runs([0.5, 0.75], m.bounds) for m in pooled()}
     runs = [ReplicateRun(s, f"seed-{s}", "complete", [], None) for s in (0, 1)]
     return ReplicateReport(SCHEMA_VERSION, None, 0, runs, [ReplicateSite(0, numbers)])
 
@@ -424,10 +426,7 @@ def _with_inversion(point: Any) -> Any:
             "threshold": 0.6,
         },
     )
-    sites = [
-        dataclasses.replace(s, privacy=dataclasses.replace(s.privacy, inversion=[entry]))
-        for s in point.sites
-    ]
+    sites = [_with_results(s, inversion=[entry]) if s.audit else s for s in point.sites]
     return dataclasses.replace(point, sites=sites)
 
 
@@ -440,7 +439,14 @@ def _with_updates(site: SiteReport, rm_rn: float = 0.5) -> SiteReport:
         dataclasses.replace(lines[0], rm_rn_eps_lb=iv, dp_epsilon=1.0),
         dataclasses.replace(lines[1], rm_rn_eps_lb=iv, dp_epsilon=2.0),
     ]
-    return dataclasses.replace(site, by_round=lines, updates=updates)
+    return _with_results(site, by_round=lines, updates=updates)
+
+
+def _with_results(site: SiteReport, **kinds: Any) -> SiteReport:
+    """``site`` with its audit's results of these kinds replaced."""
+    assert site.audit is not None
+    results = dataclasses.replace(site.audit.results, **kinds)
+    return dataclasses.replace(site, audit=dataclasses.replace(site.audit, results=results))
 
 
 def test_a_site_page_shows_its_updates_beside_the_global_model_and_checks_them(
@@ -461,7 +467,7 @@ def test_a_site_page_shows_its_updates_beside_the_global_model_and_checks_them(
     assert "RM;RN two-sided of the round-1 update = 1.500" in flagged.message
     html = "".join(to_html(update_blocks(site)))
     assert 'id="updates-' in html and "Leakage of your own updates" in html
-    assert update_blocks(dataclasses.replace(site, updates=[])) == []
+    assert update_blocks(_with_results(site, updates=[])) == []
 
 
 def test_every_plot_has_axis_labels(
@@ -535,7 +541,7 @@ def test_the_reading_says_what_the_baseline_knew_of_real_records(tmp_path: Path)
     above = AuditFlags(saturated=False, c_lb_not_tight=False, above_real_nonmembers=True)
     flagged = dataclasses.replace(result, two_sided=dataclasses.replace(two, flags=above))
 
-    def sized(r: AuditResult, public: int, own: int) -> AuditResult:
+    def sized(r: PanoramiaResult, public: int, own: int) -> PanoramiaResult:
         return dataclasses.replace(
             r, sizes=r.sizes | {"helper_real_public": public, "helper_real_site": own}
         )

@@ -1,4 +1,4 @@
-"""Aggregating repeats into an :class:`AuditResult`: intervals, ceilings, ROC and flags."""
+"""Aggregating repeats into an :class:`PanoramiaResult`: intervals, ceilings, ROC and flags."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from panoramia_fl.audit.panoramia.diagnosis import diagnose
 from panoramia_fl.audit.panoramia.sides import SIDES, Side
 from panoramia_fl.audit.panoramia.timing import StageTimer
 from panoramia_fl.audit.result import (
-    AuditResult,
     Interval,
+    PanoramiaResult,
     RepeatResult,
     SideRepeat,
     SideResult,
@@ -112,7 +112,7 @@ def assemble(
     sizes: dict[str, int],
     quality: dict[str, float],
     timer: StageTimer,
-) -> AuditResult:
+) -> PanoramiaResult:
     """Intervals over repeats, the mean ceiling, per-side diagnosis, mean ROC and levels.
 
     ``generated`` says whether the game's non-members are generated records (a trained
@@ -136,7 +136,7 @@ def assemble(
             o1=config.beta,
             o1_fdp=config.beta,
         )
-    return AuditResult(
+    return PanoramiaResult(
         modality=modality,
         generator_kind=generator_kind,
         beta=config.beta,

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from panoramia_fl.audit.result import AuditResult, Interval
+from panoramia_fl.audit.result import Interval, PanoramiaResult
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class RoundLeakage:
         return dataclasses.replace(self, global_accuracy=accuracy)
 
 
-def round_leakage(result: AuditResult, server_round: int) -> RoundLeakage:
+def round_leakage(result: PanoramiaResult, server_round: int) -> RoundLeakage:
     """The brief line of ``result``, the audit of round ``server_round``'s model."""
     if result.two_sided is None:
         raise ValueError("round_leakage needs an audit with the two-sided game")

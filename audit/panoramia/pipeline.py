@@ -38,7 +38,7 @@ from panoramia_fl.audit.panoramia.settings import resolve_config, resolve_device
 from panoramia_fl.audit.panoramia.sources import ProgressFn, Sources, draw_sources
 from panoramia_fl.audit.panoramia.task import AuditTask
 from panoramia_fl.audit.panoramia.timing import StageTimer
-from panoramia_fl.audit.result import AuditResult, RepeatResult
+from panoramia_fl.audit.result import PanoramiaResult, RepeatResult
 
 __all__ = ["run_audit", "run_audits_of"]
 
@@ -191,7 +191,7 @@ def run_audit(
     public_pool: Records | None = None,
     reference_models: Sequence[torch.nn.Module] | None = None,
     progress: ProgressFn | None = None,
-) -> AuditResult:
+) -> PanoramiaResult:
     """Run PANORAMIA on ``model`` with its known training records ``members``.
 
     Parameters
@@ -218,7 +218,7 @@ def run_audit(
 
     Returns
     -------
-    AuditResult
+    PanoramiaResult
         Per-repeat and aggregated bounds of the paper's one-sided game and of the two-sided
         game, the ceilings, flags, ROC summaries, sizes, quality and timings. ``eps_tilde``
         is a lower bound on eps only when ``c_lb`` is tight (see
@@ -252,7 +252,7 @@ def run_audits_of(
     members: Records,
     config: AuditConfig | None = None,
     **options: Unpack[AuditOptions],
-) -> dict[int, AuditResult]:
+) -> dict[int, PanoramiaResult]:
     """:func:`run_audit` of several targets trained on the same ``members`` (e.g. one
     global model per round), keyed as ``models`` is; ``options`` as :func:`run_audit`'s.
 
@@ -318,7 +318,7 @@ class _Prepared:
 
 def _audit_target(
     prepared: _Prepared, model: torch.nn.Module, timer: StageTimer, say: ProgressFn
-) -> AuditResult:
+) -> PanoramiaResult:
     """Phases 3-5 for one target f."""
     config, sources = prepared.config, prepared.sources
     model.eval()

@@ -1,7 +1,7 @@
 """Turn parsed run inputs into the typed :class:`~.schema.RunReport`.
 
-A site's report holds its AuditResult itself (report.json shows it through
-:data:`.schema.VIEWS`); the numbers derived here are the consortium's max / median, and the
+A site's report holds its audit file as read (report.json shows its PanoramiaResult
+through :data:`.schema.VIEWS`); the numbers derived here are the consortium's max / median, and the
 privacy ledger's guarantees and ordering check (:mod:`.privacy_ledger`).
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from panoramia_fl.audit.canaries.client_canaries import ClientCanaryResult
 from panoramia_fl.audit.panoramia.over_rounds import first_leaking_round
 from panoramia_fl.audit.panoramia.sides import SIDES
-from panoramia_fl.audit.result import AuditFlags, AuditResult, finite
+from panoramia_fl.audit.result import AuditFlags, PanoramiaResult, finite
 from panoramia_fl.contracts.run_files import NOISE_NOTES
 from panoramia_fl.contracts.run_log import ClientDPFile, RoundRecord, empty_rounds
 
@@ -30,9 +30,10 @@ from ..schemas.schema import (
     ConsortiumSummary,
     FlaggedSites,
     RunReport,
+    SiteAuditRead,
     SiteReport,
 )
-from .inputs import RunInputs, SiteAuditRead
+from .inputs import RunInputs
 
 
 def build_report(inputs: RunInputs) -> RunReport:
@@ -94,31 +95,24 @@ def site_report(
     when the file does not say; ``rounds`` give the accountant epsilons of a site whose
     audit file lacks them; ``client_canaries`` (run-wide) the canary clients' client-level
     readings."""
-    result = None if audit is None else audit.results.result  # set for an ok audit only
-    privacy = site_privacy(site_id, audit, rounds, settings, client_dp, client_canaries)
-    fdp_delta = finite(result.delta) if result is not None else None
-    if fdp_delta is None and privacy.canary is not None:
-        fdp_delta = privacy.canary.fdp_delta  # one delta for both f-DP bounds
-    members, holdout = sizes
+    result = None if audit is None else audit.results.panoramia  # set for an ok audit only
     site = SiteReport(
         site_id=site_id,
-        status="missing" if audit is None else audit.status,
-        error=None if result is not None or audit is None else audit.error,
-        n_members=members if audit is None or audit.n_members is None else audit.n_members,
-        n_holdout=holdout if audit is None or audit.n_holdout is None else audit.n_holdout,
-        elapsed_s=None if audit is None else audit.elapsed_s,
-        audit=result,
-        privacy=privacy,
+        audit=audit,
+        privacy=site_privacy(site_id, audit, rounds, settings, client_dp, client_canaries),
         checks=ChecksReport(),
-        by_round=[] if audit is None else list(audit.results.by_round),
-        updates=[] if audit is None else list(audit.results.updates),
+        partition_records=sizes if audit is None else (None, None),
     )
+    canary = site.results.input_canaries
+    fdp_delta = finite(result.delta) if result is not None else None
+    if fdp_delta is None and canary is not None:
+        fdp_delta = canary.fdp_delta  # one delta for both f-DP bounds
     return dataclasses.replace(site, checks=checks(site, fdp_delta))
 
 
 def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> ConsortiumSummary:
     """Max / median eps_tilde over ok sites, the leakiest site, flagged sites and counts."""
-    ok = [s for s in sites if s.audit is not None]
+    ok = [s for s in sites if s.panoramia is not None]
     one = {s.site_id: EPS_TILDE.value(s) for s in ok}
     two = {s.site_id: EPS_TILDE_TWO_SIDED.value(s) for s in ok}
     leakiest, leakiest_two = _leakiest(one), _leakiest(two)
@@ -138,7 +132,7 @@ def consortium_summary(sites: list[SiteReport], rounds: list[RoundRecord]) -> Co
         flagged=_flagged(ok, lambda a: a.one_sided.flags),
         two_sided_flagged=(
             {key: _flagged(ok, _two_sided_flags(key)) for key in (HEADLINE, *SIDES)}
-            if any(s.audit and s.audit.two_sided for s in ok)
+            if any(s.panoramia and s.panoramia.two_sided for s in ok)
             else {}
         ),
         failed_sites=[s.site_id for s in sites if s.status == "failed"],
@@ -164,10 +158,10 @@ def _leakiest(values: dict[int, float | None]) -> int | None:
     return min(scored)[1] if scored else None
 
 
-def _two_sided_flags(key: str) -> Callable[[AuditResult], AuditFlags | None]:
+def _two_sided_flags(key: str) -> Callable[[PanoramiaResult], AuditFlags | None]:
     """The flags of the two-sided headline (``HEADLINE``) or of one side."""
 
-    def flags(a: AuditResult) -> AuditFlags | None:
+    def flags(a: PanoramiaResult) -> AuditFlags | None:
         two = a.two_sided
         if two is None:
             return None
@@ -177,10 +171,10 @@ def _two_sided_flags(key: str) -> Callable[[AuditResult], AuditFlags | None]:
 
 
 def _flagged(
-    sites: list[SiteReport], flags_of: Callable[[AuditResult], AuditFlags | None]
+    sites: list[SiteReport], flags_of: Callable[[PanoramiaResult], AuditFlags | None]
 ) -> FlaggedSites:
     """Ids of the sites whose flags (of the game or headline ``flags_of`` picks) are raised."""
-    games = [(s.site_id, flags_of(s.audit)) for s in sites if s.audit is not None]
+    games = [(s.site_id, flags_of(s.panoramia)) for s in sites if s.panoramia is not None]
     return FlaggedSites(
         **{name: [sid for sid, f in games if f is not None and getattr(f, name)] for name in FLAGS}
     )

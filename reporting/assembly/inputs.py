@@ -31,17 +31,14 @@ from panoramia_fl.contracts.run_log import (
     read_record,
     read_rounds,
 )
-from panoramia_fl.contracts.site_audit import SiteAuditFile
 
 from ..schemas.replicate_schema import ReplicateReport
+from ..schemas.schema import SiteAuditRead
 
 if TYPE_CHECKING:
     from .run_config import ReportConfig
 
 log = logging.getLogger(__name__)
-
-SiteAuditRead = SiteAuditFile[SiteResults]
-"""A site's audit file as the report reads it."""
 
 
 @dataclass(frozen=True)
@@ -206,7 +203,7 @@ def _load_site_audit(
         return dataclasses.replace(file, error=error, results=SiteResults())
     if (wrong := _wrong_size(file, members, holdout)) is not None:
         return failed(wrong)
-    if file.results.result is None:
+    if file.results.panoramia is None:
         return failed("status is 'ok' but key 'result' is null")
     return file
 

@@ -8,7 +8,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from panoramia_fl.audit.result import AuditResult
+from panoramia_fl.audit.result import PanoramiaResult
 from panoramia_fl.contracts.run_log import PlatformInfo
 
 from ..schemas.schema import ReproManifest
@@ -29,7 +29,7 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 def build_manifest(
     config: ReportConfig,
-    result: AuditResult | None,
+    result: PanoramiaResult | None,
     platform_info: PlatformInfo | None = None,
 ) -> ReproManifest:
     """The manifest of one site's audit: the config file hashed byte for byte, its seeds,

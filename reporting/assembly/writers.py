@@ -12,14 +12,13 @@ import csv
 import dataclasses
 import io
 import json
-import types
 import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from panoramia_fl.contracts.files import atomic_write_text
-from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.contracts.json_values import dataclass_of, json_safe
 
 from ..numbers.metrics import (
     EPS_TILDE,
@@ -33,8 +32,8 @@ from ..numbers.metrics import (
 from ..schemas.schema import (
     VIEWS,
     BoundViolation,
-    PrivacyReport,
     RunReport,
+    SitePrivacy,
     SiteReport,
     mean_of,
     report_json,
@@ -55,7 +54,7 @@ def flatten(obj: Any, cls: Any, prefix: str = "") -> dict[str, Any]:
             cells.update(flatten(value, inner, name + "_"))
         elif isinstance(value, dict):
             for k, v in value.items():
-                sub = _dataclass_of(type(v))
+                sub = dataclass_of(type(v))
                 if sub is not None or isinstance(v, dict):
                     cells.update(flatten(v, sub or dict, f"{name}_{k}_"))
                 else:
@@ -81,18 +80,9 @@ def _members(obj: Any, cls: Any) -> list[tuple[str, type | None, Any]]:
         return [(k.name, k.kind, None if obj is None else k.get(obj)) for k in VIEWS[cls]]
     hints = typing.get_type_hints(cls)
     return [
-        (f.name, _dataclass_of(hints[f.name]), None if obj is None else getattr(obj, f.name))
+        (f.name, dataclass_of(hints[f.name]), None if obj is None else getattr(obj, f.name))
         for f in dataclasses.fields(cls)
     ]
-
-
-def _dataclass_of(hint: Any) -> type | None:
-    """The dataclass of a field typed ``X`` or ``X | None``, else None."""
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    for arg in (hint, *(typing.get_args(hint) if union else ())):
-        if dataclasses.is_dataclass(arg) and isinstance(arg, type):
-            return arg
-    return None
 
 
 def _text(value: Any) -> str:
@@ -108,7 +98,7 @@ def ledger_csv_rows(report: RunReport) -> list[dict[str, Any]]:
     """ledger.csv's rows: each site's guarantees and checks beside its measurements."""
     rows = []
     for s in report.sites:
-        a = s.audit
+        a = s.panoramia
         measured: dict[str, Any] = {}
         if a is not None:
             measured = {
@@ -124,7 +114,7 @@ def ledger_csv_rows(report: RunReport) -> list[dict[str, Any]]:
                 "status": s.status,
                 "dp_level": report.dp_level,
                 "secure_aggregation": report.secure_aggregation,
-                **flatten(s.privacy, PrivacyReport),
+                **flatten(SitePrivacy(s), SitePrivacy),
                 **measured,
                 "global_accuracy": report.consortium.final_global_accuracy,
                 **flatten(s.checks, type(s.checks), "checks_"),

@@ -52,7 +52,7 @@ def write_evidence_packs(layout: RunLayout, config: ReportConfig) -> EvidencePac
         page = build_site_page_report(
             layout,
             site,
-            audit.results.result,
+            audit.results.panoramia,
             config=config,
             standing=consortium_standing(site.site_id, report.sites),
             source="consortium",

@@ -20,23 +20,21 @@ from datetime import UTC, datetime
 from panoramia_fl.contracts.dp_level import SecureAggregationMode
 
 from ..gate.gate_blocks import gate_blocks
+from ..layout.attribute_report import ATTRIBUTE_ADVANTAGE, ATTRIBUTE_EPS_LB
 from ..layout.blocks import Block, Bullets, Figure, Heading, Para, Raw, Table, to_html
 from ..layout.columns import HEADLINE_COLUMNS, Column, column, site_row_class
 from ..layout.gradient_canary_report import CONFORMANCE_COLUMNS
-from ..layout.inversion_report import inversion_sentence
+from ..layout.inversion_report import INVERSION_SHARE_REBUILT, inversion_sentence
 from ..layout.site_columns import Item, item_columns
 from ..numbers.formatting import MISSING, fmt_est
 from ..numbers.meanings import NOTES, THREAT_MODEL, Note
 from ..numbers.metrics import (
-    ATTRIBUTE_ADVANTAGE,
-    ATTRIBUTE_EPS_LB,
     CLIENT_EPS_LB,
     DISHONEST_SERVER,
     EPS_TILDE,
     EPS_TILDE_TWO_SIDED,
     INPUT_CANARY,
     INPUT_CANARY_FDP,
-    INVERSION_SHARE_REBUILT,
     MECHANISM_ESTIMATE,
     MECHANISM_FDP,
     O1,
@@ -89,7 +87,7 @@ ATTACKS: tuple[Attack, ...] = (
         (EPS_TILDE_TWO_SIDED, EPS_TILDE, RM_RN_TWO_SIDED, O1, O1_FDP),
         Note.READ_AS_LOWER_BOUND,
         (Note.NOT_PROOF, Note.LOWER_BOUND_WHEN, Note.ONE_MODEL_INTERVAL),
-        lambda s: s.audit is not None,
+        lambda s: s.panoramia is not None,
     ),
     Attack(
         "Canary records (one-run audit)",
@@ -97,7 +95,7 @@ ATTACKS: tuple[Attack, ...] = (
         (INPUT_CANARY, INPUT_CANARY_FDP),
         Note.INPUT_CANARY_BOUND,
         (Note.CANARY_LIMITS,),
-        lambda s: s.privacy.canary is not None,
+        lambda s: s.results.input_canaries is not None,
     ),
     Attack(
         "Gradient canaries inside DP-SGD (what the server could learn)",
@@ -105,7 +103,7 @@ ATTACKS: tuple[Attack, ...] = (
         (MECHANISM_FDP, MECHANISM_ESTIMATE, SERVER_FDP),
         Note.WHITE_BOX,
         (Note.WHITE_BOX_LIMITS,),
-        lambda s: s.privacy.gradient_canaries is not None,
+        lambda s: s.results.gradient_canaries is not None,
     ),
     Attack(
         "Rebuilding records from what the server holds (gradient inversion)",
@@ -115,7 +113,7 @@ ATTACKS: tuple[Attack, ...] = (
         (INVERSION_SHARE_REBUILT,),
         Note.INVERSION,
         (Note.INVERSION_LIMITS,),
-        lambda s: bool(s.privacy.inversion),
+        lambda s: bool(s.results.inversion),
     ),
     Attack(
         "Crafted models from a server that does not play fair",
@@ -123,7 +121,7 @@ ATTACKS: tuple[Attack, ...] = (
         (DISHONEST_SERVER,),
         Note.DISHONEST_SERVER,
         (Note.DISHONEST_LIMITS,),
-        lambda s: bool(s.privacy.dishonest_server),
+        lambda s: bool(s.results.dishonest_server),
     ),
     Attack(
         "Inferring a sensitive field (attribute inference)",
@@ -131,7 +129,7 @@ ATTACKS: tuple[Attack, ...] = (
         (ATTRIBUTE_EPS_LB, ATTRIBUTE_ADVANTAGE),
         Note.ATTRIBUTE_INFERENCE,
         (Note.ATTRIBUTE_LIMITS, Note.NOT_PROOF),
-        lambda s: s.privacy.attribute_inference is not None,
+        lambda s: s.results.attribute_inference is not None,
     ),
     Attack(
         "Canary clients (client-level DP)",
@@ -169,7 +167,7 @@ def _attack_blocks(
             ran,
         )
     )
-    rounds = [inversion_sentence(r) for s in ran for r in s.privacy.inversion] if own else []
+    rounds = [inversion_sentence(r) for s in ran for r in s.results.inversion] if own else []
     return [
         Heading(attack.name, 3),
         Para("Threat model. " + " ".join(attack.threat(secure))),
@@ -208,7 +206,7 @@ def _design(
         ),
     ]
     for site in sites:
-        canaries = site.privacy.gradient_canaries
+        canaries = site.results.gradient_canaries
         result = None if canaries is None else canaries.conformance
         blocks += [
             Heading(f"Site {site.site_id}: guarantees and the DP-SGD conformance checks", 3),
@@ -256,7 +254,7 @@ def site_pack_html(report: SitePageReport, *, dp_level: str | None) -> str:
 
 
 def _figures(site: SiteReport) -> list[Block]:
-    if site.audit is None:
+    if site.panoramia is None:
         return []
     return [
         Figure(

@@ -19,7 +19,8 @@ from panoramia_fl.audit.result import Interval
 
 from ..numbers.formatting import fmt
 from ..numbers.headline_flags import headline_flags
-from ..numbers.metrics import LOWER_BOUNDS, METRIC_KEYS, REBUILT_SHARES, Metric
+from ..numbers.metrics import Metric
+from ..numbers.report_parts import lower_bounds, metric_keys, rebuilt_shares
 from ..schemas.gate_schema import GateLine, GateVerdict
 from ..schemas.schema import FLAGS, SiteReport
 from .gate_policy import GatePolicy, Reading, Requirements, ThresholdRule
@@ -102,7 +103,7 @@ def _within(rule: ThresholdRule, value: float) -> bool:
 
 
 def _site_line(policy: GatePolicy, rule: ThresholdRule, site: SiteReport) -> GateLine:
-    value = reading(METRIC_KEYS[rule.metric], site, rule.read)
+    value = reading(metric_keys()[rule.metric], site, rule.read)
     where = f"site {site.site_id}"
     if value is None:
         why = "its audit " + site.status if site.status != "ok" else "not in this site's results"
@@ -116,7 +117,7 @@ def _consortium_line(
     """A consortium rule: every chosen site's reading within the limits; its value the
     worst one (the largest against at_most, else the smallest)."""
     chosen = [s for s in sites if rule.sites is None or s.site_id in rule.sites]
-    values = {s.site_id: reading(METRIC_KEYS[rule.metric], s, rule.read) for s in chosen}
+    values = {s.site_id: reading(metric_keys()[rule.metric], s, rule.read) for s in chosen}
     unread = [sid for sid, v in values.items() if v is None]
     unread += sorted(set(rule.sites or ()) - {s.site_id for s in sites})
     if unread or not values:
@@ -160,7 +161,7 @@ def _requirement_lines(policy: GatePolicy, site: SiteReport) -> list[GateLine]:
 
 
 def _conformance(site: SiteReport) -> tuple[bool | None, str]:
-    canaries = site.privacy.gradient_canaries
+    canaries = site.results.gradient_canaries
     result = None if canaries is None else canaries.conformance
     if result is None:
         return None, "no conformance checks ran (audit.gradient_canaries, record-level DP)"
@@ -177,23 +178,24 @@ def _ordering(site: SiteReport) -> tuple[bool | None, str]:
     p = site.privacy
     if p.dp_epsilon is None and p.client_epsilon is None:
         return None, "no DP guarantee to check the bounds against"
-    measured = [m.label for m in LOWER_BOUNDS if m.value(site) is not None]
+    measured = [m.label for m in lower_bounds() if m.value(site) is not None]
     if not measured:
         return None, "no lower bound measured"
     return True, f"{len(measured)} bounds at or below it"
 
 
 def _flags(site: SiteReport) -> tuple[bool | None, str]:
-    if site.audit is None:
+    if site.panoramia is None:
         return None, f"its audit {site.status}"
-    raised = [FLAGS[name].label for name in headline_flags(site.audit)]
+    raised = [FLAGS[name].label for name in headline_flags(site.panoramia)]
     return (False, f"flagged: {', '.join(raised)}") if raised else (True, "no flag raised")
 
 
 def _rebuilt(site: SiteReport, share: float) -> tuple[bool | None, str, float | None]:
-    read = [(m, v) for m in REBUILT_SHARES if (v := m.value(site)) is not None]
+    shares = rebuilt_shares()
+    read = [(m, v) for m in shares if (v := m.value(site)) is not None]
     if not read:
-        names = ", ".join(m.label for m in REBUILT_SHARES)
+        names = ", ".join(m.label for m in shares)
         return None, f"no attack that rebuilds records ran ({names})", None
     metric, worst = max(read, key=lambda mv: mv[1])
     return worst <= share, f"{fmt(worst)} ({metric.label})", worst

@@ -1,7 +1,7 @@
 """A release policy: the thresholds and requirements a consortium agreed a run must meet
 before its model may be released (``panoramia-fl gate``; ``report.policy`` in a config).
 
-A threshold names any number of the metric registry (:data:`~.metrics.METRIC_KEYS`) by
+A threshold names any number of the metric registry (:func:`~.report_parts.metric_keys`) by
 its key, the reading it holds to (the upper or lower end of its 95% interval, or its
 value) and its limits, per site or for the consortium (its worst site). A requirement is a
 check the reports already make (the DP-SGD conformance checks, the ordering check, the
@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..numbers.metrics import METRIC_KEYS
+from ..numbers.report_parts import metric_keys
 
 Reading = Literal["high", "low", "value"]
 """Which number of a metric a threshold holds: its 95% interval's upper end, its lower end,
@@ -50,8 +50,8 @@ class ThresholdRule(_Strict):
     @field_validator("metric")
     @classmethod
     def _registered(cls, key: str) -> str:
-        if key not in METRIC_KEYS:
-            raise ValueError(f"unknown metric {key!r}; registered: {', '.join(METRIC_KEYS)}")
+        if key not in (known := metric_keys()):
+            raise ValueError(f"unknown metric {key!r}; registered: {', '.join(known)}")
         return key
 
     @model_validator(mode="after")
@@ -68,7 +68,7 @@ class ThresholdRule(_Strict):
             if v is not None
         ]
         worst = "worst site's " if self.scope == "consortium" else ""
-        label = METRIC_KEYS[self.metric].label
+        label = metric_keys()[self.metric].label
         return f"{worst}{label} ({READINGS[self.read]}) {' and '.join(limits)}"
 
 

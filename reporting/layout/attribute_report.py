@@ -1,6 +1,6 @@
 """Attribute inference (``audit.attribute_inference``) in the reports, in one place: its
-plain sentence, its columns in the consortium's table and on a site's own page, and its
-section of each."""
+numbers, its plain sentence, its columns in the consortium's table and on a site's own page,
+and its section of each (its part of the reports, :data:`~.report_parts.REPORT_PARTS`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,45 @@ from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
 
 from ..numbers.formatting import MISSING, fmt, fmt_est
 from ..numbers.meanings import NOTES, Note
-from ..numbers.metrics import ATTRIBUTE_ADVANTAGE, ATTRIBUTE_EPS_LB
+from ..numbers.metrics import Metric, Value
+from ..numbers.report_parts import REPORT_PARTS, ReportPart
 from ..schemas.schema import RunReport, SiteReport
 from .blocks import Block, Heading, Para, Table
 from .columns import _SITE, Column, _estimate, column
+
+
+def _attribute(
+    get: Callable[[AttributeInferenceResult], Value],
+) -> Callable[[SiteReport], Value]:
+    return lambda s: None if (a := s.results.attribute_inference) is None else get(a)
+
+
+def _attribute_level(site: SiteReport) -> float | None:
+    """Each side of the attribute-inference game holds at beta/2."""
+    a = site.results.attribute_inference
+    return None if a is None else a.beta / 2
+
+
+ATTRIBUTE_EPS_LB = Metric(
+    "attribute_eps_lb",
+    "attribute inference eps_lb",
+    _attribute(lambda a: a.eps_lb),
+    name="attribute-inference eps lower bound (two-sided)",
+    gloss="guessing membership by how much more the model-based guess of the sensitive field "
+    "believes its true value than a baseline without the model, on members against real "
+    "held-out records (c = 0): an eps lower bound",
+    checked="released",
+    level=_attribute_level,
+)
+ATTRIBUTE_ADVANTAGE = Metric(
+    "attribute_advantage",
+    "attribute inference advantage",
+    _attribute(lambda a: a.advantage),
+    name="attribute-inference advantage (accuracy on members minus on held-out records)",
+    unit="fraction",
+    gloss="how much more often the model-based guess names the sensitive field right for "
+    "the model's members than for people it never saw (the baseline's gap beside it)",
+)
 
 
 def attribute_sentence(result: AttributeInferenceResult) -> str:
@@ -79,7 +114,7 @@ ATTRIBUTE_COLUMNS: tuple[Column[GuessRow], ...] = (
 
 
 def _attribute_text(get: Callable[[Any], str]) -> Callable[[SiteReport], str]:
-    return lambda s: MISSING if (a := s.privacy.attribute_inference) is None else get(a)
+    return lambda s: MISSING if (a := s.results.attribute_inference) is None else get(a)
 
 
 ATTRIBUTE_SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
@@ -89,7 +124,7 @@ ATTRIBUTE_SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _estimate("advantage [95% CI]", ATTRIBUTE_ADVANTAGE.get),
     _estimate(
         "baseline's advantage [95% CI]",
-        lambda s: None if (a := s.privacy.attribute_inference) is None else a.baseline_advantage,
+        lambda s: None if (a := s.results.attribute_inference) is None else a.baseline_advantage,
     ),
     column(
         "accuracy members / held-out (baseline)",
@@ -107,7 +142,7 @@ ATTRIBUTE_SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
 
 def attribute_section(site: SiteReport) -> list[Block]:
     """Does the model reveal a sensitive field of the site's members (audit.attribute_inference)?"""
-    result = site.privacy.attribute_inference
+    result = site.results.attribute_inference
     if result is None:
         return []
     where = "public records" if result.reference == "public" else "a share of your held-out records"
@@ -128,7 +163,7 @@ def attribute_section(site: SiteReport) -> list[Block]:
 
 def attribute_run_section(report: RunReport) -> list[Block]:
     """Each site's attribute-inference audit, when any site ran one."""
-    sites = [s for s in report.sites if s.privacy.attribute_inference is not None]
+    sites = [s for s in report.sites if s.results.attribute_inference is not None]
     if not sites:
         return []
     return [
@@ -136,3 +171,12 @@ def attribute_run_section(report: RunReport) -> list[Block]:
         Para(NOTES[Note.ATTRIBUTE_INFERENCE]),
         Table(ATTRIBUTE_SITE_COLUMNS, sites, attrs=' id="attribute-inference"'),
     ]
+
+
+REPORT_PARTS.register("attribute_inference")(
+    ReportPart(
+        metrics=(ATTRIBUTE_EPS_LB, ATTRIBUTE_ADVANTAGE),
+        site_section=lambda page: attribute_section(page.site),
+        run_section=attribute_run_section,
+    )
+)

@@ -4,12 +4,13 @@ their between-run statistics.
 A single run's intervals are over audit repeats of *one* trained model. Training seeds, DP
 noise and floating-point differences between machines send training to other models, whose
 leakage differs more than one audit's interval: a claim about a training procedure (a DP
-setting, a strategy) needs several runs. :data:`POOLED` lists the per-site headline numbers
+setting, a strategy) needs several runs. :func:`pooled` lists the per-site headline numbers
 a replicate report pools; a new one is one entry.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -20,7 +21,8 @@ import scipy
 from panoramia_fl.audit.result import finite
 
 from ..numbers.formatting import fmt
-from ..numbers.metrics import HOLDOUT_ACCURACY, METRICS, RANGES, Metric
+from ..numbers.metrics import HOLDOUT_ACCURACY, RANGES, Metric
+from ..numbers.report_parts import site_metrics
 from ..schemas.replicate_schema import OverRuns, ReplicateReport
 from ..schemas.schema import RunReport
 from ..schemas.sweep_schema import PointComparison, SweepPointReport
@@ -50,16 +52,25 @@ def _pooled(m: Metric) -> Pooled:
     return Pooled(m.pooled, m.pooled_label or m.label, lambda r: m.value(r.site), RANGES[m.unit])
 
 
-_SITE_POOLED = [_pooled(m) for m in METRICS if m.pooled is not None]
 _GLOBAL_ACCURACY = Pooled(
     "global_accuracy", "global accuracy", lambda r: finite(r.global_accuracy), RANGES["fraction"]
 )
-_AT = [p.key for p in _SITE_POOLED].index(str(HOLDOUT_ACCURACY.pooled))
-POOLED: tuple[Pooled, ...] = (*_SITE_POOLED[:_AT], _GLOBAL_ACCURACY, *_SITE_POOLED[_AT:])
-"""The per-site headline numbers of a replicate report, in display order: those of the
-metric registry (:data:`~.metrics.METRICS`) that it pools, and the run's global accuracy."""
 
-POOLED_BY_KEY = {m.key: m for m in POOLED}
+
+@functools.cache
+def pooled() -> tuple[Pooled, ...]:
+    """The per-site headline numbers of a replicate report, in display order: those of the
+    metric registry (:func:`~.report_parts.site_metrics`) that it pools, and the run's global
+    accuracy (after the site's holdout accuracy)."""
+    site = [_pooled(m) for m in site_metrics() if m.pooled is not None]
+    at = [p.key for p in site].index(str(HOLDOUT_ACCURACY.pooled))
+    return (*site[:at], _GLOBAL_ACCURACY, *site[at:])
+
+
+def pooled_by_key() -> dict[str, Pooled]:
+    return {m.key: m for m in pooled()}
+
+
 HEADLINE = "eps_tilde_two_sided"
 """The number the pages quote and the sweep compares."""
 ACCURACY = "global_accuracy"
@@ -132,7 +143,7 @@ def run_lines(report: RunReport) -> list[str]:
 
 def comparison_line(c: PointComparison) -> str:
     """One comparison in plain language, saying which test decided."""
-    label = POOLED_BY_KEY[c.metric].label if c.metric in POOLED_BY_KEY else c.metric
+    label = by_key[c.metric].label if c.metric in (by_key := pooled_by_key()) else c.metric
     head = (
         f"site {c.site_id}, {label}: {c.first} ({fmt(c.mean_first)}) vs {c.second} "
         f"({fmt(c.mean_second)})"

@@ -194,7 +194,7 @@ def _two_sided_cell(site: SiteReport, *, effects: bool = False) -> str:
 
 
 def _effects(site: SiteReport) -> str | None:
-    return None if site.audit is None else flag_effects(site.audit)
+    return None if site.panoramia is None else flag_effects(site.panoramia)
 
 
 def _two_sided_effects_text(site: SiteReport) -> str:
@@ -246,7 +246,7 @@ def _scorer(i: int) -> Callable[[SiteReport], str]:
 
 def site_row_class(site: SiteReport) -> str:
     """A site's row colour (:data:`~.formatting.ROW_COLOURS`): its worst one-sided state."""
-    flags = None if site.audit is None else site.audit.one_sided.flags
+    flags = None if site.panoramia is None else site.panoramia.one_sided.flags
     if site.checks.bound_violations:
         return "violation"
     if site.status != "ok":
@@ -314,7 +314,7 @@ SITE_COLUMNS: tuple[Column[SiteReport], ...] = (
     _DP,
     column(
         "generator",
-        lambda s: s.audit.generator_kind if s.audit else MISSING,
+        lambda s: s.panoramia.generator_kind if s.panoramia else MISSING,
         cls="text",
         md=False,
         fold=2,
@@ -411,7 +411,7 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
     ),
     column(
         "canary_eps_lb [interval] (canaries)",
-        lambda r: fmt_input_canary(r.site.privacy.canary, r.site.privacy.canaries),
+        lambda r: fmt_input_canary(r.site.results.input_canaries, r.site.privacy.canaries),
         fold=1,
     ),
     column(
@@ -424,13 +424,13 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
     ),
     column(
         DISHONEST_SERVER_HEADER,
-        lambda r: fmt_dishonest_server(r.site.privacy.dishonest_server),
+        lambda r: fmt_dishonest_server(r.site.results.dishonest_server),
         title=lambda r: DISHONEST_SERVER.value(r.site),
         cls="text",
     ),
     column(
         "DP-SGD conformance (the real steps against the accountant)",
-        lambda r: fmt_conformance(r.site.privacy.gradient_canaries),
+        lambda r: fmt_conformance(r.site.results.gradient_canaries),
         cls="text",
     ),
     column("eps_tilde one-sided", lambda r: fmt(EPS_TILDE.value(r.site)), fold=2),
@@ -441,7 +441,7 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
         "canary f-DP eps_lb (GDP mu, delta)",
         lambda r: fmt_fdp(
             INPUT_CANARY_FDP.value(r.site),
-            None if r.site.privacy.canary is None else r.site.privacy.canary.fdp_mu,
+            None if r.site.results.input_canaries is None else r.site.results.input_canaries.fdp_mu,
             r.site.checks.fdp_delta,
         ),
         fold=1,
@@ -450,7 +450,7 @@ LEDGER_COLUMNS: tuple[Column[SiteRow], ...] = (
         "O(1) f-DP (GDP mu)",
         lambda r: fmt_fdp(
             O1_FDP.value(r.site),
-            None if r.site.audit is None else mean_of(r.site.audit.o1_fdp_mu),
+            None if r.site.panoramia is None else mean_of(r.site.panoramia.o1_fdp_mu),
             None,
         ),
         fold=2,
@@ -484,4 +484,4 @@ them first, the rest folded."""
 
 
 def _one_flags(s: SiteReport) -> list[str]:
-    return flag_labels(None if s.audit is None else s.audit.one_sided.flags)
+    return flag_labels(None if s.panoramia is None else s.panoramia.one_sided.flags)

@@ -1,7 +1,8 @@
 """The white-box audit of a site's DP-SGD (``audit.gradient_canaries``) on the site's own
 page, in one place: what its canaries cost, and the section of its conformance checks with
-their rows. (Its numbers are metrics, :mod:`..numbers.metrics`; what it means is in
-:mod:`..numbers.meanings`.)"""
+their rows (its part of the reports, :data:`~.report_parts.REPORT_PARTS`). Its numbers are
+entries of :mod:`..numbers.metrics`, which the consortium's and the sweeps' tables name too;
+what it means is in :mod:`..numbers.meanings`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ from panoramia_fl.audit.canaries.gradient_canaries import GradientCanaryResult
 from panoramia_fl.audit.conformance.checks import CHECKS, ConformanceCheck
 
 from ..numbers.formatting import fmt
+from ..numbers.metrics import (
+    MECHANISM_ESTIMATE,
+    MECHANISM_FDP,
+    MECHANISM_STEINKE,
+    SERVER_FDP,
+    SERVER_STEINKE,
+)
+from ..numbers.report_parts import REPORT_PARTS, ReportPart
 from ..schemas.schema import SiteReport
 from .blocks import Block, Heading, Para, Table
 from .columns import Column, column
@@ -40,7 +49,7 @@ CONFORMANCE_COLUMNS: tuple[Column[ConformanceCheck], ...] = (
 
 def conformance_section(site: SiteReport) -> list[Block]:
     """Does the site's DP-SGD do what its accountant assumes (audit.gradient_canaries)?"""
-    canaries = site.privacy.gradient_canaries
+    canaries = site.results.gradient_canaries
     result = None if canaries is None else canaries.conformance
     if result is None:
         return []
@@ -58,3 +67,11 @@ def conformance_section(site: SiteReport) -> list[Block]:
         ),
         Table(CONFORMANCE_COLUMNS, list(result.checks), attrs=' id="conformance"'),
     ]
+
+
+REPORT_PARTS.register("gradient_canaries")(
+    ReportPart(
+        metrics=(MECHANISM_FDP, MECHANISM_STEINKE, MECHANISM_ESTIMATE, SERVER_FDP, SERVER_STEINKE),
+        site_section=lambda page: conformance_section(page.site),
+    )
+)

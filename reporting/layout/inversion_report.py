@@ -1,6 +1,7 @@
 """The gradient-inversion audit (``audit.inversion``) in the reports, in one place: its
-plain sentence, its cell in the sweep's and the observers' tables, its rows and section on a
-site's own page, and its line of the site's threat model."""
+number, its plain sentence, its cell in the sweep's and the observers' tables, its rows and
+section on a site's own page, and its line of the site's threat model (its part of the
+reports, :data:`~.report_parts.REPORT_PARTS`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,23 @@ from panoramia_fl.contracts.dp_level import SecureAggregationMode
 
 from ..numbers.formatting import MISSING, fmt
 from ..numbers.meanings import NOTES, Note
+from ..numbers.metrics import Metric
+from ..numbers.report_parts import REPORT_PARTS, ReportPart
 from ..pages.html_page import esc
 from ..schemas.schema import SitePageReport, SiteReport
 from ..schemas.sweep_schema import SweepPointReport
 from .blocks import Block, Heading, Para, Raw, Table
 from .columns import Column, column
+
+INVERSION_SHARE_REBUILT = Metric(
+    "inversion_share_rebuilt",
+    "share rebuilt by gradient inversion",
+    lambda s: max((r.share_rebuilt for r in s.results.inversion), default=None),
+    name="the largest share of the site's records the server's gradient inversion rebuilt "
+    "(over the attacked rounds)",
+    unit="fraction",
+    gloss="records whose best reconstruction is at or above the measure's threshold",
+)
 
 
 def fmt_inversion(result: InversionResult | None) -> str:
@@ -60,7 +73,7 @@ def inversion_sentence(result: InversionResult) -> str:
 
 
 def _first_inversion(site: SiteReport) -> InversionResult | None:
-    return site.privacy.inversion[0] if site.privacy.inversion else None
+    return site.results.inversion[0] if site.results.inversion else None
 
 
 def inversion_cell(site: SiteReport, point: SweepPointReport) -> str:
@@ -69,7 +82,7 @@ def inversion_cell(site: SiteReport, point: SweepPointReport) -> str:
     first = _first_inversion(site)
     if first is not None or site.status != "ok":
         return fmt_inversion(first)
-    attacked = [s.site_id for s in point.sites if s.privacy.inversion]
+    attacked = [s.site_id for s in point.sites if s.results.inversion]
     if not attacked:
         return "off"
     return f"not run at this site (audit.inversion.sites: {', '.join(map(str, attacked))})"
@@ -110,7 +123,7 @@ INVERSION_COLUMNS: tuple[Column[InversionResult], ...] = (
 
 def inversion_section(report: SitePageReport) -> list[Block]:
     """Could the server rebuild the site's records from its updates (audit.inversion)?"""
-    results = report.site.privacy.inversion
+    results = report.site.results.inversion
     if not results:
         return []
     held = "the round's sum" if report.secure_aggregation == "ideal" else "your updates"
@@ -137,6 +150,15 @@ def inversion_section(report: SitePageReport) -> list[Block]:
 
 def inversion_threat(site: SiteReport, secure: SecureAggregationMode) -> list[str]:
     """The inversion audit's threat, on what the server held; none without the audit."""
-    if not site.privacy.inversion:
+    if not site.results.inversion:
         return []
     return [NOTES[Note.INVERSION_THREAT_SUM] if secure == "ideal" else NOTES[Note.INVERSION_THREAT]]
+
+
+REPORT_PARTS.register("inversion")(
+    ReportPart(
+        metrics=(INVERSION_SHARE_REBUILT,),
+        rebuilt=(INVERSION_SHARE_REBUILT,),
+        site_section=inversion_section,
+    )
+)

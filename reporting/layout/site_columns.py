@@ -11,7 +11,6 @@ from typing import NamedTuple
 
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
 from panoramia_fl.audit.result import ClassSliceResult, SideResult
-from panoramia_fl.contracts.held_rounds import DishonestServerResult
 
 from ..numbers.formatting import (
     FPR_LABELS,
@@ -40,37 +39,6 @@ from .columns import (
     _titled,
     column,
 )
-
-
-def _pct(x: float) -> str:
-    return f"{x:.0%}"
-
-
-def _share(share: float | None) -> str:
-    return MISSING if share is None else _pct(share)
-
-
-DISHONEST_SERVER_COLUMNS: tuple[Column[DishonestServerResult], ...] = (
-    column("round", lambda r: str(r.round)),
-    column("attack (model decoded)", lambda r: f"{r.attack} ({r.decoded or 'none'})", cls="text"),
-    column(
-        "the server held",
-        lambda r: "the round's sum" if r.server_held == "sum" else "your update",
-        cls="text",
-    ),
-    column(
-        "records in the update / rows returned", lambda r: f"{r.n_records:,} / {r.n_returned:,}"
-    ),
-    column("rebuilt", lambda r: _share(r.share_rebuilt)),
-    column("baseline (public records)", lambda r: _share(r.baseline_share_rebuilt)),
-    column(
-        "looser (images: SSIM >= 0.6; rows: categories right)",
-        lambda r: _share(r.share_rebuilt_loose),
-    ),
-    column("your checks of the model received", lambda r: r.site_checks, cls="text"),
-)
-"""What a dishonest server rebuilt of a site's records, one row per attacked round (its own
-page)."""
 
 
 class Game(NamedTuple):

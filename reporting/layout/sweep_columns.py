@@ -87,7 +87,7 @@ SWEEP_SITE_COLUMNS: tuple[Column[SiteRow], ...] = (
     column("inversion, first attacked round", lambda r: inversion_cell(r.site, _point(r))),
     column(
         DISHONEST_SERVER_HEADER,
-        lambda r: fmt_dishonest_server(r.site.privacy.dishonest_server),
+        lambda r: fmt_dishonest_server(r.site.results.dishonest_server),
         title=lambda r: DISHONEST_SERVER.value(r.site),
     ),
     _number(EPS_TILDE),
@@ -200,7 +200,7 @@ def _over(key: str, what: Callable[[OverRuns], str]) -> Callable[[PointSite], st
 
 def sweep_replicate_columns(headline: str, accuracy: str) -> tuple[Column[PointSite], ...]:
     """Each point's sites over seeds: the ``headline`` number's and the ``accuracy``'s mean
-    and between-run interval (keys of ``between_runs.POOLED``)."""
+    and between-run interval (keys of ``between_runs.pooled()``)."""
     return (
         column("point", lambda r: r.point.label, cls="text"),
         column("site", lambda r: str(r.site.site_id)),

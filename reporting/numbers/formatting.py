@@ -10,7 +10,7 @@ from panoramia_fl.audit.canaries.gradient_canaries import GradientCanaryResult, 
 from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage, first_leaking_round
 from panoramia_fl.audit.panoramia.sides import SIDES
-from panoramia_fl.audit.result import AuditFlags, AuditResult, Interval
+from panoramia_fl.audit.result import AuditFlags, Interval, PanoramiaResult
 from panoramia_fl.contracts.held_rounds import DishonestServerResult
 
 from ..schemas.schema import (
@@ -142,29 +142,6 @@ def fmt_dishonest_server(results: Sequence[DishonestServerResult]) -> str:
     )
 
 
-def dishonest_server_sentence(result: DishonestServerResult) -> str:
-    """One plain sentence: what the dishonest server rebuilt in that round."""
-    held = (
-        "the round's sum, which its different models made your update"
-        if result.server_held == "sum"
-        else "your update"
-    )
-    if result.share_rebuilt is None:
-        return (
-            f"In round {result.round} the server sent you the real model and every other "
-            f"site a model whose update is zero ({result.attack}), and held {held}: its "
-            "audits of your update below read what it held."
-        )
-    what = "images" if result.measure == "ssim" else "records"
-    how = "" if result.attack == result.decoded else f" ({result.attack})"
-    return (
-        f"In round {result.round} the server sent you {result.decoded} weights{how} and, from "
-        f"{held}, rebuilt {result.share_rebuilt:.0%} of the {result.n_records:,} {what} your "
-        f"update came from, against {result.baseline_share_rebuilt or 0:.0%} from an update "
-        f"of public records. Your checks of the model you received: {result.site_checks}."
-    )
-
-
 def fmt_best(value: float | None, method: str | None) -> str:
     """``value (method)`` of the best one-run lower bound."""
     return _detailed(value, [method], "", MISSING)
@@ -172,7 +149,7 @@ def fmt_best(value: float | None, method: str | None) -> str:
 
 def quality(site: SiteReport, key: str) -> float | None:
     """A number of the audit's ``quality`` (f's accuracy / loss on members or holdout)."""
-    return None if site.audit is None else site.audit.quality.get(key)
+    return None if site.panoramia is None else site.panoramia.quality.get(key)
 
 
 def fmt_loss_gap(site: SiteReport, of: str = "loss") -> str:
@@ -195,7 +172,7 @@ def _scope(key: str) -> str:
 def flag_scopes(site: SiteReport) -> list[tuple[str, AuditFlags]]:
     """The site's flags per game: the one-sided game, the two-sided headline, then each side
     of the two-sided game."""
-    a = site.audit
+    a = site.panoramia
     if a is None:
         return []
     two = a.two_sided
@@ -236,7 +213,7 @@ def scorer_headers() -> list[str]:
     return [f"AUC {scorers}"] + [f"TPR@{FPR_LABELS[k]} FPR {scorers}" for k in TPR_FPR_KEYS]
 
 
-def scorer_values(audit: AuditResult | None, scorer: str) -> list[float | None]:
+def scorer_values(audit: PanoramiaResult | None, scorer: str) -> list[float | None]:
     """AUC and TPR at each FPR of :data:`TPR_FPR_KEYS` of one scorer."""
     s = None if audit is None else scorers(audit).get(scorer)
     if s is None:
@@ -247,7 +224,7 @@ def scorer_values(audit: AuditResult | None, scorer: str) -> list[float | None]:
 def scorer_cells(site: SiteReport) -> list[str]:
     """The AUC and TPR-at-FPR cells of a site (``b / MIA / RM;RN``), in
     :func:`scorer_headers` order."""
-    per_scorer = [scorer_values(site.audit, s) for s in SCORERS]
+    per_scorer = [scorer_values(site.panoramia, s) for s in SCORERS]
     return [" / ".join(fmt(v[i]) for v in per_scorer) for i in range(1 + len(TPR_FPR_KEYS))]
 
 
@@ -255,8 +232,8 @@ def levels_lines(sites: list[SiteReport]) -> list[str]:
     """One line per distinct set of bound levels, naming the sites that share it."""
     groups: dict[tuple[tuple[str, float], ...], list[int]] = {}
     for site in sites:
-        if site.audit is not None and site.audit.levels:
-            groups.setdefault(tuple(site.audit.levels.items()), []).append(site.site_id)
+        if site.panoramia is not None and site.panoramia.levels:
+            groups.setdefault(tuple(site.panoramia.levels.items()), []).append(site.site_id)
     return [
         f"bound levels, site{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}: "
         + ", ".join(f"{name} {value:g}" for name, value in levels)

@@ -4,7 +4,7 @@ whose flags say it is not a measurement of leakage is never shown as a finding."
 
 from __future__ import annotations
 
-from panoramia_fl.audit.result import AuditFlags, AuditResult
+from panoramia_fl.audit.result import AuditFlags, PanoramiaResult
 
 from ..schemas.schema import FLAGS
 from .flag_prose import FLAG_PROSE
@@ -16,7 +16,7 @@ above real ones. (``rm_rn_capped`` only says the cross-check can neither confirm
 the number.)"""
 
 
-def headline_flags(audit: AuditResult) -> list[str]:
+def headline_flags(audit: PanoramiaResult) -> list[str]:
     """The flags raised on the headline, in :data:`~.schema.FLAGS`' order: the two-sided
     headline's own and those of the side it comes from (the one-sided game's when the audit
     has no two-sided game)."""
@@ -27,12 +27,12 @@ def headline_flags(audit: AuditResult) -> list[str]:
     return [name for name in FLAGS if any(f is not None and getattr(f, name) for f in scopes)]
 
 
-def not_a_finding(audit: AuditResult) -> bool:
+def not_a_finding(audit: PanoramiaResult) -> bool:
     """Whether the headline's flags say it does not measure the model's leakage."""
     return any(name in NOT_A_FINDING for name in headline_flags(audit))
 
 
-def flag_effects(audit: AuditResult) -> str | None:
+def flag_effects(audit: PanoramiaResult) -> str | None:
     """``flagged (labels): what they mean for the number``; None without a raised flag."""
     names = headline_flags(audit)
     if not names:

@@ -4,7 +4,7 @@ in :mod:`.flag_prose`).
 
 The audit library's own statements of what eps_tilde and its two-sided game mean
 (:data:`audit.result.EPS_TILDE_MEANING`, :data:`audit.result.TWO_SIDED_MEANING`) stay with
-the audit, which returns them in every result (``AuditResult.meaning``) to callers without a
+the audit, which returns them in every result (``PanoramiaResult.meaning``) to callers without a
 report; the report reads them through :data:`NOTES` like every other sentence. The line on
 how the DP noise was drawn (``contracts.run_files.NOISE_NOTES``) stays in contracts too: the
 server writes it into its ledger and ``noise.json``; the report looks it up by the source

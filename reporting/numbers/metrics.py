@@ -4,7 +4,9 @@ An entry holds a typed getter into the site's report (:class:`~.schema.SiteRepor
 labels, unit, display digits, the level it holds at and a plain-language gloss. The
 consortium and sweep tables, the site page, the privacy ledger's ordering check, ledger.csv,
 the plots and the replicate pooling all take their numbers from here: a new number is one
-entry.
+entry. The entries of a kind of audit that the consortium's and the sweeps' tables name
+live here too; the kind's part (:mod:`.report_parts`) lists them, and a kind's number no
+other table names lives in the kind's own module.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from typing import Literal
 from panoramia_fl.audit.canaries.gradient_canaries import LevelAudit, reading_level
 from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
-from panoramia_fl.audit.result import AuditResult, Interval, TwoSidedResult, finite
-from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
+from panoramia_fl.audit.result import Interval, PanoramiaResult, TwoSidedResult, finite
 
 from ..schemas.schema import SiteReport, mean_of
 
@@ -74,23 +75,23 @@ def number(value: Value) -> float | None:
 
 def two_sided(site: SiteReport) -> TwoSidedResult | None:
     """The site's two-sided game; None without an audit or in an audit older than it."""
-    return None if site.audit is None else site.audit.two_sided
+    return None if site.panoramia is None else site.panoramia.two_sided
 
 
 def mechanism(site: SiteReport) -> LevelAudit | None:
     """The mechanism level of the site's gradient canaries (every noisy step)."""
-    canaries = site.privacy.gradient_canaries
+    canaries = site.results.gradient_canaries
     return None if canaries is None else canaries.mechanism
 
 
 def server(site: SiteReport) -> LevelAudit | None:
     """The server level of the site's gradient canaries (its round updates)."""
-    canaries = site.privacy.gradient_canaries
+    canaries = site.results.gradient_canaries
     return None if canaries is None else canaries.server
 
 
-def _audit(get: Callable[[AuditResult], Value]) -> Callable[[SiteReport], Value]:
-    return lambda s: None if s.audit is None else get(s.audit)
+def _audit(get: Callable[[PanoramiaResult], Value]) -> Callable[[SiteReport], Value]:
+    return lambda s: None if s.panoramia is None else get(s.panoramia)
 
 
 def _two(get: Callable[[TwoSidedResult], Value]) -> Callable[[SiteReport], Value]:
@@ -98,19 +99,7 @@ def _two(get: Callable[[TwoSidedResult], Value]) -> Callable[[SiteReport], Value
 
 
 def _input_canary(get: Callable[[InputCanaryResult], Value]) -> Callable[[SiteReport], Value]:
-    return lambda s: None if s.privacy.canary is None else get(s.privacy.canary)
-
-
-def _attribute(
-    get: Callable[[AttributeInferenceResult], Value],
-) -> Callable[[SiteReport], Value]:
-    return lambda s: None if (a := s.privacy.attribute_inference) is None else get(a)
-
-
-def _attribute_level(site: SiteReport) -> float | None:
-    """Each side of the attribute-inference game holds at beta/2."""
-    a = site.privacy.attribute_inference
-    return None if a is None else a.beta / 2
+    return lambda s: None if s.results.input_canaries is None else get(s.results.input_canaries)
 
 
 def _level(
@@ -120,15 +109,15 @@ def _level(
 
 
 def _audit_level(key: str) -> Callable[[SiteReport], float | None]:
-    return lambda s: None if s.audit is None else s.audit.levels.get(key)
+    return lambda s: None if s.panoramia is None else s.panoramia.levels.get(key)
 
 
 def _input_canary_level(site: SiteReport) -> float | None:
-    return None if site.privacy.canary is None else site.privacy.canary.beta
+    return None if site.results.input_canaries is None else site.results.input_canaries.beta
 
 
 def _white_box_level(site: SiteReport) -> float | None:
-    canaries = site.privacy.gradient_canaries
+    canaries = site.results.gradient_canaries
     return None if canaries is None else reading_level(canaries.beta)
 
 
@@ -303,26 +292,6 @@ SERVER_STEINKE = Metric(
     checked="site_dp",
     level=_white_box_level,
 )
-ATTRIBUTE_EPS_LB = Metric(
-    "attribute_eps_lb",
-    "attribute inference eps_lb",
-    _attribute(lambda a: a.eps_lb),
-    name="attribute-inference eps lower bound (two-sided)",
-    gloss="guessing membership by how much more the model-based guess of the sensitive field "
-    "believes its true value than a baseline without the model, on members against real "
-    "held-out records (c = 0): an eps lower bound",
-    checked="released",
-    level=_attribute_level,
-)
-ATTRIBUTE_ADVANTAGE = Metric(
-    "attribute_advantage",
-    "attribute inference advantage",
-    _attribute(lambda a: a.advantage),
-    name="attribute-inference advantage (accuracy on members minus on held-out records)",
-    unit="fraction",
-    gloss="how much more often the model-based guess names the sensitive field right for "
-    "the model's members than for people it never saw (the baseline's gap beside it)",
-)
 HOLDOUT_ACCURACY = Metric(
     "holdout_accuracy",
     "accuracy (site holdout)",
@@ -338,15 +307,6 @@ DP_EPSILON = Metric(
     pooled="dp_epsilon",
     pooled_label="record-level accountant eps",
 )
-INVERSION_SHARE_REBUILT = Metric(
-    "inversion_share_rebuilt",
-    "share rebuilt by gradient inversion",
-    lambda s: max((r.share_rebuilt for r in s.privacy.inversion), default=None),
-    name="the largest share of the site's records the server's gradient inversion rebuilt "
-    "(over the attacked rounds)",
-    unit="fraction",
-    gloss="records whose best reconstruction is at or above the measure's threshold",
-)
 CLIENT_EPSILON = Metric(
     "client_epsilon",
     "accountant eps client (site-level)",
@@ -357,7 +317,7 @@ CLIENT_EPSILON = Metric(
 
 
 def _first_attack(site: SiteReport) -> float | None:
-    attacked = [r for r in site.privacy.dishonest_server if r.share_rebuilt is not None]
+    attacked = [r for r in site.results.dishonest_server if r.share_rebuilt is not None]
     return attacked[0].share_rebuilt if attacked else None
 
 
@@ -392,20 +352,13 @@ METRICS: tuple[Metric, ...] = (
     INPUT_CANARY,
     INPUT_CANARY_FDP,
     CLIENT_EPS_LB,
-    MECHANISM_FDP,
-    MECHANISM_STEINKE,
-    MECHANISM_ESTIMATE,
-    SERVER_FDP,
-    SERVER_STEINKE,
-    ATTRIBUTE_EPS_LB,
-    ATTRIBUTE_ADVANTAGE,
     HOLDOUT_ACCURACY,
-    INVERSION_SHARE_REBUILT,
     DP_EPSILON,
     CLIENT_EPSILON,
-    DISHONEST_SERVER,
 )
-"""Every number of a site the reports show, in the order a replicate set pools them."""
+"""The numbers every site's report is built around (PANORAMIA's, the input canaries', the
+accountants'), in the order a replicate set pools them; each other kind of audit adds its
+own (:func:`.report_parts.site_metrics`)."""
 
 LOWER_BOUNDS: tuple[Metric, ...] = (
     INPUT_CANARY,
@@ -417,23 +370,10 @@ LOWER_BOUNDS: tuple[Metric, ...] = (
     RM_RN_MEMBER,
     RM_RN_NONMEMBER,
     CLIENT_EPS_LB,
-    MECHANISM_FDP,
-    MECHANISM_STEINKE,
-    SERVER_FDP,
-    SERVER_STEINKE,
-    ATTRIBUTE_EPS_LB,
 )
-"""The measured lower bounds on epsilon (the entries with a guarantee to stay at or below),
-in the order the ordering check lists its violations."""
-
-
-REBUILT_SHARES: tuple[Metric, ...] = (INVERSION_SHARE_REBUILT, DISHONEST_SERVER)
-"""The shares of a site's records an attack rebuilt (unit ``fraction``): what a release
-policy's ``max_rebuilt_share`` holds every one of to (an attack that rebuilds records adds
-its entry here)."""
-
-METRIC_KEYS: dict[str, Metric] = {m.key: m for m in METRICS}
-"""Every entry of :data:`METRICS` by its key (what a release policy names)."""
+"""The measured lower bounds on epsilon of :data:`METRICS` (the entries with a guarantee to
+stay at or below), in the order the ordering check lists its violations (each other kind's
+follow: :func:`.report_parts.lower_bounds`)."""
 
 
 def round_two_sided(e: RoundLeakage) -> Interval:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from panoramia_fl.audit.conformance.checks import ConformanceResult
-from panoramia_fl.audit.result import AuditResult, Interval
+from panoramia_fl.audit.result import Interval, PanoramiaResult
 
 from ..schemas.schema import FLAGS, PlainReading, SiteReport, Verdict, mean_of
 from .flag_prose import FLAG_PROSE
@@ -22,7 +22,7 @@ from .metrics import O1, RM_RN, RM_RN_TWO_SIDED
 def plain_reading(site: SiteReport, *, exposed_records: bool) -> PlainReading:
     """The headline and the three plain-language lists of a site's report;
     ``exposed_records``: whether the site keeps its own list of most exposed records."""
-    audit = site.audit
+    audit = site.panoramia
     if audit is None:
         why = site.error or "no audit file"
         return PlainReading(
@@ -69,7 +69,7 @@ def _coverage(site: SiteReport) -> str:
     rounds = "" if earlier else "not earlier rounds, "
     updates = (
         "the updates exchanged during training only through the gradient canaries above"
-        if site.privacy.gradient_canaries is not None
+        if site.results.gradient_canaries is not None
         else "not the updates exchanged during training"
     )
     return (
@@ -141,9 +141,9 @@ def _flagged_headline(
     )
 
 
-def _measured(site: SiteReport, audit: AuditResult) -> list[str]:
+def _measured(site: SiteReport, audit: PanoramiaResult) -> list[str]:
     m = audit.sizes.get("m")
-    canary, canaries = site.privacy.canary, site.privacy.canaries
+    canary, canaries = site.results.input_canaries, site.privacy.canaries
     lookalikes = (
         "real public records of the same kind that no site trained on"
         if audit.generator_kind == "reference_pool"
@@ -170,7 +170,7 @@ def _measured(site: SiteReport, audit: AuditResult) -> list[str]:
             f"of {fmt(None if canary is None else canary.eps_lb)}. The canaries changed the "
             "model: it is not the one the consortium would have trained without them."
         )
-    white_box = site.privacy.gradient_canaries
+    white_box = site.results.gradient_canaries
     mechanism = None if white_box is None else white_box.mechanism
     server = None if white_box is None else white_box.server
     if mechanism is not None:
@@ -197,7 +197,9 @@ def _measured(site: SiteReport, audit: AuditResult) -> list[str]:
     return lines
 
 
-def _meaning(site: SiteReport, audit: AuditResult, verdict: str, value: float | None) -> list[str]:
+def _meaning(
+    site: SiteReport, audit: PanoramiaResult, verdict: str, value: float | None
+) -> list[str]:
     lines: list[str] = []
     side = None if audit.two_sided is None else audit.two_sided.side
     if verdict == "evidence" and value is not None:
@@ -224,7 +226,7 @@ def _meaning(site: SiteReport, audit: AuditResult, verdict: str, value: float | 
     return [line for line in lines if line]
 
 
-def _flag_lines(audit: AuditResult) -> list[str]:
+def _flag_lines(audit: PanoramiaResult) -> list[str]:
     """One sentence per raised flag of the headline (its own, then those of the side it
     comes from, prefixed so), then what the baseline knew about real records."""
     two = audit.two_sided
@@ -236,7 +238,7 @@ def _flag_lines(audit: AuditResult) -> list[str]:
     return lines + [realness_line(audit)]
 
 
-def _low_fpr_line(audit: AuditResult) -> str:
+def _low_fpr_line(audit: PanoramiaResult) -> str:
     mia, base = (scorer_values(audit, scorer)[1] for scorer in ("mia", "baseline"))
     if mia is None:
         return ""
@@ -291,7 +293,7 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
-def realness_line(audit: AuditResult) -> str:
+def realness_line(audit: PanoramiaResult) -> str:
     """What the baseline could know about real records, where its non-members are generated
     and it knew less than the model (``helper_real_*`` in the audit's sizes)."""
     public = audit.sizes.get("helper_real_public")

@@ -90,10 +90,10 @@ def site_eps_plot(sites: list[SiteReport]) -> str | None:
     width = 0.18
     offsets = [width * (j - (len(_EPS_SERIES) - 1) / 2) for j in range(len(_EPS_SERIES))]
     for x, site in enumerate(sites):
-        if site.audit is None:
+        if site.panoramia is None:
             ax.texts.append(Text(x, 0.0, site.status, "grey", size=10, vertical=True))
             continue
-        game = site.audit.one_sided
+        game = site.panoramia.one_sided
         if game.headroom is not None:
             ax.bars.append(Bar(x, game.headroom, 0.8, "#e6e6e6", "#999999"))
         for dx, series in zip(offsets, _EPS_SERIES):
@@ -189,7 +189,7 @@ def _curve_grid(
     ylabel: str,
     ceiling_line: bool,
 ) -> str | None:
-    drawn = [(s, s.audit) for s in sites if s.audit is not None and s.audit.repeats]
+    drawn = [(s, s.panoramia) for s in sites if s.panoramia is not None and s.panoramia.repeats]
     if not drawn:
         return None
     panels = []

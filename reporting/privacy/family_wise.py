@@ -96,7 +96,7 @@ def consortium_reading(sites: Sequence[tuple[str, SiteReport]]) -> ConsortiumRea
     entries: list[tuple[str, ConformanceCheck]] = []
     betas: list[float] = []
     for where, site in sites:
-        canaries = site.privacy.gradient_canaries
+        canaries = site.results.gradient_canaries
         result = None if canaries is None else canaries.conformance
         tested = [] if result is None else [c for c in result.checks if c.level is not None]
         if result is not None and tested:

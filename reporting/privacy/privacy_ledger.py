@@ -24,8 +24,7 @@ is a reading aid, not a new test.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from panoramia_fl.audit.canaries.client_canaries import ClientCanaryResult, ThreatModel
 from panoramia_fl.audit.result import finite
@@ -47,11 +46,11 @@ from ..numbers.metrics import (
     EPS_TILDE_TWO_SIDED,
     INPUT_CANARY,
     INPUT_CANARY_FDP,
-    LOWER_BOUNDS,
     O1,
     O1_FDP,
     Metric,
 )
+from ..numbers.report_parts import lower_bounds
 from ..schemas.schema import (
     CONFORMANCE_PREFIX,
     BoundViolation,
@@ -117,14 +116,6 @@ class PrivacySettings:
         return None if self.dp_level is None else self.dp_level != "none"
 
 
-def _audit_kinds(results: SiteResults) -> dict[str, Any]:
-    """The kinds of audit the site's report shows as they are: each field of
-    :class:`SiteResults` that :class:`PrivacyReport` has by the same name (a new kind is a
-    field of both, with nothing to add here)."""
-    shown = {f.name for f in fields(PrivacyReport)}
-    return {f.name: getattr(results, f.name) for f in fields(results) if f.name in shown}
-
-
 def site_privacy(
     site_id: int,
     audit: SiteAuditFile[SiteResults] | None,
@@ -180,8 +171,6 @@ def site_privacy(
         canaries=canary.n_canaries
         if canary is not None and canary.n_canaries
         else settings.input_canaries,
-        canary=canary,
-        **_audit_kinds(results),
         client_epsilon_server=None if ledger_site is None else ledger_site.epsilon_server,
         client_epsilon_record_server=(
             None if ledger_site is None else ledger_site.epsilon_record_server
@@ -256,7 +245,7 @@ def _last_round(site_id: int, rounds: list[RoundRecord], name: str) -> float | N
 
 
 def bound_violations(site: SiteReport) -> list[BoundViolation]:
-    """The measured lower bounds (:data:`~.metrics.LOWER_BOUNDS`) above the guarantee they
+    """The measured lower bounds (:func:`~.report_parts.lower_bounds`) above the guarantee they
     measure: that of the site's records in the released model
     (:func:`released_model_epsilon`); for the canary clients' bound the site-level client
     epsilon; for the white-box bounds the site's DP-SGD epsilon (what holds against the
@@ -267,7 +256,7 @@ def bound_violations(site: SiteReport) -> list[BoundViolation]:
         "site_dp": site.privacy.dp_epsilon,
     }
     found = []
-    for bound in LOWER_BOUNDS:
+    for bound in lower_bounds():
         assert bound.checked is not None and bound.level is not None
         dp, value = guarantees[bound.checked], bound.value(site)
         if dp is None or value is None or not value > dp + _TOLERANCE:
@@ -308,7 +297,7 @@ def update_violations(site: SiteReport) -> list[BoundViolation]:
 def conformance_violations(site: SiteReport) -> list[BoundViolation]:
     """The failed conformance checks of the site's real DP-SGD steps
     (:mod:`audit.conformance.checks`), each a violation of the guarantee as stated."""
-    gradient = site.privacy.gradient_canaries
+    gradient = site.results.gradient_canaries
     conformance = None if gradient is None else gradient.conformance
     if conformance is None:
         return []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..gate.gate_blocks import gate_blocks
-from ..layout.attribute_report import attribute_run_section
 from ..layout.banners import (
     client_canary_lines,
     consortium_banner,
@@ -43,6 +42,7 @@ from ..numbers.formatting import (
     scorer_headers,
 )
 from ..numbers.meanings import NOTES, Note
+from ..numbers.report_parts import report_parts
 from ..pages import plots
 from ..pages.html_page import page
 from ..schemas.lost_sites import NOT_STARTED, lost_sites, stopped_before_training
@@ -124,7 +124,7 @@ def report_blocks(
         Bullets(levels_lines(sites)),
         *_problems(report),
         *_ledger(report),
-        *attribute_run_section(report),
+        *(b for part in report_parts() if part.run_section for b in part.run_section(report)),
         *_client_canaries(report),
         *_figures(report),
         *_over_rounds(report),
@@ -234,7 +234,7 @@ def _figures(report: RunReport) -> list[Block]:
 
 def _roc_figures(report: RunReport) -> list[Block]:
     """One log-log ROC figure per ok site whose audit has ROC summaries."""
-    drawn = [(s, s.audit) for s in report.sites if s.audit is not None and s.audit.roc]
+    drawn = [(s, s.panoramia) for s in report.sites if s.panoramia is not None and s.panoramia.roc]
     if not drawn:
         return [Figure(None, "", alt="log-scale ROC (the audits carry no ROC summaries)")]
     return [

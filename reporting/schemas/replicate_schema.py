@@ -33,7 +33,7 @@ class OverRuns:
 
 @dataclass(frozen=True)
 class ReplicateSite:
-    """A site's headline numbers over a replicate set (keys: ``between_runs.POOLED``)."""
+    """A site's headline numbers over a replicate set (keys: ``between_runs.pooled()``)."""
 
     site_id: int
     numbers: dict[str, OverRuns]

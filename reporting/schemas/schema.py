@@ -1,7 +1,8 @@
 """Typed models of the consortium report (``report.json``), a site's own report and the sweep
 report (``sweep.json``); docs/run_outputs.md says what each key holds.
 
-Plain frozen dataclasses; a site's audit is the :class:`audit.result.AuditResult` itself:
+Plain frozen dataclasses; a site's report holds its audit file as read, and its PANORAMIA
+result is the :class:`audit.result.PanoramiaResult` itself:
 each number is held once, where it belongs (an estimate with its interval, a game with its
 flags, a guarantee with its accountant). :func:`report_json` serialises them, the audit's
 types through their view (:data:`VIEWS`), so the report never carries raw records,
@@ -10,7 +11,9 @@ per-record scores or curves: only summary numbers of the run's files.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -18,26 +21,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from panoramia_fl.audit.canaries.client_canaries import ClientCanaryResult
-from panoramia_fl.audit.canaries.gradient_canaries import GradientCanaryResult
-from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
-from panoramia_fl.audit.inversion.scores import InversionResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
 from panoramia_fl.audit.panoramia.sides import SIDES
 from panoramia_fl.audit.result import (
     AuditFlags,
-    AuditResult,
     Interval,
+    PanoramiaResult,
     RepeatResult,
     SideResult,
     TwoSidedResult,
     finite,
 )
-from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult
+from panoramia_fl.audit.site_results import SiteResults
 from panoramia_fl.contracts.dp_level import DPLevel, SecureAggregationMode
-from panoramia_fl.contracts.held_rounds import DishonestServerResult
-from panoramia_fl.contracts.json_values import json_safe
+from panoramia_fl.contracts.json_values import dataclass_of, json_safe
 from panoramia_fl.contracts.model_flags import CheckRecord
 from panoramia_fl.contracts.run_log import ClientDPFile, PlatformInfo, RoundRecord
+from panoramia_fl.contracts.site_audit import SiteAuditFile
 
 from .gate_schema import GateVerdict
 from .replicate_schema import ReplicateReport, ReplicateSite
@@ -110,7 +110,7 @@ def _two_sided_number(name: str, path: str) -> Key:
     return Key(name, lambda r: None if r.two_sided is None else finite(get(r.two_sided)))
 
 
-def scorers(result: AuditResult) -> dict[str, dict[str, Any]]:
+def scorers(result: PanoramiaResult) -> dict[str, dict[str, Any]]:
     """Per scorer of :data:`SCORERS` that the audit ran: its ``auc`` and ``tpr_at_fpr`` at
     the FPRs of :data:`TPR_FPR_KEYS` (fixed keys, so that every site names the same)."""
     found = {}
@@ -125,74 +125,6 @@ def scorers(result: AuditResult) -> dict[str, dict[str, Any]]:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-_GAME = (
-    _key("c_lb", Interval),
-    _key("c_eps_lb", Interval),
-    _key("eps_tilde", Interval),
-    _number("ceiling"),
-    _key("headroom"),
-    _key("flags", AuditFlags),
-    _key("rm_rn_eps_lb", Interval),
-    _number("rm_rn_ceiling"),
-)
-VIEWS: dict[type, tuple[Key, ...]] = {
-    SideResult: _GAME,
-    TwoSidedResult: (
-        _number("beta"),
-        _key("eps_tilde", Interval),
-        _key("side"),
-        _key("rm_rn_eps_lb", Interval),
-        _key("member", SideResult),
-        _key("nonmember", SideResult),
-        _key("flags", AuditFlags),
-    ),
-    RepeatResult: (
-        Key("seed", lambda r: int(r.seed)),
-        Key("m", lambda r: int(r.m)),
-        *(_number(k, f"one_sided.{k}") for k in ("c_lb", "c_eps_lb", "eps_tilde", "ceiling")),
-        *map(_number, ("baseline_auc", "mia_auc")),
-        _number("rm_rn_eps_lb", "one_sided.rm_rn_eps_lb"),
-        _number("o1_eps_lb"),
-        _two_sided_number("eps_tilde_two_sided", "eps_tilde"),
-        *(_two_sided_number(f"{s}_{b}", f"{s}.{b}") for s in SIDES for b in ("c_lb", "c_eps_lb")),
-        _two_sided_number("rm_rn_eps_lb_two_sided", "rm_rn_eps_lb"),
-    ),
-    AuditResult: (
-        _key("modality"),
-        _key("generator_kind"),
-        _number("beta"),
-        Key("n_repeats", lambda a: len(a.repeats)),
-        _key("one_sided", SideResult),
-        _key("two_sided", TwoSidedResult),
-        _key("o1_eps_lb", Interval),
-        _key("o1_eps_lb_fdp", Interval),
-        Key("o1_fdp_mu", lambda a: None if a.o1_fdp_mu is None else finite(a.o1_fdp_mu.mean)),
-        Key("scorers", scorers),
-        Key(
-            "levels", lambda a: {k: v for k, x in a.levels.items() if (v := finite(x)) is not None}
-        ),
-        Key("sizes", lambda a: {k: int(v) for k, v in a.sizes.items() if _is_number(v)}),
-        Key("quality", lambda a: {k: float(v) for k, v in a.quality.items() if _is_number(v)}),
-        # Curves, ROCs and per-record scores stay in audits/: the report keeps the scalars.
-        _key("repeats"),
-        _key("per_class"),
-    ),
-}
-"""What the report holds of each audit result type, key by key, in report.json's order:
-the audit's own numbers (never recomputed) and the few derived ones (headroom, mean AUCs)."""
-
-
-def report_json(obj: Any) -> Any:
-    """Plain JSON values of a report (:func:`contracts.json_values.json_safe`), each audit
-    result type in its view (:data:`VIEWS`)."""
-    return json_safe(obj, view=_viewed)
-
-
-def _viewed(obj: Any) -> dict[str, Any] | None:
-    keys = VIEWS.get(type(obj))
-    return None if keys is None else {k.name: k.get(obj) for k in keys}
 
 
 @dataclass(frozen=True)
@@ -229,18 +161,6 @@ class PrivacyReport:
     """The canary clients' f-DP lower bound on the client-level epsilon (final model)."""
     client_eps_lb_beta: float | None
     canaries: int | None
-    canary: InputCanaryResult | None
-    gradient_canaries: GradientCanaryResult | None = None
-    """The site's white-box audit of its own DP-SGD (gradient canaries): what the server
-    could learn, at the mechanism and server levels; None when off."""
-    inversion: list[InversionResult] = field(default_factory=list)
-    """The site's gradient-inversion audit: how well the server could rebuild its records
-    from its updates (under secure aggregation: from each round's sum), per attacked round,
-    beside the public-record baseline (summary numbers only); empty when off."""
-    dishonest_server: list[DishonestServerResult] = field(default_factory=list)
-    """What the run's dishonest server (``fl.adversary``, simulations only) rebuilt of the
-    site's records, per attacked round, beside its public-record baseline (the site's
-    scores, summary numbers only); empty when the server played fair."""
     client_epsilon_server: float | None = None
     """Site-level client epsilon against the server itself: distributed DP only (each
     update it received carried the site's noise share, or it held only the sum under
@@ -250,9 +170,6 @@ class PrivacyReport:
     declared_size: int | None = None
     """Record level: the public record count its DP-SGD's sampling rate, steps and divisor
     came from (``dp.declared_size``); None: the site's own member count (not sent)."""
-    attribute_inference: AttributeInferenceResult | None = None
-    """Whether the final model reveals a sensitive field better for the site's members than
-    for its held-out records (``audit.attribute_inference``); None when off."""
     outside_guarantee: list[str] = field(default_factory=list)
     """Under DP (record or client level): the keys of its train replies that its guarantee
     does not cover (``contracts.reply_keys.REPLY_KEYS``), e.g. ``dp-epsilon`` derived from
@@ -279,7 +196,7 @@ class BoundViolation:
     """
 
     bound: str
-    """The key of its :data:`~.metrics.LOWER_BOUNDS` entry, or :data:`CONFORMANCE_PREFIX`
+    """The key of its :func:`~.report_parts.lower_bounds` entry, or :data:`CONFORMANCE_PREFIX`
     and the check's name."""
     label: str
     value: float
@@ -311,27 +228,69 @@ class ChecksReport:
     fdp_delta: float | None = None
 
 
+SiteAuditRead = SiteAuditFile[SiteResults]
+"""A site's audit file as the report reads it."""
+
+
 @dataclass(frozen=True)
 class SiteReport:
-    """One site: its audit (None when it failed or is missing), its guarantees and the
-    checks between them. Built by :func:`reporting.assembly.aggregate.site_report` only; read by the
-    consortium report, a site's own report, the ledger and the sweeps."""
+    """One site: its audit as read (None when it sent none), its guarantees and the checks
+    between them. The audit's numbers are read through it, never copied: its PANORAMIA
+    result is :attr:`panoramia` (key ``audit`` in report.json, :data:`VIEWS`), its sizes,
+    time and rounds are the audit file's. Built by
+    :func:`reporting.assembly.aggregate.site_report` only; read by the consortium report, a
+    site's own report, the ledger and the sweeps."""
 
     site_id: int
-    status: SiteStatus
-    error: str | None
-    n_members: int | None
-    n_holdout: int | None
-    elapsed_s: float | None
-    audit: AuditResult | None
+    audit: SiteAuditRead | None
+    """The site's audit file as read: ``ok`` with its results, or ``failed`` saying why (a
+    file that does not read as the site's audit reads as failed); None: the site has none."""
     privacy: PrivacyReport
     checks: ChecksReport
-    by_round: list[RoundLeakage] = field(default_factory=list)
-    """The audits of earlier rounds' global models and of the final one (``audit.rounds``
-    / ``audit.every``), by round; empty when only the final model was audited."""
-    updates: list[RoundLeakage] = field(default_factory=list)
-    """The audits of the site's own updates (``audit.updates``), by round, each with the
-    site's DP-SGD epsilon after its round."""
+    partition_records: tuple[int | None, int | None] = (None, None)
+    """A site without an audit file: its members and held-out records by partition.json."""
+
+    @property
+    def status(self) -> SiteStatus:
+        return "missing" if self.audit is None else self.audit.status
+
+    @property
+    def results(self) -> SiteResults:
+        """Every kind of audit the site ran (none when it has no audit file)."""
+        return SiteResults() if self.audit is None else self.audit.results
+
+    @property
+    def panoramia(self) -> PanoramiaResult | None:
+        """The PANORAMIA game's result on the final model: None when the audit failed or is
+        missing."""
+        return self.results.panoramia
+
+    @property
+    def error(self) -> str | None:
+        """Why the site has no result (its failed audit's error); None otherwise."""
+        return None if self.audit is None or self.panoramia is not None else self.audit.error
+
+    @property
+    def n_members(self) -> int | None:
+        return self.partition_records[0] if self.audit is None else self.audit.n_members
+
+    @property
+    def n_holdout(self) -> int | None:
+        return self.partition_records[1] if self.audit is None else self.audit.n_holdout
+
+    @property
+    def elapsed_s(self) -> float | None:
+        return None if self.audit is None else self.audit.elapsed_s
+
+    @property
+    def by_round(self) -> list[RoundLeakage]:
+        """The audits of the global models by round (``audit.rounds`` / ``audit.every``)."""
+        return self.results.by_round
+
+    @property
+    def updates(self) -> list[RoundLeakage]:
+        """The audits of the site's own updates by round (``audit.updates``)."""
+        return self.results.updates
 
     def update_rows(self) -> list[UpdateRow]:
         """Each audited update beside the same round's global model."""
@@ -346,6 +305,125 @@ class UpdateRow:
     round: int
     update: RoundLeakage
     global_model: RoundLeakage | None
+
+
+@dataclass(frozen=True)
+class SitePrivacy:
+    """A site's ``privacy`` in report.json and its row of ledger.csv: its guarantees
+    (:class:`PrivacyReport`) beside the result of each kind of audit that has no key of its
+    own in the site's report, read from the site's audit (:data:`VIEWS`), never copied."""
+
+    site: SiteReport
+
+
+SHOWN_ELSEWHERE = frozenset({"panoramia", "by_round", "updates"})
+"""The kinds of audit a site's report shows under keys of their own; every other field of
+``SiteResults`` is a key of its ``privacy``."""
+
+_KINDS_AFTER: dict[str, tuple[str, ...]] = {
+    "canaries": ("input_canaries", "gradient_canaries", "inversion", "dishonest_server"),
+    "declared_size": ("attribute_inference",),
+}
+"""Where report.json has always placed these kinds (after the key named); others go last."""
+_KIND_KEYS = {"input_canaries": "canary"}
+"""The privacy key of a kind that is not its name (``canary``: as report.json has it)."""
+
+
+def _privacy_keys() -> tuple[Key, ...]:
+    """The keys of :class:`SitePrivacy`: each field of :class:`PrivacyReport`, and each kind
+    of audit not :data:`SHOWN_ELSEWHERE` in its place (:data:`_KINDS_AFTER`)."""
+    guarantees, kinds = typing.get_type_hints(PrivacyReport), typing.get_type_hints(SiteResults)
+
+    def guarantee(name: str) -> Key:
+        return Key(name, lambda p: getattr(p.site.privacy, name), dataclass_of(guarantees[name]))
+
+    def kind(name: str) -> Key:
+        get = attrgetter(f"site.results.{name}")
+        return Key(_KIND_KEYS.get(name, name), get, dataclass_of(kinds[name]))
+
+    placed = {name for after in _KINDS_AFTER.values() for name in after}
+    keys = []
+    for f in dataclasses.fields(PrivacyReport):
+        keys += [guarantee(f.name), *map(kind, _KINDS_AFTER.get(f.name, ()))]
+    rest = [n for n in kinds if n not in SHOWN_ELSEWHERE | placed]
+    return (*keys, *map(kind, rest))
+
+
+_GAME = (
+    _key("c_lb", Interval),
+    _key("c_eps_lb", Interval),
+    _key("eps_tilde", Interval),
+    _number("ceiling"),
+    _key("headroom"),
+    _key("flags", AuditFlags),
+    _key("rm_rn_eps_lb", Interval),
+    _number("rm_rn_ceiling"),
+)
+VIEWS: dict[type, tuple[Key, ...]] = {
+    SideResult: _GAME,
+    TwoSidedResult: (
+        _number("beta"),
+        _key("eps_tilde", Interval),
+        _key("side"),
+        _key("rm_rn_eps_lb", Interval),
+        _key("member", SideResult),
+        _key("nonmember", SideResult),
+        _key("flags", AuditFlags),
+    ),
+    RepeatResult: (
+        Key("seed", lambda r: int(r.seed)),
+        Key("m", lambda r: int(r.m)),
+        *(_number(k, f"one_sided.{k}") for k in ("c_lb", "c_eps_lb", "eps_tilde", "ceiling")),
+        *map(_number, ("baseline_auc", "mia_auc")),
+        _number("rm_rn_eps_lb", "one_sided.rm_rn_eps_lb"),
+        _number("o1_eps_lb"),
+        _two_sided_number("eps_tilde_two_sided", "eps_tilde"),
+        *(_two_sided_number(f"{s}_{b}", f"{s}.{b}") for s in SIDES for b in ("c_lb", "c_eps_lb")),
+        _two_sided_number("rm_rn_eps_lb_two_sided", "rm_rn_eps_lb"),
+    ),
+    PanoramiaResult: (
+        _key("modality"),
+        _key("generator_kind"),
+        _number("beta"),
+        Key("n_repeats", lambda a: len(a.repeats)),
+        _key("one_sided", SideResult),
+        _key("two_sided", TwoSidedResult),
+        _key("o1_eps_lb", Interval),
+        _key("o1_eps_lb_fdp", Interval),
+        Key("o1_fdp_mu", lambda a: None if a.o1_fdp_mu is None else finite(a.o1_fdp_mu.mean)),
+        Key("scorers", scorers),
+        Key(
+            "levels", lambda a: {k: v for k, x in a.levels.items() if (v := finite(x)) is not None}
+        ),
+        Key("sizes", lambda a: {k: int(v) for k, v in a.sizes.items() if _is_number(v)}),
+        Key("quality", lambda a: {k: float(v) for k, v in a.quality.items() if _is_number(v)}),
+        # Curves, ROCs and per-record scores stay in audits/: the report keeps the scalars.
+        _key("repeats"),
+        _key("per_class"),
+    ),
+    SiteReport: (
+        *map(_key, ("site_id", "status", "error", "n_members", "n_holdout", "elapsed_s")),
+        Key("audit", attrgetter("panoramia"), PanoramiaResult),
+        Key("privacy", SitePrivacy, SitePrivacy),
+        _key("checks", ChecksReport),
+        *map(_key, ("by_round", "updates")),
+    ),
+    SitePrivacy: _privacy_keys(),
+}
+"""What the report holds of each audit result type, key by key, in report.json's order:
+the audit's own numbers (never recomputed) and the few derived ones (headroom, mean AUCs);
+and of a site, what it reads of its audit file (its PANORAMIA result under ``audit``)."""
+
+
+def report_json(obj: Any) -> Any:
+    """Plain JSON values of a report (:func:`contracts.json_values.json_safe`), each audit
+    result type in its view (:data:`VIEWS`)."""
+    return json_safe(obj, view=_viewed)
+
+
+def _viewed(obj: Any) -> dict[str, Any] | None:
+    keys = VIEWS.get(type(obj))
+    return None if keys is None else {k.name: k.get(obj) for k in keys}
 
 
 HEADLINE = "headline"

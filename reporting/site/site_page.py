@@ -10,11 +10,10 @@ like report.html does.
 from __future__ import annotations
 
 from panoramia_fl.audit.panoramia.sides import SIDES
-from panoramia_fl.audit.result import AuditResult
+from panoramia_fl.audit.result import PanoramiaResult
 from panoramia_fl.contracts.run_log import PlatformInfo
 
 from ..gate.gate_blocks import gate_blocks
-from ..layout.attribute_report import attribute_section
 from ..layout.banners import input_canary_banner, violation_banner_lines
 from ..layout.between_runs import HEADLINE, another_run_line
 from ..layout.blocks import (
@@ -29,12 +28,10 @@ from ..layout.blocks import (
     Table,
     to_html,
 )
-from ..layout.gradient_canary_report import conformance_section, fmt_white_box_cost
-from ..layout.inversion_report import inversion_section
+from ..layout.gradient_canary_report import fmt_white_box_cost
 from ..layout.site_columns import (
     BOUNDS_COLUMNS,
     BY_ROUND_COLUMNS,
-    DISHONEST_SERVER_COLUMNS,
     LOW_FPR_COLUMNS,
     PER_CLASS_COLUMNS,
     UPDATE_COLUMNS,
@@ -45,7 +42,6 @@ from ..layout.site_columns import (
 from ..numbers.formatting import (
     MISSING,
     SIDE_LABELS,
-    dishonest_server_sentence,
     first_leaking_text,
     fmt,
     fmt_best,
@@ -72,6 +68,7 @@ from ..numbers.metrics import (
     mechanism,
     server,
 )
+from ..numbers.report_parts import report_parts
 from ..pages import plots
 from ..pages.html_page import esc, page
 from ..privacy.privacy_ledger import server_epsilon
@@ -125,10 +122,7 @@ def render_site_page(report: SitePageReport) -> str:
         Heading("What it does not show"),
         Bullets(reading.not_shown),
         *_exposed(report),
-        *conformance_section(site),
-        *inversion_section(report),
-        *attribute_section(site),
-        *_dishonest_server(report),
+        *kind_sections(report),
         *_model_checks(report),
         Heading("Where your site stands in the consortium"),
         Bullets(standing_lines(report.standing)),
@@ -136,9 +130,9 @@ def render_site_page(report: SitePageReport) -> str:
         Bullets(report.threat_model, ordered=True),
         *by_round_blocks(site),
         *update_blocks(site),
-        *_per_class(site.audit),
+        *_per_class(site.panoramia),
         Heading("Detail"),
-        *(_detail(site, site.audit) if site.audit is not None else [_failed(site)]),
+        *(_detail(site, site.panoramia) if site.panoramia is not None else [_failed(site)]),
         Heading("Privacy guarantees and the ordering check", 3),
         _privacy_table(site),
         Heading("Reproducibility"),
@@ -148,20 +142,26 @@ def render_site_page(report: SitePageReport) -> str:
     return page(title, to_html(blocks), data=report_json(report))
 
 
+def kind_sections(report: SitePageReport) -> list[Block]:
+    """Each other kind of audit's section (its part of the reports), in the parts' order."""
+    parts = [part.site_section for part in report_parts() if part.site_section is not None]
+    return [block for section in parts for block in section(report)]
+
+
 def headline_box(report: SitePageReport) -> str:
     """The verdict of the site's reading, its two headline numbers and the sentence."""
     site, reading = report.site, report.reading
     verdict = reading.verdict
     numbers = ""
-    if site.audit is not None:
-        two = fmt_two_sided(site) if site.audit.two_sided else "- (audit predates it)"
+    if site.panoramia is not None:
+        two = fmt_two_sided(site) if site.panoramia.two_sided else "- (audit predates it)"
         numbers = (
             '<div class="numbers">'
             f'<div><div class="label">eps_tilde, two-sided [95% CI] (side)</div>'
             f'<div class="value" id="eps-tilde-two-sided">{esc(two)}</div></div>'
             f'<div><div class="label">eps_tilde, one-sided (the paper\'s) [95% CI]</div>'
             f'<div class="value" id="eps-tilde">'
-            f"{esc(fmt_est(site.audit.one_sided.eps_tilde))}</div></div>"
+            f"{esc(fmt_est(site.panoramia.one_sided.eps_tilde))}</div></div>"
             "</div>"
         )
     return (
@@ -174,7 +174,7 @@ def headline_box(report: SitePageReport) -> str:
 
 def _between_runs(report: SitePageReport) -> list[Block]:
     """Which interval is which: this model's, and (with replicates) another run's."""
-    if report.site.audit is None:
+    if report.site.panoramia is None:
         return []
     numbers = report.between_runs.numbers if report.between_runs is not None else {}
     another = another_run_line(numbers[HEADLINE]) if HEADLINE in numbers else None
@@ -194,31 +194,6 @@ def _exposed(report: SitePageReport) -> list[Block]:
             "report copies its content.</p>"
         ),
     ]
-
-
-def _dishonest_server(report: SitePageReport) -> list[Block]:
-    """What the run's dishonest server (fl.adversary) rebuilt of the site's records."""
-    results = report.site.privacy.dishonest_server
-    if not results:
-        return []
-    blocks: list[Block] = [
-        Heading("What a server that does not play fair could rebuild"),
-        Para(" ".join(dishonest_server_sentence(r) for r in results)),
-        Para(f"How to read it: {NOTES[Note.DISHONEST_SERVER]}."),
-        Table(DISHONEST_SERVER_COLUMNS, results, attrs=' id="dishonest-server"'),
-    ]
-    if report.rebuilt_gallery_link is not None:
-        link = esc(report.rebuilt_gallery_link)
-        blocks.append(
-            Raw(
-                f'<figure class="site-local"><img src="{link}" alt="your records beside what '
-                "the server rebuilt of them\"><figcaption>Your site's own thumbnails "
-                "(site-local, linked, never sent): the records of the first attacked round "
-                "that came back best, each as original | the server's rebuild. "
-                f'<a href="{link}">{link}</a></figcaption></figure>'
-            )
-        )
-    return blocks
 
 
 def _model_checks(report: SitePageReport) -> list[Block]:
@@ -290,7 +265,7 @@ def update_blocks(
     ]
 
 
-def _per_class(audit: AuditResult | None) -> list[Block]:
+def _per_class(audit: PanoramiaResult | None) -> list[Block]:
     if audit is None or not audit.per_class:
         return []
     return [
@@ -300,7 +275,7 @@ def _per_class(audit: AuditResult | None) -> list[Block]:
     ]
 
 
-def _bounds_table(audit: AuditResult) -> Table:
+def _bounds_table(audit: PanoramiaResult) -> Table:
     games = [Game("one-sided (the paper's)", audit.one_sided, audit.levels.get("c_lb"))]
     two = audit.two_sided
     if two is not None:
@@ -369,7 +344,7 @@ def _measured_items(site: SiteReport) -> list[Item]:
     """What was measured against those guarantees: the canary and white-box audits, the best
     lower bound, the ordering check and what was sent outside the guarantee."""
     p, c = site.privacy, site.checks
-    canary = p.canary
+    canary = site.results.input_canaries
     return [
         Item(
             "canary audit eps lower bound [interval]",
@@ -397,7 +372,7 @@ def _measured_items(site: SiteReport) -> list[Item]:
         ),
         Item(
             "white-box canaries and their cost",
-            fmt_white_box_cost(p.gradient_canaries),
+            fmt_white_box_cost(site.results.gradient_canaries),
             NOTES[Note.WHITE_BOX_COST],
         ),
         Item(
@@ -414,7 +389,7 @@ def _measured_items(site: SiteReport) -> list[Item]:
     ]
 
 
-def _comparisons_table(site: SiteReport, audit: AuditResult) -> Table:
+def _comparisons_table(site: SiteReport, audit: PanoramiaResult) -> Table:
     p = site.privacy
     dp = (
         f"{fmt(p.dp_epsilon, 2)} ({_DP_SOURCES.get(p.dp_epsilon_source or '', '')})"
@@ -446,7 +421,7 @@ def _comparisons_table(site: SiteReport, audit: AuditResult) -> Table:
     return Table(item_columns("comparison", "value [95% CI]"), items, attrs=' id="comparisons"')
 
 
-def _detail(site: SiteReport, audit: AuditResult) -> list[Block]:
+def _detail(site: SiteReport, audit: PanoramiaResult) -> list[Block]:
     return [
         Meaning(),
         Heading("Bounds per game and side", 3),

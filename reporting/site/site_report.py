@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from panoramia_fl.audit.result import AuditResult
+from panoramia_fl.audit.result import PanoramiaResult
 from panoramia_fl.contracts.errors import RunFileError
 from panoramia_fl.contracts.files import atomic_write_text
 from panoramia_fl.contracts.model_flags import CheckRecord, read_check_records
@@ -71,7 +71,7 @@ def _site_local_link(layout: RunLayout, name: str) -> str | None:
 def build_site_page_report(
     layout: RunLayout,
     site: SiteReport,
-    result: AuditResult | None,
+    result: PanoramiaResult | None,
     *,
     config: ReportConfig,
     standing: ConsortiumStanding,
@@ -138,7 +138,7 @@ def write_site_reports(inputs: RunInputs, report: RunReport) -> list[ReportFiles
         audit = inputs.audits.get(site.site_id)
         if audit is None:
             continue
-        result = audit.results.result
+        result = audit.results.panoramia
         page = build_site_page_report(
             inputs.layout,
             site,
@@ -163,7 +163,7 @@ def site_page_alone(layout: RunLayout, site_id: int, config: ReportConfig) -> Si
     the site's entry of the replicate set's replicates.json, when there); a
     :class:`RunFileError` when the audit file is missing or client_dp.json malformed."""
     audit = load_site_audit(layout, site_id)
-    result = audit.results.result
+    result = audit.results.panoramia
     site = site_report(
         site_id,
         audit,

@@ -90,7 +90,7 @@ def _point(row: SiteRow) -> SweepPointReport:
 
 
 def _white_box_server(row: SiteRow) -> str:
-    canaries = row.site.privacy.gradient_canaries
+    canaries = row.site.results.gradient_canaries
     if canaries is None:
         return "off (record-level DP only)"
     if _point(row).secure_aggregation == "ideal" and canaries.server is None:
@@ -100,7 +100,7 @@ def _white_box_server(row: SiteRow) -> str:
 
 def _inversion(row: SiteRow) -> str:
     text = inversion_cell(row.site, _point(row))
-    if row.site.privacy.inversion and _point(row).secure_aggregation == "ideal":
+    if row.site.results.inversion and _point(row).secure_aggregation == "ideal":
         return f"{text} (on the round's sum)"
     return text
 
@@ -138,7 +138,7 @@ OBSERVER_COLUMNS: tuple[Column[SiteRow], ...] = (
     column("server: inversion, first attacked round (baseline)", _inversion, cls="text"),
     column(
         f"server, not playing fair: {DISHONEST_SERVER_HEADER}",
-        lambda r: fmt_dishonest_server(r.site.privacy.dishonest_server),
+        lambda r: fmt_dishonest_server(r.site.results.dishonest_server),
         cls="text",
     ),
     column(
@@ -203,9 +203,9 @@ _READINGS: tuple[Reading, ...] = (
 
 def _inversion_gap(site: SiteReport) -> float | None:
     """The first attacked round's mean quality above its public-record baseline."""
-    if not site.privacy.inversion:
+    if not site.results.inversion:
         return None
-    first = site.privacy.inversion[0]
+    first = site.results.inversion[0]
     return first.quality_mean - first.baseline_quality_mean
 
 

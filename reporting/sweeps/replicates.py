@@ -1,7 +1,7 @@
 """A replicate set's report: one config trained and audited once per seed on the same data.
 
 ``replicates.json`` / ``.md`` / ``.html`` in the set's folder give, per site and headline
-number (:data:`~.between_runs.POOLED`), each run's value, the mean, the between-run 95%
+number (:func:`~.between_runs.pooled`), each run's value, the mean, the between-run 95%
 interval and the mean's 95% interval. Each run's own report then quotes where another
 training run would read.
 """
@@ -25,7 +25,7 @@ from ..assembly.aggregate import build_report
 from ..assembly.inputs import load_run
 from ..assembly.run_config import ConfigReader
 from ..assembly.writers import report_to_json_text
-from ..layout.between_runs import POOLED, Pooled, over_runs
+from ..layout.between_runs import Pooled, over_runs, pooled
 from ..layout.blocks import Block, Heading, Para, Table, to_html, to_markdown
 from ..layout.columns import SiteRow
 from ..layout.sweep_columns import REPLICATE_RUN_COLUMNS, replicate_columns
@@ -99,7 +99,7 @@ def _site(site_id: int, reports: list[RunReport | None]) -> ReplicateSite:
             out.append(None if row is None else metric.get(row))
         return out
 
-    numbers = {m.key: over_runs(values(m), m.bounds) for m in POOLED}
+    numbers = {m.key: over_runs(values(m), m.bounds) for m in pooled()}
     return ReplicateSite(site_id, {k: v for k, v in numbers.items() if v.n > 0})
 
 
@@ -117,9 +117,9 @@ def replicate_blocks(report: ReplicateReport) -> list[Block]:
         Heading("Runs"),
         Table(REPLICATE_RUN_COLUMNS, report.runs, row_class=lambda r: r.status),
     ]
-    labels = {m.key: m.label for m in POOLED}
+    labels = {m.key: m.label for m in pooled()}
     for site in report.sites:
-        rows = [(labels[m.key], site.numbers[m.key]) for m in POOLED if m.key in site.numbers]
+        rows = [(labels[m.key], site.numbers[m.key]) for m in pooled() if m.key in site.numbers]
         blocks += [Heading(f"Site {site.site_id}"), Table(replicate_columns(seeds), rows)]
     return blocks
 

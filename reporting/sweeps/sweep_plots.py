@@ -225,14 +225,14 @@ def sweep_site_accuracy_plot(points: list[SweepPointReport]) -> str | None:
 def sweep_site_inversion_plot(points: list[SweepPointReport]) -> str | None:
     """Per site: the gradient-inversion audit's mean quality (SSIM, or the share of fields
     recovered) of its first attacked round and its baseline's, against its accountant eps."""
-    if not any(s.privacy.inversion for p in points for s in p.sites):
+    if not any(s.results.inversion for p in points for s in p.sites):
         return None
     attack_style = Style(_TWO_SIDED, marker="D")
     base_style = Style(_BASELINE, marker="o", filled=False)
 
     def draw(ax: Axes, rows: list[Any], pos: dict[str, float], finite: list[float]) -> None:
         for p, s in rows:
-            first, x = s.privacy.inversion[0], pos[p.label]
+            first, x = s.results.inversion[0], pos[p.label]
             ax.point(x, first.quality_mean, attack_style)
             ax.point(x, first.baseline_quality_mean, base_style)
             ax.texts.append(Text(x, first.quality_mean, p.label, "#222", size=8, dx=5, dy=5))
@@ -247,7 +247,7 @@ def sweep_site_inversion_plot(points: list[SweepPointReport]) -> str | None:
             LegendEntry("baseline: public records' update", base_style, "marker"),
         ],
         # Only the sites that ran the attack (audit.inversion.sites) get a panel.
-        has=lambda site: bool(site.privacy.inversion),
+        has=lambda site: bool(site.results.inversion),
     )
 
 
