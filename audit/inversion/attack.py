@@ -457,18 +457,16 @@ def _restarts(
     device: torch.device,
     deadline: float,
 ) -> tuple[list[tuple[float, torch.Tensor]], int]:
-    """Each restart from fresh noise (``gen``, on the host) until the time guard's
-    ``deadline`` (one at least): its match loss and records on the host, and the steps taken."""
-    results: list[tuple[float, torch.Tensor]] = []
-    steps = 0
-    for _ in range(config.restarts):
-        if results and time.perf_counter() > deadline:
-            break
-        latent = torch.randn((n, *spec.shape), generator=gen).to(device).requires_grad_(True)
-        loss, taken = _optimise(latent, loss_of, spec, config, deadline)
-        steps += taken
-        results.append((loss, _decode(latent.detach(), spec.modality, spec.fields).cpu()))
-    return results, steps
+    """Every restart from fresh noise (``gen``, on the host, one restart's records after
+    another), optimised side by side until the time guard's ``deadline`` (one step at least):
+    each restart's match loss and records on the host, and the steps taken over all."""
+    latent = torch.stack(
+        [torch.randn((n, *spec.shape), generator=gen) for _ in range(config.restarts)]
+    )
+    latent = latent.to(device).requires_grad_(True)
+    losses, taken = _optimise(latent, loss_of, spec, config, deadline)
+    records = [_decode(r, spec.modality, spec.fields).cpu() for r in latent.detach().unbind()]
+    return list(zip(losses, records, strict=True)), taken * config.restarts
 
 
 def _best_records(
@@ -503,22 +501,31 @@ def _optimise(
     spec: RecordSpec,
     config: InversionConfig,
     deadline: float,
-) -> tuple[float, int]:
-    """One restart: Adam on ``latent`` for ``config.iterations`` steps, or until the time
-    guard's ``deadline``; (the last step's match loss, steps taken)."""
+) -> tuple[list[float], int]:
+    """The restarts (``latent``'s first axis) side by side: Adam on all their records for
+    ``config.iterations`` steps, or until the time guard's ``deadline``; (each restart's last
+    match loss, steps taken by each).
+
+    One backward pass of the restarts' summed losses a step: a restart's records get the
+    gradient of their own loss only (each simulated training sees one restart's records), and
+    Adam's step is elementwise, so each restart moves exactly as it would alone."""
     opt = torch.optim.Adam([latent], lr=config.learning_rate)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config.iterations)
-    match = torch.tensor(math.inf)
+    match = torch.full((len(latent),), math.inf)
     taken = 0
     for _ in range(config.iterations):
         opt.zero_grad()
-        x = _decode(latent, spec.modality, spec.fields)
-        loss = loss_of(x)
-        # Read once the restart ends: a float() here would wait for the device every step.
-        match = loss.detach()
-        if spec.modality == "image" and config.tv_weight > 0:
-            loss = loss + config.tv_weight * _tv(x)
-        loss.backward()
+        losses = []
+        for records in latent.unbind():
+            x = _decode(records, spec.modality, spec.fields)
+            loss = loss_of(x)
+            if spec.modality == "image" and config.tv_weight > 0:
+                losses.append((loss, loss + config.tv_weight * _tv(x)))
+            else:
+                losses.append((loss, loss))
+        # Read once the restarts end: a float() here would wait for the device every step.
+        match = torch.stack([m.detach() for m, _ in losses])
+        torch.stack([total for _, total in losses]).sum().backward()
         opt.step()
         sched.step()
         taken += 1
@@ -527,7 +534,7 @@ def _optimise(
                 latent.clamp_(-1, 1)
         if time.perf_counter() > deadline:
             break
-    return float(match), taken
+    return match.tolist(), taken
 
 
 def _decode(latent: torch.Tensor, modality: str, fields: Sequence[Fields] | None) -> torch.Tensor:
