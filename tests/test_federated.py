@@ -68,6 +68,9 @@ def test_rounds_metrics_and_checkpoints(plain_run):
     summary = json.loads((plain_run / "partition.json").read_text())
     assert [s["site_id"] for s in summary["sites"]] == [0, 1, 2]
     assert (plain_run / "config.yaml").exists()
+    # torch_threads auto, recorded as the count it resolved to: one CPU a site, one thread.
+    platform = json.loads(run_files(plain_run).platform.read_text())
+    assert platform["site_torch_threads"] == 1
 
 
 @pytest.mark.slow

@@ -460,12 +460,12 @@ def _restarts(
     """Every restart from fresh noise (``gen``, on the host, one restart's records after
     another), optimised side by side until the time guard's ``deadline`` (one step at least):
     each restart's match loss and records on the host, and the steps taken over all."""
-    latent = torch.stack(
-        [torch.randn((n, *spec.shape), generator=gen) for _ in range(config.restarts)]
-    )
-    latent = latent.to(device).requires_grad_(True)
-    losses, taken = _optimise(latent, loss_of, spec, config, deadline)
-    records = [_decode(r, spec.modality, spec.fields).cpu() for r in latent.detach().unbind()]
+    latents = [
+        torch.randn((n, *spec.shape), generator=gen).to(device).requires_grad_(True)
+        for _ in range(config.restarts)
+    ]
+    losses, taken = _optimise(latents, loss_of, spec, config, deadline)
+    records = [_decode(r.detach(), spec.modality, spec.fields).cpu() for r in latents]
     return list(zip(losses, records, strict=True)), taken * config.restarts
 
 
@@ -496,42 +496,44 @@ def _dummy_labels(
 
 
 def _optimise(
-    latent: torch.Tensor,
+    latents: list[torch.Tensor],
     loss_of: Callable[[torch.Tensor], torch.Tensor],
     spec: RecordSpec,
     config: InversionConfig,
     deadline: float,
 ) -> tuple[list[float], int]:
-    """The restarts (``latent``'s first axis) side by side: Adam on all their records for
-    ``config.iterations`` steps, or until the time guard's ``deadline``; (each restart's last
-    match loss, steps taken by each).
+    """The restarts side by side: one Adam over all their records (``latents``, one tensor
+    a restart) for ``config.iterations`` steps, or until the time guard's ``deadline``;
+    (each restart's last match loss, steps taken by each).
 
-    One backward pass of the restarts' summed losses a step: a restart's records get the
-    gradient of their own loss only (each simulated training sees one restart's records), and
-    Adam's step is elementwise, so each restart moves exactly as it would alone."""
-    opt = torch.optim.Adam([latent], lr=config.learning_rate)
+    Each restart's loss is backpropagated as soon as it is computed, which frees its
+    simulated round before the next restart's is built (one backward pass of the summed
+    losses held every restart's at once: more memory, no faster on the CPU). A restart's
+    records get their own loss's gradient only, and Adam steps each tensor on its own, so
+    each restart moves exactly as it would alone."""
+    opt = torch.optim.Adam(latents, lr=config.learning_rate)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config.iterations)
-    match = torch.full((len(latent),), math.inf)
+    match = torch.full((len(latents),), math.inf)
     taken = 0
     for _ in range(config.iterations):
         opt.zero_grad()
-        losses = []
-        for records in latent.unbind():
-            x = _decode(records, spec.modality, spec.fields)
+        matches = []
+        for latent in latents:
+            x = _decode(latent, spec.modality, spec.fields)
             loss = loss_of(x)
+            matches.append(loss.detach())
             if spec.modality == "image" and config.tv_weight > 0:
-                losses.append((loss, loss + config.tv_weight * _tv(x)))
-            else:
-                losses.append((loss, loss))
+                loss = loss + config.tv_weight * _tv(x)
+            loss.backward()
         # Read once the restarts end: a float() here would wait for the device every step.
-        match = torch.stack([m.detach() for m, _ in losses])
-        torch.stack([total for _, total in losses]).sum().backward()
+        match = torch.stack(matches)
         opt.step()
         sched.step()
         taken += 1
         if spec.modality == "image":
             with torch.no_grad():
-                latent.clamp_(-1, 1)
+                for latent in latents:
+                    latent.clamp_(-1, 1)
         if time.perf_counter() > deadline:
             break
     return match.tolist(), taken
