@@ -121,6 +121,7 @@ class SiteRuntime:
     data: SiteData
     device: torch.device
     torch_threads: int
+    """torch threads while training (``resources.torch_threads``, resolved)."""
     dp: DPSettings | None
     accountant_history_path: Path | None
     audit_runner: AuditRunner | None
@@ -128,6 +129,8 @@ class SiteRuntime:
     canaries' one-run audit, and the earlier rounds' brief audits."""
     policy: SitePolicy = SitePolicy.simulated()
     """What the site accepts and lets leave (a SuperNode's node config; simulation: all)."""
+    audit_torch_threads: int | None = None
+    """torch threads while auditing (None: :attr:`torch_threads`)."""
     secure_noise: bool = False
     """DP-SGD noise and sampling from the OS's entropy (a real deployment), not the seed."""
     return_scores: bool = False
@@ -449,7 +452,7 @@ def _audit(
     msg: Message, context: Context, runtime: SiteRuntime, started: float
 ) -> SiteAudit[SiteResults]:
     """Run the site's audit of the final model in ``msg``."""
-    torch.set_num_threads(runtime.torch_threads)
+    torch.set_num_threads(runtime.audit_torch_threads or runtime.torch_threads)
     if runtime.audit_runner is None:
         raise RuntimeError(f"site {runtime.site_id}: auditing is not configured")
     asked = AuditInstructions.from_record(msg.content.config_records[CONFIG])

@@ -193,7 +193,36 @@ class ResourcesConfig(StrictModel):
     )
     audit_num_cpus: float = Field(1, gt=0)
     audit_num_gpus: float | Literal["auto"] = "auto"
-    torch_threads: int = Field(1, ge=1, description="torch.set_num_threads in each site")
+    torch_threads: int | Literal["auto"] = Field(
+        "auto",
+        description="torch.set_num_threads in each site process; auto: the whole CPUs Ray "
+        "gives it (num_cpus while training, audit_num_cpus while auditing; at least 1)",
+    )
+
+    @field_validator("torch_threads", mode="before")
+    @classmethod
+    def _threads_or_auto(cls, value: object) -> object:
+        # One message for the two forms (pydantic would name each arm of the union).
+        if value == "auto" or (type(value) is int and value >= 1):
+            return value
+        raise ValueError(f"'auto' or a whole number of threads >= 1, not {value!r}")
+
+    @property
+    def train_threads(self) -> int:
+        """torch threads of a site's local training."""
+        return self._threads(self.num_cpus)
+
+    @property
+    def audit_threads(self) -> int:
+        """torch threads of a site's audit and of the reference models' Ray tasks."""
+        return self._threads(self.audit_num_cpus)
+
+    def _threads(self, cpus: float) -> int:
+        if self.torch_threads != "auto":
+            return self.torch_threads
+        # Whole CPUs: a site holding 1.5 of Ray's CPUs gets one thread, never more threads
+        # than the cores Ray counts for it (0.5 each: two sites share a core, one thread each).
+        return max(1, math.floor(cpus + 1e-9))
 
 
 class RayConfig(StrictModel):

@@ -144,7 +144,7 @@ def reference_keys(config: ExperimentConfig, meta: DatasetMeta, records: Records
         "epochs": cal.epochs,
         "fraction": cal.fraction,
         "seed": public_seed(config),
-        "torch_threads": config.resources.torch_threads,
+        "torch_threads": config.resources.audit_threads,
         "code": digest_paths(_code_files(config, meta)),
         "machine": device_fingerprint(device),
     }
@@ -155,7 +155,7 @@ def _train_state(
     config: ExperimentConfig, meta: DatasetMeta, records: Records, index: int
 ) -> dict[str, torch.Tensor]:
     """One reference model's weights (runs in a Ray worker)."""
-    torch.set_num_threads(config.resources.torch_threads)
+    torch.set_num_threads(config.resources.audit_threads)
     cal = config.audit.settings.calibration
     model = train_reference_model(
         make_task(config, meta),

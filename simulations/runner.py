@@ -299,7 +299,7 @@ def _plan_phases(config: ExperimentConfig, layout: RunLayout) -> Phases:
     phases: Phases = []
     if not training_done(config, layout):
         res = config.resources
-        info = collect_platform(site_torch_threads=res.torch_threads, cuda_used=train[1] > 0)
+        info = collect_platform(site_torch_threads=res.train_threads, cuda_used=train[1] > 0)
         write_platform(layout, info)
         last = latest_round_checkpoint(layout)
         if last is not None:

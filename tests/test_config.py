@@ -42,6 +42,23 @@ def test_bad_values_name_the_key(raw, key):
         validate_config(raw)
 
 
+def test_torch_threads_auto_is_the_whole_cpus_ray_gives_a_site(tmp_path):
+    default = load_config(REPO / "configs" / "default.yaml").resources
+    # One CPU a site: one thread, the numbers a pinned torch_threads: 1 gave.
+    assert default.torch_threads == "auto"
+    assert default.train_threads == default.audit_threads == 1
+    shares = validate_config({"resources": {"num_cpus": 2, "audit_num_cpus": 0.5}}).resources
+    assert (shares.train_threads, shares.audit_threads) == (2, 1)
+    path = tmp_path / "c.yaml"
+    path.write_text("resources: {num_cpus: 2.9, audit_num_cpus: 3}\n")
+    assert load_config(path).resources.train_threads == 2
+    pinned = load_config(path, ["resources.torch_threads=3"]).resources
+    assert (pinned.train_threads, pinned.audit_threads) == (3, 3)
+    for bad in (0, 1.5, "all", True):
+        with pytest.raises(ConfigError, match=r"resources\.torch_threads: 'auto' or a whole"):
+            validate_config({"resources": {"torch_threads": bad}})
+
+
 def test_only_the_listed_sites_run_the_inversion_audit(tmp_path):
     from panoramia_fl.simulations.apps import inversion_settings
 

@@ -165,6 +165,42 @@ def test_the_time_guard_stops_an_attack_and_says_so(digits, tmp_path):
     )
 
 
+def test_restarts_side_by_side_move_bit_for_bit_as_each_alone(digits):
+    """The restarts step together (one Adam step over all their records): each ends where
+    it would alone, bit for bit, through a simulated FedAvg round of two Adam steps with
+    batch norm."""
+    from panoramia_fl.audit.inversion.attack import _optimise
+
+    task = _task(dp=False, batch=2)
+    torch.manual_seed(0)
+    model = task.make_model()
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    training = LocalTraining(4, 2, 1, None, "adam", 0.01)
+    x, y = task.tensors(digits.x[:4], digits.y[:4])
+    target = torch.cat(
+        [
+            d.flatten()
+            for d in simulate_update(model, start, x, y, training, differentiable=False).values()
+        ]
+    )
+
+    def loss_of(dummies: torch.Tensor) -> torch.Tensor:
+        delta = simulate_update(model, start, dummies, y, training, differentiable=True)
+        flat = torch.cat([d.flatten() for d in delta.values()])
+        return 1 - torch.nn.functional.cosine_similarity(flat, target, dim=0)
+
+    spec = RecordSpec("image", (1, 8, 8), 10)
+    config = InversionConfig(iterations=3, restarts=2, time_limit_s=UNTIMED)
+    noise = torch.randn((2, 4, 1, 8, 8), generator=torch.Generator().manual_seed(0))
+    together = [r.clone().requires_grad_(True) for r in noise]
+    losses, taken = _optimise(together, loss_of, spec, config, deadline=float("inf"))
+    assert taken == 3 and not torch.equal(together[0].detach(), noise[0].clamp(-1, 1))
+    for r in range(2):
+        alone = noise[r].clone().requires_grad_(True)
+        loss, _ = _optimise([alone], loss_of, spec, config, deadline=float("inf"))
+        assert loss == [losses[r]] and torch.equal(alone.detach(), together[r].detach())
+
+
 def test_record_level_dp_at_eps_1_leaves_the_attack_at_chance(digits, tmp_path):
     dp = DPSettings(
         target_epsilon=1.0,

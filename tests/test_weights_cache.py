@@ -166,6 +166,8 @@ def test_the_reference_models_key_follows_what_decides_their_weights():
     # rounds or the audit repeats: the same reference models.
     assert _keys({"seed": 2, "partition.seed": 1}) == base
     assert _keys({"fl.rounds": 7, "audit.settings.repeats": 9}) == base
+    # torch_threads auto (the default) is one thread at one CPU: the key a pinned 1 gave.
+    assert _keys({"resources.torch_threads": 1}) == base
     changed = [
         {"audit.settings.calibration.epochs": 2},
         {"audit.settings.calibration.fraction": 0.3},
@@ -175,6 +177,7 @@ def test_the_reference_models_key_follows_what_decides_their_weights():
         {"model.options": {"width": 8}},
         {"dp.level": "record", "dp.noise_multiplier": 1.0},  # GroupNorm instead of BatchNorm
         {"resources.torch_threads": 2},
+        {"resources.audit_num_cpus": 2},  # auto: two threads where they train
     ]
     for overrides in changed:
         assert set(_keys(overrides)).isdisjoint(base), overrides

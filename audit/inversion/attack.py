@@ -457,18 +457,16 @@ def _restarts(
     device: torch.device,
     deadline: float,
 ) -> tuple[list[tuple[float, torch.Tensor]], int]:
-    """Each restart from fresh noise (``gen``, on the host) until the time guard's
-    ``deadline`` (one at least): its match loss and records on the host, and the steps taken."""
-    results: list[tuple[float, torch.Tensor]] = []
-    steps = 0
-    for _ in range(config.restarts):
-        if results and time.perf_counter() > deadline:
-            break
-        latent = torch.randn((n, *spec.shape), generator=gen).to(device).requires_grad_(True)
-        loss, taken = _optimise(latent, loss_of, spec, config, deadline)
-        steps += taken
-        results.append((loss, _decode(latent.detach(), spec.modality, spec.fields).cpu()))
-    return results, steps
+    """Every restart from fresh noise (``gen``, on the host, one restart's records after
+    another), optimised side by side until the time guard's ``deadline`` (one step at least):
+    each restart's match loss and records on the host, and the steps taken over all."""
+    latents = [
+        torch.randn((n, *spec.shape), generator=gen).to(device).requires_grad_(True)
+        for _ in range(config.restarts)
+    ]
+    losses, taken = _optimise(latents, loss_of, spec, config, deadline)
+    records = [_decode(r.detach(), spec.modality, spec.fields).cpu() for r in latents]
+    return list(zip(losses, records, strict=True)), taken * config.restarts
 
 
 def _best_records(
@@ -498,36 +496,47 @@ def _dummy_labels(
 
 
 def _optimise(
-    latent: torch.Tensor,
+    latents: list[torch.Tensor],
     loss_of: Callable[[torch.Tensor], torch.Tensor],
     spec: RecordSpec,
     config: InversionConfig,
     deadline: float,
-) -> tuple[float, int]:
-    """One restart: Adam on ``latent`` for ``config.iterations`` steps, or until the time
-    guard's ``deadline``; (the last step's match loss, steps taken)."""
-    opt = torch.optim.Adam([latent], lr=config.learning_rate)
+) -> tuple[list[float], int]:
+    """The restarts side by side: one Adam over all their records (``latents``, one tensor
+    a restart) for ``config.iterations`` steps, or until the time guard's ``deadline``;
+    (each restart's last match loss, steps taken by each).
+
+    Each restart's loss is backpropagated as soon as it is computed, which frees its
+    simulated round before the next restart's is built (one backward pass of the summed
+    losses held every restart's at once: more memory, no faster on the CPU). A restart's
+    records get their own loss's gradient only, and Adam steps each tensor on its own, so
+    each restart moves exactly as it would alone."""
+    opt = torch.optim.Adam(latents, lr=config.learning_rate)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config.iterations)
-    match = torch.tensor(math.inf)
+    match = torch.full((len(latents),), math.inf)
     taken = 0
     for _ in range(config.iterations):
         opt.zero_grad()
-        x = _decode(latent, spec.modality, spec.fields)
-        loss = loss_of(x)
-        # Read once the restart ends: a float() here would wait for the device every step.
-        match = loss.detach()
-        if spec.modality == "image" and config.tv_weight > 0:
-            loss = loss + config.tv_weight * _tv(x)
-        loss.backward()
+        matches = []
+        for latent in latents:
+            x = _decode(latent, spec.modality, spec.fields)
+            loss = loss_of(x)
+            matches.append(loss.detach())
+            if spec.modality == "image" and config.tv_weight > 0:
+                loss = loss + config.tv_weight * _tv(x)
+            loss.backward()
+        # Read once the restarts end: a float() here would wait for the device every step.
+        match = torch.stack(matches)
         opt.step()
         sched.step()
         taken += 1
         if spec.modality == "image":
             with torch.no_grad():
-                latent.clamp_(-1, 1)
+                for latent in latents:
+                    latent.clamp_(-1, 1)
         if time.perf_counter() > deadline:
             break
-    return float(match), taken
+    return match.tolist(), taken
 
 
 def _decode(latent: torch.Tensor, modality: str, fields: Sequence[Fields] | None) -> torch.Tensor:
