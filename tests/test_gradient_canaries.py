@@ -38,6 +38,9 @@ def digits():
     config = validate_config(
         {
             "data": {"name": "digits"},
+            # A narrow CNN: the canaries own a phantom block no record's loss touches, so
+            # what they read does not depend on the model's size, only the steps' cost does.
+            "model": {"name": "small_cnn", "options": {"width": 4}},
             "fl": {"batch_size": 32, "optimizer": "sgd", "learning_rate": 0.05},
             "dp": {"enabled": True, "target_epsilon": 2.0, "accountant": "prv"},
             "audit": {"enabled": False},
@@ -80,10 +83,26 @@ def _train(digits, *, epochs, canaries=None, seed=0, dp=None, **kw):
     return out, ledger
 
 
-def test_canaries_cost_no_accuracy_weights_are_bit_identical(digits):
-    plain, _ = _train(digits, epochs=2)
+SIGMA = 0.68
+"""A fixed noise multiplier (eps = 8 over 2 epochs by PRV) for the tests that need DP-SGD
+but not its calibration, each of which costs seconds of PRV accounting."""
+
+
+def _fixed(epochs: int) -> DPSettings:
+    return _dp(epochs, target_epsilon=None, noise_multiplier=SIGMA)
+
+
+@pytest.fixture(scope="module")
+def plain(digits):
+    """Two epochs of DP-SGD without canaries or a proximal term: the reference of the
+    canaries' cost and of FedProx's pull."""
+    out, _ = _train(digits, epochs=2, dp=_fixed(2))
+    return out
+
+
+def test_canaries_cost_no_accuracy_weights_are_bit_identical(digits, plain):
     state = GradientCanaryState.new(200, seed=1)
-    with_gradient_canaries, _ = _train(digits, epochs=2, canaries=state)
+    with_gradient_canaries, _ = _train(digits, epochs=2, dp=_fixed(2), canaries=state)
     for key, value in plain.state_dict.items():
         assert torch.equal(value, with_gradient_canaries.state_dict[key]), key
     assert state.steps > 0 and state.rounds == 1
@@ -129,11 +148,17 @@ def _audit(
     return state.audit(beta=BETA, seed=0, dp=_dp(epochs), accountant_history=ledger)
 
 
-def test_honest_dp_sgd_reads_below_and_near_its_accountant(digits):
+@pytest.fixture(scope="module")
+def honest(digits) -> tuple[GradientCanaryResult, float]:
+    """An honest site's 10 epochs of DP-SGD calibrated to eps = 2, its white-box audit and
+    its ledger's epsilon: read by every test of an honest site (the run is seeded)."""
     state = GradientCanaryState.new(10_000, seed=2)
     _, ledger = _train(digits, epochs=10, canaries=state)
-    eps = ledger.epsilon(DELTA)
-    result = _audit(state, ledger, 10)
+    return _audit(state, ledger, 10), ledger.epsilon(DELTA)
+
+
+def test_honest_dp_sgd_reads_below_and_near_its_accountant(honest):
+    result, eps = honest
     assert result.conformance is not None and result.conformance.failed == ()
     mech = result.levels["mechanism"]
     assert 0 < mech.eps_lb_fdp <= eps
@@ -175,21 +200,20 @@ def test_half_the_noise_is_caught_at_the_mechanism_level(digits, monkeypatch):
     assert "a DP bug or a wrong accountant" in message
 
 
-def test_honest_site_passes_the_ordering_check(digits):
-    state = GradientCanaryState.new(2_000, seed=4)
-    _, ledger = _train(digits, epochs=4, canaries=state)
-    assert _ledger_checks(_audit(state, ledger, 4), ledger.epsilon(DELTA)).bound_violations == []
+def test_honest_site_passes_the_ordering_check(honest):
+    result, eps = honest
+    assert _ledger_checks(result, eps).bound_violations == []
 
 
-def test_fedprox_pulls_towards_the_anchor_under_dp(digits):
+def test_fedprox_pulls_towards_the_anchor_under_dp(digits, plain):
     _, task, start = digits
     names = [n for n, _ in task.make_model().named_parameters()]
 
-    def drift(mu: float) -> float:
-        out, _ = _train(digits, epochs=2, dp=_dp(2, target_epsilon=8.0), proximal_mu=mu)
-        return sum(float((out.state_dict[k] - start[k]).norm()) for k in names)
+    def drift(state_dict) -> float:
+        return sum(float((state_dict[k] - start[k]).norm()) for k in names)
 
-    assert drift(5.0) < 0.5 * drift(0.0)
+    prox, _ = _train(digits, epochs=2, dp=_fixed(2), proximal_mu=5.0)
+    assert drift(prox.state_dict) < 0.5 * drift(plain.state_dict)
 
 
 @pytest.mark.parametrize(
