@@ -149,16 +149,18 @@ def _audit(
 
 
 @pytest.fixture(scope="module")
-def honest(digits) -> tuple[GradientCanaryResult, float]:
-    """An honest site's 10 epochs of DP-SGD calibrated to eps = 2, its white-box audit and
-    its ledger's epsilon: read by every test of an honest site (the run is seeded)."""
+def honest(digits) -> tuple[GradientCanaryResult, float, float]:
+    """An honest site's 10 epochs of DP-SGD calibrated to eps = 2, its white-box audit, its
+    ledger's epsilon and the calibrated sigma: read by every test of an honest site (the run
+    is seeded)."""
     state = GradientCanaryState.new(10_000, seed=2)
     _, ledger = _train(digits, epochs=10, canaries=state)
-    return _audit(state, ledger, 10), ledger.epsilon(DELTA)
+    (sigma,) = {float(h[0]) for h in ledger.history}
+    return _audit(state, ledger, 10), ledger.epsilon(DELTA), sigma
 
 
 def test_honest_dp_sgd_reads_below_and_near_its_accountant(honest):
-    result, eps = honest
+    result, eps, _ = honest
     assert result.conformance is not None and result.conformance.failed == ()
     mech = result.levels["mechanism"]
     assert 0 < mech.eps_lb_fdp <= eps
@@ -183,12 +185,15 @@ def _ledger_checks(result: GradientCanaryResult, dp_epsilon: float):
     return site_report(4, audit, rounds=[], settings=settings, client_dp=None).checks
 
 
-def test_half_the_noise_is_caught_at_the_mechanism_level(digits, monkeypatch):
+def test_half_the_noise_is_caught_at_the_mechanism_level(digits, honest, monkeypatch):
     # The fault where the real work happens: Opacus's noise draw, as a plugin could patch it.
     real = dp_optimizer._generate_noise
     monkeypatch.setattr(dp_optimizer, "_generate_noise", lambda *a, **k: 0.5 * real(*a, **k))
     state = GradientCanaryState.new(10_000, seed=3)
-    _, ledger = _train(digits, epochs=10, canaries=state)
+    # The honest run's calibrated sigma (the same calibration, not searched for again).
+    sigma = honest[2]
+    dp = _dp(10, target_epsilon=None, noise_multiplier=sigma)
+    _, ledger = _train(digits, epochs=10, canaries=state, dp=dp)
     claimed = ledger.epsilon(DELTA)
     assert claimed == pytest.approx(2.0, rel=0.05)  # the accountant saw the full noise
     result = _audit(state, ledger, 10)
@@ -201,7 +206,7 @@ def test_half_the_noise_is_caught_at_the_mechanism_level(digits, monkeypatch):
 
 
 def test_honest_site_passes_the_ordering_check(honest):
-    result, eps = honest
+    result, eps, _ = honest
     assert _ledger_checks(result, eps).bound_violations == []
 
 
