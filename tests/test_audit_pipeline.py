@@ -160,7 +160,7 @@ def test_two_sided_game_is_consistent(result: PanoramiaResult) -> None:
     )
 
 
-def _records_trained_on(site, monkeypatch) -> list[set[bytes]]:
+def _records_trained_on(site, monkeypatch: pytest.MonkeyPatch) -> list[set[bytes]]:
     """Each model the site's task trains from now on: the set of its training rows (bytes)."""
     trained: list[set[bytes]] = []
     task = site["task"]
@@ -185,42 +185,14 @@ def test_reference_models_train_on_no_game_record(site, monkeypatch) -> None:
         assert records and not (records & shown)
 
 
-def test_given_reference_models_are_used_and_an_empty_list_turns_calibration_off(site) -> None:
-    refs = [site["task"].make_model() for _ in range(2)]
-    on = _audit(site, quick=True, seed=3, reference_models=refs)
-    off = _audit(site, quick=True, seed=3, reference_models=[])
-    assert on.sizes["reference_models"] == 2 and off.sizes["reference_models"] == 0
-    names = [str(r.selected["mia"].get("statistic", "")) for r in off.repeats]
-    assert not any(n.startswith(("lira", "rmia")) for n in names)
+UNCALIBRATED = {"quick": True, "seed": 3, "reference_models": []}
+"""A quick audit without calibration: the spied run below and the runs compared with it."""
 
 
-def test_a_junk_generator_gets_a_high_nonmember_closeness_and_reads_zero(site) -> None:
-    """Bad samples are easy to call non-members: b bounds c' high, the side reads ~0."""
-    res = _audit(site, quick=True, generator={"kind": "cgan", "epochs": 1})
-    side = res.two_sided.nonmember
-    assert side.c_lb.mean > 1.0
-    assert side.eps_tilde.mean < 0.5 * side.c_lb.mean
-
-
-def test_result_round_trips_through_json(result: PanoramiaResult) -> None:
-    text = json.dumps(json_safe(result))
-    back = from_dict(PanoramiaResult, json.loads(text))
-    assert back == result
-
-
-def test_same_seed_same_numbers(site) -> None:
-    a = _audit(site, quick=True, seed=5)
-    b = _audit(site, quick=True, seed=5)
-    assert a.repeats[0].one_sided.c_lb == b.repeats[0].one_sided.c_lb
-    assert a.repeats[0].one_sided.c_eps_lb == b.repeats[0].one_sided.c_eps_lb
-    assert a.repeats[0].one_sided.rm_rn_eps_lb == b.repeats[0].one_sided.rm_rn_eps_lb
-    assert a.repeats[0].one_sided.baseline == b.repeats[0].one_sided.baseline
-    assert a.repeats[0].selected == b.repeats[0].selected
-
-
-def test_game_records_never_reach_fit(site, monkeypatch) -> None:
-    """Structural check: every record the classifiers are fitted or selected on is outside
-    the audit sets they score afterwards."""
+@pytest.fixture(scope="module")
+def uncalibrated(site) -> tuple[PanoramiaResult, list[tuple[str, set[bytes]]]]:
+    """A quick uncalibrated audit and, in order, each fit and score of its membership
+    classifiers with the records they saw (a spy that hands every call on unchanged)."""
     real_get = comp.CLASSIFIERS.get
     real_factory = real_get("image")
     calls: list[tuple[str, set[bytes]]] = []
@@ -240,10 +212,64 @@ def test_game_records_never_reach_fit(site, monkeypatch) -> None:
             calls.append(("score", keys(data)))
             return self.inner.score(data)
 
-    monkeypatch.setattr(
-        comp.CLASSIFIERS, "get", lambda name: Spy if name == "image" else real_get(name)
-    )
-    _audit(site, quick=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            comp.CLASSIFIERS, "get", lambda name: Spy if name == "image" else real_get(name)
+        )
+        return _audit(site, **UNCALIBRATED), calls
+
+
+def test_given_reference_models_are_used_and_an_empty_list_turns_calibration_off(
+    site, uncalibrated
+) -> None:
+    refs = [site["task"].make_model() for _ in range(2)]
+    on = _audit(site, **{**UNCALIBRATED, "reference_models": refs})
+    off, _ = uncalibrated
+    assert on.sizes["reference_models"] == 2 and off.sizes["reference_models"] == 0
+    names = [str(r.selected["mia"].get("statistic", "")) for r in off.repeats]
+    assert not any(n.startswith(("lira", "rmia")) for n in names)
+
+
+CGAN = {"generator": {"kind": "cgan", "epochs": 1}, "quick": True, "seed": 5}
+
+
+@pytest.fixture(scope="module")
+def cgan(site) -> tuple[PanoramiaResult, list[set[bytes]]]:
+    """A quick audit with a one-epoch cGAN's non-members (a junk generator), uncalibrated,
+    and the training rows of each model the site's task trained in it."""
+    with pytest.MonkeyPatch.context() as patch:
+        trained = _records_trained_on(site, patch)
+        return _audit(site, reference_models=[], **CGAN), trained
+
+
+def test_a_junk_generator_gets_a_high_nonmember_closeness_and_reads_zero(cgan) -> None:
+    """Bad samples are easy to call non-members: b bounds c' high, the side reads ~0."""
+    res, _ = cgan
+    side = res.two_sided.nonmember
+    assert side.c_lb.mean > 1.0
+    assert side.eps_tilde.mean < 0.5 * side.c_lb.mean
+
+
+def test_result_round_trips_through_json(result: PanoramiaResult) -> None:
+    text = json.dumps(json_safe(result))
+    back = from_dict(PanoramiaResult, json.loads(text))
+    assert back == result
+
+
+def test_same_seed_same_numbers(site, uncalibrated) -> None:
+    a, _ = uncalibrated
+    b = _audit(site, **UNCALIBRATED)
+    assert a.repeats[0].one_sided.c_lb == b.repeats[0].one_sided.c_lb
+    assert a.repeats[0].one_sided.c_eps_lb == b.repeats[0].one_sided.c_eps_lb
+    assert a.repeats[0].one_sided.rm_rn_eps_lb == b.repeats[0].one_sided.rm_rn_eps_lb
+    assert a.repeats[0].one_sided.baseline == b.repeats[0].one_sided.baseline
+    assert a.repeats[0].selected == b.repeats[0].selected
+
+
+def test_game_records_never_reach_fit(site, uncalibrated) -> None:
+    """Structural check: every record the classifiers are fitted or selected on is outside
+    the audit sets they score afterwards."""
+    _, calls = uncalibrated
     # Records that occur twice in the data (exact duplicates) cannot be told apart; skip them.
     every = [site["members"], site["nonmembers"], site["pool"]]
     flat = [r.tobytes() + bytes([int(y)]) for rec in every for r, y in zip(rec.x, rec.y)]
@@ -259,8 +285,8 @@ def test_game_records_never_reach_fit(site, monkeypatch) -> None:
         assert val and val <= fitted
 
 
-def test_cgan_end_to_end(site) -> None:
-    res = _audit(site, quick=True, generator={"kind": "cgan", "epochs": 2})
+def test_cgan_end_to_end(cgan) -> None:
+    res, _ = cgan
     assert res.generator_kind == "cgan"
     assert "generator_loss" in res.quality
     rep = res.repeats[0]
@@ -294,19 +320,15 @@ def test_input_errors_name_the_problem(site) -> None:
         run_audit(task, model, tiny, cfg, public_pool=site["pool"])
 
 
-def test_a_trained_generators_helper_learns_real_records_but_no_game_record(
-    site, monkeypatch
-) -> None:
+def test_a_trained_generators_helper_learns_real_records_but_no_game_record(site, cgan) -> None:
     """With generated non-members the helper (hence b, and the MIA's reference view) also
     trains on the public pool and D_G: real records, none of them ever in a game."""
     from panoramia_fl.audit.panoramia.splits import split_members
 
-    trained = _records_trained_on(site, monkeypatch)
-    cfg = {"generator": {"kind": "cgan", "epochs": 1}, "quick": True, "seed": 5}
-    res = _audit(site, reference_models=[], **cfg)
+    res, trained = cgan
     helper = trained[0]  # the helper's first epoch (the cGAN has a loop of its own)
     members = site["members"]
-    d_g = split_members(len(members), AuditConfig(**{**TINY, **cfg}).splits, seed=5).generator
+    d_g = split_members(len(members), AuditConfig(**{**TINY, **CGAN}).splits, seed=5).generator
     d_g_keys = {members.x[i].tobytes() for i in d_g}
     member_keys = {r.tobytes() for r in members.x}
     real_keys = {r.tobytes() for r in site["pool"].x} | d_g_keys

@@ -1,6 +1,7 @@
 """The set-up path a fresh machine takes: README's commands, the Makefile, CI, pins."""
 
 import ast
+import functools
 import os
 import re
 import shutil
@@ -142,10 +143,17 @@ def _package_files(package: str) -> list[Path]:
     return sorted((REPO / package).rglob("*.py"))
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """One module's syntax tree, parsed once for the session: the layout tests below walk
+    every module's imports a dozen times over (no test changes a tree it reads)."""
+    return ast.parse(path.read_text(), filename=str(path))
+
+
 def _our_imports(path: Path) -> list[tuple[int, str]]:
     """(line, top-level package) of every absolute import of one of ours, lazy ones included."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             names = [_short(alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -266,7 +274,7 @@ def _import_graph(*, lazy: bool, typing: bool = False) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         targets: set[str] = set()
-        for node in _import_time_nodes(ast.parse(path.read_text()).body, lazy=lazy, typing=typing):
+        for node in _import_time_nodes(_tree(path).body, lazy=lazy, typing=typing):
             if isinstance(node, ast.Import):
                 targets.update(_short(alias.name) for alias in node.names)
             else:
@@ -421,20 +429,20 @@ def test_contracts_stay_light_and_audit_needs_no_flower():
     at_import = [
         line
         for path in _package_files("contracts")
-        for line in third_party(path, _import_time_nodes(ast.parse(path.read_text()).body))
+        for line in third_party(path, _import_time_nodes(_tree(path).body))
     ]
     assert at_import == []
     anywhere = [
         line
         for path in _package_files("contracts")
         if path.name != "checkpoint.py"
-        for line in third_party(path, ast.walk(ast.parse(path.read_text())))
+        for line in third_party(path, ast.walk(_tree(path)))
     ]
     assert anywhere == []
     audit_uses = {
         _short(node.module or "")
         for path in _package_files("audit")
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(_tree(path))
         if isinstance(node, ast.ImportFrom) and _short(node.module or "").startswith("contracts")
     }
     assert audit_uses <= {
@@ -479,7 +487,7 @@ def test_test_modules_share_builders_not_each_other():
     crossed = [
         f"{path.name}:{node.lineno} imports {name}"
         for path in sorted((REPO / "tests").glob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(_tree(path))
         if isinstance(node, ast.Import | ast.ImportFrom)
         for name in (
             [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]

@@ -178,7 +178,14 @@ def test_run_audit_on_a_tiny_gpt2(tiny_text_site: dict, kind: str) -> None:
         quick=True,
         helper_epochs=1,
         device="cpu",
-        generator={"kind": kind, "epochs": 1, "batch_size": 16},
+        # The generator as tiny as the target, one epoch of pretraining on the public pool
+        # (the default size and three epochs cost most of the run and are not under test).
+        generator={
+            "kind": kind,
+            "epochs": 1,
+            "batch_size": 16,
+            **({"options": {**TINY, "pretrain_epochs": 1}} if kind == "gpt2" else {}),
+        },
         classifier={"gbm_iterations": [10, 20]},
     )
     res = run_audit(
@@ -199,6 +206,7 @@ def test_run_audit_on_a_tiny_gpt2(tiny_text_site: dict, kind: str) -> None:
     assert res.one_sided.rm_rn_eps_lb is not None and res.o1_eps_lb is not None
     if kind == "gpt2":
         assert res.quality["generator_train_chunks"] > 0
+        assert "generator_val_loss_pretrained" in res.quality
     gen = make_generator(
         config,
         AuditContext(task=site["task"], device=CPU, public_pool=Records(site["public"], None)),
