@@ -92,16 +92,13 @@ def _run(
     return run
 
 
-def _banner(run: Path) -> list[str]:
-    md_path = write_report_of(run).md_path
-    assert md_path is not None
-    return [line[4:] for line in md_path.read_text().splitlines() if line.startswith("> - ")]
-
-
-def _headline(run: Path) -> str:
-    md_path = write_report_of(run).md_path
-    assert md_path is not None
-    return next(line for line in md_path.read_text().splitlines() if line.startswith("> **"))
+def _report(run: Path) -> tuple[list[str], str, list[str]]:
+    """The report's banner lines, its headline and its warnings: written once."""
+    report = write_report_of(run)
+    assert report.md_path is not None
+    md = report.md_path.read_text().splitlines()
+    banner = [line[4:] for line in md if line.startswith("> - ")]
+    return banner, next(line for line in md if line.startswith("> **")), report.warnings
 
 
 def _site_page(run: Path) -> str:
@@ -121,7 +118,7 @@ def test_holm_and_the_chance_of_a_flag_match_their_definitions():
 
 def test_one_flag_at_its_own_level_among_many_checks_is_read_as_chance(tmp_path, canaries):
     run = _run(tmp_path, canaries, flag=0.99 * LEVEL)
-    banner = _banner(run)
+    banner, headline, warnings = _report(run)
     chance = 1 - (1 - LEVEL) ** CHECKS_RUN
     head = NOTES[Note.FAMILY_WISE].format(
         scope="run", checks=CHECKS_RUN, sites=SITES, chance=chance, beta=BETA
@@ -133,8 +130,8 @@ def test_one_flag_at_its_own_level_among_many_checks_is_read_as_chance(tmp_path,
     assert banner[0].startswith("site 2: its DP-SGD does not do what its accountant assumes")
     assert banner[-1] == NOTES[Note.ONLY_CHANCE]
     # the consortium's headline says chance, not a violation
-    assert _headline(run) == f"> **{CHANCE_FLAGS_HEADLINE}**"
-    assert write_report_of(run).warnings[-1].startswith(f"{CHANCE_FLAGS_HEADLINE}: No flag")
+    assert headline == f"> **{CHANCE_FLAGS_HEADLINE}**"
+    assert warnings[-1].startswith(f"{CHANCE_FLAGS_HEADLINE}: No flag")
     # the site's own page reads the flag at the site's level, as before
     page = _site_page(run)
     assert DO_NOT_TRUST in page and "family-wise" not in page
@@ -142,24 +139,26 @@ def test_one_flag_at_its_own_level_among_many_checks_is_read_as_chance(tmp_path,
 
 def test_a_flag_far_below_beta_over_the_checks_survives(tmp_path, canaries):
     run = _run(tmp_path, canaries, flag=BETA / CHECKS_RUN / 100)
-    banner = _banner(run)
+    banner, headline, warnings = _report(run)
     flag = next(line for line in banner if line.startswith("site 2, noise level (p = "))
     assert flag.endswith("survives: treat as a DP bug.")
     assert banner[-1].startswith(DO_NOT_TRUST)
-    assert _headline(run) == f"> **{VIOLATION_HEADLINE}**"
-    assert not any(CHANCE_FLAGS_HEADLINE in w for w in write_report_of(run).warnings)
+    assert headline == f"> **{VIOLATION_HEADLINE}**"
+    assert not any(CHANCE_FLAGS_HEADLINE in w for w in warnings)
 
 
 def test_a_failed_exact_check_keeps_its_wording(tmp_path, canaries):
     """An exact check alone: the banner as before. Beside a flag read as chance, the exact
     check still says not to trust the guarantee."""
-    banner = _banner(_run(tmp_path / "exact", canaries, exact_failed="clipping"))
+    banner, _, _ = _report(_run(tmp_path / "exact", canaries, exact_failed="clipping"))
     assert len(banner) == 2 and "clipping as assumed" in banner[0]
     assert banner[1].startswith(DO_NOT_TRUST)
-    both = _banner(_run(tmp_path / "both", canaries, flag=0.99 * LEVEL, exact_failed="clipping"))
+    both, headline, _ = _report(
+        _run(tmp_path / "both", canaries, flag=0.99 * LEVEL, exact_failed="clipping")
+    )
     assert any("does not survive" in line for line in both)
     assert both[-1].startswith(DO_NOT_TRUST)
-    assert _headline(tmp_path / "both" / "run") == f"> **{VIOLATION_HEADLINE}**"
+    assert headline == f"> **{VIOLATION_HEADLINE}**"
 
 
 def test_a_sweep_banner_names_the_point_on_every_line(tmp_path, canaries):

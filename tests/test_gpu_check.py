@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,18 +15,16 @@ def _module():
     return load_benchmark("gpu_check")
 
 
-def test_without_nvidia_smi_it_says_so_and_skips_past_the_budget(tmp_path):
-    env = dict(os.environ, PATH=str(tmp_path))  # no nvidia-smi on this PATH
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), "--budget-s", "0"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+def test_without_nvidia_smi_it_says_so_and_skips_past_the_budget(tmp_path, monkeypatch, capsys):
+    # The script's own main, in this process (torch is imported already): no nvidia-smi on PATH.
+    gpu_check = _module()
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(
+        sys, "argv", [str(SCRIPT), "--out", str(tmp_path / "out"), "--budget-s", "0"]
     )
-    assert proc.returncode == 1, proc.stderr  # nothing ran: not a pass
-    assert "nvidia-smi not found" in proc.stdout
+    assert gpu_check.main() == 1  # nothing ran: not a pass
+    assert "nvidia-smi not found" in capsys.readouterr().out
     table = (tmp_path / "out" / "gpu_check.md").read_text()
     assert "nvidia-smi was not found" in table
     for stage in ("default", "inversion", "gpu", "text", "pipeline16"):
