@@ -11,10 +11,10 @@ from ..numbers.formatting import MISSING
 from ..numbers.meanings import NOTES, Note
 from ..numbers.metrics import DISHONEST_SERVER
 from ..numbers.report_parts import REPORT_PARTS, ReportPart
-from ..pages.html_page import esc
 from ..schemas.schema import SitePageReport
-from .blocks import Block, Heading, Para, Raw, Table
+from .blocks import Block, Table
 from .columns import Column, column
+from .rebuilt_records import Gallery, rebuilt_records_section
 
 
 def dishonest_server_sentence(result: DishonestServerResult) -> str:
@@ -76,24 +76,22 @@ def dishonest_server_section(report: SitePageReport) -> list[Block]:
     results = report.site.results.dishonest_server
     if not results:
         return []
-    blocks: list[Block] = [
-        Heading("What a server that does not play fair could rebuild"),
-        Para(" ".join(dishonest_server_sentence(r) for r in results)),
-        Para(f"How to read it: {NOTES[Note.DISHONEST_SERVER]}."),
-        Table(DISHONEST_SERVER_COLUMNS, results, attrs=' id="dishonest-server"'),
-    ]
-    if report.rebuilt_gallery_link is not None:
-        link = esc(report.rebuilt_gallery_link)
-        blocks.append(
-            Raw(
-                f'<figure class="site-local"><img src="{link}" alt="your records beside what '
-                "the server rebuilt of them\"><figcaption>Your site's own thumbnails "
-                "(site-local, linked, never sent): the records of the first attacked round "
-                "that came back best, each as original | the server's rebuild. "
-                f'<a href="{link}">{link}</a></figcaption></figure>'
-            )
-        )
-    return blocks
+    link = report.rebuilt_gallery_link
+    return rebuilt_records_section(
+        heading="What a server that does not play fair could rebuild",
+        sentence=" ".join(dishonest_server_sentence(r) for r in results),
+        how_to_read=NOTES[Note.DISHONEST_SERVER],
+        table=Table(DISHONEST_SERVER_COLUMNS, results, attrs=' id="dishonest-server"'),
+        gallery=None
+        if link is None
+        else Gallery(
+            link,
+            alt="your records beside what the server rebuilt of them",
+            caption="Your site's own thumbnails (site-local, linked, never sent): the records "
+            "of the first attacked round that came back best, each as original | the "
+            "server's rebuild.",
+        ),
+    )
 
 
 REPORT_PARTS.register("dishonest_server")(

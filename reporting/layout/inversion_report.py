@@ -12,11 +12,11 @@ from ..numbers.formatting import MISSING, fmt
 from ..numbers.meanings import NOTES, Note
 from ..numbers.metrics import Metric
 from ..numbers.report_parts import REPORT_PARTS, ReportPart
-from ..pages.html_page import esc
 from ..schemas.schema import SitePageReport, SiteReport
 from ..schemas.sweep_schema import SweepPointReport
-from .blocks import Block, Heading, Para, Raw, Table
+from .blocks import Block, Table
 from .columns import Column, column
+from .rebuilt_records import Gallery, rebuilt_records_section
 
 INVERSION_SHARE_REBUILT = Metric(
     "inversion_share_rebuilt",
@@ -127,25 +127,22 @@ def inversion_section(report: SitePageReport) -> list[Block]:
     if not results:
         return []
     held = "the round's sum" if report.secure_aggregation == "ideal" else "your updates"
-    blocks: list[Block] = [
-        Heading(f"Can the server rebuild your records from {held}?"),
-        Para(" ".join(inversion_sentence(r) for r in results)),
-        Para(f"How to read it: {NOTES[Note.INVERSION]}."),
-        Table(INVERSION_COLUMNS, results, attrs=' id="inversion"'),
-    ]
-    if report.inversion_gallery_link is not None:
-        link = esc(report.inversion_gallery_link)
-        blocks.append(
-            Raw(
-                '<figure class="site-local"><img src="'
-                f'{link}" alt="your records beside their reconstructions">'
-                "<figcaption>Your site's own gallery (site-local, linked, never sent): "
-                "the best-rebuilt and a typical record of the first attacked round, each "
-                "as original | the attack's reconstruction | the baseline's (public "
-                f'records) best match. <a href="{link}">{link}</a></figcaption></figure>'
-            )
-        )
-    return blocks
+    link = report.inversion_gallery_link
+    return rebuilt_records_section(
+        heading=f"Can the server rebuild your records from {held}?",
+        sentence=" ".join(inversion_sentence(r) for r in results),
+        how_to_read=NOTES[Note.INVERSION],
+        table=Table(INVERSION_COLUMNS, results, attrs=' id="inversion"'),
+        gallery=None
+        if link is None
+        else Gallery(
+            link,
+            alt="your records beside their reconstructions",
+            caption="Your site's own gallery (site-local, linked, never sent): the "
+            "best-rebuilt and a typical record of the first attacked round, each as original "
+            "| the attack's reconstruction | the baseline's (public records) best match.",
+        ),
+    )
 
 
 def inversion_threat(site: SiteReport, secure: SecureAggregationMode) -> list[str]:
