@@ -66,13 +66,14 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-# One worker more than there are cores, each taking whole test files (a module's shared run
-# stays in one worker; each worker starts one Ray head that its experiments join): the Ray
-# tests spend much of their time waiting on processes starting, so a third worker on two
-# cores keeps both busy. Files go out in the order tests/conftest.py gives them (process-heavy
-# files first): xdist's default order, most tests first, would leave the long one-test
-# simulation files for last, run by one worker while the others sit idle.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+# One worker a core, each taking whole test files (a module's shared run stays in one worker;
+# each worker starts one Ray head that its experiments join). More workers than cores cost
+# more CPU than the waits they fill: back to back on 2 cores, the suite took 1,012 CPU-s and
+# 562 s with 2 workers, 1,134 CPU-s and 603 s with 3, 1,413 CPU-s and 766 s with 4. Files go
+# out in the order tests/conftest.py gives them (process-heavy files first): xdist's default
+# order, most tests first, would leave the long one-test simulation files for last, run by
+# one worker while the others sit idle.
+TEST_WORKERS ?= $(shell nproc)
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # mypy beside the suite, not before it: it keeps one core busy (about 45 s on a fresh clone)
 # while the other would wait for it. Its report prints after the suite's; either one failing
