@@ -11,6 +11,7 @@ from torch import nn
 from panoramia_fl.ml.datasets import load_dataset
 from panoramia_fl.ml.models.image import MaxPool2x2
 from panoramia_fl.ml.tasks import build_task
+from panoramia_fl.ml.tasks.base import INFERENCE_BATCH, inference_batch_size
 
 
 @pytest.mark.parametrize("shape", [(8, 4, 12, 12), (5, 3, 7, 9)])
@@ -73,3 +74,29 @@ def test_evaluate_matches_loss_and_accuracy_of_their_own_passes():
     assert scores["loss"] == float(losses.mean())
     assert scores["accuracy"] == correct / len(x)
     assert 0 < correct < len(x) and np.isfinite(scores["loss"])
+
+
+@pytest.mark.parametrize(
+    ("modality", "model_name", "input_shape"),
+    [("image", "small_cnn", (1, 28, 28)), ("tabular", "mlp", (23,))],
+)
+def test_a_records_outputs_do_not_depend_on_its_inference_batch(
+    monkeypatch, modality, model_name, input_shape
+):
+    """The CPU's inference batch (``INFERENCE_BATCH``) is sized for the cache: the records'
+    loss features are the same bits at 128 as at 512, the batch before. 677 records: the last
+    batch is 165 records at 512 and 128 + 37 at 128 (a matrix product's rows past a multiple
+    of 8 take other kernels: one record alone is not the same bits)."""
+    rng = np.random.default_rng(0)
+    x = rng.random((677, *input_shape), dtype=np.float32)
+    if modality == "image":
+        x = (x * 255).astype(np.uint8)
+    y = rng.integers(0, 10, size=677)
+    task = build_task(modality, model_name=model_name, num_classes=10, input_shape=input_shape)
+    torch.manual_seed(0)
+    model = task.make_model()
+    cpu = torch.device("cpu")
+    assert inference_batch_size(cpu) == 128
+    ours = task.loss_features(model, x, y, device=cpu)
+    monkeypatch.setitem(INFERENCE_BATCH, "cpu", 512)
+    assert np.array_equal(ours, task.loss_features(model, x, y, device=cpu))
