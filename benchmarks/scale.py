@@ -23,7 +23,9 @@ tree (driver, Ray's processes and workers) twice a second with psutil: per stage
 PSS, which counts a page shared by several processes once: the figure that must fit the
 machine); with ``nvidia-smi``, the GPU's peak memory. The per-site audit stages are the
 means of the sites' own timings. Then, along each axis with two or more points, the growth
-exponent: the slope of log(cost) against log(sites) or log(records).
+exponent: the slope of log(cost) against log(sites) or log(records), with the R^2 of that
+line; and per model and variant, the least-squares fit of a run's seconds to
+``a + b * sites + c * sites * records / 1000`` (what it pays once, a site, 1,000 records).
 
 Writes to ``--out`` (default ``scale_out``): ``cells.jsonl`` (one line per cell, appended as
 cells finish: a rerun skips the cells already there), ``scale.md`` (the tables) and
@@ -244,8 +246,9 @@ def audit_stage_means(run_dir: Path) -> dict[str, float]:
     return {k: float(np.mean(v)) for k, v in stages.items()}
 
 
-def growth(rows: list[dict[str, Any]], axis: str) -> list[tuple[str, str, int, float]]:
-    """(the other settings, stage, points, exponent of wall time) along ``axis``."""
+def growth(rows: list[dict[str, Any]], axis: str) -> list[tuple[str, str, int, float, float]]:
+    """(the other settings, stage, points, exponent of wall time, R^2 of the log-log line)
+    along ``axis``; R^2 is NaN for two points (a line through both)."""
     others = [k for k in ("sites", "records", "model", "variant") if k != axis]
     ok = [r for r in rows if r["rc"] == 0]
     out = []
@@ -260,7 +263,43 @@ def growth(rows: list[dict[str, Any]], axis: str) -> list[tuple[str, str, int, f
             pairs = [(x, y) for x, y in pairs if y is not None and y > 0]
             if len(pairs) >= 2:
                 xs, ys = np.log([p[0] for p in pairs]), np.log([p[1] for p in pairs])
-                out.append((label, stage, len(pairs), float(np.polyfit(xs, ys, 1)[0])))
+                slope, intercept = np.polyfit(xs, ys, 1)
+                fit = _r_squared(ys, slope * xs + intercept) if len(pairs) > 2 else math.nan
+                out.append((label, stage, len(pairs), float(slope), fit))
+    return out
+
+
+def _r_squared(observed: np.ndarray, fitted: np.ndarray) -> float:
+    spread = float(np.sum((observed - observed.mean()) ** 2))
+    return 1.0 - float(np.sum((observed - fitted) ** 2)) / spread if spread > 0 else math.nan
+
+
+def _without_reference_models(row: dict[str, Any], measure: str) -> float:
+    stages = row["stages"]
+    return float(stages["whole"][measure] - stages.get("reference_models", {}).get(measure, 0.0))
+
+
+def cost_model(rows: list[dict[str, Any]]) -> list[tuple[str, str, np.ndarray, float, float]]:
+    """Per model and variant with 4+ cells, the least-squares fit of a whole run's wall and CPU
+    seconds to ``a + b * sites + c * (sites x records / 1,000)``: what a run pays once, a
+    site, and 1,000 records' training and audit; with R^2 and the largest relative residual.
+    Exponents below 1 come from ``a`` and ``b``; this says how large each is. The reference
+    models' stage is left out: the weights cache trains them once for every cell that shares
+    them, so the first cell of a grid pays them alone."""
+    ok = [r for r in rows if r["rc"] == 0 and "whole" in r["stages"]]
+    key = lambda r: (r["model"], r["variant"])  # noqa: E731
+    out = []
+    for (model, variant), group in itertools.groupby(sorted(ok, key=key), key=key):
+        cells = list(group)
+        if len(cells) < 4:
+            continue
+        design = np.array([[1.0, r["sites"], r["sites"] * r["records"] / 1000] for r in cells])
+        for measure in ("wall_s", "cpu_s"):
+            seconds = np.array([_without_reference_models(r, measure) for r in cells])
+            coef = np.linalg.lstsq(design, seconds, rcond=None)[0]
+            fitted = design @ coef
+            worst = float(np.max(np.abs(fitted - seconds) / seconds))
+            out.append((f"{model}, {variant}", measure, coef, _r_squared(seconds, fitted), worst))
     return out
 
 
@@ -282,8 +321,18 @@ def tables(rows: list[dict[str, Any]]) -> str:
         found = growth(rows, axis)
         if found:
             lines += ["", f"Growth of wall time with {axis} (slope of log-log):", ""]
-            lines += ["| others | stage | points | exponent |", "|---|---|---|---|"]
-            lines += [f"| {o} | {s} | {n} | {e:.2f} |" for o, s, n, e in found]
+            lines += ["| others | stage | points | exponent | R^2 |", "|---|---|---|---|---|"]
+            lines += [f"| {o} | {s} | {n} | {e:.2f} | {r:.3f} |" for o, s, n, e, r in found]
+    fits = cost_model(rows)
+    if fits:
+        lines += ["", "A run's seconds but its reference models' = a + b x sites + c x (sites x"]
+        lines += ["records / 1,000), least squares over the cells:", ""]
+        lines += ["| model, variant | measure | a | b | c | R^2 | largest residual |"]
+        lines += ["|---|---|---|---|---|---|---|"]
+        for label, measure, (a, b, c), r2, worst in fits:
+            lines.append(
+                f"| {label} | {measure} | {a:.1f} | {b:.2f} | {c:.2f} | {r2:.3f} | {worst:.0%} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -309,11 +358,11 @@ def figure(rows: list[dict[str, Any]]) -> str | None:
                     f"{other} {fixed[0]}, {fixed[1]}, {fixed[2]}",
                 )
             if ax.lines:
-                ax.legend_loc = "upper left"
+                ax.legend_loc = "outside right"  # inside, it hid the largest cells' points
                 panels.append(ax)
     if not panels:
         return None
-    return render_figure(panels, panel_width=420, panel_height=300, cols=2)
+    return render_figure(panels, panel_width=640, panel_height=300, cols=2)
 
 
 def cells_of(args: argparse.Namespace, pool: int) -> list[Cell]:

@@ -7,6 +7,7 @@ resolved config is written to the run directory as ``config.yaml``.
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -187,11 +188,17 @@ class DPConfig(StrictModel):
 
 
 class ResourcesConfig(StrictModel):
-    num_cpus: float = Field(1, gt=0, description="CPUs per site process (training)")
+    num_cpus: float | Literal["auto"] = Field(
+        "auto",
+        description="CPUs per site process (training); auto: this machine's CPUs (ray.num_cpus "
+        "when set) shared by the sites, whole, at least 1; 1 in a Ray cluster the run joins",
+    )
     num_gpus: float | Literal["auto"] = Field(
         "auto", description="GPU fraction per site; auto: 0 without CUDA"
     )
-    audit_num_cpus: float = Field(1, gt=0)
+    audit_num_cpus: float | Literal["auto"] = Field(
+        "auto", description="CPUs per site process (audits); auto: as num_cpus"
+    )
     audit_num_gpus: float | Literal["auto"] = "auto"
     torch_threads: int | Literal["auto"] = Field(
         "auto",
@@ -207,15 +214,35 @@ class ResourcesConfig(StrictModel):
             return value
         raise ValueError(f"'auto' or a whole number of threads >= 1, not {value!r}")
 
+    @field_validator("num_cpus", "audit_num_cpus", mode="before")
+    @classmethod
+    def _positive_or_auto(cls, value: object) -> object:
+        # One message for the two forms (pydantic would name each arm of the union).
+        if value == "auto":
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return value
+        raise ValueError(f"'auto' or a number of CPUs > 0, not {value!r}")
+
+    @property
+    def train_cpus(self) -> float:
+        """CPUs Ray gives a site process while it trains (``num_cpus``, resolved)."""
+        return _resolved(self.num_cpus, "num_cpus")
+
+    @property
+    def audit_cpus(self) -> float:
+        """CPUs Ray gives a site process while it audits (``audit_num_cpus``, resolved)."""
+        return _resolved(self.audit_num_cpus, "audit_num_cpus")
+
     @property
     def train_threads(self) -> int:
         """torch threads of a site's local training."""
-        return self._threads(self.num_cpus)
+        return self._threads(self.train_cpus)
 
     @property
     def audit_threads(self) -> int:
         """torch threads of a site's audit and of the reference models' Ray tasks."""
-        return self._threads(self.audit_num_cpus)
+        return self._threads(self.audit_cpus)
 
     def _threads(self, cpus: float) -> int:
         if self.torch_threads != "auto":
@@ -223,6 +250,25 @@ class ResourcesConfig(StrictModel):
         # Whole CPUs: a site holding 1.5 of Ray's CPUs gets one thread, never more threads
         # than the cores Ray counts for it (0.5 each: two sites share a core, one thread each).
         return max(1, math.floor(cpus + 1e-9))
+
+
+def _resolved(cpus: float | str, key: str) -> float:
+    if isinstance(cpus, str):  # ExperimentConfig resolves 'auto' when it is validated
+        raise ValueError(f"resources.{key}: 'auto' not resolved (a ResourcesConfig alone)")
+    return float(cpus)
+
+
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+"""Ray's own variable naming a cluster to join: the default of ``ray.address``."""
+
+
+def site_cpus(*, machine_cpus: int, sites: int, joins_cluster: bool) -> float:
+    """``resources.num_cpus: auto``: the machine's CPUs shared by the sites, whole, at least 1
+    (a site never holds a core another site needs: every site trains at once when they
+    fit); 1 when the run joins a cluster, whose CPUs this machine cannot count."""
+    if joins_cluster:
+        return 1.0
+    return float(max(1, machine_cpus // max(1, sites)))
 
 
 class RayConfig(StrictModel):
@@ -302,6 +348,7 @@ class ExperimentConfig(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ExperimentConfig:
+        _resolve_site_cpus(self)
         _who_holds_updates(self)
         _check_central_client_dp(self)
         _check_audit_phase(self)
@@ -325,6 +372,21 @@ class ExperimentConfig(StrictModel):
                 "epsilon at dp.delta (leave audit.settings.delta unset)"
             )
         return self
+
+
+def _resolve_site_cpus(config: ExperimentConfig) -> None:
+    """``resources.num_cpus`` / ``audit_num_cpus: auto`` as numbers (:func:`site_cpus`), so
+    that the run's config.yaml records what each site held."""
+    res = config.resources
+    auto = [k for k in ("num_cpus", "audit_num_cpus") if getattr(res, k) == "auto"]
+    if not auto:
+        return
+    share = site_cpus(
+        machine_cpus=config.ray.num_cpus or os.cpu_count() or 1,
+        sites=config.partition.num_sites,
+        joins_cluster=bool(config.ray.address or os.environ.get(RAY_ADDRESS_ENV)),
+    )
+    object.__setattr__(config, "resources", res.model_copy(update=dict.fromkeys(auto, share)))
 
 
 def _check_central_client_dp(config: ExperimentConfig) -> None:

@@ -24,7 +24,11 @@ from panoramia_fl.server.stop import StopSwitch, stop_on_signals
 from panoramia_fl.simulations.apps import build_apps
 from panoramia_fl.simulations.canary_client_twin import train_twin_and_record
 from panoramia_fl.simulations.config_file import report_config
-from panoramia_fl.simulations.experiment_config import ExperimentConfig, ResourcesConfig
+from panoramia_fl.simulations.experiment_config import (
+    RAY_ADDRESS_ENV,
+    ExperimentConfig,
+    ResourcesConfig,
+)
 from panoramia_fl.simulations.platform_info import collect_platform, write_platform
 from panoramia_fl.simulations.ray_start import check_fits, start_ray
 from panoramia_fl.simulations.reference_models import (
@@ -83,10 +87,6 @@ def _gpus(value: float | str, num_sites: int) -> float:
     if value == "auto":
         return round(1.0 / max(1, min(num_sites, 8)), 3)
     return float(value)
-
-
-RAY_ADDRESS_ENV = "RAY_ADDRESS"
-"""Ray's own variable naming a cluster to join: the default of ``ray.address``."""
 
 
 def ray_address(config: ExperimentConfig) -> str | None:
@@ -224,10 +224,10 @@ def check_local_resources(config: ExperimentConfig) -> None:
     gpus = float(torch.cuda.device_count())
     res = config.resources
     sites = config.partition.num_sites
-    check_fits(cpus, gpus, res.num_cpus, _gpus(res.num_gpus, sites), "resources.num_cpus")
+    check_fits(cpus, gpus, res.train_cpus, _gpus(res.num_gpus, sites), "resources.num_cpus")
     if config.audit.enabled:
         audit_gpus = _gpus(res.audit_num_gpus, sites)
-        check_fits(cpus, gpus, res.audit_num_cpus, audit_gpus, "resources.audit_num_cpus")
+        check_fits(cpus, gpus, res.audit_cpus, audit_gpus, "resources.audit_num_cpus")
 
 
 def training_done(config: ExperimentConfig, layout: RunLayout) -> bool:
@@ -286,8 +286,8 @@ def _site_resources(config: ExperimentConfig) -> tuple[tuple[float, float], tupl
     """Per-site (CPUs, GPUs) of training and of the audits."""
     res: ResourcesConfig = config.resources
     sites = config.partition.num_sites
-    return (res.num_cpus, _gpus(res.num_gpus, sites)), (
-        res.audit_num_cpus,
+    return (res.train_cpus, _gpus(res.num_gpus, sites)), (
+        res.audit_cpus,
         _gpus(res.audit_num_gpus, sites),
     )
 

@@ -46,7 +46,7 @@ def machine_memory() -> int:
 
 def sites_at_once(config: ExperimentConfig, cpus: float) -> int:
     """How many sites train at once on ``cpus`` CPUs (``resources.num_cpus`` each)."""
-    fit = math.floor(cpus / config.resources.num_cpus + 1e-9)
+    fit = math.floor(cpus / config.resources.train_cpus + 1e-9)
     return max(1, min(config.partition.num_sites, fit))
 
 

@@ -4,7 +4,12 @@ from pathlib import Path
 import pytest
 
 from panoramia_fl.simulations.config_file import dump_config
-from panoramia_fl.simulations.experiment_config import ConfigError, load_config, validate_config
+from panoramia_fl.simulations.experiment_config import (
+    RAY_ADDRESS_ENV,
+    ConfigError,
+    load_config,
+    validate_config,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,9 +47,11 @@ def test_bad_values_name_the_key(raw, key):
         validate_config(raw)
 
 
-def test_torch_threads_auto_is_the_whole_cpus_ray_gives_a_site(tmp_path):
-    default = load_config(REPO / "configs" / "default.yaml").resources
-    # One CPU a site: one thread, the numbers a pinned torch_threads: 1 gave.
+def test_torch_threads_auto_is_the_whole_cpus_ray_gives_a_site(tmp_path, monkeypatch):
+    monkeypatch.delenv(RAY_ADDRESS_ENV, raising=False)
+    two_cores = ["ray.num_cpus=2"]
+    default = load_config(REPO / "configs" / "default.yaml", two_cores).resources
+    # Two sites on two cores: one thread a site, the numbers a pinned torch_threads: 1 gave.
     assert default.torch_threads == "auto"
     assert default.train_threads == default.audit_threads == 1
     shares = validate_config({"resources": {"num_cpus": 2, "audit_num_cpus": 0.5}}).resources
@@ -57,6 +64,30 @@ def test_torch_threads_auto_is_the_whole_cpus_ray_gives_a_site(tmp_path):
     for bad in (0, 1.5, "all", True):
         with pytest.raises(ConfigError, match=r"resources\.torch_threads: 'auto' or a whole"):
             validate_config({"resources": {"torch_threads": bad}})
+
+
+def test_num_cpus_auto_shares_the_machine_among_the_sites(monkeypatch):
+    """``auto``: the machine's CPUs (``ray.num_cpus`` when set) over the sites, whole, at least
+    one; one in a cluster the run joins. The number is what config.yaml records."""
+    monkeypatch.delenv(RAY_ADDRESS_ENV, raising=False)
+
+    def resources(sites: int, machine: int, **ray: object):
+        raw = {"partition": {"num_sites": sites}, "ray": {"num_cpus": machine, **ray}}
+        return validate_config(raw).resources
+
+    assert (resources(2, 2).train_cpus, resources(2, 2).audit_cpus) == (1.0, 1.0)
+    sixteen = resources(2, 16)
+    assert (sixteen.train_cpus, sixteen.train_threads, sixteen.audit_threads) == (8.0, 8, 8)
+    assert resources(3, 16).train_cpus == 5.0 and resources(32, 16).train_cpus == 1.0
+    assert resources(2, 16, address="10.0.0.1:6379").train_cpus == 1.0
+    monkeypatch.setenv(RAY_ADDRESS_ENV, "10.0.0.1:6379")
+    assert resources(2, 16).train_cpus == 1.0
+    pinned = validate_config({"ray": {"num_cpus": 16}, "resources": {"audit_num_cpus": 3}})
+    assert (pinned.resources.train_cpus, pinned.resources.audit_cpus) == (1.0, 3.0)
+    assert "num_cpus: 1.0" in dump_config(pinned)
+    for bad in (0, -1, "all", True):
+        with pytest.raises(ConfigError, match=r"resources\.num_cpus: 'auto' or a number"):
+            validate_config({"resources": {"num_cpus": bad}})
 
 
 def test_only_the_listed_sites_run_the_inversion_audit(tmp_path):
