@@ -76,16 +76,13 @@ def dishonest_server_section(report: SitePageReport) -> list[Block]:
     results = report.site.results.dishonest_server
     if not results:
         return []
-    link = report.rebuilt_gallery_link
     return rebuilt_records_section(
         heading="What a server that does not play fair could rebuild",
         sentence=" ".join(dishonest_server_sentence(r) for r in results),
         how_to_read=NOTES[Note.DISHONEST_SERVER],
         table=Table(DISHONEST_SERVER_COLUMNS, results, attrs=' id="dishonest-server"'),
-        gallery=None
-        if link is None
-        else Gallery(
-            link,
+        link=report.rebuilt_gallery_link,
+        gallery=Gallery(
             alt="your records beside what the server rebuilt of them",
             caption="Your site's own thumbnails (site-local, linked, never sent): the records "
             "of the first attacked round that came back best, each as original | the "

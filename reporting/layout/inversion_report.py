@@ -127,16 +127,13 @@ def inversion_section(report: SitePageReport) -> list[Block]:
     if not results:
         return []
     held = "the round's sum" if report.secure_aggregation == "ideal" else "your updates"
-    link = report.inversion_gallery_link
     return rebuilt_records_section(
         heading=f"Can the server rebuild your records from {held}?",
         sentence=" ".join(inversion_sentence(r) for r in results),
         how_to_read=NOTES[Note.INVERSION],
         table=Table(INVERSION_COLUMNS, results, attrs=' id="inversion"'),
-        gallery=None
-        if link is None
-        else Gallery(
-            link,
+        link=report.inversion_gallery_link,
+        gallery=Gallery(
             alt="your records beside their reconstructions",
             caption="Your site's own gallery (site-local, linked, never sent): the "
             "best-rebuilt and a typical record of the first attacked round, each as original "

@@ -12,27 +12,32 @@ from .blocks import Block, Heading, Para, Raw, Table
 
 @dataclass(frozen=True)
 class Gallery:
-    """The site-local image of its records beside what the attack rebuilt of them."""
+    """What the site-local image of its records beside the attack's rebuilds shows."""
 
-    link: str
     alt: str
     caption: str
     """What the image shows (the link follows it)."""
 
 
 def rebuilt_records_section(
-    *, heading: str, sentence: str, how_to_read: str, table: Table, gallery: Gallery | None
+    *,
+    heading: str,
+    sentence: str,
+    how_to_read: str,
+    table: Table,
+    gallery: Gallery,
+    link: str | None,
 ) -> list[Block]:
     """The attack's section: its heading, its sentence, how to read it, its table and, when
-    the site kept one, its gallery."""
+    the site kept one (``link``: where), its gallery."""
     blocks: list[Block] = [
         Heading(heading),
         Para(sentence),
         Para(f"How to read it: {how_to_read}."),
         table,
     ]
-    if gallery is not None:
-        href = esc(gallery.link)
+    if link is not None:
+        href = esc(link)
         blocks.append(
             Raw(
                 f'<figure class="site-local"><img src="{href}" alt="{gallery.alt}">'
