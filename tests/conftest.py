@@ -26,11 +26,11 @@ torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files that start processes (marked ``ray`` or ``slow``: simulations, deployments, CLI
-    runs) run first, the in-process files after them, each group in file order. The workers
-    take whole files (``--dist loadfile --no-loadscope-reorder``, see the Makefile), so the
-    suite ends on short files that even out the workers, not on one long run while the other
-    workers have finished."""
+    """Files with a long test (marked ``ray`` or ``slow``: simulations, deployments, CLI runs,
+    in-process trials of 8 s or more) run first, the short files after them, each group in
+    file order. The workers take whole files (``--dist loadfile --no-loadscope-reorder``, see
+    the Makefile), so the suite ends on short files that even out the workers, not on one
+    long file while the other workers have finished."""
     heavy = {
         item.path
         for item in items

@@ -448,6 +448,7 @@ def test_a_ledger_may_hold_more_steps_than_were_taken_never_fewer(digits, sigma_
     assert not fewer.passed and f"accounts for {taken - 1} of the {taken}" in fewer.message
 
 
+@pytest.mark.slow
 def test_null_trials_stay_within_beta():
     """150 honest one-round runs (real Opacus steps, a tiny model): each statistical check
     alarms in at most beta/2 of them, with the Clopper-Pearson upper end at most beta."""

@@ -110,6 +110,7 @@ def test_canaries_cost_no_accuracy_weights_are_bit_identical(digits, plain):
     assert np.isfinite(state.mechanism).all() and state.mechanism.std() > 0
 
 
+@pytest.mark.slow
 def test_null_directions_never_inserted_stay_within_beta():
     # 200 audits on canaries that never entered the mechanism: pure noise in, any coins out.
     rng = np.random.default_rng(5)

@@ -136,6 +136,7 @@ def test_fedsgd_update_rebuilds_a_batch_of_digits(digits, tmp_path, device):
     assert result.psnr_mean > result.baseline_psnr_mean + 3
 
 
+@pytest.mark.slow
 def test_fedavg_update_of_two_epochs_rebuilds_the_records(digits, tmp_path):
     """FedAvg: 6 records, 2 local epochs of 2 shuffled batches; the attack simulates the
     epochs on the same dummy records in a fixed order."""
@@ -201,6 +202,7 @@ def test_restarts_side_by_side_move_bit_for_bit_as_each_alone(digits):
         assert loss == [losses[r]] and torch.equal(alone.detach(), together[r].detach())
 
 
+@pytest.mark.slow
 def test_record_level_dp_at_eps_1_leaves_the_attack_at_chance(digits, tmp_path):
     # sigma 1.09: eps just under 1 for this one step at q = 4/64 by PRV (the assertion below
     # reads it from the site's ledger). PRV's calibration to eps = 1 finds 1.089, in seconds
@@ -237,6 +239,7 @@ def _rows(n: int, rng: np.random.Generator) -> tuple[np.ndarray, list[Fields]]:
     return np.concatenate(parts, axis=1).astype(np.float32), fields
 
 
+@pytest.mark.slow
 def test_tabular_fedsgd_update_gives_back_most_fields():
     rng = np.random.default_rng(0)
     x, fields = _rows(4, rng)
@@ -367,6 +370,7 @@ def test_a_site_that_kept_no_round_reports_no_inversion(digits, tmp_path):
     assert inversion_audit(settings, _task(dp=False), _site(digits, 8), seed=0) == []
 
 
+@pytest.mark.slow
 def test_under_secure_aggregation_the_attack_reads_the_rounds_sum(digits, tmp_path):
     """The server holds only the round's sum: the site attacks that (the weights after the
     round minus those it received), scored against its own records. Its FedSGD update alone

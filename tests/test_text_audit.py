@@ -223,6 +223,7 @@ def _documents(n_docs: int, chunks: int, *, seed: int) -> tuple[np.ndarray, np.n
     return x.astype(np.int64), np.repeat(np.arange(n_docs) + 1000 * seed, chunks)
 
 
+@pytest.mark.slow
 def test_documents_stay_whole_so_an_untrained_model_shows_no_leakage() -> None:
     """An untrained f carries no membership signal. With chunk-level cuts, b and the MIA
     learn the documents of their training chunks and recognise test chunks of the same

@@ -239,7 +239,7 @@ class Gpt2Generator(TrainedGenerator):
         quality.update(
             generator_train_loss=r[0], generator_val_loss=r[1], generator_best_epoch=r[2]
         )
-        model.to(self.device)  # type: ignore[arg-type]  # transformers types .to unbound
+        model.to(self.device)
         self.model = model.eval()
         return {k: float(v) for k, v in quality.items() if not math.isnan(float(v))}
 
@@ -299,7 +299,7 @@ class Gpt2Generator(TrainedGenerator):
             _store(key, model.state_dict())
         else:
             model.load_state_dict(state)
-        model.to(self.device)  # type: ignore[arg-type]  # transformers types .to unbound
+        model.to(self.device)
 
     def _finetune(
         self,

@@ -129,9 +129,7 @@ def train_lm(
     Without ``val`` the last epoch is kept. ``max_offset`` draws each chunk's position offset
     uniformly from ``0..max_offset``.
     """
-    # transformers declares PreTrainedModel.to with @wraps(nn.Module.to): typed unbound, so
-    # mypy takes `device` for `self` (here and below).
-    model.to(device)  # type: ignore[arg-type]  # transformers types .to unbound
+    model.to(device)
     if epochs <= 0 or len(x) == 0:
         v = mean_loss(model, val, device=device) if val is not None and len(val) else math.nan
         return TrainReport(0, 0, math.nan, v)
@@ -259,7 +257,7 @@ def sample_lm(
         raise ValueError(
             f"prompt {p} + {length} tokens exceed the generator's {positions_of(model)} positions"
         )
-    model.to(device).eval()  # type: ignore[arg-type]  # transformers types .to unbound
+    model.to(device).eval()
     gen = torch.Generator(device=device).manual_seed(seed)
     k = min(top_k, model.config.vocab_size)
     keyword = _cache_keyword()
