@@ -76,11 +76,12 @@ typecheck: venv
 TEST_WORKERS ?= $(shell nproc)
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # mypy beside the suite, not before it: it keeps one core busy (about 45 s on a fresh clone)
-# while the other would wait for it. Its report prints after the suite's; either one failing
-# fails the target.
+# while the other would wait for it. At the lowest priority (nice 19): the suite keeps the
+# cores it can use, and mypy takes what the suite leaves idle (its waits, its last minute with
+# one worker). Its report prints after the suite's; either one failing fails the target.
 test: venv data browser lint
 	@echo "mypy runs beside the test suite; its report follows the suite's"
-	@report=$$(mktemp); $(VENV)/bin/mypy > $$report 2>&1 & mypy=$$!; \
+	@report=$$(mktemp); nice -n 19 $(VENV)/bin/mypy > $$report 2>&1 & mypy=$$!; \
 	$(PYTEST); suite=$$?; \
 	wait $$mypy; types=$$?; echo "mypy:"; cat $$report; rm -f $$report; \
 	[ $$suite -eq 0 ] && [ $$types -eq 0 ]
