@@ -276,7 +276,11 @@ class RayConfig(StrictModel):
         None, description="join an existing Ray cluster (HOST:PORT); default: $RAY_ADDRESS"
     )
     num_cpus: int | None = Field(None, ge=1, description="CPUs of a local Ray instance")
-    temp_dir: Path | None = Field(None, description="Ray session files (default: run dir)")
+    temp_dir: Path | None = Field(
+        None,
+        description="a local Ray's session files (default: a private folder in the system's "
+        "temporary folder, removed after the run); unused when joining a cluster",
+    )
 
 
 class ReportSectionConfig(StrictModel):

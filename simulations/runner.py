@@ -95,9 +95,12 @@ def ray_address(config: ExperimentConfig) -> str | None:
     return config.ray.address or os.environ.get(RAY_ADDRESS_ENV) or None
 
 
-def ray_init_args(config: ExperimentConfig, *, temp_dir: Path, verbose: bool) -> dict[str, Any]:
+def ray_init_args(
+    config: ExperimentConfig, *, temp_dir: Path | None, verbose: bool
+) -> dict[str, Any]:
     """``ray.init``'s arguments: join the cluster of :func:`ray_address`, or start a local
-    Ray with ``ray.num_cpus`` (default: every CPU) and its session files in ``temp_dir``."""
+    Ray with ``ray.num_cpus`` (default: every CPU) and its session files in ``temp_dir``
+    (None: Ray's default)."""
     init_args: dict[str, Any] = {"include_dashboard": False, "log_to_driver": verbose}
     address = ray_address(config)
     if address:
@@ -105,14 +108,20 @@ def ray_init_args(config: ExperimentConfig, *, temp_dir: Path, verbose: bool) ->
         init_args["address"] = address
         return init_args
     init_args["num_cpus"] = config.ray.num_cpus or os.cpu_count() or 1
-    init_args["_temp_dir"] = str(temp_dir)
+    if temp_dir is not None:
+        init_args["_temp_dir"] = str(temp_dir)
     if not verbose:
         init_args["logging_level"] = logging.ERROR
     return init_args
 
 
 def _backend_config(
-    config: ExperimentConfig, *, num_cpus: float, num_gpus: float, temp_dir: Path, verbose: bool
+    config: ExperimentConfig,
+    *,
+    num_cpus: float,
+    num_gpus: float,
+    temp_dir: Path | None,
+    verbose: bool,
 ) -> dict:
     return {
         "client_resources": {"num_cpus": num_cpus, "num_gpus": num_gpus},
@@ -125,9 +134,14 @@ STOP_WAIT_S = 20.0
 
 
 @contextmanager
-def _ray_temp_dir(config: ExperimentConfig) -> Iterator[Path]:
-    """Ray's socket paths must stay short (AF_UNIX limit), so its session files go to a
-    short private folder that is removed afterwards (or to ray.temp_dir when set)."""
+def ray_temp_dir(config: ExperimentConfig) -> Iterator[Path | None]:
+    """Where a local Ray keeps its session files: ray.temp_dir when set, else a short private
+    folder removed afterwards (Ray's socket paths must fit AF_UNIX's limit). None when the
+    run joins a cluster, whose files are its own: no folder is made that a run killed with
+    SIGKILL would leave behind."""
+    if ray_address(config):
+        yield None
+        return
     if config.ray.temp_dir is not None:
         yield config.ray.temp_dir
         return
@@ -177,7 +191,7 @@ def _simulate(
     switch = StopSwitch()
     server_app, client_app = build_apps(config, meta, layout, phases=phases, stop=switch)
     key = "resources.num_cpus" if "train" in phases else "resources.audit_num_cpus"
-    with _ray_temp_dir(config) as temp_dir, stop_on_signals(switch):
+    with ray_temp_dir(config) as temp_dir, stop_on_signals(switch):
         try:
             start_ray(
                 ray_init_args(config, temp_dir=temp_dir, verbose=verbose),

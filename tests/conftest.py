@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,12 +94,8 @@ def ray_init_args(shared_ray_head: LocalRayHead | None) -> Iterator[dict]:
     """``ray.init`` arguments for a test that calls Flower's ``run_simulation`` itself: the
     runner's own, so such a test joins the cluster a run would join (``RAY_ADDRESS``)."""
     config = validate_config({"name": "direct", "ray": {"num_cpus": 2}})
-    # Short, like the runner's: Ray's socket paths must fit AF_UNIX's limit.
-    temp_dir = Path(tempfile.mkdtemp(prefix="pfl-ray-"))
-    try:
+    with runner.ray_temp_dir(config) as temp_dir:
         yield runner.ray_init_args(config, temp_dir=temp_dir, verbose=False)
-    finally:
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture

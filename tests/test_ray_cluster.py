@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from panoramia_fl.simulations.experiment_config import validate_config
 from panoramia_fl.simulations.local_ray import LocalRayHead
 from panoramia_fl.simulations.processes import descendants, is_alive
-from panoramia_fl.simulations.runner import ray_init_args, run_experiment
+from panoramia_fl.simulations.runner import ray_init_args, ray_temp_dir, run_experiment
 
 TINY_AUDIT = {
     "quick": True,
@@ -122,3 +123,24 @@ def test_ray_address_defaults_to_the_environment(monkeypatch, tmp_path):
     assert joined["address"] == "10.0.0.1:6379" and "num_cpus" not in joined
     named = validate_config({"name": "x", "ray": {"address": "127.0.0.1:7000"}})
     assert ray_init_args(named, temp_dir=tmp_path, verbose=False)["address"] == "127.0.0.1:7000"
+
+
+def test_a_run_that_joins_a_cluster_makes_no_session_folder(monkeypatch, tmp_path):
+    """A local Ray's session files go to a short private folder, removed after the run (or
+    to ``ray.temp_dir``); a run that joins a cluster makes none, so that a joined run killed
+    with SIGKILL leaves nothing behind in the temporary folder."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    local = validate_config({"name": "x"})
+    with ray_temp_dir(local) as folder:
+        assert folder is not None and folder.parent == tmp_path and folder.is_dir()
+        assert ray_init_args(local, temp_dir=folder, verbose=False)["_temp_dir"] == str(folder)
+    assert list(tmp_path.iterdir()) == []
+    kept = validate_config({"name": "x", "ray": {"temp_dir": str(tmp_path / "ray")}})
+    with ray_temp_dir(kept) as folder:
+        assert folder == tmp_path / "ray"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    with ray_temp_dir(local) as folder:
+        assert folder is None
+        assert "_temp_dir" not in ray_init_args(local, temp_dir=folder, verbose=False)
+    assert list(tmp_path.iterdir()) == []
