@@ -378,6 +378,12 @@ class ExperimentConfig(StrictModel):
         return self
 
 
+def ray_address(config: ExperimentConfig) -> str | None:
+    """The cluster a run joins: ``ray.address``, else ``$RAY_ADDRESS`` (as ``ray.init``
+    reads it); None: a private local Ray for the run."""
+    return config.ray.address or os.environ.get(RAY_ADDRESS_ENV) or None
+
+
 def _resolve_site_cpus(config: ExperimentConfig) -> None:
     """``resources.num_cpus`` / ``audit_num_cpus: auto`` as numbers (:func:`site_cpus`), so
     that the run's config.yaml records what each site held."""
@@ -388,7 +394,7 @@ def _resolve_site_cpus(config: ExperimentConfig) -> None:
     share = site_cpus(
         machine_cpus=config.ray.num_cpus or os.cpu_count() or 1,
         sites=config.partition.num_sites,
-        joins_cluster=bool(config.ray.address or os.environ.get(RAY_ADDRESS_ENV)),
+        joins_cluster=ray_address(config) is not None,
     )
     object.__setattr__(config, "resources", res.model_copy(update=dict.fromkeys(auto, share)))
 

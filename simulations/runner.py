@@ -25,9 +25,9 @@ from panoramia_fl.simulations.apps import build_apps
 from panoramia_fl.simulations.canary_client_twin import train_twin_and_record
 from panoramia_fl.simulations.config_file import report_config
 from panoramia_fl.simulations.experiment_config import (
-    RAY_ADDRESS_ENV,
     ExperimentConfig,
     ResourcesConfig,
+    ray_address,
 )
 from panoramia_fl.simulations.platform_info import collect_platform, write_platform
 from panoramia_fl.simulations.ray_start import check_fits, start_ray
@@ -87,12 +87,6 @@ def _gpus(value: float | str, num_sites: int) -> float:
     if value == "auto":
         return round(1.0 / max(1, min(num_sites, 8)), 3)
     return float(value)
-
-
-def ray_address(config: ExperimentConfig) -> str | None:
-    """The cluster a run joins: ``ray.address``, else ``$RAY_ADDRESS`` (as ``ray.init``
-    reads it); None: a private local Ray for the run."""
-    return config.ray.address or os.environ.get(RAY_ADDRESS_ENV) or None
 
 
 def ray_init_args(

@@ -18,9 +18,12 @@ from types import TracebackType
 
 import torch
 
-from panoramia_fl.simulations.experiment_config import ExperimentConfig
+from panoramia_fl.simulations.experiment_config import (
+    RAY_ADDRESS_ENV,
+    ExperimentConfig,
+    ray_address,
+)
 from panoramia_fl.simulations.local_ray import LocalRayHead
-from panoramia_fl.simulations.runner import RAY_ADDRESS_ENV, ray_address
 
 
 class SharedRay:

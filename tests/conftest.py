@@ -12,9 +12,8 @@ import pytest
 import torch
 
 from panoramia_fl.simulations import runner
-from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.experiment_config import RAY_ADDRESS_ENV, validate_config
 from panoramia_fl.simulations.local_ray import LocalRayHead
-from panoramia_fl.simulations.runner import RAY_ADDRESS_ENV
 from panoramia_fl.simulations.weights_cache import CACHE_ENV
 
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")

@@ -21,7 +21,6 @@ from cli_runs import (
     stderr_lines,
 )
 
-import panoramia_fl.simulations.runner
 from panoramia_fl import reporting
 from panoramia_fl.clients.audit_handler import audit_seed
 from panoramia_fl.contracts.checkpoint import Checkpoint, save_checkpoint
@@ -39,7 +38,7 @@ from panoramia_fl.simulations.config_file import (
     dump_config,
     load_run_config,
 )
-from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
+from panoramia_fl.simulations.experiment_config import RAY_ADDRESS_ENV, ConfigError, validate_config
 from panoramia_fl.simulations.run_dir import prepare_run_dir
 from panoramia_fl.simulations.sizes import check_sizes
 
@@ -289,7 +288,7 @@ def test_a_resource_request_the_cluster_cannot_meet_is_an_error_first(
 ):
     """The local Ray a run would start (no cluster to join) has this machine's CPUs: 64 per
     site is refused before anything is prepared, not left waiting on an empty actor pool."""
-    monkeypatch.delenv(panoramia_fl.simulations.runner.RAY_ADDRESS_ENV, raising=False)
+    monkeypatch.delenv(RAY_ADDRESS_ENV, raising=False)
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(raw_config(resources={"num_cpus": 64})))
     assert cli_main(["run", str(config), "--out", str(tmp_path / "run")]) == 2
@@ -364,7 +363,7 @@ def test_gradient_canaries_that_cannot_fit_are_refused_with_their_estimate(
     with pytest.raises(ConfigError, match="for 1 site training at once"):
         check_sizes(alone, memory=23 * 10**9, cpus=4)
     # The CLI refuses it on this machine before the run directory exists.
-    monkeypatch.delenv(panoramia_fl.simulations.runner.RAY_ADDRESS_ENV, raising=False)
+    monkeypatch.delenv(RAY_ADDRESS_ENV, raising=False)
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(raw))
     assert cli_main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
@@ -378,7 +377,7 @@ def test_a_declared_size_that_never_finishes_is_refused_before_any_work(
 ):
     """dp.declared_size sets a site's DP-SGD steps: one whose rounds could not finish is
     refused as gradient-canary sizes are, naming the key, before the run directory exists."""
-    monkeypatch.delenv(panoramia_fl.simulations.runner.RAY_ADDRESS_ENV, raising=False)
+    monkeypatch.delenv(RAY_ADDRESS_ENV, raising=False)
     raw = raw_config(dp={"level": "record", "noise_multiplier": 1.0, "declared_size": 10**12})
     with pytest.raises(ConfigError, match="dp.declared_size: 1000000000000 records"):
         check_sizes(validate_config(raw), memory=23 * 10**9, cpus=2)

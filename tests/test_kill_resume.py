@@ -30,10 +30,9 @@ from panoramia_fl.contracts.checkpoint import load_checkpoint
 from panoramia_fl.ml.datasets import load_dataset
 from panoramia_fl.ml.saved_models import load_global_model
 from panoramia_fl.simulations.cli import main
-from panoramia_fl.simulations.experiment_config import load_config
+from panoramia_fl.simulations.experiment_config import RAY_ADDRESS_ENV, load_config
 from panoramia_fl.simulations.run_dir import DatasetMeta
 from panoramia_fl.simulations.run_task import make_task
-from panoramia_fl.simulations.runner import RAY_ADDRESS_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 

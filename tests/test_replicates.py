@@ -19,10 +19,15 @@ from panoramia_fl.reporting.layout.between_runs import HEADLINE, over_runs, pool
 from panoramia_fl.simulations import shared_ray
 from panoramia_fl.simulations.cli import main as cli_main
 from panoramia_fl.simulations.config_file import report_config
-from panoramia_fl.simulations.experiment_config import ConfigError, load_config, validate_config
+from panoramia_fl.simulations.experiment_config import (
+    RAY_ADDRESS_ENV,
+    ConfigError,
+    load_config,
+    validate_config,
+)
 from panoramia_fl.simulations.local_ray import LocalRayHead
 from panoramia_fl.simulations.replicate_runs import replicate_configs
-from panoramia_fl.simulations.runner import RAY_ADDRESS_ENV, run_experiment
+from panoramia_fl.simulations.runner import run_experiment
 from panoramia_fl.simulations.sweep import expand, load_sweep
 
 TINY = {
