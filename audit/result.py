@@ -87,7 +87,9 @@ class Interval:
         if n < 2:
             return cls(mean=mean, std=0.0, low=mean, high=mean, n=n)
         std = float(arr.std(ddof=1))
-        half = float(scipy.stats.t.ppf(0.975, df=n - 1)) * std / math.sqrt(n)
+        # Student's t quantile: scipy.stats.t.ppf's own function, without importing
+        # scipy.stats (1.1 CPU-s in every site's process).
+        half = float(scipy.special.stdtrit(n - 1, 0.975)) * std / math.sqrt(n)
         return cls(mean=mean, std=std, low=mean - half, high=mean + half, n=n)
 
 
