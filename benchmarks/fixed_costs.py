@@ -10,8 +10,10 @@ included, then sorts each sample by the stack it caught:
 - the driver's main thread, before and after the Flower simulation: imports, the run's data,
   Ray's start, the reference models, the report, Ray's shutdown and the process's exit;
 - the ServerApp's thread: the first message to every site (the site actors start: their
-  imports), the rounds (waiting for the sites' replies), the central evaluation, the
-  server's own work between them (aggregation, checkpoint, serialisation), the audits;
+  imports), the rounds (waiting for the sites' replies), the wait for the last round's
+  central evaluation (the others run beside the next round, on the thread that evaluates
+  and writes the rounds, shown on its own), the server's own work between them
+  (aggregation, serialisation), the audits;
 - each site actor's main thread: imports, local training (``train_locally``), the audits'
   compute (``run_audits_of``), the rest of a message's handling, idle.
 
@@ -19,8 +21,9 @@ An import met inside training or an audit (``torch.optim`` loading ``torch._dyna
 scikit-learn's first use) counts as an import: a process pays it once, whatever its data.
 Prints each thread's seconds per kind and the run's wall time split into the sites' compute
 (the mean over site actors of training and audit compute: they run side by side), the central
-evaluation (compute the settings ask for: ``fl.central_evaluation``) and the fixed costs, the
-rest. Sampling costs the run about 4% at 10 samples a second on a 2-core machine.
+evaluation the server waits for (compute the settings ask for: ``fl.central_evaluation``) and
+the fixed costs, the rest. Sampling costs the run about 4% at 10 samples a second on a 2-core
+machine.
 """
 
 from __future__ import annotations
@@ -59,10 +62,17 @@ DRIVER: Kinds = (
     ("_find_and_load", "imports"),
 )
 SERVER: Kinds = (
-    ("evaluate_fn", "central evaluation"),
+    # Rounds are evaluated and written beside the next round's training (server.round_commits);
+    # the server waits only for the last one.
+    ("RoundCommits.__exit__", "central evaluation"),
+    ("evaluate_fn", "central evaluation"),  # a profile of a version that evaluated here
     ("run_audits", "the audits (waiting)"),
     ("site_map", "first message: site actors start"),
     ("send_and_receive", "rounds: waiting for the sites"),
+)
+COMMITS: Kinds = (
+    ("evaluate_fn", "central evaluation"),
+    ("write_round", "writing the round"),
 )
 SITE: Kinds = (
     ("_find_and_load", "imports"),
@@ -82,6 +92,10 @@ def _driver_kind(names: list[str]) -> str:
 
 def _server_kind(names: list[str]) -> str:
     return _kind(names, SERVER) or "server work between rounds"
+
+
+def _commit_kind(names: list[str]) -> str:
+    return _kind(names, COMMITS) or "idle"
 
 
 def _site_kind(names: list[str]) -> str:
@@ -117,11 +131,12 @@ def read_profile(path: Path) -> list[tuple[str, list[list[str]], float]]:
     return threads
 
 
-def sort_threads(path: Path) -> tuple[Thread, Thread | None, list[Thread]]:
-    """The driver's main thread, the ServerApp's thread and the site actors' main threads."""
+def sort_threads(path: Path) -> tuple[Thread, Thread | None, Thread | None, list[Thread]]:
+    """The driver's main thread, the ServerApp's thread, the thread that evaluates and writes
+    the rounds, and the site actors' main threads."""
     threads = read_profile(path)
     driver_pid = threads[0][0].split()[1]
-    driver = server = None
+    driver = server = commits = None
     sites = []
     for name, stacks, step in threads:
         flat = [n for s in stacks for n in s]
@@ -131,6 +146,8 @@ def sort_threads(path: Path) -> tuple[Thread, Thread | None, list[Thread]]:
             sorter = _driver_kind
         elif "server_th" in name:
             sorter = _server_kind
+        elif "round-commit" in name:
+            sorter = _commit_kind
         elif _has(flat, "train_locally") or _has(flat, "run_audits_of"):
             sorter = _site_kind
         if sorter is None:
@@ -143,16 +160,18 @@ def sort_threads(path: Path) -> tuple[Thread, Thread | None, list[Thread]]:
             driver = thread
         elif sorter is _server_kind:
             server = thread
+        elif sorter is _commit_kind:
+            commits = thread
         else:
             sites.append(thread)
     if driver is None:
         raise SystemExit(f"{path}: no driver thread in the profile")
-    return driver, server, sites
+    return driver, server, commits, sites
 
 
 def report(path: Path, wall: float | None) -> None:
-    driver, server, sites = sort_threads(path)
-    for thread in (driver, server, *sites):
+    driver, server, commits, sites = sort_threads(path)
+    for thread in (driver, server, commits, *sites):
         if thread is None:
             continue
         print(f"{thread.name}: {thread.total:.1f} s")

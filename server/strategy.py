@@ -44,6 +44,7 @@ from panoramia_fl.contracts.wire import (
     message_keys,
 )
 from panoramia_fl.server.client_dp import ClientDPAccounting
+from panoramia_fl.server.round_commits import RoundCommits
 from panoramia_fl.server.run_writer import append_round
 from panoramia_fl.server.sampling import sites_per_round
 from panoramia_fl.server.stop import StopSwitch
@@ -285,7 +286,9 @@ class RoundWriter(DelegatingStrategy):
     A kill at any point loses nothing finished, and a resumed run drops (and redoes)
     whatever lies past the last checkpoint. A stop request (``stop``) abandons the round in
     progress before anything of it is written. ``evaluate_fn`` only evaluates: its
-    ``loss`` / ``accuracy`` / ``perplexity`` go into the round's line.
+    ``loss`` / ``accuracy`` / ``perplexity`` go into the round's line. A round is evaluated
+    and written while the next one trains (:class:`~server.round_commits.RoundCommits`);
+    ``start`` returns once the last round is written.
     """
 
     def __init__(
@@ -320,24 +323,29 @@ class RoundWriter(DelegatingStrategy):
         """Flower's rounds, each one written after its central evaluation."""
         self._started = time.time()
 
-        def evaluate_and_write(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-            if server_round == 0:
-                return None  # the starting model: nothing to write, nothing to evaluate
-            if self.stop is not None:
-                self.stop.check()  # a stopped run's round is abandoned, not written
+        def evaluate_and_write(server_round: int, arrays: ArrayRecord) -> None:
             scores = None if evaluate_fn is None else evaluate_fn(server_round, arrays)
             self.write_round(server_round, arrays, {} if scores is None else dict(scores))
-            return scores
 
-        return super().start(
-            grid,
-            initial_arrays,
-            num_rounds=num_rounds,
-            timeout=timeout,
-            train_config=train_config,
-            evaluate_config=evaluate_config,
-            evaluate_fn=evaluate_and_write,
-        )
+        def queue_round(server_round: int, arrays: ArrayRecord) -> None:
+            """Flower's ``evaluate_fn``. It returns no scores: Flower's own record of them
+            (its ``Result``) stays empty, the run's are in metrics.jsonl."""
+            if server_round == 0:
+                return  # the starting model: nothing to write, nothing to evaluate
+            if self.stop is not None:
+                self.stop.check()  # a stopped run's round is abandoned, not written
+            commits.submit(server_round, arrays)
+
+        with RoundCommits(evaluate_and_write) as commits:
+            return super().start(
+                grid,
+                initial_arrays,
+                num_rounds=num_rounds,
+                timeout=timeout,
+                train_config=train_config,
+                evaluate_config=evaluate_config,
+                evaluate_fn=queue_round,
+            )
 
     def write_round(self, server_round: int, arrays: ArrayRecord, scores: dict[str, Any]) -> None:
         """The client-level DP accounting, the metrics line and the checkpoint of this start's
