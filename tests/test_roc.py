@@ -31,7 +31,10 @@ def _games() -> list[tuple[str, np.ndarray, np.ndarray]]:
     return games
 
 
-@pytest.mark.parametrize("name,scores,membership", _games(), ids=[g[0] for g in _games()])
+GAMES = _games()
+
+
+@pytest.mark.parametrize("name,scores,membership", GAMES, ids=[g[0] for g in GAMES])
 def test_points_and_area_are_scikit_learns(name, scores, membership):
     fpr, tpr = roc_points(scores, membership)
     sk_fpr, sk_tpr, _ = roc_curve(membership, scores)
