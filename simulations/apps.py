@@ -38,6 +38,7 @@ from panoramia_fl.server.stop import StopSwitch
 from panoramia_fl.server.strategy import StrategySettings
 from panoramia_fl.simulations.experiment_config import ExperimentConfig
 from panoramia_fl.simulations.model_check_settings import checks_mode, model_check_settings
+from panoramia_fl.simulations.process_heap import freeze_loaded_modules
 from panoramia_fl.simulations.reference_models import load_reference_states, site_pool
 from panoramia_fl.simulations.run_dir import DatasetMeta, load_public
 from panoramia_fl.simulations.run_task import audit_device, make_task, pick_device
@@ -262,6 +263,8 @@ class SiteResolver:
     def __call__(self, context: Context) -> SiteRuntime:
         site_id = int(context.node_config["partition-id"])
         if self.key not in _BUILT:
+            # A site process's first run: its modules (torch, Flower, ours) are loaded.
+            freeze_loaded_modules()
             _BUILT.clear()
             _BUILT[self.key] = {}
         built = _BUILT[self.key]

@@ -16,6 +16,7 @@ from panoramia_fl.contracts.errors import ERROR_PREFIX, UserError, memory_killed
 from panoramia_fl.contracts.files import atomic_write_text, check_writable
 from panoramia_fl.contracts.json_values import json_safe
 from panoramia_fl.contracts.run_files import CONFIG_FILE, RunLayout
+from panoramia_fl.simulations.process_heap import freeze_before_exit
 
 if TYPE_CHECKING:
     from panoramia_fl.reporting import LostSites, ReportFiles
@@ -575,5 +576,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def program() -> NoReturn:
+    """``panoramia-fl`` as a process (the console script, ``python -m``): :func:`main`, then
+    the process's exit."""
+    try:
+        status = main()
+    finally:
+        # The run's files are written and closed by now (atomic writes, context managers).
+        freeze_before_exit()
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    program()

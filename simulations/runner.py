@@ -30,6 +30,7 @@ from panoramia_fl.simulations.experiment_config import (
     ray_address,
 )
 from panoramia_fl.simulations.platform_info import collect_platform, write_platform
+from panoramia_fl.simulations.process_heap import freeze_loaded_modules
 from panoramia_fl.simulations.ray_start import check_fits, start_ray
 from panoramia_fl.simulations.reference_models import (
     ReferenceModelsDone,
@@ -193,6 +194,8 @@ def _simulate(
                 num_gpus=num_gpus,
                 key=key,
             )
+            # Torch, Ray and Flower are loaded: the driver's collections skip them from here.
+            freeze_loaded_modules()
             if before is not None:
                 before()
             run_simulation(

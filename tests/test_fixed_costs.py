@@ -3,7 +3,11 @@ Flower hands it the ClientApp."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 from flwr.app import Context, RecordDict
 
@@ -23,7 +27,10 @@ def _context(site_id: int) -> Context:
     )
 
 
-def test_a_site_is_built_once_per_process_though_each_message_brings_a_copy(tmp_path):
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _resolver(tmp_path: Path) -> SiteResolver:
     config = validate_config(
         {
             "name": "built-once",
@@ -33,8 +40,12 @@ def test_a_site_is_built_once_per_process_though_each_message_brings_a_copy(tmp_
         }
     )
     layout = RunLayout(tmp_path / "run")
-    meta = prepare_run_dir(config, layout)
-    resolver = SiteResolver(config, meta, layout)
+    return SiteResolver(config, prepare_run_dir(config, layout), layout)
+
+
+def test_a_site_is_built_once_per_process_though_each_message_brings_a_copy(tmp_path):
+    resolver = _resolver(tmp_path)
+    config, meta, layout = resolver.config, resolver.meta, resolver.layout
     # Flower's simulation sends the ClientApp, and the resolver in it, pickled with every
     # message: each round's copy arrives with whatever the driver's instance holds.
     first, second = (pickle.loads(pickle.dumps(resolver)) for _ in range(2))
@@ -44,3 +55,32 @@ def test_a_site_is_built_once_per_process_though_each_message_brings_a_copy(tmp_
     assert second(_context(0)) is not site
     # Another run's resolver in the same process builds its own sites.
     assert SiteResolver(config, meta, layout)(_context(1)) is not site
+
+
+def test_a_site_process_freezes_its_modules_objects_at_its_first_site(tmp_path):
+    """A site process (a Ray actor, a Flower ClientApp process) has loaded torch, Flower and
+    the project by its first site: their objects are frozen then, once, and its garbage
+    collections and exit skip them (``simulations.process_heap``)."""
+    pickled = tmp_path / "resolver.pkl"
+    pickled.write_bytes(pickle.dumps(_resolver(tmp_path)))
+    code = (
+        "import gc, pickle, sys\n"
+        "from test_fixed_costs import _context\n"
+        "resolver = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+        "before = gc.get_freeze_count()\n"
+        "resolver(_context(0))\n"
+        "first = gc.get_freeze_count()\n"
+        "resolver(_context(1))\n"
+        "print(before, first, gc.get_freeze_count())\n"
+    )
+    path = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(pickled)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before, first, second = map(int, proc.stdout.split())
+    assert before == 0 and first > 100_000 and second == first

@@ -92,7 +92,7 @@ def test_pins_and_console_script():
     assert vision_version[1] == torch_version[1] + 15, (torch_version, vision_version)
     assert any(d.startswith("flwr[simulation]>=1.42,<1.43") for d in deps)
     assert any(d.startswith("opacus>=1.6,<1.7") for d in deps)
-    assert project["scripts"]["panoramia-fl"] == "panoramia_fl.simulations.cli:main"
+    assert project["scripts"]["panoramia-fl"] == "panoramia_fl.simulations.cli:program"
 
 
 # The layout by concern: each top-level package and the packages of ours it may import.
