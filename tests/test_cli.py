@@ -81,6 +81,17 @@ def test_audit_needs_a_site(run_dir, capsys):
     assert "--site" in capsys.readouterr().err
 
 
+def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a fresh interpreter that imports this checkout."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
 def test_help_loads_neither_torch_nor_flower():
     """``--help`` (of the CLI and of each command) stays instant: heavy imports wait for the
     command that needs them."""
@@ -95,19 +106,8 @@ def test_help_loads_neither_torch_nor_flower():
         "heavy = sorted({'torch', 'flwr', 'ray', 'scipy', 'opacus'} & set(sys.modules))\n"
         "print(heavy)\n"
     )
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
-    commands = ["run", "report", "sweep", "audit", "bounds"]
-    proc = subprocess.run(
-        [sys.executable, "-c", code, *commands],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=True,
-    )
+    proc = _python(code, "run", "report", "sweep", "audit", "bounds")
+    assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
@@ -123,18 +123,8 @@ def test_the_process_exits_without_collecting_its_modules_objects():
         "from panoramia_fl.simulations.cli import program\n"
         "program()\n"
     )
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
     for argv, status in ((["cache", "--help"], 0), (["report", "/nonexistent/run"], 2)):
-        proc = subprocess.run(
-            [sys.executable, "-c", code, *argv],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
+        proc = _python(code, *argv)
         assert proc.returncode == status, proc.stderr
         frozen = int(proc.stdout.split("frozen ")[-1])
         assert frozen > 10_000, proc.stdout
