@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from panoramia_fl.contracts.files import atomic_write_text
@@ -40,6 +40,12 @@ class DPSettings:
     member count when the run starts); None: the records' count at each call (a caller
     outside a run)."""
 
+    _noise_found: dict[float, float] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """sigma per sample rate, once searched: Opacus's search costs about a second of CPU
+    (RDP; more with PRV), and a site asks every round."""
+
     def sampling(self, *, records: int, batch_size: int) -> Sampling:
         """The round's sampling constants: from :attr:`declared_size`, else ``records``."""
         declared = records if self.declared_size is None else self.declared_size
@@ -47,9 +53,14 @@ class DPSettings:
 
     def noise_for(self, sample_rate: float) -> float:
         """sigma such that ``total_epochs`` (or ``total_steps``) at ``sample_rate`` meet the
-        target epsilon."""
+        target epsilon; searched once per settings object and rate."""
         if self.noise_multiplier is not None:
             return self.noise_multiplier
+        if sample_rate not in self._noise_found:
+            self._noise_found[sample_rate] = self._search_noise(sample_rate)
+        return self._noise_found[sample_rate]
+
+    def _search_noise(self, sample_rate: float) -> float:
         horizon = (
             {"epochs": self.total_epochs}
             if self.total_steps is None

@@ -272,6 +272,12 @@ class SiteResolver:
             built[site_id] = self._build(site_id, context)
         return built[site_id]
 
+    def _shared(self, dp: DPSettings | None) -> DPSettings | None:
+        """An equal DP-SGD policy of a site this process already built for this run, else
+        ``dp``: sites of one size then share the noise multiplier searched for it."""
+        built = _BUILT[self.key].values()
+        return next((site.dp for site in built if site.dp == dp), dp)
+
     def _build(self, site_id: int, context: Context) -> SiteRuntime:
         config = self.config
         data_path = context.node_config.get("data-path")
@@ -305,7 +311,7 @@ class SiteResolver:
             device=pick_device(config.resources.num_gpus),
             torch_threads=config.resources.train_threads,
             audit_torch_threads=config.resources.audit_threads,
-            dp=dp_settings(config, members=len(data.training_x)),
+            dp=self._shared(dp_settings(config, members=len(data.training_x))),
             accountant_history_path=self.state_dir / site_accountant_history_name(site_id),
             audit_runner=runner,
             return_scores=audit_cfg.enabled and audit_cfg.settings.return_scores,

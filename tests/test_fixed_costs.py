@@ -1,5 +1,5 @@
 """What a run pays once per process: a site process builds each site once, however often
-Flower hands it the ClientApp."""
+Flower hands it the ClientApp, and searches a DP-SGD noise multiplier once per run."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
 from flwr.app import Context, RecordDict
 
+from panoramia_fl.clients.privacy import AccountantHistory
+from panoramia_fl.clients.site_training import train_locally
 from panoramia_fl.contracts.run_files import RunLayout
 from panoramia_fl.simulations.apps import SiteResolver
 from panoramia_fl.simulations.experiment_config import validate_config
@@ -30,13 +33,14 @@ def _context(site_id: int) -> Context:
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _resolver(tmp_path: Path) -> SiteResolver:
+def _resolver(tmp_path: Path, **sections: dict) -> SiteResolver:
     config = validate_config(
         {
             "name": "built-once",
             "data": {"name": "digits"},
             "partition": {"scheme": "iid", "num_sites": 2},
             "audit": {"enabled": False},
+            **sections,
         }
     )
     layout = RunLayout(tmp_path / "run")
@@ -84,3 +88,55 @@ def test_a_site_process_freezes_its_modules_objects_at_its_first_site(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     before, first, second = map(int, proc.stdout.split())
     assert before == 0 and first > 100_000 and second == first
+
+
+def test_a_dp_noise_multiplier_is_searched_once_per_run_in_a_site_process(tmp_path, monkeypatch):
+    """Opacus's search for sigma (about a second of CPU) ran in every site's every round;
+    now once for each declared size of the run's sites in a process, and again in a new run
+    (whose settings may differ)."""
+    from opacus.accountants import utils
+
+    search, rates = utils.get_noise_multiplier, []
+
+    def counted(**kwargs):
+        rates.append(kwargs["sample_rate"])
+        return search(**kwargs)
+
+    monkeypatch.setattr(utils, "get_noise_multiplier", counted)
+    resolver = _resolver(
+        tmp_path,
+        partition={"scheme": "iid", "num_sites": 2, "records_per_site": 400},
+        dp={"enabled": True, "target_epsilon": 4.0},
+    )
+    sites = [resolver(_context(s)) for s in (0, 1)]
+    assert sites[0].dp is sites[1].dp is not None  # one size: one policy object
+    sigmas = set()
+    for server_round in (1, 2):
+        for site in sites:
+            result = train_locally(
+                site.task,
+                site.task.make_model().state_dict(),
+                x=site.data.training_x,
+                y=site.data.training_y,
+                epochs=1,
+                seed=server_round,
+                device=torch.device("cpu"),
+                dp=site.dp,
+                accountant_history=AccountantHistory("rdp", []),
+            )
+            sigmas.add(result.noise_multiplier)
+    assert len(rates) == 1 and len(sigmas) == 1
+    assert sigmas == {search(**_search_args(sites[0].dp, rates[0]))}
+    other = SiteResolver(resolver.config, resolver.meta, resolver.layout)(_context(0))
+    assert other.dp is not None and other.dp.noise_for(rates[0]) in sigmas
+    assert len(rates) == 2
+
+
+def _search_args(dp, rate: float) -> dict:
+    return {
+        "target_epsilon": dp.target_epsilon,
+        "target_delta": dp.delta,
+        "sample_rate": rate,
+        "epochs": dp.total_epochs,
+        "accountant": dp.accountant,
+    }
