@@ -97,6 +97,9 @@ class LocalRayHead:
             "--include-dashboard",
             "false",
             "--disable-usage-stats",
+            # One machine has nothing to autoscale, and the monitor held each stop a second
+            # (its exit handler waits on the GCS, stopped before it).
+            "--no-monitor",
             "--include-log-monitor",
             str(self.log_monitor).lower(),
             # Fixed default ports would collide with any other Ray instance here.

@@ -34,6 +34,8 @@ def start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, ke
     joins = init_args.get("address") is not None
     runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}} if joins else None
     ray.init(runtime_env=runtime_env, **init_args)
+    if not joins:
+        _without_autoscaler_monitor()
     if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
         signal.signal(signal.SIGTERM, on_sigterm)
     have = ray.cluster_resources()
@@ -44,6 +46,21 @@ def start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, ke
     except ConfigError:
         ray.shutdown()
         raise
+
+
+def _without_autoscaler_monitor() -> None:
+    """Stop the autoscaler monitor of the Ray this process just started.
+
+    A single-machine Ray has nothing to scale, and the monitor cost every run a second at
+    its end: Ray stops it after the GCS (on Flower's ``ray.shutdown``), its exit handler
+    then waits on the GCS that is gone, and Ray kills it after a second's grace. A head
+    without it is what ``ray start --head --no-monitor`` makes; ``ray.init`` has no such
+    option, so this goes through Ray's node object (Flower pins Ray's version)."""
+    import ray
+
+    node = ray._private.worker._global_node
+    if node is not None and node.head:
+        node.kill_monitor(check_alive=False)
 
 
 def check_fits(cpus: float, gpus: float, num_cpus: float, num_gpus: float, key: str) -> None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,9 +29,12 @@ TINY_AUDIT = {
 }
 
 
-def _runs_log_monitor(head: LocalRayHead) -> bool:
-    """Whether Ray's log monitor is among the head's processes, once ``ray start`` has
-    started them all (it says so in its log)."""
+AUTOSCALER_MONITOR = b"autoscaler/_private/monitor.py"
+
+
+def _runs(head: LocalRayHead, script: bytes) -> bool:
+    """Whether a process running ``script`` is among the head's processes, once ``ray
+    start`` has started them all (it says so in its log)."""
     deadline = time.time() + 120
     while "Ray runtime started" not in head.log_path.read_text(errors="replace"):
         assert time.time() < deadline, head.log_path.read_text(errors="replace")
@@ -40,16 +47,20 @@ def _runs_log_monitor(head: LocalRayHead) -> bool:
         except OSError:
             continue  # gone meanwhile
     assert cmdlines, "the head has no processes"
-    return any(b"log_monitor.py" in cmdline for cmdline in cmdlines)
+    return any(script in cmdline for cmdline in cmdlines)
 
 
 @pytest.mark.ray
-def test_the_session_head_runs_no_log_monitor(shared_ray_head: LocalRayHead | None) -> None:
+def test_the_session_head_runs_no_log_monitor_nor_autoscaler(
+    shared_ray_head: LocalRayHead | None,
+) -> None:
     """The test session's head is started with ``log_monitor=False`` (conftest.py); a head's
-    default, which ``--verbose`` runs read their workers' output through, keeps it (below)."""
+    default, which ``--verbose`` runs read their workers' output through, keeps it (below).
+    No head runs the autoscaler monitor: one machine has nothing to scale."""
     if shared_ray_head is None:
         pytest.skip("the session joins a cluster named by RAY_ADDRESS")
-    assert not _runs_log_monitor(shared_ray_head)
+    assert not _runs(shared_ray_head, b"log_monitor.py")
+    assert not _runs(shared_ray_head, AUTOSCALER_MONITOR)
 
 
 @pytest.mark.slow
@@ -72,7 +83,7 @@ def test_experiment_runs_on_an_existing_ray_cluster(tmp_path):
             }
         )
         outcome = run_experiment(config, run_dir)
-        assert _runs_log_monitor(head)
+        assert _runs(head, b"log_monitor.py")
         # The run's driver and its site workers were this cluster's, not a private Ray.
         logs = head.temp_dir / "session_latest" / "logs"
         drivers = list(logs.glob("python-core-driver-*"))
@@ -144,3 +155,67 @@ def test_a_run_that_joins_a_cluster_makes_no_session_folder(monkeypatch, tmp_pat
         assert folder is None
         assert "_temp_dir" not in ray_init_args(local, temp_dir=folder, verbose=False)
     assert list(tmp_path.iterdir()) == []
+
+
+_START_THEN_STOP = """
+import json, os, sys
+from pathlib import Path
+import ray
+from panoramia_fl.simulations.processes import descendants
+from panoramia_fl.simulations.ray_start import start_ray
+
+def started(init_args):
+    # The processes below this one that starting (or joining) Ray added, with their command
+    # lines; the last Ray's may still be on their way out.
+    before = descendants(os.getpid())
+    start_ray(init_args, num_cpus=1, num_gpus=0, key="resources.num_cpus")
+    new = [p for p in descendants(os.getpid()) if p not in before]
+    lines = [Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace") for pid, _ in new]
+    ray.shutdown()  # as Flower's Ray backend ends a simulation
+    return new, lines
+
+own, lines = started({"num_cpus": 1, "include_dashboard": False, "log_to_driver": False,
+                      "logging_level": 40, "_temp_dir": sys.argv[1]})
+joined = started({"address": sys.argv[2]})[0] if sys.argv[2] else []
+print(json.dumps({"own": own, "lines": lines, "joined": joined}))
+"""
+
+
+@pytest.mark.ray
+def test_a_ray_the_run_starts_has_no_autoscaler_and_ends_whole(
+    shared_ray_head: LocalRayHead | None,
+) -> None:
+    """A Ray the harness starts runs without the autoscaler monitor (``ray start --head
+    --no-monitor``), and nothing of it outlives ``ray.shutdown``; joining a cluster starts
+    nothing of its own and leaving it stops nothing of the cluster's."""
+    head = [] if shared_ray_head is None else _head_processes(shared_ray_head)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    address = "" if shared_ray_head is None else shared_ray_head.address
+    # Ray's socket paths must stay short: not under pytest's tmp_path.
+    session = tempfile.mkdtemp(prefix="pfl-stop-", dir="/tmp")
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _START_THEN_STOP, session, address],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        shutil.rmtree(session, ignore_errors=True)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.splitlines()[-1])
+    lines = "\n".join(result["lines"])
+    assert "gcs_server" in lines and "raylet" in lines
+    assert AUTOSCALER_MONITOR.decode() not in lines
+    deadline = time.time() + 10
+    while [pid for pid, start in result["own"] if is_alive(pid, start)]:
+        assert time.time() < deadline, "processes of the stopped Ray still run"
+        time.sleep(0.2)
+    assert result["joined"] == []
+    assert all(is_alive(pid, start) for pid, start in head)
+
+
+def _head_processes(head: LocalRayHead) -> list[tuple[int, int]]:
+    started = [(s.proc.pid, s.start) for s in head.processes.started]
+    return started + [d for s in head.processes.started for d in descendants(s.proc.pid)]
