@@ -437,7 +437,7 @@ def run_audits(
                 continue
             _write_reply(settings, plan_of_site[site], reply, model_round, accuracy)
             bar.update(1)
-        time.sleep(0.2)
+        time.sleep(StoppableGrid.POLL_S)
     bar.close()
     if pending:
         log.warning("%d site audits did not answer in time", len(pending))
