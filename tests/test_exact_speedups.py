@@ -40,19 +40,31 @@ def _task():
     )
 
 
-def test_small_cnn_trains_as_with_torch_max_pool():
+def _torch_max_pool(model: nn.Module) -> None:
+    pools = [i for i, m in enumerate(model.features) if isinstance(m, MaxPool2x2)]
+    assert len(pools) == 2
+    for i in pools:
+        model.features[i] = nn.MaxPool2d(2)
+
+
+def _relus_keeping_their_inputs(model: nn.Module) -> None:
+    relus = [m for m in model.features if isinstance(m, nn.ReLU)]
+    assert len(relus) == 2 and all(m.inplace for m in relus)
+    for m in relus:
+        m.inplace = False
+
+
+@pytest.mark.parametrize("plain", [_torch_max_pool, _relus_keeping_their_inputs])
+def test_small_cnn_trains_as_its_plain_layers_would(plain):
     data = load_dataset("digits")
     x, y = data.x[:256], data.y[:256]
     task = _task()
     states = []
-    for plain in (False, True):
+    for swap in (False, True):
         torch.manual_seed(0)
         model = task.make_model()
-        if plain:
-            pools = [i for i, m in enumerate(model.features) if isinstance(m, MaxPool2x2)]
-            assert len(pools) == 2
-            for i in pools:
-                model.features[i] = nn.MaxPool2d(2)
+        if swap:
+            plain(model)
         task.train_model(model, x, y, epochs=2, seed=3, device=torch.device("cpu"))
         states.append(model.state_dict())
     for key, value in states[0].items():

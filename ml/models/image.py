@@ -83,14 +83,18 @@ class SmallCNN(nn.Module):
         self, *, in_channels: int, num_classes: int, image_size: int, width: int, dp: bool
     ) -> None:
         super().__init__()
+        # A block's ReLU overwrites its norm's output (which no backward reads): one pass
+        # over the block's largest tensor, not two and a new one. Under DP, Opacus's backward
+        # hooks forbid changing a hooked module's output in place. The head's ReLU keeps its
+        # input: the received-model checks read that Linear's output through a hook.
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, width, 3, padding=1),
             _norm(width, dp),
-            nn.ReLU(),
+            nn.ReLU(inplace=not dp),
             MaxPool2x2(),
             nn.Conv2d(width, 2 * width, 3, padding=1),
             _norm(2 * width, dp),
-            nn.ReLU(),
+            nn.ReLU(inplace=not dp),
             MaxPool2x2(),
         )
         side = image_size // 4
