@@ -23,7 +23,9 @@ Prints each thread's seconds per kind and the run's wall time split into the sit
 (the mean over site actors of training and audit compute: they run side by side), the central
 evaluation the server waits for (compute the settings ask for: ``fl.central_evaluation``) and
 the fixed costs, the rest. Sampling costs the run about 4% at 10 samples a second on a 2-core
-machine.
+machine. A gap in the sampling (the driver's main thread sampled over a second less than the
+run's wall time; seen when a process of the run is killed early) is said: it counts among
+the fixed costs, not among their parts.
 """
 
 from __future__ import annotations
@@ -169,6 +171,12 @@ def sort_threads(path: Path) -> tuple[Thread, Thread | None, Thread | None, list
     return driver, server, commits, sites
 
 
+UNSAMPLED_WARN_S = 1.0
+"""A driver's main thread sampled this much less than the run's wall time is a gap in
+py-spy's sampling (the thread lives from the first to the last moment of the run; at 10
+samples a second the count is otherwise within a second of it)."""
+
+
 def report(path: Path, wall: float | None) -> None:
     driver, server, commits, sites = sort_threads(path)
     for thread in (driver, server, commits, *sites):
@@ -185,6 +193,13 @@ def report(path: Path, wall: float | None) -> None:
     print(f"\nwall {wall:.1f} s = sites' training {train:.1f} s + audit compute {audit:.1f} s")
     print(f"  + central evaluation {central:.1f} s + fixed costs {fixed:.1f} s")
     print(f"fixed costs with the central evaluation counted among them: {fixed + central:.1f} s")
+    unsampled = wall - driver.total
+    if unsampled > UNSAMPLED_WARN_S:
+        print(
+            f"py-spy sampled the driver's main thread {driver.total:.1f} s of the run's "
+            f"{wall:.1f} s: {unsampled:.1f} s not sampled count among the fixed costs above "
+            "(the parts below are sampled time only)"
+        )
     if server is None:
         return
     on_server = server.seconds.get
