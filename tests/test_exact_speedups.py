@@ -8,10 +8,13 @@ import pytest
 import torch
 from torch import nn
 
+from panoramia_fl.clients.privacy import AccountantHistory, DPSettings
+from panoramia_fl.clients.site_training import train_locally
+from panoramia_fl.ml import optimizers
 from panoramia_fl.ml.datasets import load_dataset
 from panoramia_fl.ml.models.image import MaxPool2x2
 from panoramia_fl.ml.tasks import build_task
-from panoramia_fl.ml.tasks.base import INFERENCE_BATCH, inference_batch_size
+from panoramia_fl.ml.tasks.base import INFERENCE_BATCH, OptimizerSpec, inference_batch_size
 
 
 @pytest.mark.parametrize("shape", [(8, 4, 12, 12), (5, 3, 7, 9)])
@@ -69,6 +72,62 @@ def test_small_cnn_trains_as_its_plain_layers_would(plain):
         states.append(model.state_dict())
     for key, value in states[0].items():
         assert torch.equal(value, states[1][key]), key
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "dp"),
+    [
+        (OptimizerSpec("sgd", learning_rate=0.05, weight_decay=1e-4), False),
+        (OptimizerSpec("adam", weight_decay=1e-4), False),
+        (OptimizerSpec("adamw", weight_decay=1e-2), False),
+        (OptimizerSpec("adam"), True),
+    ],
+    ids=["sgd", "adam", "adamw", "adam_dp_sgd"],
+)
+def test_a_site_trains_as_with_torch_optims_own_classes(monkeypatch, optimizer, dp):
+    """``ml.optimizers`` calls torch's steps without their ``torch.compile`` wrappers: a
+    site's local training, plain or under Opacus, is the same bits as with torch.optim's."""
+    data = load_dataset("digits")
+    task = build_task(
+        "image",
+        model_name="small_cnn",
+        num_classes=10,
+        input_shape=(1, 8, 8),
+        batch_size=32,
+        optimizer=optimizer,
+        dp=dp,
+    )
+    torch.manual_seed(0)
+    global_state = task.make_model().state_dict()
+    trained, built = [], []
+    for source in (optimizers, torch.optim):
+        for name in ("SGD", "Adam", "AdamW"):
+            monkeypatch.setattr(optimizers, name, getattr(source, name))
+        built.append(type(task.optimizer.build(task.make_model().parameters())))
+        settings = DPSettings(
+            target_epsilon=None,
+            noise_multiplier=1.0,
+            delta=1e-5,
+            max_grad_norm=1.0,
+            accountant="rdp",
+            total_epochs=2,
+        )
+        result = train_locally(
+            task,
+            global_state,
+            x=data.x[:256],
+            y=data.y[:256],
+            epochs=2,
+            seed=3,
+            device=torch.device("cpu"),
+            dp=settings if dp else None,
+            accountant_history=AccountantHistory("rdp", []) if dp else None,
+        )
+        trained.append(result.state_dict)
+    assert built[0].__module__ == optimizers.__name__ and built[1].__module__.startswith("torch.")
+    for key, value in trained[0].items():
+        assert not torch.equal(value, global_state[key]) or "num_batches" in key, key
+        assert torch.equal(value, trained[1][key]), key
 
 
 def test_evaluate_matches_loss_and_accuracy_of_their_own_passes():

@@ -90,6 +90,39 @@ def test_a_site_process_freezes_its_modules_objects_at_its_first_site(tmp_path):
     assert before == 0 and first > 100_000 and second == first
 
 
+def test_a_site_process_trains_without_loading_torch_dynamo(tmp_path):
+    """torch.optim's wrappers for ``torch.compile`` load ``torch._dynamo`` (1.4-2 CPU s)
+    at a process's first optimizer; a site's training, plain and under DP-SGD, loads none
+    (``ml.optimizers``)."""
+    plain = _resolver(tmp_path / "plain")
+    dp = _resolver(tmp_path / "dp", dp={"enabled": True, "noise_multiplier": 1.0})
+    pickled = tmp_path / "resolvers.pkl"
+    pickled.write_bytes(pickle.dumps([plain, dp]))
+    code = (
+        "import pickle, sys, torch\n"
+        "from panoramia_fl.clients.privacy import AccountantHistory\n"
+        "from panoramia_fl.clients.site_training import train_locally\n"
+        "from test_fixed_costs import _context\n"
+        "for resolver in pickle.loads(open(sys.argv[1], 'rb').read()):\n"
+        "    site = resolver(_context(0))\n"
+        "    history = AccountantHistory('rdp', []) if site.dp else None\n"
+        "    train_locally(site.task, site.task.make_model().state_dict(),\n"
+        "                  x=site.data.training_x, y=site.data.training_y, epochs=1, seed=0,\n"
+        "                  device=torch.device('cpu'), dp=site.dp, accountant_history=history)\n"
+        "    print(site.dp is not None, 'torch._dynamo' in sys.modules)\n"
+    )
+    path = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(pickled)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["False", "False", "True", "False"]
+
+
 def test_a_dp_noise_multiplier_is_searched_once_per_run_in_a_site_process(tmp_path, monkeypatch):
     """Opacus's search for sigma (about a second of CPU) ran in every site's every round;
     now once for each declared size of the run's sites in a process, and again in a new run

@@ -19,6 +19,7 @@ from torch.nn import functional as F
 
 from panoramia_fl.contracts.errors import UserError
 from panoramia_fl.contracts.registry import Registry
+from panoramia_fl.ml import optimizers
 from panoramia_fl.ml.models import MODELS, build_model
 from panoramia_fl.ml.training import run_epoch
 
@@ -63,16 +64,16 @@ class OptimizerSpec:
 
     def build(self, params: Iterator[nn.Parameter]) -> torch.optim.Optimizer:
         if self.name == "sgd":
-            return torch.optim.SGD(
+            return optimizers.SGD(
                 params,
                 lr=self.learning_rate,
                 momentum=self.momentum,
                 weight_decay=self.weight_decay,
             )
         if self.name == "adam":
-            return torch.optim.Adam(params, lr=self.learning_rate, weight_decay=self.weight_decay)
+            return optimizers.Adam(params, lr=self.learning_rate, weight_decay=self.weight_decay)
         if self.name == "adamw":
-            return torch.optim.AdamW(params, lr=self.learning_rate, weight_decay=self.weight_decay)
+            return optimizers.AdamW(params, lr=self.learning_rate, weight_decay=self.weight_decay)
         raise ValueError(f"fl.optimizer: unknown optimizer {self.name!r} (sgd, adam, adamw)")
 
 
