@@ -47,6 +47,21 @@ def _resolver(tmp_path: Path, **sections: dict) -> SiteResolver:
     return SiteResolver(config, prepare_run_dir(config, layout), layout)
 
 
+def _in_a_fresh_process(code: str, pickled: Path) -> str:
+    """The standard output of ``code`` run by a new Python (as a site process is), with the
+    tests on its path and the file ``pickled`` as its argument."""
+    path = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(pickled)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
 def test_a_site_is_built_once_per_process_though_each_message_brings_a_copy(tmp_path):
     resolver = _resolver(tmp_path)
     config, meta, layout = resolver.config, resolver.meta, resolver.layout
@@ -77,16 +92,7 @@ def test_a_site_process_freezes_its_modules_objects_at_its_first_site(tmp_path):
         "resolver(_context(1))\n"
         "print(before, first, gc.get_freeze_count())\n"
     )
-    path = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(pickled)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": path},
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    before, first, second = map(int, proc.stdout.split())
+    before, first, second = map(int, _in_a_fresh_process(code, pickled).split())
     assert before == 0 and first > 100_000 and second == first
 
 
@@ -111,16 +117,7 @@ def test_a_site_process_trains_without_loading_torch_dynamo(tmp_path):
         "                  device=torch.device('cpu'), dp=site.dp, accountant_history=history)\n"
         "    print(site.dp is not None, 'torch._dynamo' in sys.modules)\n"
     )
-    path = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(pickled)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": path},
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["False", "False", "True", "False"]
+    assert _in_a_fresh_process(code, pickled).split() == ["False", "False", "True", "False"]
 
 
 def test_a_dp_noise_multiplier_is_searched_once_per_run_in_a_site_process(tmp_path, monkeypatch):
