@@ -65,7 +65,7 @@ def main() -> None:
                 flush=True,
             )
             trained.setdefault(threads, out.state_dict)
-    # The first repeat of one thread pays the process's first optimizer step.
+    # The first repeat of one thread pays the process's first use of the kernels and allocator.
     pairs = sorted(a / b for a, b in zip(walls[1][1:], walls[args.threads][1:], strict=True))
     if pairs:
         median = statistics.median(walls[1][1:]) / statistics.median(walls[args.threads][1:])

@@ -37,9 +37,14 @@ def test_max_pool_matches_torch_values_and_gradients(shape, activation):
         assert torch.equal(ours, theirs)
 
 
-def _task():
+def _task(**options):
     return build_task(
-        "image", model_name="small_cnn", num_classes=10, input_shape=(1, 8, 8), batch_size=32
+        "image",
+        model_name="small_cnn",
+        num_classes=10,
+        input_shape=(1, 8, 8),
+        batch_size=32,
+        **options,
     )
 
 
@@ -88,22 +93,9 @@ def test_a_site_trains_as_with_torch_optims_own_classes(monkeypatch, optimizer, 
     """``ml.optimizers`` calls torch's steps without their ``torch.compile`` wrappers: a
     site's local training, plain or under Opacus, is the same bits as with torch.optim's."""
     data = load_dataset("digits")
-    task = build_task(
-        "image",
-        model_name="small_cnn",
-        num_classes=10,
-        input_shape=(1, 8, 8),
-        batch_size=32,
-        optimizer=optimizer,
-        dp=dp,
-    )
-    torch.manual_seed(0)
-    global_state = task.make_model().state_dict()
-    trained, built = [], []
-    for source in (optimizers, torch.optim):
-        for name in ("SGD", "Adam", "AdamW"):
-            monkeypatch.setattr(optimizers, name, getattr(source, name))
-        built.append(type(task.optimizer.build(task.make_model().parameters())))
+    task = _task(optimizer=optimizer, dp=dp)
+    settings = None
+    if dp:
         settings = DPSettings(
             target_epsilon=None,
             noise_multiplier=1.0,
@@ -112,6 +104,13 @@ def test_a_site_trains_as_with_torch_optims_own_classes(monkeypatch, optimizer, 
             accountant="rdp",
             total_epochs=2,
         )
+    torch.manual_seed(0)
+    global_state = task.make_model().state_dict()
+    trained, built = [], []
+    for source in (optimizers, torch.optim):
+        for name in ("SGD", "Adam", "AdamW"):
+            monkeypatch.setattr(optimizers, name, getattr(source, name))
+        built.append(type(task.optimizer.build(task.make_model().parameters())))
         result = train_locally(
             task,
             global_state,
@@ -120,7 +119,7 @@ def test_a_site_trains_as_with_torch_optims_own_classes(monkeypatch, optimizer, 
             epochs=2,
             seed=3,
             device=torch.device("cpu"),
-            dp=settings if dp else None,
+            dp=settings,
             accountant_history=AccountantHistory("rdp", []) if dp else None,
         )
         trained.append(result.state_dict)
