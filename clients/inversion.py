@@ -130,7 +130,7 @@ def inversion_audit(
     sums: dict[int, dict[str, torch.Tensor]] | None = None,
 ) -> list[InversionResult]:
     """Attack every kept round's update and its public-record baseline: one
-    :class:`~audit.inversion.scores.InversionResult` per kept round, in round order (none when
+    :class:`~audit.inversion.result.InversionResult` per kept round, in round order (none when
     the site kept no such round). Writes the gallery of the first attacked round (images) to
     the site's own folder.
 
