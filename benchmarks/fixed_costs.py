@@ -57,6 +57,7 @@ Kinds = tuple[tuple[str, str], ...]
 DRIVER: Kinds = (
     ("run_simulation", "simulation"),
     ("start_ray", "Ray's start"),
+    ("_ray_init", "Ray's start"),  # also started ahead of the run's imports, by the CLI
     ("ensure_reference_models", "reference models"),
     ("prepare_run_dir", "the run's data"),
     ("write_report", "report"),

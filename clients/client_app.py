@@ -196,6 +196,9 @@ def build_client_app(resolve: Resolver) -> ClientApp:
     @app.train(mods=[clipping_mod])
     def train(msg: Message, context: Context) -> Message:
         runtime = resolve(context)
+        # The site's threads from here, its checks of the model included: a process that
+        # imported torch before Ray gave it its CPUs (a worker started ahead) has one a core.
+        torch.set_num_threads(runtime.torch_threads)
         try:
             flag = _checked(msg, context, runtime)
             if flag is not None and runtime.model_checks is not None:
@@ -327,7 +330,6 @@ def _train(msg: Message, context: Context, runtime: SiteRuntime) -> Message:
     runtime.policy.check_training(
         record_dp=dp is not None, target_epsilon=None if dp is None else dp.target_epsilon
     )
-    torch.set_num_threads(runtime.torch_threads)
     asked = TrainInstructions.from_record(msg.content.config_records[CONFIG])
     state = msg.content.array_records[ARRAYS].to_torch_state_dict()
     accountant_history = _accountant_history(runtime, context) if runtime.dp is not None else None

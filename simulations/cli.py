@@ -40,16 +40,25 @@ MEMORY_ADVICE = (
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from panoramia_fl.simulations.runner import run_experiment, training_done
-
     if args.seeds is not None:
         return _run_replicates(args)
+    from panoramia_fl.simulations.ray_start import ray_started_ahead
+
     config, run_dir = _run_config(args)
     layout = RunLayout(run_dir)
     print(f"run directory: {run_dir}", file=sys.stderr)
     try:
-        outcome = run_experiment(config, run_dir, verbose=args.verbose)
+        # Ray first, then torch, Flower and the project: its site processes import theirs
+        # meanwhile (the config above needed none of them).
+        with ray_started_ahead(config, layout, verbose=args.verbose):
+            from panoramia_fl.simulations.runner import run_experiment
+
+            outcome = run_experiment(config, run_dir, verbose=args.verbose)
     except KeyboardInterrupt as stop:
+        if not layout.config.exists():
+            _exit_interrupted(stop, f"nothing was written to {run_dir}; run the same command again")
+        from panoramia_fl.simulations.runner import training_done
+
         # Training done: the stop came in the audit phase (or the report).
         abandoned = (
             "the site audits in progress were abandoned"

@@ -1,28 +1,139 @@
 """Starting Ray in the harness's process: one way, for the simulation and the reference
-models alike."""
+models alike, and for a run's first simulation ahead of the run's own imports.
+
+Torch, Flower's simulation engine and the project's site code are not imported here: a
+run starts its Ray before it imports them (:func:`ray_started_ahead`)."""
 
 from __future__ import annotations
 
+import logging
+import math
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from panoramia_fl.simulations.experiment_config import ConfigError
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.simulations.experiment_config import ConfigError, ExperimentConfig, ray_address
+from panoramia_fl.simulations.library_logs import quiet_logs
+from panoramia_fl.simulations.sizes import check_sizes
+
+SITE_PROCESS_MODULES = ("flwr.simulation.ray_transport.ray_actor", "panoramia_fl.simulations.apps")
+"""What a site process imports before it handles its first message: the module of Flower's
+site actor class, and the one the pickled ClientApp comes from (torch, Flower's client side
+and the project's site code with them). The workers of a Ray the run starts import them as
+they start (Ray's ``preload_python_modules``), beside the driver's own imports, and not when
+the first message arrives. Importing touches no GPU: a site's CUDA starts at its first use,
+after Ray has set the devices the site holds."""
+
+
+def ray_init_args(
+    config: ExperimentConfig, *, temp_dir: Path | None, verbose: bool
+) -> dict[str, Any]:
+    """``ray.init``'s arguments: join the cluster of :func:`ray_address`, or start a local
+    Ray with ``ray.num_cpus`` (default: every CPU), its workers importing
+    :data:`SITE_PROCESS_MODULES` as they start, and its session files in ``temp_dir``
+    (None: Ray's default)."""
+    init_args: dict[str, Any] = {"include_dashboard": False, "log_to_driver": verbose}
+    address = ray_address(config)
+    if address:
+        # A cluster's own resources decide; num_cpus beside an address is an error in Ray.
+        init_args["address"] = address
+        return init_args
+    init_args["num_cpus"] = config.ray.num_cpus or os.cpu_count() or 1
+    init_args["_system_config"] = {"preload_python_modules": list(SITE_PROCESS_MODULES)}
+    if temp_dir is not None:
+        init_args["_temp_dir"] = str(temp_dir)
+    if not verbose:
+        init_args["logging_level"] = logging.ERROR
+    return init_args
+
+
+@contextmanager
+def ray_temp_dir(config: ExperimentConfig) -> Iterator[Path | None]:
+    """Where a local Ray keeps its session files: ray.temp_dir when set, else a short private
+    folder removed afterwards (Ray's socket paths must fit AF_UNIX's limit). None when the
+    run joins a cluster, whose files are its own (no folder is made that a run killed with
+    SIGKILL would leave behind), and when this process's Ray is up already (started ahead,
+    its folder is that start's)."""
+    import ray
+
+    if ray_address(config) or ray.is_initialized():
+        yield None
+        return
+    if config.ray.temp_dir is not None:
+        yield config.ray.temp_dir
+        return
+    temp_dir = Path(tempfile.mkdtemp(prefix="pfl-ray-"))
+    try:
+        yield temp_dir
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@contextmanager
+def ray_started_ahead(
+    config: ExperimentConfig, layout: RunLayout, *, verbose: bool
+) -> Iterator[None]:
+    """The local Ray of a new run (``layout`` holds none yet, so it trains) started now,
+    before the run imports torch, Flower's engine and the project's site code, for its first
+    simulation to take as it is (:func:`start_ray`). Its workers import
+    :data:`SITE_PROCESS_MODULES` meanwhile, as the driver does its own imports: on two
+    cores about 2 s of a run's start. A run that joins a cluster, or resumes, starts its Ray
+    when it needs one. Ray is shut down on leaving, if the run did not."""
+    if ray_address(config) or layout.config.exists():
+        yield
+        return
+    import ray
+
+    check_local_resources(config)  # a request that cannot fit is refused before Ray starts
+    quiet_logs(verbose)
+    with ray_temp_dir(config) as temp_dir:
+        try:
+            init_args = ray_init_args(config, temp_dir=temp_dir, verbose=verbose)
+            _ray_init(init_args, site_cpus=config.resources.train_cpus)
+            yield
+        finally:
+            ray.shutdown()  # also a start that Ctrl-C cut short; none when the run's was
 
 
 def start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, key: str) -> None:
-    """Start (or join) Ray as Flower's Ray backend would, here, so that (1) SIGTERM stops the
-    run as Ctrl-C does (``ray.init`` installs a SIGTERM handler of its own, ``sys.exit``,
-    which leaves the driver waiting forever on Flower's threads: the caller's is put back)
+    """Start (or join) Ray as Flower's Ray backend would, here, unless this process's Ray is
+    up already (:func:`ray_started_ahead`), so that (1) SIGTERM stops the run as Ctrl-C does
     and (2) a request of ``num_cpus`` / ``num_gpus`` the cluster cannot meet is an error
-    naming ``key`` before anything runs (Flower would wait forever on an empty actor pool).
-    Every ``ray.init`` of the harness goes through here."""
+    naming ``key`` before anything runs (Flower would wait forever on an empty actor pool;
+    Ray is shut down). Every ``ray.init`` of the harness goes through here."""
     import ray
 
-    if ray.is_initialized():
-        return
+    if not ray.is_initialized():
+        _ray_init(init_args, site_cpus=num_cpus)
+    have = ray.cluster_resources()
+    try:
+        check_fits(
+            float(have.get("CPU", 0.0)), float(have.get("GPU", 0.0)), num_cpus, num_gpus, key
+        )
+    except ConfigError:
+        ray.shutdown()
+        raise
+
+
+def _ray_init(init_args: dict[str, Any], *, site_cpus: float) -> None:
+    """``ray.init(**init_args)`` with the caller's SIGTERM handler kept: Ray installs one of
+    its own, ``sys.exit``, which leaves the driver waiting forever on Flower's threads.
+
+    The workers of a Ray started here begin with ``OMP_NUM_THREADS`` at ``site_cpus`` (whole,
+    at least 1) unless the caller's environment sets it: Ray gives a worker that value when
+    it takes a site, but these workers import torch and numpy first
+    (:data:`SITE_PROCESS_MODULES`), and torch's, OpenMP's and OpenBLAS's thread pools are
+    sized from it as they load. This process keeps its own environment."""
+    import ray
+
     on_sigterm = signal.getsignal(signal.SIGTERM)
     # Ray's workers do not see this driver's sys.path changes; Flower passes them the same way.
     pythonpath = os.pathsep.join(p for p in (*sys.path, os.environ.get("PYTHONPATH")) if p)
@@ -33,19 +144,26 @@ def start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, ke
     # ahead of time (which have none) go unused.
     joins = init_args.get("address") is not None
     runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}} if joins else None
-    ray.init(runtime_env=runtime_env, **init_args)
+    threads = None if joins else str(max(math.floor(site_cpus), 1))
+    with _environment_beside(OMP_NUM_THREADS=threads):
+        ray.init(runtime_env=runtime_env, **init_args)
     if not joins:
         _without_autoscaler_monitor()
     if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
         signal.signal(signal.SIGTERM, on_sigterm)
-    have = ray.cluster_resources()
+
+
+@contextmanager
+def _environment_beside(**values: str | None) -> Iterator[None]:
+    """``values`` in this process's environment meanwhile, where it has none of its own (a
+    None value: nothing); the environment as it was afterwards."""
+    added = {k: v for k, v in values.items() if v is not None and k not in os.environ}
+    os.environ.update(added)
     try:
-        check_fits(
-            float(have.get("CPU", 0.0)), float(have.get("GPU", 0.0)), num_cpus, num_gpus, key
-        )
-    except ConfigError:
-        ray.shutdown()
-        raise
+        yield
+    finally:
+        for name in added:
+            del os.environ[name]
 
 
 def _without_autoscaler_monitor() -> None:
@@ -61,6 +179,42 @@ def _without_autoscaler_monitor() -> None:
     node = ray._private.worker._global_node
     if node is not None and node.head:
         node.kill_monitor(check_alive=False)
+
+
+def site_gpus(value: float | str, num_sites: int) -> float:
+    """GPU share per site process; ``auto`` lets every site share one GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0.0
+    if value == "auto":
+        return round(1.0 / max(1, min(num_sites, 8)), 3)
+    return float(value)
+
+
+def check_local_resources(config: ExperimentConfig) -> None:
+    """Before anything runs: the sizes a site must hold (:func:`~simulations.sizes.check_sizes`)
+    and each phase's per-site request against the local Ray this run would start (a cluster
+    it joins is checked once joined, by :func:`start_ray`). A GPU share of ``auto`` always
+    fits (a share of one GPU, or none without CUDA): only a number asks torch."""
+    if ray_address(config):
+        return
+    check_sizes(config)
+    cpus = float(config.ray.num_cpus or os.cpu_count() or 1)
+    res = config.resources
+    requests = [(res.train_cpus, res.num_gpus, "resources.num_cpus")]
+    if config.audit.enabled:
+        requests.append((res.audit_cpus, res.audit_num_gpus, "resources.audit_num_cpus"))
+    sites = config.partition.num_sites
+    for num_cpus, gpus_value, key in requests:
+        num_gpus = 0.0 if gpus_value == "auto" else site_gpus(gpus_value, sites)
+        check_fits(cpus, _cuda_devices() if num_gpus else 0.0, num_cpus, num_gpus, key)
+
+
+def _cuda_devices() -> float:
+    import torch
+
+    return float(torch.cuda.device_count())
 
 
 def check_fits(cpus: float, gpus: float, num_cpus: float, num_gpus: float, key: str) -> None:

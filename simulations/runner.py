@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 import time
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
 
 from panoramia_fl.contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
 from panoramia_fl.contracts.run_files import RunLayout
@@ -27,11 +19,17 @@ from panoramia_fl.simulations.config_file import report_config
 from panoramia_fl.simulations.experiment_config import (
     ExperimentConfig,
     ResourcesConfig,
-    ray_address,
 )
+from panoramia_fl.simulations.library_logs import quiet_logs
 from panoramia_fl.simulations.platform_info import collect_platform, write_platform
 from panoramia_fl.simulations.process_heap import freeze_loaded_modules
-from panoramia_fl.simulations.ray_start import check_fits, start_ray
+from panoramia_fl.simulations.ray_start import (
+    check_local_resources,
+    ray_init_args,
+    ray_temp_dir,
+    site_gpus,
+    start_ray,
+)
 from panoramia_fl.simulations.reference_models import (
     ReferenceModelsDone,
     ensure_reference_models,
@@ -39,7 +37,6 @@ from panoramia_fl.simulations.reference_models import (
 )
 from panoramia_fl.simulations.run_dir import DatasetMeta, hold_run_dir, prepare_run_dir
 from panoramia_fl.simulations.run_task import check_run_task
-from panoramia_fl.simulations.sizes import check_sizes
 
 log = logging.getLogger("panoramia_fl")
 
@@ -62,54 +59,6 @@ class RunOutcome:
         return self.layout.root
 
 
-def quiet_logs(verbose: bool) -> None:
-    """Flower, Ray and Opacus are chatty; show them only with ``--verbose``."""
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-    os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
-    if verbose:
-        return
-    for name in ("ray", "opacus"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    # Flower logs each site's failure with its traceback; the run records it itself (its
-    # audit file, the round's failures) and says it on stderr at the end.
-    logging.getLogger("flwr").setLevel(logging.CRITICAL)
-    # Opacus's notices (secure RNG off in a seeded simulation, the RDP orders it tries):
-    # expected in a simulation. Its deprecations still show.
-    warnings.filterwarnings("ignore", category=UserWarning, module="opacus")
-    os.environ.setdefault("RAY_LOG_TO_STDERR", "0")
-
-
-def _gpus(value: float | str, num_sites: int) -> float:
-    """GPU share per site process; ``auto`` lets every site share one GPU."""
-    if not torch.cuda.is_available():
-        return 0.0
-    if value == "auto":
-        return round(1.0 / max(1, min(num_sites, 8)), 3)
-    return float(value)
-
-
-def ray_init_args(
-    config: ExperimentConfig, *, temp_dir: Path | None, verbose: bool
-) -> dict[str, Any]:
-    """``ray.init``'s arguments: join the cluster of :func:`ray_address`, or start a local
-    Ray with ``ray.num_cpus`` (default: every CPU) and its session files in ``temp_dir``
-    (None: Ray's default)."""
-    init_args: dict[str, Any] = {"include_dashboard": False, "log_to_driver": verbose}
-    address = ray_address(config)
-    if address:
-        # A cluster's own resources decide; num_cpus beside an address is an error in Ray.
-        init_args["address"] = address
-        return init_args
-    init_args["num_cpus"] = config.ray.num_cpus or os.cpu_count() or 1
-    if temp_dir is not None:
-        init_args["_temp_dir"] = str(temp_dir)
-    if not verbose:
-        init_args["logging_level"] = logging.ERROR
-    return init_args
-
-
 def _backend_config(
     config: ExperimentConfig,
     *,
@@ -126,25 +75,6 @@ def _backend_config(
 
 STOP_WAIT_S = 20.0
 """How long an interrupted run waits for the round in progress to be abandoned."""
-
-
-@contextmanager
-def ray_temp_dir(config: ExperimentConfig) -> Iterator[Path | None]:
-    """Where a local Ray keeps its session files: ray.temp_dir when set, else a short private
-    folder removed afterwards (Ray's socket paths must fit AF_UNIX's limit). None when the
-    run joins a cluster, whose files are its own: no folder is made that a run killed with
-    SIGKILL would leave behind."""
-    if ray_address(config):
-        yield None
-        return
-    if config.ray.temp_dir is not None:
-        yield config.ray.temp_dir
-        return
-    temp_dir = Path(tempfile.mkdtemp(prefix="pfl-ray-"))
-    try:
-        yield temp_dir
-    finally:
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _reference_models_step(
@@ -224,23 +154,6 @@ def _simulate(
                 ray.shutdown()
 
 
-def check_local_resources(config: ExperimentConfig) -> None:
-    """Before anything runs: the sizes a site must hold (:func:`~simulations.sizes.check_sizes`)
-    and each phase's per-site request against the local Ray this run would start (a cluster
-    it joins is checked once joined, by :func:`~simulations.ray_start.start_ray`)."""
-    if ray_address(config):
-        return
-    check_sizes(config)
-    cpus = float(config.ray.num_cpus or os.cpu_count() or 1)
-    gpus = float(torch.cuda.device_count())
-    res = config.resources
-    sites = config.partition.num_sites
-    check_fits(cpus, gpus, res.train_cpus, _gpus(res.num_gpus, sites), "resources.num_cpus")
-    if config.audit.enabled:
-        audit_gpus = _gpus(res.audit_num_gpus, sites)
-        check_fits(cpus, gpus, res.audit_cpus, audit_gpus, "resources.audit_num_cpus")
-
-
 def training_done(config: ExperimentConfig, layout: RunLayout) -> bool:
     final = readable_checkpoint(layout.final_model)
     return final is not None and final.round >= config.fl.rounds
@@ -297,9 +210,9 @@ def _site_resources(config: ExperimentConfig) -> tuple[tuple[float, float], tupl
     """Per-site (CPUs, GPUs) of training and of the audits."""
     res: ResourcesConfig = config.resources
     sites = config.partition.num_sites
-    return (res.train_cpus, _gpus(res.num_gpus, sites)), (
+    return (res.train_cpus, site_gpus(res.num_gpus, sites)), (
         res.audit_cpus,
-        _gpus(res.audit_num_gpus, sites),
+        site_gpus(res.audit_num_gpus, sites),
     )
 
 

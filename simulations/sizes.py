@@ -8,7 +8,6 @@ import math
 import os
 from pathlib import Path
 
-from panoramia_fl.clients.real_path_canaries import MEMORY_PER_GRADIENT_CANARY
 from panoramia_fl.simulations.experiment_config import ConfigError, ExperimentConfig
 
 GRADIENT_CANARY_SHARE = 0.5
@@ -67,6 +66,10 @@ def check_sizes(
     pairs = config.audit.gradient_canaries
     if not pairs:
         return
+    # Here, not above: the site code that owns the figure imports torch, which a run without
+    # gradient canaries imports after its Ray has started (simulations.ray_start).
+    from panoramia_fl.clients.real_path_canaries import MEMORY_PER_GRADIENT_CANARY
+
     memory = machine_memory() if memory is None else memory
     cpus = float(config.ray.num_cpus or os.cpu_count() or 1) if cpus is None else cpus
     at_once = sites_at_once(config, cpus)

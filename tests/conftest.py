@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from panoramia_fl.simulations import runner
+from panoramia_fl.simulations import ray_start
 from panoramia_fl.simulations.experiment_config import RAY_ADDRESS_ENV, validate_config
 from panoramia_fl.simulations.local_ray import LocalRayHead
 from panoramia_fl.simulations.weights_cache import CACHE_ENV
@@ -91,10 +91,10 @@ def shared_weights_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
 @pytest.fixture(scope="session")
 def ray_init_args(shared_ray_head: LocalRayHead | None) -> Iterator[dict]:
     """``ray.init`` arguments for a test that calls Flower's ``run_simulation`` itself: the
-    runner's own, so such a test joins the cluster a run would join (``RAY_ADDRESS``)."""
+    harness's own, so such a test joins the cluster a run would join (``RAY_ADDRESS``)."""
     config = validate_config({"name": "direct", "ray": {"num_cpus": 2}})
-    with runner.ray_temp_dir(config) as temp_dir:
-        yield runner.ray_init_args(config, temp_dir=temp_dir, verbose=False)
+    with ray_start.ray_temp_dir(config) as temp_dir:
+        yield ray_start.ray_init_args(config, temp_dir=temp_dir, verbose=False)
 
 
 @pytest.fixture

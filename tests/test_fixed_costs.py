@@ -10,11 +10,13 @@ import sys
 from pathlib import Path
 
 import torch
-from flwr.app import Context, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
 
 from panoramia_fl.clients.privacy import AccountantHistory
 from panoramia_fl.clients.site_training import train_locally
 from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.contracts.wire import ARRAYS, CONFIG, TrainInstructions
 from panoramia_fl.simulations.apps import SiteResolver
 from panoramia_fl.simulations.experiment_config import validate_config
 from panoramia_fl.simulations.run_dir import prepare_run_dir
@@ -62,6 +64,25 @@ def _in_a_fresh_process(code: str, pickled: Path) -> str:
     return proc.stdout
 
 
+def test_a_run_reads_its_config_and_checks_its_resources_without_torch(tmp_path):
+    """What ``panoramia-fl run`` does before it starts its Ray (read the config, check what
+    a site must hold) imports neither torch nor Flower's engine nor the site code: a new
+    run's Ray starts first, and its workers import theirs beside the driver
+    (``simulations.ray_start.ray_started_ahead``)."""
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from panoramia_fl.simulations import cli\n"
+        "config, _ = cli._run_config(cli.build_parser().parse_args(\n"
+        "    ['run', sys.argv[1], '--out', '/nonexistent/run']))\n"
+        "from panoramia_fl.simulations.ray_start import check_local_resources\n"
+        "check_local_resources(config)\n"
+        "heavy = ('torch', 'flwr.simulation', 'panoramia_fl.simulations.apps')\n"
+        "print([name for name in heavy if name in sys.modules])\n"
+    )
+    assert _in_a_fresh_process(code, REPO / "configs" / "default.yaml").strip() == "[]"
+
+
 def test_a_site_is_built_once_per_process_though_each_message_brings_a_copy(tmp_path):
     resolver = _resolver(tmp_path)
     config, meta, layout = resolver.config, resolver.meta, resolver.layout
@@ -74,6 +95,42 @@ def test_a_site_is_built_once_per_process_though_each_message_brings_a_copy(tmp_
     assert second(_context(0)) is not site
     # Another run's resolver in the same process builds its own sites.
     assert SiteResolver(config, meta, layout)(_context(1)) is not site
+
+
+def test_a_site_checks_a_received_model_on_its_own_threads(tmp_path, monkeypatch):
+    """A site process trains and checks each received model on its site's threads
+    (``resources.torch_threads``), however torch stood before: a Ray worker that imported
+    torch as it started, before Ray gave it its CPUs, has one thread a core."""
+    from panoramia_fl.clients import client_app
+
+    resolver = _resolver(
+        tmp_path,
+        fl={"rounds": 1, "local_epochs": 1, "model_checks": "record"},
+        resources={"torch_threads": 1},
+    )
+    seen: list[int] = []
+    checks = client_app.check_received
+
+    def observed(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return checks(*args, **kwargs)
+
+    monkeypatch.setattr(client_app, "check_received", observed)
+    # A message needs the run it belongs to (a ServerApp process sets it).
+    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 0)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+    state = resolver(_context(0)).task.make_model().state_dict()
+    asked = TrainInstructions(local_epochs=1, seed=0, server_round=1)
+    content = RecordDict({ARRAYS: ArrayRecord(state), CONFIG: asked.to_record()})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        reply = client_app.build_client_app(resolver)(
+            Message(content=content, message_type=MessageType.TRAIN, dst_node_id=1), _context(0)
+        )
+        assert not reply.has_error() and seen == [1]
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_a_site_process_freezes_its_modules_objects_at_its_first_site(tmp_path):

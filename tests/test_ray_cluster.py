@@ -16,7 +16,8 @@ import pytest
 from panoramia_fl.simulations.experiment_config import validate_config
 from panoramia_fl.simulations.local_ray import LocalRayHead
 from panoramia_fl.simulations.processes import descendants, is_alive
-from panoramia_fl.simulations.runner import ray_init_args, ray_temp_dir, run_experiment
+from panoramia_fl.simulations.ray_start import ray_init_args, ray_temp_dir
+from panoramia_fl.simulations.runner import run_experiment
 
 TINY_AUDIT = {
     "quick": True,
@@ -219,3 +220,84 @@ def test_a_ray_the_run_starts_has_no_autoscaler_and_ends_whole(
 def _head_processes(head: LocalRayHead) -> list[tuple[int, int]]:
     started = [(s.proc.pid, s.start) for s in head.processes.started]
     return started + [d for s in head.processes.started for d in descendants(s.proc.pid)]
+
+
+_AHEAD = """
+import json, sys, tempfile
+from pathlib import Path
+tempfile.tempdir = sys.argv[1]  # the session folders of the Rays started below
+import ray
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
+from panoramia_fl.simulations.ray_start import (
+    SITE_PROCESS_MODULES, ray_started_ahead, ray_temp_dir, start_ray)
+
+config = validate_config({"name": "ahead", "data": {"name": "digits"}, "ray": {"num_cpus": 1}})
+seen = {}
+
+@ray.remote
+def preloaded():
+    # A task defined here travels by value: it imports nothing of the site code itself.
+    loaded = [name in sys.modules for name in SITE_PROCESS_MODULES]
+    import torch
+
+    return loaded, torch.get_num_threads()
+
+with ray_started_ahead(config, RunLayout(Path(sys.argv[2])), verbose=False):
+    seen["up"] = ray.is_initialized()
+    seen["torch"] = "torch" in sys.modules
+    seen["preloaded"], seen["threads"] = ray.get(preloaded.remote())
+    with ray_temp_dir(config) as folder:
+        seen["second folder"] = folder is not None
+        start_ray({}, num_cpus=1, num_gpus=0, key="resources.num_cpus")
+        try:
+            start_ray({}, num_cpus=64, num_gpus=0, key="resources.num_cpus")
+        except ConfigError as err:
+            seen["misfit"] = str(err)
+        seen["up after misfit"] = ray.is_initialized()
+seen["folders left"] = [p.name for p in Path(sys.argv[1]).iterdir()]
+Path(sys.argv[2], "config.yaml").write_text("name: ahead")  # a run to resume: no Ray ahead
+with ray_started_ahead(config, RunLayout(Path(sys.argv[2])), verbose=False):
+    seen["up for a resumed run"] = ray.is_initialized()
+print(json.dumps(seen))
+"""
+
+
+def test_a_new_run_starts_its_ray_ahead_and_its_workers_import_the_site_code(tmp_path):
+    """``panoramia-fl run`` starts a new run's Ray before it imports torch, Flower's engine
+    and the site code, and the workers (the site processes to be) import theirs as they
+    start, their thread pools sized to a site's CPUs; the run's first simulation takes that
+    Ray as it is, checks its request against it, and nothing of it is left. A resumed run
+    starts its Ray when it needs one."""
+    # Ray's socket paths must stay short: not under pytest's tmp_path.
+    folders = Path(tempfile.mkdtemp(prefix="pfl-ahead-", dir="/tmp"))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _AHEAD, str(folders), str(run_dir)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        shutil.rmtree(folders, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.splitlines()[-1])
+    assert seen["up"] and not seen["torch"] and seen["preloaded"] == [True, True]
+    # torch loaded before Ray gave the worker its one CPU, and sized its threads to it.
+    assert seen["threads"] == 1
+    assert not seen["second folder"]
+    assert "resources.num_cpus=64" in seen["misfit"] and not seen["up after misfit"]
+    assert seen["folders left"] == [] and not seen["up for a resumed run"]
+
+
+def test_the_site_modules_a_started_ray_preloads_are_those_a_site_process_imports():
+    from flwr.simulation.ray_transport.ray_actor import ClientAppActor
+
+    from panoramia_fl.simulations.apps import build_apps
+    from panoramia_fl.simulations.ray_start import SITE_PROCESS_MODULES
+
+    assert (ClientAppActor.__module__, build_apps.__module__) == SITE_PROCESS_MODULES
