@@ -158,6 +158,27 @@ def test_a_run_that_joins_a_cluster_makes_no_session_folder(monkeypatch, tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+def _in_a_process_of_its_own(script: str, *args: str) -> dict:
+    """The JSON that ``script`` prints last, run by a new Python outside any cluster (no
+    ``RAY_ADDRESS``) with a new folder for its Rays' session files, removed afterwards, as
+    its first argument and ``args`` after it."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # Ray's socket paths must stay short: not under pytest's tmp_path.
+    folder = tempfile.mkdtemp(prefix="pfl-own-", dir="/tmp")
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", script, folder, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
 _START_THEN_STOP = """
 import json, os, sys
 from pathlib import Path
@@ -190,22 +211,8 @@ def test_a_ray_the_run_starts_has_no_autoscaler_and_ends_whole(
     --no-monitor``), and nothing of it outlives ``ray.shutdown``; joining a cluster starts
     nothing of its own and leaving it stops nothing of the cluster's."""
     head = [] if shared_ray_head is None else _head_processes(shared_ray_head)
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     address = "" if shared_ray_head is None else shared_ray_head.address
-    # Ray's socket paths must stay short: not under pytest's tmp_path.
-    session = tempfile.mkdtemp(prefix="pfl-stop-", dir="/tmp")
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", _START_THEN_STOP, session, address],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    finally:
-        shutil.rmtree(session, ignore_errors=True)
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout.splitlines()[-1])
+    result = _in_a_process_of_its_own(_START_THEN_STOP, address)
     lines = "\n".join(result["lines"])
     assert "gcs_server" in lines and "raylet" in lines
     assert AUTOSCALER_MONITOR.decode() not in lines
@@ -269,23 +276,9 @@ def test_a_new_run_starts_its_ray_ahead_and_its_workers_import_the_site_code(tmp
     start, their thread pools sized to a site's CPUs; the run's first simulation takes that
     Ray as it is, checks its request against it, and nothing of it is left. A resumed run
     starts its Ray when it needs one."""
-    # Ray's socket paths must stay short: not under pytest's tmp_path.
-    folders = Path(tempfile.mkdtemp(prefix="pfl-ahead-", dir="/tmp"))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", _AHEAD, str(folders), str(run_dir)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    finally:
-        shutil.rmtree(folders, ignore_errors=True)
-    assert out.returncode == 0, out.stderr[-3000:]
-    seen = json.loads(out.stdout.splitlines()[-1])
+    seen = _in_a_process_of_its_own(_AHEAD, str(run_dir))
     assert seen["up"] and not seen["torch"] and seen["preloaded"] == [True, True]
     # torch loaded before Ray gave the worker its one CPU, and sized its threads to it.
     assert seen["threads"] == 1
