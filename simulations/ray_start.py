@@ -100,7 +100,7 @@ def ray_started_ahead(
             _ray_init(init_args, site_cpus=config.resources.train_cpus)
             yield
         finally:
-            ray.shutdown()  # also a start that Ctrl-C cut short; none when the run's was
+            ray.shutdown()  # also after a start Ctrl-C cut short; a no-op once the run did
 
 
 def start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, key: str) -> None:
