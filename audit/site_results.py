@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 
 from panoramia_fl.audit.canaries.gradient_canaries import GradientCanaryResult
 from panoramia_fl.audit.canaries.input_canaries import InputCanaryResult
-from panoramia_fl.audit.inversion.result import InversionResult
+from panoramia_fl.audit.inversion.inversion_result import InversionResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
 from panoramia_fl.audit.result import PanoramiaResult
 from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceResult

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from panoramia_fl.audit.inversion.attack import LocalTraining, RecordSpec, invert
-from panoramia_fl.audit.inversion.config import InversionConfig
+from panoramia_fl.audit.inversion.inversion_config import InversionConfig
 from panoramia_fl.clients.inversion import InversionSettings, inversion_audit, keep_round
 from panoramia_fl.clients.privacy import AccountantHistory
 from panoramia_fl.clients.site_data import SiteData

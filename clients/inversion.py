@@ -130,9 +130,9 @@ def inversion_audit(
     sums: dict[int, dict[str, torch.Tensor]] | None = None,
 ) -> list[InversionResult]:
     """Attack every kept round's update and its public-record baseline: one
-    :class:`~audit.inversion.result.InversionResult` per kept round, in round order (none when
-    the site kept no such round). Writes the gallery of the first attacked round (images) to
-    the site's own folder.
+    :class:`~audit.inversion.inversion_result.InversionResult` per kept round, in round order
+    (none when the site kept no such round). Writes the gallery of the first attacked round
+    (images) to the site's own folder.
 
     ``sums`` (secure aggregation): the global weights after each round; the attack then
     targets the round's aggregate update (those weights minus the ones the site received),

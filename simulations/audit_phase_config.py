@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from panoramia_fl.audit.canaries.gradient_canaries import MIN_GRADIENT_CANARIES
 from panoramia_fl.audit.config import AuditConfig, AuditSeeding, StrictModel
-from panoramia_fl.audit.inversion.config import InversionConfig
+from panoramia_fl.audit.inversion.inversion_config import InversionConfig
 from panoramia_fl.audit.tabular.attribute_result import AttributeInferenceConfig
 
 MIN_INPUT_CANARIES = 20

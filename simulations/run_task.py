@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from panoramia_fl.audit.inversion.config import MODALITIES
+from panoramia_fl.audit.inversion.inversion_config import MODALITIES
 from panoramia_fl.contracts.plugins import import_plugins
 from panoramia_fl.ml.models import check_private
 from panoramia_fl.ml.tasks import TorchTask, build_task

@@ -17,7 +17,7 @@ from panoramia_fl.audit.canaries.gradient_canaries import (
     GradientCanaryResult,
     gradient_canary_audit,
 )
-from panoramia_fl.audit.inversion.result import InversionResult
+from panoramia_fl.audit.inversion.inversion_result import InversionResult
 from panoramia_fl.audit.panoramia.over_rounds import RoundLeakage
 from panoramia_fl.audit.result import (
     AuditFlags,

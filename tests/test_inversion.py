@@ -20,7 +20,7 @@ from panoramia_fl.audit.inversion.attack import (
     invert,
     simulate_update,
 )
-from panoramia_fl.audit.inversion.result import InversionResult
+from panoramia_fl.audit.inversion.inversion_result import InversionResult
 from panoramia_fl.audit.inversion.scores import tabular_scores
 from panoramia_fl.clients.inversion import InversionSettings, inversion_audit, keep_round
 from panoramia_fl.clients.privacy import AccountantHistory, DPSettings

@@ -25,7 +25,7 @@ from builders import (
     write_run,
 )
 
-from panoramia_fl.audit.inversion.result import InversionResult
+from panoramia_fl.audit.inversion.inversion_result import InversionResult
 from panoramia_fl.audit.result import AuditFlags, Interval, PanoramiaResult
 from panoramia_fl.contracts.json_values import from_dict, json_safe
 from panoramia_fl.contracts.run_files import exposed_records_name

@@ -43,7 +43,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from panoramia_fl.audit.inversion.config import MODALITIES, AttackKind, InversionConfig
+from panoramia_fl.audit.inversion.inversion_config import MODALITIES, AttackKind, InversionConfig
 from panoramia_fl.contracts.errors import UserError
 
 __all__ = [

@@ -12,7 +12,7 @@ import scipy
 import torch
 
 from panoramia_fl.audit.inversion.attack import Fields, LocalTraining, Reconstruction
-from panoramia_fl.audit.inversion.result import InversionResult
+from panoramia_fl.audit.inversion.inversion_result import InversionResult
 
 __all__ = ["InversionResult", "RecordScores", "image_scores", "summarise", "tabular_scores"]
 

@@ -5,7 +5,7 @@ reports, :data:`~.report_parts.REPORT_PARTS`)."""
 
 from __future__ import annotations
 
-from panoramia_fl.audit.inversion.result import InversionResult
+from panoramia_fl.audit.inversion.inversion_result import InversionResult
 from panoramia_fl.contracts.dp_level import SecureAggregationMode
 
 from ..numbers.formatting import MISSING, fmt

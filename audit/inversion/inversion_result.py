@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from panoramia_fl.audit.inversion.config import AttackKind
+from panoramia_fl.audit.inversion.inversion_config import AttackKind
 
 
 @dataclass(frozen=True)
