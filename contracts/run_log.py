@@ -172,7 +172,11 @@ class PlatformInfo:
     torch_cuda_build: str | None = None
     """The CUDA version torch was built with (None: a CPU-only build)."""
     torch_threads: int | None = None
-    """torch's intra-op threads in the harness's process."""
+    """torch's intra-op threads in the harness's process (its central evaluation of the
+    last round)."""
+    evaluation_threads_beside_training: int | None = None
+    """torch's threads of the harness's central evaluation of the other rounds, which runs
+    while the sites train: the cores they leave, at least one."""
     torch_interop_threads: int | None = None
     site_torch_threads: int | None = None
     """``resources.torch_threads``: what each site sets in its own process."""

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from flwr.app import (
@@ -89,6 +89,16 @@ from panoramia_fl.server.strategy import (
 log = logging.getLogger(__name__)
 
 
+class CentralEvaluation(Protocol):
+    """The global model's scores on the central data (``loss``, ``accuracy`` ...).
+
+    ``beside_training``: the sites train the next round meanwhile (every round but a start's
+    last), so the evaluation should leave them the cores they hold.
+    """
+
+    def __call__(self, state: StateDict, *, beside_training: bool) -> dict[str, float]: ...
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """Everything the ServerApp needs, handed in by whoever builds it."""
@@ -104,7 +114,7 @@ class ServerSettings:
     initial_state: Callable[[], StateDict]
     canary_clients: CanaryClientSettings | None = None
     """Canary clients in the rounds (simulation only); ``None``: none."""
-    central_eval: Callable[[StateDict], dict[str, float]] | None = None
+    central_eval: CentralEvaluation | None = None
     checkpoint_meta: CheckpointMeta | None = None
     phases: tuple[str, ...] = ("train", "audit")
     node_wait_s: float = 300.0
@@ -262,7 +272,7 @@ def run_training(
         initial_arrays=ArrayRecord(state),
         num_rounds=settings.rounds - done,
         train_config=_train_instructions(settings, done),
-        evaluate_fn=_central_evaluation(settings),
+        evaluate_fn=_central_evaluation(settings.central_eval, last_round=settings.rounds - done),
         timeout=settings.timeout_s,
     )
     bar.close()
@@ -341,15 +351,16 @@ def _aggregating_strategy(
 
 
 def _central_evaluation(
-    settings: ServerSettings,
+    evaluate: CentralEvaluation | None, *, last_round: int
 ) -> Callable[[int, ArrayRecord], MetricRecord | None] | None:
-    """Flower's ``evaluate_fn``: the global model's scores on the central data, if any."""
-    evaluate = settings.central_eval
+    """Flower's ``evaluate_fn``: the global model's scores on the central data, if any.
+    ``last_round``: this start's last round, the one no training runs beside."""
     if evaluate is None:
         return None
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        scores = evaluate(arrays.to_torch_state_dict())
+        state = arrays.to_torch_state_dict()
+        scores = evaluate(state, beside_training=server_round < last_round)
         return MetricRecord({k: float(v) for k, v in scores.items()})
 
     return evaluate_fn

@@ -21,6 +21,7 @@ from panoramia_fl.clients.real_path_canaries import GradientCanarySettings
 from panoramia_fl.clients.secure_sum_site import SecureSumSettings
 from panoramia_fl.clients.site_data import SiteData
 from panoramia_fl.clients.update_audits import UpdateAuditSettings
+from panoramia_fl.contracts.checkpoint import StateDict
 from panoramia_fl.contracts.run_files import (
     CheckpointMeta,
     RunLayout,
@@ -33,10 +34,13 @@ from panoramia_fl.server.adversary import AdversarySettings, Attack
 from panoramia_fl.server.canary_clients import CanaryClientSettings
 from panoramia_fl.server.client_dp import ClientDPSettings, calibrate_noise_multiplier
 from panoramia_fl.server.sampling import sites_per_round
-from panoramia_fl.server.server_app import ServerSettings, build_server_app
+from panoramia_fl.server.server_app import CentralEvaluation, ServerSettings, build_server_app
 from panoramia_fl.server.stop import StopSwitch
 from panoramia_fl.server.strategy import StrategySettings
-from panoramia_fl.simulations.experiment_config import ExperimentConfig
+from panoramia_fl.simulations.experiment_config import (
+    ExperimentConfig,
+    evaluation_threads_beside_training,
+)
 from panoramia_fl.simulations.model_check_settings import checks_mode, model_check_settings
 from panoramia_fl.simulations.process_heap import freeze_loaded_modules
 from panoramia_fl.simulations.reference_models import load_reference_states, site_pool
@@ -332,19 +336,34 @@ class SiteResolver:
         )
 
 
-def central_evaluator(config: ExperimentConfig, meta: DatasetMeta, layout: RunLayout):
-    """Evaluate the global model on the public split (records no site trains on)."""
+def central_evaluator(
+    config: ExperimentConfig, meta: DatasetMeta, layout: RunLayout
+) -> CentralEvaluation | None:
+    """Evaluate the global model on the public split (records no site trains on); beside
+    the sites' training on the cores they leave (:func:`evaluation_threads_beside_training`),
+    else on the driver's torch threads. A matrix product can sum in another order on
+    another thread count, so a score's last bits follow the machine, as the training's do."""
     public = load_public(layout)
     if public is None or not config.fl.central_evaluation:
         return None
     task = make_task(config, meta)
     x, y = public.x, public.y
     device = pick_device(config.resources.num_gpus)
+    threads_beside = evaluation_threads_beside_training(config)
 
-    def evaluate(state: dict[str, torch.Tensor]) -> dict[str, float]:
+    def evaluate(state: StateDict, *, beside_training: bool) -> dict[str, float]:
         model = task.make_model()
         model.load_state_dict(state)
-        return task.evaluate(model, x, y, device=device)
+        if not beside_training:
+            return task.evaluate(model, x, y, device=device)
+        # Per thread in torch (OpenMP): this sets the evaluating thread's count, and is
+        # put back so that an evaluation with nothing beside it has the driver's again.
+        previous = torch.get_num_threads()
+        torch.set_num_threads(threads_beside)
+        try:
+            return task.evaluate(model, x, y, device=device)
+        finally:
+            torch.set_num_threads(previous)
 
     return evaluate
 

@@ -384,6 +384,32 @@ def ray_address(config: ExperimentConfig) -> str | None:
     return config.ray.address or os.environ.get(RAY_ADDRESS_ENV) or None
 
 
+def local_cpus(config: ExperimentConfig) -> int:
+    """The CPUs of a Ray the run starts on this machine: ``ray.num_cpus``, else the
+    machine's."""
+    return config.ray.num_cpus or os.cpu_count() or 1
+
+
+def evaluation_threads_beside_training(config: ExperimentConfig) -> int:
+    """torch threads of the driver's central evaluation of a round while the sites train the
+    next one: this machine's CPUs that the training sites do not hold, whole, at least 1; 1
+    when the run joins a cluster, whose sites may share this machine's cores.
+
+    More threads than the free cores take CPU from the sites and gain the evaluation nothing:
+    torch's threads spin while they wait for a core. The last round's evaluation, which
+    nothing runs beside, keeps the driver's threads.
+    """
+    if ray_address(config) is not None:
+        return 1
+    machine = local_cpus(config)
+    per_site = config.resources.train_cpus
+    at_once = min(
+        sites_per_round(config.partition.num_sites, config.fl.fraction_train),
+        max(1, math.floor(machine / per_site + 1e-9)),
+    )
+    return max(1, math.floor(machine - at_once * per_site + 1e-9))
+
+
 def _resolve_site_cpus(config: ExperimentConfig) -> None:
     """``resources.num_cpus`` / ``audit_num_cpus: auto`` as numbers (:func:`site_cpus`), so
     that the run's config.yaml records what each site held."""
@@ -392,7 +418,7 @@ def _resolve_site_cpus(config: ExperimentConfig) -> None:
     if not auto:
         return
     share = site_cpus(
-        machine_cpus=config.ray.num_cpus or os.cpu_count() or 1,
+        machine_cpus=local_cpus(config),
         sites=config.partition.num_sites,
         joins_cluster=ray_address(config) is not None,
     )

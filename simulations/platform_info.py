@@ -25,7 +25,9 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def collect_platform(*, site_torch_threads: int, cuda_used: bool) -> PlatformInfo:
+def collect_platform(
+    *, site_torch_threads: int, evaluation_threads_beside_training: int, cuda_used: bool
+) -> PlatformInfo:
     """This process's machine and torch build; ``cuda_used``: the run trains on the GPU."""
     return PlatformInfo(
         cpu_model=cpu_model(),
@@ -39,6 +41,7 @@ def collect_platform(*, site_torch_threads: int, cuda_used: bool) -> PlatformInf
         torch_cuda_build=torch.version.cuda,
         torch_threads=torch.get_num_threads(),
         torch_interop_threads=torch.get_num_interop_threads(),
+        evaluation_threads_beside_training=evaluation_threads_beside_training,
         site_torch_threads=site_torch_threads,
         omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
         cuda_device=torch.cuda.get_device_name(0) if cuda_used else None,

@@ -20,7 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from panoramia_fl.contracts.run_files import RunLayout
-from panoramia_fl.simulations.experiment_config import ConfigError, ExperimentConfig, ray_address
+from panoramia_fl.simulations.experiment_config import (
+    ConfigError,
+    ExperimentConfig,
+    local_cpus,
+    ray_address,
+)
 from panoramia_fl.simulations.library_logs import quiet_logs
 from panoramia_fl.simulations.sizes import check_sizes
 
@@ -46,7 +51,7 @@ def ray_init_args(
         # A cluster's own resources decide; num_cpus beside an address is an error in Ray.
         init_args["address"] = address
         return init_args
-    init_args["num_cpus"] = config.ray.num_cpus or os.cpu_count() or 1
+    init_args["num_cpus"] = local_cpus(config)
     init_args["_system_config"] = {"preload_python_modules": list(SITE_PROCESS_MODULES)}
     if temp_dir is not None:
         init_args["_temp_dir"] = str(temp_dir)
@@ -200,7 +205,7 @@ def check_local_resources(config: ExperimentConfig) -> None:
     if ray_address(config):
         return
     check_sizes(config)
-    cpus = float(config.ray.num_cpus or os.cpu_count() or 1)
+    cpus = float(local_cpus(config))
     res = config.resources
     requests = [(res.train_cpus, res.num_gpus, "resources.num_cpus")]
     if config.audit.enabled:

@@ -19,6 +19,7 @@ from panoramia_fl.simulations.config_file import report_config
 from panoramia_fl.simulations.experiment_config import (
     ExperimentConfig,
     ResourcesConfig,
+    evaluation_threads_beside_training,
 )
 from panoramia_fl.simulations.library_logs import quiet_logs
 from panoramia_fl.simulations.platform_info import collect_platform, write_platform
@@ -223,7 +224,11 @@ def _plan_phases(config: ExperimentConfig, layout: RunLayout) -> Phases:
     phases: Phases = []
     if not training_done(config, layout):
         res = config.resources
-        info = collect_platform(site_torch_threads=res.train_threads, cuda_used=train[1] > 0)
+        info = collect_platform(
+            site_torch_threads=res.train_threads,
+            evaluation_threads_beside_training=evaluation_threads_beside_training(config),
+            cuda_used=train[1] > 0,
+        )
         write_platform(layout, info)
         last = latest_round_checkpoint(layout)
         if last is not None:

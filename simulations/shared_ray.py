@@ -21,6 +21,7 @@ import torch
 from panoramia_fl.simulations.experiment_config import (
     RAY_ADDRESS_ENV,
     ExperimentConfig,
+    local_cpus,
     ray_address,
 )
 from panoramia_fl.simulations.local_ray import LocalRayHead
@@ -45,7 +46,7 @@ class SharedRay:
         if ray_address(config):
             yield
             return
-        settings = (config.ray.num_cpus or os.cpu_count() or 1, config.ray.temp_dir)
+        settings = (local_cpus(config), config.ray.temp_dir)
         if self._head is None or settings != self._settings:
             self.close()
             head = LocalRayHead(

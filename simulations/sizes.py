@@ -8,7 +8,7 @@ import math
 import os
 from pathlib import Path
 
-from panoramia_fl.simulations.experiment_config import ConfigError, ExperimentConfig
+from panoramia_fl.simulations.experiment_config import ConfigError, ExperimentConfig, local_cpus
 
 GRADIENT_CANARY_SHARE = 0.5
 """The part of a site's share of the memory its gradient canaries may take; the rest holds
@@ -71,7 +71,7 @@ def check_sizes(
     from panoramia_fl.clients.real_path_canaries import MEMORY_PER_GRADIENT_CANARY
 
     memory = machine_memory() if memory is None else memory
-    cpus = float(config.ray.num_cpus or os.cpu_count() or 1) if cpus is None else cpus
+    cpus = float(local_cpus(config)) if cpus is None else cpus
     at_once = sites_at_once(config, cpus)
     room = GRADIENT_CANARY_SHARE * memory / at_once
     need = 2 * pairs * MEMORY_PER_GRADIENT_CANARY

@@ -7,6 +7,7 @@ from panoramia_fl.simulations.config_file import dump_config
 from panoramia_fl.simulations.experiment_config import (
     RAY_ADDRESS_ENV,
     ConfigError,
+    evaluation_threads_beside_training,
     load_config,
     validate_config,
 )
@@ -88,6 +89,30 @@ def test_num_cpus_auto_shares_the_machine_among_the_sites(monkeypatch):
     for bad in (0, -1, "all", True):
         with pytest.raises(ConfigError, match=r"resources\.num_cpus: 'auto' or a number"):
             validate_config({"resources": {"num_cpus": bad}})
+
+
+def test_the_central_evaluation_beside_training_takes_the_cores_the_sites_leave(monkeypatch):
+    """A round's central evaluation runs in the driver beside the next round's training: it
+    takes the machine's CPUs that the sites training at once do not hold, at least one; one
+    in a cluster the run joins."""
+    monkeypatch.delenv(RAY_ADDRESS_ENV, raising=False)
+
+    def threads(sites: int, machine: int, *, fraction: float = 1.0, **resources: object) -> int:
+        raw = {
+            "partition": {"num_sites": sites},
+            "fl": {"fraction_train": fraction},
+            "ray": {"num_cpus": machine},
+            "resources": resources,
+        }
+        return evaluation_threads_beside_training(validate_config(raw))
+
+    assert threads(2, 2) == 1 and threads(2, 16) == 1  # auto: the sites hold every core
+    assert threads(2, 16, num_cpus=2) == 12
+    assert threads(8, 16, fraction=0.5, num_cpus=1) == 12  # four sites a round
+    assert threads(3, 16, num_cpus=6) == 4  # two fit at once; the third waits
+    assert threads(32, 16, num_cpus=1) == 1
+    monkeypatch.setenv(RAY_ADDRESS_ENV, "10.0.0.1:6379")
+    assert threads(2, 16, num_cpus=2) == 1
 
 
 def test_only_the_listed_sites_run_the_inversion_audit(tmp_path):

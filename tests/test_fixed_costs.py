@@ -1,5 +1,6 @@
 """What a run pays once per process: a site process builds each site once, however often
-Flower hands it the ClientApp, and searches a DP-SGD noise multiplier once per run."""
+Flower hands it the ClientApp, and searches a DP-SGD noise multiplier once per run; and the
+threads each part of a run takes."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import pytest
 import torch
 from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
@@ -18,8 +21,9 @@ from panoramia_fl.clients.site_training import train_locally
 from panoramia_fl.contracts.run_files import RunLayout
 from panoramia_fl.contracts.wire import ARRAYS, CONFIG, TrainInstructions
 from panoramia_fl.simulations.apps import SiteResolver
-from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.experiment_config import RAY_ADDRESS_ENV, validate_config
 from panoramia_fl.simulations.run_dir import prepare_run_dir
+from panoramia_fl.simulations.run_task import make_task
 
 
 def _context(site_id: int) -> Context:
@@ -131,6 +135,53 @@ def test_a_site_checks_a_received_model_on_its_own_threads(tmp_path, monkeypatch
         assert not reply.has_error() and seen == [1]
     finally:
         torch.set_num_threads(threads)
+
+
+def test_the_central_evaluation_leaves_the_training_sites_their_cores(tmp_path, monkeypatch):
+    """A round's central evaluation runs in the driver while the sites train the next round:
+    on two cores with two sites it takes one torch thread (more would spin on the sites'
+    cores), and then gives the evaluating thread its count back. The last round, which
+    nothing runs beside, is evaluated on the driver's threads."""
+    from panoramia_fl.ml.tasks import TorchTask
+    from panoramia_fl.server.server_app import _central_evaluation
+    from panoramia_fl.simulations.apps import central_evaluator
+
+    monkeypatch.delenv(RAY_ADDRESS_ENV, raising=False)
+    config = validate_config(
+        {
+            "data": {"name": "digits"},
+            "partition": {"scheme": "iid", "num_sites": 2},
+            "ray": {"num_cpus": 2},
+        }
+    )
+    layout = RunLayout(tmp_path / "run")
+    meta = prepare_run_dir(config, layout)
+    seen: list[int] = []
+    evaluate = TorchTask.evaluate
+
+    def observed(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return evaluate(self, *args, **kwargs)
+
+    monkeypatch.setattr(TorchTask, "evaluate", observed)
+    evaluate_fn = _central_evaluation(central_evaluator(config, meta, layout), last_round=2)
+    assert evaluate_fn is not None
+    torch.manual_seed(0)
+    arrays = ArrayRecord(make_task(config, meta).make_model().state_dict())
+    scores, after = [], []
+
+    def round_commits() -> None:  # torch's thread count is the calling thread's own
+        torch.set_num_threads(2)
+        for server_round in (1, 2):
+            scores.append(dict(evaluate_fn(server_round, arrays)))
+            after.append(torch.get_num_threads())
+
+    thread = threading.Thread(target=round_commits)
+    thread.start()
+    thread.join()
+    assert seen == [1, 2] and after == [2, 2]
+    assert scores[0]["accuracy"] == scores[1]["accuracy"] and 0 < scores[0]["accuracy"] < 1
+    assert scores[0]["loss"] == pytest.approx(scores[1]["loss"], rel=1e-6)
 
 
 def test_a_site_process_freezes_its_modules_objects_at_its_first_site(tmp_path):

@@ -210,9 +210,10 @@ def test_a_finished_run_holds_its_rounds_and_a_loadable_global_model(reference):
     assert rounds[-1]["global_accuracy"] > 0.5
     summary = json.loads((reference / "partition.json").read_text())
     assert [s["site_id"] for s in summary["sites"]] == [0, 1, 2]
-    # torch_threads auto, recorded as the count it resolved to: one CPU a site, one thread.
+    # torch_threads auto, recorded as the count it resolved to: one CPU a site, one thread;
+    # the central evaluation beside the training in a cluster the run joins: one thread.
     platform = json.loads(run_files(reference).platform.read_text())
-    assert platform["site_torch_threads"] == 1
+    assert platform["site_torch_threads"] == platform["evaluation_threads_beside_training"] == 1
     config = load_config(reference / "config.yaml")
     model, checkpoint = load_global_model(reference / "global_model.pt")
     assert checkpoint.round == ROUNDS

@@ -502,8 +502,9 @@ def _platform_items(p: PlatformInfo | None) -> list[Item]:
         Item(
             "threads",
             f"torch {fmt(p.torch_threads)} intra-op / "
-            f"{fmt(p.torch_interop_threads)} inter-op in the harness, {fmt(p.site_torch_threads)}"
-            f" per site; OMP_NUM_THREADS {p.omp_num_threads or 'unset'}",
+            f"{fmt(p.torch_interop_threads)} inter-op in the harness (central evaluation beside "
+            f"the training {fmt(p.evaluation_threads_beside_training)}), "
+            f"{fmt(p.site_torch_threads)} per site; OMP_NUM_THREADS {p.omp_num_threads or 'unset'}",
         ),
         Item("CUDA used", p.cuda_device or "no (trained on the CPU)"),
     ]
