@@ -373,8 +373,11 @@ def write_site_summary(run: DeploymentRun) -> Path:
 
 def deployed_server_settings(run: DeploymentRun, phases: tuple[str, ...]) -> ServerSettings:
     """The ServerApp's settings on a real deployment: as in simulation, but its client-level
-    noise comes from the OS's entropy, never from the run config's seed."""
-    settings = server_settings(run.config, run.meta, run.layout, phases=phases, progress=False)
+    noise comes from the OS's entropy, never from the run config's seed, and its central
+    evaluation keeps this machine's threads (the sites train on their own nodes)."""
+    settings = server_settings(
+        run.config, run.meta, run.layout, phases=phases, progress=False, sites_here=False
+    )
     return replace(settings, noise_source="os-entropy")
 
 

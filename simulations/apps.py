@@ -337,24 +337,28 @@ class SiteResolver:
 
 
 def central_evaluator(
-    config: ExperimentConfig, meta: DatasetMeta, layout: RunLayout
+    config: ExperimentConfig, meta: DatasetMeta, layout: RunLayout, *, sites_here: bool
 ) -> CentralEvaluation | None:
-    """Evaluate the global model on the public split (records no site trains on); beside
-    the sites' training on the cores they leave (:func:`evaluation_threads_beside_training`),
-    else on the driver's torch threads. A matrix product can sum in another order on
-    another thread count, so a score's last bits follow the machine, as the training's do."""
+    """Evaluate the global model on the public split (records no site trains on).
+
+    ``sites_here``: the sites train on this machine's cores (a simulation), so beside their
+    training the evaluation takes the cores they leave
+    (:func:`evaluation_threads_beside_training`); else, and with nothing beside it, the
+    driver's torch threads. A matrix product can sum in another order on another thread
+    count, so a score's last bits follow the machine, as the training's do.
+    """
     public = load_public(layout)
     if public is None or not config.fl.central_evaluation:
         return None
     task = make_task(config, meta)
     x, y = public.x, public.y
     device = pick_device(config.resources.num_gpus)
-    threads_beside = evaluation_threads_beside_training(config)
+    threads_beside = evaluation_threads_beside_training(config) if sites_here else None
 
     def evaluate(state: StateDict, *, beside_training: bool) -> dict[str, float]:
         model = task.make_model()
         model.load_state_dict(state)
-        if not beside_training:
+        if not beside_training or threads_beside is None:
             return task.evaluate(model, x, y, device=device)
         # Per thread in torch (OpenMP): this sets the evaluating thread's count, and is
         # put back so that an evaluation with nothing beside it has the driver's again.
@@ -376,7 +380,10 @@ def server_settings(
     phases: tuple[str, ...],
     progress: bool,
     stop: StopSwitch | None = None,
+    sites_here: bool = True,
 ) -> ServerSettings:
+    """The ServerApp's settings of a run; ``sites_here``: its sites train on this machine
+    (a simulation), not on nodes of their own (a deployment)."""
     task = make_task(config, meta)
 
     def initial_state() -> dict[str, torch.Tensor]:
@@ -403,7 +410,7 @@ def server_settings(
         client_dp=client_dp_settings(config),
         canary_clients=canary_client_settings(config, task),
         initial_state=initial_state,
-        central_eval=central_evaluator(config, meta, layout),
+        central_eval=central_evaluator(config, meta, layout, sites_here=sites_here),
         checkpoint_meta=CheckpointMeta(
             modality=meta.modality,
             model=config.model.name,

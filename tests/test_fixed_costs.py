@@ -141,7 +141,8 @@ def test_the_central_evaluation_leaves_the_training_sites_their_cores(tmp_path, 
     """A round's central evaluation runs in the driver while the sites train the next round:
     on two cores with two sites it takes one torch thread (more would spin on the sites'
     cores), and then gives the evaluating thread its count back. The last round, which
-    nothing runs beside, is evaluated on the driver's threads."""
+    nothing runs beside, is evaluated on the driver's threads, and so is every round of a
+    deployment."""
     from panoramia_fl.ml.tasks import TorchTask
     from panoramia_fl.server.server_app import _central_evaluation
     from panoramia_fl.simulations.apps import central_evaluator
@@ -164,24 +165,34 @@ def test_the_central_evaluation_leaves_the_training_sites_their_cores(tmp_path, 
         return evaluate(self, *args, **kwargs)
 
     monkeypatch.setattr(TorchTask, "evaluate", observed)
-    evaluate_fn = _central_evaluation(central_evaluator(config, meta, layout), last_round=2)
-    assert evaluate_fn is not None
     torch.manual_seed(0)
     arrays = ArrayRecord(make_task(config, meta).make_model().state_dict())
-    scores, after = [], []
 
-    def round_commits() -> None:  # torch's thread count is the calling thread's own
-        torch.set_num_threads(2)
-        for server_round in (1, 2):
-            scores.append(dict(evaluate_fn(server_round, arrays)))
-            after.append(torch.get_num_threads())
+    def two_rounds(sites_here: bool) -> tuple[list[int], list[int], list[dict]]:
+        evaluate_fn = _central_evaluation(
+            central_evaluator(config, meta, layout, sites_here=sites_here), last_round=2
+        )
+        assert evaluate_fn is not None
+        seen.clear()
+        scores, after = [], []
 
-    thread = threading.Thread(target=round_commits)
-    thread.start()
-    thread.join()
-    assert seen == [1, 2] and after == [2, 2]
+        def round_commits() -> None:  # torch's thread count is the calling thread's own
+            torch.set_num_threads(2)
+            for server_round in (1, 2):
+                scores.append(dict(evaluate_fn(server_round, arrays)))
+                after.append(torch.get_num_threads())
+
+        thread = threading.Thread(target=round_commits)
+        thread.start()
+        thread.join()
+        return list(seen), after, scores
+
+    threads, after, scores = two_rounds(sites_here=True)
+    assert threads == [1, 2] and after == [2, 2]
     assert scores[0]["accuracy"] == scores[1]["accuracy"] and 0 < scores[0]["accuracy"] < 1
     assert scores[0]["loss"] == pytest.approx(scores[1]["loss"], rel=1e-6)
+    # A deployment's sites train on their own nodes: the server's cores are its own.
+    assert two_rounds(sites_here=False)[:2] == ([2, 2], [2, 2])
 
 
 def test_a_site_process_freezes_its_modules_objects_at_its_first_site(tmp_path):
