@@ -176,7 +176,8 @@ class PlatformInfo:
     last round)."""
     evaluation_threads_beside_training: int | None = None
     """torch's threads of the harness's central evaluation of the other rounds, which runs
-    while the sites train: the cores they leave, at least one."""
+    while the sites train: the cores they leave, at least one (None: no central
+    evaluation)."""
     torch_interop_threads: int | None = None
     site_torch_threads: int | None = None
     """``resources.torch_threads``: what each site sets in its own process."""

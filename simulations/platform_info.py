@@ -26,7 +26,7 @@ def cpu_model() -> str | None:
 
 
 def collect_platform(
-    *, site_torch_threads: int, evaluation_threads_beside_training: int, cuda_used: bool
+    *, site_torch_threads: int, evaluation_threads_beside_training: int | None, cuda_used: bool
 ) -> PlatformInfo:
     """This process's machine and torch build; ``cuda_used``: the run trains on the GPU."""
     return PlatformInfo(

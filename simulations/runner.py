@@ -226,7 +226,9 @@ def _plan_phases(config: ExperimentConfig, layout: RunLayout) -> Phases:
         res = config.resources
         info = collect_platform(
             site_torch_threads=res.train_threads,
-            evaluation_threads_beside_training=evaluation_threads_beside_training(config),
+            evaluation_threads_beside_training=(
+                evaluation_threads_beside_training(config) if config.fl.central_evaluation else None
+            ),
             cuda_used=train[1] > 0,
         )
         write_platform(layout, info)

@@ -488,6 +488,8 @@ def _platform_items(p: PlatformInfo | None) -> list[Item]:
     """The machine that trained the run: its numbers are reproduced exactly only there."""
     if p is None:
         return [Item("trained on", "unknown (the run predates platform.json)")]
+    beside = p.evaluation_threads_beside_training
+    evaluation = "" if beside is None else f" ({beside} beside the sites' training)"
     return [
         Item(
             "trained on CPU",
@@ -501,10 +503,9 @@ def _platform_items(p: PlatformInfo | None) -> list[Item]:
         ),
         Item(
             "threads",
-            f"torch {fmt(p.torch_threads)} intra-op / "
-            f"{fmt(p.torch_interop_threads)} inter-op in the harness (central evaluation beside "
-            f"the training {fmt(p.evaluation_threads_beside_training)}), "
-            f"{fmt(p.site_torch_threads)} per site; OMP_NUM_THREADS {p.omp_num_threads or 'unset'}",
+            f"torch {fmt(p.torch_threads)} intra-op{evaluation} / "
+            f"{fmt(p.torch_interop_threads)} inter-op in the harness, {fmt(p.site_torch_threads)}"
+            f" per site; OMP_NUM_THREADS {p.omp_num_threads or 'unset'}",
         ),
         Item("CUDA used", p.cuda_device or "no (trained on the CPU)"),
     ]
