@@ -232,6 +232,7 @@ def _head_processes(head: LocalRayHead) -> list[tuple[int, int]]:
 _AHEAD = """
 import json, sys, tempfile
 from pathlib import Path
+import psutil
 tempfile.tempdir = sys.argv[1]  # the session folders of the Rays started below
 import ray
 from panoramia_fl.contracts.run_files import RunLayout
@@ -252,6 +253,10 @@ def preloaded():
 
 with ray_started_ahead(config, RunLayout(Path(sys.argv[2])), verbose=False):
     seen["up"] = ray.is_initialized()
+    commands = [p.as_dict(["cmdline"]) for p in psutil.Process().children(recursive=True)]
+    seen["dashboard"] = [  # a zombie (the autoscaler monitor, stopped) has no command line
+        c for c in commands if "dashboard/dashboard.py" in " ".join(c["cmdline"] or [])
+    ]
     seen["torch"] = "torch" in sys.modules
     seen["preloaded"], seen["threads"] = ray.get(preloaded.remote())
     with ray_temp_dir(config) as folder:
@@ -280,6 +285,7 @@ def test_a_new_run_starts_its_ray_ahead_and_its_workers_import_the_site_code(tmp
     run_dir.mkdir()
     seen = _in_a_process_of_its_own(_AHEAD, str(run_dir))
     assert seen["up"] and not seen["torch"] and seen["preloaded"] == [True, True]
+    assert seen["dashboard"] == []  # the run's Ray serves none, and waits for none to start
     # torch loaded before Ray gave the worker its one CPU, and sized its threads to it.
     assert seen["threads"] == 1
     assert not seen["second folder"]
