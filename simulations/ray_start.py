@@ -153,9 +153,12 @@ def _ray_init(init_args: dict[str, Any], *, site_cpus: float) -> None:
     if joins:
         ray.init(runtime_env=runtime_env, **init_args)
     else:
-        with _environment_beside(OMP_NUM_THREADS=threads), _without_dashboard_process():
+        log_monitor = bool(init_args.get("log_to_driver", True))
+        with (
+            _environment_beside(OMP_NUM_THREADS=threads),
+            _without_unused_processes(log_monitor=log_monitor),
+        ):
             ray.init(runtime_env=runtime_env, **init_args)
-        _without_autoscaler_monitor()
     if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
         signal.signal(signal.SIGTERM, on_sigterm)
 
@@ -174,44 +177,37 @@ def _environment_beside(**values: str | None) -> Iterator[None]:
 
 
 @contextmanager
-def _without_dashboard_process() -> Iterator[None]:
-    """A Ray started meanwhile starts no dashboard process.
+def _without_unused_processes(*, log_monitor: bool) -> Iterator[None]:
+    """A Ray head started meanwhile, for one run, starts none of Ray's processes that the
+    run leaves unused (``ray.init`` has no option for them, so this goes through Ray's
+    node object; Flower pins Ray's version):
 
-    With ``include_dashboard=False`` Ray still starts the dashboard's process, to report
-    Ray's usage statistics alone, and ``ray.init`` waits for it to register before it starts
-    the raylet: 1.2-1.5 s of every start on 2 cores, and 0.8 CPU s. A run's Ray serves no
-    dashboard and reports nothing anywhere, so the start skips it; as for the autoscaler
-    monitor, through Ray's node object (Flower pins Ray's version)."""
+    - the dashboard's process: with ``include_dashboard=False`` it only reports Ray's usage
+      statistics, and ``ray.init`` waits for it to register before it starts the raylet
+      (1.2-1.5 s of every start on 2 cores, 0.8 CPU s);
+    - the autoscaler monitor (``ray start --no-monitor``): one machine has nothing to
+      scale, and at ``ray.shutdown`` its exit handler waited a second on the GCS then gone;
+    - the log monitor, unless ``log_monitor`` (``ray start --include-log-monitor=false``):
+      it only forwards the workers' output to a driver that asks for it
+      (``log_to_driver``), and reads their files all the run long.
+    """
     from ray._private.node import Node
 
-    start_api_server = getattr(Node, "start_api_server", None)
-    if start_api_server is None:  # another Ray: it starts what it starts
-        yield
-        return
+    unused = ["start_api_server", "start_monitor"]
+    if not log_monitor:
+        unused.append("start_log_monitor")
+    originals = {name: getattr(Node, name) for name in unused if hasattr(Node, name)}
 
-    def no_dashboard(node: Node, **_: object) -> None:
-        node._webui_url = None  # what Ray's node holds when its dashboard failed to start
+    def not_started(node: Node, *args: object, **kwargs: object) -> None:
+        """A process of the head left out (the node records none for it)."""
 
-    setattr(Node, "start_api_server", no_dashboard)  # noqa: B010 (mypy refuses assigning a method)
+    for name in originals:
+        setattr(Node, name, not_started)
     try:
         yield
     finally:
-        setattr(Node, "start_api_server", start_api_server)  # noqa: B010
-
-
-def _without_autoscaler_monitor() -> None:
-    """Stop the autoscaler monitor of the Ray this process just started.
-
-    A single-machine Ray has nothing to scale, and the monitor cost every run a second at
-    its end: Ray stops it after the GCS (on Flower's ``ray.shutdown``), its exit handler
-    then waits on the GCS that is gone, and Ray kills it after a second's grace. A head
-    without it is what ``ray start --head --no-monitor`` makes; ``ray.init`` has no such
-    option, so this goes through Ray's node object (Flower pins Ray's version)."""
-    import ray
-
-    node = ray._private.worker._global_node
-    if node is not None and node.head:
-        node.kill_monitor(check_alive=False)
+        for name, method in originals.items():
+            setattr(Node, name, method)
 
 
 def site_gpus(value: float | str, num_sites: int) -> float:

@@ -196,10 +196,12 @@ def started(init_args):
     ray.shutdown()  # as Flower's Ray backend ends a simulation
     return new, lines
 
-own, lines = started({"num_cpus": 1, "include_dashboard": False, "log_to_driver": False,
-                      "logging_level": 40, "_temp_dir": sys.argv[1]})
+args = {"num_cpus": 1, "include_dashboard": False, "logging_level": 40, "_temp_dir": sys.argv[1]}
+own, lines = started({**args, "log_to_driver": False})
+verbose = started({**args, "log_to_driver": True})
 joined = started({"address": sys.argv[2]})[0] if sys.argv[2] else []
-print(json.dumps({"own": own, "lines": lines, "joined": joined}))
+print(json.dumps({"own": own + verbose[0], "lines": lines, "verbose lines": verbose[1],
+                  "joined": joined}))
 """
 
 
@@ -207,15 +209,19 @@ print(json.dumps({"own": own, "lines": lines, "joined": joined}))
 def test_a_ray_the_run_starts_has_no_autoscaler_and_ends_whole(
     shared_ray_head: LocalRayHead | None,
 ) -> None:
-    """A Ray the harness starts runs without the autoscaler monitor (``ray start --head
-    --no-monitor``), and nothing of it outlives ``ray.shutdown``; joining a cluster starts
-    nothing of its own and leaving it stops nothing of the cluster's."""
+    """A Ray the harness starts runs none of Ray's processes a run leaves unused: no
+    autoscaler monitor (``ray start --head --no-monitor``), no dashboard's process, and no
+    log monitor unless the run reads its workers' output (``--verbose``). Nothing of it
+    outlives ``ray.shutdown``; joining a cluster starts nothing of its own and leaving it
+    stops nothing of the cluster's."""
     head = [] if shared_ray_head is None else _head_processes(shared_ray_head)
     address = "" if shared_ray_head is None else shared_ray_head.address
     result = _in_a_process_of_its_own(_START_THEN_STOP, address)
-    lines = "\n".join(result["lines"])
+    lines, verbose = ("\n".join(result[key]) for key in ("lines", "verbose lines"))
     assert "gcs_server" in lines and "raylet" in lines
-    assert AUTOSCALER_MONITOR.decode() not in lines
+    for unused in (AUTOSCALER_MONITOR.decode(), "dashboard/dashboard.py", "log_monitor.py"):
+        assert unused not in lines
+    assert "log_monitor.py" in verbose and "dashboard/dashboard.py" not in verbose
     deadline = time.time() + 10
     while [pid for pid, start in result["own"] if is_alive(pid, start)]:
         assert time.time() < deadline, "processes of the stopped Ray still run"
@@ -232,7 +238,6 @@ def _head_processes(head: LocalRayHead) -> list[tuple[int, int]]:
 _AHEAD = """
 import json, sys, tempfile
 from pathlib import Path
-import psutil
 tempfile.tempdir = sys.argv[1]  # the session folders of the Rays started below
 import ray
 from panoramia_fl.contracts.run_files import RunLayout
@@ -253,10 +258,6 @@ def preloaded():
 
 with ray_started_ahead(config, RunLayout(Path(sys.argv[2])), verbose=False):
     seen["up"] = ray.is_initialized()
-    commands = [p.as_dict(["cmdline"]) for p in psutil.Process().children(recursive=True)]
-    seen["dashboard"] = [  # a zombie (the autoscaler monitor, stopped) has no command line
-        c for c in commands if "dashboard/dashboard.py" in " ".join(c["cmdline"] or [])
-    ]
     seen["torch"] = "torch" in sys.modules
     seen["preloaded"], seen["threads"] = ray.get(preloaded.remote())
     with ray_temp_dir(config) as folder:
@@ -285,7 +286,6 @@ def test_a_new_run_starts_its_ray_ahead_and_its_workers_import_the_site_code(tmp
     run_dir.mkdir()
     seen = _in_a_process_of_its_own(_AHEAD, str(run_dir))
     assert seen["up"] and not seen["torch"] and seen["preloaded"] == [True, True]
-    assert seen["dashboard"] == []  # the run's Ray serves none, and waits for none to start
     # torch loaded before Ray gave the worker its one CPU, and sized its threads to it.
     assert seen["threads"] == 1
     assert not seen["second folder"]
