@@ -167,6 +167,7 @@ def test_the_central_evaluation_leaves_the_training_sites_their_cores(tmp_path, 
     monkeypatch.setattr(TorchTask, "evaluate", observed)
     torch.manual_seed(0)
     arrays = ArrayRecord(make_task(config, meta).make_model().state_dict())
+    process_threads = torch.get_num_threads()
 
     def two_rounds(sites_here: bool) -> tuple[list[int], list[int], list[dict]]:
         evaluate_fn = _central_evaluation(
@@ -185,6 +186,9 @@ def test_the_central_evaluation_leaves_the_training_sites_their_cores(tmp_path, 
         thread = threading.Thread(target=round_commits)
         thread.start()
         thread.join()
+        # A count set in any thread is what torch gives threads started later: put this
+        # process's back for the tests after this one.
+        torch.set_num_threads(process_threads)
         return list(seen), after, scores
 
     threads, after, scores = two_rounds(sites_here=True)
