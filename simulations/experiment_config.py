@@ -390,6 +390,12 @@ def local_cpus(config: ExperimentConfig) -> int:
     return config.ray.num_cpus or os.cpu_count() or 1
 
 
+def sites_at_once(config: ExperimentConfig, cpus: float, *, sites: int) -> int:
+    """How many of ``sites`` train at once on ``cpus`` CPUs (``resources.num_cpus`` each)."""
+    fit = math.floor(cpus / config.resources.train_cpus + 1e-9)
+    return max(1, min(sites, fit))
+
+
 def evaluation_threads_beside_training(config: ExperimentConfig) -> int:
     """torch threads of the driver's central evaluation of a round while the sites train the
     next one: this machine's CPUs that the training sites do not hold, whole, at least 1; 1
@@ -402,12 +408,9 @@ def evaluation_threads_beside_training(config: ExperimentConfig) -> int:
     if ray_address(config) is not None:
         return 1
     machine = local_cpus(config)
-    per_site = config.resources.train_cpus
-    at_once = min(
-        sites_per_round(config.partition.num_sites, config.fl.fraction_train),
-        max(1, math.floor(machine / per_site + 1e-9)),
-    )
-    return max(1, math.floor(machine - at_once * per_site + 1e-9))
+    sampled = sites_per_round(config.partition.num_sites, config.fl.fraction_train)
+    training = sites_at_once(config, machine, sites=sampled) * config.resources.train_cpus
+    return max(1, math.floor(machine - training + 1e-9))
 
 
 def _resolve_site_cpus(config: ExperimentConfig) -> None:

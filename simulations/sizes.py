@@ -8,7 +8,12 @@ import math
 import os
 from pathlib import Path
 
-from panoramia_fl.simulations.experiment_config import ConfigError, ExperimentConfig, local_cpus
+from panoramia_fl.simulations.experiment_config import (
+    ConfigError,
+    ExperimentConfig,
+    local_cpus,
+    sites_at_once,
+)
 
 GRADIENT_CANARY_SHARE = 0.5
 """The part of a site's share of the memory its gradient canaries may take; the rest holds
@@ -43,12 +48,6 @@ def machine_memory() -> int:
     return total
 
 
-def sites_at_once(config: ExperimentConfig, cpus: float) -> int:
-    """How many sites train at once on ``cpus`` CPUs (``resources.num_cpus`` each)."""
-    fit = math.floor(cpus / config.resources.train_cpus + 1e-9)
-    return max(1, min(config.partition.num_sites, fit))
-
-
 def _gb(n: float) -> str:
     return f"{n / 1e9:.3g} GB"
 
@@ -72,7 +71,7 @@ def check_sizes(
 
     memory = machine_memory() if memory is None else memory
     cpus = float(local_cpus(config)) if cpus is None else cpus
-    at_once = sites_at_once(config, cpus)
+    at_once = sites_at_once(config, cpus, sites=config.partition.num_sites)
     room = GRADIENT_CANARY_SHARE * memory / at_once
     need = 2 * pairs * MEMORY_PER_GRADIENT_CANARY
     if need <= room:
