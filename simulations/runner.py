@@ -16,6 +16,7 @@ from panoramia_fl.server.stop import StopSwitch, stop_on_signals
 from panoramia_fl.simulations.apps import build_apps
 from panoramia_fl.simulations.canary_client_twin import train_twin_and_record
 from panoramia_fl.simulations.config_file import report_config
+from panoramia_fl.simulations.engine_stop import prompt_engine_stop
 from panoramia_fl.simulations.experiment_config import (
     ExperimentConfig,
     ResourcesConfig,
@@ -129,19 +130,20 @@ def _simulate(
             freeze_loaded_modules()
             if before is not None:
                 before()
-            run_simulation(
-                server_app=server_app,
-                client_app=client_app,
-                num_supernodes=config.partition.num_sites,
-                backend_config=_backend_config(
-                    config,
-                    num_cpus=num_cpus,
-                    num_gpus=num_gpus,
-                    temp_dir=temp_dir,
-                    verbose=verbose,
-                ),
-                verbose_logging=verbose,
-            )
+            with prompt_engine_stop():
+                run_simulation(
+                    server_app=server_app,
+                    client_app=client_app,
+                    num_supernodes=config.partition.num_sites,
+                    backend_config=_backend_config(
+                        config,
+                        num_cpus=num_cpus,
+                        num_gpus=num_gpus,
+                        temp_dir=temp_dir,
+                        verbose=verbose,
+                    ),
+                    verbose_logging=verbose,
+                )
         except BaseException:
             # Flower leaves its ServerApp thread waiting for replies (Ctrl-C, a failed
             # Simulation Engine): end it, the round in progress abandoned, before going on.

@@ -283,3 +283,36 @@ def test_a_dp_noise_multiplier_is_searched_once_per_run_in_a_site_process(tmp_pa
     other = SiteResolver(resolver.config, resolver.meta, resolver.layout)(_context(0))
     assert other.dp is not None and other.dp.noise_for(rates[0]) in sigmas
     assert len(rates) == 2
+
+
+def _engine_worker_stop_s() -> float:
+    """Seconds Flower's own engine thread (``vce_api.worker``, waiting on an empty queue built
+    as ``run_api`` builds it) takes to end once its stop event is set."""
+    import time
+
+    from flwr.server.superlink.fleet.vce import vce_api
+    from flwr.server.superlink.fleet.vce.metrics import VceMetrics
+
+    stop = threading.Event()
+    args = (vce_api.Queue(), vce_api.Queue(), {}, None, stop, VceMetrics())
+    worker = threading.Thread(target=vce_api.worker, args=args, daemon=True)
+    worker.start()
+    time.sleep(0.2)  # inside its timed wait on the queue
+    began = time.monotonic()
+    stop.set()
+    worker.join(timeout=5)
+    return time.monotonic() - began
+
+
+def test_flowers_engine_ends_soon_after_its_server_app():
+    # Flower's engine threads wait up to 1 s on their queues before they see the stop: about
+    # 0.8 s here without the poll (the wait began 0.2 s before the stop).
+    from queue import Queue
+
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    from panoramia_fl.simulations.engine_stop import prompt_engine_stop
+
+    with prompt_engine_stop():
+        assert _engine_worker_stop_s() < 0.5
+    assert vce_api.Queue is Queue
