@@ -1,11 +1,12 @@
-"""Where a run's wall time goes that is neither the sites' training nor their audits' compute.
+"""Where a run's wall time goes that is neither the sites' compute nor the evaluation it waits for.
 
     python benchmarks/fixed_costs.py [--rate 10] [--keep FILE] -- panoramia-fl run CONFIG ...
-    python benchmarks/fixed_costs.py --profile FILE      # a profile written before
+    python benchmarks/fixed_costs.py --profile FILE      # a trace written before (--keep)
 
 Runs the command under ``py-spy`` (``pip install py-spy``; not a dependency of the project),
 which samples every thread of every process it starts ``--rate`` times a second, idle threads
-included, then sorts each sample by the stack it caught:
+included, into a trace of timed stacks on one clock (Chrome's trace format), then sorts each
+stretch of a thread's time by the stack it caught:
 
 - the driver's main thread, before and after the Flower simulation: imports, the run's data,
   Ray's start, the reference models, the report, Ray's shutdown and the process's exit;
@@ -19,13 +20,14 @@ included, then sorts each sample by the stack it caught:
 
 An import met inside training or an audit (``torch.optim`` loading ``torch._dynamo``,
 scikit-learn's first use) counts as an import: a process pays it once, whatever its data.
-Prints each thread's seconds per kind and the run's wall time split into the sites' compute
-(the mean over site actors of training and audit compute: they run side by side), the central
-evaluation the server waits for (compute the settings ask for: ``fl.central_evaluation``) and
-the fixed costs, the rest. Sampling costs the run about 4% at 10 samples a second on a 2-core
-machine. A gap in the sampling (the driver's main thread sampled over a second less than the
-run's wall time; seen when a process of the run is killed early) is said: it counts among
-the fixed costs, not among their parts.
+
+The run's compute is the time during which at least one site trains or computes its audit,
+or the server waits for a central evaluation (compute the settings ask for:
+``fl.central_evaluation``): sites that run side by side count once, a round lasts as long as
+its slowest site, and sites that take turns add up. The fixed costs are the rest of the wall
+time, each moment put to what the driver (outside the simulation) or the server (inside it)
+was doing then. Prints each thread's seconds per kind, then that split. Sampling costs the
+run about 4% at 10 samples a second on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
+from typing import Any
 
 Sorter = Callable[[list[str]], str]
 
@@ -97,6 +101,10 @@ def _server_kind(names: list[str]) -> str:
     return _kind(names, SERVER) or "server work between rounds"
 
 
+def _length(spans: list[Span]) -> float:
+    return sum(b - a for a, b in spans)
+
+
 def _commit_kind(names: list[str]) -> str:
     return _kind(names, COMMITS) or "idle"
 
@@ -111,113 +119,203 @@ def _site_kind(names: list[str]) -> str:
     return "message handling"
 
 
+Span = tuple[float, float]
+"""``(start, end)`` in seconds from the trace's start."""
+
+
 @dataclass
 class Thread:
+    """One sampled thread: its stacks (outermost frame first) over time."""
+
     name: str
-    seconds: dict[str, float]
+    pid: int
+    stretches: list[tuple[float, float, list[str]]]
 
-    @property
-    def total(self) -> float:
-        return sum(self.seconds.values())
+    def spans(self, sorter: Sorter, kinds: Container[str]) -> list[Span]:
+        """The stretches whose stack ``sorter`` puts in one of ``kinds``."""
+        return [(a, b) for a, b, stack in self.stretches if sorter(stack) in kinds]
+
+    def seconds(self, sorter: Sorter) -> dict[str, float]:
+        seconds: dict[str, float] = defaultdict(float)
+        for a, b, stack in self.stretches:
+            seconds[sorter(stack)] += b - a
+        return seconds
 
 
-def read_profile(path: Path) -> list[tuple[str, list[list[str]], float]]:
-    """``(thread name, stacks outermost first, seconds a sample)`` of a py-spy speedscope file."""
-    data = json.loads(path.read_text())
-    frames = [f["name"] for f in data["shared"]["frames"]]
+def read_trace(path: Path) -> list[Thread]:
+    """The threads of a py-spy trace (``--format chrometrace``): each event opens or closes a
+    frame of one thread's stack at a time in microseconds; a stack holds until the next
+    event of its thread. py-spy closes every frame at the trace's end, so a thread that ended
+    earlier keeps its last stack to the end: bound it by another thread where that matters."""
+    events: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    for event in json.loads(path.read_text()):
+        events[(event["pid"], event["tid"])].append(event)
     threads = []
-    for profile in data["profiles"]:
-        weights = profile["weights"]
-        step = weights[0] if weights else 0.0
-        stacks = [[frames[i] for i in sample] for sample in profile["samples"]]
-        threads.append((profile["name"], stacks, step))
+    for (pid, _), thread_events in events.items():
+        stack: list[str] = []
+        stretches: list[tuple[float, float, list[str]]] = []
+        name = ""
+        held: tuple[float, list[str]] | None = None
+        for ts, at_once in groupby(thread_events, key=lambda e: e["ts"]):
+            for event in at_once:
+                if event["ph"] == "B":
+                    stack.append(event["name"])
+                    if event["name"].startswith("thread ("):
+                        name = event["name"]  # named once Python's threading module is seen
+                else:
+                    stack.pop()
+            now = ts / 1e6
+            if held is not None and held[1] != stack:
+                stretches.append((held[0], now, held[1]))
+                held = None
+            if held is None and stack:
+                held = (now, list(stack))
+        threads.append(Thread(name, pid, stretches))
     return threads
 
 
-def sort_threads(path: Path) -> tuple[Thread, Thread | None, Thread | None, list[Thread]]:
+def union(spans: Iterable[Span]) -> list[Span]:
+    """``spans`` merged where they overlap or touch, in order."""
+    merged: list[Span] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def gaps(spans: list[Span], start: float, end: float) -> list[Span]:
+    """The parts of ``[start, end]`` outside the merged ``spans``."""
+    out, at = [], start
+    for a, b in spans:
+        if a > at:
+            out.append((at, min(a, end)))
+        at = max(at, b)
+    if end > at:
+        out.append((at, end))
+    return [(a, b) for a, b in out if b > a]
+
+
+def overlap(
+    span: Span, stretches: list[tuple[float, float, list[str]]]
+) -> Iterator[tuple[float, list[str]]]:
+    """``(seconds, stack)`` of each stretch of a thread inside ``span``."""
+    for a, b, stack in stretches:
+        seconds = min(span[1], b) - max(span[0], a)
+        if seconds > 0:
+            yield seconds, stack
+
+
+@dataclass
+class Run:
+    driver: Thread
+    server: Thread | None
+    commits: Thread | None
+    sites: list[Thread]
+
+
+def sort_threads(threads: list[Thread]) -> Run:
     """The driver's main thread, the ServerApp's thread, the thread that evaluates and writes
     the rounds, and the site actors' main threads."""
-    threads = read_profile(path)
-    driver_pid = threads[0][0].split()[1]
+    sampled = [t for t in threads if t.stretches]
+    driver_pid = min(sampled, key=lambda t: t.stretches[0][0]).pid  # the command: sampled first
     driver = server = commits = None
     sites = []
-    for name, stacks, step in threads:
-        flat = [n for s in stacks for n in s]
-        pid, tid = name.split()[1], name.split()[3]
-        sorter: Sorter | None = None
-        if pid == driver_pid and tid == driver_pid:
-            sorter = _driver_kind
-        elif "server_th" in name:
-            sorter = _server_kind
-        elif "round-commit" in name:
-            sorter = _commit_kind
-        elif _has(flat, "train_locally") or _has(flat, "run_audits_of"):
-            sorter = _site_kind
-        if sorter is None:
-            continue
-        seconds: dict[str, float] = defaultdict(float)
-        for stack in stacks:
-            seconds[sorter(stack)] += step
-        thread = Thread(name, seconds)
-        if sorter is _driver_kind:
+    for thread in sampled:
+        flat = [n for _, _, stack in thread.stretches for n in stack]
+        if thread.pid == driver_pid and thread.name.startswith(f"thread ({driver_pid})"):
             driver = thread
-        elif sorter is _server_kind:
+        elif "server_th" in thread.name:
             server = thread
-        elif sorter is _commit_kind:
+        elif "round-commit" in thread.name:
             commits = thread
-        else:
+        elif _has(flat, "train_locally") or _has(flat, "run_audits_of"):
             sites.append(thread)
     if driver is None:
-        raise SystemExit(f"{path}: no driver thread in the profile")
-    return driver, server, commits, sites
+        raise SystemExit("no driver thread in the trace")
+    if server is not None:
+        # The server's thread ends inside the simulation: its last stack is not its end.
+        in_simulation = driver.spans(_driver_kind, {"simulation"})
+        if in_simulation:
+            end = in_simulation[-1][1]
+            server.stretches = [(a, min(b, end), s) for a, b, s in server.stretches if a < end]
+    return Run(driver, server, commits, sites)
 
 
-UNSAMPLED_WARN_S = 1.0
-"""A driver's main thread sampled this much less than the run's wall time is a gap in
-py-spy's sampling (the thread lives from the first to the last moment of the run; at 10
-samples a second the count is otherwise within a second of it)."""
+OUTSIDE = "the driver outside the simulation"
+ENGINE = "Flower's engine starting and ending (no ServerApp thread)"
+PARTS = {
+    "first message: site actors start": "the site actors' start (first message)",
+    "rounds: waiting for the sites": "the rounds beyond training (messages, aggregation)",
+    "server work between rounds": "the server's own work between rounds",
+    "the audits (waiting)": "the audits beyond their compute (start-up, messages)",
+    "central evaluation": "the server's wait for an evaluation (none: compute)",
+}
+"""Each of the ServerApp thread's kinds: the part of the fixed costs its moments go to."""
+
+
+def fixed_parts(run: Run, fixed: list[Span]) -> dict[str, float]:
+    """The seconds of ``fixed`` by what the driver did then, or inside the simulation, the
+    ServerApp's thread (Flower's engine starting or ending when it has no stack)."""
+    parts: dict[str, float] = defaultdict(float)
+    for gap in fixed:
+        for a, b, stack in run.driver.stretches:
+            here = (max(gap[0], a), min(gap[1], b))
+            if here[1] <= here[0]:
+                continue
+            kind = _driver_kind(stack)
+            if kind != "simulation":
+                parts[f"{OUTSIDE}: {kind}"] += here[1] - here[0]
+                continue
+            placed = 0.0
+            for seconds, server_stack in overlap(here, run.server.stretches if run.server else []):
+                parts[PARTS[_server_kind(server_stack)]] += seconds
+                placed += seconds
+            parts[ENGINE] += here[1] - here[0] - placed
+    return parts
 
 
 def report(path: Path, wall: float | None) -> None:
-    driver, server, commits, sites = sort_threads(path)
-    for thread in (driver, server, commits, *sites):
+    run = sort_threads(read_trace(path))
+    sorters = [(run.driver, _driver_kind), (run.server, _server_kind), (run.commits, _commit_kind)]
+    for thread, sorter in [*sorters, *((site, _site_kind) for site in run.sites)]:
         if thread is None:
             continue
-        print(f"{thread.name}: {thread.total:.1f} s")
-        for kind, s in sorted(thread.seconds.items(), key=lambda item: -item[1]):
+        seconds = thread.seconds(sorter)
+        print(f"{thread.name} (process {thread.pid}): {sum(seconds.values()):.1f} s")
+        for kind, s in sorted(seconds.items(), key=lambda item: -item[1]):
             print(f"  {s:7.1f} s  {kind}")
-    wall = wall if wall is not None else driver.total
-    train = sum(t.seconds.get("training", 0.0) for t in sites) / max(len(sites), 1)
-    audit = sum(t.seconds.get("audit compute", 0.0) for t in sites) / max(len(sites), 1)
-    central = server.seconds.get("central evaluation", 0.0) if server else 0.0
-    fixed = wall - train - audit - central
-    print(f"\nwall {wall:.1f} s = sites' training {train:.1f} s + audit compute {audit:.1f} s")
-    print(f"  + central evaluation {central:.1f} s + fixed costs {fixed:.1f} s")
-    print(f"fixed costs with the central evaluation counted among them: {fixed + central:.1f} s")
-    unsampled = wall - driver.total
-    if unsampled > UNSAMPLED_WARN_S:
-        print(
-            f"py-spy sampled the driver's main thread {driver.total:.1f} s of the run's "
-            f"{wall:.1f} s: {unsampled:.1f} s not sampled count among the fixed costs above "
-            "(the parts below are sampled time only)"
-        )
-    if server is None:
-        return
-    on_server = server.seconds.get
-    parts = {
-        "the driver outside the simulation": driver.total - driver.seconds.get("simulation", 0),
-        "the site actors' start (first message)": on_server("first message: site actors start", 0),
-        "the rounds beyond training (messages, imports in round 1, aggregation)": (
-            on_server("rounds: waiting for the sites", 0) - train
+    end = max(b for t in (run.driver, *run.sites) for _, b, _ in t.stretches)
+    wall = max(wall, end) if wall is not None else end
+    compute = {
+        "the sites' training": union(
+            span for site in run.sites for span in site.spans(_site_kind, {"training"})
         ),
-        "the server's own work between rounds": on_server("server work between rounds", 0),
-        "the audits beyond their compute (start-up, imports, messages)": (
-            on_server("the audits (waiting)", 0) - audit
+        "the sites' audit compute": union(
+            span for site in run.sites for span in site.spans(_site_kind, {"audit compute"})
+        ),
+        "the central evaluation the server waits for": (
+            run.server.spans(_server_kind, {"central evaluation"}) if run.server else []
         ),
     }
+    busy = union(span for spans in compute.values() for span in spans)
+    fixed = gaps(busy, 0.0, wall)
+    print(f"\nwall {wall:.1f} s = compute {_length(busy):.1f} s", end="")
+    print(f" + fixed costs {_length(fixed):.1f} s")
+    for what, spans in compute.items():
+        print(f"  {_length(spans):7.1f} s  {what} (some at once with the others)")
+    for site in run.sites:
+        seconds = site.seconds(_site_kind)
+        print(
+            f"  process {site.pid} on its own: training {seconds.get('training', 0):.1f} s, "
+            f"audit compute {seconds.get('audit compute', 0):.1f} s"
+        )
+    parts = fixed_parts(run, fixed)
     print("fixed costs by part:")
-    for part, s in parts.items():
-        print(f"  {s:7.1f} s  {part}")
+    for part, s in sorted(parts.items(), key=lambda item: -item[1]):
+        if s >= 0.05:
+            print(f"  {s:7.1f} s  {part}")
 
 
 def main() -> int:
@@ -238,7 +336,7 @@ def main() -> int:
     began = time.time()
     subprocess.run(
         [spy, "record", "-r", str(args.rate), "--nonblocking", "--idle", "--subprocesses",
-         "--threads", "-f", "speedscope", "-o", str(out), "--", *command],
+         "--threads", "-f", "chrometrace", "-o", str(out), "--", *command],
         check=True,
     )  # fmt: skip
     report(out, time.time() - began)
