@@ -41,8 +41,8 @@ def prompt_engine_stop() -> Iterator[None]:
     from flwr.server.superlink.fleet.vce import vce_api
 
     built_by_engine = vce_api.Queue
-    vce_api.Queue = _PolledQueue  # type: ignore[misc]
+    vce_api.Queue = _PolledQueue  # type: ignore[misc]  # a class the module builds, swapped
     try:
         yield
     finally:
-        vce_api.Queue = built_by_engine  # type: ignore[misc]
+        vce_api.Queue = built_by_engine  # type: ignore[misc]  # and put back
