@@ -41,6 +41,9 @@ def prompt_engine_stop() -> Iterator[None]:
     from flwr.server.superlink.fleet.vce import vce_api
 
     built_by_engine = vce_api.Queue
+    if built_by_engine is _PolledQueue:  # inside another one: that one puts it back
+        yield
+        return
     vce_api.Queue = _PolledQueue  # type: ignore[misc]  # a class the module builds, swapped
     try:
         yield
