@@ -101,10 +101,6 @@ def _server_kind(names: list[str]) -> str:
     return _kind(names, SERVER) or "server work between rounds"
 
 
-def _length(spans: list[Span]) -> float:
-    return sum(b - a for a, b in spans)
-
-
 def _commit_kind(names: list[str]) -> str:
     return _kind(names, COMMITS) or "idle"
 
@@ -121,6 +117,12 @@ def _site_kind(names: list[str]) -> str:
 
 Span = tuple[float, float]
 """``(start, end)`` in seconds from the trace's start."""
+Stretch = tuple[float, float, list[str]]
+"""A span of a thread's time and the stack it held all along (outermost frame first)."""
+
+
+def _length(spans: list[Span]) -> float:
+    return sum(b - a for a, b in spans)
 
 
 @dataclass
@@ -129,7 +131,7 @@ class Thread:
 
     name: str
     pid: int
-    stretches: list[tuple[float, float, list[str]]]
+    stretches: list[Stretch]
 
     def spans(self, sorter: Sorter, kinds: Container[str]) -> list[Span]:
         """The stretches whose stack ``sorter`` puts in one of ``kinds``."""
@@ -153,7 +155,7 @@ def read_trace(path: Path) -> list[Thread]:
     threads = []
     for (pid, _), thread_events in events.items():
         stack: list[str] = []
-        stretches: list[tuple[float, float, list[str]]] = []
+        stretches: list[Stretch] = []
         name = ""
         held: tuple[float, list[str]] | None = None
         for ts, at_once in groupby(thread_events, key=lambda e: e["ts"]):
@@ -197,9 +199,7 @@ def gaps(spans: list[Span], start: float, end: float) -> list[Span]:
     return [(a, b) for a, b in out if b > a]
 
 
-def overlap(
-    span: Span, stretches: list[tuple[float, float, list[str]]]
-) -> Iterator[tuple[float, list[str]]]:
+def overlap(span: Span, stretches: list[Stretch]) -> Iterator[tuple[float, list[str]]]:
     """``(seconds, stack)`` of each stretch of a thread inside ``span``."""
     for a, b, stack in stretches:
         seconds = min(span[1], b) - max(span[0], a)
