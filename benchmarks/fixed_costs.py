@@ -245,6 +245,7 @@ def sort_threads(threads: list[Thread]) -> Run:
 
 OUTSIDE = "the driver outside the simulation"
 ENGINE = "Flower's engine starting and ending (no ServerApp thread)"
+UNTRACED = "outside the trace (before py-spy's first sample of the command, after its last)"
 PARTS = {
     "first message: site actors start": "the site actors' start (first message)",
     "rounds: waiting for the sites": "the rounds beyond training (messages, aggregation)",
@@ -312,6 +313,9 @@ def report(path: Path, wall: float | None) -> None:
             f"audit compute {seconds.get('audit compute', 0):.1f} s"
         )
     parts = fixed_parts(run, fixed)
+    # The wall time also holds the command's start before py-spy first sampled it (py-spy's
+    # start included) and, measured around py-spy, its writing of the trace.
+    parts[UNTRACED] = _length(fixed) - sum(parts.values())
     print("fixed costs by part:")
     for part, s in sorted(parts.items(), key=lambda item: -item[1]):
         if s >= 0.05:
