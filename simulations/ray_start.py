@@ -29,13 +29,11 @@ from panoramia_fl.simulations.experiment_config import (
 from panoramia_fl.simulations.library_logs import quiet_logs
 from panoramia_fl.simulations.sizes import check_sizes
 
-SITE_PROCESS_MODULES = ("flwr.simulation.ray_transport.ray_actor", "panoramia_fl.simulations.apps")
-"""What a site process imports before it handles its first message: the module of Flower's
-site actor class, and the one the pickled ClientApp comes from (torch, Flower's client side
-and the project's site code with them). The workers of a Ray the run starts import them as
-they start (Ray's ``preload_python_modules``), beside the driver's own imports, and not when
-the first message arrives. Importing touches no GPU: a site's CUDA starts at its first use,
-after Ray has set the devices the site holds."""
+SITE_PRELOAD_MODULE = "panoramia_fl.simulations.site_preload"
+"""The module the workers of a Ray the run starts import as they start (Ray's
+``preload_python_modules``), beside the driver's own imports, and not when the first message
+arrives: it imports what a site process needs, :data:`site_preload.SITE_PROCESS_MODULES`,
+without Flower's server side. Named, not imported: the driver must not import it."""
 
 
 def ray_init_args(
@@ -43,7 +41,7 @@ def ray_init_args(
 ) -> dict[str, Any]:
     """``ray.init``'s arguments: join the cluster of :func:`ray_address`, or start a local
     Ray with ``ray.num_cpus`` (default: every CPU), its workers importing
-    :data:`SITE_PROCESS_MODULES` as they start, and its session files in ``temp_dir``
+    :data:`SITE_PRELOAD_MODULE` as they start, and its session files in ``temp_dir``
     (None: Ray's default)."""
     init_args: dict[str, Any] = {"include_dashboard": False, "log_to_driver": verbose}
     address = ray_address(config)
@@ -52,7 +50,7 @@ def ray_init_args(
         init_args["address"] = address
         return init_args
     init_args["num_cpus"] = local_cpus(config)
-    init_args["_system_config"] = {"preload_python_modules": list(SITE_PROCESS_MODULES)}
+    init_args["_system_config"] = {"preload_python_modules": [SITE_PRELOAD_MODULE]}
     if temp_dir is not None:
         init_args["_temp_dir"] = str(temp_dir)
     if not verbose:
@@ -89,7 +87,7 @@ def ray_started_ahead(
     """The local Ray of a new run (``layout`` holds none yet, so it trains) started now,
     before the run imports torch, Flower's engine and the project's site code, for its first
     simulation to take as it is (:func:`start_ray`). Its workers import
-    :data:`SITE_PROCESS_MODULES` meanwhile, as the driver does its own imports: on two
+    :data:`SITE_PRELOAD_MODULE` meanwhile, as the driver does its own imports: on two
     cores about 2 s of a run's start. A run that joins a cluster, or resumes, starts its Ray
     when it needs one. Ray is shut down on leaving, if the run did not."""
     if ray_address(config) or layout.config.exists():
@@ -135,7 +133,7 @@ def _ray_init(init_args: dict[str, Any], *, site_cpus: float) -> None:
     The workers of a Ray started here begin with ``OMP_NUM_THREADS`` at ``site_cpus`` (whole,
     at least 1) unless the caller's environment sets it: Ray gives a worker that value when
     it takes a site, but these workers import torch and numpy first
-    (:data:`SITE_PROCESS_MODULES`), and torch's, OpenMP's and OpenBLAS's thread pools are
+    (:data:`SITE_PRELOAD_MODULE`), and torch's, OpenMP's and OpenBLAS's thread pools are
     sized from it as they load. This process keeps its own environment."""
     import ray
 

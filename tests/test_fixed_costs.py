@@ -243,6 +243,28 @@ def test_a_site_process_trains_without_loading_torch_dynamo(tmp_path):
     assert _in_a_fresh_process(code, pickled).split() == ["False", "False", "True", "False"]
 
 
+def test_a_site_process_imports_flowers_actor_without_the_engines_server_side(tmp_path):
+    """A Ray worker's preload (``simulations.site_preload``) imports Flower's actor class
+    without running ``flwr.simulation``'s ``__init__``, which imports the engine's server side
+    (SQLAlchemy, 0.7-0.8 CPU s); the ``__init__`` runs, as it would have, at the first use of
+    one of its names."""
+    code = (
+        "import sys\n"
+        "from panoramia_fl.simulations import site_preload\n"
+        "from flwr.simulation.ray_transport.ray_actor import ClientAppActor\n"
+        "print('sqlalchemy' in sys.modules, 'flwr.simulation.app' in sys.modules)\n"
+        "import flwr.simulation\n"
+        "from flwr.simulation import run_simulation\n"
+        "print(flwr.simulation.run_simulation is run_simulation, 'sqlalchemy' in sys.modules)\n"
+        "try:\n"
+        "    flwr.simulation.no_such_name\n"
+        "except AttributeError:\n"
+        "    print(site_preload.defer_simulation_package_init())\n"
+    )
+    seen = _in_a_fresh_process(code, tmp_path).split()
+    assert seen == ["False", "False", "True", "True", "False"]
+
+
 def test_a_dp_noise_multiplier_is_searched_once_per_run_in_a_site_process(tmp_path, monkeypatch):
     """Opacus's search for sigma (about a second of CPU) ran in every site's every round;
     now once for each declared size of the run's sites in a process, and again in a new run

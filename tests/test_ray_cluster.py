@@ -243,7 +243,7 @@ import ray
 from panoramia_fl.contracts.run_files import RunLayout
 from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
 from panoramia_fl.simulations.ray_start import (
-    SITE_PROCESS_MODULES, ray_started_ahead, ray_temp_dir, start_ray)
+    SITE_PRELOAD_MODULE, ray_started_ahead, ray_temp_dir, start_ray)
 
 config = validate_config({"name": "ahead", "data": {"name": "digits"}, "ray": {"num_cpus": 1}})
 seen = {}
@@ -251,15 +251,18 @@ seen = {}
 @ray.remote
 def preloaded():
     # A task defined here travels by value: it imports nothing of the site code itself.
-    loaded = [name in sys.modules for name in SITE_PROCESS_MODULES]
+    loaded = SITE_PRELOAD_MODULE in sys.modules
+    from panoramia_fl.simulations.site_preload import SITE_PROCESS_MODULES
+    loaded = [loaded] + [name in sys.modules for name in SITE_PROCESS_MODULES]
+    server_side = [name for name in ("sqlalchemy", "flwr.simulation.app") if name in sys.modules]
     import torch
 
-    return loaded, torch.get_num_threads()
+    return loaded, server_side, torch.get_num_threads()
 
 with ray_started_ahead(config, RunLayout(Path(sys.argv[2])), verbose=False):
     seen["up"] = ray.is_initialized()
     seen["torch"] = "torch" in sys.modules
-    seen["preloaded"], seen["threads"] = ray.get(preloaded.remote())
+    seen["preloaded"], seen["server side"], seen["threads"] = ray.get(preloaded.remote())
     with ray_temp_dir(config) as folder:
         seen["second folder"] = folder is not None
         start_ray({}, num_cpus=1, num_gpus=0, key="resources.num_cpus")
@@ -279,13 +282,14 @@ print(json.dumps(seen))
 def test_a_new_run_starts_its_ray_ahead_and_its_workers_import_the_site_code(tmp_path):
     """``panoramia-fl run`` starts a new run's Ray before it imports torch, Flower's engine
     and the site code, and the workers (the site processes to be) import theirs as they
-    start, their thread pools sized to a site's CPUs; the run's first simulation takes that
-    Ray as it is, checks its request against it, and nothing of it is left. A resumed run
-    starts its Ray when it needs one."""
+    start, without Flower's server side, their thread pools sized to a site's CPUs; the
+    run's first simulation takes that Ray as it is, checks its request against it, and
+    nothing of it is left. A resumed run starts its Ray when it needs one."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     seen = _in_a_process_of_its_own(_AHEAD, str(run_dir))
-    assert seen["up"] and not seen["torch"] and seen["preloaded"] == [True, True]
+    assert seen["up"] and not seen["torch"] and seen["preloaded"] == [True, True, True]
+    assert seen["server side"] == []
     # torch loaded before Ray gave the worker its one CPU, and sized its threads to it.
     assert seen["threads"] == 1
     assert not seen["second folder"]
@@ -297,6 +301,6 @@ def test_the_site_modules_a_started_ray_preloads_are_those_a_site_process_import
     from flwr.simulation.ray_transport.ray_actor import ClientAppActor
 
     from panoramia_fl.simulations.apps import build_apps
-    from panoramia_fl.simulations.ray_start import SITE_PROCESS_MODULES
+    from panoramia_fl.simulations.site_preload import SITE_PROCESS_MODULES
 
     assert (ClientAppActor.__module__, build_apps.__module__) == SITE_PROCESS_MODULES
