@@ -16,7 +16,7 @@ from panoramia_fl.server.stop import StopSwitch, stop_on_signals
 from panoramia_fl.simulations.apps import build_apps
 from panoramia_fl.simulations.canary_client_twin import train_twin_and_record
 from panoramia_fl.simulations.config_file import report_config
-from panoramia_fl.simulations.engine_stop import prompt_engine_stop
+from panoramia_fl.simulations.engine_waits import prompt_engine
 from panoramia_fl.simulations.experiment_config import (
     ExperimentConfig,
     ResourcesConfig,
@@ -130,7 +130,7 @@ def _simulate(
             freeze_loaded_modules()
             if before is not None:
                 before()
-            with prompt_engine_stop():
+            with prompt_engine():
                 run_simulation(
                     server_app=server_app,
                     client_app=client_app,

@@ -333,10 +333,81 @@ def test_flowers_engine_ends_soon_after_its_server_app():
 
     from flwr.server.superlink.fleet.vce import vce_api
 
-    from panoramia_fl.simulations.engine_stop import prompt_engine_stop
+    from panoramia_fl.simulations.engine_waits import prompt_engine
 
-    with prompt_engine_stop():
-        with prompt_engine_stop():  # a simulation inside another leaves the poll to it
+    takes_messages = vce_api.add_messages_to_queue
+    with prompt_engine():
+        with prompt_engine():  # a simulation inside another leaves the swaps to it
             pass
         assert _engine_worker_stop_s() < 0.5
-    assert vce_api.Queue is Queue
+    assert vce_api.Queue is Queue and vce_api.add_messages_to_queue is takes_messages
+
+
+def _message_handover_s(sends: int) -> tuple[list[float], object]:
+    """Seconds from the ServerApp's send (Flower's in-memory grid, on the link's state a
+    simulation builds) until the engine's message-taking thread (``vce_api``'s, started as
+    ``run_api`` starts it) has put the message on the sites' queue, for ``sends`` messages
+    sent one at a time at random moments of its polling, in run 7 (task 11); and the link's
+    state."""
+    import random
+    import time
+    from queue import Queue
+
+    from flwr.proto.task_pb2 import Task
+    from flwr.server.superlink.fleet.vce import vce_api
+    from flwr.server.superlink.linkstate import LinkStateFactory
+    from flwr.server.superlink.linkstate.in_memory_linkstate import RunRecord
+    from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME, NOOP_FEDERATION_ID
+    from flwr.supercore.object_store import ObjectStoreFactory
+    from flwr.supercore.run import Run
+    from flwr.superlink.federation import NoOpFederationManager
+    from flwr.superlink.grid import InMemoryGrid
+
+    factory = LinkStateFactory(
+        FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(), ObjectStoreFactory()
+    )
+    state = factory.state()
+    run = Run.create_empty(run_id=7)
+    run.primary_task_id = 11
+    run.federation_id = NOOP_FEDERATION_ID
+    state.run_ids[run.run_id] = RunRecord(run=run)  # as run_simulation registers its run
+    state.task_store[11] = Task(task_id=11, run_id=run.run_id)
+    nodes = vce_api._register_nodes(num_nodes=2, state_factory=factory)
+    grid = InMemoryGrid(state_factory=factory)
+    grid.set_run(run)
+    queue: Queue = Queue()
+    stop = threading.Event()
+    taker = threading.Thread(
+        target=vce_api.add_messages_to_queue, args=(state, queue, nodes, stop), daemon=True
+    )
+    taker.start()
+    rng = random.Random(0)
+    handover = []
+    for _ in range(sends):
+        time.sleep(rng.uniform(0.0, 0.1))
+        message = Message(
+            content=RecordDict(), message_type=MessageType.TRAIN, dst_node_id=next(iter(nodes))
+        )
+        began = time.monotonic()
+        grid.push_messages([message])
+        queue.get(timeout=5)
+        handover.append(time.monotonic() - began)
+    stop.set()
+    taker.join(timeout=5)
+    return handover, state
+
+
+def test_flowers_engine_hands_a_message_to_its_site_as_soon_as_it_is_sent(monkeypatch):
+    # Flower's message-taking thread looks at the link's state every 0.1 s: a message sent
+    # at a random moment waited 0.05 s on average, each round's instructions and each audit's.
+    from flwr.common.constant import SUPERLINK_NODE_ID
+
+    from panoramia_fl.simulations.engine_waits import prompt_engine
+
+    # The ServerApp's identity in its process, as run_simulation sets it.
+    for name, value in (("_run_id", 7), ("_node_id", SUPERLINK_NODE_ID), ("_task_id", 11)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+    with prompt_engine():
+        handover, state = _message_handover_s(10)
+    assert sum(handover) / len(handover) < 0.02, handover
+    assert "store_message_ins" not in vars(state)  # the state is as it was
