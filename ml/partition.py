@@ -72,10 +72,11 @@ def _units(dataset: Dataset) -> np.ndarray:
 
 
 def _unit_labels(dataset: Dataset, units: np.ndarray, unit_ids: np.ndarray) -> np.ndarray:
+    """The label of each of ``unit_ids``: that of its first record."""
     if dataset.y is None:
         return np.zeros(len(unit_ids), dtype=np.int64)
-    first = {u: i for i, u in reversed(list(enumerate(units)))}
-    return np.asarray([dataset.y[first[u]] for u in unit_ids])
+    known, first = np.unique(units, return_index=True)
+    return np.asarray(dataset.y)[first[np.searchsorted(known, unit_ids)]]
 
 
 def assign_units(
