@@ -16,7 +16,7 @@ import pytest
 from panoramia_fl.simulations.experiment_config import validate_config
 from panoramia_fl.simulations.local_ray import LocalRayHead
 from panoramia_fl.simulations.processes import descendants, is_alive
-from panoramia_fl.simulations.ray_start import ray_init_args, ray_temp_dir
+from panoramia_fl.simulations.ray_start import WORKERS_AHEAD, ray_init_args, ray_temp_dir
 from panoramia_fl.simulations.runner import run_experiment
 
 TINY_AUDIT = {
@@ -129,10 +129,13 @@ def test_ray_address_defaults_to_the_environment(monkeypatch, tmp_path):
     local = ray_init_args(config, temp_dir=tmp_path, verbose=False)
     assert local["num_cpus"] == 3 and local["_temp_dir"] == str(tmp_path)
     assert "address" not in local
+    # Its workers start with its raylet, and import the site code as they start.
+    assert local["_system_config"] == WORKERS_AHEAD
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     joined = ray_init_args(config, temp_dir=tmp_path, verbose=False)
     # Ray refuses num_cpus beside an address: the cluster's resources decide.
     assert joined["address"] == "10.0.0.1:6379" and "num_cpus" not in joined
+    assert "_system_config" not in joined  # a cluster's settings are its own
     named = validate_config({"name": "x", "ray": {"address": "127.0.0.1:7000"}})
     assert ray_init_args(named, temp_dir=tmp_path, verbose=False)["address"] == "127.0.0.1:7000"
 
