@@ -148,7 +148,8 @@ def _ray_init(init_args: dict[str, Any], *, site_cpus: float) -> None:
     at least 1) unless the caller's environment sets it: Ray gives a worker that value when
     it takes a site, but these workers import torch and numpy first
     (:data:`SITE_PRELOAD_MODULE`), and torch's, OpenMP's and OpenBLAS's thread pools are
-    sized from it as they load. This process keeps its own environment."""
+    sized from it as they load. This process keeps its own environment. As many of them
+    start with the raylet as site processes fit on its CPUs (:func:`_workers_ahead`)."""
     import ray
 
     on_sigterm = signal.getsignal(signal.SIGTERM)
@@ -166,9 +167,12 @@ def _ray_init(init_args: dict[str, Any], *, site_cpus: float) -> None:
         ray.init(runtime_env=runtime_env, **init_args)
     else:
         log_monitor = bool(init_args.get("log_to_driver", True))
+        cpus = init_args.get("num_cpus")
+        sites = None if cpus is None else max(math.floor(float(cpus) / site_cpus + 1e-9), 1)
         with (
             _environment_beside(OMP_NUM_THREADS=threads),
             _without_unused_processes(log_monitor=log_monitor),
+            _workers_ahead(sites),
         ):
             ray.init(runtime_env=runtime_env, **init_args)
     if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
@@ -220,6 +224,41 @@ def _without_unused_processes(*, log_monitor: bool) -> Iterator[None]:
     finally:
         for name, method in originals.items():
             setattr(Node, name, method)
+
+
+PRESTART_FLAG = "--num_prestart_python_workers="
+"""The raylet's option for the workers it starts with it (Ray sets one per CPU)."""
+
+
+@contextmanager
+def _workers_ahead(count: int | None) -> Iterator[None]:
+    """A raylet started meanwhile starts ``count`` workers with it (None: Ray's count, one per
+    CPU of the Ray up to one per core of the machine). Each imports torch and the site code
+    as it starts (:data:`WORKERS_AHEAD`), about 3 CPU s and 0.3 GB, and Flower's actors
+    take only as many as fit on the Ray's CPUs: a one-site run on 2 cores left one unused,
+    and Ray would start 16 for a two-site run on 16 cores. ``ray.init`` has no option for
+    it, so this goes through the function that starts Ray's processes."""
+    from ray._private import services
+    from ray._private.ray_constants import PROCESS_TYPE_RAYLET
+
+    if count is None:
+        yield
+        return
+    start_ray_process = services.start_ray_process
+
+    def started_with_count(command: list[str], process_type: str, *args: Any, **kwargs: Any) -> Any:
+        if process_type == PROCESS_TYPE_RAYLET:
+            command = [
+                f"{PRESTART_FLAG}{count}" if arg.startswith(PRESTART_FLAG) else arg
+                for arg in command
+            ]
+        return start_ray_process(command, process_type, *args, **kwargs)
+
+    services.start_ray_process = started_with_count
+    try:
+        yield
+    finally:
+        services.start_ray_process = start_ray_process
 
 
 def site_gpus(value: float | str, num_sites: int) -> float:

@@ -189,11 +189,11 @@ import ray
 from panoramia_fl.simulations.processes import descendants
 from panoramia_fl.simulations.ray_start import start_ray
 
-def started(init_args):
+def started(init_args, site_cpus=1):
     # The processes below this one that starting (or joining) Ray added, with their command
     # lines; the last Ray's may still be on their way out.
     before = descendants(os.getpid())
-    start_ray(init_args, num_cpus=1, num_gpus=0, key="resources.num_cpus")
+    start_ray(init_args, num_cpus=site_cpus, num_gpus=0, key="resources.num_cpus")
     new = [p for p in descendants(os.getpid()) if p not in before]
     lines = [Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace") for pid, _ in new]
     ray.shutdown()  # as Flower's Ray backend ends a simulation
@@ -203,8 +203,9 @@ args = {"num_cpus": 1, "include_dashboard": False, "logging_level": 40, "_temp_d
 own, lines = started({**args, "log_to_driver": False})
 verbose = started({**args, "log_to_driver": True})
 joined = started({"address": sys.argv[2]})[0] if sys.argv[2] else []
-print(json.dumps({"own": own + verbose[0], "lines": lines, "verbose lines": verbose[1],
-                  "joined": joined}))
+one_site = started({**args, "num_cpus": 2, "log_to_driver": False}, site_cpus=2)
+print(json.dumps({"own": own + verbose[0] + one_site[0], "lines": lines,
+                  "verbose lines": verbose[1], "one site lines": one_site[1], "joined": joined}))
 """
 
 
@@ -214,7 +215,8 @@ def test_a_ray_the_run_starts_has_no_autoscaler_and_ends_whole(
 ) -> None:
     """A Ray the harness starts runs none of Ray's processes a run leaves unused: no
     autoscaler monitor (``ray start --head --no-monitor``), no dashboard's process, and no
-    log monitor unless the run reads its workers' output (``--verbose``). Nothing of it
+    log monitor unless the run reads its workers' output (``--verbose``), and no more workers
+    than the site processes its CPUs hold (Ray's own count: one per CPU). Nothing of it
     outlives ``ray.shutdown``; joining a cluster starts nothing of its own and leaving it
     stops nothing of the cluster's."""
     head = [] if shared_ray_head is None else _head_processes(shared_ray_head)
@@ -225,6 +227,16 @@ def test_a_ray_the_run_starts_has_no_autoscaler_and_ends_whole(
     for unused in (AUTOSCALER_MONITOR.decode(), "dashboard/dashboard.py", "log_monitor.py"):
         assert unused not in lines
     assert "log_monitor.py" in verbose and "dashboard/dashboard.py" not in verbose
+    # Two CPUs, a site holding both: one worker (Python running default_worker.py as it
+    # starts, ray::IDLE once up).
+    workers = [
+        line
+        for line in result["one site lines"]
+        if line.startswith("ray::IDLE")
+        or Path(line.split("\0")[0]).name.startswith("python")
+        and "default_worker.py" in line
+    ]
+    assert len(workers) == 1, result["one site lines"]
     deadline = time.time() + 10
     while [pid for pid, start in result["own"] if is_alive(pid, start)]:
         assert time.time() < deadline, "processes of the stopped Ray still run"
