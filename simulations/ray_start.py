@@ -46,8 +46,8 @@ WORKERS_AHEAD: dict[str, Any] = {
 :data:`SITE_PRELOAD_MODULE`, and the raylet starts them as it starts, not when the driver
 registers. By default Ray starts them only then, and ``ray.init`` waits until they have
 imported Ray and registered: on two cores 0.5-0.7 s of every start, during which both
-cores were idle for a quarter of a second. As many workers start either way (one per CPU
-of the Ray, at most one per core of the machine), and the sites' actors take them."""
+cores were idle for a quarter of a second. The sites' actors take them; how many start:
+:func:`_workers_ahead`."""
 
 
 def ray_init_args(
