@@ -390,10 +390,15 @@ def local_cpus(config: ExperimentConfig) -> int:
     return config.ray.num_cpus or os.cpu_count() or 1
 
 
+def processes_that_fit(cpus: float, per_process: float) -> int:
+    """How many processes of ``per_process`` CPUs Ray runs at once on ``cpus`` CPUs, at least
+    1 (Flower's actors: one per site that fits)."""
+    return max(1, math.floor(cpus / per_process + 1e-9))
+
+
 def sites_at_once(config: ExperimentConfig, cpus: float, *, sites: int) -> int:
     """How many of ``sites`` train at once on ``cpus`` CPUs (``resources.num_cpus`` each)."""
-    fit = math.floor(cpus / config.resources.train_cpus + 1e-9)
-    return max(1, min(sites, fit))
+    return min(sites, processes_that_fit(cpus, config.resources.train_cpus))
 
 
 def evaluation_threads_beside_training(config: ExperimentConfig) -> int:

@@ -25,6 +25,7 @@ from panoramia_fl.simulations.experiment_config import (
     ConfigError,
     ExperimentConfig,
     local_cpus,
+    processes_that_fit,
     ray_address,
 )
 from panoramia_fl.simulations.library_logs import quiet_logs
@@ -168,7 +169,7 @@ def _ray_init(init_args: dict[str, Any], *, site_cpus: float) -> None:
     else:
         log_monitor = bool(init_args.get("log_to_driver", True))
         cpus = init_args.get("num_cpus")
-        sites = None if cpus is None else max(math.floor(float(cpus) / site_cpus + 1e-9), 1)
+        sites = None if cpus is None else processes_that_fit(float(cpus), site_cpus)
         with (
             _environment_beside(OMP_NUM_THREADS=threads),
             _without_unused_processes(log_monitor=log_monitor),
