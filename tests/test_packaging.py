@@ -77,6 +77,32 @@ def test_makefile_targets_create_venv_and_run_default():
     assert "apt-get install -y -q chromium" in test
 
 
+def test_a_new_venv_without_room_on_its_disk_is_refused_before_pip(tmp_path):
+    """`make` names the folder and its free room before it creates a venv that cannot fit (the
+    folder above VENV may not exist yet); with the room there, the same check says nothing."""
+    venv = tmp_path / "not" / "yet" / ".venv"
+    # PYTHON=false: were the check missing, creating the venv fails at once instead of
+    # installing one.
+    refused = subprocess.run(
+        ["make", "venv", f"VENV={venv}", f"VENV_NEEDS_GB={10**9}", "PYTHON=false"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode != 0
+    assert f"{venv}: a new environment takes about {10**9} GB" in refused.stdout
+    assert f"but {tmp_path} has " in refused.stdout and " GB free." in refused.stdout
+    assert "pip" not in refused.stdout + refused.stderr
+    assert not (tmp_path / "not").exists()
+    room = subprocess.run(
+        ["make", "-s", "venv-space", f"VENV={venv}", "VENV_NEEDS_GB=0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert (room.returncode, room.stdout, room.stderr) == (0, "", "")
+
+
 def _pin(deps: list[str], name: str) -> tuple[int, ...]:
     (version,) = (d.split("==")[1] for d in deps if d.split("==")[0] == name)
     return tuple(int(part) for part in version.split("."))
