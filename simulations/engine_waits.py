@@ -12,7 +12,7 @@ no option for either wait):
   went on 0.5-1 s after its last reply, the machine idle.
 
 So, as :mod:`simulations.ray_start` does for Ray's processes, :func:`prompt_engine` goes
-through that module (Flower pins its version in the project's dependencies): the first
+through that module (:func:`~simulations.swapped.swapped`): the first
 thread is also woken by every message the ServerApp stores, and the queues' timed waits
 last at most :data:`ENGINE_POLL_S`.
 """
@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from queue import Queue
 from typing import TYPE_CHECKING, Any
+
+from panoramia_fl.simulations.swapped import swapped
 
 if TYPE_CHECKING:
     from flwr.app import Message
@@ -85,15 +87,5 @@ def prompt_engine() -> Iterator[None]:
     builds both in ``run_api``). The module is as it was afterwards."""
     from flwr.server.superlink.fleet.vce import vce_api
 
-    built_by_engine = vce_api.Queue
-    takes_messages = vce_api.add_messages_to_queue
-    if built_by_engine is _PolledQueue:  # inside another one: that one puts them back
+    with swapped(vce_api, Queue=_PolledQueue, add_messages_to_queue=_hand_messages_when_stored):
         yield
-        return
-    vce_api.Queue = _PolledQueue  # type: ignore[misc]  # a class the module builds, swapped
-    vce_api.add_messages_to_queue = _hand_messages_when_stored
-    try:
-        yield
-    finally:
-        vce_api.Queue = built_by_engine  # type: ignore[misc]  # and put back
-        vce_api.add_messages_to_queue = takes_messages

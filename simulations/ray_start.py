@@ -30,6 +30,7 @@ from panoramia_fl.simulations.experiment_config import (
 )
 from panoramia_fl.simulations.library_logs import quiet_logs
 from panoramia_fl.simulations.sizes import check_sizes
+from panoramia_fl.simulations.swapped import swapped
 
 SITE_PRELOAD_MODULE = "panoramia_fl.simulations.site_preload"
 """The module the workers of a Ray the run starts import as they start (Ray's
@@ -213,18 +214,12 @@ def _without_unused_processes(*, log_monitor: bool) -> Iterator[None]:
     unused = ["start_api_server", "start_monitor"]
     if not log_monitor:
         unused.append("start_log_monitor")
-    originals = {name: getattr(Node, name) for name in unused if hasattr(Node, name)}
 
     def not_started(node: Node, *args: object, **kwargs: object) -> None:
         """A process of the head left out (the node records none for it)."""
 
-    for name in originals:
-        setattr(Node, name, not_started)
-    try:
+    with swapped(Node, **{name: not_started for name in unused if hasattr(Node, name)}):
         yield
-    finally:
-        for name, method in originals.items():
-            setattr(Node, name, method)
 
 
 PRESTART_FLAG = "--num_prestart_python_workers="
@@ -255,11 +250,8 @@ def _workers_ahead(count: int | None) -> Iterator[None]:
             ]
         return start_ray_process(command, process_type, *args, **kwargs)
 
-    services.start_ray_process = started_with_count
-    try:
+    with swapped(services, start_ray_process=started_with_count):
         yield
-    finally:
-        services.start_ray_process = start_ray_process
 
 
 def site_gpus(value: float | str, num_sites: int) -> float:
