@@ -146,34 +146,52 @@ class Thread:
 
 def read_trace(path: Path) -> list[Thread]:
     """The threads of a py-spy trace (``--format chrometrace``): each event opens or closes a
-    frame of one thread's stack at a time in microseconds; a stack holds until the next
-    event of its thread. py-spy closes every frame at the trace's end, so a thread that ended
-    earlier keeps its last stack to the end: bound it by another thread where that matters."""
-    events: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    frame of a thread's stack at a time in microseconds; a stack holds until the next event
+    of its thread. py-spy closes every frame at the trace's end, so a thread that ended
+    earlier keeps its last stack to the end: bound it by another thread where that matters.
+
+    py-spy tells a thread's events from another's by the thread's id alone, and the forks of
+    one process (Ray's workers forked from the fork server) share their main thread's id:
+    their events replay as one stack, each sample of which belongs to the process and the
+    thread its outer frames name, and holds until that thread's next sample."""
+    events: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for event in json.loads(path.read_text()):
-        events[(event["pid"], event["tid"])].append(event)
-    threads = []
-    for (pid, _), thread_events in events.items():
+        events[event["tid"]].append(event)
+    threads: dict[tuple[int, str], list[Stretch]] = defaultdict(list)
+    for thread_events in events.values():
         stack: list[str] = []
-        stretches: list[Stretch] = []
-        name = ""
-        held: tuple[float, list[str]] | None = None
+        held: dict[tuple[int, str], tuple[float, list[str]]] = {}
+        last: tuple[int, str] | None = None  # whose stack the events last changed
+        now = 0.0
         for ts, at_once in groupby(thread_events, key=lambda e: e["ts"]):
             for event in at_once:
                 if event["ph"] == "B":
                     stack.append(event["name"])
-                    if event["name"].startswith("thread ("):
-                        name = event["name"]  # named once Python's threading module is seen
-                else:
+                elif stack:
                     stack.pop()
             now = ts / 1e6
-            if held is not None and held[1] != stack:
-                stretches.append((held[0], now, held[1]))
-                held = None
-            if held is None and stack:
-                held = (now, list(stack))
-        threads.append(Thread(name, pid, stretches))
-    return threads
+            owner = _owner(stack) if stack else last
+            if owner is None:
+                continue
+            if owner in held and held[owner][1] != stack:
+                start, ended = held.pop(owner)
+                threads[owner].append((start, now, ended))
+            if stack and owner not in held:
+                held[owner] = (now, list(stack))
+            last = owner if stack else None
+        for owner, (start, ended) in held.items():
+            threads[owner].append((start, now, ended))
+    return [Thread(name, pid, stretches) for (pid, name), stretches in threads.items()]
+
+
+def _owner(stack: list[str]) -> tuple[int, str]:
+    """The process (the innermost of py-spy's ``process PID:"command"`` frames) and the
+    thread (its ``thread (TID): name`` frame, once Python's threading module is seen) whose
+    stack ``stack`` is."""
+    processes = [n for n in stack if n.startswith("process ")]
+    pid = int(processes[-1].removeprefix("process ").split(":", 1)[0]) if processes else 0
+    name = next((n for n in stack if n.startswith("thread (")), "")
+    return pid, name
 
 
 def union(spans: Iterable[Span]) -> list[Span]:
