@@ -281,6 +281,12 @@ class RayConfig(StrictModel):
         description="a local Ray's session files (default: a private folder in the system's "
         "temporary folder, removed after the run); unused when joining a cluster",
     )
+    fork_workers: bool = Field(
+        True,
+        description="a local Ray's workers (the site processes) forked from one process that "
+        "imported torch, Flower and the site code once, on Linux; false: each worker imports "
+        "its own as it starts. Results are the same either way",
+    )
 
 
 class ReportSectionConfig(StrictModel):

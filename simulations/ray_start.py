@@ -6,7 +6,10 @@ run starts its Ray before it imports them (:func:`ray_started_ahead`)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib
+import inspect
 import logging
 import math
 import os
@@ -29,8 +32,10 @@ from panoramia_fl.simulations.experiment_config import (
     ray_address,
 )
 from panoramia_fl.simulations.library_logs import quiet_logs
+from panoramia_fl.simulations.site_modules import SITE_CODE_MODULE
 from panoramia_fl.simulations.sizes import check_sizes
-from panoramia_fl.simulations.swapped import swapped
+from panoramia_fl.simulations.swapped import swapped, swapped_arguments
+from panoramia_fl.simulations.worker_forks import ForkServer, start_fork_server, workers_forked
 
 SITE_PRELOAD_MODULE = "panoramia_fl.simulations.site_preload"
 """The module the workers of a Ray the run starts import as they start (Ray's
@@ -101,37 +106,65 @@ def ray_started_ahead(
     config: ExperimentConfig, layout: RunLayout, *, verbose: bool
 ) -> Iterator[None]:
     """The local Ray of a new run (``layout`` holds none yet, so it trains) started now,
-    before the run imports torch, Flower's engine and the project's site code, for its first
-    simulation to take as it is (:func:`start_ray`). Its workers import
-    :data:`SITE_PRELOAD_MODULE` meanwhile, as the driver does its own imports: on two
-    cores about 2 s of a run's start. A run that joins a cluster, or resumes, starts its Ray
-    when it needs one. Ray is shut down on leaving, if the run did not."""
+    before the run imports Flower's engine, for its first simulation to take as it is
+    (:func:`start_ray`). Its workers' modules (:data:`SITE_PRELOAD_MODULE`) are imported
+    meanwhile: once, by the fork server started first, before Ray's own import, while this
+    process imports the site code on a thread of its own (``ray.fork_workers``), else by
+    each worker as it starts. A run that joins a cluster, or resumes, starts its Ray when
+    it needs one. Ray is shut down on leaving, if the run did not."""
     if ray_address(config) or layout.config.exists():
         yield
         return
-    import ray
-
     check_local_resources(config)  # a request that cannot fit is refused before Ray starts
     quiet_logs(verbose)
+    site_cpus = config.resources.train_cpus
+    # Before Ray's import: the server's own imports take the core this process leaves idle.
+    forks = _fork_server(site_cpus) if config.ray.fork_workers else None
+    if forks is not None:
+        # ray.init returns once the workers have registered, and forked workers register
+        # once the server has imported their modules: meanwhile this process imports those
+        # of them it needs too (not Ray's), beside its own start of Ray. (Ray's start itself
+        # cannot go to another thread: a driver connected there keeps a core busy polling
+        # for Ray's error messages.)
+        threading.Thread(target=_import_quietly, args=(SITE_CODE_MODULE,), daemon=True).start()
+    import ray
+
     with ray_temp_dir(config) as temp_dir:
         try:
             init_args = ray_init_args(config, temp_dir=temp_dir, verbose=verbose)
-            _ray_init(init_args, site_cpus=config.resources.train_cpus)
+            _ray_init(init_args, site_cpus=site_cpus, fork_workers=forks is not None, forks=forks)
             yield
         finally:
             ray.shutdown()  # also after a start Ctrl-C cut short; a no-op once the run did
+            if forks is not None:
+                forks.close()
 
 
-def start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, key: str) -> None:
+def _import_quietly(name: str) -> None:
+    """Import ``name`` ahead of its use; an error is left to that use, which raises it."""
+    with contextlib.suppress(Exception):
+        importlib.import_module(name)
+
+
+def start_ray(
+    init_args: dict[str, Any],
+    *,
+    num_cpus: float,
+    num_gpus: float,
+    key: str,
+    fork_workers: bool = True,
+) -> None:
     """Start (or join) Ray as Flower's Ray backend would, here, unless this process's Ray is
     up already (:func:`ray_started_ahead`), so that (1) SIGTERM stops the run as Ctrl-C does
     and (2) a request of ``num_cpus`` / ``num_gpus`` the cluster cannot meet is an error
     naming ``key`` before anything runs (Flower would wait forever on an empty actor pool;
-    Ray is shut down). Every ``ray.init`` of the harness goes through here."""
+    Ray is shut down). A local Ray forks its workers where the platform can, unless not
+    ``fork_workers`` (``ray.fork_workers``). Every ``ray.init`` of the harness goes through
+    here."""
     import ray
 
     if not ray.is_initialized():
-        _ray_init(init_args, site_cpus=num_cpus)
+        _ray_init(init_args, site_cpus=num_cpus, fork_workers=fork_workers)
     have = ray.cluster_resources()
     try:
         check_fits(
@@ -142,56 +175,102 @@ def start_ray(init_args: dict[str, Any], *, num_cpus: float, num_gpus: float, ke
         raise
 
 
-def _ray_init(init_args: dict[str, Any], *, site_cpus: float) -> None:
+def _ray_init(
+    init_args: dict[str, Any],
+    *,
+    site_cpus: float,
+    fork_workers: bool,
+    forks: ForkServer | None = None,
+) -> None:
     """``ray.init(**init_args)`` with the caller's SIGTERM handler kept: Ray installs one of
     its own, ``sys.exit``, which leaves the driver waiting forever on Flower's threads.
 
-    The workers of a Ray started here begin with ``OMP_NUM_THREADS`` at ``site_cpus`` (whole,
-    at least 1) unless the caller's environment sets it: Ray gives a worker that value when
-    it takes a site, but these workers import torch and numpy first
-    (:data:`SITE_PRELOAD_MODULE`), and torch's, OpenMP's and OpenBLAS's thread pools are
-    sized from it as they load. This process keeps its own environment. As many of them
-    start with the raylet as site processes fit on its CPUs (:func:`_workers_ahead`)."""
+    The workers of a Ray started here begin in :func:`worker_environment`, forked from a
+    server that imported their modules in it (:mod:`~simulations.worker_forks`, where the
+    platform can, unless not ``fork_workers``): ``forks``, started ahead for it, else one
+    started now. As many of them start with the raylet as site processes fit on its CPUs
+    (:func:`_workers_ahead`). This process keeps its own environment, ``PYTHONPATH`` aside."""
     import ray
 
     on_sigterm = signal.getsignal(signal.SIGTERM)
-    # Ray's workers do not see this driver's sys.path changes; Flower passes them the same way.
-    pythonpath = os.pathsep.join(p for p in (*sys.path, os.environ.get("PYTHONPATH")) if p)
-    os.environ["PYTHONPATH"] = pythonpath
-    # A Ray started here inherits this environment, and its workers with it. A cluster
-    # joined was started elsewhere: only a job's runtime environment reaches its workers,
-    # and it costs every worker a setup process of its own, and the workers Ray starts
-    # ahead of time (which have none) go unused.
     joins = init_args.get("address") is not None
-    runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}} if joins else None
-    threads = None if joins else str(max(math.floor(site_cpus), 1))
+    environment = worker_environment(site_cpus=None if joins else site_cpus)
+    # Ray's workers do not see this driver's sys.path changes; Flower passes them the same way.
+    os.environ["PYTHONPATH"] = environment["PYTHONPATH"]
     if joins:
+        # A cluster joined was started elsewhere: only a job's runtime environment reaches
+        # its workers, and it costs every worker a setup process of its own, and the workers
+        # Ray starts ahead of time (which have none) go unused.
+        runtime_env = {"env_vars": {"PYTHONPATH": environment["PYTHONPATH"]}}
         ray.init(runtime_env=runtime_env, **init_args)
     else:
         log_monitor = bool(init_args.get("log_to_driver", True))
         cpus = init_args.get("num_cpus")
         sites = None if cpus is None else processes_that_fit(float(cpus), site_cpus)
-        with (
-            _environment_beside(OMP_NUM_THREADS=threads),
-            _without_unused_processes(log_monitor=log_monitor),
-            _workers_ahead(sites),
-        ):
-            ray.init(runtime_env=runtime_env, **init_args)
+        if forks is None and fork_workers:
+            forks = _fork_server(site_cpus)
+        try:
+            with (
+                _raylet_environment(_set_for_workers(environment)),
+                _without_unused_processes(log_monitor=log_monitor),
+                _workers_ahead(sites),
+                workers_forked(forks),
+            ):
+                ray.init(**init_args)
+        except BaseException:
+            if forks is not None:
+                forks.close()
+            raise
     if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
         signal.signal(signal.SIGTERM, on_sigterm)
 
 
+def _fork_server(site_cpus: float) -> ForkServer | None:
+    """A fork server for the workers of the next local Ray (:data:`WORKERS_AHEAD`)."""
+    return start_fork_server(
+        worker_environment(site_cpus=site_cpus),
+        before_ray=[SITE_CODE_MODULE],
+        with_ray=WORKERS_AHEAD["preload_python_modules"],
+    )
+
+
+def _set_for_workers(environment: dict[str, str]) -> dict[str, str]:
+    """What :func:`worker_environment` sets that this process's environment does not hold."""
+    return {k: v for k, v in environment.items() if os.environ.get(k) != v}
+
+
+def worker_environment(*, site_cpus: float | None) -> dict[str, str]:
+    """The environment the workers of a Ray this process starts import in: this process's,
+    with its ``sys.path`` in ``PYTHONPATH``, and ``OMP_NUM_THREADS`` at ``site_cpus`` (whole,
+    at least 1; None: unset) unless this environment sets it. Ray gives a worker that value
+    when it takes a site, but these workers import torch and numpy first
+    (:data:`SITE_PRELOAD_MODULE`), and torch's, OpenMP's and OpenBLAS's thread pools are
+    sized from it as they load."""
+    environment = dict(os.environ)
+    inherited = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    # Once: a second start finds this process's own sys.path in PYTHONPATH.
+    environment["PYTHONPATH"] = os.pathsep.join(
+        dict.fromkeys(p for p in (*sys.path, *inherited) if p)
+    )
+    if site_cpus is not None:
+        environment.setdefault("OMP_NUM_THREADS", str(max(math.floor(site_cpus), 1)))
+    return environment
+
+
 @contextmanager
-def _environment_beside(**values: str | None) -> Iterator[None]:
-    """``values`` in this process's environment meanwhile, where it has none of its own (a
-    None value: nothing); the environment as it was afterwards."""
-    added = {k: v for k, v in values.items() if v is not None and k not in os.environ}
-    os.environ.update(added)
-    try:
+def _raylet_environment(values: dict[str, str]) -> Iterator[None]:
+    """A raylet started meanwhile, and so its workers, start with ``values`` in their
+    environment beside this process's, which keeps its own: a thread of this process may be
+    importing torch meanwhile (:func:`ray_started_ahead`), whose thread pools are sized from
+    it as they load. ``ray.init`` has no option for it, so this goes through the function
+    that starts the raylet."""
+    from ray._private import services
+
+    def added(raylet: inspect.BoundArguments) -> None:
+        raylet.arguments["env_updates"] = {**(raylet.arguments.get("env_updates") or {}), **values}
+
+    with swapped_arguments(services, "start_raylet", added):
         yield
-    finally:
-        for name in added:
-            del os.environ[name]
 
 
 @contextmanager

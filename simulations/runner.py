@@ -125,6 +125,7 @@ def _simulate(
                 num_cpus=num_cpus,
                 num_gpus=num_gpus,
                 key=key,
+                fork_workers=config.ray.fork_workers,
             )
             # Torch, Ray and Flower are loaded: the driver's collections skip them from here.
             freeze_loaded_modules()

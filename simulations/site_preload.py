@@ -26,11 +26,7 @@ import threading
 import types
 from typing import Any
 
-SITE_PROCESS_MODULES = ("flwr.simulation.ray_transport.ray_actor", "panoramia_fl.simulations.apps")
-"""What a site process imports before it handles its first message: the module of Flower's
-site actor class, and the one the pickled ClientApp comes from (torch, Flower's client side
-and the project's site code with them). Importing touches no GPU: a site's CUDA starts at
-its first use, after Ray has set the devices the site holds."""
+from panoramia_fl.simulations.site_modules import SITE_PROCESS_MODULES
 
 SIMULATION_PACKAGE = "flwr.simulation"
 

@@ -4,7 +4,9 @@ Flower pins Ray's version, and the project pins Flower's)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import inspect
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,3 +23,23 @@ def swapped(owner: object, **values: Any) -> Iterator[None]:
     finally:
         for name, original in originals.items():
             setattr(owner, name, original)
+
+
+@contextmanager
+def swapped_arguments(
+    owner: object, name: str, change: Callable[[inspect.BoundArguments], None]
+) -> Iterator[None]:
+    """``owner``'s function ``name`` called meanwhile with the arguments ``change`` edits
+    (bound by name to the function's own signature, so that a call passing them by position
+    or by keyword is changed alike)."""
+    function = getattr(owner, name)
+    parameters = inspect.signature(function)
+
+    @functools.wraps(function)  # its signature, for a swap of the same function inside this one
+    def changed(*args: Any, **kwargs: Any) -> Any:
+        bound = parameters.bind(*args, **kwargs)
+        change(bound)
+        return function(*bound.args, **bound.kwargs)
+
+    with swapped(owner, **{name: changed}):
+        yield

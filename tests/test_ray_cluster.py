@@ -196,16 +196,21 @@ def started(init_args, site_cpus=1):
     start_ray(init_args, num_cpus=site_cpus, num_gpus=0, key="resources.num_cpus")
     new = [p for p in descendants(os.getpid()) if p not in before]
     lines = [Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace") for pid, _ in new]
+    raylet = [pid for (pid, _), line in zip(new, lines) if "/raylet/raylet" in line]
+    # What the raylet started for workers: the processes below it but its two agents.
+    workers = [line for (pid, _), line in zip(new, lines)
+               if pid in {p for p, _ in descendants(raylet[0])} and "Agent" not in line]
     ray.shutdown()  # as Flower's Ray backend ends a simulation
-    return new, lines
+    return new, lines, workers
 
 args = {"num_cpus": 1, "include_dashboard": False, "logging_level": 40, "_temp_dir": sys.argv[1]}
-own, lines = started({**args, "log_to_driver": False})
+own, lines, _ = started({**args, "log_to_driver": False})
 verbose = started({**args, "log_to_driver": True})
 joined = started({"address": sys.argv[2]})[0] if sys.argv[2] else []
 one_site = started({**args, "num_cpus": 2, "log_to_driver": False}, site_cpus=2)
 print(json.dumps({"own": own + verbose[0] + one_site[0], "lines": lines,
-                  "verbose lines": verbose[1], "one site lines": one_site[1], "joined": joined}))
+                  "verbose lines": verbose[1], "one site workers": one_site[2],
+                  "joined": joined}))
 """
 
 
@@ -227,16 +232,10 @@ def test_a_ray_the_run_starts_has_no_autoscaler_and_ends_whole(
     for unused in (AUTOSCALER_MONITOR.decode(), "dashboard/dashboard.py", "log_monitor.py"):
         assert unused not in lines
     assert "log_monitor.py" in verbose and "dashboard/dashboard.py" not in verbose
-    # Two CPUs, a site holding both: one worker (Python running default_worker.py as it
-    # starts, ray::IDLE once up).
-    workers = [
-        line
-        for line in result["one site lines"]
-        if line.startswith("ray::IDLE")
-        or Path(line.split("\0")[0]).name.startswith("python")
-        and "default_worker.py" in line
-    ]
-    assert len(workers) == 1, result["one site lines"]
+    # Two CPUs, a site holding both: one worker, forked (the raylet started the request
+    # for it, fork_request.py).
+    workers = result["one site workers"]
+    assert len(workers) == 1 and "fork_request.py" in workers[0], workers
     deadline = time.time() + 10
     while [pid for pid, start in result["own"] if is_alive(pid, start)]:
         assert time.time() < deadline, "processes of the stopped Ray still run"
@@ -251,7 +250,7 @@ def _head_processes(head: LocalRayHead) -> list[tuple[int, int]]:
 
 
 _AHEAD = """
-import json, sys, tempfile
+import json, os, subprocess, sys, tempfile
 from pathlib import Path
 tempfile.tempdir = sys.argv[1]  # the session folders of the Rays started below
 import ray
@@ -272,12 +271,19 @@ def preloaded():
     server_side = [name for name in ("sqlalchemy", "flwr.simulation.app") if name in sys.modules]
     import torch
 
-    return loaded, server_side, torch.get_num_threads()
+    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    return loaded, server_side, torch.get_num_threads(), b"fork_server" in parent
 
+fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                       capture_output=True, text=True, check=True)
+seen["fresh threads"] = int(fresh.stdout)
 with ray_started_ahead(config, RunLayout(Path(sys.argv[2])), verbose=False):
     seen["up"] = ray.is_initialized()
-    seen["torch"] = "torch" in sys.modules
-    seen["preloaded"], seen["server side"], seen["threads"] = ray.get(preloaded.remote())
+    seen["flower's engine"] = "flwr.simulation.app" in sys.modules
+    import torch
+    seen["driver threads"] = torch.get_num_threads()
+    seen["preloaded"], seen["server side"], seen["threads"], seen["forked"] = ray.get(
+        preloaded.remote())
     with ray_temp_dir(config) as folder:
         seen["second folder"] = folder is not None
         start_ray({}, num_cpus=1, num_gpus=0, key="resources.num_cpus")
@@ -295,15 +301,20 @@ print(json.dumps(seen))
 
 
 def test_a_new_run_starts_its_ray_ahead_and_its_workers_import_the_site_code(tmp_path):
-    """``panoramia-fl run`` starts a new run's Ray before it imports torch, Flower's engine
-    and the site code, and the workers (the site processes to be) import theirs as they
-    start, without Flower's server side, their thread pools sized to a site's CPUs; the
-    run's first simulation takes that Ray as it is, checks its request against it, and
-    nothing of it is left. A resumed run starts its Ray when it needs one."""
+    """``panoramia-fl run`` starts a new run's Ray before it imports Flower's engine (the
+    site code, torch with it, beside Ray's start), and the workers (the site processes to
+    be) are forked from a server that imported theirs meanwhile, without Flower's server
+    side, their thread pools sized to a site's CPUs; the run's first simulation takes that
+    Ray as it is, checks its request against it, and nothing of it is left. A resumed run
+    starts its Ray when it needs one."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     seen = _in_a_process_of_its_own(_AHEAD, str(run_dir))
-    assert seen["up"] and not seen["torch"] and seen["preloaded"] == [True, True, True]
+    assert seen["up"] and not seen["flower's engine"] and seen["preloaded"] == [True, True, True]
+    assert seen["forked"]  # from the server that imported them once (ray.fork_workers)
+    # The driver imported the site code (torch with it) beside Ray's start, in its own
+    # environment: its thread pools are those of a new process, not a site's.
+    assert seen["driver threads"] == seen["fresh threads"]
     assert seen["server side"] == []
     # torch loaded before Ray gave the worker its one CPU, and sized its threads to it.
     assert seen["threads"] == 1
