@@ -153,6 +153,7 @@ class _Server:
         self.set_by_imports = {k: v for k, v in os.environ.items() if started.get(k) != v}
         self.environment: dict[str, str] | None = None
         self.raylet: int | None = None  # a pidfd, once the first request named its raylet
+        self.ended = False  # the raylet ended before the first request was taken
         self.forks: dict[int, _Fork] = {}  # by the fd the selector reports: pidfd or request's
 
     def admits(self, request: WorkerRequest) -> bool:
@@ -181,8 +182,11 @@ class _Server:
         freeze_loaded_modules()
         raylet = request.env.get(RAYLET_PID_ENV)
         if raylet is not None:
-            with contextlib.suppress(OSError, ValueError):  # already gone: its workers too
+            try:
                 self.raylet = os.pidfd_open(int(raylet))
+            except (OSError, ValueError):
+                self.ended = True  # the raylet is gone, and its workers with it
+                return False
         return True
 
     def unique_forks(self) -> list[_Fork]:
@@ -215,7 +219,7 @@ def serve(
                     return None
                 elif key.fileobj is listener:
                     request = _accepted(listener, selector, server)
-                    if request is not None:
+                    if request is not None or server.ended:
                         return request
                 else:
                     _fork_event(selector, server, server.forks[key.fd], key.fd)

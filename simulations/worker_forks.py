@@ -76,8 +76,9 @@ def start_fork_server(
     says why two lists). None where workers cannot be forked."""
     if not can_fork_workers():
         return None
-    for ended in [server for server in _running if server.process.poll() is not None]:
-        ended.close()  # with its raylet: its folder and its process's status
+    while _running:
+        # A process runs one Ray at a time: the server of the one before is done with.
+        _running.pop().close()
     # A folder of this user's alone (mkdtemp: mode 0700): only its processes may ask for a fork.
     folder = Path(tempfile.mkdtemp(prefix="pfl-forks-"))
     # Listening before the server starts: a request that comes first waits for it.
