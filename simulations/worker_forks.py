@@ -1,16 +1,17 @@
 """Ray's workers forked from one process that imported their modules once.
 
 Each worker of a Ray the run starts imports Ray, torch, Flower's client side and the site
-code as it starts (:data:`~simulations.ray_start.SITE_PRELOAD_MODULE`): about 3 CPU s a
-worker, paid again by every worker in a stretch where the run's processes all wait for the
-CPU. Here a :mod:`~simulations.fork_server` imports them once, as soon as the run knows its
-settings (beside the driver's own start, on a core it leaves idle), and the raylet's command
-for a worker (:mod:`~simulations.fork_request`) has it fork one: the worker starts with its
+code as it starts (:data:`~simulations.ray_start.SITE_PRELOAD_MODULE`): about 2.6 CPU s
+and 480 MiB of its own a worker, paid again by every worker. Here a
+:mod:`~simulations.fork_server` imports them once, as soon as the run knows its settings
+(beside the driver's own start, on a core it leaves idle), and the raylet's command for a
+worker (:mod:`~simulations.fork_request`) has it fork one: the worker starts with its
 modules loaded, shares their memory with the server until it writes to it, and runs Ray's
 worker program with the raylet's command line and environment as before.
 
-A server serves the workers of one Ray (a run's, or each of a sweep's simulations'), and
-ends with its raylet, or with this process.
+A server serves the workers of one Ray (each Ray a run starts for itself; a sweep's shared
+head and a cluster the run joins start theirs as Ray does), and ends with its raylet, with
+the next Ray's start, or with this process.
 """
 
 from __future__ import annotations
