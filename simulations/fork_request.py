@@ -20,6 +20,7 @@ from panoramia_fl.simulations.fork_server import (
     STREAMS,
     WORKER_ENV,
     encode_request,
+    receive_exactly,
 )
 
 
@@ -40,14 +41,8 @@ def _forked(socket_path: str, argv: list[str]) -> socket.socket | None:
 
 
 def _status(conn: socket.socket) -> int | None:
-    data = b""
-    while len(data) < STATUS.size:
-        chunk = conn.recv(STATUS.size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    (value,) = STATUS.unpack(data)
-    return int(value)
+    data = receive_exactly(conn, STATUS.size)
+    return None if data is None else int(STATUS.unpack(data)[0])
 
 
 def main() -> None:

@@ -86,6 +86,17 @@ def encode_request(argv: list[str], env: dict[str, str], cwd: str) -> bytes:
     return LENGTH.pack(len(body)) + body
 
 
+def receive_exactly(conn: socket.socket, size: int) -> bytes | None:
+    """``size`` bytes from ``conn``; None if it closes first."""
+    data = bytearray()
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
 def _read_request(conn: socket.socket) -> WorkerRequest:
     """One request: its length, JSON and streams (sent together), the JSON's rest after."""
     data, fds, _, _ = socket.recv_fds(conn, 1 << 16, STREAMS)
@@ -94,13 +105,11 @@ def _read_request(conn: socket.socket) -> WorkerRequest:
             os.close(fd)
         raise ConnectionError("a request without its length or its three streams")
     (length,) = LENGTH.unpack_from(data)
-    body = bytearray(data[LENGTH.size :])
-    while len(body) < length:
-        chunk = conn.recv(length - len(body))
-        if not chunk:
-            raise ConnectionError("a request cut short")
-        body += chunk
-    fields = json.loads(body)
+    body = data[LENGTH.size :]
+    rest = receive_exactly(conn, length - len(body))
+    if rest is None:
+        raise ConnectionError("a request cut short")
+    fields = json.loads(body + rest)
     return WorkerRequest(fields["argv"], fields["env"], fields["cwd"], fds)
 
 

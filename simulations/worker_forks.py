@@ -49,8 +49,9 @@ class ForkServer:
 
     def close(self) -> None:
         """Stop the server, if its raylet has not (its forks are Ray's, and end with it)."""
-        if self in _running:
-            _running.remove(self)
+        global _running
+        if _running is self:
+            _running = None
         if self.process.stdin is not None:
             self.process.stdin.close()
         try:
@@ -61,7 +62,8 @@ class ForkServer:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-_running: list[ForkServer] = []
+_running: ForkServer | None = None
+"""This process's server: a process runs one Ray at a time."""
 
 
 def can_fork_workers() -> bool:
@@ -77,9 +79,8 @@ def start_fork_server(
     says why two lists). None where workers cannot be forked."""
     if not can_fork_workers():
         return None
-    while _running:
-        # A process runs one Ray at a time: the server of the one before is done with.
-        _running.pop().close()
+    global _running
+    _close_server()  # the server of the Ray before is done with
     # A folder of this user's alone (mkdtemp: mode 0700): only its processes may ask for a fork.
     folder = Path(tempfile.mkdtemp(prefix="pfl-forks-"))
     # Listening before the server starts: a request that comes first waits for it.
@@ -99,14 +100,14 @@ def start_fork_server(
             command, stdin=subprocess.PIPE, env=dict(environment), pass_fds=[listener.fileno()]
         )
     server = ForkServer(process, folder)
-    _running.append(server)
+    _running = server
     return server
 
 
 @atexit.register
-def _close_servers() -> None:
-    while _running:
-        _running.pop().close()
+def _close_server() -> None:
+    if _running is not None:
+        _running.close()
 
 
 @contextmanager
