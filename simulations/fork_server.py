@@ -35,10 +35,12 @@ import socket
 import struct
 import sys
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from panoramia_fl.simulations.process_heap import freeze_loaded_modules
+from panoramia_fl.simulations.swapped import swapped
 
 SOCKET_ENV = "PANORAMIA_FL_FORK_SOCKET"
 """Where a run's fork server listens, in the environment of its Ray's raylet."""
@@ -151,6 +153,26 @@ class _Fork:
     conn: socket.socket
 
 
+@contextlib.contextmanager
+def _actor_class_ids_from_the_os() -> Iterator[None]:
+    """Actor classes defined meanwhile (``ray.remote`` on a class: Flower's site actor) take
+    their ids from the OS, not from Ray's C++ generator of random ids. That generator seeds
+    itself at its first draw: a draw here would seed it once for every fork, and each fork
+    would then draw the same ids as the others (two workers forked together crashed on the
+    object store's warm-up object, put under the same id by both). Its first draw is then
+    each fork's own."""
+    import ray.actor
+    from ray import ActorClassID
+
+    class FromTheOs:
+        @staticmethod
+        def from_random() -> ActorClassID:
+            return ActorClassID(os.urandom(ActorClassID.size()))
+
+    with swapped(ray.actor, ActorClassID=FromTheOs):
+        yield
+
+
 class _Server:
     """The forks' environment, once the first request has set it, and their bookkeeping."""
 
@@ -180,8 +202,10 @@ class _Server:
         )
         _take_environment({**request.env, **self.set_by_imports})
         self.environment = dict(request.env)
-        for name in (WORKER_MODULE, *self.with_ray):
-            importlib.import_module(name)
+        importlib.import_module(WORKER_MODULE)
+        with _actor_class_ids_from_the_os():
+            for name in self.with_ray:
+                importlib.import_module(name)
         if _cuda_driver_loaded():
             # CUDA's driver does not survive a fork: from here every request is refused.
             self.environment = {}

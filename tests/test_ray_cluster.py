@@ -323,6 +323,40 @@ def test_a_new_run_starts_its_ray_ahead_and_its_workers_import_the_site_code(tmp
     assert seen["folders left"] == [] and not seen["up for a resumed run"]
 
 
+_DRAWS = """
+import json, os, sys, tempfile
+from pathlib import Path
+tempfile.tempdir = sys.argv[1]
+import ray
+from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.simulations.experiment_config import validate_config
+from panoramia_fl.simulations.ray_start import ray_started_ahead
+
+@ray.remote(num_cpus=1)
+class Site:
+    def draw(self):
+        from ray import ObjectRef
+        parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+        return b"fork_server" in parent, ObjectRef.from_random().hex()
+
+config = validate_config({"name": "draws", "data": {"name": "digits"}, "ray": {"num_cpus": 2}})
+with ray_started_ahead(config, RunLayout(Path(sys.argv[2])), verbose=False):
+    sites = [Site.remote() for _ in range(2)]
+    print(json.dumps(ray.get([site.draw.remote() for site in sites])))
+"""
+
+
+def test_forked_workers_draw_ray_ids_of_their_own(tmp_path):
+    """Ray's C++ generator of random ids seeds itself at its first draw: a draw in the fork
+    server (Flower's site actor class takes an id as it is defined) would give every fork
+    the same ids, and two workers that started together crashed on one of them."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (first, first_id), (second, second_id) = _in_a_process_of_its_own(_DRAWS, str(run_dir))
+    assert first and second  # both forked from the one server
+    assert first_id != second_id
+
+
 def test_the_site_modules_a_started_ray_preloads_are_those_a_site_process_imports():
     from flwr.simulation.ray_transport.ray_actor import ClientAppActor
 
