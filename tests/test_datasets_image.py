@@ -1,5 +1,6 @@
 """The image loaders on small files written here in the real formats."""
 
+import gzip
 import pickle
 import subprocess
 import sys
@@ -42,6 +43,12 @@ def test_corrupt_files_are_named(tmp_path):
     bad.write_bytes(b"\x01\x02\x03\x04garbage")
     with pytest.raises(DataError, match="bad magic"):
         read_idx(bad)
+    packed = gzip.compress(bytes(range(256)) * 64)
+    for broken in (packed[:-30], packed[:12] + bytes(200) + packed[212:], b"\x1f\x8bgarbage"):
+        gz = tmp_path / "t10k-images-idx3-ubyte.gz"
+        gz.write_bytes(broken)
+        with pytest.raises(DataError, match="corrupt data file .*t10k-images-idx3-ubyte.gz"):
+            read_idx(gz)
 
 
 def test_bad_loader_option_names_key(tmp_path):

@@ -16,6 +16,7 @@ import gzip
 import importlib.util
 import pickle
 import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ def read_idx(path: Path) -> np.ndarray:
     try:
         with opener(path, "rb") as fh:
             raw = fh.read()
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:  # zlib's: a corrupt compressed stream
         raise DataError(f"corrupt data file {path}: {err}") from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
         raise DataError(f"corrupt data file {path}: not an IDX file (bad magic number)")
