@@ -81,6 +81,8 @@ COMMITS: Kinds = (
     ("evaluate_fn", "central evaluation"),
     ("write_round", "writing the round"),
 )
+ENGINE_ENDS = "RayBackend.terminate"
+"""Where Flower's engine, its ServerApp done, ends its actors and shuts Ray down."""
 SITE: Kinds = (
     ("_find_and_load", "imports"),
     ("train_locally", "training"),
@@ -158,6 +160,7 @@ def read_trace(path: Path) -> list[Thread]:
     for event in json.loads(path.read_text()):
         events[event["tid"]].append(event)
     threads: dict[tuple[int, str], list[Stretch]] = defaultdict(list)
+    names: dict[tuple[int, str], str] = {}
     for thread_events in events.values():
         stack: list[str] = []
         held: dict[tuple[int, str], tuple[float, list[str]]] = {}
@@ -173,6 +176,7 @@ def read_trace(path: Path) -> list[Thread]:
             owner = _owner(stack) if stack else last
             if owner is None:
                 continue
+            names[owner] = max(names.get(owner, ""), _thread_frame(stack), key=len)
             if owner in held and held[owner][1] != stack:
                 start, ended = held.pop(owner)
                 threads[owner].append((start, now, ended))
@@ -181,17 +185,22 @@ def read_trace(path: Path) -> list[Thread]:
             last = owner if stack else None
         for owner, (start, ended) in held.items():
             threads[owner].append((start, now, ended))
-    return [Thread(name, pid, stretches) for (pid, name), stretches in threads.items()]
+    return [Thread(names[owner], owner[0], stretches) for owner, stretches in threads.items()]
 
 
 def _owner(stack: list[str]) -> tuple[int, str]:
     """The process (the innermost of py-spy's ``process PID:"command"`` frames) and the
-    thread (its ``thread (TID): name`` frame, once Python's threading module is seen) whose
-    stack ``stack`` is."""
+    thread (``thread (TID)``) whose stack ``stack`` is. The thread's frame adds its name
+    (``thread (TID): name``) only once Python's threading module is loaded: a thread is its
+    id, so that a driver's first stretches, before that, are the same thread as the rest."""
     processes = [n for n in stack if n.startswith("process ")]
     pid = int(processes[-1].removeprefix("process ").split(":", 1)[0]) if processes else 0
-    name = next((n for n in stack if n.startswith("thread (")), "")
-    return pid, name
+    return pid, _thread_frame(stack).split(":", 1)[0]
+
+
+def _thread_frame(stack: list[str]) -> str:
+    """py-spy's frame for the thread of ``stack``: ``thread (TID)``, and its name once known."""
+    return next((n for n in stack if n.startswith("thread (")), "")
 
 
 def union(spans: Iterable[Span]) -> list[Span]:
@@ -253,10 +262,12 @@ def sort_threads(threads: list[Thread]) -> Run:
     if driver is None:
         raise SystemExit("no driver thread in the trace")
     if server is not None:
-        # The server's thread ends inside the simulation: its last stack is not its end.
+        # The server's thread ends inside the simulation: its last stack is not its end,
+        # which is at the latest where Flower's engine begins to end (Ray's shutdown).
         in_simulation = driver.spans(_driver_kind, {"simulation"})
         if in_simulation:
-            end = in_simulation[-1][1]
+            ending = [a for a, _, stack in driver.stretches if _has(stack, ENGINE_ENDS)]
+            end = min(ending, default=in_simulation[-1][1])
             server.stretches = [(a, min(b, end), s) for a, b, s in server.stretches if a < end]
     return Run(driver, server, commits, sites)
 

@@ -39,7 +39,8 @@ def test_compute_counts_once_and_the_rest_goes_to_what_the_run_was_doing(tmp_pat
         {
             (100, "MainThread"): [
                 (0.0, 2.0, ["<module>", "_find_and_load"]),
-                (2.0, 10.0, ["main", "run_simulation"]),
+                (2.0, 9.6, ["main", "run_simulation"]),
+                (9.6, 10.0, ["main", "run_simulation", "RayBackend.terminate", "shutdown"]),
                 (10.0, 10.5, ["main", "write_report"]),
             ],
             (100, "Thread-2 (server_th_with_start_checks)"): [
@@ -74,8 +75,36 @@ def test_compute_counts_once_and_the_rest_goes_to_what_the_run_was_doing(tmp_pat
             f"{fixed_costs.OUTSIDE}: report": 0.5,
             fixed_costs.PARTS["first message: site actors start"]: 1.0,
             fixed_costs.PARTS["rounds: waiting for the sites"]: 0.2 + 0.2,
-            # The server's thread is bounded by the simulation's end (10 s), not the trace's.
-            fixed_costs.PARTS["the audits (waiting)"]: 0.2 + 0.8,
-            fixed_costs.ENGINE: 0.0,
+            # The server's thread is bounded by the engine's end (Ray's shutdown from 9.6 s,
+            # inside the simulation), not by the trace's end.
+            fixed_costs.PARTS["the audits (waiting)"]: 0.2 + 0.4,
+            fixed_costs.ENGINE: 0.4,
         }
+    )
+
+
+def test_a_thread_sampled_before_and_after_it_had_a_name_is_one_thread(tmp_path):
+    """py-spy names a thread only once Python's threading module is loaded: the driver's
+    first imports are sampled as ``thread (TID)``, the rest as ``thread (TID): MainThread``.
+    Both are the driver, and the imports end where its next stack begins, not at the trace's
+    end."""
+    fixed_costs = load_benchmark("fixed_costs")
+    process = 'process 100:"python"'
+    samples = [
+        (0.0, 1.5, ["thread (100)", "<module>", "_find_and_load"]),
+        (1.5, 2.0, ["thread (100): MainThread", "<module>", "_find_and_load"]),
+        (2.0, 9.0, ["thread (100): MainThread", "main", "run_simulation"]),
+    ]
+    events = []
+    for start, end, frames in samples:
+        names = [process, *frames]
+        for ts, ph, ordered in ((start, "B", names), (end, "E", names[::-1])):
+            events += [{"name": n, "ph": ph, "pid": 100, "tid": 7, "ts": ts * 1e6} for n in ordered]
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps(events))
+    threads = fixed_costs.read_trace(trace)
+    assert [(t.pid, t.name) for t in threads] == [(100, "thread (100): MainThread")]
+    run = fixed_costs.sort_threads(threads)
+    assert run.driver.seconds(fixed_costs._driver_kind) == pytest.approx(
+        {"imports": 2.0, "simulation": 7.0}
     )
