@@ -197,9 +197,12 @@ def started(init_args, site_cpus=1):
     new = [p for p in descendants(os.getpid()) if p not in before]
     lines = [Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace") for pid, _ in new]
     raylet = [pid for (pid, _), line in zip(new, lines) if "/raylet/raylet" in line]
-    # What the raylet started for workers: the processes below it but its two agents.
+    # What the raylet started for workers: the processes below it but its two agents, which
+    # show their scripts until they have set their titles (ray-dashboard-DashboardAgent...).
+    agents = ("Agent", "dashboard/agent.py", "runtime_env/agent/main.py")
     workers = [line for (pid, _), line in zip(new, lines)
-               if pid in {p for p, _ in descendants(raylet[0])} and "Agent" not in line]
+               if pid in {p for p, _ in descendants(raylet[0])}
+               and not any(agent in line for agent in agents)]
     ray.shutdown()  # as Flower's Ray backend ends a simulation
     return new, lines, workers
 
