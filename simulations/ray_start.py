@@ -18,7 +18,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,11 @@ from panoramia_fl.simulations.site_modules import SITE_CODE_MODULE
 from panoramia_fl.simulations.sizes import check_sizes
 from panoramia_fl.simulations.swapped import swapped, swapped_arguments
 from panoramia_fl.simulations.worker_forks import ForkServer, start_fork_server, workers_forked
+
+ENGINE_MODULE = "flwr.simulation"
+"""Flower's simulation engine, which a run imports once its Ray is up (:mod:`runner`): a
+second of imports (SQLAlchemy's among them) that :func:`ray_started_ahead` moves beside
+Ray's start."""
 
 SITE_PRELOAD_MODULE = "panoramia_fl.simulations.site_preload"
 """The module the workers of a Ray the run starts import as they start (Ray's
@@ -103,15 +108,22 @@ def ray_temp_dir(config: ExperimentConfig) -> Iterator[Path | None]:
 
 @contextmanager
 def ray_started_ahead(
-    config: ExperimentConfig, layout: RunLayout, *, verbose: bool
+    config: ExperimentConfig,
+    layout: RunLayout,
+    *,
+    verbose: bool,
+    ahead: Callable[[], object] | None = None,
 ) -> Iterator[None]:
     """The local Ray of a new run (``layout`` holds none yet, so it trains) started now,
     before the run imports Flower's engine, for its first simulation to take as it is
     (:func:`start_ray`). Its workers' modules (:data:`SITE_PRELOAD_MODULE`) are imported
     meanwhile: once, by the fork server started first, before Ray's own import, while this
-    process imports the site code on a thread of its own (``ray.fork_workers``), else by
-    each worker as it starts. A run that joins a cluster, or resumes, starts its Ray when
-    it needs one. Ray is shut down on leaving, if the run did not."""
+    process imports the site code, then Flower's engine, and then calls ``ahead`` (the
+    run's next step: reading its data), on a thread of its own (``ray.fork_workers``),
+    else by each worker as it starts. ``ahead``'s value is dropped and its error left to
+    the run, which asks for the same value again (:mod:`~simulations.data_ahead`). A run
+    that joins a cluster, or resumes, starts its Ray when it needs one. Ray is shut down on
+    leaving, if the run did not."""
     if ray_address(config) or layout.config.exists():
         yield
         return
@@ -120,14 +132,17 @@ def ray_started_ahead(
     site_cpus = config.resources.train_cpus
     # Before Ray's import: the server's own imports take the core this process leaves idle.
     forks = _fork_server(site_cpus) if config.ray.fork_workers else None
+    ray_imported = threading.Event()
     if forks is not None:
         # ray.init returns once the workers have registered, and forked workers register
         # once the server has imported their modules: meanwhile this process imports those
-        # of them it needs too (not Ray's), beside its own start of Ray. (Ray's start itself
-        # cannot go to another thread: a driver connected there keeps a core busy polling
-        # for Ray's error messages.)
-        threading.Thread(target=_import_quietly, args=(SITE_CODE_MODULE,), daemon=True).start()
+        # of them it needs too (not Ray's), then Flower's engine, and reads the run's data,
+        # beside its own start of Ray. (Ray's start itself cannot go to another thread: a
+        # driver connected there keeps a core busy polling for Ray's error messages.)
+        threading.Thread(target=_imports_ahead, args=(ray_imported, ahead), daemon=True).start()
     import ray
+
+    ray_imported.set()
 
     with ray_temp_dir(config) as temp_dir:
         try:
@@ -140,10 +155,18 @@ def ray_started_ahead(
                 forks.close()
 
 
-def _import_quietly(name: str) -> None:
-    """Import ``name`` ahead of its use; an error is left to that use, which raises it."""
+def _imports_ahead(ray_imported: threading.Event, ahead: Callable[[], object] | None) -> None:
+    """Import :data:`SITE_CODE_MODULE`, then, once this process has imported Ray
+    (``ray_imported`` set), :data:`ENGINE_MODULE`, then call ``ahead``, each ahead of its
+    use; an error is left to that use, which raises it. Flower's engine imports Ray: it
+    waits for Ray's own import, so that no module of Ray's is imported on two threads at
+    once."""
     with contextlib.suppress(Exception):
-        importlib.import_module(name)
+        importlib.import_module(SITE_CODE_MODULE)
+        ray_imported.wait()
+        importlib.import_module(ENGINE_MODULE)
+        if ahead is not None:
+            ahead()
 
 
 def start_ray(

@@ -181,11 +181,14 @@ def prepare_run_dir(
     layout: RunLayout,
     *,
     check: Callable[[DatasetMeta], None] | None = None,
+    read_dataset: Callable[[], Dataset] | None = None,
 ) -> DatasetMeta:
     """Write config, partition summary and site files; idempotent for the same config.
 
     ``check(meta)`` runs once the data is known and before anything is written for it (a
-    model that cannot be built leaves a new directory as it was).
+    model that cannot be built leaves a new directory as it was). ``read_dataset()`` gives
+    the config's dataset as :func:`load_run_dataset` reads it (the run's start reads it ahead:
+    :func:`~simulations.ray_start.ray_started_ahead`); None: read here.
 
     A run directory that already holds a run must hold one this config may continue
     (:func:`adopt_config`). A run directory already prepared from the same data keys (seed,
@@ -203,7 +206,7 @@ def prepare_run_dir(
             check(meta)
         return meta
     # The data first: a config whose data cannot be loaded leaves the directory as it was.
-    dataset = _load_checked_dataset(config)
+    dataset = load_run_dataset(config) if read_dataset is None else read_dataset()
     meta = DatasetMeta.of(dataset)
     if check is not None:
         check(meta)
@@ -229,7 +232,7 @@ def _refuse_folders_at_files(layout: RunLayout) -> None:
             raise RunFileError(f"{path} is a directory where the run writes a file: move it away")
 
 
-def _load_checked_dataset(config: ExperimentConfig) -> Dataset:
+def load_run_dataset(config: ExperimentConfig) -> Dataset:
     """The config's dataset, refused when the audit draws reference pools from a public
     split it lacks."""
     dataset = load_dataset(config.data.name, root=config.data.root, options=config.data.options)

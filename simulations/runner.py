@@ -10,6 +10,7 @@ from pathlib import Path
 
 from panoramia_fl.contracts.checkpoint import latest_round_checkpoint, readable_checkpoint
 from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.ml.datasets import Dataset
 from panoramia_fl.reporting import LostSites
 from panoramia_fl.server.round_audits import plan_audits
 from panoramia_fl.server.stop import StopSwitch, stop_on_signals
@@ -174,15 +175,28 @@ def nothing_to_run(config: ExperimentConfig, layout: RunLayout) -> bool:
 
 
 def run_experiment(
-    config: ExperimentConfig, run_dir: Path, *, verbose: bool = False, write_report: bool = True
+    config: ExperimentConfig,
+    run_dir: Path,
+    *,
+    verbose: bool = False,
+    write_report: bool = True,
+    read_dataset: Callable[[], Dataset] | None = None,
 ) -> RunOutcome:
     """Train (the rounds still missing), audit (the sites still missing), report; the run
-    directory is this process's alone meanwhile (:func:`~simulations.run_dir.hold_run_dir`)."""
+    directory is this process's alone meanwhile (:func:`~simulations.run_dir.hold_run_dir`).
+    ``read_dataset``: the config's dataset, when the caller reads it ahead
+    (:func:`~simulations.run_dir.prepare_run_dir`)."""
     quiet_logs(verbose)
     check_local_resources(config)
     layout = RunLayout(run_dir)
     with hold_run_dir(layout):
-        return _run(config, layout, verbose=verbose, write_report=write_report)
+        return _run(
+            config,
+            layout,
+            verbose=verbose,
+            write_report=write_report,
+            read_dataset=read_dataset,
+        )
 
 
 Phases = list[tuple[tuple[str, ...], tuple[float, float]]]
@@ -190,11 +204,18 @@ Phases = list[tuple[tuple[str, ...], tuple[float, float]]]
 
 
 def _run(
-    config: ExperimentConfig, layout: RunLayout, *, verbose: bool, write_report: bool
+    config: ExperimentConfig,
+    layout: RunLayout,
+    *,
+    verbose: bool,
+    write_report: bool,
+    read_dataset: Callable[[], Dataset] | None,
 ) -> RunOutcome:
     outcome = RunOutcome(layout)
     t0 = time.time()
-    meta = prepare_run_dir(config, layout, check=lambda m: check_run_task(config, m))
+    meta = prepare_run_dir(
+        config, layout, check=lambda m: check_run_task(config, m), read_dataset=read_dataset
+    )
     outcome.timings["data_s"] = time.time() - t0
     _run_phases(config, meta, layout, outcome, verbose=verbose)
     if config.audit.canary_clients > 0 and config.audit.canary_client_twin:

@@ -253,19 +253,55 @@ def _head_processes(head: LocalRayHead) -> list[tuple[int, int]]:
 
 
 _AHEAD = """
-import json, os, subprocess, sys, tempfile
+import importlib.machinery, json, os, subprocess, sys, tempfile, threading, time
 from pathlib import Path
 tempfile.tempdir = sys.argv[1]  # the session folders of the Rays started below
-import ray
 from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.simulations.site_modules import SITE_CODE_MODULE
 from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
 from panoramia_fl.simulations.ray_start import (
-    SITE_PRELOAD_MODULE, ray_started_ahead, ray_temp_dir, start_ray)
+    ENGINE_MODULE, SITE_PRELOAD_MODULE, ray_started_ahead, ray_temp_dir, start_ray)
 
 config = validate_config({"name": "ahead", "data": {"name": "digits"}, "ray": {"num_cpus": 1}})
 seen = {}
 
-@ray.remote
+def imported(name):  # and its code run: importlib marks a module's spec while it runs
+    module = sys.modules.get(name)
+    return module is not None and not getattr(module.__spec__, "_initializing", True)
+
+class HeldBack:
+    # Ray's loader, whose module's code runs once the other thread has imported the site
+    # code: Flower's engine would come next there, before Ray's import is over.
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+    def exec_module(self, module):
+        deadline = time.monotonic() + 120
+        while not imported(SITE_CODE_MODULE) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.loader.exec_module(module)
+
+class EngineImport:
+    # Notes where Flower's engine began to import, and whether Ray's own import was over
+    # by then; finds nothing itself (Ray's spec aside, with its loader held back).
+    def find_spec(self, name, path, target=None):
+        if name == "ray" and threading.current_thread() is threading.main_thread():
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            spec.loader = HeldBack(spec.loader)
+            return spec
+        if name == ENGINE_MODULE:
+            seen["engine imported"] = {
+                "on the main thread": threading.current_thread() is threading.main_thread(),
+                "after Ray's": imported("ray"),
+            }
+        return None
+
+sys.meta_path.insert(0, EngineImport())
+assert "ray" not in sys.modules
+
 def preloaded():
     # A task defined here travels by value: it imports nothing of the site code itself.
     loaded = SITE_PRELOAD_MODULE in sys.modules
@@ -280,13 +316,15 @@ def preloaded():
 fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
                        capture_output=True, text=True, check=True)
 seen["fresh threads"] = int(fresh.stdout)
-with ray_started_ahead(config, RunLayout(Path(sys.argv[2])), verbose=False):
+read_ahead = threading.Event()
+with ray_started_ahead(config, RunLayout(Path(sys.argv[2])), verbose=False, ahead=read_ahead.set):
+    import ray
     seen["up"] = ray.is_initialized()
-    seen["flower's engine"] = "flwr.simulation.app" in sys.modules
+    seen["ahead ran"] = read_ahead.wait(timeout=120)
     import torch
     seen["driver threads"] = torch.get_num_threads()
     seen["preloaded"], seen["server side"], seen["threads"], seen["forked"] = ray.get(
-        preloaded.remote())
+        ray.remote(preloaded).remote())
     with ray_temp_dir(config) as folder:
         seen["second folder"] = folder is not None
         start_ray({}, num_cpus=1, num_gpus=0, key="resources.num_cpus")
@@ -304,16 +342,19 @@ print(json.dumps(seen))
 
 
 def test_a_new_run_starts_its_ray_ahead_and_its_workers_import_the_site_code(tmp_path):
-    """``panoramia-fl run`` starts a new run's Ray before it imports Flower's engine (the
-    site code, torch with it, beside Ray's start), and the workers (the site processes to
-    be) are forked from a server that imported theirs meanwhile, without Flower's server
-    side, their thread pools sized to a site's CPUs; the run's first simulation takes that
-    Ray as it is, checks its request against it, and nothing of it is left. A resumed run
-    starts its Ray when it needs one."""
+    """``panoramia-fl run`` starts a new run's Ray before it imports torch and Flower's
+    engine: a thread imports the site code (torch with it) beside Ray's start, then, once
+    Ray's own import is over (no module of Ray's imported on two threads at once), Flower's
+    engine, and then calls what the run does next (it reads its data). The workers (the
+    site processes to be) are forked from a server that imported theirs meanwhile, without
+    Flower's server side, their thread pools sized to a site's CPUs; the run's first
+    simulation takes that Ray as it is, checks its request against it, and nothing of it is
+    left. A resumed run starts its Ray when it needs one."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     seen = _in_a_process_of_its_own(_AHEAD, str(run_dir))
-    assert seen["up"] and not seen["flower's engine"] and seen["preloaded"] == [True, True, True]
+    assert seen["up"] and seen["ahead ran"] and seen["preloaded"] == [True, True, True]
+    assert seen["engine imported"] == {"on the main thread": False, "after Ray's": True}
     assert seen["forked"]  # from the server that imported them once (ray.fork_workers)
     # The driver imported the site code (torch with it) beside Ray's start, in its own
     # environment: its thread pools are those of a new process, not a site's.

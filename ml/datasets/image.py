@@ -40,10 +40,12 @@ def read_idx(path: Path) -> np.ndarray:
     """Read an IDX file (optionally gzip-compressed), checking its header against its size."""
     if not path.exists():
         raise DataError(f"missing data file: {path}")
-    opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rb") as fh:
-            raw = fh.read()
+        raw = path.read_bytes()
+        if path.suffix == ".gz":
+            # In one call, which holds no interpreter lock (a run reads its data on a thread
+            # beside its start); gzip's stream takes the lock back every 8 KiB or so.
+            raw = gzip.decompress(raw)
     except (OSError, EOFError, zlib.error) as err:  # zlib's: a corrupt compressed stream
         raise DataError(f"corrupt data file {path}: {err}") from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
