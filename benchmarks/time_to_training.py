@@ -103,9 +103,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--every", type=float, default=0.05)
     parser.add_argument("--cores", type=float, default=0.8)
-    parser.add_argument("run_args", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
-    extra = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, extra = parser.parse_args(argv[:split]), argv[split + 1 :]
     seconds = []
     for repeat in range(1, args.repeat + 1):
         out = Path(tempfile.mkdtemp(prefix="time-to-training-"))
