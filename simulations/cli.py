@@ -16,7 +16,7 @@ from panoramia_fl.contracts.errors import ERROR_PREFIX, UserError, memory_killed
 from panoramia_fl.contracts.files import atomic_write_text, check_writable
 from panoramia_fl.contracts.json_values import json_safe
 from panoramia_fl.contracts.run_files import CONFIG_FILE, RunLayout
-from panoramia_fl.simulations.data_ahead import run_dataset_once
+from panoramia_fl.simulations.data_ahead import run_dataset_ahead
 from panoramia_fl.simulations.process_heap import freeze_before_exit
 
 if TYPE_CHECKING:
@@ -48,14 +48,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     config, run_dir = _run_config(args)
     layout = RunLayout(run_dir)
     print(f"run directory: {run_dir}", file=sys.stderr)
-    dataset = run_dataset_once(config)
+    data = run_dataset_ahead(config)
     try:
         # Ray first, then torch, Flower, the project and the run's data: its site processes
         # import theirs meanwhile (the config above needed none of them).
-        with ray_started_ahead(config, layout, verbose=args.verbose, ahead=dataset):
+        with ray_started_ahead(config, layout, verbose=args.verbose, ahead=data.compute_ahead):
             from panoramia_fl.simulations.runner import run_experiment
 
-            outcome = run_experiment(config, run_dir, verbose=args.verbose, read_dataset=dataset)
+            outcome = run_experiment(config, run_dir, verbose=args.verbose, read_dataset=data.take)
     except KeyboardInterrupt as stop:
         if not layout.config.exists():
             _exit_interrupted(stop, f"nothing was written to {run_dir}; run the same command again")

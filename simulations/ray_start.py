@@ -120,10 +120,10 @@ def ray_started_ahead(
     meanwhile: once, by the fork server started first, before Ray's own import, while this
     process imports the site code, then Flower's engine, and then calls ``ahead`` (the
     run's next step: reading its data), on a thread of its own (``ray.fork_workers``),
-    else by each worker as it starts. ``ahead``'s value is dropped and its error left to
-    the run, which asks for the same value again (:mod:`~simulations.data_ahead`). A run
-    that joins a cluster, or resumes, starts its Ray when it needs one. Ray is shut down on
-    leaving, if the run did not."""
+    else by each worker as it starts. ``ahead`` keeps what it computes for the run to take
+    (:mod:`~simulations.data_ahead`): an error it raises is dropped. A run that joins a
+    cluster, or resumes, starts its Ray when it needs one. Ray is shut down on leaving, if
+    the run did not."""
     if ray_address(config) or layout.config.exists():
         yield
         return

@@ -1,18 +1,24 @@
-"""``simulations.data_ahead``: a run's data, read by whichever thread asks first."""
+"""``simulations.data_ahead``: a run's data, read once, by a thread ahead or by the run."""
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 
 import pytest
 
 from panoramia_fl.ml.datasets import DataError
-from panoramia_fl.simulations.data_ahead import ComputedOnce
+from panoramia_fl.simulations.data_ahead import ComputedAhead
 
 
-def _asked_from_two_threads(compute) -> tuple[ComputedOnce, list, threading.Event]:
-    """``compute`` behind a :class:`ComputedOnce` that a thread asks for first; the caller
-    asks second, while that thread computes (``started`` set, ``release`` not yet)."""
+class Value:
+    """A value a weak reference can follow (a dataset, in a run)."""
+
+
+def _computing_ahead(compute) -> tuple[ComputedAhead, threading.Thread]:
+    """``compute`` behind a :class:`ComputedAhead` that a thread computes ahead, and is
+    still computing when this returns (the taker then waits for it)."""
     started, release = threading.Event(), threading.Event()
 
     def held():
@@ -20,49 +26,48 @@ def _asked_from_two_threads(compute) -> tuple[ComputedOnce, list, threading.Even
         assert release.wait(timeout=30)
         return compute()
 
-    once = ComputedOnce(held)
-    seen: list = []
-
-    def first():
-        try:
-            seen.append(once())
-        except DataError as err:
-            seen.append(err)
-
-    thread = threading.Thread(target=first)
+    ahead = ComputedAhead(held)
+    thread = threading.Thread(target=ahead.compute_ahead)
     thread.start()
     assert started.wait(timeout=30)
-    threading.Timer(0.2, release.set).start()  # the second asks meanwhile, and waits
-    return once, [thread, seen], release
+    threading.Timer(0.2, release.set).start()  # the taker asks meanwhile, and waits
+    return ahead, thread
 
 
-def test_the_value_is_computed_once_and_a_caller_meanwhile_waits_for_it():
-    computed = []
+def test_the_taker_waits_for_the_value_computed_ahead_and_holds_it_alone():
+    computed: list[weakref.ref] = []
 
     def read():
-        computed.append(object())
-        return computed[-1]
+        value = Value()
+        computed.append(weakref.ref(value))
+        return value
 
-    once, (thread, seen), release = _asked_from_two_threads(read)
-    mine = once()
+    ahead, thread = _computing_ahead(read)
+    value = ahead.take()
     thread.join(timeout=30)
-    assert release.is_set() and len(computed) == 1
-    assert seen == [mine] and mine is computed[0]
-    assert once() is mine
+    assert len(computed) == 1 and computed[0]() is value
+    ahead.compute_ahead()  # taken: not computed again
+    assert len(computed) == 1
+    del value
+    gc.collect()
+    assert computed[0]() is None  # the run's dataset is freed once the run lets it go
+    with pytest.raises(RuntimeError, match="taken already"):
+        ahead.take()
 
 
-def test_an_error_is_raised_to_every_caller_and_not_computed_again():
+def test_an_error_computed_ahead_is_raised_to_the_taker_and_not_computed_again():
     calls = []
 
     def read():
         calls.append(1)
         raise DataError("missing data file: /nowhere/train-images-idx3-ubyte.gz")
 
-    once, (thread, seen), _ = _asked_from_two_threads(read)
-    with pytest.raises(DataError, match="missing data file: /nowhere") as raised:
-        once()
+    ahead, thread = _computing_ahead(read)
+    with pytest.raises(DataError, match="missing data file: /nowhere"):
+        ahead.take()
     thread.join(timeout=30)
-    assert seen == [raised.value] and calls == [1]
-    with pytest.raises(DataError):
-        once()
     assert calls == [1]
+
+
+def test_a_value_nobody_computed_ahead_is_computed_by_the_taker():
+    assert ComputedAhead(lambda: 7).take() == 7
