@@ -32,16 +32,19 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from process_cpu import WORKER_MARKS  # noqa: E402
+
+from panoramia_fl.simulations import fork_server  # noqa: E402
+
 WINDOW_S = 0.25
-WORKER_MARKS = ("ray::", "default_worker.py")
-"""Command-line parts of a Ray worker: its title once it runs an actor, or its script."""
-FORK_SERVER = "fork_server"
-"""A worker forked from the run's fork server keeps the server's command line."""
 
 
 def _is_worker(process: psutil.Process, driver: int) -> bool:
+    """A Ray worker's command line, or that of the run's fork server, which a worker forked
+    from it keeps until it takes an actor."""
     command = " ".join(process.cmdline())
-    if FORK_SERVER in command:
+    if fork_server.__name__ in command:
         return process.ppid() != driver  # the server itself is the driver's child
     return any(mark in command for mark in WORKER_MARKS)
 
@@ -56,7 +59,9 @@ def time_to_training(command: list[str], *, every: float, cores: float) -> float
     root = psutil.Process(proc.pid)
     seen: dict[int, psutil.Process] = {}
     cpu: dict[int, float] = {}
-    window_start, used, hits, found = began, 0.0, [], None
+    window_start, used = began, 0.0
+    hits: list[float] = []  # the starts of the windows in a row in which the workers train
+    found: float | None = None
     while proc.poll() is None and time.monotonic() - began < 300 and found is None:
         try:
             tree = root.children(recursive=True)
