@@ -234,22 +234,6 @@ def test_a_failed_set_up_leaves_nothing_that_blocks_the_corrected_command(tmp_pa
     assert run_files(out).config.exists() and run_files(out).dataset.exists()
 
 
-def test_data_read_beside_rays_start_fails_as_the_run_would_have(tmp_path, capsys, monkeypatch):
-    """A new run with a Ray of its own reads its data on a thread while that Ray starts: a
-    missing file is still the run's error naming it, and the run directory is left as it
-    was."""
-    monkeypatch.delenv(RAY_ADDRESS_ENV, raising=False)  # not the suite's shared Ray
-    raw = raw_config(data={"name": "fashion_mnist", "root": str(tmp_path / "no_files")})
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump(raw))
-    out = tmp_path / "run"
-    assert cli_main(["run", str(config), "--out", str(out)]) == 2
-    line = error_line(capsys)
-    assert line.startswith("panoramia-fl: error: missing data file: ")
-    assert "train-images-idx3-ubyte" in line
-    assert not run_files(out).config.exists() and not run_files(out).dataset.exists()
-
-
 @pytest.mark.parametrize(
     "setting, key",
     [("seed=-1", "seed"), ("data.options.encoding=bogus", "data.options.encoding")],

@@ -257,6 +257,8 @@ import importlib.machinery, json, os, subprocess, sys, tempfile, threading, time
 from pathlib import Path
 tempfile.tempdir = sys.argv[1]  # the session folders of the Rays started below
 from panoramia_fl.contracts.run_files import RunLayout
+from panoramia_fl.ml.datasets import DataError
+from panoramia_fl.simulations.data_ahead import ComputedAhead
 from panoramia_fl.simulations.site_modules import SITE_CODE_MODULE
 from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
 from panoramia_fl.simulations.ray_start import (
@@ -317,10 +319,22 @@ fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num
                        capture_output=True, text=True, check=True)
 seen["fresh threads"] = int(fresh.stdout)
 read_ahead = threading.Event()
-with ray_started_ahead(config, RunLayout(Path(sys.argv[2])), verbose=False, ahead=read_ahead.set):
+
+def missing_file():  # as a run's data read ahead fails
+    read_ahead.set()
+    raise DataError("missing data file: /nowhere/train-images-idx3-ubyte.gz")
+
+data = ComputedAhead(missing_file)
+with ray_started_ahead(
+    config, RunLayout(Path(sys.argv[2])), verbose=False, ahead=data.compute_ahead
+):
     import ray
     seen["up"] = ray.is_initialized()
     seen["ahead ran"] = read_ahead.wait(timeout=120)
+    try:
+        data.take()
+    except DataError as err:
+        seen["the run's error"] = str(err)
     import torch
     seen["driver threads"] = torch.get_num_threads()
     seen["preloaded"], seen["server side"], seen["threads"], seen["forked"] = ray.get(
@@ -345,16 +359,17 @@ def test_a_new_run_starts_its_ray_ahead_and_its_workers_import_the_site_code(tmp
     """``panoramia-fl run`` starts a new run's Ray before it imports torch and Flower's
     engine: a thread imports the site code (torch with it) beside Ray's start, then, once
     Ray's own import is over (no module of Ray's imported on two threads at once), Flower's
-    engine, and then calls what the run does next (it reads its data). The workers (the
-    site processes to be) are forked from a server that imported theirs meanwhile, without
-    Flower's server side, their thread pools sized to a site's CPUs; the run's first
-    simulation takes that Ray as it is, checks its request against it, and nothing of it is
-    left. A resumed run starts its Ray when it needs one."""
+    engine, and then reads the run's data, whose error the run raises as its own. The
+    workers (the site processes to be) are forked from a server that imported theirs
+    meanwhile, without Flower's server side, their thread pools sized to a site's CPUs; the
+    run's first simulation takes that Ray as it is, checks its request against it, and
+    nothing of it is left. A resumed run starts its Ray when it needs one."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     seen = _in_a_process_of_its_own(_AHEAD, str(run_dir))
     assert seen["up"] and seen["ahead ran"] and seen["preloaded"] == [True, True, True]
     assert seen["engine imported"] == {"on the main thread": False, "after Ray's": True}
+    assert seen["the run's error"].startswith("missing data file: /nowhere/")
     assert seen["forked"]  # from the server that imported them once (ray.fork_workers)
     # The driver imported the site code (torch with it) beside Ray's start, in its own
     # environment: its thread pools are those of a new process, not a site's.
