@@ -32,15 +32,10 @@ from panoramia_fl.simulations.experiment_config import (
     ray_address,
 )
 from panoramia_fl.simulations.library_logs import quiet_logs
-from panoramia_fl.simulations.site_modules import SITE_CODE_MODULE
+from panoramia_fl.simulations.site_modules import SIMULATION_PACKAGE, SITE_CODE_MODULE
 from panoramia_fl.simulations.sizes import check_sizes
 from panoramia_fl.simulations.swapped import swapped, swapped_arguments
 from panoramia_fl.simulations.worker_forks import ForkServer, start_fork_server, workers_forked
-
-ENGINE_MODULE = "flwr.simulation"
-"""Flower's simulation engine, which a run imports once its Ray is up (:mod:`runner`): a
-second of imports (SQLAlchemy's among them) that :func:`ray_started_ahead` moves beside
-Ray's start."""
 
 SITE_PRELOAD_MODULE = "panoramia_fl.simulations.site_preload"
 """The module the workers of a Ray the run starts import as they start (Ray's
@@ -157,14 +152,15 @@ def ray_started_ahead(
 
 def _imports_ahead(ray_imported: threading.Event, ahead: Callable[[], object] | None) -> None:
     """Import :data:`SITE_CODE_MODULE`, then, once this process has imported Ray
-    (``ray_imported`` set), :data:`ENGINE_MODULE`, then call ``ahead``, each ahead of its
+    (``ray_imported`` set), Flower's engine (:data:`SIMULATION_PACKAGE`, a second of
+    imports the run would pay once its Ray is up), then call ``ahead``, each ahead of its
     use; an error is left to that use, which raises it. Flower's engine imports Ray: it
     waits for Ray's own import, so that no module of Ray's is imported on two threads at
     once."""
     with contextlib.suppress(Exception):
         importlib.import_module(SITE_CODE_MODULE)
         ray_imported.wait()
-        importlib.import_module(ENGINE_MODULE)
+        importlib.import_module(SIMULATION_PACKAGE)
         if ahead is not None:
             ahead()
 

@@ -12,3 +12,9 @@ SITE_PROCESS_MODULES = ("flwr.simulation.ray_transport.ray_actor", SITE_CODE_MOD
 """What a site process imports before it handles its first message: the module of Flower's
 site actor class, and :data:`SITE_CODE_MODULE`. Importing touches no GPU: a site's CUDA
 starts at its first use, after Ray has set the devices the site holds."""
+
+SIMULATION_PACKAGE = "flwr.simulation"
+"""Flower's simulation engine: its package's ``__init__`` imports the engine's server side
+(SQLAlchemy, Alembic and FastAPI with it). A site process defers that ``__init__``
+(:mod:`~simulations.site_preload`); the driver imports the package beside Ray's start
+(:func:`~simulations.ray_start.ray_started_ahead`)."""

@@ -26,9 +26,7 @@ import threading
 import types
 from typing import Any
 
-from panoramia_fl.simulations.site_modules import SITE_PROCESS_MODULES
-
-SIMULATION_PACKAGE = "flwr.simulation"
+from panoramia_fl.simulations.site_modules import SIMULATION_PACKAGE, SITE_PROCESS_MODULES
 
 _INIT_LOCK = threading.Lock()
 

@@ -259,10 +259,10 @@ tempfile.tempdir = sys.argv[1]  # the session folders of the Rays started below
 from panoramia_fl.contracts.run_files import RunLayout
 from panoramia_fl.ml.datasets import DataError
 from panoramia_fl.simulations.data_ahead import ComputedAhead
-from panoramia_fl.simulations.site_modules import SITE_CODE_MODULE
+from panoramia_fl.simulations.site_modules import SIMULATION_PACKAGE, SITE_CODE_MODULE
 from panoramia_fl.simulations.experiment_config import ConfigError, validate_config
 from panoramia_fl.simulations.ray_start import (
-    ENGINE_MODULE, SITE_PRELOAD_MODULE, ray_started_ahead, ray_temp_dir, start_ray)
+    SITE_PRELOAD_MODULE, ray_started_ahead, ray_temp_dir, start_ray)
 
 config = validate_config({"name": "ahead", "data": {"name": "digits"}, "ray": {"num_cpus": 1}})
 seen = {}
@@ -294,7 +294,7 @@ class EngineImport:
             spec = importlib.machinery.PathFinder.find_spec(name, path)
             spec.loader = HeldBack(spec.loader)
             return spec
-        if name == ENGINE_MODULE:
+        if name == SIMULATION_PACKAGE:
             seen["engine imported"] = {
                 "on the main thread": threading.current_thread() is threading.main_thread(),
                 "after Ray's": imported("ray"),
