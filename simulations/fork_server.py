@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from panoramia_fl.simulations.process_heap import freeze_loaded_modules
+from panoramia_fl.simulations.process_heap import CollectorPause
 from panoramia_fl.simulations.swapped import swapped
 
 SOCKET_ENV = "PANORAMIA_FL_FORK_SOCKET"
@@ -176,9 +176,12 @@ def _actor_class_ids_from_the_os() -> Iterator[None]:
 class _Server:
     """The forks' environment, once the first request has set it, and their bookkeeping."""
 
-    def __init__(self, with_ray: list[str], started: dict[str, str]) -> None:
+    def __init__(
+        self, with_ray: list[str], started: dict[str, str], loading: CollectorPause
+    ) -> None:
         self.with_ray = with_ray
         self.started = started
+        self.loading = loading  # ended once the first request's imports are done
         # What the imports before Ray set in the environment (Flower: gRPC's verbosity),
         # as they would have in a worker that imported them.
         self.set_by_imports = {k: v for k, v in os.environ.items() if started.get(k) != v}
@@ -202,17 +205,19 @@ class _Server:
         )
         _take_environment({**request.env, **self.set_by_imports})
         self.environment = dict(request.env)
-        importlib.import_module(WORKER_MODULE)
-        with _actor_class_ids_from_the_os():
-            for name in self.with_ray:
-                importlib.import_module(name)
+        try:
+            importlib.import_module(WORKER_MODULE)
+            with _actor_class_ids_from_the_os():
+                for name in self.with_ray:
+                    importlib.import_module(name)
+        finally:
+            # Frozen out of the collector's walks, in this process and in every fork: a walk
+            # would write to each object and copy every page a fork shares with this process.
+            self.loading.end()
         if _cuda_driver_loaded():
             # CUDA's driver does not survive a fork: from here every request is refused.
             self.environment = {}
             return False
-        # Out of the collector's walks, in this process and in every fork: a walk would
-        # write to each object and copy every page a fork shares with this process.
-        freeze_loaded_modules()
         raylet = request.env.get(RAYLET_PID_ENV)
         if raylet is not None:
             try:
@@ -235,9 +240,10 @@ def serve(
     request in each fork, whose caller becomes that worker (:func:`become_worker`) with
     nothing of the server left on its stack."""
     started = dict(os.environ)
+    loading = CollectorPause()  # until the first request's imports (:meth:`_Server.admits`)
     for name in before_ray:
         importlib.import_module(name)
-    server = _Server(with_ray, started)
+    server = _Server(with_ray, started, loading)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
     stdin = sys.stdin.fileno()

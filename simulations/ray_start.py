@@ -32,6 +32,7 @@ from panoramia_fl.simulations.experiment_config import (
     ray_address,
 )
 from panoramia_fl.simulations.library_logs import quiet_logs
+from panoramia_fl.simulations.process_heap import CollectorPause
 from panoramia_fl.simulations.site_modules import SIMULATION_PACKAGE, SITE_CODE_MODULE
 from panoramia_fl.simulations.sizes import check_sizes
 from panoramia_fl.simulations.swapped import swapped, swapped_arguments
@@ -128,13 +129,17 @@ def ray_started_ahead(
     # Before Ray's import: the server's own imports take the core this process leaves idle.
     forks = _fork_server(site_cpus) if config.ray.fork_workers else None
     ray_imported = threading.Event()
+    loading: CollectorPause | None = None
     if forks is not None:
+        loading = CollectorPause()  # until the thread's imports are done
         # ray.init returns once the workers have registered, and forked workers register
         # once the server has imported their modules: meanwhile this process imports those
         # of them it needs too (not Ray's), then Flower's engine, and reads the run's data,
         # beside its own start of Ray. (Ray's start itself cannot go to another thread: a
         # driver connected there keeps a core busy polling for Ray's error messages.)
-        threading.Thread(target=_imports_ahead, args=(ray_imported, ahead), daemon=True).start()
+        threading.Thread(
+            target=_imports_ahead, args=(ray_imported, loading, ahead), daemon=True
+        ).start()
     import ray
 
     ray_imported.set()
@@ -145,22 +150,29 @@ def ray_started_ahead(
             _ray_init(init_args, site_cpus=site_cpus, fork_workers=forks is not None, forks=forks)
             yield
         finally:
+            if loading is not None:
+                loading.end()  # the thread's end, if an error came first
             ray.shutdown()  # also after a start Ctrl-C cut short; a no-op once the run did
             if forks is not None:
                 forks.close()
 
 
-def _imports_ahead(ray_imported: threading.Event, ahead: Callable[[], object] | None) -> None:
+def _imports_ahead(
+    ray_imported: threading.Event, loading: CollectorPause, ahead: Callable[[], object] | None
+) -> None:
     """Import :data:`SITE_CODE_MODULE`, then, once this process has imported Ray
     (``ray_imported`` set), Flower's engine (:data:`SIMULATION_PACKAGE`, a second of
-    imports the run would pay once its Ray is up), then call ``ahead``, each ahead of its
-    use; an error is left to that use, which raises it. Flower's engine imports Ray: it
-    waits for Ray's own import, so that no module of Ray's is imported on two threads at
-    once."""
+    imports the run would pay once its Ray is up), then end ``loading`` and call ``ahead``,
+    each ahead of its use; an error is left to that use, which raises it. Flower's engine
+    imports Ray: it waits for Ray's own import, so that no module of Ray's is imported on
+    two threads at once."""
     with contextlib.suppress(Exception):
-        importlib.import_module(SITE_CODE_MODULE)
-        ray_imported.wait()
-        importlib.import_module(SIMULATION_PACKAGE)
+        try:
+            importlib.import_module(SITE_CODE_MODULE)
+            ray_imported.wait()
+            importlib.import_module(SIMULATION_PACKAGE)
+        finally:
+            loading.end()
         if ahead is not None:
             ahead()
 

@@ -5,7 +5,8 @@ modules it names and calls nothing, so the import itself
 
 1. registers Flower's simulation package with its ``__init__`` not yet run
    (:func:`defer_simulation_package_init`), then
-2. imports :data:`SITE_PROCESS_MODULES`.
+2. imports :data:`SITE_PROCESS_MODULES`, the collector paused meanwhile and what they
+   load frozen after (:class:`~simulations.process_heap.CollectorPause`).
 
 Why (1): a site process needs Flower's actor class, in
 ``flwr.simulation.ray_transport.ray_actor``, and Python runs a package's ``__init__`` before
@@ -26,6 +27,7 @@ import threading
 import types
 from typing import Any
 
+from panoramia_fl.simulations.process_heap import CollectorPause
 from panoramia_fl.simulations.site_modules import SIMULATION_PACKAGE, SITE_PROCESS_MODULES
 
 _INIT_LOCK = threading.Lock()
@@ -70,6 +72,10 @@ def defer_simulation_package_init() -> bool:
     return True
 
 
-defer_simulation_package_init()
-for _module in SITE_PROCESS_MODULES:
-    importlib.import_module(_module)
+_loading = CollectorPause()
+try:
+    defer_simulation_package_init()
+    for _module in SITE_PROCESS_MODULES:
+        importlib.import_module(_module)
+finally:
+    _loading.end()

@@ -219,6 +219,30 @@ def test_a_site_process_freezes_its_modules_objects_at_its_first_site(tmp_path):
     assert before == 0 and first > 100_000 and second == first
 
 
+def test_a_ray_worker_loads_the_site_modules_without_collecting_and_freezes_them(tmp_path):
+    """A Ray worker's preload (``simulations.site_preload``) loads torch, Flower's client
+    side and the site code with the collector paused: its full collections would walk the
+    growing heap again and again (about 0.5 s of the imports). After it, their objects are
+    frozen and the collector runs again, unless it was off before (the fork server, whose
+    own pause ends after its imports)."""
+    code = (
+        "import gc, sys\n"
+        "seen = []  # collections once torch began to load\n"
+        "def on_collection(phase, info):\n"
+        "    if phase == 'start' and 'torch' in sys.modules:\n"
+        "        seen.append(info['generation'])\n"
+        "gc.callbacks.append(on_collection)\n"
+        "off = sys.argv[1].endswith('off')\n"
+        "if off:\n"
+        "    gc.disable()\n"
+        "from panoramia_fl.simulations import site_preload\n"
+        "loading = len(seen)\n"
+        "print(loading, gc.isenabled(), gc.get_freeze_count() > 100_000)\n"
+    )
+    assert _in_a_fresh_process(code, tmp_path / "on").split() == ["0", "True", "True"]
+    assert _in_a_fresh_process(code, tmp_path / "off").split() == ["0", "False", "True"]
+
+
 def test_a_site_process_trains_without_loading_torch_dynamo(tmp_path):
     """torch.optim's wrappers for ``torch.compile`` load ``torch._dynamo`` (1.4-2 CPU s)
     at a process's first optimizer; a site's training, plain and under DP-SGD, loads none

@@ -253,7 +253,7 @@ def _head_processes(head: LocalRayHead) -> list[tuple[int, int]]:
 
 
 _AHEAD = """
-import importlib.machinery, json, os, subprocess, sys, tempfile, threading, time
+import gc, importlib.machinery, json, os, subprocess, sys, tempfile, threading, time
 from pathlib import Path
 tempfile.tempdir = sys.argv[1]  # the session folders of the Rays started below
 from panoramia_fl.contracts.run_files import RunLayout
@@ -313,7 +313,8 @@ def preloaded():
     import torch
 
     parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
-    return loaded, server_side, torch.get_num_threads(), b"fork_server" in parent
+    collector = [gc.isenabled(), gc.get_freeze_count() > 100_000]
+    return loaded, server_side, torch.get_num_threads(), b"fork_server" in parent, collector
 
 fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
                        capture_output=True, text=True, check=True)
@@ -325,6 +326,14 @@ def missing_file():  # as a run's data read ahead fails
     raise DataError("missing data file: /nowhere/train-images-idx3-ubyte.gz")
 
 data = ComputedAhead(missing_file)
+collections_while_loading = []
+
+def on_collection(phase, info):
+    # From Ray's import on the main thread to the end of Flower's engine's on the other.
+    if phase == "start" and "ray" in sys.modules and not imported(SIMULATION_PACKAGE):
+        collections_while_loading.append(info["generation"])
+
+gc.callbacks.append(on_collection)
 with ray_started_ahead(
     config, RunLayout(Path(sys.argv[2])), verbose=False, ahead=data.compute_ahead
 ):
@@ -337,8 +346,10 @@ with ray_started_ahead(
         seen["the run's error"] = str(err)
     import torch
     seen["driver threads"] = torch.get_num_threads()
-    seen["preloaded"], seen["server side"], seen["threads"], seen["forked"] = ray.get(
-        ray.remote(preloaded).remote())
+    seen["collections while loading"] = collections_while_loading
+    seen["driver collector"] = [gc.isenabled(), gc.get_freeze_count() > 100_000]
+    (seen["preloaded"], seen["server side"], seen["threads"], seen["forked"],
+     seen["worker collector"]) = ray.get(ray.remote(preloaded).remote())
     with ray_temp_dir(config) as folder:
         seen["second folder"] = folder is not None
         start_ray({}, num_cpus=1, num_gpus=0, key="resources.num_cpus")
@@ -360,8 +371,9 @@ def test_a_new_run_starts_its_ray_ahead_and_its_workers_import_the_site_code(tmp
     engine: a thread imports the site code (torch with it) beside Ray's start, then, once
     Ray's own import is over (no module of Ray's imported on two threads at once), Flower's
     engine, and then reads the run's data, whose error the run raises as its own. The
-    workers (the site processes to be) are forked from a server that imported theirs
-    meanwhile, without Flower's server side, their thread pools sized to a site's CPUs; the
+    collector is paused while those modules load. The workers (the site processes to be)
+    are forked from a server that imported theirs meanwhile, without Flower's server side,
+    their thread pools sized to a site's CPUs; the
     run's first simulation takes that Ray as it is, checks its request against it, and
     nothing of it is left. A resumed run starts its Ray when it needs one."""
     run_dir = tmp_path / "run"
@@ -371,6 +383,10 @@ def test_a_new_run_starts_its_ray_ahead_and_its_workers_import_the_site_code(tmp
     assert seen["engine imported"] == {"on the main thread": False, "after Ray's": True}
     assert seen["the run's error"].startswith("missing data file: /nowhere/")
     assert seen["forked"]  # from the server that imported them once (ray.fork_workers)
+    # Both processes loaded their modules with the collector paused, and froze them after;
+    # it runs again in each.
+    assert seen["collections while loading"] == []
+    assert seen["driver collector"] == seen["worker collector"] == [True, True]
     # The driver imported the site code (torch with it) beside Ray's start, in its own
     # environment: its thread pools are those of a new process, not a site's.
     assert seen["driver threads"] == seen["fresh threads"]
