@@ -236,19 +236,20 @@ def serve(
 ) -> WorkerRequest | None:
     """Import ``before_ray``, then fork a worker for each request admitted at ``listener``
     (a socket listening at ``socket_path``, where requests queue meanwhile) until the raylet
-    ends or standard input closes. Returns None in this process, when it stops, and the
+    ends or standard input closes (or a signal's handler raises: the socket's folder is
+    removed all the same). Returns None in this process, when it stops, and the
     request in each fork, whose caller becomes that worker (:func:`become_worker`) with
     nothing of the server left on its stack."""
     started = dict(os.environ)
-    loading = CollectorPause()  # until the first request's imports (:meth:`_Server.admits`)
-    for name in before_ray:
-        importlib.import_module(name)
-    server = _Server(with_ray, started, loading)
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ)
-    stdin = sys.stdin.fileno()
-    selector.register(stdin, selectors.EVENT_READ)
     try:
+        loading = CollectorPause()  # until the first request's imports (_Server.admits)
+        for name in before_ray:
+            importlib.import_module(name)
+        server = _Server(with_ray, started, loading)
+        selector = selectors.DefaultSelector()
+        selector.register(listener, selectors.EVENT_READ)
+        stdin = sys.stdin.fileno()
+        selector.register(stdin, selectors.EVENT_READ)
         while True:
             for key, _ in selector.select():
                 if key.fd == stdin:
@@ -342,6 +343,7 @@ def become_worker(request: WorkerRequest) -> None:
         if fd > 2:
             os.close(fd)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.chdir(request.cwd)
     sys.argv = list(request.argv)
     if "numpy" in sys.modules:
@@ -358,10 +360,17 @@ def _modules(listed: str) -> list[str]:
     return [name for name in listed.split(",") if name]
 
 
+def _stopped(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     listening, socket_path, before_ray, with_ray = sys.argv[1:]
     # Ctrl-C in the run's terminal reaches this process too: the run decides when it ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Stopped from outside (its run killed, a process group ended), it still removes its
+    # socket's folder (serve's cleanup), which nothing else would once the run is gone.
+    signal.signal(signal.SIGTERM, _stopped)
     listener = socket.socket(fileno=int(listening))
     try:
         request = serve(listener, Path(socket_path), _modules(before_ray), _modules(with_ray))

@@ -27,10 +27,11 @@ pytestmark = pytest.mark.skipif(not can_fork_workers(), reason="forks need os.pi
 
 # Stands in for Ray's worker program: says what it was given, then sleeps or exits.
 PROGRAM = """
-import json, os, sys, time
+import json, os, signal, sys, time
 print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv[1:],
                   "cwd": os.getcwd(), "numpy": "numpy" in sys.modules,
-                  "mark": os.environ.get("RAY_MARK")}), flush=True)
+                  "mark": os.environ.get("RAY_MARK"),
+                  "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL}), flush=True)
 if sys.argv[1] == "sleep":
     time.sleep(60)
 sys.exit(int(sys.argv[1]))
@@ -76,6 +77,7 @@ def test_a_fork_is_the_program_with_the_requests_arguments_folder_and_environmen
     assert said["ppid"] == forks.process.pid and said["pid"] != first.pid
     assert said["argv"] == ["3"] and said["cwd"] == str(tmp_path)
     assert said["numpy"] and said["mark"] == "1"
+    assert said["sigterm"]  # as a new Python has it, not the server's handler
     # The next request of the same environment is forked too.
     again = _request(forks, environment, program, "0", RAY_MARK="1")
     assert _said(again)["ppid"] == forks.process.pid and again.wait(timeout=60) == 0
@@ -113,6 +115,28 @@ def test_a_fork_ends_with_its_requester_and_the_server_with_its_process(server, 
         time.sleep(0.1)
     forks.close()
     assert forks.process.returncode == 0 and not forks.folder.exists()
+
+
+def test_a_server_stopped_from_outside_removes_its_sockets_folder(server):
+    """A run killed with SIGKILL leaves its server to whoever stops it next (a process
+    group's SIGTERM, a user's ``kill``): the server still removes its socket's folder."""
+    forks, _ = server
+    deadline = time.time() + 60
+    while not _catches(forks.process.pid, signal.SIGTERM):  # its handler is set as it starts
+        assert time.time() < deadline, "the server never set its SIGTERM handler"
+        time.sleep(0.01)
+    forks.process.send_signal(signal.SIGTERM)
+    assert forks.process.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not forks.folder.exists()
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``signum`` (Linux's SigCgt)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(
+        next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16
+    )
+    return bool(caught >> (signum - 1) & 1)
 
 
 TINY: dict[str, Any] = {
