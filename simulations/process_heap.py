@@ -5,8 +5,9 @@ Once torch, Ray and Flower are loaded a process holds some 350,000 objects the c
 tracks, nearly all of them the modules' own, alive until the process ends. Each full
 collection walks them all (0.2-0.3 s of CPU, a few times a run in every process) and so does
 the interpreter's exit (about a second). Frozen (:func:`gc.freeze`), they are left out of
-both; objects made later are collected as before. While they load, the collector is better
-off paused (:class:`CollectorPause`): its full collections then walk a heap that only grows.
+both; objects made later are collected as before. While they load, the collector can be
+paused (:class:`CollectorPause`): its full collections would walk, again and again, a heap
+that only grows.
 """
 
 from __future__ import annotations
