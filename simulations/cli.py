@@ -17,7 +17,7 @@ from panoramia_fl.contracts.files import atomic_write_text, check_writable
 from panoramia_fl.contracts.json_values import json_safe
 from panoramia_fl.contracts.run_files import CONFIG_FILE, RunLayout
 from panoramia_fl.simulations.data_ahead import run_dataset_ahead
-from panoramia_fl.simulations.process_heap import freeze_before_exit
+from panoramia_fl.simulations.process_heap import exit_without_teardown, freeze_before_exit
 
 if TYPE_CHECKING:
     from panoramia_fl.reporting import LostSites, ReportFiles
@@ -590,8 +590,9 @@ def program() -> NoReturn:
         status = main()
     finally:
         # The run's files are written and closed by now (atomic writes, context managers).
+        # An exception's exit tears the modules down: without the collector's walk.
         freeze_before_exit()
-    sys.exit(status)
+    exit_without_teardown(status)
 
 
 if __name__ == "__main__":
