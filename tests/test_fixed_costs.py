@@ -232,12 +232,10 @@ def test_a_ray_worker_loads_the_site_modules_without_collecting_and_freezes_them
         "    if phase == 'start' and 'torch' in sys.modules:\n"
         "        seen.append(info['generation'])\n"
         "gc.callbacks.append(on_collection)\n"
-        "off = sys.argv[1].endswith('off')\n"
-        "if off:\n"
+        "if sys.argv[1].endswith('off'):\n"
         "    gc.disable()\n"
         "from panoramia_fl.simulations import site_preload\n"
-        "loading = len(seen)\n"
-        "print(loading, gc.isenabled(), gc.get_freeze_count() > 100_000)\n"
+        "print(len(seen), gc.isenabled(), gc.get_freeze_count() > 100_000)\n"
     )
     assert _in_a_fresh_process(code, tmp_path / "on").split() == ["0", "True", "True"]
     assert _in_a_fresh_process(code, tmp_path / "off").split() == ["0", "False", "True"]
