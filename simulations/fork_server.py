@@ -25,6 +25,7 @@ Linux only (``os.pidfd_open``): elsewhere Ray starts its workers as it always do
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -38,6 +39,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from panoramia_fl.simulations.process_heap import CollectorPause
 from panoramia_fl.simulations.swapped import swapped
@@ -236,8 +238,9 @@ def serve(
 ) -> WorkerRequest | None:
     """Import ``before_ray``, then fork a worker for each request admitted at ``listener``
     (a socket listening at ``socket_path``, where requests queue meanwhile) until the raylet
-    ends or standard input closes (or a signal's handler raises: the socket's folder is
-    removed all the same). Returns None in this process, when it stops, and the
+    ends or standard input closes, and removes that socket's folder (as SIGTERM's handler
+    does, which ends the process at once: :func:`main`). Returns None in this process, when
+    it stops, and the
     request in each fork, whose caller becomes that worker (:func:`become_worker`) with
     nothing of the server left on its stack."""
     started = dict(os.environ)
@@ -264,10 +267,16 @@ def serve(
                 else:
                     _fork_event(selector, server, server.forks[key.fd], key.fd)
     finally:
-        if os.getpid() == _SERVER_PID:
-            socket_path.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                socket_path.parent.rmdir()
+        _remove_socket(socket_path)
+
+
+def _remove_socket(socket_path: Path) -> None:
+    """The socket at ``socket_path`` and its folder (made for it alone), from the server's
+    process only: a fork keeps the server's stack, and its ``finally`` clauses."""
+    if os.getpid() == _SERVER_PID:
+        socket_path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            socket_path.parent.rmdir()
 
 
 def _accepted(
@@ -360,8 +369,13 @@ def _modules(listed: str) -> list[str]:
     return [name for name in listed.split(",") if name]
 
 
-def _stopped(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+def _stopped(socket_path: Path, signum: int, frame: object) -> NoReturn:
+    """Ends the process at once, as a stop from outside would, with its socket's folder
+    removed. Not by raising: an exception raised as a C extension imports its modules
+    becomes that import's ``ImportError`` (numpy's does), and the server would end with 1."""
+    _remove_socket(socket_path)
+    sys.stderr.flush()
+    os._exit(128 + signum)
 
 
 def main() -> None:
@@ -370,7 +384,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Stopped from outside (its run killed, a process group ended), it still removes its
     # socket's folder (serve's cleanup), which nothing else would once the run is gone.
-    signal.signal(signal.SIGTERM, _stopped)
+    signal.signal(signal.SIGTERM, functools.partial(_stopped, Path(socket_path)))
     listener = socket.socket(fileno=int(listening))
     try:
         request = serve(listener, Path(socket_path), _modules(before_ray), _modules(with_ray))

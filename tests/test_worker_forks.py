@@ -130,6 +130,33 @@ def test_a_server_stopped_from_outside_removes_its_sockets_folder(server):
     assert not forks.folder.exists()
 
 
+# A module whose import turns any exception into its own ImportError, as a C extension's
+# does (numpy's, when its import of ``datetime`` fails): the stop lands in the middle of it.
+STOPPED_AS_IT_LOADS = """
+import os, signal
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    sum(range(1000))  # the handler runs by here
+except BaseException as err:
+    raise ImportError("this module could not load") from err
+"""
+
+
+def test_a_server_stopped_as_an_extension_loads_still_ends_as_stopped(tmp_path):
+    """A stop in the middle of an import that replaces exceptions with its own: the server
+    ends as a stopped process (not with 1, an import's failure), its folder removed."""
+    (tmp_path / "stopped_as_it_loads.py").write_text(STOPPED_AS_IT_LOADS)
+    environment = {k: v for k, v in os.environ.items() if k != RAY_ADDRESS_ENV}
+    environment["PYTHONPATH"] = os.pathsep.join([str(tmp_path), environment.get("PYTHONPATH", "")])
+    forks = start_fork_server(environment, before_ray=["stopped_as_it_loads"], with_ray=[])
+    assert forks is not None
+    try:
+        assert forks.process.wait(timeout=60) == 128 + signal.SIGTERM
+        assert not forks.folder.exists()
+    finally:
+        forks.close()
+
+
 def _catches(pid: int, signum: int) -> bool:
     """Whether process ``pid`` has a handler of its own for ``signum`` (Linux's SigCgt)."""
     status = Path(f"/proc/{pid}/status").read_text()
