@@ -116,6 +116,8 @@ def _simulate(
     """One Flower simulation of ``phases``; ``before`` runs first, once Ray is up."""
     from flwr.simulation import run_simulation
 
+    from panoramia_fl.simulations.engine_end import site_calls_ended_first
+
     switch = StopSwitch()
     server_app, client_app = build_apps(config, meta, layout, phases=phases, stop=switch)
     key = "resources.num_cpus" if "train" in phases else "resources.audit_num_cpus"
@@ -132,7 +134,7 @@ def _simulate(
             freeze_loaded_modules()
             if before is not None:
                 before()
-            with prompt_engine():
+            with prompt_engine(), site_calls_ended_first():
                 run_simulation(
                     server_app=server_app,
                     client_app=client_app,
