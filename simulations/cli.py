@@ -163,9 +163,10 @@ def _terminate(signum: int, frame: object) -> None:
 def _exit_interrupted(stop: KeyboardInterrupt, what_next: str) -> NoReturn:
     """Say what is kept and how to continue, then exit 130 (SIGINT) or 143 (SIGTERM).
 
-    By now the ServerApp's thread has ended and Ray is shut down, but Flower's simulation
-    leaves worker threads blocked on replies of actors that are gone; Python's normal exit
-    would wait for them forever, so the process ends here, output flushed.
+    By now the simulation's threads have ended and Ray is shut down (``runner`` waits for
+    the ServerApp's thread, :mod:`~simulations.engine_end` for the engine's), each within a
+    bound; one that outlived its bound would keep Python's normal exit waiting for good, so
+    the process ends here, output flushed.
     """
     signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
     print(f"\ninterrupted ({signal.Signals(signum).name}): {what_next}", file=sys.stderr)
