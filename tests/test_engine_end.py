@@ -13,15 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from panoramia_fl.simulations.experiment_config import RAY_ADDRESS_ENV
-
 pytestmark = pytest.mark.ray
 
 REPO = Path(__file__).resolve().parents[1]
 
-# A simulation whose one site takes its time over a round, in a Ray of its own (the session's
-# head has one CPU, which a site kept busy would hold from the other tests). Interrupted, it
-# says which of the engine's threads are still there once the engine has ended.
+# A simulation whose one site takes its time over a round, on the session's Ray head (its
+# site is killed at once by the stop; an engine that failed to would hold the head's one CPU
+# for the round's minute). Interrupted, it says which of the engine's threads are still there
+# once the engine has ended.
 SIMULATION = """
 import json, os, sys, threading, time
 from pathlib import Path
@@ -63,7 +62,7 @@ try:
             num_supernodes=1,
             backend_config={
                 "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                "init_args": {"num_cpus": 1, "include_dashboard": False},
+                "init_args": json.loads(sys.argv[2]),
             },
         )
 except KeyboardInterrupt:
@@ -74,17 +73,17 @@ os._exit(0)
 """
 
 
-def test_an_engine_stopped_mid_call_ends_its_threads_before_ray(tmp_path):
+def test_an_engine_stopped_mid_call_ends_its_threads_before_ray(tmp_path, ray_init_args):
     """SIGINT to the simulation's process alone (the site's actor trains on, as under a
     SIGTERM to the run): the engine's call to the site ends, and its thread with it, before
     Ray shuts down; otherwise the thread waits for a reply for good, and one whose call ends
     during the shutdown makes Ray end the whole process with status 1."""
     script, training = tmp_path / "simulation.py", tmp_path / "training"
     script.write_text(SIMULATION)
-    env = {k: v for k, v in os.environ.items() if k != RAY_ADDRESS_ENV}
+    env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(training)],
+        [sys.executable, str(script), str(training), json.dumps(ray_init_args)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
