@@ -238,11 +238,10 @@ def serve(
 ) -> WorkerRequest | None:
     """Import ``before_ray``, then fork a worker for each request admitted at ``listener``
     (a socket listening at ``socket_path``, where requests queue meanwhile) until the raylet
-    ends or standard input closes, and removes that socket's folder (as SIGTERM's handler
+    ends or standard input closes, and remove that socket's folder (as SIGTERM's handler
     does, which ends the process at once: :func:`main`). Returns None in this process, when
-    it stops, and the
-    request in each fork, whose caller becomes that worker (:func:`become_worker`) with
-    nothing of the server left on its stack."""
+    it stops, and the request in each fork, whose caller becomes that worker
+    (:func:`become_worker`) with nothing of the server left on its stack."""
     started = dict(os.environ)
     try:
         loading = CollectorPause()  # until the first request's imports (_Server.admits)
